@@ -1,0 +1,141 @@
+"""The algorithm interface every synchronization strategy implements.
+
+The training driver owns the data, the timers, evaluation and the run file;
+an algorithm owns how one step of one rank computes, communicates and
+updates. One call to :meth:`Algorithm.step` consumes exactly one mini-batch
+of this rank. A strategy is one module that subclasses :class:`Algorithm`
+plus one line in :mod:`syncbench.algorithms.registry`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from syncbench.algorithms.communicator import Communicator
+from syncbench.kernels.model import Model
+from syncbench.kernels.ops import sgd_momentum_
+
+
+@dataclass
+class StepStats:
+    """What one step reports besides its phase timings."""
+
+    loss: float
+    samples: int
+    staleness: int = 0
+    local_steps: int = 0
+    round: int = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The sample budget every algorithm must consume (equal work for all).
+
+    ``steps_per_rank`` is the number of steps a rank takes when every rank
+    steps at the same rate (SSGD); ``total_samples`` is the global budget.
+    """
+
+    total_samples: int
+    batch_size: int
+    world_size: int
+
+    @property
+    def steps_per_rank(self) -> int:
+        return self.total_samples // (self.batch_size * self.world_size)
+
+
+class MomentumSGD:
+    """Momentum SGD with weight decay over a flat buffer (owns velocity and scratch)."""
+
+    def __init__(self, like: Any, lr: float, momentum: float, weight_decay: float) -> None:
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.velocity = like * 0
+        self.scratch = like * 0
+
+    def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
+        """``params -= lr * (mu * v + g + wd * params)``, in place."""
+        sgd_momentum_(
+            params,
+            grads,
+            self.velocity,
+            self.lr if lr is None else lr,
+            self.momentum,
+            self.weight_decay,
+            self.scratch,
+        )
+
+
+class Algorithm(ABC):
+    """One synchronization strategy, run by every rank."""
+
+    #: Registry name, e.g. ``"ssgd"``.
+    name: ClassVar[str]
+    #: One-line description for ``--help``.
+    summary: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        model: Model,
+        comm: Communicator,
+        config: argparse.Namespace,
+        budget: Budget,
+    ) -> None:
+        self.model = model
+        self.comm = comm
+        self.timer = comm.timer
+        self.config = config
+        self.budget = budget
+        self.steps_taken = 0
+        self.optimizer = MomentumSGD(
+            model.params, config.lr, config.momentum, config.weight_decay
+        )
+        #: Heterogeneity emulation, set by the driver: sleeps after compute.
+        self.slowdown: Callable[[float], float] | None = None
+
+    def straggle(self) -> None:
+        """Inject this rank's emulated slowdown after the step's compute phase.
+
+        Algorithms call it right after computing the gradient; the sleep is
+        charged to the ``delay`` phase.
+        """
+        if self.slowdown is not None:
+            with self.timer.phase("delay"):
+                self.slowdown(self.timer.totals["compute"])
+
+    @classmethod
+    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
+        """Register this algorithm's own flags (names unique across algorithms)."""
+
+    @classmethod
+    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
+        """Raise ``ValueError`` with a one-line message for bad flags (all ranks agree)."""
+
+    @abstractmethod
+    def step(self, x: Any, y: Any) -> StepStats:
+        """Train on this rank's mini-batch (x, y): compute, communicate, update."""
+
+    def done(self) -> bool:
+        """True once this rank has consumed its share of the sample budget."""
+        return self.steps_taken >= self.budget.steps_per_rank
+
+    def evaluation_point(self) -> int | None:
+        """Global samples seen, if every rank is at this same point now; else None.
+
+        At such a point the driver may call :meth:`consensus_params` on every
+        rank (it may be collective). The default fits lock-step algorithms.
+        """
+        return self.steps_taken * self.budget.batch_size * self.comm.size
+
+    def consensus_params(self) -> Any:
+        """The model to evaluate (called on every rank at an evaluation point)."""
+        return self.model.params
+
+    def finish(self) -> None:
+        """Drain outstanding communication so :meth:`consensus_params` is final."""
+
+    def close(self) -> None:
+        """Release MPI resources (windows, requests); also called on error paths."""

@@ -1,0 +1,85 @@
+"""The communicator: MPI calls on slices of the flat buffers, timed per phase.
+
+Methods are named after the MPI calls they make (as in ChainerMN's
+communicators). Reductions are in place on contiguous NumPy slices of a
+model's flat parameter or gradient buffer, so nothing is packed or copied.
+Time inside calls that post or complete communication is charged to the
+``comm`` phase; time blocked in ``Wait``/``Barrier`` to ``wait``.
+
+Nonblocking collectives progress only while a rank is inside MPI (no
+asynchronous progress thread by default): code that overlaps communication
+with compute calls :meth:`Communicator.poll` between layers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from syncbench.algorithms.timing import PhaseTimer
+
+
+class Communicator:
+    """Wraps an ``MPI.Comm`` and charges its calls to a :class:`PhaseTimer`."""
+
+    def __init__(self, comm: MPI.Comm, timer: PhaseTimer | None = None) -> None:
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.timer = timer or PhaseTimer()
+        self.outstanding: list[MPI.Request] = []
+
+    # -- blocking collectives ------------------------------------------------
+    def Allreduce(self, buf: Any) -> None:
+        """In-place sum of ``buf`` over all ranks."""
+        with self.timer.phase("comm"):
+            self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        with self.timer.phase("comm"):
+            self.comm.Bcast(buf, root=root)
+
+    def Barrier(self) -> None:
+        with self.timer.phase("wait"):
+            self.comm.Barrier()
+
+    # -- nonblocking ---------------------------------------------------------
+    def Iallreduce(self, buf: Any) -> MPI.Request:
+        """Start an in-place sum of ``buf``; the request is also tracked for :meth:`poll`."""
+        with self.timer.phase("comm"):
+            req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        self.outstanding.append(req)
+        return req
+
+    def Test(self, req: MPI.Request) -> bool:
+        with self.timer.phase("comm"):
+            return bool(req.Test())
+
+    def Wait(self, req: MPI.Request) -> None:
+        with self.timer.phase("wait"):
+            req.Wait()
+        self._forget(req)
+
+    def Waitall(self, reqs: list[MPI.Request]) -> None:
+        with self.timer.phase("wait"):
+            MPI.Request.Waitall(reqs)
+        for req in reqs:
+            self._forget(req)
+
+    def poll(self) -> None:
+        """Drive progress of every outstanding request (one ``Testall``, cheap)."""
+        if self.outstanding:
+            with self.timer.phase("comm"):
+                MPI.Request.Testall(self.outstanding)
+
+    def _forget(self, req: MPI.Request) -> None:
+        self.outstanding = [r for r in self.outstanding if r is not req]
+
+    # -- small helpers -------------------------------------------------------
+    def allreduce_scalar(self, value: float, op: MPI.Op = MPI.SUM) -> float:
+        """Reduce one float (not timed: bookkeeping, not training traffic)."""
+        buf = np.array([value], dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=op)
+        return float(buf[0])

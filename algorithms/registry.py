@@ -1,0 +1,20 @@
+"""Name -> algorithm class. A new strategy is one module plus one line here."""
+
+from __future__ import annotations
+
+from syncbench.algorithms.base import Algorithm
+from syncbench.algorithms.ssgd import SSGD
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    SSGD.name: SSGD,
+}
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    """The class registered as ``name``; ``ValueError`` lists the valid names."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown --algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}"
+        ) from None

@@ -1,0 +1,55 @@
+"""Per-step phase timers.
+
+A step's wall time is split into the phases of the run-file schema
+(``data``, ``compute``, ``comm``, ``wait``, ``update``, ``delay``). Phases
+nest: entering ``comm`` inside ``compute`` (a ``Test`` poll between layers)
+pauses ``compute``, so every second is charged to exactly one phase and the
+phases of a step add up to its duration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PHASES = ("data", "compute", "comm", "wait", "update", "delay")
+
+
+class PhaseTimer:
+    """Accumulates seconds per phase for the current step, with nesting."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._stack: list[str] = []
+        self._mark = 0.0
+
+    def reset(self) -> None:
+        """Start a new step: zero every phase."""
+        for name in PHASES:
+            self.totals[name] = 0.0
+        self._stack.clear()
+
+    def _charge(self, now: float) -> None:
+        if self._stack:
+            self.totals[self._stack[-1]] += now - self._mark
+        self._mark = now
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Charge the time inside the block to ``name`` (pausing any outer phase)."""
+        self._charge(time.perf_counter())
+        self._stack.append(name)
+        try:
+            yield
+        finally:
+            self._charge(time.perf_counter())
+            self._stack.pop()
+
+    def add(self, name: str, seconds: float) -> None:
+        """Charge ``seconds`` measured elsewhere to ``name``."""
+        self.totals[name] += seconds
+
+
+class NullTimer(PhaseTimer):
+    """A timer for code paths that do not record (tests, evaluation)."""

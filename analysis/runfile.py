@@ -1,0 +1,240 @@
+"""Reading ``syncbench/1`` run files (HDF5) into plain Python and NumPy.
+
+Only h5py and NumPy: no MPI, so run files can be read on a laptop. Every
+problem with a file is a :class:`RunFileError` whose one-line message names
+the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+from .schema import (
+    COMPLETE_ATTR,
+    EVAL_COLUMNS,
+    EVAL_GROUP,
+    RANK_COLUMNS,
+    RANKS_GROUP,
+    SCHEMA,
+    SUMMARY_ATTRS,
+    SUMMARY_GROUP,
+    rank_group,
+)
+
+#: A rank group's name below ``/ranks``: the rank, five digits (see ``rank_group``).
+_RANK_NAME = re.compile(r"^\d{5}$")
+#: The recorder writes to a temporary name (``run.h5.tmp``, ``run.h5.tmp.<pid>``) then renames.
+_TMP_NAME = re.compile(r"\.tmp(\.[^/\\]*)?$")
+
+
+class RunFileError(Exception):
+    """A run file that is missing, unreadable, of another schema or incomplete.
+
+    The message is one line and names the file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        self.path = os.fspath(path)
+        self.problem = " ".join(str(problem).split())  # one line
+        super().__init__(f"{self.path} {self.problem}")
+
+
+@dataclass
+class Run:
+    """One run file, read completely into memory."""
+
+    path: str
+    #: Root attributes; bytes decoded to ``str``, ``config`` parsed from JSON to a dict.
+    attrs: dict[str, Any]
+    #: rank -> every column of ``schema.RANK_COLUMNS`` (1-D, one row per step).
+    ranks: dict[int, dict[str, np.ndarray]]
+    #: rank -> that rank group's attributes (``hostname``, ``device``, ``slowdown``).
+    rank_attrs: dict[int, dict[str, Any]]
+    #: Every column of ``schema.EVAL_COLUMNS`` (1-D, one row per evaluation).
+    eval: dict[str, np.ndarray]
+    #: ``/summary`` attributes, the keys of ``schema.SUMMARY_ATTRS``.
+    summary: dict[str, float]
+    #: False on a run rebuilt from partial per-rank checkpoints.
+    complete: bool = True
+    #: Attributes of ``/summary`` beyond ``schema.SUMMARY_ATTRS``, if any.
+    summary_extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        """The ``world_size`` root attribute, else the number of rank groups."""
+        value = self.attrs.get("world_size")
+        return int(value) if value is not None else len(self.ranks)
+
+    @property
+    def algorithm(self) -> str | None:
+        return self.attrs.get("algorithm")
+
+    @property
+    def model(self) -> str | None:
+        return self.attrs.get("model")
+
+    @property
+    def dataset(self) -> str | None:
+        return self.attrs.get("dataset")
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Every command-line flag of the run (the parsed ``config`` root attribute)."""
+        value = self.attrs.get("config")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def steps(self) -> dict[int, int]:
+        """rank -> number of step rows recorded for it."""
+        return {r: len(cols["step"]) for r, cols in self.ranks.items()}
+
+
+def _decode(value: Any) -> Any:
+    """An HDF5 attribute value as plain Python (str, int, float, bool, list)."""
+    if isinstance(value, bytes | np.bytes_):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return _decode(value[()])
+        return [_decode(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_decode(v) for v in value]
+    return value
+
+
+def _attrs(obj: h5py.HLObject) -> dict[str, Any]:
+    return {str(k): _decode(v) for k, v in obj.attrs.items()}
+
+
+def _columns(
+    path: str, f: h5py.File, group: str, names: dict[str, str]
+) -> dict[str, np.ndarray]:
+    """Every dataset ``names`` of ``/group``: 1-D and all the same length."""
+    if group not in f or not isinstance(f[group], h5py.Group):
+        raise RunFileError(path, f"is incomplete: missing /{group}")
+    cols: dict[str, np.ndarray] = {}
+    for name in names:
+        obj = f[group].get(name)
+        if not isinstance(obj, h5py.Dataset):
+            raise RunFileError(path, f"is incomplete: missing /{group}/{name}")
+        data = np.asarray(obj[()])
+        if data.ndim != 1:
+            raise RunFileError(
+                path, f"is malformed: /{group}/{name} has shape {data.shape}, expected 1-D"
+            )
+        cols[name] = data
+    lengths = {len(c) for c in cols.values()}
+    if len(lengths) > 1:
+        raise RunFileError(
+            path, f"is malformed: the datasets of /{group} have different lengths {sorted(lengths)}"
+        )
+    return cols
+
+
+def _read(path: str, f: h5py.File) -> Run:
+    attrs = _attrs(f)
+    schema = attrs.get("schema")
+    if schema is None:
+        raise RunFileError(path, f"has no 'schema' attribute, expected '{SCHEMA}'")
+    if schema != SCHEMA:
+        raise RunFileError(path, f"has schema '{schema}', expected '{SCHEMA}'")
+
+    config = attrs.get("config")
+    if isinstance(config, str):
+        try:
+            attrs["config"] = json.loads(config) if config.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise RunFileError(path, f"has a 'config' attribute that is not JSON ({exc})") from None
+
+    complete = bool(attrs.get(COMPLETE_ATTR, True))
+
+    if RANKS_GROUP not in f or not isinstance(f[RANKS_GROUP], h5py.Group):
+        raise RunFileError(path, f"is incomplete: missing /{RANKS_GROUP}")
+    rank_names = sorted(f[RANKS_GROUP])
+    for name in rank_names:
+        if not _RANK_NAME.match(name):
+            raise RunFileError(
+                path, f"is malformed: /{RANKS_GROUP}/{name} is not a five-digit rank"
+            )
+    ranks: dict[int, dict[str, np.ndarray]] = {}
+    rank_attrs: dict[int, dict[str, Any]] = {}
+    for name in rank_names:
+        rank = int(name)
+        group = rank_group(rank)
+        ranks[rank] = _columns(path, f, group, RANK_COLUMNS)
+        rank_attrs[rank] = _attrs(f[group])
+
+    world_size = attrs.get("world_size")
+    if complete and world_size is not None:
+        for rank in range(int(world_size)):
+            if rank not in ranks:
+                raise RunFileError(path, f"is incomplete: missing /{rank_group(rank)}")
+
+    eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
+
+    if SUMMARY_GROUP not in f:
+        raise RunFileError(path, f"is incomplete: missing /{SUMMARY_GROUP}")
+    summary_attrs = _attrs(f[SUMMARY_GROUP])
+    summary: dict[str, float] = {}
+    for key in SUMMARY_ATTRS:
+        if key not in summary_attrs:
+            raise RunFileError(
+                path, f"is incomplete: missing attribute '{key}' of /{SUMMARY_GROUP}"
+            )
+        try:
+            summary[key] = float(summary_attrs.pop(key))
+        except (TypeError, ValueError):
+            raise RunFileError(
+                path, f"is malformed: attribute '{key}' of /{SUMMARY_GROUP} is not a number"
+            ) from None
+
+    return Run(
+        path=path,
+        attrs=attrs,
+        ranks=ranks,
+        rank_attrs=rank_attrs,
+        eval=eval_cols,
+        summary=summary,
+        complete=complete,
+        summary_extra=summary_attrs,
+    )
+
+
+def read_run(path: str | os.PathLike[str]) -> Run:
+    """Read one run file completely; raise :class:`RunFileError` on any problem."""
+    path = os.fspath(path)
+    tmp_hint = (
+        " (a temporary file: the run may still be writing it or may have crashed)"
+        if _TMP_NAME.search(path)
+        else ""
+    )
+    if not os.path.exists(path):
+        raise RunFileError(path, "does not exist")
+    if os.path.isdir(path):
+        raise RunFileError(path, "is a directory, not a run file")
+    try:
+        is_hdf5 = h5py.is_hdf5(path)
+    except OSError as exc:
+        raise RunFileError(path, f"cannot be read: {exc}") from None
+    if not is_hdf5:
+        raise RunFileError(path, f"is not an HDF5 file{tmp_hint}")
+    try:
+        with h5py.File(path, "r") as f:
+            return _read(path, f)
+    except RunFileError as exc:
+        if tmp_hint and tmp_hint not in exc.problem:
+            raise RunFileError(path, exc.problem + tmp_hint) from None
+        raise
+    except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
+        # Truncated or partly written files fail inside HDF5 in various ways.
+        problem = f"cannot be read (truncated or partly written?): {exc}{tmp_hint}"
+        raise RunFileError(path, problem) from None

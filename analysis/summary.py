@@ -1,0 +1,106 @@
+"""The ``/summary`` numbers of a run, defined once.
+
+The recorder calls :func:`summarize` when it writes a run file, and the
+readers only read what it stored, so these definitions live here and nowhere
+else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from .schema import EVAL_COLUMNS, RANK_COLUMNS, SUMMARY_ATTRS
+
+NAN = float("nan")
+
+# The columns the summary reads; checked against the schema at import time.
+_SAMPLES, _T_COMM, _T_WAIT = "samples", "t_comm", "t_wait"
+_T, _LOSS, _ACCURACY = "t", "loss", "accuracy"
+if not {_SAMPLES, _T_COMM, _T_WAIT} <= RANK_COLUMNS.keys() or not {
+    _T, _LOSS, _ACCURACY
+} <= EVAL_COLUMNS.keys():  # pragma: no cover - guards a schema edit
+    raise ImportError("syncbench.analysis.summary is out of step with schema.py")
+
+
+def _column(rows: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """``rows[name]`` as a 1-D array; an absent column is an empty one."""
+    if name not in rows:
+        return np.zeros(0)
+    return np.ravel(np.asarray(rows[name]))
+
+
+def _total(rank_rows: Mapping[int, Mapping[str, np.ndarray]], name: str) -> float:
+    """Sum of column ``name`` over every row of every rank."""
+    return float(sum(float(np.sum(_column(rows, name), dtype=np.float64))
+                     for rows in rank_rows.values()))
+
+
+def summarize(
+    rank_rows: Mapping[int, Mapping[str, np.ndarray]],
+    eval_rows: Mapping[str, np.ndarray],
+    wall_s: float,
+    target_accuracy: float | None,
+) -> dict[str, float]:
+    """Summary of one run: exactly the keys of ``schema.SUMMARY_ATTRS``.
+
+    ``rank_rows`` maps each rank to its columns (``schema.RANK_COLUMNS``),
+    ``eval_rows`` holds the evaluation columns (``schema.EVAL_COLUMNS``) in the
+    order they were recorded; ``world_size`` is ``len(rank_rows)``.
+
+    - ``wall_s``: the given wall-clock time of the run, in seconds.
+    - ``samples_per_s``: the ``samples`` column summed over every row of every
+      rank, divided by ``wall_s``.
+    - ``final_accuracy`` / ``final_loss``: ``accuracy`` / ``loss`` of the last
+      evaluation row; NaN if there are no evaluation rows.
+    - ``time_to_target_s``: ``t`` of the first evaluation row whose
+      ``accuracy >= target_accuracy``; NaN if ``target_accuracy`` is None or
+      the target is never reached.
+    - ``comm_fraction``: ``t_comm`` summed over every row of every rank,
+      divided by ``world_size * wall_s`` (the share of all ranks' time spent
+      inside MPI calls that post or complete communication).
+    - ``wait_fraction``: the same with ``t_wait`` (time blocked on a request
+      or barrier).
+
+    If ``wall_s`` is not positive (or NaN), ``samples_per_s`` and both
+    fractions are NaN; with no ranks the fractions are NaN.
+    """
+    wall = float(wall_s)
+    world_size = len(rank_rows)
+    wall_ok = math.isfinite(wall) and wall > 0
+
+    samples_per_s = _total(rank_rows, _SAMPLES) / wall if wall_ok else NAN
+    if wall_ok and world_size > 0:
+        comm_fraction = _total(rank_rows, _T_COMM) / (world_size * wall)
+        wait_fraction = _total(rank_rows, _T_WAIT) / (world_size * wall)
+    else:
+        comm_fraction = wait_fraction = NAN
+
+    accuracy = _column(eval_rows, _ACCURACY).astype(np.float64, copy=False)
+    loss = _column(eval_rows, _LOSS).astype(np.float64, copy=False)
+    t = _column(eval_rows, _T).astype(np.float64, copy=False)
+    final_accuracy = float(accuracy[-1]) if accuracy.size else NAN
+    final_loss = float(loss[-1]) if loss.size else NAN
+
+    time_to_target_s = NAN
+    if target_accuracy is not None and accuracy.size:
+        n = min(accuracy.size, t.size)
+        with np.errstate(invalid="ignore"):
+            hits = np.flatnonzero(accuracy[:n] >= float(target_accuracy))
+        if hits.size:
+            time_to_target_s = float(t[hits[0]])
+
+    out = {
+        "wall_s": wall,
+        "samples_per_s": float(samples_per_s),
+        "final_accuracy": final_accuracy,
+        "final_loss": final_loss,
+        "time_to_target_s": time_to_target_s,
+        "comm_fraction": float(comm_fraction),
+        "wait_fraction": float(wait_fraction),
+    }
+    if tuple(out) != SUMMARY_ATTRS:  # pragma: no cover - guards a schema edit
+        raise RuntimeError("summarize() is out of step with schema.SUMMARY_ATTRS")
+    return out

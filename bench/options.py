@@ -1,0 +1,96 @@
+"""Flags of ``syncbench train`` (shared with ``compare``), and their validation."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
+from syncbench.bench.data import DATASETS
+from syncbench.kernels.backend import DEVICES
+from syncbench.kernels.models import MODELS
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of one training run; algorithm-specific flags come from the registry."""
+    run = parser.add_argument_group("run")
+    run.add_argument("--algorithm", default="ssgd",
+                     help=f"synchronization strategy: {', '.join(ALGORITHMS)} (default ssgd)")
+    run.add_argument("--model", default="mlp", choices=sorted(MODELS),
+                     help="model (default mlp)")
+    run.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
+                     help="dataset (default fashion-mnist)")
+    run.add_argument("--data-dir", default=None,
+                     help="where the dataset files are (else $SYNCBENCH_DATA, then "
+                     "/usr/share/datasets/<name>)")
+    run.add_argument("--synthetic-samples", type=int, default=8192,
+                     help="training samples of the synthetic dataset (default 8192)")
+    run.add_argument("--out", default=None,
+                     help="run file to write (HDF5, syncbench/1 schema); default: none")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    run.add_argument("--device", default="cpu", choices=DEVICES,
+                     help="compute device (default cpu)")
+    run.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                     help="parameter and activation precision (default float32)")
+    run.add_argument("--progress", default="auto", choices=("auto", "always", "never"),
+                     help="progress line on rank 0: auto shows it only on a terminal")
+
+    opt = parser.add_argument_group("optimization")
+    opt.add_argument("--epochs", type=float, default=1.0,
+                     help="sample budget in passes over the training set (default 1)")
+    opt.add_argument("--batch-size", type=int, default=64, help="per-rank batch (default 64)")
+    opt.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
+    opt.add_argument("--momentum", type=float, default=0.9, help="momentum (default 0.9)")
+    opt.add_argument("--weight-decay", type=float, default=0.0,
+                     help="L2 weight decay (default 0)")
+    opt.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
+
+    ev = parser.add_argument_group("evaluation")
+    ev.add_argument("--eval-every", type=float, default=0.25,
+                    help="evaluate the consensus model every this many epochs "
+                    "(default 0.25; 0 = only at the end)")
+    ev.add_argument("--target-accuracy", type=float, default=None,
+                    help="record the wall time at which test accuracy first reaches this")
+    ev.add_argument("--stop-at-target", action="store_true",
+                    help="end training once --target-accuracy is reached")
+
+    het = parser.add_argument_group("heterogeneity emulation")
+    het.add_argument("--slowdown", default=None,
+                     help="per-rank slowdown factors, e.g. 1,1,1,4 (rank 3 four times slower)")
+
+    for cls in ALGORITHMS.values():
+        group = parser.add_argument_group(f"{cls.name}: {cls.summary}")
+        cls.add_arguments(group)
+
+
+def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
+    """Check flags identically on every rank; ``ValueError`` with one line on a problem."""
+    cls = get_algorithm(config.algorithm)
+    checks = [
+        (config.epochs > 0, f"--epochs must be > 0, got {config.epochs}"),
+        (config.batch_size >= 1, f"--batch-size must be >= 1, got {config.batch_size}"),
+        (config.lr > 0, f"--lr must be > 0, got {config.lr}"),
+        (0 <= config.momentum < 1, f"--momentum must be in [0, 1), got {config.momentum}"),
+        (config.weight_decay >= 0, f"--weight-decay must be >= 0, got {config.weight_decay}"),
+        (config.eval_every >= 0, f"--eval-every must be >= 0, got {config.eval_every}"),
+        (config.synthetic_samples >= 1,
+         f"--synthetic-samples must be >= 1, got {config.synthetic_samples}"),
+        (config.target_accuracy is None or 0 < config.target_accuracy <= 1,
+         f"--target-accuracy must be in (0, 1], got {config.target_accuracy}"),
+        (not config.stop_at_target or config.target_accuracy is not None,
+         "--stop-at-target needs --target-accuracy"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+    if config.out:
+        out = Path(config.out)
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.is_dir():
+            raise ValueError(f"--out {config.out}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise ValueError(f"--out {config.out}: directory {parent} is not writable")
+        if out.exists() and not config.overwrite:
+            raise ValueError(f"--out {config.out} exists; pass --overwrite to replace it")
+    cls.validate(config, world_size)

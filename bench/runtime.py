@@ -1,0 +1,82 @@
+"""Ending MPI jobs cleanly: agreed setup errors, and abort on any other exception.
+
+Two kinds of failure, two endings:
+
+* Setup errors (bad flags, missing or corrupt data, unwritable output) are
+  found before any training communication. Every rank reports whether it
+  failed; the ranks agree with one ``allgather``, rank 0 prints ONE line (the
+  first failing rank's message) and every rank exits with status 2. No rank
+  is left waiting in a collective.
+* Any exception after that (inside a step, a nonblocking wait or an RMA
+  epoch) prints ``syncbench: rank R: <error>`` to stderr, flushes, and calls
+  ``MPI_Abort`` so the whole job ends instead of hanging (as
+  ``python -m mpi4py`` does).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from typing import TypeVar
+
+from mpi4py import MPI
+
+T = TypeVar("T")
+
+
+class SetupError(Exception):
+    """A user error found before training starts; its message is one line."""
+
+
+def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T]) -> T:
+    """Run ``setup`` on every rank; if it fails on any rank, all ranks exit(2).
+
+    ``setup`` should raise :class:`SetupError` (or ``ValueError``/``OSError``)
+    with a one-line message for user errors.
+    """
+    result: T | None = None
+    error = ""
+    try:
+        result = setup()
+    except (SetupError, ValueError, OSError) as exc:
+        error = one_line(exc)
+    except Exception as exc:  # a bug during setup: still agree, with the type
+        error = f"{type(exc).__name__}: {one_line(exc)}"
+        traceback.print_exc()
+    errors = comm.allgather(error)
+    failed = [(rank, msg) for rank, msg in enumerate(errors) if msg]
+    if failed:
+        if comm.Get_rank() == 0:
+            rank, msg = failed[0]
+            where = "" if len(failed) == comm.Get_size() else f" (rank {rank})"
+            print(f"syncbench: error{where}: {msg}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        raise SystemExit(2)
+    return result  # type: ignore[return-value]
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message folded onto one line."""
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def abort_on_exception(comm: MPI.Comm, body: Callable[[], T]) -> T:
+    """Run ``body``; on an unhandled exception print it and ``MPI_Abort`` the job."""
+    try:
+        return body()
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - includes KeyboardInterrupt
+        rank = comm.Get_rank()
+        if not isinstance(exc, KeyboardInterrupt):
+            traceback.print_exc()
+        print(
+            f"syncbench: rank {rank}: {type(exc).__name__}: {one_line(exc)}; aborting the job",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        comm.Abort(1)
+        raise  # unreachable when Abort works

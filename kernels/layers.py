@@ -1,0 +1,245 @@
+"""Layers with hand-written forward and backward passes.
+
+A layer owns no parameter memory: :meth:`Layer.bind` hands it views into the
+model's single flat parameter buffer and the matching views into the flat
+gradient buffer. ``backward`` overwrites (never accumulates) its gradient
+views and returns the gradient with respect to its input. Every layer works
+on whatever array module its inputs come from (NumPy or CuPy).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+Shape = tuple[int, ...]
+
+
+def _xp(array: Any):
+    """The array module (NumPy or CuPy) that owns ``array``."""
+    if type(array).__module__.startswith("cupy"):
+        import cupy  # noqa: PLC0415
+
+        return cupy
+    return np
+
+
+class Layer:
+    """Base class: a differentiable function with optional parameters."""
+
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+        self.grads: list[Any] = []
+
+    def param_shapes(self) -> list[Shape]:
+        """Shapes of this layer's parameters, in flat-buffer order."""
+        return []
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """Initial values (float64, host) for :meth:`param_shapes`."""
+        return []
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        """Per-sample output shape for a per-sample ``input_shape``."""
+        return input_shape
+
+    def bind(self, params: list[Any], grads: list[Any]) -> None:
+        """Attach views into the model's flat parameter and gradient buffers."""
+        self.params, self.grads = params, grads
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        raise NotImplementedError
+
+    def backward(self, dy: Any) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+class Linear(Layer):
+    """``y = x @ W + b`` with ``W`` of shape (in, out); Kaiming-uniform init."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self._x: Any = None
+
+    def param_shapes(self) -> list[Shape]:
+        return [(self.in_features, self.out_features), (self.out_features,)]
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        bound = math.sqrt(6.0 / self.in_features)
+        weight = rng.uniform(-bound, bound, size=(self.in_features, self.out_features))
+        return [weight, np.zeros(self.out_features)]
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        if input_shape != (self.in_features,):
+            raise ValueError(f"Linear({self.in_features}) got input shape {input_shape}")
+        return (self.out_features,)
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        self._x = x
+        y = x @ self.params[0]
+        y += self.params[1]
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        xp = _xp(dy)
+        xp.matmul(self._x.T, dy, out=self.grads[0])
+        dy.sum(axis=0, out=self.grads[1])
+        return dy @ self.params[0].T
+
+    def __repr__(self) -> str:
+        return f"Linear({self.in_features}, {self.out_features})"
+
+
+class ReLU(Layer):
+    """``max(x, 0)``; the gradient passes where the input was positive."""
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        self._mask = x > 0
+        return x * self._mask
+
+    def backward(self, dy: Any) -> Any:
+        return dy * self._mask
+
+
+class Flatten(Layer):
+    """(n, ...) -> (n, prod(...))."""
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        return (int(np.prod(input_shape)),)
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        self._shape = x.shape
+        return x.reshape(x.shape[0], -1)
+
+    def backward(self, dy: Any) -> Any:
+        return dy.reshape(self._shape)
+
+
+class Conv2d(Layer):
+    """2-D convolution (stride 1, zero padding) through im2col and one GEMM.
+
+    Weights have shape (out_channels, in_channels, k, k). The forward pass
+    unfolds every k x k window into a row of a (n*oh*ow, C*k*k) matrix; the
+    backward pass multiplies by the same matrix for the weight gradient and
+    folds the column gradient back (col2im) for the input gradient.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, padding: int = 0) -> None:
+        super().__init__()
+        self.cin, self.cout, self.k, self.pad = in_channels, out_channels, kernel, padding
+
+    def param_shapes(self) -> list[Shape]:
+        return [(self.cout, self.cin, self.k, self.k), (self.cout,)]
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        fan_in = self.cin * self.k * self.k
+        bound = math.sqrt(6.0 / fan_in)
+        return [rng.uniform(-bound, bound, size=self.param_shapes()[0]), np.zeros(self.cout)]
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        c, h, w = input_shape
+        if c != self.cin:
+            raise ValueError(f"Conv2d expects {self.cin} input channels, got {c}")
+        oh, ow = h + 2 * self.pad - self.k + 1, w + 2 * self.pad - self.k + 1
+        if oh <= 0 or ow <= 0:
+            raise ValueError(f"Conv2d kernel {self.k} does not fit input {h}x{w}")
+        return (self.cout, oh, ow)
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        xp = _xp(x)
+        n, c, h, w = x.shape
+        p, k = self.pad, self.k
+        if p:
+            x = xp.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+        oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
+        windows = xp.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+        cols = windows.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * k * k)
+        self._cols, self._in_shape, self._out_hw = cols, (n, c, h, w), (oh, ow)
+        y = cols @ self.params[0].reshape(self.cout, -1).T
+        y += self.params[1]
+        return y.reshape(n, oh, ow, self.cout).transpose(0, 3, 1, 2)
+
+    def backward(self, dy: Any) -> Any:
+        xp = _xp(dy)
+        n, c, h, w = self._in_shape
+        oh, ow = self._out_hw
+        p, k = self.pad, self.k
+        dy2 = dy.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout)
+        xp.matmul(dy2.T, self._cols, out=self.grads[0].reshape(self.cout, -1))
+        dy2.sum(axis=0, out=self.grads[1])
+        dcols = (dy2 @ self.params[0].reshape(self.cout, -1)).reshape(n, oh, ow, c, k, k)
+        dcols = dcols.transpose(0, 3, 4, 5, 1, 2)  # (n, c, k, k, oh, ow)
+        dx = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=dy.dtype)
+        for i in range(k):
+            for j in range(k):
+                dx[:, :, i : i + oh, j : j + ow] += dcols[:, :, i, j]
+        if p:
+            dx = dx[:, :, p:-p, p:-p]
+        return dx
+
+    def __repr__(self) -> str:
+        return f"Conv2d({self.cin}, {self.cout}, k={self.k}, pad={self.pad})"
+
+
+class MaxPool2d(Layer):
+    """Non-overlapping k x k max pooling (stride k); ties go to the first maximum."""
+
+    def __init__(self, kernel: int = 2) -> None:
+        super().__init__()
+        self.k = kernel
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        c, h, w = input_shape
+        if h % self.k or w % self.k:
+            raise ValueError(f"MaxPool2d({self.k}) needs sides divisible by {self.k}, got {h}x{w}")
+        return (c, h // self.k, w // self.k)
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        xp = _xp(x)
+        n, c, h, w = x.shape
+        k = self.k
+        blocks = x.reshape(n, c, h // k, k, w // k, k).transpose(0, 1, 2, 4, 3, 5)
+        blocks = blocks.reshape(n, c, h // k, w // k, k * k)
+        self._arg = blocks.argmax(axis=-1)[..., None]
+        self._in_shape = x.shape
+        return xp.take_along_axis(blocks, self._arg, axis=-1)[..., 0]
+
+    def backward(self, dy: Any) -> Any:
+        xp = _xp(dy)
+        n, c, h, w = self._in_shape
+        k = self.k
+        blocks = xp.zeros((n, c, h // k, w // k, k * k), dtype=dy.dtype)
+        xp.put_along_axis(blocks, self._arg, dy[..., None], axis=-1)
+        blocks = blocks.reshape(n, c, h // k, w // k, k, k).transpose(0, 1, 2, 4, 3, 5)
+        return blocks.reshape(n, c, h, w)
+
+    def __repr__(self) -> str:
+        return f"MaxPool2d({self.k})"
+
+
+class SoftmaxCrossEntropy:
+    """Mean softmax cross-entropy over a batch, forward and backward together."""
+
+    def forward(self, logits: Any, labels: Any) -> float:
+        xp = _xp(logits)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        exp = xp.exp(shifted)
+        total = exp.sum(axis=1, keepdims=True)
+        n = logits.shape[0]
+        rows = xp.arange(n)
+        loss = float((xp.log(total[:, 0]) - shifted[rows, labels]).mean())
+        probs = exp / total
+        probs[rows, labels] -= 1.0
+        probs /= n
+        self._dlogits = probs
+        return loss
+
+    def backward(self) -> Any:
+        """Gradient of the mean loss with respect to the logits."""
+        return self._dlogits

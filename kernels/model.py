@@ -1,0 +1,132 @@
+"""A sequential model over ONE flat parameter buffer and ONE flat gradient buffer.
+
+Layers hold views into the two buffers, laid out in layer order. Communication
+(allreduce, gradient buckets, RMA windows) therefore works on contiguous
+slices of :attr:`Model.grads` / :attr:`Model.params` without any packing.
+Because backward visits layers in reverse, after layer ``i`` has run every
+gradient from ``layer_offsets[i]`` to the end of the buffer is final; the
+``on_grads_ready`` hook reports that offset so buckets can start early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from syncbench.kernels.backend import Backend, numpy_backend
+from syncbench.kernels.layers import Layer, Shape, SoftmaxCrossEntropy
+
+Poll = Callable[[], None]
+GradsReady = Callable[[int], None]
+
+
+class Model:
+    """Sequential layers + softmax cross-entropy, with flat parameter/gradient buffers."""
+
+    def __init__(
+        self,
+        name: str,
+        layers: Sequence[Layer],
+        input_shape: Shape,
+        num_classes: int,
+        backend: Backend | None = None,
+        dtype: Any = np.float32,
+        seed: int = 0,
+    ) -> None:
+        self.name = name
+        self.layers = list(layers)
+        self.input_shape = tuple(input_shape)
+        self.num_classes = num_classes
+        self.backend = backend or numpy_backend()
+        self.dtype = np.dtype(dtype)
+        self.loss_fn = SoftmaxCrossEntropy()
+
+        shape: Shape = self.input_shape
+        for layer in self.layers:
+            shape = layer.output_shape(shape)
+        if shape != (num_classes,):
+            raise ValueError(f"{name}: output shape {shape} does not match {num_classes} classes")
+
+        sizes = [[int(np.prod(s)) for s in layer.param_shapes()] for layer in self.layers]
+        total = sum(sum(s) for s in sizes)
+        xp = self.backend.xp
+        self.params = xp.zeros(total, dtype=self.dtype)
+        self.grads = xp.zeros(total, dtype=self.dtype)
+        self.layer_offsets: list[int] = []
+        host_init = np.zeros(total, dtype=np.float64)
+        rng = np.random.default_rng(seed)
+        offset = 0
+        for layer, layer_sizes in zip(self.layers, sizes):
+            self.layer_offsets.append(offset)
+            pviews, gviews = [], []
+            for pshape, size, value in zip(
+                layer.param_shapes(), layer_sizes, layer.init_params(rng)
+            ):
+                host_init[offset : offset + size] = value.ravel()
+                pviews.append(self.params[offset : offset + size].reshape(pshape))
+                gviews.append(self.grads[offset : offset + size].reshape(pshape))
+                offset += size
+            layer.bind(pviews, gviews)
+        self.params[...] = self.backend.asarray(host_init, dtype=self.dtype)
+
+    @property
+    def size(self) -> int:
+        """Number of parameters."""
+        return int(self.params.size)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.params.nbytes)
+
+    def forward(self, x: Any, train: bool = True, poll: Poll | None = None) -> Any:
+        """Logits for ``x``; ``poll`` runs between layers (to progress MPI requests)."""
+        for layer in self.layers:
+            x = layer.forward(x, train)
+            if poll is not None:
+                poll()
+        return x
+
+    def loss_and_grad(
+        self,
+        x: Any,
+        y: Any,
+        on_grads_ready: GradsReady | None = None,
+        poll: Poll | None = None,
+    ) -> float:
+        """Mean loss on (x, y); writes the gradient into :attr:`grads`.
+
+        ``on_grads_ready(offset)`` runs after each layer's backward with the
+        offset from which the flat gradient is final; ``poll`` runs between
+        forward layers.
+        """
+        logits = self.forward(x, True, poll)
+        loss = self.loss_fn.forward(logits, y)
+        dy = self.loss_fn.backward()
+        for index in range(len(self.layers) - 1, -1, -1):
+            dy = self.layers[index].backward(dy)
+            if on_grads_ready is not None:
+                on_grads_ready(self.layer_offsets[index])
+        return loss
+
+    def evaluate(self, x: Any, y: Any, batch_size: int = 2000) -> tuple[float, float]:
+        """(mean loss, accuracy) on a whole split, in batches, without touching grads."""
+        xp = self.backend.xp
+        total_loss, correct = 0.0, 0
+        n = int(x.shape[0])
+        for start in range(0, n, batch_size):
+            xb = self.backend.asarray(x[start : start + batch_size], dtype=self.dtype)
+            yb = self.backend.asarray(y[start : start + batch_size])
+            logits = self.forward(xb, train=False)
+            total_loss += self.loss_fn.forward(logits, yb) * xb.shape[0]
+            correct += int(xp.sum(logits.argmax(axis=1) == yb))
+        return total_loss / n, correct / n
+
+    def summary(self) -> str:
+        """One line per layer with its parameter count."""
+        lines = [f"{self.name}: {self.size} parameters ({self.nbytes / 1e6:.2f} MB {self.dtype})"]
+        for layer in self.layers:
+            count = sum(int(np.prod(s)) for s in layer.param_shapes())
+            lines.append(f"  {layer!r:<32} {count:>9}")
+        return "\n".join(lines)

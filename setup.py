@@ -1,0 +1,27 @@
+"""Install syncbench: the four root folders become ``syncbench.<folder>``.
+
+``syncbench`` itself is a namespace package; the bare folder names are never
+imported (they are taken on PyPI).
+"""
+
+from setuptools import setup
+
+FOLDERS = ("kernels", "algorithms", "bench", "analysis")
+
+setup(
+    name="syncbench",
+    version="0.1.0",
+    description="MPI benchmark suite for synchronization strategies in data-parallel training",
+    python_requires=">=3.10",
+    # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
+    packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS],
+    package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
+    package_data={"syncbench.kernels": ["cuda/*.cu"]},
+    install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8"],
+    extras_require={
+        "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],
+        "gpu": ["cupy-cuda12x"],
+        "plot": ["matplotlib"],
+    },
+    entry_points={"console_scripts": ["syncbench=syncbench.bench.cli:main"]},
+)

@@ -1,0 +1,577 @@
+"""Tests for syncbench.bench.data: IDX/CIFAR readers, look-up, validation, synthetic data."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from syncbench.bench import data
+from syncbench.bench.data import DatasetError
+
+SYSTEM_FMNIST = Path("/usr/share/datasets/fashion-mnist")
+
+IDX_NAMES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+CIFAR_NAMES = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def idx_bytes(arr: np.ndarray) -> bytes:
+    """Encode *arr* in the IDX format (big-endian payload)."""
+    codes = {np.uint8: 0x08, np.int8: 0x09, np.int16: 0x0B, np.int32: 0x0C,
+             np.float32: 0x0D, np.float64: 0x0E}
+    code = codes[arr.dtype.type]
+    header = bytes([0, 0, code, arr.ndim]) + b"".join(struct.pack(">I", d) for d in arr.shape)
+    return header + arr.astype(arr.dtype.newbyteorder(">")).tobytes()
+
+
+def write_idx(path: Path, arr: np.ndarray, gz: bool) -> Path:
+    raw = idx_bytes(arr)
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    return path
+
+
+def make_mnist_dir(
+    directory: Path, n_train: int = 12, n_test: int = 5, gz: bool = True, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Write a small but valid MNIST-layout dataset; return the arrays written."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    arrays = {
+        "train_images": rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
+        "train_labels": rng.integers(0, 10, n_train, dtype=np.uint8),
+        "test_images": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
+        "test_labels": rng.integers(0, 10, n_test, dtype=np.uint8),
+    }
+    suffix = ".gz" if gz else ""
+    for key, arr in arrays.items():
+        write_idx(directory / (IDX_NAMES[key] + suffix), arr, gz)
+    return arrays
+
+
+def cifar_bytes(images: np.ndarray, labels: np.ndarray) -> bytes:
+    records = np.concatenate(
+        [labels.astype(np.uint8)[:, None], images.reshape(len(images), -1)], axis=1
+    )
+    return records.astype(np.uint8).tobytes()
+
+
+def make_cifar_dir(directory: Path, per_batch: int = 3, seed: int = 0):
+    """Write six small binary batches; return (train images, train labels, test ...)."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    imgs, labs = [], []
+    for fname in CIFAR_NAMES:
+        x = rng.integers(0, 256, (per_batch, 3, 32, 32), dtype=np.uint8)
+        y = rng.integers(0, 10, per_batch, dtype=np.uint8)
+        (directory / fname).write_bytes(cifar_bytes(x, y))
+        imgs.append(x)
+        labs.append(y)
+    return (np.concatenate(imgs[:5]), np.concatenate(labs[:5]), imgs[5], labs[5])
+
+
+def assert_one_line_error(exc: pytest.ExceptionInfo, *needles: str) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg and "\r" not in msg, msg
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+    return msg
+
+
+@pytest.fixture(autouse=True)
+def isolated_lookup(monkeypatch, tmp_path):
+    """No $SYNCBENCH_DATA and an empty system root unless a test sets them."""
+    monkeypatch.delenv("SYNCBENCH_DATA", raising=False)
+    empty = tmp_path / "system-root"
+    empty.mkdir()
+    monkeypatch.setattr(data, "SYSTEM_DATA_ROOT", empty)
+
+
+# --- real Fashion-MNIST --------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    not SYSTEM_FMNIST.is_dir(),
+    reason=f"{SYSTEM_FMNIST} absent (apt-get install dataset-fashion-mnist)",
+)
+def test_real_fashion_mnist(monkeypatch):
+    monkeypatch.setattr(data, "SYSTEM_DATA_ROOT", SYSTEM_FMNIST.parent)
+    ds = data.load_dataset("fashion-mnist")
+    assert ds.name == "fashion-mnist"
+    assert ds.source == str(SYSTEM_FMNIST)
+    assert ds.train_x.shape == (60000, 1, 28, 28)
+    assert ds.test_x.shape == (10000, 1, 28, 28)
+    assert ds.train_y.shape == (60000,) and ds.test_y.shape == (10000,)
+    assert ds.train_x.dtype == np.float32 and ds.test_x.dtype == np.float32
+    assert ds.train_y.dtype == np.int64 and ds.test_y.dtype == np.int64
+    assert ds.input_shape == (1, 28, 28) and ds.num_classes == 10
+    for x in (ds.train_x, ds.test_x):
+        assert float(x.min()) == 0.0 and float(x.max()) == 1.0
+    for y in (ds.train_y, ds.test_y):
+        assert y.min() == 0 and y.max() == 9
+    # Fashion-MNIST is exactly balanced.
+    assert np.all(np.bincount(ds.train_y, minlength=10) == 6000)
+    assert np.all(np.bincount(ds.test_y, minlength=10) == 1000)
+
+
+# --- IDX reader ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(7 * 28 * 28, dtype=np.int64).astype(np.uint8).reshape(7, 28, 28),
+        np.array([0, 9, 3, 255], dtype=np.uint8),
+        np.arange(24, dtype=np.int16).reshape(2, 3, 4) - 7,
+        np.arange(6, dtype=np.int32).reshape(3, 2) * -100000,
+        np.linspace(-1, 1, 10, dtype=np.float32),
+        np.linspace(-1, 1, 10, dtype=np.float64).reshape(2, 5),
+        np.arange(-5, 5, dtype=np.int8),
+        np.zeros((0, 28, 28), dtype=np.uint8),
+    ],
+    ids=["u8-3d", "u8-1d", "i16", "i32", "f32", "f64", "i8", "empty"],
+)
+def test_idx_round_trip(tmp_path, arr, gz):
+    path = write_idx(tmp_path / ("x.idx" + (".gz" if gz else "")), arr, gz)
+    back = data.read_idx(path)
+    assert back.shape == arr.shape
+    assert back.dtype == arr.dtype  # native byte order, same kind
+    np.testing.assert_array_equal(back, arr)
+
+
+def test_idx_gzip_detected_by_magic_not_suffix(tmp_path):
+    arr = np.arange(10, dtype=np.uint8)
+    gz_named_raw = write_idx(tmp_path / "labels.gz", arr, gz=False)
+    raw_named_gz = tmp_path / "labels"
+    raw_named_gz.write_bytes(gzip.compress(idx_bytes(arr)))
+    np.testing.assert_array_equal(data.read_idx(gz_named_raw), arr)
+    np.testing.assert_array_equal(data.read_idx(raw_named_gz), arr)
+
+
+GOOD = np.arange(2 * 28 * 28, dtype=np.int64).astype(np.uint8).reshape(2, 28, 28)
+
+
+@pytest.mark.parametrize(
+    "blob, needle",
+    [
+        (b"\x01\x00\x08\x03" + idx_bytes(GOOD)[4:], "not an IDX file"),
+        (b"\x00\x00\x42\x03" + idx_bytes(GOOD)[4:], "element type"),
+        (b"\x00\x00\x08\x00", "0 dimensions"),
+        (idx_bytes(GOOD)[:10], "truncated IDX header"),
+        (idx_bytes(GOOD)[:-1], "truncated IDX payload"),
+        (idx_bytes(GOOD) + b"\x00\x00\x00", "trailing bytes"),
+        (b"\x00\x00", "not an IDX file"),
+        (b"", "not an IDX file"),
+        (gzip.compress(idx_bytes(GOOD))[:-20], "bad gzip"),
+        (b"\x1f\x8b\x08\x00garbage that is not deflate", "bad gzip"),
+        (gzip.compress(idx_bytes(GOOD)) + b"junk after the member", "bad gzip"),
+        (gzip.compress(idx_bytes(GOOD)[:-5]), "truncated IDX payload"),
+    ],
+    ids=["magic", "type", "ndim0", "header", "payload", "trailing", "short", "empty",
+         "gz-truncated", "gz-garbage", "gz-trailing", "gz-payload"],
+)
+def test_idx_corruption(tmp_path, blob, needle):
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    path.write_bytes(blob)
+    with pytest.raises(DatasetError) as exc:
+        data.read_idx(path)
+    assert_one_line_error(exc, str(path), needle)
+
+
+def test_idx_missing_file(tmp_path):
+    with pytest.raises(DatasetError) as exc:
+        data.read_idx(tmp_path / "nope-idx1-ubyte")
+    assert_one_line_error(exc, "nope-idx1-ubyte", "cannot read")
+
+
+# --- MNIST-layout loading ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_load_mnist_from_data_dir(tmp_path, gz):
+    arrays = make_mnist_dir(tmp_path / "mine", gz=gz)
+    ds = data.load_dataset("mnist", tmp_path / "mine")
+    assert ds.source == str(tmp_path / "mine")
+    assert ds.train_x.shape == (12, 1, 28, 28) and ds.test_x.shape == (5, 1, 28, 28)
+    assert ds.train_x.dtype == np.float32 and ds.train_y.dtype == np.int64
+    assert ds.train_x.flags.c_contiguous and ds.train_x.flags.writeable
+    np.testing.assert_array_equal(
+        np.rint(ds.train_x[:, 0] * 255).astype(np.uint8), arrays["train_images"]
+    )
+    np.testing.assert_array_equal(
+        np.rint(ds.test_x[:, 0] * 255).astype(np.uint8), arrays["test_images"]
+    )
+    np.testing.assert_array_equal(ds.train_y, arrays["train_labels"])
+    np.testing.assert_array_equal(ds.test_y, arrays["test_labels"])
+    assert ds.train_x.min() >= 0.0 and ds.train_x.max() <= 1.0
+
+
+def test_load_mixed_gz_and_raw_and_subdir(tmp_path):
+    root = tmp_path / "root"
+    arrays = make_mnist_dir(root / "fashion-mnist", gz=True)
+    # Replace one file by its raw twin: both kinds are accepted together.
+    gz_file = root / "fashion-mnist" / (IDX_NAMES["test_labels"] + ".gz")
+    gz_file.unlink()
+    write_idx(root / "fashion-mnist" / IDX_NAMES["test_labels"], arrays["test_labels"], False)
+    ds = data.load_dataset("fashion-mnist", root)
+    assert ds.source == str(root / "fashion-mnist")
+    np.testing.assert_array_equal(ds.test_y, arrays["test_labels"])
+
+
+def test_env_var_respected_and_data_dir_wins(tmp_path, monkeypatch):
+    env_root = tmp_path / "env"
+    make_mnist_dir(env_root / "mnist", n_train=4)
+    monkeypatch.setenv("SYNCBENCH_DATA", str(env_root))
+    ds = data.load_dataset("mnist")
+    assert ds.source == str(env_root / "mnist") and ds.train_x.shape[0] == 4
+    assert data.find_dataset_dir("mnist") == env_root / "mnist"
+
+    make_mnist_dir(tmp_path / "explicit", n_train=6)
+    ds = data.load_dataset("mnist", tmp_path / "explicit")
+    assert ds.source == str(tmp_path / "explicit") and ds.train_x.shape[0] == 6
+
+    # A --data-dir without the dataset falls through to $SYNCBENCH_DATA.
+    (tmp_path / "empty").mkdir()
+    assert data.find_dataset_dir("mnist", tmp_path / "empty") == env_root / "mnist"
+
+
+def test_system_root_used_last(tmp_path, monkeypatch):
+    system = tmp_path / "sys"
+    make_mnist_dir(system / "mnist", n_train=3)
+    monkeypatch.setattr(data, "SYSTEM_DATA_ROOT", system)
+    assert data.find_dataset_dir("mnist") == system / "mnist"
+    # Files directly in the system root are not a dataset (only <root>/<name> is).
+    make_mnist_dir(system, n_train=3)
+    (system / "mnist" / (IDX_NAMES["train_images"] + ".gz")).unlink()
+    with pytest.raises(DatasetError):
+        data.find_dataset_dir("mnist")
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "cifar10"])
+def test_missing_dataset(tmp_path, monkeypatch, name):
+    monkeypatch.setenv("SYNCBENCH_DATA", str(tmp_path / "envroot"))
+    with pytest.raises(DatasetError) as exc:
+        data.load_dataset(name, tmp_path / "nowhere")
+    msg = assert_one_line_error(
+        exc, name, "not found", str(tmp_path / "nowhere"), str(tmp_path / "envroot"),
+        f"syncbench data fetch {name}", "--data-dir", "SYNCBENCH_DATA",
+    )
+    if name == "fashion-mnist":
+        assert "apt-get install dataset-fashion-mnist" in msg
+
+
+def test_incomplete_directory_names_missing_file(tmp_path):
+    make_mnist_dir(tmp_path / "mnist")
+    (tmp_path / "mnist" / (IDX_NAMES["test_images"] + ".gz")).unlink()
+    with pytest.raises(DatasetError) as exc:
+        data.load_dataset("mnist", tmp_path)
+    assert_one_line_error(exc, "incomplete", IDX_NAMES["test_images"], "syncbench data fetch")
+
+
+def test_unknown_dataset_lists_valid_names():
+    with pytest.raises(DatasetError) as exc:
+        data.load_dataset("imagenet")
+    assert_one_line_error(exc, "imagenet", *data.DATASETS)
+    with pytest.raises(DatasetError):
+        data.find_dataset_dir("synthetic")
+
+
+def _corrupt_labels_out_of_range(d: Path) -> str:
+    labels = np.zeros(12, dtype=np.uint8)
+    labels[7] = 10
+    write_idx(d / (IDX_NAMES["train_labels"] + ".gz"), labels, gz=True)
+    return IDX_NAMES["train_labels"]
+
+
+def _corrupt_count_mismatch(d: Path) -> str:
+    write_idx(d / (IDX_NAMES["test_labels"] + ".gz"), np.zeros(4, dtype=np.uint8), gz=True)
+    return IDX_NAMES["test_labels"]
+
+
+def _corrupt_image_size(d: Path) -> str:
+    write_idx(d / (IDX_NAMES["train_images"] + ".gz"), np.zeros((12, 32, 32), np.uint8), True)
+    return IDX_NAMES["train_images"]
+
+
+def _corrupt_truncated(d: Path) -> str:
+    p = d / (IDX_NAMES["test_images"] + ".gz")
+    p.write_bytes(gzip.compress(gzip.decompress(p.read_bytes())[:-100]))
+    return IDX_NAMES["test_images"]
+
+
+def _corrupt_bad_gzip(d: Path) -> str:
+    p = d / (IDX_NAMES["train_images"] + ".gz")
+    blob = p.read_bytes()
+    p.write_bytes(blob[: len(blob) // 2])
+    return IDX_NAMES["train_images"]
+
+
+def _corrupt_wrong_magic(d: Path) -> str:
+    p = d / (IDX_NAMES["test_labels"] + ".gz")
+    p.write_bytes(gzip.compress(b"PK\x03\x04" + gzip.decompress(p.read_bytes())[4:]))
+    return IDX_NAMES["test_labels"]
+
+
+def _corrupt_trailing(d: Path) -> str:
+    p = d / (IDX_NAMES["train_labels"] + ".gz")
+    p.write_bytes(gzip.compress(gzip.decompress(p.read_bytes()) + b"\x01"))
+    return IDX_NAMES["train_labels"]
+
+
+def _corrupt_labels_dtype(d: Path) -> str:
+    write_idx(d / (IDX_NAMES["train_labels"] + ".gz"), np.zeros(12, dtype=np.int32), gz=True)
+    return IDX_NAMES["train_labels"]
+
+
+@pytest.mark.parametrize(
+    "corrupt, needle",
+    [
+        (_corrupt_labels_out_of_range, "out of range"),
+        (_corrupt_count_mismatch, "holds 4 labels"),
+        (_corrupt_image_size, "28x28"),
+        (_corrupt_truncated, "truncated"),
+        (_corrupt_bad_gzip, "bad gzip"),
+        (_corrupt_wrong_magic, "not an IDX file"),
+        (_corrupt_trailing, "trailing bytes"),
+        (_corrupt_labels_dtype, "uint8 labels"),
+    ],
+    ids=lambda v: getattr(v, "__name__", v),
+)
+def test_corrupt_mnist_files(tmp_path, corrupt, needle):
+    make_mnist_dir(tmp_path / "mnist")
+    bad_file = corrupt(tmp_path / "mnist")
+    with pytest.raises(DatasetError) as exc:
+        data.load_dataset("mnist", tmp_path)
+    assert_one_line_error(exc, bad_file, needle, "syncbench data fetch mnist")
+
+
+# --- CIFAR-10 ------------------------------------------------------------------------
+
+
+def test_cifar_batch_round_trip(tmp_path):
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (4, 3, 32, 32), dtype=np.uint8)
+    y = np.array([0, 9, 5, 3], dtype=np.uint8)
+    path = tmp_path / "data_batch_1.bin"
+    path.write_bytes(cifar_bytes(x, y))
+    images, labels = data.read_cifar10_batch(path)
+    assert images.shape == (4, 3, 32, 32) and images.dtype == np.uint8
+    assert labels.shape == (4,) and labels.dtype == np.int64
+    np.testing.assert_array_equal(images, x)
+    np.testing.assert_array_equal(labels, y)
+    # Channel planes are red, green, blue, each row-major.
+    raw = path.read_bytes()
+    assert images[1, 0, 0, 5] == raw[3073 + 1 + 5]
+    assert images[1, 2, 31, 31] == raw[2 * 3073 - 1]
+
+
+@pytest.mark.parametrize("layout", ["flat", "named", "batches-bin", "named/batches-bin"])
+def test_load_cifar10(tmp_path, layout):
+    sub = {"flat": "", "named": "cifar10", "batches-bin": "cifar-10-batches-bin",
+           "named/batches-bin": "cifar10/cifar-10-batches-bin"}[layout]
+    directory = tmp_path / sub if sub else tmp_path
+    train_x, train_y, test_x, test_y = make_cifar_dir(directory, per_batch=3)
+    ds = data.load_dataset("cifar10", tmp_path)
+    assert ds.source == str(directory)
+    assert ds.train_x.shape == (15, 3, 32, 32) and ds.test_x.shape == (3, 3, 32, 32)
+    assert ds.input_shape == (3, 32, 32) and ds.num_classes == 10
+    assert ds.train_x.dtype == np.float32 and ds.train_y.dtype == np.int64
+    np.testing.assert_array_equal(np.rint(ds.train_x * 255).astype(np.uint8), train_x)
+    np.testing.assert_array_equal(np.rint(ds.test_x * 255).astype(np.uint8), test_x)
+    np.testing.assert_array_equal(ds.train_y, train_y)
+    np.testing.assert_array_equal(ds.test_y, test_y)
+
+
+@pytest.mark.parametrize(
+    "size_or_label", ["size+1", "size-1", "empty", "label"], ids=str
+)
+def test_cifar_corruption(tmp_path, size_or_label):
+    make_cifar_dir(tmp_path, per_batch=2)
+    path = tmp_path / "data_batch_3.bin"
+    blob = bytearray(path.read_bytes())
+    if size_or_label == "size+1":
+        blob += b"\x00"
+    elif size_or_label == "size-1":
+        blob = blob[:-1]
+    elif size_or_label == "empty":
+        blob = bytearray()
+    else:
+        blob[3073] = 10
+    path.write_bytes(bytes(blob))
+    with pytest.raises(DatasetError) as exc:
+        data.read_cifar10_batch(path)
+    assert_one_line_error(exc, str(path))
+    with pytest.raises(DatasetError) as exc:
+        data.load_dataset("cifar10", tmp_path)
+    assert_one_line_error(exc, "data_batch_3.bin", "syncbench data fetch cifar10")
+
+
+# --- synthetic -----------------------------------------------------------------------
+
+
+def test_synthetic_deterministic_and_shaped():
+    a = data.load_dataset("synthetic", synthetic_train=300, synthetic_test=100, seed=3)
+    b = data.make_synthetic(300, 100, (1, 28, 28), 10, 3)
+    c = data.load_dataset("synthetic", synthetic_train=300, synthetic_test=100, seed=4)
+    for field in ("train_x", "train_y", "test_x", "test_y"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert not np.array_equal(a.train_x, c.train_x)
+    assert a.source == "generated" and a.name == "synthetic"
+    assert a.train_x.shape == (300, 1, 28, 28) and a.test_x.shape == (100, 1, 28, 28)
+    assert a.train_x.dtype == np.float32 and a.train_y.dtype == np.int64
+    assert a.train_x.min() >= 0.0 and a.train_x.max() <= 1.0
+    assert set(np.unique(a.train_y)) <= set(range(10))
+
+    rgb = data.make_synthetic(50, 20, (3, 16, 12), 4, 0)
+    assert rgb.input_shape == (3, 16, 12) and rgb.num_classes == 4
+    assert rgb.train_y.max() < 4 and rgb.test_x.shape == (20, 3, 16, 12)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(n_train=0), dict(n_test=0), dict(classes=1), dict(shape=(28, 28)),
+     dict(shape=(1, 0, 28)), dict(shape="abc")],
+    ids=str,
+)
+def test_synthetic_bad_arguments(kwargs):
+    args = dict(n_train=10, n_test=10, shape=(1, 28, 28), classes=10, seed=0) | kwargs
+    with pytest.raises(DatasetError) as exc:
+        data.make_synthetic(**args)
+    assert_one_line_error(exc, "synthetic")
+
+
+def softmax_regression_accuracy(ds: data.Dataset, steps: int = 300, lr: float = 0.5) -> float:
+    rng = np.random.default_rng(0)
+    x = ds.train_x.reshape(ds.num_train, -1)
+    xt = ds.test_x.reshape(ds.num_test, -1)
+    w = np.zeros((x.shape[1], ds.num_classes), np.float32)
+    b = np.zeros(ds.num_classes, np.float32)
+    batch = 256
+    for _ in range(steps):
+        i = rng.integers(0, ds.num_train, batch)
+        z = x[i] @ w + b
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(batch), ds.train_y[i]] -= 1.0
+        p /= batch
+        w -= lr * (x[i].T @ p)
+        b -= lr * p.sum(axis=0)
+    return float(((xt @ w + b).argmax(axis=1) == ds.test_y).mean())
+
+
+def test_synthetic_is_learnable():
+    ds = data.load_dataset("synthetic")  # default size: 8192 train, 2048 test
+    assert ds.train_x.shape == (8192, 1, 28, 28) and ds.test_x.shape == (2048, 1, 28, 28)
+    acc = softmax_regression_accuracy(ds)
+    assert acc > 0.8, acc
+    assert acc < 0.999, "synthetic data should not be trivially separable"
+
+
+# --- fuzz ----------------------------------------------------------------------------
+
+
+def _fuzz_blobs(rng: np.random.Generator) -> list[bytes]:
+    seeds = [
+        idx_bytes(np.arange(3 * 28 * 28, dtype=np.int64).astype(np.uint8).reshape(3, 28, 28)),
+        idx_bytes(np.arange(5, dtype=np.uint8)),
+        idx_bytes(np.arange(6, dtype=np.int32).reshape(2, 3)),
+    ]
+    if SYSTEM_FMNIST.is_dir():
+        with gzip.open(SYSTEM_FMNIST / "t10k-labels-idx1-ubyte.gz") as fh:
+            seeds.append(fh.read(64))
+        with gzip.open(SYSTEM_FMNIST / "t10k-images-idx3-ubyte.gz") as fh:
+            seeds.append(fh.read(4096))
+    blobs = []
+    for i in range(200):
+        kind = i % 5
+        if kind == 0:  # pure noise
+            blobs.append(rng.bytes(int(rng.integers(0, 80))))
+        elif kind == 1:  # a valid-looking header with random type/ndim/dims
+            head = bytes([0, 0, int(rng.choice([8, 9, 11, 12, 13, 14, 7])),
+                          int(rng.integers(0, 5))])
+            blobs.append(head + rng.bytes(int(rng.integers(0, 40))))
+        elif kind == 2:  # truncated real or generated header/payload
+            s = seeds[int(rng.integers(len(seeds)))]
+            blobs.append(s[: int(rng.integers(0, len(s) + 1))])
+        elif kind == 3:  # bit flips in a valid file, maybe gzipped and truncated
+            s = bytearray(seeds[int(rng.integers(len(seeds)))])
+            for _ in range(int(rng.integers(1, 4))):
+                s[int(rng.integers(len(s)))] ^= 1 << int(rng.integers(8))
+            blob = bytes(s)
+            if rng.random() < 0.5:
+                blob = gzip.compress(blob)
+                blob = blob[: int(rng.integers(0, len(blob) + 1))]
+            blobs.append(blob)
+        else:  # CIFAR-sized records with random labels, or gzip magic plus noise
+            if rng.random() < 0.5:
+                n = int(rng.integers(0, 3))
+                blobs.append(rng.bytes(n * 3073 + int(rng.choice([0, 0, 1, -1]) if n else 0)))
+            else:
+                blobs.append(b"\x1f\x8b" + rng.bytes(int(rng.integers(0, 60))))
+    return blobs
+
+
+def test_fuzz_readers_raise_only_dataset_error(tmp_path):
+    rng = np.random.default_rng(12345)
+    outcomes = {"ok": 0, "error": 0}
+    for i, blob in enumerate(_fuzz_blobs(rng)):
+        path = tmp_path / f"fuzz-{i}"
+        path.write_bytes(blob)
+        for reader in (data.read_idx, data.read_cifar10_batch):
+            try:
+                result = reader(path)
+            except DatasetError as e:
+                assert "\n" not in str(e) and path.name in str(e)
+                outcomes["error"] += 1
+            else:
+                arrays = result if isinstance(result, tuple) else (result,)
+                assert all(isinstance(a, np.ndarray) for a in arrays)
+                outcomes["ok"] += 1
+    assert outcomes["error"] > 0 and outcomes["ok"] > 0, outcomes
+
+
+# --- checksums -----------------------------------------------------------------------
+
+
+def test_md5_verification(tmp_path):
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    payload = b"not really fashion-mnist" * 1000
+    path.write_bytes(payload)
+    good = hashlib.md5(payload).hexdigest()
+    assert data.file_md5(path) == good
+    data.verify_md5(path, good)
+    data.verify_md5(path, good.upper())
+    with pytest.raises(DatasetError) as exc:
+        data.verify_md5(path, data.OFFICIAL_MD5["fashion-mnist"][path.name])
+    assert_one_line_error(exc, str(path), "checksum mismatch", good)
+    with pytest.raises(DatasetError) as exc:
+        data.verify_md5(tmp_path / "absent.gz", good)
+    assert_one_line_error(exc, "absent.gz")
+
+
+def test_official_checksum_table_is_complete():
+    for name in ("fashion-mnist", "mnist"):
+        assert set(data.OFFICIAL_MD5[name]) == {n + ".gz" for n in IDX_NAMES.values()}
+    assert set(data.OFFICIAL_MD5["cifar10"]) == {"cifar-10-binary.tar.gz"}
+    for table in data.OFFICIAL_MD5.values():
+        for digest in table.values():
+            assert len(digest) == 32 and int(digest, 16) >= 0
+
+
+def test_fetch_synthetic_and_unknown(tmp_path):
+    assert data.fetch_dataset("synthetic", tmp_path) == []
+    with pytest.raises(DatasetError) as exc:
+        data.fetch_dataset("nope", tmp_path)
+    assert_one_line_error(exc, "nope", "fashion-mnist")

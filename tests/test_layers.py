@@ -1,0 +1,136 @@
+"""Every layer's hand-written backward against central finite differences (float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from syncbench.kernels.layers import (
+    Conv2d,
+    Flatten,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    SoftmaxCrossEntropy,
+)
+from syncbench.kernels.models import build_model
+
+EPS = 1e-6
+TOL = 1e-6
+
+
+def bind_fresh(layer, rng):
+    """Give ``layer`` its own parameter/gradient arrays with random values."""
+    params = [rng.standard_normal(s) for s in layer.param_shapes()]
+    grads = [np.zeros(s) for s in layer.param_shapes()]
+    layer.bind(params, grads)
+    return params, grads
+
+
+def numeric_grad(f, array, indices):
+    """Central differences of scalar ``f()`` with respect to ``array[indices]``."""
+    out = []
+    for idx in indices:
+        old = array[idx]
+        array[idx] = old + EPS
+        up = f()
+        array[idx] = old - EPS
+        down = f()
+        array[idx] = old
+        out.append((up - down) / (2 * EPS))
+    return np.array(out)
+
+
+def sample_indices(shape, rng, count=25):
+    flat = rng.choice(int(np.prod(shape)), size=min(count, int(np.prod(shape))), replace=False)
+    return [np.unravel_index(i, shape) for i in flat]
+
+
+LAYERS = [
+    ("linear", lambda: Linear(7, 5), (4, 7)),
+    ("relu", ReLU, (3, 11)),
+    ("flatten", Flatten, (2, 3, 4, 5)),
+    ("conv_pad0", lambda: Conv2d(2, 3, 3), (2, 2, 6, 5)),
+    ("conv_pad2", lambda: Conv2d(3, 2, 5, padding=2), (2, 3, 7, 7)),
+    ("maxpool", lambda: MaxPool2d(2), (2, 3, 6, 4)),
+]
+
+
+@pytest.mark.parametrize("name,make,in_shape", LAYERS, ids=[x[0] for x in LAYERS])
+def test_layer_gradients_match_finite_differences(name, make, in_shape):
+    rng = np.random.default_rng(1)
+    layer = make()
+    params, grads = bind_fresh(layer, rng)
+    x = rng.standard_normal(in_shape)
+    if name == "relu":  # keep inputs away from the kink
+        x += np.sign(x) * 0.1
+    weight = rng.standard_normal(layer.forward(x).shape)
+
+    def loss():
+        return float((layer.forward(x) * weight).sum())
+
+    out = layer.forward(x)
+    dx = layer.backward(np.ones_like(out) * weight)
+    assert dx.shape == x.shape
+    idx = sample_indices(x.shape, rng)
+    np.testing.assert_allclose([dx[i] for i in idx], numeric_grad(loss, x, idx), atol=TOL)
+    for p, g in zip(params, grads):
+        idx = sample_indices(p.shape, rng)
+        np.testing.assert_allclose([g[i] for i in idx], numeric_grad(loss, p, idx), atol=TOL)
+
+
+def test_softmax_cross_entropy_gradient():
+    rng = np.random.default_rng(2)
+    logits = rng.standard_normal((6, 10)) * 3
+    labels = rng.integers(0, 10, 6)
+    ce = SoftmaxCrossEntropy()
+    ce.forward(logits, labels)
+    analytic = ce.backward().copy()
+    idx = sample_indices(logits.shape, rng, 60)
+    numeric = numeric_grad(lambda: SoftmaxCrossEntropy().forward(logits, labels), logits, idx)
+    np.testing.assert_allclose([analytic[i] for i in idx], numeric, atol=TOL)
+    # the loss itself against a direct formula
+    expected = np.mean(np.log(np.exp(logits).sum(1)) - logits[np.arange(6), labels])
+    assert ce.forward(logits, labels) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("model,shape", [("mlp", (1, 28, 28)), ("lenet", (1, 28, 28)),
+                                         ("lenet", (3, 32, 32))])
+def test_model_flat_gradient_matches_finite_differences(model, shape):
+    rng = np.random.default_rng(3)
+    m = build_model(model, shape, 10, dtype=np.float64, seed=4)
+    x = rng.random((3, *shape))
+    y = rng.integers(0, 10, 3)
+    m.loss_and_grad(x, y)
+    analytic = m.grads.copy()
+    idx = [(int(i),) for i in rng.choice(m.size, 40, replace=False)]
+
+    def loss():
+        return SoftmaxCrossEntropy().forward(m.forward(x), y)
+
+    np.testing.assert_allclose([analytic[i] for i in idx], numeric_grad(loss, m.params, idx),
+                               atol=TOL)
+
+
+def test_layers_are_views_of_the_flat_buffers():
+    m = build_model("mlp", (1, 28, 28), 10, dtype=np.float64)
+    total = sum(p.size for layer in m.layers for p in layer.params)
+    assert total == m.size
+    for layer in m.layers:
+        for p, g in zip(layer.params, layer.grads):
+            assert np.shares_memory(p, m.params) and np.shares_memory(g, m.grads)
+
+
+def test_grads_ready_offsets_are_monotone_and_cover_the_buffer():
+    m = build_model("lenet", (1, 28, 28), 10, dtype=np.float64)
+    seen = []
+    m.loss_and_grad(np.zeros((2, 1, 28, 28)), np.array([1, 2]), on_grads_ready=seen.append)
+    assert seen == sorted(seen, reverse=True) and seen[-1] == 0
+    assert len(seen) == len(m.layers)
+
+
+def test_init_is_deterministic_per_seed():
+    a = build_model("lenet", (1, 28, 28), 10, seed=7).params
+    b = build_model("lenet", (1, 28, 28), 10, seed=7).params
+    c = build_model("lenet", (1, 28, 28), 10, seed=8).params
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
