@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
-
 from syncbench.algorithms.timing import PhaseTimer
 
 

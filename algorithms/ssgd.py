@@ -22,13 +22,12 @@ import argparse
 from typing import Any
 
 from mpi4py import MPI
-
 from syncbench.algorithms.base import Algorithm, StepStats
 
 
 class SSGD(Algorithm):
     name = "ssgd"
-    summary = "synchronous allreduce SGD (blocking, or bucketed Iallreduce overlapped with backward)"
+    summary = "synchronous allreduce SGD (blocking, or bucketed Iallreduce overlapping backward)"
 
     @classmethod
     def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:

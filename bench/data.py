@@ -590,9 +590,11 @@ def make_synthetic(
 
     Each class has a smooth prototype image (a few Gaussian blobs per channel). A sample
     is its class prototype blended with up to 40% of another class's prototype, scaled
-    by a random contrast, plus Gaussian pixel noise, clipped to ``[0, 1]``. A linear
-    softmax model reaches about 95% test accuracy on the default size, so training curves
-    mean something without any files. The same arguments always give identical arrays.
+    by a random contrast, plus Gaussian pixel noise, clipped to ``[0, 1]``. Plain softmax
+    regression (300 SGD steps) reaches 95-99% test accuracy on the default size, well
+    above chance but not perfectly separable, so training curves mean something without
+    any files. The same arguments always give identical arrays (train and test come from
+    one generator, so sizes are part of what must match).
 
     Raises:
         DatasetError: a non-positive size, a shape that is not three positive integers,
@@ -612,8 +614,9 @@ def make_synthetic(
         )
     if int(classes) < 2:
         raise DatasetError(f"synthetic dataset: needs at least 2 classes, got {classes}")
+    c, h, w = dims
     rng = np.random.default_rng(seed)
-    protos = _prototypes(rng, int(classes), dims)  # type: ignore[arg-type]
+    protos = _prototypes(rng, int(classes), (c, h, w))
     train_x, train_y = _synthetic_split(rng, protos, int(n_train))
     test_x, test_y = _synthetic_split(rng, protos, int(n_test))
     return Dataset(

@@ -18,7 +18,6 @@ from typing import Any
 
 import h5py
 import numpy as np
-
 from syncbench.algorithms.base import StepStats
 from syncbench.analysis import schema
 from syncbench.analysis.summary import summarize
@@ -34,7 +33,9 @@ class StepRecorder:
         }
         self.count = 0
 
-    def append(self, step: int, t_start: float, phases: Mapping[str, float], stats: StepStats) -> None:
+    def append(
+        self, step: int, t_start: float, phases: Mapping[str, float], stats: StepStats
+    ) -> None:
         if self.count == len(self._cols["step"]):
             for name, col in self._cols.items():
                 self._cols[name] = np.concatenate([col, np.zeros_like(col)])

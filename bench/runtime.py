@@ -16,6 +16,7 @@ Two kinds of failure, two endings:
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import TypeVar
@@ -80,3 +81,14 @@ def abort_on_exception(comm: MPI.Comm, body: Callable[[], T]) -> T:
         sys.stdout.flush()
         comm.Abort(1)
         raise  # unreachable when Abort works
+
+
+def wait_politely(request: MPI.Request, interval: float = 0.002) -> None:
+    """Complete ``request`` while sleeping between tests instead of spinning.
+
+    MPI libraries busy-poll inside ``Wait``. Ranks that only wait for rank 0
+    (to evaluate, or to write the run file) would steal its core when ranks
+    outnumber cores; sleeping between ``Test`` calls leaves the core to it.
+    """
+    while not request.Test():
+        time.sleep(interval)

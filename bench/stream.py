@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-
 from syncbench.kernels.backend import Backend, numpy_backend
 
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
-
 from syncbench.algorithms.base import Algorithm, Budget
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
@@ -33,7 +32,12 @@ from syncbench.bench.hetero import Slowdown, parse_slowdown
 from syncbench.bench.options import validate_train_config
 from syncbench.bench.progress import Progress
 from syncbench.bench.recorder import EvalRecorder, StepRecorder, write_run_file
-from syncbench.bench.runtime import SetupError, abort_on_exception, agree_on_setup
+from syncbench.bench.runtime import (
+    SetupError,
+    abort_on_exception,
+    agree_on_setup,
+    wait_politely,
+)
 from syncbench.bench.stream import BatchStream
 from syncbench.kernels.backend import Backend, BackendError, select_backend
 from syncbench.kernels.model import Model
@@ -97,7 +101,7 @@ class Run:
             self.eval_model.params[...] = params
             result[:] = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
             self.evals.append(t, step, samples_seen, float(result[0]), float(result[1]))
-        self.mpi.Bcast(result, root=0)
+        wait_politely(self.mpi.Ibcast(result, root=0))
         return float(result[1])
 
     def train(self) -> dict[str, float] | None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
+import shutil
 import struct
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -252,10 +255,11 @@ def test_system_root_used_last(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "SYSTEM_DATA_ROOT", system)
     assert data.find_dataset_dir("mnist") == system / "mnist"
     # Files directly in the system root are not a dataset (only <root>/<name> is).
+    shutil.rmtree(system / "mnist")
     make_mnist_dir(system, n_train=3)
-    (system / "mnist" / (IDX_NAMES["train_images"] + ".gz")).unlink()
-    with pytest.raises(DatasetError):
+    with pytest.raises(DatasetError) as exc:
         data.find_dataset_dir("mnist")
+    assert_one_line_error(exc, "not found")
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "cifar10"])
@@ -460,13 +464,14 @@ def softmax_regression_accuracy(ds: data.Dataset, steps: int = 300, lr: float = 
     batch = 256
     for _ in range(steps):
         i = rng.integers(0, ds.num_train, batch)
-        z = x[i] @ w + b
+        xi = x[i]
+        z = xi @ w + b
         z -= z.max(axis=1, keepdims=True)
         p = np.exp(z)
         p /= p.sum(axis=1, keepdims=True)
         p[np.arange(batch), ds.train_y[i]] -= 1.0
         p /= batch
-        w -= lr * (x[i].T @ p)
+        w -= lr * (xi.T @ p)
         b -= lr * p.sum(axis=0)
     return float(((xt @ w + b).argmax(axis=1) == ds.test_y).mean())
 
@@ -575,3 +580,70 @@ def test_fetch_synthetic_and_unknown(tmp_path):
     with pytest.raises(DatasetError) as exc:
         data.fetch_dataset("nope", tmp_path)
     assert_one_line_error(exc, "nope", "fashion-mnist")
+
+
+def _serve_dir(directory: Path) -> str:
+    """A file:// base URL for *directory* (lets fetch run offline)."""
+    return directory.resolve().as_uri() + "/"
+
+
+def test_fetch_mnist_offline_mirrors_and_checksums(tmp_path, monkeypatch):
+    """fetch_dataset's real download path, fed from local file:// "mirrors"."""
+    served = tmp_path / "served"
+    make_mnist_dir(served, n_train=8, n_test=3, gz=True)
+    md5s = {name: data.file_md5(served / name) for name in data.OFFICIAL_MD5["mnist"]}
+    monkeypatch.setitem(data.OFFICIAL_MD5, "mnist", md5s)
+    dead = _serve_dir(tmp_path / "dead-mirror")  # does not exist: first mirror fails
+    monkeypatch.setattr(data, "_MNIST_MIRRORS", (dead, _serve_dir(served)))
+    dest = tmp_path / "dest"
+    paths = data.fetch_dataset("mnist", dest)
+    assert sorted(p.name for p in paths) == sorted(md5s)
+    assert not list(dest.glob("*.part"))
+    ds = data.load_dataset("mnist", dest)
+    assert ds.train_x.shape == (8, 1, 28, 28)
+    # Second run: files present with the right checksum are kept, not re-downloaded.
+    monkeypatch.setattr(data, "_MNIST_MIRRORS", (dead,))
+    assert data.fetch_dataset("mnist", dest) == paths
+
+    # A mirror serving different bytes fails the checksum and leaves no file behind.
+    bad = dict(md5s)
+    bad["t10k-labels-idx1-ubyte.gz"] = "0" * 32
+    monkeypatch.setitem(data.OFFICIAL_MD5, "mnist", bad)
+    monkeypatch.setattr(data, "_MNIST_MIRRORS", (_serve_dir(served),))
+    dest2 = tmp_path / "dest2"
+    with pytest.raises(DatasetError) as exc:
+        data.fetch_dataset("mnist", dest2)
+    assert_one_line_error(exc, "t10k-labels-idx1-ubyte.gz", "checksum mismatch")
+    assert not (dest2 / "t10k-labels-idx1-ubyte.gz").exists()
+    assert not list(dest2.glob("*.part"))
+
+    # Every mirror unreachable: a network-style error naming the file.
+    monkeypatch.setattr(data, "_MNIST_MIRRORS", (dead,))
+    with pytest.raises(DatasetError) as exc:
+        data.fetch_dataset("mnist", tmp_path / "dest3")
+    assert_one_line_error(exc, "train-images-idx3-ubyte.gz", "download failed")
+
+
+def test_fetch_cifar10_offline_extracts_binary_batches(tmp_path, monkeypatch):
+    batches = tmp_path / "cifar-10-batches-bin"
+    train_x, train_y, test_x, test_y = make_cifar_dir(batches, per_batch=2)
+    served = tmp_path / "served"
+    served.mkdir()
+    tarball = served / "cifar-10-binary.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(batches, arcname="cifar-10-batches-bin")
+        info = tarfile.TarInfo("cifar-10-batches-bin/readme.html")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"hello"))
+    monkeypatch.setitem(
+        data.OFFICIAL_MD5, "cifar10", {"cifar-10-binary.tar.gz": data.file_md5(tarball)}
+    )
+    monkeypatch.setattr(data, "_CIFAR_URL", _serve_dir(served) + "cifar-10-binary.tar.gz")
+    dest = tmp_path / "dest"
+    paths = data.fetch_dataset("cifar10", dest)
+    assert [p.name for p in paths] == CIFAR_NAMES
+    assert not (dest / "cifar-10-binary.tar.gz").exists()
+    assert not (dest / "readme.html").exists()
+    ds = data.load_dataset("cifar10", dest)
+    np.testing.assert_array_equal(np.rint(ds.test_x * 255).astype(np.uint8), test_x)
+    np.testing.assert_array_equal(ds.train_y, train_y)
