@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+
 from syncbench.algorithms.timing import PhaseTimer
 
 

@@ -22,6 +22,7 @@ import argparse
 from typing import Any
 
 from mpi4py import MPI
+
 from syncbench.algorithms.base import Algorithm, StepStats
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 def _train(args: argparse.Namespace) -> int:
     from mpi4py import MPI  # noqa: PLC0415 - only the MPI commands need it
+
     from syncbench.bench.train import run_training  # noqa: PLC0415
 
     run_training(args, MPI.COMM_WORLD)

@@ -18,6 +18,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+
 from syncbench.algorithms.base import StepStats
 from syncbench.analysis import schema
 from syncbench.analysis.summary import summarize

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
 from syncbench.kernels.backend import Backend, numpy_backend
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+
 from syncbench.algorithms.base import Algorithm, Budget
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm

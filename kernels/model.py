@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
 from syncbench.kernels.backend import Backend, numpy_backend
 from syncbench.kernels.layers import Layer, Shape, SoftmaxCrossEntropy
 

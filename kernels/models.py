@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from syncbench.kernels.backend import Backend
 from syncbench.kernels.layers import Conv2d, Flatten, Layer, Linear, MaxPool2d, ReLU
 from syncbench.kernels.model import Model

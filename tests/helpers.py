@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from syncbench.bench.cli import build_parser
 from syncbench.bench.stream import BatchStream
 

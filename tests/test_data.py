@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from syncbench.bench import data
 from syncbench.bench.data import DatasetError
 

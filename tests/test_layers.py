@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from syncbench.kernels.layers import (
     Conv2d,
     Flatten,

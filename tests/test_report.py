@@ -10,6 +10,7 @@ import math
 import h5py
 import numpy as np
 import pytest
+
 from syncbench.analysis import schema
 from syncbench.analysis.report import FORMATS, format_report, report_rows
 from syncbench.analysis.runfile import Run, RunFileError, read_run

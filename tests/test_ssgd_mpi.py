@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import rank_streams, train_config
+
 from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm

@@ -1,0 +1,57 @@
+"""``syncbench speed``: single-process training-step throughput of each model.
+
+Times forward + backward + momentum update of one process (no MPI) on random
+inputs of the model's shape, ``--steps`` steps per repeat, and prints the
+median over ``--repeats`` in fixed columns, so later changes can be compared
+against it. Run it with ``OMP_NUM_THREADS=1`` for the per-rank figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+from syncbench.algorithms.base import MomentumSGD
+from syncbench.kernels.models import build_model
+
+SHAPES = {"mlp": (1, 28, 28), "lenet": (1, 28, 28)}
+
+
+def step_throughput(model_name: str, batch: int, steps: int, repeats: int,
+                    dtype: str = "float32", seed: int = 0) -> list[float]:
+    """Samples/s of each repeat of ``steps`` training steps."""
+    shape = SHAPES.get(model_name, (1, 28, 28))
+    model = build_model(model_name, shape, 10, dtype=np.dtype(dtype), seed=seed)
+    opt = MomentumSGD(model.params, 0.01, 0.9, 0.0)
+    rng = np.random.default_rng(seed)
+    x = rng.random((batch, *shape)).astype(dtype)
+    y = rng.integers(0, 10, batch)
+    for _ in range(3):  # warm-up: allocator, caches
+        model.loss_and_grad(x, y)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            model.loss_and_grad(x, y)
+            opt.step(model.params, model.grads)
+        rates.append(batch * steps / (time.perf_counter() - start))
+    return rates
+
+
+def main(args: argparse.Namespace) -> int:
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    print(f"# syncbench speed: batch {args.batch_size}, {args.steps} steps x {args.repeats} "
+          f"repeats, {args.dtype}, OMP_NUM_THREADS={threads}")
+    print(f"# {'model':<8}{'params':>10}{'median [samples/s]':>20}{'min':>12}{'max':>12}"
+          f"{'ms/step':>10}")
+    for name in args.models.split(","):
+        rates = step_throughput(name, args.batch_size, args.steps, args.repeats, args.dtype)
+        med = statistics.median(rates)
+        size = build_model(name, SHAPES.get(name, (1, 28, 28)), 10).size
+        print(f"  {name:<8}{size:>10}{med:>20.1f}{min(rates):>12.1f}{max(rates):>12.1f}"
+              f"{1000 * args.batch_size / med:>10.3f}")
+    return 0

@@ -1,0 +1,132 @@
+"""End-to-end ``syncbench train`` under mpiexec: run files, setup errors, exits.
+
+These tests launch their own ``mpiexec`` (serial pytest run); each is bounded
+by a subprocess timeout so a hang fails instead of blocking CI.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_mpi
+
+from syncbench.analysis import schema
+from syncbench.analysis.runfile import read_run
+from syncbench.analysis.summary import summarize
+
+FMNIST = Path("/usr/share/datasets/fashion-mnist")
+SMALL = ["--dataset", "synthetic", "--synthetic-samples", "1024", "--batch-size", "32"]
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "run.h5"
+    proc = run_mpi(2, "train", *SMALL, "--epochs", "2", "--eval-every", "0.5",
+                   "--target-accuracy", "0.3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_run_file_round_trips_every_schema_field(two_rank_run):
+    out, proc = two_rank_run
+    run = read_run(out)
+    assert run.complete
+    for name in schema.ROOT_ATTRS:
+        assert name in run.attrs, name
+    assert run.attrs["schema"] == schema.SCHEMA
+    assert run.world_size == 2 and run.attrs["algorithm"] == "ssgd"
+    assert run.attrs["config"]["batch_size"] == 32
+    steps = 2 * (1024 // 2 // 32)
+    for rank in (0, 1):
+        rows = run.ranks[rank]
+        assert set(rows) == set(schema.RANK_COLUMNS)
+        assert len(rows["step"]) == steps
+        np.testing.assert_array_equal(rows["step"], np.arange(steps))
+        assert np.all(rows["samples"] == 32)
+        assert np.all(np.diff(rows["t_start"]) > 0)
+        for name in schema.RANK_ATTRS:
+            assert name in run.rank_attrs[rank]
+    # evaluations every half epoch plus none extra at the end (it coincides)
+    assert len(run.eval["step"]) == 4
+    assert run.eval["samples_seen"][-1] == steps * 32 * 2
+    assert 0.3 <= run.summary["final_accuracy"] <= 1.0
+    assert run.summary["time_to_target_s"] <= run.eval["t"][-1]
+    # the stored summary is the one computed from the stored rows
+    recomputed = summarize(run.ranks, run.eval, run.summary["wall_s"], 0.3)
+    for key, value in recomputed.items():
+        assert run.summary[key] == pytest.approx(value, nan_ok=True), key
+    # rank 0 printed one parseable result line and no progress line (not a terminal)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ssgd mlp synthetic np=2: accuracy")
+    assert not list(out.parent.glob(".*.tmp.*")), "temporary file left behind"
+
+
+def test_report_reads_the_run(two_rank_run):
+    out, _ = two_rank_run
+    proc = run_mpi(1, "report", str(out), "--format", "json")
+    rows = json.loads(proc.stdout)
+    assert rows[0]["world_size"] == 2 and rows[0]["path"] == str(out)
+    assert set(rows[0]) == set(schema.REPORT_KEYS) | {"path"}
+
+
+def _assert_one_line_failure(proc, started, *needles):
+    assert proc.returncode != 0
+    assert time.monotonic() - started < 30
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("syncbench:")]
+    assert len(errors) == 1, proc.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not FMNIST.is_dir(), reason="needs apt-get install dataset-fashion-mnist")
+def test_corrupt_idx_file_ends_a_two_rank_run(tmp_path):
+    data = tmp_path / "fashion-mnist"
+    data.mkdir()
+    for f in FMNIST.glob("*.gz"):
+        shutil.copy(f, data / f.name)
+    bad = data / "train-images-idx3-ubyte.gz"
+    raw = gzip.decompress(bad.read_bytes())
+    bad.write_bytes(gzip.compress(b"\x00\x00\x09\x03" + raw[4:1000]))  # wrong magic, truncated
+    started = time.monotonic()
+    proc = run_mpi(2, "train", "--dataset", "fashion-mnist", "--data-dir", str(tmp_path),
+                   timeout=60)
+    _assert_one_line_failure(proc, started, "train-images-idx3-ubyte.gz")
+
+
+def test_missing_dataset_ends_a_two_rank_run(tmp_path, monkeypatch):
+    started = time.monotonic()
+    proc = run_mpi(2, "train", "--dataset", "cifar10", "--data-dir", str(tmp_path),
+                   timeout=60, env={"SYNCBENCH_DATA": str(tmp_path)})
+    _assert_one_line_failure(proc, started, "cifar10")
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--algorithm", "nope"], "unknown --algorithm 'nope'; choose one of"),
+        (["--epochs", "0"], "--epochs must be > 0"),
+        (["--batch-size", "4096"], "larger than a rank's shard"),
+        (["--slowdown", "1,2,3"], "has 3 factors but the job has 2 ranks"),
+        (["--out", "/nonexistent-dir/run.h5"], "does not exist"),
+    ],
+)
+def test_bad_flags_fail_before_training(flags, needle):
+    started = time.monotonic()
+    proc = run_mpi(2, "train", *SMALL, *flags, timeout=60)
+    _assert_one_line_failure(proc, started, needle)
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    out = tmp_path / "run.h5"
+    out.write_bytes(b"keep me")
+    started = time.monotonic()
+    proc = run_mpi(2, "train", *SMALL, "--out", str(out), timeout=60)
+    _assert_one_line_failure(proc, started, "--overwrite")
+    assert out.read_bytes() == b"keep me"
