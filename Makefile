@@ -1,0 +1,58 @@
+# syncbench: set-up, the main comparison, and the tests.
+#   make demo   - venv + MPI runtime + Fashion-MNIST, then the four-algorithm comparison
+#   make test   - venv + everything the tests need, then lint, serial and MPI tests
+# Variables: NP (ranks, default 4), VENV (default .venv), PYTHON (default python3).
+
+PYTHON ?= python3
+VENV   ?= .venv
+NP     ?= 4
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+MPIEXEC := $(BIN)/mpiexec
+TEST_TIMEOUT ?= 900
+
+export OMP_NUM_THREADS = 1
+export OPENBLAS_NUM_THREADS = 1
+export MKL_NUM_THREADS = 1
+
+.PHONY: venv dataset demo test lint test-serial test-mpi speed clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,plot]'
+	touch $@
+
+# Debian's dataset-fashion-mnist puts the IDX files in /usr/share/datasets/fashion-mnist.
+dataset:
+	@if [ -d /usr/share/datasets/fashion-mnist ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; \
+	else \
+	  echo "Fashion-MNIST missing: run 'sudo apt-get install dataset-fashion-mnist' or" \
+	       "'$(BIN)/syncbench data fetch fashion-mnist --dest DIR' and set SYNCBENCH_DATA=DIR"; \
+	fi
+
+demo: venv dataset
+	$(BIN)/syncbench compare --np $(NP) --algorithms ssgd,asgd,odsgd,oscars \
+	  --model mlp --dataset fashion-mnist --epochs 1 --out-dir runs
+
+lint: venv
+	$(BIN)/ruff check .
+
+test-serial: venv dataset
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q tests
+
+test-mpi: venv dataset
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
+
+test: lint test-serial test-mpi
+
+speed: venv
+	$(BIN)/syncbench speed
+
+clean:
+	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache
