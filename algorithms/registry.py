@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from syncbench.algorithms.base import Algorithm
+from syncbench.algorithms.localsgd import LocalSGD
+from syncbench.algorithms.odsgd import ODSGD
+from syncbench.algorithms.oscars import Oscars
 from syncbench.algorithms.ssgd import SSGD
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     SSGD.name: SSGD,
+    LocalSGD.name: LocalSGD,
+    Oscars.name: Oscars,
+    ODSGD.name: ODSGD,
 }
 
 

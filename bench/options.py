@@ -16,40 +16,40 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Every flag of one training run; algorithm-specific flags come from the registry."""
     run = parser.add_argument_group("run")
     run.add_argument("--algorithm", default="ssgd",
-                     help=f"synchronization strategy: {', '.join(ALGORITHMS)} (default ssgd)")
+                     help=f"synchronization strategy: {', '.join(ALGORITHMS)}")
     run.add_argument("--model", default="mlp", choices=sorted(MODELS),
-                     help="model (default mlp)")
+                     help="model")
     run.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
-                     help="dataset (default fashion-mnist)")
+                     help="dataset")
     run.add_argument("--data-dir", default=None,
                      help="where the dataset files are (else $SYNCBENCH_DATA, then "
                      "/usr/share/datasets/<name>)")
     run.add_argument("--synthetic-samples", type=int, default=8192,
-                     help="training samples of the synthetic dataset (default 8192)")
+                     help="training samples of the synthetic dataset")
     run.add_argument("--out", default=None,
-                     help="run file to write (HDF5, syncbench/1 schema); default: none")
+                     help="run file to write (HDF5, syncbench/1 schema)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    run.add_argument("--device", default="cpu", choices=DEVICES,
-                     help="compute device (default cpu)")
+    run.add_argument("--device", default="auto", choices=DEVICES,
+                     help="compute device")
     run.add_argument("--dtype", default="float32", choices=("float32", "float64"),
-                     help="parameter and activation precision (default float32)")
+                     help="parameter and activation precision")
     run.add_argument("--progress", default="auto", choices=("auto", "always", "never"),
                      help="progress line on rank 0: auto shows it only on a terminal")
 
     opt = parser.add_argument_group("optimization")
     opt.add_argument("--epochs", type=float, default=1.0,
-                     help="sample budget in passes over the training set (default 1)")
-    opt.add_argument("--batch-size", type=int, default=64, help="per-rank batch (default 64)")
-    opt.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
-    opt.add_argument("--momentum", type=float, default=0.9, help="momentum (default 0.9)")
+                     help="sample budget in passes over the training set")
+    opt.add_argument("--batch-size", type=int, default=64, help="per-rank batch")
+    opt.add_argument("--lr", type=float, default=0.05, help="learning rate")
+    opt.add_argument("--momentum", type=float, default=0.9, help="momentum")
     opt.add_argument("--weight-decay", type=float, default=0.0,
-                     help="L2 weight decay (default 0)")
+                     help="L2 weight decay")
     opt.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
 
     ev = parser.add_argument_group("evaluation")
     ev.add_argument("--eval-every", type=float, default=0.25,
                     help="evaluate the consensus model every this many epochs "
-                    "(default 0.25; 0 = only at the end)")
+                    "(0 = only at the end)")
     ev.add_argument("--target-accuracy", type=float, default=None,
                     help="record the wall time at which test accuracy first reaches this")
     ev.add_argument("--stop-at-target", action="store_true",
@@ -58,6 +58,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     het = parser.add_argument_group("heterogeneity emulation")
     het.add_argument("--slowdown", default=None,
                      help="per-rank slowdown factors, e.g. 1,1,1,4 (rank 3 four times slower)")
+    het.add_argument("--slowdown-schedule", default=None,
+                     help="change factors during training, e.g. '20s:3=1,2=3;40s:0=2' "
+                     "(times from the start of training; ranks not named keep their factor)")
 
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(f"{cls.name}: {cls.summary}")

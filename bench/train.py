@@ -29,7 +29,12 @@ from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.bench.data import Dataset, DatasetError, load_dataset
-from syncbench.bench.hetero import Slowdown, parse_slowdown
+from syncbench.bench.hetero import (
+    Slowdown,
+    make_slowdown,
+    parse_slowdown,
+    parse_slowdown_schedule,
+)
 from syncbench.bench.options import validate_train_config
 from syncbench.bench.progress import Progress
 from syncbench.bench.recorder import EvalRecorder, StepRecorder, write_run_file
@@ -63,6 +68,9 @@ class Run:
         config = self.config
         validate_train_config(config, self.size)
         self.slowdowns = parse_slowdown(config.slowdown, self.size)
+        self.slowdown_changes = parse_slowdown_schedule(
+            getattr(config, "slowdown_schedule", None), self.size
+        )
         try:
             self.backend: Backend = select_backend(config.device, self.local_rank)
         except BackendError as exc:
@@ -87,8 +95,9 @@ class Run:
         self.budget = Budget(steps * config.batch_size * self.size, config.batch_size, self.size)
         cls = get_algorithm(config.algorithm)
         self.algorithm: Algorithm = cls(self.model, self.comm, config, self.budget)
-        if self.slowdowns[self.rank] != 1.0:
-            self.algorithm.slowdown = Slowdown(self.slowdowns[self.rank])
+        slowdown = make_slowdown(self.slowdowns, self.slowdown_changes, self.rank)
+        if slowdown is not None:
+            self.algorithm.slowdown = slowdown
         self.eval_model = build_model(
             config.model, self.data.input_shape, self.data.num_classes, self.backend, dtype
         ) if self.rank == 0 else None
@@ -121,6 +130,8 @@ class Run:
         last_eval_seen = -1
         self.mpi.Barrier()
         t0 = MPI.Wtime()
+        if isinstance(algo.slowdown, Slowdown):
+            algo.slowdown.start()  # --slowdown-schedule times count from here
         step = 0
         while not algo.done():
             self.timer.reset()

@@ -32,6 +32,8 @@ class Layer:
     def __init__(self) -> None:
         self.params: list[Any] = []
         self.grads: list[Any] = []
+        #: False for a model's first layer: its input gradient is never used.
+        self.needs_input_grad = True
 
     def param_shapes(self) -> list[Shape]:
         """Shapes of this layer's parameters, in flat-buffer order."""
@@ -90,6 +92,8 @@ class Linear(Layer):
         xp = _xp(dy)
         xp.matmul(self._x.T, dy, out=self.grads[0])
         dy.sum(axis=0, out=self.grads[1])
+        if not self.needs_input_grad:
+            return None
         return dy @ self.params[0].T
 
     def __repr__(self) -> str:
@@ -173,8 +177,10 @@ class Conv2d(Layer):
         dy2 = dy.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout)
         xp.matmul(dy2.T, self._cols, out=self.grads[0].reshape(self.cout, -1))
         dy2.sum(axis=0, out=self.grads[1])
+        if not self.needs_input_grad:
+            return None
         dcols = (dy2 @ self.params[0].reshape(self.cout, -1)).reshape(n, oh, ow, c, k, k)
-        dcols = dcols.transpose(0, 3, 4, 5, 1, 2)  # (n, c, k, k, oh, ow)
+        dcols = xp.ascontiguousarray(dcols.transpose(0, 3, 4, 5, 1, 2))  # (n, c, k, k, oh, ow)
         dx = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=dy.dtype)
         for i in range(k):
             for j in range(k):

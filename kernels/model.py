@@ -69,6 +69,11 @@ class Model:
                 gviews.append(self.grads[offset : offset + size].reshape(pshape))
                 offset += size
             layer.bind(pviews, gviews)
+        # Backward stops at the first layer with parameters: no input gradient below it.
+        self.first_trained = next(
+            (i for i, layer in enumerate(self.layers) if layer.param_shapes()), 0
+        )
+        self.layers[self.first_trained].needs_input_grad = False
         self.params[...] = self.backend.asarray(host_init, dtype=self.dtype)
 
     @property
@@ -105,7 +110,8 @@ class Model:
         loss = self.loss_fn.forward(logits, y)
         dy = self.loss_fn.backward()
         for index in range(len(self.layers) - 1, -1, -1):
-            dy = self.layers[index].backward(dy)
+            if index >= self.first_trained:
+                dy = self.layers[index].backward(dy)
             if on_grads_ready is not None:
                 on_grads_ready(self.layer_offsets[index])
         return loss

@@ -1,0 +1,91 @@
+"""Local SGD: periodic model averaging with a fixed period (the Oscars baseline).
+
+Every rank takes ``tau`` (``--period``) local momentum-SGD steps on its own
+replica, then all ranks replace their parameters by the uniform average
+``W = (1/N) sum_k W_k`` with one blocking ``Allreduce`` of the flat parameter
+buffer (Stich 2018, "Local SGD converges fast and communicates little",
+Alg. 1; Lin et al. 2020, "Don't use large mini-batches, use local SGD",
+eq. (2); ALGORITHMS.md, "Local SGD"). Momentum buffers are NOT averaged:
+each rank keeps its own velocity across rounds (only parameters travel).
+
+All ranks take the same number of steps (``Budget.steps_per_rank``); when
+it is not a multiple of ``tau`` the last round is shorter and still ends
+with an averaging, so the final model is the consensus. Evaluation points
+are round boundaries, where every replica equals the average.
+
+``--period`` is shared with Oscars (its base period tau_0) and is defined
+here only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from syncbench.algorithms.base import Algorithm, StepStats
+
+
+class LocalSGD(Algorithm):
+    name = "localsgd"
+    summary = "local SGD: --period local steps, then a blocking Allreduce average of the weights"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
+        parser.add_argument(
+            "--period",
+            type=int,
+            default=4,
+            help="Local SGD period tau, and Oscars' base period tau_0: local steps per "
+            "round between model averagings (default 4)",
+        )
+
+    @classmethod
+    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
+        if config.period < 1:
+            raise ValueError(f"--period must be >= 1, got {config.period}")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.period = int(self.config.period)
+        self.round = 0
+        self.round_steps = 0  # local steps taken in the current round
+        self.round_len = self._next_round_len()
+
+    def _next_round_len(self) -> int:
+        """Steps of the round that starts now: tau, or what is left of the budget."""
+        return min(self.period, self.budget.steps_per_rank - self.steps_taken)
+
+    def local_step(self, x: Any, y: Any) -> float:
+        """One local momentum-SGD step on this rank's replica; returns the loss."""
+        with self.timer.phase("compute"):
+            loss = self.model.loss_and_grad(x, y)
+        self.straggle()
+        with self.timer.phase("update"):
+            self.optimizer.step(self.model.params, self.model.grads)
+        return loss
+
+    def average(self) -> None:
+        """Replace every replica by the uniform average (blocking Allreduce)."""
+        self.comm.Allreduce(self.model.params)
+        with self.timer.phase("update"):
+            self.model.params *= 1.0 / self.comm.size
+
+    def step(self, x: Any, y: Any) -> StepStats:
+        loss = self.local_step(x, y)
+        self.steps_taken += 1
+        self.round_steps += 1
+        stats = StepStats(
+            loss=loss, samples=int(x.shape[0]), local_steps=self.round_len, round=self.round
+        )
+        if self.round_steps >= self.round_len:
+            self.average()
+            self.round += 1
+            self.round_steps = 0
+            self.round_len = self._next_round_len()
+        return stats
+
+    def evaluation_point(self) -> int | None:
+        """Global samples at a round boundary (replicas equal), else None."""
+        if self.round_steps != 0:
+            return None
+        return super().evaluation_point()

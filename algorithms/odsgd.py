@@ -1,0 +1,191 @@
+"""OD-SGD: one-step-delay SGD (Xu, Dong, Xu, Liao 2020, arXiv 2005.06728).
+
+Every rank keeps two copies of the weights: ``W_g``, the global weights,
+identical on every rank (a second flat buffer, :attr:`ODSGD.w_global`), and
+``W_loc``, the weights it computes on (the model's own flat ``params``). The
+recurrence is the one of ``ALGORITHMS.md`` (section "OD-SGD", after Alg. 1 of
+the paper)::
+
+    W_g = W_loc = W0
+    t < warmup:   g = grad(W_loc); gsum = Allreduce(g)                # SSGD
+                  W_g = GlobalOpt(W_g, gsum / N); W_loc = W_g
+    t >= warmup:  g = grad(W_loc)                                     # one step stale
+                  req_t = Iallreduce(g -> gsum_t)                     # overlaps step t+1
+                  if t > warmup: Wait(req_{t-1}); W_g = GlobalOpt(W_g, gsum_{t-1} / N)
+                  W_loc = W_g - lr_local * LocalOpt(g) / N
+    finish():     Wait(req_last); W_g = GlobalOpt(W_g, gsum_last / N)
+
+* GlobalOpt is momentum SGD (``--lr``, ``--momentum``, ``--weight-decay``) on
+  ``W_g`` with the averaged gradient; every rank applies the same update to
+  the same reduced vector, so ``W_g`` stays identical everywhere.
+* LocalOpt (``--local-opt``): ``sgd`` is ``g`` itself; ``dc`` is the
+  delay-compensated gradient of DC-ASGD (Zheng et al. 2017, Eq. 10, as in
+  MXNet's ``DCASGD`` optimizer) ``g + LAMBDA * g * g * (W_loc - W_loc_prev)``,
+  where ``W_loc`` is the weights ``g`` was computed on and ``W_loc_prev`` the
+  weights the previous local update saw. Our choices: the local optimizer's
+  state starts at the first delayed step (so there ``W_loc_prev = W_loc`` and
+  the compensation is zero, like MXNet's freshly created state), and
+  ``--dc-lambda`` defaults to 0.04, MXNet's ``DCASGD`` default.
+* ``--lr-local`` defaults to ``--lr``; ``--warmup-steps`` (default 50) plain
+  SSGD steps (one blocking ``Allreduce``) come first.
+
+Communication: the gradient of step t is copied to one of two receive
+buffers (the next backward overwrites ``model.grads``, and step t+1's
+request starts before step t's is waited on) and reduced in place with a
+nonblocking ``Iallreduce``. MPI progresses it only inside MPI calls, so the
+next step's forward and backward poll it between layers (``Testall``,
+charged to ``comm``); the blocking part of the ``Wait`` is the exposed
+``wait``. Every step is a lock-step point (each rank takes the same steps),
+so :meth:`Algorithm.evaluation_point` keeps its default, and the consensus
+model is ``W_g`` (one gradient behind until :meth:`ODSGD.finish`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from syncbench.algorithms.base import Algorithm, StepStats
+
+LOCAL_OPTS = ("sgd", "dc")
+
+
+class ODSGD(Algorithm):
+    """One-step-delay SGD: global weights lag one reduction, local weights compensate."""
+
+    name = "odsgd"
+    summary = "one-step-delay SGD (gradient Iallreduce overlaps the next step's compute)"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
+        parser.add_argument(
+            "--warmup-steps", type=int, default=50,
+            help="OD-SGD: plain SSGD steps before the one-step delay starts (default 50)",
+        )
+        parser.add_argument(
+            "--lr-local", type=float, default=None,
+            help="OD-SGD: learning rate of the local compensation step (default: --lr)",
+        )
+        parser.add_argument(
+            "--local-opt", choices=LOCAL_OPTS, default="sgd",
+            help="OD-SGD local optimizer: sgd (own gradient) or dc (delay-compensated, "
+            "g + LAMBDA*g*g*(W_loc - W_loc_prev)) (default sgd)",
+        )
+        parser.add_argument(
+            "--dc-lambda", type=float, default=0.04,
+            help="OD-SGD: LAMBDA of --local-opt dc (default 0.04, as MXNet's DCASGD)",
+        )
+
+    @classmethod
+    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
+        if config.warmup_steps < 0:
+            raise ValueError(f"--warmup-steps must be >= 0, got {config.warmup_steps}")
+        if config.lr_local is not None and config.lr_local <= 0:
+            raise ValueError(f"--lr-local must be > 0, got {config.lr_local}")
+        if config.dc_lambda < 0:
+            raise ValueError(f"--dc-lambda must be >= 0, got {config.dc_lambda}")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        params = self.model.params
+        self.warmup_steps: int = self.config.warmup_steps
+        lr_local = self.config.lr_local
+        self.lr_local: float = self.config.lr if lr_local is None else lr_local
+        self.local_opt: str = self.config.local_opt
+        self.dc_lambda: float = self.config.dc_lambda
+        #: W_g, the global weights (identical on every rank).
+        self.w_global = params.copy()
+        self._recv = [params * 0, params * 0]  # two receive buffers: t and t-1 in flight
+        self._scratch = params * 0
+        self._w_loc_prev: Any = None  # the dc optimizer's state, from the first delayed step
+        #: The reduction in flight: (request, its receive buffer), or None.
+        self.pending: tuple[MPI.Request, Any] | None = None
+
+    # -- one step --------------------------------------------------------------
+    def _poll(self, offset: int | None = None) -> None:
+        """Hook between layers: drive the outstanding Iallreduce (``Testall``)."""
+        self.comm.poll()
+
+    def step(self, x: Any, y: Any) -> StepStats:
+        """One OD-SGD step on this rank's batch (SSGD during the warm-up)."""
+        with self.timer.phase("compute"):
+            loss = self.model.loss_and_grad(x, y, on_grads_ready=self._poll, poll=self._poll)
+        self.straggle()
+        delayed = self.steps_taken >= self.warmup_steps
+        if delayed:
+            self._delayed_update()
+        else:
+            self._warmup_update()
+        self.steps_taken += 1
+        return StepStats(loss=loss, samples=int(x.shape[0]), staleness=int(delayed))
+
+    def _warmup_update(self) -> None:
+        """SSGD: blocking allreduce, GlobalOpt on W_g, then W_loc = W_g."""
+        grads = self.model.grads
+        self.comm.Allreduce(grads)
+        with self.timer.phase("update"):
+            grads *= 1.0 / self.comm.size
+            self.optimizer.step(self.w_global, grads)
+            self.model.params[...] = self.w_global
+
+    def _delayed_update(self) -> None:
+        """Start this step's reduction, apply the previous one to W_g, compensate W_loc."""
+        recv = self._recv[self.steps_taken % 2]
+        with self.timer.phase("update"):
+            recv[...] = self.model.grads
+        request = self.comm.Iallreduce(recv)
+        self._apply_pending()
+        self.pending = (request, recv)
+        with self.timer.phase("update"):
+            self._local_update()
+
+    def _apply_pending(self) -> None:
+        """Wait for the reduction in flight (if any) and apply GlobalOpt to W_g."""
+        if self.pending is None:
+            return
+        request, gsum = self.pending
+        self.pending = None
+        self.comm.Wait(request)
+        with self.timer.phase("update"):
+            gsum *= 1.0 / self.comm.size
+            self.optimizer.step(self.w_global, gsum)
+
+    def _local_update(self) -> None:
+        """``W_loc = W_g - lr_local * LocalOpt(g) / N`` (``g`` is still in ``model.grads``)."""
+        params, grads = self.model.params, self.model.grads
+        local = grads
+        if self.local_opt == "dc":
+            if self._w_loc_prev is None:
+                self._w_loc_prev = params.copy()
+            local = np.subtract(params, self._w_loc_prev, out=self._scratch)
+            self._w_loc_prev[...] = params
+            local *= grads
+            local *= grads
+            local *= self.dc_lambda
+            local += grads
+        params[...] = self.w_global
+        params -= np.multiply(local, self.lr_local / self.comm.size, out=self._scratch)
+        import os
+        if os.environ.get("ODSGD_LOOK"):
+            params -= np.multiply(self.optimizer.velocity, self.config.lr * self.config.momentum, out=self._scratch)
+
+    # -- end of training -------------------------------------------------------
+    def consensus_params(self) -> Any:
+        """W_g: identical on every rank (not collective)."""
+        return self.w_global
+
+    def finish(self) -> None:
+        """Drain the last reduction into W_g; afterwards W_loc = W_g too."""
+        if self.pending is not None:
+            self._apply_pending()
+            self.model.params[...] = self.w_global
+
+    def close(self) -> None:
+        """Drop a reduction still in flight (error paths: the job is being aborted)."""
+        if self.pending is not None:
+            request = self.pending[0]
+            self.comm.outstanding = [r for r in self.comm.outstanding if r is not request]
+            self.pending = None

@@ -1,0 +1,290 @@
+"""Oscars: adaptive semi-synchronous local SGD with a global view of rank speeds.
+
+Training runs in rounds of local SGD (Haddadpour et al. 2019, arXiv
+1910.13598, Alg. 1; Oscars, arXiv 2102.08550; ALGORITHMS.md, "Oscars"). In
+round r rank k takes tau_k local momentum-SGD steps from the common W_start,
+then ONE packed ``Iallreduce`` of ``[w_k * delta_k | onehot_k * c_k | tau_k]``
+(delta_k = W_k - W_start; w_k = tau_k, or 1 with ``--averaging uniform``)
+gives every rank the same reduced vector, from which it updates
+``W_start += global_lr * sum_k w_k delta_k / sum_k w_k`` (the sample-weighted
+average; uniform divides by N) and computes the next schedule (eq. in
+ALGORITHMS.md)::
+
+    T     = tau_0(r) * max_k c_k           # the slowest rank takes tau_0 steps
+    tau_k = clamp(floor(T / c_k), 1, tau_max)
+
+with c_k an exponential moving average (``--speed-ema``) of rank k's measured
+seconds per local step: its data, compute, injected delay and update
+phases, so an emulated straggler (``--slowdown``) really is slow, while time
+blocked in communication is left out. Every rank computes the whole schedule
+from the same reduced vector: the global view needs no coordinator.
+``--adaptive off`` gives every rank tau_0, which is exactly Local SGD with
+period tau_0. ``--period-growth ALPHA`` makes tau_0(r) = tau_0 * (1 + ALPHA*r)
+(the adaptive period of 1910.13598). Momentum buffers stay local.
+
+``--overlap``: after a round's last step the rank starts the Iallreduce and
+takes the FIRST step of the next round while it is in flight (polling it
+between layers), then waits and sets W_k = W_start_new + (W_k - W_k_at_sync).
+Only one step overlaps because every rank's tau is >= 1 in every round, so
+that step is inside the next round whatever its schedule turns out to be;
+the sample budget stays exact.
+
+Sample budget (equal work for every algorithm): the global number of local
+steps is ``Budget.total_samples / batch``. Each round's schedule is known to
+every rank, so so is the number of steps left. When a full round would leave
+fewer than N steps (or overshoot), that round is the last one and is fitted
+to exactly the steps left (:func:`fit_budget`): every rank keeps one step and
+the rest is shared in proportion to ``tau_k - 1`` by largest remainder (ties
+to the lower rank). Every rank therefore stops after the same round, and the
+global sample count is exactly the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.kernels.ops import axpy_
+
+#: Slack for floor(T / c_k): T / c_max must give tau_0, not tau_0 - 1, after rounding.
+_FLOOR_SLACK = 1e-9
+
+
+def schedule(step_seconds: Sequence[float], tau0: float, tau_max: int) -> list[int]:
+    """tau_k = clamp(floor(tau0 * max(c) / c_k), 1, tau_max) for every rank k.
+
+    ``step_seconds`` are the ranks' seconds per local step (larger = slower);
+    the slowest rank gets ``floor(tau0)``. Without a measurement for every rank
+    (a value <= 0) every rank gets ``floor(tau0)``.
+    """
+    if not step_seconds or min(step_seconds) <= 0:
+        return uniform_schedule(len(step_seconds), tau0, tau_max)
+    horizon = tau0 * max(step_seconds)
+    return [
+        min(tau_max, max(1, math.floor(horizon / c + _FLOOR_SLACK))) for c in step_seconds
+    ]
+
+
+def uniform_schedule(world_size: int, tau0: float, tau_max: int) -> list[int]:
+    """Every rank takes clamp(floor(tau0), 1, tau_max) steps (``--adaptive off``)."""
+    return [min(tau_max, max(1, math.floor(tau0 + _FLOOR_SLACK)))] * world_size
+
+
+def fit_budget(taus: Sequence[int], remaining: int) -> list[int]:
+    """The round's schedule, fitted to the steps left when it is the last round.
+
+    If the round leaves at least N = len(taus) steps (or exactly none) it is
+    returned unchanged. Otherwise it becomes the last round with exactly
+    ``remaining`` (>= N) steps: one per rank, plus ``remaining - N`` shared in
+    proportion to ``tau_k - 1`` (equally if all are 1) by largest remainder,
+    ties to the lower rank. Pure integer arithmetic: identical on every rank.
+    """
+    n, total = len(taus), sum(taus)
+    if remaining == total or remaining - total >= n:
+        return list(taus)
+    if remaining < n:
+        raise ValueError(f"cannot fit {remaining} steps on {n} ranks (each needs >= 1)")
+    weights = [t - 1 for t in taus]
+    if sum(weights) == 0:
+        weights = [1] * n
+    wsum, target = sum(weights), remaining - n
+    shares = [w * target // wsum for w in weights]
+    order = sorted(range(n), key=lambda k: (-(weights[k] * target % wsum), k))
+    for k in order[: target - sum(shares)]:
+        shares[k] += 1
+    return [1 + s for s in shares]
+
+
+class Oscars(Algorithm):
+    name = "oscars"
+    summary = ("Oscars: adaptive local steps per rank from a global view of speeds, "
+               "one packed Iallreduce per round (--period from localsgd)")
+
+    @classmethod
+    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
+        # --period (tau_0) is defined once, by Local SGD.
+        parser.add_argument("--max-period", type=int, default=None,
+                            help="Oscars tau_max: most local steps per round (default 8*--period)")
+        parser.add_argument("--averaging", choices=("weighted", "uniform"), default="weighted",
+                            help="Oscars averaging of the deltas: by local steps (default) or "
+                            "plain mean")
+        parser.add_argument("--adaptive", choices=("on", "off"), default="on",
+                            help="Oscars: per-rank local steps from measured speeds (on, "
+                            "default) or --period for all (= Local SGD)")
+        parser.add_argument("--overlap", action="store_true",
+                            help="Oscars: take the next round's first step while the round's "
+                            "Iallreduce is in flight")
+        parser.add_argument("--period-growth", type=float, default=0.0,
+                            help="Oscars: tau_0 grows as tau_0*(1 + ALPHA*round) (default 0)")
+        parser.add_argument("--global-lr", type=float, default=1.0,
+                            help="Oscars: step size applied to the averaged delta (default 1)")
+        parser.add_argument("--speed-ema", type=float, default=0.8,
+                            help="Oscars: weight of the old value in the per-step EMA of "
+                            "seconds per local step (default 0.8)")
+
+    @classmethod
+    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
+        checks = [
+            (config.period >= 1, f"--period must be >= 1, got {config.period}"),
+            (config.max_period is None or config.max_period >= 1,
+             f"--max-period must be >= 1, got {config.max_period}"),
+            (config.period_growth >= 0,
+             f"--period-growth must be >= 0, got {config.period_growth}"),
+            (config.global_lr > 0, f"--global-lr must be > 0, got {config.global_lr}"),
+            (0 <= config.speed_ema < 1, f"--speed-ema must be in [0, 1), got {config.speed_ema}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg, size, xp = self.config, self.comm.size, self.model.backend.xp
+        self.tau0 = float(cfg.period)
+        self.tau_max = int(cfg.max_period or 8 * cfg.period)
+        self.total_steps = self.budget.total_samples // self.budget.batch_size
+        self.w_start = self.model.params.copy()
+        self.w_sync = self.model.params.copy() if cfg.overlap else None
+        self.packed = xp.zeros(self.model.size + size + 1, dtype=self.model.dtype)
+        self.scratch = self.model.params * 0
+        self.step_seconds = 0.0  # c_k, this rank's EMA
+        self.speeds = [0.0] * size  # every rank's c, from the last reduction
+        self.round = 0
+        self.round_steps = 0
+        self.consumed = 0  # global local steps of the rounds averaged so far
+        self.scheduled = 0  # global local steps of the rounds planned so far
+        self.history: list[list[int]] = []  # every round's schedule (identical on all ranks)
+        self.pending: Any = None  # the in-flight round's request (overlap)
+        self.at_boundary = True
+        self.finished = False
+        self._plan_round(uniform_schedule(size, self.tau0, self.tau_max))
+
+    # -- schedule ------------------------------------------------------------
+    def base_period(self) -> float:
+        """tau_0 of the current round, with ``--period-growth``."""
+        return self.tau0 * (1.0 + self.config.period_growth * self.round)
+
+    def _plan_round(self, taus: list[int]) -> None:
+        """Fix the current round's schedule (fitted to the budget) on this rank."""
+        self.taus = fit_budget(taus, self.total_steps - self.scheduled)
+        self.scheduled += sum(self.taus)
+        self.tau = self.taus[self.comm.rank]
+        self.history.append(self.taus)
+
+    def _next_schedule(self) -> list[int]:
+        if self.config.adaptive == "off":
+            return uniform_schedule(self.comm.size, self.base_period(), self.tau_max)
+        return schedule(self.speeds, self.base_period(), self.tau_max)
+
+    def _measured_step_seconds(self) -> float:
+        """Seconds of this step's local work so far: data + compute + delay + update."""
+        t = self.timer.totals
+        return t["data"] + t["compute"] + t["delay"] + t["update"]
+
+    def _observe_speed(self) -> None:
+        sample = self._measured_step_seconds()
+        beta = self.config.speed_ema
+        first = self.step_seconds == 0.0
+        self.step_seconds = sample if first else beta * self.step_seconds + (1 - beta) * sample
+
+    # -- one step ------------------------------------------------------------
+    def _local_step(self, x: Any, y: Any) -> float:
+        """One local momentum-SGD step (polling an in-flight round); returns the loss."""
+        poll = self.comm.poll if self.pending is not None else None
+        with self.timer.phase("compute"):
+            loss = self.model.loss_and_grad(
+                x, y, on_grads_ready=(lambda _offset: poll()) if poll else None, poll=poll
+            )
+        self.straggle()
+        with self.timer.phase("update"):
+            self.optimizer.step(self.model.params, self.model.grads)
+        self._observe_speed()
+        return loss
+
+    def step(self, x: Any, y: Any) -> StepStats:
+        loss = self._local_step(x, y)
+        self.steps_taken += 1
+        self.round_steps += 1
+        self.at_boundary = False
+        if self.pending is not None:  # the overlapped first step of this round
+            self._complete()
+        stats = StepStats(loss=loss, samples=int(x.shape[0]), local_steps=self.tau,
+                          round=self.round)
+        if self.round_steps >= self.tau:
+            self._start_reduction()
+            if not self.config.overlap or self.scheduled >= self.total_steps:
+                self._complete()
+        return stats
+
+    # -- one round's reduction -------------------------------------------------
+    def _start_reduction(self) -> None:
+        """Pack [w_k * delta_k | onehot_k * c_k | tau_k] and start its Iallreduce."""
+        size, n = self.model.size, self.comm.size
+        with self.timer.phase("update"):
+            delta = self.packed[:size]
+            delta[...] = self.model.params
+            delta -= self.w_start
+            if self.config.averaging == "weighted":
+                delta *= self.tau
+            self.packed[size:] = 0
+            self.packed[size + self.comm.rank] = self.step_seconds
+            self.packed[size + n] = self.tau
+            if self.w_sync is not None:
+                self.w_sync[...] = self.model.params
+        self.pending = self.comm.Iallreduce(self.packed)
+        self.at_boundary = True
+
+    def _complete(self) -> None:
+        """Wait for the round's reduction, average, and plan the next round."""
+        self.comm.Wait(self.pending)
+        self.pending = None
+        size, n = self.model.size, self.comm.size
+        tail = self.model.backend.to_numpy(self.packed[size:])
+        sum_tau = round(float(tail[n]))
+        if sum_tau != sum(self.taus):
+            raise RuntimeError(f"Oscars round {self.round}: reduced sum of tau {sum_tau} != "
+                               f"planned {sum(self.taus)} (ranks disagree on the schedule)")
+        self.speeds = [float(c) for c in tail[:n]]
+        denom = sum_tau if self.config.averaging == "weighted" else n
+        with self.timer.phase("update"):
+            axpy_(self.w_start, self.config.global_lr / denom, self.packed[:size], self.scratch)
+            if self.w_sync is not None and self.round_steps > self.tau:
+                self.model.params -= self.w_sync  # local progress made meanwhile
+                self.model.params += self.w_start
+            else:
+                self.model.params[...] = self.w_start
+        self.consumed += sum_tau
+        self.round_steps -= self.tau
+        self.round += 1
+        if self.consumed >= self.total_steps:
+            self.finished = True
+            return
+        self._plan_round(self._next_schedule())
+
+    # -- driver interface --------------------------------------------------------
+    def done(self) -> bool:
+        """True once the round that consumes the last of the global budget is averaged."""
+        return self.finished
+
+    def evaluation_point(self) -> int | None:
+        """Global samples at a round boundary (every rank there, same count), else None."""
+        if not self.at_boundary:
+            return None
+        steps = self.consumed + (sum(self.taus) if self.pending is not None else 0)
+        return steps * self.budget.batch_size
+
+    def consensus_params(self) -> Any:
+        """The averaged W_start (completes an in-flight round first: collective)."""
+        if self.pending is not None:
+            self._complete()
+        return self.w_start
+
+    def finish(self) -> None:
+        if self.pending is not None:
+            self._complete()
+
+    def close(self) -> None:
+        self.pending = None

@@ -1,0 +1,213 @@
+"""MPI RMA windows that hold ASGD's global parameters and its update counters.
+
+Two windows, both made with ``MPI.Win.Allocate`` (the MPI library owns the
+memory, so it may place it in shared memory and do accesses without the
+target; Open MPI's passive-target Accumulate on a ``Create``'d window waits
+for the target):
+
+* :class:`ParamWindow` holds the flat parameter vector, cut into contiguous
+  shards (:func:`shard_layout`): one per rank (``sharded``) or all on rank 0
+  (``single``, ``dedicated``). Every access is a passive-target epoch with a
+  SHARED lock per owner: ``Lock(owner, LOCK_SHARED)``, ``Get`` or
+  ``Accumulate(SUM)``, ``Unlock``. An epoch locks every owner first and
+  unlocks them after all operations are posted, so the shards are
+  transferred concurrently instead of one round trip after another.
+  Accumulate is element-wise atomic (MPI-3.1 section 11.7.1), so concurrent
+  pushes are never lost; a ``Get`` that races with an ``Accumulate`` may see
+  some elements before and some after it (Hogwild-style; only element-wise
+  consistent), which asynchronous SGD tolerates.
+* :class:`Counters` holds a few int64 counters on rank 0, changed only with
+  ``Fetch_and_op`` (atomic: ``SUM`` to add, ``NO_OP`` to read).
+
+Every lock is SHARED, so no process ever requests a conflicting lock and
+``MPI_MODE_NOCHECK`` is a valid assertion (``lock_assert``, the default of
+the algorithms that use this module). It matters: without it MPICH sends a
+lock request that the target grants only when it enters the MPI library; with
+it, and with ``Allocate``'d windows on one node, MPICH and Open MPI complete
+Get/Accumulate/Fetch_and_op without the target (see ``asgd.py`` for figures).
+The windows' info hints ``accumulate_ordering=none`` and
+``accumulate_ops=same_op_no_op`` say that only SUM and NO_OP are used and
+that accumulates need not be ordered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+LAYOUTS = ("sharded", "single", "dedicated")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Elements ``[lo, hi)`` of the flat vector, hosted by rank ``owner`` at offset 0."""
+
+    owner: int
+    lo: int
+    hi: int
+
+
+def shard_layout(n: int, size: int, layout: str) -> list[Shard]:
+    """The non-empty shards of an ``n``-element vector over ``size`` ranks.
+
+    ``sharded``: rank r hosts ``[r*n//size, (r+1)*n//size)``; ``single`` and
+    ``dedicated``: rank 0 hosts everything.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if layout != "sharded":
+        return [Shard(0, 0, n)]
+    bounds = [r * n // size for r in range(size + 1)]
+    return [Shard(r, bounds[r], bounds[r + 1]) for r in range(size) if bounds[r + 1] > bounds[r]]
+
+
+def _info() -> MPI.Info:
+    info = MPI.Info.Create()
+    info.Set("accumulate_ordering", "none")
+    info.Set("accumulate_ops", "same_op_no_op")
+    return info
+
+
+def _allocate(comm: MPI.Comm, count: int, dtype: np.dtype) -> tuple[MPI.Win, np.ndarray]:
+    """``Win.Allocate`` of ``count`` elements here; returns the window and a local view."""
+    info = _info()
+    try:
+        win = MPI.Win.Allocate(count * dtype.itemsize, dtype.itemsize, info, comm)
+    finally:
+        info.Free()
+    local = np.frombuffer(win.tomemory(), dtype=dtype) if count else np.zeros(0, dtype)
+    return win, local
+
+
+class ParamWindow:
+    """A flat vector spread over the ranks of ``comm`` as :class:`Shard` s (collective)."""
+
+    def __init__(
+        self, comm: MPI.Comm, n: int, dtype: np.dtype, layout: str, lock_assert: int
+    ) -> None:
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.n = n
+        self.dtype = np.dtype(dtype)
+        self.shards = shard_layout(n, comm.Get_size(), layout)
+        self.lock_assert = lock_assert
+        mine = [s for s in self.shards if s.owner == self.rank]
+        self.local_shard: Shard | None = mine[0] if mine else None
+        count = mine[0].hi - mine[0].lo if mine else 0
+        self.win, self.local = _allocate(comm, count, self.dtype)
+
+    def set_local(self, full: np.ndarray) -> None:
+        """Write this rank's shard of ``full`` into its own window (before training)."""
+        if self.local_shard is None:
+            return
+        self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
+        self.local[...] = full[self.local_shard.lo : self.local_shard.hi]
+        self.win.Unlock(self.rank)
+
+    def read_local(self) -> np.ndarray:
+        """A copy of this rank's shard (empty when it hosts none)."""
+        if self.local_shard is None:
+            return np.zeros(0, self.dtype)
+        self.win.Lock(self.rank, MPI.LOCK_SHARED, self.lock_assert)
+        out = self.local.copy()
+        self.win.Unlock(self.rank)
+        return out
+
+    @contextmanager
+    def epoch(self) -> Iterator[None]:
+        """One passive-target epoch: SHARED-lock every owner, then unlock every owner.
+
+        ``Unlock`` completes the epoch's operations at origin and target.
+        """
+        for shard in self.shards:
+            self.win.Lock(shard.owner, MPI.LOCK_SHARED, self.lock_assert)
+        try:
+            yield
+        finally:
+            for shard in self.shards:
+                self.win.Unlock(shard.owner)
+
+    def get(self, out: np.ndarray) -> None:
+        """Post a ``Get`` of every shard into ``out`` (inside :meth:`epoch`)."""
+        for shard in self.shards:
+            self.win.Get(out[shard.lo : shard.hi], shard.owner)
+
+    def accumulate(self, delta: np.ndarray) -> None:
+        """Post ``window += delta`` on every shard (``Accumulate`` SUM, inside :meth:`epoch`)."""
+        for shard in self.shards:
+            self.win.Accumulate(delta[shard.lo : shard.hi], shard.owner, op=MPI.SUM)
+
+    def flush(self) -> None:
+        """Complete the posted operations of the current epoch (``Win.Flush`` per owner)."""
+        for shard in self.shards:
+            self.win.Flush(shard.owner)
+
+    def pull(self, out: np.ndarray) -> None:
+        """``out = window`` (one epoch of Gets)."""
+        with self.epoch():
+            self.get(out)
+
+    def push(self, delta: np.ndarray) -> None:
+        """``window += delta`` (one epoch of Accumulates)."""
+        with self.epoch():
+            self.accumulate(delta)
+
+    def gather(self) -> np.ndarray:
+        """The whole vector on every rank (collective: local shards + ``Allgatherv``)."""
+        local = self.read_local()
+        counts = [0] * self.comm.Get_size()
+        for shard in self.shards:
+            counts[shard.owner] = shard.hi - shard.lo
+        full = np.empty(self.n, self.dtype)
+        self.comm.Allgatherv(local, [full, counts])
+        return full
+
+    def free(self) -> None:
+        """``Win.Free`` (collective)."""
+        self.win.Free()
+
+
+class Counters:
+    """``count`` int64 counters hosted by rank 0 of ``comm`` (collective)."""
+
+    def __init__(self, comm: MPI.Comm, count: int, lock_assert: int) -> None:
+        self.rank = comm.Get_rank()
+        self.lock_assert = lock_assert
+        self.win, self.local = _allocate(comm, count if self.rank == 0 else 0, np.dtype(np.int64))
+        if self.rank == 0:
+            self.win.Lock(0, MPI.LOCK_EXCLUSIVE)
+            self.local[...] = 0
+            self.win.Unlock(0)
+        self._origin = np.zeros(count, np.int64)
+        self._result = np.zeros(count, np.int64)
+
+    def fetch_and_ops(self, ops: list[tuple[int, int, MPI.Op]]) -> list[int]:
+        """Apply each ``(index, value, op)`` atomically, in one epoch; values before each op.
+
+        ``op`` is ``MPI.SUM`` (add ``value``) or ``MPI.NO_OP`` (read). Each
+        index may appear once.
+        """
+        self.win.Lock(0, MPI.LOCK_SHARED, self.lock_assert)
+        for index, value, op in ops:
+            self._origin[index] = value
+            self.win.Fetch_and_op(
+                self._origin[index : index + 1], self._result[index : index + 1], 0, index, op=op
+            )
+        self.win.Unlock(0)
+        return [int(self._result[index]) for index, _, _ in ops]
+
+    def fetch_add(self, index: int, value: int = 1) -> int:
+        """``counter[index] += value``; returns the value before the addition."""
+        return self.fetch_and_ops([(index, value, MPI.SUM)])[0]
+
+    def read(self, index: int) -> int:
+        """The current value of counter ``index`` (``Fetch_and_op`` NO_OP)."""
+        return self.fetch_and_ops([(index, 0, MPI.NO_OP)])[0]
+
+    def free(self) -> None:
+        """``Win.Free`` (collective)."""
+        self.win.Free()

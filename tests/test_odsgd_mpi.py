@@ -1,0 +1,156 @@
+"""OD-SGD under MPI equals a serial float64 re-computation of its recurrence.
+
+Run with ``mpiexec -n 2 python -m pytest --with-mpi tests/test_odsgd_mpi.py``
+(and ``-n 4``); the end-to-end ``syncbench train`` test launches its own
+``mpiexec`` and so runs only in a plain serial ``pytest``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import rank_streams, run_mpi, train_config
+
+from syncbench.algorithms.base import Budget, MomentumSGD
+from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.registry import get_algorithm
+from syncbench.bench.data import make_synthetic
+from syncbench.kernels.models import build_model
+
+STEPS, WARMUP, BATCH, SEED = 8, 3, 8, 3
+FLAGS = ("--lr", "0.1", "--momentum", "0.9", "--weight-decay", "1e-4",
+         "--warmup-steps", str(WARMUP), "--lr-local", "0.07", "--dc-lambda", "0.5")
+
+
+def serial_odsgd(model_name, data, world, config, steps):
+    """The OD-SGD recurrence of ALGORITHMS.md, all ranks in one process (float64).
+
+    Returns ``(trajectory, final_w_global)``; ``trajectory[t]`` is
+    ``(W_g, [W_loc of each rank])`` after step t.
+    """
+    models = [build_model(model_name, data.input_shape, data.num_classes,
+                          dtype=np.float64, seed=SEED) for _ in range(world)]
+    w_g = models[0].params.copy()
+    global_opt = MomentumSGD(w_g, config.lr, config.momentum, config.weight_decay)
+    streams = rank_streams(data.train_x, data.train_y, world, BATCH, SEED)
+    w_loc_prev = [None] * world
+    in_flight = None  # the averaged gradient of the previous step, not yet applied
+    trajectory = []
+    for t in range(steps):
+        grads = []
+        for model, stream in zip(models, streams):
+            model.loss_and_grad(*stream.next())
+            grads.append(model.grads.copy())
+        average = sum(grads) / world
+        if t < config.warmup_steps:
+            global_opt.step(w_g, average)
+            for model in models:
+                model.params[...] = w_g
+        else:
+            if in_flight is not None:
+                global_opt.step(w_g, in_flight)
+            in_flight = average
+            for k, (model, g) in enumerate(zip(models, grads)):
+                local = g
+                if config.local_opt == "dc":
+                    if w_loc_prev[k] is None:
+                        w_loc_prev[k] = model.params.copy()
+                    local = g + config.dc_lambda * g * g * (model.params - w_loc_prev[k])
+                    w_loc_prev[k] = model.params.copy()
+                model.params[...] = w_g - (config.lr_local / world) * local
+        trajectory.append((w_g.copy(), [m.params.copy() for m in models]))
+    if in_flight is not None:
+        global_opt.step(w_g, in_flight)
+    return trajectory, w_g
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("local_opt", ["sgd", "dc"])
+@pytest.mark.parametrize("model_name", ["mlp", "lenet"])
+def test_odsgd_trajectory_equals_serial_recurrence(local_opt, model_name):
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    data = make_synthetic(512, 64, (1, 28, 28), 10, seed=1)
+    config = train_config("--algorithm", "odsgd", "--local-opt", local_opt, *FLAGS)
+    model = build_model(model_name, data.input_shape, 10, dtype=np.float64, seed=SEED)
+    algo = get_algorithm("odsgd")(model, Communicator(world), config,
+                                  Budget(STEPS * BATCH * size, BATCH, size))
+    stream = rank_streams(data.train_x, data.train_y, size, BATCH, SEED)[rank]
+    expected, expected_final = serial_odsgd(model_name, data, size, config, STEPS)
+    for t in range(STEPS):
+        algo.step(*stream.next())
+        w_g, w_locs = expected[t]
+        np.testing.assert_allclose(algo.w_global, w_g, rtol=0, atol=1e-10, err_msg=f"W_g {t}")
+        np.testing.assert_allclose(model.params, w_locs[rank], rtol=0, atol=1e-10,
+                                   err_msg=f"W_loc step {t}")
+        # the one-step delay: after the warm-up exactly one reduction is in flight
+        assert (algo.pending is not None) == (t >= WARMUP)
+        assert algo.evaluation_point() == (t + 1) * BATCH * size
+    assert algo.done()
+    # after the warm-up the local weights really differ across ranks
+    assert not np.array_equal(expected[-1][1][0], expected[-1][1][1])
+
+    algo.finish()
+    assert algo.pending is None and not algo.comm.outstanding
+    final = algo.consensus_params()
+    assert final is algo.w_global
+    np.testing.assert_allclose(final, expected_final, rtol=0, atol=1e-10)
+    for other in world.allgather(np.asarray(final)):
+        assert np.array_equal(other, final)  # W_g is bit-identical on every rank
+    algo.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_odsgd_without_warmup_and_float32_runs_in_lock_step():
+    """``--warmup-steps 0`` starts delayed at step 0; float32 replicas of W_g agree."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    data = make_synthetic(256, 32, (1, 28, 28), 10, seed=2)
+    config = train_config("--algorithm", "odsgd", "--warmup-steps", "0")
+    model = build_model("mlp", data.input_shape, 10, seed=SEED)
+    algo = get_algorithm("odsgd")(model, Communicator(world), config,
+                                  Budget(4 * BATCH * size, BATCH, size))
+    stream = rank_streams(data.train_x, data.train_y, size, BATCH, SEED, np.float32)[rank]
+    while not algo.done():
+        stats = algo.step(*stream.next())
+        assert stats.staleness == 1 and algo.pending is not None
+    algo.finish()
+    assert np.array_equal(model.params, algo.w_global)
+    for other in world.allgather(np.asarray(algo.w_global)):
+        assert np.array_equal(other, algo.w_global)
+
+
+def test_odsgd_flags_are_validated():
+    cls = get_algorithm("odsgd")
+    for flags in (("--warmup-steps", "-1"), ("--lr-local", "0"), ("--dc-lambda", "-1")):
+        with pytest.raises(ValueError, match=flags[0]):
+            cls.validate(train_config("--algorithm", "odsgd", *flags), 2)
+    config = train_config("--algorithm", "odsgd", "--lr", "0.3")
+    assert config.warmup_steps == 50 and config.lr_local is None and config.local_opt == "sgd"
+
+
+@pytest.mark.mpi_skip
+def test_train_odsgd_end_to_end_writes_run_file(tmp_path):
+    from syncbench.analysis.runfile import read_run
+
+    out = tmp_path / "odsgd.h5"
+    proc = run_mpi(2, "train", "--algorithm", "odsgd", "--dataset", "synthetic",
+                   "--synthetic-samples", "512", "--batch-size", "16", "--epochs", "1",
+                   "--warmup-steps", "4", "--local-opt", "dc", "--eval-every", "0.5",
+                   "--progress", "never", "--out", str(out), timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    run = read_run(out)
+    assert run.attrs["algorithm"] == "odsgd" and run.world_size == 2
+    assert run.config["local_opt"] == "dc" and run.config["warmup_steps"] == 4
+    steps = 512 // 2 // 16
+    for rank in (0, 1):
+        rows = run.ranks[rank]
+        assert len(rows["step"]) == steps
+        np.testing.assert_array_equal(rows["staleness"], np.arange(steps) >= 4)
+        assert np.all(np.isfinite(rows["loss"]))
+    assert run.eval["samples_seen"][-1] == steps * 16 * 2
+    assert 0.0 <= run.summary["final_accuracy"] <= 1.0
