@@ -134,6 +134,25 @@ class Algorithm(ABC):
         """The model to evaluate (called on every rank at an evaluation point)."""
         return self.model.params
 
+    def state(self) -> dict[str, Any]:
+        """This rank's resumable state (arrays and numbers), for ``--checkpoint-every``.
+
+        Called at an evaluation point, after :meth:`finish`-like draining is
+        not needed: lock-step algorithms have nothing in flight there.
+        Subclasses extend the dict with their own state.
+        """
+        return {
+            "params": self.model.backend.to_numpy(self.model.params).copy(),
+            "velocity": self.model.backend.to_numpy(self.optimizer.velocity).copy(),
+            "steps_taken": self.steps_taken,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state` saved (the inverse, on the same rank)."""
+        self.model.params[...] = self.model.backend.asarray(state["params"])
+        self.optimizer.velocity[...] = self.model.backend.asarray(state["velocity"])
+        self.steps_taken = int(state["steps_taken"])
+
     def finish(self) -> None:
         """Drain outstanding communication so :meth:`consensus_params` is final."""
 

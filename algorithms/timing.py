@@ -16,13 +16,25 @@ from contextlib import contextmanager
 PHASES = ("data", "compute", "comm", "wait", "update", "delay")
 
 
+class InjectedFault(RuntimeError):
+    """Raised on purpose by ``--inject-fault`` to test that failures end the job."""
+
+
 class PhaseTimer:
-    """Accumulates seconds per phase for the current step, with nesting."""
+    """Accumulates seconds per phase for the current step, with nesting.
+
+    ``fault = (step, phase, mode)`` makes entering ``phase`` during step
+    ``step`` raise :class:`InjectedFault` (``mode="raise"``) or block forever
+    (``mode="hang"``): fault injection for the reliability tests, firing
+    wherever that phase runs (e.g. with a request in flight).
+    """
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._stack: list[str] = []
         self._mark = 0.0
+        self.step = 0
+        self.fault: tuple[int, str, str] | None = None
 
     def reset(self) -> None:
         """Start a new step: zero every phase."""
@@ -38,6 +50,12 @@ class PhaseTimer:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Charge the time inside the block to ``name`` (pausing any outer phase)."""
+        if self.fault is not None and self.fault[:2] == (self.step, name):
+            mode, self.fault = self.fault[2], None
+            if mode == "hang":  # never returns: for the hang-guard tests
+                while True:
+                    time.sleep(3600)
+            raise InjectedFault(f"injected fault in phase {name!r} of step {self.step}")
         self._charge(time.perf_counter())
         self._stack.append(name)
         try:
@@ -45,6 +63,11 @@ class PhaseTimer:
         finally:
             self._charge(time.perf_counter())
             self._stack.pop()
+
+    @property
+    def current(self) -> str:
+        """The innermost phase running now ("" between phases)."""
+        return self._stack[-1] if self._stack else ""
 
     def add(self, name: str, seconds: float) -> None:
         """Charge ``seconds`` measured elsewhere to ``name``."""

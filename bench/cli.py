@@ -34,6 +34,19 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recover(args: argparse.Namespace) -> int:
+    from syncbench.bench.checkpoint import recover  # noqa: PLC0415
+
+    try:
+        summary = recover(args.run, overwrite=args.overwrite)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"syncbench recover: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.run}: partial run rebuilt (complete=False), "
+          f"{summary['samples_per_s']:.1f} samples/s over {summary['wall_s']:.2f} s")
+    return 0
+
+
 def _speed(args: argparse.Namespace) -> int:
     from syncbench.bench.speed import main as speed_main  # noqa: PLC0415
 
@@ -101,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", default="md", choices=("md", "csv", "json"),
                         help="output format (default md)")
 
+    recover = sub.add_parser(
+        "recover", help="rebuild a partial run file from the rows a crashed run flushed",
+        description="After a job died, rebuild RUN.h5 (marked complete=False) from the "
+        "per-rank row checkpoints in RUN.h5.parts/ (see --flush-every).",
+    )
+    recover.add_argument("run", metavar="RUN.h5")
+    recover.add_argument("--overwrite", action="store_true")
+
     speed = sub.add_parser(
         "speed", help="single-process training-step throughput (samples/s)",
         description="Times forward+backward+update of each model in one process "
@@ -127,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         return _compare(args, extra)
     args = parser.parse_args(argv)
-    handlers = {"train": _train, "report": _report, "speed": _speed, "data": _data}
+    handlers = {"train": _train, "report": _report, "recover": _recover, "speed": _speed,
+                "data": _data}
     return handlers[args.command](args)
 
 

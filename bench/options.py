@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
+from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data import DATASETS
 from syncbench.kernels.backend import DEVICES
 from syncbench.kernels.models import MODELS
@@ -62,9 +63,45 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                      help="change factors during training, e.g. '20s:3=1,2=3;40s:0=2' "
                      "(times from the start of training; ranks not named keep their factor)")
 
+    rel = parser.add_argument_group("reliability")
+    rel.add_argument("--timeout", type=float, default=0.0,
+                     help="hang guard: abort the job when a rank makes no progress for this "
+                     "many seconds, naming the ranks that had not arrived (0 = off)")
+    rel.add_argument("--flush-every", type=float, default=30.0,
+                     help="seconds between per-rank row checkpoints next to --out "
+                     "(RUN.h5.parts/), for `syncbench recover` after a crash")
+    rel.add_argument("--checkpoint-every", type=int, default=0,
+                     help="save resumable state every this many steps of one rank, at the "
+                     "algorithm's synchronization points (0 = off; needs --out)")
+    rel.add_argument("--resume", action="store_true",
+                     help="continue the run of --out from its newest complete checkpoint")
+    rel.add_argument("--save-model", default=None, metavar="PATH",
+                     help="write the final consensus parameters to PATH (.npy, rank 0)")
+    rel.add_argument("--inject-fault", type=parse_fault, default=None,
+                     metavar="RANK:STEP[:PHASE[:MODE]]",
+                     help="testing: on RANK, entering PHASE (default compute) of step STEP "
+                     "raises an error (MODE raise, default) or blocks forever (MODE hang), "
+                     "to check that failures and hangs end the job")
+
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(f"{cls.name}: {cls.summary}")
         cls.add_arguments(group)
+
+
+def parse_fault(spec: str) -> tuple[int, int, str, str]:
+    """``RANK:STEP[:PHASE[:raise|hang]]`` for ``--inject-fault``."""
+    parts = spec.split(":")
+    try:
+        rank, step = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected RANK:STEP[:PHASE[:raise|hang]], got {spec!r}") from None
+    phase = parts[2] if len(parts) > 2 else "compute"
+    mode = parts[3] if len(parts) > 3 else "raise"
+    if phase not in PHASES or mode not in ("raise", "hang") or len(parts) > 4:
+        raise argparse.ArgumentTypeError(
+            f"{spec!r}: PHASE must be one of {', '.join(PHASES)} and the mode raise or hang")
+    return rank, step, phase, mode
 
 
 def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
@@ -84,6 +121,16 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
         (not config.stop_at_target or config.target_accuracy is not None,
          "--stop-at-target needs --target-accuracy"),
     ]
+    checks += [
+        (config.timeout >= 0, f"--timeout must be >= 0, got {config.timeout}"),
+        (config.flush_every > 0, f"--flush-every must be > 0, got {config.flush_every}"),
+        (config.checkpoint_every >= 0,
+         f"--checkpoint-every must be >= 0, got {config.checkpoint_every}"),
+        (config.out or not (config.checkpoint_every or config.resume),
+         "--checkpoint-every and --resume need --out (state is kept next to the run file)"),
+        (config.inject_fault is None or 0 <= config.inject_fault[0] < world_size,
+         f"--inject-fault: rank outside 0..{world_size - 1}"),
+    ]
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
@@ -94,6 +141,6 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
             raise ValueError(f"--out {config.out}: directory {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise ValueError(f"--out {config.out}: directory {parent} is not writable")
-        if out.exists() and not config.overwrite:
+        if out.exists() and not config.overwrite and not config.resume:
             raise ValueError(f"--out {config.out} exists; pass --overwrite to replace it")
     cls.validate(config, world_size)

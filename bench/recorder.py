@@ -53,6 +53,16 @@ class StepRecorder:
         cols["round"][i] = stats.round
         self.count += 1
 
+    def extend(self, columns: Mapping[str, np.ndarray]) -> None:
+        """Append rows saved earlier (resuming a run)."""
+        n = len(columns["step"])
+        while len(self._cols["step"]) < self.count + n:
+            for name, col in self._cols.items():
+                self._cols[name] = np.concatenate([col, np.zeros_like(col)])
+        for name, col in self._cols.items():
+            col[self.count : self.count + n] = columns[name]
+        self.count += n
+
     def columns(self) -> dict[str, np.ndarray]:
         """The recorded rows (copies trimmed to the row count)."""
         return {name: col[: self.count].copy() for name, col in self._cols.items()}
@@ -66,6 +76,11 @@ class EvalRecorder:
 
     def append(self, t: float, step: int, samples_seen: int, loss: float, accuracy: float) -> None:
         self.rows.append((t, step, samples_seen, loss, accuracy))
+
+    def extend(self, columns: Mapping[str, np.ndarray]) -> None:
+        """Append rows saved earlier (resuming a run)."""
+        names = list(schema.EVAL_COLUMNS)
+        self.rows.extend(zip(*(columns[n].tolist() for n in names)))
 
     def columns(self) -> dict[str, np.ndarray]:
         names = list(schema.EVAL_COLUMNS)

@@ -53,7 +53,8 @@ class BatchStream:
         self.backend = backend or numpy_backend()
         self.dtype = np.dtype(dtype)
         self.steps_per_epoch = len(self.indices) // batch_size
-        self._batches = self._generate()
+        self.position = 0  # batches handed out so far
+        self._batches = self._generate(0)
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The shard's visiting order in ``epoch``."""
@@ -66,14 +67,19 @@ class BatchStream:
         order = self.epoch_order(epoch)
         return order[within * self.batch_size : (within + 1) * self.batch_size]
 
-    def _generate(self) -> Iterator[tuple[Any, Any]]:
-        epoch = 0
+    def seek(self, step: int) -> None:
+        """Continue with this rank's ``step``-th batch (resuming a run)."""
+        self.position = step
+        self._batches = self._generate(step)
+
+    def _generate(self, start: int) -> Iterator[tuple[Any, Any]]:
+        epoch, first = divmod(start, self.steps_per_epoch)
         while True:
             order = self.epoch_order(epoch)
-            for i in range(self.steps_per_epoch):
+            for i in range(first, self.steps_per_epoch):
                 idx = np.sort(order[i * self.batch_size : (i + 1) * self.batch_size])
                 yield self._take(idx)
-            epoch += 1
+            epoch, first = epoch + 1, 0
 
     def _take(self, idx: np.ndarray) -> tuple[Any, Any]:
         xb = self.backend.asarray(self.x[idx], dtype=self.dtype)
@@ -82,4 +88,5 @@ class BatchStream:
 
     def next(self) -> tuple[Any, Any]:
         """The next (x, y) batch on the backend's device."""
+        self.position += 1
         return next(self._batches)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import shutil
 import socket
 import subprocess
 import time
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +31,17 @@ from syncbench.algorithms.base import Algorithm, Budget
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
+from syncbench.analysis.summary import summarize
+from syncbench.bench.checkpoint import (
+    commit_checkpoint,
+    flush_rows,
+    latest_checkpoint,
+    load_state,
+    parts_dir,
+    remove_parts,
+    save_state,
+    write_meta,
+)
 from syncbench.bench.data import Dataset, DatasetError, load_dataset
 from syncbench.bench.hetero import (
     Slowdown,
@@ -45,9 +59,37 @@ from syncbench.bench.runtime import (
     wait_politely,
 )
 from syncbench.bench.stream import BatchStream
+from syncbench.bench.watchdog import Watchdog
 from syncbench.kernels.backend import Backend, BackendError, select_backend
 from syncbench.kernels.model import Model
 from syncbench.kernels.models import build_model
+
+
+@dataclass
+class LoopState:
+    """The driver's own position in a run (saved with checkpoints)."""
+
+    eval_stride: int
+    ckpt_stride: int
+    step: int = 0
+    eval_seconds: float = 0.0
+    last_eval_seen: int = -1
+    elapsed: float = 0.0
+    next_eval: float = math.inf
+    next_ckpt: float = math.inf
+
+    def __post_init__(self) -> None:
+        if self.eval_stride > 0 and self.next_eval == math.inf:
+            self.next_eval = self.eval_stride
+        if self.ckpt_stride > 0 and self.next_ckpt == math.inf:
+            self.next_ckpt = self.ckpt_stride
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    def load(self, saved: dict[str, float]) -> None:
+        for key, value in saved.items():
+            setattr(self, key, type(getattr(self, key))(value))
 
 
 class Run:
@@ -98,6 +140,22 @@ class Run:
         slowdown = make_slowdown(self.slowdowns, self.slowdown_changes, self.rank)
         if slowdown is not None:
             self.algorithm.slowdown = slowdown
+        self.parts = parts_dir(config.out) if config.out else None
+        if config.resume:
+            self.resume_step = latest_checkpoint(self.parts, self.size)
+        elif self.parts is not None and self.parts.exists() and not config.overwrite:
+            raise SetupError(
+                f"{self.parts} holds rows of an earlier run of {config.out} that did not "
+                f"complete: rebuild it with `syncbench recover {config.out}`, continue it "
+                "with --resume, or pass --overwrite to discard it"
+            )
+        elif self.parts is not None and self.parts.exists():
+            remove_parts(config.out)
+        if config.inject_fault:
+            fault_rank, *fault = config.inject_fault
+            if fault_rank == self.rank:
+                self.timer.fault = tuple(fault)
+        self.watchdog: Watchdog | None = None
         self.eval_model = build_model(
             config.model, self.data.input_shape, self.data.num_classes, self.backend, dtype
         ) if self.rank == 0 else None
@@ -116,77 +174,154 @@ class Run:
 
     def train(self) -> dict[str, float] | None:
         config, algo = self.config, self.algorithm
-        recorder = StepRecorder(self.budget.steps_per_rank + 1)
+        self.recorder = StepRecorder(self.budget.steps_per_rank + 1)
         self.evals = EvalRecorder()
-        eval_stride = (
-            int(config.eval_every * self.stream.steps_per_epoch) * config.batch_size * self.size
-            if config.eval_every > 0 else 0
+        loop = LoopState(
+            eval_stride=int(config.eval_every * self.stream.steps_per_epoch)
+            * config.batch_size * self.size,
+            ckpt_stride=config.checkpoint_every * config.batch_size * self.size,
         )
-        next_eval = eval_stride if eval_stride > 0 else math.inf
+        if config.resume:
+            self.restore(loop)
         progress = Progress(
             self.budget.total_samples, config.progress if self.rank == 0 else "never"
         )
-        eval_seconds = 0.0
-        last_eval_seen = -1
+        hosts = self.mpi.allgather((socket.gethostname(), self.backend.device))
+        self.root = self.root_attrs([h for h, _ in hosts], [d for _, d in hosts])
+        if self.parts is not None and self.rank == 0:
+            if config.overwrite and not config.resume:
+                Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
+            write_meta(self.parts, self.root, config.target_accuracy)
+        if config.timeout > 0:
+            self.watchdog = self.start_watchdog()
         self.mpi.Barrier()
-        t0 = MPI.Wtime()
+        t0 = MPI.Wtime() - loop.elapsed
         if isinstance(algo.slowdown, Slowdown):
             algo.slowdown.start()  # --slowdown-schedule times count from here
-        step = 0
+        if self.watchdog is not None:
+            self.watchdog.start()
+        last_flush = time.monotonic()
         while not algo.done():
             self.timer.reset()
+            self.timer.step = loop.step
             t_start = MPI.Wtime() - t0
             with self.timer.phase("data"):
                 x, y = self.stream.next()
             stats = algo.step(x, y)
-            recorder.append(step, t_start, self.timer.totals, stats)
-            step += 1
+            self.recorder.append(loop.step, t_start, self.timer.totals, stats)
+            loop.step += 1
+            if self.watchdog is not None:
+                self.watchdog.beat(loop.step)
+            if self.parts is not None and time.monotonic() - last_flush >= config.flush_every:
+                self.flush()
+                last_flush = time.monotonic()
             seen = algo.evaluation_point()
-            if seen is not None:
-                progress.update(seen, stats.loss)
-                if seen >= next_eval:
-                    started = MPI.Wtime()
-                    acc = self.evaluate(started - t0 - eval_seconds, step, seen)
-                    eval_seconds += MPI.Wtime() - started
-                    last_eval_seen = seen
-                    next_eval += eval_stride
-                    if config.stop_at_target and acc >= config.target_accuracy:
-                        break
+            if seen is None:
+                continue
+            progress.update(seen, stats.loss)
+            if seen >= loop.next_eval:
+                started = MPI.Wtime()
+                acc = self.evaluate(started - t0 - loop.eval_seconds, loop.step, seen)
+                loop.eval_seconds += MPI.Wtime() - started
+                loop.last_eval_seen = seen
+                loop.next_eval += loop.eval_stride
+                if config.stop_at_target and acc >= config.target_accuracy:
+                    break
+            if seen >= loop.next_ckpt:
+                loop.next_ckpt += loop.ckpt_stride
+                self.checkpoint(loop, MPI.Wtime() - t0)
         algo.finish()
         train_end = MPI.Wtime() - t0
         seen = algo.evaluation_point()
         if seen is None:
-            seen = int(self.mpi.allreduce(int(recorder.columns()["samples"].sum())))
-        if seen != last_eval_seen:  # same decision on every rank: evaluate is collective
-            self.evaluate(train_end - eval_seconds, step, seen)
+            seen = int(self.mpi.allreduce(int(self.recorder.columns()["samples"].sum())))
+        if seen != loop.last_eval_seen:  # same decision on every rank: evaluate is collective
+            self.evaluate(train_end - loop.eval_seconds, loop.step, seen)
+        if self.config.save_model:
+            self.save_model()
         progress.update(seen, float("nan"), force=True)
         progress.close()
-        wall = self.mpi.allreduce(train_end, op=MPI.MAX) - eval_seconds
-        return self.write(recorder, wall)
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        wall = self.mpi.allreduce(train_end, op=MPI.MAX) - loop.eval_seconds
+        return self.write(self.recorder, wall)
 
-    # -- output ---------------------------------------------------------------
-    def write(self, recorder: StepRecorder, wall_s: float) -> dict[str, float] | None:
-        config = self.config
-        rank_attrs = {
+    # -- crash safety -------------------------------------------------------
+    def start_watchdog(self) -> Watchdog:
+        """The hang guard; its heartbeats go to the parts folder or a temporary one."""
+        folder = self.parts
+        if folder is None:  # one folder for all ranks (shared only within a node)
+            import tempfile  # noqa: PLC0415
+
+            name = tempfile.mkdtemp(prefix="syncbench-hb-") if self.rank == 0 else None
+            folder = Path(self.mpi.bcast(name, root=0))
+        return Watchdog(folder, self.rank, self.size, self.config.timeout, self.timer)
+
+    def rank_attrs(self) -> dict[str, Any]:
+        return {
             "hostname": socket.gethostname(),
             "device": self.backend.device,
             "slowdown": self.slowdowns[self.rank],
         }
-        gathered = self.mpi.gather((recorder.columns(), rank_attrs), root=0)
+
+    def flush(self) -> None:
+        """Rewrite this rank's rows checkpoint (rank 0 adds the evaluation rows)."""
+        evals = self.evals.columns() if self.rank == 0 else None
+        flush_rows(self.parts, self.rank, self.recorder.columns(), self.rank_attrs(), evals)
+
+    def checkpoint(self, loop: LoopState, elapsed: float) -> None:
+        """Save every rank's resumable state at this evaluation point (collective)."""
+        loop.elapsed = elapsed
+        state = {
+            "algorithm": self.algorithm.state(),
+            "loop": loop.as_dict(),
+            "stream_position": self.stream.position,
+            "rows": self.recorder.columns(),
+        }
+        if self.rank == 0:
+            state["evals"] = self.evals.columns()
+        save_state(self.parts, self.rank, loop.step, state)
+        self.flush()
+        self.mpi.Barrier()
+        if self.rank == 0:
+            commit_checkpoint(self.parts, loop.step, self.size)
+
+    def restore(self, loop: LoopState) -> None:
+        """Continue from the newest complete checkpoint (``--resume``)."""
+        state = load_state(self.parts, self.rank, self.resume_step)
+        self.algorithm.load_state(state["algorithm"])
+        loop.load(state["loop"])
+        self.stream.seek(int(state["stream_position"]))
+        self.recorder.extend(state["rows"])
+        if self.rank == 0 and "evals" in state:
+            self.evals.extend(state["evals"])
+
+    def save_model(self) -> None:
+        """Rank 0 writes the final consensus parameters (``--save-model``, .npy)."""
+        if self.rank != 0:
+            return
+        path = Path(self.config.save_model)
+        tmp = path.with_name(f".{path.name}.tmp.npy")
+        np.save(tmp, self.backend.to_numpy(self.eval_model.params))
+        os.replace(tmp, path)
+
+    # -- output ---------------------------------------------------------------
+    def write(self, recorder: StepRecorder, wall_s: float) -> dict[str, float] | None:
+        """Gather every rank's rows to rank 0, which writes the run file atomically."""
+        config = self.config
+        gathered = self.mpi.gather((recorder.columns(), self.rank_attrs()), root=0)
         if self.rank != 0:
             return None
+        if self.watchdog is not None and self.parts is None:
+            shutil.rmtree(self.watchdog.folder, ignore_errors=True)
         rows = {r: g[0] for r, g in enumerate(gathered)}
         attrs = {r: g[1] for r, g in enumerate(gathered)}
-        summary_only = config.out is None
-        root = self.root_attrs([a["hostname"] for a in attrs.values()],
-                               [a["device"] for a in attrs.values()])
-        if summary_only:
-            from syncbench.analysis.summary import summarize  # noqa: PLC0415
-
+        if config.out is None:
             return summarize(rows, self.evals.columns(), wall_s, config.target_accuracy)
-        return write_run_file(
-            config.out, root, rows, attrs, self.evals.columns(), wall_s, config.target_accuracy
-        )
+        summary = write_run_file(config.out, self.root, rows, attrs, self.evals.columns(),
+                                 wall_s, config.target_accuracy)
+        remove_parts(config.out)
+        return summary
 
     def root_attrs(self, hostnames: list[str], devices: list[str]) -> dict[str, Any]:
         config = self.config

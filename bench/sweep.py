@@ -1,0 +1,321 @@
+"""``syncbench sweep``: strong and weak scaling sweeps, one launch per run.
+
+For every repeat r, task count N (``--np 1,2,4``) and algorithm A the sweep
+launches ``mpiexec -n N syncbench train --algorithm A ...`` (or any launcher
+given by ``--mpiexec``, e.g. ``srun --mpi=pmi2`` inside a Slurm allocation)
+and writes the run file ``<out-dir>/<A>-<mode>-np<N>-r<r>.h5``.
+
+* ``--mode strong`` keeps the global mini-batch B fixed (``--global-batch``):
+  each rank takes b = B / N samples per step (an error unless N divides B).
+  For SSGD every N then applies the same large-batch update, the N-rank
+  mean of per-rank mean gradients (docs/ALGORITHMS.md, SSGD: "N ranks with
+  per-rank batch b give the same parameters as one process with batch N*b"),
+  so only the time per step changes with N.
+* ``--mode weak`` keeps the per-rank batch b fixed (``--batch-size``): the
+  global batch grows as N*b, the work per rank per step stays the same.
+
+Both modes keep the sample budget (``--epochs``) of docs/ALGORITHMS.md, so the
+runs do equal total work. With X(N) the median samples/s over repeats, the
+closing table gives speedup S(N) = X(N) / X(N0) and efficiency
+E(N) = S(N) * N0 / N against the smallest task count N0 of each algorithm
+(throughput already normalizes for the work, so one formula serves both
+modes: E = 1 is perfect scaling).
+
+The manifest ``<out-dir>/manifest.json`` lists every planned run (algorithm,
+np, repeat, batch_size, path, status) and is rewritten after each run. The
+sweep is resumable: a run whose file exists, reads back complete with
+:func:`syncbench.analysis.runfile.read_run` and matches the planned
+algorithm, task count and batch is skipped. ``--no-run`` only collects the
+existing files into the manifest and the report (the final job of a Slurm
+sweep, jobs/slurm/sweep.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from syncbench.analysis.report import FORMATS, format_report, report_rows
+from syncbench.analysis.runfile import RunFileError, read_run
+
+MODES = ("strong", "weak")
+#: Train flags the sweep sets itself for every run.
+RESERVED = ("--out", "--algorithm", "--batch-size")
+MANIFEST_SCHEMA = "syncbench-sweep/1"
+
+# Statuses of a planned run in the manifest.
+RAN, SKIPPED, FAILED, MISSING = "ran", "skipped", "failed", "missing"
+
+
+class SweepError(ValueError):
+    """A bad sweep request; the message is one line."""
+
+
+@dataclass
+class PlannedRun:
+    """One (algorithm, task count, repeat) of the sweep and what became of it."""
+
+    algorithm: str
+    np: int
+    repeat: int
+    batch_size: int
+    path: str
+    status: str = "pending"
+    seconds: float | None = None
+    returncode: int | None = None
+    note: str = ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``syncbench sweep``; unknown flags are passed to ``syncbench train``."""
+    parser.add_argument("--mode", choices=MODES, default="strong",
+                        help="strong: fixed global batch; weak: fixed per-rank batch "
+                        "(default strong)")
+    parser.add_argument("--np", default="1,2,4",
+                        help="comma-separated task counts (default 1,2,4)")
+    parser.add_argument("--algorithms", default="ssgd",
+                        help="comma-separated algorithms (default ssgd)")
+    parser.add_argument("--out-dir", default="runs/sweep",
+                        help="run files, manifest.json and report (default runs/sweep)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
+    parser.add_argument("--repeat-index", type=int, default=None,
+                        help="run only this repeat (0-based; one element of a Slurm job array)")
+    parser.add_argument("--global-batch", type=int, default=256,
+                        help="strong mode: global batch, split over the N ranks (default 256)")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="weak mode: per-rank batch (default 64)")
+    parser.add_argument("--mpiexec", default=None,
+                        help="launcher, e.g. 'srun --mpi=pmi2' (default: $MPIEXEC, else the "
+                        "mpiexec next to this Python)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds allowed per run (default: no limit)")
+    parser.add_argument("--manifest", default=None,
+                        help="manifest path (default OUT_DIR/manifest.json)")
+    parser.add_argument("--no-run", action="store_true",
+                        help="launch nothing: collect existing run files into the manifest "
+                        "and the report")
+    parser.add_argument("--format", default="md", choices=FORMATS,
+                        help="report format (default md)")
+
+
+def parse_counts(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``: positive, distinct task counts in the given order."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SweepError(f"--np {text!r}: expected comma-separated integers") from None
+    if not counts or any(n < 1 for n in counts):
+        raise SweepError(f"--np {text!r}: task counts must be >= 1")
+    if len(set(counts)) != len(counts):
+        raise SweepError(f"--np {text!r}: task counts repeat")
+    return counts
+
+
+def per_rank_batch(mode: str, np_: int, global_batch: int, batch_size: int) -> int:
+    """The per-rank batch of a run on ``np_`` ranks (module docstring)."""
+    if mode == "weak":
+        if batch_size < 1:
+            raise SweepError(f"--batch-size must be >= 1, got {batch_size}")
+        return batch_size
+    if global_batch < 1:
+        raise SweepError(f"--global-batch must be >= 1, got {global_batch}")
+    if global_batch % np_:
+        raise SweepError(f"--global-batch {global_batch} is not divisible by {np_} ranks "
+                         "(strong scaling splits it evenly)")
+    return global_batch // np_
+
+
+def run_name(algorithm: str, mode: str, np_: int, repeat: int) -> str:
+    """The run file name of one point: ``<algorithm>-<mode>-np<N>-r<repeat>.h5``."""
+    return f"{algorithm}-{mode}-np{np_}-r{repeat}.h5"
+
+
+def plan(args: argparse.Namespace) -> list[PlannedRun]:
+    """Every run of the sweep, repeat-major so that noise spreads over the points."""
+    counts = parse_counts(args.np)
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    if not algorithms:
+        raise SweepError("--algorithms is empty")
+    if args.repeats < 1:
+        raise SweepError(f"--repeats must be >= 1, got {args.repeats}")
+    repeats = range(args.repeats)
+    only = getattr(args, "repeat_index", None)
+    if only is not None:
+        if not 0 <= only < args.repeats:
+            raise SweepError(f"--repeat-index {only} is outside 0..{args.repeats - 1}")
+        repeats = range(only, only + 1)
+    batches = {n: per_rank_batch(args.mode, n, args.global_batch, args.batch_size)
+               for n in counts}
+    out_dir = Path(args.out_dir)
+    return [PlannedRun(a, n, r, batches[n], str(out_dir / run_name(a, args.mode, n, r)))
+            for r in repeats for n in counts for a in algorithms]
+
+
+def existing_is_complete(run: PlannedRun) -> tuple[bool, str]:
+    """Whether ``run.path`` holds a complete run file of exactly this point."""
+    if not os.path.exists(run.path):
+        return False, ""
+    try:
+        done = read_run(run.path)
+    except RunFileError as exc:
+        return False, f"re-running: {exc}"
+    if not done.complete:
+        return False, "re-running: run file is marked incomplete"
+    found = (done.algorithm, done.world_size, done.config.get("batch_size"))
+    wanted = (run.algorithm, run.np, run.batch_size)
+    if found != wanted:
+        return False, (f"re-running: file has algorithm/np/batch {found}, planned {wanted}")
+    return True, ""
+
+
+def write_manifest(path: Path, args: argparse.Namespace, train_args: list[str],
+                   runs: list[PlannedRun]) -> None:
+    """Write the manifest atomically (temporary name, then rename)."""
+    doc: dict[str, Any] = {
+        "schema": MANIFEST_SCHEMA,
+        "mode": args.mode,
+        "np": parse_counts(args.np),
+        "algorithms": list(dict.fromkeys(r.algorithm for r in runs)),
+        "repeats": args.repeats,
+        "global_batch": args.global_batch if args.mode == "strong" else None,
+        "batch_size": args.batch_size if args.mode == "weak" else None,
+        "train_args": train_args,
+        "runs": [asdict(r) for r in runs],
+    }
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def launch(run: PlannedRun, train_args: list[str], mpiexec: str | None,
+           timeout: float | None) -> None:
+    """Run one point and record its status, exit code and duration in ``run``."""
+    from syncbench.bench.launch import run_train  # noqa: PLC0415 - spawns subprocesses
+
+    flags = ["--algorithm", run.algorithm, "--batch-size", str(run.batch_size),
+             "--out", run.path, "--overwrite", *train_args]
+    started = time.perf_counter()
+    try:
+        proc = run_train(run.np, flags, mpiexec, timeout=timeout, quiet=True)
+    except subprocess.TimeoutExpired:
+        run.status, run.note = FAILED, f"timed out after {timeout:g} s"
+    else:
+        run.returncode = proc.returncode
+        lines = [ln for ln in (proc.stdout or "").splitlines() if ln.strip()]
+        if proc.returncode == 0 and existing_is_complete(run)[0]:
+            run.status, run.note = RAN, lines[-1] if lines else ""
+        else:
+            run.status = FAILED
+            err = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
+            run.note = (err[-1] if err else f"exit status {proc.returncode}")
+            sys.stderr.write("".join(f"  | {ln}\n" for ln in err[-20:]))
+    run.seconds = round(time.perf_counter() - started, 3)
+
+
+def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], mode: str) -> str:
+    """Median samples/s per (algorithm, N) with speedup and efficiency vs the smallest N."""
+    by_path = {row["path"]: row for row in rows}
+    points: dict[tuple[str, int], list[float]] = {}
+    batches: dict[tuple[str, int], int] = {}
+    for run in runs:
+        row = by_path.get(run.path)
+        if row is not None:
+            points.setdefault((run.algorithm, run.np), []).append(float(row["samples_per_s"]))
+            batches[(run.algorithm, run.np)] = run.batch_size
+    header = (f"# {mode} scaling: median samples/s over repeats; speedup and efficiency "
+              "vs the smallest np of each algorithm")
+    lines = [header,
+             f"| {'algorithm':<10} | {'np':>3} | {'batch/rank':>10} | {'runs':>4} | "
+             f"{'samples/s':>10} | {'speedup':>7} | {'efficiency':>10} |",
+             f"| {'-' * 10} | {'-' * 2}: | {'-' * 9}: | {'-' * 3}: | {'-' * 9}: | "
+             f"{'-' * 6}: | {'-' * 9}: |"]
+    order = {a: i for i, a in enumerate(dict.fromkeys(r.algorithm for r in runs))}
+    base: dict[str, tuple[int, float]] = {}
+    for (algorithm, np_) in sorted(points, key=lambda k: (order[k[0]], k[1])):
+        x = statistics.median(points[(algorithm, np_)])
+        n0, x0 = base.setdefault(algorithm, (np_, x))
+        speedup = x / x0 if x0 > 0 else float("nan")
+        efficiency = speedup * n0 / np_
+        lines.append(f"| {algorithm:<10} | {np_:>3} | {batches[(algorithm, np_)]:>10} | "
+                     f"{len(points[(algorithm, np_)]):>4} | {x:>10.1f} | {speedup:>7.3f} | "
+                     f"{efficiency:>10.3f} |")
+    return "\n".join(lines)
+
+
+def check_train_args(train_args: list[str]) -> None:
+    """The sweep sets --out, --algorithm and --batch-size itself."""
+    for flag in train_args:
+        name = flag.split("=", 1)[0]
+        if name in RESERVED:
+            raise SweepError(f"{name} is set per run by the sweep; use --out-dir, "
+                             "--algorithms, --global-batch (strong) or --batch-size (weak)")
+
+
+def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
+    """Run (or resume) the sweep, write the manifest and print the report; 0 if all ran."""
+    if train_args is None:
+        train_args = list(getattr(args, "train_args", None) or [])
+    try:
+        check_train_args(train_args)
+        runs = plan(args)
+    except SweepError as exc:
+        print(f"syncbench sweep: {exc}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = Path(args.manifest) if args.manifest else out_dir / "manifest.json"
+    total = len(runs)
+    for i, run in enumerate(runs, 1):
+        label = (f"[{i}/{total}] {run.algorithm} np={run.np} repeat={run.repeat} "
+                 f"batch/rank={run.batch_size}")
+        complete, note = existing_is_complete(run)
+        if complete:
+            run.status, run.note = SKIPPED, "complete run file exists"
+        elif args.no_run:
+            run.status, run.note = MISSING, note or "no run file"
+        else:
+            if note:
+                print(f"{label}: {note}", flush=True)
+            print(f"{label}: running -> {run.path}", flush=True)
+            launch(run, train_args, args.mpiexec, args.timeout)
+        detail = f" ({run.seconds:.1f} s)" if run.seconds is not None else ""
+        print(f"{label}: {run.status}{detail}{': ' + run.note if run.note else ''}", flush=True)
+        write_manifest(manifest, args, train_args, runs)
+    good = [r for r in runs if r.status in (RAN, SKIPPED)]
+    text = ""
+    if good:
+        rows = report_rows([r.path for r in good])
+        text = format_report(rows, args.format)
+        if args.format == "md":
+            text += "\n\n" + scaling_table(runs, rows, args.mode)
+        print()
+        print(text)
+        (out_dir / f"report.{args.format}").write_text(text + "\n")
+    bad = [r for r in runs if r.status in (FAILED, MISSING)]
+    print(f"\nsweep: {len(good)} of {total} runs complete "
+          f"({sum(r.status == RAN for r in runs)} ran, {sum(r.status == SKIPPED for r in runs)} "
+          f"skipped, {len(bad)} failed or missing); manifest {manifest}", flush=True)
+    return 1 if bad else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A stand-alone parser (``python -m syncbench.bench.sweep``)."""
+    parser = argparse.ArgumentParser(
+        prog="syncbench sweep",
+        description="Strong or weak scaling sweep: one launch per (algorithm, np, repeat), "
+        "then a report. Flags it does not know are passed to syncbench train.")
+    add_arguments(parser)
+    return parser
+
+
+if __name__ == "__main__":
+    _args, _extra = build_parser().parse_known_args()
+    sys.exit(main(_args, _extra))
