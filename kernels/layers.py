@@ -129,9 +129,10 @@ class Conv2d(Layer):
     """2-D convolution (stride 1, zero padding) through im2col and one GEMM.
 
     Weights have shape (out_channels, in_channels, k, k). The forward pass
-    unfolds every k x k window into a row of a (n*oh*ow, C*k*k) matrix; the
-    backward pass multiplies by the same matrix for the weight gradient and
-    folds the column gradient back (col2im) for the input gradient.
+    unfolds every k x k window into a column of a (C*k*k, n*oh*ow) matrix
+    and multiplies it by the (out, C*k*k) weight matrix; the backward pass
+    multiplies by the same matrix for the weight gradient and folds the
+    column gradient back (col2im) for the input gradient.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, padding: int = 0) -> None:
@@ -159,32 +160,38 @@ class Conv2d(Layer):
         xp = _xp(x)
         n, c, h, w = x.shape
         p, k = self.pad, self.k
+        oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
         if p:
             x = xp.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
-        oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
-        windows = xp.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
-        cols = windows.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * k * k)
+        # im2col into a (c, k, k, n, oh, ow) matrix: k*k block copies, each of
+        # whole (n, oh, ow) planes, instead of one gather over tiny windows.
+        cols = xp.empty((c, k, k, n, oh, ow), dtype=x.dtype)
+        xt = x.transpose(1, 0, 2, 3)
+        for i in range(k):
+            for j in range(k):
+                cols[:, i, j] = xt[:, :, i : i + oh, j : j + ow]
+        cols = cols.reshape(c * k * k, n * oh * ow)
         self._cols, self._in_shape, self._out_hw = cols, (n, c, h, w), (oh, ow)
-        y = cols @ self.params[0].reshape(self.cout, -1).T
-        y += self.params[1]
-        return y.reshape(n, oh, ow, self.cout).transpose(0, 3, 1, 2)
+        y = self.params[0].reshape(self.cout, -1) @ cols  # (cout, n*oh*ow)
+        y += self.params[1][:, None]
+        return xp.ascontiguousarray(y.reshape(self.cout, n, oh, ow).transpose(1, 0, 2, 3))
 
     def backward(self, dy: Any) -> Any:
         xp = _xp(dy)
         n, c, h, w = self._in_shape
         oh, ow = self._out_hw
         p, k = self.pad, self.k
-        dy2 = dy.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout)
-        xp.matmul(dy2.T, self._cols, out=self.grads[0].reshape(self.cout, -1))
-        dy2.sum(axis=0, out=self.grads[1])
+        dy2 = xp.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(self.cout, n * oh * ow)
+        xp.matmul(dy2, self._cols.T, out=self.grads[0].reshape(self.cout, -1))
+        dy2.sum(axis=1, out=self.grads[1])
         if not self.needs_input_grad:
             return None
-        dcols = (dy2 @ self.params[0].reshape(self.cout, -1)).reshape(n, oh, ow, c, k, k)
-        dcols = xp.ascontiguousarray(dcols.transpose(0, 3, 4, 5, 1, 2))  # (n, c, k, k, oh, ow)
-        dx = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=dy.dtype)
-        for i in range(k):
+        dcols = (self.params[0].reshape(self.cout, -1).T @ dy2).reshape(c, k, k, n, oh, ow)
+        dx = xp.zeros((c, n, h + 2 * p, w + 2 * p), dtype=dy.dtype)
+        for i in range(k):  # col2im: fold the k*k planes back, summing overlaps
             for j in range(k):
-                dx[:, :, i : i + oh, j : j + ow] += dcols[:, :, i, j]
+                dx[:, :, i : i + oh, j : j + ow] += dcols[:, i, j]
+        dx = dx.transpose(1, 0, 2, 3)
         if p:
             dx = dx[:, :, p:-p, p:-p]
         return dx

@@ -1,0 +1,152 @@
+"""No hangs, clear errors, nothing lost: failures under a real 4-rank mpiexec.
+
+Each test launches its own job with a subprocess timeout, so a hang fails the
+test instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import MPIEXEC, run_mpi
+
+from syncbench.analysis.runfile import read_run
+
+SMALL = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--batch-size", "16"]
+
+# Where the fault fires: ODSGD with its Iallreduce in flight (after warm-up),
+# ASGD inside its RMA epochs (pull/push are charged to comm), the others mid-compute.
+FAULTS = {
+    "ssgd": ([], "1:5:compute"),
+    "odsgd": (["--warmup-steps", "2"], "1:6:compute"),
+    "asgd": ([], "1:5:comm"),
+    "localsgd": (["--period", "4"], "1:6:compute"),
+    "oscars": (["--period", "2"], "1:6:compute"),
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(FAULTS))
+def test_a_rank_that_raises_ends_the_job(algorithm):
+    from syncbench.algorithms.registry import ALGORITHMS
+
+    if algorithm not in ALGORITHMS:
+        pytest.skip(f"{algorithm} is not registered")
+    flags, fault = FAULTS[algorithm]
+    started = time.monotonic()
+    proc = run_mpi(4, "train", *SMALL, "--algorithm", algorithm, *flags,
+                   "--inject-fault", fault, timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode != 0
+    assert elapsed < 20, f"job took {elapsed:.1f} s to end"
+    assert "syncbench: rank 1: InjectedFault" in proc.stderr, proc.stderr[-2000:]
+
+
+def _rank_pids(marker: str) -> list[int]:
+    """PIDs of the Python ranks whose command line contains ``marker``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in argv and Path(argv[0].decode()).name.startswith("python") \
+                and b"syncbench" in argv:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def test_a_killed_rank_ends_the_job(tmp_path):
+    marker = str(tmp_path / "killed.h5")
+    cmd = [MPIEXEC, "-n", "4", sys.executable, "-m", "syncbench", "train", *SMALL,
+           "--epochs", "50", "--out", marker]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 30
+        pids = []
+        while time.monotonic() < deadline and len(pids) < 4:
+            time.sleep(0.2)
+            pids = _rank_pids(marker)
+        assert len(pids) == 4, f"ranks not found: {pids}"
+        time.sleep(1.0)  # let training start
+        os.kill(pids[2], signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=30)
+        assert time.monotonic() - killed < 20
+        assert proc.returncode != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _rank_pids(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_hang_guard_names_the_rank_that_did_not_arrive():
+    started = time.monotonic()
+    proc = run_mpi(4, "train", *SMALL, "--timeout", "3", "--inject-fault", "2:10:compute:hang",
+                   timeout=60)
+    assert proc.returncode != 0
+    assert time.monotonic() - started < 25
+    lines = [ln for ln in proc.stderr.splitlines() if "no progress for" in ln]
+    assert lines, proc.stderr[-2000:]
+    assert any(ln.endswith("ranks that had not arrived: 2; aborting the job") for ln in lines)
+
+
+def test_partial_run_is_recoverable_and_reported(tmp_path):
+    out = tmp_path / "crash.h5"
+    proc = run_mpi(2, "train", *SMALL, "--out", str(out), "--flush-every", "0.01",
+                   "--inject-fault", "1:40", timeout=60)
+    assert proc.returncode != 0 and not out.exists()
+    parts = tmp_path / "crash.h5.parts"
+    assert (parts / "rows-00000.npz").exists() and (parts / "rows-00001.npz").exists()
+    # a new run refuses to discard the parts
+    again = run_mpi(2, "train", *SMALL, "--out", str(out), timeout=60)
+    assert again.returncode == 2 and "syncbench recover" in again.stderr
+    rec = run_mpi(1, "recover", str(out), timeout=60)
+    assert rec.returncode == 0, rec.stderr
+    run = read_run(out)
+    assert run.complete is False
+    for rank in (0, 1):
+        steps = run.ranks[rank]["step"]
+        assert 0 < len(steps) <= 41
+        np.testing.assert_array_equal(steps, np.arange(len(steps)))
+    report = run_mpi(1, "report", str(out), "--format", "csv", timeout=60)
+    assert report.returncode == 0 and "ssgd" in report.stdout
+
+
+def test_resume_after_a_crash_reaches_the_same_parameters(tmp_path):
+    flags = [*SMALL, "--epochs", "2", "--dtype", "float64", "--eval-every", "0.5"]
+    full = run_mpi(2, "train", *flags, "--out", str(tmp_path / "full.h5"),
+                   "--save-model", str(tmp_path / "full.npy"), timeout=120)
+    assert full.returncode == 0, full.stderr
+    out = tmp_path / "crash.h5"
+    crash = run_mpi(2, "train", *flags, "--out", str(out), "--checkpoint-every", "20",
+                    "--inject-fault", "1:90", timeout=120)
+    assert crash.returncode != 0 and not out.exists()
+    resumed = run_mpi(2, "train", *flags, "--out", str(out), "--resume",
+                      "--save-model", str(tmp_path / "resumed.npy"), timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"),
+                                  np.load(tmp_path / "full.npy"))
+    a, b = read_run(tmp_path / "full.h5"), read_run(out)
+    assert b.complete and not (tmp_path / "crash.h5.parts").exists()
+    np.testing.assert_array_equal(a.ranks[1]["step"], b.ranks[1]["step"])
+    np.testing.assert_array_equal(a.ranks[1]["loss"], b.ranks[1]["loss"])
+    np.testing.assert_array_equal(a.eval["accuracy"], b.eval["accuracy"])
+
+
+def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
+    proc = run_mpi(2, "train", *SMALL, "--out", str(tmp_path / "x.h5"), "--resume",
+                   timeout=60)
+    assert proc.returncode == 2
+    assert "--resume: no checkpoint" in proc.stderr
