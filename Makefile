@@ -56,3 +56,17 @@ speed: venv
 
 clean:
 	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache
+
+# Slurm: a single-node cluster on this Debian host (as root: installs munge and slurm
+# with apt-get when missing, starts the daemons by hand), and the tests that submit
+# jobs to it (they fail instead of skipping when no cluster answers).
+.PHONY: slurm-up slurm-down test-slurm
+
+slurm-up:
+	bash jobs/slurm/local-cluster.sh
+
+slurm-down:
+	bash jobs/slurm/local-cluster.sh stop
+
+test-slurm: venv slurm-up
+	SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m slurm tests/test_slurm.py

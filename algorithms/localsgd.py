@@ -84,6 +84,15 @@ class LocalSGD(Algorithm):
             self.round_len = self._next_round_len()
         return stats
 
+    def state(self) -> dict[str, Any]:
+        """Resumable state (taken at a round boundary, where replicas are equal)."""
+        return {**super().state(), "round": self.round}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.round, self.round_steps = int(state["round"]), 0
+        self.round_len = self._next_round_len()
+
     def evaluation_point(self) -> int | None:
         """Global samples at a round boundary (replicas equal), else None."""
         if self.round_steps != 0:

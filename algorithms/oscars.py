@@ -13,10 +13,13 @@ ALGORITHMS.md)::
     T     = tau_0(r) * max_k c_k           # the slowest rank takes tau_0 steps
     tau_k = clamp(floor(T / c_k), 1, tau_max)
 
-with c_k an exponential moving average (``--speed-ema``) of rank k's measured
-seconds per local step: its data, compute, injected delay and update
-phases, so an emulated straggler (``--slowdown``) really is slow, while time
-blocked in communication is left out. Every rank computes the whole schedule
+with c_k rank k's measured seconds per local step: its data, compute,
+injected delay and update phases (so an emulated straggler, ``--slowdown``,
+really is slow, while time blocked in communication is left out), averaged
+over the round and smoothed across rounds by an exponential moving average
+(``--speed-ema``, the weight of the old value). Averaging within the round
+first keeps one preempted step on an oversubscribed host from swinging the
+schedule, and a speed change still shows within a few rounds. Every rank computes the whole schedule
 from the same reduced vector: the global view needs no coordinator.
 ``--adaptive off`` gives every rank tau_0, which is exactly Local SGD with
 period tau_0. ``--period-growth ALPHA`` makes tau_0(r) = tau_0 * (1 + ALPHA*r)
@@ -27,7 +30,9 @@ takes the FIRST step of the next round while it is in flight (polling it
 between layers), then waits and sets W_k = W_start_new + (W_k - W_k_at_sync).
 Only one step overlaps because every rank's tau is >= 1 in every round, so
 that step is inside the next round whatever its schedule turns out to be;
-the sample budget stays exact.
+the sample budget stays exact. An evaluation or checkpoint at a round boundary
+completes the in-flight reduction first (the consensus is W_start_new), so
+the step after it is not overlapped.
 
 Sample budget (equal work for every algorithm): the global number of local
 steps is ``Budget.total_samples / batch``. Each round's schedule is known to
@@ -121,9 +126,9 @@ class Oscars(Algorithm):
                             help="Oscars: tau_0 grows as tau_0*(1 + ALPHA*round) (default 0)")
         parser.add_argument("--global-lr", type=float, default=1.0,
                             help="Oscars: step size applied to the averaged delta (default 1)")
-        parser.add_argument("--speed-ema", type=float, default=0.8,
-                            help="Oscars: weight of the old value in the per-step EMA of "
-                            "seconds per local step (default 0.8)")
+        parser.add_argument("--speed-ema", type=float, default=0.5,
+                            help="Oscars: weight of the old value in the per-round EMA of "
+                            "seconds per local step (default 0.5)")
 
     @classmethod
     def validate(cls, config: argparse.Namespace, world_size: int) -> None:
@@ -151,6 +156,7 @@ class Oscars(Algorithm):
         self.packed = xp.zeros(self.model.size + size + 1, dtype=self.model.dtype)
         self.scratch = self.model.params * 0
         self.step_seconds = 0.0  # c_k, this rank's EMA
+        self._window = [0.0, 0]  # seconds and local steps since the last reduction
         self.speeds = [0.0] * size  # every rank's c, from the last reduction
         self.round = 0
         self.round_steps = 0
@@ -185,10 +191,19 @@ class Oscars(Algorithm):
         return t["data"] + t["compute"] + t["delay"] + t["update"]
 
     def _observe_speed(self) -> None:
-        sample = self._measured_step_seconds()
-        beta = self.config.speed_ema
+        """Add this step's local seconds to the round's window."""
+        self._window[0] += self._measured_step_seconds()
+        self._window[1] += 1
+
+    def _update_speed(self) -> None:
+        """c_k <- EMA over rounds of the window's mean seconds per local step."""
+        seconds, steps = self._window
+        if steps == 0:
+            return
+        sample, beta = seconds / steps, self.config.speed_ema
         first = self.step_seconds == 0.0
         self.step_seconds = sample if first else beta * self.step_seconds + (1 - beta) * sample
+        self._window = [0.0, 0]
 
     # -- one step ------------------------------------------------------------
     def _local_step(self, x: Any, y: Any) -> float:
@@ -223,6 +238,7 @@ class Oscars(Algorithm):
     def _start_reduction(self) -> None:
         """Pack [w_k * delta_k | onehot_k * c_k | tau_k] and start its Iallreduce."""
         size, n = self.model.size, self.comm.size
+        self._update_speed()
         with self.timer.phase("update"):
             delta = self.packed[:size]
             delta[...] = self.model.params
@@ -239,7 +255,15 @@ class Oscars(Algorithm):
 
     def _complete(self) -> None:
         """Wait for the round's reduction, average, and plan the next round."""
-        self.comm.Wait(self.pending)
+        import os, time
+        iv = float(os.environ.get("OSC_POLITE", "0"))
+        if iv > 0:
+            with self.timer.phase("wait"):
+                while not self.pending.Test():
+                    time.sleep(iv)
+            self.comm._forget(self.pending)
+        else:
+            self.comm.Wait(self.pending)
         self.pending = None
         size, n = self.model.size, self.comm.size
         tail = self.model.backend.to_numpy(self.packed[size:])
@@ -285,6 +309,34 @@ class Oscars(Algorithm):
     def finish(self) -> None:
         if self.pending is not None:
             self._complete()
+
+    def state(self) -> dict[str, Any]:
+        """Resumable state at a round boundary (completes an in-flight round: collective)."""
+        self.finish()
+        to_numpy = self.model.backend.to_numpy
+        return {
+            **super().state(),
+            "w_start": to_numpy(self.w_start).copy(),
+            "step_seconds": self.step_seconds,
+            "speeds": list(self.speeds),
+            "round": self.round,
+            "consumed": self.consumed,
+            "scheduled": self.scheduled,
+            "history": [list(t) for t in self.history],
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.w_start[...] = self.model.backend.asarray(state["w_start"])
+        self.step_seconds = float(state["step_seconds"])
+        self.speeds = [float(c) for c in state["speeds"]]
+        self.round, self.round_steps = int(state["round"]), 0
+        self.consumed, self.scheduled = int(state["consumed"]), int(state["scheduled"])
+        self.history = [[int(t) for t in taus] for taus in state["history"]]
+        self.taus = self.history[-1]
+        self.tau = self.taus[self.comm.rank]
+        self.pending, self.at_boundary = None, True
+        self.finished = self.consumed >= self.total_steps
 
     def close(self) -> None:
         self.pending = None

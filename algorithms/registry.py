@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from syncbench.algorithms.asgd import ASGD
 from syncbench.algorithms.base import Algorithm
 from syncbench.algorithms.localsgd import LocalSGD
 from syncbench.algorithms.odsgd import ODSGD
@@ -10,6 +11,7 @@ from syncbench.algorithms.ssgd import SSGD
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     SSGD.name: SSGD,
+    ASGD.name: ASGD,
     LocalSGD.name: LocalSGD,
     Oscars.name: Oscars,
     ODSGD.name: ODSGD,

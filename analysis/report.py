@@ -1,20 +1,40 @@
-"""``syncbench report``: one row per run file, as Markdown, CSV or JSON.
+"""``syncbench report``: tables of run files, as Markdown, CSV or JSON, and plots.
 
-Values come from each file's ``/summary`` attributes and its root attributes
-(``algorithm``, ``world_size``); nothing is recomputed here.
+:func:`report_rows` / :func:`format_report` give the summary table, one row per
+run file: values come from each file's ``/summary`` attributes and its root
+attributes (``algorithm``, ``world_size``); nothing is recomputed there.
+
+:func:`report_main` (the ``syncbench report`` command) adds the tidy columns of
+:mod:`syncbench.analysis.tables` (time per phase, hidden communication,
+stragglers, accuracy, speedup and efficiency, all defined there), optional
+aggregation over repeats (``--by``) and plots (``--plots``, see
+:mod:`syncbench.analysis.plots`). Its JSON rows keep the keys of
+``schema.REPORT_KEYS`` plus ``path`` and only add keys.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .runfile import read_run
-from .schema import REPORT_KEYS
+from .runfile import Run, RunFileError, read_run
+from .schema import PHASES, REPORT_KEYS
+from .tables import (
+    NEW_KEYS,
+    ROOT_GROUP_KEYS,
+    SPREAD_KEYS,
+    aggregate,
+    rank_table,
+    table_rows,
+)
+from .trace import parse_steps
 
 #: Extra key of every row: the run file it came from (a column of JSON only).
 PATH_KEY = "path"
@@ -151,3 +171,342 @@ def format_report(rows: list[dict[str, Any]], fmt: str) -> str:
             f"unknown report format {fmt!r}; valid formats: {', '.join(FORMATS)}"
         ) from None
     return formatter(rows)
+
+
+# ---------------------------------------------------------------- syncbench report
+
+
+def _by_keys(text: str | None) -> tuple[str, ...]:
+    return tuple(k.strip() for k in (text or "").split(",") if k.strip())
+
+
+def load_runs(paths: Sequence[str], warn: Callable[[str], None] | None = None) -> list[Run]:
+    """Read every run file; a partial one (``complete=False``) is read with a warning.
+
+    Raises :class:`~syncbench.analysis.runfile.RunFileError` for a file that
+    cannot be read (another schema, missing groups, not HDF5).
+    """
+    runs = []
+    for path in paths:
+        run = read_run(path)
+        if not run.complete and warn is not None:
+            warn(f"warning: {run.path} is partial (complete=False: rebuilt from per-rank "
+                 f"checkpoints of {len(run.ranks)} of {run.world_size} ranks); "
+                 "it is reported and marked 'partial'")
+        runs.append(run)
+    return runs
+
+
+def check_by_keys(runs: Sequence[Run], by: Sequence[str], flag: str = "--by") -> None:
+    """``ValueError`` naming a ``flag`` key that is neither a column nor a config flag."""
+    columns = {*REPORT_KEYS, *NEW_KEYS, *ROOT_GROUP_KEYS}
+    for key in by:
+        if key in columns or any(key in run.config for run in runs):
+            continue
+        raise ValueError(
+            f"{flag} key {key!r} is neither a report column ({', '.join(ROOT_GROUP_KEYS)}, ...) "
+            "nor a flag in the runs' config"
+        )
+
+
+def report_tables(runs: Sequence[Run], by: Sequence[str] = (),
+                  target_accuracy: float | None = None,
+                  series: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The tidy rows of ``syncbench report``: one per run, or one per ``by`` group.
+
+    Per-run rows hold ``schema.REPORT_KEYS``, ``path``, ``tables.NEW_KEYS`` and
+    ``ranks`` (the per-rank table of :func:`~syncbench.analysis.tables.rank_table`);
+    group rows hold the medians, ``<key>_min``/``<key>_max`` of
+    ``tables.SPREAD_KEYS``, ``path`` as a list of files, and the ``by`` keys.
+    ``series`` adds keys that split scaling series (see ``tables.add_scaling``).
+    """
+    rows = table_rows(runs, by, target_accuracy, series)
+    if by:
+        return aggregate(rows, by)
+    for row, run in zip(rows, runs, strict=True):
+        row["ranks"] = rank_table(run)
+    return rows
+
+
+# Markdown formats of the columns beyond REPORT_KEYS (by key, or by suffix).
+_MD_EXTRA: dict[str, str] = {
+    "repeats": "{:d}", "speedup": "{:.2f}", "efficiency": "{:.2f}",
+    "speedup_wall": "{:.2f}", "efficiency_wall": "{:.2f}",
+    "hidden_comm_fraction": "{:.3f}", "step_max_over_median": "{:.2f}",
+    "busy_max_over_median": "{:.2f}", "slowest_rank": "{:d}", "rank": "{:d}",
+    "steps": "{:d}", "samples": "{:d}", "baseline_world_size": "{:d}",
+    "best_accuracy": "{:.4f}", "final_loss": "{:.4f}", "slowdown": "{:g}",
+    "exposed_comm_s_per_round": "{:.5f}", "rounds": "{:.1f}",
+}
+_MD_SUFFIX: tuple[tuple[str, str], ...] = (
+    ("_fraction", "{:.3f}"), ("_share", "{:.3f}"), ("_share_max", "{:.3f}"),
+    ("_s_per_step", "{:.5f}"), ("_s_median", "{:.5f}"), ("_s_max", "{:.5f}"),
+    ("_s_mean", "{:.5f}"), ("_s", "{:.3f}"), ("_per_s", "{:.1f}"),
+)
+
+
+def _md_spec(key: str) -> str | None:
+    base = key[:-4] if key.endswith(("_min", "_max")) and key[:-4] in SPREAD_KEYS else key
+    if base in _MD_FORMATS:
+        return _MD_FORMATS[base]
+    if base in _MD_EXTRA:
+        return _MD_EXTRA[base]
+    for suffix, spec in _MD_SUFFIX:
+        if base.endswith(suffix):
+            return spec
+    return None
+
+
+def _md_value(key: str, value: Any) -> str:
+    if key == "run":  # the run file's name, for per-run tables
+        return os.path.basename(str(value))
+    value = _plain(value)
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    spec = _md_spec(key)
+    if spec is not None and isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return spec.format(value)
+        except ValueError:
+            return f"{value:g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]],
+             cell: Callable[[dict[str, Any], str], str] | None = None) -> str:
+    """A fixed-width GitHub table; ``columns`` are (key, header) pairs.
+
+    Cells come from ``cell(row, key)`` (default: the key's number format,
+    ``-`` for missing/NaN); columns whose cells are all numbers are right-aligned.
+    """
+    def default(row: dict[str, Any], key: str) -> str:
+        return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+
+    cell = cell or default
+    cells = [[cell(row, key) for key, _ in columns] for row in rows]
+    numeric = [
+        all(_plain(row.get(key)) is None or
+            (isinstance(_plain(row.get(key)), int | float)
+             and not isinstance(_plain(row.get(key)), bool)) for row in rows)
+        and _md_spec(key) is not None
+        for key, _ in columns
+    ]
+    widths = [max([len(h), 3, *(len(c[i]) for c in cells)]) for i, (_, h) in enumerate(columns)]
+
+    def pad(text: str, i: int) -> str:
+        return text.rjust(widths[i]) if numeric[i] else text.ljust(widths[i])
+
+    def line(parts: list[str]) -> str:
+        return "| " + " | ".join(parts) + " |"
+
+    header = line([pad(h, i) for i, (_, h) in enumerate(columns)])
+    rule = line([("-" * (w - 1) + ":") if numeric[i] else "-" * w for i, w in enumerate(widths)])
+    return "\n".join([header, rule, *(line([pad(c, i) for i, c in enumerate(cs)])
+                                        for cs in cells)])
+
+
+_PHASE_COL = "phase:"  # column keys of the phase table (a --by key may be named "comm")
+
+
+def _phase_cell(row: dict[str, Any], key: str) -> str:
+    """``0.01234 (45.6%)``: seconds per step and share of wall time of one phase."""
+    if not key.startswith(_PHASE_COL) and key != "untracked_fraction":
+        return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+    key = key.removeprefix(_PHASE_COL)
+    if key == "untracked_fraction":
+        value = _plain(row.get(key))
+        return "-" if value is None else f"{100 * value:.1f}%"
+    seconds = _plain(row.get(f"{key}_s_per_step"))
+    share = _plain(row.get(f"{key}_fraction"))
+    if seconds is None:
+        return "-"
+    return f"{seconds:.5f}" + ("" if share is None else f" ({100 * share:.1f}%)")
+
+
+def _label_columns(by: Sequence[str]) -> list[tuple[str, str]]:
+    keys = list(by) if by else ["run", "algorithm", "world_size"]
+    for key in ("algorithm", "world_size"):
+        if key not in keys:
+            keys.append(key)
+    return [(k, k) for k in keys]
+
+
+def _note(row: dict[str, Any]) -> str:
+    return "" if row.get("complete", True) else "partial"
+
+
+def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
+                     per_rank: bool = False) -> str:
+    """The Markdown report: summary, time per phase, stragglers (and per-rank tables)."""
+    labels = _label_columns(by)
+    extra_labels = [c for c in labels if c[0] not in REPORT_KEYS]
+    main = [*extra_labels, *((k, k) for k in REPORT_KEYS)]
+    if by:
+        main.append(("repeats", "repeats"))
+    main += [("speedup", "speedup"), ("efficiency", "efficiency"),
+             ("hidden_comm_fraction", "hidden_comm"), ("note", "note")]
+
+    def main_cell(row: dict[str, Any], key: str) -> str:
+        if key == "note":
+            return _note(row)
+        return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+
+    title = f"## Runs grouped by {', '.join(by)} (medians)" if by else "## Runs"
+    parts = [title, "", md_table(rows, main, main_cell)]
+    if by and any(r.get("repeats", 1) > 1 for r in rows):
+        spread_keys = ("samples_per_s", "wall_s", "final_accuracy", "time_to_target_s",
+                       "speedup", "efficiency")
+
+        def spread_cell(row: dict[str, Any], key: str) -> str:
+            if key not in spread_keys:
+                return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+            lo, hi = row.get(f"{key}_min"), row.get(f"{key}_max")
+            if _plain(lo) is None and _plain(hi) is None:
+                return "-"
+            if key == "time_to_target_s" and _plain(hi) is None:
+                return f"{_md_value(key, lo)} - never"
+            return f"{_md_value(key, lo)} - {_md_value(key, hi)}"
+
+        cols = [*labels, ("repeats", "repeats"), *((k, f"{k} min - max") for k in spread_keys)]
+        parts += ["", "## Spread over repeats (min - max)", "", md_table(rows, cols, spread_cell)]
+    phase_cols = [*labels, ("step_s_mean", "step s"), *((_PHASE_COL + p, p) for p in PHASES),
+                  ("untracked_fraction", "untracked")]
+    parts += ["", "## Time per phase (mean s/step, share of wall time)", "",
+              md_table(rows, phase_cols, _phase_cell)]
+    strag = [*labels, ("step_s_median", "step s median"), ("step_s_max", "step s max"),
+             ("step_max_over_median", "max/median"),
+             ("busy_max_over_median", "busy max/median"), ("slowest_rank", "slowest rank"),
+             ("wait_share_max", "wait share max"), ("idle_share_max", "idle share max")]
+    parts += ["", "## Stragglers", "", md_table(rows, strag)]
+    scal = [*labels, ("scaling", "scaling"), ("baseline_world_size", "N0"),
+            ("speedup", "speedup"), ("efficiency", "efficiency"),
+            ("speedup_wall", "speedup (wall)"), ("efficiency_wall", "efficiency (wall)"),
+            ("exposed_comm_s_per_round", "exposed comm s/round"),
+            ("hidden_comm_fraction", "hidden comm"), ("best_accuracy", "best accuracy")]
+    parts += ["", "## Scaling and communication", "", md_table(rows, scal)]
+    if per_rank:
+        rank_cols = [("rank", "rank"), ("hostname", "host"), ("slowdown", "slowdown"),
+                     ("steps", "steps"), ("busy_s_per_step", "busy s/step"),
+                     *((f"{p}_fraction", p) for p in PHASES),
+                     ("wait_share", "wait share"), ("idle_share", "idle share"),
+                     ("step_s_median", "step s median"), ("step_s_max", "step s max")]
+        for row in rows:
+            if "ranks" in row:
+                parts += ["", f"## Per rank: {row[PATH_KEY]} (phase shares of wall time)", "",
+                          md_table(row["ranks"], rank_cols)]
+    if any(not r.get("complete", True) for r in rows):
+        parts += ["", "partial: rebuilt from per-rank checkpoints of a crashed run."]
+    parts += ["", "Definitions: pydoc syncbench.analysis.tables"]
+    return "\n".join(parts)
+
+
+def _table_keys(rows: Sequence[dict[str, Any]], nested: bool) -> list[str]:
+    """Every key of the rows in first-seen order, REPORT_KEYS and path first."""
+    keys = [*REPORT_KEYS, PATH_KEY]
+    for row in rows:
+        for key in row:
+            if key not in keys and not key.startswith("_") and (nested or key != "ranks"):
+                keys.append(key)
+    return keys
+
+
+def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = (),
+                  per_rank: bool = False) -> str:
+    """The rows of :func:`report_tables` as text, without a trailing newline.
+
+    - ``md``: the sections of :func:`format_tables_md`.
+    - ``csv``: one tidy table, a header of every column (``schema.REPORT_KEYS``
+      and ``path`` first), full precision, NaN as empty; a group's paths are
+      joined with ``;``; per-rank tables are left out.
+    - ``json``: a list of objects, keys ``schema.REPORT_KEYS``, ``path``, then
+      the added ones (per-run rows also have ``ranks``: a list of per-rank
+      objects); NaN as ``null``.
+    """
+    if fmt == "md":
+        return format_tables_md(rows, by, per_rank)
+    if fmt == "csv":
+        keys = _table_keys(rows, nested=False)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(keys)
+        for row in rows:
+            writer.writerow([";".join(map(str, v)) if isinstance(v, list) else _csv_cell(v)
+                             for v in (row.get(k) for k in keys)])
+        return out.getvalue().rstrip("\n")
+    if fmt == "json":
+        keys = _table_keys(rows, nested=True)
+
+        def plain(value: Any) -> Any:
+            if isinstance(value, list):
+                return [plain(v) for v in value]
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items() if not k.startswith("_")}
+            return _plain(value)
+
+        return json.dumps([{k: plain(row.get(k)) for k in keys} for row in rows],
+                          indent=2, allow_nan=False)
+    raise ValueError(f"unknown report format {fmt!r}; valid formats: {', '.join(FORMATS)}")
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``syncbench report`` (for ``bench/cli.py``)."""
+    parser.add_argument("runs", nargs="+", metavar="RUN.h5", help="run files (syncbench/1)")
+    parser.add_argument("--format", default="md", choices=FORMATS,
+                        help="output format (default md)")
+    parser.add_argument("--by", default=None, metavar="KEY,...",
+                        help="aggregate repeats: one row per distinct value of these keys "
+                        "(columns such as algorithm, world_size, model, or any train flag "
+                        "such as comm), median with min/max")
+    parser.add_argument("--plots", default=None, metavar="DIR",
+                        help="also write PNG plots to DIR (needs matplotlib: "
+                        "pip install syncbench[plot])")
+    parser.add_argument("--series", default=None, metavar="KEY,...",
+                        help="train flags that split scaling series besides algorithm, model, "
+                        "dataset and the --by keys (e.g. comm: blocking and overlapping SSGD "
+                        "get their own baselines)")
+    parser.add_argument("--target-accuracy", type=float, default=None, metavar="X",
+                        help="recompute time to target for this test accuracy "
+                        "(default: the runs' own --target-accuracy)")
+    parser.add_argument("--timeline-steps", default=None, metavar="A:B",
+                        help="steps shown in the per-rank timeline plots (default: up to 8 "
+                        "steps from the middle of each run)")
+    parser.add_argument("--per-rank", action="store_true",
+                        help="Markdown: add one per-rank table per run")
+    parser.set_defaults(report_main=report_main)
+
+
+def report_main(args: argparse.Namespace) -> int:
+    """Run ``syncbench report``; returns the exit status (2 on a bad file or flag)."""
+    def err(message: str) -> None:
+        print(f"syncbench report: {message}", file=sys.stderr)
+
+    by = _by_keys(getattr(args, "by", None))
+    series = _by_keys(getattr(args, "series", None))
+    plots_dir = getattr(args, "plots", None)
+    try:
+        if plots_dir:
+            from .plots import require_matplotlib  # noqa: PLC0415
+
+            require_matplotlib()
+        window = parse_steps(args.timeline_steps) if getattr(args, "timeline_steps", None) \
+            else None
+        runs = load_runs(args.runs, warn=err)
+        check_by_keys(runs, by)
+        check_by_keys(runs, series, "--series")
+        target = getattr(args, "target_accuracy", None)
+        rows = report_tables(runs, by, target, series)
+    except (RunFileError, ValueError, ImportError) as exc:
+        err(str(exc))
+        return 2
+    print(format_tables(rows, args.format, by, getattr(args, "per_rank", False)))
+    if plots_dir:
+        from .plots import write_plots  # noqa: PLC0415
+
+        per_run = rows if not by else table_rows(runs, by, target, series)
+        written, notes = write_plots(runs, per_run, plots_dir, by=by, window=window)
+        for note in notes:
+            err(f"note: {note}")
+        err(f"wrote {len(written)} plots to {plots_dir}")
+    return 0

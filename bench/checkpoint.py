@@ -19,9 +19,11 @@ exactly what was flushed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -167,3 +169,21 @@ def _read_tree(group: h5py.Group) -> dict[str, Any]:
 def remove_parts(out: str | os.PathLike) -> None:
     """A run completed: its crash-safety folder is no longer needed."""
     shutil.rmtree(parts_dir(out), ignore_errors=True)
+
+
+def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``syncbench recover``."""
+    parser.add_argument("run", metavar="RUN.h5", help="the run file the crashed job was writing")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing RUN.h5")
+
+
+def recover_main(args: argparse.Namespace) -> int:
+    """Body of ``syncbench recover``."""
+    try:
+        summary = recover(args.run, overwrite=args.overwrite)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"syncbench recover: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.run}: partial run rebuilt (complete=False), "
+          f"{summary['samples_per_s']:.1f} samples/s over {summary['wall_s']:.2f} s")
+    return 0

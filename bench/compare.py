@@ -18,6 +18,18 @@ from syncbench.analysis.report import format_report, report_rows
 from syncbench.bench.launch import run_train
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``syncbench compare`` (unknown flags go to ``syncbench train``)."""
+    parser.add_argument("--np", type=int, default=4, help="ranks per run")
+    parser.add_argument("--algorithms", default="ssgd,asgd,odsgd,oscars",
+                        help="comma-separated algorithms; those not available are skipped "
+                        "with a note")
+    parser.add_argument("--out-dir", default="runs", help="where the run files go")
+    parser.add_argument("--mpiexec", default=None,
+                        help="launcher (default: $MPIEXEC, else the mpiexec next to this Python)")
+    parser.add_argument("--format", default="md", choices=("md", "csv", "json"))
+
+
 def main(args: argparse.Namespace, train_args: list[str]) -> int:
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     missing = [a for a in names if a not in ALGORITHMS]

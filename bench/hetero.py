@@ -156,9 +156,10 @@ class Slowdown:
         self.clock = clock
         self._t0: float | None = None
 
-    def start(self) -> None:
-        """Zero the schedule's clock (at the start of training)."""
-        self._t0 = self.clock()
+    def start(self, elapsed: float = 0.0) -> None:
+        """Start the schedule's clock at ``elapsed`` seconds (0 at the start of training;
+        a resumed run passes the training time already done)."""
+        self._t0 = self.clock() - elapsed
 
     def elapsed(self) -> float:
         """Seconds since :meth:`start`."""

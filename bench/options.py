@@ -32,6 +32,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     run.add_argument("--device", default="auto", choices=DEVICES,
                      help="compute device")
+    run.add_argument("--cuda-aware", default="auto", choices=("auto", "yes", "no"),
+                     help="GPU only: hand device buffers to MPI directly (yes) or stage them "
+                     "through pinned host memory (no); auto asks the MPI library "
+                     "(MPIX_Query_cuda_support), then known environment settings, else no")
     run.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                      help="parameter and activation precision")
     run.add_argument("--progress", default="auto", choices=("auto", "always", "never"),
@@ -144,3 +148,13 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
         if out.exists() and not config.overwrite and not config.resume:
             raise ValueError(f"--out {config.out} exists; pass --overwrite to replace it")
     cls.validate(config, world_size)
+
+
+def run_train_command(args: argparse.Namespace) -> int:
+    """Body of ``syncbench train``: one run on every rank of ``MPI.COMM_WORLD``."""
+    from mpi4py import MPI  # noqa: PLC0415 - MPI starts only for commands that need it
+
+    from syncbench.bench.train import run_training  # noqa: PLC0415
+
+    run_training(args, MPI.COMM_WORLD)
+    return 0

@@ -42,6 +42,15 @@ def step_throughput(model_name: str, batch: int, steps: int, repeats: int,
     return rates
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``syncbench speed``."""
+    parser.add_argument("--models", default="mlp,lenet", help="comma-separated models")
+    parser.add_argument("--batch-size", type=int, default=64, help="batch per step")
+    parser.add_argument("--steps", type=int, default=50, help="steps per repeat")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is shown")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+
+
 def main(args: argparse.Namespace) -> int:
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(f"# syncbench speed: batch {args.batch_size}, {args.steps} steps x {args.repeats} "

@@ -75,7 +75,12 @@ class PlannedRun:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``syncbench sweep``; unknown flags are passed to ``syncbench train``."""
+    """The flags of ``syncbench sweep``; unknown flags are passed to ``syncbench train``.
+
+    Abbreviations are switched off on ``parser``: ``--out`` or ``--algorithm``
+    (train flags) must not be taken for ``--out-dir`` or ``--algorithms``.
+    """
+    parser.allow_abbrev = False
     parser.add_argument("--mode", choices=MODES, default="strong",
                         help="strong: fixed global batch; weak: fixed per-rank batch "
                         "(default strong)")
@@ -98,7 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds allowed per run (default: no limit)")
     parser.add_argument("--manifest", default=None,
-                        help="manifest path (default OUT_DIR/manifest.json)")
+                        help="manifest path (default OUT_DIR/manifest.json; with "
+                        "--repeat-index K, -rK is added before .json)")
     parser.add_argument("--no-run", action="store_true",
                         help="launch nothing: collect existing run files into the manifest "
                         "and the report")
@@ -250,6 +256,13 @@ def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], mode: str)
     return "\n".join(lines)
 
 
+def report_path(manifest: Path, fmt: str) -> Path:
+    """The report beside its manifest: ``manifest-np2.json`` -> ``report-np2.md``."""
+    stem = manifest.stem.replace("manifest", "report") if "manifest" in manifest.stem \
+        else manifest.stem + "-report"
+    return manifest.with_name(f"{stem}.{fmt}")
+
+
 def check_train_args(train_args: list[str]) -> None:
     """The sweep sets --out, --algorithm and --batch-size itself."""
     for flag in train_args:
@@ -272,6 +285,8 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = Path(args.manifest) if args.manifest else out_dir / "manifest.json"
+    if getattr(args, "repeat_index", None) is not None:  # array tasks run side by side
+        manifest = manifest.with_name(f"{manifest.stem}-r{args.repeat_index}{manifest.suffix}")
     total = len(runs)
     for i, run in enumerate(runs, 1):
         label = (f"[{i}/{total}] {run.algorithm} np={run.np} repeat={run.repeat} "
@@ -298,7 +313,7 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
             text += "\n\n" + scaling_table(runs, rows, args.mode)
         print()
         print(text)
-        (out_dir / f"report.{args.format}").write_text(text + "\n")
+        report_path(manifest, args.format).write_text(text + "\n")
     bad = [r for r in runs if r.status in (FAILED, MISSING)]
     print(f"\nsweep: {len(good)} of {total} runs complete "
           f"({sum(r.status == RAN for r in runs)} ran, {sum(r.status == SKIPPED for r in runs)} "

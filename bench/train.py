@@ -29,6 +29,7 @@ from mpi4py import MPI
 
 from syncbench.algorithms.base import Algorithm, Budget
 from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.device_buffers import detect_cuda_aware, make_communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis.summary import summarize
@@ -117,6 +118,9 @@ class Run:
             self.backend: Backend = select_backend(config.device, self.local_rank)
         except BackendError as exc:
             raise SetupError(str(exc)) from None
+        self.cuda_aware = self.backend.is_gpu and detect_cuda_aware(
+            getattr(config, "cuda_aware", "auto")).enabled
+        self.comm = make_communicator(self.mpi, self.timer, self.backend, self.cuda_aware)
         try:
             self.data: Dataset = load_dataset(
                 config.dataset, config.data_dir,
@@ -186,8 +190,9 @@ class Run:
         progress = Progress(
             self.budget.total_samples, config.progress if self.rank == 0 else "never"
         )
-        hosts = self.mpi.allgather((socket.gethostname(), self.backend.device))
-        self.root = self.root_attrs([h for h, _ in hosts], [d for _, d in hosts])
+        hosts = self.mpi.allgather((socket.gethostname(), self.backend.device, self.cuda_aware))
+        self.root = self.root_attrs([h for h, _, _ in hosts], [d for _, d, _ in hosts])
+        self.root["cuda_aware"] = all(aware for _, _, aware in hosts)
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
                 Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
@@ -197,7 +202,7 @@ class Run:
         self.mpi.Barrier()
         t0 = MPI.Wtime() - loop.elapsed
         if isinstance(algo.slowdown, Slowdown):
-            algo.slowdown.start()  # --slowdown-schedule times count from here
+            algo.slowdown.start(loop.elapsed)  # --slowdown-schedule times count from here
         if self.watchdog is not None:
             self.watchdog.start()
         last_flush = time.monotonic()
@@ -337,7 +342,7 @@ class Run:
             "started_utc": self.started_utc,
             "syncbench_version": _version(),
             "git_sha": _git_sha(),
-            "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+            "mpi_library": MPI.Get_library_version().replace("\0", "").strip().splitlines()[0],
             "mpi4py_version": metadata.version("mpi4py"),
             "numpy_version": np.__version__,
             "cupy_version": _optional_version("cupy-cuda12x") or _optional_version("cupy"),

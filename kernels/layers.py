@@ -4,7 +4,10 @@ A layer owns no parameter memory: :meth:`Layer.bind` hands it views into the
 model's single flat parameter buffer and the matching views into the flat
 gradient buffer. ``backward`` overwrites (never accumulates) its gradient
 views and returns the gradient with respect to its input. Every layer works
-on whatever array module its inputs come from (NumPy or CuPy).
+on whatever array module its inputs come from (NumPy or CuPy). On the GPU
+(CuPy inputs) the element-wise parts, im2col/col2im, pooling and the loss run
+as the hand-written CUDA kernels of :mod:`syncbench.kernels.ops` and the GEMMs
+as ``cupy.matmul`` (cuBLAS); the NumPy code of the CPU path is unchanged.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from syncbench.kernels import ops
 
 Shape = tuple[int, ...]
 
@@ -24,6 +29,11 @@ def _xp(array: Any):
 
         return cupy
     return np
+
+
+def _on_gpu(array: Any) -> bool:
+    """True for CuPy arrays: the layer then runs its GPU path (CUDA kernels, cuBLAS)."""
+    return type(array).__module__.startswith("cupy")
 
 
 class Layer:
@@ -85,13 +95,26 @@ class Linear(Layer):
     def forward(self, x: Any, train: bool = True) -> Any:
         self._x = x
         y = x @ self.params[0]
+        if _on_gpu(y):
+            ops.bias_add_(y, self.params[1])
+            return y
         y += self.params[1]
         return y
 
     def backward(self, dy: Any) -> Any:
         xp = _xp(dy)
+        if _on_gpu(dy):
+            return self._gpu_backward(xp, dy)
         xp.matmul(self._x.T, dy, out=self.grads[0])
         dy.sum(axis=0, out=self.grads[1])
+        if not self.needs_input_grad:
+            return None
+        return dy @ self.params[0].T
+
+    def _gpu_backward(self, xp: Any, dy: Any) -> Any:
+        """cuBLAS GEMMs and the bias-gradient kernel."""
+        xp.matmul(self._x.T, dy, out=self.grads[0])
+        ops.bias_grad(dy, out=self.grads[1])
         if not self.needs_input_grad:
             return None
         return dy @ self.params[0].T
@@ -104,10 +127,15 @@ class ReLU(Layer):
     """``max(x, 0)``; the gradient passes where the input was positive."""
 
     def forward(self, x: Any, train: bool = True) -> Any:
+        if _on_gpu(x):
+            self._y = ops.relu_forward(x)  # the backward kernel reads y > 0
+            return self._y
         self._mask = x > 0
         return x * self._mask
 
     def backward(self, dy: Any) -> Any:
+        if _on_gpu(dy):
+            return ops.relu_backward(dy, self._y)
         return dy * self._mask
 
 
@@ -158,6 +186,8 @@ class Conv2d(Layer):
 
     def forward(self, x: Any, train: bool = True) -> Any:
         xp = _xp(x)
+        if _on_gpu(x):
+            return self._gpu_forward(xp, x)
         n, c, h, w = x.shape
         p, k = self.pad, self.k
         oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
@@ -178,6 +208,8 @@ class Conv2d(Layer):
 
     def backward(self, dy: Any) -> Any:
         xp = _xp(dy)
+        if _on_gpu(dy):
+            return self._gpu_backward(xp, dy)
         n, c, h, w = self._in_shape
         oh, ow = self._out_hw
         p, k = self.pad, self.k
@@ -195,6 +227,27 @@ class Conv2d(Layer):
         if p:
             dx = dx[:, :, p:-p, p:-p]
         return dx
+
+    def _gpu_forward(self, xp: Any, x: Any) -> Any:
+        """im2col kernel, one cuBLAS GEMM, bias kernel (the CPU path's layout)."""
+        n, c, h, w = x.shape
+        oh, ow = ops.conv_output_hw(h, w, self.k, self.pad)
+        cols = ops.im2col(x, self.k, self.pad)  # (c*k*k, n*oh*ow)
+        self._cols, self._in_shape, self._out_hw = cols, (n, c, h, w), (oh, ow)
+        y = self.params[0].reshape(self.cout, -1) @ cols  # (cout, n*oh*ow)
+        ops.bias_add_(y, self.params[1], axis=0)
+        return xp.ascontiguousarray(y.reshape(self.cout, n, oh, ow).transpose(1, 0, 2, 3))
+
+    def _gpu_backward(self, xp: Any, dy: Any) -> Any:
+        """cuBLAS GEMMs, the bias-gradient kernel and the col2im kernel."""
+        n, _, oh, ow = dy.shape
+        dy2 = xp.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(self.cout, n * oh * ow)
+        xp.matmul(dy2, self._cols.T, out=self.grads[0].reshape(self.cout, -1))
+        ops.bias_grad(dy2, out=self.grads[1], axis=0)
+        if not self.needs_input_grad:
+            return None
+        dcols = self.params[0].reshape(self.cout, -1).T @ dy2  # (c*k*k, n*oh*ow)
+        return ops.col2im(dcols, self._in_shape, self.k, self.pad)
 
     def __repr__(self) -> str:
         return f"Conv2d({self.cin}, {self.cout}, k={self.k}, pad={self.pad})"
@@ -215,6 +268,9 @@ class MaxPool2d(Layer):
 
     def forward(self, x: Any, train: bool = True) -> Any:
         xp = _xp(x)
+        if _on_gpu(x):
+            y, self._arg = ops.maxpool_forward(x, self.k)
+            return y
         n, c, h, w = x.shape
         k = self.k
         blocks = x.reshape(n, c, h // k, k, w // k, k).transpose(0, 1, 2, 4, 3, 5)
@@ -225,6 +281,8 @@ class MaxPool2d(Layer):
 
     def backward(self, dy: Any) -> Any:
         xp = _xp(dy)
+        if _on_gpu(dy):
+            return ops.maxpool_backward(dy, self._arg, self.k)
         n, c, h, w = self._in_shape
         k = self.k
         blocks = xp.zeros((n, c, h // k, w // k, k * k), dtype=dy.dtype)
@@ -241,6 +299,9 @@ class SoftmaxCrossEntropy:
 
     def forward(self, logits: Any, labels: Any) -> float:
         xp = _xp(logits)
+        if _on_gpu(logits):
+            loss, self._dlogits = ops.softmax_xent(logits, labels)  # one fused kernel
+            return loss
         shifted = logits - logits.max(axis=1, keepdims=True)
         exp = xp.exp(shifted)
         total = exp.sum(axis=1, keepdims=True)

@@ -1,18 +1,81 @@
-"""Fused element-wise operations over flat buffers (NumPy reference versions).
+"""Fused operations of the training hot loop: NumPy references, dispatched by backend.
 
-Every operation writes in place into preallocated buffers (an optional
-``scratch`` of the same shape avoids temporaries), so the training hot loop
-allocates nothing. These are the CPU implementations and the oracles that
-the CUDA kernels are tested against.
+Every public operation here is ONE entry point for both backends. Called
+with NumPy arrays it runs its NumPy body, which is the CPU implementation and
+the oracle the CUDA kernels are tested against; called with CuPy arrays (its
+first argument decides) it runs the hand-written CUDA kernel of the same name
+in :mod:`syncbench.kernels.cuda_ops` (sources in ``kernels/cuda/*.cu``).
+CuPy is imported only on that GPU path. ``op.reference`` is the NumPy body.
+
+Update rules (``ALGORITHMS.md``; element-wise, in place, no allocation when a
+``scratch`` buffer of the same shape is given):
+
+* ``sgd_momentum_``: ``v = mu * v + (g + wd * w)``; ``w = w - lr * v`` (PyTorch
+  momentum SGD with L2 weight decay).
+* ``axpy_`` / ``axpby_``: ``y += a * x`` / ``y = a * x + b * y`` (model averaging).
+* ``odsgd_local_update_``: OD-SGD's ``W_loc = W_g - scale * LocalOpt(g)`` with
+  ``scale = lr_local / N`` (arXiv 2005.06728, Alg. 1); LocalOpt ``dc`` is the
+  delay compensation below with ``W_loc - W_loc_prev``.
+* ``dc_compensate_``: DC-ASGD's ``g + lambda * g * g * (W_now - W_then)``
+  (Zheng et al. 2017, Eq. 10).
+
+Layer kernels (the CPU layers in :mod:`syncbench.kernels.layers` compute the
+same thing with their own NumPy code; these references reproduce it):
+``softmax_xent`` (fused forward + backward of the mean cross-entropy),
+``relu_forward``/``relu_backward``, ``bias_add_``/``bias_grad``,
+``im2col``/``col2im`` (stride-1, zero-padded convolution as one GEMM) and
+``maxpool_forward``/``maxpool_backward`` (non-overlapping, first maximum wins).
+
+The NumPy bodies perform the same floating-point operations in the same order
+as the kernels (which are compiled with ``--fmad=false``), so element-wise
+results are bit-identical; reductions (sums over rows or classes) may differ
+in the last bits because the summation order differs.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+Shape = tuple[int, ...]
 
+#: name -> NumPy reference body, for every dispatched operation.
+REFERENCES: dict[str, Callable[..., Any]] = {}
+
+
+def on_device(array: Any) -> bool:
+    """True for a CuPy array (checked by type, without importing CuPy)."""
+    return type(array).__module__.startswith("cupy")
+
+
+def _device_ops() -> Any:
+    from syncbench.kernels import cuda_ops  # noqa: PLC0415 - GPU path only
+
+    return cuda_ops
+
+
+def _dispatch(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``cuda_ops.<name>`` for CuPy arrays, else the NumPy ``reference``."""
+    name = reference.__name__
+    first_name = reference.__code__.co_varnames[0]
+
+    @functools.wraps(reference)
+    def op(*args: Any, **kwargs: Any) -> Any:
+        first = args[0] if args else kwargs.get(first_name)
+        if on_device(first):
+            return getattr(_device_ops(), name)(*args, **kwargs)
+        return reference(*args, **kwargs)
+
+    op.reference = reference  # type: ignore[attr-defined]
+    REFERENCES[name] = reference
+    return op
+
+
+# -- optimizer updates over flat buffers -------------------------------------
+@_dispatch
 def sgd_momentum_(
     params: Any,
     grads: Any,
@@ -35,9 +98,174 @@ def sgd_momentum_(
     params -= np.multiply(velocity, lr, out=scratch)
 
 
+@_dispatch
 def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
     """``y += alpha * x`` in place (model averaging, compensations)."""
     if alpha == 1.0:
         y += x
     else:
         y += np.multiply(x, alpha, out=scratch)
+
+
+@_dispatch
+def axpby_(y: Any, alpha: float, x: Any, beta: float, scratch: Any = None) -> None:
+    """``y = alpha * x + beta * y`` in place (weighted model averaging)."""
+    y *= beta
+    y += np.multiply(x, alpha, out=scratch)
+
+
+@_dispatch
+def odsgd_local_update_(
+    w_loc: Any,
+    w_global: Any,
+    grads: Any,
+    scale: float,
+    w_prev: Any = None,
+    dc_lambda: float = 0.0,
+    scratch: Any = None,
+) -> None:
+    """OD-SGD's local step ``w_loc = w_global - scale * LocalOpt(grads)``, in place.
+
+    ``scale`` is ``lr_local / N``. Without ``w_prev`` LocalOpt is the gradient
+    itself; with it, the delay-compensated gradient
+    ``g + dc_lambda * g * g * (w_loc - w_prev)`` and ``w_prev`` is then set to
+    the ``w_loc`` that ``grads`` was computed on.
+    """
+    local = grads
+    if w_prev is not None:
+        if scratch is None:
+            scratch = np.empty_like(w_loc)
+        local = np.subtract(w_loc, w_prev, out=scratch)
+        w_prev[...] = w_loc
+        local *= grads
+        local *= grads
+        local *= dc_lambda
+        local += grads
+    w_loc[...] = w_global
+    w_loc -= np.multiply(local, scale, out=scratch)
+
+
+@_dispatch
+def dc_compensate_(out: Any, grads: Any, w_now: Any, w_then: Any, dc_lambda: float) -> None:
+    """DC-ASGD's compensated gradient ``out = g + lambda * g * g * (w_now - w_then)``."""
+    np.subtract(w_now, w_then, out=out)
+    out *= grads
+    out *= grads
+    out *= dc_lambda
+    out += grads
+
+
+# -- layer kernels ------------------------------------------------------------
+@_dispatch
+def softmax_xent(logits: Any, labels: Any) -> tuple[float, Any]:
+    """Mean softmax cross-entropy of (n, k) ``logits`` and its gradient.
+
+    Returns ``(loss, dlogits)`` with ``dlogits = (softmax - onehot) / n``.
+    """
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    total = exp.sum(axis=1, keepdims=True)
+    n = logits.shape[0]
+    rows = np.arange(n)
+    loss = float((np.log(total[:, 0]) - shifted[rows, labels]).mean())
+    probs = exp / total
+    probs[rows, labels] -= 1.0
+    probs /= n
+    return loss, probs
+
+
+@_dispatch
+def relu_forward(x: Any, out: Any = None) -> Any:
+    """``max(x, 0)``."""
+    return np.multiply(x, x > 0, out=out)
+
+
+@_dispatch
+def relu_backward(dy: Any, y: Any, out: Any = None) -> Any:
+    """``dy`` where the forward output ``y`` was positive, else 0."""
+    return np.multiply(dy, y > 0, out=out)
+
+
+@_dispatch
+def bias_add_(y: Any, bias: Any, axis: int = 1) -> None:
+    """Add ``bias`` along ``axis`` of a 2-D ``y``, in place.
+
+    ``axis=1``: ``y[r, c] += bias[c]`` (Linear, (batch, features));
+    ``axis=0``: ``y[c, j] += bias[c]`` (Conv2d, (channels, n*oh*ow)).
+    """
+    y += bias if axis == 1 else bias[:, None]
+
+
+@_dispatch
+def bias_grad(dy: Any, out: Any = None, axis: int = 1) -> Any:
+    """Bias gradient: sum of a 2-D ``dy`` over every axis but ``axis`` (see :func:`bias_add_`)."""
+    return dy.sum(axis=1 - axis, out=out)
+
+
+def conv_output_hw(h: int, w: int, k: int, pad: int) -> tuple[int, int]:
+    """Output height and width of a stride-1 ``k`` x ``k`` convolution with padding ``pad``."""
+    return h + 2 * pad - k + 1, w + 2 * pad - k + 1
+
+
+@_dispatch
+def im2col(x: Any, k: int, pad: int) -> Any:
+    """Unfold every ``k`` x ``k`` window of NCHW ``x`` (zero-padded by ``pad``).
+
+    Returns a (c*k*k, n*oh*ow) matrix: row (ch, ki, kj), column (b, oy, ox)
+    (the layout of :class:`~syncbench.kernels.layers.Conv2d`).
+    """
+    n, c, h, w = x.shape
+    oh, ow = conv_output_hw(h, w, k, pad)
+    if pad:
+        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+    # windows[b, ch, oy, ox, ki, kj] -> (ch, ki, kj, b, oy, ox)
+    return windows.transpose(1, 4, 5, 0, 2, 3).reshape(c * k * k, n * oh * ow)
+
+
+@_dispatch
+def col2im(cols: Any, in_shape: Shape, k: int, pad: int) -> Any:
+    """Fold a (c*k*k, n*oh*ow) column gradient onto NCHW ``in_shape`` (the adjoint of im2col).
+
+    Window contributions are added in (ki, kj) order, starting from zero.
+    """
+    n, c, h, w = in_shape
+    oh, ow = conv_output_hw(h, w, k, pad)
+    dcols = cols.reshape(c, k, k, n, oh, ow)
+    dx = np.zeros((c, n, h + 2 * pad, w + 2 * pad), dtype=cols.dtype)
+    for i in range(k):
+        for j in range(k):
+            dx[:, :, i : i + oh, j : j + ow] += dcols[:, i, j]
+    dx = dx.transpose(1, 0, 2, 3)
+    if pad:
+        dx = dx[:, :, pad:-pad, pad:-pad]
+    return np.ascontiguousarray(dx)
+
+
+def _pool_blocks(x: Any, k: int) -> Any:
+    n, c, h, w = x.shape
+    blocks = x.reshape(n, c, h // k, k, w // k, k).transpose(0, 1, 2, 4, 3, 5)
+    return blocks.reshape(n, c, h // k, w // k, k * k)
+
+
+@_dispatch
+def maxpool_forward(x: Any, k: int) -> tuple[Any, Any]:
+    """Non-overlapping ``k`` x ``k`` max pooling of NCHW ``x``.
+
+    Returns ``(y, argmax)``: ``argmax`` (int32, shape of ``y``) is ``ki*k + kj``
+    of the first maximum of each window.
+    """
+    blocks = _pool_blocks(x, k)
+    arg = blocks.argmax(axis=-1)
+    y = np.take_along_axis(blocks, arg[..., None], axis=-1)[..., 0]
+    return y, arg.astype(np.int32)
+
+
+@_dispatch
+def maxpool_backward(dy: Any, argmax: Any, k: int) -> Any:
+    """Route each pooled gradient to the position of its window's maximum (NCHW result)."""
+    n, c, oh, ow = dy.shape
+    blocks = np.zeros((n, c, oh, ow, k * k), dtype=dy.dtype)
+    np.put_along_axis(blocks, argmax[..., None].astype(np.intp), dy[..., None], axis=-1)
+    blocks = blocks.reshape(n, c, oh, ow, k, k).transpose(0, 1, 2, 4, 3, 5)
+    return blocks.reshape(n, c, oh * k, ow * k)

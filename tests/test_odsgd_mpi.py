@@ -58,6 +58,9 @@ def serial_odsgd(model_name, data, world, config, steps):
                     local = g + config.dc_lambda * g * g * (model.params - w_loc_prev[k])
                     w_loc_prev[k] = model.params.copy()
                 model.params[...] = w_g - (config.lr_local / world) * local
+                if config.local_lookahead == "on":
+                    known = config.momentum * global_opt.velocity + config.weight_decay * w_g
+                    model.params -= config.lr * known
         trajectory.append((w_g.copy(), [m.params.copy() for m in models]))
     if in_flight is not None:
         global_opt.step(w_g, in_flight)
@@ -65,15 +68,18 @@ def serial_odsgd(model_name, data, world, config, steps):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("local_opt", ["sgd", "dc"])
-@pytest.mark.parametrize("model_name", ["mlp", "lenet"])
-def test_odsgd_trajectory_equals_serial_recurrence(local_opt, model_name):
+@pytest.mark.parametrize("model_name,local_opt,lookahead", [
+    ("mlp", "sgd", "off"), ("mlp", "dc", "off"), ("mlp", "sgd", "on"), ("mlp", "dc", "on"),
+    ("lenet", "sgd", "off"), ("lenet", "dc", "on"),
+])
+def test_odsgd_trajectory_equals_serial_recurrence(model_name, local_opt, lookahead):
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     data = make_synthetic(512, 64, (1, 28, 28), 10, seed=1)
-    config = train_config("--algorithm", "odsgd", "--local-opt", local_opt, *FLAGS)
+    config = train_config("--algorithm", "odsgd", "--local-opt", local_opt,
+                          "--local-lookahead", lookahead, *FLAGS)
     model = build_model(model_name, data.input_shape, 10, dtype=np.float64, seed=SEED)
     algo = get_algorithm("odsgd")(model, Communicator(world), config,
                                   Budget(STEPS * BATCH * size, BATCH, size))
@@ -124,6 +130,37 @@ def test_odsgd_without_warmup_and_float32_runs_in_lock_step():
         assert np.array_equal(other, algo.w_global)
 
 
+@pytest.mark.mpi(min_size=2)
+def test_odsgd_state_resumes_the_same_trajectory():
+    """A checkpoint taken with a reduction in flight resumes bit-identically."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    data = make_synthetic(256, 32, (1, 28, 28), 10, seed=2)
+    config = train_config("--algorithm", "odsgd", "--local-opt", "dc", *FLAGS)
+    budget = Budget(STEPS * BATCH * size, BATCH, size)
+    batches = [rank_streams(data.train_x, data.train_y, size, BATCH, SEED)[rank].next()
+               for _ in range(STEPS)]
+
+    def fresh():
+        model = build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=SEED)
+        return get_algorithm("odsgd")(model, Communicator(world), config, budget)
+
+    straight, resumed = fresh(), fresh()
+    for t in range(STEPS):
+        straight.step(*batches[t])
+        if t == WARMUP + 1:
+            saved = straight.state()
+    resumed.load_state(saved)
+    for t in range(WARMUP + 2, STEPS):
+        resumed.step(*batches[t])
+    for algo in (straight, resumed):
+        algo.finish()
+    assert np.array_equal(resumed.w_global, straight.w_global)
+    assert np.array_equal(resumed.model.params, straight.model.params)
+
+
 def test_odsgd_flags_are_validated():
     cls = get_algorithm("odsgd")
     for flags in (("--warmup-steps", "-1"), ("--lr-local", "0"), ("--dc-lambda", "-1")):
@@ -131,6 +168,25 @@ def test_odsgd_flags_are_validated():
             cls.validate(train_config("--algorithm", "odsgd", *flags), 2)
     config = train_config("--algorithm", "odsgd", "--lr", "0.3")
     assert config.warmup_steps == 50 and config.lr_local is None and config.local_opt == "sgd"
+    assert config.local_lookahead == "on"
+
+
+@pytest.mark.mpi(min_size=2)
+def test_default_local_learning_rate_follows_the_lookahead():
+    """N*lr with the look-ahead (W_loc predicts the next W_g), plain --lr without it."""
+    from mpi4py import MPI
+
+    from syncbench.algorithms.base import Budget
+    from syncbench.algorithms.communicator import Communicator
+    from syncbench.kernels.models import build_model
+
+    size = MPI.COMM_WORLD.Get_size()
+    cls = get_algorithm("odsgd")
+    for flags, expected in (((), 0.3 * size), (("--local-lookahead", "off"), 0.3)):
+        config = train_config("--algorithm", "odsgd", "--lr", "0.3", *flags)
+        model = build_model("mlp", (1, 28, 28), 10, dtype=np.float64)
+        algo = cls(model, Communicator(MPI.COMM_WORLD), config, Budget(64 * size, 8, size))
+        assert algo.lr_local == pytest.approx(expected)
 
 
 @pytest.mark.mpi_skip

@@ -373,3 +373,19 @@ def test_analysis_imports_no_mpi():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_new_analysis_modules_import_no_mpi_nor_matplotlib():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, syncbench.analysis.tables, syncbench.analysis.trace, "
+        "syncbench.analysis.plots, syncbench.analysis.report\n"
+        "bad = [m for m in sys.modules if m == 'mpi4py' or m.startswith('mpi4py.') "
+        "or m.split('.')[0] == 'matplotlib' "
+        "or m.split('.')[:2] in (['syncbench', 'bench'], ['syncbench', 'algorithms'], "
+        "['syncbench', 'kernels'])]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,389 @@
+"""PNG plots of run files (matplotlib, Agg backend, imported only when plotting).
+
+:func:`write_plots` writes, into one directory:
+
+- ``scaling.png``: speedup (samples/s ratio to the smallest N of the series,
+  see :mod:`syncbench.analysis.tables`) against N with the ideal line N/N0,
+  and parallel efficiency against N with the ideal 1; points are medians over
+  repeats, bars span min to max.
+- ``convergence.png``: test accuracy of the consensus model against training
+  wall time (s) and against samples seen, one line per algorithm and N (the
+  repeat with the median wall time).
+- ``<run>_phases.png``: per-rank stacked bars of seconds per phase over the
+  run, with the run's wall time as a dashed line.
+- ``<run>_timeline.png``: per-rank Gantt chart of a window of steps (default:
+  up to 8 steps from the middle of the run); each step's phases are drawn back
+  to back from its ``t_start`` in schema order, as in ``syncbench trace``;
+  evaluations are marked on rank 0.
+- ``<run>_local_steps.png``: the local steps per round (tau_k, the
+  ``local_steps`` column: Oscars' adaptive schedule, Local SGD's fixed period)
+  of every rank against time; skipped with a note for runs without non-zero
+  ``local_steps``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .runfile import Run
+from .schema import PHASES
+from .trace import in_window, phase_starts
+
+#: One colour per phase, the same in every plot.
+PHASE_COLORS: dict[str, str] = {
+    "data": "#9e9e9e", "compute": "#1f77b4", "comm": "#ff7f0e",
+    "wait": "#d62728", "update": "#2ca02c", "delay": "#9467bd",
+}
+_MARKERS = "osD^v<>px*"
+_FIGSIZE = (11.0, 4.8)
+_DPI = 100
+#: Steps of the default timeline window.
+TIMELINE_STEPS = 8
+
+MISSING_MATPLOTLIB = "matplotlib is needed for --plots: pip install syncbench[plot]"
+
+
+def require_matplotlib() -> None:
+    """``ImportError`` with the install hint when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+    except ImportError:
+        raise ImportError(MISSING_MATPLOTLIB) from None
+
+
+def _pyplot() -> Any:
+    require_matplotlib()
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    plt.rcParams.update({"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 10,
+                         "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+def _integer_locator() -> Any:
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    return MaxNLocator(integer=True)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return str(path)
+
+
+def _stems(runs: Sequence[Run]) -> list[str]:
+    """A unique file-name stem per run (the run file's, suffixed when repeated)."""
+    seen: dict[str, int] = {}
+    out = []
+    for run in runs:
+        stem = Path(run.path).stem or "run"
+        seen[stem] = seen.get(stem, 0) + 1
+        out.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
+    return out
+
+
+def _title(run: Run) -> str:
+    partial = ", partial" if not run.complete else ""
+    return f"{run.algorithm} N={run.world_size} ({Path(run.path).name}{partial})"
+
+
+def _series_label(row: dict[str, Any], vary: Sequence[str]) -> str:
+    extra = [f"{row.get(k)}" for k in vary]
+    return " ".join([str(row.get("algorithm")), *extra])
+
+
+# ---------------------------------------------------------------- scaling
+
+
+def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path) -> str:
+    """Speedup and efficiency against N, one line per series, with ideal lines."""
+    series: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        label, key = row.get("_series") or (str(row.get("algorithm")), ())
+        series.setdefault((label, key), []).append(row)
+    labels = [label for label, _ in series]
+    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=_FIGSIZE, dpi=_DPI)
+    all_n: set[int] = set()
+    kinds = sorted({str(r.get("scaling")) for r in rows})
+    ordered = sorted(series.items(), key=lambda kv: str(kv[0]))
+    for i, ((label, _key), members) in enumerate(ordered):
+        ns = sorted({int(r["world_size"]) for r in members})
+        all_n.update(ns)
+        if labels.count(label) > 1:  # same label, other model/dataset
+            label = f"{label} {members[0].get('model')} {members[0].get('dataset')}"
+        marker = _MARKERS[i % len(_MARKERS)]
+        for ax, col in ((ax_s, "speedup"), (ax_e, "efficiency")):
+            med, lo, hi = [], [], []
+            for n in ns:
+                vals = np.array([r[col] for r in members if int(r["world_size"]) == n],
+                                dtype=np.float64)
+                vals = vals[np.isfinite(vals)]
+                med.append(np.median(vals) if vals.size else np.nan)
+                lo.append(np.min(vals) if vals.size else np.nan)
+                hi.append(np.max(vals) if vals.size else np.nan)
+            med, lo, hi = map(np.asarray, (med, lo, hi))
+            ax.errorbar(ns, med, yerr=[med - lo, hi - med], marker=marker, capsize=4,
+                        label=label, linewidth=1.8, markersize=7)
+    ns = sorted(all_n) or [1]
+    n0s = sorted({int(r["baseline_world_size"]) for r in rows
+                  if r.get("baseline_world_size") is not None}) or [ns[0]]
+    for j, n0 in enumerate(n0s):
+        xs = np.array([n for n in ns if n >= n0], dtype=np.float64)
+        if xs.size > 1:
+            ax_s.plot(xs, xs / n0, linestyle="--", color="black", linewidth=1,
+                      dashes=(4 + 2 * j, 2), label="ideal N/N0" + (f" (N0={n0})"
+                                                                  if len(n0s) > 1 else ""))
+    ax_e.axhline(1.0, linestyle="--", color="black", linewidth=1, label="ideal")
+    for ax in (ax_s, ax_e):
+        ax.set_xlabel("ranks N")
+        ax.set_xticks(ns)
+        ax.set_xticklabels([str(n) for n in ns])
+        ax.legend(loc="best")
+    ax_s.set_ylabel("speedup vs N0 (samples/s ratio)")
+    ax_e.set_ylabel("parallel efficiency (speedup x N0 / N)")
+    top = max([1.2, *(float(v) for r in rows for v in [r.get("efficiency")]
+                      if v is not None and math.isfinite(v))]) * 1.1
+    ax_e.set_ylim(0, top)
+    ax_s.set_ylim(bottom=0)
+    ax_s.set_title("Speedup (" + ", ".join(kinds) + " scaling)")
+    ax_e.set_title("Parallel efficiency")
+    return _save(plt, fig, path)
+
+
+# ---------------------------------------------------------------- convergence
+
+
+def _series_name(row: dict[str, Any]) -> str:
+    series = row.get("_series")
+    return series[0] if series else str(row.get("algorithm"))
+
+
+def _representatives(runs: Sequence[Run], rows: Sequence[dict[str, Any]]
+                     ) -> list[tuple[str, Run]]:
+    """Per (series, model, dataset, N): (series label, the repeat with the median wall)."""
+    groups: dict[tuple, list[tuple[float, Run]]] = {}
+    for run, row in zip(runs, rows, strict=True):
+        key = (_series_name(row), run.model, run.dataset, run.world_size)
+        wall = row.get("wall_s")
+        groups.setdefault(key, []).append((wall if wall == wall else math.inf, run))
+    out = []
+    for key in sorted(groups, key=str):
+        members = sorted(groups[key], key=lambda wr: wr[0])
+        out.append((key[0], members[(len(members) - 1) // 2][1]))
+    return out
+
+
+def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]],
+                     path: Path) -> str:
+    """Test accuracy against wall time and against samples seen."""
+    reps = _representatives(runs, rows)
+    names = sorted({name for name, _ in reps})
+    sizes = sorted({r.world_size for _, r in reps})
+    cmap = plt.get_cmap("tab10")
+    fig, (ax_t, ax_n) = plt.subplots(1, 2, figsize=_FIGSIZE, dpi=_DPI)
+    for name, run in reps:
+        color = cmap(names.index(name) % 10)
+        marker = _MARKERS[sizes.index(run.world_size) % len(_MARKERS)]
+        label = f"{name} N={run.world_size}" + ("" if run.complete else " (partial)")
+        acc = np.asarray(run.eval["accuracy"], dtype=np.float64)
+        ax_t.plot(run.eval["t"], acc, marker=marker, color=color, label=label)
+        ax_n.plot(run.eval["samples_seen"], acc, marker=marker, color=color, label=label)
+    ax_t.set_xlabel("training wall time (s, evaluation excluded)")
+    ax_n.set_xlabel("training samples seen (all ranks)")
+    for ax in (ax_t, ax_n):
+        ax.set_ylabel("test accuracy (fraction)")
+        ax.set_xlim(left=0)
+        ax.legend(loc="lower right", fontsize=9 if len(reps) > 6 else 10)
+    ax_t.set_title("Test accuracy vs time")
+    ax_n.set_title("Test accuracy vs samples")
+    return _save(plt, fig, path)
+
+
+# ---------------------------------------------------------------- per run
+
+
+def plot_phases(plt: Any, run: Run, path: Path) -> str:
+    """Per-rank stacked bars: seconds spent in each phase over the whole run."""
+    ranks = sorted(run.ranks)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 + 0.9 * len(ranks) + 2.5), 4.8), dpi=_DPI)
+    bottom = np.zeros(len(ranks))
+    for p in PHASES:
+        seconds = np.array([float(np.sum(run.ranks[r][f"t_{p}"])) for r in ranks])
+        ax.bar(ranks, seconds, bottom=bottom, color=PHASE_COLORS[p], label=p, width=0.7)
+        bottom += seconds
+    wall = run.summary.get("wall_s", math.nan)
+    if math.isfinite(wall):
+        ax.axhline(wall, linestyle="--", color="black", linewidth=1,
+                   label=f"wall time {wall:.3g} s")
+    ax.set_xticks(ranks)
+    ax.set_xticklabels([_rank_label(run, r) for r in ranks])
+    if len(ranks) <= 2:  # keep one or two bars from filling the whole width
+        ax.set_xlim(min(ranks, default=0) - 1.0, max(ranks, default=0) + 1.0)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("time over the run (s)")
+    ax.set_title(f"{_title(run)}: time per phase per rank")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(plt, fig, path)
+
+
+def _rank_label(run: Run, rank: int) -> str:
+    slow = run.rank_attrs.get(rank, {}).get("slowdown")
+    try:
+        slow = float(slow)
+    except (TypeError, ValueError):
+        slow = 1.0
+    return str(rank) if slow == 1.0 or not math.isfinite(slow) else f"{rank}\n(x{slow:g})"
+
+
+def _reference_rank(run: Run) -> int:
+    """The rank whose steps define the timeline's time interval (rank 0 if recorded)."""
+    return 0 if 0 in run.ranks else min(run.ranks)
+
+
+def default_window(run: Run) -> tuple[int, int]:
+    """Up to :data:`TIMELINE_STEPS` steps from the middle of the reference rank's steps."""
+    steps = np.asarray(run.ranks[_reference_rank(run)]["step"]) if run.ranks \
+        else np.zeros(0, dtype=int)
+    if steps.size <= TIMELINE_STEPS:
+        return (int(steps[0]) if steps.size else 0), (int(steps[-1]) + 1 if steps.size else 1)
+    lo = int(steps[steps.size // 2 - TIMELINE_STEPS // 2])
+    return lo, lo + TIMELINE_STEPS
+
+
+def _step_ends(cols: dict[str, np.ndarray]) -> np.ndarray:
+    return phase_starts(cols)[PHASES[-1]] + np.asarray(cols[f"t_{PHASES[-1]}"], np.float64)
+
+
+def timeline_interval(run: Run, window: tuple[int, int | None]) -> tuple[float, float]:
+    """(start, end) in seconds of the reference rank's steps inside ``window``.
+
+    Falls back to the whole run when the reference rank has no step there.
+    """
+    cols = run.ranks[_reference_rank(run)]
+    mask = in_window(cols["step"], window)
+    if not mask.any():
+        mask = np.ones(np.asarray(cols["step"]).shape, dtype=bool)
+    if not mask.any():
+        return 0.0, 1.0
+    return (float(np.min(np.asarray(cols["t_start"], np.float64)[mask])),
+            float(np.max(_step_ends(cols)[mask])))
+
+
+def plot_timeline(plt: Any, run: Run, path: Path,
+                  window: tuple[int, int | None] | None = None) -> str:
+    """Per-rank Gantt chart of the time interval of a window of steps.
+
+    The window (``A <= step < B``, default :func:`default_window`) is taken on
+    the reference rank (rank 0); every rank's steps that overlap the same time
+    interval are drawn, so ranks that step at different rates (Oscars, ASGD)
+    are compared at the same moments.
+    """
+    window = window or default_window(run)
+    ranks = sorted(run.ranks)
+    t_lo, t_hi = timeline_interval(run, window)
+    span = max(t_hi - t_lo, 1e-9)
+    scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
+    fig, ax = plt.subplots(figsize=(12.0, max(3.2, 1.6 + 0.6 * len(ranks))), dpi=_DPI)
+    for row, r in enumerate(ranks):
+        cols = run.ranks[r]
+        starts = phase_starts(cols)
+        mask = (_step_ends(cols) >= t_lo) & (np.asarray(cols["t_start"], np.float64) <= t_hi)
+        for p in PHASES:
+            x = starts[p][mask] * scale
+            w = np.asarray(cols[f"t_{p}"], dtype=np.float64)[mask] * scale
+            ax.broken_barh(list(zip(x, w)), (row - 0.38, 0.76), facecolors=PHASE_COLORS[p],
+                           label=p)
+        for s0 in starts["data"][mask] * scale:  # step boundaries
+            ax.plot([s0, s0], [row - 0.45, row + 0.45], color="black", linewidth=0.6)
+    ref = _reference_rank(run) if run.ranks else 0
+    if ref == 0 and 0 in run.ranks:
+        c0 = run.ranks[0]
+        steps0 = np.asarray(c0["step"])
+        ends = _step_ends(c0)
+        xs = [float(ends[np.flatnonzero(steps0 == int(s) - 1)[-1]])
+              for s in run.eval["step"] if np.any(steps0 == int(s) - 1)]
+        xs = [x * scale for x in xs if t_lo <= x <= t_hi]
+        if xs:
+            ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", color="black", markersize=9,
+                    label="evaluation", clip_on=False)
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels([f"rank {_rank_label(run, r).replace(chr(10), ' ')}" for r in ranks])
+    ax.set_ylim(len(ranks) - 0.5, -0.6)
+    ax.set_xlim(t_lo * scale, (t_hi + 0.01 * span) * scale)
+    ax.set_xlabel(f"time since the start of the run ({unit}, evaluation pauses included)")
+    hi = "" if window[1] is None else window[1]
+    ax.set_title(f"{_title(run)}: every rank during rank {ref}'s steps {window[0]}:{hi}\n"
+                 "(a step's phases drawn back to back from its start; black ticks: step starts)")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="y", visible=False)
+    return _save(plt, fig, path)
+
+
+def has_local_steps(run: Run) -> bool:
+    """True when some rank recorded a non-zero ``local_steps``."""
+    return any(np.any(np.asarray(c["local_steps"]) > 0) for c in run.ranks.values())
+
+
+def plot_local_steps(plt: Any, run: Run, path: Path) -> str:
+    """Local steps per round of every rank against time (step plot)."""
+    fig, ax = plt.subplots(figsize=_FIGSIZE, dpi=_DPI)
+    top = 1
+    for r in sorted(run.ranks):
+        cols = run.ranks[r]
+        t = np.asarray(cols["t_start"], dtype=np.float64)
+        tau = np.asarray(cols["local_steps"])
+        top = max(top, int(tau.max()) if tau.size else 1)
+        label = f"rank {r}" + _rank_label(run, r)[len(str(r)):].replace("\n", " ")
+        ax.step(t, tau, where="post", label=label, linewidth=1.8,
+                marker=_MARKERS[r % len(_MARKERS)], markersize=3)
+    ax.set_xlabel("time since the start of the run (s, evaluation pauses included)")
+    ax.set_ylabel("local steps per round (tau_k)")
+    ax.yaxis.set_major_locator(_integer_locator())
+    ax.set_ylim(0, top * 1.15 + 0.5)
+    ax.set_xlim(left=0)
+    ax.set_title(f"{_title(run)}: local-step schedule")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(plt, fig, path)
+
+
+# ---------------------------------------------------------------- all
+
+
+def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
+                out_dir: str | os.PathLike[str], by: Sequence[str] = (),
+                window: tuple[int, int | None] | None = None) -> tuple[list[str], list[str]]:
+    """Write every plot of the module docstring; returns (files written, notes).
+
+    ``rows`` are the per-run rows of :func:`~syncbench.analysis.tables.table_rows`
+    (same order as ``runs``); ``window`` the timeline's steps (``A <= step < B``).
+    ``by`` is accepted for symmetry with the report (the series are already
+    in the rows' scaling columns).
+    """
+    plt = _pyplot()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [plot_scaling(plt, rows, out / "scaling.png"),
+               plot_convergence(plt, runs, rows, out / "convergence.png")]
+    notes = []
+    for run, stem in zip(runs, _stems(runs), strict=True):
+        written.append(plot_phases(plt, run, out / f"{stem}_phases.png"))
+        written.append(plot_timeline(plt, run, out / f"{stem}_timeline.png", window))
+        if has_local_steps(run):
+            written.append(plot_local_steps(plt, run, out / f"{stem}_local_steps.png"))
+    if not any(has_local_steps(run) for run in runs):
+        notes.append("no run has non-zero local_steps (Oscars / Local SGD): "
+                     "local-step schedule plot skipped")
+    return written, notes

@@ -1,0 +1,217 @@
+"""``syncbench trace``: every rank's per-step phases as a Chrome trace (Perfetto, chrome://tracing).
+
+The output is the Chrome *Trace Event Format* (a JSON object with
+``"traceEvents"``; times in microseconds):
+
+- one process per rank: ``pid`` = rank, ``tid`` = 0, with ``process_name``
+  ("rank R (host)"), ``process_sort_index`` and ``thread_name`` metadata
+  (``"ph": "M"``) events;
+- one complete slice (``"ph": "X"``, ``"cat": "phase"``) per recorded phase
+  per step per rank, **every** phase of ``schema.PHASES`` even when it lasted
+  0 us, so a step always has exactly six slices. The run file stores only
+  seconds per phase per step, not when inside the step each phase ran
+  (phases interleave: a ``comm`` poll between layers pauses ``compute``), so
+  the slices of a step are laid out back to back from the step's
+  ``t_start`` in schema order (data, compute, comm, wait, update, delay):
+  ``ts = (t_start + sum of the earlier phases of the step) * 1e6``,
+  ``dur = t_<phase> * 1e6``. ``args`` hold the step's ``step``, ``loss``,
+  ``samples``, ``staleness``, ``local_steps`` and ``round``;
+- one global instant event (``"ph": "i"``, ``"s": "g"``, ``"cat": "eval"``) per
+  evaluation, on rank 0's track at the end of rank 0's step ``eval.step - 1``
+  (the evaluation ran after it); ``args`` hold ``accuracy``, ``loss``,
+  ``samples_seen`` and ``t`` (training seconds, evaluation time excluded,
+  while ``ts`` is on the step clock, which includes it).
+
+``--steps A:B`` keeps the steps with ``A <= step < B`` (either bound may be
+omitted) and the evaluations that followed one of them. Timestamps are each
+rank's ``MPI.Wtime()`` relative to the barrier at the start of the run, so
+ranks line up to within the barrier's skew.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from .runfile import Run, RunFileError, read_run
+from .schema import PHASES
+
+US = 1e6  # microseconds per second
+
+#: Per-step columns copied into every phase slice's ``args``.
+STEP_ARGS: tuple[str, ...] = ("step", "loss", "samples", "staleness", "local_steps", "round")
+
+
+def parse_steps(text: str | None) -> tuple[int, int | None] | None:
+    """``"A:B"`` -> ``(A, B)``; ``"A:"`` -> ``(A, None)``; ``":B"`` -> ``(0, B)``.
+
+    None or empty text means every step. ``ValueError`` with a one-line message
+    for anything else (negative bounds, ``B <= A``, not integers).
+    """
+    if text is None or not text.strip():
+        return None
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise ValueError(f"--steps {text!r}: expected A:B, A: or :B (steps A <= step < B)")
+    try:
+        lo = int(parts[0]) if parts[0].strip() else 0
+        hi = int(parts[1]) if parts[1].strip() else None
+    except ValueError:
+        raise ValueError(f"--steps {text!r}: A and B must be integers") from None
+    if lo < 0 or (hi is not None and hi <= lo):
+        raise ValueError(f"--steps {text!r}: need 0 <= A < B")
+    return lo, hi
+
+
+def in_window(step: np.ndarray, window: tuple[int, int | None] | None) -> np.ndarray:
+    """Boolean mask of the steps inside ``window`` (all when None)."""
+    step = np.asarray(step)
+    if window is None:
+        return np.ones(step.shape, dtype=bool)
+    lo, hi = window
+    mask = step >= lo
+    if hi is not None:
+        mask &= step < hi
+    return mask
+
+
+def phase_starts(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Start time (s) of each phase of each step, phases back to back from ``t_start``."""
+    t = np.asarray(cols["t_start"], dtype=np.float64).copy()
+    starts = {}
+    for p in PHASES:
+        starts[p] = t.copy()
+        t += np.asarray(cols[f"t_{p}"], dtype=np.float64)
+    return starts
+
+
+def _plain(value: Any) -> Any:
+    value = value.item() if hasattr(value, "item") else value
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def _bound(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _metadata(run: Run, rank: int) -> list[dict[str, Any]]:
+    host = run.rank_attrs.get(rank, {}).get("hostname")
+    name = f"rank {rank}" + (f" ({host})" if host else "")
+    return [
+        {"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": name}},
+        {"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0,
+         "args": {"sort_index": rank}},
+        {"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "steps"}},
+    ]
+
+
+def _rank_slices(rank: int, cols: dict[str, np.ndarray],
+                 window: tuple[int, int | None] | None) -> list[dict[str, Any]]:
+    keep = np.flatnonzero(in_window(cols["step"], window))
+    starts = phase_starts(cols)
+    events = []
+    for i in keep:
+        args = {k: _plain(cols[k][i]) for k in STEP_ARGS}
+        for p in PHASES:
+            events.append({
+                "name": p, "cat": "phase", "ph": "X", "pid": rank, "tid": 0,
+                "ts": float(starts[p][i] * US),
+                "dur": float(np.asarray(cols[f"t_{p}"][i], dtype=np.float64) * US),
+                "args": args,
+            })
+    return events
+
+
+def _eval_instants(run: Run, window: tuple[int, int | None] | None) -> list[dict[str, Any]]:
+    if 0 not in run.ranks:
+        return []
+    cols = run.ranks[0]
+    steps = np.asarray(cols["step"])
+    ends = phase_starts(cols)[PHASES[-1]] + np.asarray(cols[f"t_{PHASES[-1]}"], np.float64)
+    events = []
+    for j in range(len(run.eval["step"])):
+        after = int(run.eval["step"][j]) - 1  # the last step before the evaluation
+        hit = np.flatnonzero(steps == after)
+        if hit.size:
+            ts = float(ends[hit[-1]])
+        elif after < 0:
+            ts = 0.0
+        else:
+            continue  # its step was not recorded (partial run)
+        if window is not None and not in_window(np.array([max(after, 0)]), window)[0]:
+            continue
+        events.append({
+            "name": "eval", "cat": "eval", "ph": "i", "s": "g", "pid": 0, "tid": 0,
+            "ts": ts * US,
+            "args": {k: _plain(run.eval[k][j])
+                     for k in ("accuracy", "loss", "samples_seen", "t", "step")},
+        })
+    return events
+
+
+def trace_events(run: Run, window: tuple[int, int | None] | None = None) -> dict[str, Any]:
+    """The Chrome trace of one run (see the module docstring)."""
+    events: list[dict[str, Any]] = []
+    for rank in sorted(run.ranks):
+        events += _metadata(run, rank)
+    for rank in sorted(run.ranks):
+        events += _rank_slices(rank, run.ranks[rank], window)
+    events += _eval_instants(run, window)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "source": run.path, "algorithm": run.algorithm, "world_size": run.world_size,
+            "model": run.model, "dataset": run.dataset, "complete": run.complete,
+            "steps": None if window is None else f"{window[0]}:{_bound(window[1])}",
+        },
+    }
+
+
+def write_trace(run: Run, out: str | os.PathLike[str],
+                window: tuple[int, int | None] | None = None) -> int:
+    """Write the trace of ``run`` to ``out``; returns the number of phase slices."""
+    trace = trace_events(run, window)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(trace, f, allow_nan=False)
+    return sum(1 for e in trace["traceEvents"] if e.get("ph") == "X")
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``syncbench trace`` (for ``bench/cli.py``)."""
+    parser.add_argument("run", metavar="RUN.h5", help="run file (syncbench/1)")
+    parser.add_argument("-o", "--out", required=True, metavar="trace.json",
+                        help="Chrome trace to write (open in https://ui.perfetto.dev "
+                        "or chrome://tracing)")
+    parser.add_argument("--steps", default=None, metavar="A:B",
+                        help="only steps A <= step < B (A: or :B for open ends)")
+    parser.set_defaults(trace_main=trace_main)
+
+
+def trace_main(args: argparse.Namespace) -> int:
+    """Run ``syncbench trace``; returns the exit status (2 on a bad file or flag)."""
+    try:
+        window = parse_steps(args.steps)
+        run = read_run(args.run)
+    except (RunFileError, ValueError) as exc:
+        print(f"syncbench trace: {exc}", file=sys.stderr)
+        return 2
+    if not run.complete:
+        print(f"syncbench trace: warning: {run.path} is partial (complete=False); "
+              f"tracing the {len(run.ranks)} of {run.world_size} ranks it holds",
+              file=sys.stderr)
+    try:
+        slices = write_trace(run, args.out, window)
+    except OSError as exc:
+        print(f"syncbench trace: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 2
+    print(f"syncbench trace: {slices} phase slices of {len(run.ranks)} ranks -> {args.out}",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,553 @@
+"""``syncbench comm``: OSU-style communication micro-benchmarks (run under mpiexec).
+
+The MPI operations the synchronization strategies are built from, timed
+alone, for message sizes doubling from ``--min-size`` to ``--max-size`` bytes:
+
+* ``allreduce`` (SSGD ``--comm blocking``), ``iallreduce`` (SSGD overlap,
+  OD-SGD), ``bcast``: float32 SUM reductions / bytes, every rank takes part;
+* ``rma-accumulate``, ``rma-get``, ``rma-get-accumulate`` (ASGD's
+  parameter store in ``Win.Allocate`` windows): every rank is an origin for
+  the target ``(rank + 1) % N`` inside one passive-target ``Lock_all``
+  epoch; one iteration is the operation plus ``Win.Flush`` (OSU's default
+  ``flush`` synchronization). Windows are always freed, also on errors.
+
+Statistics follow the OSU micro-benchmarks (``osu_allreduce``): each rank
+times ``--iterations`` iterations after ``--skip`` warm-up ones with
+``MPI.Wtime``; collectives end every iteration with an (untimed) barrier.
+*Avg*, *Min* and *Max* are the mean, smallest and largest over ranks of each
+rank's mean latency; *P50*/*P99* are percentiles of all ranks' per-iteration
+latencies pooled; *BW* is size / Avg in MB/s (10^6 B/s; for a collective the
+"algorithm bandwidth").
+
+``iallreduce`` also reports overlap as ``osu_iallreduce`` does: the pure
+communication time t_comm (Iallreduce + Wait) is measured first; then each
+iteration posts the Iallreduce, runs a NumPy busy loop calibrated to t_comm
+that calls ``Test`` between chunks, and waits. With t_overall the time of
+such an iteration and t_compute the busy loop's time less its ``Test``
+calls, overlap = max(0, 100 * (1 - (t_overall - t_compute) / t_comm)) %.
+Without an asynchronous progress thread the reduction advances only inside
+``Test``, so overlap measures how far polling hides the communication.
+
+``--buffer cupy`` puts the buffers on the GPU (rank -> device
+``local_rank % count``); unless ``--cuda-aware yes`` they are staged through
+host copies inside the timed region (the cost a non-CUDA-aware MPI adds).
+``--out`` writes every row and every raw latency to HDF5
+(:func:`read_results` reads it back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+OPS = ("allreduce", "iallreduce", "bcast", "rma-accumulate", "rma-get", "rma-get-accumulate")
+RMA_OPS = ("rma-accumulate", "rma-get", "rma-get-accumulate")
+BUFFERS = ("numpy", "cupy")
+SCHEMA = "syncbench-comm/1"
+
+#: Element type of every op: float32 for reductions, bytes for pure data movement.
+_FLOAT_OPS = ("allreduce", "iallreduce", "rma-accumulate", "rma-get-accumulate")
+
+#: Column names (HDF5 datasets) and their printed headers, in order.
+COLUMNS = {"size": "Size [B]", "avg_us": "Avg [us]", "min_us": "Min [us]",
+           "max_us": "Max [us]", "p50_us": "P50 [us]", "p99_us": "P99 [us]",
+           "bw_mbps": "BW [MB/s]"}
+OVERLAP_COLUMNS = {"compute_us": "Compute [us]", "overall_us": "Overall [us]",
+                   "overlap_pct": "Overlap [%]"}
+RAW_COLUMNS = {"raw_us": "Raw [us]", "ratio": "Ratio"}
+
+_open_windows = 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``syncbench comm``."""
+    parser.add_argument("--op", choices=OPS, default="allreduce", help="operation to time")
+    parser.add_argument("--min-size", type=int, default=4,
+                        help="smallest message in bytes (default 4)")
+    parser.add_argument("--max-size", type=int, default=1 << 20,
+                        help="largest message in bytes (default 1048576)")
+    parser.add_argument("--iterations", type=int, default=1000,
+                        help="timed iterations per size (default 1000)")
+    parser.add_argument("--skip", type=int, default=20,
+                        help="warm-up iterations per size, not timed (default 20)")
+    parser.add_argument("--buffer", choices=BUFFERS, default="numpy",
+                        help="host (numpy) or GPU (cupy) buffers")
+    parser.add_argument("--cuda-aware", choices=("no", "yes"), default="no",
+                        help="cupy buffers: hand device pointers to MPI (yes) or stage them "
+                        "through host copies (no, default; the PyPI MPI wheels are not "
+                        "CUDA-aware)")
+    parser.add_argument("--out", default=None, help="also write the results to this HDF5 file")
+    parser.add_argument("--check-raw", action="store_true",
+                        help="allreduce only: also time a bare mpi4py Allreduce loop per size "
+                        "and print it beside (harness overhead check)")
+
+
+def message_sizes(min_size: int, max_size: int) -> list[int]:
+    """Sizes in bytes doubling from ``min_size`` while <= ``max_size``."""
+    if min_size < 1 or max_size < min_size:
+        raise ValueError(f"need 1 <= --min-size <= --max-size, got {min_size} and {max_size}")
+    sizes = []
+    size = min_size
+    while size <= max_size:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def element_type(op: str) -> np.dtype:
+    """float32 for reductions, uint8 for bcast and get."""
+    return np.dtype(np.float32 if op in _FLOAT_OPS else np.uint8)
+
+
+# -- buffers -----------------------------------------------------------------
+
+@dataclass
+class Buffers:
+    """Allocates the benchmark's arrays on the host or the GPU.
+
+    ``mpi(a)`` is what to hand to MPI for array ``a`` and ``back(a, m)`` copies
+    a received host staging buffer ``m`` back to the device; both are no-ops for
+    NumPy buffers and for CUDA-aware MPI.
+    """
+
+    xp: Any
+    staged: bool
+    _host: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def array(self, count: int, dtype: np.dtype, fill: float) -> Any:
+        return self.xp.full(count, fill, dtype=dtype)
+
+    def sync(self) -> None:
+        if self.xp is not np:
+            self.xp.cuda.get_current_stream().synchronize()
+
+    def mpi(self, a: Any) -> Any:
+        if not self.staged:
+            return a
+        host = self._host.get(id(a))
+        if host is None:
+            host = self._host[id(a)] = np.empty(a.shape, a.dtype)
+        a.get(out=host)
+        return host
+
+    def back(self, a: Any, host: Any) -> None:
+        if self.staged:
+            a.set(host)
+
+
+def make_buffers(kind: str, cuda_aware: bool, local_rank: int) -> Buffers:
+    """NumPy buffers, or CuPy ones on device ``local_rank % count`` (else ``ValueError``)."""
+    if kind == "numpy":
+        return Buffers(np, staged=False)
+    from syncbench.kernels.backend import BackendError, select_backend  # noqa: PLC0415
+
+    try:
+        backend = select_backend("gpu", local_rank)
+    except BackendError:
+        raise ValueError("--buffer cupy needs CuPy and a CUDA GPU, and this rank has none "
+                         "(pip install 'syncbench[gpu]' on a GPU machine, or use "
+                         "--buffer numpy)") from None
+    return Buffers(backend.xp, staged=not cuda_aware)
+
+
+# -- timing ------------------------------------------------------------------
+
+def time_loop(comm: Any, iterations: int, skip: int, body: Callable[[], None],
+              barrier: bool = True) -> np.ndarray:
+    """Per-iteration seconds of ``body`` after ``skip`` warm-ups; untimed barrier between."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    samples = np.empty(iterations)
+    comm.Barrier()
+    for i in range(skip + iterations):
+        t0 = MPI.Wtime()
+        body()
+        elapsed = MPI.Wtime() - t0
+        if i >= skip:
+            samples[i - skip] = elapsed
+        if barrier:
+            comm.Barrier()
+    return samples
+
+
+def collective_body(op: str, comm: Any, bufs: Buffers, nbytes: int) -> Callable[[], None]:
+    """One iteration of allreduce, iallreduce (post + wait) or bcast on ``nbytes``."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    dtype = element_type(op)
+    send = bufs.array(nbytes // dtype.itemsize, dtype, 1)
+    recv = bufs.array(nbytes // dtype.itemsize, dtype, 0)
+    bufs.sync()
+
+    def allreduce() -> None:
+        host = bufs.mpi(recv)
+        comm.Allreduce(bufs.mpi(send), host, op=MPI.SUM)
+        bufs.back(recv, host)
+
+    def iallreduce() -> None:
+        host = bufs.mpi(recv)
+        comm.Iallreduce(bufs.mpi(send), host, op=MPI.SUM).Wait()
+        bufs.back(recv, host)
+
+    def bcast() -> None:
+        host = bufs.mpi(send)
+        comm.Bcast(host, root=0)
+        bufs.back(send, host)
+
+    return {"allreduce": allreduce, "iallreduce": iallreduce, "bcast": bcast}[op]
+
+
+def open_windows() -> int:
+    """Windows created by :func:`rma_window` and not yet freed in this process."""
+    return _open_windows
+
+
+@contextlib.contextmanager
+def rma_window(comm: Any, nbytes: int, disp_unit: int) -> Iterator[Any]:
+    """A ``Win.Allocate`` window of ``nbytes``, freed (collectively) however the block ends."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    global _open_windows
+    win = MPI.Win.Allocate(nbytes, disp_unit, comm=comm)
+    _open_windows += 1
+    try:
+        yield win
+    finally:
+        win.Free()
+        _open_windows -= 1
+
+
+def rma_samples(op: str, comm: Any, win: Any, bufs: Buffers, nbytes: int, iterations: int,
+                skip: int) -> np.ndarray:
+    """Per-iteration seconds of one RMA op + ``Flush`` to ``(rank + 1) % N``."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    dtype = element_type(op)
+    count = nbytes // dtype.itemsize
+    origin = bufs.array(count, dtype, 1)
+    result = bufs.array(count, dtype, 0)
+    bufs.sync()
+    target = (comm.Get_rank() + 1) % comm.Get_size()
+
+    def accumulate() -> None:
+        win.Accumulate(bufs.mpi(origin), target, op=MPI.SUM)
+        win.Flush(target)
+
+    def get() -> None:
+        host = bufs.mpi(result)
+        win.Get(host, target)
+        win.Flush(target)
+        bufs.back(result, host)
+
+    def get_accumulate() -> None:
+        host = bufs.mpi(result)
+        win.Get_accumulate(bufs.mpi(origin), host, target, op=MPI.SUM)
+        win.Flush(target)
+        bufs.back(result, host)
+
+    body = {"rma-accumulate": accumulate, "rma-get": get,
+            "rma-get-accumulate": get_accumulate}[op]
+    win.Lock_all()
+    try:
+        samples = time_loop(comm, iterations, skip, body, barrier=False)
+    finally:
+        win.Unlock_all()
+    comm.Barrier()
+    return samples
+
+
+def busy_chunk(work: np.ndarray) -> None:
+    """One unit of the NumPy compute loop (a few microseconds)."""
+    np.multiply(work, 1.0000001, out=work)
+    np.add(work, 1e-7, out=work)
+
+
+def calibrate_chunks(target_s: float, work: np.ndarray) -> int:
+    """Number of :func:`busy_chunk` calls that take about ``target_s`` seconds."""
+    reps = 200
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            busy_chunk(work)
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return max(1, round(target_s / best))
+
+
+def overlap_samples(comm: Any, bufs: Buffers, nbytes: int, iterations: int, skip: int,
+                    target_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-iteration (overall, compute) seconds of Iallreduce overlapped with a busy loop.
+
+    ``compute`` excludes the time spent in ``Test`` (osu_iallreduce's
+    ``tcomp - test_time``).
+    """
+    from mpi4py import MPI  # noqa: PLC0415
+
+    dtype = element_type("iallreduce")
+    send = bufs.array(nbytes // dtype.itemsize, dtype, 1)
+    recv = bufs.array(nbytes // dtype.itemsize, dtype, 0)
+    bufs.sync()
+    work = np.ones(256)
+    chunks = calibrate_chunks(target_s, work)
+    overall = np.empty(iterations)
+    compute = np.empty(iterations)
+    comm.Barrier()
+    for i in range(skip + iterations):
+        t0 = MPI.Wtime()
+        host = bufs.mpi(recv)
+        req = comm.Iallreduce(bufs.mpi(send), host, op=MPI.SUM)
+        tc = MPI.Wtime()
+        in_test = 0.0
+        for _ in range(chunks):
+            busy_chunk(work)
+            tt = MPI.Wtime()
+            req.Test()
+            in_test += MPI.Wtime() - tt
+        tc = MPI.Wtime() - tc - in_test
+        req.Wait()
+        bufs.back(recv, host)
+        if i >= skip:
+            overall[i - skip] = MPI.Wtime() - t0
+            compute[i - skip] = tc
+        comm.Barrier()
+    return overall, compute
+
+
+def raw_allreduce_us(comm: Any, nbytes: int, iterations: int, skip: int) -> float:
+    """Mean microseconds of a bare ``Allreduce`` loop (no per-iteration timers or barriers)."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    send = np.ones(nbytes // 4, np.float32)
+    recv = np.zeros_like(send)
+    for _ in range(skip):
+        comm.Allreduce(send, recv, op=MPI.SUM)
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    for _ in range(iterations):
+        comm.Allreduce(send, recv, op=MPI.SUM)
+    mine = (MPI.Wtime() - t0) / iterations
+    return comm.allreduce(mine, op=MPI.SUM) / comm.Get_size() * 1e6
+
+
+# -- statistics and output -----------------------------------------------------
+
+def latency_stats(samples: np.ndarray, nbytes: int) -> dict[str, float]:
+    """OSU statistics of gathered latencies ``samples[rank, iteration]`` (seconds)."""
+    per_rank = samples.mean(axis=1) * 1e6
+    avg = float(per_rank.mean())
+    pooled = samples.ravel() * 1e6
+    return {"size": nbytes, "avg_us": avg, "min_us": float(per_rank.min()),
+            "max_us": float(per_rank.max()), "p50_us": float(np.percentile(pooled, 50)),
+            "p99_us": float(np.percentile(pooled, 99)),
+            "bw_mbps": nbytes / avg if avg > 0 else math.nan}
+
+
+def overlap_stats(pure_us: float, overall: np.ndarray, compute: np.ndarray) -> dict[str, float]:
+    """osu_iallreduce's overlap from rank-gathered (overall, compute) seconds."""
+    overall_us = float(overall.mean() * 1e6)
+    compute_us = float(compute.mean() * 1e6)
+    overlap = 100.0 * (1.0 - (overall_us - compute_us) / pure_us) if pure_us > 0 else 0.0
+    return {"compute_us": compute_us, "overall_us": overall_us,
+            "overlap_pct": min(100.0, max(0.0, overlap))}
+
+
+def columns_of(op: str, check_raw: bool) -> dict[str, str]:
+    """The printed columns of ``op``."""
+    cols = dict(COLUMNS)
+    if op == "iallreduce":
+        del cols["bw_mbps"]
+        cols.update(OVERLAP_COLUMNS)
+    if check_raw:
+        cols.update(RAW_COLUMNS)
+    return cols
+
+
+def header(cols: dict[str, str]) -> str:
+    """``# Size [B]      Avg [us] ...``: the size in 12 characters, then 14 each."""
+    names = list(cols.values())
+    return f"# {names[0]:<10}" + "".join(f"{h:>14}" for h in names[1:])
+
+
+def format_row(row: dict[str, float], cols: dict[str, str]) -> str:
+    """One fixed-column row: the size as an integer, the rest with two decimals."""
+    cells = [f"{int(row['size']):<12d}"]
+    cells += [f"{row[k]:>14.2f}" for k in cols if k != "size"]
+    return "".join(cells)
+
+
+def gather(comm: Any, local: np.ndarray) -> np.ndarray | None:
+    """Every rank's 1-D array stacked on rank 0 (``None`` elsewhere)."""
+    everything = np.empty((comm.Get_size(), local.size)) if comm.Get_rank() == 0 else None
+    comm.Gather(np.ascontiguousarray(local, dtype=np.float64), everything, root=0)
+    return everything
+
+
+def write_results(path: str, attrs: dict[str, Any], rows: list[dict[str, float]],
+                  samples: list[np.ndarray]) -> None:
+    """Rows as 1-D datasets, raw latencies as ``/samples_us`` [size, rank, iteration]."""
+    import h5py  # noqa: PLC0415
+
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with h5py.File(tmp, "w") as f:
+        for key, value in attrs.items():
+            f.attrs[key] = value
+        for key in rows[0] if rows else ():
+            f.create_dataset(key, data=np.array([r[key] for r in rows]))
+        if samples:
+            f.create_dataset("samples_us", data=np.stack(samples) * 1e6, compression="gzip")
+    os.replace(tmp, path)
+
+
+def read_results(path: str) -> dict[str, Any]:
+    """``{"attrs": {...}, "<column>": array, ..., "samples_us": array}`` of a results file."""
+    import h5py  # noqa: PLC0415
+
+    out: dict[str, Any] = {}
+    with h5py.File(path, "r") as f:
+        out["attrs"] = {k: (v.decode() if isinstance(v, bytes) else
+                            v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v)
+                        for k, v in f.attrs.items()}
+        for key in f:
+            out[key] = f[key][()]
+    return out
+
+
+# -- driver ------------------------------------------------------------------
+
+def measure_size(args: argparse.Namespace, comm: Any, bufs: Buffers, nbytes: int,
+                 win: Any) -> tuple[dict[str, float] | None, np.ndarray | None]:
+    """One row (on rank 0) and the gathered latencies for one message size."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    if args.op in RMA_OPS:
+        local = rma_samples(args.op, comm, win, bufs, nbytes, args.iterations, args.skip)
+    else:
+        local = time_loop(comm, args.iterations, args.skip,
+                          collective_body(args.op, comm, bufs, nbytes))
+    extra: dict[str, float] = {}
+    if args.op == "iallreduce":
+        pure_s = comm.allreduce(float(local.mean()), op=MPI.SUM) / comm.Get_size()
+        overall, compute = overlap_samples(comm, bufs, nbytes, args.iterations, args.skip,
+                                           pure_s)
+        g_overall, g_compute = gather(comm, overall), gather(comm, compute)
+        if comm.Get_rank() == 0:
+            extra = overlap_stats(pure_s * 1e6, g_overall, g_compute)
+    if args.check_raw:
+        raw = raw_allreduce_us(comm, nbytes, args.iterations, args.skip)
+        extra["raw_us"] = raw
+    everything = gather(comm, local)
+    if comm.Get_rank() != 0:
+        return None, None
+    row = {**latency_stats(everything, nbytes), **extra}
+    if args.check_raw:
+        row["ratio"] = row["avg_us"] / row["raw_us"] if row["raw_us"] > 0 else math.nan
+    return row, everything
+
+
+def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
+    """Flags and buffers, identically on every rank; ``ValueError`` with one line."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    if args.iterations < 1 or args.skip < 0:
+        raise ValueError("--iterations must be >= 1 and --skip >= 0")
+    if args.check_raw and args.op != "allreduce":
+        raise ValueError("--check-raw applies to --op allreduce only")
+    sizes = message_sizes(args.min_size, args.max_size)
+    itemsize = element_type(args.op).itemsize
+    kept = [s for s in sizes if s % itemsize == 0]
+    if not kept:
+        raise ValueError(f"--op {args.op} moves {itemsize}-byte elements: no size from "
+                         f"{args.min_size} to {args.max_size} is a multiple of {itemsize}")
+    if args.out:
+        parent = os.path.dirname(os.path.abspath(args.out))
+        if not os.access(parent, os.W_OK):
+            raise ValueError(f"--out {args.out}: directory {parent} is not writable")
+    local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    bufs = make_buffers(args.buffer, args.cuda_aware == "yes", local_rank)
+    return kept, bufs
+
+
+def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
+    """Measure every size; rank 0 prints rows as they come and returns them."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    from syncbench.bench.runtime import agree_on_setup  # noqa: PLC0415
+
+    sizes, bufs = agree_on_setup(comm, lambda: validate(args, comm))
+    rank = comm.Get_rank()
+    cols = columns_of(args.op, args.check_raw)
+    if rank == 0:
+        library = MPI.Get_library_version().strip().splitlines()[0]
+        print(f"# syncbench comm: {args.op}, {comm.Get_size()} ranks, {args.buffer} buffers"
+              f"{' (staged through host)' if bufs.staged else ''}, "
+              f"{element_type(args.op).name}, {args.iterations} iterations (skip {args.skip})")
+        print(f"# MPI: {library}")
+        print(header(cols), flush=True)
+    rows: list[dict[str, float]] = []
+    samples: list[np.ndarray] = []
+    win_cm = (rma_window(comm, max(sizes), element_type(args.op).itemsize)
+              if args.op in RMA_OPS else contextlib.nullcontext())
+    with win_cm as win:
+        for nbytes in sizes:
+            row, everything = measure_size(args, comm, bufs, nbytes, win)
+            if rank == 0:
+                rows.append(row)
+                samples.append(everything)
+                print(format_row(row, cols), flush=True)
+    if rank == 0 and args.out:
+        write_results(args.out, result_attrs(args, comm, bufs), rows, samples)
+        print(f"# results -> {args.out}", flush=True)
+    return rows
+
+
+def result_attrs(args: argparse.Namespace, comm: Any, bufs: Buffers) -> dict[str, Any]:
+    """Root attributes of the results file."""
+    from importlib import metadata  # noqa: PLC0415
+
+    from mpi4py import MPI  # noqa: PLC0415
+
+    return {"schema": SCHEMA, "op": args.op, "world_size": comm.Get_size(),
+            "buffer": args.buffer, "staged": bufs.staged,
+            "dtype": element_type(args.op).name, "iterations": args.iterations,
+            "skip": args.skip, "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+            "mpi4py_version": metadata.version("mpi4py"), "hostname": socket.gethostname(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
+            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    from syncbench.bench.runtime import abort_on_exception  # noqa: PLC0415
+
+    comm = MPI.COMM_WORLD
+    try:
+        abort_on_exception(comm, lambda: run(args, comm))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A stand-alone parser (``python -m syncbench.bench.commbench``)."""
+    parser = argparse.ArgumentParser(
+        prog="syncbench comm",
+        description="OSU-style MPI micro-benchmarks of the operations the strategies use; "
+        "run under mpiexec.")
+    add_arguments(parser)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main(build_parser().parse_args()))

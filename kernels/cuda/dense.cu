@@ -1,0 +1,62 @@
+// ReLU, bias add and the bias-gradient reduction (references in syncbench.kernels.ops).
+//
+// Compiled per precision with -DSB_REAL=float|double and --fmad=false.
+// Grid-stride loops; each output element is written by exactly one thread.
+#ifndef SB_REAL
+#define SB_REAL float
+#endif
+typedef SB_REAL real;
+
+#define SB_GRID_LOOP(i, n)                                                   \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
+         i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// y = max(x, 0)
+extern "C" __global__ void relu_forward(const real* x, real* y, long long n) {
+    SB_GRID_LOOP(i, n) {
+        real xi = x[i];
+        y[i] = xi > (real)0 ? xi : (real)0;
+    }
+}
+
+// dx = dy where the forward output y was positive, else 0
+extern "C" __global__ void relu_backward(const real* dy, const real* y, real* dx, long long n) {
+    SB_GRID_LOOP(i, n) { dx[i] = y[i] > (real)0 ? dy[i] : (real)0; }
+}
+
+// Bias of a tensor viewed as (outer, channels, inner): y[o, c, i] += b[c].
+// A Linear output (rows, cols) is (rows, cols, 1); a convolution output in the
+// (cout, n*oh*ow) layout is (1, cout, n*oh*ow).
+extern "C" __global__ void bias_add(real* y, const real* b, long long outer, long long channels,
+                                    long long inner) {
+    SB_GRID_LOOP(i, outer * channels * inner) { y[i] = y[i] + b[(i / inner) % channels]; }
+}
+
+// First pass of db[c] = sum_{o, i} dy[o, c, i]: the (o, i) positions, in order
+// j = o * inner + i, are cut into chunks of `chunk`; thread (k, c) sums chunk k
+// of channel c sequentially into partial[k * channels + c].
+extern "C" __global__ void bias_grad_partial(const real* dy, real* partial, long long outer,
+                                             long long channels, long long inner,
+                                             long long chunk) {
+    long long positions = outer * inner;
+    long long chunks = (positions + chunk - 1) / chunk;
+    SB_GRID_LOOP(t, chunks * channels) {
+        long long c = t % channels;
+        long long k = t / channels;
+        long long end = (k + 1) * chunk < positions ? (k + 1) * chunk : positions;
+        real acc = (real)0;
+        for (long long j = k * chunk; j < end; ++j)
+            acc = acc + dy[((j / inner) * channels + c) * inner + j % inner];
+        partial[t] = acc;
+    }
+}
+
+// Second pass: db[c] = sum_k partial[k, c], in chunk order.
+extern "C" __global__ void bias_grad_finish(const real* partial, real* db, long long chunks,
+                                            long long channels) {
+    SB_GRID_LOOP(c, channels) {
+        real acc = (real)0;
+        for (long long k = 0; k < chunks; ++k) acc = acc + partial[k * channels + c];
+        db[c] = acc;
+    }
+}

@@ -1,0 +1,633 @@
+"""The GPU implementations of :mod:`syncbench.kernels.ops`: hand-written CUDA kernels.
+
+Each function here has the signature of the :mod:`~syncbench.kernels.ops`
+function of the same name (whose NumPy body is its reference) and launches
+the kernels of ``kernels/cuda/*.cu``. The sources are compiled by CuPy
+(``cupy.RawModule``, NVRTC) once per precision with ``-DSB_REAL=float`` or
+``-DSB_REAL=double`` and ``--fmad=false`` (no fused multiply-add, so
+element-wise kernels round exactly like their NumPy references; CuPy also
+adds ``-ftz=true``, which flushes float32 subnormals to zero, the one
+difference). GEMMs are not here: the layers call ``cupy.matmul`` (cuBLAS).
+
+Launch rules: 1-D grids of :data:`BLOCK` threads, at most :data:`MAX_BLOCKS`
+blocks; every kernel is a grid-stride loop whose elements are each written by
+one thread (no shared memory, atomics or barriers), so the result does not
+depend on the launch shape. Kernels run on CuPy's current stream, in order
+with CuPy's own operations; whoever hands a buffer to MPI synchronizes first
+(:mod:`syncbench.algorithms.device_buffers`).
+
+The launcher is pluggable (:func:`use_launcher`): the default compiles and
+launches with CuPy; the tests plug in a host emulator
+(:class:`syncbench.kernels.compile_check.HostEmulator`) that runs the same
+kernel sources, built as C++, on NumPy arrays, so this module's argument
+marshalling and the kernels' arithmetic are checked on machines without a GPU.
+This module imports CuPy only inside :class:`CupyLauncher` and :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from syncbench.kernels import ops
+
+KERNEL_DIR = Path(__file__).resolve().parent / "cuda"
+#: Threads per block of every launch.
+BLOCK = 256
+#: Upper bound on blocks per launch (grid-stride loops cover the rest).
+MAX_BLOCKS = 4096
+#: Rows summed by one thread in the first pass of the bias-gradient reduction.
+BIAS_CHUNK = 256
+#: NVRTC/nvcc options shared by every build of the sources (plus -DSB_REAL).
+COMPILE_OPTIONS: tuple[str, ...] = ("--fmad=false",)
+#: Options ``cupy.RawModule`` adds by itself (CuPy 13/14, NVRTC backend);
+#: ``compile_check`` adds them too so it builds what the GPU path builds.
+CUPY_ADDED_OPTIONS: tuple[str, ...] = ("-ftz=true", "--device-as-default-execution-space")
+#: NumPy dtype -> C type substituted for ``real``.
+REAL_CTYPES: dict[np.dtype, str] = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
+
+
+# -- sources and signatures -----------------------------------------------------
+def source_files(directory: Path = KERNEL_DIR) -> list[Path]:
+    """Every ``.cu`` file of the kernel directory, sorted."""
+    return sorted(directory.glob("*.cu"))
+
+
+def compile_options(dtype: Any) -> tuple[str, ...]:
+    """Compiler options of the ``dtype`` build of a source."""
+    return (f"-DSB_REAL={REAL_CTYPES[np.dtype(dtype)]}", *COMPILE_OPTIONS)
+
+
+def _param_type(decl: str) -> str:
+    """``const real* __restrict__ x`` -> ``real*``; ``long long n`` -> ``long long``."""
+    words = decl.replace("*", " * ").split()
+    words = [w for w in words if w not in ("const", "__restrict__")]
+    pointer = "*" in words
+    base = " ".join(w for w in words[:-1] if w != "*")
+    return base + "*" if pointer else base
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    """A kernel's source file (stem) and its parameter types (``real`` left symbolic)."""
+
+    source: str
+    params: tuple[str, ...]
+
+
+def parse_signatures(text: str, source: str) -> dict[str, KernelSignature]:
+    """The ``extern "C" __global__`` kernels declared in one source text."""
+    found = {}
+    for name, params in _KERNEL_RE.findall(text):
+        types = tuple(_param_type(p) for p in params.split(",") if p.strip())
+        found[name] = KernelSignature(source, types)
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_signatures() -> dict[str, KernelSignature]:
+    """name -> signature for every kernel of :data:`KERNEL_DIR` (names are unique)."""
+    table: dict[str, KernelSignature] = {}
+    for path in source_files():
+        for name, sig in parse_signatures(path.read_text(), path.stem).items():
+            if name in table:
+                raise ValueError(f"kernel {name} defined in {table[name].source}.cu and {path}")
+            table[name] = sig
+    return table
+
+
+# -- launchers ------------------------------------------------------------------
+class Launcher(Protocol):
+    """Runs kernel ``kernel`` of ``source`` (a file stem) built for ``dtype``."""
+
+    def __call__(
+        self, source: str, kernel: str, dtype: np.dtype, grid: int, block: int, args: tuple
+    ) -> None: ...
+
+
+class CupyLauncher:
+    """Compiles each source once per dtype with ``cupy.RawModule`` and launches on the
+    current stream."""
+
+    def __init__(self) -> None:
+        self._modules: dict[tuple[str, np.dtype], Any] = {}
+        self._functions: dict[tuple[str, np.dtype], Any] = {}
+
+    def function(self, source: str, kernel: str, dtype: np.dtype) -> Any:
+        """The compiled ``cupy.RawKernel`` (cached)."""
+        key = (kernel, dtype)
+        fn = self._functions.get(key)
+        if fn is None:
+            module = self._modules.get((source, dtype))
+            if module is None:
+                import cupy  # noqa: PLC0415 - GPU path only
+
+                code = (KERNEL_DIR / f"{source}.cu").read_text()
+                module = cupy.RawModule(code=code, options=compile_options(dtype))
+                self._modules[(source, dtype)] = module
+            fn = self._functions[key] = module.get_function(kernel)
+        return fn
+
+    def __call__(
+        self, source: str, kernel: str, dtype: np.dtype, grid: int, block: int, args: tuple
+    ) -> None:
+        self.function(source, kernel, dtype)((grid,), (block,), args)
+
+
+_launcher: Launcher | None = None
+
+
+def get_launcher() -> Launcher:
+    """The launcher in use (a :class:`CupyLauncher` unless :func:`use_launcher` says otherwise)."""
+    global _launcher
+    if _launcher is None:
+        _launcher = CupyLauncher()
+    return _launcher
+
+
+@contextmanager
+def use_launcher(launcher: Launcher) -> Iterator[Launcher]:
+    """Launch through ``launcher`` inside the block (tests: the host emulator)."""
+    global _launcher
+    previous = _launcher
+    _launcher = launcher
+    try:
+        yield launcher
+    finally:
+        _launcher = previous
+
+
+def grid_size(work: int) -> int:
+    """Blocks for ``work`` elements: one thread each, at most :data:`MAX_BLOCKS` blocks."""
+    return max(1, min(math.ceil(work / BLOCK), MAX_BLOCKS))
+
+
+def _launch(kernel: str, dtype: np.dtype, work: int, *args: Any) -> None:
+    if work <= 0:
+        return
+    source = kernel_signatures()[kernel].source
+    get_launcher()(source, kernel, dtype, grid_size(work), BLOCK, args)
+
+
+# -- argument helpers -------------------------------------------------------------
+def _xp(array: Any) -> Any:
+    """The array module of ``array`` (CuPy on the GPU path, NumPy under the emulator)."""
+    if type(array).__module__.startswith("cupy"):
+        import cupy  # noqa: PLC0415
+
+        return cupy
+    return np
+
+
+def _real_dtype(array: Any) -> np.dtype:
+    dtype = np.dtype(array.dtype)
+    if dtype not in REAL_CTYPES:
+        raise TypeError(f"CUDA kernels take float32 or float64 arrays, got {dtype}")
+    return dtype
+
+
+def _check(dtype: np.dtype, size: int | None, **arrays: Any) -> None:
+    """Every array C-contiguous, of ``dtype`` and (if given) ``size`` elements."""
+    for name, array in arrays.items():
+        if np.dtype(array.dtype) != dtype:
+            raise TypeError(f"{name}: dtype {array.dtype}, expected {dtype}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{name}: CUDA kernels need C-contiguous arrays")
+        if size is not None and array.size != size:
+            raise ValueError(f"{name}: {array.size} elements, expected {size}")
+
+
+def _real(dtype: np.dtype, value: float) -> Any:
+    """A scalar of the kernel's ``real`` type (CuPy passes NumPy scalars by their dtype)."""
+    return dtype.type(float(value))
+
+
+def _i64(value: int) -> np.int64:
+    return np.int64(value)
+
+
+# -- optimizer updates ---------------------------------------------------------------
+def sgd_momentum_(
+    params: Any,
+    grads: Any,
+    velocity: Any,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    scratch: Any = None,
+) -> None:
+    """Kernel ``sgd_momentum`` (see :func:`syncbench.kernels.ops.sgd_momentum_`)."""
+    dt, n = _real_dtype(params), params.size
+    _check(dt, n, params=params, grads=grads, velocity=velocity)
+    _launch("sgd_momentum", dt, n, params, grads, velocity,
+            _real(dt, lr), _real(dt, momentum), _real(dt, weight_decay), _i64(n))
+
+
+def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
+    """Kernel ``axpy`` (see :func:`syncbench.kernels.ops.axpy_`)."""
+    dt, n = _real_dtype(y), y.size
+    _check(dt, n, y=y, x=x)
+    _launch("axpy", dt, n, y, _real(dt, alpha), x, _i64(n))
+
+
+def axpby_(y: Any, alpha: float, x: Any, beta: float, scratch: Any = None) -> None:
+    """Kernel ``axpby`` (see :func:`syncbench.kernels.ops.axpby_`)."""
+    dt, n = _real_dtype(y), y.size
+    _check(dt, n, y=y, x=x)
+    _launch("axpby", dt, n, y, _real(dt, alpha), x, _real(dt, beta), _i64(n))
+
+
+def odsgd_local_update_(
+    w_loc: Any,
+    w_global: Any,
+    grads: Any,
+    scale: float,
+    w_prev: Any = None,
+    dc_lambda: float = 0.0,
+    scratch: Any = None,
+) -> None:
+    """Kernels ``odsgd_local_sgd`` / ``odsgd_local_dc`` (see
+    :func:`syncbench.kernels.ops.odsgd_local_update_`)."""
+    dt, n = _real_dtype(w_loc), w_loc.size
+    _check(dt, n, w_loc=w_loc, w_global=w_global, grads=grads)
+    if w_prev is None:
+        _launch("odsgd_local_sgd", dt, n, w_loc, w_global, grads, _real(dt, scale), _i64(n))
+        return
+    _check(dt, n, w_prev=w_prev)
+    _launch("odsgd_local_dc", dt, n, w_loc, w_global, grads, w_prev,
+            _real(dt, scale), _real(dt, dc_lambda), _i64(n))
+
+
+def dc_compensate_(out: Any, grads: Any, w_now: Any, w_then: Any, dc_lambda: float) -> None:
+    """Kernel ``dc_compensate`` (see :func:`syncbench.kernels.ops.dc_compensate_`)."""
+    dt, n = _real_dtype(out), out.size
+    _check(dt, n, out=out, grads=grads, w_now=w_now, w_then=w_then)
+    _launch("dc_compensate", dt, n, out, grads, w_now, w_then, _real(dt, dc_lambda), _i64(n))
+
+
+# -- layer kernels ------------------------------------------------------------------
+def softmax_xent(logits: Any, labels: Any) -> tuple[float, Any]:
+    """Kernel ``softmax_xent``; the mean of the per-row losses is a CuPy reduction."""
+    xp = _xp(logits)
+    logits = xp.ascontiguousarray(logits)
+    dt = _real_dtype(logits)
+    rows, classes = logits.shape
+    labels = xp.ascontiguousarray(labels.astype(np.int64, copy=False))
+    if labels.shape != (rows,):
+        raise ValueError(f"labels of shape {labels.shape} for {rows} rows")
+    dlogits = xp.empty_like(logits)
+    row_loss = xp.empty(rows, dtype=dt)
+    _launch("softmax_xent", dt, rows, logits, labels, dlogits, row_loss, _i64(rows),
+            _i64(classes))
+    return float(row_loss.mean()), dlogits
+
+
+def relu_forward(x: Any, out: Any = None) -> Any:
+    """Kernel ``relu_forward``."""
+    xp = _xp(x)
+    x = xp.ascontiguousarray(x)
+    dt = _real_dtype(x)
+    out = xp.empty_like(x) if out is None else out
+    _check(dt, x.size, out=out)
+    _launch("relu_forward", dt, x.size, x, out, _i64(x.size))
+    return out
+
+
+def relu_backward(dy: Any, y: Any, out: Any = None) -> Any:
+    """Kernel ``relu_backward``."""
+    xp = _xp(dy)
+    dy, y = xp.ascontiguousarray(dy), xp.ascontiguousarray(y)
+    dt = _real_dtype(dy)
+    out = xp.empty_like(dy) if out is None else out
+    _check(dt, dy.size, y=y, out=out)
+    _launch("relu_backward", dt, dy.size, dy, y, out, _i64(dy.size))
+    return out
+
+
+def _bias_layout(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    """(outer, channels, inner) of a 2-D array whose bias runs along ``axis``."""
+    rows, cols = shape
+    if axis == 1:
+        return rows, cols, 1
+    if axis == 0:
+        return 1, rows, cols
+    raise ValueError(f"bias axis must be 0 or 1, got {axis}")
+
+
+def bias_add_(y: Any, bias: Any, axis: int = 1) -> None:
+    """Kernel ``bias_add`` on a 2-D ``y``, in place (bias along ``axis``)."""
+    dt = _real_dtype(y)
+    outer, channels, inner = _bias_layout(y.shape, axis)
+    bias = _xp(y).ascontiguousarray(bias)
+    _check(dt, None, y=y)
+    _check(dt, channels, bias=bias)
+    _launch("bias_add", dt, y.size, y, bias, _i64(outer), _i64(channels), _i64(inner))
+
+
+def bias_grad(dy: Any, out: Any = None, axis: int = 1) -> Any:
+    """Kernels ``bias_grad_partial`` then ``bias_grad_finish``: sums of 2-D ``dy`` per
+    index of ``axis``.
+
+    Each thread of the first pass sums :data:`BIAS_CHUNK` positions of one
+    channel; with at most that many the sum is sequential, as NumPy's is over
+    rows (``axis=1``).
+    """
+    xp = _xp(dy)
+    dy = xp.ascontiguousarray(dy)
+    dt = _real_dtype(dy)
+    outer, channels, inner = _bias_layout(dy.shape, axis)
+    out = xp.empty(channels, dtype=dt) if out is None else out
+    _check(dt, channels, out=out)
+    chunks = max(1, math.ceil(outer * inner / BIAS_CHUNK))
+    partial = xp.empty(chunks * channels, dtype=dt)
+    _launch("bias_grad_partial", dt, chunks * channels, dy, partial, _i64(outer),
+            _i64(channels), _i64(inner), _i64(BIAS_CHUNK))
+    _launch("bias_grad_finish", dt, channels, partial, out, _i64(chunks), _i64(channels))
+    return out
+
+
+def im2col(x: Any, k: int, pad: int) -> Any:
+    """Kernel ``im2col``: (n, c, h, w) -> (c*k*k, n*oh*ow)."""
+    xp = _xp(x)
+    x = xp.ascontiguousarray(x)
+    dt = _real_dtype(x)
+    n, c, h, w = x.shape
+    oh, ow = ops.conv_output_hw(h, w, k, pad)
+    cols = xp.empty((c * k * k, n * oh * ow), dtype=dt)
+    _launch("im2col", dt, cols.size, x, cols, *map(_i64, (n, c, h, w, k, pad)))
+    return cols
+
+
+def col2im(cols: Any, in_shape: tuple[int, ...], k: int, pad: int) -> Any:
+    """Kernel ``col2im``: (c*k*k, n*oh*ow) -> (n, c, h, w), the adjoint of :func:`im2col`."""
+    xp = _xp(cols)
+    cols = xp.ascontiguousarray(cols)
+    dt = _real_dtype(cols)
+    n, c, h, w = in_shape
+    oh, ow = ops.conv_output_hw(h, w, k, pad)
+    if cols.shape != (c * k * k, n * oh * ow):
+        raise ValueError(f"col2im: columns of shape {cols.shape} do not match {in_shape}, k={k}")
+    dx = xp.empty((n, c, h, w), dtype=dt)
+    _launch("col2im", dt, dx.size, cols, dx, *map(_i64, (n, c, h, w, k, pad)))
+    return dx
+
+
+def maxpool_forward(x: Any, k: int) -> tuple[Any, Any]:
+    """Kernel ``maxpool_forward``: returns ``(y, argmax)`` (argmax int32)."""
+    xp = _xp(x)
+    x = xp.ascontiguousarray(x)
+    dt = _real_dtype(x)
+    n, c, h, w = x.shape
+    if h % k or w % k:
+        raise ValueError(f"maxpool: sides {h}x{w} not divisible by {k}")
+    y = xp.empty((n, c, h // k, w // k), dtype=dt)
+    argmax = xp.empty(y.shape, dtype=np.int32)
+    _launch("maxpool_forward", dt, y.size, x, y, argmax, *map(_i64, (n * c, h, w, k)))
+    return y, argmax
+
+
+def maxpool_backward(dy: Any, argmax: Any, k: int) -> Any:
+    """Kernel ``maxpool_backward``: (n, c, oh, ow) gradients -> (n, c, oh*k, ow*k)."""
+    xp = _xp(dy)
+    dy = xp.ascontiguousarray(dy)
+    argmax = xp.ascontiguousarray(argmax.astype(np.int32, copy=False))
+    dt = _real_dtype(dy)
+    n, c, oh, ow = dy.shape
+    if argmax.shape != dy.shape:
+        raise ValueError(f"maxpool_backward: argmax {argmax.shape} vs dy {dy.shape}")
+    dx = xp.empty((n, c, oh * k, ow * k), dtype=dt)
+    _launch("maxpool_backward", dt, dx.size, dy, argmax, dx,
+            *map(_i64, (n * c, oh * k, ow * k, k)))
+    return dx
+
+
+#: Every operation implemented here (the same names as the dispatched ones in ops).
+OPS: tuple[str, ...] = (
+    "sgd_momentum_", "axpy_", "axpby_", "odsgd_local_update_", "dc_compensate_",
+    "softmax_xent", "relu_forward", "relu_backward", "bias_add_", "bias_grad",
+    "im2col", "col2im", "maxpool_forward", "maxpool_backward",
+)
+
+
+# -- example inputs: shared by the tests (emulated and on GPU) and the benchmark -------
+@dataclass(frozen=True)
+class Case:
+    """Inputs for one operation: ``build(rng, dtype, large)`` returns its host arguments.
+
+    ``exact``: the kernel must match the NumPy reference bit for bit (same
+    operations in the same order); otherwise to a few ulps (sums in another
+    order, or another ``exp``).
+    """
+
+    name: str
+    op: str
+    build: Callable[[np.random.Generator, np.dtype, bool], tuple]
+    exact: bool = True
+
+
+def _flat(rng: np.random.Generator, dtype: np.dtype, large: bool, count: int) -> list[np.ndarray]:
+    n = (1 << 22) if large else 1000
+    return [rng.standard_normal(n).astype(dtype) for _ in range(count)]
+
+
+def _image(rng, dtype, shape):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _conv_shape(large: bool) -> tuple[tuple[int, int, int, int], int, int]:
+    """(x shape, k, pad): LeNet's first convolution at benchmark size."""
+    return ((256, 1, 28, 28), 5, 2) if large else ((2, 3, 7, 6), 3, 1)
+
+
+def _im2col_case(pad: int | None):
+    def build(rng, dtype, large):
+        shape, k, default_pad = _conv_shape(large)
+        return (_image(rng, dtype, shape), k, default_pad if pad is None else pad)
+    return build
+
+
+def _col2im_case(rng, dtype, large):
+    shape, k, pad = _conv_shape(large)
+    n, c, h, w = shape
+    oh, ow = ops.conv_output_hw(h, w, k, pad)
+    return (_image(rng, dtype, (c * k * k, n * oh * ow)), shape, k, pad)
+
+
+def _pool_input(rng, dtype, large):
+    shape = (256, 6, 28, 28) if large else (2, 3, 6, 8)
+    # few distinct values: many ties, so the first-maximum rule is exercised
+    return rng.integers(-3, 3, size=shape).astype(dtype)
+
+
+def _pool_backward_case(rng, dtype, large):
+    shape = (256, 6, 14, 14) if large else (2, 3, 3, 4)
+    return (_image(rng, dtype, shape), rng.integers(0, 4, size=shape).astype(np.int32), 2)
+
+
+def _softmax_case(rng, dtype, large):
+    rows = 8192 if large else 37
+    logits = (3 * rng.standard_normal((rows, 10))).astype(dtype)
+    return (logits, rng.integers(0, 10, size=rows).astype(np.int64))
+
+
+def _relu_input(rng, dtype, large):
+    x = _flat(rng, dtype, large, 1)[0]
+    x[::7] = 0
+    return x
+
+
+def _bias_case(rows_small: int, axis: int):
+    """Linear-like (batch, features) for ``axis=1``, Conv2d-like (cout, n*oh*ow) for 0."""
+    def build(rng, dtype, large):
+        rows, cols = (200704, 6) if large else (rows_small, 5)
+        shape = (rows, cols) if axis == 1 else (cols, rows)
+        return (_image(rng, dtype, shape), None, axis)
+    return build
+
+
+def _bias_add_case(axis: int):
+    def build(rng, dtype, large):
+        rows, cols = (200704, 6) if large else (33, 5)
+        shape = (rows, cols) if axis == 1 else (cols, rows)
+        return (_image(rng, dtype, shape), _image(rng, dtype, (cols,)), axis)
+    return build
+
+
+CASES: tuple[Case, ...] = (
+    Case("sgd_momentum_", "sgd_momentum_",
+         lambda r, d, b: (*_flat(r, d, b, 3), 0.05, 0.9, 1e-4)),
+    Case("sgd_momentum_/no-decay", "sgd_momentum_",
+         lambda r, d, b: (*_flat(r, d, b, 3), 0.1, 0.0, 0.0)),
+    Case("axpy_", "axpy_", lambda r, d, b: (_flat(r, d, b, 1)[0], 0.3, _flat(r, d, b, 1)[0])),
+    Case("axpy_/alpha-1", "axpy_",
+         lambda r, d, b: (_flat(r, d, b, 1)[0], 1.0, _flat(r, d, b, 1)[0])),
+    Case("axpby_", "axpby_",
+         lambda r, d, b: (_flat(r, d, b, 1)[0], 0.25, _flat(r, d, b, 1)[0], 0.75)),
+    Case("odsgd_local_update_/sgd", "odsgd_local_update_",
+         lambda r, d, b: (*_flat(r, d, b, 3), 0.0125)),
+    Case("odsgd_local_update_/dc", "odsgd_local_update_",
+         lambda r, d, b: (*_flat(r, d, b, 3), 0.0125, _flat(r, d, b, 1)[0], 0.04)),
+    Case("dc_compensate_", "dc_compensate_", lambda r, d, b: (*_flat(r, d, b, 4), 0.04)),
+    Case("softmax_xent", "softmax_xent", _softmax_case, exact=False),
+    Case("relu_forward", "relu_forward", lambda r, d, b: (_relu_input(r, d, b),)),
+    Case("relu_backward", "relu_backward",
+         lambda r, d, b: (_flat(r, d, b, 1)[0], np.maximum(_relu_input(r, d, b), 0))),
+    Case("bias_add_/rows", "bias_add_", _bias_add_case(1)),
+    Case("bias_add_/channels", "bias_add_", _bias_add_case(0)),
+    Case("bias_grad/rows", "bias_grad", _bias_case(BIAS_CHUNK, 1)),
+    Case("bias_grad/rows-chunks", "bias_grad", _bias_case(3 * BIAS_CHUNK + 17, 1), exact=False),
+    Case("bias_grad/channels", "bias_grad", _bias_case(3 * BIAS_CHUNK + 17, 0), exact=False),
+    Case("im2col", "im2col", _im2col_case(None)),
+    Case("im2col/no-pad", "im2col", _im2col_case(0)),
+    Case("col2im", "col2im", _col2im_case),
+    Case("maxpool_forward", "maxpool_forward", lambda r, d, b: (_pool_input(r, d, b), 2)),
+    Case("maxpool_backward", "maxpool_backward", _pool_backward_case),
+)
+
+
+def run_case(fn: Callable[..., Any], args: tuple) -> list[Any]:
+    """Call ``fn`` on ``args`` (mutated in place) and return what a comparison looks at:
+    the returned arrays/floats, then every array argument after the call."""
+    result = fn(*args)
+    returned = list(result) if isinstance(result, tuple) else [result]
+    return [r for r in returned if r is not None] + [a for a in args if hasattr(a, "shape")]
+
+
+# -- benchmark ---------------------------------------------------------------------------
+def _median_seconds(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def benchmark(
+    dtype: Any = np.float32,
+    repeat: int = 10,
+    seed: int = 0,
+    large: bool = True,
+    xp: Any = None,
+) -> list[dict[str, Any]]:
+    """Time every :data:`CASES` entry: NumPy reference vs CUDA kernel.
+
+    Returns rows with ``case``, ``numpy_ms``, ``cuda_ms`` (medians; the GPU
+    time includes the launch and a stream synchronization), ``max_abs_diff``
+    and ``max_rel_diff`` (relative to the largest output magnitude). ``xp``
+    is CuPy by default; NumPy (with the host emulator as launcher, small
+    sizes) lets the tests run this code without a GPU.
+    """
+    if xp is None:
+        import cupy as xp  # noqa: PLC0415 - GPU only
+    on_gpu = xp.__name__ == "cupy"
+    sync = xp.cuda.get_current_stream().synchronize if on_gpu else (lambda: None)
+    to_host = xp.asnumpy if on_gpu else np.asarray
+    dtype = np.dtype(dtype)
+    rows = []
+    for case in CASES:
+        host = case.build(np.random.default_rng(seed), dtype, large)
+        device = tuple(xp.asarray(a) if isinstance(a, np.ndarray) else a for a in host)
+        reference, kernel = ops.REFERENCES[case.op], globals()[case.op]
+        expected = run_case(reference, _copies(host))
+        got = run_case(kernel, _copies(device))
+        diff, rel = _differences(expected, [to_host(g) for g in got])
+        numpy_s = _median_seconds(lambda r=reference, a=host: r(*a), repeat, lambda: None)
+        cuda_s = _median_seconds(lambda k=kernel, a=device: k(*a), repeat, sync)
+        rows.append({"case": case.name, "numpy_ms": numpy_s * 1e3, "cuda_ms": cuda_s * 1e3,
+                     "max_abs_diff": diff, "max_rel_diff": rel})
+    return rows
+
+
+def _copies(args: tuple) -> tuple:
+    return tuple(a.copy() if hasattr(a, "copy") else a for a in args)
+
+
+def _differences(expected: list[Any], got: list[Any]) -> tuple[float, float]:
+    """Largest absolute difference, and largest one relative to the output's magnitude."""
+    worst_abs = worst_rel = 0.0
+    for e, g in zip(expected, got):
+        e = np.asarray(e, dtype=np.float64)
+        diff = float(np.max(np.abs(np.asarray(g, dtype=np.float64) - e), initial=0.0))
+        scale = float(np.max(np.abs(e), initial=0.0)) or 1.0
+        worst_abs, worst_rel = max(worst_abs, diff), max(worst_rel, diff / scale)
+    return worst_abs, worst_rel
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The benchmark rows as a fixed-width table."""
+    lines = [f"{'kernel':<26} {'numpy ms':>10} {'cuda ms':>10} {'speedup':>9} {'max|diff|':>10}"]
+    for row in rows:
+        speedup = row["numpy_ms"] / row["cuda_ms"] if row["cuda_ms"] > 0 else math.inf
+        lines.append(f"{row['case']:<26} {row['numpy_ms']:>10.3f} {row['cuda_ms']:>10.3f} "
+                     f"{speedup:>8.1f}x {row['max_abs_diff']:>10.2e}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m syncbench.kernels.cuda_ops``: kernel timings against the NumPy references."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--repeat", type=int, default=10)
+    config = parser.parse_args(argv)
+    print(format_table(benchmark(config.dtype, config.repeat)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

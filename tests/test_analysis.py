@@ -1,0 +1,481 @@
+"""Scaling tables, plots and traces: hand-made run files and short real runs.
+
+Hand-made files (``bench.recorder.write_run_file``) have chosen wall times,
+samples and phase seconds, so every table value is checked against a closed
+form computed here. The real runs (2 and 4 ranks, launched with ``mpiexec`` by
+the fixture) check plots and traces end to end. Serial pytest run; every
+subprocess is bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_mpi
+
+from syncbench.analysis import plots, schema
+from syncbench.analysis.report import (
+    add_report_arguments,
+    format_report,
+    report_main,
+    report_rows,
+)
+from syncbench.analysis.runfile import read_run
+from syncbench.analysis.tables import NEW_KEYS, aggregate, table_rows
+from syncbench.analysis.trace import add_trace_arguments, parse_steps, trace_events, trace_main
+from syncbench.bench.recorder import write_run_file
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BATCH = 64
+
+
+# ---------------------------------------------------------------- hand-made files
+
+
+def make_rank(steps: int, phases: dict[str, float], *, batch: int = BATCH,
+              local_steps: int = 0, rounds: list[int] | None = None,
+              step_time: float | None = None) -> dict[str, np.ndarray]:
+    """Rows of one rank: the same phase seconds every step, steps back to back."""
+    duration = step_time if step_time is not None else sum(phases.values())
+    cols = {
+        "step": np.arange(steps),
+        "t_start": np.arange(steps) * duration,
+        **{f"t_{p}": np.full(steps, phases.get(p, 0.0)) for p in schema.PHASES},
+        "loss": np.linspace(2.0, 1.0, steps),
+        "samples": np.full(steps, batch),
+        "staleness": np.zeros(steps, dtype=int),
+        "local_steps": np.full(steps, local_steps),
+        "round": np.asarray(rounds if rounds is not None else np.zeros(steps, dtype=int)),
+    }
+    return cols
+
+
+def make_evals(times=(1.0, 2.0), accuracy=(0.5, 0.9), samples=(512, 1024), steps=(2, 4)):
+    return {
+        "t": np.asarray(times, dtype=float), "step": np.asarray(steps),
+        "samples_seen": np.asarray(samples), "loss": np.linspace(1.5, 0.5, len(times)),
+        "accuracy": np.asarray(accuracy, dtype=float),
+    }
+
+
+def write_file(path: Path, *, algorithm: str, world_size: int, wall: float,
+               steps_per_rank: int, phases=None, evals=None, config=None,
+               complete: bool = True, rank_rows=None, target=None) -> str:
+    """A ``syncbench/1`` file with chosen wall time and samples (``steps * BATCH`` per rank)."""
+    phases = phases or {"compute": 0.01}
+    rows = rank_rows or {r: make_rank(steps_per_rank, phases) for r in range(world_size)}
+    root = {
+        "algorithm": algorithm, "model": "mlp", "dataset": "synthetic",
+        "world_size": world_size,
+        "config": {"algorithm": algorithm, "batch_size": BATCH, "comm": "overlap",
+                   "slowdown": None, "target_accuracy": target, **(config or {})},
+        "hostnames": [f"node{r}" for r in range(world_size)],
+    }
+    attrs = {r: {"hostname": f"node{r}", "device": "cpu", "slowdown": 1.0}
+             for r in range(world_size)}
+    write_run_file(path, root, rows, attrs, evals or make_evals(), wall, target,
+                   complete=complete)
+    return str(path)
+
+
+# Strong scaling: 4096 samples at every N. N=2 has three repeats (walls 5, 4, 6).
+STRONG = [(1, 8.0), (2, 5.0), (2, 4.0), (2, 6.0), (4, 2.5)]
+# Weak scaling: 1024 samples per rank.
+WEAK = [(1, 2.0), (2, 2.5), (4, 4.0)]
+
+
+@pytest.fixture
+def scaling_files(tmp_path):
+    paths = []
+    for i, (n, wall) in enumerate(STRONG):
+        paths.append(write_file(tmp_path / f"strong{i}.h5", algorithm="ssgd", world_size=n,
+                                wall=wall, steps_per_rank=4096 // BATCH // n))
+    for i, (n, wall) in enumerate(WEAK):
+        paths.append(write_file(tmp_path / f"weak{i}.h5", algorithm="asgd", world_size=n,
+                                wall=wall, steps_per_rank=1024 // BATCH))
+    return paths
+
+
+def _rows(paths, by=(), target=None, series=()):
+    return table_rows([read_run(p) for p in paths], by, target, series)
+
+
+def test_strong_scaling_hand_computed(scaling_files):
+    rows = [r for r in _rows(scaling_files) if r["algorithm"] == "ssgd"]
+    x = {i: 4096 / wall for i, (_, wall) in enumerate(STRONG)}
+    x0, wall0 = x[0], STRONG[0][1]
+    for i, row in enumerate(rows):
+        n, wall = STRONG[i]
+        assert row["scaling"] == "strong" and row["baseline_world_size"] == 1
+        assert row["samples"] == 4096
+        assert row["samples_per_s"] == pytest.approx(x[i])
+        assert row["speedup"] == pytest.approx(x[i] / x0)          # T(N0) / T(N)
+        assert row["speedup"] == pytest.approx(wall0 / wall)
+        assert row["efficiency"] == pytest.approx(wall0 / wall / n)
+        assert row["speedup_wall"] == pytest.approx(wall0 / wall)
+        assert row["efficiency_wall"] == pytest.approx(wall0 / (wall * n))
+    assert [round(r["speedup"], 6) for r in rows] == [1.0, 1.6, 2.0, round(8 / 6, 6), 3.2]
+    assert rows[-1]["efficiency"] == pytest.approx(0.8)
+
+
+def test_weak_scaling_hand_computed(scaling_files):
+    rows = [r for r in _rows(scaling_files) if r["algorithm"] == "asgd"]
+    for row, (n, wall) in zip(rows, WEAK, strict=True):
+        x = 1024 * n / wall
+        x0 = 1024 / WEAK[0][1]
+        assert row["scaling"] == "weak" and row["baseline_world_size"] == 1
+        assert row["samples_per_s_per_rank"] == pytest.approx(1024 / wall)
+        # weak efficiency: ratio of throughput per rank = wall(N0) / wall(N)
+        assert row["efficiency"] == pytest.approx((x / n) / (x0 / 1))
+        assert row["efficiency"] == pytest.approx(WEAK[0][1] / wall)
+        assert row["efficiency_wall"] == pytest.approx(WEAK[0][1] / wall)
+        assert row["speedup"] == pytest.approx(x / x0)  # scaled speedup
+        assert row["speedup_wall"] == pytest.approx(n * WEAK[0][1] / wall)
+    assert [round(r["efficiency"], 9) for r in rows] == [1.0, 0.8, 0.5]
+    assert [round(r["speedup"], 9) for r in rows] == [1.0, 1.6, 2.0]
+
+
+def test_mixed_work_and_baseline_is_smallest_n(tmp_path):
+    a = write_file(tmp_path / "a.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                   steps_per_rank=10)
+    b = write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=4, wall=2.0,
+                   steps_per_rank=7)  # neither the same total nor the same per rank
+    rows = _rows([b, a])
+    assert [r["baseline_world_size"] for r in rows] == [2, 2]
+    assert all(r["scaling"] == "mixed" for r in rows)
+    assert rows[0]["speedup"] == pytest.approx((4 * 7 * BATCH / 2.0) / (2 * 10 * BATCH / 2.0))
+    assert math.isnan(rows[0]["speedup_wall"]) and math.isnan(rows[0]["efficiency_wall"])
+
+
+def test_series_split_by_a_config_flag(tmp_path):
+    paths = [
+        write_file(tmp_path / "o1.h5", algorithm="ssgd", world_size=1, wall=4.0,
+                   steps_per_rank=32),
+        write_file(tmp_path / "b1.h5", algorithm="ssgd", world_size=1, wall=2.0,
+                   steps_per_rank=32, config={"comm": "blocking"}),
+        write_file(tmp_path / "o2.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                   steps_per_rank=16),
+    ]
+    merged = _rows(paths)
+    assert merged[2]["speedup"] == pytest.approx(2.0 / 3.0 * 2.0)  # X0 = median(512, 1024)
+    split = _rows(paths, series=("comm",))
+    assert split[2]["speedup"] == pytest.approx(2.0)
+    assert split[1]["speedup"] == pytest.approx(1.0)
+
+
+def test_aggregation_over_repeats(scaling_files):
+    rows = _rows(scaling_files, by=("algorithm", "world_size"))
+    groups = aggregate(rows, ("algorithm", "world_size"))
+    assert [(g["algorithm"], g["world_size"], g["repeats"]) for g in groups] == [
+        ("asgd", 1, 1), ("asgd", 2, 1), ("asgd", 4, 1),
+        ("ssgd", 1, 1), ("ssgd", 2, 3), ("ssgd", 4, 1)]
+    g = groups[4]
+    assert (g["wall_s"], g["wall_s_min"], g["wall_s_max"]) == (5.0, 4.0, 6.0)
+    assert g["samples_per_s"] == pytest.approx(4096 / 5.0)
+    assert g["samples_per_s_min"] == pytest.approx(4096 / 6.0)
+    assert g["samples_per_s_max"] == pytest.approx(4096 / 4.0)
+    assert g["speedup"] == pytest.approx(1.6)
+    assert g["speedup_min"] == pytest.approx(8.0 / 6.0)
+    assert g["speedup_max"] == pytest.approx(2.0)
+    assert g["efficiency"] == pytest.approx(0.8)
+    assert g["path"] == scaling_files[1:4]
+    assert g["complete"] is True and g["scaling"] == "strong"
+
+
+def test_aggregation_time_to_target_counts_misses_as_slow(tmp_path):
+    accs = [(0.9, 0.9), (0.5, 0.9), (0.5, 0.6)]  # reached at t=1, t=2, never
+    paths = [write_file(tmp_path / f"r{i}.h5", algorithm="ssgd", world_size=2, wall=3.0,
+                        steps_per_rank=4, evals=make_evals(accuracy=a))
+             for i, a in enumerate(accs)]
+    rows = _rows(paths, by=("algorithm",), target=0.8)
+    assert [r["time_to_target_s"] for r in rows[:2]] == [1.0, 2.0]
+    assert math.isnan(rows[2]["time_to_target_s"])
+    (g,) = aggregate(rows, ("algorithm",))
+    assert g["time_to_target_s"] == 2.0 and g["time_to_target_s_min"] == 1.0
+    assert math.isnan(g["time_to_target_s_max"])
+    assert g["target_reached"] == 2 and g["target_accuracy"] == 0.8
+    assert g["final_accuracy"] == pytest.approx(0.9)  # median of 0.9, 0.9, 0.6
+    assert g["final_accuracy_min"] == pytest.approx(0.6)
+
+
+PH0 = {"data": 0.1, "compute": 0.2, "comm": 0.05, "wait": 0.15, "update": 0.05}
+PH1 = {"data": 0.1, "compute": 0.4, "comm": 0.05, "update": 0.05, "delay": 0.1}
+
+
+def test_phase_breakdown_stragglers_and_hidden_comm(tmp_path):
+    rows = {0: make_rank(4, PH0), 1: make_rank(4, PH1)}
+    run = write_file(tmp_path / "od.h5", algorithm="odsgd", world_size=2, wall=4.0,
+                     steps_per_rank=4, rank_rows=rows)
+    ref = write_file(tmp_path / "ref.h5", algorithm="ssgd", world_size=2, wall=4.0,
+                     steps_per_rank=4, phases={"compute": 0.2, "comm": 0.25},
+                     config={"comm": "blocking"})
+    other_n = write_file(tmp_path / "n4.h5", algorithm="odsgd", world_size=4, wall=4.0,
+                         steps_per_rank=2)
+    row, ref_row, n4_row = _rows([run, ref, other_n])
+    assert row["compute_s_per_step"] == pytest.approx((0.2 + 0.4) / 2)
+    assert row["delay_s_per_step"] == pytest.approx(0.05)
+    assert row["step_s_mean"] == pytest.approx((0.55 + 0.7) / 2)
+    assert row["compute_fraction"] == pytest.approx((0.8 + 1.6) / (2 * 4.0))
+    assert row["data_fraction"] == pytest.approx(0.8 / 8.0)
+    assert row["comm_fraction"] == pytest.approx(0.4 / 8.0)  # the /summary value
+    assert row["untracked_fraction"] == pytest.approx(1 - (2.2 + 2.8) / 8.0)
+    assert row["step_s_median"] == pytest.approx(0.625)
+    assert row["step_s_max"] == pytest.approx(0.7)
+    assert row["step_max_over_median"] == pytest.approx(0.7 / 0.625)
+    assert row["busy_max_over_median"] == pytest.approx(0.7 / 0.55)  # busy 0.4 and 0.7
+    assert row["slowest_rank"] == 1
+    assert row["wait_share_max"] == pytest.approx(0.6 / 4.0)
+    assert row["idle_share_max"] == pytest.approx(1 - 1.6 / 4.0)
+    assert row["rounds"] == 4
+    assert row["exposed_comm_s_per_round"] == pytest.approx((0.2 + 0.05) / 2)
+    assert ref_row["exposed_comm_s_per_round"] == pytest.approx(0.25)
+    assert row["hidden_comm_fraction"] == pytest.approx(1 - 0.125 / 0.25)
+    assert ref_row["hidden_comm_fraction"] == 0.0
+    assert math.isnan(n4_row["hidden_comm_fraction"])  # no blocking reference at N=4
+
+
+def test_rounds_of_round_based_algorithms(tmp_path):
+    rounds = [0, 0, 0, 1, 1, 1]
+    rows = {r: make_rank(6, {"compute": 0.1, "wait": 0.3}, local_steps=3, rounds=rounds)
+            for r in range(2)}
+    path = write_file(tmp_path / "ls.h5", algorithm="localsgd", world_size=2, wall=4.0,
+                      steps_per_rank=6, rank_rows=rows)
+    (row,) = _rows([path])
+    assert row["rounds"] == 2
+    assert row["exposed_comm_s_per_round"] == pytest.approx(6 * 0.3 / 2)
+
+
+# ---------------------------------------------------------------- the report command
+
+
+def _report(*argv: str, capsys) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    add_report_arguments(parser)
+    rc = report_main(parser.parse_args(list(argv)))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_report_json_keeps_old_keys_and_adds(scaling_files, capsys):
+    rc, out, err = _report(*scaling_files, "--format", "json", capsys=capsys)
+    assert rc == 0, err
+    data = json.loads(out)
+    old = json.loads(format_report(report_rows(scaling_files), "json"))
+    assert len(data) == len(old) == len(scaling_files)
+    for obj, before in zip(data, old, strict=True):
+        assert list(obj)[: len(schema.REPORT_KEYS) + 1] == [*schema.REPORT_KEYS, "path"]
+        assert {k: obj[k] for k in before} == before  # old keys, old values
+        assert set(NEW_KEYS) <= set(obj)
+        assert isinstance(obj["ranks"], list) and len(obj["ranks"]) == obj["world_size"]
+    rc, out, err = _report(*scaling_files, "--format", "json", "--by", "algorithm,world_size",
+                           capsys=capsys)
+    groups = json.loads(out)
+    assert rc == 0 and len(groups) == 6
+    for obj in groups:
+        assert list(obj)[: len(schema.REPORT_KEYS) + 1] == [*schema.REPORT_KEYS, "path"]
+        assert isinstance(obj["path"], list)
+    assert groups[4]["wall_s_min"] == 4.0 and groups[4]["repeats"] == 3
+
+
+def test_report_csv_and_md(scaling_files, capsys):
+    rc, out, _ = _report(*scaling_files, "--format", "csv", "--by", "algorithm,world_size",
+                         capsys=capsys)
+    assert rc == 0
+    records = list(csv.DictReader(io.StringIO(out)))
+    assert list(records[0])[: len(schema.REPORT_KEYS) + 1] == [*schema.REPORT_KEYS, "path"]
+    assert float(records[4]["speedup"]) == pytest.approx(1.6)
+    assert records[4]["path"].count(";") == 2
+    rc, out, _ = _report(*scaling_files, "--by", "algorithm,world_size", capsys=capsys)
+    assert rc == 0
+    for title in ("## Runs grouped by algorithm, world_size", "## Spread over repeats",
+                  "## Time per phase", "## Stragglers", "## Scaling and communication"):
+        assert title in out
+    assert "nan" not in out.lower()
+    rc, out, _ = _report(*scaling_files[:2], "--per-rank", capsys=capsys)
+    assert rc == 0 and "## Per rank: " in out and "| strong0.h5" in out
+
+
+def test_report_partial_and_bad_files(tmp_path, scaling_files, capsys):
+    partial = write_file(tmp_path / "partial.h5", algorithm="ssgd", world_size=2, wall=3.0,
+                         steps_per_rank=4, complete=False,
+                         rank_rows={0: make_rank(4, {"compute": 0.1})})
+    rc, out, err = _report(partial, scaling_files[0], "--format", "json", capsys=capsys)
+    assert rc == 0
+    warnings = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and partial in warnings[0] and "partial" in warnings[0]
+    data = json.loads(out)
+    assert data[0]["complete"] is False and data[1]["complete"] is True
+    rc, out, err = _report(partial, capsys=capsys)
+    assert rc == 0 and "| partial |" in out
+    other = tmp_path / "other.h5"
+    import h5py  # noqa: PLC0415
+
+    with h5py.File(other, "w") as f:
+        f.attrs["schema"] = "syncbench/0"
+    rc, out, err = _report(str(other), *scaling_files, capsys=capsys)
+    assert rc == 2 and out == ""
+    assert err.strip() == (f"syncbench report: {other} has schema 'syncbench/0', "
+                           f"expected '{schema.SCHEMA}'")
+    rc, _, err = _report(*scaling_files, "--by", "nosuchkey", capsys=capsys)
+    assert rc == 2 and "nosuchkey" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plots_need_matplotlib(scaling_files, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    rc, out, err = _report(*scaling_files, "--plots", str(tmp_path / "p"), capsys=capsys)
+    assert rc == 2 and out == ""
+    assert "pip install syncbench[plot]" in err and not (tmp_path / "p").exists()
+
+
+def test_local_step_plot_of_hand_made_oscars(tmp_path):
+    pytest.importorskip("matplotlib")
+    taus = {0: [4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8], 1: [4, 4, 4, 4, 4, 4, 4, 4]}
+    rows = {}
+    for r, tau in taus.items():
+        rounds = [0] * 4 + [1] * (len(tau) - 4)
+        rows[r] = make_rank(len(tau), {"compute": 0.1 * (r + 1)}, rounds=rounds)
+        rows[r]["local_steps"] = np.asarray(tau)
+    path = write_file(tmp_path / "osc.h5", algorithm="oscars", world_size=2, wall=2.0,
+                      steps_per_rank=0, rank_rows=rows)
+    run = read_run(path)
+    assert plots.has_local_steps(run)
+    png = Path(plots.plot_local_steps(plots._pyplot(), run, tmp_path / "osc_local_steps.png"))
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    assert plots.default_window(run) == (2, 10)  # 8 steps from the middle of rank 0's 12
+
+
+# ---------------------------------------------------------------- trace parsing
+
+
+def test_parse_steps():
+    assert parse_steps("2:5") == (2, 5)
+    assert parse_steps("3:") == (3, None)
+    assert parse_steps(":4") == (0, 4)
+    assert parse_steps(None) is None
+    for bad in ("5:2", "a:b", "1", "-1:3", "1:2:3"):
+        with pytest.raises(ValueError, match="--steps"):
+            parse_steps(bad)
+
+
+def test_trace_layout_hand_made(tmp_path):
+    path = write_file(tmp_path / "t.h5", algorithm="odsgd", world_size=2, wall=4.0,
+                      steps_per_rank=4, rank_rows={0: make_rank(4, PH0),
+                                                   1: make_rank(4, PH1)})
+    run = read_run(path)
+    trace = trace_events(run)
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == 2 * 4 * len(schema.PHASES)
+    for e in slices:
+        cols = run.ranks[e["pid"]]
+        i = e["args"]["step"]
+        k = schema.PHASES.index(e["name"])
+        before = sum(cols[f"t_{p}"][i] for p in schema.PHASES[:k])
+        assert e["ts"] == pytest.approx((cols["t_start"][i] + before) * 1e6)
+        assert e["dur"] == pytest.approx(cols[f"t_{e['name']}"][i] * 1e6)
+    instants = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+    # evaluations after steps 1 and 3 of rank 0 (eval.step = 2, 4), at those steps' ends
+    assert [e["ts"] for e in instants] == pytest.approx([2 * 0.55e6, 4 * 0.55e6])
+    assert [e["args"]["accuracy"] for e in instants] == [0.5, 0.9]
+
+
+# ---------------------------------------------------------------- real runs
+
+
+SMALL = ["--algorithm", "ssgd", "--dataset", "synthetic", "--synthetic-samples", "1024",
+         "--epochs", "1", "--progress", "never"]
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real")
+    paths = []
+    for n in (2, 4):
+        path = out / f"ssgd-np{n}.h5"
+        proc = run_mpi(n, "train", *SMALL, "--out", str(path), timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        paths.append(str(path))
+    return paths
+
+
+def test_real_runs_every_plot_is_a_png(real_runs, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    rc, out, err = _report(*real_runs, "--plots", str(plots), "--timeline-steps", "1:3",
+                           capsys=capsys)
+    assert rc == 0, err
+    expected = {"scaling.png", "convergence.png"}
+    for path in real_runs:
+        stem = Path(path).stem
+        expected |= {f"{stem}_phases.png", f"{stem}_timeline.png"}
+    assert {p.name for p in plots.iterdir()} == expected
+    for name in expected:
+        data = (plots / name).read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_MAGIC), name
+    assert "no run has non-zero local_steps" in err and "local-step schedule plot skipped" in err
+    assert f"wrote {len(expected)} plots" in err
+
+
+def _trace(run_path: str, out: Path, *extra: str) -> dict:
+    parser = argparse.ArgumentParser()
+    add_trace_arguments(parser)
+    assert trace_main(parser.parse_args([run_path, "-o", str(out), *extra])) == 0
+    return json.loads(out.read_text())
+
+
+def _slices(trace: dict) -> list[tuple[int, int, str]]:
+    return [(e["pid"], e["args"]["step"], e["name"])
+            for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+def test_real_trace_one_slice_per_phase_step_rank(real_runs, tmp_path):
+    for path in real_runs:
+        run = read_run(path)
+        trace = _trace(path, tmp_path / "trace.json")
+        assert isinstance(trace["traceEvents"], list)
+        slices = _slices(trace)
+        expected = [(r, int(s), p) for r in sorted(run.ranks)
+                    for s in run.ranks[r]["step"] for p in schema.PHASES]
+        assert len(slices) == len(set(slices))  # exactly one each
+        assert sorted(slices) == sorted(expected)
+        names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        assert names == {r: f"rank {r} ({run.rank_attrs[r]['hostname']})" for r in run.ranks}
+        for e in trace["traceEvents"]:
+            if e["ph"] == "X":
+                assert e["dur"] >= 0 and e["ts"] >= 0
+        evals = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+        assert len(evals) == len(run.eval["step"])
+
+
+def test_real_trace_steps_cut(real_runs, tmp_path):
+    path = real_runs[0]  # 2 ranks, 8 steps each
+    run = read_run(path)
+    steps = run.ranks[0]["step"]
+    assert len(steps) >= 4
+    trace = _trace(path, tmp_path / "cut.json", "--steps", "1:3")
+    assert sorted(_slices(trace)) == sorted(
+        (r, s, p) for r in run.ranks for s in (1, 2) for p in schema.PHASES)
+    kept = [e["args"]["step"] for e in trace["traceEvents"] if e["ph"] == "i"]
+    assert all(2 <= k <= 3 for k in kept)  # evaluations right after steps 1 or 2
+    assert kept == [int(s) for s in run.eval["step"] if 2 <= s <= 3]
+    open_end = _trace(path, tmp_path / "tail.json", "--steps", f"{len(steps) - 1}:")
+    assert {s for _, s, _ in _slices(open_end)} == {len(steps) - 1}
+
+
+def test_trace_bad_input(tmp_path, real_runs, capsys):
+    parser = argparse.ArgumentParser()
+    add_trace_arguments(parser)
+    args = parser.parse_args([real_runs[0], "-o", str(tmp_path / "x.json"), "--steps", "4:2"])
+    assert trace_main(args) == 2
+    assert "--steps" in capsys.readouterr().err
+    args = parser.parse_args([str(tmp_path / "none.h5"), "-o", str(tmp_path / "x.json")])
+    assert trace_main(args) == 2
+    assert "does not exist" in capsys.readouterr().err

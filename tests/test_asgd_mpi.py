@@ -1,0 +1,235 @@
+"""ASGD through MPI RMA windows: atomic pushes, serial equivalence, DC-ASGD, end to end.
+
+Run with ``mpiexec -n 2 python -m pytest --with-mpi tests/test_asgd_mpi.py``
+(and ``-n 4``); the end-to-end tests launch their own ``mpiexec`` and run in a
+plain serial ``pytest``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from helpers import rank_streams, run_mpi, train_config
+
+from syncbench.algorithms.base import Budget, MomentumSGD
+from syncbench.algorithms.registry import get_algorithm
+from syncbench.bench.data import make_synthetic
+from syncbench.kernels.models import build_model
+
+LOCKS = ("nocheck", "none")
+LAYOUTS = ("sharded", "single", "dedicated")
+SHAPE = (1, 12, 12)
+
+
+def _wait_for_all(comm) -> None:
+    """Barrier that keeps entering MPI (passive-target progress), politely."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(1e-4)
+
+
+def _pattern(n: int, rank: int, k: int) -> np.ndarray:
+    """Integer-valued push of rank ``rank``'s k-th push (sums are exact in float64)."""
+    return (rank + 1) * (k + 1) * (np.arange(n) % 7 + 1).astype(np.float64)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("lock", LOCKS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_concurrent_pushes_lose_nothing(layout, lock):
+    from mpi4py import MPI
+
+    from syncbench.algorithms.asgd import LOCK_ASSERTS
+    from syncbench.algorithms.windows import Counters, ParamWindow
+
+    comm = MPI.COMM_WORLD.Dup()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    n, pushes = 1001, 25
+    windows = ParamWindow(comm, n, np.float64, layout, LOCK_ASSERTS[lock])
+    counters = Counters(comm, 1, LOCK_ASSERTS[lock])
+    try:
+        w0 = np.arange(n, dtype=np.float64)
+        windows.set_local(w0)
+        comm.Barrier()
+        workers = range(1, size) if layout == "dedicated" else range(size)
+        versions = []
+        if rank in workers:
+            for k in range(pushes):
+                windows.push(_pattern(n, rank, k))
+                versions.append(counters.fetch_add(0))
+        _wait_for_all(comm)
+
+        expected = w0 + sum(_pattern(n, r, k) for r in workers for k in range(pushes))
+        np.testing.assert_array_equal(windows.gather(), expected)
+        pulled = np.zeros(n)
+        windows.pull(pulled)
+        np.testing.assert_array_equal(pulled, expected)
+        # Fetch_and_op handed out every version exactly once
+        every = sorted(v for part in comm.allgather(versions) for v in part)
+        assert every == list(range(pushes * len(workers)))
+        assert counters.read(0) == pushes * len(workers)
+        _wait_for_all(comm)
+    finally:
+        windows.free()
+        counters.free()
+        comm.Free()
+
+
+def _serial_momentum_sgd(data, batch, seed, config, steps):
+    """One process, one worker: plain momentum SGD on rank 0's batches of a 1-rank job."""
+    model = build_model("mlp", data.input_shape, data.num_classes, dtype=np.float64, seed=seed)
+    opt = MomentumSGD(model.params, config.lr, config.momentum, config.weight_decay)
+    stream = rank_streams(data.train_x, data.train_y, 1, batch, seed)[0]
+    for _ in range(steps):
+        model.loss_and_grad(*stream.next())
+        opt.step(model.params, model.grads)
+    return model.params
+
+
+def _sub_comm(size: int):
+    """The first ``size`` ranks of the world (COMM_NULL on the others)."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    return world.Split(0 if world.Get_rank() < size else MPI.UNDEFINED, world.Get_rank())
+
+
+def _asgd(comm, config, data, seed, budget):
+    from syncbench.algorithms.communicator import Communicator
+
+    model = build_model("mlp", data.input_shape, data.num_classes, dtype=np.float64, seed=seed)
+    return get_algorithm("asgd")(model, Communicator(comm), config, budget)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dc", [0.0, 0.5])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_one_worker_equals_serial_momentum_sgd(layout, dc):
+    """dedicated: a host and one worker on 2 ranks; sharded/single: COMM_SELF per rank."""
+    from mpi4py import MPI
+
+    steps, batch, seed = 7, 16, 5
+    comm = _sub_comm(2) if layout == "dedicated" else MPI.COMM_SELF.Dup()
+    if comm == MPI.COMM_NULL:
+        return
+    data = make_synthetic(256, 32, SHAPE, 10, seed=2)
+    config = train_config("--algorithm", "asgd", "--ps-layout", layout,
+                          "--delay-compensation", str(dc), "--lr", "0.1",
+                          "--momentum", "0.9", "--weight-decay", "1e-4")
+    algo = _asgd(comm, config, data, seed, Budget(steps * batch, batch, 1))
+    stream = rank_streams(data.train_x, data.train_y, 1, batch, seed)[0]
+    stale = []
+    try:
+        while not algo.done():
+            stale.append(algo.step(*stream.next()).staleness)
+        algo.finish()
+        params = algo.consensus_params()
+        version = algo.global_version()
+    finally:
+        algo.close()
+        comm.Free()
+    assert len(stale) == (0 if algo.is_host else steps)
+    assert stale == [0] * len(stale)
+    assert version == steps
+    expected = _serial_momentum_sgd(data, batch, seed, config, steps)
+    np.testing.assert_allclose(params, expected, rtol=0, atol=1e-10)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dc", [0.0, 0.5])
+def test_stale_push_and_delay_compensation(dc):
+    """Both workers pull W0; rank 0 pushes, then rank 1 pushes a gradient one version stale.
+
+    W2 = W1 - lr*(g1 + dc*g1*g1*(W1 - W0)), W1 = W0 - lr*g0 (first-step momentum is g).
+    """
+    from mpi4py import MPI
+
+    comm = _sub_comm(2)
+    if comm == MPI.COMM_NULL:
+        return
+    rank, batch, seed, lam = comm.Get_rank(), 16, 4, dc
+    data = make_synthetic(128, 16, SHAPE, 10, seed=3)
+    config = train_config("--algorithm", "asgd", "--delay-compensation", str(dc),
+                          "--lr", "0.2", "--momentum", "0.9")
+    algo = _asgd(comm, config, data, seed, Budget(2 * batch, batch, 2))
+    streams = rank_streams(data.train_x, data.train_y, 2, batch, seed)
+    try:
+        algo.pull()
+        comm.Barrier()
+        for turn in (0, 1):
+            if rank == turn:
+                algo.compute(*streams[rank].next())
+                staleness = algo.push()
+            comm.Barrier()
+        algo.finish()
+        params = algo.consensus_params()
+    finally:
+        algo.close()
+        comm.Free()
+    assert staleness == rank
+
+    model = build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=seed)
+    w0 = model.params.copy()
+    grads = []
+    for fresh in rank_streams(data.train_x, data.train_y, 2, batch, seed):
+        model.loss_and_grad(*fresh.next())
+        grads.append(model.grads.copy())
+    w1 = w0 - config.lr * grads[0]
+    g1 = grads[1] + lam * grads[1] * grads[1] * (w1 - w0)
+    w2 = w1 - config.lr * g1
+    np.testing.assert_allclose(params, w2, rtol=0, atol=1e-10)
+
+
+def test_validate_rejects_bad_flags():
+    cls = get_algorithm("asgd")
+    with pytest.raises(ValueError, match="--delay-compensation"):
+        cls.validate(train_config("--algorithm", "asgd", "--delay-compensation", "-1"), 2)
+    with pytest.raises(ValueError, match="dedicated"):
+        cls.validate(train_config("--algorithm", "asgd", "--ps-layout", "dedicated"), 1)
+    config = train_config("--algorithm", "asgd")
+    assert config.ps_layout == "sharded" and config.delay_compensation == 0.0
+    assert config.rma_assert == "nocheck"
+
+
+def _train(tmp_path, np_, *flags, samples=1024, batch=32):
+    from syncbench.analysis.runfile import read_run
+
+    out = tmp_path / f"asgd{np_}.h5"
+    proc = run_mpi(np_, "train", "--algorithm", "asgd", "--dataset", "synthetic",
+                   "--synthetic-samples", str(samples), "--batch-size", str(batch),
+                   "--epochs", "1", "--progress", "never", "--out", str(out), *flags,
+                   timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "asgd: layout" in proc.stdout
+    run = read_run(out)
+    budget = (samples // np_ // batch) * batch * np_
+    assert run.attrs["algorithm"] == "asgd" and run.world_size == np_
+    assert sum(int(rows["samples"].sum()) for rows in run.ranks.values()) == budget
+    assert run.eval["samples_seen"][-1] == budget
+    return run
+
+
+@pytest.mark.mpi_skip
+def test_train_asgd_two_ranks_writes_staleness(tmp_path):
+    run = _train(tmp_path, 2)
+    for rank in (0, 1):
+        rows = run.ranks[rank]
+        assert "staleness" in rows and len(rows["staleness"]) == len(rows["step"]) > 0
+        assert np.all(rows["staleness"] >= 0)
+    assert run.summary["final_accuracy"] > 0.3
+
+
+@pytest.mark.mpi_skip
+def test_train_asgd_four_ranks_is_stale(tmp_path):
+    run = _train(tmp_path, 4, samples=2048, batch=16)
+    stale = np.concatenate([rows["staleness"] for rows in run.ranks.values()])
+    assert stale.max() > 0
+
+
+@pytest.mark.mpi_skip
+def test_train_asgd_dedicated_host_takes_no_steps(tmp_path):
+    run = _train(tmp_path, 2, "--ps-layout", "dedicated", "--delay-compensation", "0.1")
+    assert len(run.ranks[0]["step"]) == 0
+    assert np.all(run.ranks[1]["staleness"] == 0)  # one worker: never stale

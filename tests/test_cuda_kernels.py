@@ -1,0 +1,403 @@
+"""The CUDA kernels and their NumPy references, checked on a machine without a GPU.
+
+* every ``kernels/cuda/*.cu`` compiles with NVRTC (else ``nvcc -ptx``) for
+  float and double, and ``compile_check`` reports a broken source as a failure;
+* the NumPy references of :mod:`syncbench.kernels.ops` equal straightforward
+  formulas (loops, the update rules of ALGORITHMS.md) and the CPU layers;
+* the kernels themselves, built as C++ and run thread by thread by the host
+  emulator through the real :mod:`syncbench.kernels.cuda_ops` launch code,
+  equal the references (bit for bit where the operations are the same), also
+  with a one-block grid (grid-stride loops);
+* the layers' GPU path (kernels + GEMMs), emulated the same way, gives the
+  CPU path's loss and gradients; the CPU path never imports CuPy.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from syncbench.kernels import compile_check, cuda_ops, layers, ops
+from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU, SoftmaxCrossEntropy
+from syncbench.kernels.models import build_model
+
+DTYPES = [np.float32, np.float64]
+SOURCES = cuda_ops.source_files()
+GPU_COMPILERS = [c for c in ("nvrtc", "nvcc") if c in compile_check.available_compilers()]
+NO_COMPILER = ("neither NVRTC (pip install nvidia-cuda-nvrtc-cu12) nor nvcc is available: "
+               "the CUDA sources cannot be compiled here")
+needs_gpu_compiler = pytest.mark.skipif(not GPU_COMPILERS, reason=NO_COMPILER)
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None,
+                               reason="g++ is needed to build the kernels for the host emulator")
+
+
+# -- compilation -----------------------------------------------------------------
+def test_sources_and_signatures_are_consistent():
+    assert {p.stem for p in SOURCES} == {"conv", "dense", "optim", "pool", "softmax_xent"}
+    table = cuda_ops.kernel_signatures()
+    launched = set()
+    text = inspect.getsource(cuda_ops)
+    for name in table:
+        if f'"{name}"' in text:
+            launched.add(name)
+    assert launched == set(table), f"kernels never launched: {set(table) - launched}"
+    assert table["sgd_momentum"].params == (
+        "real*", "real*", "real*", "real", "real", "real", "long long")
+
+
+def test_every_op_has_a_kernel_path_with_the_same_signature():
+    assert set(cuda_ops.OPS) == set(ops.REFERENCES)
+    for name, reference in ops.REFERENCES.items():
+        device = getattr(cuda_ops, name)
+        assert list(inspect.signature(device).parameters) == list(
+            inspect.signature(reference).parameters), name
+        assert getattr(ops, name).reference is reference
+
+
+@needs_gpu_compiler
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float", "double"])
+@pytest.mark.parametrize("source", SOURCES, ids=[p.name for p in SOURCES])
+def test_source_compiles(source, dtype):
+    compiler = GPU_COMPILERS[0]  # NVRTC when installed, else nvcc -ptx
+    result = compile_check.build(source, compiler, np.dtype(dtype))
+    assert result.ok, f"{compiler} failed on {source.name} ({dtype.__name__}):\n{result.log}"
+
+
+def _compile_check(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "syncbench.kernels.compile_check", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+
+
+@needs_gpu_compiler
+def test_compile_check_reports_a_broken_source(tmp_path):
+    broken = tmp_path / "broken.cu"
+    broken.write_text(textwrap.dedent("""\
+        extern "C" __global__ void broken(float* x, long long n) {
+            x[0] = undefined_identifier;
+        }
+        """))
+    proc = _compile_check(str(broken))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED" in proc.stdout and "undefined_identifier" in proc.stdout
+
+
+@needs_gpu_compiler
+def test_compile_check_passes_a_real_source():
+    proc = _compile_check(str(SOURCES[0]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 sources" in proc.stdout and "0 failed" in proc.stdout
+
+
+def test_compile_check_without_a_compiler_exits_2(tmp_path):
+    good = SOURCES[0]
+    env_free = [sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from syncbench.kernels import compile_check
+        compile_check.available_compilers = lambda: []
+        sys.exit(compile_check.main([{str(good)!r}]))
+        """)]
+    proc = subprocess.run(env_free, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "nvidia-cuda-nvrtc-cu12" in proc.stderr
+
+
+# -- NumPy references against straightforward formulas ------------------------------
+def _rand(rng, *shape):
+    return rng.standard_normal(shape)
+
+
+def test_sgd_momentum_reference_is_the_pytorch_rule():
+    rng = np.random.default_rng(0)
+    w, g, v = _rand(rng, 50), _rand(rng, 50), _rand(rng, 50)
+    lr, mu, wd = 0.05, 0.9, 1e-3
+    v_expected = mu * v + (g + wd * w)
+    w_expected = w - lr * v_expected
+    ops.sgd_momentum_(w, g, v, lr, mu, wd)
+    np.testing.assert_allclose(v, v_expected, rtol=1e-13)
+    np.testing.assert_allclose(w, w_expected, rtol=1e-13)
+
+
+def test_axpy_and_axpby_references():
+    rng = np.random.default_rng(1)
+    y, x = _rand(rng, 40), _rand(rng, 40)
+    y0 = y.copy()
+    ops.axpy_(y, 0.25, x)
+    np.testing.assert_allclose(y, y0 + 0.25 * x, rtol=1e-13)
+    y = y0.copy()
+    ops.axpby_(y, 0.3, x, 0.7)
+    np.testing.assert_allclose(y, 0.3 * x + 0.7 * y0, rtol=1e-13)
+
+
+def test_odsgd_local_update_reference_follows_algorithm_1():
+    rng = np.random.default_rng(2)
+    w_loc, w_g, g, w_prev = (_rand(rng, 30) for _ in range(4))
+    scale, lam = 0.1 / 4, 0.04
+    # LocalOpt = sgd: W_loc = W_g - lr_local * g / N
+    out = w_loc.copy()
+    ops.odsgd_local_update_(out, w_g, g, scale)
+    np.testing.assert_allclose(out, w_g - scale * g, rtol=1e-13)
+    # LocalOpt = dc: g + lambda * g * g * (W_loc - W_loc_prev); W_loc_prev <- W_loc
+    out, prev = w_loc.copy(), w_prev.copy()
+    ops.odsgd_local_update_(out, w_g, g, scale, prev, lam)
+    compensated = g + lam * g * g * (w_loc - w_prev)
+    np.testing.assert_allclose(out, w_g - scale * compensated, rtol=1e-13)
+    np.testing.assert_array_equal(prev, w_loc)
+
+
+def test_dc_compensate_reference_is_dcasgd_eq_10():
+    rng = np.random.default_rng(3)
+    g, w_now, w_then = _rand(rng, 30), _rand(rng, 30), _rand(rng, 30)
+    out = np.empty(30)
+    ops.dc_compensate_(out, g, w_now, w_then, 0.5)
+    np.testing.assert_allclose(out, g + 0.5 * g * g * (w_now - w_then), rtol=1e-13)
+
+
+def test_softmax_xent_reference_against_loops_and_finite_differences():
+    rng = np.random.default_rng(4)
+    logits, labels = 3 * _rand(rng, 6, 5), rng.integers(0, 5, size=6)
+    loss, dlogits = ops.softmax_xent(logits, labels)
+    expected = np.mean([-np.log(np.exp(row[t]) / np.exp(row).sum())
+                        for row, t in zip(logits, labels)])
+    assert loss == pytest.approx(expected, rel=1e-13)
+    eps = 1e-6
+    for i, j in [(0, 0), (2, 3), (5, labels[5])]:
+        up, down = logits.copy(), logits.copy()
+        up[i, j] += eps
+        down[i, j] -= eps
+        numeric = (ops.softmax_xent(up, labels)[0] - ops.softmax_xent(down, labels)[0]) / (2 * eps)
+        assert dlogits[i, j] == pytest.approx(numeric, abs=1e-8)
+
+
+def test_relu_and_bias_references():
+    rng = np.random.default_rng(5)
+    x, dy = _rand(rng, 4, 6), _rand(rng, 4, 6)
+    y = ops.relu_forward(x)
+    np.testing.assert_array_equal(y, np.where(x > 0, x, 0.0))
+    np.testing.assert_array_equal(ops.relu_backward(dy, y), np.where(x > 0, dy, 0.0))
+    b = _rand(rng, 6)
+    z = x.copy()
+    ops.bias_add_(z, b)
+    assert all(np.array_equal(z[r], x[r] + b) for r in range(4))
+    np.testing.assert_allclose(ops.bias_grad(dy), [sum(dy[r, c] for r in range(4))
+                                                   for c in range(6)], rtol=1e-13)
+    z = x.copy()
+    ops.bias_add_(z, b[:4], axis=0)
+    assert all(np.array_equal(z[:, c], x[:, c] + b[:4]) for c in range(6))
+    np.testing.assert_allclose(ops.bias_grad(dy, axis=0), dy.sum(axis=1), rtol=1e-13)
+
+
+def _naive_im2col(x, k, pad):
+    n, c, h, w = x.shape
+    oh, ow = ops.conv_output_hw(h, w, k, pad)
+    cols = np.zeros((c * k * k, n * oh * ow))
+    for ch in range(c):
+        for ki in range(k):
+            for kj in range(k):
+                for b in range(n):
+                    for oy in range(oh):
+                        for ox in range(ow):
+                            iy, ix = oy + ki - pad, ox + kj - pad
+                            if 0 <= iy < h and 0 <= ix < w:
+                                cols[(ch * k + ki) * k + kj, (b * oh + oy) * ow + ox] = \
+                                    x[b, ch, iy, ix]
+    return cols
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_im2col_col2im_references_against_loops_and_adjointness(pad):
+    rng = np.random.default_rng(6)
+    x, k = _rand(rng, 2, 3, 5, 6), 3
+    cols = ops.im2col(x, k, pad)
+    np.testing.assert_array_equal(cols, _naive_im2col(x, k, pad))
+    # col2im is the adjoint: <im2col(x), C> == <x, col2im(C)>
+    c = _rand(rng, *cols.shape)
+    dx = ops.col2im(c, x.shape, k, pad)
+    assert np.sum(cols * c) == pytest.approx(np.sum(x * dx), rel=1e-12)
+
+
+def test_maxpool_references_against_loops():
+    rng = np.random.default_rng(7)
+    x = rng.integers(-2, 2, size=(2, 2, 4, 6)).astype(np.float64)  # many ties
+    y, arg = ops.maxpool_forward(x, 2)
+    assert arg.dtype == np.int32
+    dy = _rand(rng, *y.shape)
+    dx = ops.maxpool_backward(dy, arg, 2)
+    expected_dx = np.zeros_like(x)
+    for b, ch, oy, ox in np.ndindex(*y.shape):
+        window = [x[b, ch, 2 * oy + i, 2 * ox + j] for i in range(2) for j in range(2)]
+        first = window.index(max(window))  # the first maximum
+        assert y[b, ch, oy, ox] == max(window) and arg[b, ch, oy, ox] == first
+        expected_dx[b, ch, 2 * oy + first // 2, 2 * ox + first % 2] = dy[b, ch, oy, ox]
+    np.testing.assert_array_equal(dx, expected_dx)
+
+
+# -- references against the CPU layers (what the CPU computes) ---------------------------
+def _bind(layer, rng):
+    params = [rng.standard_normal(s) for s in layer.param_shapes()]
+    layer.bind(params, [np.zeros(s) for s in layer.param_shapes()])
+    return params
+
+
+def test_references_reproduce_the_cpu_layers():
+    rng = np.random.default_rng(8)
+    conv = Conv2d(3, 4, 3, padding=1)
+    weight, bias = _bind(conv, rng)
+    x = _rand(rng, 2, 3, 6, 5)
+    y = conv.forward(x)
+    np.testing.assert_array_equal(conv._cols, ops.im2col(x, 3, 1))
+    dy = _rand(rng, *y.shape)
+    dx = conv.backward(dy)
+    dy2 = np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(4, -1)
+    np.testing.assert_array_equal(dx, ops.col2im(weight.reshape(4, -1).T @ dy2, x.shape, 3, 1))
+    np.testing.assert_array_equal(conv.grads[1], ops.bias_grad(dy2, axis=0))
+
+    pool = MaxPool2d(2)
+    xp = rng.integers(-2, 2, size=(2, 3, 4, 6)).astype(np.float64)
+    yp = pool.forward(xp)
+    ref_y, ref_arg = ops.maxpool_forward(xp, 2)
+    np.testing.assert_array_equal(yp, ref_y)
+    dyp = _rand(rng, *yp.shape)
+    np.testing.assert_array_equal(pool.backward(dyp), ops.maxpool_backward(dyp, ref_arg, 2))
+
+    relu, xr, dyr = ReLU(), _rand(rng, 5, 7), _rand(rng, 5, 7)
+    np.testing.assert_array_equal(relu.forward(xr), ops.relu_forward(xr))
+    np.testing.assert_array_equal(relu.backward(dyr), ops.relu_backward(dyr, ops.relu_forward(xr)))
+
+    lin = Linear(7, 3)
+    _, lbias = _bind(lin, rng)
+    yl = lin.forward(xr)
+    expected = xr @ lin.params[0]
+    ops.bias_add_(expected, lbias)
+    np.testing.assert_array_equal(yl, expected)
+    lin.backward(dyl := _rand(rng, 5, 3))
+    np.testing.assert_array_equal(lin.grads[1], ops.bias_grad(dyl))
+
+    loss_fn, logits, labels = SoftmaxCrossEntropy(), _rand(rng, 9, 10), rng.integers(0, 10, 9)
+    loss = loss_fn.forward(logits, labels)
+    ref_loss, ref_d = ops.softmax_xent(logits, labels)
+    assert loss == ref_loss
+    np.testing.assert_array_equal(loss_fn.backward(), ref_d)
+
+
+# -- the kernels, emulated on the host --------------------------------------------------
+def _copy(args):
+    return tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
+
+
+def assert_matches(case, expected, got, dtype):
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got):
+        e, g = np.asarray(e), np.asarray(g)
+        assert e.shape == g.shape and e.dtype == g.dtype, (case.name, e.dtype, g.dtype)
+        if case.exact:
+            np.testing.assert_array_equal(g, e, err_msg=case.name)
+        else:
+            tol = 1e-5 if dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(g, e, rtol=tol, atol=tol, err_msg=case.name)
+
+
+@needs_gxx
+@pytest.mark.parametrize("grid", ["full", "one-block"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float", "double"])
+@pytest.mark.parametrize("case", cuda_ops.CASES, ids=[c.name for c in cuda_ops.CASES])
+def test_emulated_kernel_matches_reference(case, dtype, grid):
+    args = case.build(np.random.default_rng(11), np.dtype(dtype), False)
+    expected = cuda_ops.run_case(ops.REFERENCES[case.op], _copy(args))
+    emulator = compile_check.HostEmulator(**({"max_blocks": 1, "block": 32}
+                                             if grid == "one-block" else {}))
+    with cuda_ops.use_launcher(emulator):
+        got = cuda_ops.run_case(getattr(cuda_ops, case.op), _copy(args))
+    assert emulator.launches, "no kernel was launched"
+    assert_matches(case, expected, got, dtype)
+
+
+@needs_gxx
+def test_emulator_rejects_a_scalar_of_the_wrong_type():
+    y, x = np.zeros(8, np.float32), np.ones(8, np.float32)
+    with cuda_ops.use_launcher(compile_check.HostEmulator()), pytest.raises(TypeError):
+        cuda_ops._launch("axpy", np.dtype(np.float32), 8, y, np.float64(2.0), x, np.int64(8))
+
+
+@pytest.fixture
+def emulated_gpu_path(monkeypatch):
+    """Route NumPy arrays through the layers' GPU path and cuda_ops, with emulated kernels."""
+    monkeypatch.setattr(layers, "_on_gpu", lambda array: True)
+    monkeypatch.setattr(ops, "on_device", lambda array: True)
+    with cuda_ops.use_launcher(compile_check.HostEmulator()) as emulator:
+        yield emulator
+
+
+@needs_gxx
+@pytest.mark.parametrize("model_name", ["mlp", "lenet"])
+def test_emulated_gpu_layer_path_equals_cpu_path(model_name, emulated_gpu_path):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, 1, 28, 28))
+    y = rng.integers(0, 10, size=3)
+    cpu = build_model(model_name, (1, 28, 28), 10, dtype=np.float64, seed=5)
+    gpu = build_model(model_name, (1, 28, 28), 10, dtype=np.float64, seed=5)
+    with pytest.MonkeyPatch.context() as mp:  # the reference run takes the CPU path
+        mp.setattr(layers, "_on_gpu", lambda array: False)
+        mp.setattr(ops, "on_device", lambda array: False)
+        cpu_loss = cpu.loss_and_grad(x, y)
+    gpu_loss = gpu.loss_and_grad(x, y)
+    launched = {name for name, _, _ in emulated_gpu_path.launches}
+    assert {"softmax_xent", "relu_backward", "bias_grad_partial"} <= launched
+    if model_name == "lenet":
+        assert {"im2col", "col2im", "maxpool_forward", "maxpool_backward"} <= launched
+    assert gpu_loss == pytest.approx(cpu_loss, rel=1e-12)
+    np.testing.assert_allclose(gpu.grads, cpu.grads, rtol=1e-10, atol=1e-12)
+
+
+@needs_gxx
+def test_emulated_optimizer_step_is_bit_identical(emulated_gpu_path):
+    from syncbench.algorithms.base import MomentumSGD
+
+    rng = np.random.default_rng(13)
+    w, g = rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(np.float32)
+    w_cpu = w.copy()
+    opt_gpu, opt_cpu = MomentumSGD(w, 0.05, 0.9, 1e-4), MomentumSGD(w_cpu, 0.05, 0.9, 1e-4)
+    for _ in range(3):
+        opt_gpu.step(w, g)  # dispatched to cuda_ops.sgd_momentum_ (emulated)
+        ops.REFERENCES["sgd_momentum_"](w_cpu, g, opt_cpu.velocity, 0.05, 0.9, 1e-4,
+                                        opt_cpu.scratch)
+    assert [n for n, _, _ in emulated_gpu_path.launches] == ["sgd_momentum"] * 3
+    np.testing.assert_array_equal(w, w_cpu)
+
+
+def test_cpu_path_never_imports_cupy():
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from syncbench.kernels.models import build_model
+        from syncbench.kernels import ops
+        from syncbench.algorithms import device_buffers
+        from syncbench.algorithms.base import MomentumSGD
+        m = build_model("lenet", (1, 28, 28), 10, dtype=np.float64)
+        m.loss_and_grad(np.zeros((2, 1, 28, 28)), np.array([1, 2]))
+        MomentumSGD(m.params, 0.1, 0.9, 0.0).step(m.params, m.grads)
+        ops.axpy_(m.params, 0.5, m.grads)
+        bad = [n for n in sys.modules if n.startswith(("cupy", "syncbench.kernels.cuda_ops"))]
+        assert not bad, bad
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+@needs_gxx
+def test_benchmark_code_runs_on_emulated_kernels():
+    with cuda_ops.use_launcher(compile_check.HostEmulator()):
+        rows = cuda_ops.benchmark(np.float64, repeat=1, large=False, xp=np)
+    assert [r["case"] for r in rows] == [c.name for c in cuda_ops.CASES]
+    for row, case in zip(rows, cuda_ops.CASES):
+        if case.exact:
+            assert row["max_abs_diff"] == 0.0, row
+        else:
+            assert row["max_rel_diff"] < 1e-12, row
+    table = cuda_ops.format_table(rows)
+    assert table.count("\n") == len(rows) and "speedup" in table

@@ -1,0 +1,169 @@
+"""``syncbench sweep``: strong and weak scaling at np 1,2 with tiny synthetic runs.
+
+The sweep launches its own ``mpiexec`` per run (serial pytest run), each
+bounded by ``--timeout``. Invariants checked exactly against a serial
+re-computation of the plan: strong scaling keeps the global batch B (per-rank
+batch B / N, the same number of steps at every N), weak scaling keeps the
+per-rank batch b (steps shrink as 1 / N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from syncbench.analysis.runfile import read_run
+from syncbench.bench import sweep
+
+SAMPLES = 512
+TRAIN = ["--dataset", "synthetic", "--synthetic-samples", str(SAMPLES), "--epochs", "1",
+         "--eval-every", "0", "--progress", "never"]
+
+
+def parse(*flags: str) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+    return parser.parse_known_args(list(flags))
+
+
+def run_sweep(capsys, *flags: str) -> tuple[int, str, dict]:
+    args, extra = parse(*flags, "--timeout", "60")
+    code = sweep.main(args, extra)
+    out = capsys.readouterr().out
+    manifest = Path(re.search(r"manifest (\S+)$", out.strip()).group(1))
+    return code, out, json.loads(manifest.read_text())
+
+
+@pytest.fixture(scope="module")
+def strong(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("strong")
+    args, extra = parse("--mode", "strong", "--np", "1,2", "--global-batch", "64",
+                        "--out-dir", str(out_dir), "--timeout", "60", *TRAIN)
+    code = sweep.main(args, extra)
+    return code, out_dir
+
+
+@pytest.mark.parametrize("mode", ["strong", "weak"])
+def test_sweep_runs_every_point_with_the_planned_batch(mode, strong, tmp_path, capsys):
+    if mode == "strong":
+        code, out_dir = strong
+        manifest = json.loads((out_dir / "manifest.json").read_text())
+    else:
+        out_dir = tmp_path
+        code, out, manifest = run_sweep(capsys, "--mode", "weak", "--np", "1,2",
+                                        "--batch-size", "32", "--out-dir", str(out_dir), *TRAIN)
+        assert "[2/2] ssgd np=2 repeat=0 batch/rank=32: ran" in out
+        assert "| ssgd" in out and "efficiency" in out
+    assert code == 0
+    expected_batch = {1: 64, 2: 32} if mode == "strong" else {1: 32, 2: 32}
+    assert [(r["algorithm"], r["np"], r["repeat"], r["batch_size"], r["status"])
+            for r in manifest["runs"]] == [("ssgd", n, 0, expected_batch[n], "ran")
+                                           for n in (1, 2)]
+    for entry in manifest["runs"]:
+        n = entry["np"]
+        path = out_dir / f"ssgd-{mode}-np{n}-r0.h5"
+        assert entry["path"] == str(path)
+        run = read_run(path)
+        assert run.complete and run.world_size == n
+        assert run.config["batch_size"] == expected_batch[n]
+        global_batch = n * expected_batch[n]
+        for rank in range(n):
+            assert run.steps[rank] == SAMPLES // global_batch
+            assert set(run.ranks[rank]["samples"].tolist()) == {expected_batch[n]}
+    assert (out_dir / "report.md").read_text().count("| ssgd ") >= 4
+
+
+def test_resume_skips_complete_files_and_reruns_broken_ones(strong, capsys):
+    _, out_dir = strong
+    np2 = out_dir / "ssgd-strong-np2-r0.h5"
+    before = {p.name: p.stat().st_mtime_ns for p in out_dir.glob("*.h5")}
+    np2.write_bytes(b"not an HDF5 file")  # a broken file is re-run
+    code, out, manifest = run_sweep(capsys, "--mode", "strong", "--np", "1,2",
+                                    "--global-batch", "64", "--out-dir", str(out_dir), *TRAIN)
+    assert code == 0
+    assert [r["status"] for r in manifest["runs"]] == ["skipped", "ran"]
+    assert (out_dir / "ssgd-strong-np1-r0.h5").stat().st_mtime_ns == before[
+        "ssgd-strong-np1-r0.h5"]
+    assert "re-running" in out and read_run(np2).complete
+    # Everything complete now: nothing is launched at all.
+    code, out, manifest = run_sweep(capsys, "--mode", "strong", "--np", "1,2",
+                                    "--global-batch", "64", "--out-dir", str(out_dir), *TRAIN)
+    assert code == 0 and "running ->" not in out
+    assert [r["status"] for r in manifest["runs"]] == ["skipped", "skipped"]
+
+
+def test_no_run_reports_missing_points(tmp_path, capsys):
+    code, out, manifest = run_sweep(capsys, "--np", "1,2", "--out-dir", str(tmp_path),
+                                    "--no-run", "--repeats", "2", "--repeat-index", "1")
+    assert code == 1
+    assert [(r["np"], r["repeat"], r["status"]) for r in manifest["runs"]] == [
+        (1, 1, "missing"), (2, 1, "missing")]
+    assert not list(tmp_path.glob("*.h5"))
+    assert (tmp_path / "manifest-r1.json").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--np", "1,3", "--global-batch", "64"], "not divisible by 3"),
+    (["--np", "0"], "must be >= 1"),
+    (["--np", "2,2"], "repeat"),
+    (["--np", "x"], "comma-separated integers"),
+    (["--repeats", "0"], "--repeats"),
+    (["--out", "x.h5"], "--out is set per run"),
+    (["--algorithm=asgd"], "--algorithm is set per run"),
+])
+def test_bad_requests_fail_before_launching(flags, message, tmp_path, capsys):
+    args, extra = parse("--out-dir", str(tmp_path), *flags)
+    assert sweep.main(args, extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not os.listdir(tmp_path)
+
+
+def test_plan_batches_and_names():
+    args, _ = parse("--mode", "strong", "--np", "1,2,4", "--global-batch", "128",
+                    "--algorithms", "ssgd,odsgd", "--repeats", "2", "--out-dir", "d")
+    runs = sweep.plan(args)
+    assert len(runs) == 12
+    assert [(r.repeat, r.np, r.algorithm) for r in runs[:3]] == [
+        (0, 1, "ssgd"), (0, 1, "odsgd"), (0, 2, "ssgd")]
+    assert {(r.np, r.batch_size) for r in runs} == {(1, 128), (2, 64), (4, 32)}
+    assert runs[-1].path == os.path.join("d", "odsgd-strong-np4-r1.h5")
+    assert sweep.report_path(Path("d/manifest-np2.json"), "md") == Path("d/report-np2.md")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB_SCRIPTS = sorted((ROOT / "jobs").rglob("*.sh")) + sorted((ROOT / "jobs").rglob("*.sbatch"))
+
+
+@pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
+def test_job_scripts_parse_and_document_their_variables(script):
+    assert subprocess.run(["bash", "-n", str(script)], timeout=10).returncode == 0
+    text = script.read_text()
+    assert "# Variables" in text or "Variables (environment)" in text, script
+    if script.suffix == ".sbatch":
+        assert "#SBATCH --output=" in text and "SYNCBENCH_VENV" in text
+
+
+def test_mpirun_scripts_honour_np_mpiexec_and_extra_flags(tmp_path):
+    env = {**os.environ, "NP": "2", "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
+           "MPIEXEC_FLAGS": "-launcher fork", "OUT_DIR": str(tmp_path / "sweep"),
+           "SYNCBENCH_VENV": sys.prefix}
+    train = subprocess.run(["bash", str(ROOT / "jobs/mpirun/train.sh"), *TRAIN,
+                            "--out", str(tmp_path / "run.h5")], env=env, timeout=60,
+                           capture_output=True, text=True)
+    assert train.returncode == 0, train.stderr
+    assert read_run(tmp_path / "run.h5").world_size == 2
+    env["NP"] = "1,2"
+    swept = subprocess.run(["bash", str(ROOT / "jobs/mpirun/sweep.sh"), "--mode", "weak",
+                            "--batch-size", "16", *TRAIN], env=env, timeout=120,
+                           capture_output=True, text=True)
+    assert swept.returncode == 0, swept.stderr
+    assert sorted(p.name for p in (tmp_path / "sweep").glob("*.h5")) == [
+        "ssgd-weak-np1-r0.h5", "ssgd-weak-np2-r0.h5"]
