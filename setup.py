@@ -22,6 +22,8 @@ setup(
         "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],
         "gpu": ["cupy-cuda12x"],
         "plot": ["matplotlib"],
+        # NVRTC alone: compiles the CUDA kernels on machines without a GPU (CI)
+        "cuda-build": ["nvidia-cuda-nvrtc-cu12"],
     },
     entry_points={"console_scripts": ["syncbench=syncbench.bench.cli:main"]},
 )

@@ -48,16 +48,28 @@ MPI between layers (``Iprobe`` on a private communicator in the model's
 straggler's injected sleep does not poll: use ``--ps-layout dedicated`` when
 the transport needs target progress and a host rank is slowed.
 
-Measured (2-core VM, 4 ranks oversubscribed, MLP of 235k float32 = 0.94 MB,
-``--rma-assert nocheck``, median per step, MPICH 5.0.2 ch4:ucx): pull 0.35 ms
-(p90 1.1 ms), push 0.25 ms (p90 1.0 ms) sharded. With ``--rma-assert none``
-each epoch waits for the owner's next entry into MPI (about one layer of
-compute). A microbenchmark with the target asleep outside MPI: 60k-float
-Get/Accumulate complete in 0.09/0.04 ms with NOCHECK but block until the
-target wakes up without it (the lock request needs the target). Open MPI
-5.0 (osc/sm on ``Allocate``'d windows) completes them without the target
-either way. Rank 0 prints the measured pull/push latencies and the staleness
-of the run at the end (``asgd:`` line); they are not run-file columns.
+Measured (2-core VM shared with other jobs, 4 ranks oversubscribed, MLP of
+235k float32 = 0.94 MB, fashion-mnist, ``--rma-assert nocheck``, per-step
+figures over all ranks, p50/p90):
+
+=====================  ===================  ========================
+library, layout        pull (ms)            push (ms)
+=====================  ===================  ========================
+MPICH 5.0.2, sharded   0.14 / 0.2 .. 3      2 .. 14 / 3 .. 25 (load)
+MPICH, single          0.13 / 0.2           8 / 15
+MPICH, dedicated       0.13 / 1.3           6 / 16
+Open MPI 5.0.11, all   0.12 / 0.17          0.17 / 0.3
+MPICH, ``none`` assert 26 / 48              35 / 55
+=====================  ===================  ========================
+
+MPICH performs the Accumulate inside ``Unlock`` through its generic reduce
+path (about 1 GB/s; 0.3-1 ms for 0.94 MB even on one rank), and its tail
+grows with the machine's load; Open MPI's osc/sm is 5-50x faster. A
+microbenchmark with the target asleep outside MPI: 60k-float Get/Accumulate
+complete in 0.09/0.04 ms with NOCHECK but block until the target wakes up
+without it (MPICH's lock request needs the target). Rank 0 prints the pull
+and push latencies and the staleness of every run at the end (one ``asgd:``
+line on stdout); they are not run-file columns (the schema is unchanged).
 
 Evaluation: ranks are never at the same point, so :meth:`evaluation_point`
 is None during training and the driver evaluates only at the end;

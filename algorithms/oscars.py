@@ -255,15 +255,7 @@ class Oscars(Algorithm):
 
     def _complete(self) -> None:
         """Wait for the round's reduction, average, and plan the next round."""
-        import os, time
-        iv = float(os.environ.get("OSC_POLITE", "0"))
-        if iv > 0:
-            with self.timer.phase("wait"):
-                while not self.pending.Test():
-                    time.sleep(iv)
-            self.comm._forget(self.pending)
-        else:
-            self.comm.Wait(self.pending)
+        self.comm.Wait(self.pending)
         self.pending = None
         size, n = self.model.size, self.comm.size
         tail = self.model.backend.to_numpy(self.packed[size:])

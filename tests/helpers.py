@@ -19,7 +19,7 @@ MPIEXEC = os.environ.get("MPIEXEC", str(VENV_BIN / "mpiexec"))
 
 def train_config(*flags: str, **overrides) -> argparse.Namespace:
     """A ``syncbench train`` namespace: the parser's defaults, ``flags``, then overrides."""
-    config = build_parser().parse_args(["train", *flags])
+    config = build_parser("train").parse_args(["train", *flags])
     for key, value in overrides.items():
         setattr(config, key, value)
     return config
