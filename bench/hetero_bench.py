@@ -48,8 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs per algorithm, interleaved; medians are shown (default 3)")
     parser.add_argument("--train-args", default="",
-                        help="extra flags for every 'syncbench train', e.g. "
-                        "\"--period 4 --lr 0.05\" (algorithm flags are accepted by all)")
+                        help="extra flags for every 'syncbench train', written with '=', "
+                        "e.g. --train-args='--period 2 --overlap' (every algorithm accepts "
+                        "every algorithm's flags)")
     parser.add_argument("--out-dir", default=None,
                         help="keep the run files here (default: a temporary directory)")
     parser.add_argument("--timeout", type=float, default=600,
