@@ -47,13 +47,13 @@ compile-cuda: venv
 	$(PY) -m syncbench.kernels.compile_check
 
 test-serial: venv dataset
-	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q tests
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -m 'not slurm' tests
 
 test-mpi: venv dataset
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 
-test: lint compile-cuda test-serial test-mpi test-openmpi
+test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm
 
 speed: venv
 	$(BIN)/syncbench speed

@@ -36,6 +36,11 @@ def _on_gpu(array: Any) -> bool:
     return type(array).__module__.startswith("cupy")
 
 
+def _int_view_type(dtype: Any) -> np.dtype:
+    """The signed integer type of the same width (for branch-free bitwise selects)."""
+    return np.dtype(f"i{np.dtype(dtype).itemsize}")
+
+
 class Layer:
     """Base class: a differentiable function with optional parameters."""
 
@@ -60,6 +65,21 @@ class Layer:
     def bind(self, params: list[Any], grads: list[Any]) -> None:
         """Attach views into the model's flat parameter and gradient buffers."""
         self.params, self.grads = params, grads
+
+    def scratch(self, name: str, shape: Shape, dtype: Any, zero: bool = False) -> np.ndarray:
+        """A host work array kept between calls while its shape and dtype stay the same.
+
+        The CPU path's hot loop reuses these instead of allocating (and
+        page-faulting) fresh arrays every step. ``zero`` buffers start as
+        zeros; callers only ever overwrite the parts that change, so the
+        rest (padding borders, pad columns) stays zero. Never returned to
+        callers: layer outputs and input gradients are fresh arrays.
+        """
+        cache = self.__dict__.setdefault("_scratch", {})
+        buf = cache.get(name)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
+            buf = cache[name] = (np.zeros if zero else np.empty)(shape, dtype=dtype)
+        return buf
 
     def forward(self, x: Any, train: bool = True) -> Any:
         raise NotImplementedError
@@ -191,20 +211,25 @@ class Conv2d(Layer):
         n, c, h, w = x.shape
         p, k = self.pad, self.k
         oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
-        if p:
-            x = xp.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+        if p:  # zero border kept between calls; only the interior is rewritten
+            padded = self.scratch("xpad", (n, c, h + 2 * p, w + 2 * p), x.dtype, zero=True)
+            padded[:, :, p:-p, p:-p] = x
+            x = padded
         # im2col into a (c, k, k, n, oh, ow) matrix: k*k block copies, each of
         # whole (n, oh, ow) planes, instead of one gather over tiny windows.
-        cols = xp.empty((c, k, k, n, oh, ow), dtype=x.dtype)
+        cols = self.scratch("cols", (c, k, k, n, oh, ow), x.dtype)
         xt = x.transpose(1, 0, 2, 3)
         for i in range(k):
             for j in range(k):
                 cols[:, i, j] = xt[:, :, i : i + oh, j : j + ow]
         cols = cols.reshape(c * k * k, n * oh * ow)
         self._cols, self._in_shape, self._out_hw = cols, (n, c, h, w), (oh, ow)
-        y = self.params[0].reshape(self.cout, -1) @ cols  # (cout, n*oh*ow)
+        y = self.scratch("y", (self.cout, n * oh * ow), x.dtype)
+        xp.matmul(self.params[0].reshape(self.cout, -1), cols, out=y)  # (cout, n*oh*ow)
         y += self.params[1][:, None]
-        return xp.ascontiguousarray(y.reshape(self.cout, n, oh, ow).transpose(1, 0, 2, 3))
+        out = np.empty((n, self.cout, oh, ow), dtype=y.dtype)  # fresh: never the scratch
+        np.copyto(out, y.reshape(self.cout, n, oh, ow).transpose(1, 0, 2, 3))
+        return out
 
     def backward(self, dy: Any) -> Any:
         xp = _xp(dy)
@@ -212,18 +237,43 @@ class Conv2d(Layer):
             return self._gpu_backward(xp, dy)
         n, c, h, w = self._in_shape
         oh, ow = self._out_hw
-        p, k = self.pad, self.k
-        dy2 = xp.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(self.cout, n * oh * ow)
+        dy2 = self.scratch("dy2", (self.cout, n, oh, ow), dy.dtype)
+        np.copyto(dy2, dy.transpose(1, 0, 2, 3))
+        dy2 = dy2.reshape(self.cout, n * oh * ow)
         xp.matmul(dy2, self._cols.T, out=self.grads[0].reshape(self.cout, -1))
         dy2.sum(axis=1, out=self.grads[1])
         if not self.needs_input_grad:
             return None
-        dcols = (self.params[0].reshape(self.cout, -1).T @ dy2).reshape(c, k, k, n, oh, ow)
-        dx = xp.zeros((c, n, h + 2 * p, w + 2 * p), dtype=dy.dtype)
+        return self._col2im_wide(dy2)
+
+    def _col2im_wide(self, dy2: np.ndarray) -> np.ndarray:
+        """Input gradient: ``W^T @ dy`` folded back onto the input (col2im), CPU.
+
+        The column gradient is computed over rows of the full padded width
+        ``wp`` (``k - 1`` extra zero columns of ``dy`` per output row), so the
+        window (i, j)'s contribution to a whole (channel, sample) plane is
+        ONE contiguous slice of the flat padded plane starting at
+        ``i * wp + j``, instead of ``oh`` short rows. The extra columns add
+        exact zeros; each input element still receives its contributions in
+        (i, j) order starting from zero, so the result equals the plane-wise
+        col2im (:func:`syncbench.kernels.ops.col2im`) bit for bit.
+        """
+        n, c, h, w = self._in_shape
+        oh, ow = self._out_hw
+        p, k, cout = self.pad, self.k, self.cout
+        hp, wp = h + 2 * p, w + 2 * p
+        wide = self.scratch("dy_wide", (cout, n, oh, wp), dy2.dtype, zero=True)
+        wide[:, :, :, :ow] = dy2.reshape(cout, n, oh, ow)
+        dcols = self.scratch("dcols", (c * k * k, n * oh * wp), dy2.dtype)
+        np.matmul(self.params[0].reshape(cout, -1).T, wide.reshape(cout, -1), out=dcols)
+        dcols = dcols.reshape(c, k, k, n, oh * wp)
+        span = (oh - 1) * wp + ow  # last valid column of the last output row, + 1
+        dx = np.zeros((c, n, hp * wp), dtype=dy2.dtype)
         for i in range(k):  # col2im: fold the k*k planes back, summing overlaps
             for j in range(k):
-                dx[:, :, i : i + oh, j : j + ow] += dcols[:, i, j]
-        dx = dx.transpose(1, 0, 2, 3)
+                start = i * wp + j
+                dx[:, :, start : start + span] += dcols[:, i, j, :, :span]
+        dx = dx.reshape(c, n, hp, wp).transpose(1, 0, 2, 3)
         if p:
             dx = dx[:, :, p:-p, p:-p]
         return dx
@@ -267,28 +317,82 @@ class MaxPool2d(Layer):
         return (c, h // self.k, w // self.k)
 
     def forward(self, x: Any, train: bool = True) -> Any:
-        xp = _xp(x)
         if _on_gpu(x):
             y, self._arg = ops.maxpool_forward(x, self.k)
             return y
         n, c, h, w = x.shape
         k = self.k
-        blocks = x.reshape(n, c, h // k, k, w // k, k).transpose(0, 1, 2, 4, 3, 5)
-        blocks = blocks.reshape(n, c, h // k, w // k, k * k)
-        self._arg = blocks.argmax(axis=-1)[..., None]
+        itype = _int_view_type(x.dtype)
+        # Stage 1, along each row: the first maximum of every k columns.
+        row_best = np.empty((n, c, h, w // k), dtype=x.dtype)
+        np.copyto(row_best, x[..., 0::k])
+        self._col_arg = np.zeros(row_best.shape, dtype=itype)
+        for j in range(1, k):
+            self._take_first_max(row_best, self._col_arg, x[..., j::k], j, "cols")
+        # Stage 2, down each window: the first maximum of those k row maxima.
+        y = np.empty((n, c, h // k, w // k), dtype=x.dtype)
+        np.copyto(y, row_best[:, :, 0::k])
+        self._row_arg = np.zeros(y.shape, dtype=itype)
+        for i in range(1, k):
+            self._take_first_max(y, self._row_arg, row_best[:, :, i::k], i, "rows")
         self._in_shape = x.shape
-        return xp.take_along_axis(blocks, self._arg, axis=-1)[..., 0]
+        return y
+
+    def _take_first_max(self, best: np.ndarray, arg: np.ndarray, cand: Any, index: int,
+                        stage: str) -> None:
+        """Where ``cand`` beats ``best`` as ``argmax`` rules it, take it and set ``arg = index``.
+
+        Scanning a window's elements in row-major order and taking a later one
+        only when it is greater (or NaN where the best is not) picks exactly
+        ``argmax``'s first maximum (first NaN). Row maxima first, then the
+        maximum over rows, keeps that order. Selection is branch-free on the
+        bits (``best ^= (best ^ cand) & mask``), so values, signed zeros and
+        NaNs are copied, never recomputed. Work arrays are contiguous.
+        """
+        itype = arg.dtype
+        shape = best.shape
+        cont = self.scratch(f"{stage}_cand", shape, best.dtype)
+        np.copyto(cont, cand)  # one strided copy; the comparisons then run contiguous
+        keep = self.scratch(f"{stage}_keep", shape, np.bool_)
+        nan = self.scratch(f"{stage}_nan", shape, np.bool_)
+        np.less_equal(cont, best, out=keep)
+        np.not_equal(best, best, out=nan)
+        np.logical_or(keep, nan, out=keep)
+        mask = self.scratch(f"{stage}_mask", shape, itype)
+        np.subtract(keep, 1, out=mask, dtype=itype)  # -1 (all bits) where cand wins, else 0
+        diff = self.scratch(f"{stage}_diff", shape, itype)
+        bits = best.view(itype)
+        np.bitwise_xor(bits, cont.view(itype), out=diff)
+        np.bitwise_and(diff, mask, out=diff)
+        np.bitwise_xor(bits, diff, out=bits)
+        np.bitwise_xor(arg, index, out=diff)
+        np.bitwise_and(diff, mask, out=diff)
+        np.bitwise_xor(arg, diff, out=arg)
 
     def backward(self, dy: Any) -> Any:
-        xp = _xp(dy)
         if _on_gpu(dy):
             return ops.maxpool_backward(dy, self._arg, self.k)
         n, c, h, w = self._in_shape
         k = self.k
-        blocks = xp.zeros((n, c, h // k, w // k, k * k), dtype=dy.dtype)
-        xp.put_along_axis(blocks, self._arg, dy[..., None], axis=-1)
-        blocks = blocks.reshape(n, c, h // k, w // k, k, k).transpose(0, 1, 2, 4, 3, 5)
-        return blocks.reshape(n, c, h, w)
+        itype = self._col_arg.dtype
+        # Route each gradient to its window's row (+0 elsewhere), then to its column:
+        # ``g & -(arg == i)`` selects on the bits (exact, branch-free).
+        rows = np.empty((n, c, h, w // k), dtype=dy.dtype)
+        self._route(dy, self._row_arg, k, lambda i: rows[:, :, i::k].view(itype), "rows")
+        dx = np.empty((n, c, h, w), dtype=dy.dtype)
+        self._route(rows, self._col_arg, k, lambda j: dx[..., j::k].view(itype), "cols")
+        return dx
+
+    def _route(self, g: np.ndarray, arg: np.ndarray, k: int, dest: Any, stage: str) -> None:
+        """``dest(i)[...] = g where arg == i else +0``, for every ``i < k``."""
+        itype = arg.dtype
+        hit = self.scratch(f"{stage}_hit", arg.shape, np.bool_)
+        mask = self.scratch(f"{stage}_mask", arg.shape, itype)
+        bits = np.ascontiguousarray(g).view(itype)
+        for i in range(k):
+            np.equal(arg, i, out=hit)
+            np.negative(hit.view(np.int8), out=mask)
+            np.bitwise_and(bits, mask, out=dest(i))
 
     def __repr__(self) -> str:
         return f"MaxPool2d({self.k})"

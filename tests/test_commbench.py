@@ -70,9 +70,9 @@ def test_every_op_runs_prints_rows_and_round_trips(op, tmp_path):
         np.testing.assert_allclose(res["bw_mbps"], np.array(sizes) / res["avg_us"])
 
 
-def test_check_raw_prints_a_bare_loop_beside(tmp_path):
+def test_check_raw_and_osu_barriers():
     proc = run_comm(2, "--op", "allreduce", "--min-size", "1024", "--max-size", "2048",
-                    "--iterations", "50", "--skip", "5", "--check-raw")
+                    "--iterations", "50", "--skip", "5", "--check-raw", "--barrier")
     assert proc.returncode == 0, proc.stderr
     names, rows = parse_rows(proc.stdout)
     assert names[-2:] == ["Raw [us]", "Ratio"]

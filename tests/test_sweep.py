@@ -139,7 +139,8 @@ def test_plan_batches_and_names():
 
 
 ROOT = Path(__file__).resolve().parent.parent
-JOB_SCRIPTS = sorted((ROOT / "jobs").rglob("*.sh")) + sorted((ROOT / "jobs").rglob("*.sbatch"))
+JOB_SCRIPTS = [p for d in ("mpirun", "slurm") for p in sorted((ROOT / "jobs" / d).iterdir())
+               if p.suffix in (".sh", ".sbatch")]
 
 
 @pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
