@@ -15,7 +15,6 @@ line ``ratio asgd/ssgd samples/s: median R (per repeat: ...)``.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from syncbench.bench.launch import train_and_read
 
 ALGOS = ("ssgd", "asgd")
 
@@ -52,33 +53,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds allowed per run (default 600)")
 
 
-def _launcher(args: argparse.Namespace) -> str:
-    return args.mpiexec or os.environ.get("MPIEXEC") or str(Path(sys.executable).parent / "mpiexec")
-
-
-def _command(args: argparse.Namespace, algorithm: str, out: Path) -> list[str]:
-    cmd = [_launcher(args), "-n", str(args.np), sys.executable, "-m", "syncbench", "train",
-           "--algorithm", algorithm, "--model", args.model, "--dataset", args.dataset,
-           "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-           "--eval-every", "0", "--progress", "never", "--out", str(out), "--overwrite"]
+def _train_args(args: argparse.Namespace, algorithm: str) -> list[str]:
+    flags = ["--algorithm", algorithm, "--model", args.model, "--dataset", args.dataset,
+             "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+             "--eval-every", "0"]
     if args.slowdown:
-        cmd += ["--slowdown", args.slowdown]
+        flags += ["--slowdown", args.slowdown]
     if algorithm == "asgd":
-        cmd += ["--ps-layout", args.ps_layout]
-    return cmd + shlex.split(args.train_args)
+        flags += ["--ps-layout", args.ps_layout]
+    return flags + shlex.split(args.train_args)
 
 
 def _run(args: argparse.Namespace, algorithm: str, out: Path) -> dict[str, float]:
     """One training run; its summary plus, for ASGD, the staleness of every step."""
-    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(_command(args, algorithm, out), capture_output=True, text=True,
-                          timeout=args.timeout, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{algorithm} run failed (exit {proc.returncode}): "
-                           f"{proc.stderr.strip()[-2000:]}")
-    run = read_run(out)
+    run = train_and_read(args.np, _train_args(args, algorithm), out, args.mpiexec,
+                         timeout=args.timeout)
     stale = np.concatenate([np.asarray(rows["staleness"]) for rows in run.ranks.values()])
     return {
         "samples_per_s": float(run.summary["samples_per_s"]),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import shlex
 import statistics
 import subprocess
@@ -24,7 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.analysis.runfile import RunFileError
+from syncbench.bench.launch import train_and_read
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,33 +67,20 @@ class Result:
     wall_s: float
 
 
-def _mpiexec() -> str:
-    """The mpiexec next to this Python (the venv's), unless $MPIEXEC says otherwise."""
-    return os.environ.get("MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
-
-
-def train_command(args: argparse.Namespace, algorithm: str, out: Path) -> list[str]:
-    """The ``mpiexec ... syncbench train`` command line of one run."""
+def train_args(args: argparse.Namespace, algorithm: str) -> list[str]:
+    """The ``syncbench train`` flags of one run."""
     slowdown = args.slowdown or ",".join(["1"] * (args.np - 1) + ["4"])
-    cmd = [_mpiexec(), "-n", str(args.np), sys.executable, "-m", "syncbench", "train",
-           "--algorithm", algorithm, "--model", args.model, "--dataset", args.dataset,
-           "--epochs", str(args.epochs), "--eval-every", str(args.eval_every),
-           "--target-accuracy", str(args.target_accuracy), "--slowdown", slowdown,
-           "--progress", "never", "--out", str(out), "--overwrite"]
+    flags = ["--algorithm", algorithm, "--model", args.model, "--dataset", args.dataset,
+             "--epochs", str(args.epochs), "--eval-every", str(args.eval_every),
+             "--target-accuracy", str(args.target_accuracy), "--slowdown", slowdown]
     if args.slowdown_schedule:
-        cmd += ["--slowdown-schedule", args.slowdown_schedule]
-    return cmd + shlex.split(args.train_args)
+        flags += ["--slowdown-schedule", args.slowdown_schedule]
+    return flags + shlex.split(args.train_args)
 
 
 def run_one(args: argparse.Namespace, algorithm: str, out: Path) -> Result:
     """Train once under mpiexec and read the figures back from the run file."""
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    proc = subprocess.run(train_command(args, algorithm, out), capture_output=True, text=True,
-                          timeout=args.timeout, env=env)
-    if proc.returncode != 0:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"{algorithm} run failed (exit {proc.returncode}): {tail}")
-    s = read_run(out).summary
+    s = train_and_read(args.np, train_args(args, algorithm), out, timeout=args.timeout).summary
     return Result(s["samples_per_s"], s["final_accuracy"], s["time_to_target_s"], s["wall_s"])
 
 

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -56,3 +57,21 @@ def run_train(np_: int, train_args: list[str], mpiexec: str | None = None,
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     return subprocess.run(cmd, env=rank_env(), timeout=timeout, text=True,
                           capture_output=quiet)
+
+
+def train_and_read(np_: int, train_args: list[str], out: Path, mpiexec: str | None = None,
+                   timeout: float | None = None) -> Any:
+    """Run one training job quietly into ``out`` and return its :class:`Run`.
+
+    A failed job raises ``RuntimeError`` with the exit status and the last
+    lines of its stderr.
+    """
+    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+
+    proc = run_train(np_, [*train_args, "--progress", "never", "--out", str(out),
+                           "--overwrite"], mpiexec, timeout=timeout, quiet=True)
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"syncbench train {' '.join(train_args[:2])} failed "
+                           f"(exit {proc.returncode}): {tail}")
+    return read_run(out)

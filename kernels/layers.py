@@ -150,13 +150,13 @@ class ReLU(Layer):
         if _on_gpu(x):
             self._y = ops.relu_forward(x)  # the backward kernel reads y > 0
             return self._y
-        self._mask = x > 0
-        return x * self._mask
+        self._mask = np.greater(x, 0, out=self.scratch("mask", x.shape, np.bool_))
+        return np.multiply(x, self._mask)
 
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return ops.relu_backward(dy, self._y)
-        return dy * self._mask
+        return np.multiply(dy, self._mask)
 
 
 class Flatten(Layer):
@@ -324,15 +324,17 @@ class MaxPool2d(Layer):
         k = self.k
         itype = _int_view_type(x.dtype)
         # Stage 1, along each row: the first maximum of every k columns.
-        row_best = np.empty((n, c, h, w // k), dtype=x.dtype)
+        row_best = self.scratch("row_best", (n, c, h, w // k), x.dtype)
         np.copyto(row_best, x[..., 0::k])
-        self._col_arg = np.zeros(row_best.shape, dtype=itype)
+        self._col_arg = self.scratch("col_arg", row_best.shape, itype)
+        self._col_arg.fill(0)
         for j in range(1, k):
             self._take_first_max(row_best, self._col_arg, x[..., j::k], j, "cols")
         # Stage 2, down each window: the first maximum of those k row maxima.
         y = np.empty((n, c, h // k, w // k), dtype=x.dtype)
         np.copyto(y, row_best[:, :, 0::k])
-        self._row_arg = np.zeros(y.shape, dtype=itype)
+        self._row_arg = self.scratch("row_arg", y.shape, itype)
+        self._row_arg.fill(0)
         for i in range(1, k):
             self._take_first_max(y, self._row_arg, row_best[:, :, i::k], i, "rows")
         self._in_shape = x.shape
@@ -377,7 +379,7 @@ class MaxPool2d(Layer):
         itype = self._col_arg.dtype
         # Route each gradient to its window's row (+0 elsewhere), then to its column:
         # ``g & -(arg == i)`` selects on the bits (exact, branch-free).
-        rows = np.empty((n, c, h, w // k), dtype=dy.dtype)
+        rows = self.scratch("rows", (n, c, h, w // k), dy.dtype)
         self._route(dy, self._row_arg, k, lambda i: rows[:, :, i::k].view(itype), "rows")
         dx = np.empty((n, c, h, w), dtype=dy.dtype)
         self._route(rows, self._col_arg, k, lambda j: dx[..., j::k].view(itype), "cols")
