@@ -16,7 +16,7 @@ setup(
     # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
     packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS],
     package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
-    package_data={"syncbench.kernels": ["cuda/*.cu"]},
+    package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"]},
     install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8"],
     extras_require={
         "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],

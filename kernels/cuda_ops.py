@@ -67,7 +67,7 @@ def source_files(directory: Path = KERNEL_DIR) -> list[Path]:
 
 def compile_options(dtype: Any) -> tuple[str, ...]:
     """Compiler options of the ``dtype`` build of a source."""
-    return (f"-DSB_REAL={REAL_CTYPES[np.dtype(dtype)]}", *COMPILE_OPTIONS)
+    return (f"-DSB_REAL={REAL_CTYPES[np.dtype(dtype)]}", f"-I{KERNEL_DIR}", *COMPILE_OPTIONS)
 
 
 def _param_type(decl: str) -> str:

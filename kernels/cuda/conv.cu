@@ -5,14 +5,7 @@
 // W (cout, c*k*k) @ cols. col2im gathers (one thread per input pixel, no
 // atomics) and adds the window contributions in (ki, kj) order starting from
 // zero, as the NumPy reference does (bit-identical results).
-#ifndef SB_REAL
-#define SB_REAL float
-#endif
-typedef SB_REAL real;
-
-#define SB_GRID_LOOP(i, n)                                                   \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < (n); i += (long long)gridDim.x * blockDim.x)
+#include "common.cuh"
 
 extern "C" __global__ void im2col(const real* x, real* cols, long long n, long long c,
                                   long long h, long long w, long long k, long long pad) {

@@ -2,14 +2,7 @@
 //
 // Compiled per precision with -DSB_REAL=float|double and --fmad=false.
 // Grid-stride loops; each output element is written by exactly one thread.
-#ifndef SB_REAL
-#define SB_REAL float
-#endif
-typedef SB_REAL real;
-
-#define SB_GRID_LOOP(i, n)                                                   \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < (n); i += (long long)gridDim.x * blockDim.x)
+#include "common.cuh"
 
 // y = max(x, 0)
 extern "C" __global__ void relu_forward(const real* x, real* y, long long n) {

@@ -5,14 +5,7 @@
 // same order, as its NumPy reference (bit-identical results).
 // Every kernel is a grid-stride loop where element i is read and written by
 // exactly one thread: no shared memory, no atomics, no synchronisation.
-#ifndef SB_REAL
-#define SB_REAL float
-#endif
-typedef SB_REAL real;
-
-#define SB_GRID_LOOP(i, n)                                                   \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < (n); i += (long long)gridDim.x * blockDim.x)
+#include "common.cuh"
 
 // Momentum SGD with L2 weight decay (the PyTorch convention):
 //   v = mu * v + (g + wd * w);   w = w - lr * v

@@ -3,14 +3,7 @@
 // The forward pass records, per output, the index ki*k + kj of the FIRST
 // maximum of its window (NumPy argmax's tie rule); the backward pass routes
 // each output gradient to that position, one thread per input element.
-#ifndef SB_REAL
-#define SB_REAL float
-#endif
-typedef SB_REAL real;
-
-#define SB_GRID_LOOP(i, n)                                                   \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < (n); i += (long long)gridDim.x * blockDim.x)
+#include "common.cuh"
 
 extern "C" __global__ void maxpool_forward(const real* x, real* y, int* argmax, long long planes,
                                            long long h, long long w, long long k) {

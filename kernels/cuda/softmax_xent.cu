@@ -5,14 +5,7 @@
 //   dx_rj   = (exp(x_j - m) / s - [j == t]) / n        (gradient of the MEAN loss)
 // The mean of loss_r is taken by the caller. One thread per row (k is small: 10
 // classes); the operations follow syncbench.kernels.ops.softmax_xent in order.
-#ifndef SB_REAL
-#define SB_REAL float
-#endif
-typedef SB_REAL real;
-
-#define SB_GRID_LOOP(i, n)                                                   \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < (n); i += (long long)gridDim.x * blockDim.x)
+#include "common.cuh"
 
 extern "C" __global__ void softmax_xent(const real* logits, const long long* labels,
                                         real* dlogits, real* row_loss, long long rows,
