@@ -24,6 +24,7 @@ setup(
         "plot": ["matplotlib"],
         # NVRTC alone: compiles the CUDA kernels on machines without a GPU (CI)
         "cuda-build": ["nvidia-cuda-nvrtc-cu12"],
+        "peers": ["torch==2.13.0"],
     },
     entry_points={"console_scripts": ["syncbench=syncbench.bench.cli:main"]},
 )

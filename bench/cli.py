@@ -51,6 +51,8 @@ COMMANDS: dict[str, Command] = {
                       "SSGD, Local SGD and Oscars side by side on heterogeneous ranks"),
     "asgd-bench": Command("syncbench.bench.asgd_bench", "add_arguments", "main",
                           "ASGD vs SSGD throughput with a slow rank"),
+    "peers": Command("syncbench.bench.peers_bench", "add_arguments", "main",
+                     "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"),
     "data": Command("syncbench.bench.data_cli", "add_arguments", "main",
                     "dataset files: info (what is found where) or fetch (download)"),
 }

@@ -1,0 +1,324 @@
+"""PyTorch peer of ``syncbench train``: DDP (for SSGD) and periodic model averaging (Local SGD).
+
+Launched like our own runs, one process per rank under ``mpiexec``
+(``python -m syncbench.bench.peers.torch_runner ...``). The rank and world
+size come from the launcher's environment (``PMI_RANK``/``PMI_SIZE`` of
+MPICH's Hydra, ``OMPI_COMM_WORLD_RANK``/``_SIZE`` of Open MPI, ``PMIX_RANK``,
+``SLURM_PROCID``/``SLURM_NTASKS``, or ``RANK``/``WORLD_SIZE``); PyTorch's
+process group is ``gloo`` initialised from ``env://`` with ``MASTER_ADDR`` and
+``MASTER_PORT`` (the caller picks a free port). No MPI call is made here.
+
+Everything the throughput depends on matches ``syncbench train`` with the
+same flags:
+
+* the model: ``mlp`` (flatten, 784-256-128-10, ReLU) or ``lenet`` (conv5 with
+  padding 2 on 28x28 inputs, 2x2 max pool, conv5, pool, 120-84-classes), the
+  architectures of :mod:`syncbench.kernels.models`, in float32;
+* the data: :func:`syncbench.bench.data.load_dataset` and each rank's shard
+  and batches from :class:`syncbench.bench.stream.BatchStream` (same seed),
+  fetched inside the timed loop as our driver does;
+* the optimizer: momentum SGD with L2 weight decay (``torch.optim.SGD``,
+  the convention of :class:`syncbench.algorithms.base.MomentumSGD`), mean
+  cross-entropy loss;
+* the steps: ``max(1, int(epochs * steps_per_epoch))`` per rank;
+* ``ssgd``: ``DistributedDataParallel`` averages the gradients (buckets of
+  ``bucket_cap_mb``, allreduce overlapped with backward), every rank applies
+  the same update (Goyal et al. 2017; Li et al. 2020, "PyTorch Distributed",
+  Sec. 3);
+* ``localsgd``: ``PeriodicModelAverager(period, warmup_steps=period - 1)``
+  averages the parameters after every ``period``-th local step (steps
+  ``period-1, 2*period-1, ...``, 0-based: the rounds of
+  :class:`syncbench.algorithms.localsgd.LocalSGD`, Lin et al. 2020, eq. (2));
+  a last, shorter round is averaged too, as ours does. Momentum buffers stay
+  local in both.
+
+Timing: a barrier, then the loop (data, forward, backward, communication,
+update) on every rank; the wall time is the slowest rank's, and samples/s is
+``steps * batch * world / wall``, as the ``samples_per_s`` of our run files.
+Rank 0 then evaluates on the test split (untimed) and prints one line
+``peer-result {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from syncbench.bench.data import DATASETS, load_dataset
+from syncbench.bench.stream import BatchStream
+
+#: The peer each of our algorithms is compared with.
+PEERS = {"ssgd": "torch-ddp", "localsgd": "torch-periodic-avg"}
+RESULT_PREFIX = "peer-result "
+
+#: (rank, size) environment variables of the launchers, tried in order.
+_RANK_ENV = (
+    ("PMI_RANK", "PMI_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("RANK", "WORLD_SIZE"),
+)
+
+
+@dataclass
+class PeerResult:
+    """What rank 0 reports (one JSON line)."""
+
+    peer: str
+    algorithm: str
+    model: str
+    world_size: int
+    steps: int
+    batch_size: int
+    wall_s: float
+    samples_per_s: float
+    first_loss: float
+    last_loss: float
+    test_loss: float
+    accuracy: float
+    torch_version: str
+    threads: int
+
+
+def rank_and_size(environ: dict[str, str] | None = None) -> tuple[int, int]:
+    """This process's rank and the world size, from the launcher's environment."""
+    env = os.environ if environ is None else environ
+    for rank_var, size_var in _RANK_ENV:
+        if rank_var in env and size_var in env:
+            return int(env[rank_var]), int(env[size_var])
+    return 0, 1
+
+
+def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -> Any:
+    """``mlp`` or ``lenet`` as a ``torch.nn.Sequential`` (the layers of kernels/models.py)."""
+    from torch import nn  # noqa: PLC0415
+
+    channels, height, width = input_shape
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(channels * height * width, 256), nn.ReLU(),
+            nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, num_classes))
+    if name == "lenet":
+        if (height, width) not in ((28, 28), (32, 32)):
+            raise ValueError(f"lenet takes 28x28 or 32x32 inputs, got {height}x{width}")
+        pad = 2 if height == 28 else 0
+        return nn.Sequential(
+            nn.Conv2d(channels, 6, 5, padding=pad), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+            nn.Linear(84, num_classes))
+    raise ValueError(f"unknown model {name!r}; choose mlp or lenet")
+
+
+def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any], float],
+                                                              Callable[[], None]]:
+    """``(step(x, y) -> loss, finish())`` of the chosen peer around ``model``."""
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch.nn import functional as F  # noqa: N812, PLC0415
+
+    if args.algorithm == "ssgd":
+        from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+
+        net = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    else:
+        net = model
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                          weight_decay=args.weight_decay)
+    averager = None
+    if args.algorithm == "localsgd":
+        from torch.distributed.algorithms.model_averaging import (  # noqa: PLC0415
+            averagers,
+            utils,
+        )
+
+        averager = averagers.PeriodicModelAverager(period=args.period,
+                                                   warmup_steps=args.period - 1)
+
+    def step(x: Any, y: Any) -> float:
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        if averager is not None:
+            averager.average_parameters(model.parameters())
+        return float(loss.detach())
+
+    def finish() -> None:
+        """Average a last round shorter than the period (ours always ends averaged)."""
+        if averager is not None and averager.step % args.period != 0:
+            utils.average_parameters(iter(model.parameters()), dist.group.WORLD)
+
+    return step, finish
+
+
+def evaluate(model: Any, x: np.ndarray, y: np.ndarray, batch: int = 2000) -> tuple[float, float]:
+    """(mean loss, accuracy) of ``model`` on a split."""
+    import torch  # noqa: PLC0415
+    from torch.nn import functional as F  # noqa: N812, PLC0415
+
+    total, correct = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(y), batch):
+            xb = torch.from_numpy(np.ascontiguousarray(x[start:start + batch]))
+            yb = torch.from_numpy(np.ascontiguousarray(y[start:start + batch]))
+            logits = model(xb)
+            total += float(F.cross_entropy(logits, yb, reduction="sum"))
+            correct += int((logits.argmax(dim=1) == yb).sum())
+    model.train()
+    return total / len(y), correct / len(y)
+
+
+def train(args: argparse.Namespace) -> PeerResult | None:
+    """Train on this rank; returns the result on rank 0 (None elsewhere)."""
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+
+    rank, world = rank_and_size()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        raise SystemExit("torch_runner: set MASTER_PORT (the driver picks a free port)")
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    try:
+        data = load_dataset(args.dataset, args.data_dir,
+                            synthetic_train=args.synthetic_samples, seed=args.seed)
+        stream = BatchStream(data.train_x, data.train_y, rank, world, args.batch_size,
+                             args.seed, dtype=np.float32)
+        steps = max(1, int(args.epochs * stream.steps_per_epoch))
+        torch.manual_seed(args.seed)  # the same initial model on every rank
+        model = build_torch_model(args.model, data.input_shape, data.num_classes)
+        step, finish = make_step(args, model)
+        losses = np.empty(steps)
+        dist.barrier()
+        start = time.perf_counter()
+        for i in range(steps):
+            xb, yb = stream.next()
+            losses[i] = step(torch.from_numpy(xb), torch.from_numpy(yb))
+        finish()
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        wall = float(elapsed[0])
+        result = None
+        if rank == 0:
+            if args.save_model:
+                save_params(model, args.save_model)
+            test_loss, accuracy = evaluate(model, data.test_x, data.test_y)
+            head = max(1, min(10, steps // 4))
+            result = PeerResult(
+                peer=PEERS[args.algorithm], algorithm=args.algorithm, model=args.model,
+                world_size=world, steps=steps, batch_size=args.batch_size, wall_s=wall,
+                samples_per_s=steps * args.batch_size * world / wall,
+                first_loss=float(losses[:head].mean()), last_loss=float(losses[-head:].mean()),
+                test_loss=test_loss, accuracy=accuracy, torch_version=torch.__version__,
+                threads=args.threads)
+        dist.barrier()  # tear gloo down together: a rank leaving early can abort the others
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
+                    seed: int = 0) -> float:
+    """Samples/s of ``steps`` single-process training steps on random inputs.
+
+    The PyTorch counterpart of :func:`syncbench.bench.speed.step_throughput`
+    (same shapes, momentum SGD, 3 warm-up steps, no data loading, no
+    communication), with ``torch.set_num_threads(threads)``.
+    """
+    import torch  # noqa: PLC0415
+    from torch.nn import functional as F  # noqa: N812, PLC0415
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    model = build_torch_model(model_name, (1, 28, 28), 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.random((batch, 1, 28, 28)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 10, batch))
+
+    def one_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        one_step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    return batch * steps / (time.perf_counter() - start)
+
+
+def flat_params(model: Any) -> np.ndarray:
+    """Every parameter of ``model`` in ``parameters()`` order, as one float32 vector."""
+    return np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+
+
+def save_params(model: Any, path: str) -> None:
+    """Write :func:`flat_params` to ``path`` (``.npy``), atomically."""
+    tmp = f"{path}.tmp.npy"
+    np.save(tmp, flat_params(model))
+    os.replace(tmp, path)
+
+
+def parse_result(stdout: str) -> dict[str, Any]:
+    """The ``peer-result`` JSON of a run's standard output (``ValueError`` if absent)."""
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):])
+    raise ValueError("no 'peer-result' line in the peer's output")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runner's flags (names and defaults as in ``syncbench train``)."""
+    parser.add_argument("--algorithm", choices=sorted(PEERS), default="ssgd",
+                        help="ssgd (DistributedDataParallel) or localsgd "
+                        "(PeriodicModelAverager)")
+    parser.add_argument("--model", choices=("mlp", "lenet"), default="mlp")
+    parser.add_argument("--dataset", choices=DATASETS, default="fashion-mnist")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--synthetic-samples", type=int, default=8192)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=64, help="per-rank batch")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--period", type=int, default=4, help="localsgd: steps per averaging")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                        help="ssgd: DDP gradient bucket size in MB (PyTorch's default 25)")
+    parser.add_argument("--save-model", default=None, metavar="PATH",
+                        help="rank 0 writes the final parameters (flat float32 .npy) here")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch.set_num_threads per rank (default 1, as OMP_NUM_THREADS=1)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.peers.torch_runner",
+                                     description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.period < 1:
+        parser.error(f"--period must be >= 1, got {args.period}")
+    result = train(args)
+    if result is not None:
+        print(RESULT_PREFIX + json.dumps(asdict(result)), flush=True)
+        print(f"{result.peer} {result.model} np={result.world_size}: accuracy "
+              f"{result.accuracy:.4f}  loss {result.test_loss:.4f}  "
+              f"{result.samples_per_s:.1f} samples/s  wall {result.wall_s:.2f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""``syncbench peers``: our strategies against PyTorch's, and SSGD against the bare Allreduce.
+
+For every rank count ``--np``, model ``--model`` and algorithm
+``--algorithms`` it launches, ``--repeats`` times and alternately (ours,
+peer, ours, peer, ...), ``syncbench train`` and its PyTorch peer
+(:mod:`syncbench.bench.peers.torch_runner`: ``ssgd`` <->
+DistributedDataParallel, ``localsgd`` <-> PeriodicModelAverager with the
+same ``--period``) with the same data, ranks, per-rank batch, steps, seed
+and optimizer, and prints in fixed columns the median samples/s of each
+(ours: the run file's ``samples_per_s``; peer: its ``samples_per_s``, both
+total samples over the slowest rank's training wall time) and the ratio
+``ours / peer`` of the medians.
+
+Communication efficiency (SSGD only, ``np >= 2``): SSGD's time inside MPI
+per step is ``t_comm + t_wait`` of a rank (posting, polling and waiting for
+the gradient reduction), over the steps after the first ``--skip-steps``.
+Every step's reduction is one collective, so the rank that reaches it last
+waits for no one: its time inside MPI is the reduction's own cost, while an
+earlier rank also waits out the arrival skew (load imbalance, not
+communication). ``mpi_last`` is the mean over steps of the smallest time of
+any rank in that step (the last arrival's), ``mpi_mean`` the mean over all
+ranks and steps (skew included). ``raw`` is the mean time of a bare ``Allreduce``
+loop (no timers or barriers between iterations) of the same number of
+bytes (the flat float32 gradient) on the same ranks, measured by
+``syncbench comm --op allreduce --check-raw``
+(:func:`syncbench.bench.commbench.raw_allreduce_us`) once per repeat,
+launched right before our run so that the pair shares the
+machine's conditions (a tight loop has no skew beyond its own jitter).
+The ms columns are medians over repeats and ``last/raw`` is
+``median(mpi_last) / median(raw)``: 1.0 means a training step's reduction
+costs what MPI alone needs; ``mean/raw`` likewise with skew. (On a shared
+machine the bare loop's time jumps between runs, up to 2x: use several
+repeats; the medians' ratio is steadier than per-pair ratios.)
+
+``--speed`` instead compares one process's training step (forward,
+backward, momentum update; no data loading, no MPI) on random inputs of the
+model's shape: :func:`syncbench.bench.speed.step_throughput` against the
+same loop in PyTorch with ``torch.set_num_threads(1)``
+(:func:`syncbench.bench.peers.torch_runner.step_throughput`), alternating,
+``--repeats`` times, each measurement in a fresh process (so neither
+inherits the other's allocator state: both slow down when big arrays are
+page-faulted in every step).
+
+Rows (two leading spaces) are whitespace-separated, one token per column;
+lines starting with ``#`` are headers and notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from syncbench.bench.launch import find_mpiexec, rank_env, train_and_read
+
+ALGORITHMS = ("ssgd", "localsgd")
+RUNNER = "syncbench.bench.peers.torch_runner"
+
+
+@dataclass
+class Samples:
+    """Per-repeat measurements of one (np, model, algorithm) cell."""
+
+    ours: list[float] = field(default_factory=list)
+    peer: list[float] = field(default_factory=list)
+    mpi_ms: list[float] = field(default_factory=list)
+    mpi_last_ms: list[float] = field(default_factory=list)
+    raw_ms: list[float] = field(default_factory=list)
+    peer_name: str = ""
+    accuracy: list[float] = field(default_factory=list)
+    peer_accuracy: list[float] = field(default_factory=list)
+
+
+def _int_list(text: str) -> list[int]:
+    values = [int(v) for v in text.split(",") if v.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``syncbench peers``."""
+    parser.add_argument("--np", type=_int_list, default=[2],
+                        help="rank counts, comma-separated (default 2)")
+    parser.add_argument("--model", default="mlp", help="models, comma-separated (default mlp)")
+    parser.add_argument("--algorithms", default="ssgd,localsgd",
+                        help="ssgd (vs DDP) and/or localsgd (vs PeriodicModelAverager)")
+    parser.add_argument("--dataset", default="fashion-mnist",
+                        help="dataset (default fashion-mnist)")
+    parser.add_argument("--synthetic-samples", type=int, default=8192,
+                        help="training samples of --dataset synthetic")
+    parser.add_argument("--epochs", type=float, default=1.0, help="epochs per run (default 1)")
+    parser.add_argument("--batch-size", type=int, default=64, help="per-rank batch (default 64)")
+    parser.add_argument("--period", type=int, default=4, help="Local SGD period (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of both (default 0)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each, alternating ours/peer; medians shown (default 3)")
+    parser.add_argument("--skip-steps", type=int, default=5,
+                        help="first steps left out of the per-step MPI time (default 5)")
+    parser.add_argument("--raw-iterations", type=int, default=200,
+                        help="iterations of the bare Allreduce loop (default 200)")
+    parser.add_argument("--train-flags", default="",
+                        help="extra flags for our runs, e.g. '--comm blocking'")
+    parser.add_argument("--speed", action="store_true",
+                        help="single-process step throughput of ours vs PyTorch instead "
+                        "(no MPI; --model, --batch-size, --repeats, --steps)")
+    parser.add_argument("--steps", type=int, default=50,
+                        help="--speed: training steps per repeat (default 50)")
+    parser.add_argument("--mpiexec", default=None,
+                        help="launcher (default: $MPIEXEC, else mpiexec next to this Python)")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds allowed per run (default 900)")
+
+
+# -- one run of each kind -----------------------------------------------------
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (for the peer's MASTER_PORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def common_flags(args: argparse.Namespace, model: str) -> list[str]:
+    """Flags both ours and the peer take, with the same meaning."""
+    return ["--model", model, "--dataset", args.dataset, "--epochs", str(args.epochs),
+            "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+            "--synthetic-samples", str(args.synthetic_samples), "--period", str(args.period)]
+
+
+def run_ours(args: argparse.Namespace, np_: int, model: str, algorithm: str,
+             path: Path) -> dict[str, float]:
+    """One ``syncbench train`` run; samples/s, accuracy and MPI ms per step (mean, last)."""
+    flags = ["--algorithm", algorithm, *common_flags(args, model), "--eval-every", "0",
+             *shlex.split(args.train_flags)]
+    run = train_and_read(np_, flags, path, args.mpiexec, timeout=args.timeout)
+    mean_ms, last_ms = mpi_ms_per_step(run.ranks, args.skip_steps)
+    return {"samples_per_s": float(run.summary["samples_per_s"]),
+            "accuracy": float(run.summary["final_accuracy"]),
+            "mpi_ms": mean_ms, "mpi_last_ms": last_ms}
+
+
+def mpi_ms_per_step(ranks: dict[int, dict[str, np.ndarray]], skip: int) -> tuple[float, float]:
+    """(mean over ranks and steps, mean over steps of the min over ranks) of comm + wait, ms."""
+    steps = min(len(cols["t_comm"]) for cols in ranks.values())
+    if steps <= skip:
+        return float("nan"), float("nan")
+    inside = np.stack([cols["t_comm"][skip:steps] + cols["t_wait"][skip:steps]
+                       for cols in ranks.values()])  # (rank, step)
+    return float(inside.mean()) * 1e3, float(inside.min(axis=0).mean()) * 1e3
+
+
+def run_peer(args: argparse.Namespace, np_: int, model: str, algorithm: str) -> dict:
+    """One PyTorch peer run under the same launcher; its ``peer-result`` record."""
+    from syncbench.bench.peers.torch_runner import parse_result  # noqa: PLC0415
+
+    cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", RUNNER,
+           "--algorithm", algorithm, *common_flags(args, model)]
+    env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"peer ({algorithm}, np={np_}) failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr.strip()[-2000:]}")
+    return parse_result(proc.stdout)
+
+
+def raw_allreduce_ms(args: argparse.Namespace, np_: int, nbytes: int, path: Path) -> float:
+    """Mean ms of a bare ``Allreduce`` of ``nbytes`` on ``np_`` ranks (``syncbench comm``)."""
+    from syncbench.bench.commbench import read_results  # noqa: PLC0415
+
+    size = str(nbytes)
+    cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", "syncbench",
+           "comm", "--op", "allreduce", "--min-size", size, "--max-size", size,
+           "--iterations", str(args.raw_iterations), "--skip", "20", "--check-raw",
+           "--out", str(path)]
+    proc = subprocess.run(cmd, env=rank_env(), capture_output=True, text=True,
+                          timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"syncbench comm (np={np_}) failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr.strip()}")
+    return float(read_results(path)["raw_us"][0]) / 1e3
+
+
+def gradient_bytes(args: argparse.Namespace, model: str) -> int:
+    """Bytes of ``model``'s flat float32 gradient on ``--dataset`` (what SSGD reduces)."""
+    from syncbench.bench.data import load_dataset  # noqa: PLC0415
+    from syncbench.kernels.models import build_model  # noqa: PLC0415
+
+    data = load_dataset(args.dataset, synthetic_train=args.synthetic_samples, seed=args.seed)
+    return build_model(model, data.input_shape, data.num_classes).nbytes
+
+
+# -- the table -------------------------------------------------------------------
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b and b == b else float("nan")
+
+
+THROUGHPUT_HEADER = (f"# {'np':>3} {'model':<6} {'algorithm':<9} {'peer':<19}"
+                     f"{'ours[samples/s]':>16}{'peer[samples/s]':>16}{'ours/peer':>10}"
+                     f"{'ours_min':>10}{'ours_max':>10}{'peer_min':>10}{'peer_max':>10}"
+                     f"{'acc_ours':>9}{'acc_peer':>9}")
+COMM_HEADER = (f"# {'np':>3} {'model':<6} {'bytes':>9}{'mpi_last[ms]':>14}{'mpi_mean[ms]':>14}"
+               f"{'raw_allreduce[ms]':>19}{'last/raw':>10}{'mean/raw':>10}")
+
+
+def throughput_row(np_: int, model: str, algorithm: str, s: Samples) -> str:
+    """One fixed-column row: medians, the ratio of medians, min/max, accuracies."""
+    ours, peer = _median(s.ours), _median(s.peer)
+    return (f"  {np_:>3} {model:<6} {algorithm:<9} {s.peer_name:<19}{ours:>16.1f}{peer:>16.1f}"
+            f"{_ratio(ours, peer):>10.3f}{min(s.ours):>10.0f}{max(s.ours):>10.0f}"
+            f"{min(s.peer):>10.0f}{max(s.peer):>10.0f}"
+            f"{_median(s.accuracy):>9.4f}{_median(s.peer_accuracy):>9.4f}")
+
+
+def comm_row(np_: int, model: str, nbytes: int, s: Samples) -> str:
+    """One fixed-column row of SSGD's MPI time per step against the bare Allreduce."""
+    last, mean, raw = _median(s.mpi_last_ms), _median(s.mpi_ms), _median(s.raw_ms)
+    return (f"  {np_:>3} {model:<6} {nbytes:>9}{last:>14.4f}{mean:>14.4f}{raw:>19.4f}"
+            f"{_ratio(last, raw):>10.3f}{_ratio(mean, raw):>10.3f}")
+
+
+def measure_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
+                 nbytes: int, tmp: Path) -> Samples:
+    """``--repeats`` rounds of ours, peer (and the bare Allreduce for SSGD on >= 2 ranks)."""
+    s = Samples()
+    for repeat in range(args.repeats):
+        if algorithm == "ssgd" and np_ >= 2:  # right before ours: the pair shares conditions
+            s.raw_ms.append(raw_allreduce_ms(args, np_, nbytes, tmp / f"raw-{repeat}.h5"))
+        ours = run_ours(args, np_, model, algorithm, tmp / f"{algorithm}-{np_}-{model}.h5")
+        s.ours.append(ours["samples_per_s"])
+        s.accuracy.append(ours["accuracy"])
+        s.mpi_ms.append(ours["mpi_ms"])
+        s.mpi_last_ms.append(ours["mpi_last_ms"])
+        peer = run_peer(args, np_, model, algorithm)
+        s.peer.append(float(peer["samples_per_s"]))
+        s.peer_accuracy.append(float(peer["accuracy"]))
+        s.peer_name = str(peer["peer"])
+        print(f"# np={np_} {model} {algorithm} repeat {repeat + 1}/{args.repeats}: ours "
+              f"{s.ours[-1]:.0f}, {s.peer_name} {s.peer[-1]:.0f} samples/s", flush=True)
+    return s
+
+
+SPEED_HEADER = (f"# {'model':<6}{'batch':>6}{'ours[samples/s]':>16}{'torch[samples/s]':>17}"
+                f"{'ours/torch':>11}{'ours_min':>10}{'ours_max':>10}{'torch_min':>10}"
+                f"{'torch_max':>10}")
+
+
+#: ``python -c`` bodies measuring one single-process rate: argv = model, batch, steps, seed.
+SPEED_CHILD = {
+    "ours": "from syncbench.bench.speed import step_throughput as f\n"
+            "print(f(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), 1, "
+            "seed=int(sys.argv[4]))[0])",
+    "torch": "from syncbench.bench.peers.torch_runner import step_throughput as f\n"
+             "print(f(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), seed=int(sys.argv[4])))",
+}
+
+
+def speed_once(args: argparse.Namespace, which: str, model: str) -> float:
+    """One single-process rate (samples/s) of ``which`` (ours or torch), in a fresh process."""
+    code = "import sys\n" + SPEED_CHILD[which]
+    proc = subprocess.run([sys.executable, "-c", code, model, str(args.batch_size),
+                           str(args.steps), str(args.seed)], env=rank_env(),
+                          capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{which} speed of {model} failed: {proc.stderr.strip()[-2000:]}")
+    return float(proc.stdout.split()[-1])
+
+
+def speed_table(args: argparse.Namespace, models: list[str]) -> list[str]:
+    """``--speed``: alternating single-process step throughput, one row per model."""
+    rows = []
+    for model in models:
+        ours, theirs = [], []
+        for _ in range(args.repeats):
+            ours.append(speed_once(args, "ours", model))
+            theirs.append(speed_once(args, "torch", model))
+        o, t = _median(ours), _median(theirs)
+        rows.append(f"  {model:<6}{args.batch_size:>6}{o:>16.1f}{t:>17.1f}{_ratio(o, t):>11.3f}"
+                    f"{min(ours):>10.0f}{max(ours):>10.0f}{min(theirs):>10.0f}"
+                    f"{max(theirs):>10.0f}")
+    return rows
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run every cell and print the two tables; exit status 0, or 1 if a run failed."""
+    algorithms = [a for a in args.algorithms.split(",") if a]
+    models = [m for m in args.model.split(",") if m]
+    bad = [a for a in algorithms if a not in ALGORITHMS]
+    if bad or args.repeats < 1:
+        print(f"syncbench peers: --algorithms takes {', '.join(ALGORITHMS)} and --repeats "
+              f">= 1 (got {args.algorithms!r}, {args.repeats})", file=sys.stderr)
+        return 2
+    import torch  # noqa: PLC0415 - fail early with a clear message if the extra is missing
+
+    threads = os.environ.get("OMP_NUM_THREADS", "1 (set per rank)")
+    if args.speed:
+        print(f"# syncbench peers --speed: one process, batch {args.batch_size}, {args.steps} "
+              f"steps x {args.repeats} repeats alternating ours/torch (a fresh process each), "
+              f"float32, torch "
+              f"{torch.__version__} with 1 thread, OMP_NUM_THREADS={threads}", flush=True)
+        try:
+            rows = speed_table(args, models)
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+            print(f"syncbench peers: {exc}", file=sys.stderr)
+            return 1
+        print(SPEED_HEADER)
+        print("\n".join(rows))
+        return 0
+    print(f"# syncbench peers: {args.dataset}, epochs {args.epochs}, batch {args.batch_size}/rank, "
+          f"period {args.period}, seed {args.seed}, {args.repeats} repeats alternating ours/peer; "
+          f"torch {torch.__version__} gloo, OMP_NUM_THREADS={threads}", flush=True)
+    table: list[str] = []
+    comm: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="syncbench-peers-") as tmp:
+            for model in models:
+                nbytes = gradient_bytes(args, model)
+                for np_ in args.np:
+                    for algorithm in algorithms:
+                        s = measure_cell(args, np_, model, algorithm, nbytes, Path(tmp))
+                        table.append(throughput_row(np_, model, algorithm, s))
+                        if algorithm == "ssgd" and np_ >= 2:
+                            comm.append(comm_row(np_, model, nbytes, s))
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+        print(f"syncbench peers: {exc}", file=sys.stderr)
+        return 1
+    print(THROUGHPUT_HEADER)
+    print("\n".join(table))
+    if comm:
+        print("# SSGD communication efficiency: time inside MPI per step (comm + wait; last: "
+              "the last-arriving rank's, mean: all ranks') / bare Allreduce of the gradient's "
+              "bytes on the same ranks")
+        print(COMM_HEADER)
+        print("\n".join(comm))
+    return 0
+
+
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(prog="syncbench peers", description=__doc__.split("\n")[0])
+    add_arguments(_parser)
+    sys.exit(main(_parser.parse_args()))
