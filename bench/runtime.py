@@ -25,6 +25,10 @@ from mpi4py import MPI
 
 T = TypeVar("T")
 
+#: Seconds between printing the error and ``MPI_Abort``: the launcher forwards a
+#: rank's output asynchronously and drops what is in flight when it kills the job.
+ABORT_GRACE_S = 0.5
+
 
 class SetupError(Exception):
     """A user error found before training starts; its message is one line."""
@@ -79,6 +83,7 @@ def abort_on_exception(comm: MPI.Comm, body: Callable[[], T]) -> T:
             flush=True,
         )
         sys.stdout.flush()
+        time.sleep(ABORT_GRACE_S)  # let the launcher forward the message before the kill
         comm.Abort(1)
         raise  # unreachable when Abort works
 

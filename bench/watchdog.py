@@ -21,6 +21,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from syncbench.algorithms.timing import PhaseTimer
+from syncbench.bench.runtime import ABORT_GRACE_S
 
 IN_MPI = ("comm", "wait")
 
@@ -100,5 +101,6 @@ class Watchdog:
             print(f"syncbench: rank {self.rank}: no progress for {idle:.0f} s (--timeout "
                   f"{self.timeout:g}) in step {self.step}; ranks that had not arrived: {names}; "
                   "aborting the job", file=sys.stderr, flush=True)
+            time.sleep(ABORT_GRACE_S)
             MPI.COMM_WORLD.Abort(3)
             return
