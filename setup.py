@@ -14,7 +14,7 @@ setup(
     description="MPI benchmark suite for synchronization strategies in data-parallel training",
     python_requires=">=3.10",
     # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
-    packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS],
+    packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS] + ["syncbench.bench.peers"],
     package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
     package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"]},
     install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8"],

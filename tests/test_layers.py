@@ -134,3 +134,17 @@ def test_init_is_deterministic_per_seed():
     b = build_model("lenet", (1, 28, 28), 10, seed=7).params
     c = build_model("lenet", (1, 28, 28), 10, seed=8).params
     assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_held_outputs_are_never_overwritten_by_later_steps():
+    """Reused layer buffers must not change arrays a caller still holds."""
+    rng = np.random.default_rng(5)
+    m = build_model("lenet", (1, 28, 28), 10, dtype=np.float32, seed=1)
+    x1 = rng.random((8, 1, 28, 28)).astype(np.float32)
+    x2 = rng.random((8, 1, 28, 28)).astype(np.float32)
+    held = m.forward(x1)
+    kept = held.copy()
+    for _ in range(3):
+        m.loss_and_grad(x2, np.arange(8) % 10)
+        m.forward(x2)
+    np.testing.assert_array_equal(held, kept)
