@@ -350,15 +350,9 @@ class Run:
             "backend": self.backend.name,
             "devices": sorted(set(devices)),
             "cuda_aware": False,
-            "slurm_job_id": _env("SLURM_JOB_ID"),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
             "hostnames": sorted(set(hostnames)),
         }
-
-
-def _env(name: str) -> str:
-    import os  # noqa: PLC0415
-
-    return os.environ.get(name, "")
 
 
 def _version() -> str:
@@ -398,15 +392,13 @@ def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> di
         finally:
             run.algorithm.close()
 
-    started = time.perf_counter()
     summary = abort_on_exception(comm, body)
     if comm.Get_rank() == 0 and summary is not None:
-        print(format_summary(config, comm.Get_size(), summary, time.perf_counter() - started))
+        print(format_summary(config, comm.Get_size(), summary))
     return summary
 
 
-def format_summary(config: argparse.Namespace, world: int, s: dict[str, float],
-                   elapsed: float) -> str:
+def format_summary(config: argparse.Namespace, world: int, s: dict[str, float]) -> str:
     """One fixed-format result line (parseable by scripts)."""
     out = f" -> {config.out}" if config.out else ""
     return (f"{config.algorithm} {config.model} {config.dataset} np={world}: "
