@@ -43,6 +43,8 @@ COMMANDS: dict[str, Command] = {
                        "rebuild a partial run file from the rows a crashed run flushed"),
     "comm": Command("syncbench.bench.commbench", "add_arguments", "main",
                     "OSU-style communication micro-benchmarks (under mpiexec)"),
+    "ssgd-comm": Command("syncbench.bench.ssgd_comm", "add_arguments", "main",
+                         "SSGD's time inside MPI per step vs a bare Allreduce (under mpiexec)"),
     "speed": Command("syncbench.bench.speed", "add_arguments", "main",
                      "single-process training-step throughput of the models"),
     "overlap": Command("syncbench.bench.overlap_bench", "add_arguments", "main",

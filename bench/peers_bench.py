@@ -11,26 +11,15 @@ and optimizer, and prints in fixed columns the median samples/s of each
 total samples over the slowest rank's training wall time) and the ratio
 ``ours / peer`` of the medians.
 
-Communication efficiency (SSGD only, ``np >= 2``): SSGD's time inside MPI
-per step is ``t_comm + t_wait`` of a rank (posting, polling and waiting for
-the gradient reduction), over the steps after the first ``--skip-steps``.
-Every step's reduction is one collective, so the rank that reaches it last
-waits for no one: its time inside MPI is the reduction's own cost, while an
-earlier rank also waits out the arrival skew (load imbalance, not
-communication). ``mpi_last`` is the mean over steps of the smallest time of
-any rank in that step (the last arrival's), ``mpi_mean`` the mean over all
-ranks and steps (skew included). ``raw`` is the mean time of a bare ``Allreduce``
-loop (no timers or barriers between iterations) of the same number of
-bytes (the flat float32 gradient) on the same ranks, measured by
-``syncbench comm --op allreduce --check-raw``
-(:func:`syncbench.bench.commbench.raw_allreduce_us`) once per repeat,
-launched right before our run so that the pair shares the
-machine's conditions (a tight loop has no skew beyond its own jitter).
-The ms columns are medians over repeats and ``last/raw`` is
-``median(mpi_last) / median(raw)``: 1.0 means a training step's reduction
-costs what MPI alone needs; ``mean/raw`` likewise with skew. (On a shared
-machine the bare loop's time jumps between runs, up to 2x: use several
-repeats; the medians' ratio is steadier than per-pair ratios.)
+Communication efficiency (SSGD only, ``np >= 2``): once per rank count and
+model, ``syncbench ssgd-comm`` (:mod:`syncbench.bench.ssgd_comm`) measures,
+in one job and interleaved in ``--comm-blocks`` rounds, SSGD's time inside
+MPI per step (``comm + wait`` of the last-arriving rank, ``--comm overlap``
+and ``--comm blocking``) and a bare ``Allreduce`` of the same gradient bytes
+on the same ranks: at the same point of the same training step (``mpi``,
+the reference), and back to back with no compute in between (``tight``, the
+``syncbench comm --check-raw`` loop). The ratios are medians of per-round
+ratios: 1.0 means a training step's reduction costs what MPI alone needs.
 
 ``--speed`` instead compares one process's training step (forward,
 backward, momentum update; no data loading, no MPI) on random inputs of the
@@ -48,6 +37,7 @@ lines starting with ``#`` are headers and notes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import socket
@@ -58,8 +48,6 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from syncbench.bench.launch import find_mpiexec, rank_env, train_and_read
 
@@ -73,9 +61,6 @@ class Samples:
 
     ours: list[float] = field(default_factory=list)
     peer: list[float] = field(default_factory=list)
-    mpi_ms: list[float] = field(default_factory=list)
-    mpi_last_ms: list[float] = field(default_factory=list)
-    raw_ms: list[float] = field(default_factory=list)
     peer_name: str = ""
     accuracy: list[float] = field(default_factory=list)
     peer_accuracy: list[float] = field(default_factory=list)
@@ -105,10 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of both (default 0)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each, alternating ours/peer; medians shown (default 3)")
-    parser.add_argument("--skip-steps", type=int, default=5,
-                        help="first steps left out of the per-step MPI time (default 5)")
-    parser.add_argument("--raw-iterations", type=int, default=200,
-                        help="iterations of the bare Allreduce loop (default 200)")
+    parser.add_argument("--comm-blocks", type=int, default=10,
+                        help="rounds of syncbench ssgd-comm per rank count (default 10; "
+                        "0 skips the communication-efficiency table)")
+    parser.add_argument("--comm-block-steps", type=int, default=20,
+                        help="steps per variant per round of syncbench ssgd-comm (default 20)")
     parser.add_argument("--train-flags", default="",
                         help="extra flags for our runs, e.g. '--comm blocking'")
     parser.add_argument("--speed", action="store_true",
@@ -140,24 +126,12 @@ def common_flags(args: argparse.Namespace, model: str) -> list[str]:
 
 def run_ours(args: argparse.Namespace, np_: int, model: str, algorithm: str,
              path: Path) -> dict[str, float]:
-    """One ``syncbench train`` run; samples/s, accuracy and MPI ms per step (mean, last)."""
+    """One ``syncbench train`` run: its samples/s and final accuracy."""
     flags = ["--algorithm", algorithm, *common_flags(args, model), "--eval-every", "0",
              *shlex.split(args.train_flags)]
     run = train_and_read(np_, flags, path, args.mpiexec, timeout=args.timeout)
-    mean_ms, last_ms = mpi_ms_per_step(run.ranks, args.skip_steps)
     return {"samples_per_s": float(run.summary["samples_per_s"]),
-            "accuracy": float(run.summary["final_accuracy"]),
-            "mpi_ms": mean_ms, "mpi_last_ms": last_ms}
-
-
-def mpi_ms_per_step(ranks: dict[int, dict[str, np.ndarray]], skip: int) -> tuple[float, float]:
-    """(mean over ranks and steps, mean over steps of the min over ranks) of comm + wait, ms."""
-    steps = min(len(cols["t_comm"]) for cols in ranks.values())
-    if steps <= skip:
-        return float("nan"), float("nan")
-    inside = np.stack([cols["t_comm"][skip:steps] + cols["t_wait"][skip:steps]
-                       for cols in ranks.values()])  # (rank, step)
-    return float(inside.mean()) * 1e3, float(inside.min(axis=0).mean()) * 1e3
+            "accuracy": float(run.summary["final_accuracy"])}
 
 
 def run_peer(args: argparse.Namespace, np_: int, model: str, algorithm: str) -> dict:
@@ -174,30 +148,20 @@ def run_peer(args: argparse.Namespace, np_: int, model: str, algorithm: str) -> 
     return parse_result(proc.stdout)
 
 
-def raw_allreduce_ms(args: argparse.Namespace, np_: int, nbytes: int, path: Path) -> float:
-    """Mean ms of a bare ``Allreduce`` of ``nbytes`` on ``np_`` ranks (``syncbench comm``)."""
-    from syncbench.bench.commbench import read_results  # noqa: PLC0415
-
-    size = str(nbytes)
+def ssgd_comm(args: argparse.Namespace, np_: int, model: str, path: Path) -> dict:
+    """``syncbench ssgd-comm`` on ``np_`` ranks for ``model``: its ``--json`` figures."""
     cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", "syncbench",
-           "comm", "--op", "allreduce", "--min-size", size, "--max-size", size,
-           "--iterations", str(args.raw_iterations), "--skip", "20", "--check-raw",
-           "--out", str(path)]
+           "ssgd-comm", "--model", model, "--dataset", args.dataset,
+           "--synthetic-samples", str(args.synthetic_samples),
+           "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+           "--blocks", str(args.comm_blocks), "--block-steps", str(args.comm_block_steps),
+           "--variants", "mpi,overlap,blocking,tight", "--json", str(path)]
     proc = subprocess.run(cmd, env=rank_env(), capture_output=True, text=True,
                           timeout=args.timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"syncbench comm (np={np_}) failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr.strip()}")
-    return float(read_results(path)["raw_us"][0]) / 1e3
-
-
-def gradient_bytes(args: argparse.Namespace, model: str) -> int:
-    """Bytes of ``model``'s flat float32 gradient on ``--dataset`` (what SSGD reduces)."""
-    from syncbench.bench.data import load_dataset  # noqa: PLC0415
-    from syncbench.kernels.models import build_model  # noqa: PLC0415
-
-    data = load_dataset(args.dataset, synthetic_train=args.synthetic_samples, seed=args.seed)
-    return build_model(model, data.input_shape, data.num_classes).nbytes
+        raise RuntimeError(f"syncbench ssgd-comm (np={np_}) failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr.strip()[-2000:]}")
+    return json.loads(path.read_text())
 
 
 # -- the table -------------------------------------------------------------------
@@ -214,8 +178,9 @@ THROUGHPUT_HEADER = (f"# {'np':>3} {'model':<6} {'algorithm':<9} {'peer':<19}"
                      f"{'ours[samples/s]':>16}{'peer[samples/s]':>16}{'ours/peer':>10}"
                      f"{'ours_min':>10}{'ours_max':>10}{'peer_min':>10}{'peer_max':>10}"
                      f"{'acc_ours':>9}{'acc_peer':>9}")
-COMM_HEADER = (f"# {'np':>3} {'model':<6} {'bytes':>9}{'mpi_last[ms]':>14}{'mpi_mean[ms]':>14}"
-               f"{'raw_allreduce[ms]':>19}{'last/raw':>10}{'mean/raw':>10}")
+COMM_HEADER = (f"# {'np':>3} {'model':<6} {'bytes':>9}{'overlap[ms]':>13}{'blocking[ms]':>13}"
+               f"{'mpi[ms]':>10}{'tight[ms]':>11}{'overlap/mpi':>12}{'blocking/mpi':>13}"
+               f"{'overlap/tight':>14}")
 
 
 def throughput_row(np_: int, model: str, algorithm: str, s: Samples) -> str:
@@ -227,25 +192,23 @@ def throughput_row(np_: int, model: str, algorithm: str, s: Samples) -> str:
             f"{_median(s.accuracy):>9.4f}{_median(s.peer_accuracy):>9.4f}")
 
 
-def comm_row(np_: int, model: str, nbytes: int, s: Samples) -> str:
-    """One fixed-column row of SSGD's MPI time per step against the bare Allreduce."""
-    last, mean, raw = _median(s.mpi_last_ms), _median(s.mpi_ms), _median(s.raw_ms)
-    return (f"  {np_:>3} {model:<6} {nbytes:>9}{last:>14.4f}{mean:>14.4f}{raw:>19.4f}"
-            f"{_ratio(last, raw):>10.3f}{_ratio(mean, raw):>10.3f}")
+def comm_row(np_: int, model: str, figures: dict) -> str:
+    """One fixed-column row of SSGD's per-step MPI time against the bare Allreduce."""
+    v = figures["variants"]
+    return (f"  {np_:>3} {model:<6} {figures['nbytes']:>9}{v['overlap']['last_ms']:>13.4f}"
+            f"{v['blocking']['last_ms']:>13.4f}{v['mpi']['last_ms']:>10.4f}"
+            f"{v['tight']['last_ms']:>11.4f}{v['overlap']['last_over_mpi']:>12.3f}"
+            f"{v['blocking']['last_over_mpi']:>13.3f}{v['overlap']['last_over_tight']:>14.3f}")
 
 
 def measure_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
-                 nbytes: int, tmp: Path) -> Samples:
-    """``--repeats`` rounds of ours, peer (and the bare Allreduce for SSGD on >= 2 ranks)."""
+                 tmp: Path) -> Samples:
+    """``--repeats`` rounds of ours then the peer."""
     s = Samples()
     for repeat in range(args.repeats):
-        if algorithm == "ssgd" and np_ >= 2:  # right before ours: the pair shares conditions
-            s.raw_ms.append(raw_allreduce_ms(args, np_, nbytes, tmp / f"raw-{repeat}.h5"))
         ours = run_ours(args, np_, model, algorithm, tmp / f"{algorithm}-{np_}-{model}.h5")
         s.ours.append(ours["samples_per_s"])
         s.accuracy.append(ours["accuracy"])
-        s.mpi_ms.append(ours["mpi_ms"])
-        s.mpi_last_ms.append(ours["mpi_last_ms"])
         peer = run_peer(args, np_, model, algorithm)
         s.peer.append(float(peer["samples_per_s"]))
         s.peer_accuracy.append(float(peer["accuracy"]))
@@ -305,6 +268,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"syncbench peers: --algorithms takes {', '.join(ALGORITHMS)} and --repeats "
               f">= 1 (got {args.algorithms!r}, {args.repeats})", file=sys.stderr)
         return 2
+    if args.comm_blocks < 0 or args.comm_block_steps < 1:
+        print(f"syncbench peers: --comm-blocks must be >= 0 and --comm-block-steps >= 1 "
+              f"(got {args.comm_blocks}, {args.comm_block_steps})", file=sys.stderr)
+        return 2
     import torch  # noqa: PLC0415 - fail early with a clear message if the extra is missing
 
     threads = os.environ.get("OMP_NUM_THREADS", "1 (set per rank)")
@@ -329,22 +296,23 @@ def main(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="syncbench-peers-") as tmp:
             for model in models:
-                nbytes = gradient_bytes(args, model)
                 for np_ in args.np:
                     for algorithm in algorithms:
-                        s = measure_cell(args, np_, model, algorithm, nbytes, Path(tmp))
+                        s = measure_cell(args, np_, model, algorithm, Path(tmp))
                         table.append(throughput_row(np_, model, algorithm, s))
-                        if algorithm == "ssgd" and np_ >= 2:
-                            comm.append(comm_row(np_, model, nbytes, s))
+                    if "ssgd" in algorithms and np_ >= 2 and args.comm_blocks > 0:
+                        figures = ssgd_comm(args, np_, model, Path(tmp) / f"comm-{np_}.json")
+                        comm.append(comm_row(np_, model, figures))
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
         print(f"syncbench peers: {exc}", file=sys.stderr)
         return 1
     print(THROUGHPUT_HEADER)
     print("\n".join(table))
     if comm:
-        print("# SSGD communication efficiency: time inside MPI per step (comm + wait; last: "
-              "the last-arriving rank's, mean: all ranks') / bare Allreduce of the gradient's "
-              "bytes on the same ranks")
+        print("# SSGD communication efficiency (syncbench ssgd-comm): time inside MPI per step "
+              "of the last-arriving rank (comm + wait), medians over rounds; mpi: a bare "
+              "Allreduce of the same bytes at the same point of the step (the reference), "
+              "tight: back to back without compute; ratios: medians of per-round ratios")
         print(COMM_HEADER)
         print("\n".join(comm))
     return 0

@@ -1,0 +1,356 @@
+"""``syncbench ssgd-comm``: SSGD's time inside MPI per step against a bare Allreduce.
+
+Run it under ``mpiexec -n N``. SSGD's communication overhead is the time a
+training step spends inside MPI (``comm`` + ``wait``: posting, polling and
+completing the gradient reduction) divided by what MPI itself needs to
+reduce the same bytes on the same ranks. Both are measured in one job,
+interleaved in rounds, so that they share the machine's conditions (on a
+shared machine the cost of one and the same Allreduce drifts by 2x within
+minutes: figures taken by separate jobs do not compare).
+
+Variants, each run for ``--block-steps`` steps (or iterations) per round:
+
+``mpi``       the reference: the same forward and backward on the same
+              batches, then one bare ``MPI.Comm.Allreduce(IN_PLACE, grads)``
+              between two ``MPI.Wtime`` calls (no syncbench code inside the
+              timed region), then the same update. A bare Allreduce of the
+              gradient at the point of the step where SSGD reduces it.
+``blocking``  SSGD ``--comm blocking``: one Allreduce through the
+              communicator and its phase timers.
+``overlap``   SSGD ``--comm overlap``: ``Iallreduce`` per bucket of
+              ``--bucket-mb`` started during backward, polled between layers.
+``tight``     the bare Allreduce of the same bytes back to back, no compute
+              in between (the loop of ``syncbench comm --check-raw``).
+``osu``       the bare Allreduce timed alone and followed by an untimed
+              barrier (``osu_allreduce``).
+
+All training variants share one model and one optimizer, so the run is one
+SSGD trajectory whatever the variant of a step. One round runs every variant
+once, in an order rotated from round to round, each block preceded by one
+untimed step; ``--blocks`` rounds follow ``--warmup-steps`` untimed steps of
+each variant.
+
+Statistics. Per step, *last* is the smallest time inside MPI of any rank:
+the rank that reaches a collective last waits for no one, so its time is the
+reduction's own cost, while earlier ranks also wait out the arrival skew
+(load imbalance, not communication). *mean* is over all ranks. A block's
+figure is the mean over its steps; a column is the median over rounds. The
+ratio ``last/mpi`` of a variant is the median over rounds of its block's
+*last* divided by the ``mpi`` block's *last* of the same round (paired: the
+two ran seconds apart); ``last/tight`` likewise against ``tight``.
+
+``tight`` and ``osu`` are shown but are not the reference: back-to-back
+calls pipeline (a rank leaves one Allreduce and starts the next while the
+others are still finishing it) and a barrier hands every rank to the
+Allreduce already inside MPI, whereas a training step reaches its reduction
+from compute.
+
+Rows (two leading spaces) are whitespace-separated, one token per column;
+lines starting with ``#`` are headers. ``--json`` writes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VARIANTS = ("mpi", "blocking", "overlap", "tight", "osu")
+REFERENCE = "mpi"
+TRAINING_VARIANTS = ("mpi", "blocking", "overlap")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _variants(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown or REFERENCE not in names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"expected distinct names from {','.join(VARIANTS)} including {REFERENCE} "
+            f"(the reference), got {text!r}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``syncbench ssgd-comm``."""
+    from syncbench.bench.data import DATASETS  # noqa: PLC0415
+    from syncbench.kernels.models import MODELS  # noqa: PLC0415
+
+    parser.add_argument("--model", default="mlp", choices=sorted(MODELS), help="model")
+    parser.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
+                        help="dataset (default fashion-mnist)")
+    parser.add_argument("--data-dir", default=None,
+                        help="where the dataset files are (else $SYNCBENCH_DATA, then "
+                        "/usr/share/datasets/<name>)")
+    parser.add_argument("--synthetic-samples", type=int, default=8192,
+                        help="training samples of the synthetic dataset")
+    parser.add_argument("--batch-size", type=_positive_int, default=64,
+                        help="per-rank batch (default 64)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                        help="parameter and gradient precision (default float32)")
+    parser.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
+    parser.add_argument("--momentum", type=float, default=0.9, help="momentum (default 0.9)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
+    parser.add_argument("--bucket-mb", type=float, default=0.25,
+                        help="SSGD overlap bucket size in MB (default 0.25, as train)")
+    parser.add_argument("--variants", type=_variants, default=list(VARIANTS),
+                        help=f"comma-separated, must include {REFERENCE} "
+                        f"(default {','.join(VARIANTS)})")
+    parser.add_argument("--blocks", type=_positive_int, default=10,
+                        help="rounds; every variant runs one block per round (default 10)")
+    parser.add_argument("--block-steps", type=_positive_int, default=20,
+                        help="timed steps (iterations) per block (default 20)")
+    parser.add_argument("--warmup-steps", type=int, default=5,
+                        help="untimed steps of each variant before the first round (default 5)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write every figure to PATH (JSON, rank 0)")
+
+
+# -- the measured loop (every rank) ---------------------------------------------
+
+@dataclass
+class Bench:
+    """One rank's model, batches and SSGD variants."""
+
+    comm: Any
+    stream: Any
+    model: Any
+    timer: Any
+    ssgd: dict[str, Any]
+    optimizer: Any
+    scratch: np.ndarray
+
+    def next_batch(self) -> tuple[Any, Any]:
+        return self.stream.next()
+
+    def mpi_step(self) -> float:
+        """Forward, backward, a bare in-place Allreduce (timed alone), the update."""
+        from mpi4py import MPI  # noqa: PLC0415
+
+        x, y = self.next_batch()
+        model = self.model
+        model.loss_and_grad(x, y)
+        t0 = MPI.Wtime()
+        self.comm.Allreduce(MPI.IN_PLACE, model.grads, op=MPI.SUM)
+        inside = MPI.Wtime() - t0
+        model.grads *= 1.0 / self.comm.Get_size()
+        self.optimizer.step(model.params, model.grads)
+        return inside
+
+    def ssgd_step(self, mode: str) -> float:
+        """One SSGD step (``--comm mode``); its comm + wait seconds."""
+        x, y = self.next_batch()
+        self.timer.reset()
+        self.ssgd[mode].step(x, y)
+        return self.timer.totals["comm"] + self.timer.totals["wait"]
+
+    def run_block(self, variant: str, steps: int) -> np.ndarray:
+        """Seconds inside MPI of each of ``steps`` timed steps, after one untimed one."""
+        from mpi4py import MPI  # noqa: PLC0415
+
+        from syncbench.bench.commbench import time_loop  # noqa: PLC0415
+
+        if variant in ("tight", "osu"):
+            buf = self.scratch
+
+            def body() -> None:
+                self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+            return time_loop(self.comm, steps, 1, body, barrier=variant == "osu")
+        step = self.mpi_step if variant == REFERENCE else lambda: self.ssgd_step(variant)
+        step()
+        return np.array([step() for _ in range(steps)])
+
+
+def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
+    """Data shard, model and the two SSGD instances; ``ValueError`` with one line."""
+    from syncbench.algorithms.base import Budget  # noqa: PLC0415
+    from syncbench.algorithms.communicator import Communicator  # noqa: PLC0415
+    from syncbench.algorithms.ssgd import SSGD  # noqa: PLC0415
+    from syncbench.algorithms.timing import PhaseTimer  # noqa: PLC0415
+    from syncbench.bench.data import DatasetError, load_dataset  # noqa: PLC0415
+    from syncbench.bench.options import add_train_arguments  # noqa: PLC0415
+    from syncbench.bench.stream import BatchStream  # noqa: PLC0415
+    from syncbench.kernels.backend import select_backend  # noqa: PLC0415
+    from syncbench.kernels.models import build_model  # noqa: PLC0415
+
+    if args.warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
+    if args.bucket_mb <= 0:
+        raise ValueError(f"--bucket-mb must be > 0, got {args.bucket_mb}")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    try:
+        data = load_dataset(args.dataset, args.data_dir,
+                            synthetic_train=args.synthetic_samples, seed=args.seed)
+    except DatasetError as exc:
+        raise ValueError(str(exc)) from None
+    backend = select_backend("cpu")
+    dtype = np.dtype(args.dtype)
+    stream = BatchStream(data.train_x, data.train_y, rank, size, args.batch_size, args.seed,
+                         backend, dtype)
+    model = build_model(args.model, data.input_shape, data.num_classes, backend, dtype,
+                        args.seed)
+    train_parser = argparse.ArgumentParser()
+    add_train_arguments(train_parser)
+    timer = PhaseTimer()
+    communicator = Communicator(comm, timer)
+    budget = Budget(args.batch_size * size, args.batch_size, size)
+    ssgd = {}
+    for mode in ("blocking", "overlap"):
+        config = train_parser.parse_args([
+            "--model", args.model, "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+            "--momentum", str(args.momentum), "--comm", mode,
+            "--bucket-mb", str(args.bucket_mb), "--dtype", args.dtype])
+        ssgd[mode] = SSGD(model, communicator, config, budget)
+    optimizer = ssgd["blocking"].optimizer
+    ssgd["overlap"].optimizer = optimizer  # one trajectory whatever a step's variant
+    return Bench(comm, stream, model, timer, ssgd, optimizer,
+                 np.zeros(model.size, dtype=dtype))
+
+
+def measure(bench: Bench, variants: list[str], blocks: int, block_steps: int,
+            warmup_steps: int) -> dict[str, np.ndarray]:
+    """``{variant: seconds[block, step]}`` of this rank, rounds rotating the order."""
+    for variant in variants:
+        if warmup_steps:
+            bench.run_block(variant, warmup_steps)
+    times = {v: np.empty((blocks, block_steps)) for v in variants}
+    for block in range(blocks):
+        shift = block % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            times[variant][block] = bench.run_block(variant, block_steps)
+    return times
+
+
+# -- statistics (rank 0) ----------------------------------------------------------
+
+def block_figures(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``seconds[rank, block, step]`` -> per block (last, mean) in ms.
+
+    *last*: the mean over the block's steps of the smallest time of any rank
+    in that step; *mean*: the mean over ranks and steps.
+    """
+    last = seconds.min(axis=0).mean(axis=1) * 1e3
+    mean = seconds.mean(axis=(0, 2)) * 1e3
+    return last, mean
+
+
+def paired_ratio(values: np.ndarray, reference: np.ndarray) -> float:
+    """Median over rounds of ``values[round] / reference[round]``."""
+    return float(np.median(np.asarray(values) / np.asarray(reference)))
+
+
+def summarize(gathered: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Per variant: per-block figures, their medians and the paired ratios."""
+    per_block = {v: block_figures(t) for v, t in gathered.items()}
+    ref_last, ref_mean = per_block[REFERENCE]
+    tight_last = per_block["tight"][0] if "tight" in per_block else None
+    out: dict[str, dict[str, Any]] = {}
+    for variant, (last, mean) in per_block.items():
+        out[variant] = {
+            "last_ms": statistics.median(last.tolist()),
+            "mean_ms": statistics.median(mean.tolist()),
+            "last_min_ms": float(last.min()), "last_max_ms": float(last.max()),
+            "last_over_mpi": paired_ratio(last, ref_last),
+            "mean_over_mpi": paired_ratio(mean, ref_mean),
+            "last_over_tight": (paired_ratio(last, tight_last) if tight_last is not None
+                                else float("nan")),
+            "blocks_last_ms": last.tolist(), "blocks_mean_ms": mean.tolist(),
+        }
+    return out
+
+
+HEADER = (f"# {'variant':<10}{'last[ms]':>12}{'mean[ms]':>12}{'last_min':>12}{'last_max':>12}"
+          f"{'last/mpi':>10}{'mean/mpi':>10}{'last/tight':>12}")
+
+
+def format_row(variant: str, s: dict[str, Any]) -> str:
+    """One fixed-column row of the table."""
+    return (f"  {variant:<10}{s['last_ms']:>12.4f}{s['mean_ms']:>12.4f}"
+            f"{s['last_min_ms']:>12.4f}{s['last_max_ms']:>12.4f}{s['last_over_mpi']:>10.3f}"
+            f"{s['mean_over_mpi']:>10.3f}{s['last_over_tight']:>12.3f}")
+
+
+def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
+    """Measure on every rank; rank 0 prints the table and returns the figures."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    from syncbench.bench.runtime import agree_on_setup  # noqa: PLC0415
+
+    def setup() -> Bench:
+        if args.json:
+            parent = Path(os.path.abspath(args.json)).parent
+            if not parent.is_dir() or not os.access(parent, os.W_OK):
+                raise ValueError(f"--json {args.json}: directory {parent} is not writable")
+        return build_bench(args, comm)
+
+    bench = agree_on_setup(comm, setup)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    nbytes = int(bench.model.grads.nbytes)
+    if rank == 0:
+        library = MPI.Get_library_version().strip().splitlines()[0]
+        print(f"# syncbench ssgd-comm: {args.model} on {args.dataset}, {size} ranks, batch "
+              f"{args.batch_size}/rank, {args.dtype} gradient of {nbytes} bytes, bucket "
+              f"{args.bucket_mb} MB; {args.blocks} rounds x {args.block_steps} steps of "
+              f"{','.join(args.variants)}", flush=True)
+        print(f"# MPI: {library}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
+              flush=True)
+    local = measure(bench, args.variants, args.blocks, args.block_steps, args.warmup_steps)
+    gathered = {v: comm.gather(t, root=0) for v, t in local.items()}
+    if rank != 0:
+        return None
+    figures = summarize({v: np.stack(ts) for v, ts in gathered.items()})
+    print(HEADER)
+    for variant in args.variants:
+        print(format_row(variant, figures[variant]))
+    result = {"model": args.model, "dataset": args.dataset, "world_size": size,
+              "batch_size": args.batch_size, "dtype": args.dtype, "nbytes": nbytes,
+              "bucket_mb": args.bucket_mb, "blocks": args.blocks,
+              "block_steps": args.block_steps, "mpi_library": library, "variants": figures}
+    if args.json:
+        tmp = f"{args.json}.tmp.{os.getpid()}"
+        Path(tmp).write_text(json.dumps(result, indent=1))
+        os.replace(tmp, args.json)
+        print(f"# figures -> {args.json}", flush=True)
+    return result
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    from syncbench.bench.runtime import abort_on_exception  # noqa: PLC0415
+
+    comm = MPI.COMM_WORLD
+    try:
+        abort_on_exception(comm, lambda: run(args, comm))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A stand-alone parser (``python -m syncbench.bench.ssgd_comm``)."""
+    parser = argparse.ArgumentParser(
+        prog="syncbench ssgd-comm",
+        description="SSGD's time inside MPI per step against a bare Allreduce; run under "
+        "mpiexec.")
+    add_arguments(parser)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main(build_parser().parse_args()))
