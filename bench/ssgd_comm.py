@@ -23,6 +23,10 @@ Variants, each run for ``--block-steps`` steps (or iterations) per round:
               in between (the loop of ``syncbench comm --check-raw``).
 ``osu``       the bare Allreduce timed alone and followed by an untimed
               barrier (``osu_allreduce``).
+``spin``      the bare Allreduce of the same bytes after busy-waiting
+              outside MPI for as long as the reference's forward and
+              backward take (their median so far on this rank): the
+              step's rhythm without its memory traffic.
 
 All training variants share one model and one optimizer, so the run is one
 SSGD trajectory whatever the variant of a step. One round runs every variant
@@ -43,7 +47,9 @@ two ran seconds apart); ``last/tight`` likewise against ``tight``.
 calls pipeline (a rank leaves one Allreduce and starts the next while the
 others are still finishing it) and a barrier hands every rank to the
 Allreduce already inside MPI, whereas a training step reaches its reduction
-from compute.
+from compute. ``spin`` separates the two: if it costs what ``mpi`` does, the
+difference to ``tight`` comes from entering the collective from outside MPI,
+not from the cache traffic of compute.
 
 Rows (two leading spaces) are whitespace-separated, one token per column;
 lines starting with ``#`` are headers. ``--json`` writes every figure.
@@ -56,13 +62,13 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-VARIANTS = ("mpi", "blocking", "overlap", "tight", "osu")
+VARIANTS = ("mpi", "blocking", "overlap", "tight", "osu", "spin")
 REFERENCE = "mpi"
 TRAINING_VARIANTS = ("mpi", "blocking", "overlap")
 
@@ -132,6 +138,7 @@ class Bench:
     ssgd: dict[str, Any]
     optimizer: Any
     scratch: np.ndarray
+    compute_s: list[float] = field(default_factory=list)
 
     def next_batch(self) -> tuple[Any, Any]:
         return self.stream.next()
@@ -142,8 +149,10 @@ class Bench:
 
         x, y = self.next_batch()
         model = self.model
+        started = MPI.Wtime()
         model.loss_and_grad(x, y)
         t0 = MPI.Wtime()
+        self.compute_s.append(t0 - started)
         self.comm.Allreduce(MPI.IN_PLACE, model.grads, op=MPI.SUM)
         inside = MPI.Wtime() - t0
         model.grads *= 1.0 / self.comm.Get_size()
@@ -163,13 +172,26 @@ class Bench:
 
         from syncbench.bench.commbench import time_loop  # noqa: PLC0415
 
+        buf = self.scratch
         if variant in ("tight", "osu"):
-            buf = self.scratch
 
             def body() -> None:
                 self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
             return time_loop(self.comm, steps, 1, body, barrier=variant == "osu")
+        if variant == "spin":
+            gap = float(np.median(self.compute_s)) if self.compute_s else 0.0
+
+            def spin_step() -> float:
+                until = MPI.Wtime() + gap
+                while MPI.Wtime() < until:
+                    pass
+                t0 = MPI.Wtime()
+                self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+                return MPI.Wtime() - t0
+
+            spin_step()
+            return np.array([spin_step() for _ in range(steps)])
         step = self.mpi_step if variant == REFERENCE else lambda: self.ssgd_step(variant)
         step()
         return np.array([step() for _ in range(steps)])

@@ -69,11 +69,12 @@ def test_interleaved_variants_are_one_ssgd_trajectory():
     size = world.Get_size()
     args = _args()
     bench = ssgd_comm.build_bench(args, world)
-    times = ssgd_comm.measure(bench, ["mpi", "blocking", "overlap", "tight", "osu"],
+    times = ssgd_comm.measure(bench, list(ssgd_comm.VARIANTS),
                               blocks=2, block_steps=3, warmup_steps=1)
     assert all(t.shape == (2, 3) and np.all(t > 0) for t in times.values())
     steps = bench.stream.position  # batches taken: every training step, no others
     assert steps == 3 * ((1 + 1) + 2 * (3 + 1))
+    assert len(bench.compute_s) == steps // 3  # the reference's compute times feed spin
 
     data = load_dataset("synthetic", synthetic_train=512, seed=3)
     config = argparse.Namespace(lr=args.lr, momentum=args.momentum, weight_decay=0.0)
