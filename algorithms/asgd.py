@@ -128,6 +128,12 @@ class ASGD(Algorithm):
             )
         if config.ps_layout == "dedicated" and world_size < 2:
             raise ValueError("--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
+        if getattr(config, "checkpoint_every", 0) or getattr(config, "resume", False):
+            raise ValueError(
+                "asgd cannot --checkpoint-every or --resume: its workers never stop together, "
+                "so there is no step at which the parameter store and every rank's state "
+                "form one consistent snapshot"
+            )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

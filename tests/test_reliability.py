@@ -150,3 +150,12 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
                    timeout=60)
     assert proc.returncode == 2
     assert "--resume: no checkpoint" in proc.stderr
+
+
+def test_asgd_refuses_checkpoints_instead_of_ignoring_them(tmp_path):
+    proc = run_mpi(2, "train", *SMALL, "--algorithm", "asgd", "--out", str(tmp_path / "a.h5"),
+                   "--checkpoint-every", "5", timeout=60)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("syncbench: error")]
+    assert len(errors) == 1 and "asgd cannot --checkpoint-every" in errors[0]
+    assert not (tmp_path / "a.h5").exists()
