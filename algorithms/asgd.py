@@ -72,8 +72,14 @@ and push latencies and the staleness of every run at the end (one ``asgd:``
 line on stdout); they are not run-file columns (the schema is unchanged).
 
 Evaluation: ranks are never at the same point, so :meth:`evaluation_point`
-is None during training and the driver evaluates only at the end;
-:meth:`consensus_params` (after :meth:`finish`'s barrier) reads every shard
+is None during training. Instead :meth:`snapshot_point` tells the driver how
+many samples the weights this rank pulled last include (the version at the
+pull times the batch); rank 0 keeps a copy of its pulled weights each time
+that crosses an evaluation stride and evaluates the copies after training,
+with the times at which they were pulled (so the accuracy curve costs the
+run nothing but a copy). With ``--ps-layout dedicated`` rank 0 does not
+train and only the final evaluation is made. The final model,
+:meth:`consensus_params` (after :meth:`finish`'s barrier), reads every shard
 with ``Allgatherv`` of the owners' window memory.
 """
 
@@ -277,6 +283,12 @@ class ASGD(Algorithm):
     def evaluation_point(self) -> int | None:
         """None: the ranks are never at the same point while training."""
         return None
+
+    def snapshot_point(self) -> int | None:
+        """Samples in the weights of the last pull (``model.params`` on the host)."""
+        if not self.steps_taken:
+            return None
+        return self._v_pull * self.budget.batch_size
 
     def finish(self) -> None:
         """Wait for every rank while driving progress (Ibarrier + Test + sleep), then report."""

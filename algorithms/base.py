@@ -130,6 +130,17 @@ class Algorithm(ABC):
         """
         return self.steps_taken * self.budget.batch_size * self.comm.size
 
+    def snapshot_point(self) -> int | None:
+        """For algorithms without evaluation points: global samples in ``model.params``.
+
+        An asynchronous algorithm's ranks never stop together, but a rank's
+        current parameters may be a faithful copy of the global model (ASGD's
+        last pull). Returning the samples that copy includes lets the driver
+        keep it when it crosses an evaluation stride and evaluate it after
+        training, off the clock. None (the default): no such copy.
+        """
+        return None
+
     def consensus_params(self) -> Any:
         """The model to evaluate (called on every rank at an evaluation point)."""
         return self.model.params

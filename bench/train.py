@@ -180,6 +180,7 @@ class Run:
         config, algo = self.config, self.algorithm
         self.recorder = StepRecorder(self.budget.steps_per_rank + 1)
         self.evals = EvalRecorder()
+        self.snapshots: list[tuple[float, int, int, np.ndarray]] = []
         loop = LoopState(
             eval_stride=int(config.eval_every * self.stream.steps_per_epoch)
             * config.batch_size * self.size,
@@ -222,6 +223,7 @@ class Run:
                 last_flush = time.monotonic()
             seen = algo.evaluation_point()
             if seen is None:
+                self.snapshot_if_due(loop, t_start)
                 continue
             progress.update(seen, stats.loss)
             if seen >= loop.next_eval:
@@ -237,6 +239,7 @@ class Run:
                 self.checkpoint(loop, MPI.Wtime() - t0)
         algo.finish()
         train_end = MPI.Wtime() - t0
+        self.evaluate_snapshots()
         seen = algo.evaluation_point()
         if seen is None:
             seen = int(self.mpi.allreduce(int(self.recorder.columns()["samples"].sum())))
@@ -250,6 +253,31 @@ class Run:
             self.watchdog.stop()
         wall = self.mpi.allreduce(train_end, op=MPI.MAX) - loop.eval_seconds
         return self.write(self.recorder, wall)
+
+    def snapshot_if_due(self, loop: LoopState, t: float) -> None:
+        """Rank 0 keeps a copy of parameters that crossed the next evaluation stride.
+
+        For algorithms without evaluation points (ASGD): the copy is evaluated
+        after training by :meth:`evaluate_snapshots`, with time ``t`` (the
+        start of the step whose parameters it is).
+        """
+        if self.rank != 0 or loop.next_eval == math.inf:
+            return
+        seen = self.algorithm.snapshot_point()
+        if seen is None or seen < loop.next_eval:
+            return
+        params = self.backend.to_numpy(self.model.params).copy()
+        self.snapshots.append((t, loop.step, seen, params))
+        while loop.next_eval <= seen:
+            loop.next_eval += loop.eval_stride
+
+    def evaluate_snapshots(self) -> None:
+        """Evaluate the kept copies on rank 0 (after training: off the clock)."""
+        for t, step, seen, params in self.snapshots:
+            self.eval_model.params[...] = self.backend.asarray(params)
+            loss, accuracy = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
+            self.evals.append(t, step, seen, float(loss), float(accuracy))
+        self.snapshots = []
 
     # -- crash safety -------------------------------------------------------
     def start_watchdog(self) -> Watchdog:

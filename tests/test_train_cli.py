@@ -131,3 +131,19 @@ def test_existing_output_needs_overwrite(tmp_path):
     proc = run_mpi(2, "train", *SMALL, "--out", str(out), timeout=60)
     _assert_one_line_failure(proc, started, "--overwrite")
     assert out.read_bytes() == b"keep me"
+
+
+def test_asgd_records_an_accuracy_curve_from_pulled_snapshots(tmp_path):
+    out = tmp_path / "asgd.h5"
+    proc = run_mpi(2, "train", "--algorithm", "asgd", "--dataset", "synthetic",
+                   "--synthetic-samples", "2048", "--batch-size", "16", "--epochs", "2",
+                   "--eval-every", "0.25", "--out", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = read_run(out)
+    ev = run.eval
+    assert len(ev["t"]) >= 6  # about 8 strides over 2 epochs, plus the final model
+    assert np.all(np.diff(ev["samples_seen"]) > 0) and np.all(np.diff(ev["t"]) >= 0)
+    assert np.all(ev["samples_seen"] % 16 == 0)  # a pulled version times the batch
+    assert ev["samples_seen"][0] >= 2048 // 4 and ev["samples_seen"][-1] == 2 * 2048
+    assert ev["t"][-1] <= run.summary["wall_s"] + 1e-9  # evaluation is off the clock
+    assert ev["accuracy"][-1] > 0.5 and ev["accuracy"].max() > ev["accuracy"][0] - 0.05
