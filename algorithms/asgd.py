@@ -140,6 +140,11 @@ class ASGD(Algorithm):
                 "so there is no step at which the parameter store and every rank's state "
                 "form one consistent snapshot"
             )
+        if getattr(config, "stop_at_target", False):
+            raise ValueError(
+                "asgd cannot --stop-at-target: its accuracy curve is evaluated after "
+                "training, from weights kept during it (--target-accuracy alone works)"
+            )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

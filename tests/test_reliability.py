@@ -152,10 +152,14 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
     assert "--resume: no checkpoint" in proc.stderr
 
 
-def test_asgd_refuses_checkpoints_instead_of_ignoring_them(tmp_path):
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--checkpoint-every", "5"], "asgd cannot --checkpoint-every"),
+    (["--target-accuracy", "0.5", "--stop-at-target"], "asgd cannot --stop-at-target"),
+])
+def test_asgd_refuses_flags_it_cannot_honour(tmp_path, flags, needle):
     proc = run_mpi(2, "train", *SMALL, "--algorithm", "asgd", "--out", str(tmp_path / "a.h5"),
-                   "--checkpoint-every", "5", timeout=60)
+                   *flags, timeout=60)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("syncbench: error")]
-    assert len(errors) == 1 and "asgd cannot --checkpoint-every" in errors[0]
+    assert len(errors) == 1 and needle in errors[0]
     assert not (tmp_path / "a.h5").exists()
