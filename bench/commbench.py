@@ -557,16 +557,9 @@ def result_attrs(args: argparse.Namespace, comm: Any, bufs: Buffers) -> dict[str
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from syncbench.bench.runtime import run_on_world  # noqa: PLC0415
 
-    from syncbench.bench.runtime import abort_on_exception  # noqa: PLC0415
-
-    comm = MPI.COMM_WORLD
-    try:
-        abort_on_exception(comm, lambda: run(args, comm))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return run_on_world(lambda comm: run(args, comm))
 
 
 def build_parser() -> argparse.ArgumentParser:

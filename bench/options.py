@@ -18,15 +18,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--algorithm", default="ssgd",
                      help=f"synchronization strategy: {', '.join(ALGORITHMS)}")
-    run.add_argument("--model", default="mlp", choices=sorted(MODELS),
-                     help="model")
-    run.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
-                     help="dataset")
-    run.add_argument("--data-dir", default=None,
-                     help="where the dataset files are (else $SYNCBENCH_DATA, then "
-                     "/usr/share/datasets/<name>)")
-    run.add_argument("--synthetic-samples", type=int, default=8192,
-                     help="training samples of the synthetic dataset")
+    add_model_and_data_arguments(run)
     run.add_argument("--out", default=None,
                      help="run file to write (HDF5, syncbench/1 schema)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -90,6 +82,18 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(f"{cls.name}: {cls.summary}")
         cls.add_arguments(group)
+
+
+def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:
+    """``--model``, ``--dataset``, ``--data-dir``, ``--synthetic-samples`` (train, ssgd-comm)."""
+    group.add_argument("--model", default="mlp", choices=sorted(MODELS), help="model")
+    group.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
+                       help="dataset")
+    group.add_argument("--data-dir", default=None,
+                       help="where the dataset files are (else $SYNCBENCH_DATA, then "
+                       "/usr/share/datasets/<name>)")
+    group.add_argument("--synthetic-samples", type=int, default=8192,
+                       help="training samples of the synthetic dataset")
 
 
 def parse_fault(spec: str) -> tuple[int, int, str, str]:

@@ -88,6 +88,20 @@ def abort_on_exception(comm: MPI.Comm, body: Callable[[], T]) -> T:
         raise  # unreachable when Abort works
 
 
+def run_on_world(body: Callable[[MPI.Comm], object]) -> int:
+    """Exit status of ``body(MPI.COMM_WORLD)`` for an MPI command's ``main``.
+
+    0 when it returns; the agreed status (2) when :func:`agree_on_setup`
+    ended it; any other exception aborts the job (:func:`abort_on_exception`).
+    """
+    comm = MPI.COMM_WORLD
+    try:
+        abort_on_exception(comm, lambda: body(comm))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
 def wait_politely(request: MPI.Request, interval: float = 0.002) -> None:
     """Complete ``request`` while sleeping between tests instead of spinning.
 

@@ -92,17 +92,9 @@ def _variants(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench ssgd-comm``."""
-    from syncbench.bench.data import DATASETS  # noqa: PLC0415
-    from syncbench.kernels.models import MODELS  # noqa: PLC0415
+    from syncbench.bench.options import add_model_and_data_arguments  # noqa: PLC0415
 
-    parser.add_argument("--model", default="mlp", choices=sorted(MODELS), help="model")
-    parser.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
-                        help="dataset (default fashion-mnist)")
-    parser.add_argument("--data-dir", default=None,
-                        help="where the dataset files are (else $SYNCBENCH_DATA, then "
-                        "/usr/share/datasets/<name>)")
-    parser.add_argument("--synthetic-samples", type=int, default=8192,
-                        help="training samples of the synthetic dataset")
+    add_model_and_data_arguments(parser)
     parser.add_argument("--batch-size", type=_positive_int, default=64,
                         help="per-rank batch (default 64)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
@@ -352,16 +344,9 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from syncbench.bench.runtime import run_on_world  # noqa: PLC0415
 
-    from syncbench.bench.runtime import abort_on_exception  # noqa: PLC0415
-
-    comm = MPI.COMM_WORLD
-    try:
-        abort_on_exception(comm, lambda: run(args, comm))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return run_on_world(lambda comm: run(args, comm))
 
 
 def build_parser() -> argparse.ArgumentParser:
