@@ -137,7 +137,7 @@ def test_asgd_records_an_accuracy_curve_from_pulled_snapshots(tmp_path):
     out = tmp_path / "asgd.h5"
     proc = run_mpi(2, "train", "--algorithm", "asgd", "--dataset", "synthetic",
                    "--synthetic-samples", "2048", "--batch-size", "16", "--epochs", "2",
-                   "--eval-every", "0.25", "--out", str(out), timeout=120)
+                   "--eval-every", "0.25", "--lr", "0.02", "--out", str(out), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = read_run(out)
     ev = run.eval
@@ -146,4 +146,5 @@ def test_asgd_records_an_accuracy_curve_from_pulled_snapshots(tmp_path):
     assert np.all(ev["samples_seen"] % 16 == 0)  # a pulled version times the batch
     assert ev["samples_seen"][0] >= 2048 // 4 and ev["samples_seen"][-1] == 2 * 2048
     assert ev["t"][-1] <= run.summary["wall_s"] + 1e-9  # evaluation is off the clock
-    assert ev["accuracy"][-1] > 0.5 and ev["accuracy"].max() > ev["accuracy"][0] - 0.05
+    # asynchronous, so not deterministic: at lr 0.02 runs end at 0.86-0.92 (chance: 0.1)
+    assert ev["accuracy"][-1] > 0.6 and ev["accuracy"].max() >= ev["accuracy"][0] + 0.1
