@@ -134,13 +134,13 @@ class ASGD(Algorithm):
             )
         if config.ps_layout == "dedicated" and world_size < 2:
             raise ValueError("--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
-        if getattr(config, "checkpoint_every", 0) or getattr(config, "resume", False):
+        if config.checkpoint_every or config.resume:
             raise ValueError(
                 "asgd cannot --checkpoint-every or --resume: its workers never stop together, "
                 "so there is no step at which the parameter store and every rank's state "
                 "form one consistent snapshot"
             )
-        if getattr(config, "stop_at_target", False):
+        if config.stop_at_target:
             raise ValueError(
                 "asgd cannot --stop-at-target: its accuracy curve is evaluated after "
                 "training, from weights kept during it (--target-accuracy alone works)"

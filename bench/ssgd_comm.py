@@ -70,7 +70,6 @@ import numpy as np
 
 VARIANTS = ("mpi", "blocking", "overlap", "tight", "osu", "spin")
 REFERENCE = "mpi"
-TRAINING_VARIANTS = ("mpi", "blocking", "overlap")
 
 
 def _positive_int(text: str) -> int:
@@ -132,28 +131,31 @@ class Bench:
     scratch: np.ndarray
     compute_s: list[float] = field(default_factory=list)
 
-    def next_batch(self) -> tuple[Any, Any]:
-        return self.stream.next()
+    def bare_allreduce(self, buf: np.ndarray) -> float:
+        """Seconds of one in-place ``Allreduce`` of ``buf``, nothing else timed."""
+        from mpi4py import MPI  # noqa: PLC0415
+
+        t0 = MPI.Wtime()
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        return MPI.Wtime() - t0
 
     def mpi_step(self) -> float:
         """Forward, backward, a bare in-place Allreduce (timed alone), the update."""
         from mpi4py import MPI  # noqa: PLC0415
 
-        x, y = self.next_batch()
+        x, y = self.stream.next()
         model = self.model
         started = MPI.Wtime()
         model.loss_and_grad(x, y)
-        t0 = MPI.Wtime()
-        self.compute_s.append(t0 - started)
-        self.comm.Allreduce(MPI.IN_PLACE, model.grads, op=MPI.SUM)
-        inside = MPI.Wtime() - t0
+        self.compute_s.append(MPI.Wtime() - started)
+        inside = self.bare_allreduce(model.grads)
         model.grads *= 1.0 / self.comm.Get_size()
         self.optimizer.step(model.params, model.grads)
         return inside
 
     def ssgd_step(self, mode: str) -> float:
         """One SSGD step (``--comm mode``); its comm + wait seconds."""
-        x, y = self.next_batch()
+        x, y = self.stream.next()
         self.timer.reset()
         self.ssgd[mode].step(x, y)
         return self.timer.totals["comm"] + self.timer.totals["wait"]
@@ -165,27 +167,23 @@ class Bench:
         from syncbench.bench.commbench import time_loop  # noqa: PLC0415
 
         buf = self.scratch
-        if variant in ("tight", "osu"):
-
-            def body() -> None:
-                self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-
-            return time_loop(self.comm, steps, 1, body, barrier=variant == "osu")
+        if variant in ("tight", "osu"):  # time_loop's own timing, as syncbench comm
+            return time_loop(self.comm, steps, 1,
+                             lambda: self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
+                             barrier=variant == "osu")
         if variant == "spin":
             gap = float(np.median(self.compute_s)) if self.compute_s else 0.0
 
-            def spin_step() -> float:
+            def step() -> float:
                 until = MPI.Wtime() + gap
                 while MPI.Wtime() < until:
                     pass
-                t0 = MPI.Wtime()
-                self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-                return MPI.Wtime() - t0
-
-            spin_step()
-            return np.array([spin_step() for _ in range(steps)])
-        step = self.mpi_step if variant == REFERENCE else lambda: self.ssgd_step(variant)
-        step()
+                return self.bare_allreduce(buf)
+        elif variant == REFERENCE:
+            step = self.mpi_step
+        else:
+            step = lambda: self.ssgd_step(variant)  # noqa: E731
+        step()  # untimed: the first step after another variant's block
         return np.array([step() for _ in range(steps)])
 
 
@@ -203,8 +201,6 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
 
     if args.warmup_steps < 0:
         raise ValueError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
-    if args.bucket_mb <= 0:
-        raise ValueError(f"--bucket-mb must be > 0, got {args.bucket_mb}")
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         data = load_dataset(args.dataset, args.data_dir,
@@ -228,6 +224,7 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
             "--model", args.model, "--batch-size", str(args.batch_size), "--lr", str(args.lr),
             "--momentum", str(args.momentum), "--comm", mode,
             "--bucket-mb", str(args.bucket_mb), "--dtype", args.dtype])
+        SSGD.validate(config, size)
         ssgd[mode] = SSGD(model, communicator, config, budget)
     optimizer = ssgd["blocking"].optimizer
     ssgd["overlap"].optimizer = optimizer  # one trajectory whatever a step's variant

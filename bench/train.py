@@ -170,17 +170,23 @@ class Run:
         params = self.algorithm.consensus_params()
         result = np.zeros(2)
         if self.rank == 0:
-            self.eval_model.params[...] = params
-            result[:] = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
-            self.evals.append(t, step, samples_seen, float(result[0]), float(result[1]))
+            result[:] = self.record_evaluation(params, t, step, samples_seen)
         wait_politely(self.mpi.Ibcast(result, root=0))
         return float(result[1])
+
+    def record_evaluation(self, params: Any, t: float, step: int,
+                          samples_seen: int) -> tuple[float, float]:
+        """Rank 0: test loss and accuracy of ``params``, appended as an eval row."""
+        self.eval_model.params[...] = params
+        loss, accuracy = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
+        self.evals.append(t, step, samples_seen, float(loss), float(accuracy))
+        return float(loss), float(accuracy)
 
     def train(self) -> dict[str, float] | None:
         config, algo = self.config, self.algorithm
         self.recorder = StepRecorder(self.budget.steps_per_rank + 1)
         self.evals = EvalRecorder()
-        self.snapshots: list[tuple[float, int, int, np.ndarray]] = []
+        self.snapshots: list[tuple[float, int, int, Any]] = []
         loop = LoopState(
             eval_stride=int(config.eval_every * self.stream.steps_per_epoch)
             * config.batch_size * self.size,
@@ -266,17 +272,14 @@ class Run:
         seen = self.algorithm.snapshot_point()
         if seen is None or seen < loop.next_eval:
             return
-        params = self.backend.to_numpy(self.model.params).copy()
-        self.snapshots.append((t, loop.step, seen, params))
+        self.snapshots.append((t, loop.step, seen, self.model.params.copy()))
         while loop.next_eval <= seen:
             loop.next_eval += loop.eval_stride
 
     def evaluate_snapshots(self) -> None:
         """Evaluate the kept copies on rank 0 (after training: off the clock)."""
         for t, step, seen, params in self.snapshots:
-            self.eval_model.params[...] = self.backend.asarray(params)
-            loss, accuracy = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
-            self.evals.append(t, step, seen, float(loss), float(accuracy))
+            self.record_evaluation(params, t, step, seen)
         self.snapshots = []
 
     # -- crash safety -------------------------------------------------------
