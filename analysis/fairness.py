@@ -1,0 +1,193 @@
+"""Cross-rank fairness of a heterogeneous run: the straggler it got, and what it gave away.
+
+An emulated straggler (``--slowdown``) is only a fair test when
+
+* its *realised* factor matches the nominal one: the slow rank's busy time
+  per step (compute + injected delay) over a normal rank's compute time; and
+* it gives nothing away: the other ranks compute no faster while it is in its
+  delay phase than otherwise (a sleeping rank on a shared machine frees its
+  core, caches and turbo budget for them).
+
+:func:`realised_factor` and :func:`interference_ratio` measure both from a
+run file's per-step rows; :func:`throughput_ceiling` is the best throughput a
+perfectly balancing strategy can keep, as a fraction of the homogeneous one
+(sum_k 1/f_k over N). Definitions live here and nowhere else (see
+ALGORITHMS.md, "Heterogeneity emulation").
+
+Only NumPy: a run is anything with the ``ranks``, ``rank_attrs`` and
+``attrs`` of :class:`syncbench.analysis.runfile.Run`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+NAN = float("nan")
+
+#: Root attribute: leading warm-up steps per rank that every metric skips.
+_WARMUP_ATTR = "warmup_steps"
+
+
+class RunLike(Protocol):
+    """What these functions read of a run (:class:`~syncbench.analysis.runfile.Run`)."""
+
+    attrs: dict[str, Any]
+    ranks: dict[int, dict[str, np.ndarray]]
+    rank_attrs: dict[int, dict[str, Any]]
+
+
+def nominal_factors(run: RunLike) -> dict[int, float]:
+    """rank -> the ``slowdown`` rank attribute (its base factor; 1.0 when absent)."""
+    out = {}
+    for rank in run.ranks:
+        value = run.rank_attrs.get(rank, {}).get("slowdown", 1.0)
+        try:
+            out[rank] = float(value)
+        except (TypeError, ValueError):
+            out[rank] = 1.0
+    return out
+
+
+def _skip(run: RunLike) -> int:
+    """Leading steps per rank to leave out (root attr ``warmup_steps``, default 0)."""
+    try:
+        return max(0, int(run.attrs.get(_WARMUP_ATTR, 0) or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _col(run: RunLike, rank: int, name: str) -> np.ndarray:
+    """One column of one rank after the warm-up steps (float64; empty if absent)."""
+    rows = run.ranks[rank]
+    if name not in rows:
+        return np.zeros(0)
+    return np.asarray(rows[name], dtype=np.float64)[_skip(run):]
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(np.mean(values)) if values.size else NAN
+
+
+def realised_factors(run: RunLike) -> dict[int, float]:
+    """rank -> realised factor, for every rank whose nominal factor is above 1.
+
+    Realised factor = the rank's mean (``t_compute`` + ``t_delay``) per step
+    over the median across the unslowed ranks of their mean ``t_compute`` per
+    step. NaN when no rank is unslowed. Warm-up steps are skipped.
+    """
+    factors = nominal_factors(run)
+    normal = [_mean(_col(run, r, "t_compute")) for r, f in factors.items() if f <= 1.0]
+    normal = [v for v in normal if math.isfinite(v)]
+    reference = float(np.median(normal)) if normal else NAN
+    out = {}
+    for rank, factor in factors.items():
+        if factor > 1.0:
+            busy = _mean(_col(run, rank, "t_compute") + _col(run, rank, "t_delay"))
+            out[rank] = busy / reference if reference > 0 else NAN
+    return out
+
+
+def realised_factor(run: RunLike) -> float:
+    """The realised factor of the rank with the largest nominal factor (NaN if none > 1).
+
+    See :func:`realised_factors`.
+    """
+    factors = nominal_factors(run)
+    slowed = realised_factors(run)
+    if not slowed:
+        return NAN
+    slowest = max(slowed, key=lambda r: (factors[r], -r))
+    return slowed[slowest]
+
+
+def _pre_phases(run: RunLike, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds from a step's start to its compute, to its delay) per step of ``rank``.
+
+    Every strategy runs ``data`` first and its compute right before its delay
+    (``Algorithm.straggle``). The only phase between the two is ASGD's pull,
+    charged to ``comm`` together with its push after the delay; both move the
+    whole parameter vector, so half of ``t_comm`` is counted before compute.
+    Polls inside compute are charged to ``comm`` and are small; they are not
+    placed.
+    """
+    before = _col(run, rank, "t_data")
+    if run.attrs.get("algorithm") == "asgd":
+        before = before + 0.5 * _col(run, rank, "t_comm")
+    return before, before + _col(run, rank, "t_compute")
+
+
+def delay_intervals(run: RunLike) -> np.ndarray:
+    """Merged ``[start, end)`` seconds (shape (k, 2)) when some slowed rank was in ``delay``."""
+    spans = []
+    for rank, factor in nominal_factors(run).items():
+        delay = _col(run, rank, "t_delay")
+        if factor <= 1.0 or not delay.size:
+            continue
+        _, to_delay = _pre_phases(run, rank)
+        start = _col(run, rank, "t_start") + to_delay
+        keep = delay > 0
+        spans.append(np.stack([start[keep], start[keep] + delay[keep]], axis=1))
+    if not spans:
+        return np.zeros((0, 2))
+    spans_all = np.concatenate(spans)
+    spans_all = spans_all[np.argsort(spans_all[:, 0], kind="stable")]
+    merged: list[list[float]] = []
+    for start, end in spans_all:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([float(start), float(end)])
+    return np.asarray(merged, dtype=np.float64).reshape(-1, 2)
+
+
+def interference_ratio(run: RunLike) -> float:
+    """Unslowed ranks' mean compute while a slowed rank is in delay, over their mean otherwise.
+
+    A step of an unslowed rank counts as "during delay" when the midpoint of
+    its compute phase (``t_start`` + the phases before compute + half of
+    ``t_compute``) lies inside a delay interval of some slowed rank (see
+    :func:`delay_intervals`). 1.0 means the delay gives nothing away; below 1
+    the other ranks ran faster while the straggler was idle. NaN when either
+    set of steps is empty: lock-step SSGD's fast ranks wait, they do not
+    compute, while the straggler is in its delay.
+    """
+    intervals = delay_intervals(run)
+    during: list[np.ndarray] = []
+    otherwise: list[np.ndarray] = []
+    for rank, factor in nominal_factors(run).items():
+        if factor > 1.0:
+            continue
+        compute = _col(run, rank, "t_compute")
+        if not compute.size:
+            continue
+        to_compute, _ = _pre_phases(run, rank)
+        mid = _col(run, rank, "t_start") + to_compute + 0.5 * compute
+        inside = np.zeros(mid.size, dtype=bool)
+        if intervals.size:
+            i = np.searchsorted(intervals[:, 0], mid, side="right") - 1
+            ok = i >= 0
+            inside[ok] = mid[ok] < intervals[i[ok], 1]
+        during.append(compute[inside])
+        otherwise.append(compute[~inside])
+    if not during:
+        return NAN
+    a, b = _mean(np.concatenate(during)), _mean(np.concatenate(otherwise))
+    return a / b if b > 0 else NAN
+
+
+def throughput_ceiling(factors: Sequence[float] | Mapping[Any, float]) -> float:
+    """sum_k(1/f_k)/N: the largest heterogeneous/homogeneous throughput ratio possible.
+
+    A rank slowed by f delivers 1/f of a normal rank's samples per second;
+    no strategy can beat perfect balancing of that capacity. NaN for no ranks.
+    """
+    values = list(factors.values()) if isinstance(factors, Mapping) else list(factors)
+    if not values:
+        return NAN
+    if any(not (math.isfinite(float(f)) and float(f) > 0) for f in values):
+        raise ValueError(f"slowdown factors must be finite and > 0, got {values}")
+    return float(sum(1.0 / float(f) for f in values) / len(values))

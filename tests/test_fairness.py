@@ -1,0 +1,116 @@
+"""Fairness metrics of a heterogeneous run, on hand-built per-step rows (serial)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from syncbench.analysis.fairness import (
+    delay_intervals,
+    interference_ratio,
+    realised_factor,
+    realised_factors,
+    throughput_ceiling,
+)
+from syncbench.analysis.runfile import Run
+from syncbench.analysis.schema import RANK_COLUMNS
+
+
+def _rows(t_start, compute, delay=None, data=None, comm=None):
+    n = len(t_start)
+    rows = {name: np.zeros(n, dtype=dtype) for name, dtype in RANK_COLUMNS.items()}
+    rows["step"] = np.arange(n)
+    rows["t_start"] = np.asarray(t_start, dtype=float)
+    rows["t_compute"] = np.asarray(compute, dtype=float)
+    for name, value in (("t_delay", delay), ("t_data", data), ("t_comm", comm)):
+        if value is not None:
+            rows[name] = np.asarray(value, dtype=float)
+    return rows
+
+
+def _run(ranks, factors, algorithm="oscars", **attrs):
+    return Run(path="mem", attrs={"algorithm": algorithm, **attrs},
+               ranks=dict(enumerate(ranks)),
+               rank_attrs={r: {"slowdown": f} for r, f in enumerate(factors)},
+               eval={}, summary={})
+
+
+def _oscars_like(fast_compute_in_delay: float, slow_factor: float = 4.0):
+    """Rank 1 computes 1 s then delays (f-1) s; rank 0 takes f steps of 1 s meanwhile,
+    the first while rank 1 computes, the others while it is in its delay."""
+    steps = 6
+    slow_start = np.arange(steps) * slow_factor
+    slow = _rows(slow_start, np.ones(steps), np.full(steps, slow_factor - 1))
+    starts, computes = [], []
+    for s in slow_start:
+        t = s
+        for k in range(int(slow_factor)):
+            c = 1.0 if k == 0 else fast_compute_in_delay
+            starts.append(t)
+            computes.append(c)
+            t += 1.0  # the step slot stays 1 s (the rest is update/idle)
+    fast = _rows(starts, computes)
+    return _run([fast, slow], [1.0, slow_factor])
+
+
+def test_realised_factor_is_busy_over_normal_compute():
+    fast0 = _rows([0, 1, 2, 3], [1.0, 1.0, 1.0, 1.0])
+    fast1 = _rows([0, 1, 2, 3], [2.0, 2.0, 2.0, 2.0])
+    fast2 = _rows([0, 1, 2, 3], [3.0, 3.0, 3.0, 3.0])
+    slow = _rows([0, 5, 10], [2.0, 2.0, 2.0], [4.0, 6.0, 8.0])  # busy 6, 8, 10 -> mean 8
+    run = _run([fast0, fast1, fast2, slow], [1, 1, 1, 4])
+    assert realised_factor(run) == pytest.approx(8.0 / 2.0)  # median of 1, 2, 3 is 2
+    assert realised_factors(run) == {3: pytest.approx(4.0)}
+
+
+def test_realised_factor_skips_warmup_and_picks_the_slowest_rank():
+    fast = _rows([0, 1, 2], [10.0, 1.0, 1.0])  # first step is warm-up
+    mid = _rows([0, 1, 2], [10.0, 1.0, 1.0], [0.0, 1.0, 1.0])
+    slow = _rows([0, 1, 2], [10.0, 1.0, 1.0], [0.0, 3.0, 3.0])
+    run = _run([fast, mid, slow], [1, 2, 4], warmup_steps=1)
+    assert realised_factors(run) == {1: pytest.approx(2.0), 2: pytest.approx(4.0)}
+    assert realised_factor(run) == pytest.approx(4.0)
+
+
+def test_realised_factor_nan_without_a_slowed_or_an_unslowed_rank():
+    rows = _rows([0, 1], [1.0, 1.0])
+    assert math.isnan(realised_factor(_run([rows, rows], [1, 1])))
+    assert math.isnan(realised_factor(_run([rows, rows], [2, 2])))
+
+
+def test_delay_intervals_follow_data_and_compute_and_merge():
+    a = _rows([0.0, 10.0], [1.0, 1.0], [2.0, 2.0], data=[0.5, 0.5])  # [1.5,3.5) [11.5,13.5)
+    b = _rows([2.0], [1.0], [3.0])  # [3, 6): overlaps a's first interval
+    fast = _rows([0.0], [1.0])
+    spans = delay_intervals(_run([fast, a, b], [1, 4, 4]))
+    np.testing.assert_allclose(spans, [[1.5, 6.0], [11.5, 13.5]])
+
+
+def test_delay_intervals_place_asgd_pull_before_compute():
+    slow = _rows([0.0], [1.0], [3.0], data=[0.5], comm=[1.0])  # pull 0.5 s, push 0.5 s
+    spans = delay_intervals(_run([_rows([0.0], [1.0]), slow], [1, 4], algorithm="asgd"))
+    np.testing.assert_allclose(spans, [[2.0, 5.0]])
+
+
+@pytest.mark.parametrize("speedup", [1.0, 0.9, 0.8])
+def test_interference_ratio_sees_faster_compute_during_the_delay(speedup):
+    assert interference_ratio(_oscars_like(speedup)) == pytest.approx(speedup)
+
+
+def test_interference_ratio_nan_when_fast_ranks_never_compute_during_a_delay():
+    # lock-step SSGD: both ranks compute together, the fast one then waits
+    fast = _rows([0.0, 4.0, 8.0], [1.0, 1.0, 1.0])
+    slow = _rows([0.0, 4.0, 8.0], [1.0, 1.0, 1.0], [3.0, 3.0, 3.0])
+    assert math.isnan(interference_ratio(_run([fast, slow], [1, 4], algorithm="ssgd")))
+    assert math.isnan(interference_ratio(_run([fast, fast], [1, 1])))
+
+
+def test_throughput_ceiling():
+    assert throughput_ceiling([1, 4]) == pytest.approx(0.625)
+    assert throughput_ceiling([1, 1, 1, 4]) == pytest.approx(0.8125)
+    assert throughput_ceiling({0: 1.0, 1: 1.0}) == 1.0
+    assert math.isnan(throughput_ceiling([]))
+    with pytest.raises(ValueError, match="finite and > 0"):
+        throughput_ceiling([1, 0])
