@@ -29,12 +29,36 @@ ROOT_ATTRS: tuple[str, ...] = (
     "cuda_aware",
     "slurm_job_id",
     "hostnames",
+    # machine context and scaling study (see CONTEXT_ATTRS, SCALING_MODE_ATTR)
+    "host_cores",
+    "host_cpus",
+    "ranks_per_host",
+    "oversubscribed",
+    "t_begin_unix",
+    "t_end_unix",
+    "scaling_mode",
 )
+
+#: Root attributes that describe the machine a run saw and when it ran
+#: (``syncbench.analysis.context``): physical cores and logical CPUs of rank 0's
+#: host, the most ranks on one host, whether a host ran more ranks than physical
+#: cores, and the run's wall-clock interval (Unix seconds, from the barrier that
+#: starts the clock to the end of training) for overlap detection.
+CONTEXT_ATTRS: tuple[str, ...] = (
+    "host_cores", "host_cpus", "ranks_per_host", "oversubscribed", "t_begin_unix", "t_end_unix",
+)
+
+#: Root attribute: "strong" or "weak" when the run belongs to a scaling study
+#: (``syncbench train --scaling-mode``, set by ``syncbench sweep``); absent or
+#: "" otherwise, and the report then infers the kind from the sample counts.
+SCALING_MODE_ATTR = "scaling_mode"
 
 #: Group that holds one sub-group per rank, named by :func:`rank_group`.
 RANKS_GROUP = "ranks"
 
-#: Per-step timing phases, in the order a step runs them.
+#: Per-step timing phases (the column order of the run file). A step runs
+#: ``delay`` right after ``compute``; ``syncbench.analysis.trace.step_order``
+#: gives the order each strategy runs them in, for drawing.
 PHASES: tuple[str, ...] = ("data", "compute", "comm", "wait", "update", "delay")
 
 #: 1-D datasets of every rank group, one row per step of that rank, with dtype.

@@ -479,3 +479,35 @@ def test_trace_bad_input(tmp_path, real_runs, capsys):
     args = parser.parse_args([str(tmp_path / "none.h5"), "-o", str(tmp_path / "x.json")])
     assert trace_main(args) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- machine context
+
+
+def test_machine_context_and_line():
+    from syncbench.analysis.context import format_context, machine_context
+
+    attrs = {"host_cores": 2, "host_cpus": 2, "world_size": 4, "hostnames": ["h"],
+             "ranks_per_host": 4, "oversubscribed": True,
+             "config": {"slowdown": "1,1,1,4", "slowdown_mode": "work"}}
+    ctx = machine_context(attrs)
+    assert ctx["ranks_per_core"] == 2.0 and ctx["oversubscribed"] is True
+    assert format_context(ctx) == ("machine: 2 cores (2 CPUs), 4 ranks on 1 host, "
+                                   "2.0 ranks/core, oversubscribed, slowdown mode work")
+    # derived when only the host names are recorded; an old file says "unknown"
+    two = machine_context({"host_cores": 2, "world_size": 2, "hostnames": ["h"]})
+    assert two["ranks_per_host"] == 2 and two["oversubscribed"] is False
+    assert format_context(machine_context({})) == "machine: cores unknown, " \
+        "oversubscription unknown"
+
+
+def test_overlapping_runs_need_a_shared_host_and_intersecting_intervals():
+    from syncbench.analysis.context import overlapping_runs
+
+    def attrs(t0, t1, host="h"):
+        return {"hostnames": [host], "t_begin_unix": t0, "t_end_unix": t1}
+
+    runs = [attrs(0, 2), attrs(1, 3), attrs(3.5, 4), attrs(0, 9, host="other"),
+            {"hostnames": ["h"]}]
+    assert overlapping_runs(runs) == [(0, 1)]
+    assert overlapping_runs([attrs(0, 2), attrs(2, 3)]) == [(0, 1)]  # closed intervals

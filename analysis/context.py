@@ -1,0 +1,289 @@
+"""Machine context of a run, and runs that shared a host at the same time.
+
+A timing is only worth what the machine it ran on allowed: four ranks on two
+cores share them, and two runs started side by side on one node slow each
+other down. Every report table, sweep and figure therefore names the machine
+(:func:`machine_context`, :func:`format_context`), and runs whose wall-clock
+intervals intersect on a shared host are flagged (:func:`overlapping_runs`):
+their timings are not comparable and no speedup or efficiency is computed from
+them without that flag.
+
+The numbers come from root attributes the training driver records
+(``schema.CONTEXT_ATTRS``): ``host_cores`` (physical cores of rank 0's host),
+``host_cpus`` (its logical CPUs), ``ranks_per_host`` (the most ranks on one
+host), ``oversubscribed`` (some host runs more ranks than it has physical
+cores), ``t_begin_unix`` / ``t_end_unix`` (the run's wall-clock interval, from
+the barrier that starts the clock to the end of training). Files written
+before these attributes existed give ``None`` for them, and are never flagged
+as overlapping (nothing says when they ran). :func:`host_info` measures the
+first two on the machine it is called on (Linux ``/sys`` topology, else
+``os.cpu_count()``).
+
+Only the standard library: no MPI, no NumPy, so the runner and the reports can
+both import it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Keys of :func:`machine_context`, in the order :func:`format_context` uses them.
+CONTEXT_KEYS: tuple[str, ...] = (
+    "cores", "cpus", "smt", "world_size", "hosts", "ranks_per_host", "ranks_per_core",
+    "oversubscribed", "slowdown_mode", "simulated",
+)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from an attribute value, else None (absent, "", NaN)."""
+    if isinstance(value, bool) or value is None or value == "":
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _int(value: Any) -> int | None:
+    number = _number(value)
+    return None if number is None or number < 1 else int(number)
+
+
+def _flag(value: Any) -> bool | None:
+    """A recorded bool (HDF5 may hand back numpy bools, ints or "True"/"False")."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        low = value.strip().lower()
+        return True if low in ("true", "1", "yes") else False if low in (
+            "false", "0", "no") else None
+    try:
+        return bool(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _attrs_of(run: Any) -> Mapping[str, Any]:
+    """Root attributes of a :class:`~syncbench.analysis.runfile.Run` or of a mapping."""
+    attrs = getattr(run, "attrs", run)
+    return attrs if isinstance(attrs, Mapping) else {}
+
+
+def _hosts(attrs: Mapping[str, Any]) -> list[str]:
+    value = attrs.get("hostnames")
+    if isinstance(value, str):
+        value = [value] if value else []
+    return sorted({str(h) for h in value or () if str(h)})
+
+
+def _slowdown_mode(attrs: Mapping[str, Any],
+                   rank_attrs: Mapping[int, Mapping[str, Any]] | None) -> str | None:
+    """The emulation mode that slowed ranks used: rank attrs, else the ``config`` flag."""
+    modes = set()
+    for a in (rank_attrs or {}).values():
+        mode = a.get("slowdown_mode")
+        slow = _number(a.get("slowdown"))
+        if mode and mode != "none" and (slow is None or slow != 1.0):
+            modes.add(str(mode))
+    if modes:
+        return "|".join(sorted(modes))
+    if attrs.get("slowdown_mode"):
+        return str(attrs["slowdown_mode"])
+    config = attrs.get("config")
+    if isinstance(config, Mapping) and config.get("slowdown") and config.get("slowdown_mode"):
+        return str(config["slowdown_mode"])
+    return None
+
+
+def machine_context(attrs: Mapping[str, Any] | Any,
+                    rank_attrs: Mapping[int, Mapping[str, Any]] | None = None
+                    ) -> dict[str, Any]:
+    """The machine a run saw, from its root attributes (or a ``Run``).
+
+    Keys (:data:`CONTEXT_KEYS`; ``None`` where the file does not say):
+    ``cores`` / ``cpus`` (physical cores / logical CPUs of rank 0's host),
+    ``smt`` (cpus > cores), ``world_size``, ``hosts`` (distinct host names),
+    ``ranks_per_host`` (recorded, else world_size / hosts rounded up),
+    ``ranks_per_core`` (ranks_per_host / cores), ``oversubscribed`` (recorded,
+    else ranks_per_host > cores), ``slowdown_mode`` (the emulation mode of the
+    slowed ranks: rank attrs ``slowdown_mode``, else the ``config`` flag; None
+    without a slowdown) and ``simulated`` (the root attr, False if absent).
+    ``rank_attrs`` defaults to the run's own when a ``Run`` is given.
+    """
+    if rank_attrs is None:
+        rank_attrs = getattr(attrs, "rank_attrs", None)
+    attrs = _attrs_of(attrs)
+    cores = _int(attrs.get("host_cores"))
+    cpus = _int(attrs.get("host_cpus"))
+    world = _int(attrs.get("world_size"))
+    hosts = _hosts(attrs)
+    per_host = _int(attrs.get("ranks_per_host"))
+    if per_host is None and world is not None and hosts:
+        per_host = -(-world // len(hosts))
+    over = _flag(attrs.get("oversubscribed"))
+    if over is None and per_host is not None and cores is not None:
+        over = per_host > cores
+    return {
+        "cores": cores,
+        "cpus": cpus,
+        "smt": None if cores is None or cpus is None else cpus > cores,
+        "world_size": world,
+        "hosts": len(hosts) or None,
+        "ranks_per_host": per_host,
+        "ranks_per_core": None if per_host is None or cores is None else per_host / cores,
+        "oversubscribed": over,
+        "slowdown_mode": _slowdown_mode(attrs, rank_attrs),
+        "simulated": bool(_flag(attrs.get("simulated"))),
+    }
+
+
+def _count(value: Any, noun: str) -> str:
+    """``"2 cores"``, ``"1 host"``; a range string such as ``"1-4"`` takes the plural."""
+    plural = not (isinstance(value, int | float) and value == 1)
+    return f"{value:g} {noun}{'s' if plural else ''}" if isinstance(value, int | float) \
+        else f"{value} {noun}s"
+
+
+def format_context(ctx: Mapping[str, Any]) -> str:
+    """One line, e.g. ``machine: 2 cores (2 CPUs), 4 ranks on 1 host, 2.0 ranks/core,
+    oversubscribed, slowdown mode work``; unknown parts say so.
+
+    Values may also be the range strings of :func:`merge_contexts` (``"1-4"``).
+    """
+    parts = []
+    cores, cpus = ctx.get("cores"), ctx.get("cpus")
+    if cores is None:
+        parts.append("cores unknown")
+    else:
+        parts.append(_count(cores, "core")
+                     + (f" ({_count(cpus, 'CPU')})" if cpus is not None else ""))
+    world, hosts = ctx.get("world_size"), ctx.get("hosts")
+    if world is not None:
+        parts.append(_count(world, "rank") + (f" on {_count(hosts, 'host')}" if hosts else ""))
+    rpc = ctx.get("ranks_per_core")
+    if rpc is not None:
+        parts.append(f"{rpc:.1f} ranks/core" if isinstance(rpc, int | float)
+                     else f"{rpc} ranks/core")
+    over = ctx.get("oversubscribed")
+    parts.append("oversubscribed" if over is True else "not oversubscribed" if over is False
+                 else str(over) if over else "oversubscription unknown")
+    if ctx.get("slowdown_mode"):
+        parts.append(f"slowdown mode {ctx['slowdown_mode']}")
+    if ctx.get("simulated"):
+        parts.append("simulated")
+    return "machine: " + ", ".join(parts)
+
+
+def merge_contexts(contexts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One context for several runs, for a table or figure that shows them all.
+
+    Equal values are kept; numbers that differ become a range string
+    (``"1-4"``, ranks per core with one decimal); ``oversubscribed`` is True
+    or False when all runs agree, else ``"some oversubscribed"``;
+    ``slowdown_mode`` joins the distinct modes; ``smt`` and ``simulated`` are
+    True if any run's is.
+    """
+    out: dict[str, Any] = {}
+    for key in CONTEXT_KEYS:
+        known = [c.get(key) for c in contexts if c.get(key) is not None]
+        distinct = list(dict.fromkeys(known))
+        if key == "oversubscribed":
+            out[key] = (distinct[0] if len(distinct) == 1 else
+                        "some oversubscribed" if distinct else None)
+            if len(distinct) == 1 and len(known) < len(contexts) and distinct[0]:
+                out[key] = "some oversubscribed"
+        elif key in ("smt", "simulated"):
+            out[key] = any(known) if known else (False if key == "simulated" else None)
+        elif key == "slowdown_mode":
+            modes = sorted({m for v in distinct for m in str(v).split("|")})
+            out[key] = "|".join(modes) or None
+        elif len(distinct) <= 1:
+            out[key] = distinct[0] if distinct else None
+        elif key == "ranks_per_core":
+            out[key] = f"{min(distinct):.1f}-{max(distinct):.1f}"
+        else:
+            out[key] = f"{min(distinct):g}-{max(distinct):g}"
+    return out
+
+
+def format_contexts(contexts: Sequence[Mapping[str, Any]]) -> str:
+    """:func:`format_context` of several runs (ranges where they differ)."""
+    if not contexts:
+        return "machine: unknown"
+    return format_context(merge_contexts(contexts))
+
+
+def run_interval(run: Any) -> tuple[float, float] | None:
+    """``(t_begin_unix, t_end_unix)`` of a run (or root attributes); None if unrecorded."""
+    attrs = _attrs_of(run)
+    begin, end = _number(attrs.get("t_begin_unix")), _number(attrs.get("t_end_unix"))
+    if begin is None or end is None or end < begin:
+        return None
+    return begin, end
+
+
+def overlapping_runs(runs: Sequence[Any]) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)``, ``i < j``, of runs that ran on a shared host at the same time.
+
+    ``runs`` are :class:`~syncbench.analysis.runfile.Run` objects or their root
+    attribute mappings. Two runs overlap when their ``hostnames`` share a name
+    and their closed intervals ``[t_begin_unix, t_end_unix]`` intersect. Runs
+    without both times (older files) or without host names are never paired.
+    """
+    info = []
+    for run in runs:
+        attrs = _attrs_of(run)
+        info.append((set(_hosts(attrs)), run_interval(attrs)))
+    pairs = []
+    for i, (hosts_i, span_i) in enumerate(info):
+        if span_i is None or not hosts_i:
+            continue
+        for j in range(i + 1, len(info)):
+            hosts_j, span_j = info[j]
+            if span_j is None or not hosts_i & hosts_j:
+                continue
+            if span_i[0] <= span_j[1] and span_j[0] <= span_i[1]:
+                pairs.append((i, j))
+    return pairs
+
+
+def overlapped_indices(runs: Sequence[Any]) -> set[int]:
+    """Indices of the runs that appear in :func:`overlapping_runs`."""
+    return {k for pair in overlapping_runs(runs) for k in pair}
+
+
+def _physical_cores() -> int | None:
+    """Distinct (package, core) pairs of the CPUs this process may run on (Linux)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    pairs = set()
+    for cpu in cpus:
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            core = (topo / "core_id").read_text().strip()
+            package = (topo / "physical_package_id").read_text().strip()
+        except OSError:
+            return None
+        pairs.add((package, core))
+    return len(pairs) or None
+
+
+def host_info() -> dict[str, int | None]:
+    """``{"host_cores": physical cores, "host_cpus": logical CPUs}`` of this process.
+
+    Both count only the CPUs this process may run on (its affinity mask, as a
+    batch system sets it); ``host_cores`` is None where the topology is not
+    readable, and then :func:`machine_context` reports it as unknown.
+    """
+    try:
+        cpus: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count()
+    return {"host_cores": _physical_cores(), "host_cpus": cpus}
