@@ -11,6 +11,10 @@ Two kinds of failure, two endings:
   epoch) prints ``syncbench: rank R: <error>`` to stderr, flushes, and calls
   ``MPI_Abort`` so the whole job ends instead of hanging (as
   ``python -m mpi4py`` does).
+
+A bad command line ends earlier still: ``syncbench`` parses it before MPI starts
+(``cli.fail``: one line from rank 0, status 2 everywhere); :func:`start_mpi` then
+starts MPI for the MPI commands.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
+import mpi4py
 from mpi4py import MPI
 
 T = TypeVar("T")
@@ -88,13 +93,34 @@ def abort_on_exception(comm: MPI.Comm, body: Callable[[], T]) -> T:
         raise  # unreachable when Abort works
 
 
+#: mpi4py's ``rc.thread_level`` names, as ``MPI_Init_thread`` levels.
+THREAD_LEVELS = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
+                 "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}
+
+
+def start_mpi() -> MPI.Comm:
+    """``MPI.COMM_WORLD``, initializing MPI first if importing mpi4py did not.
+
+    ``syncbench`` parses its command line with MPI not yet started (``cli.main``),
+    so MPI commands start it here, as mpi4py would have at import (``mpi4py.rc``'s
+    thread level). Steps that must precede ``MPI_Init`` go before this call.
+    """
+    if not MPI.Is_initialized():
+        if mpi4py.rc.threads:
+            MPI.Init_thread(THREAD_LEVELS.get(mpi4py.rc.thread_level, MPI.THREAD_MULTIPLE))
+        else:
+            MPI.Init()
+    return MPI.COMM_WORLD
+
+
 def run_on_world(body: Callable[[MPI.Comm], object]) -> int:
     """Exit status of ``body(MPI.COMM_WORLD)`` for an MPI command's ``main``.
 
-    0 when it returns; the agreed status (2) when :func:`agree_on_setup`
-    ended it; any other exception aborts the job (:func:`abort_on_exception`).
+    Starts MPI (:func:`start_mpi`). 0 when ``body`` returns; the agreed status (2)
+    when :func:`agree_on_setup` ended it; any other exception aborts the job
+    (:func:`abort_on_exception`).
     """
-    comm = MPI.COMM_WORLD
+    comm = start_mpi()
     try:
         abort_on_exception(comm, lambda: body(comm))
     except SystemExit as exc:
