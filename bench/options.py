@@ -155,10 +155,12 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
 
 
 def run_train_command(args: argparse.Namespace) -> int:
-    """Body of ``syncbench train``: one run on every rank of ``MPI.COMM_WORLD``."""
-    from mpi4py import MPI  # noqa: PLC0415 - MPI starts only for commands that need it
+    """Body of ``syncbench train``: one run on every rank of ``MPI.COMM_WORLD``.
 
+    The flags were parsed before MPI started (``cli.main``); it starts here.
+    """
+    from syncbench.bench.runtime import start_mpi  # noqa: PLC0415
     from syncbench.bench.train import run_training  # noqa: PLC0415
 
-    run_training(args, MPI.COMM_WORLD)
+    run_training(args, start_mpi())
     return 0
