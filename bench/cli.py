@@ -5,15 +5,24 @@ Each sub-command lives in its own module, which provides ``add_arguments``
 run is imported, so ``syncbench report`` works without MPI and ``--help``
 is instant. Commands marked *passthrough* hand flags they do not know to
 ``syncbench train`` (one set of training flags for every launcher).
+
+The command line is parsed before MPI starts (importing a command's flags
+does not initialize MPI; MPI commands start it in their body), so a bad flag
+under ``mpiexec`` is one line from the rank its launcher numbered 0 and exit
+status 2 on every rank, with no rank left waiting.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
+from typing import NoReturn
 
 
 @dataclass(frozen=True)
@@ -60,14 +69,64 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+#: Variables through which launchers tell a process its rank before MPI starts, most
+#: specific first: MPICH's Hydra and ``srun --mpi=pmi2`` (PMI_RANK), Open MPI
+#: (OMPI_COMM_WORLD_RANK), PMIx launchers such as ``srun --mpi=pmix`` (PMIX_RANK), then
+#: any Slurm step (SLURM_PROCID; under Hydra inside an allocation it numbers proxies,
+#: not ranks, hence last).
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
+    """This process's rank as its launcher announced it; 0 when not started as a rank."""
+    for name in RANK_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """End a bad command line: one line on stderr, from rank 0 only; status 2 on every rank.
+
+    The command line is parsed before MPI starts (:func:`main`), so the printing rank
+    comes from the launcher's variables, not from MPI. No collective is needed: every
+    rank parses the same argv, so every rank reaches the same error and exits.
+    """
+    if launcher_rank() == 0:
+        text = " ".join(message.split())
+        print(f"{prog}: error: {text} (see '{prog} --help')", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """``ArgumentParser`` whose errors are :func:`fail`'s one line, not usage plus error.
+
+    ``add_subparsers`` builds the sub-commands' parsers with this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        fail(self.prog, message)
+
+
+def package_version() -> str:
+    """The installed distribution's version (what run files record), else ``unknown``."""
+    try:
+        return metadata.version("syncbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``selected``'s module is imported to add its flags."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="syncbench",
         description="Benchmark synchronization strategies of data-parallel training under "
         "MPI: train (under mpiexec), compare, sweep, report, trace.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=f"syncbench {package_version()}")
+    # Not required: with no command, main prints this help (the command list) instead.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
         module = importlib.import_module(command.module) if name == selected else None
         doc = (module.__doc__ or "").strip() if module else ""
@@ -78,15 +137,40 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def mpi_not_started() -> Iterator[None]:
+    """Import flag modules without starting MPI (mpi4py would ``MPI_Init`` at import).
+
+    A bad flag then ends every rank before ``MPI_Init`` (nothing to wait for), and
+    whatever must precede ``MPI_Init`` (binding a GPU by local rank) can run after
+    parsing. MPI commands start MPI in their body (``runtime.start_mpi``); mpi4py still
+    finalizes at exit what they started. Later imports initialize at import as usual.
+    """
+    import mpi4py  # noqa: PLC0415 - the package only; mpi4py.MPI is what starts MPI
+
+    saved = mpi4py.rc.initialize, mpi4py.rc.finalize
+    mpi4py.rc.initialize, mpi4py.rc.finalize = False, True
+    try:
+        yield
+    finally:
+        mpi4py.rc.initialize, mpi4py.rc.finalize = saved
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = argv[0] if argv and argv[0] in COMMANDS else None
-    parser = build_parser(selected)
-    if selected is not None and COMMANDS[selected].passthrough:
+    with mpi_not_started():
+        parser = build_parser(selected)
         args, extra = parser.parse_known_args(argv)
-    else:
-        args, extra = parser.parse_args(argv), None
+    if args.command is None:
+        if extra:
+            fail(parser.prog, f"unrecognized arguments: {' '.join(extra)}")
+        if launcher_rank() == 0:
+            parser.print_help(sys.stderr)
+        return 2
     command = COMMANDS[args.command]
+    if extra and not command.passthrough:
+        fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")
     body = getattr(importlib.import_module(command.module), command.run)
     result = body(args, extra) if command.passthrough else body(args)
     return int(result or 0)
