@@ -9,8 +9,9 @@ from pathlib import Path
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data import DATASETS
+from syncbench.bench.hetero import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
-from syncbench.kernels.models import MODELS
+from syncbench.kernels.models import MODELS, model_name
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +59,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     het.add_argument("--slowdown-schedule", default=None,
                      help="change factors during training, e.g. '20s:3=1,2=3;40s:0=2' "
                      "(times from the start of training; ranks not named keep their factor)")
+    het.add_argument("--slowdown-mode", default="auto", choices=SLOWDOWN_MODES,
+                     help="how a slowed rank spends its extra time: work (repeats "
+                     "forward/backward on a private model copy), spin (busy-waits), sleep "
+                     "(frees its core); auto (default): work when two or more ranks share a "
+                     "node, sleep only when every rank has a node to itself")
 
     rel = parser.add_argument_group("reliability")
     rel.add_argument("--timeout", type=float, default=0.0,
@@ -86,7 +92,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:
     """``--model``, ``--dataset``, ``--data-dir``, ``--synthetic-samples`` (train, ssgd-comm)."""
-    group.add_argument("--model", default="mlp", choices=sorted(MODELS), help="model")
+    group.add_argument("--model", default="mlp", type=_model_arg, metavar="MODEL",
+                       help=f"model: {', '.join(sorted(MODELS))}, or mlp:H1,H2,... (hidden widths)")
     group.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
                        help="dataset")
     group.add_argument("--data-dir", default=None,
@@ -94,6 +101,14 @@ def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:
                        "/usr/share/datasets/<name>)")
     group.add_argument("--synthetic-samples", type=int, default=8192,
                        help="training samples of the synthetic dataset")
+
+
+def _model_arg(name: str) -> str:
+    """``--model``: a model of the zoo or ``mlp:H1,H2,...``."""
+    try:
+        return model_name(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_fault(spec: str) -> tuple[int, int, str, str]:

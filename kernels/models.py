@@ -1,8 +1,14 @@
-"""The model zoo: ``mlp`` and ``lenet``, built over flat buffers."""
+"""The model zoo: ``mlp`` and ``lenet``, built over flat buffers.
+
+``mlp:H1,H2,...`` is the perceptron with the given hidden widths (``mlp`` is
+``mlp:256,128``): the model size is a knob, so communication/computation
+ratios can be varied in real runs (``mlp:4096,4096`` has about 20M
+parameters on 28x28 inputs).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,17 +20,41 @@ from syncbench.kernels.model import Model
 Shape = tuple[int, ...]
 
 
-def mlp_layers(input_shape: Shape, num_classes: int) -> list[Layer]:
+def mlp_layers(
+    input_shape: Shape, num_classes: int, hidden: Sequence[int] = (256, 128)
+) -> list[Layer]:
     """784-256-128-10 style perceptron with ReLU (input size from the data)."""
-    features = int(np.prod(input_shape))
-    return [
-        Flatten(),
-        Linear(features, 256),
-        ReLU(),
-        Linear(256, 128),
-        ReLU(),
-        Linear(128, num_classes),
-    ]
+    layers: list[Layer] = [Flatten()]
+    width = int(np.prod(input_shape))
+    for h in hidden:
+        layers += [Linear(width, int(h)), ReLU()]
+        width = int(h)
+    return layers + [Linear(width, num_classes)]
+
+
+def parse_mlp_widths(name: str) -> tuple[int, ...] | None:
+    """Hidden widths of ``mlp:H1,H2,...`` (``None`` for any other name).
+
+    ``ValueError`` with one line when the widths are not positive integers.
+    """
+    base, sep, widths = name.partition(":")
+    if base != "mlp" or not sep:
+        return None
+    try:
+        hidden = tuple(int(w) for w in widths.split(","))
+    except ValueError:
+        hidden = ()
+    if not hidden or min(hidden) < 1:
+        raise ValueError(f"model {name!r}: expected mlp:H1,H2,... with positive integer widths")
+    return hidden
+
+
+def model_name(name: str) -> str:
+    """``name`` if it names a model (a key of :data:`MODELS` or ``mlp:H1,...``), for argparse."""
+    if name not in MODELS and parse_mlp_widths(name) is None:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)} "
+                         "or mlp:H1,H2,...")
+    return name
 
 
 def lenet_layers(input_shape: Shape, num_classes: int) -> list[Layer]:
@@ -68,7 +98,9 @@ def build_model(
     seed: int = 0,
 ) -> Model:
     """Build model ``name`` with deterministic initial parameters from ``seed``."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    layers = MODELS[name](tuple(input_shape), num_classes)
+    hidden = parse_mlp_widths(name)
+    if hidden is not None:
+        layers = mlp_layers(tuple(input_shape), num_classes, hidden)
+    else:
+        layers = MODELS[model_name(name)](tuple(input_shape), num_classes)
     return Model(name, layers, input_shape, num_classes, backend, dtype, seed)
