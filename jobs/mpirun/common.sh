@@ -1,22 +1,24 @@
-# Sourced by the jobs/mpirun scripts: finds the repository, its venv and the launcher.
+# Sourced by the jobs/mpirun scripts: finds the repository, the Python and the launcher,
+# and prints one line saying which Python and launcher it chose.
+#
+# Python (jobs/select-python.sh): $SYNCBENCH_VENV, else the activated venv ($VIRTUAL_ENV),
+# else python3 on PATH, each when it imports syncbench, else the repository's .venv.
 #
 # Variables (environment):
-#   SYNCBENCH_VENV   virtual environment with syncbench installed (default: the repo's .venv)
-#   MPIEXEC          launcher command (default: the venv's mpiexec, else mpiexec on PATH)
+#   SYNCBENCH_VENV   virtual environment with syncbench (overrides the choice above)
+#   MPIEXEC          launcher command (default: mpiexec next to the chosen Python, else
+#                    mpiexec on PATH)
 #   MPIEXEC_FLAGS    extra launcher flags, e.g. "-hosts n1,n2" (MPICH) or "--oversubscribe"
 #                    (Open MPI); split on spaces
 #   OMP_NUM_THREADS  threads per rank (default 1; also OPENBLAS/MKL_NUM_THREADS)
 # shellcheck shell=bash
 SYNCBENCH_ROOT=${SYNCBENCH_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SYNCBENCH_VENV=${SYNCBENCH_VENV:-$SYNCBENCH_ROOT/.venv}
-PY=$SYNCBENCH_VENV/bin/python
-if [ ! -x "$PY" ]; then
-    echo "$(basename "$0"): no Python at $PY: run 'make venv' or set SYNCBENCH_VENV" >&2
-    exit 2
-fi
+# shellcheck source=jobs/select-python.sh
+. "$SYNCBENCH_ROOT/jobs/select-python.sh"
+select_python || exit 2
 if [ -z "${MPIEXEC:-}" ]; then
-    if [ -x "$SYNCBENCH_VENV/bin/mpiexec" ]; then
-        MPIEXEC=$SYNCBENCH_VENV/bin/mpiexec
+    if [ -x "$(dirname "$PY")/mpiexec" ]; then
+        MPIEXEC=$(dirname "$PY")/mpiexec
     else
         MPIEXEC=$(command -v mpiexec || command -v mpirun || true)
     fi
@@ -31,3 +33,4 @@ read -r -a LAUNCHER_WORDS <<<"$LAUNCHER"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$OMP_NUM_THREADS}
 export MKL_NUM_THREADS=${MKL_NUM_THREADS:-$OMP_NUM_THREADS}
+echo "syncbench $(basename "$0"): python $PY (from $PY_FROM), launcher $LAUNCHER"

@@ -7,7 +7,8 @@
 #   NP               ranks (default 4)
 #   MPIEXEC          launcher (default: the venv's mpiexec, else mpiexec on PATH)
 #   MPIEXEC_FLAGS    extra launcher flags (split on spaces)
-#   SYNCBENCH_VENV   virtual environment with syncbench (default: the repo's .venv)
+#   SYNCBENCH_VENV   virtual environment with syncbench (default: the activated venv,
+#                    python3 on PATH if it has syncbench, else the repo's .venv)
 #   OMP_NUM_THREADS  threads per rank (default 1)
 set -euo pipefail
 # shellcheck source=jobs/mpirun/common.sh

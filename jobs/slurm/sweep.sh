@@ -20,7 +20,8 @@
 #                       each other's timings; default 0 (jobs run as resources allow)
 #   WAIT                1: wait until the report job has ended, then print the report
 #                       (exit status 0 when every run is complete)
-#   SYNCBENCH_VENV      virtual environment with syncbench (default: the repo's .venv)
+#   SYNCBENCH_VENV      virtual environment with syncbench (default: the activated venv,
+#                       python3 on PATH if it has syncbench, else the repo's .venv)
 #   SYNCBENCH_SRUN_MPI  srun --mpi plugin (default pmi2 for MPICH; pmix for Open MPI)
 #   SRUN_FLAGS          extra srun flags (split on spaces)
 set -euo pipefail
