@@ -82,13 +82,15 @@ Repeats (``--by KEY,...``)
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .context import machine_context, overlapping_runs
 from .runfile import Run
-from .schema import PHASES, REPORT_KEYS
+from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR
 
 NAN = float("nan")
 PATH_KEY = "path"
@@ -97,13 +99,38 @@ PATH_KEY = "path"
 BUSY_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "wait")
 
 #: Keys that may be used in ``--by``: root attributes, or any ``config`` flag.
-ROOT_GROUP_KEYS: tuple[str, ...] = ("algorithm", "world_size", "model", "dataset", "backend")
+ROOT_GROUP_KEYS: tuple[str, ...] = ("algorithm", "world_size", "model", "dataset", "backend",
+                                    "mpi_library", "scaling_mode")
 
-#: Keys of a series (speedup baseline) besides the non-world-size ``--by`` keys.
+#: Root attributes that are part of a scaling series' identity.
+SERIES_ROOT_KEYS: tuple[str, ...] = ("algorithm", "model", "dataset", "mpi_library", "backend",
+                                     "simulated")
+
+#: Old name: the series keys shown in a series label without ``key=``.
 SERIES_KEYS: tuple[str, ...] = ("algorithm", "model", "dataset")
+
+#: ``config`` flags that say nothing about the work or how it is synchronised:
+#: left out of a series' identity (repeats with other seeds, outputs, reliability).
+#: ``batch_size`` and ``epochs`` enter it as the scaling mode's batch and budget.
+NON_IDENTITY_FLAGS: frozenset[str] = frozenset({
+    "out", "overwrite", "progress", "seed", "eval_every", "target_accuracy", "timeout",
+    "flush_every", "checkpoint_every", "resume", "save_model", "inject_fault", "data_dir",
+    "device", "func", "algorithm", "model", "dataset", "batch_size", "epochs", "scaling_mode",
+    "command", "train_args",
+})
+
+#: ``config`` flags of the scenario a hidden-communication reference must share
+#: (with N, model, dataset, MPI library, backend): not the strategy's own flags.
+REFERENCE_FLAGS: tuple[str, ...] = (
+    "batch_size", "epochs", "dtype", "slowdown", "slowdown_schedule", "slowdown_mode",
+    "synthetic_samples", "cuda_aware",
+)
 
 #: Relative tolerance of "the same work" when classifying strong / weak scaling.
 WORK_RTOL = 0.01
+
+#: Values of the ``scaling`` column.
+SCALING_KINDS: tuple[str, ...] = ("strong", "weak", "mixed")
 
 #: Per-run columns beyond ``schema.REPORT_KEYS`` and ``path``, in order.
 NEW_KEYS: tuple[str, ...] = (
@@ -119,19 +146,25 @@ NEW_KEYS: tuple[str, ...] = (
     "busy_max_over_median", "slowest_rank", "wait_share_max", "idle_share_max",
     "scaling", "baseline_world_size", "speedup", "efficiency", "speedup_wall",
     "efficiency_wall",
+    # added later (after every older key, so old readers see the same prefix)
+    "sync_fraction", "diverged", "eval_interval_s", "warmup_steps", "steady_step_s",
+    "sync_s_per_step", "overlapped", "overlaps_with", "series", "mpi_library", "backend",
+    "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated",
 )
 
 #: Columns that get ``_min`` / ``_max`` companions in group rows.
 SPREAD_KEYS: tuple[str, ...] = (
     "samples_per_s", "wall_s", "final_accuracy", "time_to_target_s", "comm_fraction",
     "wait_fraction", "hidden_comm_fraction", "step_s_median", "step_max_over_median",
-    "speedup", "efficiency",
+    "speedup", "efficiency", "sync_fraction",
 )
 
 # Columns that are labels, not measurements (never medians).
 _LABEL_KEYS = frozenset(
     {"algorithm", "world_size", "model", "dataset", "scaling", "complete", "repeats",
-     PATH_KEY, "baseline_world_size", "slowest_rank", "target_accuracy", "target_reached"}
+     PATH_KEY, "baseline_world_size", "slowest_rank", "target_accuracy", "target_reached",
+     "diverged", "overlapped", "overlaps_with", "series", "mpi_library", "backend",
+     "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated", "warmup_steps"}
 )
 
 
@@ -175,6 +208,84 @@ def time_to_target(evals: dict[str, np.ndarray], target: float) -> float:
     with np.errstate(invalid="ignore"):
         hits = np.flatnonzero(acc[:n] >= float(target))
     return float(t[hits[0]]) if hits.size else NAN
+
+
+# ---------------------------------------------------------------- steady state
+
+#: Root attribute: leading steps per rank that are warm-up (excluded below).
+WARMUP_ATTR = "warmup_steps"
+
+
+def warmup_steps(run: Run) -> int:
+    """The run's ``warmup_steps`` root attribute (OD-SGD's blocking warm-up); 0 if absent."""
+    value = run.attrs.get(WARMUP_ATTR)
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def steady_rows(cols: dict[str, np.ndarray], warmup: int) -> np.ndarray:
+    """Mask of one rank's rows after its first ``warmup`` steps (``step >= warmup``)."""
+    return np.asarray(cols["step"]) >= warmup
+
+
+def steady_step_times(run: Run) -> tuple[float, float, int]:
+    """(T, C, rows): mean step seconds and mean sync (comm + wait) seconds per step.
+
+    Pooled over every rank's rows after the warm-up (:func:`warmup_steps`), so
+    ranks that take more steps weigh more: T is the rank-time per step, the
+    inverse of throughput per rank. NaN, NaN, 0 when no row is left.
+    """
+    warmup = warmup_steps(run)
+    total = sync = 0.0
+    rows = 0
+    for cols in run.ranks.values():
+        keep = steady_rows(cols, warmup)
+        n = int(np.count_nonzero(keep))
+        if not n:
+            continue
+        rows += n
+        total += float(np.sum(step_durations(cols)[keep]))
+        sync += float(np.sum(np.asarray(cols["t_comm"], np.float64)[keep])
+                      + np.sum(np.asarray(cols["t_wait"], np.float64)[keep]))
+    if not rows:
+        return NAN, NAN, 0
+    return total / rows, sync / rows, rows
+
+
+def hidden_fraction(step_s: float, ref_step_s: float, ref_sync_s: float) -> float:
+    """Hidden communication from step time: ``(T_ref - T) / C_ref``.
+
+    ``T`` is the step time of the run, ``T_ref`` and ``C_ref`` the step time and
+    the sync (comm + wait) time per step of a blocking SSGD reference measured
+    in the same scenario. A blocking Allreduce hides nothing, so ``C_ref`` is
+    the full price of synchronising once: 1 means the whole price was hidden
+    (the run steps as fast as the reference would without communication), 0
+    means nothing was, negative values mean the run is slower than blocking
+    (its overlap slowed compute or update, polling cost more than it hid).
+    Unlike ``1 - (comm + wait) / C_ref`` this sees every cost of overlapping.
+    NaN when an input is not finite or ``C_ref <= 0``.
+    """
+    if not (_finite(step_s) and _finite(ref_step_s) and _finite(ref_sync_s)) or ref_sync_s <= 0:
+        return NAN
+    return (float(ref_step_s) - float(step_s)) / float(ref_sync_s)
+
+
+def hidden_communication(run: Run, references: Sequence[Run]) -> float:
+    """:func:`hidden_fraction` of ``run`` against blocking SSGD ``references``.
+
+    The references are runs of the same scenario (same N, model, data, batch,
+    MPI, backend, dtype, slowdowns, budget: the caller chooses them, e.g.
+    :func:`reference_key`); T_ref and C_ref are the medians of their
+    :func:`steady_step_times`. Warm-up rows are excluded on both sides. NaN
+    at N = 1 (nothing to hide) or without references.
+    """
+    if run.world_size <= 1 or not references:
+        return NAN
+    step_s, _, _ = steady_step_times(run)
+    ref = [steady_step_times(r) for r in references]
+    return hidden_fraction(step_s, _median(t for t, _, _ in ref), _median(c for _, c, _ in ref))
 
 
 # ---------------------------------------------------------------- per rank
@@ -238,6 +349,20 @@ def _phase_metrics(run: Run, wall: float) -> dict[str, Any]:
     return out
 
 
+def straggler_ratio(busy: Sequence[float] | np.ndarray) -> float:
+    """Busy seconds per step of the slowest rank over the median of the OTHER ranks.
+
+    1 = balanced, 4 = one rank four times slower than the others, at any N
+    (with 2 ranks a median over all ranks would be the mean and stay below 2).
+    NaN with fewer than two finite values or a zero median.
+    """
+    values = np.asarray([v for v in busy if _finite(float(v))], dtype=np.float64)
+    if values.size < 2:
+        return NAN
+    slowest = int(np.argmax(values))
+    return _ratio(float(values[slowest]), float(np.median(np.delete(values, slowest))))
+
+
 def _straggler_metrics(ranks: list[dict[str, Any]], run: Run) -> dict[str, Any]:
     durations = np.concatenate([step_durations(c) for c in run.ranks.values()]) if run.ranks \
         else np.zeros(0)
@@ -249,8 +374,7 @@ def _straggler_metrics(ranks: list[dict[str, Any]], run: Run) -> dict[str, Any]:
         "step_s_median": median,
         "step_s_max": biggest,
         "step_max_over_median": _ratio(biggest, median),
-        "busy_max_over_median": _ratio(float(np.max(busy[ok])), float(np.median(busy[ok])))
-        if ok.any() else NAN,
+        "busy_max_over_median": straggler_ratio(busy[ok]),
         "slowest_rank": int(ranks[int(np.nanargmax(np.where(ok, busy, -np.inf)))]["rank"])
         if ok.any() else None,
     }
@@ -323,8 +447,53 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
     row.update(_straggler_metrics(ranks, run))
     row.update(scaling=None, baseline_world_size=None, speedup=NAN, efficiency=NAN,
                speedup_wall=NAN, efficiency_wall=NAN)
+    steady_s, sync_s, _ = steady_step_times(run)
+    ctx = machine_context(run)
+    t_eval = np.asarray(run.eval.get("t", ()), dtype=np.float64)
+    row.update(
+        sync_fraction=_sum_finite(row["comm_fraction"], row["wait_fraction"]),
+        diverged=is_diverged(run),
+        eval_interval_s=float(np.median(np.diff(t_eval))) if t_eval.size > 1 else NAN,
+        warmup_steps=warmup_steps(run),
+        steady_step_s=steady_s,
+        sync_s_per_step=sync_s,
+        overlapped=False,
+        overlaps_with=None,
+        series=None,
+        mpi_library=run.attrs.get("mpi_library"),
+        backend=run.attrs.get("backend"),
+        scaling_mode=scaling_mode(run),
+        cores=ctx["cores"],
+        ranks_per_core=ctx["ranks_per_core"],
+        oversubscribed=ctx["oversubscribed"],
+        simulated=ctx["simulated"],
+    )
     row["_config"] = run.config  # dropped by the formatters (keys starting with "_")
-    return {k: row[k] for k in (*REPORT_KEYS, PATH_KEY, *NEW_KEYS, "_config")}
+    row["_attrs"] = {k: run.attrs.get(k) for k in (*SERIES_ROOT_KEYS, "hostnames",
+                                                   "t_begin_unix", "t_end_unix")}
+    row["_context"] = ctx
+    return {k: row[k] for k in (*REPORT_KEYS, PATH_KEY, *NEW_KEYS, "_config", "_attrs",
+                                "_context")}
+
+
+def _sum_finite(a: float, b: float) -> float:
+    return float(a) + float(b) if _finite(a) and _finite(b) else NAN
+
+
+def is_diverged(run: Run) -> bool:
+    """The ``/summary`` attribute ``diverged`` (non-finite training loss, or final
+    accuracy at most 1.5x chance); False for files written before it existed."""
+    value = run.summary.get("diverged", run.summary_extra.get("diverged", False))
+    try:
+        return bool(value) and not (isinstance(value, float) and math.isnan(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def scaling_mode(run: Run) -> str | None:
+    """The recorded ``scaling_mode`` root attribute ("strong" or "weak"), else None."""
+    value = run.attrs.get(SCALING_MODE_ATTR)
+    return value if value in ("strong", "weak") else None
 
 
 # ---------------------------------------------------------------- across runs
@@ -344,65 +513,165 @@ def _median(values: Iterable[float]) -> float:
 
 
 def series_keys(by: Sequence[str] = (), series: Sequence[str] = ()) -> tuple[str, ...]:
-    """Keys whose values define a scaling series (world_size never is one)."""
+    """Extra keys (``--by``, ``--series``) that split scaling series; never world_size."""
     keys: list[str] = []
-    for k in (*SERIES_KEYS, *series, *by):
+    for k in (*series, *by):
         if k != "world_size" and k not in keys:
             keys.append(k)
     return tuple(keys)
 
 
-def _series_key(row: dict[str, Any], keys: Sequence[str]) -> tuple:
-    return tuple((k, group_value(row, k)) for k in keys)
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return value
+
+
+def _mode_of(row: dict[str, Any]) -> str:
+    return row.get("scaling_mode") or "unrecorded"
+
+
+def series_identity(row: dict[str, Any], extra: Sequence[str] = ()) -> tuple:
+    """What must be equal for two runs to be points of one scaling series.
+
+    The root attributes :data:`SERIES_ROOT_KEYS` (algorithm, model, dataset,
+    MPI library, backend, simulated), every ``config`` flag except
+    :data:`NON_IDENTITY_FLAGS` (so dtype, slowdowns and their mode, the
+    strategy's own flags such as ``comm`` or ``overlap``), the recorded scaling
+    mode, and the batch and sample budget as that mode defines them:
+
+    - ``strong``: the global batch (``batch_size * N``) and the total budget
+      (``epochs``, passes over the training set);
+    - ``weak``: the per-rank batch and the budget per rank (``epochs / N``);
+    - not recorded: the per-rank batch and the total budget (``epochs``).
+
+    ``extra`` adds ``--by`` / ``--series`` keys (see :func:`group_value`).
+    """
+    config = row.get("_config", {})
+    attrs = row.get("_attrs", {})
+    n = int(row["world_size"])
+    mode = _mode_of(row)
+    batch, epochs = config.get("batch_size"), config.get("epochs")
+    if mode == "strong" and _finite(batch):
+        batch_key = ("global_batch", int(batch) * n)
+    else:
+        batch_key = ("batch_size", batch)
+    if mode == "weak" and _finite(epochs):
+        budget_key = ("epochs_per_rank", round(float(epochs) / n, 9))
+    else:
+        budget_key = ("epochs", epochs)
+    key = [("scaling_mode", mode), batch_key, budget_key]
+    key += [(k, _hashable(attrs.get(k, row.get(k)))) for k in SERIES_ROOT_KEYS]
+    key += [(k, _hashable(v)) for k, v in sorted(config.items())
+            if k not in NON_IDENTITY_FLAGS and not k.startswith("_")]
+    key += [(f"by:{k}", _hashable(group_value(row, k))) for k in extra]
+    return tuple(key)
 
 
 def _close(a: float, b: float) -> bool:
     return _finite(a) and _finite(b) and abs(a - b) <= WORK_RTOL * max(abs(a), abs(b))
 
 
+def _series_labels(groups: dict[tuple, list[dict[str, Any]]]) -> dict[tuple, str]:
+    """A short label per series: the algorithm plus the identity parts that differ."""
+    keys = list(groups)
+    varying: list[str] = []
+    if len(keys) > 1:
+        names = list(dict.fromkeys(name for key in keys for name, _ in key))
+        for name in names:
+            if name == "algorithm":
+                continue
+            values = {dict(key).get(name, "<absent>") for key in keys}
+            if len(values) > 1:
+                varying.append(name)
+    labels = {}
+    for key in keys:
+        d = dict(key)
+        parts = [str(d.get("algorithm"))]
+        for name in varying:
+            value = d.get(name, "-")
+            if name == "mpi_library" and isinstance(value, str):
+                value = " ".join(value.split()[:3]).rstrip(",")
+            parts.append(f"{name.removeprefix('by:')}={value}")
+        labels[key] = " ".join(parts)
+    return labels
+
+
+def _scaling_kind(members: list[dict[str, Any]], n0: int, work0: float) -> str:
+    """strong / weak as recorded (checked against the samples), else as the samples say."""
+    recorded = {_mode_of(r) for r in members}
+    strong = all(_close(r["samples"], work0) for r in members)
+    weak = all(_close(r["samples"] / r["world_size"], work0 / n0) for r in members)
+    if recorded == {"strong"}:
+        return "strong" if strong else "mixed"
+    if recorded == {"weak"}:
+        return "weak" if weak else "mixed"
+    return "strong" if strong else "weak" if weak else "mixed"
+
+
+def add_overlaps(rows: list[dict[str, Any]]) -> None:
+    """Flag per-run rows whose runs overlapped on a shared host (``analysis.context``).
+
+    Sets ``overlapped`` (bool) and ``overlaps_with`` (the other files' names).
+    """
+    pairs = overlapping_runs([r.get("_attrs", {}) for r in rows])
+    for i, j in pairs:
+        for a, b in ((i, j), (j, i)):
+            rows[a]["overlapped"] = True
+            others = rows[a]["overlaps_with"] or []
+            rows[a]["overlaps_with"] = [*others, os.path.basename(str(rows[b][PATH_KEY]))]
+
+
 def add_scaling(rows: list[dict[str, Any]], by: Sequence[str] = (),
                 series: Sequence[str] = ()) -> None:
     """Fill the scaling columns of per-run rows in place (definitions: module docstring).
 
-    A series is the runs with equal values of :func:`series_keys` (``by`` and
-    ``series``: e.g. ``comm`` keeps blocking and overlapping SSGD apart).
+    A series is the runs with equal :func:`series_identity` (plus the ``by`` and
+    ``series`` keys). Its baseline N0 is the smallest N among its runs that did
+    not overlap another run on their host and did not diverge. No speedup or
+    efficiency (NaN) for: a series with a single world size, a ``mixed``
+    series, a run that overlapped another one, a diverged run.
     """
-    keys = series_keys(by, series)
+    extra = series_keys(by, series)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(_series_key(row, keys), []).append(row)
-    for members in groups.values():
-        n0 = min(int(r["world_size"]) for r in members)
-        base = [r for r in members if int(r["world_size"]) == n0]
+        groups.setdefault(series_identity(row, extra), []).append(row)
+    labels = _series_labels(groups)
+    for key, members in groups.items():
+        label = labels[key]
+        for r in members:
+            r["_series"] = (label, key)
+            r["series"] = label
+        clean = [r for r in members if not r.get("overlapped") and not r.get("diverged")]
+        sizes = {int(r["world_size"]) for r in clean}
+        if len(sizes) < 2:
+            continue  # nothing to scale against: speedup and efficiency stay NaN
+        n0 = min(sizes)
+        base = [r for r in clean if int(r["world_size"]) == n0]
         x0 = _median(r["samples_per_s"] for r in base)
         wall0 = _median(r["wall_s"] for r in base)
         work0 = _median(r["samples"] for r in base)
-        if all(_close(r["samples"], work0) for r in members):
-            kind = "strong"
-        elif all(_close(r["samples"] / r["world_size"], work0 / n0) for r in members):
-            kind = "weak"
-        else:
-            kind = "mixed"
-        label = " ".join(
-            [str(members[0].get("algorithm")),
-             *(f"{k}={group_value(members[0], k)}" for k in keys if k not in SERIES_KEYS)])
+        kind = _scaling_kind(clean, n0, work0)
         for r in members:
-            n = int(r["world_size"])
-            speedup = _ratio(r["samples_per_s"], x0)
-            r["_series"] = (label, _series_key(r, keys))
-            wall_ratio = _ratio(wall0, r["wall_s"])
             r["scaling"] = kind
             r["baseline_world_size"] = n0
+            if kind == "mixed" or r.get("overlapped") or r.get("diverged"):
+                continue
+            n = int(r["world_size"])
+            speedup = _ratio(r["samples_per_s"], x0)
+            wall_ratio = _ratio(wall0, r["wall_s"])
             r["speedup"] = speedup
             r["efficiency"] = speedup * n0 / n
             if kind == "strong":
                 r["speedup_wall"] = wall_ratio
                 r["efficiency_wall"] = wall_ratio * n0 / n
-            elif kind == "weak":
+            else:
                 r["speedup_wall"] = wall_ratio * n / n0
                 r["efficiency_wall"] = wall_ratio
-            else:
-                r["speedup_wall"] = r["efficiency_wall"] = NAN
 
 
 def is_blocking_reference(row: dict[str, Any]) -> bool:
@@ -410,34 +679,48 @@ def is_blocking_reference(row: dict[str, Any]) -> bool:
     return row.get("algorithm") == "ssgd" and row.get("_config", {}).get("comm") == "blocking"
 
 
-def _reference_key(row: dict[str, Any]) -> tuple:
+def reference_key(row: dict[str, Any]) -> tuple:
+    """The scenario a hidden-communication reference must share with a run.
+
+    N, model, dataset, MPI library, backend, simulated, and the ``config``
+    flags :data:`REFERENCE_FLAGS` (batch, budget, dtype, slowdowns and their
+    mode, synthetic size, CUDA-awareness): everything but the strategy.
+    """
     config = row.get("_config", {})
-    return (row["world_size"], row["model"], row["dataset"], config.get("batch_size"),
-            config.get("slowdown"), config.get("slowdown_schedule"))
+    attrs = row.get("_attrs", {})
+    return (row["world_size"],
+            *(_hashable(attrs.get(k, row.get(k))) for k in SERIES_ROOT_KEYS if k != "algorithm"),
+            *(_hashable(config.get(k)) for k in REFERENCE_FLAGS))
 
 
 def add_hidden_comm(rows: list[dict[str, Any]]) -> None:
-    """Fill ``hidden_comm_fraction`` of per-run rows in place (module docstring).
+    """Fill ``hidden_comm_fraction`` of per-run rows in place.
 
-    The reference must match N, model, dataset, ``--batch-size``,
-    ``--slowdown`` and ``--slowdown-schedule``; at N = 1 there is nothing to
-    hide and the fraction is NaN.
+    :func:`hidden_fraction` of the run's steady step time against the median
+    step and sync times of the blocking SSGD runs with the same
+    :func:`reference_key`; runs that overlapped another on their host are not
+    used as references. NaN at N = 1 (nothing to hide) and without a reference.
     """
-    refs: dict[tuple, list[float]] = {}
+    refs: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        if is_blocking_reference(row):
-            refs.setdefault(_reference_key(row), []).append(row["exposed_comm_s_per_round"])
+        if is_blocking_reference(row) and not row.get("overlapped"):
+            refs.setdefault(reference_key(row), []).append(row)
     for row in rows:
-        ref = _median(refs.get(_reference_key(row), ()))
-        hidden = 1.0 - _ratio(row["exposed_comm_s_per_round"], ref)
-        row["hidden_comm_fraction"] = hidden if row["world_size"] > 1 else NAN
+        ref = refs.get(reference_key(row), [])
+        if row["world_size"] <= 1 or not ref:
+            row["hidden_comm_fraction"] = NAN
+            continue
+        row["hidden_comm_fraction"] = hidden_fraction(
+            row["steady_step_s"], _median(r["steady_step_s"] for r in ref),
+            _median(r["sync_s_per_step"] for r in ref))
 
 
 def table_rows(runs: Sequence[Run], by: Sequence[str] = (),
                target_accuracy: float | None = None,
                series: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Per-run rows of ``runs`` (input order) with scaling and hidden-comm filled."""
+    """Per-run rows of ``runs`` (input order) with overlaps, scaling and hidden-comm filled."""
     rows = [run_metrics(run, target_accuracy) for run in runs]
+    add_overlaps(rows)
     add_scaling(rows, by, series)
     add_hidden_comm(rows)
     return rows
@@ -499,6 +782,10 @@ def aggregate(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[st
                 g[key] = len(members)
             elif key == "target_reached":
                 g[key] = None if all(v is None for v in column) else sum(v or 0 for v in column)
+            elif key in ("diverged", "overlapped"):  # how many of the group's runs
+                g[key] = sum(bool(v) for v in column)
+            elif key == "overlaps_with":
+                g[key] = sorted({f for v in column for f in (v or ())}) or None
             elif key in _LABEL_KEYS:
                 g[key] = _merge_labels(column)
             else:

@@ -55,6 +55,8 @@ def make_rank(steps: int, phases: dict[str, float], *, batch: int = BATCH,
         "local_steps": np.full(steps, local_steps),
         "round": np.asarray(rounds if rounds is not None else np.zeros(steps, dtype=int)),
     }
+    for name, dtype in schema.RANK_COLUMNS.items():  # columns added to the schema later
+        cols.setdefault(name, np.zeros(steps, dtype=dtype))
     return cols
 
 
@@ -68,8 +70,11 @@ def make_evals(times=(1.0, 2.0), accuracy=(0.5, 0.9), samples=(512, 1024), steps
 
 def write_file(path: Path, *, algorithm: str, world_size: int, wall: float,
                steps_per_rank: int, phases=None, evals=None, config=None,
-               complete: bool = True, rank_rows=None, target=None) -> str:
-    """A ``syncbench/1`` file with chosen wall time and samples (``steps * BATCH`` per rank)."""
+               complete: bool = True, rank_rows=None, target=None, root=None) -> str:
+    """A ``syncbench/1`` file with chosen wall time and samples (``steps * BATCH`` per rank).
+
+    ``root`` adds or replaces root attributes (e.g. ``mpi_library``, ``scaling_mode``).
+    """
     phases = phases or {"compute": 0.01}
     rows = rank_rows or {r: make_rank(steps_per_rank, phases) for r in range(world_size)}
     root = {
@@ -78,6 +83,7 @@ def write_file(path: Path, *, algorithm: str, world_size: int, wall: float,
         "config": {"algorithm": algorithm, "batch_size": BATCH, "comm": "overlap",
                    "slowdown": None, "target_accuracy": target, **(config or {})},
         "hostnames": [f"node{r}" for r in range(world_size)],
+        **(root or {}),
     }
     attrs = {r: {"hostname": f"node{r}", "device": "cpu", "slowdown": 1.0}
              for r in range(world_size)}
@@ -151,8 +157,9 @@ def test_mixed_work_and_baseline_is_smallest_n(tmp_path):
     rows = _rows([b, a])
     assert [r["baseline_world_size"] for r in rows] == [2, 2]
     assert all(r["scaling"] == "mixed" for r in rows)
-    assert rows[0]["speedup"] == pytest.approx((4 * 7 * BATCH / 2.0) / (2 * 10 * BATCH / 2.0))
-    assert math.isnan(rows[0]["speedup_wall"]) and math.isnan(rows[0]["efficiency_wall"])
+    for row in rows:  # a mixed series gets no speedup
+        assert all(math.isnan(row[k]) for k in ("speedup", "efficiency", "speedup_wall",
+                                                "efficiency_wall"))
 
 
 def test_series_split_by_a_config_flag(tmp_path):
@@ -164,11 +171,12 @@ def test_series_split_by_a_config_flag(tmp_path):
         write_file(tmp_path / "o2.h5", algorithm="ssgd", world_size=2, wall=2.0,
                    steps_per_rank=16),
     ]
-    merged = _rows(paths)
-    assert merged[2]["speedup"] == pytest.approx(2.0 / 3.0 * 2.0)  # X0 = median(512, 1024)
-    split = _rows(paths, series=("comm",))
-    assert split[2]["speedup"] == pytest.approx(2.0)
-    assert split[1]["speedup"] == pytest.approx(1.0)
+    # the strategy's own flags are part of a series: blocking and overlap never mix
+    rows = _rows(paths)
+    assert rows[2]["speedup"] == pytest.approx(2.0)
+    assert rows[0]["series"] != rows[1]["series"] and "comm=blocking" in rows[1]["series"]
+    assert math.isnan(rows[1]["speedup"])  # one world size: no baseline
+    assert _rows(paths, series=("comm",))[2]["speedup"] == pytest.approx(2.0)
 
 
 def test_aggregation_over_repeats(scaling_files):
@@ -230,14 +238,16 @@ def test_phase_breakdown_stragglers_and_hidden_comm(tmp_path):
     assert row["step_s_median"] == pytest.approx(0.625)
     assert row["step_s_max"] == pytest.approx(0.7)
     assert row["step_max_over_median"] == pytest.approx(0.7 / 0.625)
-    assert row["busy_max_over_median"] == pytest.approx(0.7 / 0.55)  # busy 0.4 and 0.7
+    assert row["busy_max_over_median"] == pytest.approx(0.7 / 0.4)  # busy 0.4 and 0.7
     assert row["slowest_rank"] == 1
     assert row["wait_share_max"] == pytest.approx(0.6 / 4.0)
     assert row["idle_share_max"] == pytest.approx(1 - 1.6 / 4.0)
     assert row["rounds"] == 4
     assert row["exposed_comm_s_per_round"] == pytest.approx((0.2 + 0.05) / 2)
     assert ref_row["exposed_comm_s_per_round"] == pytest.approx(0.25)
-    assert row["hidden_comm_fraction"] == pytest.approx(1 - 0.125 / 0.25)
+    assert row["sync_fraction"] == pytest.approx((0.4 + 0.6) / 8.0)  # comm + wait
+    # from step time: (T_ref - T) / C_ref with T = 0.625, T_ref = 0.45, C_ref = 0.25
+    assert row["hidden_comm_fraction"] == pytest.approx((0.45 - 0.625) / 0.25)
     assert ref_row["hidden_comm_fraction"] == 0.0
     assert math.isnan(n4_row["hidden_comm_fraction"])  # no blocking reference at N=4
 
@@ -511,3 +521,122 @@ def test_overlapping_runs_need_a_shared_host_and_intersecting_intervals():
             {"hostnames": ["h"]}]
     assert overlapping_runs(runs) == [(0, 1)]
     assert overlapping_runs([attrs(0, 2), attrs(2, 3)]) == [(0, 1)]  # closed intervals
+
+
+# ---------------------------------------------------------------- definitions
+
+
+@pytest.mark.parametrize("busy, expected", [
+    ([2.258, 7.622], 7.622 / 2.258),         # 2 ranks: the 3.38x case (a median of all: 1.54)
+    ([1.0, 1.0, 4.0], 4.0),                  # 3 ranks, one 4x slower
+    ([1.0, 1.0, 1.0, 4.0], 4.0),             # 4 ranks, one 4x slower
+    ([1.0, 2.0, 3.0, 4.0], 4.0 / 2.0),       # 4 ranks: median of 1, 2, 3
+    ([1.0, 1.0], 1.0),
+    ([1.0], math.nan),
+])
+def test_straggler_ratio_is_max_over_median_of_the_others(busy, expected):
+    from syncbench.analysis.tables import straggler_ratio
+
+    value = straggler_ratio(busy)
+    assert (math.isnan(value) and math.isnan(expected)) or value == pytest.approx(expected)
+
+
+def test_straggler_ratio_of_a_run_at_two_ranks(tmp_path):
+    rows = {0: make_rank(4, {"compute": 0.002258, "wait": 0.005}),
+            1: make_rank(4, {"compute": 0.002, "delay": 0.005622})}
+    path = write_file(tmp_path / "s.h5", algorithm="ssgd", world_size=2, wall=1.0,
+                      steps_per_rank=4, rank_rows=rows)
+    (row,) = _rows([path])
+    assert row["busy_max_over_median"] == pytest.approx(7.622 / 2.258)
+    assert round(row["busy_max_over_median"], 2) == 3.38 and row["slowest_rank"] == 1
+
+
+def test_hidden_comm_from_step_time_excludes_warmup(tmp_path):
+    from syncbench.analysis.tables import hidden_communication, steady_step_times
+
+    # OD-SGD: 2 blocking warm-up steps (1.0 s, 0.5 s of it sync) then 4 steps of 0.7 s
+    # whose compute slowed under overlap; the blocking reference steps in 0.8 s (0.4 sync).
+    def od_rank():
+        cols = make_rank(6, {"compute": 0.5, "comm": 0.2})
+        cols["t_compute"][:2], cols["t_wait"][:2] = 0.5, 0.3
+        return cols
+
+    od = write_file(tmp_path / "od.h5", algorithm="odsgd", world_size=2, wall=5.0,
+                    steps_per_rank=6, rank_rows={0: od_rank(), 1: od_rank()},
+                    root={"warmup_steps": 2})
+    ref = write_file(tmp_path / "ref.h5", algorithm="ssgd", world_size=2, wall=5.0,
+                     steps_per_rank=6, phases={"compute": 0.4, "comm": 0.4},
+                     config={"comm": "blocking"})
+    od_run, ref_run = read_run(od), read_run(ref)
+    assert steady_step_times(od_run) == (pytest.approx(0.7), pytest.approx(0.2), 8)
+    assert hidden_communication(od_run, [ref_run]) == pytest.approx((0.8 - 0.7) / 0.4)
+    row, ref_row = _rows([od, ref])
+    assert row["warmup_steps"] == 2 and row["hidden_comm_fraction"] == pytest.approx(0.25)
+    assert ref_row["hidden_comm_fraction"] == 0.0
+    # another MPI library is another scenario: no reference
+    other = write_file(tmp_path / "ompi.h5", algorithm="odsgd", world_size=2, wall=5.0,
+                       steps_per_rank=6, root={"mpi_library": "Open MPI v5.0.8"})
+    assert math.isnan(_rows([other, ref])[0]["hidden_comm_fraction"])
+
+
+def test_series_keep_unlike_runs_apart(tmp_path):
+    """MPI library, slowdown and budget each start a series of their own."""
+    def run(name, n, wall, **kw):
+        return write_file(tmp_path / f"{name}.h5", algorithm="ssgd", world_size=n, wall=wall,
+                          steps_per_rank=64 // n, **kw)
+
+    paths = [run("m1", 1, 4.0), run("m2", 2, 2.5),
+             run("o2", 2, 2.0, root={"mpi_library": "Open MPI v5.0.8"}),
+             run("s2", 2, 3.0, config={"slowdown": "1,4"}),
+             run("e2", 2, 1.0, config={"epochs": 0.5})]
+    rows = _rows(paths)
+    assert len({r["series"] for r in rows}) == 4
+    assert rows[1]["speedup"] == pytest.approx(4.0 / 2.5)
+    assert rows[0]["scaling"] == rows[1]["scaling"] == "strong"
+    for row in rows[2:]:  # a single world size each: no speedup, no efficiency
+        assert math.isnan(row["speedup"]) and math.isnan(row["efficiency"])
+        assert row["scaling"] is None
+    assert "mpi_library=Open MPI v5.0.8" in rows[2]["series"]
+
+
+def test_recorded_weak_mode_keys_on_budget_per_rank(tmp_path):
+    # weak: epochs grow with N (0.5 per rank), per-rank batch fixed, steps per rank equal
+    paths = [write_file(tmp_path / f"w{n}.h5", algorithm="ssgd", world_size=n, wall=wall,
+                        steps_per_rank=16, config={"epochs": 0.5 * n},
+                        root={"scaling_mode": "weak"})
+             for n, wall in ((1, 2.0), (2, 2.5), (4, 4.0))]
+    rows = _rows(paths)
+    assert len({r["series"] for r in rows}) == 1
+    assert [r["scaling"] for r in rows] == ["weak"] * 3
+    assert [round(r["efficiency"], 9) for r in rows] == [1.0, 0.8, 0.5]
+    # recorded weak but the samples say otherwise: mixed, no speedup
+    bad = write_file(tmp_path / "bad.h5", algorithm="ssgd", world_size=2, wall=1.0,
+                     steps_per_rank=8, config={"epochs": 1.0}, root={"scaling_mode": "weak"})
+    rows = _rows([paths[0], bad])
+    assert rows[1]["scaling"] == "mixed" and math.isnan(rows[1]["speedup"])
+
+
+def test_overlapping_runs_are_flagged_and_get_no_speedup(tmp_path):
+    def run(name, n, t0, t1):
+        return write_file(tmp_path / f"{name}.h5", algorithm="ssgd", world_size=n,
+                          wall=4.0 / n, steps_per_rank=64 // n,
+                          root={"hostnames": ["node0"], "t_begin_unix": t0, "t_end_unix": t1})
+
+    paths = [run("a", 1, 100.0, 110.0), run("b", 2, 105.0, 112.0), run("c", 4, 200.0, 210.0)]
+    rows = _rows(paths)
+    assert [r["overlapped"] for r in rows] == [True, True, False]
+    assert rows[0]["overlaps_with"] == ["b.h5"]
+    assert all(math.isnan(r["speedup"]) for r in rows)  # no clean baseline pair left
+    rows = _rows([*paths, run("d", 1, 300.0, 310.0)])
+    assert math.isnan(rows[1]["speedup"]) and rows[2]["speedup"] == pytest.approx(4.0)
+
+
+def test_diverged_run_gets_no_ratio(tmp_path):
+    import h5py
+
+    paths = [write_file(tmp_path / f"d{n}.h5", algorithm="ssgd", world_size=n, wall=4.0 / n,
+                        steps_per_rank=64 // n) for n in (1, 2)]
+    with h5py.File(paths[1], "r+") as f:
+        f["summary"].attrs["diverged"] = True
+    rows = _rows(paths)
+    assert rows[1]["diverged"] is True and math.isnan(rows[1]["speedup"])
