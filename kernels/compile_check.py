@@ -22,7 +22,9 @@ Exit status: 0 all built, 1 a source failed (its compiler log is printed),
 
 :class:`HostEmulator` is a launcher for :mod:`syncbench.kernels.cuda_ops`
 that runs a kernel on the CPU: every (block, thread) of the grid in turn,
-with NumPy arrays as device memory. It is exact for these kernels because
+with NumPy arrays as device memory. The loop over the grid is C++ too (a
+``sb_run_<kernel>`` wrapper generated from each kernel's signature), so the
+emulator runs the kernels at benchmark sizes in seconds. It is exact for these kernels because
 none uses shared memory, barriers or atomics, and each output element is
 written by one thread. It checks every argument against the kernel's C
 signature (the dtype of each scalar included), as a GPU would not.
@@ -51,8 +53,10 @@ from syncbench.kernels.cuda_ops import (
     CUPY_ADDED_OPTIONS,
     KERNEL_DIR,
     REAL_CTYPES,
+    KernelSignature,
     compile_options,
     kernel_signatures,
+    module_source,
     parse_signatures,
     source_files,
 )
@@ -174,6 +178,25 @@ extern "C" { sb_dim3 threadIdx, blockIdx, blockDim, gridDim; }
 """
 
 
+def grid_wrappers(path: Path, signatures: dict[str, KernelSignature]) -> str:
+    """C++ that includes ``path`` and adds, per kernel ``k``, ``sb_run_k(grid, block, ...)``:
+    the loop over every (block, thread) of a 1-D grid, calling ``k`` with the same arguments."""
+    lines = [f'#include "{path}"']
+    for name, signature in signatures.items():
+        params = [f"{ptype} a{i}" for i, ptype in enumerate(signature.params)]
+        args = ", ".join(f"a{i}" for i in range(len(params)))
+        lines += [
+            f'extern "C" void sb_run_{name}(unsigned grid, unsigned block, {", ".join(params)}) {{',
+            "    blockDim.x = block; gridDim.x = grid;",
+            "    for (unsigned b = 0; b < grid; ++b) {",
+            "        blockIdx.x = b;",
+            f"        for (unsigned t = 0; t < block; ++t) {{ threadIdx.x = t; {name}({args}); }}",
+            "    }",
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def host_command(path: Path, dtype: np.dtype, output: str, prelude: str) -> list[str]:
     """The g++ command that builds ``path`` as a shared library for the emulator."""
     return ["g++", "-std=c++14", "-O1", "-fPIC", "-shared", "-ffp-contract=off",
@@ -220,7 +243,8 @@ def build(path: Path, compiler: str, dtype: np.dtype) -> BuildResult:
     """Build one source with one compiler for one dtype."""
     options = compile_options(dtype)
     if compiler == "nvrtc":
-        ok, log = compile_nvrtc(path.read_text(), path.name, options + CUPY_ADDED_OPTIONS)
+        text = module_source(path.stem, path.parent)  # what CupyLauncher compiles
+        ok, log = compile_nvrtc(text, path.name, options + CUPY_ADDED_OPTIONS)
     elif compiler == "nvcc":
         ok, log = compile_nvcc(path, (*options, "-ftz=true"))
     else:
@@ -274,10 +298,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- the host emulator -----------------------------------------------------------------------
-class _Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
 _SCALARS = {
     "long long": (np.int64, ctypes.c_longlong),
     "int": (np.int32, ctypes.c_int),
@@ -311,7 +331,9 @@ class HostEmulator:
             Path(prelude).write_text(HOST_PRELUDE)
             output = os.path.join(cls._tmp.name, f"{source}_{key[1].name}.so")
             path = KERNEL_DIR / f"{source}.cu"
-            proc = subprocess.run(host_command(path, key[1], output, prelude),
+            wrapped = Path(cls._tmp.name) / f"{source}_grid.cpp"
+            wrapped.write_text(grid_wrappers(path, parse_signatures(path.read_text(), source)))
+            proc = subprocess.run(host_command(wrapped, key[1], output, prelude),
                                   capture_output=True, text=True, timeout=300)
             if proc.returncode:
                 raise RuntimeError(f"g++ failed on {path}:\n{proc.stderr}")
@@ -352,19 +374,14 @@ class HostEmulator:
         if signature.source != source:
             raise ValueError(f"{kernel} lives in {signature.source}.cu, not {source}.cu")
         lib = self.library(source, np.dtype(dtype))
-        fn = getattr(lib, kernel)
-        fn.argtypes, values = self._convert(kernel, np.dtype(dtype), signature.params, args)
+        fn = getattr(lib, f"sb_run_{kernel}")
+        argtypes, values = self._convert(kernel, np.dtype(dtype), signature.params, args)
+        fn.argtypes = [ctypes.c_uint, ctypes.c_uint, *argtypes]
         fn.restype = None
         grid = min(grid, self.max_blocks) if self.max_blocks else grid
         block = self.block or block
         self.launches.append((kernel, grid, block))
-        thread, block_idx = _Dim3.in_dll(lib, "threadIdx"), _Dim3.in_dll(lib, "blockIdx")
-        _Dim3.in_dll(lib, "blockDim").x, _Dim3.in_dll(lib, "gridDim").x = block, grid
-        for b in range(grid):
-            block_idx.x = b
-            for t in range(block):
-                thread.x = t
-                fn(*values)
+        fn(grid, block, *values)
 
 
 if __name__ == "__main__":

@@ -156,12 +156,26 @@ def dc_compensate_(out: Any, grads: Any, w_now: Any, w_then: Any, dc_lambda: flo
 
 
 # -- layer kernels ------------------------------------------------------------
+def check_labels(labels: np.ndarray, classes: int) -> None:
+    """``ValueError`` unless every host label is in ``[0, classes)``.
+
+    NumPy indexing would wrap a negative label to another class without a
+    word; the CUDA kernel would read outside the row.
+    """
+    if labels.size and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+        bad = labels[(labels < 0) | (labels >= classes)]
+        raise ValueError(f"softmax_xent: label {int(bad[0])} is outside 0..{classes - 1}")
+
+
 @_dispatch
 def softmax_xent(logits: Any, labels: Any) -> tuple[float, Any]:
     """Mean softmax cross-entropy of (n, k) ``logits`` and its gradient.
 
     Returns ``(loss, dlogits)`` with ``dlogits = (softmax - onehot) / n``.
+    Labels outside ``[0, k)`` raise ``ValueError`` (:func:`check_labels`).
+    The CUDA version returns the loss as a 0-d device array.
     """
+    check_labels(labels, logits.shape[1])
     shifted = logits - logits.max(axis=1, keepdims=True)
     exp = np.exp(shifted)
     total = exp.sum(axis=1, keepdims=True)

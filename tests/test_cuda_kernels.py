@@ -7,7 +7,12 @@
 * the kernels themselves, built as C++ and run thread by thread by the host
   emulator through the real :mod:`syncbench.kernels.cuda_ops` launch code,
   equal the references (bit for bit where the operations are the same), also
-  with a one-block grid (grid-stride loops);
+  with a one-block grid (grid-stride loops), and at benchmark sizes with the
+  exactness rules and tolerances the GPU test applies;
+* NaN and bad labels: the kernels propagate NaN as the CPU layers do and
+  ``softmax_xent`` rejects labels outside ``[0, classes)``;
+* the compiled source carries the digest of ``common.cuh`` (CuPy's kernel
+  cache key);
 * the layers' GPU path (kernels + GEMMs), emulated the same way, gives the
   CPU path's loss and gradients; the CPU path never imports CuPy.
 """
@@ -395,9 +400,101 @@ def test_benchmark_code_runs_on_emulated_kernels():
         rows = cuda_ops.benchmark(np.float64, repeat=1, large=False, xp=np)
     assert [r["case"] for r in rows] == [c.name for c in cuda_ops.CASES]
     for row, case in zip(rows, cuda_ops.CASES):
+        assert row["exact"] == case.exact and row["ok"], row
         if case.exact:
             assert row["max_abs_diff"] == 0.0, row
         else:
             assert row["max_rel_diff"] < 1e-12, row
     table = cuda_ops.format_table(rows)
     assert table.count("\n") == len(rows) and "speedup" in table
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float", "double"])
+def test_emulated_kernels_at_benchmark_size(dtype):
+    """The GPU test's check (``test_kernels_at_benchmark_size_on_gpu``) on the emulator:
+    the same inputs, exactness rules and tolerances, so a case that cannot pass on a GPU
+    (a reduction marked exact whose order differs at this size) fails here first."""
+    with cuda_ops.use_launcher(compile_check.HostEmulator()):
+        rows = cuda_ops.benchmark(dtype, repeat=1, large=True, xp=np)
+    assert [r["case"] for r in rows] == [c.name for c in cuda_ops.CASES]
+    failed = [r for r in rows if not r["ok"]]
+    assert not failed, failed
+    by_name = {r["case"]: r for r in rows}
+    assert by_name["bias_grad/rows"]["exact"] is False  # 200704 rows: chunked sums
+    assert by_name["bias_grad/rows"]["max_rel_diff"] <= cuda_ops.tolerance(dtype, True)
+    assert all(r["max_abs_diff"] == 0.0 for r in rows if r["exact"])
+
+
+def test_compiled_source_carries_the_header_digest(tmp_path):
+    for name in ("common.cuh", "dense.cu"):
+        (tmp_path / name).write_text((cuda_ops.KERNEL_DIR / name).read_text())
+    before = cuda_ops.module_source("dense", tmp_path)
+    assert before.endswith((cuda_ops.KERNEL_DIR / "dense.cu").read_text())
+    assert cuda_ops.module_source("dense", tmp_path) == before  # stable
+    header = tmp_path / "common.cuh"
+    header.write_text(header.read_text().replace("SB_REAL float", "SB_REAL double"))
+    assert cuda_ops.module_source("dense", tmp_path) != before  # a new cache key
+
+
+# -- NaN and labels -------------------------------------------------------------------------
+def test_softmax_xent_reference_rejects_out_of_range_labels():
+    logits = np.zeros((3, 4))
+    for bad in (-1, 4):
+        with pytest.raises(ValueError, match="outside 0..3"):
+            ops.softmax_xent(logits, np.array([0, bad, 1]))
+
+
+@needs_gxx
+def test_softmax_xent_kernel_rejects_host_labels_before_launch():
+    emulator = compile_check.HostEmulator()
+    with cuda_ops.use_launcher(emulator), pytest.raises(ValueError, match="outside 0..3"):
+        cuda_ops.softmax_xent(np.zeros((3, 4), np.float32), np.array([0, 4, 1]))
+    assert emulator.launches == []
+
+
+@needs_gxx
+def test_softmax_xent_kernel_never_indexes_with_a_bad_label():
+    """Device labels are not read before the launch: the kernel flags the row instead."""
+    logits = np.random.default_rng(0).standard_normal((3, 4))
+    labels = np.array([0, 7, -2], dtype=np.int64)
+    dlogits, row_loss, bad = np.empty_like(logits), np.empty(3), np.zeros(1, np.int32)
+    with cuda_ops.use_launcher(compile_check.HostEmulator()):
+        cuda_ops._launch("softmax_xent", np.dtype(np.float64), 3, logits, labels, dlogits,
+                         row_loss, bad, np.int64(3), np.int64(4))
+    assert bad[0] == 1
+    assert np.isfinite(row_loss[0]) and np.isnan(row_loss[1:]).all()
+    assert np.isnan(dlogits[1:]).all() and np.isfinite(dlogits[0]).all()
+    cuda_ops._label_flags.append((bad, 4))
+    with pytest.raises(ValueError, match="outside 0..3"):
+        cuda_ops.raise_on_bad_labels()
+    cuda_ops.raise_on_bad_labels()  # read once
+
+
+def _with_nans(rng, shape):
+    x = rng.integers(-3, 3, size=shape).astype(np.float64)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, flat.size // 5, replace=False)] = np.nan
+    flat[:4] = [np.nan, -np.inf, np.inf, -0.0]
+    return x
+
+
+@needs_gxx
+def test_emulated_kernels_propagate_nan_like_the_cpu_layers(emulated_gpu_path):
+    """ReLU keeps NaN (forward and backward) and max-pool returns a window's first NaN,
+    as the CPU layers do; compared with ``assert_array_equal`` (NaN == NaN)."""
+    rng = np.random.default_rng(14)
+    x = _with_nans(rng, (2, 3, 4, 6))
+    dy = _with_nans(rng, x.shape)
+    with pytest.MonkeyPatch.context() as mp, np.errstate(invalid="ignore"):
+        mp.setattr(layers, "_on_gpu", lambda array: False)
+        mp.setattr(ops, "on_device", lambda array: False)
+        relu_cpu, pool_cpu = ReLU(), MaxPool2d(2)
+        cpu = [relu_cpu.forward(x), relu_cpu.backward(dy)]
+        cpu += [pool_cpu.forward(x), pool_cpu.backward(dy[:, :, ::2, ::2].copy())]
+    relu_gpu, pool_gpu = ReLU(), MaxPool2d(2)
+    gpu = [relu_gpu.forward(x), relu_gpu.backward(dy)]
+    gpu += [pool_gpu.forward(x), pool_gpu.backward(dy[:, :, ::2, ::2].copy())]
+    assert np.isnan(cpu[0]).any() and np.isnan(cpu[2]).any()
+    for c, g in zip(cpu, gpu):
+        np.testing.assert_array_equal(g, c)

@@ -4,17 +4,19 @@
 // Grid-stride loops; each output element is written by exactly one thread.
 #include "common.cuh"
 
-// y = max(x, 0)
+// y = x * (x > 0), as the CPU path computes it: NaN stays NaN (and -inf gives NaN,
+// 0 * -inf), a negative x gives -0.
 extern "C" __global__ void relu_forward(const real* x, real* y, long long n) {
     SB_GRID_LOOP(i, n) {
         real xi = x[i];
-        y[i] = xi > (real)0 ? xi : (real)0;
+        y[i] = xi * (real)(xi > (real)0);
     }
 }
 
-// dx = dy where the forward output y was positive, else 0
+// dx = dy * (y > 0) with y the forward output: a NaN gradient stays NaN where y <= 0,
+// as on the CPU path (a multiply by the mask, not a select)
 extern "C" __global__ void relu_backward(const real* dy, const real* y, real* dx, long long n) {
-    SB_GRID_LOOP(i, n) { dx[i] = y[i] > (real)0 ? dy[i] : (real)0; }
+    SB_GRID_LOOP(i, n) { dx[i] = dy[i] * (real)(y[i] > (real)0); }
 }
 
 // Bias of a tensor viewed as (outer, channels, inner): y[o, c, i] += b[c].

@@ -1,8 +1,9 @@
 // Non-overlapping k x k max pooling (stride k), NCHW, sides divisible by k.
 //
 // The forward pass records, per output, the index ki*k + kj of the FIRST
-// maximum of its window (NumPy argmax's tie rule); the backward pass routes
-// each output gradient to that position, one thread per input element.
+// maximum of its window (NumPy argmax's rule: a NaN counts as the maximum, so
+// the first NaN of a window wins and propagates, as on the CPU path); the
+// backward pass routes each output gradient to that position, one thread per input element.
 #include "common.cuh"
 
 extern "C" __global__ void maxpool_forward(const real* x, real* y, int* argmax, long long planes,
@@ -16,7 +17,7 @@ extern "C" __global__ void maxpool_forward(const real* x, real* y, int* argmax, 
         for (long long ki = 0; ki < k; ++ki) {
             for (long long kj = 0; kj < k; ++kj) {
                 real v = base[ki * w + kj];
-                if (v > best) {
+                if (v > best || (v != v && best == best)) {  // first NaN wins
                     best = v;
                     arg = (int)(ki * k + kj);
                 }

@@ -5,15 +5,25 @@
 //   dx_rj   = (exp(x_j - m) / s - [j == t]) / n        (gradient of the MEAN loss)
 // The mean of loss_r is taken by the caller. One thread per row (k is small: 10
 // classes); the operations follow syncbench.kernels.ops.softmax_xent in order.
+// A label outside [0, k) is never used as an index: its row's loss and gradient
+// become NaN and bad[0] is set to 1 (the caller raises; host labels are checked
+// before the launch).
 #include "common.cuh"
 
 extern "C" __global__ void softmax_xent(const real* logits, const long long* labels,
-                                        real* dlogits, real* row_loss, long long rows,
-                                        long long classes) {
+                                        real* dlogits, real* row_loss, int* bad,
+                                        long long rows, long long classes) {
     SB_GRID_LOOP(r, rows) {
         const real* x = logits + r * classes;
         real* d = dlogits + r * classes;
         long long t = labels[r];
+        if (t < 0 || t >= classes) {
+            real q = (real)nan("");
+            row_loss[r] = q;
+            for (long long j = 0; j < classes; ++j) d[j] = q;
+            bad[0] = 1;
+            continue;
+        }
         real m = x[0];
         for (long long j = 1; j < classes; ++j) m = x[j] > m ? x[j] : m;
         real s = (real)0;
