@@ -8,22 +8,81 @@ single-process SGD with batch N*b (up to the summation order).
 Communication modes (``--comm``):
 
 * ``blocking``: one ``Allreduce`` of the whole flat gradient after backward.
-* ``overlap`` (default): the flat gradient is cut into buckets of about
-  ``--bucket-mb`` MB. Backward visits layers in reverse and the model reports
-  after each layer the offset from which the gradient is final; as soon as a
-  bucket's slice ``[start, end)`` is final an in-place ``Iallreduce`` starts
-  on it. Outstanding requests are polled between layers (MPI progresses only
-  inside MPI calls) and the update waits on all of them.
+* ``overlap`` (default): the flat gradient is cut into buckets of at most
+  ``--bucket-mb`` MB of whole layers (:func:`plan_buckets`). Backward visits
+  layers in reverse and the model reports after each layer the offset from
+  which the gradient is final; as soon as a bucket's slice ``[start, end)``
+  is final an in-place ``Iallreduce`` starts on it. A bucket is closed
+  *before* adding a layer whose gradient would overflow it, as PyTorch DDP
+  assigns parameters to buckets (``bucket_cap_mb``; Li et al., VLDB 2020,
+  "PyTorch Distributed"), so a large first layer, whose gradient arrives
+  last, gets a bucket of its own and the buckets before it overlap its
+  backward. Outstanding requests are polled between layers (MPI progresses
+  only inside MPI calls) and the update waits on all of them.
+* ``--bucket-mb auto`` (the default) is a quarter of the model's gradient,
+  at most 25 MB (DDP's default cap): every model with two or more layers of
+  parameters then gets at least two buckets (``mlp``: 2, ``lenet``: 3).
+
+The number of reductions posted per step is :attr:`SSGD.buckets` (the run
+file's root attribute ``buckets``).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from mpi4py import MPI
 
 from syncbench.algorithms.base import Algorithm, StepStats
+
+#: ``--bucket-mb auto``: this fraction of the model's gradient, capped at DDP's default.
+AUTO_BUCKET_FRACTION = 0.25
+AUTO_BUCKET_CAP_MB = 25.0
+
+
+def bucket_mb_arg(text: str) -> str | float:
+    """``--bucket-mb``: ``auto`` or a number of MB."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a number of MB, got {text!r}") from None
+
+
+def bucket_bytes(bucket_mb: str | float, grad_nbytes: int) -> int:
+    """The bucket size in bytes for ``--bucket-mb`` (``auto``: see the module docstring)."""
+    if bucket_mb == "auto":
+        return max(1, int(min(AUTO_BUCKET_FRACTION * grad_nbytes, AUTO_BUCKET_CAP_MB * 1e6)))
+    return max(1, int(float(bucket_mb) * 1e6))
+
+
+def plan_buckets(
+    layer_offsets: Sequence[int], size: int, bucket_elems: int
+) -> list[tuple[int, int]]:
+    """Buckets ``[start, end)`` of a flat gradient, in the order backward completes them.
+
+    Layer ``i`` owns ``[layer_offsets[i], layer_offsets[i + 1])`` (the last one
+    up to ``size``). Walking layers in reverse, a bucket is closed before a
+    layer whose elements would take it past ``bucket_elems`` (a layer larger
+    than that gets a bucket of its own); layers without parameters are
+    skipped. The buckets tile ``[0, size)`` exactly.
+    """
+    bounds = [*layer_offsets[1:], size]
+    buckets: list[tuple[int, int]] = []
+    start = end = size
+    for lo, hi in zip(reversed(layer_offsets), reversed(bounds)):
+        if hi <= lo:
+            continue
+        if start < end and (end - start) + (hi - lo) > bucket_elems:
+            buckets.append((start, end))
+            end = start
+        start = lo
+    if start < end:
+        buckets.append((start, end))
+    return buckets
 
 
 class SSGD(Algorithm):
@@ -41,32 +100,40 @@ class SSGD(Algorithm):
         )
         parser.add_argument(
             "--bucket-mb",
-            type=float,
-            default=0.25,
-            help="SSGD overlap bucket size in MB of gradient (default 0.25)",
+            type=bucket_mb_arg,
+            default="auto",
+            help="SSGD overlap: most MB of gradient per Iallreduce bucket (whole layers; a "
+            "larger layer gets its own). auto (default): a quarter of the model's gradient, "
+            f"at most {AUTO_BUCKET_CAP_MB:g} MB",
         )
 
     @classmethod
     def validate(cls, config: argparse.Namespace, world_size: int) -> None:
-        if config.bucket_mb <= 0:
-            raise ValueError(f"--bucket-mb must be > 0, got {config.bucket_mb}")
+        if config.bucket_mb != "auto" and not float(config.bucket_mb) > 0:
+            raise ValueError(f"--bucket-mb must be auto or > 0, got {config.bucket_mb}")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        itemsize = self.model.grads.itemsize
-        self.bucket_elems = max(1, int(self.config.bucket_mb * 1e6) // itemsize)
+        grads = self.model.grads
+        self.bucket_elems = max(1, bucket_bytes(self.config.bucket_mb, grads.nbytes)
+                                // grads.itemsize)
+        #: Overlap buckets ``[start, end)``, in the order backward completes them.
+        self.bucket_plan = plan_buckets(self.model.layer_offsets, self.model.size,
+                                        self.bucket_elems)
+        #: Reductions posted per step.
+        self.buckets = len(self.bucket_plan) if self.config.comm == "overlap" else 1
         self._requests: list[MPI.Request] = []
-        self._pending_end = self.model.size  # gradient [x, end) not yet sent
+        self._next_bucket = 0  # index in bucket_plan of the next bucket to post
 
     def _on_grads_ready(self, offset: int) -> None:
-        """Start an Iallreduce on every full bucket that backward has finished."""
-        if self._pending_end - offset >= self.bucket_elems or (
-            offset == 0 and self._pending_end > 0
-        ):
-            bucket = self.model.grads[offset : self._pending_end]
-            self._requests.append(self.comm.Iallreduce(bucket))
-            self._pending_end = offset
-        else:
+        """Start an Iallreduce on every bucket whose gradient is now final, else poll."""
+        plan, posted = self.bucket_plan, False
+        while self._next_bucket < len(plan) and plan[self._next_bucket][0] >= offset:
+            start, end = plan[self._next_bucket]
+            self._requests.append(self.comm.Iallreduce(self.model.grads[start:end]))
+            self._next_bucket += 1
+            posted = True
+        if not posted:
             self.comm.poll()
 
     def reduce_gradients(self, x: Any, y: Any) -> float:
@@ -77,7 +144,7 @@ class SSGD(Algorithm):
             self.straggle()
             self.comm.Allreduce(self.model.grads)
             return loss
-        self._pending_end = self.model.size
+        self._next_bucket = 0
         with self.timer.phase("compute"):
             loss = self.model.loss_and_grad(
                 x, y, on_grads_ready=self._on_grads_ready, poll=self.comm.poll

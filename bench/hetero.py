@@ -1,9 +1,29 @@
 """Heterogeneity emulation: per-rank slowdown factors, optionally changing over time.
 
 ``--slowdown 1,1,1,4`` makes rank 3 four times slower: after each compute
-phase the rank sleeps ``(f - 1)`` times the compute time it just measured.
-The injected time is charged to the ``delay`` phase, apart from real compute
-(see ALGORITHMS.md, "Heterogeneity emulation").
+phase the rank spends ``(f - 1)`` times a *reference* compute time, the
+running median of its last :data:`REFERENCE_WINDOW` compute phases (one
+step's noise does not move it). The injected time is charged to the
+``delay`` phase, apart from real compute (see ALGORITHMS.md,
+"Heterogeneity emulation").
+
+How the rank spends it (``--slowdown-mode``) decides whether the emulated
+straggler gives anything away to the other ranks:
+
+* ``work``: repeats forward/backward passes of a private copy of the model
+  on a scratch batch of the same shape (own parameter, gradient and
+  activation buffers, its own seeded generator), up to the deadline. The
+  rank occupies its core, caches and memory bandwidth as a slower processor
+  would; the training trajectory is untouched.
+* ``spin``: busy-waits to the deadline (occupies the core, not the caches).
+* ``sleep``: sleeps to the deadline; it frees the core, so it is fair only
+  when every rank has a node to itself.
+* ``auto`` (the default): ``work`` when two or more ranks share a node,
+  ``sleep`` only when none do (:func:`resolve_mode`).
+
+In every mode the time spent beyond a step's deadline (a sleep's wake-up
+latency, the tail of a pass in ``work``) is carried as a debt and taken off
+the next step's delay, so the mean delay matches the asked-for one.
 
 ``--slowdown-schedule`` changes factors during training, to test how a
 strategy adapts: ``"20s:3=1,2=3"`` sets rank 3's factor to 1 and rank 2's to
@@ -17,9 +37,19 @@ with a one-line message.
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Values of ``--slowdown-mode``; ``auto`` resolves to one of the others.
+SLOWDOWN_MODES = ("auto", "work", "spin", "sleep")
+#: Compute phases in the running median the delay is scaled from.
+REFERENCE_WINDOW = 31
 
 
 def _factor(text: str, flag: str, spec: str) -> float:
@@ -136,13 +166,94 @@ def factor_at(timeline: Sequence[tuple[float, float]], t: float) -> float:
     return factor
 
 
+def resolve_mode(mode: str, ranks_per_node: int) -> str:
+    """The mode ``auto`` stands for: ``work`` if some node runs 2+ ranks, else ``sleep``.
+
+    ``ranks_per_node`` is the largest number of ranks on one node (the size
+    of the biggest ``MPI.COMM_TYPE_SHARED`` split); other modes pass through.
+    """
+    if mode not in SLOWDOWN_MODES:
+        raise ValueError(f"--slowdown-mode must be one of {', '.join(SLOWDOWN_MODES)}, "
+                         f"got {mode!r}")
+    if mode != "auto":
+        return mode
+    return "work" if ranks_per_node > 1 else "sleep"
+
+
+class _Deadline(Exception):
+    """Raised between layers of a ``work`` pass once its deadline has passed."""
+
+
+class ModelWork:
+    """``work`` mode: forward/backward passes of a private model copy, up to a deadline.
+
+    ``model`` must be a separate instance of the training model (same
+    architecture, backend and dtype, its own flat buffers): the rank does
+    the same kind of work as its compute phase without touching the real
+    parameters, gradients, optimizer state or any generator the run uses.
+    The scratch batch (``batch_size`` inputs and labels) comes from a
+    private seeded generator. A pass is cut short between layers once the
+    deadline has passed (GPU work is synchronized before each check), so a
+    deadline is overshot by at most one layer.
+    """
+
+    def __init__(self, model: Any, batch_size: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        backend = model.backend
+        x = rng.standard_normal((batch_size, *model.input_shape))
+        y = rng.integers(0, model.num_classes, size=batch_size)
+        self.model = model
+        self.x = backend.asarray(x, dtype=model.dtype)
+        self.y = backend.asarray(y)
+        self._sync = backend.synchronize if backend.is_gpu else None
+        self.passes = 0
+
+    def __call__(self, deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        """Work until ``clock() >= deadline``."""
+        sync = self._sync
+
+        def check(_offset: int | None = None) -> None:
+            if sync is not None:
+                sync()
+            if clock() >= deadline:
+                raise _Deadline
+
+        try:
+            while True:
+                check()
+                self.model.loss_and_grad(self.x, self.y, on_grads_ready=check, poll=check)
+                self.passes += 1
+        except _Deadline:
+            pass
+
+
+def spin_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    """``spin`` mode: busy-wait until ``clock() >= deadline``."""
+    while clock() < deadline:
+        pass
+
+
+def sleep_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    """``sleep`` mode: sleep until ``clock() >= deadline`` (again if woken early)."""
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
 class Slowdown:
-    """Sleeps ``(factor - 1) * compute_seconds`` after each compute phase.
+    """Spends ``(factor - 1) * reference`` after each compute phase, ``mode`` deciding how.
+
+    The reference is the running median of this rank's last
+    :data:`REFERENCE_WINDOW` compute phases (including the current one).
+    Time spent past a step's deadline is a debt taken off the next delays.
 
     With a ``timeline`` (see :func:`rank_timeline`) the factor follows it,
     on a clock that :meth:`start` sets to zero (the driver calls it right
     after the barrier that starts training; before that, the first call
-    starts it).
+    starts it). ``clock`` drives only the schedule; delays are measured
+    with ``time.perf_counter``.
     """
 
     def __init__(
@@ -150,11 +261,26 @@ class Slowdown:
         factor: float = 1.0,
         timeline: Sequence[tuple[float, float]] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        mode: str = "sleep",
+        work: Callable[[float], None] | None = None,
+        window: int = REFERENCE_WINDOW,
     ) -> None:
+        if mode not in SLOWDOWN_MODES[1:]:
+            raise ValueError(f"Slowdown mode must be work, spin or sleep, got {mode!r}")
+        if mode == "work" and work is None:
+            raise ValueError("Slowdown mode 'work' needs a work callable (see ModelWork)")
         self.timeline = list(timeline) if timeline else [(0.0, factor)]
         self.factor = self.timeline[0][1]
         self.clock = clock
+        self.mode = mode
+        self._wait: Callable[[float], None] = {
+            "work": work, "spin": spin_until, "sleep": sleep_until}[mode]  # type: ignore[assignment]
+        self._recent: deque[float] = deque(maxlen=max(1, window))
         self._t0: float | None = None
+        #: Seconds overshot so far and not yet taken off a later delay.
+        self.debt = 0.0
+        self._reference_sum = 0.0
+        self._reference_count = 0
 
     def start(self, elapsed: float = 0.0) -> None:
         """Start the schedule's clock at ``elapsed`` seconds (0 at the start of training;
@@ -173,21 +299,53 @@ class Slowdown:
             self.factor = factor_at(self.timeline, self.elapsed())
         return self.factor
 
+    def reference(self) -> float:
+        """The running median of the recent compute phases (0 before the first)."""
+        return float(statistics.median(self._recent)) if self._recent else 0.0
+
+    @property
+    def mean_reference(self) -> float:
+        """Mean of the references the delays were scaled from (NaN before any delay)."""
+        if not self._reference_count:
+            return float("nan")
+        return self._reference_sum / self._reference_count
+
     def __call__(self, compute_seconds: float) -> float:
-        """Inject the delay for one compute phase; returns the seconds slept."""
-        extra = (self.current() - 1.0) * compute_seconds
-        if extra <= 0:
+        """Inject the delay for one compute phase; returns the seconds spent."""
+        self._recent.append(float(compute_seconds))
+        factor = self.current()
+        if factor <= 1.0:
+            self.debt = 0.0
+            return 0.0
+        reference = self.reference()
+        self._reference_sum += reference
+        self._reference_count += 1
+        target = (factor - 1.0) * reference - self.debt
+        if target <= 0:
+            self.debt = -target
             return 0.0
         start = time.perf_counter()
-        time.sleep(extra)
-        return time.perf_counter() - start
+        self._wait(start + target)
+        spent = time.perf_counter() - start
+        self.debt = max(0.0, spent - target)
+        return spent
 
 
 def make_slowdown(
-    factors: Sequence[float], changes: Sequence[SlowdownChange], rank: int
+    factors: Sequence[float],
+    changes: Sequence[SlowdownChange],
+    rank: int,
+    mode: str = "sleep",
+    work: Callable[[], Callable[[float], None]] | None = None,
 ) -> Slowdown | None:
-    """This rank's :class:`Slowdown`, or ``None`` if it is never slowed down."""
+    """This rank's :class:`Slowdown`, or ``None`` if it is never slowed down.
+
+    ``mode`` is already resolved (:func:`resolve_mode`); for ``work``,
+    ``work()`` builds the work callable (only on ranks that are slowed).
+    """
     timeline = rank_timeline(factors[rank], changes, rank)
     if all(f == 1.0 for _, f in timeline):
         return None
-    return Slowdown(timeline=timeline)
+    if mode == "work" and work is None:
+        raise ValueError("--slowdown-mode work needs a model to repeat")
+    return Slowdown(timeline=timeline, mode=mode, work=work() if mode == "work" else None)
