@@ -14,10 +14,14 @@ setup(
     description="MPI benchmark suite for synchronization strategies in data-parallel training",
     python_requires=">=3.10",
     # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
-    packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS] + ["syncbench.bench.peers"],
+    packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS]
+    + ["syncbench.bench.peers", "syncbench.bench.experiment"],
     package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
-    package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"]},
-    install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8"],
+    package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"],
+                  "syncbench.bench": ["scenarios/*.toml"]},
+    # tomli: scenario files on Python 3.10 (3.11+ has tomllib)
+    install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8",
+                      "tomli>=1.1; python_version < '3.11'"],
     extras_require={
         "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],
         "gpu": ["cupy-cuda12x"],

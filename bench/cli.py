@@ -39,8 +39,12 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "train": Command("syncbench.bench.options", "add_train_arguments", "run_train_command",
                      "one training run (launch under mpiexec -n N)"),
+    "run": Command("syncbench.bench.experiment.runner", "add_arguments", "main",
+                   "a comparison scenario (demo, hetero, overlap, asgd, peers or a .toml): "
+                   "repeated, randomised runs, then tables", passthrough=True),
     "compare": Command("syncbench.bench.compare", "add_arguments", "main",
-                       "the same training flags under several algorithms, then a table",
+                       "the same training flags under several algorithms, then a table "
+                       "(syncbench run with a scenario made of --algorithms)",
                        passthrough=True),
     "sweep": Command("syncbench.bench.sweep", "add_arguments", "main",
                      "strong or weak scaling sweep over rank counts", passthrough=True),
@@ -57,11 +61,11 @@ COMMANDS: dict[str, Command] = {
     "speed": Command("syncbench.bench.speed", "add_arguments", "main",
                      "single-process training-step throughput of the models"),
     "overlap": Command("syncbench.bench.overlap_bench", "add_arguments", "main",
-                       "SSGD (overlap, blocking) vs OD-SGD: throughput and hidden communication"),
+                       "alias of 'syncbench run overlap'", passthrough=True),
     "hetero": Command("syncbench.bench.hetero_bench", "add_arguments", "main",
-                      "SSGD, Local SGD and Oscars side by side on heterogeneous ranks"),
+                      "alias of 'syncbench run hetero'", passthrough=True),
     "asgd-bench": Command("syncbench.bench.asgd_bench", "add_arguments", "main",
-                          "ASGD vs SSGD throughput with a slow rank"),
+                          "alias of 'syncbench run asgd'", passthrough=True),
     "peers": Command("syncbench.bench.peers_bench", "add_arguments", "main",
                      "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"),
     "data": Command("syncbench.bench.data_cli", "add_arguments", "main",

@@ -1,0 +1,153 @@
+"""Repeats -> medians with min-max, and per-repeat ratios against the baseline.
+
+Input: one record per run (``label``, ``group``, ``condition``, ``repeat`` and
+the figures of :mod:`syncbench.bench.experiment.measure`). Output: one cell
+per (configuration, label). Rules, stated once:
+
+- Every figure is the median over the label's repeats with the min and max
+  (NaN values left out). Time to target counts a run that missed the target
+  or diverged as infinitely slow.
+- Ratios against the baseline label are taken per repeat, between the two
+  runs of that repeat in the same slowdown configuration (they ran next to
+  each other, so they share the machine's state), then the median and
+  min-max of those ratios are given.
+  - ``ttt_ratio`` = time to target / the baseline's. A diverged or missed
+    run is infinitely slow (ratio inf), so it never counts as faster; a repeat
+    whose baseline missed the target gives no ratio.
+  - ``sps_ratio`` = samples/s / the baseline's, over the label's runs that
+    did not diverge (a diverged run's throughput is no result).
+  - ``het_hom`` = samples/s in this configuration / the same label's in the
+    homogeneous configuration of the same repeat (non-diverged runs only).
+- ``status`` says why a ratio is missing: ``diverged`` when every run that
+  could give it diverged (or the median is infinite and a run diverged),
+  ``not reached`` when the median is infinite without divergence.
+- Within a group expanded from an lr grid, ``best_lr`` marks the label with
+  the best median headline (time to target; ties: samples/s) per configuration.
+- ``factor_spread``: per configuration, max/min of the realised factors of
+  all its runs; flagged when above :data:`FACTOR_TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: Relative spread of realised factors above which a comparison is flagged.
+FACTOR_TOLERANCE = 0.10
+STAT_KEYS = ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
+             "interference_ratio", "hidden_comm_fraction")
+
+
+def spread(values: Iterable[float], keep_inf: bool = False) -> dict[str, Any]:
+    """``{"median", "min", "max", "n"}`` of the values (NaN dropped; inf kept if asked).
+
+    Empty -> every statistic None. Infinite results stay ``math.inf`` here;
+    the results file writes them as null.
+    """
+    arr = np.array([float(v) for v in values if v is not None], dtype=np.float64)
+    arr = arr[~np.isnan(arr)]
+    if not keep_inf:
+        arr = arr[np.isfinite(arr)]
+    if not arr.size:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": float(np.median(arr)), "min": float(arr.min()),
+            "max": float(arr.max()), "n": int(arr.size)}
+
+
+def _ttt(record: dict[str, Any]) -> float:
+    """Time to target, inf when the run diverged or never reached it."""
+    t = record["time_to_target_s"]
+    if record["diverged"] or t is None or not math.isfinite(t):
+        return math.inf
+    return float(t)
+
+
+def _status(stats: dict[str, Any], n_diverged: int, usable: int) -> str | None:
+    if usable == 0 and n_diverged:
+        return "diverged"
+    if stats["median"] is None:
+        return "-"
+    if math.isinf(stats["median"]):
+        return "diverged" if n_diverged else "not reached"
+    return None
+
+
+def _index(records: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    return {(r["condition"], r["label"], r["repeat"]): r for r in records}
+
+
+def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
+              conditions: Sequence[str], baseline: str, homogeneous: str = "hom",
+              groups: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One cell per (condition, label) present in ``records`` (module docstring)."""
+    at = _index(records)
+    cells = []
+    for cond in conditions:
+        for label in labels:
+            runs = [r for r in records if r["condition"] == cond and r["label"] == label]
+            if not runs:
+                continue
+            n_div = sum(bool(r["diverged"]) for r in runs)
+            ok = [r for r in runs if not r["diverged"]]
+            cell: dict[str, Any] = {
+                "condition": cond, "label": label,
+                "group": (groups or {}).get(label, label),
+                "runs": len(runs), "diverged": n_div,
+                "reached": sum(math.isfinite(_ttt(r)) for r in runs),
+                "overlapped": sum(bool(r.get("overlapped")) for r in runs),
+                "time_to_target_s": spread((_ttt(r) for r in runs), keep_inf=True),
+            }
+            for key in STAT_KEYS:
+                cell[key] = spread(r[key] for r in runs)
+            ttt, sps, het = [], [], []
+            for r in runs:
+                base = at.get((cond, baseline, r["repeat"]))
+                if base is not None and math.isfinite(_ttt(base)):
+                    ttt.append(_ttt(r) / _ttt(base))
+                if base is not None and not r["diverged"] and base["samples_per_s"] > 0:
+                    sps.append(r["samples_per_s"] / base["samples_per_s"])
+                hom = at.get((homogeneous, label, r["repeat"]))
+                if (cond != homogeneous and hom is not None and not r["diverged"]
+                        and not hom["diverged"] and hom["samples_per_s"] > 0):
+                    het.append(r["samples_per_s"] / hom["samples_per_s"])
+            cell["ttt_ratio"] = spread(ttt, keep_inf=True)
+            cell["ttt_ratio"]["status"] = _status(cell["ttt_ratio"], n_div, len(runs))
+            cell["sps_ratio"] = spread(sps)
+            cell["sps_ratio"]["status"] = _status(cell["sps_ratio"], n_div, len(ok))
+            cell["het_hom"] = spread(het)
+            cell["het_hom"]["status"] = (None if cond == homogeneous else
+                                         _status(cell["het_hom"], n_div, len(ok)))
+            cells.append(cell)
+    mark_best(cells)
+    return cells
+
+
+def _headline_key(cell: dict[str, Any]) -> tuple[float, float]:
+    """Sort key, smaller is better: median time to target, then minus median samples/s."""
+    ttt = cell["time_to_target_s"]["median"]
+    sps = cell["samples_per_s"]["median"] if not cell["diverged"] else None
+    return (math.inf if ttt is None else ttt, -(sps or 0.0))
+
+
+def mark_best(cells: list[dict[str, Any]]) -> None:
+    """Set ``best_lr`` on the best cell of every lr-grid group per condition."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        cell["best_lr"] = False
+        groups.setdefault((cell["condition"], cell["group"]), []).append(cell)
+    for members in groups.values():
+        if len(members) > 1:
+            min(members, key=_headline_key)["best_lr"] = True
+
+
+def factor_spread(records: Sequence[dict[str, Any]], condition: str) -> dict[str, Any]:
+    """Realised factors of every run of a configuration: min, max and the flag."""
+    values = [r["realised_factor"] for r in records if r["condition"] == condition
+              and r["realised_factor"] is not None and math.isfinite(r["realised_factor"])]
+    if not values:
+        return {"min": None, "max": None, "flag": False}
+    lo, hi = min(values), max(values)
+    return {"min": lo, "max": hi, "flag": bool(lo > 0 and hi / lo - 1 > FACTOR_TOLERANCE)}

@@ -1,0 +1,362 @@
+"""``syncbench run SCENARIO``: one experiment runner for every side-by-side comparison.
+
+A scenario file names the runs (label, algorithm, their own flags, an
+optional lr grid), the flags they share, the slowdowns (the homogeneous
+configuration is added to every heterogeneous scenario), the ranks, the
+repeats, the target accuracy and the headline metric (see
+``syncbench.bench.experiment.scenario`` for the format; copy a shipped file
+to write your own and pass its path).
+
+The runner launches one ``mpiexec -n NP syncbench train`` per run, one at a
+time, in a seeded random order within each repeat (the seed and the order
+are recorded), prints one progress line per run, and writes the run files
+and one results file, ``results.json`` (scenario, seed, order, machine
+context, every run's figures, and per label and configuration the medians
+with min–max), into ``--out-dir``. Then it prints, per configuration, the
+machine context and a fixed-column table: time to the target accuracy
+against the baseline (the headline), samples/s against the baseline, and
+accuracy, as median (min–max) over repeats; diverged runs show as
+"diverged" and never count as faster. Heterogeneous configurations add each
+strategy's het/hom throughput next to the ceiling sum(1/f)/N, the realised
+slowdown factor and the interference ratio, flag realised factors that
+differ by more than 10%, and label oversubscribed runs.
+
+Timing claims need at least 5 repeats (the shipped timing scenarios default
+to 5); ``--repeats 1`` is for a quick look. Flags the runner does not know
+go to every ``syncbench train`` and come last, so they override the
+scenario's (``--seed``, ``--out``, ``--algorithm``, ``--slowdown``,
+``--slowdown-mode`` and ``--target-accuracy`` are the runner's to set:
+repeat r trains with ``--seed r``). ``--resume`` keeps the run files a
+stopped invocation of the same plan already wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import secrets
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from syncbench.bench.launch import run_train
+
+from .plan import PlannedRun, plan_runs
+from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
+
+RESULTS_NAME = "results.json"
+RESULTS_SCHEMA = "syncbench-results/1"
+#: Repeats below which the runner says that timings are indicative only.
+MIN_TIMING_REPEATS = 5
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runner's own flags (everything else goes to ``syncbench train``)."""
+    parser.add_argument("--np", type=int, default=None, help="ranks per run (default: the "
+                        "scenario's)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repeats of every run (default: the scenario's; >= 5 for timing "
+                        "claims)")
+    parser.add_argument("--out-dir", default=None,
+                        help="run files and results.json (default runs/<scenario>)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the run order (default: a fresh one, printed and "
+                        "recorded)")
+    parser.add_argument("--target-accuracy", type=float, default=None,
+                        help="test accuracy whose time is the headline (default: the "
+                        "scenario's)")
+    parser.add_argument("--slowdown-modes", default=None, metavar="MODE,...",
+                        help=f"replace the scenario's slowdown modes ({', '.join(SLOWDOWN_MODES)})")
+    parser.add_argument("--mpiexec", default=None,
+                        help="launcher (default: $MPIEXEC, else the mpiexec next to this Python)")
+    parser.add_argument("--run-timeout", type=float, default=1800,
+                        help="seconds allowed for one run (default 1800)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the run files of a stopped invocation with the same plan")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (one train command per run) and exit")
+    parser.add_argument("--plots", default=None, metavar="DIR",
+                        help="also write the report's plots of every run to DIR")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``syncbench run``; ``--help`` lists the shipped scenarios."""
+    parser.add_argument("scenario", metavar="SCENARIO",
+                        help="a shipped scenario (below) or the path of a scenario .toml file")
+    add_runner_arguments(parser)
+    parser.epilog = "shipped scenarios:\n" + describe_shipped()
+
+
+def _error(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: non-finite floats become null, tuples lists, paths strings."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` through a temporary file (a file that exists is whole)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_plain(data), indent=2, allow_nan=False) + "\n")
+    tmp.replace(path)
+
+
+def _scenario_json(scenario: Scenario, np_: int, repeats: int, target: float) -> dict[str, Any]:
+    return {
+        "name": scenario.name, "source": scenario.source, "description": scenario.description,
+        "np": np_, "repeats": repeats, "target_accuracy": target,
+        "headline": scenario.headline, "baseline": scenario.baseline,
+        "eval_every": scenario.eval_every, "slowdowns": scenario.slowdowns,
+        "slowdown_modes": scenario.slowdown_modes, "flags": list(scenario.flags),
+        "runs": [{"label": e.label, "algorithm": e.algorithm, "flags": list(e.flags),
+                  "group": e.group, "lr": e.lr} for e in scenario.runs],
+    }
+
+
+def _plan_json(plan: Sequence[PlannedRun]) -> list[dict[str, Any]]:
+    return [{"run_id": p.run_id, "repeat": p.repeat, "label": p.entry.label,
+             "condition": p.condition.key, "path": str(p.path), "args": list(p.args)}
+            for p in plan]
+
+
+def _previous(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _readable(path: Path) -> bool:
+    from syncbench.analysis.runfile import RunFileError, read_run  # noqa: PLC0415
+
+    try:
+        read_run(path)
+    except RunFileError:
+        return False
+    return True
+
+
+def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool) -> str:
+    """One line per finished run: its figures from the run file's summary."""
+    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+
+    from .measure import diverged  # noqa: PLC0415
+
+    run = read_run(p.path)
+    s = run.summary
+    ttt = s["time_to_target_s"]
+    state = ("DIVERGED" if diverged(run) else
+             f"to target {ttt:.2f}s" if math.isfinite(ttt) else "target not reached")
+    how = "kept (--resume)" if kept else f"{seconds:.0f}s"
+    return (f"[{i:>{len(str(total))}}/{total}] repeat {p.repeat + 1} {p.entry.label:<16} "
+            f"{p.condition.title:<28} {s['samples_per_s']:>9.0f} samples/s  "
+            f"accuracy {s['final_accuracy']:.4f}  {state}  ({how})")
+
+
+def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_: int,
+            resume: bool, say: Callable[[str], None]) -> str | None:
+    """Run the plan in order; None on success, else a one-line failure."""
+    for i, p in enumerate(plan, 1):
+        if resume and p.path.exists() and _readable(p.path):
+            say(_progress(i, len(plan), p, 0.0, kept=True))
+            continue
+        start = time.perf_counter()
+        try:
+            proc = run_train(np_, list(p.args), mpiexec, timeout=timeout, quiet=True)
+        except subprocess.TimeoutExpired:
+            return f"run {p.run_id} took longer than --run-timeout {timeout:g}s"
+        if proc.returncode != 0:
+            tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
+            return f"run {p.run_id} failed (exit {proc.returncode}): {tail}"
+        say(_progress(i, len(plan), p, time.perf_counter() - start, kept=False))
+    return None
+
+
+def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
+    """The plan's slowdown configurations, homogeneous first, then in scenario order."""
+    seen = list(dict.fromkeys(p.condition for p in plan))
+    return sorted(seen, key=lambda c: (not c.homogeneous, str(c.factors), str(c.mode)))
+
+
+def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]]:
+    """(per-run records, cells, runs) read back from the plan's run files."""
+    from syncbench.analysis.context import machine_context  # noqa: PLC0415
+    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+
+    from .aggregate import aggregate  # noqa: PLC0415
+    from .measure import run_figures  # noqa: PLC0415
+
+    runs = [read_run(p.path) for p in plan]
+    records = []
+    for p, run, figures in zip(plan, runs, run_figures(runs, target), strict=True):
+        records.append({"run_id": p.run_id, "label": p.entry.label, "group": p.entry.group,
+                        "algorithm": p.entry.algorithm, "condition": p.condition.key,
+                        "condition_title": p.condition.title, "repeat": p.repeat,
+                        "path": str(p.path), **figures, "context": machine_context(run)})
+    labels = [e.label for e in scenario.runs]
+    conditions = [c.key for c in _conditions(plan)]
+    groups = {e.label: e.group for e in scenario.runs}
+    cells = aggregate(records, labels, conditions, scenario.baseline, groups=groups)
+    return records, cells, runs
+
+
+def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dict[str, Any]],
+               cells: list[dict[str, Any]], target: float) -> tuple[list[str], list[dict]]:
+    """Every table, and the per-configuration comparison facts for the results file."""
+    from syncbench.analysis.fairness import throughput_ceiling  # noqa: PLC0415
+
+    from .aggregate import factor_spread  # noqa: PLC0415
+    from .tables import comparison_table, hetero_table  # noqa: PLC0415
+
+    lines: list[str] = []
+    comparisons = []
+    for cond in _conditions(plan):
+        these = [c for c in cells if c["condition"] == cond.key]
+        contexts = [r["context"] for r in records if r["condition"] == cond.key]
+        lines += [""] + comparison_table(scenario.name, cond.title, these, scenario.baseline,
+                                         target, scenario.headline, contexts)
+        if cond.homogeneous:
+            continue
+        ceiling = throughput_ceiling(cond.factors)
+        spread = factor_spread(records, cond.key)
+        comparisons.append({"condition": cond.key, "title": cond.title,
+                            "factors": list(cond.factors), "ceiling": ceiling,
+                            "realised_factor_spread": spread})
+        lines += [""] + hetero_table(scenario.name, cond.title, these, ceiling,
+                                     max(cond.factors), spread, contexts)
+    return lines, comparisons
+
+
+def _write_plots(paths: Sequence[str], out: str, say: Callable[[str], None]) -> None:
+    """The report's plots of every run (``syncbench report FILES --plots OUT``)."""
+    from syncbench.bench.cli import main as cli_main  # noqa: PLC0415
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        status = cli_main(["report", *paths, "--plots", out])
+    say(f"plots: {out}/" if status == 0 else f"plots: not written (syncbench report exit {status})")
+
+
+def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str],
+                 prog: str = "syncbench run") -> int:
+    """Plan, run, aggregate and print one scenario; the exit status."""
+    np_ = args.np or scenario.np
+    repeats = args.repeats or scenario.repeats
+    target = args.target_accuracy or scenario.target_accuracy
+    if np_ < 1 or repeats < 1 or not 0 < target <= 1:
+        return _error(prog, "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]")
+    if args.slowdown_modes:
+        modes = [m.strip() for m in args.slowdown_modes.split(",") if m.strip()]
+        if not modes or any(m not in SLOWDOWN_MODES for m in modes):
+            return _error(prog, f"--slowdown-modes takes {', '.join(SLOWDOWN_MODES)}")
+        scenario.slowdown_modes = modes
+    out_dir = Path(args.out_dir or Path("runs") / scenario.name)
+    results_path = out_dir / RESULTS_NAME
+    previous = _previous(results_path) if args.resume else None
+    seed = args.seed
+    if seed is None:
+        seed = previous["seed"] if previous and "seed" in previous else secrets.randbelow(2**31)
+    try:
+        plan = plan_runs(scenario, np_, repeats, seed, out_dir, list(extra), target)
+    except ScenarioError as exc:
+        return _error(prog, str(exc))
+    head = _scenario_json(scenario, np_, repeats, target)
+    if args.dry_run:
+        for p in plan:
+            print(" ".join(shlex.quote(a) for a in ["syncbench", "train", *p.args]))
+        return 0
+    if previous and previous.get("plan") != _plan_json(plan):
+        return _error(prog, f"--resume: {results_path} was written for another plan "
+                      "(scenario, flags, --np, --repeats or --seed differ); use another "
+                      "--out-dir or drop --resume")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    state = {"schema": RESULTS_SCHEMA, "complete": False, "scenario": head,
+             "extra_train_args": list(extra), "seed": seed,
+             "order": [p.run_id for p in plan], "plan": _plan_json(plan),
+             "started_utc": started}
+    write_json(results_path, state)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    say(f"# syncbench run {scenario.name} ({scenario.source}): {scenario.description}")
+    say(f"# {len(plan)} runs: {len(scenario.runs)} labels x "
+        f"{len(plan) // max(1, repeats * len(scenario.runs))} configuration(s) x {repeats} "
+        f"repeat(s), {np_} ranks; order randomised within each repeat, seed {seed}; "
+        f"target accuracy {target:g}; run files in {out_dir}/")
+    if repeats < MIN_TIMING_REPEATS:
+        say(f"# note: {repeats} repeat(s), fewer than {MIN_TIMING_REPEATS}: the timing ratios "
+            "are a quick look, not a timing claim")
+    failure = execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say)
+    if failure:
+        print(f"{prog}: error: {failure} (rerun with --resume to keep the finished runs)",
+              file=sys.stderr)
+        return 1
+    records, cells, runs = results(scenario, plan, target)
+    lines, comparisons = format_all(scenario, plan, records, cells, target)
+    print("\n".join(lines))
+    from syncbench.analysis.context import format_contexts, merge_contexts  # noqa: PLC0415
+
+    contexts = [r["context"] for r in records]
+    state.update(complete=True, finished_utc=datetime.now(timezone.utc).isoformat(
+        timespec="seconds"), machine=merge_contexts(contexts),
+        machine_line=format_contexts(contexts), runs=records, cells=cells,
+        comparisons=comparisons)
+    write_json(results_path, state)
+    say("")
+    say(f"run files: {out_dir}/ ({len(plan)} files); results: {results_path}")
+    if args.plots:
+        _write_plots([p.path.as_posix() for p in plan], args.plots, say)
+    first = min(plan, key=lambda p: (p.entry.label != scenario.baseline,
+                                     not p.condition.homogeneous, p.repeat)).path.as_posix()
+    say("next:")
+    say(f"  syncbench report {out_dir.as_posix()}/*.h5 --plots {args.plots or 'plots'}"
+        "   # tables and plots of every run")
+    say(f"  syncbench trace {first} -o trace.json   # open in ui.perfetto.dev")
+    return 0
+
+
+def main(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
+    """Body of ``syncbench run``."""
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        return _error("syncbench run", str(exc))
+    return run_scenario(scenario, args, extra or [])
+
+
+def alias(name: str, prog: str) -> tuple[Callable[[argparse.ArgumentParser], None],
+                                         Callable[..., int]]:
+    """``(add_arguments, main)`` of an old command that is now ``syncbench run NAME``."""
+
+    def add(parser: argparse.ArgumentParser) -> None:
+        add_runner_arguments(parser)
+
+    def body(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
+        try:
+            scenario = load_scenario(name)
+        except ScenarioError as exc:  # pragma: no cover - a broken shipped file
+            return _error(prog, str(exc))
+        return run_scenario(scenario, args, extra or [], prog)
+
+    return add, body

@@ -1,0 +1,346 @@
+"""Scenario files: what a comparison runs, as data.
+
+A scenario is a TOML file (read with :mod:`tomllib`, or the ``tomli``
+backport on Python 3.10). The shipped ones live in ``bench/scenarios/``
+(package data ``syncbench.bench/scenarios/*.toml``); ``syncbench run PATH``
+takes any other file. Keys (only ``np`` and at least one ``[[run]]`` are
+required)::
+
+    description = "one line shown above the tables"
+    np = 2                         # ranks per run (--np overrides)
+    repeats = 5                    # repeats of every run (--repeats overrides)
+    target_accuracy = 0.80         # test accuracy whose wall time is the headline
+    headline = "time_to_target"    # or "samples_per_s": the first ratio column
+    baseline = "ssgd"              # label the ratios are taken against (default: first run)
+    eval_every = 0.05              # evaluation interval in epochs (finer = sharper time to target)
+    slowdowns = ["last:4"]         # heterogeneous configurations: "1,4" or "last:4"
+    slowdown_modes = ["work"]      # --slowdown-mode of each; omitted: train's default
+    lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
+    flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
+
+    [[run]]
+    label = "odsgd"                # row name, unique
+    algorithm = "odsgd"
+    flags = { warmup_steps = 50 }  # this entry's flags
+    lr_grid = [0.01, 0.02, 0.05]   # one row per lr; the best by the headline is marked
+
+A flag table maps ``name = value`` to ``--name value`` (underscores become
+hyphens; ``true`` is a bare switch, ``false`` leaves it out, a list is
+comma-joined). A heterogeneous scenario always gets the homogeneous
+configuration (every factor 1) added: the baseline of the het/hom throughput
+and of the ceiling sum(1/f)/N. ``"last:F"`` slows the last rank by F at any
+rank count; an explicit list must have ``np`` factors. Every problem is a
+:class:`ScenarioError` whose message is one line.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10: the tomli backport (a dependency there)
+    import tomli as tomllib
+
+#: Headline metrics a scenario may name.
+HEADLINES = ("time_to_target", "samples_per_s")
+#: ``--slowdown-mode`` values of ``syncbench train``.
+SLOWDOWN_MODES = ("auto", "work", "spin", "sleep")
+#: Train flags the runner sets itself, and the scenario key that sets each instead.
+RESERVED_FLAGS = {
+    "algorithm": "the run entry's 'algorithm'",
+    "out": "the runner's --out-dir",
+    "overwrite": "nothing (the runner overwrites its own files)",
+    "progress": "nothing (the runner prints one line per run)",
+    "slowdown": "'slowdowns'",
+    "slowdown_mode": "'slowdown_modes'",
+    "target_accuracy": "'target_accuracy'",
+    "eval_every": "'eval_every'",
+    "seed": "nothing (repeat r trains with seed r)",
+}
+_TOP_KEYS = {"description", "np", "repeats", "target_accuracy", "headline", "baseline",
+             "eval_every", "slowdowns", "slowdown_modes", "lr_grid", "flags", "run"}
+_RUN_KEYS = {"label", "algorithm", "flags", "lr_grid"}
+#: Where the shipped scenarios live, inside the ``syncbench.bench`` package.
+SCENARIO_PACKAGE, SCENARIO_DIR = "syncbench.bench", "scenarios"
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be read or is not valid; the message is one line."""
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One row of the tables: a label, its algorithm and its own train flags."""
+
+    label: str
+    algorithm: str
+    flags: tuple[str, ...]
+    #: Label of the entry this one was expanded from by an lr grid (else its own label).
+    group: str
+    lr: float | None = None
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One slowdown configuration; ``factors`` None is the homogeneous one."""
+
+    factors: tuple[float, ...] | None
+    mode: str | None
+
+    @property
+    def homogeneous(self) -> bool:
+        return self.factors is None
+
+    @property
+    def key(self) -> str:
+        """File-name-safe id, e.g. ``hom`` or ``s1-4-work``."""
+        if self.factors is None:
+            return "hom"
+        spec = "-".join(f"{f:g}" for f in self.factors)
+        return f"s{spec}" + (f"-{self.mode}" if self.mode else "")
+
+    @property
+    def title(self) -> str:
+        """Human name, e.g. ``homogeneous`` or ``slowdown 1,4 mode work``."""
+        if self.factors is None:
+            return "homogeneous"
+        spec = ",".join(f"{f:g}" for f in self.factors)
+        return f"slowdown {spec}" + (f" mode {self.mode}" if self.mode else "")
+
+    def train_flags(self) -> list[str]:
+        """The ``--slowdown`` / ``--slowdown-mode`` flags of this configuration."""
+        if self.factors is None:
+            return []
+        flags = ["--slowdown", ",".join(f"{f:g}" for f in self.factors)]
+        return flags + (["--slowdown-mode", self.mode] if self.mode else [])
+
+
+@dataclass
+class Scenario:
+    """A checked scenario (see the module docstring for the keys)."""
+
+    name: str
+    source: str
+    description: str
+    np: int
+    runs: list[RunEntry]
+    repeats: int = 5
+    target_accuracy: float = 0.80
+    headline: str = "time_to_target"
+    baseline: str = ""
+    eval_every: float = 0.05
+    slowdowns: list[str] = field(default_factory=list)
+    slowdown_modes: list[str] = field(default_factory=list)
+    flags: tuple[str, ...] = ()
+    #: The parsed TOML, for the results file.
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def heterogeneous(self) -> bool:
+        return bool(self.slowdowns)
+
+    def conditions(self, np_: int) -> list[Condition]:
+        """Homogeneous first (added for every heterogeneous scenario), then each slowdown x mode."""
+        out = [Condition(None, None)]
+        for spec in self.slowdowns:
+            factors = resolve_slowdown(spec, np_)
+            if all(f == 1.0 for f in factors):
+                continue
+            for mode in self.slowdown_modes or [None]:
+                cond = Condition(factors, mode)
+                if cond not in out:
+                    out.append(cond)
+        return out
+
+
+def shipped_scenarios() -> dict[str, Path]:
+    """Name -> path of every scenario shipped with the package."""
+    folder = resources.files(SCENARIO_PACKAGE) / SCENARIO_DIR
+    out = {}
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".toml"):
+            out[item.name[:-5]] = Path(str(item))
+    return out
+
+
+def describe_shipped() -> str:
+    """One line per shipped scenario: name and description (for ``--help``)."""
+    lines = []
+    for name, path in shipped_scenarios().items():
+        try:
+            desc = load_scenario(str(path)).description
+        except ScenarioError as exc:  # pragma: no cover - a broken shipped file
+            desc = f"(unreadable: {exc})"
+        lines.append(f"  {name:<10} {desc}")
+    return "\n".join(lines)
+
+
+def resolve_slowdown(spec: str, np_: int) -> tuple[float, ...]:
+    """Factors of ``"1,4"`` (exactly ``np_`` of them) or ``"last:4"`` (any ``np_``)."""
+    text = str(spec).strip()
+    if text.startswith("last:"):
+        factors = [1.0] * (np_ - 1) + [_factor(text[5:], spec)]
+    else:
+        factors = [_factor(p, spec) for p in text.split(",")]
+        if len(factors) != np_:
+            raise ScenarioError(
+                f"slowdown {spec!r} has {len(factors)} factors but runs have {np_} ranks "
+                f"(write 'last:F' to slow the last rank at any rank count)")
+    return tuple(factors)
+
+
+def _factor(text: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ScenarioError(f"slowdown {spec!r}: {text.strip()!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 1.0):
+        raise ScenarioError(f"slowdown {spec!r}: every factor must be >= 1")
+    return value
+
+
+def flags_to_args(table: Any, where: str) -> tuple[str, ...]:
+    """``{eval_every = 0.1, overlap = true}`` -> ``("--eval-every", "0.1", "--overlap")``."""
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{where} must be a table of flag = value, got {table!r}")
+    args: list[str] = []
+    for key, value in table.items():
+        name = str(key).replace("-", "_")
+        if name in RESERVED_FLAGS:
+            raise ScenarioError(f"{where}: '{key}' is set by the runner; use "
+                                f"{RESERVED_FLAGS[name]}")
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                args.append(flag)
+        elif isinstance(value, int | float | str):
+            args += [flag, str(value)]
+        elif isinstance(value, list) and all(isinstance(v, int | float | str) for v in value):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            raise ScenarioError(f"{where}: '{key}' must be a string, number, boolean or list")
+    return tuple(args)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ScenarioError(message)
+
+
+def _number(data: dict, key: str, default: Any, kind: type, lo: float, hi: float) -> Any:
+    value = data.get(key, default)
+    good = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        good = isinstance(value, int) and not isinstance(value, bool)
+    _require(good and lo <= value <= hi,
+             f"'{key}' must be a {'whole ' if kind is int else ''}number in [{lo:g}, {hi:g}], "
+             f"got {value!r}")
+    return kind(value)
+
+
+def _lr_grid(value: Any, where: str) -> list[float]:
+    _require(isinstance(value, list) and value and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in value),
+        f"{where}: 'lr_grid' must be a non-empty list of positive numbers, got {value!r}")
+    return [float(v) for v in value]
+
+
+def _entries(data: dict, top_grid: list[float] | None) -> list[RunEntry]:
+    from syncbench.algorithms.registry import ALGORITHMS  # noqa: PLC0415 - numpy import
+
+    runs = data.get("run")
+    _require(isinstance(runs, list) and runs and all(isinstance(r, dict) for r in runs),
+             "needs at least one [[run]] table (label, algorithm, optional flags and lr_grid)")
+    entries: list[RunEntry] = []
+    for i, run in enumerate(runs):
+        where = f"[[run]] #{i + 1}"
+        unknown = sorted(set(run) - _RUN_KEYS)
+        _require(not unknown, f"{where}: unknown key(s) {', '.join(unknown)}; "
+                              f"valid: {', '.join(sorted(_RUN_KEYS))}")
+        algorithm = run.get("algorithm")
+        _require(isinstance(algorithm, str) and algorithm in ALGORITHMS,
+                 f"{where}: 'algorithm' must be one of {', '.join(ALGORITHMS)}, "
+                 f"got {algorithm!r}")
+        label = run.get("label", algorithm)
+        _require(isinstance(label, str) and label.strip() and label.replace("-", "").replace(
+            "_", "").replace("+", "").replace(".", "").isalnum(),
+            f"{where}: 'label' must be letters, digits and - _ + . only, got {label!r}")
+        where = f"[[run]] {label!r}"
+        flags = flags_to_args(run.get("flags", {}), f"{where} flags")
+        grid = _lr_grid(run["lr_grid"], where) if "lr_grid" in run else top_grid
+        if grid and len(grid) > 1:
+            entries += [RunEntry(f"{label}@lr={lr:g}", algorithm,
+                                 (*flags, "--lr", f"{lr:g}"), label, lr) for lr in grid]
+        elif grid:
+            entries.append(RunEntry(label, algorithm, (*flags, "--lr", f"{grid[0]:g}"),
+                                    label, grid[0]))
+        else:
+            entries.append(RunEntry(label, algorithm, flags, label))
+    labels = [e.label for e in entries]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    _require(not dupes, f"duplicate run label(s) {', '.join(dupes)}: every row needs its own")
+    return entries
+
+
+def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
+    """Check the parsed TOML of a scenario; :class:`ScenarioError` on the first problem."""
+    unknown = sorted(set(data) - _TOP_KEYS)
+    _require(not unknown, f"unknown key(s) {', '.join(unknown)}; "
+                          f"valid: {', '.join(sorted(_TOP_KEYS))}")
+    _require("np" in data, "'np' (ranks per run) is required")
+    np_ = _number(data, "np", None, int, 1, 4096)
+    top_grid = _lr_grid(data["lr_grid"], "top level") if "lr_grid" in data else None
+    entries = _entries(data, top_grid)
+    headline = data.get("headline", "time_to_target")
+    _require(headline in HEADLINES,
+             f"'headline' must be one of {', '.join(HEADLINES)}, got {headline!r}")
+    labels = [e.label for e in entries]
+    baseline = data.get("baseline", labels[0])
+    _require(baseline in labels,
+             f"'baseline' {baseline!r} is not a run label (labels: {', '.join(labels)})")
+    slowdowns = data.get("slowdowns", [])
+    _require(isinstance(slowdowns, list) and all(isinstance(s, str) for s in slowdowns),
+             "'slowdowns' must be a list of strings such as \"1,4\" or \"last:4\"")
+    modes = data.get("slowdown_modes", [])
+    _require(isinstance(modes, list) and all(m in SLOWDOWN_MODES for m in modes),
+             f"'slowdown_modes' must be a list of {', '.join(SLOWDOWN_MODES)}, got {modes!r}")
+    description = data.get("description", "")
+    _require(isinstance(description, str), "'description' must be a string")
+    scenario = Scenario(
+        name=name, source=source, description=description, np=np_, runs=entries,
+        repeats=_number(data, "repeats", 5, int, 1, 1000),
+        target_accuracy=_number(data, "target_accuracy", 0.80, float, 1e-9, 1.0),
+        headline=headline, baseline=baseline,
+        eval_every=_number(data, "eval_every", 0.05, float, 0.0, 1e6),
+        slowdowns=list(slowdowns), slowdown_modes=list(modes),
+        flags=flags_to_args(data.get("flags", {}), "flags"), raw=data)
+    scenario.conditions(np_)  # checks every slowdown against np
+    return scenario
+
+
+def load_scenario(spec: str) -> Scenario:
+    """A shipped scenario by name (``hetero``) or any scenario file by path."""
+    shipped = shipped_scenarios()
+    if spec in shipped:
+        path = shipped[spec]
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            names = ", ".join(shipped)
+            raise ScenarioError(f"{spec}: no such scenario file (shipped scenarios: {names})")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot be read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML ({exc})") from None
+    try:
+        return parse_scenario(data, path.stem, str(path))
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None

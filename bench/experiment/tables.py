@@ -1,0 +1,135 @@
+"""Fixed-column tables of a scenario's cells (see :mod:`.aggregate` for every figure).
+
+Per slowdown configuration, a machine-context line and then the comparison
+table: time to the target accuracy against the baseline (the headline,
+unless the scenario names samples/s), samples/s against the baseline, the
+median time to target, samples/s and final accuracy, each as
+``median (min–max)`` over repeats. Heterogeneous configurations get a
+second table: each strategy's het/hom throughput next to the ceiling
+sum(1/f)/N, the realised slowdown factor and the interference ratio, with a
+flag when the realised factors of the compared runs differ by more than 10%
+and an ``OVERSUBSCRIBED`` label when ranks outnumber cores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from syncbench.analysis.context import format_contexts, merge_contexts
+
+from .aggregate import FACTOR_TOLERANCE
+
+VALUE_WIDTH = 22
+OVERSUBSCRIBED_NOTE = (
+    "OVERSUBSCRIBED: ranks outnumber physical cores, so the homogeneous runs are CPU-bound "
+    "themselves and a rank that waits or sleeps lends its core to the others; het/hom "
+    "throughput against the ceiling is not a clean comparison here")
+
+
+def fmt_value(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}f}"
+
+
+def fmt_spread(stats: dict[str, Any], digits: int = 2, single: bool = False) -> str:
+    """``median (min–max)``, or the status (``diverged``, ``not reached``) instead."""
+    if stats.get("status"):
+        return str(stats["status"])
+    if stats.get("median") is None:
+        return "-"
+    med = fmt_value(stats["median"], digits)
+    if single or stats.get("n", 0) <= 1 or stats["min"] == stats["max"]:
+        return med
+    return f"{med} ({fmt_value(stats['min'], digits)}–{fmt_value(stats['max'], digits)})"
+
+
+def _row(label: str, width: int, cells: Sequence[str]) -> str:
+    return f"  {label:<{width}}" + "".join(f"{c:>{VALUE_WIDTH}}" for c in cells)
+
+
+def _header(width: int, names: Sequence[str]) -> str:
+    return f"# {'label':<{width}}" + "".join(f"{n:>{VALUE_WIDTH}}" for n in names)
+
+
+def context_line(contexts: Sequence[dict[str, Any]]) -> str:
+    return format_contexts(list(contexts))
+
+
+def oversubscribed(contexts: Sequence[dict[str, Any]]) -> bool:
+    """True when some run's ranks outnumbered its host's physical cores."""
+    over = merge_contexts(list(contexts)).get("oversubscribed") if contexts else None
+    return over is True or over == "some oversubscribed"
+
+
+def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
+                     baseline: str, target: float, headline: str,
+                     contexts: Sequence[dict[str, Any]]) -> list[str]:
+    """The headline table of one configuration (lines)."""
+    width = max([12, *(len(c["label"]) + 2 for c in cells)])
+    ttt_col = (f"to {target:g} / {baseline}", "ttt_ratio")
+    sps_col = (f"samples/s / {baseline}", "sps_ratio")
+    ratio_cols = [ttt_col, sps_col] if headline == "time_to_target" else [sps_col, ttt_col]
+    show_hidden = any(c["hidden_comm_fraction"]["median"] is not None for c in cells)
+    names = [n for n, _ in ratio_cols] + [f"time to {target:g} [s]", "samples/s",
+                                          "accuracy"]
+    names += ["hidden comm"] if show_hidden else []
+    over = oversubscribed(contexts)
+    reps = max(c["runs"] for c in cells)
+    lines = [context_line(contexts),
+             f"# {scenario}: {title}{' | OVERSUBSCRIBED' if over else ''} | {reps} repeat(s), "
+             f"median (min–max) over repeats; ratios per repeat against {baseline}",
+             _header(width, names + ["runs"])]
+    notes = []
+    for c in cells:
+        values = [fmt_spread(c[key]) for _, key in ratio_cols]
+        values += [fmt_spread(c["time_to_target_s"]) if c["reached"] else
+                   ("diverged" if c["diverged"] else "not reached"),
+                   fmt_spread(c["samples_per_s"], 0), fmt_spread(c["final_accuracy"], 3)]
+        values += [fmt_spread(c["hidden_comm_fraction"])] if show_hidden else []
+        runs = f"{c['runs']}" + (f" ({c['diverged']} div)" if c["diverged"] else "")
+        label = c["label"] + (" <" if c.get("best_lr") else "")
+        if c["diverged"] and c["sps_ratio"].get("status") is None:
+            values[[k for _, k in ratio_cols].index("sps_ratio")] += "*"
+            notes.append(f"  * {c['label']}: {c['diverged']} of {c['runs']} runs diverged; "
+                         "their samples/s are left out and their time to target is infinite")
+        if c.get("overlapped"):
+            notes.append(f"  ! {c['label']}: {c['overlapped']} run(s) overlapped another run "
+                         "on the same host: timings not comparable")
+        lines.append(_row(label, width, values + [runs]))
+    if any(c.get("best_lr") for c in cells):
+        notes.append("  < best lr of its grid by median time to target (ties: samples/s)")
+    if any(c["diverged"] for c in cells):
+        notes.append("  diverged: non-finite training loss or final accuracy <= 1.5x chance; "
+                     "never counted as faster")
+    return lines + notes
+
+
+def hetero_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
+                 ceiling: float, nominal: float, factors: dict[str, Any],
+                 contexts: Sequence[dict[str, Any]]) -> list[str]:
+    """Het/hom throughput vs the ceiling, realised factor, interference (lines)."""
+    width = max([12, *(len(c["label"]) + 2 for c in cells)])
+    over = oversubscribed(contexts)
+    lines = [context_line(contexts),
+             f"# {scenario}: {title} against homogeneous{' | OVERSUBSCRIBED' if over else ''}"
+             f" | ceiling sum(1/f)/N = {ceiling:.3f}, nominal factor {nominal:g}",
+             _header(width, ["het/hom samples/s", "ceiling", "realised factor",
+                             "interference"])]
+    for c in cells:
+        lines.append(_row(c["label"] + (" <" if c.get("best_lr") else ""), width, [
+            fmt_spread(c["het_hom"], 3), f"{ceiling:.3f}", fmt_spread(c["realised_factor"]),
+            fmt_spread(c["interference_ratio"], 3)]))
+    lines.append("  interference: fast ranks' compute while a slowed rank is in its delay / "
+                 "their compute otherwise (1 = gives nothing away; - = never overlapped)")
+    if factors.get("flag"):
+        lines.append(f"  ! realised factors of the compared runs differ by more than "
+                     f"{FACTOR_TOLERANCE:.0%} ({factors['min']:.2f}–{factors['max']:.2f}): "
+                     "the strategies did not meet the same straggler")
+    if over:
+        lines.append(f"  ! {OVERSUBSCRIBED_NOTE}")
+    return lines
