@@ -33,6 +33,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                      help="parameter and activation precision")
     run.add_argument("--progress", default="auto", choices=("auto", "always", "never"),
                      help="progress line on rank 0: auto shows it only on a terminal")
+    run.add_argument("--scaling-mode", default=None, choices=("strong", "weak"),
+                     help="label the run as a point of a strong (fixed total work) or weak "
+                     "(fixed work per rank) scaling study; recorded as the root attribute "
+                     "scaling_mode, which report reads (syncbench sweep sets it)")
 
     opt = parser.add_argument_group("optimization")
     opt.add_argument("--epochs", type=float, default=1.0,
@@ -44,12 +48,21 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                      help="L2 weight decay")
     opt.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
 
-    ev = parser.add_argument_group("evaluation")
+    ev = parser.add_argument_group(
+        "evaluation",
+        "wall_s (printed as 'wall') is the training time: from the barrier that starts the "
+        "run to the end of the last rank's training (including the drain of communication "
+        "in flight), minus the time spent evaluating, checkpointing and flushing rows; "
+        "samples/s is all ranks' samples over wall_s. time_to_target_s is the training time "
+        "of the first evaluation that reached --target-accuracy, so it can only take "
+        "evaluation times (its resolution is --eval-every).")
     ev.add_argument("--eval-every", type=float, default=0.25,
                     help="evaluate the consensus model every this many epochs "
                     "(0 = only at the end)")
     ev.add_argument("--target-accuracy", type=float, default=None,
-                    help="record the wall time at which test accuracy first reaches this")
+                    help="record the training time (wall_s clock) of the first evaluation "
+                    "whose test accuracy reaches this (time_to_target_s; resolution: "
+                    "--eval-every)")
     ev.add_argument("--stop-at-target", action="store_true",
                     help="end training once --target-accuracy is reached")
 

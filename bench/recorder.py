@@ -53,6 +53,12 @@ class StepRecorder:
         cols["round"][i] = stats.round
         self.count += 1
 
+    def add_to_last(self, phases: Mapping[str, float]) -> None:
+        """Add seconds per phase to the last row (work done on the clock after its step)."""
+        if self.count:
+            for phase in schema.PHASES:
+                self._cols[f"t_{phase}"][self.count - 1] += phases.get(phase, 0.0)
+
     def extend(self, columns: Mapping[str, np.ndarray]) -> None:
         """Append rows saved earlier (resuming a run)."""
         n = len(columns["step"])

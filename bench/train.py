@@ -32,6 +32,7 @@ from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware, make_communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
+from syncbench.analysis.context import host_info
 from syncbench.analysis.summary import summarize
 from syncbench.bench.checkpoint import (
     commit_checkpoint,
@@ -200,6 +201,8 @@ class Run:
         hosts = self.mpi.allgather((socket.gethostname(), self.backend.device, self.cuda_aware))
         self.root = self.root_attrs([h for h, _, _ in hosts], [d for _, d, _ in hosts])
         self.root["cuda_aware"] = all(aware for _, _, aware in hosts)
+        self.root.update(machine_attrs([h for h, _, _ in hosts], self.mpi.allgather(host_info()),
+                                       getattr(config, "scaling_mode", None)))
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
                 Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
@@ -208,6 +211,7 @@ class Run:
             self.watchdog = self.start_watchdog()
         self.mpi.Barrier()
         t0 = MPI.Wtime() - loop.elapsed
+        self.root["t_begin_unix"] = time.time()  # for overlap detection (analysis.context)
         if isinstance(algo.slowdown, Slowdown):
             algo.slowdown.start(loop.elapsed)  # --slowdown-schedule times count from here
         if self.watchdog is not None:
@@ -225,7 +229,9 @@ class Run:
             if self.watchdog is not None:
                 self.watchdog.beat(loop.step)
             if self.parts is not None and time.monotonic() - last_flush >= config.flush_every:
+                started = MPI.Wtime()
                 self.flush()
+                loop.eval_seconds += MPI.Wtime() - started  # off the clock, like evaluations
                 last_flush = time.monotonic()
             seen = algo.evaluation_point()
             if seen is None:
@@ -233,6 +239,7 @@ class Run:
                 continue
             progress.update(seen, stats.loss)
             if seen >= loop.next_eval:
+                self.settle()
                 started = MPI.Wtime()
                 acc = self.evaluate(started - t0 - loop.eval_seconds, loop.step, seen)
                 loop.eval_seconds += MPI.Wtime() - started
@@ -242,7 +249,9 @@ class Run:
                     break
             if seen >= loop.next_ckpt:
                 loop.next_ckpt += loop.ckpt_stride
-                self.checkpoint(loop, MPI.Wtime() - t0)
+                started = MPI.Wtime()
+                self.checkpoint(loop, started - t0)
+                loop.eval_seconds += MPI.Wtime() - started  # off the clock, like evaluations
         algo.finish()
         train_end = MPI.Wtime() - t0
         self.evaluate_snapshots()
@@ -258,7 +267,20 @@ class Run:
         if self.watchdog is not None:
             self.watchdog.stop()
         wall = self.mpi.allreduce(train_end, op=MPI.MAX) - loop.eval_seconds
+        self.root["t_end_unix"] = time.time()
         return self.write(self.recorder, wall)
+
+    def settle(self) -> None:
+        """Complete communication in flight before an evaluation, on the clock.
+
+        An overlapped reduction (Oscars ``--overlap``) would otherwise be waited
+        for inside the evaluation and vanish from ``wall_s``; here its wait and
+        update are charged to the last step's row instead.
+        """
+        self.timer.reset()
+        with self.timer.phase("wait"):
+            self.algorithm.consensus_params()
+        self.recorder.add_to_last(self.timer.totals)
 
     def snapshot_if_due(self, loop: LoopState, t: float) -> None:
         """Rank 0 keeps a copy of parameters that crossed the next evaluation stride.
@@ -384,6 +406,28 @@ class Run:
             "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
             "hostnames": sorted(set(hostnames)),
         }
+
+
+def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
+                  scaling_mode: str | None) -> dict[str, Any]:
+    """Root attributes of the machine context (``schema.CONTEXT_ATTRS`` but the times).
+
+    ``hostnames`` and ``infos`` (:func:`~syncbench.analysis.context.host_info`)
+    have one entry per rank; a host is oversubscribed when it runs more ranks
+    than it has physical cores.
+    """
+    per_host: dict[str, int] = {}
+    cores: dict[str, int | None] = {}
+    for host, info in zip(hostnames, infos):
+        per_host[host] = per_host.get(host, 0) + 1
+        cores[host] = info.get("host_cores")
+    return {
+        "host_cores": infos[0].get("host_cores") or 0,
+        "host_cpus": infos[0].get("host_cpus") or 0,
+        "ranks_per_host": max(per_host.values()),
+        "oversubscribed": any(c is not None and per_host[h] > c for h, c in cores.items()),
+        "scaling_mode": scaling_mode or "",
+    }
 
 
 def _version() -> str:
