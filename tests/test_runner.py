@@ -1,0 +1,280 @@
+"""The experiment runner (``syncbench run``): scenarios, plans, and one real tiny scenario.
+
+The end-to-end test launches real ``mpiexec -n 2 syncbench train`` runs on the
+synthetic dataset (a few seconds each) and checks the results file against a
+recomputation from the run files it names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from syncbench.analysis.runfile import read_run
+from syncbench.bench.experiment.plan import plan_runs
+from syncbench.bench.experiment.scenario import (
+    ScenarioError,
+    load_scenario,
+    parse_scenario,
+    shipped_scenarios,
+)
+
+SHIPPED = ("demo", "hetero", "overlap", "asgd", "peers")
+
+TINY = """
+description = "tiny: ssgd against a diverging ssgd, with a 2x slower last rank"
+np = 2
+repeats = 2
+target_accuracy = 0.5
+eval_every = 0.25
+slowdowns = ["last:2"]
+flags = { dataset = "synthetic", synthetic_samples = 1024, epochs = 1, batch_size = 32 }
+
+[[run]]
+label = "ssgd"
+algorithm = "ssgd"
+
+[[run]]
+label = "wild"
+algorithm = "ssgd"
+flags = { lr = 50 }
+"""
+
+
+def syncbench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "syncbench", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def scenario_data(**overrides) -> dict:
+    data = {"np": 2, "run": [{"label": "a", "algorithm": "ssgd"},
+                             {"label": "b", "algorithm": "oscars"}]}
+    data.update(overrides)
+    return data
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def test_every_shipped_scenario_loads_and_plans():
+    assert set(SHIPPED) <= set(shipped_scenarios())
+    for name in SHIPPED:
+        scenario = load_scenario(name)
+        assert scenario.description and scenario.runs
+        plan = plan_runs(scenario, scenario.np, 1, 0, Path("/tmp/x"), [],
+                         scenario.target_accuracy)
+        assert len(plan) == len(scenario.runs) * len(scenario.conditions(scenario.np))
+    # timing scenarios repeat at least 5 times; the demo is a quick look
+    assert all(load_scenario(n).repeats >= 5 for n in SHIPPED if n != "demo")
+
+
+def test_heterogeneous_scenario_gets_the_homogeneous_baseline_at_any_rank_count():
+    hetero = load_scenario("hetero")
+    for np_, factors in ((2, (1.0, 4.0)), (4, (1.0, 1.0, 1.0, 4.0))):
+        conds = hetero.conditions(np_)
+        assert conds[0].homogeneous and conds[0].train_flags() == []
+        assert [c.mode for c in conds[1:]] == ["sleep", "spin", "work"]
+        assert all(c.factors == factors for c in conds[1:])
+        assert conds[1].train_flags() == ["--slowdown", ",".join(f"{f:g}" for f in factors),
+                                          "--slowdown-mode", "sleep"]
+
+
+def test_lr_grid_expands_into_labelled_entries():
+    overlap = load_scenario("overlap")
+    odsgd = [e for e in overlap.runs if e.group == "odsgd"]
+    assert [e.label for e in odsgd] == ["odsgd@lr=0.01", "odsgd@lr=0.02", "odsgd@lr=0.05"]
+    assert [e.flags[-2:] for e in odsgd] == [("--lr", "0.01"), ("--lr", "0.02"),
+                                             ("--lr", "0.05")]
+    assert {e.label for e in overlap.runs} >= {"ssgd-overlap", "ssgd-blocking"}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"np": 0}, "'np' must be"),
+    ({"repeats": 1.5}, "'repeats' must be a whole number"),
+    ({"target_accuracy": 1.2}, "'target_accuracy' must be"),
+    ({"headline": "speed"}, "'headline' must be one of"),
+    ({"baseline": "zzz"}, "'baseline' 'zzz' is not a run label"),
+    ({"slowdowns": ["1,4,4"]}, "has 3 factors but runs have 2 ranks"),
+    ({"slowdowns": ["last:0.5"]}, "every factor must be >= 1"),
+    ({"slowdown_modes": ["nap"]}, "'slowdown_modes' must be a list of"),
+    ({"colour": "red"}, "unknown key(s) colour"),
+    ({"flags": {"out": "x.h5"}}, "'out' is set by the runner"),
+    ({"flags": {"slowdown": "1,4"}}, "use 'slowdowns'"),
+    ({"run": []}, "needs at least one [[run]]"),
+    ({"run": [{"label": "a", "algorithm": "nosuch"}]}, "'algorithm' must be one of"),
+    ({"run": [{"label": "a b", "algorithm": "ssgd"}]}, "'label' must be letters"),
+    ({"run": [{"algorithm": "ssgd"}, {"algorithm": "ssgd"}]}, "duplicate run label(s) ssgd"),
+    ({"run": [{"algorithm": "ssgd", "lr_grid": [0.1, -1]}]}, "'lr_grid' must be"),
+    ({"run": [{"algorithm": "ssgd", "speed": 2}]}, "unknown key(s) speed"),
+])
+def test_invalid_scenarios_are_one_line_errors(overrides, message):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(scenario_data(**overrides), "t", "t.toml")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("np = [", "not valid TOML"),
+    ("np = 2\n[[run]]\nlabel = 'a'\nalgorithm = 'ssgd'\nflags = { nosuch_flag = 1 }\n",
+     "syncbench train does not know --nosuch-flag"),
+    ("np = 2\n[[run]]\nalgorithm = 'ssgd'\nflags = { comm = 'sideways' }\n",
+     "invalid choice: 'sideways'"),
+])
+def test_bad_scenario_file_exits_2_with_one_line_and_writes_nothing(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    proc = syncbench("run", str(path), "--out-dir", str(out), timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncbench run: error: ")
+    assert message in lines[0]
+    assert not out.exists() and proc.stdout == ""
+
+
+def test_missing_scenario_and_reserved_passthrough_flags_are_errors(tmp_path):
+    proc = syncbench("run", str(tmp_path / "nope.toml"), timeout=60)
+    assert proc.returncode == 2 and "no such scenario file" in proc.stderr
+    assert "shipped scenarios: " in proc.stderr
+    proc = syncbench("run", "demo", "--dry-run", "--algorithm", "asgd", timeout=60)
+    assert proc.returncode == 2 and "--algorithm is set by the runner" in proc.stderr
+
+
+def test_help_lists_the_shipped_scenarios_and_aliases_still_answer():
+    proc = syncbench("run", "--help", timeout=60)
+    assert proc.returncode == 0
+    for name in SHIPPED:
+        assert f"\n  {name} " in proc.stdout
+    for alias in ("hetero", "overlap", "asgd-bench", "compare"):
+        assert syncbench(alias, "--help", timeout=60).returncode == 0
+
+
+# ---------------------------------------------------------------- order
+
+
+def test_run_order_is_randomised_per_repeat_and_seeded():
+    scenario = load_scenario("hetero")
+
+    def order(seed: int) -> list[str]:
+        return [p.run_id for p in plan_runs(scenario, 2, 3, seed, Path("/tmp/x"), [], 0.8,
+                                            check=False)]
+
+    cells = len(scenario.runs) * len(scenario.conditions(2))
+    first = order(7)
+    assert first == order(7)  # the seed reproduces the order
+    assert first != order(8)
+    for r in range(3):  # every cell once per repeat, repeats never interleave
+        chunk = first[r * cells:(r + 1) * cells]
+        assert all(i.endswith(f"-r{r}") for i in chunk) and len(set(chunk)) == cells
+    assert first[:cells] != sorted(first[:cells]) or first[cells:2 * cells] != sorted(
+        first[cells:2 * cells])
+
+
+def test_dry_run_prints_one_train_command_per_run_with_the_repeat_seed():
+    proc = syncbench("run", "asgd", "--np", "2", "--repeats", "2", "--seed", "1",
+                     "--dry-run", "--batch-size", "32", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 2 * 4 * 2  # (ssgd + 3 asgd lrs) x (hom, 1,4) x 2 repeats
+    assert all(line.startswith("syncbench train --algorithm ") for line in lines)
+    assert all(line.count("--batch-size 32") == 1 for line in lines)  # pass-through, once
+    assert sum("--seed 1 " in line for line in lines) == 8
+    assert sum("--slowdown 1,4 " in line for line in lines) == 8
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _median(values):
+    return float(np.median(np.asarray(values, dtype=np.float64)))
+
+
+def test_tiny_scenario_end_to_end(tmp_path):
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(TINY)
+    out = tmp_path / "runs"
+    proc = syncbench("run", str(scenario), "--out-dir", str(out), "--seed", "5", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and results["seed"] == 5
+    assert results["schema"] == "syncbench-results/1"
+
+    # the recorded order is the seeded plan, and every run file exists
+    plan = plan_runs(load_scenario(str(scenario)), 2, 2, 5, out, [], 0.5, check=False)
+    assert results["order"] == [p.run_id for p in plan]
+    assert len(results["runs"]) == 8 and all(Path(r["path"]).is_file() for r in results["runs"])
+    assert "cores" in results["machine"] and results["machine_line"].startswith("machine: ")
+
+    # medians in the results file match a recomputation from the run files
+    cells = {(c["condition"], c["label"]): c for c in results["cells"]}
+    assert set(cells) == {(c, lab) for c in ("hom", "s1-2") for lab in ("ssgd", "wild")}
+    for (cond, label), cell in cells.items():
+        runs = [read_run(r["path"]) for r in results["runs"]
+                if r["condition"] == cond and r["label"] == label]
+        assert len(runs) == 2
+        assert cell["samples_per_s"]["median"] == pytest.approx(
+            _median([r.summary["samples_per_s"] for r in runs]), rel=1e-12)
+        assert cell["samples_per_s"]["min"] == pytest.approx(
+            min(r.summary["samples_per_s"] for r in runs), rel=1e-12)
+        assert cell["final_accuracy"]["median"] == pytest.approx(
+            _median([r.summary["final_accuracy"] for r in runs]), rel=1e-12)
+    ssgd_runs = {r["repeat"]: read_run(r["path"]) for r in results["runs"]
+                 if r["condition"] == "s1-2" and r["label"] == "ssgd"}
+    hom_runs = {r["repeat"]: read_run(r["path"]) for r in results["runs"]
+                if r["condition"] == "hom" and r["label"] == "ssgd"}
+    het_hom = [ssgd_runs[k].summary["samples_per_s"] / hom_runs[k].summary["samples_per_s"]
+               for k in (0, 1)]
+    assert cells[("s1-2", "ssgd")]["het_hom"]["median"] == pytest.approx(_median(het_hom))
+    assert cells[("hom", "ssgd")]["ttt_ratio"]["median"] == 1.0
+    assert results["comparisons"][0]["ceiling"] == pytest.approx(0.75)
+
+    # the run at lr 50 diverged: "diverged" in every table, never faster
+    for cond in ("hom", "s1-2"):
+        wild = cells[(cond, "wild")]
+        assert wild["diverged"] == 2
+        assert wild["ttt_ratio"]["status"] == "diverged"
+        assert wild["sps_ratio"]["status"] == "diverged"
+        assert wild["ttt_ratio"]["median"] is None or wild["ttt_ratio"]["median"] >= 1
+    assert cells[("s1-2", "wild")]["het_hom"]["status"] == "diverged"
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("  wild")]
+    assert len(rows) == 3  # two comparison tables and the heterogeneous table
+    assert all("diverged" in row for row in rows)
+    head = [line for line in proc.stdout.splitlines() if line.startswith("# label")]
+    assert head and all("to 0.5 / ssgd" in h for h in head[:2])
+    # a machine-context line above every table
+    lines = proc.stdout.splitlines()
+    titles = [i for i, line in enumerate(lines) if line.startswith("# tiny: ")]
+    assert len(titles) == 3 and all(lines[i - 1].startswith("machine: ") for i in titles)
+    assert "next:" in proc.stdout and "syncbench trace " in proc.stdout
+
+    # --resume keeps every finished run and rewrites the same results
+    again = syncbench("run", str(scenario), "--out-dir", str(out), "--resume", timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("kept (--resume)") == 8
+    assert json.loads((out / "results.json").read_text())["order"] == results["order"]
+
+
+def test_ratio_of_a_missed_target_is_infinite_never_faster():
+    from syncbench.bench.experiment.aggregate import aggregate
+
+    def rec(label, repeat, ttt, diverged=False):
+        return {"label": label, "condition": "hom", "repeat": repeat, "time_to_target_s": ttt,
+                "diverged": diverged, "samples_per_s": 100.0, "final_accuracy": 0.9,
+                "wall_s": 1.0, "realised_factor": math.nan, "interference_ratio": math.nan,
+                "hidden_comm_fraction": math.nan}
+
+    records = [rec("base", 0, 2.0), rec("base", 1, 2.0), rec("base", 2, 2.0),
+               rec("x", 0, 1.0), rec("x", 1, math.nan), rec("x", 2, 0.5, diverged=True)]
+    cells = {c["label"]: c for c in aggregate(records, ["base", "x"], ["hom"], "base")}
+    x = cells["x"]["ttt_ratio"]
+    # 0.5 (faster), inf (missed), inf (diverged, although its time was shorter)
+    assert x["median"] == math.inf and x["min"] == 0.5 and x["status"] == "diverged"
+    assert cells["x"]["sps_ratio"]["n"] == 2  # the diverged run's samples/s are left out
