@@ -27,8 +27,12 @@ class StepStats:
     loss: float
     samples: int
     staleness: int = 0
+    #: ASGD's lower bound of the staleness (``staleness`` is the upper bound).
+    staleness_min: int = 0
     local_steps: int = 0
     round: int = 0
+    #: Oscars' speed estimate c_k (seconds per local step) the step's schedule used.
+    speed: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class Algorithm(ABC):
     name: ClassVar[str]
     #: One-line description for ``--help``.
     summary: ClassVar[str] = ""
+    #: Leading steps per rank that are warm-up (root attribute ``warmup_steps``).
+    warmup_steps: int = 0
 
     def __init__(
         self,
@@ -93,14 +99,17 @@ class Algorithm(ABC):
         self.optimizer = MomentumSGD(
             model.params, config.lr, config.momentum, config.weight_decay
         )
-        #: Heterogeneity emulation, set by the driver: sleeps after compute.
+        #: Heterogeneity emulation, set by the driver (``bench.hetero.Slowdown``):
+        #: called with the step's compute seconds, it spends the extra time.
         self.slowdown: Callable[[float], float] | None = None
 
     def straggle(self) -> None:
         """Inject this rank's emulated slowdown after the step's compute phase.
 
-        Algorithms call it right after computing the gradient; the sleep is
-        charged to the ``delay`` phase.
+        Every algorithm calls it right after computing the gradient, so all
+        of them get the same straggler (``--slowdown-mode``: work, spin or
+        sleep, scaled from the running median of this rank's compute); the
+        time is charged to the ``delay`` phase.
         """
         if self.slowdown is not None:
             with self.timer.phase("delay"):
@@ -113,6 +122,23 @@ class Algorithm(ABC):
     @classmethod
     def validate(cls, config: argparse.Namespace, world_size: int) -> None:
         """Raise ``ValueError`` with a one-line message for bad flags (all ranks agree)."""
+
+    @classmethod
+    def data_shard(cls, config: argparse.Namespace, rank: int, size: int) -> tuple[int, int]:
+        """(shard index, shard count) of rank ``rank``'s training data: every rank trains."""
+        return rank, size
+
+    def prepare(self) -> None:
+        """Collective set-up before the clock starts (e.g. RMA windows); default none."""
+
+    def pause_point(self) -> int | None:
+        """Global samples of a checkpoint pause this rank must join now, else None.
+
+        For algorithms without evaluation points (ASGD): when not None every
+        rank gets the same value, the driver checkpoints (collective) off the
+        training clock, and training continues. The default: no pauses.
+        """
+        return None
 
     @abstractmethod
     def step(self, x: Any, y: Any) -> StepStats:

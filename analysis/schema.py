@@ -37,6 +37,11 @@ ROOT_ATTRS: tuple[str, ...] = (
     "t_begin_unix",
     "t_end_unix",
     "scaling_mode",
+    # leading warm-up steps per rank (OD-SGD's plain SSGD steps; 0 otherwise)
+    "warmup_steps",
+    # SSGD: gradient reductions posted per step (Iallreduce buckets with --comm
+    # overlap, 1 with blocking); 0 for the other algorithms
+    "buckets",
 )
 
 #: Root attributes that describe the machine a run saw and when it ran
@@ -69,12 +74,31 @@ RANK_COLUMNS: dict[str, str] = {
     "loss": "f8",
     "samples": "i8",
     "staleness": "i8",
+    "staleness_min": "i8",
     "local_steps": "i8",
     "round": "i8",
+    "speed": "f8",
 }
 
+#: Rank columns that files written before they existed lack, with the value readers
+#: fill in. ``staleness`` is ASGD's upper bound of a push's staleness (version at
+#: the push minus the version read before the pull), ``staleness_min`` its lower
+#: bound (minus a version read after the pull); ``speed`` is Oscars' c_k, the
+#: seconds per local step that the step's round schedule was computed from.
+RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0}
+
 #: Attributes of every rank group.
-RANK_ATTRS: tuple[str, ...] = ("hostname", "device", "slowdown")
+RANK_ATTRS: tuple[str, ...] = (
+    "hostname",
+    "device",
+    "slowdown",
+    # how the slowdown was emulated: "none" (not slowed), "work", "spin" or "sleep"
+    "slowdown_mode",
+    # mean reference compute seconds the delays were scaled from (NaN if not slowed)
+    "slowdown_reference_s",
+    # mean (compute + delay) / mean compute of the rank's steps (1.0 if not slowed)
+    "slowdown_realised",
+)
 
 #: Group of evaluation rows (of the consensus model on the held-out split).
 EVAL_GROUP = "eval"
@@ -97,6 +121,11 @@ SUMMARY_ATTRS: tuple[str, ...] = (
     "comm_fraction",
     "wait_fraction",
 )
+
+#: ``/summary`` attributes beyond ``SUMMARY_ATTRS`` (bool; absent from older files:
+#: readers find them in ``Run.summary_extra`` and default them). ``diverged``:
+#: non-finite training loss on some rank, or final accuracy <= 1.5 / classes.
+SUMMARY_FLAGS: tuple[str, ...] = ("diverged",)
 
 #: Root attribute that is False on a run rebuilt from partial checkpoints.
 COMPLETE_ATTR = "complete"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from .schema import EVAL_COLUMNS, RANK_COLUMNS, SUMMARY_ATTRS
+from .schema import EVAL_COLUMNS, RANK_COLUMNS, SUMMARY_ATTRS, SUMMARY_FLAGS
 
 NAN = float("nan")
 
@@ -48,7 +49,9 @@ def summarize(
 
     ``rank_rows`` maps each rank to its columns (``schema.RANK_COLUMNS``),
     ``eval_rows`` holds the evaluation columns (``schema.EVAL_COLUMNS``) in the
-    order they were recorded; ``world_size`` is ``len(rank_rows)``.
+    order they were recorded; ``world_size`` is the number of ranks that
+    recorded at least one step (ranks that only serve, such as ASGD's
+    dedicated host, take no steps and are left out of the fractions).
 
     - ``wall_s``: the given wall-clock time of the run, in seconds.
     - ``samples_per_s``: the ``samples`` column summed over every row of every
@@ -68,7 +71,7 @@ def summarize(
     fractions are NaN; with no ranks the fractions are NaN.
     """
     wall = float(wall_s)
-    world_size = len(rank_rows)
+    world_size = sum(1 for rows in rank_rows.values() if _column(rows, _SAMPLES).size)
     wall_ok = math.isfinite(wall) and wall > 0
 
     samples_per_s = _total(rank_rows, _SAMPLES) / wall if wall_ok else NAN
@@ -104,3 +107,55 @@ def summarize(
     if tuple(out) != SUMMARY_ATTRS:  # pragma: no cover - guards a schema edit
         raise RuntimeError("summarize() is out of step with schema.SUMMARY_ATTRS")
     return out
+
+
+#: A run whose final accuracy is at most this many times chance (1/classes) diverged.
+DIVERGED_CHANCE_MULTIPLE = 1.5
+#: Classes of the datasets that files written before ``diverged`` existed may name.
+_DATASET_CLASSES = {"mnist": 10, "fashion-mnist": 10, "cifar10": 10}
+_DIVERGED = "diverged"
+if _DIVERGED not in SUMMARY_FLAGS:  # pragma: no cover - guards a schema edit
+    raise ImportError("syncbench.analysis.summary is out of step with schema.py")
+
+
+def divergence(
+    rank_rows: Mapping[int, Mapping[str, np.ndarray]],
+    eval_rows: Mapping[str, np.ndarray],
+    num_classes: int | None,
+) -> str | None:
+    """Why a run diverged (one phrase), or None if it did not.
+
+    A run diverged when some rank's training ``loss`` is non-finite at some
+    step, or when its final accuracy (the last evaluation row) is at most
+    1.5 x chance, ``1.5 / num_classes``: training that went nowhere must not
+    count as fast (a throughput "win" of a strategy whose model is random).
+    The accuracy test is skipped when ``num_classes`` is None or there are
+    no evaluation rows.
+    """
+    for rank in sorted(rank_rows):
+        loss = _column(rank_rows[rank], _LOSS).astype(np.float64, copy=False)
+        bad = np.flatnonzero(~np.isfinite(loss))
+        if bad.size:
+            steps = _column(rank_rows[rank], "step")
+            step = int(steps[bad[0]]) if steps.size > bad[0] else int(bad[0])
+            return f"non-finite training loss on rank {rank} at step {step}"
+    accuracy = _column(eval_rows, _ACCURACY).astype(np.float64, copy=False)
+    if num_classes and accuracy.size:
+        final, limit = float(accuracy[-1]), DIVERGED_CHANCE_MULTIPLE / num_classes
+        if not math.isfinite(final) or final <= limit:
+            return (f"final accuracy {final:.4f} <= {DIVERGED_CHANCE_MULTIPLE:g} x chance "
+                    f"({limit:.4f})")
+    return None
+
+
+def run_diverged(run: Any) -> bool:
+    """The ``diverged`` flag of a read run (:class:`syncbench.analysis.runfile.Run`).
+
+    Files written before the flag existed get it recomputed from their rows
+    (the accuracy test only for datasets of known class count).
+    """
+    stored = getattr(run, "summary_extra", {}).get(_DIVERGED)
+    if stored is not None and stored != "":
+        return bool(stored)
+    classes = _DATASET_CLASSES.get(str(run.attrs.get("dataset", "")))
+    return divergence(run.ranks, run.eval, classes) is not None

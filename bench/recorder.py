@@ -21,7 +21,7 @@ import numpy as np
 
 from syncbench.algorithms.base import StepStats
 from syncbench.analysis import schema
-from syncbench.analysis.summary import summarize
+from syncbench.analysis.summary import divergence, summarize
 
 
 class StepRecorder:
@@ -49,6 +49,8 @@ class StepRecorder:
         cols["loss"][i] = stats.loss
         cols["samples"][i] = stats.samples
         cols["staleness"][i] = stats.staleness
+        cols["staleness_min"][i] = stats.staleness_min
+        cols["speed"][i] = stats.speed
         cols["local_steps"][i] = stats.local_steps
         cols["round"][i] = stats.round
         self.count += 1
@@ -66,7 +68,8 @@ class StepRecorder:
             for name, col in self._cols.items():
                 self._cols[name] = np.concatenate([col, np.zeros_like(col)])
         for name, col in self._cols.items():
-            col[self.count : self.count + n] = columns[name]
+            default = schema.RANK_COLUMN_DEFAULTS.get(name, 0)
+            col[self.count : self.count + n] = columns.get(name, default)
         self.count += n
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -116,10 +119,16 @@ def write_run_file(
     wall_s: float,
     target_accuracy: float | None,
     complete: bool = True,
-) -> dict[str, float]:
-    """Write one ``syncbench/1`` file atomically; returns its summary attributes."""
+    num_classes: int | None = None,
+) -> dict[str, Any]:
+    """Write one ``syncbench/1`` file atomically; returns its summary attributes.
+
+    The summary also holds the flags of ``schema.SUMMARY_FLAGS`` (``diverged``;
+    without ``num_classes`` only a non-finite training loss counts).
+    """
     path = Path(path)
-    summary = summarize(rank_rows, eval_rows, wall_s, target_accuracy)
+    summary: dict[str, Any] = dict(summarize(rank_rows, eval_rows, wall_s, target_accuracy))
+    summary["diverged"] = divergence(rank_rows, eval_rows, num_classes) is not None
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with h5py.File(tmp, "w") as f:
@@ -140,6 +149,8 @@ def write_run_file(
             group = f.create_group(schema.SUMMARY_GROUP)
             for name in schema.SUMMARY_ATTRS:
                 group.attrs[name] = float(summary[name])
+            for name in schema.SUMMARY_FLAGS:
+                group.attrs[name] = bool(summary[name])
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -33,7 +34,7 @@ from syncbench.algorithms.device_buffers import detect_cuda_aware, make_communic
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis.context import host_info
-from syncbench.analysis.summary import summarize
+from syncbench.analysis.summary import divergence, summarize
 from syncbench.bench.checkpoint import (
     commit_checkpoint,
     flush_rows,
@@ -46,10 +47,12 @@ from syncbench.bench.checkpoint import (
 )
 from syncbench.bench.data import Dataset, DatasetError, load_dataset
 from syncbench.bench.hetero import (
+    ModelWork,
     Slowdown,
     make_slowdown,
     parse_slowdown,
     parse_slowdown_schedule,
+    resolve_mode,
 )
 from syncbench.bench.options import validate_train_config
 from syncbench.bench.progress import Progress
@@ -105,6 +108,8 @@ class Run:
         self.comm = Communicator(comm, self.timer)
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank = local.Get_rank()
+        #: Most ranks on one node (``--slowdown-mode auto`` works unless every rank is alone).
+        self.ranks_per_node = int(comm.allreduce(local.Get_size(), op=MPI.MAX))
         local.Free()
 
     # -- setup (no training communication; errors agreed on by all ranks) ---
@@ -121,7 +126,9 @@ class Run:
             raise SetupError(str(exc)) from None
         self.cuda_aware = self.backend.is_gpu and detect_cuda_aware(
             getattr(config, "cuda_aware", "auto")).enabled
-        self.comm = make_communicator(self.mpi, self.timer, self.backend, self.cuda_aware)
+        self.comm = make_communicator(
+            self.mpi, self.timer, self.backend, self.cuda_aware,
+            getattr(config, "cuda_aware_nonblocking", "no") == "yes")
         try:
             self.data: Dataset = load_dataset(
                 config.dataset, config.data_dir,
@@ -130,19 +137,29 @@ class Run:
         except DatasetError as exc:
             raise SetupError(str(exc)) from None
         dtype = np.dtype(config.dtype)
+        cls = get_algorithm(config.algorithm)
+        shard, shards = cls.data_shard(config, self.rank, self.size)
         self.stream = BatchStream(
-            self.data.train_x, self.data.train_y, self.rank, self.size,
+            self.data.train_x, self.data.train_y, shard, shards,
             config.batch_size, config.seed, self.backend, dtype,
         )
         self.model: Model = build_model(
             config.model, self.data.input_shape, self.data.num_classes,
             self.backend, dtype, config.seed,
         )
-        steps = max(1, int(config.epochs * self.stream.steps_per_epoch))
+        # Steps per epoch with the data sharded over every rank: the sample budget and
+        # the strides are the same whatever ranks an algorithm trains on.
+        self.steps_per_epoch = len(self.data.train_y) // self.size // config.batch_size
+        steps = max(1, int(config.epochs * self.steps_per_epoch))
         self.budget = Budget(steps * config.batch_size * self.size, config.batch_size, self.size)
-        cls = get_algorithm(config.algorithm)
         self.algorithm: Algorithm = cls(self.model, self.comm, config, self.budget)
-        slowdown = make_slowdown(self.slowdowns, self.slowdown_changes, self.rank)
+        self.slowdown_mode = resolve_mode(
+            getattr(config, "slowdown_mode", "auto"), self.ranks_per_node)
+        slowdown = make_slowdown(
+            self.slowdowns, self.slowdown_changes, self.rank, self.slowdown_mode,
+            work=lambda: ModelWork(build_model(
+                config.model, self.data.input_shape, self.data.num_classes,
+                self.backend, dtype, config.seed), config.batch_size, config.seed))
         if slowdown is not None:
             self.algorithm.slowdown = slowdown
         self.parts = parts_dir(config.out) if config.out else None
@@ -189,7 +206,7 @@ class Run:
         self.evals = EvalRecorder()
         self.snapshots: list[tuple[float, int, int, Any]] = []
         loop = LoopState(
-            eval_stride=int(config.eval_every * self.stream.steps_per_epoch)
+            eval_stride=int(config.eval_every * self.steps_per_epoch)
             * config.batch_size * self.size,
             ckpt_stride=config.checkpoint_every * config.batch_size * self.size,
         )
@@ -209,6 +226,9 @@ class Run:
             write_meta(self.parts, self.root, config.target_accuracy)
         if config.timeout > 0:
             self.watchdog = self.start_watchdog()
+        if self.backend.is_gpu:  # untimed: NVRTC compiles, cuBLAS handle (Model.warm_up)
+            self.model.warm_up(config.batch_size)
+        algo.prepare()  # collective set-up (ASGD's windows) stays off the clock
         self.mpi.Barrier()
         t0 = MPI.Wtime() - loop.elapsed
         self.root["t_begin_unix"] = time.time()  # for overlap detection (analysis.context)
@@ -218,6 +238,13 @@ class Run:
             self.watchdog.start()
         last_flush = time.monotonic()
         while not algo.done():
+            pause = algo.pause_point()
+            if pause is not None:  # ASGD: every rank stops to checkpoint, off the clock
+                started = MPI.Wtime()
+                loop.next_ckpt = pause + loop.ckpt_stride
+                self.checkpoint(loop, started - t0)
+                loop.eval_seconds += MPI.Wtime() - started
+                continue
             self.timer.reset()
             self.timer.step = loop.step
             t_start = MPI.Wtime() - t0
@@ -235,7 +262,7 @@ class Run:
                 last_flush = time.monotonic()
             seen = algo.evaluation_point()
             if seen is None:
-                self.snapshot_if_due(loop, t_start)
+                self.snapshot_if_due(loop, t_start - loop.eval_seconds)
                 continue
             progress.update(seen, stats.loss)
             if seen >= loop.next_eval:
@@ -320,7 +347,25 @@ class Run:
             "hostname": socket.gethostname(),
             "device": self.backend.device,
             "slowdown": self.slowdowns[self.rank],
+            **self.slowdown_attrs(),
         }
+
+    def slowdown_attrs(self) -> dict[str, Any]:
+        """``slowdown_mode``, ``slowdown_reference_s`` and ``slowdown_realised`` of this rank.
+
+        The realised factor is mean (compute + delay) over mean compute of
+        this rank's steps (1.0 when it was never slowed).
+        """
+        slowdown = self.algorithm.slowdown
+        if not isinstance(slowdown, Slowdown):
+            return {"slowdown_mode": "none", "slowdown_reference_s": float("nan"),
+                    "slowdown_realised": 1.0}
+        rows = self.recorder.columns() if hasattr(self, "recorder") else {}
+        compute = float(np.sum(rows.get("t_compute", 0.0)))
+        delay = float(np.sum(rows.get("t_delay", 0.0)))
+        return {"slowdown_mode": slowdown.mode,
+                "slowdown_reference_s": slowdown.mean_reference,
+                "slowdown_realised": (compute + delay) / compute if compute > 0 else 1.0}
 
     def flush(self) -> None:
         """Rewrite this rank's rows checkpoint (rank 0 adds the evaluation rows)."""
@@ -374,10 +419,14 @@ class Run:
             shutil.rmtree(self.watchdog.folder, ignore_errors=True)
         rows = {r: g[0] for r, g in enumerate(gathered)}
         attrs = {r: g[1] for r, g in enumerate(gathered)}
+        evals = self.evals.columns()
+        classes = self.data.num_classes
+        self.divergence = divergence(rows, evals, classes)
         if config.out is None:
-            return summarize(rows, self.evals.columns(), wall_s, config.target_accuracy)
-        summary = write_run_file(config.out, self.root, rows, attrs, self.evals.columns(),
-                                 wall_s, config.target_accuracy)
+            summary = summarize(rows, evals, wall_s, config.target_accuracy)
+            return {**summary, "diverged": self.divergence is not None}
+        summary = write_run_file(config.out, self.root, rows, attrs, evals,
+                                 wall_s, config.target_accuracy, num_classes=classes)
         remove_parts(config.out)
         return summary
 
@@ -405,6 +454,8 @@ class Run:
             "cuda_aware": False,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
             "hostnames": sorted(set(hostnames)),
+            "buckets": int(getattr(self.algorithm, "buckets", 0)),
+            "warmup_steps": int(self.algorithm.warmup_steps),
         }
 
 
@@ -470,6 +521,9 @@ def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> di
     summary = abort_on_exception(comm, body)
     if comm.Get_rank() == 0 and summary is not None:
         print(format_summary(config, comm.Get_size(), summary))
+        if getattr(run, "divergence", None):
+            print(f"syncbench train: warning: run diverged ({run.divergence}); its timings "
+                  "are not a result", file=sys.stderr, flush=True)
     return summary
 
 

@@ -6,6 +6,7 @@ subprocess timeouts) and are skipped when pytest itself runs under mpiexec.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -15,6 +16,8 @@ from helpers import run_mpi
 
 from syncbench.analysis.runfile import read_run
 from syncbench.bench.hetero import (
+    REFERENCE_WINDOW,
+    ModelWork,
     Slowdown,
     SlowdownChange,
     factor_at,
@@ -22,7 +25,9 @@ from syncbench.bench.hetero import (
     parse_slowdown,
     parse_slowdown_schedule,
     rank_timeline,
+    resolve_mode,
 )
+from syncbench.kernels.models import build_model
 
 UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "1024", "--batch-size", "16",
@@ -130,6 +135,123 @@ def test_constant_slowdown_sleeps_f_minus_one_times_compute():
     assert 0.015 <= slept <= time.perf_counter() - started < 0.5
 
 
+# -- --slowdown-mode ---------------------------------------------------------------
+def test_auto_mode_works_when_ranks_share_a_node_and_sleeps_only_when_alone():
+    assert resolve_mode("auto", 2) == "work"
+    assert resolve_mode("auto", 1) == "sleep"
+    for mode in ("work", "spin", "sleep"):
+        assert resolve_mode(mode, 1) == resolve_mode(mode, 4) == mode
+    with pytest.raises(ValueError, match="--slowdown-mode must be one of"):
+        resolve_mode("nap", 1)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """``time.perf_counter`` stands still except when a fake wait moves it."""
+    import syncbench.bench.hetero as hetero
+
+    now = [1000.0]
+    monkeypatch.setattr(hetero.time, "perf_counter", lambda: now[0])
+    return now
+
+
+def test_reference_is_a_running_median_not_one_steps_noise(fake_clock):
+    def wait(deadline):
+        fake_clock[0] = deadline
+
+    slow = Slowdown(4.0, mode="work", work=wait)
+    for _ in range(9):
+        slow(0.002)
+    spent = slow(0.050)  # one noisy step: 25x the usual compute
+    assert slow.reference() == pytest.approx(0.002)
+    assert spent == pytest.approx(0.006)  # 3 x the median, not 3 x 50 ms
+    assert slow.mean_reference == pytest.approx(0.002)
+    window = Slowdown(2.0, mode="work", work=wait)
+    for _ in range(REFERENCE_WINDOW):
+        window(0.001)
+    for _ in range(REFERENCE_WINDOW // 2 + 1):
+        window(0.003)
+    assert window.reference() == pytest.approx(0.003)  # old steps leave the window
+
+
+def test_overshoot_is_carried_as_debt(fake_clock):
+    late = 0.004
+
+    def overshooting(deadline):  # a wait that always ends 4 ms late
+        fake_clock[0] = deadline + late
+
+    slow = Slowdown(2.0, mode="work", work=overshooting)
+    spent = [slow(0.010) for _ in range(8)]
+    assert spent[0] == pytest.approx(0.010 + late) and slow.debt == pytest.approx(late)
+    assert spent[1:] == pytest.approx([0.010] * 7)  # each step pays the previous debt
+    assert sum(spent) == pytest.approx(8 * 0.010 + late)  # mean delay as asked for
+
+
+def test_factor_one_or_a_large_debt_injects_nothing():
+    slow = Slowdown(timeline=[(0.0, 1.0)], mode="spin")
+    assert slow(0.01) == 0.0 and math.isnan(slow.mean_reference)
+    slow = Slowdown(2.0, mode="spin")
+    slow.debt = 0.05
+    assert slow(0.01) == 0.0 and slow.debt == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize("mode", ["spin", "work", "sleep"])
+def test_spin_and_work_occupy_the_core_sleep_frees_it(mode):
+    model = build_model("mlp", (1, 28, 28), 10)
+    work = ModelWork(model, 32) if mode == "work" else None
+    slow = Slowdown(4.0, mode=mode, work=work)
+    cpu, spent = time.process_time(), 0.0
+    for _ in range(5):
+        spent += slow(0.010)
+    cpu = time.process_time() - cpu
+    assert spent >= 5 * 0.030 * 0.9
+    if mode == "sleep":
+        assert cpu < 0.1 * spent
+    else:
+        assert cpu > 0.2 * spent  # loose: the machine may be shared
+    if mode == "work":
+        assert work.passes >= 1  # whole forward/backward passes, not just a clock loop
+
+
+def test_model_work_leaves_the_training_state_alone():
+    model = build_model("lenet", (1, 28, 28), 10, seed=1)
+    model.grads[...] = 0.5
+    params, grads = model.params.copy(), model.grads.copy()
+    shadow = build_model("lenet", (1, 28, 28), 10, seed=1)
+    work = ModelWork(shadow, 16)
+    rng_state = np.random.get_state()[1].copy()
+    work(time.perf_counter() + 0.05)
+    assert work.passes >= 1
+    assert not np.shares_memory(shadow.params, model.params)
+    assert not np.shares_memory(shadow.grads, model.grads)
+    np.testing.assert_array_equal(model.params, params)
+    np.testing.assert_array_equal(model.grads, grads)
+    np.testing.assert_array_equal(np.random.get_state()[1], rng_state)
+
+
+def test_model_work_stops_between_layers_at_the_deadline():
+    work = ModelWork(build_model("lenet", (1, 28, 28), 10), 64)
+    started = time.perf_counter()
+    work(started + 0.001)  # far shorter than one lenet pass at batch 64
+    assert time.perf_counter() - started < 0.05
+
+
+def test_make_slowdown_builds_the_work_only_for_slowed_ranks():
+    built = []
+
+    def factory():
+        built.append(1)
+        return lambda deadline: None
+
+    factors = parse_slowdown("1,4", 2)
+    assert make_slowdown(factors, [], 0, "work", factory) is None and not built
+    slow = make_slowdown(factors, [], 1, "work", factory)
+    assert slow.mode == "work" and built == [1]
+    assert make_slowdown(factors, [], 1, "spin").mode == "spin"
+    with pytest.raises(ValueError, match="needs a model"):
+        make_slowdown(factors, [], 1, "work")
+
+
 # -- end to end: the driver and the algorithms -----------------------------------
 needs_mpiexec = pytest.mark.skipif(UNDER_MPI, reason="launches its own mpiexec")
 
@@ -165,3 +287,26 @@ def test_bad_slowdown_schedule_fails_before_training():
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("syncbench:")]
     assert len(errors) == 1 and "rank 2 out of range 0..1" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@needs_mpiexec
+@pytest.mark.parametrize(("mode", "recorded"), [(None, "work"), ("sleep", "sleep")])
+def test_driver_records_the_slowdown_mode_reference_and_realised_factor(tmp_path, mode,
+                                                                        recorded):
+    out = tmp_path / "run.h5"
+    flags = ["--slowdown-mode", mode] if mode else []  # default auto: 2 ranks share a node
+    proc = run_mpi(2, "train", *SMALL, "--algorithm", "ssgd", "--epochs", "2",
+                   "--slowdown", "1,4", *flags, "--out", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    run = read_run(out)
+    fast, slow = run.rank_attrs[0], run.rank_attrs[1]
+    assert fast["slowdown_mode"] == "none" and fast["slowdown_realised"] == 1.0
+    assert math.isnan(fast["slowdown_reference_s"])
+    assert slow["slowdown_mode"] == recorded
+    rows = run.ranks[1]
+    assert slow["slowdown_reference_s"] > 0
+    # own busy over own compute: the delay is 3 x the running median of compute
+    assert slow["slowdown_realised"] == pytest.approx(
+        (rows["t_compute"].sum() + rows["t_delay"].sum()) / rows["t_compute"].sum())
+    assert 3.0 < slow["slowdown_realised"] < 5.0  # loose: the machine may be shared
+    assert run.attrs["buckets"] == 2  # mlp at the default bucket size
