@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .context import format_contexts, machine_context
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES, REPORT_KEYS
 from .tables import (
@@ -237,6 +238,8 @@ _MD_EXTRA: dict[str, str] = {
     "steps": "{:d}", "samples": "{:d}", "baseline_world_size": "{:d}",
     "best_accuracy": "{:.4f}", "final_loss": "{:.4f}", "slowdown": "{:g}",
     "exposed_comm_s_per_round": "{:.5f}", "rounds": "{:.1f}",
+    "steady_step_s": "{:.5f}", "eval_interval_s": "{:.2f}", "ranks_per_core": "{:.1f}",
+    "warmup_steps": "{:d}", "cores": "{:d}",
 }
 _MD_SUFFIX: tuple[tuple[str, str], ...] = (
     ("_fraction", "{:.3f}"), ("_share", "{:.3f}"), ("_share_max", "{:.3f}"),
@@ -333,35 +336,99 @@ def _label_columns(by: Sequence[str]) -> list[tuple[str, str]]:
     return [(k, k) for k in keys]
 
 
+def _count_note(row: dict[str, Any], key: str, word: str) -> str:
+    """``word`` for a run (or every run of a group) flagged ``key``, ``k/n word`` for some."""
+    value = row.get(key)
+    if isinstance(value, bool) or value is None:
+        return word if value else ""
+    repeats = int(row.get("repeats", 1) or 1)
+    return "" if not value else word if value >= repeats else f"{value}/{repeats} {word}"
+
+
 def _note(row: dict[str, Any]) -> str:
-    return "" if row.get("complete", True) else "partial"
+    notes = ["" if row.get("complete", True) else "partial",
+             _count_note(row, "diverged", "diverged"),
+             _count_note(row, "overlapped", "overlapped")]
+    if row.get("oversubscribed") is True:
+        notes.append("oversubscribed")
+    if row.get("simulated") is True:
+        notes.append("simulated")
+    return ", ".join(n for n in notes if n)
+
+
+def _all_flagged(row: dict[str, Any], key: str) -> bool:
+    value = row.get(key)
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    return value >= int(row.get("repeats", 1) or 1)
+
+
+#: Columns a diverged run shows "diverged" in, and an overlapped one "overlapped".
+_RATIO_KEYS = frozenset({"speedup", "efficiency", "speedup_wall", "efficiency_wall"})
+
+
+def _flagged_cell(row: dict[str, Any], key: str) -> str | None:
+    """"diverged" / "overlapped" instead of a ratio that must not be read; else None."""
+    if _all_flagged(row, "diverged") and key in (*_RATIO_KEYS, "time_to_target_s",
+                                                  "hidden_comm_fraction"):
+        return "diverged"
+    if _all_flagged(row, "overlapped") and key in _RATIO_KEYS:
+        return "overlapped"
+    return None
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    if key == "note":
+        return _note(row)
+    flagged = _flagged_cell(row, key)
+    if flagged is not None:
+        return flagged
+    return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+
+
+#: The leading metric columns of every table: the sync share (comm + wait).
+_SYNC = ("sync_fraction", "sync")
+
+
+def context_lines(runs: Sequence[Run]) -> str:
+    """The machine context of ``runs`` as one line (ranges where runs differ)."""
+    return format_contexts([machine_context(run) for run in runs])
 
 
 def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
-                     per_rank: bool = False) -> str:
-    """The Markdown report: summary, time per phase, stragglers (and per-rank tables)."""
+                     per_rank: bool = False, context: str | None = None) -> str:
+    """The Markdown report: summary, time per phase, stragglers (and per-rank tables).
+
+    Every table leads with the sync share (comm + wait, see
+    :mod:`syncbench.analysis.tables`) and is preceded by the machine
+    ``context`` line (:func:`context_lines`); the summary then shows time to
+    target and the evaluation interval that bounds its resolution.
+    """
     labels = _label_columns(by)
     extra_labels = [c for c in labels if c[0] not in REPORT_KEYS]
-    main = [*extra_labels, *((k, k) for k in REPORT_KEYS)]
+    lead = [*extra_labels, ("algorithm", "algorithm"), ("world_size", "world_size")]
+    main = [*lead, _SYNC, ("time_to_target_s", "time_to_target_s"),
+            ("eval_interval_s", "eval every s"),
+            *((k, k) for k in REPORT_KEYS if k not in ("algorithm", "world_size",
+                                                       "time_to_target_s"))]
     if by:
         main.append(("repeats", "repeats"))
     main += [("speedup", "speedup"), ("efficiency", "efficiency"),
              ("hidden_comm_fraction", "hidden_comm"), ("note", "note")]
-
-    def main_cell(row: dict[str, Any], key: str) -> str:
-        if key == "note":
-            return _note(row)
-        return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+    ctx = [context, ""] if context else []
 
     title = f"## Runs grouped by {', '.join(by)} (medians)" if by else "## Runs"
-    parts = [title, "", md_table(rows, main, main_cell)]
+    parts = [title, "", *ctx, md_table(rows, main, _cell)]
     if by and any(r.get("repeats", 1) > 1 for r in rows):
-        spread_keys = ("samples_per_s", "wall_s", "final_accuracy", "time_to_target_s",
-                       "speedup", "efficiency")
+        spread_keys = ("sync_fraction", "time_to_target_s", "samples_per_s", "wall_s",
+                       "final_accuracy", "speedup", "efficiency")
 
         def spread_cell(row: dict[str, Any], key: str) -> str:
             if key not in spread_keys:
                 return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+            flagged = _flagged_cell(row, key)
+            if flagged is not None:
+                return flagged
             lo, hi = row.get(f"{key}_min"), row.get(f"{key}_max")
             if _plain(lo) is None and _plain(hi) is None:
                 return "-"
@@ -370,22 +437,26 @@ def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
             return f"{_md_value(key, lo)} - {_md_value(key, hi)}"
 
         cols = [*labels, ("repeats", "repeats"), *((k, f"{k} min - max") for k in spread_keys)]
-        parts += ["", "## Spread over repeats (min - max)", "", md_table(rows, cols, spread_cell)]
-    phase_cols = [*labels, ("step_s_mean", "step s"), *((_PHASE_COL + p, p) for p in PHASES),
-                  ("untracked_fraction", "untracked")]
-    parts += ["", "## Time per phase (mean s/step, share of wall time)", "",
+        parts += ["", "## Spread over repeats (min - max)", "", *ctx,
+                  md_table(rows, cols, spread_cell)]
+    phase_cols = [*labels, _SYNC, ("step_s_mean", "step s"),
+                  *((_PHASE_COL + p, p) for p in PHASES), ("untracked_fraction", "untracked")]
+    parts += ["", "## Time per phase (mean s/step, share of wall time)", "", *ctx,
               md_table(rows, phase_cols, _phase_cell)]
-    strag = [*labels, ("step_s_median", "step s median"), ("step_s_max", "step s max"),
+    strag = [*labels, _SYNC, ("step_s_median", "step s median"), ("step_s_max", "step s max"),
              ("step_max_over_median", "max/median"),
-             ("busy_max_over_median", "busy max/median"), ("slowest_rank", "slowest rank"),
+             ("busy_max_over_median", "busy max/median of others"),
+             ("slowest_rank", "slowest rank"),
              ("wait_share_max", "wait share max"), ("idle_share_max", "idle share max")]
-    parts += ["", "## Stragglers", "", md_table(rows, strag)]
-    scal = [*labels, ("scaling", "scaling"), ("baseline_world_size", "N0"),
+    parts += ["", "## Stragglers", "", *ctx, md_table(rows, strag)]
+    scal = [*labels, _SYNC, ("series", "series"), ("scaling", "scaling"),
+            ("baseline_world_size", "N0"),
             ("speedup", "speedup"), ("efficiency", "efficiency"),
             ("speedup_wall", "speedup (wall)"), ("efficiency_wall", "efficiency (wall)"),
-            ("exposed_comm_s_per_round", "exposed comm s/round"),
-            ("hidden_comm_fraction", "hidden comm"), ("best_accuracy", "best accuracy")]
-    parts += ["", "## Scaling and communication", "", md_table(rows, scal)]
+            ("steady_step_s", "step s (steady)"), ("sync_s_per_step", "sync s/step"),
+            ("hidden_comm_fraction", "hidden comm"), ("best_accuracy", "best accuracy"),
+            ("note", "note")]
+    parts += ["", "## Scaling and communication", "", *ctx, md_table(rows, scal, _cell)]
     if per_rank:
         rank_cols = [("rank", "rank"), ("hostname", "host"), ("slowdown", "slowdown"),
                      ("steps", "steps"), ("busy_s_per_step", "busy s/step"),
@@ -395,11 +466,35 @@ def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
         for row in rows:
             if "ranks" in row:
                 parts += ["", f"## Per rank: {row[PATH_KEY]} (phase shares of wall time)", "",
-                          md_table(row["ranks"], rank_cols)]
-    if any(not r.get("complete", True) for r in rows):
-        parts += ["", "partial: rebuilt from per-rank checkpoints of a crashed run."]
-    parts += ["", "Definitions: pydoc syncbench.analysis.tables"]
+                          *ctx, md_table(row["ranks"], rank_cols)]
+    parts += ["", *_footnotes(rows)]
     return "\n".join(parts)
+
+
+def _footnotes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    notes = []
+    if any(not r.get("complete", True) for r in rows):
+        notes.append("partial: rebuilt from per-rank checkpoints of a crashed run.")
+    if any(r.get("diverged") for r in rows):
+        notes.append("diverged: non-finite training loss or final accuracy at most 1.5x "
+                     "chance; no time to target, speedup or efficiency is shown for it.")
+    overlapped = [r for r in rows if r.get("overlapped")]
+    if overlapped:
+        pairs = sorted({f"{os.path.basename(str(p))}" for r in overlapped
+                        for p in (r.get("overlaps_with") or [])})
+        notes.append("overlapped: ran at the same time as another run on the same host ("
+                     + ", ".join(pairs) + "); timings not comparable, no speedup or "
+                     "efficiency computed from them.")
+    if any(r.get("oversubscribed") for r in rows):
+        notes.append("oversubscribed: more ranks than physical cores on a host; timings "
+                     "include time-sharing of cores.")
+    notes.append("sync = comm + wait (shares of all ranks' wall time). The split depends on "
+                 "the MPI call: time blocked inside a blocking collective counts as comm, "
+                 "time in Wait/Waitall as wait.")
+    notes.append("time_to_target_s can only take evaluation times: its resolution is the "
+                 "evaluation interval ('eval every s').")
+    notes.append("Definitions: pydoc syncbench.analysis.tables")
+    return notes
 
 
 def _table_keys(rows: Sequence[dict[str, Any]], nested: bool) -> list[str]:
@@ -413,7 +508,7 @@ def _table_keys(rows: Sequence[dict[str, Any]], nested: bool) -> list[str]:
 
 
 def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = (),
-                  per_rank: bool = False) -> str:
+                  per_rank: bool = False, context: str | None = None) -> str:
     """The rows of :func:`report_tables` as text, without a trailing newline.
 
     - ``md``: the sections of :func:`format_tables_md`.
@@ -425,7 +520,7 @@ def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = 
       objects); NaN as ``null``.
     """
     if fmt == "md":
-        return format_tables_md(rows, by, per_rank)
+        return format_tables_md(rows, by, per_rank, context)
     if fmt == "csv":
         keys = _table_keys(rows, nested=False)
         out = io.StringIO()
@@ -500,7 +595,12 @@ def report_main(args: argparse.Namespace) -> int:
     except (RunFileError, ValueError, ImportError) as exc:
         err(str(exc))
         return 2
-    print(format_tables(rows, args.format, by, getattr(args, "per_rank", False)))
+    context = context_lines(runs)
+    by_path = {run.path: machine_context(run) for run in runs}
+    for row in rows:  # the JSON and CSV rows carry their own machine line
+        paths = row[PATH_KEY] if isinstance(row[PATH_KEY], list) else [row[PATH_KEY]]
+        row["machine"] = format_contexts([by_path[p] for p in paths if p in by_path])
+    print(format_tables(rows, args.format, by, getattr(args, "per_rank", False), context))
     if plots_dir:
         from .plots import write_plots  # noqa: PLC0415
 

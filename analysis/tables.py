@@ -557,13 +557,13 @@ def series_identity(row: dict[str, Any], extra: Sequence[str] = ()) -> tuple:
     mode = _mode_of(row)
     batch, epochs = config.get("batch_size"), config.get("epochs")
     if mode == "strong" and _finite(batch):
-        batch_key = ("global_batch", int(batch) * n)
+        batch_key = ("batch", f"{int(batch) * n} global")
     else:
-        batch_key = ("batch_size", batch)
+        batch_key = ("batch", f"{batch}/rank")
     if mode == "weak" and _finite(epochs):
-        budget_key = ("epochs_per_rank", round(float(epochs) / n, 9))
+        budget_key = ("budget", f"{round(float(epochs) / n, 9):g} epochs/rank")
     else:
-        budget_key = ("epochs", epochs)
+        budget_key = ("budget", f"{epochs:g} epochs" if _finite(epochs) else f"{epochs} epochs")
     key = [("scaling_mode", mode), batch_key, budget_key]
     key += [(k, _hashable(attrs.get(k, row.get(k)))) for k in SERIES_ROOT_KEYS]
     key += [(k, _hashable(v)) for k, v in sorted(config.items())
@@ -578,15 +578,23 @@ def _close(a: float, b: float) -> bool:
 
 def _series_labels(groups: dict[tuple, list[dict[str, Any]]]) -> dict[tuple, str]:
     """A short label per series: the algorithm plus the identity parts that differ."""
-    keys = list(groups)
+    by_algorithm: dict[Any, list[tuple]] = {}
+    for key in groups:
+        by_algorithm.setdefault(dict(key).get("algorithm"), []).append(key)
+    labels = {}
+    for keys in by_algorithm.values():
+        labels.update(_labels_of(keys))
+    return labels
+
+
+def _labels_of(keys: list[tuple]) -> dict[tuple, str]:
+    """Labels of one algorithm's series: the identity parts whose values differ."""
     varying: list[str] = []
     if len(keys) > 1:
         names = list(dict.fromkeys(name for key in keys for name, _ in key))
         for name in names:
-            if name == "algorithm":
-                continue
             values = {dict(key).get(name, "<absent>") for key in keys}
-            if len(values) > 1:
+            if len(values) > 1 and name != "algorithm":
                 varying.append(name)
     labels = {}
     for key in keys:

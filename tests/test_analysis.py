@@ -640,3 +640,37 @@ def test_diverged_run_gets_no_ratio(tmp_path):
         f["summary"].attrs["diverged"] = True
     rows = _rows(paths)
     assert rows[1]["diverged"] is True and math.isnan(rows[1]["speedup"])
+
+
+def test_report_md_context_sync_first_and_flags(tmp_path, capsys):
+    import h5py
+
+    def run(name, n, **kw):
+        return write_file(tmp_path / f"{name}.h5", algorithm="ssgd", world_size=n,
+                          wall=4.0 / n, steps_per_rank=64 // n, target=0.8,
+                          evals=make_evals(times=(0.5, 1.0, 1.5), accuracy=(0.5, 0.85, 0.9),
+                                           samples=(1, 2, 3), steps=(1, 2, 3)),
+                          root={"host_cores": 2, "host_cpus": 2, "hostnames": ["h"],
+                                "ranks_per_host": n, "oversubscribed": n > 2}, **kw)
+
+    paths = [run("a1", 1), run("a4", 4), run("solo", 2, config={"slowdown": "1,4"})]
+    with h5py.File(paths[1], "r+") as f:
+        f["summary"].attrs["diverged"] = True
+    rc, out, err = _report(*paths, capsys=capsys)
+    assert rc == 0, err
+    assert out.count("machine: 2 cores (2 CPUs), 1-4 ranks on 1 host, 0.5-2.0 ranks/core, "
+                     "some oversubscribed") == 4  # above every table
+    header = next(ln for ln in out.splitlines() if ln.startswith("| run "))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[3:6] == ["sync", "time_to_target_s", "eval every s"]
+    a4 = next(ln for ln in out.splitlines() if ln.startswith("| a4.h5"))
+    cells = [c.strip() for c in a4.strip("|").split("|")]
+    assert cells[4] == cells[11] == cells[12] == "diverged"  # time to target, speedup, eff.
+    assert cells[-1] == "diverged, oversubscribed"
+    a1 = next(ln for ln in out.splitlines() if ln.startswith("| a1.h5"))
+    cells = [c.strip() for c in a1.strip("|").split("|")]
+    assert cells[11] == cells[12] == "-"  # the only clean world size: no speedup
+    rc, out, _ = _report(*paths, "--format", "json", capsys=capsys)
+    data = json.loads(out)
+    assert data[1]["diverged"] is True and data[1]["speedup"] is None
+    assert data[0]["machine"].startswith("machine: 2 cores (2 CPUs), 1 rank on 1 host")
