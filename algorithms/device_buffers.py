@@ -1,16 +1,32 @@
 """GPU buffers at the MPI boundary: CUDA-aware pass-through or pinned host staging.
 
 The rule (``DESIGN.md``, "Key decisions"): on the GPU backend a model's flat
-buffers are CuPy arrays. When the MPI library is CUDA-aware they are handed
-to mpi4py as they are (mpi4py reads ``__cuda_array_interface__``); otherwise
-every MPI call goes through a pinned host mirror of the buffer: device ->
-host copy, the MPI call on the mirror, host -> device copy when the data is
-final (at once for blocking calls, when the request completes for
-nonblocking ones). Either way the current CUDA stream is synchronized before
-a buffer is handed to MPI, because kernels are asynchronous and MPI knows
-nothing of streams. Completing calls (``Test``, ``Wait``) hand MPI no new
-buffer and do not synchronize, so polling between layers does not stall the
-GPU's queue.
+buffers are CuPy arrays. When the MPI library is CUDA-aware, blocking
+collectives get them as they are (mpi4py reads
+``__cuda_array_interface__``); otherwise every MPI call goes through a
+pinned host mirror of the buffer: device -> host copy, the MPI call on the
+mirror, host -> device copy when the data is final (at once for blocking
+calls, when the request completes for nonblocking ones). Direct calls
+synchronize the current CUDA stream first, because kernels are asynchronous
+and MPI knows nothing of streams.
+
+Nonblocking collectives are staged even with a CUDA-aware library, unless
+``--cuda-aware-nonblocking yes``: Open MPI supports device buffers in
+blocking collectives only; its nonblocking ones (``coll/libnbc``) reduce on
+the CPU and may crash on device memory (open-mpi/ompi issues 9845, 12045).
+
+A staged ``Iallreduce`` does not stall the GPU: it records an event after
+the kernels queued so far, copies the buffer into its pinned mirror
+asynchronously on a copy stream that waits for that event, and posts the MPI
+call once the copy has completed. Inside the ``compute`` phase (SSGD's
+buckets during backward) the post is deferred to the next :meth:`poll`,
+``Test`` or ``Wait`` that finds the copy done, so backward keeps running;
+elsewhere ``Iallreduce`` waits for its copy and posts at once. Posts keep
+the program's order (first in, first out), and every other collective of
+the communicator first posts what is deferred, so all ranks issue their
+collectives in the same order. The copy time counted in
+:class:`Staging` is the time a rank waited for a copy, not the copy's
+duration on the GPU.
 
 ``--cuda-aware yes|no|auto`` (:func:`detect_cuda_aware`): ``auto`` asks the
 library (``MPIX_Query_cuda_support()``, through mpi4py if it exposes it, else
@@ -33,8 +49,8 @@ import ctypes
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 from mpi4py import MPI
@@ -127,19 +143,47 @@ def host_empty(backend: Backend, shape: tuple[int, ...], dtype: Any) -> np.ndarr
 
 
 def copy_to_host(backend: Backend, device: Any, host: np.ndarray) -> None:
-    """``host[...] = device``, complete when it returns (synchronous on the stream)."""
+    """``host[...] = device``, complete when it returns (the stream is synchronized)."""
     if backend.is_gpu:
         device.get(out=host)
+        backend.synchronize()
     else:
         np.copyto(host, device)
 
 
 def copy_to_device(backend: Backend, host: np.ndarray, device: Any) -> None:
-    """``device[...] = host``, complete when it returns."""
+    """``device[...] = host``, complete when it returns.
+
+    ``ndarray.set`` only queues the copy on the current stream in CuPy 13/14
+    (from pinned memory it is truly asynchronous), so the stream is
+    synchronized before returning: the caller may then reuse ``host``.
+    """
     if backend.is_gpu:
         device.set(host)
+        backend.synchronize()
     else:
         np.copyto(device, host)
+
+
+class CopyEvent(Protocol):
+    """What :meth:`Staging.to_host_async` returns: ``cupy.cuda.Event``'s two methods."""
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+
+class CompletedCopy:
+    """The event of a copy that completed before it was returned (the CPU backend)."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+
+COMPLETED = CompletedCopy()
 
 
 def _address(buf: Any) -> int:
@@ -156,6 +200,7 @@ class Staging:
         #: Seconds spent copying, and bytes copied, in each direction.
         self.seconds = {"to_host": 0.0, "to_device": 0.0}
         self.bytes = {"to_host": 0, "to_device": 0}
+        self._copy_stream: Any = None
 
     def mirror(self, buf: Any, busy: tuple[np.ndarray, ...] = ()) -> np.ndarray:
         """The host mirror of ``buf`` (allocated once); ``busy`` mirrors are never dropped."""
@@ -173,6 +218,41 @@ class Staging:
         copy_to_host(self.backend, buf, host)
         self.seconds["to_host"] += time.perf_counter() - start
         self.bytes["to_host"] += int(buf.nbytes)
+
+    def to_host_async(self, buf: Any, host: np.ndarray) -> CopyEvent:
+        """Queue ``host[...] = buf`` after the work queued so far; returns its completion event.
+
+        GPU: an event recorded on the current stream, a copy stream that waits
+        for it, ``cudaMemcpyAsync`` into the pinned ``host`` there, and an event
+        after the copy; kernels queued later on the current stream run
+        meanwhile. CPU: the copy is done at once.
+        """
+        start = time.perf_counter()
+        self.bytes["to_host"] += int(buf.nbytes)
+        if not self.backend.is_gpu:
+            np.copyto(host, buf)
+            self.seconds["to_host"] += time.perf_counter() - start
+            return COMPLETED
+        cuda = self.backend.xp.cuda
+        if not buf.flags.c_contiguous:
+            raise ValueError("staged buffers must be contiguous")
+        if self._copy_stream is None:
+            self._copy_stream = cuda.Stream(non_blocking=True)
+        ready = cuda.Event(disable_timing=True)
+        ready.record(cuda.get_current_stream())
+        self._copy_stream.wait_event(ready)
+        cuda.runtime.memcpyAsync(host.ctypes.data, buf.data.ptr, int(buf.nbytes),
+                                 cuda.runtime.memcpyDeviceToHost, self._copy_stream.ptr)
+        done = cuda.Event(disable_timing=True)
+        done.record(self._copy_stream)
+        self.seconds["to_host"] += time.perf_counter() - start
+        return done
+
+    def wait_copy(self, event: CopyEvent) -> None:
+        """Block until ``event``'s copy is done, counting the time waited."""
+        start = time.perf_counter()
+        event.synchronize()
+        self.seconds["to_host"] += time.perf_counter() - start
 
     def to_device(self, host: np.ndarray, buf: Any) -> None:
         start = time.perf_counter()
@@ -208,7 +288,7 @@ class HostMirror:
         return self.host
 
     def push(self, device: Any) -> None:
-        """Copy :attr:`host` into ``device``."""
+        """Copy :attr:`host` into ``device``; complete on return (``host`` may be reused)."""
         start = time.perf_counter()
         copy_to_device(self.backend, self.host, device)
         self._count(start)
@@ -219,13 +299,28 @@ class HostMirror:
 
 
 # -- the communicator of the GPU backend ------------------------------------------------
+@dataclass(eq=False)
+class StagedRequest:
+    """A staged nonblocking reduction: the device buffer, its pinned mirror, the event of
+    the copy into the mirror, and the MPI request once posted (None before)."""
+
+    buf: Any
+    host: np.ndarray
+    copied: CopyEvent
+    request: MPI.Request | None = field(default=None)
+
+
 class DeviceCommunicator(Communicator):
     """:class:`Communicator` for device buffers: direct when CUDA-aware, else staged.
 
     Staging copies are charged to the ``comm`` phase (they are part of the
     cost of communicating from a GPU) and added up in :attr:`staging`. A
-    staged nonblocking request's result is copied back to the device when
+    staged nonblocking request (a :class:`StagedRequest`, which this class's
+    ``Test``/``Wait``/``Waitall`` take like an ``MPI.Request``) is posted as
+    the module docstring says; its result is copied back to the device when
     :meth:`Test` sees it complete or :meth:`Wait`/:meth:`Waitall` returns.
+    ``nonblocking_direct`` (``--cuda-aware-nonblocking yes``) hands device
+    buffers to nonblocking collectives too when ``cuda_aware``.
     """
 
     def __init__(
@@ -234,18 +329,21 @@ class DeviceCommunicator(Communicator):
         timer: PhaseTimer | None,
         backend: Backend,
         cuda_aware: bool,
+        nonblocking_direct: bool = False,
     ) -> None:
         super().__init__(comm, timer)
         self.backend, self.cuda_aware = backend, cuda_aware
+        self.nonblocking_direct = cuda_aware and nonblocking_direct
         self.staging = Staging(backend)
-        self._landing: list[tuple[MPI.Request, Any, np.ndarray]] = []
+        #: Staged requests not completed yet, in the order they were started.
+        self._landing: list[StagedRequest] = []
 
     def _wire(self, buf: Any, send: bool = True) -> Any:
-        """What MPI gets for ``buf``: itself (CUDA-aware) or its mirror, filled if ``send``."""
+        """What a blocking call gets for ``buf``: itself (CUDA-aware) or its mirror."""
         self.backend.synchronize()
         if self.cuda_aware:
             return buf
-        host = self.staging.mirror(buf, tuple(m for _, _, m in self._landing))
+        host = self.staging.mirror(buf, tuple(s.host for s in self._landing))
         if send:
             self.staging.to_host(buf, host)
         return host
@@ -254,53 +352,123 @@ class DeviceCommunicator(Communicator):
         if wire is not buf:
             self.staging.to_device(wire, buf)
 
+    # -- posting staged requests in order ---------------------------------------
+    def _post(self, staged: StagedRequest) -> None:
+        staged.request = self.comm.Iallreduce(MPI.IN_PLACE, staged.host, op=MPI.SUM)
+        self.outstanding.append(staged.request)
+
+    def _post_ready(self) -> None:
+        """Post the deferred requests whose copies are done, oldest first, stopping at
+        the first whose copy is still running."""
+        for staged in self._landing:
+            if staged.request is None:
+                if not staged.copied.query():
+                    return
+                self._post(staged)
+
+    def _flush(self, upto: StagedRequest | None = None) -> None:
+        """Post every deferred request (up to ``upto``), waiting for their copies."""
+        with self.timer.phase("comm"):
+            for staged in self._landing:
+                if staged.request is None:
+                    self.staging.wait_copy(staged.copied)
+                    self._post(staged)
+                if staged is upto:
+                    return
+
+    # -- collectives --------------------------------------------------------------
     def Allreduce(self, buf: Any) -> None:
         """In-place sum of ``buf`` over all ranks."""
+        self._flush()
         with self.timer.phase("comm"):
             wire = self._wire(buf)
             self.comm.Allreduce(MPI.IN_PLACE, wire, op=MPI.SUM)
             self._land(buf, wire)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
+        self._flush()
         with self.timer.phase("comm"):
             wire = self._wire(buf, send=self.rank == root)
             self.comm.Bcast(wire, root=root)
             if self.rank != root:
                 self._land(buf, wire)
 
-    def Iallreduce(self, buf: Any) -> MPI.Request:
-        """Start an in-place sum of ``buf``; a staged result lands when the request completes."""
-        with self.timer.phase("comm"):
-            wire = self._wire(buf)
-            req = self.comm.Iallreduce(MPI.IN_PLACE, wire, op=MPI.SUM)
-        self.outstanding.append(req)
-        if wire is not buf:
-            self._landing.append((req, buf, wire))
-        return req
+    def Barrier(self) -> None:
+        self._flush()
+        super().Barrier()
 
-    def Test(self, req: MPI.Request) -> bool:
+    def allreduce_scalar(self, value: float, op: MPI.Op = MPI.SUM) -> float:
+        self._flush()
+        return super().allreduce_scalar(value, op)
+
+    def Iallreduce(self, buf: Any) -> Any:
+        """Start an in-place sum of ``buf``: an ``MPI.Request`` when direct, else a
+        :class:`StagedRequest` whose result lands on the device when it completes."""
+        defer = self.timer.current == "compute"
+        if self.nonblocking_direct:
+            self._flush()
+            with self.timer.phase("comm"):
+                self.backend.synchronize()
+                req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+            self.outstanding.append(req)
+            return req
+        with self.timer.phase("comm"):
+            host = self.staging.mirror(buf, tuple(s.host for s in self._landing))
+            staged = StagedRequest(buf, host, self.staging.to_host_async(buf, host))
+            self._landing.append(staged)
+            if defer:
+                self._post_ready()
+        if not defer:
+            self._flush(staged)
+        return staged
+
+    def poll(self) -> None:
+        """Post deferred requests whose copies are done, then drive progress (``Testall``)."""
+        if any(s.request is None for s in self._landing):
+            with self.timer.phase("comm"):
+                self._post_ready()
+        super().poll()
+
+    def Test(self, req: Any) -> bool:
+        if isinstance(req, StagedRequest):
+            with self.timer.phase("comm"):
+                self._post_ready()
+            if req.request is None:
+                return False
+            done = super().Test(req.request)
+            if done:
+                self._forget(req.request)
+                self._complete(req)
+            return done
         done = super().Test(req)
         if done:
             self._forget(req)
-            self._complete(req)
         return done
 
-    def Wait(self, req: MPI.Request) -> None:
-        super().Wait(req)
-        self._complete(req)
+    def Wait(self, req: Any) -> None:
+        if isinstance(req, StagedRequest):
+            self._flush(req)
+            super().Wait(req.request)
+            self._complete(req)
+        else:
+            super().Wait(req)
 
-    def Waitall(self, reqs: list[MPI.Request]) -> None:
-        super().Waitall(reqs)
-        for req in reqs:
+    def Waitall(self, reqs: list[Any]) -> None:
+        staged = [r for r in reqs if isinstance(r, StagedRequest)]
+        landing = [r for r in staged if r in self._landing]  # not completed yet
+        if landing:
+            self._flush(max(landing, key=self._landing.index))
+        super().Waitall([r.request if isinstance(r, StagedRequest) else r for r in reqs])
+        for req in staged:
             self._complete(req)
 
-    def _complete(self, req: MPI.Request) -> None:
+    def _complete(self, staged: StagedRequest) -> None:
         """Copy a completed staged request's result back to its device buffer (once)."""
-        for index, (pending, buf, wire) in enumerate(self._landing):
-            if pending is req:
+        for index, pending in enumerate(self._landing):
+            if pending is staged:
                 del self._landing[index]
                 with self.timer.phase("comm"):
-                    self._land(buf, wire)
+                    self._land(staged.buf, staged.host)
                 return
 
 
@@ -309,8 +477,9 @@ def make_communicator(
     timer: PhaseTimer | None,
     backend: Backend,
     cuda_aware: bool = False,
+    nonblocking_direct: bool = False,
 ) -> Communicator:
     """The plain :class:`Communicator` on the CPU; a :class:`DeviceCommunicator` on the GPU."""
     if not backend.is_gpu:
         return Communicator(comm, timer)
-    return DeviceCommunicator(comm, timer, backend, cuda_aware)
+    return DeviceCommunicator(comm, timer, backend, cuda_aware, nonblocking_direct)

@@ -4,10 +4,29 @@ The backend is chosen once from ``--device auto|cpu|gpu``. Everything that
 allocates arrays takes the :class:`Backend` (or its ``xp``) instead of
 importing NumPy directly, so the same layers and algorithms run on either.
 CuPy is imported only when a GPU is asked for or probed, never on the CPU path.
+
+A GPU is chosen only after it has run something (:func:`probe_gpu`): a
+trivial kernel compiled with NVRTC and a tiny ``cupy.matmul`` (cuBLAS), so a
+machine whose driver works but whose NVRTC or cuBLAS does not load falls back
+to the CPU under ``--device auto`` (and fails with one clear line under
+``--device gpu``) instead of failing at the first step. CUDA libraries from
+the ``nvidia-*-cu12`` wheels of the ``[gpu]`` extra are loaded first
+(:func:`preload_cuda_wheels`): CuPy 13 looks for them by name only.
+
+The device is bound before MPI starts (:func:`bind_before_mpi`, called by
+the command line before ``mpi4py.MPI`` is imported): Open MPI's smcuda and
+PSM2 transports allocate CUDA resources on the current device at
+``MPI_Init``, device 0 unless a rank chose another.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import glob
+import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -15,6 +34,15 @@ from typing import Any
 import numpy as np
 
 DEVICES = ("auto", "cpu", "gpu")
+#: Launcher variables that give a rank's index on its node, in the order they are read.
+LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+#: Libraries of the ``nvidia-*-cu12`` wheels CuPy needs, in load order (dependencies first).
+CUDA_WHEEL_LIBRARIES = (
+    "nvidia/cuda_runtime/lib/libcudart.so.12",
+    "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+    "nvidia/cublas/lib/libcublasLt.so.12",
+    "nvidia/cublas/lib/libcublas.so.12",
+)
 
 
 class BackendError(RuntimeError):
@@ -54,38 +82,142 @@ def numpy_backend() -> Backend:
     return Backend("numpy", np, "cpu")
 
 
-def _cupy_if_available() -> ModuleType | None:
+def env_local_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """This rank's index on its node from the launcher's environment, or None.
+
+    Read before MPI starts: ``OMPI_COMM_WORLD_LOCAL_RANK`` (Open MPI),
+    ``MPI_LOCALRANKID`` (MPICH's Hydra), ``SLURM_LOCALID`` (srun), the first
+    one set to an integer.
+    """
+    environ = os.environ if environ is None else environ
+    for name in LOCAL_RANK_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def preload_cuda_wheels(paths: list[str] | None = None) -> list[str]:
+    """Load the CUDA libraries of installed ``nvidia-*-cu12`` wheels (global symbols).
+
+    CuPy 13 opens ``libnvrtc.so.12`` and ``libcublas.so.12`` by name; the
+    wheels put them under ``site-packages/nvidia/*/lib``, off the loader's
+    path. A library already loaded under the same name is what a later
+    ``dlopen`` by name returns. Returns the files loaded (none without the
+    wheels: CuPy then finds a system CUDA toolkit as usual).
+    """
+    loaded = []
+    for relative in CUDA_WHEEL_LIBRARIES:
+        for site in paths if paths is not None else sys.path:
+            found = glob.glob(os.path.join(site or ".", relative))
+            if found:
+                try:
+                    ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+                    loaded.append(found[0])
+                except OSError:
+                    pass
+                break
+    return loaded
+
+
+def _import_cupy() -> ModuleType | None:
+    preload_cuda_wheels()
     try:
         import cupy  # noqa: PLC0415 - optional dependency, GPU path only
     except Exception:  # ImportError, or a broken CUDA install
         return None
+    return cupy
+
+
+#: The probe kernel: NVRTC compiles it, the device runs it.
+_PROBE_SOURCE = 'extern "C" __global__ void sb_probe(float* x) { x[threadIdx.x] = threadIdx.x; }'
+
+
+@functools.lru_cache(maxsize=1)
+def probe_gpu() -> tuple[ModuleType | None, str]:
+    """``(cupy, "")`` if the current GPU runs a kernel and a GEMM, else ``(None, reason)``.
+
+    Launches a trivial NVRTC-compiled kernel and a 4x4 ``cupy.matmul``
+    (cuBLAS) and checks both results, so every library a training step uses
+    has loaded. Cached per process (the first call binds nothing: call it
+    after choosing the device).
+    """
+    cupy = _import_cupy()
+    if cupy is None:
+        return None, "CuPy is not installed or does not import"
     try:
-        return cupy if cupy.cuda.is_available() else None
+        if not cupy.cuda.is_available():
+            return None, "cupy.cuda.is_available() is False (no GPU or no driver)"
+        x = cupy.zeros(32, dtype=cupy.float32)
+        cupy.RawKernel(_PROBE_SOURCE, "sb_probe")((1,), (32,), (x,))
+        product = cupy.ones((4, 4), dtype=cupy.float32) @ cupy.ones((4, 4), dtype=cupy.float32)
+        cupy.cuda.get_current_stream().synchronize()
+        if x.get().tolist() != list(range(32)) or float(product.sum().get()) != 64.0:
+            return None, "the probe kernel or GEMM gave a wrong result"
+    except Exception as exc:  # NVRTC, cuBLAS or the driver failed to load or run
+        return None, f"probe failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    return cupy, ""
+
+
+def _cupy_if_available() -> ModuleType | None:
+    """CuPy when a GPU passes :func:`probe_gpu`, else None."""
+    return probe_gpu()[0]
+
+
+def bind_before_mpi(device: str, environ: Mapping[str, str] | None = None) -> int | None:
+    """Make GPU ``local rank % count`` current before MPI starts; returns it, or None.
+
+    Does nothing for ``--device cpu`` or when no launcher variable gives the
+    local rank (:func:`env_local_rank`): :func:`select_backend` then binds
+    after ``MPI_Init`` from the shared-memory communicator, as before. Never
+    raises: a GPU problem is reported by :func:`select_backend`.
+    """
+    local = env_local_rank(environ)
+    if device == "cpu" or local is None:
+        return None
+    cupy = _import_cupy()
+    if cupy is None:
+        return None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+        if count < 1:
+            return None
+        cupy.cuda.Device(local % count).use()
     except Exception:
         return None
+    return local % count
 
 
 def select_backend(device: str = "auto", local_rank: int = 0) -> Backend:
     """Pick the backend for ``device`` and bind GPU ranks to ``local_rank % count``.
 
-    ``auto`` takes the GPU when CuPy sees one, else the CPU; ``gpu`` without a
-    usable GPU raises :class:`BackendError`.
+    The launcher's local rank (:func:`env_local_rank`) wins over ``local_rank``
+    when set, so the binding agrees with :func:`bind_before_mpi`. ``auto``
+    takes the GPU when it passes :func:`probe_gpu`, else the CPU; ``gpu``
+    without a usable GPU raises :class:`BackendError` saying why.
     """
     if device not in DEVICES:
         raise BackendError(f"unknown --device {device!r}; choose one of {', '.join(DEVICES)}")
     if device == "cpu":
         return numpy_backend()
-    cupy = _cupy_if_available()
+    cupy = _import_cupy()
+    if cupy is not None:
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except Exception:
+            count = 0
+        if count:
+            local = env_local_rank()
+            cupy.cuda.Device((local_rank if local is None else local) % count).use()
+    cupy, reason = probe_gpu() if cupy is not None else (None, "CuPy is not installed")
     if cupy is None:
         if device == "gpu":
             raise BackendError(
-                "--device gpu: no usable CUDA GPU (CuPy missing or cupy.cuda.is_available() is "
-                "False); install syncbench[gpu] on a GPU machine or use --device cpu"
+                f"--device gpu: no usable CUDA GPU ({reason}); install syncbench[gpu] on a "
+                "GPU machine or use --device cpu"
             )
         return numpy_backend()
-    count = cupy.cuda.runtime.getDeviceCount()
-    index = local_rank % count
-    cupy.cuda.Device(index).use()
+    index = cupy.cuda.Device().id
     name = cupy.cuda.runtime.getDeviceProperties(index)["name"]
     if isinstance(name, bytes):
         name = name.decode()

@@ -6,6 +6,15 @@ slices of :attr:`Model.grads` / :attr:`Model.params` without any packing.
 Because backward visits layers in reverse, after layer ``i`` has run every
 gradient from ``layer_offsets[i]`` to the end of the buffer is final; the
 ``on_grads_ready`` hook reports that offset so buckets can start early.
+
+On the GPU, kernels are queued asynchronously. :meth:`Model.loss_and_grad`
+ends with a synchronization of the stream, so a caller that times it (the
+``compute`` phase) measures the forward and backward kernels themselves, not
+just their launches; without it the backward time would be paid in the next
+synchronization, the one before MPI, and land in ``comm``. The loss stays on
+the device until then (no synchronization between forward and backward) and
+is read once, after it. :meth:`Model.warm_up` runs one untimed step first
+(NVRTC compiles, cuBLAS handles).
 """
 
 from __future__ import annotations
@@ -104,7 +113,8 @@ class Model:
 
         ``on_grads_ready(offset)`` runs after each layer's backward with the
         offset from which the flat gradient is final; ``poll`` runs between
-        forward layers.
+        forward layers. On the GPU the call returns once every kernel it
+        queued has run (see the module docstring).
         """
         logits = self.forward(x, True, poll)
         loss = self.loss_fn.forward(logits, y)
@@ -114,7 +124,34 @@ class Model:
                 dy = self.layers[index].backward(dy)
             if on_grads_ready is not None:
                 on_grads_ready(self.layer_offsets[index])
-        return loss
+        return self._read_loss(loss)
+
+    def _read_loss(self, loss: Any) -> float:
+        """The loss as a float; on the GPU after synchronizing the stream (and checking
+        the label flags of the loss kernel)."""
+        if self.backend.is_gpu:
+            from syncbench.kernels import cuda_ops  # noqa: PLC0415 - GPU path only
+
+            self.backend.synchronize()
+            cuda_ops.raise_on_bad_labels()
+        return float(loss)
+
+    def warm_up(self, batch_size: int) -> None:
+        """One untimed forward and backward on a zero batch, then zero the gradient.
+
+        On the GPU it compiles every kernel for this dtype (NVRTC, or CuPy's
+        disk cache) and creates the cuBLAS handle, which the first timed step
+        would otherwise pay. Parameters are not touched.
+        """
+        if self.backend.is_gpu:
+            from syncbench.kernels import cuda_ops  # noqa: PLC0415 - GPU path only
+
+            cuda_ops.precompile(self.dtype)
+        xp = self.backend.xp
+        x = xp.zeros((batch_size, *self.input_shape), dtype=self.dtype)
+        y = xp.zeros(batch_size, dtype=np.int64)
+        self.loss_and_grad(x, y)
+        self.grads[...] = 0
 
     def evaluate(self, x: Any, y: Any, batch_size: int = 2000) -> tuple[float, float]:
         """(mean loss, accuracy) on a whole split, in batches, without touching grads."""
@@ -126,8 +163,8 @@ class Model:
             yb = self.backend.asarray(y[start : start + batch_size])
             logits = self.forward(xb, train=False)
             total_loss += self.loss_fn.forward(logits, yb) * xb.shape[0]
-            correct += int(xp.sum(logits.argmax(axis=1) == yb))
-        return total_loss / n, correct / n
+            correct += xp.sum(logits.argmax(axis=1) == yb)
+        return self._read_loss(total_loss) / n, int(correct) / n
 
     def summary(self) -> str:
         """One line per layer with its parameter count."""
