@@ -26,9 +26,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="auto", choices=DEVICES,
                      help="compute device")
     run.add_argument("--cuda-aware", default="auto", choices=("auto", "yes", "no"),
-                     help="GPU only: hand device buffers to MPI directly (yes) or stage them "
-                     "through pinned host memory (no); auto asks the MPI library "
-                     "(MPIX_Query_cuda_support), then known environment settings, else no")
+                     help="GPU only: hand device buffers to MPI's BLOCKING collectives "
+                     "directly (yes) or stage them through pinned host memory (no); auto asks "
+                     "the MPI library (MPIX_Query_cuda_support), then known environment "
+                     "settings, else no. Nonblocking collectives (Iallreduce: SSGD overlap, "
+                     "OD-SGD, Oscars) stay staged unless --cuda-aware-nonblocking yes")
+    run.add_argument("--cuda-aware-nonblocking", default="no", choices=("no", "yes"),
+                     help="GPU only: also hand device buffers to nonblocking collectives when "
+                     "--cuda-aware is on (default no: Open MPI reduces nonblocking "
+                     "collectives on the CPU, coll/libnbc, and device buffers may crash it)")
     run.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                      help="parameter and activation precision")
     run.add_argument("--progress", default="auto", choices=("auto", "always", "never"),
@@ -185,10 +191,13 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
 def run_train_command(args: argparse.Namespace) -> int:
     """Body of ``syncbench train``: one run on every rank of ``MPI.COMM_WORLD``.
 
-    The flags were parsed before MPI started (``cli.main``); it starts here.
+    The flags were parsed before MPI started (``cli.main``); it starts here, after
+    the GPU of this rank is made current (``backend.bind_before_mpi``).
     """
     from syncbench.bench.runtime import start_mpi  # noqa: PLC0415
     from syncbench.bench.train import run_training  # noqa: PLC0415
+    from syncbench.kernels import backend  # noqa: PLC0415
 
+    backend.bind_before_mpi(args.device)
     run_training(args, start_mpi())
     return 0
