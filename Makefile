@@ -1,5 +1,6 @@
 # syncbench: set-up, the main comparison, and the tests.
 #   make demo   - venv + MPI runtime + Fashion-MNIST, then the four-algorithm comparison
+#                 (syncbench run demo: run files in runs/demo, plots in runs/plots)
 #   make test   - venv + everything the tests need, then lint, serial and MPI tests
 # Variables: NP (ranks, default 4), VENV (default .venv), PYTHON (default python3).
 
@@ -35,9 +36,10 @@ dataset:
 	       "'$(BIN)/syncbench data fetch fashion-mnist --dest DIR' and set SYNCBENCH_DATA=DIR"; \
 	fi
 
+# The demo scenario (bench/scenarios/demo.toml, 1 repeat); ends with where the run files
+# and plots are and the next two commands (a report with plots, a trace).
 demo: venv dataset
-	$(BIN)/syncbench compare --np $(NP) --algorithms ssgd,asgd,odsgd,oscars \
-	  --model mlp --dataset fashion-mnist --epochs 1 --out-dir runs
+	$(BIN)/syncbench run demo --np $(NP) --out-dir runs/demo --plots runs/plots
 
 lint: venv
 	$(BIN)/ruff check .

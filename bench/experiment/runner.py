@@ -39,6 +39,7 @@ import json
 import math
 import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -253,7 +254,19 @@ def _write_plots(paths: Sequence[str], out: str, say: Callable[[str], None]) -> 
 
     with contextlib.redirect_stdout(io.StringIO()):
         status = cli_main(["report", *paths, "--plots", out])
-    say(f"plots: {out}/" if status == 0 else f"plots: not written (syncbench report exit {status})")
+    if status != 0:
+        say(f"plots: not written (syncbench report exit {status})")
+
+
+def _command_name() -> str:
+    """``syncbench`` when that is on PATH as this Python's, else the script's path."""
+    script = Path(sys.executable).parent / "syncbench"
+    found = shutil.which("syncbench")
+    if not script.exists() or (found and Path(found).resolve() == script.resolve()):
+        return "syncbench"
+    with contextlib.suppress(ValueError):
+        return str(script.relative_to(Path.cwd()))
+    return str(script)
 
 
 def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str],
@@ -327,12 +340,13 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     say(f"run files: {out_dir}/ ({len(plan)} files); results: {results_path}")
     if args.plots:
         _write_plots([p.path.as_posix() for p in plan], args.plots, say)
+    cmd = _command_name()
     first = min(plan, key=lambda p: (p.entry.label != scenario.baseline,
                                      not p.condition.homogeneous, p.repeat)).path.as_posix()
     say("next:")
-    say(f"  syncbench report {out_dir.as_posix()}/*.h5 --plots {args.plots or 'plots'}"
+    say(f"  {cmd} report {out_dir.as_posix()}/*.h5 --plots {args.plots or 'plots'}"
         "   # tables and plots of every run")
-    say(f"  syncbench trace {first} -o trace.json   # open in ui.perfetto.dev")
+    say(f"  {cmd} trace {first} -o trace.json   # open in ui.perfetto.dev")
     return 0
 
 
