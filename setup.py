@@ -15,10 +15,11 @@ setup(
     python_requires=">=3.10",
     # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
     packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS]
-    + ["syncbench.bench.peers", "syncbench.bench.experiment"],
+    + ["syncbench.bench.peers", "syncbench.bench.experiment", "syncbench.bench.simulate"],
     package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
     package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"],
-                  "syncbench.bench": ["scenarios/*.toml"]},
+                  "syncbench.bench": ["scenarios/*.toml"],
+                  "syncbench.bench.simulate": ["profiles.toml"]},
     # tomli: scenario files on Python 3.10 (3.11+ has tomllib)
     install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8",
                       "tomli>=1.1; python_version < '3.11'"],
@@ -29,6 +30,10 @@ setup(
         # NVRTC alone: compiles the CUDA kernels on machines without a GPU (CI)
         "cuda-build": ["nvidia-cuda-nvrtc-cu12"],
         "peers": ["torch==2.13.0"],
+        # `syncbench simulate`: SimGrid's Python bindings. The PyPI sdist builds SimGrid
+        # from source (cmake, a C++17 compiler, Boost); on Debian/Ubuntu `make sim`
+        # instead installs python3-simgrid with apt and links that one module into the venv.
+        "sim": ["simgrid>=3.32"],
     },
     entry_points={"console_scripts": ["syncbench=syncbench.bench.cli:main"]},
 )

@@ -130,6 +130,20 @@ SUMMARY_FLAGS: tuple[str, ...] = ("diverged",)
 #: Root attribute that is False on a run rebuilt from partial checkpoints.
 COMPLETE_ATTR = "complete"
 
+#: Root attributes of a run written by ``syncbench simulate`` (absent from measured
+#: runs: readers default ``simulated`` to False). ``simulated`` (bool); the others
+#: are JSON: the simulated platform (kind, link bandwidth B/s and latency s, hosts,
+#: GPUs per node, calibration file), the workload (model, parameters, batch, where its
+#: step times came from) and the simulation itself (SimGrid version, wall seconds,
+#: flows simulated, flows per second, the allreduce algorithm, the stragglers).
+SIMULATED_ATTR = "simulated"
+SIM_PLATFORM_ATTR = "platform"
+SIM_WORKLOAD_ATTR = "workload"
+SIM_RUN_ATTR = "simulation"
+SIMULATION_ATTRS: tuple[str, ...] = (
+    SIMULATED_ATTR, SIM_PLATFORM_ATTR, SIM_WORKLOAD_ATTR, SIM_RUN_ATTR,
+)
+
 #: Keys of one ``syncbench report`` row, in column order (JSON adds ``path``).
 REPORT_KEYS: tuple[str, ...] = (
     "algorithm",

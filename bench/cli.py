@@ -68,6 +68,8 @@ COMMANDS: dict[str, Command] = {
                           "alias of 'syncbench run asgd'", passthrough=True),
     "peers": Command("syncbench.bench.peers_bench", "add_arguments", "main",
                      "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"),
+    "simulate": Command("syncbench.bench.simulate.cli", "add_arguments", "main",
+                        "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"),
     "data": Command("syncbench.bench.data_cli", "add_arguments", "main",
                     "dataset files: info (what is found where) or fetch (download)"),
 }

@@ -1,0 +1,230 @@
+"""``syncbench simulate``: predict a strategy at N ranks on a simulated cluster (SimGrid).
+
+Examples::
+
+    syncbench simulate --algorithm ssgd --np 1024 --steps 20 --out sim.h5
+    syncbench simulate --algorithm oscars --np 4096 --workload resnet50 --device h100 \\
+        --platform dragonfly --stragglers 1/64:lognormal:1 --out osc.h5
+    syncbench simulate --validate run-np2.h5 run-np4.h5 --workload one-rank.h5 \\
+        --calibrate comm.h5
+
+The workload is a measured run file or a named profile (``mlp`` default),
+the platform a fat tree (default), a dragonfly, a torus, a SimGrid XML file,
+or this machine fitted from ``syncbench comm --op allreduce`` results
+(``--calibrate``). The output is a ``syncbench/1`` run file with
+``simulated=True``: ``report``, ``trace`` and the plots read it unchanged.
+The strategy flags are train's (``--period``, ``--bucket-mb``, ``--comm``,
+``--ps-layout``, ...). See ``bench/simulate/__init__.py`` for the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+STRATEGY_CHOICES = ("ssgd", "asgd", "localsgd", "oscars", "odsgd")
+
+
+def _import_strategies_without_mpi() -> dict[str, Any]:
+    """The strategies' classes, importing mpi4py without starting MPI (nothing here needs it)."""
+    if "mpi4py.MPI" not in sys.modules:
+        import mpi4py  # noqa: PLC0415
+
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = False
+    from syncbench.algorithms.registry import ALGORITHMS  # noqa: PLC0415
+
+    return ALGORITHMS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``syncbench simulate`` (the strategies' own flags come from the registry)."""
+    from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS  # noqa: PLC0415
+    from syncbench.bench.simulate.platform import KINDS  # noqa: PLC0415
+
+    run = parser.add_argument_group("run")
+    run.add_argument("--algorithm", default="ssgd", choices=STRATEGY_CHOICES,
+                     help="synchronization strategy (default ssgd)")
+    run.add_argument("--np", type=int, default=8, help="simulated ranks (default 8)")
+    run.add_argument("--steps", type=int, default=None,
+                     help="steps per rank (global budget: steps x np local steps)")
+    run.add_argument("--epochs", type=float, default=None,
+                     help="passes over the workload's dataset instead of --steps "
+                     "(default: --steps 20)")
+    run.add_argument("--batch-size", type=int, default=None,
+                     help="per-rank batch (default: the workload's)")
+    run.add_argument("--out", default=None, help="run file to write (HDF5, syncbench/1)")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    run.add_argument("--seed", type=int, default=0, help="seed of step times and stragglers")
+
+    wl = parser.add_argument_group("workload")
+    wl.add_argument("--workload", default="mlp",
+                    help="a measured run file (RUN.h5) or a profile: mlp (default), lenet, "
+                    "resnet50, vgg16, bert-base, gpt2-small")
+    wl.add_argument("--device", default=None, dest="sim_device",
+                    help="named device for FLOP-based profiles (h100, a100, v100)")
+    wl.add_argument("--device-flops", type=float, default=None,
+                    help="sustained device FLOP/s for FLOP-based profiles")
+    wl.add_argument("--efficiency", type=float, default=None,
+                    help="share of the named device's peak reached (default: the profile's)")
+
+    pf = parser.add_argument_group("platform")
+    pf.add_argument("--platform", default="fat-tree", choices=KINDS,
+                    help="simulated cluster topology (default fat-tree)")
+    pf.add_argument("--platform-xml", default=None, metavar="FILE",
+                    help="a SimGrid platform file (its hosts take the ranks in name order)")
+    pf.add_argument("--calibrate", default=None, metavar="COMM.h5",
+                    help="this machine: latency and bandwidth fitted to `syncbench comm "
+                    "--op allreduce --out` results")
+    pf.add_argument("--hosts", type=int, default=0, help="hosts (default: as the ranks need)")
+    pf.add_argument("--bandwidth", type=float, default=12.5,
+                    help="host link bandwidth in GB/s (default 12.5 = 100 Gb/s)")
+    pf.add_argument("--latency", type=float, default=1.0,
+                    help="link latency per hop in microseconds (default 1)")
+    pf.add_argument("--gpus-per-node", type=int, default=1, help="ranks per host (default 1)")
+    pf.add_argument("--allreduce", default="auto", choices=ALLREDUCE_ALGORITHMS,
+                    help="allreduce algorithm (default auto: MPICH's choice by size)")
+
+    het = parser.add_argument_group("heterogeneity")
+    het.add_argument("--slowdown", default=None,
+                     help="per-rank slowdown factors as in train, e.g. 1,4")
+    het.add_argument("--stragglers", default=None,
+                     help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
+                     "P/Q:lognormal:SIGMA, comma-separated")
+
+    val = parser.add_argument_group("validation")
+    val.add_argument("--validate", nargs="+", default=None, metavar="RUN.h5",
+                     help="simulate each measured run's configuration (workload from "
+                     "--workload, network from --calibrate) and print measured vs predicted")
+
+    for cls in _import_strategies_without_mpi().values():
+        group = parser.add_argument_group(f"{cls.name} (as in train)")
+        cls.add_arguments(group)
+
+
+def _fail(message: str) -> int:
+    print(f"syncbench simulate: error: {message}", file=sys.stderr)
+    return 2
+
+
+def build_platform(args: argparse.Namespace) -> tuple[Any, str]:
+    """(PlatformSpec, XML text) from the flags."""
+    from syncbench.bench.simulate import platform as pf  # noqa: PLC0415
+
+    if args.gpus_per_node < 1:
+        raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
+    if args.calibrate:
+        spec = pf.calibrated_spec(args.calibrate, args.gpus_per_node)
+    elif args.platform_xml:
+        spec = pf.PlatformSpec(kind="xml", xml_file=args.platform_xml,
+                               gpus_per_node=args.gpus_per_node)
+        return spec, pf.read_platform_xml(args.platform_xml)
+    else:
+        if args.bandwidth <= 0 or args.latency < 0:
+            raise ValueError("--bandwidth must be > 0 and --latency >= 0")
+        spec = pf.PlatformSpec(kind=args.platform, hosts=args.hosts,
+                               bandwidth=args.bandwidth * 1e9, latency=args.latency * 1e-6,
+                               gpus_per_node=args.gpus_per_node)
+    return spec, ""
+
+
+def build_workload(args: argparse.Namespace) -> Any:
+    from syncbench.bench.simulate import workload as wl  # noqa: PLC0415
+
+    name = args.workload
+    if name.endswith((".h5", ".hdf5")) or "/" in name:
+        w = wl.from_run(name)
+    else:
+        w = wl.from_profile(name, args.sim_device, args.device_flops, args.efficiency)
+    if args.batch_size is not None:
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+        scale = args.batch_size / w.batch_size
+        w.batch_size = args.batch_size
+        if w.rows is not None:
+            w.rows = w.rows * [1.0, scale, 1.0]
+        else:
+            w.mean_compute_s *= scale
+    return w
+
+
+def steps_per_rank(args: argparse.Namespace, workload: Any, n: int) -> int:
+    if args.steps is not None and args.epochs is not None:
+        raise ValueError("give --steps or --epochs, not both")
+    if args.epochs is not None:
+        if args.epochs <= 0:
+            raise ValueError(f"--epochs must be > 0, got {args.epochs}")
+        return max(1, int(args.epochs * (workload.dataset_samples // n) // workload.batch_size))
+    steps = 20 if args.steps is None else args.steps
+    if steps < 1:
+        raise ValueError(f"--steps must be >= 1, got {steps}")
+    return steps
+
+
+def check_strategy(args: argparse.Namespace, n: int) -> None:
+    from syncbench.bench.hetero import parse_slowdown  # noqa: PLC0415
+
+    cls = _import_strategies_without_mpi()[args.algorithm]
+    cls.validate(with_train_defaults(args), n)
+    parse_slowdown(args.slowdown, n)
+
+
+def with_train_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` over the defaults of every ``train`` flag (strategies' checks read them)."""
+    from syncbench.bench.options import add_train_arguments  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_train_arguments(parser)
+    return argparse.Namespace(**{**vars(parser.parse_args([])), **vars(args)})
+
+
+def main(args: argparse.Namespace) -> int:
+    """Body of ``syncbench simulate``: 0 on success, 2 on bad input or without SimGrid."""
+    from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid  # noqa: PLC0415
+
+    try:
+        load_simgrid()
+    except SimGridMissing as exc:
+        return _fail(str(exc))
+    try:
+        if args.validate:
+            from syncbench.bench.simulate.validate import validate_main  # noqa: PLC0415
+
+            return validate_main(args)
+        return simulate_main(args)
+    except ValueError as exc:
+        return _fail(str(exc))
+
+
+def simulate_main(args: argparse.Namespace) -> int:
+    import os  # noqa: PLC0415
+
+    from syncbench.bench.simulate.run import simulate  # noqa: PLC0415
+    from syncbench.bench.simulate.workload import parse_stragglers  # noqa: PLC0415
+
+    n = args.np
+    if n < 1:
+        raise ValueError(f"--np must be >= 1, got {n}")
+    if args.out:
+        parent = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(parent):
+            raise ValueError(f"--out {args.out}: directory {parent} does not exist")
+        if os.path.exists(args.out) and not args.overwrite:
+            raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it")
+    spec, xml = build_platform(args)
+    workload = build_workload(args)
+    steps = steps_per_rank(args, workload, n)
+    check_strategy(args, n)
+    stragglers = parse_stragglers(args.stragglers)
+    result = simulate(args, [(args, n, steps)], spec, xml, workload, stragglers)[0]
+    summary = result.summary
+    flows_per_s = result.flows / result.sim_wall_s if result.sim_wall_s > 0 else math.nan
+    out = f" -> {args.out}" if args.out else ""
+    print(f"{args.algorithm} {workload.name} np={n} simulated on {spec.kind}: "
+          f"{summary['samples_per_s']:.1f} samples/s  wall {summary['wall_s']:.4g}s (simulated)  "
+          f"comm {summary['comm_fraction']:.3f}  wait {summary['wait_fraction']:.3f}  "
+          f"simulation {result.sim_wall_s:.2f}s wall, {result.flows} flows "
+          f"({flows_per_s:.0f} flows/s){out}")
+    return 0

@@ -1,0 +1,157 @@
+"""Loading SimGrid, and the flow oracle that times one communication phase.
+
+SimGrid's Python bindings come from Debian's ``python3-simgrid`` (``make
+sim`` links that one module into the venv) or from the ``simgrid`` sdist on
+PyPI (``pip install 'syncbench[sim]'``). Actors run on thread contexts (the
+bindings' default); ``contexts/factory:ucontext`` crashes them, so it is
+never set.
+
+A SimGrid engine is a process-wide singleton that runs once, so a whole
+simulation (or a whole validation table) runs inside ONE driver actor:
+:func:`run_in_simgrid` loads the platform, starts the actor and calls the
+given function with a :class:`Network`. ``Network.phase`` starts one flow
+per (source, destination) pair with ``Comm.sendto_async`` (no mailboxes, no
+per-rank actors: the prototype of this design ran 16,384 ranks x 20 steps of
+one flow each in 190 s this way), waits for all of them, and returns the
+simulated time the phase took. On an otherwise idle network a phase always
+takes the same time, so durations are cached by the phase's description.
+
+Network model: CM02 (max-min fair sharing, latency + size / bandwidth per
+flow, no TCP correction factors) without cross-traffic, so a flow of S bytes
+over a route of latency L and bottleneck bandwidth B takes exactly L + S/B
+alone: the parameters a user gives (or ``--calibrate`` fits) are the ones
+the simulation uses.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+#: How to get SimGrid, for the one-line error when it is missing.
+INSTALL_HINT = (
+    "SimGrid's Python module is not installed: run 'make sim' (Debian: apt-get install "
+    "python3-simgrid, linked into the venv) or pip install 'syncbench[sim]'"
+)
+
+#: SimGrid configuration of every simulation (see the module docstring).
+SIMGRID_CONFIG: tuple[str, ...] = (
+    "--log=root.thres:critical",
+    "--log=xbt_cfg.thres:critical",
+    "--cfg=network/model:CM02",
+    "--cfg=network/crosstraffic:0",
+)
+
+
+class SimGridMissing(RuntimeError):
+    """SimGrid's Python module cannot be imported."""
+
+
+def load_simgrid() -> Any:
+    """The ``simgrid`` module, quietly (its import logs the context factory to stderr)."""
+    if "simgrid" in sys.modules:
+        return sys.modules["simgrid"]
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                import simgrid  # noqa: PLC0415
+            except ImportError as exc:
+                raise SimGridMissing(INSTALL_HINT) from exc
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    return simgrid
+
+
+def have_simgrid() -> bool:
+    """True when SimGrid's Python module can be imported."""
+    try:
+        load_simgrid()
+    except SimGridMissing:
+        return False
+    return True
+
+
+class Network:
+    """Times communication phases on the loaded platform (inside the driver actor)."""
+
+    def __init__(self, sg: Any, hosts: Sequence[Any], ranks_per_host: int = 1) -> None:
+        self.sg = sg
+        self.hosts = list(hosts)
+        self.ranks_per_host = max(1, int(ranks_per_host))
+        self.cache: dict[Hashable, float] = {}
+        self.flows = 0  # flows simulated (the simulator's events)
+        self.phases = 0  # distinct phases simulated
+
+    @property
+    def capacity(self) -> int:
+        """How many ranks the platform can place."""
+        return len(self.hosts) * self.ranks_per_host
+
+    def host_of(self, rank: int) -> Any:
+        return self.hosts[rank // self.ranks_per_host]
+
+    def phase(self, key: Hashable, pairs: Callable[[], Sequence[tuple[int, int]]],
+              nbytes: float) -> float:
+        """Simulated seconds of one phase: every pair sends ``nbytes`` at once.
+
+        ``key`` describes the phase (e.g. ``("xor", 4, 1024)``): an idle
+        network gives the same duration for the same phase, so it is cached.
+        """
+        full_key = (key, float(nbytes))
+        if full_key in self.cache:
+            return self.cache[full_key]
+        flows = [(s, d) for s, d in pairs() if s != d]
+        if not flows or nbytes <= 0:
+            self.cache[full_key] = 0.0
+            return 0.0
+        sg = self.sg
+        size = max(1, int(round(nbytes)))
+        start = sg.Engine.clock
+        comms = [sg.Comm.sendto_async(self.host_of(s), self.host_of(d), size) for s, d in flows]
+        sg.Comm.wait_all(comms)
+        seconds = sg.Engine.clock - start
+        self.flows += len(flows)
+        self.phases += 1
+        self.cache[full_key] = seconds
+        return seconds
+
+
+def run_in_simgrid(platform_xml: str, body: Callable[[Network], Any],
+                   ranks_per_host: int = 1, host_order: Callable[[str], Any] | None = None
+                   ) -> tuple[Any, Network, float]:
+    """Load ``platform_xml`` (XML text), run ``body(network)`` in one driver actor.
+
+    Returns ``(body's result, the network, wall seconds)``. An exception in
+    ``body`` is re-raised here, after the engine stops.
+    """
+    sg = load_simgrid()
+    wall0 = time.perf_counter()
+    engine = sg.Engine(["syncbench", *SIMGRID_CONFIG])
+    with tempfile.TemporaryDirectory(prefix="syncbench-sim-") as tmp:
+        path = os.path.join(tmp, "platform.xml")
+        with open(path, "w") as f:
+            f.write(platform_xml)
+        engine.load_platform(path)
+    hosts = list(engine.all_hosts)
+    hosts.sort(key=(lambda h: host_order(h.name)) if host_order else (lambda h: h.name))
+    network = Network(sg, hosts, ranks_per_host)
+    outcome: dict[str, Any] = {}
+
+    def driver() -> None:
+        try:
+            outcome["result"] = body(network)
+        except BaseException as exc:  # re-raised outside the engine
+            outcome["error"] = exc
+
+    sg.Actor.create("driver", hosts[0], driver)
+    engine.run()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result"), network, time.perf_counter() - wall0

@@ -1,0 +1,99 @@
+"""Run simulations in one SimGrid engine and write their run files.
+
+SimGrid's engine runs once per process, so every job of a call (one
+``simulate``, or every row of a ``--validate`` table) shares one platform
+sized for the largest job, and the phase cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
+from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
+from syncbench.bench.simulate.strategies import SIMULATORS, LocalTimes, Timeline
+from syncbench.bench.simulate.workload import Stragglers, Workload
+
+
+@dataclass
+class Result:
+    """One simulated job."""
+
+    timeline: Timeline
+    summary: dict[str, Any]
+    sim_wall_s: float
+    flows: int
+    phases: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workload,
+                  stragglers: Stragglers, network: Network) -> Timeline:
+    from syncbench.bench.hetero import parse_slowdown  # noqa: PLC0415
+
+    if n > network.capacity:
+        raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
+    local = LocalTimes(workload, n, parse_slowdown(cfg.slowdown, n), stragglers, cfg.seed)
+
+    def time_phase(phase: Any) -> float:
+        return network.phase(phase.key(), phase.pairs, phase.nbytes)
+
+    return SIMULATORS[cfg.algorithm](cfg, local, steps, time_phase)
+
+
+def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int, int]],
+             spec: PlatformSpec, xml: str, workload: Workload,
+             stragglers: Stragglers) -> list[Result]:
+    """Simulate every ``(config, ranks, steps per rank)`` job; write ``config.out`` if set."""
+    sg = load_simgrid()
+    largest = max(n for _, n, _ in jobs)
+    text = xml or platform_xml(spec, largest)
+    timings: list[tuple[Timeline, float, int, int]] = []
+
+    def body(network: Network) -> None:
+        for cfg, n, steps in jobs:
+            t0, flows0, phases0 = time.perf_counter(), network.flows, network.phases
+            timeline = _simulate_one(cfg, n, steps, workload, stragglers, network)
+            timings.append((timeline, time.perf_counter() - t0, network.flows - flows0,
+                            network.phases - phases0))
+
+    _, network, wall = run_in_simgrid(text, body, spec.gpus_per_node, natural_key)
+    results = []
+    setup_s = wall - sum(t[1] for t in timings)
+    for (cfg, n, steps), (timeline, seconds, flows, phases) in zip(jobs, timings):
+        sim_wall = seconds + (setup_s if len(jobs) == 1 else 0.0)
+        simulation = {"simgrid_version": ".".join(str(v) for v in sg.simgrid_version)
+                      if hasattr(sg, "simgrid_version") else "",
+                      "wall_s": sim_wall, "flows": flows, "phases": phases,
+                      "flows_per_s": flows / sim_wall if sim_wall > 0 else 0.0,
+                      "allreduce": cfg.allreduce, "stragglers": stragglers.spec,
+                      "steps_per_rank": steps, "seed": cfg.seed, **timeline.notes}
+        simulation.pop("schedules", None)
+        summary = _write(cfg, n, timeline, spec, workload, simulation)
+        results.append(Result(timeline, summary, sim_wall, flows, phases, simulation))
+    return results
+
+
+def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSpec,
+           workload: Workload, simulation: dict[str, Any]) -> dict[str, Any]:
+    from syncbench.analysis.schema import EVAL_COLUMNS  # noqa: PLC0415
+    from syncbench.analysis.summary import summarize  # noqa: PLC0415
+
+    rows = timeline.rows.arrays()
+    if not getattr(cfg, "out", None):
+        import numpy as np  # noqa: PLC0415
+
+        empty = {name: np.zeros(0, dtype=d) for name, d in EVAL_COLUMNS.items()}
+        return dict(summarize(rows, empty, timeline.wall_s, None))
+    from syncbench.bench.simulate.writer import write_simulated_run  # noqa: PLC0415
+
+    config = {k: v for k, v in vars(cfg).items() if k not in ("func", "validate")}
+    extra = {"warmup_steps": int(timeline.notes.get("warmup_steps", 0)),
+             "buckets": int(timeline.notes.get("buckets", 0))}
+    return write_simulated_run(cfg.out, algorithm=cfg.algorithm, world_size=n, config=config,
+                               rows=rows, wall_s=timeline.wall_s, platform=spec.describe(),
+                               workload=workload.describe(), simulation=simulation,
+                               extra_root=extra)

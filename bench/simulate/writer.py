@@ -1,0 +1,89 @@
+"""A simulated run as a ``syncbench/1`` run file, read by ``report`` and ``trace`` unchanged.
+
+The rows go through the recorder's own :func:`write_run_file` (same
+columns, same summary); the file is written to a temporary name, the
+simulation's root attributes (``schema.SIMULATION_ATTRS``: ``simulated``,
+the platform, the workload, SimGrid's version, the wall time and flow
+count of the simulation) are added, and it is renamed into place, so a run
+file that exists is complete. There is no accuracy: the eval group is
+empty, ``final_accuracy`` is NaN, and the summary's ``diverged`` flag is
+False (the loss column is NaN because nothing is trained, not because
+training failed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from syncbench.analysis import schema
+
+
+def _version() -> str:
+    try:
+        return metadata.version("syncbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: dict[str, Any],
+                        rows: dict[int, dict[str, np.ndarray]], wall_s: float,
+                        platform: dict[str, Any], workload: dict[str, Any],
+                        simulation: dict[str, Any], extra_root: dict[str, Any]) -> dict[str, Any]:
+    """Write the run file atomically; returns its summary."""
+    from syncbench.bench.recorder import write_run_file  # noqa: PLC0415
+
+    root = {
+        "algorithm": algorithm,
+        "model": workload.get("name", ""),
+        "dataset": workload.get("dataset", ""),
+        "world_size": world_size,
+        "config": json.dumps(config, sort_keys=True, default=str),
+        "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "syncbench_version": _version(),
+        "git_sha": _git_sha(),
+        "mpi_library": "",
+        "numpy_version": np.__version__,
+        "h5py_version": h5py.__version__,
+        "backend": "simgrid",
+        "devices": [],
+        "hostnames": [],
+        **extra_root,
+    }
+    rank_attrs = {k: {"hostname": f"node-{k}", "device": "simulated"} for k in rows}
+    empty_eval = {name: np.zeros(0, dtype=dtype) for name, dtype in schema.EVAL_COLUMNS.items()}
+    out = Path(path)
+    part = out.with_name(f".{out.name}.sim.{os.getpid()}")
+    try:
+        summary = dict(write_run_file(part, root, rows, rank_attrs, empty_eval, wall_s, None))
+        with h5py.File(part, "r+") as f:
+            f.attrs[schema.SIMULATED_ATTR] = True
+            f.attrs[schema.SIM_PLATFORM_ATTR] = json.dumps(platform, sort_keys=True, default=str)
+            f.attrs[schema.SIM_WORKLOAD_ATTR] = json.dumps(workload, sort_keys=True, default=str)
+            f.attrs[schema.SIM_RUN_ATTR] = json.dumps(simulation, sort_keys=True, default=str)
+            group = f[schema.SUMMARY_GROUP]
+            if "diverged" in group.attrs:
+                group.attrs["diverged"] = False
+                summary["diverged"] = False
+        os.replace(part, out)
+    finally:
+        if part.exists():
+            part.unlink()
+    return summary
