@@ -92,6 +92,45 @@ def test_train_sbatch_two_tasks_records_the_job_id(tmp_path):
     assert "ssgd mlp synthetic np=2: accuracy" in text
 
 
+def activated_venv_env(**extra: str) -> dict[str, str]:
+    """A shell after ``source VENV/bin/activate`` (this test's venv) and nothing else set."""
+    venv = sys.prefix if sys.prefix != sys.base_prefix else str(ROOT / ".venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("SYNCBENCH_VENV", "SYNCBENCH_ROOT")}
+    return {**env, "VIRTUAL_ENV": venv, "PATH": f"{venv}/bin:{env.get('PATH', '')}",
+            "OMP_NUM_THREADS": "1", **extra}
+
+
+def test_train_sbatch_from_an_activated_venv_in_a_fresh_clone(tmp_path):
+    # A checkout without .venv: only the activated venv can run the job.
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT / "jobs", clone / "jobs")
+    env = activated_venv_env()
+    job = sbatch(tmp_path, "-n", "2", str(clone / "jobs" / "slurm" / "train.sbatch"),
+                 "--algorithm", "ssgd", *TRAIN, "--out", "run.h5", env=env)
+    wait_for([job], tmp_path)
+    text = (tmp_path / f"syncbench-train-{job}.out").read_text()
+    first = text.splitlines()[0]
+    assert first.startswith(f"syncbench job {job}: 2 tasks on "), text
+    assert first.endswith(f", python {env['VIRTUAL_ENV']}/bin/python (from VIRTUAL_ENV)"), text
+    run = read_run(tmp_path / "run.h5")
+    assert run.complete and run.world_size == 2 and run.attrs["slurm_job_id"] == job
+
+
+def test_bad_flag_under_srun_is_one_line_and_status_2(tmp_path):
+    job = sbatch(tmp_path, "-n", "2", str(SLURM_JOBS / "train.sbatch"), "--model", "nosuch",
+                 *TRAIN)
+    wait_for([job], tmp_path)
+    text = (tmp_path / f"syncbench-train-{job}.out").read_text()
+    errors = [line for line in text.splitlines() if line.startswith("syncbench train")]
+    assert len(errors) == 1, text
+    assert errors[0].startswith("syncbench train: error: argument --model: ")
+    assert errors[0].endswith(" (see 'syncbench train --help')")
+    assert "usage:" not in text and "Traceback" not in text, text
+    state = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True,
+                           timeout=15).stdout
+    assert "ExitCode=2:0" in state, state
+
+
 def test_job_array_writes_one_run_per_repeat(tmp_path):
     env = job_env(OUT_DIR=str(tmp_path / "rep"), RUN_NAME="ssgd")
     job = sbatch(tmp_path, "-n", "1", "--array=0-1", str(SLURM_JOBS / "repeats.sbatch"),
