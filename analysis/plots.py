@@ -5,20 +5,28 @@
 - ``scaling.png``: speedup (samples/s ratio to the smallest N of the series,
   see :mod:`syncbench.analysis.tables`) against N with the ideal line N/N0,
   and parallel efficiency against N with the ideal 1; points are medians over
-  repeats, bars span min to max.
+  repeats, bars span min to max. Only series with a speedup at two or more
+  world sizes are drawn; with none the figure is skipped with a note.
 - ``convergence.png``: test accuracy of the consensus model against training
-  wall time (s) and against samples seen, one line per algorithm and N (the
-  repeat with the median wall time).
+  time (the ``wall_s`` clock) and against samples seen, one curve per series
+  and N: the median over repeats (accuracy held from one evaluation to the
+  next) with a band from the lowest to the highest repeat; legend outside
+  the axes.
 - ``<run>_phases.png``: per-rank stacked bars of seconds per phase over the
   run, with the run's wall time as a dashed line.
 - ``<run>_timeline.png``: per-rank Gantt chart of a window of steps (default:
   up to 8 steps from the middle of the run); each step's phases are drawn back
-  to back from its ``t_start`` in schema order, as in ``syncbench trace``;
-  evaluations are marked on rank 0.
+  to back from its ``t_start`` in the order the strategy runs them
+  (``trace.step_order``), as in ``syncbench trace``; evaluations that paused
+  training are marked on rank 0, ASGD's parameter snapshots (evaluated after
+  training) with hollow markers.
 - ``<run>_local_steps.png``: the local steps per round (tau_k, the
   ``local_steps`` column: Oscars' adaptive schedule, Local SGD's fixed period)
   of every rank against time; skipped with a note for runs without non-zero
-  ``local_steps``.
+  ``local_steps`` and at N = 1 (a flat line).
+
+Every figure carries the machine context line (``analysis.context``) along
+its bottom edge.
 """
 
 from __future__ import annotations
@@ -31,9 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from .context import format_context, format_contexts, machine_context
 from .runfile import Run
 from .schema import PHASES
-from .trace import in_window, phase_starts
+from .trace import NS, SNAPSHOT_EVALUATIONS, in_window, phase_bounds_ns, step_ends, step_order
 
 #: One colour per phase, the same in every plot.
 PHASE_COLORS: dict[str, str] = {
@@ -75,11 +84,20 @@ def _integer_locator() -> Any:
     return MaxNLocator(integer=True)
 
 
-def _save(plt: Any, fig: Any, path: Path) -> str:
-    fig.tight_layout()
+def _save(plt: Any, fig: Any, path: Path, context: str | None = None) -> str:
+    """Write ``fig``, with the machine ``context`` line along its bottom edge."""
+    if context:
+        fig.text(0.005, 0.005, context, fontsize=8, color="0.3", ha="left", va="bottom")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
     return str(path)
+
+
+def _context(runs: Sequence[Run]) -> str:
+    return format_contexts([machine_context(run) for run in runs])
 
 
 def _stems(runs: Sequence[Run]) -> list[str]:
@@ -106,12 +124,26 @@ def _series_label(row: dict[str, Any], vary: Sequence[str]) -> str:
 # ---------------------------------------------------------------- scaling
 
 
-def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path) -> str:
-    """Speedup and efficiency against N, one line per series, with ideal lines."""
+def scaling_series(rows: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """The series with a speedup at two or more world sizes: (label, key) -> their rows."""
     series: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         label, key = row.get("_series") or (str(row.get("algorithm")), ())
         series.setdefault((label, key), []).append(row)
+    return {k: v for k, v in series.items()
+            if len({int(r["world_size"]) for r in v
+                    if isinstance(r.get("speedup"), float) and math.isfinite(r["speedup"])}) >= 2}
+
+
+def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path,
+                 context: str | None = None) -> str:
+    """Speedup and efficiency against N, one line per series with two or more N, ideal lines.
+
+    Only series of :func:`scaling_series` are drawn (the caller skips the
+    figure when there is none).
+    """
+    series = scaling_series(rows)
+    rows = [r for members in series.values() for r in members]
     labels = [label for label, _ in series]
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=_FIGSIZE, dpi=_DPI)
     all_n: set[int] = set()
@@ -158,7 +190,7 @@ def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path) -> str:
     ax_s.set_ylim(bottom=0)
     ax_s.set_title("Speedup (" + ", ".join(kinds) + " scaling)")
     ax_e.set_title("Parallel efficiency")
-    return _save(plt, fig, path)
+    return _save(plt, fig, path, context)
 
 
 # ---------------------------------------------------------------- convergence
@@ -169,45 +201,84 @@ def _series_name(row: dict[str, Any]) -> str:
     return series[0] if series else str(row.get("algorithm"))
 
 
-def _representatives(runs: Sequence[Run], rows: Sequence[dict[str, Any]]
-                     ) -> list[tuple[str, Run]]:
-    """Per (series, model, dataset, N): (series label, the repeat with the median wall)."""
-    groups: dict[tuple, list[tuple[float, Run]]] = {}
+def _has_curve(run: Run) -> bool:
+    acc = np.asarray(run.eval.get("accuracy", ()), dtype=np.float64)
+    return bool(acc.size and np.isfinite(acc).any())
+
+
+def convergence_groups(runs: Sequence[Run], rows: Sequence[dict[str, Any]]
+                       ) -> list[tuple[str, int, list[Run]]]:
+    """(series label, N, the repeats) of every run with a finite accuracy curve."""
+    groups: dict[tuple, list[Run]] = {}
     for run, row in zip(runs, rows, strict=True):
-        key = (_series_name(row), run.model, run.dataset, run.world_size)
-        wall = row.get("wall_s")
-        groups.setdefault(key, []).append((wall if wall == wall else math.inf, run))
-    out = []
-    for key in sorted(groups, key=str):
-        members = sorted(groups[key], key=lambda wr: wr[0])
-        out.append((key[0], members[(len(members) - 1) // 2][1]))
-    return out
+        if _has_curve(run):
+            groups.setdefault((_series_name(row), run.world_size), []).append(run)
+    return [(name, n, groups[(name, n)]) for name, n in sorted(groups, key=str)]
+
+
+def median_band(curves: Sequence[tuple[np.ndarray, np.ndarray]], points: int = 60
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x, median, min, max) of step curves (accuracy held from each evaluation on).
+
+    The grid spans the x range every repeat covers (from the latest first
+    evaluation to the earliest last one), so every point has every repeat.
+    """
+    lo = max(float(x[0]) for x, _ in curves)
+    hi = min(float(x[-1]) for x, _ in curves)
+    if not hi > lo:
+        lo, hi = min(float(x[0]) for x, _ in curves), max(float(x[-1]) for x, _ in curves)
+    grid = np.linspace(lo, hi, points)
+    held = []
+    for x, y in curves:
+        idx = np.clip(np.searchsorted(x, grid, side="right") - 1, 0, len(x) - 1)
+        held.append(y[idx])
+    stack = np.vstack(held)
+    return grid, np.median(stack, axis=0), np.min(stack, axis=0), np.max(stack, axis=0)
 
 
 def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]],
-                     path: Path) -> str:
-    """Test accuracy against wall time and against samples seen."""
-    reps = _representatives(runs, rows)
-    names = sorted({name for name, _ in reps})
-    sizes = sorted({r.world_size for _, r in reps})
+                     path: Path, context: str | None = None) -> str:
+    """Test accuracy against training time and against samples seen.
+
+    One curve per (series, N): a single run as measured; repeats as their
+    median (accuracy held from each evaluation to the next) with a band from
+    the lowest to the highest repeat. The legend sits outside the axes.
+    """
+    groups = convergence_groups(runs, rows)
+    names = sorted({name for name, _, _ in groups})
+    sizes = sorted({n for _, n, _ in groups})
     cmap = plt.get_cmap("tab10")
-    fig, (ax_t, ax_n) = plt.subplots(1, 2, figsize=_FIGSIZE, dpi=_DPI)
-    for name, run in reps:
+    fig, (ax_t, ax_n) = plt.subplots(1, 2, figsize=(_FIGSIZE[0] + 3.0, _FIGSIZE[1]), dpi=_DPI)
+    for name, n, members in groups:
         color = cmap(names.index(name) % 10)
-        marker = _MARKERS[sizes.index(run.world_size) % len(_MARKERS)]
-        label = f"{name} N={run.world_size}" + ("" if run.complete else " (partial)")
-        acc = np.asarray(run.eval["accuracy"], dtype=np.float64)
-        ax_t.plot(run.eval["t"], acc, marker=marker, color=color, label=label)
-        ax_n.plot(run.eval["samples_seen"], acc, marker=marker, color=color, label=label)
-    ax_t.set_xlabel("training wall time (s, evaluation excluded)")
+        marker = _MARKERS[sizes.index(n) % len(_MARKERS)]
+        partial = "" if all(r.complete for r in members) else " (partial)"
+        label = f"{name} N={n}" + (f" (median of {len(members)}, band min-max)"
+                                   if len(members) > 1 else "") + partial
+        for ax, xkey in ((ax_t, "t"), (ax_n, "samples_seen")):
+            curves = []
+            for run in members:
+                x = np.asarray(run.eval[xkey], dtype=np.float64)
+                y = np.asarray(run.eval["accuracy"], dtype=np.float64)
+                ok = np.isfinite(x) & np.isfinite(y)
+                order = np.argsort(x[ok], kind="stable")
+                curves.append((x[ok][order], y[ok][order]))
+            if len(curves) == 1:
+                ax.plot(*curves[0], marker=marker, color=color, label=label)
+                continue
+            grid, med, lo, hi = median_band(curves)
+            ax.plot(grid, med, color=color, label=label, linewidth=1.8)
+            ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+    ax_t.set_xlabel("training time (s, wall_s clock: evaluation excluded)")
     ax_n.set_xlabel("training samples seen (all ranks)")
     for ax in (ax_t, ax_n):
         ax.set_ylabel("test accuracy (fraction)")
         ax.set_xlim(left=0)
-        ax.legend(loc="lower right", fontsize=9 if len(reps) > 6 else 10)
     ax_t.set_title("Test accuracy vs time")
     ax_n.set_title("Test accuracy vs samples")
-    return _save(plt, fig, path)
+    ax_n.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                fontsize=8 if len(groups) > 6 else 9)
+    return _save(plt, fig, path, context)
 
 
 # ---------------------------------------------------------------- per run
@@ -234,7 +305,7 @@ def plot_phases(plt: Any, run: Run, path: Path) -> str:
     ax.set_ylabel("time over the run (s)")
     ax.set_title(f"{_title(run)}: time per phase per rank")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(plt, fig, path)
+    return _save(plt, fig, path, format_context(machine_context(run)))
 
 
 def _rank_label(run: Run, rank: int) -> str:
@@ -262,7 +333,7 @@ def default_window(run: Run) -> tuple[int, int]:
 
 
 def _step_ends(cols: dict[str, np.ndarray]) -> np.ndarray:
-    return phase_starts(cols)[PHASES[-1]] + np.asarray(cols[f"t_{PHASES[-1]}"], np.float64)
+    return step_ends(cols)
 
 
 def timeline_interval(run: Run, window: tuple[int, int | None]) -> tuple[float, float]:
@@ -297,14 +368,15 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     fig, ax = plt.subplots(figsize=(12.0, max(3.2, 1.6 + 0.6 * len(ranks))), dpi=_DPI)
     for row, r in enumerate(ranks):
         cols = run.ranks[r]
-        starts = phase_starts(cols)
-        mask = (_step_ends(cols) >= t_lo) & (np.asarray(cols["t_start"], np.float64) <= t_hi)
-        for p in PHASES:
-            x = starts[p][mask] * scale
-            w = np.asarray(cols[f"t_{p}"], dtype=np.float64)[mask] * scale
+        order = step_order(run.algorithm)
+        bounds = phase_bounds_ns(cols, order)[:, :] / NS
+        mask = (bounds[:, -1] >= t_lo) & (bounds[:, 0] <= t_hi)
+        for k, p in enumerate(order):
+            x = bounds[mask, k] * scale
+            w = (bounds[mask, k + 1] - bounds[mask, k]) * scale
             ax.broken_barh(list(zip(x, w)), (row - 0.38, 0.76), facecolors=PHASE_COLORS[p],
                            label=p)
-        for s0 in starts["data"][mask] * scale:  # step boundaries
+        for s0 in bounds[mask, 0] * scale:  # step boundaries
             ax.plot([s0, s0], [row - 0.45, row + 0.45], color="black", linewidth=0.6)
     ref = _reference_rank(run) if run.ranks else 0
     if ref == 0 and 0 in run.ranks:
@@ -314,7 +386,11 @@ def plot_timeline(plt: Any, run: Run, path: Path,
         xs = [float(ends[np.flatnonzero(steps0 == int(s) - 1)[-1]])
               for s in run.eval["step"] if np.any(steps0 == int(s) - 1)]
         xs = [x * scale for x in xs if t_lo <= x <= t_hi]
-        if xs:
+        if xs and run.algorithm in SNAPSHOT_EVALUATIONS:
+            ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", markerfacecolor="none",
+                    color="black", markersize=9, clip_on=False,
+                    label="parameter snapshot (evaluated after training, no pause)")
+        elif xs:
             ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", color="black", markersize=9,
                     label="evaluation", clip_on=False)
     ax.set_yticks(range(len(ranks)))
@@ -324,12 +400,13 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     ax.set_xlabel(f"time since the start of the run ({unit}, evaluation pauses included)")
     hi = "" if window[1] is None else window[1]
     ax.set_title(f"{_title(run)}: every rank during rank {ref}'s steps {window[0]}:{hi}\n"
-                 "(a step's phases drawn back to back from its start; black ticks: step starts)")
+                 "(a step's phases back to back from its start, in the order the strategy runs "
+                 "them; black ticks: step starts)")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", visible=False)
-    return _save(plt, fig, path)
+    return _save(plt, fig, path, format_context(machine_context(run)))
 
 
 def has_local_steps(run: Run) -> bool:
@@ -356,7 +433,7 @@ def plot_local_steps(plt: Any, run: Run, path: Path) -> str:
     ax.set_xlim(left=0)
     ax.set_title(f"{_title(run)}: local-step schedule")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(plt, fig, path)
+    return _save(plt, fig, path, format_context(machine_context(run)))
 
 
 # ---------------------------------------------------------------- all
@@ -370,20 +447,38 @@ def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
     ``rows`` are the per-run rows of :func:`~syncbench.analysis.tables.table_rows`
     (same order as ``runs``); ``window`` the timeline's steps (``A <= step < B``).
     ``by`` is accepted for symmetry with the report (the series are already
-    in the rows' scaling columns).
+    in the rows' scaling columns). A figure with nothing to show is skipped
+    with a one-line note: scaling when no series has a speedup at two world
+    sizes, convergence when no run has an accuracy curve, the local-step
+    schedule for runs without local steps or at N = 1 (a flat line).
     """
     plt = _pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = [plot_scaling(plt, rows, out / "scaling.png"),
-               plot_convergence(plt, runs, rows, out / "convergence.png")]
-    notes = []
+    context = _context(runs)
+    written: list[str] = []
+    notes: list[str] = []
+    if scaling_series(rows):
+        written.append(plot_scaling(plt, rows, out / "scaling.png", context))
+    else:
+        notes.append("scaling plot skipped: no series has a speedup at two or more world "
+                     "sizes (one N per series, or runs mixed, overlapped or diverged)")
+    if convergence_groups(runs, rows):
+        written.append(plot_convergence(plt, runs, rows, out / "convergence.png", context))
+    else:
+        notes.append("convergence plot skipped: no run has a finite accuracy curve")
+    flat = []
     for run, stem in zip(runs, _stems(runs), strict=True):
         written.append(plot_phases(plt, run, out / f"{stem}_phases.png"))
         written.append(plot_timeline(plt, run, out / f"{stem}_timeline.png", window))
-        if has_local_steps(run):
+        if has_local_steps(run) and run.world_size > 1:
             written.append(plot_local_steps(plt, run, out / f"{stem}_local_steps.png"))
+        elif has_local_steps(run):
+            flat.append(Path(run.path).name)
     if not any(has_local_steps(run) for run in runs):
         notes.append("no run has non-zero local_steps (Oscars / Local SGD): "
                      "local-step schedule plot skipped")
+    if flat:
+        notes.append("local-step schedule plot skipped at N=1 (one rank: a flat line): "
+                     + ", ".join(flat))
     return written, notes

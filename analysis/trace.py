@@ -6,21 +6,27 @@ The output is the Chrome *Trace Event Format* (a JSON object with
 - one process per rank: ``pid`` = rank, ``tid`` = 0, with ``process_name``
   ("rank R (host)"), ``process_sort_index`` and ``thread_name`` metadata
   (``"ph": "M"``) events;
-- one complete slice (``"ph": "X"``, ``"cat": "phase"``) per recorded phase
-  per step per rank, **every** phase of ``schema.PHASES`` even when it lasted
-  0 us, so a step always has exactly six slices. The run file stores only
-  seconds per phase per step, not when inside the step each phase ran
-  (phases interleave: a ``comm`` poll between layers pauses ``compute``), so
-  the slices of a step are laid out back to back from the step's
-  ``t_start`` in schema order (data, compute, comm, wait, update, delay):
-  ``ts = (t_start + sum of the earlier phases of the step) * 1e6``,
-  ``dur = t_<phase> * 1e6``. ``args`` hold the step's ``step``, ``loss``,
-  ``samples``, ``staleness``, ``local_steps`` and ``round``;
-- one global instant event (``"ph": "i"``, ``"s": "g"``, ``"cat": "eval"``) per
-  evaluation, on rank 0's track at the end of rank 0's step ``eval.step - 1``
-  (the evaluation ran after it); ``args`` hold ``accuracy``, ``loss``,
-  ``samples_seen`` and ``t`` (training seconds, evaluation time excluded,
-  while ``ts`` is on the step clock, which includes it).
+- per step per rank, one enclosing complete slice (``"ph": "X"``,
+  ``"cat": "step"``, name ``step N``) from the step's ``t_start`` to the end
+  of its last phase, and inside it one slice (``"cat": "phase"``) per phase
+  that lasted longer than 0 ns. The run file stores only seconds per phase
+  per step, not when inside the step each phase ran (phases interleave: a
+  ``comm`` poll between layers pauses ``compute``), so the phases of a step
+  are drawn back to back from ``t_start`` in the order the strategy runs them
+  (:func:`step_order`: ``delay`` right after ``compute``; round-based
+  strategies update before they communicate, ASGD pulls before it computes).
+  Boundaries are integer nanoseconds from cumulative sums, so adjacent slices
+  share exact boundaries and never overlap; ``ts`` and ``dur`` are those
+  nanoseconds / 1000. A step that ran into the next step's recorded start is
+  clipped there. ``args`` hold the step's ``step``, ``loss``, ``samples``,
+  ``staleness``, ``local_steps`` and ``round``;
+- one global instant event (``"ph": "i"``, ``"s": "g"``) per evaluation, on
+  rank 0's track at the end of rank 0's step ``eval.step - 1``: ``"cat":
+  "eval"`` where training paused for it, ``"cat": "snapshot"`` (name
+  ``snapshot eval``) for strategies that evaluate copies of the parameters
+  after training (ASGD: no pause happened); ``args`` hold ``accuracy``,
+  ``loss``, ``samples_seen`` and ``t`` (training seconds, evaluation time
+  excluded, while ``ts`` is on the step clock, which includes it).
 
 ``--steps A:B`` keeps the steps with ``A <= step < B`` (either bound may be
 omitted) and the evaluations that followed one of them. Timestamps are each
@@ -80,14 +86,59 @@ def in_window(step: np.ndarray, window: tuple[int, int | None] | None) -> np.nda
     return mask
 
 
-def phase_starts(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Start time (s) of each phase of each step, phases back to back from ``t_start``."""
-    t = np.asarray(cols["t_start"], dtype=np.float64).copy()
-    starts = {}
-    for p in PHASES:
-        starts[p] = t.copy()
-        t += np.asarray(cols[f"t_{p}"], dtype=np.float64)
-    return starts
+#: The order each strategy runs the phases of a step in (default: lock-step).
+#: Phases that occur twice in a step (ASGD's pull and push ``comm``) are drawn once.
+STEP_ORDERS: dict[str, tuple[str, ...]] = {
+    "default": ("data", "compute", "delay", "comm", "wait", "update"),
+    "localsgd": ("data", "compute", "delay", "update", "comm", "wait"),
+    "oscars": ("data", "compute", "delay", "update", "comm", "wait"),
+    "asgd": ("data", "comm", "wait", "compute", "delay", "update"),
+}
+
+#: Strategies whose evaluation rows come from parameter copies evaluated after
+#: training (no pause in the steps).
+SNAPSHOT_EVALUATIONS: frozenset[str] = frozenset({"asgd"})
+
+NS = 1_000_000_000  # nanoseconds per second
+
+
+def step_order(algorithm: str | None) -> tuple[str, ...]:
+    """The phases of ``schema.PHASES`` in the order ``algorithm`` runs them in a step."""
+    order = STEP_ORDERS.get(str(algorithm), STEP_ORDERS["default"])
+    return (*order, *(p for p in PHASES if p not in order))
+
+
+def phase_bounds_ns(cols: dict[str, np.ndarray],
+                    order: tuple[str, ...] = STEP_ORDERS["default"]) -> np.ndarray:
+    """Integer-ns boundaries of each step's phases, shape (rows, len(order) + 1).
+
+    Column 0 is the step's start, column k + 1 the end of ``order[k]``: cumulative
+    sums of the phase seconds from ``t_start``, rounded once to nanoseconds, so
+    consecutive phases share a boundary exactly. A step whose end passes the
+    next row's start is clipped to it (clock skew between timers).
+    """
+    t0 = np.asarray(cols["t_start"], dtype=np.float64)
+    secs = np.stack([np.asarray(cols[f"t_{p}"], dtype=np.float64) for p in order], axis=1) \
+        if len(t0) else np.zeros((0, len(order)))
+    cum = np.concatenate([np.zeros((len(t0), 1)), np.cumsum(secs, axis=1)], axis=1)
+    bounds = np.rint((t0[:, None] + cum) * NS).astype(np.int64)
+    if len(t0) > 1:
+        nxt = np.append(bounds[1:, 0], np.iinfo(np.int64).max)
+        later = nxt >= bounds[:, 0]  # only clip against a later start
+        bounds = np.where(later[:, None], np.minimum(bounds, nxt[:, None]), bounds)
+    return bounds
+
+
+def phase_starts(cols: dict[str, np.ndarray],
+                 order: tuple[str, ...] = STEP_ORDERS["default"]) -> dict[str, np.ndarray]:
+    """Start time (s) of each phase of each step, back to back from ``t_start`` in ``order``."""
+    bounds = phase_bounds_ns(cols, order)
+    return {p: bounds[:, k] / NS for k, p in enumerate(order)}
+
+
+def step_ends(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """End time (s) of each step: ``t_start`` plus the sum of its phases (ns-rounded)."""
+    return phase_bounds_ns(cols)[:, -1] / NS
 
 
 def _plain(value: Any) -> Any:
@@ -113,18 +164,26 @@ def _metadata(run: Run, rank: int) -> list[dict[str, Any]]:
 
 
 def _rank_slices(rank: int, cols: dict[str, np.ndarray],
-                 window: tuple[int, int | None] | None) -> list[dict[str, Any]]:
+                 window: tuple[int, int | None] | None,
+                 order: tuple[str, ...] = STEP_ORDERS["default"]) -> list[dict[str, Any]]:
     keep = np.flatnonzero(in_window(cols["step"], window))
-    starts = phase_starts(cols)
+    bounds = phase_bounds_ns(cols, order)
     events = []
     for i in keep:
-        args = {k: _plain(cols[k][i]) for k in STEP_ARGS}
-        for p in PHASES:
+        args = {k: _plain(cols[k][i]) for k in STEP_ARGS if k in cols}
+        b = bounds[i]
+        if b[-1] > b[0]:
+            events.append({
+                "name": f"step {int(cols['step'][i])}", "cat": "step", "ph": "X",
+                "pid": rank, "tid": 0, "ts": int(b[0]) / 1000, "dur": int(b[-1] - b[0]) / 1000,
+                "args": args,
+            })
+        for k, p in enumerate(order):
+            if b[k + 1] <= b[k]:
+                continue  # a phase that did not run (or was clipped away)
             events.append({
                 "name": p, "cat": "phase", "ph": "X", "pid": rank, "tid": 0,
-                "ts": float(starts[p][i] * US),
-                "dur": float(np.asarray(cols[f"t_{p}"][i], dtype=np.float64) * US),
-                "args": args,
+                "ts": int(b[k]) / 1000, "dur": int(b[k + 1] - b[k]) / 1000, "args": args,
             })
     return events
 
@@ -134,13 +193,14 @@ def _eval_instants(run: Run, window: tuple[int, int | None] | None) -> list[dict
         return []
     cols = run.ranks[0]
     steps = np.asarray(cols["step"])
-    ends = phase_starts(cols)[PHASES[-1]] + np.asarray(cols[f"t_{PHASES[-1]}"], np.float64)
+    ends = phase_bounds_ns(cols)[:, -1]
+    snapshot = run.algorithm in SNAPSHOT_EVALUATIONS
     events = []
     for j in range(len(run.eval["step"])):
         after = int(run.eval["step"][j]) - 1  # the last step before the evaluation
         hit = np.flatnonzero(steps == after)
         if hit.size:
-            ts = float(ends[hit[-1]])
+            ts = int(ends[hit[-1]]) / 1000
         elif after < 0:
             ts = 0.0
         else:
@@ -148,8 +208,9 @@ def _eval_instants(run: Run, window: tuple[int, int | None] | None) -> list[dict
         if window is not None and not in_window(np.array([max(after, 0)]), window)[0]:
             continue
         events.append({
-            "name": "eval", "cat": "eval", "ph": "i", "s": "g", "pid": 0, "tid": 0,
-            "ts": ts * US,
+            "name": "snapshot eval" if snapshot else "eval",
+            "cat": "snapshot" if snapshot else "eval", "ph": "i", "s": "g", "pid": 0, "tid": 0,
+            "ts": ts,
             "args": {k: _plain(run.eval[k][j])
                      for k in ("accuracy", "loss", "samples_seen", "t", "step")},
         })
@@ -162,7 +223,7 @@ def trace_events(run: Run, window: tuple[int, int | None] | None = None) -> dict
     for rank in sorted(run.ranks):
         events += _metadata(run, rank)
     for rank in sorted(run.ranks):
-        events += _rank_slices(rank, run.ranks[rank], window)
+        events += _rank_slices(rank, run.ranks[rank], window, step_order(run.algorithm))
     events += _eval_instants(run, window)
     return {
         "traceEvents": events,
@@ -181,7 +242,7 @@ def write_trace(run: Run, out: str | os.PathLike[str],
     trace = trace_events(run, window)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(trace, f, allow_nan=False)
-    return sum(1 for e in trace["traceEvents"] if e.get("ph") == "X")
+    return sum(1 for e in trace["traceEvents"] if e.get("cat") == "phase")
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
@@ -212,6 +273,7 @@ def trace_main(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"syncbench trace: cannot write {args.out}: {exc}", file=sys.stderr)
         return 2
-    print(f"syncbench trace: {slices} phase slices of {len(run.ranks)} ranks -> {args.out}",
-          file=sys.stderr)
+    steps = sum(int(np.count_nonzero(in_window(c["step"], window))) for c in run.ranks.values())
+    print(f"syncbench trace: {steps} steps, {slices} phase slices (zero-length phases left "
+          f"out) of {len(run.ranks)} ranks -> {args.out}", file=sys.stderr)
     return 0

@@ -376,24 +376,64 @@ def test_parse_steps():
 
 
 def test_trace_layout_hand_made(tmp_path):
+    from syncbench.analysis.trace import step_order
+
     path = write_file(tmp_path / "t.h5", algorithm="odsgd", world_size=2, wall=4.0,
                       steps_per_rank=4, rank_rows={0: make_rank(4, PH0),
                                                    1: make_rank(4, PH1)})
     run = read_run(path)
     trace = trace_events(run)
-    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert len(slices) == 2 * 4 * len(schema.PHASES)
-    for e in slices:
+    order = step_order("odsgd")
+    assert order == ("data", "compute", "delay", "comm", "wait", "update")
+    phases = [e for e in trace["traceEvents"] if e.get("cat") == "phase"]
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "step"]
+    # zero-length phases are left out: rank 0 has no delay, rank 1 no wait
+    assert len(phases) == 2 * 4 * 5 and len(steps) == 2 * 4
+    for e in phases:
         cols = run.ranks[e["pid"]]
         i = e["args"]["step"]
-        k = schema.PHASES.index(e["name"])
-        before = sum(cols[f"t_{p}"][i] for p in schema.PHASES[:k])
+        k = order.index(e["name"])
+        before = sum(cols[f"t_{p}"][i] for p in order[:k])
         assert e["ts"] == pytest.approx((cols["t_start"][i] + before) * 1e6)
         assert e["dur"] == pytest.approx(cols[f"t_{e['name']}"][i] * 1e6)
+        assert e["dur"] > 0
+    for rank in (0, 1):  # in the order they ran, back to back, inside their step
+        mine = sorted((e for e in phases if e["pid"] == rank), key=lambda e: e["ts"])
+        names = [e["name"] for e in mine[:5]]
+        assert names == [p for p in order if (PH0 if rank == 0 else PH1).get(p)]
+        for a, b in zip(mine, mine[1:]):
+            assert round((a["ts"] + a["dur"]) * 1000) <= round(b["ts"] * 1000)  # whole ns
+        for st in (e for e in steps if e["pid"] == rank):
+            inner = [e for e in mine if e["args"]["step"] == st["args"]["step"]]
+            assert st["ts"] == inner[0]["ts"]
+            assert st["ts"] + st["dur"] == pytest.approx(inner[-1]["ts"] + inner[-1]["dur"])
+            assert st["name"] == f"step {st['args']['step']}"
     instants = [e for e in trace["traceEvents"] if e["ph"] == "i"]
     # evaluations after steps 1 and 3 of rank 0 (eval.step = 2, 4), at those steps' ends
     assert [e["ts"] for e in instants] == pytest.approx([2 * 0.55e6, 4 * 0.55e6])
     assert [e["args"]["accuracy"] for e in instants] == [0.5, 0.9]
+    assert {e["cat"] for e in instants} == {"eval"}
+
+
+def test_trace_integer_ns_boundaries_and_asgd_snapshots(tmp_path):
+    from syncbench.analysis.trace import phase_bounds_ns
+
+    # phase seconds whose float sums do not add up exactly
+    cols = make_rank(50, {"data": 1e-4 / 3, "compute": 0.1 / 7, "comm": 2e-5 / 3,
+                          "update": 1e-3 / 9}, step_time=0.1 / 7 + 1e-3 / 9 + 1e-4 / 3 + 2e-5 / 3)
+    bounds = phase_bounds_ns(cols)
+    assert bounds.dtype == np.int64
+    assert np.all(np.diff(bounds, axis=1) >= 0)
+    assert np.all(bounds[1:, 0] >= bounds[:-1, -1])  # steps never overlap
+    path = write_file(tmp_path / "a.h5", algorithm="asgd", world_size=1, wall=1.0,
+                      steps_per_rank=50, rank_rows={0: cols})
+    trace = trace_events(read_run(path))
+    instants = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+    assert {e["cat"] for e in instants} == {"snapshot"}  # not drawn as pauses
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            assert e["dur"] > 0
+            assert abs(e["ts"] * 1000 - round(e["ts"] * 1000)) < 1e-6  # whole nanoseconds
 
 
 # ---------------------------------------------------------------- real runs
@@ -440,9 +480,9 @@ def _trace(run_path: str, out: Path, *extra: str) -> dict:
     return json.loads(out.read_text())
 
 
-def _slices(trace: dict) -> list[tuple[int, int, str]]:
+def _slices(trace: dict, cat: str = "phase") -> list[tuple[int, int, str]]:
     return [(e["pid"], e["args"]["step"], e["name"])
-            for e in trace["traceEvents"] if e["ph"] == "X"]
+            for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == cat]
 
 
 def test_real_trace_one_slice_per_phase_step_rank(real_runs, tmp_path):
@@ -452,15 +492,18 @@ def test_real_trace_one_slice_per_phase_step_rank(real_runs, tmp_path):
         assert isinstance(trace["traceEvents"], list)
         slices = _slices(trace)
         expected = [(r, int(s), p) for r in sorted(run.ranks)
-                    for s in run.ranks[r]["step"] for p in schema.PHASES]
-        assert len(slices) == len(set(slices))  # exactly one each
-        assert sorted(slices) == sorted(expected)
+                    for i, s in enumerate(run.ranks[r]["step"]) for p in schema.PHASES
+                    if run.ranks[r][f"t_{p}"][i] >= 1e-9]  # zero-length phases left out
+        assert len(slices) == len(set(slices))  # at most one each
+        assert set(slices) <= set(expected) and len(expected) - len(slices) <= 2
+        assert sorted(_slices(trace, "step")) == sorted(
+            (r, int(s), f"step {int(s)}") for r in run.ranks for s in run.ranks[r]["step"])
         names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
                  if e["ph"] == "M" and e["name"] == "process_name"}
         assert names == {r: f"rank {r} ({run.rank_attrs[r]['hostname']})" for r in run.ranks}
         for e in trace["traceEvents"]:
             if e["ph"] == "X":
-                assert e["dur"] >= 0 and e["ts"] >= 0
+                assert e["dur"] > 0 and e["ts"] >= 0
         evals = [e for e in trace["traceEvents"] if e["ph"] == "i"]
         assert len(evals) == len(run.eval["step"])
 
@@ -471,8 +514,8 @@ def test_real_trace_steps_cut(real_runs, tmp_path):
     steps = run.ranks[0]["step"]
     assert len(steps) >= 4
     trace = _trace(path, tmp_path / "cut.json", "--steps", "1:3")
-    assert sorted(_slices(trace)) == sorted(
-        (r, s, p) for r in run.ranks for s in (1, 2) for p in schema.PHASES)
+    assert {(r, s) for r, s, _ in _slices(trace)} == {(r, s) for r in run.ranks for s in (1, 2)}
+    assert {s for _, s, _ in _slices(trace, "step")} == {1, 2}
     kept = [e["args"]["step"] for e in trace["traceEvents"] if e["ph"] == "i"]
     assert all(2 <= k <= 3 for k in kept)  # evaluations right after steps 1 or 2
     assert kept == [int(s) for s in run.eval["step"] if 2 <= s <= 3]
@@ -674,3 +717,34 @@ def test_report_md_context_sync_first_and_flags(tmp_path, capsys):
     data = json.loads(out)
     assert data[1]["diverged"] is True and data[1]["speedup"] is None
     assert data[0]["machine"].startswith("machine: 2 cores (2 CPUs), 1 rank on 1 host")
+
+
+def test_plots_skip_scaling_without_two_world_sizes_and_flat_local_steps(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    paths = [write_file(tmp_path / f"n4-{a}.h5", algorithm=a, world_size=4, wall=1.0,
+                        steps_per_rank=8) for a in ("ssgd", "asgd")]
+    paths.append(write_file(tmp_path / "ls1.h5", algorithm="localsgd", world_size=1, wall=1.0,
+                            steps_per_rank=8, rank_rows={0: make_rank(8, {"compute": 0.01},
+                                                                      local_steps=4)}))
+    out = tmp_path / "plots"
+    rc, _, err = _report(*paths, "--plots", str(out), capsys=capsys)
+    assert rc == 0, err
+    assert not (out / "scaling.png").exists() and not (out / "ls1_local_steps.png").exists()
+    notes = [ln for ln in err.splitlines() if "skipped" in ln]
+    assert any(ln.startswith("syncbench report: note: scaling plot skipped: no series has a "
+                             "speedup at two or more world sizes") for ln in notes)
+    assert any("local-step schedule plot skipped at N=1" in ln and "ls1.h5" in ln
+               for ln in notes)
+    assert (out / "convergence.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_convergence_median_band_over_repeats():
+    from syncbench.analysis.plots import median_band
+
+    curves = [(np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.5, 0.7])),
+              (np.array([0.0, 1.0, 2.0]), np.array([0.3, 0.6, 0.9])),
+              (np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.1, 0.1]))]
+    grid, med, lo, hi = median_band(curves, points=3)
+    assert list(grid) == [0.0, 1.0, 2.0]
+    assert list(med) == [0.1, 0.5, 0.7] and list(lo) == [0.1, 0.1, 0.1]
+    assert list(hi) == [0.3, 0.6, 0.9]  # the median curve, not the fastest or best repeat
