@@ -276,41 +276,6 @@ def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
     _launch("axpy", dt, n, y, _real(dt, alpha), x, _i64(n))
 
 
-def axpby_(y: Any, alpha: float, x: Any, beta: float, scratch: Any = None) -> None:
-    """Kernel ``axpby`` (see :func:`syncbench.kernels.ops.axpby_`)."""
-    dt, n = _real_dtype(y), y.size
-    _check(dt, n, y=y, x=x)
-    _launch("axpby", dt, n, y, _real(dt, alpha), x, _real(dt, beta), _i64(n))
-
-
-def odsgd_local_update_(
-    w_loc: Any,
-    w_global: Any,
-    grads: Any,
-    scale: float,
-    w_prev: Any = None,
-    dc_lambda: float = 0.0,
-    scratch: Any = None,
-) -> None:
-    """Kernels ``odsgd_local_sgd`` / ``odsgd_local_dc`` (see
-    :func:`syncbench.kernels.ops.odsgd_local_update_`)."""
-    dt, n = _real_dtype(w_loc), w_loc.size
-    _check(dt, n, w_loc=w_loc, w_global=w_global, grads=grads)
-    if w_prev is None:
-        _launch("odsgd_local_sgd", dt, n, w_loc, w_global, grads, _real(dt, scale), _i64(n))
-        return
-    _check(dt, n, w_prev=w_prev)
-    _launch("odsgd_local_dc", dt, n, w_loc, w_global, grads, w_prev,
-            _real(dt, scale), _real(dt, dc_lambda), _i64(n))
-
-
-def dc_compensate_(out: Any, grads: Any, w_now: Any, w_then: Any, dc_lambda: float) -> None:
-    """Kernel ``dc_compensate`` (see :func:`syncbench.kernels.ops.dc_compensate_`)."""
-    dt, n = _real_dtype(out), out.size
-    _check(dt, n, out=out, grads=grads, w_now=w_now, w_then=w_then)
-    _launch("dc_compensate", dt, n, out, grads, w_now, w_then, _real(dt, dc_lambda), _i64(n))
-
-
 # -- layer kernels ------------------------------------------------------------------
 #: Flags of ``softmax_xent`` launches on device labels not read yet: (flag, classes).
 _label_flags: list[tuple[Any, int]] = []
@@ -479,7 +444,7 @@ def maxpool_backward(dy: Any, argmax: Any, k: int) -> Any:
 
 #: Every operation implemented here (the same names as the dispatched ones in ops).
 OPS: tuple[str, ...] = (
-    "sgd_momentum_", "axpy_", "axpby_", "odsgd_local_update_", "dc_compensate_",
+    "sgd_momentum_", "axpy_",
     "softmax_xent", "relu_forward", "relu_backward", "bias_add_", "bias_grad",
     "im2col", "col2im", "maxpool_forward", "maxpool_backward",
 )
@@ -598,13 +563,6 @@ CASES: tuple[Case, ...] = (
     Case("axpy_", "axpy_", lambda r, d, b: (_flat(r, d, b, 1)[0], 0.3, _flat(r, d, b, 1)[0])),
     Case("axpy_/alpha-1", "axpy_",
          lambda r, d, b: (_flat(r, d, b, 1)[0], 1.0, _flat(r, d, b, 1)[0])),
-    Case("axpby_", "axpby_",
-         lambda r, d, b: (_flat(r, d, b, 1)[0], 0.25, _flat(r, d, b, 1)[0], 0.75)),
-    Case("odsgd_local_update_/sgd", "odsgd_local_update_",
-         lambda r, d, b: (*_flat(r, d, b, 3), 0.0125)),
-    Case("odsgd_local_update_/dc", "odsgd_local_update_",
-         lambda r, d, b: (*_flat(r, d, b, 3), 0.0125, _flat(r, d, b, 1)[0], 0.04)),
-    Case("dc_compensate_", "dc_compensate_", lambda r, d, b: (*_flat(r, d, b, 4), 0.04)),
     Case("softmax_xent", "softmax_xent", _softmax_case, exact=False),
     Case("relu_forward", "relu_forward", lambda r, d, b: (_relu_input(r, d, b),)),
     Case("relu_backward", "relu_backward",

@@ -12,12 +12,13 @@ Update rules (``ALGORITHMS.md``; element-wise, in place, no allocation when a
 
 * ``sgd_momentum_``: ``v = mu * v + (g + wd * w)``; ``w = w - lr * v`` (PyTorch
   momentum SGD with L2 weight decay).
-* ``axpy_`` / ``axpby_``: ``y += a * x`` / ``y = a * x + b * y`` (model averaging).
-* ``odsgd_local_update_``: OD-SGD's ``W_loc = W_g - scale * LocalOpt(g)`` with
-  ``scale = lr_local / N`` (arXiv 2005.06728, Alg. 1); LocalOpt ``dc`` is the
-  delay compensation below with ``W_loc - W_loc_prev``.
-* ``dc_compensate_``: DC-ASGD's ``g + lambda * g * g * (W_now - W_then)``
-  (Zheng et al. 2017, Eq. 10).
+* ``axpy_``: ``y += a * x`` (model averaging: Oscars' global step).
+
+OD-SGD's local step and DC-ASGD's compensation are plain array expressions
+in their algorithms (``algorithms/odsgd.py``, ``algorithms/asgd.py``): ASGD
+updates in host memory (its RMA windows), and OD-SGD's variants (``sgd`` or
+``dc``, with or without the look-ahead and weight decay) would each need a
+fused kernel of their own, so none is kept here.
 
 Layer kernels (the CPU layers in :mod:`syncbench.kernels.layers` compute the
 same thing with their own NumPy code; these references reproduce it):
@@ -105,54 +106,6 @@ def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
         y += x
     else:
         y += np.multiply(x, alpha, out=scratch)
-
-
-@_dispatch
-def axpby_(y: Any, alpha: float, x: Any, beta: float, scratch: Any = None) -> None:
-    """``y = alpha * x + beta * y`` in place (weighted model averaging)."""
-    y *= beta
-    y += np.multiply(x, alpha, out=scratch)
-
-
-@_dispatch
-def odsgd_local_update_(
-    w_loc: Any,
-    w_global: Any,
-    grads: Any,
-    scale: float,
-    w_prev: Any = None,
-    dc_lambda: float = 0.0,
-    scratch: Any = None,
-) -> None:
-    """OD-SGD's local step ``w_loc = w_global - scale * LocalOpt(grads)``, in place.
-
-    ``scale`` is ``lr_local / N``. Without ``w_prev`` LocalOpt is the gradient
-    itself; with it, the delay-compensated gradient
-    ``g + dc_lambda * g * g * (w_loc - w_prev)`` and ``w_prev`` is then set to
-    the ``w_loc`` that ``grads`` was computed on.
-    """
-    local = grads
-    if w_prev is not None:
-        if scratch is None:
-            scratch = np.empty_like(w_loc)
-        local = np.subtract(w_loc, w_prev, out=scratch)
-        w_prev[...] = w_loc
-        local *= grads
-        local *= grads
-        local *= dc_lambda
-        local += grads
-    w_loc[...] = w_global
-    w_loc -= np.multiply(local, scale, out=scratch)
-
-
-@_dispatch
-def dc_compensate_(out: Any, grads: Any, w_now: Any, w_then: Any, dc_lambda: float) -> None:
-    """DC-ASGD's compensated gradient ``out = g + lambda * g * g * (w_now - w_then)``."""
-    np.subtract(w_now, w_then, out=out)
-    out *= grads
-    out *= grads
-    out *= dc_lambda
-    out += grads
 
 
 # -- layer kernels ------------------------------------------------------------

@@ -127,39 +127,12 @@ def test_sgd_momentum_reference_is_the_pytorch_rule():
     np.testing.assert_allclose(w, w_expected, rtol=1e-13)
 
 
-def test_axpy_and_axpby_references():
+def test_axpy_reference():
     rng = np.random.default_rng(1)
     y, x = _rand(rng, 40), _rand(rng, 40)
     y0 = y.copy()
     ops.axpy_(y, 0.25, x)
     np.testing.assert_allclose(y, y0 + 0.25 * x, rtol=1e-13)
-    y = y0.copy()
-    ops.axpby_(y, 0.3, x, 0.7)
-    np.testing.assert_allclose(y, 0.3 * x + 0.7 * y0, rtol=1e-13)
-
-
-def test_odsgd_local_update_reference_follows_algorithm_1():
-    rng = np.random.default_rng(2)
-    w_loc, w_g, g, w_prev = (_rand(rng, 30) for _ in range(4))
-    scale, lam = 0.1 / 4, 0.04
-    # LocalOpt = sgd: W_loc = W_g - lr_local * g / N
-    out = w_loc.copy()
-    ops.odsgd_local_update_(out, w_g, g, scale)
-    np.testing.assert_allclose(out, w_g - scale * g, rtol=1e-13)
-    # LocalOpt = dc: g + lambda * g * g * (W_loc - W_loc_prev); W_loc_prev <- W_loc
-    out, prev = w_loc.copy(), w_prev.copy()
-    ops.odsgd_local_update_(out, w_g, g, scale, prev, lam)
-    compensated = g + lam * g * g * (w_loc - w_prev)
-    np.testing.assert_allclose(out, w_g - scale * compensated, rtol=1e-13)
-    np.testing.assert_array_equal(prev, w_loc)
-
-
-def test_dc_compensate_reference_is_dcasgd_eq_10():
-    rng = np.random.default_rng(3)
-    g, w_now, w_then = _rand(rng, 30), _rand(rng, 30), _rand(rng, 30)
-    out = np.empty(30)
-    ops.dc_compensate_(out, g, w_now, w_then, 0.5)
-    np.testing.assert_allclose(out, g + 0.5 * g * g * (w_now - w_then), rtol=1e-13)
 
 
 def test_softmax_xent_reference_against_loops_and_finite_differences():
@@ -498,3 +471,14 @@ def test_emulated_kernels_propagate_nan_like_the_cpu_layers(emulated_gpu_path):
     assert np.isnan(cpu[0]).any() and np.isnan(cpu[2]).any()
     for c, g in zip(cpu, gpu):
         np.testing.assert_array_equal(g, c)
+
+
+@needs_gxx
+def test_every_kernel_is_launched_by_an_operation():
+    """No kernel source without a caller: the cases of every operation launch them all."""
+    emulator = compile_check.HostEmulator()
+    with cuda_ops.use_launcher(emulator):
+        for case in cuda_ops.CASES:
+            args = case.build(np.random.default_rng(15), np.dtype(np.float32), False)
+            cuda_ops.run_case(getattr(cuda_ops, case.op), _copy(args))
+    assert {name for name, _, _ in emulator.launches} == set(cuda_ops.kernel_signatures())
