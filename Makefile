@@ -48,8 +48,28 @@ lint: venv
 compile-cuda: venv
 	$(PY) -m syncbench.kernels.compile_check
 
-test-serial: venv dataset
-	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -m 'not slurm' tests
+# SimGrid for `syncbench simulate`: Debian's python3-simgrid (installed with apt as root
+# when missing), of which ONLY the simgrid module is linked into the venv (never all of
+# Debian's dist-packages). Elsewhere: pip install '.[sim]' (builds SimGrid from source).
+SIMGRID_DIST ?= /usr/lib/python3/dist-packages
+.PHONY: sim
+sim: venv
+	@tag=$$($(PY) -c 'import sys; print("%d%d" % sys.version_info[:2])'); \
+	so=$$(ls $(SIMGRID_DIST)/simgrid.cpython-$$tag-*.so 2>/dev/null | head -n 1); \
+	if [ -z "$$so" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq python3-simgrid >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq python3-simgrid; }; \
+	  so=$$(ls $(SIMGRID_DIST)/simgrid.cpython-$$tag-*.so 2>/dev/null | head -n 1); \
+	fi; \
+	site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	if [ -n "$$so" ]; then ln -sf "$$so" "$$site/" && echo "SimGrid: $$so -> $$site"; \
+	else echo "SimGrid missing (syncbench simulate needs it): 'sudo apt-get install" \
+	  "python3-simgrid' then 'make sim', or '$(PY) -m pip install .[sim]'"; fi
+
+# SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
+test-serial: venv dataset sim
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -m 'not slurm' tests
 
 test-mpi: venv dataset
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
