@@ -24,7 +24,9 @@ Communication modes (``--comm``):
   parameters then gets at least two buckets (``mlp``: 2, ``lenet``: 3).
 
 The number of reductions posted per step is :attr:`SSGD.buckets` (the run
-file's root attribute ``buckets``).
+file's root attribute ``buckets``). An emulated straggler (``--slowdown``)
+spends its delay right before posting its last bucket, where a slower
+processor would post it (see :meth:`SSGD._on_grads_ready`).
 """
 
 from __future__ import annotations
@@ -124,12 +126,22 @@ class SSGD(Algorithm):
         self.buckets = len(self.bucket_plan) if self.config.comm == "overlap" else 1
         self._requests: list[MPI.Request] = []
         self._next_bucket = 0  # index in bucket_plan of the next bucket to post
+        self._straggled = False  # this step's emulated slowdown has run
 
     def _on_grads_ready(self, offset: int) -> None:
-        """Start an Iallreduce on every bucket whose gradient is now final, else poll."""
+        """Start an Iallreduce on every bucket whose gradient is now final, else poll.
+
+        An emulated straggler spends its delay right before it posts its last
+        bucket: a processor f times slower would post that bucket at f times
+        its compute time, so the delay must not hide the reduction of the
+        whole gradient (which it would, after the last post).
+        """
         plan, posted = self.bucket_plan, False
         while self._next_bucket < len(plan) and plan[self._next_bucket][0] >= offset:
             start, end = plan[self._next_bucket]
+            if self._next_bucket == len(plan) - 1 and not self._straggled:
+                self._straggled = True
+                self.straggle()
             self._requests.append(self.comm.Iallreduce(self.model.grads[start:end]))
             self._next_bucket += 1
             posted = True
@@ -144,12 +156,13 @@ class SSGD(Algorithm):
             self.straggle()
             self.comm.Allreduce(self.model.grads)
             return loss
-        self._next_bucket = 0
+        self._next_bucket, self._straggled = 0, False
         with self.timer.phase("compute"):
             loss = self.model.loss_and_grad(
                 x, y, on_grads_ready=self._on_grads_ready, poll=self.comm.poll
             )
-        self.straggle()
+        if not self._straggled:  # (every bucket is posted from inside backward)
+            self.straggle()
         self.comm.Waitall(self._requests)
         self._requests = []
         return loss

@@ -170,6 +170,23 @@ def test_ssgd_posts_buckets_before_backward_ends(model_name):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_slowed_ssgd_rank_delays_before_its_last_bucket():
+    """A processor f times slower posts its last bucket at f times its compute time:
+    the emulated delay must come before that post, not hide the whole reduction."""
+    algo, comm, stream = _setup("ssgd", "lenet", "--comm", "overlap")
+    algo.slowdown = lambda seconds: comm.log.append(("delay", seconds)) or 0.0
+    for _ in range(2):
+        comm.log.append(("step", None))
+        algo.step(*stream.next())
+    for events in _steps(comm.log):
+        kinds = [k for k, _ in events]
+        assert kinds.count("delay") == 1, kinds
+        posts = [i for i, k in enumerate(kinds) if k == "post"]
+        assert posts[-2] < kinds.index("delay") < posts[-1], kinds
+        assert events[kinds.index("delay")][1] > 0  # the step's compute so far
+
+
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("model_name", ["mlp", "lenet"])
 def test_odsgd_waits_on_each_request_only_in_the_next_step_after_polls(model_name):
     warmup, steps = 2, 7
