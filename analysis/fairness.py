@@ -144,7 +144,12 @@ def delay_intervals(run: RunLike) -> np.ndarray:
     return np.asarray(merged, dtype=np.float64).reshape(-1, 2)
 
 
-def interference_ratio(run: RunLike) -> float:
+#: :func:`interference_ratio` needs at least this share of the unslowed ranks' steps
+#: on each side (else a few steps misplaced by noise would make a ratio).
+MIN_SHARE = 0.05
+
+
+def interference_ratio(run: RunLike, min_share: float = MIN_SHARE) -> float:
     """Unslowed ranks' mean compute while a slowed rank is in delay, over their mean otherwise.
 
     A step of an unslowed rank counts as "during delay" when the midpoint of
@@ -152,8 +157,8 @@ def interference_ratio(run: RunLike) -> float:
     ``t_compute``) lies inside a delay interval of some slowed rank (see
     :func:`delay_intervals`). 1.0 means the delay gives nothing away; below 1
     the other ranks ran faster while the straggler was idle. NaN when either
-    set of steps is empty: lock-step SSGD's fast ranks wait, they do not
-    compute, while the straggler is in its delay.
+    set holds less than ``min_share`` of the steps: lock-step SSGD's fast
+    ranks wait, they do not compute, while the straggler is in its delay.
     """
     intervals = delay_intervals(run)
     during: list[np.ndarray] = []
@@ -175,7 +180,11 @@ def interference_ratio(run: RunLike) -> float:
         otherwise.append(compute[~inside])
     if not during:
         return NAN
-    a, b = _mean(np.concatenate(during)), _mean(np.concatenate(otherwise))
+    inside, outside = np.concatenate(during), np.concatenate(otherwise)
+    total = inside.size + outside.size
+    if min(inside.size, outside.size) < max(1.0, min_share * total):
+        return NAN
+    a, b = _mean(inside), _mean(outside)
     return a / b if b > 0 else NAN
 
 

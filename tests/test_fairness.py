@@ -105,6 +105,13 @@ def test_interference_ratio_nan_when_fast_ranks_never_compute_during_a_delay():
     slow = _rows([0.0, 4.0, 8.0], [1.0, 1.0, 1.0], [3.0, 3.0, 3.0])
     assert math.isnan(interference_ratio(_run([fast, slow], [1, 4], algorithm="ssgd")))
     assert math.isnan(interference_ratio(_run([fast, fast], [1, 1])))
+    # one fast step of 30 misplaced by noise into a delay is not a measurement
+    starts = np.arange(30) * 4.0
+    fast = _rows(np.r_[starts[:-1], starts[-1] + 2.0], np.ones(30))
+    slow = _rows(starts, np.ones(30), np.full(30, 3.0))
+    run = _run([fast, slow], [1, 4], algorithm="ssgd")
+    assert math.isnan(interference_ratio(run))
+    assert interference_ratio(run, min_share=0.0) == pytest.approx(1.0)
 
 
 def test_throughput_ceiling():
