@@ -25,7 +25,11 @@ setup(
                       "tomli>=1.1; python_version < '3.11'"],
     extras_require={
         "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],
-        "gpu": ["cupy-cuda12x"],
+        # CuPy 13 (14 expects a system CUDA toolkit or its larger [ctk] set) and the
+        # three CUDA 12 libraries the GPU path loads: runtime, NVRTC (the kernels),
+        # cuBLAS (the GEMMs); kernels.backend preloads them from these wheels.
+        "gpu": ["cupy-cuda12x>=13.3,<14", "nvidia-cuda-runtime-cu12>=12.2,<13",
+                "nvidia-cuda-nvrtc-cu12>=12.2,<13", "nvidia-cublas-cu12>=12.2,<13"],
         "plot": ["matplotlib"],
         # NVRTC alone: compiles the CUDA kernels on machines without a GPU (CI)
         "cuda-build": ["nvidia-cuda-nvrtc-cu12"],

@@ -1,37 +1,44 @@
 #!/usr/bin/env bash
-# GPU check of syncbench on a machine with an NVIDIA GPU and nothing prepared (< 8 minutes):
-#   1. creates a virtual environment and installs numpy, mpi4py, mpich, h5py, pytest,
-#      pytest-mpi, CuPy and NVRTC, and this repository (pip install -e);
-#   2. compiles every CUDA source (NVRTC), runs the GPU tests serially and the 2-rank
-#      MPI GPU tests (SSGD on the GPU == serial large-batch SGD);
-#   3. prints each kernel's time against its NumPy reference, and the training
-#      throughput of a short `syncbench train --device gpu` (1 rank, then 2 ranks on
-#      the same GPU with host staging) beside the same run on the CPU.
+# GPU check of syncbench on a machine with an NVIDIA GPU (CUDA 12 driver) and nothing prepared:
+#   1. creates a virtual environment (checks first that `python3 -m venv` works) and installs
+#      this repository with its [gpu] extra: CuPy 13 and only the CUDA 12 libraries the GPU
+#      path loads (runtime, NVRTC, cuBLAS: about 0.8 GB of wheels, not CuPy's 1.5-2 GB
+#      [ctk] set), plus pytest and pytest-mpi;
+#   2. probes the GPU as `--device auto` does (a trivial NVRTC kernel and a cuBLAS GEMM);
+#   3. compiles every CUDA source (NVRTC), runs the kernel and GPU tests serially and the
+#      2-rank MPI GPU tests (SSGD on the GPU == serial large-batch SGD, device buffers);
+#   4. prints each kernel's time against its NumPy reference (benchmark sizes, with the
+#      exactness check of every case), `syncbench comm` on device buffers (staged), 2-rank
+#      SSGD, OD-SGD and Oscars runs on the one GPU, and the training throughput of mlp and
+#      lenet on the GPU (1 rank) beside the CPU.
 #
 # Usage:  bash jobs/gpu_check.sh            (from anywhere; exits non-zero on any failure)
+#
+# Time budget (estimate; measured figures belong in the report of a run): install 1-3 min
+# (download-bound: ~0.8 GB), probe and NVRTC compile check < 30 s, tests 1-2 min, kernel
+# timings < 30 s, comm < 30 s, training runs 1-2 min: about 5-8 minutes in all.
 #
 # Variables (environment):
 #   VENV            virtual environment to create or reuse (default: <repo>/.venv-gpu)
 #   PYTHON          interpreter that creates it (default: python3)
-#   CUPY_PACKAGE    CuPy requirement (default: cupy-cuda12x[ctk], which also brings the CUDA
-#                   runtime libraries from PyPI; use cupy-cuda12x with a system CUDA toolkit)
 #   PIP_ARGS        extra pip flags, e.g. "--no-index --find-links /wheels" offline (split
 #                   on spaces)
 #   SKIP_INSTALL    1: use VENV as it is, install nothing
 #   SAMPLES         synthetic training samples of the throughput runs (default 16384)
 #   BATCH           per-rank batch of the throughput runs (default 128)
-#   STEP_TIMEOUT    seconds allowed to each step (default 150)
+#   INSTALL_TIMEOUT seconds allowed to the install step (default 420: it downloads ~0.8 GB)
+#   STEP_TIMEOUT    seconds allowed to each other step (default 150)
 #   LOG_DIR         where the run files and logs go (default: a new temporary directory)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv-gpu}
 PYTHON=${PYTHON:-python3}
-CUPY_PACKAGE=${CUPY_PACKAGE:-cupy-cuda12x[ctk]}
 PIP_ARGS=${PIP_ARGS:-}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SAMPLES=${SAMPLES:-16384}
 BATCH=${BATCH:-128}
+INSTALL_TIMEOUT=${INSTALL_TIMEOUT:-420}
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 LOG_DIR=${LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/syncbench-gpu-check.XXXXXX")}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -47,28 +54,40 @@ step "GPU"
 if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 else
-    echo "nvidia-smi not found (continuing: CuPy decides whether a GPU is usable)"
+    echo "nvidia-smi not found (continuing: the probe decides whether a GPU is usable)"
 fi
 
 if [ "$SKIP_INSTALL" != 1 ]; then
-    step "venv $VENV and packages"
-    [ -x "$PY" ] || "$PYTHON" -m venv "$VENV"
-    run "$PY" -m pip install -q "${PIP_EXTRA[@]}" --upgrade pip
-    run "$PY" -m pip install -q "${PIP_EXTRA[@]}" numpy mpi4py mpich h5py pytest pytest-mpi \
-        "$CUPY_PACKAGE" nvidia-cuda-nvrtc-cu12
-    run "$PY" -m pip install -q "${PIP_EXTRA[@]}" --no-deps -e "$ROOT"
+    step "venv $VENV and packages ([gpu] extra: CuPy 13, CUDA runtime, NVRTC, cuBLAS)"
+    if [ ! -x "$PY" ]; then
+        if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+            echo "gpu_check: '$PYTHON -m venv' cannot create a virtual environment here" \
+                 "(Debian/Ubuntu: apt-get install python3-venv), or pass VENV=<existing venv>" \
+                 "with SKIP_INSTALL=1" >&2
+            exit 2
+        fi
+        "$PYTHON" -m venv "$VENV"
+    fi
+    timeout "$INSTALL_TIMEOUT" "$PY" -m pip install -q "${PIP_EXTRA[@]}" --upgrade pip
+    timeout "$INSTALL_TIMEOUT" "$PY" -m pip install -q "${PIP_EXTRA[@]}" -e "$ROOT[gpu]" \
+        pytest pytest-mpi
+    "$PY" -m pip list 2>/dev/null | grep -iE '^(cupy|nvidia-)' || true
+    du -sh "$VENV" 2>/dev/null | sed 's/^/installed size: /' || true
 fi
 
-step "CuPy sees a GPU"
+step "GPU probe (NVRTC kernel + cuBLAS GEMM, as --device auto does)"
 run "$PY" - <<'EOF'
 import sys
-import cupy
-if not cupy.cuda.is_available():
-    sys.exit("gpu_check: cupy.cuda.is_available() is False: no usable GPU or driver")
+from syncbench.kernels.backend import preload_cuda_wheels, probe_gpu
+print("CUDA wheel libraries:", ", ".join(p.rsplit("/", 1)[-1] for p in preload_cuda_wheels()))
+cupy, reason = probe_gpu()
+if cupy is None:
+    sys.exit(f"gpu_check: the GPU probe failed: {reason}")
 props = cupy.cuda.runtime.getDeviceProperties(0)
 name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
 print(f"cupy {cupy.__version__}, {cupy.cuda.runtime.getDeviceCount()} device(s), 0: {name}, "
-      f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}")
+      f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, "
+      f"driver {cupy.cuda.runtime.driverGetVersion()}")
 EOF
 
 cd "$ROOT"
@@ -82,30 +101,45 @@ step "2-rank MPI tests on the GPU (SSGD equivalence, device buffers)"
 run "$VENV/bin/mpiexec" -n 2 "$PY" -m pytest -q -p no:cacheprovider --with-mpi --only-mpi \
     tests/test_gpu.py
 
-step "kernel timings: CUDA kernel vs NumPy reference (float32, medians)"
+step "kernel timings: CUDA kernel vs NumPy reference (float32, benchmark sizes, medians)"
 run "$PY" -m syncbench.kernels.cuda_ops --dtype float32 --repeat 10
 
-TRAIN=(train --algorithm ssgd --model lenet --dataset synthetic --synthetic-samples "$SAMPLES"
-       --batch-size "$BATCH" --epochs 1 --eval-every 0 --progress never)
-step "training throughput: lenet, $SAMPLES synthetic samples, batch $BATCH"
-echo "-- GPU, 1 rank"
-run "$VENV/bin/syncbench" "${TRAIN[@]}" --device gpu --out "$LOG_DIR/gpu-np1.h5"
-echo "-- GPU, 2 ranks on one device, host staging (--cuda-aware no)"
-run "$VENV/bin/mpiexec" -n 2 "$VENV/bin/syncbench" "${TRAIN[@]}" --device gpu --cuda-aware no \
-    --out "$LOG_DIR/gpu-np2.h5"
-echo "-- CPU, 1 rank (same run, for the ratio; a quarter of the samples)"
-run "$VENV/bin/syncbench" train --algorithm ssgd --model lenet --dataset synthetic \
-    --synthetic-samples "$((SAMPLES / 4))" --batch-size "$BATCH" --epochs 1 --eval-every 0 \
-    --progress never --device cpu --out "$LOG_DIR/cpu-np1.h5"
+step "syncbench comm: Allreduce and Iallreduce of device buffers (staged), 2 ranks"
+for op in allreduce iallreduce; do
+    run "$VENV/bin/mpiexec" -n 2 "$VENV/bin/syncbench" comm --op "$op" --buffer cupy \
+        --cuda-aware no --min-size 1024 --max-size $((1 << 22)) --iterations 50 --skip 5
+done
+
+STEPS_FLAGS=(--dataset synthetic --synthetic-samples 4096 --batch-size 64 --epochs 1
+             --eval-every 0 --progress never --device gpu --cuda-aware no)
+step "2 ranks on one GPU: SSGD (overlap), OD-SGD, Oscars (short runs, staged buffers)"
+for algo in ssgd odsgd oscars; do
+    echo "-- $algo"
+    run "$VENV/bin/mpiexec" -n 2 "$VENV/bin/syncbench" train --algorithm "$algo" --model lenet \
+        "${STEPS_FLAGS[@]}" --out "$LOG_DIR/$algo-np2.h5"
+done
+
+step "training throughput: $SAMPLES synthetic samples, batch $BATCH (1 rank)"
+for model in mlp lenet; do
+    for device in gpu cpu; do
+        samples=$SAMPLES
+        [ "$device" = cpu ] && samples=$((SAMPLES / 4))  # the CPU is slower: a quarter
+        echo "-- $model on $device ($samples samples)"
+        run "$VENV/bin/syncbench" train --algorithm ssgd --model "$model" --dataset synthetic \
+            --synthetic-samples "$samples" --batch-size "$BATCH" --epochs 1 --eval-every 0 \
+            --progress never --device "$device" --out "$LOG_DIR/$model-$device.h5"
+    done
+done
 run "$PY" - "$LOG_DIR" <<'EOF'
 import sys
+from pathlib import Path
 import h5py
-for name in ("gpu-np1", "gpu-np2", "cpu-np1"):
-    with h5py.File(f"{sys.argv[1]}/{name}.h5") as f:
-        print(f"{name}: backend={f.attrs['backend']} devices={list(f.attrs['devices'])} "
-              f"cuda_aware={bool(f.attrs['cuda_aware'])} "
-              f"samples/s={f['summary'].attrs['samples_per_s']:.0f} "
-              f"comm_fraction={f['summary'].attrs['comm_fraction']:.3f}")
+for path in sorted(Path(sys.argv[1]).glob("*.h5")):
+    with h5py.File(path) as f:
+        s = f["summary"].attrs
+        print(f"{path.stem:<12} backend={f.attrs['backend']} ranks={f.attrs.get('world_size', '?')} "
+              f"cuda_aware={bool(f.attrs['cuda_aware'])} samples/s={s['samples_per_s']:.0f} "
+              f"comm_fraction={s['comm_fraction']:.3f} final_acc={s.get('final_accuracy', float('nan')):.3f}")
 EOF
 
 step "gpu_check passed in $((SECONDS - START)) s (run files in $LOG_DIR)"

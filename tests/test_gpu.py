@@ -475,3 +475,16 @@ def test_warm_up_leaves_the_parameters_and_zeroes_the_gradient():
     model.grads[...] = 1.0
     model.warm_up(3)
     assert np.array_equal(model.params, params) and not model.grads.any()
+
+
+def test_cuda_wheel_libraries_are_preloaded_when_installed(tmp_path):
+    from syncbench.kernels import compile_check
+
+    assert backend_module.preload_cuda_wheels([str(tmp_path)]) == []
+    lib = compile_check.load_nvrtc()
+    path = getattr(lib, "_syncbench_path", "")
+    if "nvidia/cuda_nvrtc/lib/" not in path:
+        pytest.skip("the nvidia-cuda-nvrtc-cu12 wheel is not installed")
+    site = path.split("nvidia/cuda_nvrtc/lib/")[0]
+    loaded = backend_module.preload_cuda_wheels([site])
+    assert any(p.endswith("nvidia/cuda_nvrtc/lib/libnvrtc.so.12") for p in loaded), loaded
