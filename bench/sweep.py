@@ -5,21 +5,35 @@ launches ``mpiexec -n N syncbench train --algorithm A ...`` (or any launcher
 given by ``--mpiexec``, e.g. ``srun --mpi=pmi2`` inside a Slurm allocation)
 and writes the run file ``<out-dir>/<A>-<mode>-np<N>-r<r>.h5``.
 
-* ``--mode strong`` keeps the global mini-batch B fixed (``--global-batch``):
-  each rank takes b = B / N samples per step (an error unless N divides B).
-  For SSGD every N then applies the same large-batch update, the N-rank
-  mean of per-rank mean gradients (docs/ALGORITHMS.md, SSGD: "N ranks with
-  per-rank batch b give the same parameters as one process with batch N*b"),
-  so only the time per step changes with N.
-* ``--mode weak`` keeps the per-rank batch b fixed (``--batch-size``): the
-  global batch grows as N*b, the work per rank per step stays the same.
+* ``--mode strong`` keeps the total work fixed: the global mini-batch B
+  (``--global-batch``), each rank taking b = B / N samples per step (an error
+  unless N divides B), and the sample budget (``--epochs E``: E passes over
+  the training set in all). For SSGD every N then applies the same
+  large-batch update, the N-rank mean of per-rank mean gradients
+  (docs/ALGORITHMS.md, SSGD: "N ranks with per-rank batch b give the same
+  parameters as one process with batch N*b"), so only the time per step
+  changes with N.
+* ``--mode weak`` keeps the work per rank fixed: the per-rank batch b
+  (``--batch-size``) and the budget per rank: ``--epochs E`` is what one rank
+  processes, so a run on N ranks gets ``--epochs E*N`` (E*N passes over the
+  training set in all) and every rank takes the same number of steps at
+  every N (up to the rounding of a shard to whole batches).
 
-Both modes keep the sample budget (``--epochs``) of docs/ALGORITHMS.md, so the
-runs do equal total work. With X(N) the median samples/s over repeats, the
-closing table gives speedup S(N) = X(N) / X(N0) and efficiency
-E(N) = S(N) * N0 / N against the smallest task count N0 of each algorithm
-(throughput already normalizes for the work, so one formula serves both
-modes: E = 1 is perfect scaling).
+Every run is launched with ``--scaling-mode <mode>``, so its run file records
+the mode (root attribute ``scaling_mode``), and both this sweep's table and
+``syncbench report`` take it from there (``syncbench.analysis.tables``). With
+X(N) the samples/s of a run and X0 the median at the smallest N0 of its
+series, the table gives the medians over repeats of
+
+* strong: speedup S = X / X0 (= T(N0) / T(N), the same work), efficiency
+  E = S * N0 / N;
+* weak: efficiency E = (X / N) / (X0 / N0) (throughput per rank, = T(N0) /
+  T(N) for the same work per rank), and the scaled speedup S = X / X0.
+
+Runs that overlapped on a host (``analysis.context``: their wall-clock
+intervals intersect) are flagged "overlapped" and get no speedup or
+efficiency; a point with a single world size shows "-". The machine context
+(cores, ranks per core, oversubscription) heads the table.
 
 The manifest ``<out-dir>/manifest.json`` lists every planned run (algorithm,
 np, repeat, batch_size, path, status) and is rewritten after each run. The
@@ -34,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -43,13 +58,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from syncbench.analysis.context import format_contexts, machine_context
 from syncbench.analysis.report import FORMATS, format_report, report_rows
 from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.analysis.tables import table_rows
 
 MODES = ("strong", "weak")
 #: Train flags the sweep sets itself for every run.
-RESERVED = ("--out", "--algorithm", "--batch-size")
+RESERVED = ("--out", "--algorithm", "--batch-size", "--scaling-mode")
+#: ``syncbench train``'s default ``--epochs``.
+DEFAULT_EPOCHS = 1.0
 MANIFEST_SCHEMA = "syncbench-sweep/1"
+NAN = float("nan")
 
 # Statuses of a planned run in the manifest.
 RAN, SKIPPED, FAILED, MISSING = "ran", "skipped", "failed", "missing"
@@ -68,6 +88,9 @@ class PlannedRun:
     repeat: int
     batch_size: int
     path: str
+    #: ``--epochs`` of this run (weak mode: the per-rank budget times N); None: train's own.
+    epochs: float | None = None
+    mode: str = "strong"
     status: str = "pending"
     seconds: float | None = None
     returncode: int | None = None
@@ -160,9 +183,42 @@ def plan(args: argparse.Namespace) -> list[PlannedRun]:
         repeats = range(only, only + 1)
     batches = {n: per_rank_batch(args.mode, n, args.global_batch, args.batch_size)
                for n in counts}
+    epochs = getattr(args, "epochs_per_rank", None)
     out_dir = Path(args.out_dir)
-    return [PlannedRun(a, n, r, batches[n], str(out_dir / run_name(a, args.mode, n, r)))
+    return [PlannedRun(a, n, r, batches[n], str(out_dir / run_name(a, args.mode, n, r)),
+                       epochs=run_epochs(args.mode, n, epochs), mode=args.mode)
             for r in repeats for n in counts for a in algorithms]
+
+
+def run_epochs(mode: str, np_: int, epochs: float | None) -> float | None:
+    """``--epochs`` of a run on ``np_`` ranks: weak mode scales the budget with N."""
+    if mode != "weak":
+        return epochs
+    return round((DEFAULT_EPOCHS if epochs is None else epochs) * np_, 12)
+
+
+def split_epochs(train_args: list[str]) -> tuple[float | None, list[str]]:
+    """The ``--epochs`` value among the train flags (None if absent) and the other flags."""
+    rest, value, i = [], None, 0
+    while i < len(train_args):
+        flag = train_args[i]
+        if flag == "--epochs" and i + 1 < len(train_args):
+            value, i = train_args[i + 1], i + 2
+            continue
+        if flag.startswith("--epochs="):
+            value, i = flag.split("=", 1)[1], i + 1
+            continue
+        rest.append(flag)
+        i += 1
+    if value is None:
+        return None, rest
+    try:
+        epochs = float(value)
+    except ValueError:
+        raise SweepError(f"--epochs {value!r}: expected a number") from None
+    if not epochs > 0:
+        raise SweepError(f"--epochs must be > 0, got {value}")
+    return epochs, rest
 
 
 def existing_is_complete(run: PlannedRun) -> tuple[bool, str]:
@@ -175,10 +231,14 @@ def existing_is_complete(run: PlannedRun) -> tuple[bool, str]:
         return False, f"re-running: {exc}"
     if not done.complete:
         return False, "re-running: run file is marked incomplete"
-    found = (done.algorithm, done.world_size, done.config.get("batch_size"))
-    wanted = (run.algorithm, run.np, run.batch_size)
+    found = (done.algorithm, done.world_size, done.config.get("batch_size"),
+             done.attrs.get("scaling_mode") or None)
+    wanted = (run.algorithm, run.np, run.batch_size, run.mode)
     if found != wanted:
-        return False, (f"re-running: file has algorithm/np/batch {found}, planned {wanted}")
+        return False, (f"re-running: file has algorithm/np/batch/mode {found}, planned {wanted}")
+    if run.epochs is not None and done.config.get("epochs") != run.epochs:
+        return False, (f"re-running: file has --epochs {done.config.get('epochs')}, planned "
+                       f"{run.epochs:g}")
     return True, ""
 
 
@@ -207,7 +267,9 @@ def launch(run: PlannedRun, train_args: list[str], mpiexec: str | None,
     from syncbench.bench.launch import run_train  # noqa: PLC0415 - spawns subprocesses
 
     flags = ["--algorithm", run.algorithm, "--batch-size", str(run.batch_size),
-             "--out", run.path, "--overwrite", *train_args]
+             "--scaling-mode", run.mode, "--out", run.path, "--overwrite", *train_args]
+    if run.epochs is not None:
+        flags += ["--epochs", repr(run.epochs)]
     started = time.perf_counter()
     try:
         proc = run_train(run.np, flags, mpiexec, timeout=timeout, quiet=True)
@@ -226,33 +288,68 @@ def launch(run: PlannedRun, train_args: list[str], mpiexec: str | None,
     run.seconds = round(time.perf_counter() - started, 3)
 
 
-def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], mode: str) -> str:
-    """Median samples/s per (algorithm, N) with speedup and efficiency vs the smallest N."""
+def _cell(value: float, spec: str, flag: str = "") -> str:
+    if flag:
+        return flag
+    return "-" if not isinstance(value, float) or not math.isfinite(value) else spec.format(value)
+
+
+def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], context: str) -> str:
+    """Medians per (series, np) with speedup and efficiency (module docstring).
+
+    ``rows`` are the per-run rows of :func:`syncbench.analysis.tables.table_rows`
+    (the same definitions as ``syncbench report``); the scaling kind printed is
+    the one the run files record.
+    """
     by_path = {row["path"]: row for row in rows}
-    points: dict[tuple[str, int], list[float]] = {}
-    batches: dict[tuple[str, int], int] = {}
+    points: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for run in runs:
         row = by_path.get(run.path)
         if row is not None:
-            points.setdefault((run.algorithm, run.np), []).append(float(row["samples_per_s"]))
-            batches[(run.algorithm, run.np)] = run.batch_size
-    header = (f"# {mode} scaling: median samples/s over repeats; speedup and efficiency "
-              "vs the smallest np of each algorithm")
-    lines = [header,
-             f"| {'algorithm':<10} | {'np':>3} | {'batch/rank':>10} | {'runs':>4} | "
-             f"{'samples/s':>10} | {'speedup':>7} | {'efficiency':>10} |",
-             f"| {'-' * 10} | {'-' * 2}: | {'-' * 9}: | {'-' * 3}: | {'-' * 9}: | "
-             f"{'-' * 6}: | {'-' * 9}: |"]
+            points.setdefault((row.get("series") or run.algorithm, run.np), []).append(row)
+    recorded = sorted({str(r.get("scaling_mode")) for r in rows if r.get("scaling_mode")})
+    kinds = sorted({str(r.get("scaling")) for r in rows if r.get("scaling")}) or recorded \
+        or ["-"]
+    header = (f"# {', '.join(kinds)} scaling (run files record scaling_mode="
+              f"{','.join(recorded) or 'none'}): medians over repeats; speedup and "
+              "efficiency vs the smallest np of each series")
+    formulas = ("# strong: speedup S = X/X0 = T(N0)/T(N), efficiency E = S*N0/N; "
+                "weak: E = (X/N)/(X0/N0) = T(N0)/T(N), scaled speedup S = X/X0")
+    lines = [header, formulas, f"# {context}",
+             f"| {'series':<10} | {'np':>3} | {'batch/rank':>10} | {'steps/rank':>10} | "
+             f"{'runs':>4} | {'samples/s':>10} | {'speedup':>10} | {'efficiency':>10} | note |",
+             f"| {'-' * 10} | {'-' * 2}: | {'-' * 9}: | {'-' * 9}: | {'-' * 3}: | {'-' * 9}: | "
+             f"{'-' * 9}: | {'-' * 9}: | ---- |"]
     order = {a: i for i, a in enumerate(dict.fromkeys(r.algorithm for r in runs))}
-    base: dict[str, tuple[int, float]] = {}
-    for (algorithm, np_) in sorted(points, key=lambda k: (order[k[0]], k[1])):
-        x = statistics.median(points[(algorithm, np_)])
-        n0, x0 = base.setdefault(algorithm, (np_, x))
-        speedup = x / x0 if x0 > 0 else float("nan")
-        efficiency = speedup * n0 / np_
-        lines.append(f"| {algorithm:<10} | {np_:>3} | {batches[(algorithm, np_)]:>10} | "
-                     f"{len(points[(algorithm, np_)]):>4} | {x:>10.1f} | {speedup:>7.3f} | "
-                     f"{efficiency:>10.3f} |")
+
+    def sort_key(key: tuple[str, int]) -> tuple:
+        return (order.get(key[0].split()[0], len(order)), key[0], key[1])
+
+    for series, np_ in sorted(points, key=sort_key):
+        members = points[(series, np_)]
+        x = statistics.median(float(r["samples_per_s"]) for r in members)
+        steps = statistics.median(r["steps"] / r["world_size"] for r in members)
+        batch = statistics.median(
+            float(r["samples"]) / max(1, r["steps"]) for r in members)
+        finite = [r for r in members if math.isfinite(r["speedup"])]
+        speedup = statistics.median(r["speedup"] for r in finite) if finite else NAN
+        eff = statistics.median(r["efficiency"] for r in finite) if finite else NAN
+        flag = ("overlapped" if all(r.get("overlapped") for r in members) else
+                "diverged" if all(r.get("diverged") for r in members) else "")
+        notes = [n for n, k in (("overlapped", "overlapped"), ("diverged", "diverged"))
+                 if any(r.get(k) for r in members)]
+        if any(r.get("scaling") == "mixed" for r in members):
+            notes.append("mixed work")
+        if any(r.get("oversubscribed") for r in members):
+            notes.append("oversubscribed")
+        lines.append(f"| {series:<10} | {np_:>3} | {batch:>10.0f} | {steps:>10.0f} | "
+                     f"{len(members):>4} | {x:>10.1f} | {_cell(speedup, '{:.3f}', flag):>10} | "
+                     f"{_cell(eff, '{:.3f}', flag):>10} | {', '.join(notes)} |")
+    overlapped = sorted({os.path.basename(r["path"]) for r in rows if r.get("overlapped")})
+    if overlapped:
+        lines.append(f"# overlapped: {', '.join(overlapped)} ran at the same time as another "
+                     "run on the same host; their timings are not comparable (run the sweep "
+                     "serially)")
     return "\n".join(lines)
 
 
@@ -278,6 +375,9 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
         train_args = list(getattr(args, "train_args", None) or [])
     try:
         check_train_args(train_args)
+        epochs, rest = split_epochs(train_args)
+        if args.mode == "weak":  # the sweep sets --epochs per run (budget per rank x N)
+            args.epochs_per_rank, train_args = epochs, rest
         runs = plan(args)
     except SweepError as exc:
         print(f"syncbench sweep: {exc}", file=sys.stderr)
@@ -310,7 +410,15 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
         rows = report_rows([r.path for r in good])
         text = format_report(rows, args.format)
         if args.format == "md":
-            text += "\n\n" + scaling_table(runs, rows, args.mode)
+            done = [read_run(r.path) for r in good]
+            table = table_rows(done)
+            context = format_contexts([machine_context(d) for d in done])
+            text += "\n\n" + scaling_table(runs, table, context)
+            overlapped = [r for r in table if r.get("overlapped")]
+            if overlapped:
+                print(f"sweep: warning: {len(overlapped)} run(s) overlapped another run on the "
+                      "same host: their speedup and efficiency are not computed",
+                      file=sys.stderr)
         print()
         print(text)
         report_path(manifest, args.format).write_text(text + "\n")

@@ -4,7 +4,8 @@ The sweep launches its own ``mpiexec`` per run (serial pytest run), each
 bounded by ``--timeout``. Invariants checked exactly against a serial
 re-computation of the plan: strong scaling keeps the global batch B (per-rank
 batch B / N, the same number of steps at every N), weak scaling keeps the
-per-rank batch b (steps shrink as 1 / N).
+per-rank batch b and the budget per rank (``--epochs`` times N: the same
+number of steps per rank at every N).
 """
 
 from __future__ import annotations
@@ -74,10 +75,17 @@ def test_sweep_runs_every_point_with_the_planned_batch(mode, strong, tmp_path, c
         assert run.complete and run.world_size == n
         assert run.config["batch_size"] == expected_batch[n]
         global_batch = n * expected_batch[n]
+        assert run.attrs["scaling_mode"] == mode
         for rank in range(n):
-            assert run.steps[rank] == SAMPLES // global_batch
+            # strong: the same total work; weak: the same work per rank (budget x N)
+            steps = SAMPLES // global_batch if mode == "strong" else SAMPLES // expected_batch[n]
+            assert run.steps[rank] == steps
             assert set(run.ranks[rank]["samples"].tolist()) == {expected_batch[n]}
-    assert (out_dir / "report.md").read_text().count("| ssgd ") >= 4
+        assert run.config["epochs"] == (1.0 if mode == "strong" else 1.0 * n)
+    report = (out_dir / "report.md").read_text()
+    assert report.count("| ssgd ") >= 4
+    assert f"# {mode} scaling (run files record scaling_mode={mode})" in report
+    assert "# machine: " in report
 
 
 def test_resume_skips_complete_files_and_reruns_broken_ones(strong, capsys):
@@ -168,3 +176,49 @@ def test_mpirun_scripts_honour_np_mpiexec_and_extra_flags(tmp_path):
     assert swept.returncode == 0, swept.stderr
     assert sorted(p.name for p in (tmp_path / "sweep").glob("*.h5")) == [
         "ssgd-weak-np1-r0.h5", "ssgd-weak-np2-r0.h5"]
+
+
+def _hand_made(path: Path, n: int, t0: float, t1: float) -> None:
+    """A complete run file of the planned weak point (np=n, batch 32) run over [t0, t1]."""
+    import numpy as np
+
+    from syncbench.analysis import schema
+    from syncbench.bench.recorder import write_run_file
+
+    steps = 16
+    rows = {r: {name: np.zeros(steps, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
+            for r in range(n)}
+    for cols in rows.values():
+        cols["step"][:] = np.arange(steps)
+        cols["samples"][:] = 32
+        cols["t_compute"][:] = 0.01
+    evals = {name: np.zeros(1, dtype=dtype) for name, dtype in schema.EVAL_COLUMNS.items()}
+    root = {"algorithm": "ssgd", "model": "mlp", "dataset": "synthetic", "world_size": n,
+            "config": {"batch_size": 32, "epochs": 1.0 * n}, "hostnames": ["node0"],
+            "scaling_mode": "weak", "t_begin_unix": t0, "t_end_unix": t1,
+            "host_cores": 2, "host_cpus": 2, "ranks_per_host": n}
+    attrs = {r: {"hostname": "node0", "device": "cpu", "slowdown": 1.0} for r in range(n)}
+    write_run_file(path, root, rows, attrs, evals, 0.16, None)
+
+
+def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
+    _hand_made(tmp_path / "ssgd-weak-np1-r0.h5", 1, 100.0, 110.0)
+    _hand_made(tmp_path / "ssgd-weak-np2-r0.h5", 2, 105.0, 115.0)  # started side by side
+    args, extra = parse("--mode", "weak", "--np", "1,2", "--batch-size", "32",
+                        "--out-dir", str(tmp_path), "--no-run", "--epochs", "1")
+    assert sweep.main(args, extra) == 0
+    out = capsys.readouterr()
+    table = out.out[out.out.index("# weak scaling"):]
+    for n in (1, 2):
+        line = next(ln for ln in table.splitlines() if ln.startswith(f"| ssgd       |   {n} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[3] == "16"  # steps per rank
+        assert cells[6] == cells[7] == "overlapped"
+    assert "# overlapped: ssgd-weak-np1-r0.h5, ssgd-weak-np2-r0.h5" in table
+    assert "overlapped another run on the same host" in out.err
+    # run one after the other: weak efficiency = wall(N0) / wall(N) = 1 here
+    _hand_made(tmp_path / "ssgd-weak-np2-r0.h5", 2, 120.0, 130.0)
+    assert sweep.main(args, extra) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines()
+                if ln.startswith("| ssgd       |   2 |"))
+    assert [c.strip() for c in line.strip("|").split("|")][6:8] == ["2.000", "1.000"]
