@@ -488,3 +488,27 @@ def test_cuda_wheel_libraries_are_preloaded_when_installed(tmp_path):
     site = path.split("nvidia/cuda_nvrtc/lib/")[0]
     loaded = backend_module.preload_cuda_wheels([site])
     assert any(p.endswith("nvidia/cuda_nvrtc/lib/libnvrtc.so.12") for p in loaded), loaded
+
+
+class _NumpyWithRecordingCuda:
+    """NumPy plus a ``cuda`` attribute that records stream synchronizations: a backend
+    named "cupy" over host arrays, so the model takes its GPU bookkeeping path."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.cuda = _RecordingCuda(calls)
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+def test_loss_and_grad_synchronizes_at_its_end_on_the_gpu_backend():
+    """Honest compute timing: the stream is synchronized after the last backward layer
+    (after the last bucket hook), once per call, and the loss is read after it."""
+    calls: list[str] = []
+    fake = Backend("cupy", _NumpyWithRecordingCuda(calls), "stand-in")
+    model = build_model("mlp", (1, 28, 28), 10, fake, np.float64, seed=1)
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((4, 1, 28, 28)), rng.integers(0, 10, size=4)
+    loss = model.loss_and_grad(x, y, on_grads_ready=lambda offset: calls.append("hook"))
+    assert isinstance(loss, float) and np.isfinite(loss)
+    assert calls[-1] == "sync" and calls.count("sync") == 1 and "hook" in calls
