@@ -258,7 +258,7 @@ def test_tiny_scenario_end_to_end(tmp_path):
     # --resume keeps every finished run and rewrites the same results
     again = syncbench("run", str(scenario), "--out-dir", str(out), "--resume", timeout=300)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("kept (--resume)") == 8
+    assert again.stdout.count("kept by --resume") == 8
     assert json.loads((out / "results.json").read_text())["order"] == results["order"]
 
 

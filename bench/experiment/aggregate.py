@@ -35,10 +35,13 @@ from typing import Any
 
 import numpy as np
 
-#: Relative spread of realised factors above which a comparison is flagged.
+#: Relative spread of realised factors above which a comparison is flagged, and the
+#: largest relative distance of a realised factor from the nominal one that is not.
 FACTOR_TOLERANCE = 0.10
+#: Largest distance of the interference ratio from 1 that is not flagged.
+INTERFERENCE_TOLERANCE = 0.07
 STAT_KEYS = ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
-             "interference_ratio", "hidden_comm_fraction")
+             "interference_ratio", "hidden_comm_fraction", "buckets")
 
 
 def spread(values: Iterable[float], keep_inf: bool = False) -> dict[str, Any]:

@@ -156,7 +156,8 @@ def _readable(path: Path) -> bool:
     return True
 
 
-def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool) -> str:
+def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool,
+              left_s: float | None = None) -> str:
     """One line per finished run: its figures from the run file's summary."""
     from syncbench.analysis.runfile import read_run  # noqa: PLC0415
 
@@ -167,7 +168,9 @@ def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool) -> 
     ttt = s["time_to_target_s"]
     state = ("DIVERGED" if diverged(run) else
              f"to target {ttt:.2f}s" if math.isfinite(ttt) else "target not reached")
-    how = "kept (--resume)" if kept else f"{seconds:.0f}s"
+    how = "kept by --resume" if kept else f"{seconds:.0f}s"
+    if left_s is not None and i < total:
+        how += f", about {left_s / 60:.0f} min left" if left_s >= 90 else f", {left_s:.0f}s left"
     return (f"[{i:>{len(str(total))}}/{total}] repeat {p.repeat + 1} {p.entry.label:<16} "
             f"{p.condition.title:<28} {s['samples_per_s']:>9.0f} samples/s  "
             f"accuracy {s['final_accuracy']:.4f}  {state}  ({how})")
@@ -176,6 +179,7 @@ def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool) -> 
 def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_: int,
             resume: bool, say: Callable[[str], None]) -> str | None:
     """Run the plan in order; None on success, else a one-line failure."""
+    spent: list[float] = []
     for i, p in enumerate(plan, 1):
         if resume and p.path.exists() and _readable(p.path):
             say(_progress(i, len(plan), p, 0.0, kept=True))
@@ -188,7 +192,9 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
         if proc.returncode != 0:
             tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
             return f"run {p.run_id} failed (exit {proc.returncode}): {tail}"
-        say(_progress(i, len(plan), p, time.perf_counter() - start, kept=False))
+        spent.append(time.perf_counter() - start)
+        left = sum(spent) / len(spent) * (len(plan) - i)
+        say(_progress(i, len(plan), p, spent[-1], kept=False, left_s=left))
     return None
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from syncbench.analysis.context import format_contexts, merge_contexts
 
-from .aggregate import FACTOR_TOLERANCE
+from .aggregate import FACTOR_TOLERANCE, INTERFERENCE_TOLERANCE
 
 VALUE_WIDTH = 22
 OVERSUBSCRIBED_NOTE = (
@@ -101,6 +101,10 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
             notes.append(f"  ! {c['label']}: {c['overlapped']} run(s) overlapped another run "
                          "on the same host: timings not comparable")
         lines.append(_row(label, width, values + [runs]))
+    posts = [f"{c['label']} {fmt_value(c['buckets']['median'], 0)}" for c in cells
+             if c.get("buckets", {}).get("median")]
+    if posts:
+        notes.append("  reductions posted per step (run files' buckets): " + ", ".join(posts))
     if any(c.get("best_lr") for c in cells):
         notes.append("  < best lr of its grid by median time to target (ties: samples/s)")
     if any(c["diverged"] for c in cells):
@@ -126,6 +130,16 @@ def hetero_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
             fmt_spread(c["interference_ratio"], 3)]))
     lines.append("  interference: fast ranks' compute while a slowed rank is in its delay / "
                  "their compute otherwise (1 = gives nothing away; - = never overlapped)")
+    off = [c["label"] for c in cells if c["realised_factor"]["median"] is not None
+           and abs(c["realised_factor"]["median"] / nominal - 1) > FACTOR_TOLERANCE]
+    if off:
+        lines.append(f"  ! realised factor more than {FACTOR_TOLERANCE:.0%} off the nominal "
+                     f"{nominal:g}: {', '.join(off)}")
+    leaky = [c["label"] for c in cells if c["interference_ratio"]["median"] is not None
+             and abs(c["interference_ratio"]["median"] - 1) > INTERFERENCE_TOLERANCE]
+    if leaky:
+        lines.append(f"  ! interference ratio more than {INTERFERENCE_TOLERANCE:.0%} from 1 "
+                     f"(the slowed rank gave resources away or took them): {', '.join(leaky)}")
     if factors.get("flag"):
         lines.append(f"  ! realised factors of the compared runs differ by more than "
                      f"{FACTOR_TOLERANCE:.0%} ({factors['min']:.2f}–{factors['max']:.2f}): "
