@@ -53,7 +53,7 @@ class SimGridMissing(RuntimeError):
 
 def load_simgrid() -> Any:
     """The ``simgrid`` module, quietly (its import logs the context factory to stderr)."""
-    if "simgrid" in sys.modules:
+    if sys.modules.get("simgrid") is not None:
         return sys.modules["simgrid"]
     saved = os.dup(2)
     try:

@@ -1,0 +1,100 @@
+"""``syncbench simulate --validate RUN.h5 ...``: measured vs predicted, per run.
+
+Each measured run's configuration (algorithm and its flags, ranks,
+``--slowdown``, the global budget of local steps) is simulated with the
+workload of ``--workload`` (a DIFFERENT run, e.g. a 1-rank run of the same
+model: replaying a run's own step times would prove little) on the platform
+of ``--calibrate`` (this machine, fitted to ``syncbench comm``). Measured
+and predicted figures are computed from the rows by the same function
+(:func:`row_figures`): samples/s over the span of the rows, and the mean
+seconds per step of ``compute`` (compute + delay), ``sync`` (comm + wait)
+and ``other`` (data + update).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import numpy as np
+
+FIGURES = ("samples_per_s", "compute_ms", "sync_ms", "other_ms")
+
+
+def row_figures(ranks: dict[int, dict[str, np.ndarray]]) -> dict[str, float]:
+    """Throughput and mean phase times (ms per step) of per-rank rows."""
+    begin, end, samples, rows = math.inf, 0.0, 0.0, 0
+    sums = {"compute_ms": 0.0, "sync_ms": 0.0, "other_ms": 0.0}
+    for cols in ranks.values():
+        if len(cols["step"]) == 0:
+            continue
+        phases = {p: np.asarray(cols[f"t_{p}"], dtype=float)
+                  for p in ("data", "compute", "comm", "wait", "update", "delay")}
+        total = sum(phases.values())
+        begin = min(begin, float(cols["t_start"][0]))
+        end = max(end, float(np.max(np.asarray(cols["t_start"]) + total)))
+        samples += float(np.sum(cols["samples"]))
+        rows += len(cols["step"])
+        sums["compute_ms"] += float(np.sum(phases["compute"] + phases["delay"]))
+        sums["sync_ms"] += float(np.sum(phases["comm"] + phases["wait"]))
+        sums["other_ms"] += float(np.sum(phases["data"] + phases["update"]))
+    span = end - begin if rows else math.nan
+    out = {"samples_per_s": samples / span if span and span > 0 else math.nan}
+    out.update({k: 1e3 * v / rows if rows else math.nan for k, v in sums.items()})
+    return out
+
+
+def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, int]:
+    """The simulate configuration of a measured run."""
+    cfg = argparse.Namespace(**vars(args))
+    for key, value in run.config.items():
+        if hasattr(cfg, key) and key not in ("out", "seed", "validate", "batch_size"):
+            setattr(cfg, key, value)
+    cfg.algorithm, cfg.out = run.algorithm, None
+    n = run.world_size
+    total = sum(len(cols["step"]) for cols in run.ranks.values())
+    return cfg, n, max(1, round(total / n))
+
+
+def validate_main(args: argparse.Namespace) -> int:
+    from syncbench.analysis.runfile import RunFileError, read_run  # noqa: PLC0415
+    from syncbench.bench.simulate.cli import build_platform, build_workload  # noqa: PLC0415
+    from syncbench.bench.simulate.run import simulate  # noqa: PLC0415
+    from syncbench.bench.simulate.workload import parse_stragglers  # noqa: PLC0415
+
+    runs = []
+    for path in args.validate:
+        try:
+            runs.append(read_run(path))
+        except RunFileError as exc:
+            raise ValueError(f"--validate {exc}") from None
+    spec, xml = build_platform(args)
+    workload = build_workload(args)
+    jobs = [_job(args, run) for run in runs]
+    results = simulate(args, jobs, spec, xml, workload, parse_stragglers(args.stragglers))
+    print(f"workload {workload.source} ({workload.name}, {workload.params} parameters); "
+          f"platform {spec.kind}"
+          + (f" calibrated from {spec.calibrated_from}: latency {2 * spec.latency * 1e6:.2f} us,"
+             f" bandwidth {spec.bandwidth / 1e9:.3f} GB/s" if spec.calibrated_from else ""))
+    head = (f"{'run':<34} {'alg':<8} {'N':>2} {'slow':>5} {'meas/s':>9} {'pred/s':>9} {'err':>6} "
+            f"{'comp ms m/p':>13} {'sync ms m/p':>13} {'other ms m/p':>13}")
+    print(head)
+    errors = []
+    for run, (_cfg, n, _), result in zip(runs, jobs, results):
+        m = row_figures(run.ranks)
+        p = row_figures(result.timeline.rows.arrays())
+        err = p["samples_per_s"] / m["samples_per_s"] - 1.0
+        errors.append(abs(err))
+        name = run.path.rsplit("/", 1)[-1][:34]
+        slow = "yes" if run.config.get("slowdown") else "-"
+        note = "" if run.model == workload.name else f"  (model {run.model} != workload)"
+        print(f"{name:<34} {run.algorithm:<8} {n:>2} {slow:>5} {m['samples_per_s']:>9.0f} "
+              f"{p['samples_per_s']:>9.0f} {100 * err:>+5.0f}% "
+              f"{m['compute_ms']:>6.2f}/{p['compute_ms']:<6.2f} "
+              f"{m['sync_ms']:>6.2f}/{p['sync_ms']:<6.2f} "
+              f"{m['other_ms']:>6.2f}/{p['other_ms']:<6.2f}{note}")
+    if errors:
+        print(f"mean |error| {100 * float(np.mean(errors)):.1f}%, "
+              f"max {100 * float(np.max(errors)):.1f}% over {len(errors)} runs")
+    return 0

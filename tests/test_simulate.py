@@ -1,0 +1,255 @@
+"""``syncbench simulate``: collectives on SimGrid, strategies' timelines, the run file.
+
+SimGrid's engine runs once per process, so every test that simulates runs
+``python -m syncbench simulate`` (or a short script) in a subprocess. Those
+tests skip without SimGrid's Python module, except when
+``SYNCBENCH_REQUIRE_SIMGRID`` is set (``make test`` installs it and sets it):
+then they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from syncbench.analysis import schema
+from syncbench.analysis.runfile import read_run
+from syncbench.bench.simulate.collectives import (
+    allreduce_cost_terms,
+    allreduce_phases,
+    asgd_phases,
+    choose_allreduce,
+)
+from syncbench.bench.simulate.engine import have_simgrid
+from syncbench.bench.simulate.platform import fat_tree_parameters, torus_parameters
+from syncbench.bench.simulate.workload import from_profile, parse_stragglers
+
+REQUIRED = bool(os.environ.get("SYNCBENCH_REQUIRE_SIMGRID"))
+needs_simgrid = pytest.mark.skipif(
+    not REQUIRED and not have_simgrid(),
+    reason="SimGrid's Python module is not installed (make sim)",
+)
+
+
+def simulate(*flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "syncbench", "simulate", *flags],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# -- without SimGrid -------------------------------------------------------------------
+
+def test_ring_and_rabenseifner_move_the_textbook_bytes():
+    # Ring: 2(N-1) steps of S/N; Rabenseifner: 2 log2 N steps moving 2(N-1)/N S in all.
+    for n in (2, 5, 8, 64):
+        k_l, k_b = allreduce_cost_terms(1 << 20, n, "ring")
+        assert k_l == 2 * (n - 1) and k_b == pytest.approx(2 * (n - 1) / n)
+    k_l, k_b = allreduce_cost_terms(1 << 20, 16, "rabenseifner")
+    assert k_l == 8 and k_b == pytest.approx(2 * 15 / 16)
+    # N = 6: fold 2 ranks in, 4-rank recursive doubling (2 steps), unfold.
+    phases = allreduce_phases(1024, 6, "recursive-doubling")
+    assert [p.pattern for p in phases] == ["fold", "xor", "xor", "unfold"]
+    assert sorted(phases[1].pairs())[:2] == [(0, 2), (2, 0)]
+
+
+def test_mpich_choice_by_size():
+    assert choose_allreduce(2048, 64) == "recursive-doubling"
+    assert choose_allreduce(2052, 64) == "rabenseifner"
+    assert choose_allreduce(4 * 100, 128) == "recursive-doubling"  # fewer elements than pof2
+
+
+def test_asgd_layouts_send_to_the_owners():
+    pull, push = asgd_phases(4000, 4, "sharded")
+    assert sorted(pull[0][0].pairs()) == [(i, j) for i in range(4) for j in range(4) if i != j]
+    assert pull[0][0].nbytes == 1000
+    pull, push = asgd_phases(4000, 4, "single")
+    assert sorted(push[0][0].pairs()) == [(1, 0), (2, 0), (3, 0)]
+    pull, _ = asgd_phases(4000, 1024, "sharded")  # sampled shifts, each the whole volume
+    shifts = [p for p, _ in pull if p.pattern == "shift"]
+    assert sum(w for p, w in pull if p.pattern == "shift") == pytest.approx(1.0)
+    assert all(p.nbytes == pytest.approx(4000 * 1023 / 1024) for p in shifts)
+
+
+def test_platform_sizes_hold_every_rank():
+    for hosts in (1, 2, 33, 1000, 1024, 16384):
+        params, total = fat_tree_parameters(hosts)
+        assert total >= hosts
+        _, total = torus_parameters(hosts)
+        assert total >= hosts
+    assert fat_tree_parameters(16384)[0] == "2;128,128;1,128;1,1"
+
+
+def test_stragglers_parse_and_reject():
+    s = parse_stragglers("1/64:3x,lognormal:0.1")
+    assert s.persistent_share == pytest.approx(1 / 64) and s.persistent_factor == 3
+    assert s.every_sigma == pytest.approx(0.1)
+    t = parse_stragglers("1/64:lognormal:1")
+    assert t.transient_share == pytest.approx(1 / 64) and t.transient_sigma == 1
+    for bad in ("3x", "1/64:0.5x", "gamma:2", "1/0:3x"):
+        with pytest.raises(ValueError, match="--stragglers"):
+            parse_stragglers(bad)
+
+
+def test_flop_profiles_need_a_device():
+    with pytest.raises(ValueError, match="--device"):
+        from_profile("resnet50")
+    w = from_profile("resnet50", device="h100")
+    # 32 samples x 24.54 GFLOP at 40% of 989.4 TFLOP/s
+    assert w.mean_compute_s == pytest.approx(32 * 24.54e9 / (0.4 * 989.4e12))
+    assert w.params == 25557032
+
+
+def test_without_simgrid_one_line_and_status_2():
+    proc = python("""
+        import sys
+        sys.modules["simgrid"] = None  # import simgrid raises ImportError
+        from syncbench.bench.cli import main
+        sys.exit(main(["simulate", "--np", "4"]))
+    """)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncbench simulate: error:")
+    assert "make sim" in lines[0] and "syncbench[sim]" in lines[0]
+
+
+# -- with SimGrid ------------------------------------------------------------------------
+
+@needs_simgrid
+def test_ring_allreduce_matches_the_alpha_beta_formula():
+    # Crossbar: a route crosses two private links, so its latency is 2 x the link's.
+    proc = python("""
+        import json
+        from syncbench.bench.simulate.collectives import allreduce_phases, cost
+        from syncbench.bench.simulate.engine import run_in_simgrid
+        from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
+        out = {}
+        spec = PlatformSpec(kind="crossbar", bandwidth=5e9, latency=2e-6)
+        def body(net):
+            tp = lambda p: net.phase(p.key(), p.pairs, p.nbytes)
+            for n, size in ((2, 1e6), (8, 8e6), (16, 64e3), (16, 64e6)):
+                out[f"{n} {size}"] = cost(allreduce_phases(size, n, "ring"), tp)
+        run_in_simgrid(platform_xml(spec, 16), body, 1, natural_key)
+        print(json.dumps(out))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    measured = json.loads(proc.stdout.strip().splitlines()[-1])
+    bandwidth, latency = 5e9, 4e-6
+    for key, seconds in measured.items():
+        n, size = int(key.split()[0]), float(key.split()[1])
+        expected = 2 * (n - 1) / n * size / bandwidth + 2 * (n - 1) * latency
+        assert seconds == pytest.approx(expected, rel=0.05), key
+
+
+@needs_simgrid
+def test_ssgd_steps_at_the_slow_ranks_pace(tmp_path):
+    out = tmp_path / "slow.h5"
+    proc = simulate("--algorithm", "ssgd", "--np", "8", "--steps", "12",
+                    "--slowdown", "1,1,1,1,1,1,1,4", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    run = read_run(out)
+    slow = run.ranks[7]
+    slow_local = slow["t_data"] + slow["t_compute"] + slow["t_delay"]
+    assert np.mean(slow["t_delay"]) == pytest.approx(3 * np.mean(slow["t_compute"]), rel=1e-6)
+    # The run lasts at least the slow rank's local work, and every rank steps at its pace
+    # (the slow rank's delay comes after its backward has posted the buckets, as in
+    # train, so the fast ranks wait for it one step later).
+    assert run.summary["wall_s"] >= float(np.sum(slow_local))
+    slow_step = np.mean(np.diff(slow["t_start"]))
+    assert slow_step >= np.mean(slow_local)
+    for rank in range(7):
+        cols = run.ranks[rank]
+        assert np.mean(np.diff(cols["t_start"])[1:]) == pytest.approx(slow_step, rel=0.05)
+        own = cols["t_data"] + cols["t_compute"] + cols["t_delay"]
+        # the difference is waiting for the slow rank
+        assert np.mean(cols["t_wait"][1:]) > 0.8 * np.mean(slow_local - own)
+    assert np.mean(slow["t_wait"]) < 0.2 * np.mean(run.ranks[0]["t_wait"])
+
+
+@needs_simgrid
+def test_oscars_local_steps_are_schedules_output(tmp_path):
+    from syncbench.algorithms.oscars import fit_budget, schedule, uniform_schedule
+
+    out = tmp_path / "oscars.h5"
+    proc = simulate("--algorithm", "oscars", "--np", "4", "--steps", "40", "--period", "4",
+                    "--slowdown", "1,1,2,3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    run = read_run(out)
+    n, total = 4, 40 * 4
+    rounds = int(max(c["round"].max() for c in run.ranks.values())) + 1
+    assert rounds >= 3
+    remaining = total
+    for r in range(rounds):
+        first = [np.flatnonzero(run.ranks[k]["round"] == r) for k in range(n)]
+        taus = [len(idx) for idx in first]
+        speeds = [float(run.ranks[k]["speed"][first[k][0]]) for k in range(n)]
+        plan = uniform_schedule(n, 4, 32) if r == 0 else schedule(speeds, 4, 32)
+        assert taus == fit_budget(plan, remaining), f"round {r}"
+        assert all(int(run.ranks[k]["local_steps"][first[k][0]]) == taus[k] for k in range(n))
+        remaining -= sum(taus)
+    assert remaining == 0
+    # The slower the rank, the fewer its local steps after the first round.
+    later = [int(np.sum(run.ranks[k]["round"] > 0)) for k in range(n)]
+    assert later[0] > later[2] > later[3]
+
+
+@needs_simgrid
+def test_simulated_run_file_is_a_run_file(tmp_path):
+    out = tmp_path / "sim.h5"
+    proc = simulate("--algorithm", "asgd", "--np", "16", "--steps", "5", "--platform",
+                    "dragonfly", "--stragglers", "1/4:2x", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "flows/s" in proc.stdout
+    run = read_run(out)  # the same checks as a measured run
+    assert run.attrs[schema.SIMULATED_ATTR] is True
+    assert json.loads(run.attrs[schema.SIM_PLATFORM_ATTR])["kind"] == "dragonfly"
+    assert json.loads(run.attrs[schema.SIM_WORKLOAD_ATTR])["params"] == 235146
+    assert run.world_size == 16 and sorted(run.ranks) == list(range(16))
+    assert sum(len(c["step"]) for c in run.ranks.values()) == 5 * 16  # the global budget
+    for cols in run.ranks.values():
+        assert set(cols) == set(schema.RANK_COLUMNS)
+        assert np.all(np.diff(cols["t_start"]) > 0)
+    assert len(run.eval["t"]) == 0 and math.isnan(run.summary["final_accuracy"])
+    assert run.summary["samples_per_s"] > 0
+    assert run.summary_extra.get("diverged") is False
+    report = subprocess.run([sys.executable, "-m", "syncbench", "report", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    trace = subprocess.run([sys.executable, "-m", "syncbench", "trace", str(out), "-o",
+                            str(tmp_path / "t.json")], capture_output=True, text=True,
+                           timeout=120)
+    assert trace.returncode == 0, trace.stderr
+
+
+@needs_simgrid
+@pytest.mark.parametrize("algorithm", ["ssgd", "localsgd", "odsgd", "oscars", "asgd"])
+def test_every_strategy_on_a_torus_with_stragglers(algorithm, tmp_path):
+    out = tmp_path / f"{algorithm}.h5"
+    proc = simulate("--algorithm", algorithm, "--np", "32", "--steps", "8", "--platform",
+                    "torus", "--stragglers", "1/8:lognormal:1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    run = read_run(out)
+    assert run.algorithm == algorithm
+    assert run.summary["wall_s"] > 0 and 0 <= run.summary["wait_fraction"] < 1
+
+
+@needs_simgrid
+def test_bad_input_is_one_line_and_status_2(tmp_path):
+    for flags in (["--np", "0"], ["--workload", "nosuch"], ["--stragglers", "x"],
+                  ["--slowdown", "1,2", "--np", "4"], ["--workload", str(tmp_path / "no.h5")]):
+        proc = simulate(*flags, "--out", str(tmp_path / "x.h5"))
+        assert proc.returncode == 2, flags
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("syncbench simulate: error:"), flags
+        assert not (tmp_path / "x.h5").exists()
