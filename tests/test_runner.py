@@ -278,3 +278,47 @@ def test_ratio_of_a_missed_target_is_infinite_never_faster():
     # 0.5 (faster), inf (missed), inf (diverged, although its time was shorter)
     assert x["median"] == math.inf and x["min"] == 0.5 and x["status"] == "diverged"
     assert cells["x"]["sps_ratio"]["n"] == 2  # the diverged run's samples/s are left out
+
+
+def _cell(label, group=None, ttt=1.0, sps=100.0, factor=4.0, interference=1.0, runs=5):
+    def stats(v):
+        return {"median": v, "min": v, "max": v, "n": runs}
+
+    return {"condition": "s", "label": label, "group": group or label, "runs": runs,
+            "diverged": 0, "reached": runs, "overlapped": 0,
+            "time_to_target_s": stats(ttt), "samples_per_s": stats(sps),
+            "final_accuracy": stats(0.85), "wall_s": stats(1.0),
+            "realised_factor": stats(factor), "interference_ratio": stats(interference),
+            "hidden_comm_fraction": stats(None), "buckets": stats(None),
+            "ttt_ratio": {**stats(1.0), "status": None}, "sps_ratio": {**stats(1.0),
+                                                                       "status": None},
+            "het_hom": {**stats(0.6), "status": None}}
+
+
+def test_hetero_table_labels_oversubscription_and_flags_unfair_stragglers():
+    from syncbench.bench.experiment.tables import hetero_table
+
+    ctx = {"cores": 2, "cpus": 2, "world_size": 4, "hosts": 1, "ranks_per_host": 4,
+           "ranks_per_core": 2.0, "oversubscribed": True, "slowdown_mode": "work"}
+    cells = [_cell("ssgd", factor=4.0), _cell("oscars", factor=5.0, interference=0.9)]
+    lines = hetero_table("s", "slowdown 1,1,1,4", cells, 0.8125, 4.0,
+                         {"min": 4.0, "max": 5.0, "flag": True}, [ctx] * 2)
+    assert lines[0].startswith("machine: ") and "oversubscribed" in lines[0]
+    assert "OVERSUBSCRIBED" in lines[1] and "ceiling sum(1/f)/N = 0.812" in lines[1]
+    text = "\n".join(lines)
+    assert "not a clean comparison" in text
+    assert "off the nominal 4: oscars" in text and "from 1 " in text
+    assert "differ by more than 10% (4.00–5.00)" in text
+    quiet = hetero_table("s", "t", [_cell("ssgd")], 0.625, 4.0, {"flag": False},
+                         [{**ctx, "oversubscribed": False, "world_size": 2}])
+    assert not any(line.startswith("  !") for line in quiet)
+    assert "OVERSUBSCRIBED" not in "\n".join(quiet)
+
+
+def test_best_lr_of_a_grid_is_marked_by_time_to_target():
+    from syncbench.bench.experiment.aggregate import mark_best
+
+    cells = [_cell("od@lr=0.01", "od", ttt=3.0), _cell("od@lr=0.02", "od", ttt=2.0),
+             _cell("od@lr=0.05", "od", ttt=math.inf), _cell("ssgd", ttt=9.0)]
+    mark_best(cells)
+    assert [c["best_lr"] for c in cells] == [False, True, False, False]

@@ -104,7 +104,7 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                 "time_to_target_s": spread((_ttt(r) for r in runs), keep_inf=True),
             }
             for key in STAT_KEYS:
-                cell[key] = spread(r[key] for r in runs)
+                cell[key] = spread(r.get(key) for r in runs)
             ttt, sps, het = [], [], []
             for r in runs:
                 base = at.get((cond, baseline, r["repeat"]))

@@ -219,7 +219,8 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
         records.append({"run_id": p.run_id, "label": p.entry.label, "group": p.entry.group,
                         "algorithm": p.entry.algorithm, "condition": p.condition.key,
                         "condition_title": p.condition.title, "repeat": p.repeat,
-                        "path": str(p.path), **figures, "context": machine_context(run)})
+                        "path": str(p.path), **figures, "context": machine_context(run),
+                        "summary": {**run.summary, **run.summary_extra}})
     labels = [e.label for e in scenario.runs]
     conditions = [c.key for c in _conditions(plan)]
     groups = {e.label: e.group for e in scenario.runs}
