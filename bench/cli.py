@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import NoReturn
+from typing import IO, NoReturn
 
 
 @dataclass(frozen=True)
@@ -106,13 +106,18 @@ def fail(prog: str, message: str) -> NoReturn:
 
 
 class CommandParser(argparse.ArgumentParser):
-    """``ArgumentParser`` whose errors are :func:`fail`'s one line, not usage plus error.
+    """``ArgumentParser`` whose errors are :func:`fail`'s one line, not usage plus error,
+    and whose ``--help`` comes from rank 0 only.
 
     ``add_subparsers`` builds the sub-commands' parsers with this class too.
     """
 
     def error(self, message: str) -> NoReturn:
         fail(self.prog, message)
+
+    def print_help(self, file: IO[str] | None = None) -> None:
+        if launcher_rank() == 0:
+            super().print_help(file)
 
 
 def package_version() -> str:
@@ -171,8 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         if extra:
             fail(parser.prog, f"unrecognized arguments: {' '.join(extra)}")
-        if launcher_rank() == 0:
-            parser.print_help(sys.stderr)
+        parser.print_help(sys.stderr)
         return 2
     command = COMMANDS[args.command]
     if extra and not command.passthrough:

