@@ -322,3 +322,22 @@ def test_best_lr_of_a_grid_is_marked_by_time_to_target():
              _cell("od@lr=0.05", "od", ttt=math.inf), _cell("ssgd", ttt=9.0)]
     mark_best(cells)
     assert [c["best_lr"] for c in cells] == [False, True, False, False]
+
+
+def test_a_diverged_baseline_gives_no_ratio_and_a_diverged_label_says_so():
+    from syncbench.bench.experiment.aggregate import aggregate
+
+    def rec(label, repeat, diverged):
+        return {"label": label, "condition": "hom", "repeat": repeat,
+                "time_to_target_s": math.nan if diverged else 1.0, "diverged": diverged,
+                "samples_per_s": 100.0, "final_accuracy": 0.1 if diverged else 0.9,
+                "wall_s": 1.0, "realised_factor": math.nan, "interference_ratio": math.nan,
+                "hidden_comm_fraction": math.nan}
+
+    records = [rec(lab, r, lab != "ok") for lab in ("base", "ok", "bad") for r in (0, 1)]
+    cells = {c["label"]: c for c in aggregate(records, ["base", "ok", "bad"], ["hom"], "base")}
+    assert cells["base"]["ttt_ratio"]["status"] == "diverged"
+    assert cells["bad"]["ttt_ratio"]["status"] == "diverged"
+    assert cells["bad"]["sps_ratio"]["status"] == "diverged"
+    assert cells["ok"]["ttt_ratio"]["status"] == "-"  # nothing to compare against
+    assert cells["ok"]["sps_ratio"]["median"] == 1.0

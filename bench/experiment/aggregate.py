@@ -18,9 +18,10 @@ per (configuration, label). Rules, stated once:
     did not diverge (a diverged run's throughput is no result).
   - ``het_hom`` = samples/s in this configuration / the same label's in the
     homogeneous configuration of the same repeat (non-diverged runs only).
-- ``status`` says why a ratio is missing: ``diverged`` when every run that
-  could give it diverged (or the median is infinite and a run diverged),
-  ``not reached`` when the median is infinite without divergence.
+- ``status`` says why a ratio is missing: ``diverged`` when every run of the
+  label diverged (or the median is infinite and a run diverged), ``not
+  reached`` when the median is infinite without divergence, ``-`` when no
+  repeat gives a ratio (the baseline missed the target or diverged).
 - Within a group expanded from an lr grid, ``best_lr`` marks the label with
   the best median headline (time to target; ties: samples/s) per configuration.
 - ``factor_spread``: per configuration, max/min of the realised factors of
@@ -117,7 +118,7 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                         and not hom["diverged"] and hom["samples_per_s"] > 0):
                     het.append(r["samples_per_s"] / hom["samples_per_s"])
             cell["ttt_ratio"] = spread(ttt, keep_inf=True)
-            cell["ttt_ratio"]["status"] = _status(cell["ttt_ratio"], n_div, len(runs))
+            cell["ttt_ratio"]["status"] = _status(cell["ttt_ratio"], n_div, len(ok))
             cell["sps_ratio"] = spread(sps)
             cell["sps_ratio"]["status"] = _status(cell["sps_ratio"], n_div, len(ok))
             cell["het_hom"] = spread(het)
