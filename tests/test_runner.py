@@ -341,3 +341,12 @@ def test_a_diverged_baseline_gives_no_ratio_and_a_diverged_label_says_so():
     assert cells["bad"]["sps_ratio"]["status"] == "diverged"
     assert cells["ok"]["ttt_ratio"]["status"] == "-"  # nothing to compare against
     assert cells["ok"]["sps_ratio"]["median"] == 1.0
+
+
+def test_resume_refuses_a_folder_without_or_with_another_plan(tmp_path):
+    proc = syncbench("run", "demo", "--resume", "--out-dir", str(tmp_path), timeout=60)
+    assert proc.returncode == 2 and "nothing to resume" in proc.stderr
+    (tmp_path / "results.json").write_text(json.dumps({"seed": 1, "plan": []}))
+    proc = syncbench("run", "demo", "--resume", "--out-dir", str(tmp_path), timeout=60)
+    assert proc.returncode == 2 and "written for another plan" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

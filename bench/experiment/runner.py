@@ -304,6 +304,8 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         for p in plan:
             print(" ".join(shlex.quote(a) for a in ["syncbench", "train", *p.args]))
         return 0
+    if args.resume and previous is None:
+        return _error(prog, f"--resume: no readable {results_path} (nothing to resume there)")
     if previous and previous.get("plan") != _plan_json(plan):
         return _error(prog, f"--resume: {results_path} was written for another plan "
                       "(scenario, flags, --np, --repeats or --seed differ); use another "
