@@ -199,7 +199,7 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
 
 
 def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
-    """The plan's slowdown configurations, homogeneous first, then in scenario order."""
+    """The plan's slowdown configurations: homogeneous first, then by factors and mode."""
     seen = list(dict.fromkeys(p.condition for p in plan))
     return sorted(seen, key=lambda c: (not c.homogeneous, str(c.factors), str(c.mode)))
 
