@@ -166,9 +166,11 @@ def copy_to_device(backend: Backend, host: np.ndarray, device: Any) -> None:
 
 
 class CopyEvent(Protocol):
-    """What :meth:`Staging.to_host_async` returns: ``cupy.cuda.Event``'s two methods."""
+    """What :meth:`Staging.to_host_async` returns: ``cupy.cuda.Event``'s ``done`` property
+    and ``synchronize`` method."""
 
-    def query(self) -> bool: ...
+    @property
+    def done(self) -> bool: ...
 
     def synchronize(self) -> None: ...
 
@@ -176,8 +178,7 @@ class CopyEvent(Protocol):
 class CompletedCopy:
     """The event of a copy that completed before it was returned (the CPU backend)."""
 
-    def query(self) -> bool:
-        return True
+    done = True
 
     def synchronize(self) -> None:
         return None
@@ -362,7 +363,7 @@ class DeviceCommunicator(Communicator):
         the first whose copy is still running."""
         for staged in self._landing:
             if staged.request is None:
-                if not staged.copied.query():
+                if not staged.copied.done:
                     return
                 self._post(staged)
 

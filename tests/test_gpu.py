@@ -333,9 +333,6 @@ class ManualCopy:
     def __init__(self) -> None:
         self.done = False
 
-    def query(self) -> bool:
-        return self.done
-
     def synchronize(self) -> None:
         self.done = True
 
