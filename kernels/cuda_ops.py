@@ -279,6 +279,8 @@ def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
 # -- layer kernels ------------------------------------------------------------------
 #: Flags of ``softmax_xent`` launches on device labels not read yet: (flag, classes).
 _label_flags: list[tuple[Any, int]] = []
+#: Unread flags kept at most (then they are read: one synchronization).
+MAX_LABEL_FLAGS = 256
 
 
 def softmax_xent(logits: Any, labels: Any) -> tuple[Any, Any]:
@@ -309,6 +311,8 @@ def softmax_xent(logits: Any, labels: Any) -> tuple[Any, Any]:
     _launch("softmax_xent", dt, rows, logits, labels, dlogits, row_loss, bad, _i64(rows),
             _i64(classes))
     if xp is not np:
+        if len(_label_flags) >= MAX_LABEL_FLAGS:  # callers outside Model never read them
+            raise_on_bad_labels()
         _label_flags.append((bad, classes))
     return row_loss.mean(), dlogits
 
