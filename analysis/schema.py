@@ -47,8 +47,10 @@ ROOT_ATTRS: tuple[str, ...] = (
 #: Root attributes that describe the machine a run saw and when it ran
 #: (``syncbench.analysis.context``): physical cores and logical CPUs of rank 0's
 #: host, the most ranks on one host, whether a host ran more ranks than physical
-#: cores, and the run's wall-clock interval (Unix seconds, from the barrier that
-#: starts the clock to the end of training) for overlap detection.
+#: cores, and the run's wall-clock interval (Unix seconds, from the start of its
+#: set-up, data loading included, to the end of its training and last evaluation)
+#: for overlap detection: a run that shares a host with another one's set-up or
+#: training is not timed alone.
 CONTEXT_ATTRS: tuple[str, ...] = (
     "host_cores", "host_cpus", "ranks_per_host", "oversubscribed", "t_begin_unix", "t_end_unix",
 )

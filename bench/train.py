@@ -231,7 +231,8 @@ class Run:
         algo.prepare()  # collective set-up (ASGD's windows) stays off the clock
         self.mpi.Barrier()
         t0 = MPI.Wtime() - loop.elapsed
-        self.root["t_begin_unix"] = time.time()  # for overlap detection (analysis.context)
+        # the run's interval, set-up included (it loads the CPU too): overlap detection
+        self.root["t_begin_unix"] = self.t_begin_unix
         if isinstance(algo.slowdown, Slowdown):
             algo.slowdown.start(loop.elapsed)  # --slowdown-schedule times count from here
         if self.watchdog is not None:
@@ -510,6 +511,7 @@ def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> di
     comm = comm or MPI.COMM_WORLD
     run = Run(config, comm)
     run.started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    run.t_begin_unix = time.time()
     agree_on_setup(comm, run.setup)
 
     def body() -> dict | None:

@@ -17,7 +17,11 @@
 #   SBATCH_FLAGS        extra sbatch flags for every job, e.g. "-p batch -A proj -t 2:00:00"
 #   SERIAL              1: one run at a time (array throttled to 1 task, each task-count
 #                       job after the previous), so runs sharing nodes do not disturb
-#                       each other's timings; default 0 (jobs run as resources allow)
+#                       each other's timings; 0: jobs run as resources allow. Default 1
+#                       when the cluster (the partition of SBATCH_FLAGS' -p, else all
+#                       of sinfo) has a single node, else 0. Runs that still overlapped
+#                       on a host are flagged "overlapped" by the report and get no
+#                       speedup or efficiency.
 #   WAIT                1: wait until the report job has ended, then print the report
 #                       (exit status 0 when every run is complete)
 #   SYNCBENCH_VENV      virtual environment with syncbench (default: the activated venv,
@@ -43,14 +47,22 @@ for arg in "$@"; do
     esac
 done
 export SYNCBENCH_ROOT
+if [ -z "${SERIAL:-}" ]; then
+    # One node: every job would share it, so run one at a time unless told otherwise.
+    part=$(sed -n 's/.*\(-p\|--partition\)[ =]\([^ ]*\).*/\2/p' <<<"${SBATCH_FLAGS:-}")
+    nodes=$({ sinfo -h -N -o %N ${part:+-p "$part"} 2>/dev/null || true; } | sort -u | wc -l)
+    if [ "$((nodes))" = 1 ]; then SERIAL=1; else SERIAL=0; fi
+    echo "sweep.sh: SERIAL=$SERIAL by default ($nodes node(s) in the cluster)"
+fi
+[[ "$SERIAL" =~ ^[01]$ ]] || { echo "sweep.sh: SERIAL must be 0 or 1" >&2; exit 2; }
 common=(--mode "$MODE" --repeats "$REPEATS" --out-dir "$OUT_DIR")
 ids=()
 IFS=, read -r -a counts <<<"$NPS"
 array="0-$((REPEATS - 1))"
-[ "${SERIAL:-0}" = 1 ] && array="$array%1"
+[ "$SERIAL" = 1 ] && array="$array%1"
 for n in "${counts[@]}"; do
     after=()
-    [ "${SERIAL:-0}" = 1 ] && [ ${#ids[@]} -gt 0 ] && after=(--dependency="afterany:${ids[-1]}")
+    [ "$SERIAL" = 1 ] && [ ${#ids[@]} -gt 0 ] && after=(--dependency="afterany:${ids[-1]}")
     # Each array task K writes OUT_DIR/manifest-npN-rK.json (sweep --repeat-index).
     id=$(sbatch --parsable -n "$n" --array="$array" "${after[@]}" \
         --job-name="syncbench-sweep-np$n" --output="$OUT_DIR/%x-%A_%a.out" "${EXTRA[@]}" \
