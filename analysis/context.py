@@ -13,7 +13,8 @@ The numbers come from root attributes the training driver records
 ``host_cpus`` (its logical CPUs), ``ranks_per_host`` (the most ranks on one
 host), ``oversubscribed`` (some host runs more ranks than it has physical
 cores), ``t_begin_unix`` / ``t_end_unix`` (the run's wall-clock interval, from
-the barrier that starts the clock to the end of training). Files written
+the start of its set-up, data loading included, to the end of its training and
+last evaluation: another run's set-up loads the CPU too). Files written
 before these attributes existed give ``None`` for them, and are never flagged
 as overlapping (nothing says when they ran). :func:`host_info` measures the
 first two on the machine it is called on (Linux ``/sys`` topology, else
