@@ -133,6 +133,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "and the report")
     parser.add_argument("--format", default="md", choices=FORMATS,
                         help="report format (default md)")
+    parser.add_argument("--simulate", action="store_true",
+                        help="simulate every point with syncbench simulate (SimGrid) instead "
+                        "of launching it; unknown flags go to simulate (--workload, "
+                        "--platform, --stragglers, --steps, ...)")
 
 
 def parse_counts(text: str) -> list[int]:
@@ -400,7 +404,12 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
             if note:
                 print(f"{label}: {note}", flush=True)
             print(f"{label}: running -> {run.path}", flush=True)
-            launch(run, train_args, args.mpiexec, args.timeout)
+            if getattr(args, "simulate", False):
+                from syncbench.bench.simulate.sweep import launch_simulated  # noqa: PLC0415
+
+                launch_simulated(run, train_args, args.timeout, existing_is_complete)
+            else:
+                launch(run, train_args, args.mpiexec, args.timeout)
         detail = f" ({run.seconds:.1f} s)" if run.seconds is not None else ""
         print(f"{label}: {run.status}{detail}{': ' + run.note if run.note else ''}", flush=True)
         write_manifest(manifest, args, train_args, runs)

@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", default=None, help="run file to write (HDF5, syncbench/1)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     run.add_argument("--seed", type=int, default=0, help="seed of step times and stragglers")
+    run.add_argument("--scaling-mode", default=None, choices=("strong", "weak"),
+                     help="record the run as part of a strong or weak scaling study "
+                     "(root attribute scaling_mode; syncbench sweep --simulate sets it)")
 
     wl = parser.add_argument_group("workload")
     wl.add_argument("--workload", default="mlp",

@@ -90,9 +90,11 @@ def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSp
         return dict(summarize(rows, empty, timeline.wall_s, None))
     from syncbench.bench.simulate.writer import write_simulated_run  # noqa: PLC0415
 
-    config = {k: v for k, v in vars(cfg).items() if k not in ("func", "validate")}
+    # N is the root attribute world_size, not a flag of the series (as in train)
+    config = {k: v for k, v in vars(cfg).items() if k not in ("func", "validate", "np")}
     extra = {"warmup_steps": int(timeline.notes.get("warmup_steps", 0)),
-             "buckets": int(timeline.notes.get("buckets", 0))}
+             "buckets": int(timeline.notes.get("buckets", 0)),
+             "scaling_mode": getattr(cfg, "scaling_mode", None) or ""}
     return write_simulated_run(cfg.out, algorithm=cfg.algorithm, world_size=n, config=config,
                                rows=rows, wall_s=timeline.wall_s, platform=spec.describe(),
                                workload=workload.describe(), simulation=simulation,
