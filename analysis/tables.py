@@ -7,6 +7,15 @@ evaluation rows and the ``/summary`` attributes of ``syncbench/1`` files.
 Notation: N = world size of a run, ``wall`` = its ``wall_s`` (training time,
 evaluation excluded), X = its ``samples_per_s`` (all ranks' samples / wall).
 
+Sync share (leads every table)
+    ``sync_fraction = comm_fraction + wait_fraction``: the share of all ranks'
+    wall time spent synchronising. The split between the two depends on the
+    MPI call, not on what the time was spent on: a blocking ``Allreduce``
+    (blocking SSGD, Local SGD's averaging) charges the whole call, including
+    waiting for a slow rank, to ``comm``; ``Wait``/``Waitall``/``Test`` on a
+    nonblocking request (SSGD overlap, OD-SGD, Oscars) charge it to ``wait``.
+    Compare strategies on ``sync``; read ``comm`` and ``wait`` second.
+
 Time breakdown (per run, over every recorded row of every rank)
     ``<phase>_s_per_step``: mean seconds of the phase per step (mean over all
     rows of all ranks); ``step_s_mean`` is their sum, the mean step time.
@@ -16,60 +25,91 @@ Time breakdown (per run, over every recorded row of every rank)
     ``untracked_fraction`` = 1 - the sum of the six phase fractions: time in
     no recorded step (``finish()``'s drain, gaps between steps).
 
-Hidden communication (needs a blocking reference run in the same set)
-    The *exposed* communication of a rank is the time it spends inside MPI
-    rather than computing: ``t_comm + t_wait``. A *round* is one
-    synchronisation: one step for step-synchronous algorithms, one value of the
-    ``round`` column for round-based ones (rows with ``local_steps > 0``).
-    ``exposed_comm_s_per_round`` = mean over ranks of (exposed seconds / rounds).
-    The reference cost of one round, C_ref, is the median
-    ``exposed_comm_s_per_round`` of the *blocking* SSGD runs
-    (``algorithm == "ssgd"`` and ``--comm blocking``) with the same N, model,
-    dataset, ``--batch-size`` and ``--slowdown``/``--slowdown-schedule``: a
-    blocking Allreduce hides nothing, so C_ref is the full price of
-    synchronising once. Then
-    ``hidden_comm_fraction = 1 - exposed_comm_s_per_round / C_ref``:
-    0 for the blocking reference itself, 1 when the whole price is hidden
-    behind computation, negative when a schedule exposes more than a blocking
-    Allreduce (polling overhead, stragglers), NaN when there is no reference
-    and at N = 1 (nothing to hide).
+Hidden communication, from step time (needs a blocking reference in the set)
+    Warm-up rows are excluded everywhere here: the first ``warmup_steps`` steps
+    of each rank (root attribute; OD-SGD's blocking warm-up; 0 when absent).
+    ``steady_step_s`` (T) is the mean duration of the remaining rows, pooled
+    over ranks (rank-time per step), ``sync_s_per_step`` their mean
+    ``t_comm + t_wait``. The reference is the blocking SSGD runs
+    (``algorithm == "ssgd"`` and ``--comm blocking``) of the same scenario
+    (:func:`reference_key`: N, model, dataset, MPI library, backend, batch,
+    budget, dtype, slowdowns and their mode), not overlapped with another run;
+    T_ref and C_ref are the medians of their T and sync per step. A blocking
+    Allreduce hides nothing, so C_ref is the full price of synchronising once:
+    ``hidden_comm_fraction = (T_ref - T) / C_ref`` (:func:`hidden_fraction`):
+    0 for the reference itself, 1 when the run steps as fast as the
+    reference would without communicating, negative when it is slower than
+    blocking. It sees every cost of overlapping (compute and update slowed by
+    the communication in flight, polling), which ``1 - (comm + wait) / C_ref``
+    would not. NaN without a reference and at N = 1 (nothing to hide).
+    ``exposed_comm_s_per_round`` (older column) is the mean over ranks of
+    ``t_comm + t_wait`` per synchronisation round (one step for
+    step-synchronous algorithms, one value of ``round`` for round-based ones).
 
 Stragglers (per run)
     ``step_s_median`` / ``step_s_max``: median / max step duration (sum of the
     six phases of one row) over every row of every rank; ``step_max_over_median``
     is their ratio (the tail of the step-time distribution).
     A rank's *busy* time is its non-``wait`` phases (data, compute, comm,
-    update, delay); ``busy_max_over_median`` = max over ranks / median over
-    ranks of busy seconds per step (1 = balanced; 4 = one rank 4x slower), and
-    ``slowest_rank`` the rank with the largest. Per rank, ``wait_share`` =
+    update, delay); ``busy_max_over_median`` = busy seconds per step of the
+    slowest rank / the median over the OTHER ranks (:func:`straggler_ratio`:
+    1 = balanced, 4 = one rank 4x slower than the rest, at any N; NaN at
+    N = 1), and ``slowest_rank`` that rank. Per rank, ``wait_share`` =
     wait seconds / wall and ``idle_share`` = 1 - busy seconds / wall (waiting
     plus untracked time); ``wait_share_max`` / ``idle_share_max`` are their
     maxima over ranks.
 
-Accuracy
+Accuracy and divergence
     ``final_accuracy`` / ``final_loss`` of the last evaluation, ``best_accuracy``
     the highest; ``time_to_target_s`` is the ``/summary`` value, or, when a
     target is given here, the ``t`` of the first evaluation with
     ``accuracy >= target`` (NaN if never reached; ``target_reached`` 1 or 0).
+    It can only take evaluation times: ``eval_interval_s``, the median
+    training time between evaluations, is its resolution. ``diverged`` is the
+    ``/summary`` flag (non-finite loss or final accuracy <= 1.5x chance;
+    False in older files): a diverged run gets no time to target, speedup,
+    efficiency or hidden communication in the tables, and never counts as
+    faster.
 
-Scaling (rows of one *series*: the same algorithm, model and dataset, and the
-same values of any ``--by`` or ``--series`` key other than ``world_size``, so
-``--series comm`` keeps blocking and overlapping SSGD apart; baseline N0 = the
-smallest N of the series, X0 / wall0 / work0 = the medians over its runs at N0
-of samples/s, wall and total samples)
-    ``speedup = X / X0`` and ``efficiency = speedup * N0 / N`` for both kinds
-    of scaling. Under *strong* scaling (the same total samples at every N)
+Contaminated timings
+    ``overlapped``: the run's wall-clock interval ``[t_begin_unix,
+    t_end_unix]`` intersects another run's in the set on a shared host
+    (:func:`syncbench.analysis.context.overlapping_runs`; ``overlaps_with``
+    names them). Its timings are not comparable: it gets no speedup or
+    efficiency, serves as no baseline and no hidden-communication reference.
+    ``cores``, ``ranks_per_core``, ``oversubscribed`` come from
+    :func:`~syncbench.analysis.context.machine_context`.
+
+Scaling
+    A *series* is the runs with equal :func:`series_identity`: algorithm,
+    model, dataset, MPI library, backend, simulated, every ``config`` flag
+    but :data:`NON_IDENTITY_FLAGS` (so dtype, slowdowns and their mode, the
+    strategy's own flags such as ``comm``), the scaling mode and the batch
+    and budget as that mode defines them (strong: global batch and total
+    ``epochs``; weak: per-rank batch and ``epochs / N``; unrecorded:
+    per-rank batch and total ``epochs``), plus any ``--by`` / ``--series``
+    key. ``series`` is its label (the algorithm and the identity parts that
+    differ between that algorithm's series). Baseline N0 = the smallest N of
+    the series among its runs that neither overlapped nor diverged; X0 /
+    wall0 / work0 = the medians over those runs at N0 of samples/s, wall and
+    total samples.
+    ``scaling`` is the kind: the run files' ``scaling_mode`` root attribute
+    (recorded by ``syncbench sweep`` / ``train --scaling-mode``) when every
+    run of the series records the same one and the samples agree (strong:
+    total samples within 1 % of work0; weak: samples per rank within 1 % of
+    work0 / N0), ``mixed`` when they do not; without a record, ``strong`` or
+    ``weak`` as the samples say, else ``mixed``.
+    ``speedup = X / X0`` and ``efficiency = speedup * N0 / N`` for both kinds.
+    Under *strong* scaling (the same total samples at every N)
     ``X / X0 = wall0 / wall``: the classic T(N0) / T(N). Under *weak* scaling
-    (the same samples per rank) ``efficiency = (X / N) / (X0 / N0)``, the ratio
-    of throughput per rank, which equals ``wall0 / wall``; ``speedup`` is then
-    the scaled (Gustafson) speedup. Throughput ratios stay meaningful when the
-    sample budget is rounded differently at different N.
-    ``scaling`` says which kind the files are: ``strong`` if every run of the
-    series has total samples within 1 % of work0, else ``weak`` if every run
-    has samples per rank within 1 % of work0 / N0, else ``mixed``.
-    The wall-time forms check that: strong ``speedup_wall = wall0 / wall``,
-    weak ``efficiency_wall = wall0 / wall``, and in both
-    ``efficiency_wall = speedup_wall * N0 / N`` (NaN for ``mixed``).
+    (the same samples per rank) ``efficiency = (X / N) / (X0 / N0)``, the
+    ratio of throughput per rank, which equals ``wall0 / wall``; ``speedup``
+    is then the scaled (Gustafson) speedup. The wall-time forms check that:
+    strong ``speedup_wall = wall0 / wall``, weak ``efficiency_wall = wall0 /
+    wall``, and in both ``efficiency_wall = speedup_wall * N0 / N``.
+    Speedup and efficiency are NaN (shown ``-``) for a series with a single
+    world size (no baseline), a ``mixed`` series, and an overlapped or
+    diverged run (shown ``overlapped`` / ``diverged``).
 
 Repeats (``--by KEY,...``)
     Runs with equal values of the keys form a group; every numeric column of a
