@@ -497,6 +497,14 @@ class _NumpyWithRecordingCuda:
     def __getattr__(self, name):
         return getattr(np, name)
 
+    @staticmethod
+    def zeros(*args, **kwargs):
+        return np.zeros(*args, **kwargs).view(_RecordingArray)
+
+    @staticmethod
+    def asnumpy(array):
+        return np.asarray(array)
+
 
 def test_loss_and_grad_synchronizes_at_its_end_on_the_gpu_backend():
     """Honest compute timing: the stream is synchronized after the last backward layer
