@@ -78,6 +78,7 @@ def test_asgd_layouts_send_to_the_owners():
     assert sorted(push[0][0].pairs()) == [(1, 0), (2, 0), (3, 0)]
     pull, _ = asgd_phases(4000, 1024, "sharded")  # sampled shifts, each the whole volume
     shifts = [p for p, _ in pull if p.pattern == "shift"]
+    assert [p.arg for p in shifts][0] == 1 and shifts[-1].arg == 1023 and len(shifts) <= 6
     assert sum(w for p, w in pull if p.pattern == "shift") == pytest.approx(1.0)
     assert all(p.nbytes == pytest.approx(4000 * 1023 / 1024) for p in shifts)
 

@@ -89,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pf.add_argument("--gpus-per-node", type=int, default=1, help="ranks per host (default 1)")
     pf.add_argument("--allreduce", default="auto", choices=ALLREDUCE_ALGORITHMS,
                     help="allreduce algorithm (default auto: MPICH's choice by size)")
+    pf.add_argument("--phase-cache", default=None, metavar="FILE.json",
+                    help="reuse and store simulated phase durations (same platform only), "
+                    "e.g. across the points of a sweep")
 
     het = parser.add_argument_group("heterogeneity")
     het.add_argument("--slowdown", default=None,

@@ -22,8 +22,8 @@ every shard from its owner) and a push (the reverse), plus one 8-byte
 fetch-and-op on rank 0's version counter each. Up to 64 ranks the sharded
 layout's all-to-all is simulated flow by flow; above that, as the mean over
 log-spaced shift permutations (rank i -> i + s) each carrying a rank's whole
-volume (an all-to-all is the union of the N - 1 shifts; sampling
-1, 2, 4, ..., N/2 and N - 1 covers every level of a fat tree).
+volume (an all-to-all is the union of the N - 1 shifts; up to six shifts
+from 1 to N/2, and N - 1, cover every level of a fat tree).
 """
 
 from __future__ import annotations
@@ -135,14 +135,20 @@ def cost(phases: Sequence[Phase], time_phase: PhaseTimer) -> float:
     return float(sum(time_phase(p) * p.repeat for p in phases))
 
 
+#: Most shift permutations sampled for a large all-to-all.
+MAX_SHIFTS = 6
+
+
 def _log_shifts(n: int) -> list[int]:
-    shifts, s = [], 1
-    while s < n:
-        shifts.append(s)
+    """Up to ``MAX_SHIFTS`` log-spaced shifts from 1 to N/2, and N - 1."""
+    powers, s = [], 1
+    while s <= n // 2:
+        powers.append(s)
         s *= 2
-    if n - 1 not in shifts:
-        shifts.append(n - 1)
-    return shifts
+    if len(powers) > MAX_SHIFTS - 1:
+        step = (len(powers) - 1) / (MAX_SHIFTS - 2)
+        powers = [powers[round(i * step)] for i in range(MAX_SHIFTS - 1)]
+    return sorted(set(powers) | {n - 1})
 
 
 def asgd_phases(nbytes: float, n: int, layout: str,
@@ -155,7 +161,6 @@ def asgd_phases(nbytes: float, n: int, layout: str,
     owns all and does not train).
     """
     counter_in = (Phase("gather", 0, n, COUNTER_BYTES, active=active), 1.0)
-    counter_out = (Phase("scatter", 0, n, COUNTER_BYTES, active=active), 1.0)
     if n <= 1:
         return [], []
     if layout == "sharded":
@@ -165,12 +170,13 @@ def asgd_phases(nbytes: float, n: int, layout: str,
         volume = nbytes * (n - 1) / n
         shifts = _log_shifts(n)
         weight = 1.0 / len(shifts)
+        # A push to the owners mirrors the pull (shift s reversed is shift N - s, which
+        # also is in the sample): the same phases, simulated once.
         pull = [(Phase("shift", s, n, volume, active=active), weight) for s in shifts]
-        push = [(Phase("shift", n - s, n, volume, active=active), weight) for s in shifts]
-        return pull + [counter_in], push + [counter_in]
+        return pull + [counter_in], pull + [counter_in]
     if layout in ("single", "dedicated"):
         pull = [(Phase("scatter", 0, n, nbytes, active=active), 1.0), counter_in]
-        push = [(Phase("gather", 0, n, nbytes, active=active), 1.0), counter_out]
+        push = [(Phase("gather", 0, n, nbytes, active=active), 1.0), counter_in]
         return pull, push
     raise ValueError(f"unknown --ps-layout {layout!r}")
 

@@ -25,6 +25,8 @@ the simulation uses.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -81,11 +83,14 @@ def have_simgrid() -> bool:
 class Network:
     """Times communication phases on the loaded platform (inside the driver actor)."""
 
-    def __init__(self, sg: Any, hosts: Sequence[Any], ranks_per_host: int = 1) -> None:
+    def __init__(self, sg: Any, hosts: Sequence[Any], ranks_per_host: int = 1,
+                 known: dict[str, float] | None = None) -> None:
         self.sg = sg
         self.hosts = list(hosts)
         self.ranks_per_host = max(1, int(ranks_per_host))
         self.cache: dict[Hashable, float] = {}
+        #: Durations simulated earlier on the same platform (``--phase-cache``), by repr(key).
+        self.known = dict(known or {})
         self.flows = 0  # flows simulated (the simulator's events)
         self.phases = 0  # distinct phases simulated
 
@@ -107,6 +112,9 @@ class Network:
         full_key = (key, float(nbytes))
         if full_key in self.cache:
             return self.cache[full_key]
+        if repr(full_key) in self.known:
+            self.cache[full_key] = float(self.known[repr(full_key)])
+            return self.cache[full_key]
         flows = [(s, d) for s, d in pairs() if s != d]
         if not flows or nbytes <= 0:
             self.cache[full_key] = 0.0
@@ -120,16 +128,58 @@ class Network:
         self.flows += len(flows)
         self.phases += 1
         self.cache[full_key] = seconds
+        self.known[repr(full_key)] = seconds
         return seconds
 
 
+def load_phase_cache(path: str | None, platform_xml: str, ranks_per_host: int
+                     ) -> dict[str, float]:
+    """Durations stored by earlier runs on the same platform (else empty)."""
+    doc = _read_cache(path)
+    phases = doc.get(_platform_digest(platform_xml, ranks_per_host), {})
+    return {str(k): float(v) for k, v in phases.items()}
+
+
+def save_phase_cache(path: str | None, platform_xml: str, ranks_per_host: int,
+                     network: Network) -> None:
+    """Add ``network``'s phase durations under its platform (temporary name, then rename)."""
+    if not path:
+        return
+    doc = _read_cache(path)
+    doc[_platform_digest(platform_xml, ranks_per_host)] = network.known
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def _read_cache(path: str | None) -> dict[str, Any]:
+    """platform digest -> {repr(phase key): seconds}; empty if absent or unreadable."""
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _platform_digest(platform_xml: str, ranks_per_host: int) -> str:
+    text = f"{ranks_per_host}\n{platform_xml}\n{' '.join(SIMGRID_CONFIG)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def run_in_simgrid(platform_xml: str, body: Callable[[Network], Any],
-                   ranks_per_host: int = 1, host_order: Callable[[str], Any] | None = None
-                   ) -> tuple[Any, Network, float]:
+                   ranks_per_host: int = 1, host_order: Callable[[str], Any] | None = None,
+                   phase_cache: str | None = None) -> tuple[Any, Network, float]:
     """Load ``platform_xml`` (XML text), run ``body(network)`` in one driver actor.
 
     Returns ``(body's result, the network, wall seconds)``. An exception in
-    ``body`` is re-raised here, after the engine stops.
+    ``body`` is re-raised here, after the engine stops. ``phase_cache``: a
+    JSON file of phase durations, read before and written after (only
+    entries of the same platform are used), so sweeps do not simulate the
+    same phase twice.
     """
     sg = load_simgrid()
     wall0 = time.perf_counter()
@@ -141,7 +191,8 @@ def run_in_simgrid(platform_xml: str, body: Callable[[Network], Any],
         engine.load_platform(path)
     hosts = list(engine.all_hosts)
     hosts.sort(key=(lambda h: host_order(h.name)) if host_order else (lambda h: h.name))
-    network = Network(sg, hosts, ranks_per_host)
+    network = Network(sg, hosts, ranks_per_host,
+                      load_phase_cache(phase_cache, platform_xml, ranks_per_host))
     outcome: dict[str, Any] = {}
 
     def driver() -> None:
@@ -154,4 +205,5 @@ def run_in_simgrid(platform_xml: str, body: Callable[[Network], Any],
     engine.run()
     if "error" in outcome:
         raise outcome["error"]
+    save_phase_cache(phase_cache, platform_xml, ranks_per_host, network)
     return outcome.get("result"), network, time.perf_counter() - wall0

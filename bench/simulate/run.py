@@ -60,7 +60,8 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
             timings.append((timeline, time.perf_counter() - t0, network.flows - flows0,
                             network.phases - phases0))
 
-    _, network, wall = run_in_simgrid(text, body, spec.gpus_per_node, natural_key)
+    _, network, wall = run_in_simgrid(text, body, spec.gpus_per_node, natural_key,
+                                      getattr(args, "phase_cache", None))
     results = []
     setup_s = wall - sum(t[1] for t in timings)
     for (cfg, n, steps), (timeline, seconds, flows, phases) in zip(jobs, timings):

@@ -339,8 +339,8 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         return weighted_cost(pull, time_phase), weighted_cost(push, time_phase)
 
     levels = powers_of_two_upto(len(workers))
-    active = len(workers)
-    for _ in range(8):  # mean-field fixed point of the concurrency
+    active = 1  # from the uncontended transfer, up to the fixed point
+    for _ in range(6):  # mean-field fixed point of the concurrency
         t_pull, t_push = transfer(active)
         busy = (t_pull + t_push) / (mean_local + t_pull + t_push)
         want = max(1, round(busy * len(workers)))
