@@ -210,10 +210,10 @@ def test_kernel_matches_reference_on_gpu(case, dtype):
         g = CUPY.asnumpy(g) if ops.on_device(g) else np.asarray(g)
         e = np.asarray(e)
         assert e.shape == g.shape and e.dtype == g.dtype, case.name
-        if case.exact:
+        if case.is_exact(False):
             np.testing.assert_array_equal(g, e, err_msg=case.name)
         else:
-            tol = 2e-5 if dtype == np.float32 else 1e-12
+            tol = cuda_ops.tolerance(dtype, False)
             np.testing.assert_allclose(g, e, rtol=tol, atol=tol, err_msg=case.name)
 
 
