@@ -748,3 +748,25 @@ def test_convergence_median_band_over_repeats():
     assert list(grid) == [0.0, 1.0, 2.0]
     assert list(med) == [0.1, 0.5, 0.7] and list(lo) == [0.1, 0.1, 0.1]
     assert list(hi) == [0.3, 0.6, 0.9]  # the median curve, not the fastest or best repeat
+
+
+def test_report_on_a_simulated_run_without_evaluations(tmp_path, capsys):
+    empty = {"t": np.zeros(0), "step": np.zeros(0, dtype=int),
+             "samples_seen": np.zeros(0, dtype=int), "loss": np.zeros(0),
+             "accuracy": np.zeros(0)}
+    paths = [write_file(tmp_path / f"sim{n}.h5", algorithm="oscars", world_size=n,
+                        wall=4.0 / n, steps_per_rank=64 // n, evals=empty,
+                        ) for n in (2, 8)]
+    import h5py
+
+    for path in paths:  # the simulator's root attribute
+        with h5py.File(path, "r+") as f:
+            f.attrs["simulated"] = True
+    rc, out, err = _report(*paths, "--plots", str(tmp_path / "plots"), capsys=capsys)
+    assert rc == 0, err
+    row = next(ln for ln in out.splitlines() if ln.startswith("| sim8.h5"))
+    assert "simulated" in row and "4.00" in row  # 4x the ranks, 4x the samples/s
+    assert "convergence plot skipped" in err
+    rc, out, _ = _report(*paths, "--format", "json", capsys=capsys)
+    data = json.loads(out)
+    assert data[0]["final_accuracy"] is None and data[0]["simulated"] is True
