@@ -4,22 +4,47 @@ The rule (ALGORITHMS.md, "ASGD"; the parameter-server ASGD of Dean et al.
 2012 without a server loop): the global weights W live in MPI RMA windows.
 Each worker k repeatedly
 
-1. pulls:   v_pull = counter; W_k = W                 (Fetch_and_op NO_OP; Get)
+1. pulls:   v_pre = counter; W_k = W; v_post = counter  (Fetch_and_op NO_OP;
+            Get_accumulate NO_OP, an atomic read; Fetch_and_op NO_OP)
 2. computes g_k on W_k with its mini-batch
 3. applies worker-side momentum (the PyTorch convention of ``MomentumSGD``):
-   u = mu * u + g_k + wd * W_k
-4. pushes:  W += -lr * u; v_push = counter++           (Accumulate SUM; Fetch_and_op SUM)
+   u = mu_w * u + g_k + wd * W_k
+4. pushes:  W += -lr_w * u; v_push = counter++          (Accumulate SUM; Fetch_and_op SUM)
 
-and records staleness = v_push - v_pull, the number of other pushes that
-landed between its pull and its push (0 with one worker, where ASGD is
-exactly serial momentum SGD). Accumulate is element-wise atomic, so no push
-is lost however many workers push at once.
+and records ``staleness`` = v_push - v_pre and ``staleness_min`` = v_push -
+v_post. A push increments the counter only after its Accumulate completed,
+so W_k may already contain pushes that v_pre does not count: the first is an
+upper bound of the number of other pushes between the pull and the push, the
+second a lower bound (both 0 with one worker, where ASGD is exactly serial
+momentum SGD). Accumulate is element-wise atomic, so no push is lost however
+many workers push at once, and the pull reads with ``Get_accumulate(NO_OP)``:
+MPI-3.1/4.1 section 12.7 leave a ``Get`` that races an ``Accumulate`` on the
+same memory undefined, only accumulate-type calls are atomic with each other
+(the windows' ``accumulate_ops=same_op_no_op`` hint allows it; measured no
+slower here than ``Get``).
+
+Defaults stable on every MPI (our choice; ALGORITHMS.md asks for one): W
+workers that each apply a full momentum step at ``--lr`` move the weights W
+times as far per SSGD-equivalent step as SSGD does, and asynchrony adds an
+implicit momentum of its own (Mitliagkas et al. 2016, arXiv 1605.09774).
+With MPICH's slow Accumulate the pushes happened to be spread out enough to
+train; with Open MPI's fast one the same flags diverged (0.10-0.65 in three
+seeds, 4 ranks, mlp, Fashion-MNIST, 1 epoch, lr 0.05, mu 0.9; no push was
+lost). So ``--async-lr-scale workers`` (default) makes each worker's step
+lr_w = lr / W, the usual scaling for asynchronous workers (the W pushes that
+land in the time of one SSGD step add up to one SSGD step), and
+``--worker-momentum`` (default 0.5) sets mu_w lower than the synchronous
+default 0.9, leaving room for the implicit momentum. Measured figures are in
+ALGORITHMS.md; ``--async-lr-scale none --worker-momentum 0.9`` gives the old
+behaviour.
 
 ``--delay-compensation LAMBDA`` (DC-ASGD, Zheng et al. 2017, eq. 10) pushes
 g + LAMBDA * g*g*(W_now - W_k) instead of g. W_now is FETCHED, not
-approximated: the push epoch first Gets the current weights, flushes, builds
-the compensated update and then Accumulates it, all inside the same SHARED
-lock epoch (it costs one more transfer of the parameters per step).
+approximated: the push epoch first reads the current weights
+(``Get_accumulate`` NO_OP), flushes, builds the compensated update and then
+Accumulates it, all inside the same SHARED lock epoch (one more transfer of
+the parameters per step). ``push_seconds`` leaves the compensation's compute
+out (it is charged to ``update``).
 
 Windows and locks (module :mod:`syncbench.algorithms.windows`):
 
@@ -27,7 +52,8 @@ Windows and locks (module :mod:`syncbench.algorithms.windows`):
   sharded`` (default): rank r hosts the r-th contiguous 1/N slice;
   ``single``: rank 0 hosts everything and also trains; ``dedicated``: rank 0
   hosts everything and only drives MPI progress until the job is done (it
-  takes no steps and records no rows), the other N-1 ranks are workers.
+  takes no steps and records no rows), the other N-1 ranks are workers and
+  the training data is sharded over them (:meth:`ASGD.data_shard`).
 * counters: a second, int64 ``Win.Allocate`` window on rank 0 with
   [version, claims]. ``version`` counts completed pushes; ``claims`` hands
   out step tickets: a worker claims its first ticket in ``done()`` and the
@@ -39,13 +65,17 @@ Windows and locks (module :mod:`syncbench.algorithms.windows`):
   concurrently). Only shared locks are ever taken, so ``MPI_MODE_NOCHECK`` is
   valid and is the default (``--rma-assert nocheck``): it removes the lock
   handshake that otherwise waits for the target to enter MPI.
+* the windows are allocated (collectively) in :meth:`ASGD.prepare`, before
+  the barrier that starts the training clock, and the run's latency report
+  is gathered in :meth:`ASGD.close`, after the clock stopped, so ``wall_s``
+  covers only the steps.
 
 Progress: where the transport needs the target inside MPI (MPICH without
 NOCHECK, or an active-message accumulate between nodes), the worker enters
 MPI between layers (``Iprobe`` on a private communicator in the model's
 ``poll``/``on_grads_ready`` hooks), and a rank that is done keeps doing so
 (an ``Ibarrier`` tested with 100 us sleeps) until every rank is done. The
-straggler's injected sleep does not poll: use ``--ps-layout dedicated`` when
+straggler's injected delay does not poll: use ``--ps-layout dedicated`` when
 the transport needs target progress and a host rank is slowed.
 
 Measured (2-core VM shared with other jobs, 4 ranks oversubscribed, MLP of
@@ -62,14 +92,25 @@ Open MPI 5.0.11, all   0.12 / 0.17          0.17 / 0.3
 MPICH, ``none`` assert 26 / 48              35 / 55
 =====================  ===================  ========================
 
-MPICH performs the Accumulate inside ``Unlock`` through its generic reduce
-path (about 1 GB/s; 0.3-1 ms for 0.94 MB even on one rank), and its tail
-grows with the machine's load; Open MPI's osc/sm is 5-50x faster. A
-microbenchmark with the target asleep outside MPI: 60k-float Get/Accumulate
-complete in 0.09/0.04 ms with NOCHECK but block until the target wakes up
-without it (MPICH's lock request needs the target). Rank 0 prints the pull
-and push latencies and the staleness of every run at the end (one ``asgd:``
-line on stdout); they are not run-file columns (the schema is unchanged).
+MPICH applies an Accumulate to shared-memory targets at the call, through
+its generic reduce path (about 1 GB/s; 0.3-1 ms for 0.94 MB even on one
+rank; ``Unlock`` then only completes the epoch), and its tail grows with the
+machine's load; Open MPI's osc/sm is 5-50x faster. A microbenchmark with the
+target asleep outside MPI: 60k-float Get/Accumulate complete in 0.09/0.04 ms
+with NOCHECK but block until the target wakes up without it (MPICH's lock
+request needs the target). Rank 0 prints the pull and push latencies and the
+staleness bounds of every run at the end (one ``asgd:`` line on stdout); the
+staleness bounds are also run-file columns.
+
+Checkpoints (``--checkpoint-every S``): the workers pause at every multiple
+of S * N global pushes (tickets). A worker whose next ticket is at or past the
+pause point, a worker that is done and the dedicated host stop there
+(:meth:`ASGD.pause_point`), every push before the point is complete when they
+meet (an ``Ibarrier`` that drives progress), the driver saves the window
+shards, the counters and every rank's state off the training clock, and
+training continues. With one worker a resumed run is bit-identical to an
+uninterrupted one; with more, the interleaving of pushes differs, as it does
+between any two runs.
 
 Evaluation: ranks are never at the same point, so :meth:`evaluation_point`
 is None during training. Instead :meth:`snapshot_point` tells the driver how
@@ -103,11 +144,15 @@ POLL_INTERVAL_S = 1e-4
 #: core in every poll when oversubscribed, so polling every layer is costly).
 POLL_MIN_GAP_S = 5e-4
 LOCK_ASSERTS = {"nocheck": MPI.MODE_NOCHECK, "none": 0}
+#: ``--async-lr-scale``: divide --lr by the number of workers, or not.
+LR_SCALES = ("workers", "none")
+DEFAULT_WORKER_MOMENTUM = 0.9
 
 
 class ASGD(Algorithm):
     name = "asgd"
-    summary = "asynchronous SGD: parameters in MPI RMA windows, Get/Accumulate pull/push"
+    summary = ("asynchronous SGD: parameters in MPI RMA windows, atomic "
+               "Get_accumulate/Accumulate pull/push")
 
     @classmethod
     def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
@@ -125,6 +170,16 @@ class ASGD(Algorithm):
             help="ASGD MPI_Win_lock assert: nocheck (default; valid, every lock is shared) "
             "or none (the target grants each lock inside MPI)",
         )
+        parser.add_argument(
+            "--async-lr-scale", choices=LR_SCALES, default="workers",
+            help="ASGD worker step size: workers (default: --lr / number of workers, so "
+            "the workers' pushes add up to one SSGD step) or none (--lr)",
+        )
+        parser.add_argument(
+            "--worker-momentum", type=float, default=DEFAULT_WORKER_MOMENTUM,
+            help="ASGD momentum of each worker's update (default "
+            f"{DEFAULT_WORKER_MOMENTUM}: asynchrony adds an implicit momentum of its own)",
+        )
 
     @classmethod
     def validate(cls, config: argparse.Namespace, world_size: int) -> None:
@@ -132,57 +187,69 @@ class ASGD(Algorithm):
             raise ValueError(
                 f"--delay-compensation must be >= 0, got {config.delay_compensation}"
             )
+        if not 0 <= config.worker_momentum < 1:
+            raise ValueError(f"--worker-momentum must be in [0, 1), got {config.worker_momentum}")
         if config.ps_layout == "dedicated" and world_size < 2:
             raise ValueError("--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
-        if config.checkpoint_every or config.resume:
-            raise ValueError(
-                "asgd cannot --checkpoint-every or --resume: its workers never stop together, "
-                "so there is no step at which the parameter store and every rank's state "
-                "form one consistent snapshot"
-            )
         if config.stop_at_target:
             raise ValueError(
                 "asgd cannot --stop-at-target: its accuracy curve is evaluated after "
                 "training, from weights kept during it (--target-accuracy alone works)"
             )
 
+    @classmethod
+    def data_shard(cls, config: argparse.Namespace, rank: int, size: int) -> tuple[int, int]:
+        """Dedicated layout: the data is sharded over the N-1 workers (rank 0 never trains)."""
+        if config.ps_layout == "dedicated" and size > 1:
+            return max(rank - 1, 0), size - 1
+        return rank, size
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         model, config = self.model, self.config
         self.layout: str = config.ps_layout
         self.is_host = self.layout == "dedicated" and self.comm.rank == 0
+        self.workers = self.comm.size - (1 if self.layout == "dedicated" else 0)
         self.total_pushes = self.budget.total_samples // self.budget.batch_size
+        #: The worker's step size and momentum (``--async-lr-scale``, ``--worker-momentum``).
+        self.worker_lr = config.lr / (self.workers if config.async_lr_scale == "workers" else 1)
+        self.worker_momentum = float(config.worker_momentum)
         self.dc = float(config.delay_compensation)
         self._lock_assert = LOCK_ASSERTS[config.rma_assert]
         self._on_host = not model.backend.is_gpu
         n, dtype = model.size, model.dtype
-        # W_pulled lives in model.params on the CPU (Get lands there directly).
+        # W_pulled lives in model.params on the CPU (the read lands there directly).
         self._pulled = model.params if self._on_host else np.empty(n, dtype)
         self._velocity = np.zeros(n, dtype)
         self._delta = np.zeros(n, dtype)
         self._scratch = np.zeros(n, dtype)
         self._g = np.zeros(n, dtype) if self.dc else None
         self._w_now = np.zeros(n, dtype) if self.dc else None
-        # MPI resources are made lazily (collectively) at the first done()/step():
-        # the driver agrees on setup errors after __init__, so a collective here
-        # could deadlock with a rank whose setup failed.
+        # MPI resources are made in prepare() (collective): the driver agrees on
+        # setup errors after __init__, so a collective here could deadlock with a
+        # rank whose setup failed.
         self._mpi: MPI.Comm | None = None
         self.windows: ParamWindow | None = None
         self.counters: Counters | None = None
         self._ticket: int | None = None
         self._exhausted = self.is_host
-        self._finished = self._closed = False
-        self._v_pull = 0
+        self._finished = self._closed = self._reported = False
+        self._v_pull = self._v_post = 0
         self._last_poll = 0.0
+        # checkpoint pauses every --checkpoint-every * N tickets (none without it)
+        self._pause_stride = int(config.checkpoint_every or 0) * self.comm.size
+        self._next_pause = self._pause_stride if self._pause_stride else self.total_pushes
+        self._restored: dict[str, Any] | None = None
         self.pull_seconds: list[float] = []
         self.push_seconds: list[float] = []
         self.staleness: list[int] = []
-        #: Rank 0 after finish(): run-wide latency and staleness figures.
+        self.staleness_min: list[int] = []
+        #: Rank 0 after close(): run-wide latency and staleness figures.
         self.report: dict[str, float] = {}
 
     # -- windows --------------------------------------------------------------
-    def _start(self) -> None:
-        """Allocate the windows and publish W0 (collective, once)."""
+    def prepare(self) -> None:
+        """Allocate the windows and publish W0 or the restored state (collective, once)."""
         if self._mpi is not None:
             return
         self._mpi = self.comm.comm.Dup()
@@ -190,7 +257,13 @@ class ASGD(Algorithm):
             self._mpi, self.model.size, self.model.dtype, self.layout, self._lock_assert
         )
         self.counters = Counters(self._mpi, 2, self._lock_assert)
-        self.windows.set_local(self.model.backend.to_numpy(self.model.params))
+        restored = self._restored
+        if restored is None:
+            self.windows.set_local(self.model.backend.to_numpy(self.model.params))
+        else:
+            self.windows.set_shard(np.asarray(restored["window_shard"], self.model.dtype))
+            self.counters.set_local(np.asarray(restored["counters"], np.int64))
+            self._restored = None
         self._mpi.Barrier()
 
     def _progress(self, _offset: int = 0) -> None:
@@ -208,21 +281,45 @@ class ASGD(Algorithm):
         else:
             self._ticket = ticket
 
+    def _wait_all(self) -> None:
+        """Every rank gets here (Ibarrier tested with short sleeps: drives RMA progress)."""
+        request = self._mpi.Ibarrier()
+        while not request.Test():
+            time.sleep(POLL_INTERVAL_S)
+
     # -- the algorithm ----------------------------------------------------------
     def done(self) -> bool:
-        """True once the global claims counter has handed out the whole budget."""
-        self._start()
+        """True once the budget is handed out and no checkpoint pause is left to join."""
+        self.prepare()
         if not self._exhausted and self._ticket is None:
             self._claim(self.counters.fetch_add(CLAIMS))
-        return self._exhausted
+        return self._exhausted and self._next_pause >= self.total_pushes
+
+    def pause_point(self) -> int | None:
+        """Global samples of the next checkpoint pause once this rank's next ticket reaches it.
+
+        A worker holding a ticket at or past the pause point, a done worker
+        and the dedicated host all stop there; every ticket before the point
+        is pushed by then (a worker claims its next ticket only with a push),
+        so the window holds exactly the first ``point`` pushes.
+        """
+        if not self._pause_stride or self._next_pause >= self.total_pushes:
+            return None
+        held = self.total_pushes if self._exhausted else self._ticket
+        if held is None or held < self._next_pause:
+            return None
+        point = self._next_pause
+        self._next_pause += self._pause_stride
+        return point * self.budget.batch_size
 
     def pull(self) -> None:
-        """W_pulled = W, remembering the version it includes."""
-        self._start()
+        """W_pulled = W, remembering the versions read before and after it."""
+        self.prepare()
         with self.timer.phase("comm"):
             start = time.perf_counter()
             self._v_pull = self.counters.read(VERSION)
             self.windows.pull(self._pulled)
+            self._v_post = self.counters.read(VERSION)
             self.pull_seconds.append(time.perf_counter() - start)
         if not self._on_host:
             with self.timer.phase("update"):
@@ -238,8 +335,7 @@ class ASGD(Algorithm):
         return loss
 
     def _update(self, grads: np.ndarray) -> None:
-        """delta = -lr * u with u = mu*u + g' + wd*W_pulled (g' = DC-compensated g)."""
-        config = self.config
+        """delta = -lr_w * u with u = mu_w*u + g' + wd*W_pulled (g' = DC-compensated g)."""
         if self.dc:
             g = self._g
             np.subtract(self._w_now, self._pulled, out=g)
@@ -248,42 +344,49 @@ class ASGD(Algorithm):
             g *= self.dc
             g += grads
             grads = g
-        self._velocity *= config.momentum
+        self._velocity *= self.worker_momentum
         self._velocity += grads
-        if config.weight_decay:
-            self._velocity += np.multiply(self._pulled, config.weight_decay, out=self._scratch)
-        np.multiply(self._velocity, -config.lr, out=self._delta)
+        if self.config.weight_decay:
+            self._velocity += np.multiply(
+                self._pulled, self.config.weight_decay, out=self._scratch
+            )
+        np.multiply(self._velocity, -self.worker_lr, out=self._delta)
 
-    def push(self) -> int:
-        """W += delta, version++ (and claim the next ticket); returns the staleness."""
+    def push(self) -> tuple[int, int]:
+        """W += delta, version++ (and claim the next ticket); returns the staleness bounds."""
         grads = self.model.backend.to_numpy(self.model.grads)
         if not self.dc:
             with self.timer.phase("update"):
                 self._update(grads)
+        dc_seconds = 0.0
         with self.timer.phase("comm"):
             start = time.perf_counter()
             with self.windows.epoch():
                 if self.dc:
                     self.windows.get(self._w_now)
                     self.windows.flush()
+                    dc_start = time.perf_counter()
                     with self.timer.phase("update"):
                         self._update(grads)
+                    dc_seconds = time.perf_counter() - dc_start
                 self.windows.accumulate(self._delta)
             version, ticket = self.counters.fetch_and_ops(
                 [(VERSION, 1, MPI.SUM), (CLAIMS, 1, MPI.SUM)]
             )
-            self.push_seconds.append(time.perf_counter() - start)
+            self.push_seconds.append(time.perf_counter() - start - dc_seconds)
         self._claim(ticket)
-        staleness = version - self._v_pull
-        self.staleness.append(staleness)
-        return staleness
+        bounds = version - self._v_pull, version - self._v_post
+        self.staleness.append(bounds[0])
+        self.staleness_min.append(bounds[1])
+        return bounds
 
     def step(self, x: Any, y: Any) -> StepStats:
         self.pull()
         loss = self.compute(x, y)
-        staleness = self.push()
+        upper, lower = self.push()
         self.steps_taken += 1
-        return StepStats(loss=loss, samples=int(x.shape[0]), staleness=staleness)
+        return StepStats(loss=loss, samples=int(x.shape[0]), staleness=upper,
+                         staleness_min=lower)
 
     def evaluation_point(self) -> int | None:
         """None: the ranks are never at the same point while training."""
@@ -296,34 +399,72 @@ class ASGD(Algorithm):
         return self._v_pull * self.budget.batch_size
 
     def finish(self) -> None:
-        """Wait for every rank while driving progress (Ibarrier + Test + sleep), then report."""
-        self._start()
+        """Wait for every rank while driving progress (Ibarrier + Test + sleep)."""
+        self.prepare()
         if self._finished:
             return
-        request = self._mpi.Ibarrier()
-        while not request.Test():
-            time.sleep(POLL_INTERVAL_S)
+        self._wait_all()
         self._finished = True
-        self._report()
 
     def global_version(self) -> int:
         """Pushes so far (the version counter)."""
-        self._start()
+        self.prepare()
         return self.counters.read(VERSION)
 
     def consensus_params(self) -> Any:
         """The window contents on every rank (collective; call after :meth:`finish`)."""
-        self._start()
+        self.prepare()
         return self.model.backend.asarray(self.windows.gather())
 
+    # -- checkpoints -----------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """This rank's state at a pause (collective): every push before it has landed.
+
+        Adds the rank's window shard, rank 0's counters, the ticket it holds
+        and its latency and staleness lists to the base state (W_pulled,
+        velocity, steps). Called by the driver at :meth:`pause_point`.
+        """
+        self._wait_all()
+        empty = np.zeros(0, np.int64)
+        return {
+            **super().state(),
+            "velocity": self._velocity.copy(),
+            "window_shard": self.windows.read_local(),
+            "counters": self.counters.read_local() if self.comm.rank == 0 else empty,
+            "ticket": -1 if self._ticket is None else self._ticket,
+            "exhausted": int(self._exhausted),
+            "next_pause": self._next_pause,
+            "pull_seconds": np.asarray(self.pull_seconds, np.float64),
+            "push_seconds": np.asarray(self.push_seconds, np.float64),
+            "staleness": np.asarray(self.staleness, np.int64),
+            "staleness_min": np.asarray(self.staleness_min, np.int64),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state` on the same rank; the windows are filled in :meth:`prepare`."""
+        super().load_state(state)
+        self._velocity[...] = np.asarray(state["velocity"])
+        ticket = int(state["ticket"])
+        self._ticket = None if ticket < 0 else ticket
+        self._exhausted = bool(state["exhausted"])
+        # a resumed run pauses at the strides of its own --checkpoint-every (if any)
+        if self._pause_stride:
+            self._next_pause = int(state["next_pause"])
+        for name in ("pull_seconds", "push_seconds", "staleness", "staleness_min"):
+            setattr(self, name, np.asarray(state[name]).ravel().tolist())
+        self._restored = {"window_shard": np.asarray(state["window_shard"]).ravel(),
+                          "counters": np.asarray(state["counters"]).ravel()}
+
+    # -- end of training -------------------------------------------------------
     def _report(self) -> None:
-        """Gather pull/push latencies and staleness; rank 0 prints one ``asgd:`` line."""
+        """Gather latencies and staleness bounds; rank 0 prints one ``asgd:`` line."""
         mine = (np.asarray(self.pull_seconds), np.asarray(self.push_seconds),
-                np.asarray(self.staleness, dtype=np.int64))
+                np.asarray(self.staleness, dtype=np.int64),
+                np.asarray(self.staleness_min, dtype=np.int64))
         gathered = self._mpi.gather(mine, root=0)
         if gathered is None:
             return
-        pull, push, stale = (np.concatenate(parts) for parts in zip(*gathered))
+        pull, push, stale, stale_min = (np.concatenate(parts) for parts in zip(*gathered))
         if not pull.size:
             return
         report = {"pushes": float(push.size)}
@@ -331,8 +472,9 @@ class ASGD(Algorithm):
             for q in (50, 90):
                 report[f"{label}_p{q}_ms"] = float(np.percentile(values, q) * 1e3)
             report[f"{label}_max_ms"] = float(values.max() * 1e3)
-        report["staleness_mean"] = float(stale.mean())
-        report["staleness_max"] = float(stale.max())
+        for label, values in (("staleness", stale), ("staleness_min", stale_min)):
+            report[f"{label}_mean"] = float(values.mean())
+            report[f"{label}_max"] = float(values.max())
         self.report = report
         print(
             f"asgd: layout {self.layout} assert {self.config.rma_assert} "
@@ -340,15 +482,16 @@ class ASGD(Algorithm):
             f"p90 {report['pull_p90_ms']:.3f} max {report['pull_max_ms']:.2f}  "
             f"push ms p50 {report['push_p50_ms']:.3f} p90 {report['push_p90_ms']:.3f} "
             f"max {report['push_max_ms']:.2f}  staleness mean {report['staleness_mean']:.2f} "
-            f"max {int(report['staleness_max'])}",
+            f"max {int(report['staleness_max'])} (lower bound mean "
+            f"{report['staleness_min_mean']:.2f} max {int(report['staleness_min_max'])})",
             flush=True,
         )
 
     def close(self) -> None:
-        """Free the windows and the private communicator (collective).
+        """Report (after the clock stopped), then free the windows and the communicator.
 
-        On an error path (an exception is propagating through the caller) the
-        other ranks are not here to join the collective ``Win.Free``; the
+        Collective. On an error path (an exception is propagating through the
+        caller) the other ranks are not here to join the collectives; the
         driver's ``MPI_Abort`` reclaims the windows instead of a hang.
         """
         if self._closed or self._mpi is None:
@@ -357,6 +500,9 @@ class ASGD(Algorithm):
         self._closed = True
         if sys.exc_info()[1] is not None:
             return
+        if self._finished and not self._reported:
+            self._reported = True
+            self._report()
         self.windows.free()
         self.counters.free()
         self._mpi.Free()

@@ -5,16 +5,21 @@ replica, then all ranks replace their parameters by the uniform average
 ``W = (1/N) sum_k W_k`` with one blocking ``Allreduce`` of the flat parameter
 buffer (Stich 2018, "Local SGD converges fast and communicates little",
 Alg. 1; Lin et al. 2020, "Don't use large mini-batches, use local SGD",
-eq. (2); ALGORITHMS.md, "Local SGD"). Momentum buffers are NOT averaged:
-each rank keeps its own velocity across rounds (only parameters travel).
+eq. (2); ALGORITHMS.md, "Local SGD"). By default momentum buffers are NOT
+averaged: each rank keeps its own velocity across rounds (only parameters
+travel), as in Lin et al.'s local SGD. ``--momentum-sync`` (shared with
+Oscars, defined here) makes that a choice: ``keep`` (default), ``zero``
+(restart every velocity at each averaging) or ``average`` (replace every
+velocity by the uniform mean, one more blocking ``Allreduce`` of the
+velocity per round).
 
 All ranks take the same number of steps (``Budget.steps_per_rank``); when
 it is not a multiple of ``tau`` the last round is shorter and still ends
 with an averaging, so the final model is the consensus. Evaluation points
 are round boundaries, where every replica equals the average.
 
-``--period`` is shared with Oscars (its base period tau_0) and is defined
-here only.
+``--period`` and ``--momentum-sync`` are shared with Oscars (``--period``
+is its base period tau_0) and are defined here only.
 """
 
 from __future__ import annotations
@@ -23,6 +28,20 @@ import argparse
 from typing import Any
 
 from syncbench.algorithms.base import Algorithm, StepStats
+
+#: ``--momentum-sync``: what becomes of the momentum buffers at an averaging.
+MOMENTUM_SYNCS = ("keep", "zero", "average")
+
+
+def sync_momentum(algo: Algorithm, mode: str) -> None:
+    """Apply ``--momentum-sync`` to ``algo``'s velocity at an averaging (every rank)."""
+    velocity = algo.optimizer.velocity
+    if mode == "zero":
+        velocity[...] = 0
+    elif mode == "average":
+        algo.comm.Allreduce(velocity)
+        with algo.timer.phase("update"):
+            velocity *= 1.0 / algo.comm.size
 
 
 class LocalSGD(Algorithm):
@@ -37,6 +56,11 @@ class LocalSGD(Algorithm):
             default=4,
             help="Local SGD period tau, and Oscars' base period tau_0: local steps per "
             "round between model averagings (default 4)",
+        )
+        parser.add_argument(
+            "--momentum-sync", choices=MOMENTUM_SYNCS, default="keep",
+            help="Local SGD and Oscars: momentum buffers at each averaging: keep them local "
+            "(default), zero them, or average them (one more Allreduce per round)",
         )
 
     @classmethod
@@ -69,6 +93,7 @@ class LocalSGD(Algorithm):
         self.comm.Allreduce(self.model.params)
         with self.timer.phase("update"):
             self.model.params *= 1.0 / self.comm.size
+        sync_momentum(self, self.config.momentum_sync)
 
     def step(self, x: Any, y: Any) -> StepStats:
         loss = self.local_step(x, y)

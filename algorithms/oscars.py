@@ -23,7 +23,12 @@ schedule, and a speed change still shows within a few rounds. Every rank compute
 from the same reduced vector: the global view needs no coordinator.
 ``--adaptive off`` gives every rank tau_0, which is exactly Local SGD with
 period tau_0. ``--period-growth ALPHA`` makes tau_0(r) = tau_0 * (1 + ALPHA*r)
-(the adaptive period of 1910.13598). Momentum buffers stay local.
+(the adaptive period of 1910.13598). Momentum buffers stay local across
+averaging by default (only the parameters are reset to W_start);
+``--momentum-sync zero|average`` (defined by Local SGD) restarts or averages
+them at every averaging. Every step records the c_k its round's schedule was
+computed from (rank dataset ``speed``; 0 in round 0, before any measurement),
+so a schedule can be checked against its inputs.
 
 ``--overlap``: after a round's last step the rank starts the Iallreduce and
 takes the FIRST step of the next round while it is in flight (polling it
@@ -52,6 +57,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.localsgd import sync_momentum
 from syncbench.kernels.ops import axpy_
 
 #: Slack for floor(T / c_k): T / c_max must give tau_0, not tau_0 - 1, after rounding.
@@ -120,8 +126,8 @@ class Oscars(Algorithm):
                             help="Oscars: per-rank local steps from measured speeds (on, "
                             "default) or --period for all (= Local SGD)")
         parser.add_argument("--overlap", action="store_true",
-                            help="Oscars: take the next round's first step while the round's "
-                            "Iallreduce is in flight")
+                            help="Oscars: take exactly one step, the next round's first, while "
+                            "the round's Iallreduce is in flight")
         parser.add_argument("--period-growth", type=float, default=0.0,
                             help="Oscars: tau_0 grows as tau_0*(1 + ALPHA*round) (default 0)")
         parser.add_argument("--global-lr", type=float, default=1.0,
@@ -227,7 +233,7 @@ class Oscars(Algorithm):
         if self.pending is not None:  # the overlapped first step of this round
             self._complete()
         stats = StepStats(loss=loss, samples=int(x.shape[0]), local_steps=self.tau,
-                          round=self.round)
+                          round=self.round, speed=self.speeds[self.comm.rank])
         if self.round_steps >= self.tau:
             self._start_reduction()
             if not self.config.overlap or self.scheduled >= self.total_steps:
@@ -272,6 +278,7 @@ class Oscars(Algorithm):
                 self.model.params += self.w_start
             else:
                 self.model.params[...] = self.w_start
+        sync_momentum(self, self.config.momentum_sync)
         self.consumed += sum_tau
         self.round_steps -= self.tau
         self.round += 1

@@ -8,14 +8,16 @@ for the target):
 * :class:`ParamWindow` holds the flat parameter vector, cut into contiguous
   shards (:func:`shard_layout`): one per rank (``sharded``) or all on rank 0
   (``single``, ``dedicated``). Every access is a passive-target epoch with a
-  SHARED lock per owner: ``Lock(owner, LOCK_SHARED)``, ``Get`` or
-  ``Accumulate(SUM)``, ``Unlock``. An epoch locks every owner first and
-  unlocks them after all operations are posted, so the shards are
-  transferred concurrently instead of one round trip after another.
-  Accumulate is element-wise atomic (MPI-3.1 section 11.7.1), so concurrent
-  pushes are never lost; a ``Get`` that races with an ``Accumulate`` may see
-  some elements before and some after it (Hogwild-style; only element-wise
-  consistent), which asynchronous SGD tolerates.
+  SHARED lock per owner: ``Lock(owner, LOCK_SHARED)``, ``Get_accumulate``
+  with ``NO_OP`` (a read) or ``Accumulate(SUM)``, ``Unlock``. An epoch locks
+  every owner first and unlocks them after all operations are posted, so the
+  shards are transferred concurrently instead of one round trip after
+  another. Accumulate-type calls are element-wise atomic with each other
+  (MPI-3.1 section 11.7.1): concurrent pushes are never lost, and a read
+  sees each element either before or after a concurrent push (different
+  elements may differ: Hogwild-style, which asynchronous SGD tolerates). A
+  plain ``Get`` would not do: its outcome when it races an ``Accumulate``
+  on the same memory is undefined.
 * :class:`Counters` holds a few int64 counters on rank 0, changed only with
   ``Fetch_and_op`` (atomic: ``SUM`` to add, ``NO_OP`` to read).
 
@@ -95,6 +97,7 @@ class ParamWindow:
         self.dtype = np.dtype(dtype)
         self.shards = shard_layout(n, comm.Get_size(), layout)
         self.lock_assert = lock_assert
+        self._mpi_type = MPI.Datatype.fromcode(self.dtype.char)
         mine = [s for s in self.shards if s.owner == self.rank]
         self.local_shard: Shard | None = mine[0] if mine else None
         count = mine[0].hi - mine[0].lo if mine else 0
@@ -104,8 +107,14 @@ class ParamWindow:
         """Write this rank's shard of ``full`` into its own window (before training)."""
         if self.local_shard is None:
             return
+        self.set_shard(full[self.local_shard.lo : self.local_shard.hi])
+
+    def set_shard(self, values: np.ndarray) -> None:
+        """Write this rank's own shard (``read_local``'s inverse; before training)."""
+        if self.local_shard is None:
+            return
         self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
-        self.local[...] = full[self.local_shard.lo : self.local_shard.hi]
+        self.local[...] = values
         self.win.Unlock(self.rank)
 
     def read_local(self) -> np.ndarray:
@@ -132,9 +141,16 @@ class ParamWindow:
                 self.win.Unlock(shard.owner)
 
     def get(self, out: np.ndarray) -> None:
-        """Post a ``Get`` of every shard into ``out`` (inside :meth:`epoch`)."""
+        """Post an atomic read of every shard into ``out`` (inside :meth:`epoch`).
+
+        ``Get_accumulate`` with ``NO_OP``: the origin buffer is ignored (none
+        is passed), the target's elements land in ``out``.
+        """
         for shard in self.shards:
-            self.win.Get(out[shard.lo : shard.hi], shard.owner)
+            count = shard.hi - shard.lo
+            self.win.Get_accumulate([None, 0, self._mpi_type], out[shard.lo : shard.hi],
+                                    shard.owner, target=(0, count, self._mpi_type),
+                                    op=MPI.NO_OP)
 
     def accumulate(self, delta: np.ndarray) -> None:
         """Post ``window += delta`` on every shard (``Accumulate`` SUM, inside :meth:`epoch`)."""
@@ -147,7 +163,7 @@ class ParamWindow:
             self.win.Flush(shard.owner)
 
     def pull(self, out: np.ndarray) -> None:
-        """``out = window`` (one epoch of Gets)."""
+        """``out = window`` (one epoch of atomic reads)."""
         with self.epoch():
             self.get(out)
 
@@ -184,6 +200,23 @@ class Counters:
             self.win.Unlock(0)
         self._origin = np.zeros(count, np.int64)
         self._result = np.zeros(count, np.int64)
+
+    def read_local(self) -> np.ndarray:
+        """A copy of the counters on rank 0 (empty elsewhere)."""
+        if self.rank != 0:
+            return np.zeros(0, np.int64)
+        self.win.Lock(0, MPI.LOCK_SHARED, self.lock_assert)
+        out = self.local.copy()
+        self.win.Unlock(0)
+        return out
+
+    def set_local(self, values: np.ndarray) -> None:
+        """Set the counters on rank 0 (restoring a checkpoint; a no-op elsewhere)."""
+        if self.rank != 0:
+            return
+        self.win.Lock(0, MPI.LOCK_EXCLUSIVE)
+        self.local[...] = values
+        self.win.Unlock(0)
 
     def fetch_and_ops(self, ops: list[tuple[int, int, MPI.Op]]) -> list[int]:
         """Apply each ``(index, value, op)`` atomically, in one epoch; values before each op.

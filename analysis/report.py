@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .context import format_contexts, machine_context
+from .labels import run_label
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES, REPORT_KEYS
 from .tables import (
@@ -63,7 +64,7 @@ def report_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
     rows = []
     for path in paths:
         run = read_run(path)
-        root = {"algorithm": run.algorithm, "world_size": run.world_size}
+        root = {"algorithm": run_label(run.attrs), "world_size": run.world_size}
         row: dict[str, Any] = {}
         for key in REPORT_KEYS:
             if key in root:

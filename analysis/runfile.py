@@ -20,6 +20,7 @@ from .schema import (
     COMPLETE_ATTR,
     EVAL_COLUMNS,
     EVAL_GROUP,
+    RANK_COLUMN_DEFAULTS,
     RANK_COLUMNS,
     RANKS_GROUP,
     SCHEMA,
@@ -124,6 +125,9 @@ def _columns(
     cols: dict[str, np.ndarray] = {}
     for name in names:
         obj = f[group].get(name)
+        if obj is None and name in RANK_COLUMN_DEFAULTS:  # a file older than the column
+            cols[name] = None  # filled in below, once the row count is known
+            continue
         if not isinstance(obj, h5py.Dataset):
             raise RunFileError(path, f"is incomplete: missing /{group}/{name}")
         data = np.asarray(obj[()])
@@ -132,6 +136,10 @@ def _columns(
                 path, f"is malformed: /{group}/{name} has shape {data.shape}, expected 1-D"
             )
         cols[name] = data
+    rows = max((len(c) for c in cols.values() if c is not None), default=0)
+    for name, col in cols.items():
+        if col is None:
+            cols[name] = np.full(rows, RANK_COLUMN_DEFAULTS[name], dtype=names[name])
     lengths = {len(c) for c in cols.values()}
     if len(lengths) > 1:
         raise RunFileError(

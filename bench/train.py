@@ -243,7 +243,7 @@ class Run:
             if pause is not None:  # ASGD: every rank stops to checkpoint, off the clock
                 started = MPI.Wtime()
                 loop.next_ckpt = pause + loop.ckpt_stride
-                self.checkpoint(loop, started - t0)
+                self.checkpoint(loop, started - t0, tag=pause // self.budget.batch_size)
                 loop.eval_seconds += MPI.Wtime() - started
                 continue
             self.timer.reset()
@@ -373,8 +373,13 @@ class Run:
         evals = self.evals.columns() if self.rank == 0 else None
         flush_rows(self.parts, self.rank, self.recorder.columns(), self.rank_attrs(), evals)
 
-    def checkpoint(self, loop: LoopState, elapsed: float) -> None:
-        """Save every rank's resumable state at this evaluation point (collective)."""
+    def checkpoint(self, loop: LoopState, elapsed: float, tag: int | None = None) -> None:
+        """Save every rank's resumable state at this evaluation point (collective).
+
+        ``tag`` names the checkpoint on every rank (default: the step, the same
+        on every rank of a lock-step algorithm; ASGD passes its pause point).
+        """
+        tag = loop.step if tag is None else tag
         loop.elapsed = elapsed
         state = {
             "algorithm": self.algorithm.state(),
@@ -384,11 +389,11 @@ class Run:
         }
         if self.rank == 0:
             state["evals"] = self.evals.columns()
-        save_state(self.parts, self.rank, loop.step, state)
+        save_state(self.parts, self.rank, tag, state)
         self.flush()
         self.mpi.Barrier()
         if self.rank == 0:
-            commit_checkpoint(self.parts, loop.step, self.size)
+            commit_checkpoint(self.parts, tag, self.size)
 
     def restore(self, loop: LoopState) -> None:
         """Continue from the newest complete checkpoint (``--resume``)."""

@@ -219,6 +219,9 @@ def test_oscars_averaging_is_exact_and_identical(averaging, extra):
                                         for _ in range(t[algo.comm.rank])]
     assert [s.local_steps for s in stats] == [t[algo.comm.rank] for t in algo.history
                                               for _ in range(t[algo.comm.rank])]
+    # the speed each step's schedule used: none measured in round 0, then this rank's c_k
+    mine = 4.0 if algo.comm.rank == size - 1 else 1.0
+    assert [s.speed for s in stats] == [0.0 if s.round == 0 else mine for s in stats]
     expected = _on_rank0(serial_rounds, data, size, config, expected_schedules, averaging,
                              overlap="--overlap" in extra)
     np.testing.assert_allclose(algo.consensus_params(), expected, rtol=0, atol=1e-10)
@@ -293,3 +296,31 @@ def test_state_round_trip_resumes_exactly(algorithm):
     assert second.steps_taken == whole.steps_taken
     if algorithm == "oscars":
         assert second.history == whole.history
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm", ["localsgd", "oscars"])
+@pytest.mark.parametrize("sync", ["keep", "zero", "average"])
+def test_momentum_sync_at_averaging(algorithm, sync):
+    """keep: velocities stay local (differ); zero: restarted; average: one common mean."""
+    from mpi4py import MPI
+
+    steps = 8
+    algo, stream, _, config = _setup(algorithm, steps, "--period", "4", "--adaptive", "off",
+                                     "--momentum-sync", sync)
+    assert config.momentum_sync == sync
+    _train(algo, stream)
+    velocity = np.asarray(algo.optimizer.velocity)
+    every = MPI.COMM_WORLD.allgather(velocity)
+    if sync == "zero":
+        assert not np.any(velocity)
+    elif sync == "average":
+        assert np.any(velocity)
+        for other in every:
+            np.testing.assert_allclose(other, velocity, rtol=0, atol=1e-14)
+    else:
+        assert not np.allclose(every[0], every[1])
+
+
+def test_momentum_sync_defaults_to_keep():
+    assert train_config("--algorithm", "oscars").momentum_sync == "keep"

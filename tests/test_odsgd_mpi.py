@@ -14,6 +14,8 @@ from helpers import rank_streams, run_mpi, train_config
 from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
+from syncbench.analysis.labels import run_label
+from syncbench.analysis.report import format_report, report_rows
 from syncbench.bench.data import make_synthetic
 from syncbench.kernels.models import build_model
 
@@ -33,7 +35,7 @@ def serial_odsgd(model_name, data, world, config, steps):
     w_g = models[0].params.copy()
     global_opt = MomentumSGD(w_g, config.lr, config.momentum, config.weight_decay)
     streams = rank_streams(data.train_x, data.train_y, world, BATCH, SEED)
-    w_loc_prev = [None] * world
+    w_g_prev = [None] * world
     in_flight = None  # the averaged gradient of the previous step, not yet applied
     trajectory = []
     for t in range(steps):
@@ -52,15 +54,17 @@ def serial_odsgd(model_name, data, world, config, steps):
             in_flight = average
             for k, (model, g) in enumerate(zip(models, grads)):
                 local = g
-                if config.local_opt == "dc":
-                    if w_loc_prev[k] is None:
-                        w_loc_prev[k] = model.params.copy()
-                    local = g + config.dc_lambda * g * g * (model.params - w_loc_prev[k])
-                    w_loc_prev[k] = model.params.copy()
-                model.params[...] = w_g - (config.lr_local / world) * local
+                if config.local_opt == "dc":  # the paper code's: lambda*g*g*(W_g(t) - W_g(t-1))
+                    if w_g_prev[k] is None:
+                        w_g_prev[k] = w_g.copy()
+                    local = g + config.dc_lambda * g * g * (w_g - w_g_prev[k])
+                    w_g_prev[k] = w_g.copy()
                 if config.local_lookahead == "on":
                     known = config.momentum * global_opt.velocity + config.weight_decay * w_g
-                    model.params -= config.lr * known
+                    model.params[...] = w_g - (config.lr_local / world) * local - config.lr * known
+                else:  # the paper's: W_g - lr_local * (g/N + wd*W_g), local momentum 0
+                    model.params[...] = w_g - config.lr_local * (
+                        local / world + config.weight_decay * w_g)
         trajectory.append((w_g.copy(), [m.params.copy() for m in models]))
     if in_flight is not None:
         global_opt.step(w_g, in_flight)
@@ -168,12 +172,12 @@ def test_odsgd_flags_are_validated():
             cls.validate(train_config("--algorithm", "odsgd", *flags), 2)
     config = train_config("--algorithm", "odsgd", "--lr", "0.3")
     assert config.warmup_steps == 50 and config.lr_local is None and config.local_opt == "sgd"
-    assert config.local_lookahead == "on"
+    assert config.local_lookahead == "off"  # the paper's recurrence is the default
 
 
 @pytest.mark.mpi(min_size=2)
 def test_default_local_learning_rate_follows_the_lookahead():
-    """N*lr with the look-ahead (W_loc predicts the next W_g), plain --lr without it."""
+    """Plain --lr by default (the paper); N*lr with the look-ahead (W_loc predicts W_g)."""
     from mpi4py import MPI
 
     from syncbench.algorithms.base import Budget
@@ -182,7 +186,8 @@ def test_default_local_learning_rate_follows_the_lookahead():
 
     size = MPI.COMM_WORLD.Get_size()
     cls = get_algorithm("odsgd")
-    for flags, expected in (((), 0.3 * size), (("--local-lookahead", "off"), 0.3)):
+    for flags, expected in (((), 0.3), (("--local-lookahead", "on"), 0.3 * size),
+                            (("--local-lookahead", "on", "--lr-local", "0.2"), 0.2)):
         config = train_config("--algorithm", "odsgd", "--lr", "0.3", *flags)
         model = build_model("mlp", (1, 28, 28), 10, dtype=np.float64)
         algo = cls(model, Communicator(MPI.COMM_WORLD), config, Budget(64 * size, 8, size))
@@ -202,6 +207,9 @@ def test_train_odsgd_end_to_end_writes_run_file(tmp_path):
     run = read_run(out)
     assert run.attrs["algorithm"] == "odsgd" and run.world_size == 2
     assert run.config["local_opt"] == "dc" and run.config["warmup_steps"] == 4
+    assert run.attrs["warmup_steps"] == 4 and run.config["local_lookahead"] == "off"
+    assert run_label(run.attrs) == "odsgd"
+    assert format_report(report_rows([str(out)]), "csv").splitlines()[1].startswith("odsgd,")
     steps = 512 // 2 // 16
     for rank in (0, 1):
         rows = run.ranks[rank]
@@ -210,3 +218,12 @@ def test_train_odsgd_end_to_end_writes_run_file(tmp_path):
         assert np.all(np.isfinite(rows["loss"]))
     assert run.eval["samples_seen"][-1] == steps * 16 * 2
     assert 0.0 <= run.summary["final_accuracy"] <= 1.0
+
+
+def test_lookahead_runs_are_labelled_as_the_variant():
+    config = '{"local_lookahead": "on", "lr": 0.05}'
+    assert run_label({"algorithm": "odsgd", "config": config}) == "odsgd+la"
+    assert run_label({"algorithm": "odsgd", "config": {"local_lookahead": "on"}}) == "odsgd+la"
+    assert run_label({"algorithm": "odsgd", "config": {"local_lookahead": "off"}}) == "odsgd"
+    assert run_label({"algorithm": "odsgd"}) == "odsgd"  # older files: no such flag
+    assert run_label({"algorithm": "ssgd", "config": {"local_lookahead": "on"}}) == "ssgd"

@@ -153,7 +153,6 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize(("flags", "needle"), [
-    (["--checkpoint-every", "5"], "asgd cannot --checkpoint-every"),
     (["--target-accuracy", "0.5", "--stop-at-target"], "asgd cannot --stop-at-target"),
 ])
 def test_asgd_refuses_flags_it_cannot_honour(tmp_path, flags, needle):
