@@ -97,7 +97,9 @@ Scaling
     (recorded by ``syncbench sweep`` / ``train --scaling-mode``) when every
     run of the series records the same one and the samples agree (strong:
     total samples within 1 % of work0; weak: samples per rank within 1 % of
-    work0 / N0), ``mixed`` when they do not; without a record, ``strong`` or
+    work0 / N0; or within the rounding of the budget to whole steps: one
+    step of every rank, resp. of one rank), ``mixed`` when they do not;
+    without a record, ``strong`` or
     ``weak`` as the samples say, else ``mixed``.
     ``speedup = X / X0`` and ``efficiency = speedup * N0 / N`` for both kinds.
     Under *strong* scaling (the same total samples at every N)
@@ -612,8 +614,15 @@ def series_identity(row: dict[str, Any], extra: Sequence[str] = ()) -> tuple:
     return tuple(key)
 
 
-def _close(a: float, b: float) -> bool:
-    return _finite(a) and _finite(b) and abs(a - b) <= WORK_RTOL * max(abs(a), abs(b))
+def _close(a: float, b: float, slack: float = 0.0) -> bool:
+    """Equal within :data:`WORK_RTOL`, or within ``slack`` (whole-step rounding)."""
+    return _finite(a) and _finite(b) and \
+        abs(a - b) <= max(WORK_RTOL * max(abs(a), abs(b)), slack)
+
+
+def _batch_per_rank(row: dict[str, Any]) -> float:
+    """Samples per step of one rank (0 when the run has no step)."""
+    return float(row["samples"]) / row["steps"] if row.get("steps") else 0.0
 
 
 def _series_labels(groups: dict[tuple, list[dict[str, Any]]]) -> dict[tuple, str]:
@@ -652,8 +661,12 @@ def _labels_of(keys: list[tuple]) -> dict[tuple, str]:
 def _scaling_kind(members: list[dict[str, Any]], n0: int, work0: float) -> str:
     """strong / weak as recorded (checked against the samples), else as the samples say."""
     recorded = {_mode_of(r) for r in members}
-    strong = all(_close(r["samples"], work0) for r in members)
-    weak = all(_close(r["samples"] / r["world_size"], work0 / n0) for r in members)
+    # a budget is rounded to whole steps per rank: allow one step of every rank
+    # of the larger run (strong) or one step of a rank (weak) besides 1 %
+    b = max((_batch_per_rank(r) for r in members), default=0.0)
+    n_max = max(int(r["world_size"]) for r in members)
+    strong = all(_close(r["samples"], work0, b * n_max) for r in members)
+    weak = all(_close(r["samples"] / r["world_size"], work0 / n0, b) for r in members)
     if recorded == {"strong"}:
         return "strong" if strong else "mixed"
     if recorded == {"weak"}:
