@@ -135,6 +135,7 @@ import numpy as np
 from mpi4py import MPI
 
 from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.device_buffers import HostMirror
 from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
 
 VERSION, CLAIMS = 0, 1
@@ -218,8 +219,11 @@ class ASGD(Algorithm):
         self._lock_assert = LOCK_ASSERTS[config.rma_assert]
         self._on_host = not model.backend.is_gpu
         n, dtype = model.size, model.dtype
-        # W_pulled lives in model.params on the CPU (the read lands there directly).
-        self._pulled = model.params if self._on_host else np.empty(n, dtype)
+        # W_pulled lives in model.params on the CPU (the read lands there directly); on
+        # the GPU in a pinned mirror of them, and the gradient is read through another.
+        self._param_mirror = None if self._on_host else HostMirror(model.backend, model.params)
+        self._grad_mirror = None if self._on_host else HostMirror(model.backend, model.grads)
+        self._pulled = model.params if self._on_host else self._param_mirror.host
         self._velocity = np.zeros(n, dtype)
         self._delta = np.zeros(n, dtype)
         self._scratch = np.zeros(n, dtype)
@@ -323,7 +327,7 @@ class ASGD(Algorithm):
             self.pull_seconds.append(time.perf_counter() - start)
         if not self._on_host:
             with self.timer.phase("update"):
-                self.model.params[...] = self.model.backend.asarray(self._pulled)
+                self._param_mirror.push(self.model.params)
 
     def compute(self, x: Any, y: Any) -> float:
         """Gradient of the mini-batch on W_pulled into ``model.grads``; returns the loss."""
@@ -354,7 +358,7 @@ class ASGD(Algorithm):
 
     def push(self) -> tuple[int, int]:
         """W += delta, version++ (and claim the next ticket); returns the staleness bounds."""
-        grads = self.model.backend.to_numpy(self.model.grads)
+        grads = self.model.grads if self._on_host else self._grad_mirror.pull(self.model.grads)
         if not self.dc:
             with self.timer.phase("update"):
                 self._update(grads)

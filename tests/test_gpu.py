@@ -517,3 +517,41 @@ def test_loss_and_grad_synchronizes_at_its_end_on_the_gpu_backend():
     loss = model.loss_and_grad(x, y, on_grads_ready=lambda offset: calls.append("hook"))
     assert isinstance(loss, float) and np.isfinite(loss)
     assert calls[-1] == "sync" and calls.count("sync") == 1 and "hook" in calls
+
+
+# -- ASGD through its pinned mirrors ---------------------------------------------------------
+def _asgd_run(backend, steps=5, batch=16, seed=5):
+    from mpi4py import MPI
+
+    data = make_synthetic(256, 32, (1, 28, 28), 10, seed=2)
+    config = train_config("--algorithm", "asgd", "--ps-layout", "single", "--lr", "0.1",
+                          "--momentum", "0.9", "--weight-decay", "1e-4")
+    model = build_model("mlp", data.input_shape, 10, backend, np.float64, seed=seed)
+    comm = MPI.COMM_SELF.Dup()
+    algo = get_algorithm("asgd")(model, Communicator(comm), config, Budget(steps * batch, batch, 1))
+    stream = rank_streams(data.train_x, data.train_y, 1, batch, seed)[0]
+    try:
+        while not algo.done():
+            algo.step(*stream.next())
+        algo.finish()
+        params = np.array(algo.consensus_params())
+    finally:
+        algo.close()
+        comm.Free()
+    return algo, params
+
+
+def test_asgd_on_the_gpu_backend_goes_through_pinned_mirrors(monkeypatch):
+    """Pulled weights and pushed gradients go through the two pinned HostMirrors (one copy
+    each per step, each complete on return) and the result equals the CPU run."""
+    calls: list[str] = []
+    fake = Backend("cupy", _NumpyWithRecordingCuda(calls), "stand-in")
+    monkeypatch.setattr(device_buffers, "host_empty",
+                        lambda backend, shape, dtype: np.empty(shape, dtype))
+    _RecordingArray.calls = calls
+    algo, params = _asgd_run(fake)
+    _, expected = _asgd_run(numpy_backend())
+    np.testing.assert_array_equal(params, expected)
+    assert algo._param_mirror.copies == algo._grad_mirror.copies == 5
+    assert calls.count("set") == 5 and calls.count("get") == 5
+    assert all(calls[i + 1] == "sync" for i, c in enumerate(calls) if c in ("set", "get"))
