@@ -471,6 +471,14 @@ def test_emulated_kernels_propagate_nan_like_the_cpu_layers(emulated_gpu_path):
     assert np.isnan(cpu[0]).any() and np.isnan(cpu[2]).any()
     for c, g in zip(cpu, gpu):
         np.testing.assert_array_equal(g, c)
+    logits, labels = rng.standard_normal((3, 10)), np.array([1, 2, 3])
+    logits[1, 4] = np.nan  # a NaN logit: the mean loss and that row's gradient are NaN
+    with np.errstate(invalid="ignore"):
+        cpu_loss, cpu_d = ops.softmax_xent.reference(logits, labels)
+    gpu_loss, gpu_d = ops.softmax_xent(logits, labels)
+    assert np.isnan(cpu_loss) and np.isnan(gpu_loss)
+    np.testing.assert_array_equal(np.isnan(gpu_d), np.isnan(cpu_d))
+    assert np.isnan(gpu_d[1]).all()
 
 
 @needs_gxx
