@@ -254,3 +254,47 @@ def test_bad_input_is_one_line_and_status_2(tmp_path):
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("syncbench simulate: error:"), flags
         assert not (tmp_path / "x.h5").exists()
+
+
+@needs_simgrid
+def test_sweep_simulate_writes_a_scaling_series(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "syncbench", "sweep", "--simulate", "--mode", "weak", "--np",
+         "4,16", "--algorithms", "ssgd,oscars", "--out-dir", str(tmp_path), "--steps", "4",
+         "--platform", "fat-tree"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for algorithm in ("ssgd", "oscars"):
+        for n in (4, 16):
+            run = read_run(tmp_path / f"{algorithm}-weak-np{n}-r0.h5")
+            assert run.attrs[schema.SIMULATED_ATTR] is True and run.world_size == n
+            assert run.attrs["scaling_mode"] == "weak"
+            assert all(len(c["step"]) == 4 for c in run.ranks.values()) or algorithm == "oscars"
+    # one series per algorithm: the 16-rank point has an efficiency, not "-"
+    cells = [[c.strip() for c in ln.split("|")] for ln in proc.stdout.splitlines()
+             if ln.startswith("| ssgd")]
+    points = [c for c in cells if len(c) > 8 and c[2] == "16"]
+    assert points and float(points[-1][8]) > 0  # efficiency vs the 4-rank point
+
+
+@needs_simgrid
+def test_validate_prints_measured_and_predicted(tmp_path):
+    from helpers import run_mpi
+
+    data = ["--dataset", "synthetic", "--synthetic-samples", "1024", "--eval-every", "0",
+            "--progress", "never"]
+    work, run, comm = tmp_path / "work.h5", tmp_path / "run.h5", tmp_path / "comm.h5"
+    for np_, out in ((1, work), (2, run)):
+        proc = run_mpi(np_, "train", "--algorithm", "ssgd", *data, "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+    proc = run_mpi(2, "comm", "--op", "allreduce", "--min-size", "1024", "--max-size",
+                   "1048576", "--iterations", "10", "--skip", "2", "--out", str(comm))
+    assert proc.returncode == 0, proc.stderr
+    proc = simulate("--validate", str(run), "--workload", str(work), "--calibrate", str(comm))
+    assert proc.returncode == 0, proc.stderr
+    row = [ln for ln in proc.stdout.splitlines() if ln.startswith("run.h5")]
+    assert len(row) == 1 and " ssgd " in row[0] and "%" in row[0]
+    fields = row[0].split()
+    measured, predicted = float(fields[4]), float(fields[5])
+    assert measured > 0 and predicted > 0
+    assert "calibrated from" in proc.stdout and "mean |error|" in proc.stdout
