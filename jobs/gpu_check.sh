@@ -82,7 +82,7 @@ from syncbench.kernels.backend import preload_cuda_wheels, probe_gpu
 print("CUDA wheel libraries:", ", ".join(p.rsplit("/", 1)[-1] for p in preload_cuda_wheels()))
 cupy, reason = probe_gpu()
 if cupy is None:
-    sys.exit(f"gpu_check: the GPU probe failed: {reason}")
+    sys.exit(f"gpu_check: no usable GPU: {reason}")
 props = cupy.cuda.runtime.getDeviceProperties(0)
 name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
 print(f"cupy {cupy.__version__}, {cupy.cuda.runtime.getDeviceCount()} device(s), 0: {name}, "

@@ -11,7 +11,10 @@ machine whose driver works but whose NVRTC or cuBLAS does not load falls back
 to the CPU under ``--device auto`` (and fails with one clear line under
 ``--device gpu``) instead of failing at the first step. CUDA libraries from
 the ``nvidia-*-cu12`` wheels of the ``[gpu]`` extra are loaded first
-(:func:`preload_cuda_wheels`): CuPy 13 looks for them by name only.
+(:func:`preload_cuda_wheels`): CuPy 13's extension modules link
+``libnvrtc.so.12`` and ``libcublas.so.12`` by name, which the loader does not
+find under ``site-packages/nvidia`` (checked with CuPy 13.6: without the
+preload its NVRTC module fails to import; with it, it loads NVRTC 12.9).
 
 The device is bound before MPI starts (:func:`bind_before_mpi`, called by
 the command line before ``mpi4py.MPI`` is imported): Open MPI's smcuda and
