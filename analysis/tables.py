@@ -118,7 +118,8 @@ Repeats (``--by KEY,...``)
     group row is the median over its runs, and the columns of
     :data:`SPREAD_KEYS` also get ``<key>_min`` / ``<key>_max``. NaN values are
     ignored, except ``time_to_target_s``, where a run that missed the target
-    counts as infinitely slow (median NaN when half or more missed).
+    or diverged counts as infinitely slow (median NaN when half or more did).
+    ``diverged`` and ``overlapped`` count the group's runs that were.
 """
 
 from __future__ import annotations
@@ -835,6 +836,8 @@ def aggregate(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[st
         g: dict[str, Any] = {}
         for key in (*REPORT_KEYS, PATH_KEY, *NEW_KEYS):
             column = [m[key] for m in members]
+            if key == "time_to_target_s":  # a diverged run never counts as faster
+                column = [NAN if m.get("diverged") else v for m, v in zip(members, column)]
             if key == PATH_KEY:
                 g[key] = column
             elif key == "complete":

@@ -770,3 +770,17 @@ def test_report_on_a_simulated_run_without_evaluations(tmp_path, capsys):
     rc, out, _ = _report(*paths, "--format", "json", capsys=capsys)
     data = json.loads(out)
     assert data[0]["final_accuracy"] is None and data[0]["simulated"] is True
+
+
+def test_group_time_to_target_counts_a_diverged_run_as_never(tmp_path):
+    import h5py
+
+    paths = [write_file(tmp_path / f"r{i}.h5", algorithm="asgd", world_size=2, wall=3.0,
+                        steps_per_rank=4, evals=make_evals(accuracy=(0.9, 0.9)), target=0.8)
+             for i in range(2)]
+    with h5py.File(paths[0], "r+") as f:  # reached the target at t=1, then diverged
+        f["summary"].attrs["diverged"] = True
+    (g,) = aggregate(_rows(paths, by=("algorithm",)), ("algorithm",))
+    assert g["diverged"] == 1 and g["repeats"] == 2
+    assert math.isnan(g["time_to_target_s"]) and math.isnan(g["time_to_target_s_max"])
+    assert g["time_to_target_s_min"] == 1.0
