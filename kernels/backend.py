@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping
@@ -124,6 +125,9 @@ def preload_cuda_wheels(paths: list[str] | None = None) -> list[str]:
 
 
 def _import_cupy() -> ModuleType | None:
+    """CuPy, imported after the wheels' CUDA libraries; None (nothing loaded) without it."""
+    if importlib.util.find_spec("cupy") is None:
+        return None
     preload_cuda_wheels()
     try:
         import cupy  # noqa: PLC0415 - optional dependency, GPU path only

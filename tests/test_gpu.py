@@ -555,3 +555,23 @@ def test_asgd_on_the_gpu_backend_goes_through_pinned_mirrors(monkeypatch):
     assert algo._param_mirror.copies == algo._grad_mirror.copies == 5
     assert calls.count("set") == 5 and calls.count("get") == 5
     assert all(calls[i + 1] == "sync" for i, c in enumerate(calls) if c in ("set", "get"))
+
+
+def test_without_cupy_no_cuda_library_is_loaded():
+    """--device auto on a machine without CuPy loads nothing of CUDA (the NVRTC wheel of
+    the cuda-build extra stays unloaded), before or after MPI starts."""
+    code = textwrap.dedent("""
+        import importlib.util, sys
+        if importlib.util.find_spec("cupy") is not None:
+            sys.exit(3)
+        from syncbench.kernels import backend
+        assert backend.bind_before_mpi("auto", {"SLURM_LOCALID": "0"}) is None
+        assert not backend.select_backend("auto").is_gpu
+        maps = open("/proc/self/maps").read()
+        assert "libnvrtc" not in maps and "libcublas" not in maps
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode == 3:
+        pytest.skip("CuPy is installed")
+    assert proc.returncode == 0, proc.stderr
