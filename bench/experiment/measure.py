@@ -6,7 +6,7 @@ communication fraction is the report's (:mod:`syncbench.analysis.tables`),
 the realised slowdown factor and the interference ratio are
 :mod:`syncbench.analysis.fairness`'s, and the machine context is
 :mod:`syncbench.analysis.context`'s. ``diverged`` is the ``/summary`` flag
-the training driver records.
+the training driver records (recomputed by the analysis for older files).
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from syncbench.analysis import fairness
 from syncbench.analysis.context import machine_context, overlapped_indices
 from syncbench.analysis.runfile import Run
+from syncbench.analysis.summary import run_diverged
 from syncbench.analysis.tables import table_rows, time_to_target
 
 #: Figures of one run, in the order the results file lists them.
@@ -28,23 +27,6 @@ RUN_KEYS: tuple[str, ...] = (
     "realised_factor", "interference_ratio", "hidden_comm_fraction", "buckets",
     "oversubscribed", "overlapped",
 )
-
-
-def diverged(run: Run) -> bool:
-    """The ``/summary`` flag ``diverged``.
-
-    Files written before the flag existed get the same rule applied here
-    (non-finite training loss on some rank, or final accuracy <= 1.5 x chance
-    with the 10 classes of every dataset of the suite); drop this fallback
-    once no such files remain.
-    """
-    flag = run.summary_extra.get("diverged", run.summary.get("diverged"))
-    if flag is not None:
-        return bool(flag)
-    finite = all(np.all(np.isfinite(np.asarray(c["loss"], dtype=np.float64)))
-                 for c in run.ranks.values())
-    acc = float(run.summary.get("final_accuracy", math.nan))
-    return not finite or not (acc > 1.5 / 10)
 
 
 def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
@@ -60,7 +42,7 @@ def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
             "wall_s": float(s["wall_s"]),
             "final_accuracy": float(s["final_accuracy"]),
             "time_to_target_s": time_to_target(run.eval, target),
-            "diverged": diverged(run),
+            "diverged": run_diverged(run),
             "realised_factor": fairness.realised_factor(run),
             "interference_ratio": fairness.interference_ratio(run),
             "hidden_comm_fraction": float(row.get("hidden_comm_fraction", math.nan)),

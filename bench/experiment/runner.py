@@ -160,13 +160,12 @@ def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool,
               left_s: float | None = None) -> str:
     """One line per finished run: its figures from the run file's summary."""
     from syncbench.analysis.runfile import read_run  # noqa: PLC0415
-
-    from .measure import diverged  # noqa: PLC0415
+    from syncbench.analysis.summary import run_diverged  # noqa: PLC0415
 
     run = read_run(p.path)
     s = run.summary
     ttt = s["time_to_target_s"]
-    state = ("DIVERGED" if diverged(run) else
+    state = ("DIVERGED" if run_diverged(run) else
              f"to target {ttt:.2f}s" if math.isfinite(ttt) else "target not reached")
     how = "kept by --resume" if kept else f"{seconds:.0f}s"
     if left_s is not None and i < total:
