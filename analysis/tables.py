@@ -132,6 +132,7 @@ from typing import Any
 import numpy as np
 
 from .context import machine_context, overlapping_runs
+from .labels import run_label
 from .runfile import Run
 from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR
 
@@ -456,7 +457,7 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
     summary = run.summary
     wall = float(summary.get("wall_s", NAN))
     row: dict[str, Any] = {}
-    root = {"algorithm": run.algorithm, "world_size": run.world_size}
+    root = {"algorithm": run_label(run.attrs), "world_size": run.world_size}
     for key in REPORT_KEYS:
         row[key] = root[key] if key in root else float(summary.get(key, NAN))
     row[PATH_KEY] = run.path
