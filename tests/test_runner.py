@@ -201,7 +201,9 @@ def test_tiny_scenario_end_to_end(tmp_path):
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY)
     out = tmp_path / "runs"
-    proc = syncbench("run", str(scenario), "--out-dir", str(out), "--seed", "5", timeout=600)
+    plots = tmp_path / "plots"
+    proc = syncbench("run", str(scenario), "--out-dir", str(out), "--seed", "5",
+                     "--plots", str(plots), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] and results["seed"] == 5
@@ -253,13 +255,27 @@ def test_tiny_scenario_end_to_end(tmp_path):
     lines = proc.stdout.splitlines()
     titles = [i for i, line in enumerate(lines) if line.startswith("# tiny: ")]
     assert len(titles) == 3 and all(lines[i - 1].startswith("machine: ") for i in titles)
-    assert "next:" in proc.stdout and "syncbench trace " in proc.stdout
+    # it ends with where the files are and the next two commands; --plots wrote the plots
+    tail = proc.stdout.strip().splitlines()[-4:]
+    assert tail[0].startswith(f"run files: {out}/ (8 files); results: ")
+    assert tail[1] == "next:"
+    assert f"syncbench report {out}/*.h5 --plots {plots}" in tail[2]
+    assert "syncbench trace " in tail[3] and "ssgd-hom-r0.h5" in tail[3]
+    assert sorted(p.suffix for p in plots.iterdir()) and any(plots.glob("*.png"))
 
     # --resume keeps every finished run and rewrites the same results
     again = syncbench("run", str(scenario), "--out-dir", str(out), "--resume", timeout=300)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("kept by --resume") == 8
     assert json.loads((out / "results.json").read_text())["order"] == results["order"]
+
+
+def test_make_demo_runs_the_demo_scenario_with_plots_in_runs_plots():
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(["make", "-n", "demo"], cwd=root,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "syncbench run demo" in proc.stdout and "--plots runs/plots" in proc.stdout
 
 
 def test_ratio_of_a_missed_target_is_infinite_never_faster():
