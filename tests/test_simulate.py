@@ -125,6 +125,22 @@ def test_without_simgrid_one_line_and_status_2():
     assert "make sim" in lines[0] and "syncbench[sim]" in lines[0]
 
 
+def test_model_size_knob_for_real_runs():
+    from syncbench.bench.cli import build_parser
+    from syncbench.kernels.models import build_model
+
+    assert build_model("mlp:256,128", (1, 28, 28), 10).size == 235146  # = mlp
+    big = build_model("mlp:4096,4096", (1, 28, 28), 10).size
+    assert big == 784 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10  # about 20M
+    one = build_model("mlp:32", (1, 28, 28), 10)
+    assert one.size == 784 * 32 + 32 + 32 * 10 + 10
+    for bad in ("mlp:", "mlp:0", "mlp:a,2", "resnet"):
+        with pytest.raises(ValueError, match="model"):
+            build_model(bad, (1, 28, 28), 10)
+    args = build_parser("train").parse_args(["train", "--model", "mlp:64,32"])
+    assert args.model == "mlp:64,32"
+
+
 # -- with SimGrid ------------------------------------------------------------------------
 
 @needs_simgrid
