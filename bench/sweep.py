@@ -257,6 +257,8 @@ def write_manifest(path: Path, args: argparse.Namespace, train_args: list[str],
         "repeats": args.repeats,
         "global_batch": args.global_batch if args.mode == "strong" else None,
         "batch_size": args.batch_size if args.mode == "weak" else None,
+        "epochs_per_rank": (getattr(args, "epochs_per_rank", None) or DEFAULT_EPOCHS)
+        if args.mode == "weak" else None,
         "train_args": train_args,
         "runs": [asdict(r) for r in runs],
     }
