@@ -240,7 +240,7 @@ _MD_EXTRA: dict[str, str] = {
     "best_accuracy": "{:.4f}", "final_loss": "{:.4f}", "slowdown": "{:g}",
     "exposed_comm_s_per_round": "{:.5f}", "rounds": "{:.1f}",
     "steady_step_s": "{:.5f}", "eval_interval_s": "{:.2f}", "ranks_per_core": "{:.1f}",
-    "warmup_steps": "{:d}", "cores": "{:d}",
+    "warmup_steps": "{:d}", "cores": "{:d}", "slowdown_realised": "{:.2f}",
 }
 _MD_SUFFIX: tuple[tuple[str, str], ...] = (
     ("_fraction", "{:.3f}"), ("_share", "{:.3f}"), ("_share_max", "{:.3f}"),
@@ -460,6 +460,7 @@ def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
     parts += ["", "## Scaling and communication", "", *ctx, md_table(rows, scal, _cell)]
     if per_rank:
         rank_cols = [("rank", "rank"), ("hostname", "host"), ("slowdown", "slowdown"),
+                     ("slowdown_mode", "mode"), ("slowdown_realised", "realised"),
                      ("steps", "steps"), ("busy_s_per_step", "busy s/step"),
                      *((f"{p}_fraction", p) for p in PHASES),
                      ("wait_share", "wait share"), ("idle_share", "idle share"),

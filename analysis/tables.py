@@ -338,7 +338,8 @@ def hidden_communication(run: Run, references: Sequence[Run]) -> float:
 def rank_table(run: Run) -> list[dict[str, Any]]:
     """One row per recorded rank: phase seconds and shares, busy/idle, step times.
 
-    Keys: ``rank``, ``hostname``, ``slowdown``, ``steps``, ``samples``,
+    Keys: ``rank``, ``hostname``, ``slowdown``, ``slowdown_mode``,
+    ``slowdown_realised`` (rank attributes; None in older files), ``steps``, ``samples``,
     ``<phase>_s`` (total seconds), ``<phase>_fraction`` (total / wall),
     ``busy_s`` (non-wait phases), ``busy_s_per_step``, ``wait_share``,
     ``idle_share`` (1 - busy_s / wall), ``step_s_median``, ``step_s_max``.
@@ -353,6 +354,8 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
             "rank": rank,
             "hostname": attrs.get("hostname"),
             "slowdown": attrs.get("slowdown"),
+            "slowdown_mode": attrs.get("slowdown_mode"),
+            "slowdown_realised": attrs.get("slowdown_realised"),
             "steps": steps,
             "samples": int(np.sum(cols["samples"])),
         }
