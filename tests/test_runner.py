@@ -356,6 +356,9 @@ def test_a_diverged_baseline_gives_no_ratio_and_a_diverged_label_says_so():
     assert cells["bad"]["ttt_ratio"]["status"] == "diverged"
     assert cells["bad"]["sps_ratio"]["status"] == "diverged"
     assert cells["ok"]["ttt_ratio"]["status"] == "-"  # nothing to compare against
+    records = [{**r, "diverged": False} if r["label"] == "base" else r for r in records]
+    cells = {c["label"]: c for c in aggregate(records, ["base", "ok"], ["hom"], "base")}
+    assert cells["base"]["ttt_ratio"]["status"] == "not reached"  # NaN time, not diverged
     assert cells["ok"]["sps_ratio"]["median"] == 1.0
 
 

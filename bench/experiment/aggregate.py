@@ -119,6 +119,8 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                     het.append(r["samples_per_s"] / hom["samples_per_s"])
             cell["ttt_ratio"] = spread(ttt, keep_inf=True)
             cell["ttt_ratio"]["status"] = _status(cell["ttt_ratio"], n_div, len(ok))
+            if label == baseline and cell["ttt_ratio"]["status"] == "-":
+                cell["ttt_ratio"]["status"] = "not reached"
             cell["sps_ratio"] = spread(sps)
             cell["sps_ratio"]["status"] = _status(cell["sps_ratio"], n_div, len(ok))
             cell["het_hom"] = spread(het)
