@@ -8,8 +8,13 @@ attributes (``algorithm``, ``world_size``); nothing is recomputed there.
 :mod:`syncbench.analysis.tables` (time per phase, hidden communication,
 stragglers, accuracy, speedup and efficiency, all defined there), optional
 aggregation over repeats (``--by``) and plots (``--plots``, see
-:mod:`syncbench.analysis.plots`). Its JSON rows keep the keys of
-``schema.REPORT_KEYS`` plus ``path`` and only add keys.
+:mod:`syncbench.analysis.plots`). Every Markdown table is headed by the machine
+context (:mod:`syncbench.analysis.context`) and leads with the sync share
+(comm + wait); the summary shows time to target beside the evaluation interval
+that bounds its resolution, and "diverged" / "overlapped" instead of ratios
+that must not be read. Its JSON rows keep the keys of ``schema.REPORT_KEYS``
+plus ``path`` first and only add keys after them (``machine``: the context
+line of the row's runs).
 """
 
 from __future__ import annotations
@@ -391,7 +396,7 @@ def _cell(row: dict[str, Any], key: str) -> str:
 _SYNC = ("sync_fraction", "sync")
 
 
-def context_lines(runs: Sequence[Run]) -> str:
+def context_line(runs: Sequence[Run]) -> str:
     """The machine context of ``runs`` as one line (ranges where runs differ)."""
     return format_contexts([machine_context(run) for run in runs])
 
@@ -402,7 +407,7 @@ def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
 
     Every table leads with the sync share (comm + wait, see
     :mod:`syncbench.analysis.tables`) and is preceded by the machine
-    ``context`` line (:func:`context_lines`); the summary then shows time to
+    ``context`` line (:func:`context_line`); the summary then shows time to
     target and the evaluation interval that bounds its resolution.
     """
     labels = _label_columns(by)
@@ -597,7 +602,7 @@ def report_main(args: argparse.Namespace) -> int:
     except (RunFileError, ValueError, ImportError) as exc:
         err(str(exc))
         return 2
-    context = context_lines(runs)
+    context = context_line(runs)
     by_path = {run.path: machine_context(run) for run in runs}
     for row in rows:  # the JSON and CSV rows carry their own machine line
         paths = row[PATH_KEY] if isinstance(row[PATH_KEY], list) else [row[PATH_KEY]]
