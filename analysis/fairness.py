@@ -72,32 +72,46 @@ def _mean(values: np.ndarray) -> float:
     return float(np.mean(values)) if values.size else NAN
 
 
-def realised_factors(run: RunLike) -> dict[int, float]:
+def _median(values: np.ndarray) -> float:
+    return float(np.median(values)) if values.size else NAN
+
+
+_STATISTICS = {"mean": _mean, "median": _median}
+
+
+def realised_factors(run: RunLike, statistic: str = "mean") -> dict[int, float]:
     """rank -> realised factor, for every rank whose nominal factor is above 1.
 
     Realised factor = the rank's mean (``t_compute`` + ``t_delay``) per step
     over the median across the unslowed ranks of their mean ``t_compute`` per
     step. NaN when no rank is unslowed. Warm-up steps are skipped.
+
+    ``statistic="median"`` takes per-rank medians instead of means. On a
+    machine shared with other jobs, preemption adds the same absolute noise n
+    to every rank's compute whatever its speed, so the mean-based factor
+    reads (f*c + n)/(c + n), below f, even for a perfect emulation; the
+    median-based one is the check that is robust to that.
     """
+    stat = _STATISTICS[statistic]
     factors = nominal_factors(run)
-    normal = [_mean(_col(run, r, "t_compute")) for r, f in factors.items() if f <= 1.0]
+    normal = [stat(_col(run, r, "t_compute")) for r, f in factors.items() if f <= 1.0]
     normal = [v for v in normal if math.isfinite(v)]
     reference = float(np.median(normal)) if normal else NAN
     out = {}
     for rank, factor in factors.items():
         if factor > 1.0:
-            busy = _mean(_col(run, rank, "t_compute") + _col(run, rank, "t_delay"))
+            busy = stat(_col(run, rank, "t_compute") + _col(run, rank, "t_delay"))
             out[rank] = busy / reference if reference > 0 else NAN
     return out
 
 
-def realised_factor(run: RunLike) -> float:
+def realised_factor(run: RunLike, statistic: str = "mean") -> float:
     """The realised factor of the rank with the largest nominal factor (NaN if none > 1).
 
     See :func:`realised_factors`.
     """
     factors = nominal_factors(run)
-    slowed = realised_factors(run)
+    slowed = realised_factors(run, statistic)
     if not slowed:
         return NAN
     slowest = max(slowed, key=lambda r: (factors[r], -r))
@@ -152,10 +166,11 @@ MIN_SHARE = 0.05
 def interference_ratio(run: RunLike, min_share: float = MIN_SHARE) -> float:
     """Unslowed ranks' mean compute while a slowed rank is in delay, over their mean otherwise.
 
-    A step of an unslowed rank counts as "during delay" when the midpoint of
-    its compute phase (``t_start`` + the phases before compute + half of
-    ``t_compute``) lies inside a delay interval of some slowed rank (see
-    :func:`delay_intervals`). 1.0 means the delay gives nothing away; below 1
+    A step of an unslowed rank counts as "during delay" when its compute
+    phase starts (``t_start`` + the phases before compute) inside a delay
+    interval of some slowed rank (see :func:`delay_intervals`). The start,
+    not the midpoint: a compute stretched by preemption would otherwise move
+    into the next interval and bias the ratio. 1.0 means the delay gives nothing away; below 1
     the other ranks ran faster while the straggler was idle. NaN when either
     set holds less than ``min_share`` of the steps: lock-step SSGD's fast
     ranks wait, they do not compute, while the straggler is in its delay.
@@ -170,12 +185,12 @@ def interference_ratio(run: RunLike, min_share: float = MIN_SHARE) -> float:
         if not compute.size:
             continue
         to_compute, _ = _pre_phases(run, rank)
-        mid = _col(run, rank, "t_start") + to_compute + 0.5 * compute
-        inside = np.zeros(mid.size, dtype=bool)
+        begin = _col(run, rank, "t_start") + to_compute
+        inside = np.zeros(begin.size, dtype=bool)
         if intervals.size:
-            i = np.searchsorted(intervals[:, 0], mid, side="right") - 1
+            i = np.searchsorted(intervals[:, 0], begin, side="right") - 1
             ok = i >= 0
-            inside[ok] = mid[ok] < intervals[i[ok], 1]
+            inside[ok] = begin[ok] < intervals[i[ok], 1]
         during.append(compute[inside])
         otherwise.append(compute[~inside])
     if not during:

@@ -74,6 +74,16 @@ def test_realised_factor_skips_warmup_and_picks_the_slowest_rank():
     assert realised_factor(run) == pytest.approx(4.0)
 
 
+def test_median_realised_factor_ignores_preemption_noise():
+    # 1 s of compute, one step in four preempted for 8 s on every rank
+    noise = np.array([0.0, 0.0, 0.0, 8.0] * 5)
+    fast = _rows(np.arange(20), 1.0 + noise)
+    slow = _rows(np.arange(20), 1.0 + noise, np.full(20, 3.0))  # delay: 3 x the median
+    run = _run([fast, slow], [1, 4])
+    assert realised_factor(run) == pytest.approx((4 + 2) / (1 + 2))  # mean: (f*c + n)/(c + n)
+    assert realised_factor(run, statistic="median") == pytest.approx(4.0)
+
+
 def test_realised_factor_nan_without_a_slowed_or_an_unslowed_rank():
     rows = _rows([0, 1], [1.0, 1.0])
     assert math.isnan(realised_factor(_run([rows, rows], [1, 1])))
