@@ -176,8 +176,12 @@ def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool,
 
 
 def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_: int,
-            resume: bool, say: Callable[[str], None]) -> str | None:
-    """Run the plan in order; None on success, else a one-line failure."""
+            resume: bool, say: Callable[[str], None],
+            elapsed: dict[str, float] | None = None) -> str | None:
+    """Run the plan in order; None on success, else a one-line failure.
+
+    ``elapsed`` collects each launched run's seconds (launch to exit) by run id.
+    """
     spent: list[float] = []
     for i, p in enumerate(plan, 1):
         if resume and p.path.exists() and _readable(p.path):
@@ -192,6 +196,8 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
             tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
             return f"run {p.run_id} failed (exit {proc.returncode}): {tail}"
         spent.append(time.perf_counter() - start)
+        if elapsed is not None:
+            elapsed[p.run_id] = spent[-1]
         left = sum(spent) / len(spent) * (len(plan) - i)
         say(_progress(i, len(plan), p, spent[-1], kept=False, left_s=left))
     return None
@@ -328,12 +334,15 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     if repeats < MIN_TIMING_REPEATS:
         say(f"# note: {repeats} repeat(s), fewer than {MIN_TIMING_REPEATS}: the timing ratios "
             "are a quick look, not a timing claim")
-    failure = execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say)
+    elapsed: dict[str, float] = {}
+    failure = execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say, elapsed)
     if failure:
         print(f"{prog}: error: {failure} (rerun with --resume to keep the finished runs)",
               file=sys.stderr)
         return 1
     records, cells, runs = results(scenario, plan, target)
+    for record in records:
+        record["elapsed_s"] = elapsed.get(record["run_id"])
     lines, comparisons = format_all(scenario, plan, records, cells, target)
     print("\n".join(lines))
     from syncbench.analysis.context import format_contexts, merge_contexts  # noqa: PLC0415
