@@ -338,6 +338,9 @@ def test_best_lr_of_a_grid_is_marked_by_time_to_target():
              _cell("od@lr=0.05", "od", ttt=math.inf), _cell("ssgd", ttt=9.0)]
     mark_best(cells)
     assert [c["best_lr"] for c in cells] == [False, True, False, False]
+    cells[0]["samples_per_s"]["median"] = 500.0
+    mark_best(cells, "samples_per_s")
+    assert [c["best_lr"] for c in cells] == [True, False, False, False]
 
 
 def test_a_diverged_baseline_gives_no_ratio_and_a_diverged_label_says_so():

@@ -23,7 +23,8 @@ per (configuration, label). Rules, stated once:
   reached`` when the median is infinite without divergence, ``-`` when no
   repeat gives a ratio (the baseline missed the target or diverged).
 - Within a group expanded from an lr grid, ``best_lr`` marks the label with
-  the best median headline (time to target; ties: samples/s) per configuration.
+  the best median headline per configuration (time to target, ties broken by
+  samples/s; or the reverse when samples/s is the scenario's headline).
 - ``factor_spread``: per configuration, max/min of the realised factors of
   all its runs; flagged when above :data:`FACTOR_TOLERANCE`.
 """
@@ -85,7 +86,8 @@ def _index(records: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
 
 def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
               conditions: Sequence[str], baseline: str, homogeneous: str = "hom",
-              groups: dict[str, str] | None = None) -> list[dict[str, Any]]:
+              groups: dict[str, str] | None = None,
+              headline: str = "time_to_target") -> list[dict[str, Any]]:
     """One cell per (condition, label) present in ``records`` (module docstring)."""
     at = _index(records)
     cells = []
@@ -127,18 +129,20 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
             cell["het_hom"]["status"] = (None if cond == homogeneous else
                                          _status(cell["het_hom"], n_div, len(ok)))
             cells.append(cell)
-    mark_best(cells)
+    mark_best(cells, headline)
     return cells
 
 
-def _headline_key(cell: dict[str, Any]) -> tuple[float, float]:
-    """Sort key, smaller is better: median time to target, then minus median samples/s."""
+def _headline_key(cell: dict[str, Any], headline: str) -> tuple[float, float]:
+    """Sort key, smaller is better: median time to target, then minus median samples/s
+    (the other way round when samples/s is the headline; a diverged cell has none)."""
     ttt = cell["time_to_target_s"]["median"]
-    sps = cell["samples_per_s"]["median"] if not cell["diverged"] else None
-    return (math.inf if ttt is None else ttt, -(sps or 0.0))
+    sps = cell["samples_per_s"]["median"] if cell["diverged"] < cell["runs"] else None
+    key = (math.inf if ttt is None else ttt, -(sps or 0.0))
+    return key if headline == "time_to_target" else (key[1], key[0])
 
 
-def mark_best(cells: list[dict[str, Any]]) -> None:
+def mark_best(cells: list[dict[str, Any]], headline: str = "time_to_target") -> None:
     """Set ``best_lr`` on the best cell of every lr-grid group per condition."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for cell in cells:
@@ -146,7 +150,7 @@ def mark_best(cells: list[dict[str, Any]]) -> None:
         groups.setdefault((cell["condition"], cell["group"]), []).append(cell)
     for members in groups.values():
         if len(members) > 1:
-            min(members, key=_headline_key)["best_lr"] = True
+            min(members, key=lambda c: _headline_key(c, headline))["best_lr"] = True
 
 
 def factor_spread(records: Sequence[dict[str, Any]], condition: str) -> dict[str, Any]:

@@ -229,7 +229,8 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
     labels = [e.label for e in scenario.runs]
     conditions = [c.key for c in _conditions(plan)]
     groups = {e.label: e.group for e in scenario.runs}
-    cells = aggregate(records, labels, conditions, scenario.baseline, groups=groups)
+    cells = aggregate(records, labels, conditions, scenario.baseline, groups=groups,
+                      headline=scenario.headline)
     return records, cells, runs
 
 

@@ -106,7 +106,9 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     if posts:
         notes.append("  reductions posted per step (run files' buckets): " + ", ".join(posts))
     if any(c.get("best_lr") for c in cells):
-        notes.append("  < best lr of its grid by median time to target (ties: samples/s)")
+        notes.append("  < best lr of its grid by the median " + (
+            "time to target (ties: samples/s)" if headline == "time_to_target"
+            else "samples/s (ties: time to target)"))
     if any(c["diverged"] for c in cells):
         notes.append("  diverged: non-finite training loss or final accuracy <= 1.5x chance; "
                      "never counted as faster")
