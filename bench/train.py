@@ -482,7 +482,9 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
         "host_cores": infos[0].get("host_cores") or 0,
         "host_cpus": infos[0].get("host_cpus") or 0,
         "ranks_per_host": max(per_host.values()),
-        "oversubscribed": any(c is not None and per_host[h] > c for h, c in cores.items()),
+        # None (written as "", read as unknown) when a host's cores could not be read
+        "oversubscribed": None if None in cores.values()
+        else any(per_host[h] > c for h, c in cores.items()),
         "scaling_mode": scaling_mode or "",
     }
 

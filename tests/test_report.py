@@ -389,3 +389,33 @@ def test_new_analysis_modules_import_no_mpi_nor_matplotlib():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_recorder_charges_late_work_to_the_last_step():
+    from syncbench.algorithms.base import StepStats
+    from syncbench.bench.recorder import StepRecorder
+
+    rec = StepRecorder(4)
+    rec.add_to_last({"wait": 1.0})  # no row yet: nothing to charge
+    phases = dict.fromkeys(schema.PHASES, 0.1)
+    rec.append(0, 0.0, phases, StepStats(loss=1.0, samples=8))
+    rec.append(1, 0.6, phases, StepStats(loss=1.0, samples=8))
+    rec.add_to_last({"wait": 0.25, "update": 0.05})  # e.g. a reduction completed before an eval
+    cols = rec.columns()
+    assert cols["t_wait"].tolist() == [0.1, pytest.approx(0.35)]
+    assert cols["t_update"].tolist() == [0.1, pytest.approx(0.15)]
+    assert cols["t_compute"].tolist() == [0.1, 0.1]
+
+
+def test_machine_attrs_count_ranks_per_host_against_physical_cores():
+    from syncbench.bench.train import machine_attrs
+
+    info = {"host_cores": 2, "host_cpus": 4}
+    two = machine_attrs(["a", "a"], [info, info], "weak")
+    assert two == {"host_cores": 2, "host_cpus": 4, "ranks_per_host": 2,
+                   "oversubscribed": False, "scaling_mode": "weak"}
+    four = machine_attrs(["a", "a", "a", "b"], [info] * 4, None)
+    assert four["ranks_per_host"] == 3 and four["oversubscribed"] is True
+    assert four["scaling_mode"] == ""
+    unknown = machine_attrs(["a"] * 3, [{"host_cores": None, "host_cpus": 2}] * 3, None)
+    assert unknown["host_cores"] == 0 and unknown["oversubscribed"] is None
