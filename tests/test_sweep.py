@@ -222,3 +222,37 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines()
                 if ln.startswith("| ssgd       |   2 |"))
     assert [c.strip() for c in line.strip("|").split("|")][6:8] == ["2.000", "1.000"]
+
+
+@pytest.mark.parametrize("nodes, serial", [(["vm"], True), (["n1", "n2"], False)])
+def test_slurm_sweep_is_serial_by_default_on_one_node(tmp_path, nodes, serial):
+    """sweep.sh with stand-in sbatch/sinfo: one node chains the jobs and throttles arrays."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "sbatch.log"
+    (bin_dir / "sbatch").write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {log}\n'
+        f'echo $(( $(wc -l < {log}) + 100 ))\n')
+    (bin_dir / "sinfo").write_text("#!/usr/bin/env bash\n" + "".join(
+        f"echo {n}\n" for n in nodes))
+    for tool in ("sbatch", "sinfo"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NPS": "1,2",
+           "OUT_DIR": str(tmp_path / "out")}
+    env.pop("SERIAL", None)
+    proc = subprocess.run(["bash", str(ROOT / "jobs/slurm/sweep.sh"), *TRAIN], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert f"SERIAL={int(serial)} by default ({len(nodes)} node(s)" in proc.stdout
+    calls = log.read_text().splitlines()
+    assert len(calls) == 3  # np=1, np=2, report
+    assert ("--array=0-0%1" in calls[0]) is serial
+    assert ("--dependency=afterany:101" in calls[1]) is serial
+    assert "--dependency=afterany:101:102" in calls[2]
+    # an explicit SERIAL wins
+    log.unlink()
+    proc = subprocess.run(["bash", str(ROOT / "jobs/slurm/sweep.sh"), *TRAIN],
+                          env={**env, "SERIAL": "0"}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and "by default" not in proc.stdout
+    assert "%1" not in log.read_text()
