@@ -565,9 +565,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write PNG plots to DIR (needs matplotlib: "
                         "pip install syncbench[plot])")
     parser.add_argument("--series", default=None, metavar="KEY,...",
-                        help="train flags that split scaling series besides algorithm, model, "
-                        "dataset and the --by keys (e.g. comm: blocking and overlapping SSGD "
-                        "get their own baselines)")
+                        help="more keys that split scaling series (a series already shares "
+                        "algorithm, model, dataset, MPI library, backend, dtype, batch, "
+                        "slowdowns, the strategy's flags and the budget; the --by keys "
+                        "split it too)")
     parser.add_argument("--target-accuracy", type=float, default=None, metavar="X",
                         help="recompute time to target for this test accuracy "
                         "(default: the runs' own --target-accuracy)")
