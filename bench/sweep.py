@@ -318,14 +318,15 @@ def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], context: s
         or ["-"]
     header = (f"# {', '.join(kinds)} scaling (run files record scaling_mode="
               f"{','.join(recorded) or 'none'}): medians over repeats; speedup and "
-              "efficiency vs the smallest np of each series")
+              "efficiency vs the smallest np of each series; sync = comm + wait share")
     formulas = ("# strong: speedup S = X/X0 = T(N0)/T(N), efficiency E = S*N0/N; "
                 "weak: E = (X/N)/(X0/N0) = T(N0)/T(N), scaled speedup S = X/X0")
     lines = [header, formulas, f"# {context}",
-             f"| {'series':<10} | {'np':>3} | {'batch/rank':>10} | {'steps/rank':>10} | "
-             f"{'runs':>4} | {'samples/s':>10} | {'speedup':>10} | {'efficiency':>10} | note |",
-             f"| {'-' * 10} | {'-' * 2}: | {'-' * 9}: | {'-' * 9}: | {'-' * 3}: | {'-' * 9}: | "
-             f"{'-' * 9}: | {'-' * 9}: | ---- |"]
+             f"| {'series':<10} | {'np':>3} | {'sync':>5} | {'batch/rank':>10} | "
+             f"{'steps/rank':>10} | {'runs':>4} | {'samples/s':>10} | {'speedup':>10} | "
+             f"{'efficiency':>10} | note |",
+             f"| {'-' * 10} | {'-' * 2}: | {'-' * 4}: | {'-' * 9}: | {'-' * 9}: | {'-' * 3}: | "
+             f"{'-' * 9}: | {'-' * 9}: | {'-' * 9}: | ---- |"]
     order = {a: i for i, a in enumerate(dict.fromkeys(r.algorithm for r in runs))}
 
     def sort_key(key: tuple[str, int]) -> tuple:
@@ -334,6 +335,8 @@ def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], context: s
     for series, np_ in sorted(points, key=sort_key):
         members = points[(series, np_)]
         x = statistics.median(float(r["samples_per_s"]) for r in members)
+        syncs = [r["sync_fraction"] for r in members if math.isfinite(r["sync_fraction"])]
+        sync = statistics.median(syncs) if syncs else NAN
         steps = statistics.median(r["steps"] / r["world_size"] for r in members)
         batch = statistics.median(
             float(r["samples"]) / max(1, r["steps"]) for r in members)
@@ -348,7 +351,8 @@ def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], context: s
             notes.append("mixed work")
         if any(r.get("oversubscribed") for r in members):
             notes.append("oversubscribed")
-        lines.append(f"| {series:<10} | {np_:>3} | {batch:>10.0f} | {steps:>10.0f} | "
+        lines.append(f"| {series:<10} | {np_:>3} | {_cell(sync, '{:.3f}'):>5} | "
+                     f"{batch:>10.0f} | {steps:>10.0f} | "
                      f"{len(members):>4} | {x:>10.1f} | {_cell(speedup, '{:.3f}', flag):>10} | "
                      f"{_cell(eff, '{:.3f}', flag):>10} | {', '.join(notes)} |")
     overlapped = sorted({os.path.basename(r["path"]) for r in rows if r.get("overlapped")})

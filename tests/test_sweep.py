@@ -212,8 +212,8 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
     for n in (1, 2):
         line = next(ln for ln in table.splitlines() if ln.startswith(f"| ssgd       |   {n} |"))
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[3] == "16"  # steps per rank
-        assert cells[6] == cells[7] == "overlapped"
+        assert cells[4] == "16"  # steps per rank
+        assert cells[7] == cells[8] == "overlapped"
     assert "# overlapped: ssgd-weak-np1-r0.h5, ssgd-weak-np2-r0.h5" in table
     assert "overlapped another run on the same host" in out.err
     # run one after the other: weak efficiency = wall(N0) / wall(N) = 1 here
@@ -221,7 +221,7 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
     assert sweep.main(args, extra) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines()
                 if ln.startswith("| ssgd       |   2 |"))
-    assert [c.strip() for c in line.strip("|").split("|")][6:8] == ["2.000", "1.000"]
+    assert [c.strip() for c in line.strip("|").split("|")][7:9] == ["2.000", "1.000"]
 
 
 @pytest.mark.parametrize("nodes, serial", [(["vm"], True), (["n1", "n2"], False)])
