@@ -103,6 +103,15 @@ class Algorithm(ABC):
         #: called with the step's compute seconds, it spends the extra time.
         self.slowdown: Callable[[float], float] | None = None
 
+    def drive_progress(self) -> None:
+        """Let MPI progress this rank's outstanding requests (one cheap ``Testall``).
+
+        The emulated slowdown calls it during its delay, as a slower processor
+        would poll between the layers it is still computing. Algorithms whose
+        progress is not in ``Communicator.outstanding`` override it.
+        """
+        self.comm.poll()
+
     def straggle(self) -> None:
         """Inject this rank's emulated slowdown after the step's compute phase.
 

@@ -25,6 +25,12 @@ In every mode the time spent beyond a step's deadline (a sleep's wake-up
 latency, the tail of a pass in ``work``) is carried as a debt and taken off
 the next step's delay, so the mean delay matches the asked-for one.
 
+During the delay the rank keeps driving MPI progress of its outstanding
+requests (:attr:`Slowdown.progress`, the algorithm's ``progress``): a slower
+processor runs the same layers and polls between them, and MPI progresses
+nonblocking collectives only inside MPI calls, so a delay that never enters
+MPI would stall the other ranks' reductions behind the straggler.
+
 ``--slowdown-schedule`` changes factors during training, to test how a
 strategy adapts: ``"20s:3=1,2=3"`` sets rank 3's factor to 1 and rank 2's to
 3 twenty seconds after the start of training (the driver's start barrier);
@@ -50,6 +56,8 @@ import numpy as np
 SLOWDOWN_MODES = ("auto", "work", "spin", "sleep")
 #: Compute phases in the running median the delay is scaled from.
 REFERENCE_WINDOW = 31
+#: ``spin`` and ``sleep`` call the progress hook at most this often (seconds).
+PROGRESS_INTERVAL_S = 2e-4
 
 
 def _factor(text: str, flag: str, spec: str) -> float:
@@ -207,14 +215,18 @@ class ModelWork:
         self.y = backend.asarray(y)
         self._sync = backend.synchronize if backend.is_gpu else None
         self.passes = 0
+        #: Called between layers (MPI progress), as the training compute does.
+        self.progress: Callable[[], None] | None = None
 
     def __call__(self, deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
         """Work until ``clock() >= deadline``."""
-        sync = self._sync
+        sync, progress = self._sync, self.progress
 
         def check(_offset: int | None = None) -> None:
             if sync is not None:
                 sync()
+            if progress is not None:
+                progress()
             if clock() >= deadline:
                 raise _Deadline
 
@@ -227,19 +239,39 @@ class ModelWork:
             pass
 
 
-def spin_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
-    """``spin`` mode: busy-wait until ``clock() >= deadline``."""
-    while clock() < deadline:
-        pass
+def spin_until(
+    deadline: float,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[], None] | None = None,
+) -> None:
+    """``spin`` mode: busy-wait until ``clock() >= deadline``.
+
+    ``progress`` is called about every :data:`PROGRESS_INTERVAL_S`.
+    """
+    next_poll = clock()
+    while (now := clock()) < deadline:
+        if progress is not None and now >= next_poll:
+            progress()
+            next_poll = now + PROGRESS_INTERVAL_S
 
 
-def sleep_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
-    """``sleep`` mode: sleep until ``clock() >= deadline`` (again if woken early)."""
+def sleep_until(
+    deadline: float,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[], None] | None = None,
+) -> None:
+    """``sleep`` mode: sleep until ``clock() >= deadline`` (again if woken early).
+
+    With ``progress`` the sleep is cut into slices of :data:`PROGRESS_INTERVAL_S`
+    with a call in between.
+    """
     while True:
+        if progress is not None:
+            progress()
         left = deadline - clock()
         if left <= 0:
             return
-        time.sleep(left)
+        time.sleep(min(left, PROGRESS_INTERVAL_S) if progress is not None else left)
 
 
 class Slowdown:
@@ -273,8 +305,9 @@ class Slowdown:
         self.factor = self.timeline[0][1]
         self.clock = clock
         self.mode = mode
-        self._wait: Callable[[float], None] = {
-            "work": work, "spin": spin_until, "sleep": sleep_until}[mode]  # type: ignore[assignment]
+        self._work = work
+        #: MPI progress hook called during the delay (set by the driver); see the module doc.
+        self.progress: Callable[[], None] | None = None
         self._recent: deque[float] = deque(maxlen=max(1, window))
         self._t0: float | None = None
         #: Seconds overshot so far and not yet taken off a later delay.
@@ -325,7 +358,15 @@ class Slowdown:
             self.debt = -target
             return 0.0
         start = time.perf_counter()
-        self._wait(start + target)
+        deadline = start + target
+        if self.mode == "work":
+            if hasattr(self._work, "progress"):
+                self._work.progress = self.progress  # type: ignore[union-attr]
+            self._work(deadline)  # type: ignore[misc]
+        elif self.mode == "spin":
+            spin_until(deadline, progress=self.progress)
+        else:
+            sleep_until(deadline, progress=self.progress)
         spent = time.perf_counter() - start
         self.debt = max(0.0, spent - target)
         return spent

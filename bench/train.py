@@ -161,6 +161,7 @@ class Run:
                 config.model, self.data.input_shape, self.data.num_classes,
                 self.backend, dtype, config.seed), config.batch_size, config.seed))
         if slowdown is not None:
+            slowdown.progress = self.algorithm.drive_progress  # polls during the delay
             self.algorithm.slowdown = slowdown
         self.parts = parts_dir(config.out) if config.out else None
         if config.resume:
@@ -230,7 +231,7 @@ class Run:
             self.model.warm_up(config.batch_size)
         algo.prepare()  # collective set-up (ASGD's windows) stays off the clock
         self.mpi.Barrier()
-        t0 = MPI.Wtime() - loop.elapsed
+        t0 = self.clock_origin() - loop.elapsed
         # the run's interval, set-up included (it loads the CPU too): overlap detection
         self.root["t_begin_unix"] = self.t_begin_unix
         if isinstance(algo.slowdown, Slowdown):
@@ -309,6 +310,24 @@ class Run:
         with self.timer.phase("wait"):
             self.algorithm.consensus_params()
         self.recorder.add_to_last(self.timer.totals)
+
+    def clock_origin(self) -> float:
+        """This rank's ``MPI.Wtime()`` for time 0 of the run (right after the start barrier).
+
+        Ranks leave a barrier up to milliseconds apart on a loaded machine, so
+        each rank's own exit time would skew the ranks' ``t_start`` against
+        each other by that much, and cross-rank analysis (which rank computed
+        while another was in its delay) would be wrong. When every rank is on
+        one node, time 0 is the moment rank 0 left the barrier, on the node's
+        ``CLOCK_MONOTONIC`` (``MPI.Wtime``'s origin is per process under Open
+        MPI, so rank 0's Wtime itself cannot be shared). Across nodes each
+        rank keeps its own exit time.
+        """
+        now, mono = MPI.Wtime(), time.monotonic()
+        if self.ranks_per_node != self.size:
+            return now
+        start = self.mpi.bcast(mono if self.rank == 0 else None, root=0)
+        return now + (start - mono)
 
     def snapshot_if_due(self, loop: LoopState, t: float) -> None:
         """Rank 0 keeps a copy of parameters that crossed the next evaluation stride.

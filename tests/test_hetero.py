@@ -213,6 +213,18 @@ def test_spin_and_work_occupy_the_core_sleep_frees_it(mode):
         assert work.passes >= 1  # whole forward/backward passes, not just a clock loop
 
 
+@pytest.mark.parametrize("mode", ["spin", "work", "sleep"])
+def test_the_delay_keeps_driving_mpi_progress(mode):
+    work = ModelWork(build_model("mlp", (1, 28, 28), 10), 32) if mode == "work" else None
+    slow = Slowdown(4.0, mode=mode, work=work)
+    calls = []
+    slow.progress = lambda: calls.append(time.perf_counter())
+    started = time.perf_counter()
+    slow(0.005)  # 15 ms of delay
+    assert len(calls) >= 3, calls  # spin/sleep: every 0.2 ms; work: between layers
+    assert all(started <= t <= started + 0.5 for t in calls)
+
+
 def test_model_work_leaves_the_training_state_alone():
     model = build_model("lenet", (1, 28, 28), 10, seed=1)
     model.grads[...] = 0.5

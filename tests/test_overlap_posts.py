@@ -187,6 +187,32 @@ def test_a_slowed_ssgd_rank_delays_before_its_last_bucket():
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_slowed_rank_polls_its_requests_during_the_delay():
+    """A slower processor polls between the layers it is still computing; the emulated
+    delay must too, or the other ranks' reductions stall behind the straggler."""
+    from syncbench.bench.hetero import Slowdown
+
+    algo, comm, stream = _setup("ssgd", "lenet", "--comm", "overlap")
+    slow = Slowdown(3.0, mode="spin")
+    slow.progress = algo.drive_progress
+
+    def logged(seconds):
+        comm.log.append(("delay_start", None))
+        spent = slow(max(seconds, 0.002))
+        comm.log.append(("delay_end", None))
+        return spent
+
+    algo.slowdown = logged
+    for _ in range(2):
+        comm.log.append(("step", None))
+        algo.step(*stream.next())
+    for events in _steps(comm.log):
+        kinds = [k for k, _ in events]
+        during = kinds[kinds.index("delay_start"):kinds.index("delay_end")]
+        assert during.count("poll") >= 2, kinds  # the buckets posted before it progress
+
+
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("model_name", ["mlp", "lenet"])
 def test_odsgd_waits_on_each_request_only_in_the_next_step_after_polls(model_name):
     warmup, steps = 2, 7
