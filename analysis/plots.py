@@ -389,7 +389,7 @@ def plot_timeline(plt: Any, run: Run, path: Path,
         if xs and run.algorithm in SNAPSHOT_EVALUATIONS:
             ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", markerfacecolor="none",
                     color="black", markersize=9, clip_on=False,
-                    label="parameter snapshot (evaluated after training, no pause)")
+                    label="snapshot (no pause)")
         elif xs:
             ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", color="black", markersize=9,
                     label="evaluation", clip_on=False)
@@ -400,8 +400,7 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     ax.set_xlabel(f"time since the start of the run ({unit}, evaluation pauses included)")
     hi = "" if window[1] is None else window[1]
     ax.set_title(f"{_title(run)}: every rank during rank {ref}'s steps {window[0]}:{hi}\n"
-                 "(a step's phases back to back from its start, in the order the strategy runs "
-                 "them; black ticks: step starts)")
+                 "(phases of a step back to back, in the order they run; ticks: step starts)")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0))
