@@ -22,8 +22,12 @@ straggler gives anything away to the other ranks:
   ``sleep`` only when none do (:func:`resolve_mode`).
 
 In every mode the time spent beyond a step's deadline (a sleep's wake-up
-latency, the tail of a pass in ``work``) is carried as a debt and taken off
-the next step's delay, so the mean delay matches the asked-for one.
+latency, the tail of a pass in ``work``) is carried as a debt into the next
+step and taken off its delay, so the mean delay matches the asked-for one.
+Only into the next step: the part of a long overshoot (the rank preempted by
+another job across its deadline) that the next delay cannot absorb is
+forgiven, or the straggler would run at full speed for several steps to pay
+it back, a burstiness no slow processor has.
 
 During the delay the rank keeps driving MPI progress of its outstanding
 requests (:attr:`Slowdown.progress`, the algorithm's ``progress``): a slower
@@ -279,7 +283,7 @@ class Slowdown:
 
     The reference is the running median of this rank's last
     :data:`REFERENCE_WINDOW` compute phases (including the current one).
-    Time spent past a step's deadline is a debt taken off the next delays.
+    Time spent past a step's deadline is a debt taken off the next delay.
 
     With a ``timeline`` (see :func:`rank_timeline`) the factor follows it,
     on a clock that :meth:`start` sets to zero (the driver calls it right
@@ -310,7 +314,7 @@ class Slowdown:
         self.progress: Callable[[], None] | None = None
         self._recent: deque[float] = deque(maxlen=max(1, window))
         self._t0: float | None = None
-        #: Seconds overshot so far and not yet taken off a later delay.
+        #: Seconds the last delay overshot its deadline, taken off the next one.
         self.debt = 0.0
         self._reference_sum = 0.0
         self._reference_count = 0
@@ -354,8 +358,8 @@ class Slowdown:
         self._reference_sum += reference
         self._reference_count += 1
         target = (factor - 1.0) * reference - self.debt
+        self.debt = 0.0  # repaid now; what this step cannot absorb is forgiven
         if target <= 0:
-            self.debt = -target
             return 0.0
         start = time.perf_counter()
         deadline = start + target

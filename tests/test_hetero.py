@@ -191,8 +191,9 @@ def test_factor_one_or_a_large_debt_injects_nothing():
     slow = Slowdown(timeline=[(0.0, 1.0)], mode="spin")
     assert slow(0.01) == 0.0 and math.isnan(slow.mean_reference)
     slow = Slowdown(2.0, mode="spin")
-    slow.debt = 0.05
-    assert slow(0.01) == 0.0 and slow.debt == pytest.approx(0.04)
+    slow.debt = 0.05  # a long preemption across the last deadline
+    assert slow(0.01) == 0.0 and slow.debt == 0.0  # not carried beyond the next step
+    assert slow(0.01) >= 0.01
 
 
 @pytest.mark.parametrize("mode", ["spin", "work", "sleep"])
