@@ -26,17 +26,20 @@ slower here than ``Get``).
 Defaults stable on every MPI (our choice; ALGORITHMS.md asks for one): W
 workers that each apply a full momentum step at ``--lr`` move the weights W
 times as far per SSGD-equivalent step as SSGD does, and asynchrony adds an
-implicit momentum of its own (Mitliagkas et al. 2016, arXiv 1605.09774).
-With MPICH's slow Accumulate the pushes happened to be spread out enough to
-train; with Open MPI's fast one the same flags diverged (0.10-0.65 in three
-seeds, 4 ranks, mlp, Fashion-MNIST, 1 epoch, lr 0.05, mu 0.9; no push was
-lost). So ``--async-lr-scale workers`` (default) makes each worker's step
-lr_w = lr / W, the usual scaling for asynchronous workers (the W pushes that
-land in the time of one SSGD step add up to one SSGD step), and
-``--worker-momentum`` (default 0.5) sets mu_w lower than the synchronous
-default 0.9, leaving room for the implicit momentum. Measured figures are in
-ALGORITHMS.md; ``--async-lr-scale none --worker-momentum 0.9`` gives the old
-behaviour.
+implicit momentum of its own (Mitliagkas et al. 2016, arXiv 1605.09774): a
+worker's velocity (memory 1/(1 - mu_w) pushes) holds gradients of weights
+many pushes old. With MPICH's slow Accumulate the same flags as SSGD trained
+(0.76-0.83); with Open MPI's fast one they diverged (0.10-0.65, 4 ranks, mlp,
+Fashion-MNIST, 1 epoch, lr 0.05, mu 0.9; no push was lost). So
+``--worker-momentum`` defaults to 0.5: a push's effective step lr / (1 -
+mu_w) is 0.1 at lr 0.05 (SSGD's is 0.5 per 4 x 64 samples, 0.125 per 64) and
+its memory two pushes instead of ten. Measured at 4 ranks, 5 seeds: MPICH
+0.816-0.845, Open MPI 0.808-0.829 (ALGORITHMS.md). ``--async-lr-scale
+workers`` divides the step among the W workers instead, lr_w = lr * (1 -
+mu_w) / ((1 - mu) * W) (lr / W at equal momenta): it keeps the effective step
+fixed as W grows, but at 4 ranks (lr_w 0.0625) one Open MPI seed in five
+ended at 0.78, so it is not the default. ``--async-lr-scale none
+--worker-momentum 0.9`` gives the old behaviour.
 
 ``--delay-compensation LAMBDA`` (DC-ASGD, Zheng et al. 2017, eq. 10) pushes
 g + LAMBDA * g*g*(W_now - W_k) instead of g. W_now is FETCHED, not
@@ -147,7 +150,23 @@ POLL_MIN_GAP_S = 5e-4
 LOCK_ASSERTS = {"nocheck": MPI.MODE_NOCHECK, "none": 0}
 #: ``--async-lr-scale``: divide --lr by the number of workers, or not.
 LR_SCALES = ("workers", "none")
-DEFAULT_WORKER_MOMENTUM = 0.9
+DEFAULT_WORKER_MOMENTUM = 0.5
+
+
+def worker_learning_rate(lr: float, momentum: float, worker_momentum: float, workers: int,
+                         scale: str) -> float:
+    """Each worker's step size: ``lr`` (``none``) or, for ``workers``, the rate at which
+    the W workers' pushes add up to SSGD's effective step lr / (1 - mu).
+
+    ``lr_w = lr * (1 - mu_w) / ((1 - mu) * W)``: a push's effective step
+    lr_w / (1 - mu_w) is 1/W of SSGD's, and with ``mu_w = mu`` it is the
+    usual ``lr / W`` of asynchronous workers.
+    """
+    if scale == "none":
+        return lr
+    if momentum >= 1:  # no finite effective step to match: plain 1/W
+        return lr / workers
+    return lr * (1.0 - worker_momentum) / ((1.0 - momentum) * workers)
 
 
 class ASGD(Algorithm):
@@ -172,9 +191,10 @@ class ASGD(Algorithm):
             "or none (the target grants each lock inside MPI)",
         )
         parser.add_argument(
-            "--async-lr-scale", choices=LR_SCALES, default="workers",
-            help="ASGD worker step size: workers (default: --lr / number of workers, so "
-            "the workers' pushes add up to one SSGD step) or none (--lr)",
+            "--async-lr-scale", choices=LR_SCALES, default="none",
+            help="ASGD worker step size: none (default: --lr) or workers "
+            "(lr*(1-worker_momentum)/((1-momentum)*W) for W workers, so their pushes add up to "
+            "SSGD's effective step; lr/W when the momenta are equal)",
         )
         parser.add_argument(
             "--worker-momentum", type=float, default=DEFAULT_WORKER_MOMENTUM,
@@ -213,8 +233,10 @@ class ASGD(Algorithm):
         self.workers = self.comm.size - (1 if self.layout == "dedicated" else 0)
         self.total_pushes = self.budget.total_samples // self.budget.batch_size
         #: The worker's step size and momentum (``--async-lr-scale``, ``--worker-momentum``).
-        self.worker_lr = config.lr / (self.workers if config.async_lr_scale == "workers" else 1)
         self.worker_momentum = float(config.worker_momentum)
+        self.worker_lr = worker_learning_rate(
+            config.lr, config.momentum, self.worker_momentum, self.workers, config.async_lr_scale
+        )
         self.dc = float(config.delay_compensation)
         self._lock_assert = LOCK_ASSERTS[config.rma_assert]
         self._on_host = not model.backend.is_gpu

@@ -149,8 +149,9 @@ def test_stale_push_and_delay_compensation(dc):
     """Both workers pull W0; rank 0 pushes, then rank 1 pushes a gradient one version stale.
 
     W2 = W1 - lr_w*(g1 + dc*g1*g1*(W1 - W0)), W1 = W0 - lr_w*g0 (first-step momentum
-    is g), with the default worker step lr_w = lr / 2 (two workers). Rank 1's push is
-    one version stale by both bounds: it pulled before rank 0 pushed.
+    is g); ``--async-lr-scale workers`` makes lr_w = lr*(1 - 0.5)/((1 - 0.9)*2) (worker
+    momentum 0.5, two workers). Rank 1's push is one version stale by both bounds: it
+    pulled before rank 0 pushed.
     """
     from mpi4py import MPI
 
@@ -160,7 +161,7 @@ def test_stale_push_and_delay_compensation(dc):
     rank, batch, seed, lam = comm.Get_rank(), 16, 4, dc
     data = make_synthetic(128, 16, SHAPE, 10, seed=3)
     config = train_config("--algorithm", "asgd", "--delay-compensation", str(dc),
-                          "--lr", "0.2", "--momentum", "0.9")
+                          "--lr", "0.2", "--momentum", "0.9", "--async-lr-scale", "workers")
     algo = _asgd(comm, config, data, seed, Budget(2 * batch, batch, 2))
     streams = rank_streams(data.train_x, data.train_y, 2, batch, seed)
     try:
@@ -178,7 +179,8 @@ def test_stale_push_and_delay_compensation(dc):
         comm.Free()
     assert bounds == (rank, rank)
     assert algo.staleness == [rank] and algo.staleness_min == [rank]
-    lr_w = config.lr / 2
+    lr_w = config.lr * (1 - 0.5) / ((1 - 0.9) * 2)
+    assert algo.worker_lr == pytest.approx(lr_w)
 
     model = build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=seed)
     w0 = model.params.copy()
@@ -203,8 +205,19 @@ def test_validate_rejects_bad_flags():
     config = train_config("--algorithm", "asgd")
     assert config.ps_layout == "sharded" and config.delay_compensation == 0.0
     assert config.rma_assert == "nocheck"
-    assert config.async_lr_scale == "workers" and config.worker_momentum == 0.9
+    assert config.async_lr_scale == "none" and config.worker_momentum == 0.5
     cls.validate(train_config("--algorithm", "asgd", "--checkpoint-every", "5"), 2)
+
+
+def test_worker_learning_rate_matches_the_effective_step_of_ssgd():
+    from syncbench.algorithms.asgd import worker_learning_rate
+
+    # equal momenta: the usual lr / W
+    assert worker_learning_rate(0.05, 0.9, 0.9, 4, "workers") == pytest.approx(0.0125)
+    # lower worker momentum: W pushes of lr_w / (1 - mu_w) make one lr / (1 - mu)
+    lr_w = worker_learning_rate(0.05, 0.9, 0.5, 4, "workers")
+    assert 4 * lr_w / (1 - 0.5) == pytest.approx(0.05 / (1 - 0.9))
+    assert worker_learning_rate(0.05, 0.9, 0.5, 4, "none") == 0.05
 
 
 def test_dedicated_layout_shards_the_data_over_the_workers():
