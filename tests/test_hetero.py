@@ -321,5 +321,5 @@ def test_driver_records_the_slowdown_mode_reference_and_realised_factor(tmp_path
     # own busy over own compute: the delay is 3 x the running median of compute
     assert slow["slowdown_realised"] == pytest.approx(
         (rows["t_compute"].sum() + rows["t_delay"].sum()) / rows["t_compute"].sum())
-    assert 3.0 < slow["slowdown_realised"] < 5.0  # loose: the machine may be shared
+    assert 2.0 < slow["slowdown_realised"] < 5.5  # loose: preemption inflates mean compute
     assert run.attrs["buckets"] == 2  # mlp at the default bucket size
