@@ -328,7 +328,10 @@ class ASGD(Algorithm):
         A worker holding a ticket at or past the pause point, a done worker
         and the dedicated host all stop there; every ticket before the point
         is pushed by then (a worker claims its next ticket only with a push),
-        so the window holds exactly the first ``point`` pushes.
+        so the window holds exactly the first ``point`` pushes. Returns once
+        every rank is there (an ``Ibarrier`` that drives progress): the wait
+        for the last worker's step stays on the training clock, and the
+        driver's checkpoint that follows, the same on every rank, is off it.
         """
         if not self._pause_stride or self._next_pause >= self.total_pushes:
             return None
@@ -337,6 +340,7 @@ class ASGD(Algorithm):
             return None
         point = self._next_pause
         self._next_pause += self._pause_stride
+        self._wait_all()
         return point * self.budget.batch_size
 
     def pull(self) -> None:

@@ -267,11 +267,16 @@ def test_train_asgd_four_ranks_is_stale(tmp_path):
 
 @pytest.mark.mpi_skip
 def test_train_asgd_dedicated_host_takes_no_steps(tmp_path):
-    run = _train(tmp_path, 2, "--ps-layout", "dedicated", "--delay-compensation", "0.1")
+    run = _train(tmp_path, 2, "--ps-layout", "dedicated", "--delay-compensation", "0.1",
+                 "--checkpoint-every", "4")
     assert len(run.ranks[0]["step"]) == 0
     assert np.all(run.ranks[1]["staleness"] == 0)  # one worker: never stale
     # the host takes no steps: the fractions are over the worker only
     rows = run.ranks[1]
+    # checkpoint pauses are off the clock, but the worker's steps are on it
+    busy = sum(float(rows[f"t_{p}"].sum()) for p in ("data", "compute", "comm", "wait",
+                                                      "update", "delay"))
+    assert busy <= run.summary["wall_s"] * 1.01
     assert run.summary["comm_fraction"] == pytest.approx(
         rows["t_comm"].sum() / run.summary["wall_s"])
 
