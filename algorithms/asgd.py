@@ -34,7 +34,7 @@ Fashion-MNIST, 1 epoch, lr 0.05, mu 0.9; no push was lost). So
 ``--worker-momentum`` defaults to 0.5: a push's effective step lr / (1 -
 mu_w) is 0.1 at lr 0.05 (SSGD's is 0.5 per 4 x 64 samples, 0.125 per 64) and
 its memory two pushes instead of ten. Measured at 4 ranks, 5 seeds, twice:
-MPICH 0.816-0.846, Open MPI 0.799-0.836 (ALGORITHMS.md; under Open MPI
+MPICH 0.816-0.846, Open MPI 0.787-0.836 (ALGORITHMS.md; under Open MPI
 every push is W-1 versions stale, which costs about 0.02 of accuracy). ``--async-lr-scale
 workers`` divides the step among the W workers instead, lr_w = lr * (1 -
 mu_w) / ((1 - mu) * W) (lr / W at equal momenta): it keeps the effective step
