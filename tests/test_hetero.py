@@ -265,6 +265,28 @@ def test_make_slowdown_builds_the_work_only_for_slowed_ranks():
         make_slowdown(factors, [], 1, "work")
 
 
+# -- one time origin for the ranks of a node -------------------------------------------
+@pytest.mark.mpi(min_size=2)
+def test_ranks_on_one_node_share_time_zero():
+    """Cross-rank analysis (who computed while a straggler was in its delay) needs the
+    ranks' ``t_start`` on one timeline, not each offset by its own barrier exit."""
+    from helpers import train_config
+    from mpi4py import MPI
+
+    from syncbench.bench.train import Run
+
+    run = Run(train_config(), MPI.COMM_WORLD)
+    if run.ranks_per_node != run.size:
+        pytest.skip("ranks on several nodes keep their own origins")
+    if run.rank == 0:
+        time.sleep(0.02)  # rank 0 leaves "the barrier" 20 ms after the others
+    origin = run.clock_origin()
+    # the origin as a CLOCK_MONOTONIC time: the same instant on every rank
+    as_monotonic = origin - (MPI.Wtime() - time.monotonic())
+    instants = MPI.COMM_WORLD.allgather(as_monotonic)
+    assert max(instants) - min(instants) < 1e-3, instants
+
+
 # -- end to end: the driver and the algorithms -----------------------------------
 needs_mpiexec = pytest.mark.skipif(UNDER_MPI, reason="launches its own mpiexec")
 
