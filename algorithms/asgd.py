@@ -174,6 +174,11 @@ class ASGD(Algorithm):
     name = "asgd"
     summary = ("asynchronous SGD: parameters in MPI RMA windows, atomic "
                "Get_accumulate/Accumulate pull/push")
+    #: Its ranks never stop together: the accuracy curve is evaluated after
+    #: training, from weights kept during it (``--target-accuracy`` alone works).
+    supports_stop_at_target = False
+    #: Which push a pull sees depends on the ranks' timing.
+    deterministic = False
 
     @classmethod
     def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
@@ -213,11 +218,6 @@ class ASGD(Algorithm):
             raise ValueError(f"--worker-momentum must be in [0, 1), got {config.worker_momentum}")
         if config.ps_layout == "dedicated" and world_size < 2:
             raise ValueError("--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
-        if config.stop_at_target:
-            raise ValueError(
-                "asgd cannot --stop-at-target: its accuracy curve is evaluated after "
-                "training, from weights kept during it (--target-accuracy alone works)"
-            )
 
     @classmethod
     def data_shard(cls, config: argparse.Namespace, rank: int, size: int) -> tuple[int, int]:

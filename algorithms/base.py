@@ -83,6 +83,17 @@ class Algorithm(ABC):
     #: Leading steps per rank that are warm-up (root attribute ``warmup_steps``).
     warmup_steps: int = 0
 
+    # Capabilities: the driver checks its own flags against these (one error
+    # line naming the strategy), so a strategy never polices driver flags.
+    #: ``--checkpoint-every``/``--resume``: :meth:`state` and :meth:`load_state`
+    #: resume the run exactly (at evaluation points, or :meth:`pause_point`).
+    supports_checkpoint: ClassVar[bool] = True
+    #: ``--stop-at-target``: evaluation points occur during training.
+    supports_stop_at_target: ClassVar[bool] = True
+    #: Same flags and seed give bit-identical parameters (no decision depends
+    #: on timing or on the order in which ranks arrive).
+    deterministic: ClassVar[bool] = True
+
     def __init__(
         self,
         model: Model,

@@ -113,6 +113,8 @@ class Oscars(Algorithm):
     name = "oscars"
     summary = ("Oscars: adaptive local steps per rank from a global view of speeds, "
                "one packed Iallreduce per round (--period from localsgd)")
+    #: Local steps per round follow the measured speeds c_k (wall time).
+    deterministic = False
 
     @classmethod
     def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:

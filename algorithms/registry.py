@@ -1,6 +1,17 @@
-"""Name -> algorithm class. A new strategy is one module plus one line here."""
+"""Name -> algorithm class. A new strategy is one module plus one ``register`` call.
+
+The built-in strategies are registered below. A strategy defined elsewhere
+(a test module, a user's experiment) registers itself with :func:`register`
+when its module is imported; ``SYNCBENCH_STRATEGIES`` (comma-separated module
+names) imports such modules in every process of a run, so that ranks started
+by ``mpiexec`` know them too. Everything that lists strategies (the flags of
+``syncbench train``, the registry-wide tests) reads :data:`ALGORITHMS`.
+"""
 
 from __future__ import annotations
+
+import importlib
+import os
 
 from syncbench.algorithms.asgd import ASGD
 from syncbench.algorithms.base import Algorithm
@@ -9,13 +20,28 @@ from syncbench.algorithms.odsgd import ODSGD
 from syncbench.algorithms.oscars import Oscars
 from syncbench.algorithms.ssgd import SSGD
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    SSGD.name: SSGD,
-    ASGD.name: ASGD,
-    LocalSGD.name: LocalSGD,
-    Oscars.name: Oscars,
-    ODSGD.name: ODSGD,
-}
+#: Environment variable naming extra modules that register strategies.
+PLUGINS_ENV = "SYNCBENCH_STRATEGIES"
+
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Add ``cls`` under ``cls.name`` (usable as a class decorator).
+
+    A name names one strategy: registering a different class under a taken
+    name is a ``ValueError`` (re-importing the same module is not).
+    """
+    other = ALGORITHMS.get(cls.name)
+    if other is not None and (other.__module__, other.__qualname__) != (
+            cls.__module__, cls.__qualname__):
+        raise ValueError(f"strategy name {cls.name!r} is taken by {other.__qualname__}")
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD):
+    register(_cls)
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
@@ -26,3 +52,13 @@ def get_algorithm(name: str) -> type[Algorithm]:
         raise ValueError(
             f"unknown --algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}"
         ) from None
+
+
+def load_plugins(spec: str | None = None) -> None:
+    """Import the modules named in ``spec`` (default ``$SYNCBENCH_STRATEGIES``)."""
+    spec = os.environ.get(PLUGINS_ENV, "") if spec is None else spec
+    for module in filter(None, (m.strip() for m in spec.split(","))):
+        importlib.import_module(module)
+
+
+load_plugins()

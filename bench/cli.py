@@ -133,7 +133,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="syncbench",
         description="Benchmark synchronization strategies of data-parallel training under "
-        "MPI: train (under mpiexec), compare, sweep, report, trace.",
+        "MPI: train (under mpiexec), run (a comparison scenario), compare, sweep, report, "
+        "trace.",
     )
     parser.add_argument("--version", action="version", version=f"syncbench {package_version()}")
     # Not required: with no command, main prints this help (the command list) instead.

@@ -162,6 +162,11 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
          f"--target-accuracy must be in (0, 1], got {config.target_accuracy}"),
         (not config.stop_at_target or config.target_accuracy is not None,
          "--stop-at-target needs --target-accuracy"),
+        (not config.stop_at_target or cls.supports_stop_at_target,
+         f"{cls.name} cannot --stop-at-target: it has no evaluation points during training "
+         "(--target-accuracy alone works)"),
+        (cls.supports_checkpoint or not (config.checkpoint_every or config.resume),
+         f"{cls.name} cannot --checkpoint-every or --resume"),
     ]
     checks += [
         (config.timeout >= 0, f"--timeout must be >= 0, got {config.timeout}"),

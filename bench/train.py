@@ -278,8 +278,8 @@ class Run:
                     break
             if seen >= loop.next_ckpt:
                 loop.next_ckpt += loop.ckpt_stride
-                started = MPI.Wtime()
-                self.checkpoint(loop, started - t0)
+                started = MPI.Wtime()  # tagged by global samples: Oscars' steps differ by rank
+                self.checkpoint(loop, started - t0, tag=seen // self.budget.batch_size)
                 loop.eval_seconds += MPI.Wtime() - started  # off the clock, like evaluations
         algo.finish()
         train_end = MPI.Wtime() - t0

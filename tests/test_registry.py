@@ -1,0 +1,224 @@
+"""Invariants every registered strategy keeps, looped over the registry.
+
+As mpi4py's ``test/arrayimpl.py`` loops its tests over every array backend,
+these loop over :data:`~syncbench.algorithms.registry.ALGORITHMS`: a new
+strategy is tested by registering it, with no edit here. :class:`Throwaway`
+below shows it: it is defined and registered in this module only, and every
+test runs on it as on the built-in strategies (in the ranks that ``mpiexec``
+starts, too: ``SYNCBENCH_STRATEGIES`` names this module there).
+
+- in-process under ``mpiexec -n 2``/``-n 4 ... --only-mpi``: the exact sample
+  budget, the run-file schema round-trip, determinism under a fixed seed (for
+  strategies that declare ``deterministic``);
+- serial, each launching its own small job: a fault ends the job within a
+  bound, and a crash is resumed from the last checkpoint (to the same
+  parameters for deterministic strategies).
+
+Budgets are tiny (the synthetic dataset, a few steps per rank): these tests
+check bookkeeping, not training.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import run_mpi, train_config
+
+from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.registry import ALGORITHMS, PLUGINS_ENV, register
+from syncbench.analysis import schema
+from syncbench.analysis.runfile import read_run
+from syncbench.analysis.summary import summarize
+
+
+@register
+class Throwaway(Algorithm):
+    """Synchronous SGD in a few lines (a blocking Allreduce of the gradient)."""
+
+    name = "throwaway"
+    summary = "test only: a strategy registered from a test module"
+
+    def step(self, x: Any, y: Any) -> StepStats:
+        with self.timer.phase("compute"):
+            loss = self.model.loss_and_grad(x, y)
+        self.straggle()
+        self.comm.Allreduce(self.model.grads)
+        with self.timer.phase("update"):
+            self.model.grads *= 1.0 / self.comm.size
+            self.optimizer.step(self.model.params, self.model.grads)
+        self.steps_taken += 1
+        return StepStats(loss=float(loss), samples=int(x.shape[0]))
+
+
+STRATEGIES = sorted(ALGORITHMS)
+
+#: Optional flags that make a strategy do its characteristic thing within a
+#: tiny budget (a strategy not named here runs with its defaults).
+QUICK: dict[str, list[str]] = {
+    "odsgd": ["--warmup-steps", "2"],  # its Iallreduce is in flight from step 2 on
+    "localsgd": ["--period", "4"],
+    "oscars": ["--period", "2"],
+}
+
+#: Phase where the injected fault fires (default compute): ASGD's RMA epochs are comm.
+FAULT_PHASE: dict[str, str] = {"asgd": "comm"}
+
+SAMPLES, BATCH = 512, 16
+SMALL = ["--dataset", "synthetic", "--synthetic-samples", str(SAMPLES),
+         "--batch-size", str(BATCH), "--progress", "never"]
+
+#: Seconds from launch within which a job with a failing rank must have ended.
+ABORT_BOUND_S = 20.0
+
+
+def flags(name: str, *extra: str) -> list[str]:
+    return [*SMALL, "--algorithm", name, *QUICK.get(name, []), *extra]
+
+
+def test_the_throwaway_strategy_is_registered_and_has_train_flags(capsys):
+    from syncbench.bench.cli import build_parser
+
+    assert ALGORITHMS["throwaway"] is Throwaway and "throwaway" in STRATEGIES
+    with pytest.raises(SystemExit):
+        build_parser("train").parse_args(["train", "--help"])
+    assert "throwaway" in capsys.readouterr().out  # listed by --algorithm's help
+    assert train_config("--algorithm", "throwaway").algorithm == "throwaway"
+    with pytest.raises(ValueError, match="taken"):
+        register(type("Other", (Throwaway,), {}))
+
+
+# -- in process, under mpiexec --------------------------------------------------------
+
+
+def _shared_tmp(comm) -> Path:
+    import tempfile
+
+    name = tempfile.mkdtemp(prefix="syncbench-registry-") if comm.Get_rank() == 0 else None
+    return Path(comm.bcast(name, root=0))
+
+
+def _train(name: str, out: Path, *extra: str) -> dict | None:
+    from mpi4py import MPI
+
+    from syncbench.bench.train import run_training
+
+    return run_training(train_config(*flags(name, "--out", str(out), *extra)), MPI.COMM_WORLD)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_budget_and_run_file_round_trip(name):
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    out = _shared_tmp(world) / f"{name}.h5"
+    summary = _train(name, out, "--eval-every", "0.5")
+    world.Barrier()
+    run = read_run(out)
+    size = world.Get_size()
+    budget = SAMPLES // size // BATCH * BATCH * size
+    # the exact sample budget, whatever ranks the strategy trains on
+    assert sum(int(rows["samples"].sum()) for rows in run.ranks.values()) == budget
+    assert run.eval["samples_seen"][-1] == budget
+    # every schema name is written and read back
+    assert set(schema.ROOT_ATTRS) <= set(run.attrs)
+    assert run.attrs["algorithm"] == name and run.world_size == size
+    assert sorted(run.ranks) == list(range(size))
+    for rank, rows in run.ranks.items():
+        assert set(schema.RANK_COLUMNS) <= set(rows)
+        assert len({len(col) for col in rows.values()}) == 1
+        np.testing.assert_array_equal(rows["step"], np.arange(len(rows["step"])))
+        assert set(schema.RANK_ATTRS) <= set(run.rank_attrs[rank])
+    assert set(schema.EVAL_COLUMNS) <= set(run.eval)
+    assert set(schema.SUMMARY_ATTRS) <= set(run.summary)
+    # the summary in the file is the one its own rows give
+    again = summarize(run.ranks, run.eval, run.summary["wall_s"], None)
+    for key in schema.SUMMARY_ATTRS:
+        np.testing.assert_allclose(again[key], run.summary[key], equal_nan=True)
+    if world.Get_rank() == 0:
+        assert summary is not None and summary["final_accuracy"] == run.summary["final_accuracy"]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("name", [n for n in STRATEGIES if ALGORITHMS[n].deterministic])
+def test_a_fixed_seed_gives_the_same_run(name):
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    tmp = _shared_tmp(world)
+    runs = []
+    for tag in ("a", "b"):
+        _train(name, tmp / f"{tag}.h5", "--seed", "5", "--dtype", "float64",
+               "--save-model", str(tmp / f"{tag}.npy"))
+        world.Barrier()
+        runs.append(read_run(tmp / f"{tag}.h5"))
+    a, b = runs
+    np.testing.assert_array_equal(np.load(tmp / "a.npy"), np.load(tmp / "b.npy"))
+    for rank in a.ranks:
+        np.testing.assert_array_equal(a.ranks[rank]["loss"], b.ranks[rank]["loss"])
+    np.testing.assert_array_equal(a.eval["accuracy"], b.eval["accuracy"])
+
+
+# -- serial: each test launches its own job -----------------------------------------
+
+
+def _launch(np_: int, *args: str, timeout: float = 90):
+    """``run_mpi`` with this module imported in every rank (it registers Throwaway)."""
+    here = str(Path(__file__).resolve().parent)
+    import os
+
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH", "")]))
+    return run_mpi(np_, *args, timeout=timeout,
+                   env={PLUGINS_ENV: Path(__file__).stem, "PYTHONPATH": path})
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_a_rank_that_raises_ends_the_job(name):
+    fault = f"1:6:{FAULT_PHASE.get(name, 'compute')}"
+    started = time.monotonic()
+    proc = _launch(4, "train", *flags(name, "--inject-fault", fault), timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode != 0
+    assert elapsed < ABORT_BOUND_S, f"job took {elapsed:.1f} s to end"
+    assert "syncbench: rank 1: InjectedFault" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("name", [n for n in STRATEGIES if ALGORITHMS[n].supports_checkpoint])
+def test_resume_after_a_crash(tmp_path, name):
+    """A crash after a checkpoint, then ``--resume``: the budget is consumed once.
+
+    A deterministic strategy ends with the parameters and rows of an
+    uninterrupted run.
+    """
+    cls = ALGORITHMS[name]
+    run_flags = flags(name, "--epochs", "2", "--dtype", "float64", "--eval-every", "0.5",
+                      "--seed", "3")
+    out = tmp_path / "crash.h5"
+    crash = _launch(2, "train", *run_flags, "--out", str(out), "--checkpoint-every", "8",
+                    "--inject-fault", "1:20")
+    assert crash.returncode != 0 and not out.exists()
+    resumed = _launch(2, "train", *run_flags, "--out", str(out), "--resume",
+                      "--save-model", str(tmp_path / "resumed.npy"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    b = read_run(out)
+    assert b.complete and not (tmp_path / "crash.h5.parts").exists()
+    budget = 2 * (SAMPLES // 2 // BATCH) * BATCH * 2
+    assert sum(int(rows["samples"].sum()) for rows in b.ranks.values()) == budget
+    if not cls.deterministic:
+        return
+    full = _launch(2, "train", *run_flags, "--out", str(tmp_path / "full.h5"),
+                   "--save-model", str(tmp_path / "full.npy"))
+    assert full.returncode == 0, full.stderr[-2000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"),
+                                  np.load(tmp_path / "full.npy"))
+    a = read_run(tmp_path / "full.h5")
+    for rank in a.ranks:
+        np.testing.assert_array_equal(a.ranks[rank]["step"], b.ranks[rank]["step"])
+        np.testing.assert_array_equal(a.ranks[rank]["loss"], b.ranks[rank]["loss"])
+    np.testing.assert_array_equal(a.eval["accuracy"], b.eval["accuracy"])
