@@ -260,7 +260,7 @@ class ASGD(Algorithm):
         self.counters: Counters | None = None
         self._ticket: int | None = None
         self._exhausted = self.is_host
-        self._finished = self._closed = self._reported = False
+        self._finished = self._closed = False
         self._v_pull = self._v_post = 0
         self._last_poll = 0.0
         # checkpoint pauses every --checkpoint-every * N tickets (none without it)
@@ -487,17 +487,20 @@ class ASGD(Algorithm):
                           "counters": np.asarray(state["counters"]).ravel()}
 
     # -- end of training -------------------------------------------------------
-    def _report(self) -> None:
-        """Gather latencies and staleness bounds; rank 0 prints one ``asgd:`` line."""
+    def report_line(self) -> str | None:
+        """Gather latencies and staleness bounds; rank 0 gets one ``asgd:`` line (collective).
+
+        Also kept as :attr:`report` (a dict) on rank 0.
+        """
         mine = (np.asarray(self.pull_seconds), np.asarray(self.push_seconds),
                 np.asarray(self.staleness, dtype=np.int64),
                 np.asarray(self.staleness_min, dtype=np.int64))
         gathered = self._mpi.gather(mine, root=0)
         if gathered is None:
-            return
+            return None
         pull, push, stale, stale_min = (np.concatenate(parts) for parts in zip(*gathered))
         if not pull.size:
-            return
+            return None
         report = {"pushes": float(push.size)}
         for label, values in (("pull", pull), ("push", push)):
             for q in (50, 90):
@@ -507,19 +510,18 @@ class ASGD(Algorithm):
             report[f"{label}_mean"] = float(values.mean())
             report[f"{label}_max"] = float(values.max())
         self.report = report
-        print(
+        return (
             f"asgd: layout {self.layout} assert {self.config.rma_assert} "
             f"pushes {push.size}  pull ms p50 {report['pull_p50_ms']:.3f} "
             f"p90 {report['pull_p90_ms']:.3f} max {report['pull_max_ms']:.2f}  "
             f"push ms p50 {report['push_p50_ms']:.3f} p90 {report['push_p90_ms']:.3f} "
             f"max {report['push_max_ms']:.2f}  staleness mean {report['staleness_mean']:.2f} "
             f"max {int(report['staleness_max'])} (lower bound mean "
-            f"{report['staleness_min_mean']:.2f} max {int(report['staleness_min_max'])})",
-            flush=True,
+            f"{report['staleness_min_mean']:.2f} max {int(report['staleness_min_max'])})"
         )
 
     def close(self) -> None:
-        """Report (after the clock stopped), then free the windows and the communicator.
+        """Free the windows and the communicator (the driver reported, :meth:`report_line`).
 
         Collective. On an error path (an exception is propagating through the
         caller) the other ranks are not here to join the collectives; the
@@ -531,9 +533,6 @@ class ASGD(Algorithm):
         self._closed = True
         if sys.exc_info()[1] is not None:
             return
-        if self._finished and not self._reported:
-            self._reported = True
-            self._report()
         self.windows.free()
         self.counters.free()
         self._mpi.Free()

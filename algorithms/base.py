@@ -210,6 +210,14 @@ class Algorithm(ABC):
         self.optimizer.velocity[...] = self.model.backend.asarray(state["velocity"])
         self.steps_taken = int(state["steps_taken"])
 
+    def report_line(self) -> str | None:
+        """A line of this strategy's own measurements for rank 0 to print, else None.
+
+        Called by the driver on every rank after :meth:`finish`, off the
+        clock (it may be collective); default: nothing to report.
+        """
+        return None
+
     def finish(self) -> None:
         """Drain outstanding communication so :meth:`consensus_params` is final."""
 

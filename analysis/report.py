@@ -577,7 +577,6 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         "steps from the middle of each run)")
     parser.add_argument("--per-rank", action="store_true",
                         help="Markdown: add one per-rank table per run")
-    parser.set_defaults(report_main=report_main)
 
 
 def report_main(args: argparse.Namespace) -> int:

@@ -253,7 +253,6 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
                         "or chrome://tracing)")
     parser.add_argument("--steps", default=None, metavar="A:B",
                         help="only steps A <= step < B (A: or :B for open ends)")
-    parser.set_defaults(trace_main=trace_main)
 
 
 def trace_main(args: argparse.Namespace) -> int:

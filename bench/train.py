@@ -54,8 +54,18 @@ from syncbench.bench.hetero import (
     parse_slowdown_schedule,
     resolve_mode,
 )
+from syncbench.bench.hooks import (
+    Checkpointer,
+    Evaluator,
+    Heartbeat,
+    Hook,
+    ProgressLine,
+    RowFlusher,
+    SnapshotKeeper,
+    StepContext,
+    StrategyReport,
+)
 from syncbench.bench.options import validate_train_config
-from syncbench.bench.progress import Progress
 from syncbench.bench.recorder import EvalRecorder, StepRecorder, write_run_file
 from syncbench.bench.runtime import (
     SetupError,
@@ -102,10 +112,10 @@ class Run:
 
     def __init__(self, config: argparse.Namespace, comm: MPI.Comm) -> None:
         self.config = config
-        self.mpi = comm
+        #: The raw MPI communicator of the run (collectives of the driver itself).
+        self.world = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.timer = PhaseTimer()
-        self.comm = Communicator(comm, self.timer)
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank = local.Get_rank()
         #: Most ranks on one node (``--slowdown-mode auto`` works unless every rank is alone).
@@ -126,8 +136,9 @@ class Run:
             raise SetupError(str(exc)) from None
         self.cuda_aware = self.backend.is_gpu and detect_cuda_aware(
             getattr(config, "cuda_aware", "auto")).enabled
-        self.comm = make_communicator(
-            self.mpi, self.timer, self.backend, self.cuda_aware,
+        #: The strategy's timed communicator (built once, for this backend).
+        self.communicator: Communicator = make_communicator(
+            self.world, self.timer, self.backend, self.cuda_aware,
             getattr(config, "cuda_aware_nonblocking", "no") == "yes")
         try:
             self.data: Dataset = load_dataset(
@@ -152,7 +163,7 @@ class Run:
         self.steps_per_epoch = len(self.data.train_y) // self.size // config.batch_size
         steps = max(1, int(config.epochs * self.steps_per_epoch))
         self.budget = Budget(steps * config.batch_size * self.size, config.batch_size, self.size)
-        self.algorithm: Algorithm = cls(self.model, self.comm, config, self.budget)
+        self.algorithm: Algorithm = cls(self.model, self.communicator, config, self.budget)
         self.slowdown_mode = resolve_mode(
             getattr(config, "slowdown_mode", "auto"), self.ranks_per_node)
         slowdown = make_slowdown(
@@ -190,7 +201,7 @@ class Run:
         result = np.zeros(2)
         if self.rank == 0:
             result[:] = self.record_evaluation(params, t, step, samples_seen)
-        wait_politely(self.mpi.Ibcast(result, root=0))
+        wait_politely(self.world.Ibcast(result, root=0))
         return float(result[1])
 
     def record_evaluation(self, params: Any, t: float, step: int,
@@ -202,7 +213,38 @@ class Run:
         return float(loss), float(accuracy)
 
     def train(self) -> dict[str, float] | None:
-        config, algo = self.config, self.algorithm
+        """Train until the budget is consumed (or the target reached); write the run file.
+
+        The loop only gets data, steps and records; evaluation, checkpoints,
+        row flushes, snapshots, the heartbeat and progress are hooks
+        (:mod:`syncbench.bench.hooks`).
+        """
+        loop = self.open_records()
+        hooks = self.make_hooks(loop)
+        self.describe_run()
+        ctx = StepContext(self, loop, self.start_clock(loop))
+        for hook in hooks:
+            hook.on_start(ctx)
+        while not self.algorithm.done():
+            if any(hook.before_step(ctx) for hook in hooks):
+                continue
+            self.take_step(ctx)
+            if any(hook.after_step(ctx) for hook in hooks):  # stops at the first True
+                break
+        self.algorithm.finish()
+        ctx.train_end = ctx.now()
+        ctx.seen = self.final_samples()
+        for hook in hooks:
+            hook.on_end(ctx)
+        if self.config.save_model:
+            self.save_model()
+        wall = self.world.allreduce(ctx.train_end, op=MPI.MAX) - loop.eval_seconds
+        self.root["t_end_unix"] = time.time()
+        return self.write(self.recorder, wall)
+
+    def open_records(self) -> LoopState:
+        """Empty (or, with ``--resume``, restored) rows, evaluations and loop position."""
+        config = self.config
         self.recorder = StepRecorder(self.budget.steps_per_rank + 1)
         self.evals = EvalRecorder()
         self.snapshots: list[tuple[float, int, int, Any]] = []
@@ -213,91 +255,72 @@ class Run:
         )
         if config.resume:
             self.restore(loop)
-        progress = Progress(
-            self.budget.total_samples, config.progress if self.rank == 0 else "never"
-        )
-        hosts = self.mpi.allgather((socket.gethostname(), self.backend.device, self.cuda_aware))
-        self.root = self.root_attrs([h for h, _, _ in hosts], [d for _, d, _ in hosts])
+        return loop
+
+    def make_hooks(self, loop: LoopState) -> list[Hook]:
+        """The hooks of this run, in the order they are called."""
+        config = self.config
+        hooks: list[Hook] = []
+        if config.timeout > 0:
+            self.watchdog = self.start_watchdog()
+            hooks.append(Heartbeat(self.watchdog))
+        if self.parts is not None:
+            hooks.append(RowFlusher(config.flush_every))
+        hooks.append(SnapshotKeeper())
+        hooks.append(ProgressLine(self.budget.total_samples,
+                                  config.progress if self.rank == 0 else "never"))
+        hooks.append(Evaluator(config.target_accuracy, config.stop_at_target))
+        if loop.ckpt_stride > 0:
+            hooks.append(Checkpointer())
+        hooks.append(StrategyReport())
+        return hooks
+
+    def describe_run(self) -> None:
+        """Root attributes (every rank's host and device) and the parts folder's metadata."""
+        config = self.config
+        hosts = self.world.allgather((socket.gethostname(), self.backend.device, self.cuda_aware))
+        names = [h for h, _, _ in hosts]
+        self.root = self.root_attrs(names, [d for _, d, _ in hosts])
         self.root["cuda_aware"] = all(aware for _, _, aware in hosts)
-        self.root.update(machine_attrs([h for h, _, _ in hosts], self.mpi.allgather(host_info()),
+        self.root.update(machine_attrs(names, self.world.allgather(host_info()),
                                        getattr(config, "scaling_mode", None)))
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
                 Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
             write_meta(self.parts, self.root, config.target_accuracy)
-        if config.timeout > 0:
-            self.watchdog = self.start_watchdog()
+
+    def start_clock(self, loop: LoopState) -> float:
+        """Untimed warm-up and collective set-up, the start barrier; returns time 0."""
         if self.backend.is_gpu:  # untimed: NVRTC compiles, cuBLAS handle (Model.warm_up)
-            self.model.warm_up(config.batch_size)
-        algo.prepare()  # collective set-up (ASGD's windows) stays off the clock
-        self.mpi.Barrier()
+            self.model.warm_up(self.config.batch_size)
+        self.algorithm.prepare()  # collective set-up (ASGD's windows) stays off the clock
+        self.world.Barrier()
         t0 = self.clock_origin() - loop.elapsed
         # the run's interval, set-up included (it loads the CPU too): overlap detection
         self.root["t_begin_unix"] = self.t_begin_unix
-        if isinstance(algo.slowdown, Slowdown):
-            algo.slowdown.start(loop.elapsed)  # --slowdown-schedule times count from here
-        if self.watchdog is not None:
-            self.watchdog.start()
-        last_flush = time.monotonic()
-        while not algo.done():
-            pause = algo.pause_point()
-            if pause is not None:  # ASGD: every rank stops to checkpoint, off the clock
-                started = MPI.Wtime()
-                loop.next_ckpt = pause + loop.ckpt_stride
-                self.checkpoint(loop, started - t0, tag=pause // self.budget.batch_size)
-                loop.eval_seconds += MPI.Wtime() - started
-                continue
-            self.timer.reset()
-            self.timer.step = loop.step
-            t_start = MPI.Wtime() - t0
-            with self.timer.phase("data"):
-                x, y = self.stream.next()
-            stats = algo.step(x, y)
-            self.recorder.append(loop.step, t_start, self.timer.totals, stats)
-            loop.step += 1
-            if self.watchdog is not None:
-                self.watchdog.beat(loop.step)
-            if self.parts is not None and time.monotonic() - last_flush >= config.flush_every:
-                started = MPI.Wtime()
-                self.flush()
-                loop.eval_seconds += MPI.Wtime() - started  # off the clock, like evaluations
-                last_flush = time.monotonic()
-            seen = algo.evaluation_point()
-            if seen is None:
-                self.snapshot_if_due(loop, t_start - loop.eval_seconds)
-                continue
-            progress.update(seen, stats.loss)
-            if seen >= loop.next_eval:
-                self.settle()
-                started = MPI.Wtime()
-                acc = self.evaluate(started - t0 - loop.eval_seconds, loop.step, seen)
-                loop.eval_seconds += MPI.Wtime() - started
-                loop.last_eval_seen = seen
-                loop.next_eval += loop.eval_stride
-                if config.stop_at_target and acc >= config.target_accuracy:
-                    break
-            if seen >= loop.next_ckpt:
-                loop.next_ckpt += loop.ckpt_stride
-                started = MPI.Wtime()  # tagged by global samples: Oscars' steps differ by rank
-                self.checkpoint(loop, started - t0, tag=seen // self.budget.batch_size)
-                loop.eval_seconds += MPI.Wtime() - started  # off the clock, like evaluations
-        algo.finish()
-        train_end = MPI.Wtime() - t0
-        self.evaluate_snapshots()
-        seen = algo.evaluation_point()
+        if isinstance(self.algorithm.slowdown, Slowdown):
+            self.algorithm.slowdown.start(loop.elapsed)  # --slowdown-schedule times from here
+        return t0
+
+    def take_step(self, ctx: StepContext) -> None:
+        """One step: data, ``algorithm.step``, the row; sets the context's step fields."""
+        loop = ctx.loop
+        self.timer.reset()
+        self.timer.step = loop.step
+        ctx.t_start = ctx.now()
+        with self.timer.phase("data"):
+            x, y = self.stream.next()
+        ctx.stats = self.algorithm.step(x, y)
+        self.recorder.append(loop.step, ctx.t_start, self.timer.totals, ctx.stats)
+        loop.step += 1
+        ctx.seen = self.algorithm.evaluation_point()
+
+    def final_samples(self) -> int:
+        """Global samples at the end of training (collective: the same on every rank)."""
+        seen = self.algorithm.evaluation_point()
         if seen is None:
-            seen = int(self.mpi.allreduce(int(self.recorder.columns()["samples"].sum())))
-        if seen != loop.last_eval_seen:  # same decision on every rank: evaluate is collective
-            self.evaluate(train_end - loop.eval_seconds, loop.step, seen)
-        if self.config.save_model:
-            self.save_model()
-        progress.update(seen, float("nan"), force=True)
-        progress.close()
-        if self.watchdog is not None:
-            self.watchdog.stop()
-        wall = self.mpi.allreduce(train_end, op=MPI.MAX) - loop.eval_seconds
-        self.root["t_end_unix"] = time.time()
-        return self.write(self.recorder, wall)
+            seen = int(self.world.allreduce(int(self.recorder.columns()["samples"].sum())))
+        return seen
 
     def settle(self) -> None:
         """Complete communication in flight before an evaluation, on the clock.
@@ -326,7 +349,7 @@ class Run:
         now, mono = MPI.Wtime(), time.monotonic()
         if self.ranks_per_node != self.size:
             return now
-        start = self.mpi.bcast(mono if self.rank == 0 else None, root=0)
+        start = self.world.bcast(mono if self.rank == 0 else None, root=0)
         return now + (start - mono)
 
     def snapshot_if_due(self, loop: LoopState, t: float) -> None:
@@ -359,7 +382,7 @@ class Run:
             import tempfile  # noqa: PLC0415
 
             name = tempfile.mkdtemp(prefix="syncbench-hb-") if self.rank == 0 else None
-            folder = Path(self.mpi.bcast(name, root=0))
+            folder = Path(self.world.bcast(name, root=0))
         return Watchdog(folder, self.rank, self.size, self.config.timeout, self.timer)
 
     def rank_attrs(self) -> dict[str, Any]:
@@ -410,7 +433,7 @@ class Run:
             state["evals"] = self.evals.columns()
         save_state(self.parts, self.rank, tag, state)
         self.flush()
-        self.mpi.Barrier()
+        self.world.Barrier()
         if self.rank == 0:
             commit_checkpoint(self.parts, tag, self.size)
 
@@ -437,7 +460,7 @@ class Run:
     def write(self, recorder: StepRecorder, wall_s: float) -> dict[str, float] | None:
         """Gather every rank's rows to rank 0, which writes the run file atomically."""
         config = self.config
-        gathered = self.mpi.gather((recorder.columns(), self.rank_attrs()), root=0)
+        gathered = self.world.gather((recorder.columns(), self.rank_attrs()), root=0)
         if self.rank != 0:
             return None
         if self.watchdog is not None and self.parts is None:
@@ -464,8 +487,7 @@ class Run:
             "model": config.model,
             "dataset": config.dataset,
             "world_size": self.size,
-            "config": json.dumps({k: v for k, v in vars(config).items() if k != "func"},
-                                 sort_keys=True, default=str),
+            "config": json.dumps(vars(config), sort_keys=True, default=str),
             "started_utc": self.started_utc,
             "syncbench_version": _version(),
             "git_sha": _git_sha(),
