@@ -148,23 +148,26 @@ def _columns(
     return cols
 
 
-def _read(path: str, f: h5py.File) -> Run:
+def _root_attrs(path: str, f: h5py.File) -> dict[str, Any]:
+    """Root attributes, schema checked and ``config`` decoded from JSON."""
     attrs = _attrs(f)
     schema = attrs.get("schema")
     if schema is None:
         raise RunFileError(path, f"has no 'schema' attribute, expected '{SCHEMA}'")
     if schema != SCHEMA:
         raise RunFileError(path, f"has schema '{schema}', expected '{SCHEMA}'")
-
     config = attrs.get("config")
     if isinstance(config, str):
         try:
             attrs["config"] = json.loads(config) if config.strip() else {}
         except json.JSONDecodeError as exc:
             raise RunFileError(path, f"has a 'config' attribute that is not JSON ({exc})") from None
+    return attrs
 
-    complete = bool(attrs.get(COMPLETE_ATTR, True))
 
+def _ranks(path: str, f: h5py.File, world_size: Any, complete: bool
+           ) -> tuple[dict[int, dict[str, np.ndarray]], dict[int, dict[str, Any]]]:
+    """Every rank group's columns and attributes (all ranks unless the run is partial)."""
     if RANKS_GROUP not in f or not isinstance(f[RANKS_GROUP], h5py.Group):
         raise RunFileError(path, f"is incomplete: missing /{RANKS_GROUP}")
     rank_names = sorted(f[RANKS_GROUP])
@@ -180,15 +183,15 @@ def _read(path: str, f: h5py.File) -> Run:
         group = rank_group(rank)
         ranks[rank] = _columns(path, f, group, RANK_COLUMNS)
         rank_attrs[rank] = _attrs(f[group])
-
-    world_size = attrs.get("world_size")
     if complete and world_size is not None:
         for rank in range(int(world_size)):
             if rank not in ranks:
                 raise RunFileError(path, f"is incomplete: missing /{rank_group(rank)}")
+    return ranks, rank_attrs
 
-    eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
 
+def _summary(path: str, f: h5py.File) -> tuple[dict[str, float], dict[str, Any]]:
+    """The ``SUMMARY_ATTRS`` as floats, and the group's other attributes."""
     if SUMMARY_GROUP not in f:
         raise RunFileError(path, f"is incomplete: missing /{SUMMARY_GROUP}")
     summary_attrs = _attrs(f[SUMMARY_GROUP])
@@ -204,7 +207,15 @@ def _read(path: str, f: h5py.File) -> Run:
             raise RunFileError(
                 path, f"is malformed: attribute '{key}' of /{SUMMARY_GROUP} is not a number"
             ) from None
+    return summary, summary_attrs
 
+
+def _read(path: str, f: h5py.File) -> Run:
+    attrs = _root_attrs(path, f)
+    complete = bool(attrs.get(COMPLETE_ATTR, True))
+    ranks, rank_attrs = _ranks(path, f, attrs.get("world_size"), complete)
+    eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
+    summary, summary_extra = _summary(path, f)
     return Run(
         path=path,
         attrs=attrs,
@@ -213,7 +224,7 @@ def _read(path: str, f: h5py.File) -> Run:
         eval=eval_cols,
         summary=summary,
         complete=complete,
-        summary_extra=summary_attrs,
+        summary_extra=summary_extra,
     )
 
 

@@ -823,6 +823,29 @@ def _spread(key: str, values: list[Any]) -> tuple[float, float, float]:
     return float(np.median(arr)), float(np.min(arr)), float(np.max(arr))
 
 
+def _merge_column(g: dict[str, Any], key: str, column: list[Any]) -> None:
+    """Set ``g[key]`` (and spreads) from a group's values of ``key`` (see :func:`aggregate`)."""
+    if key == PATH_KEY:
+        g[key] = column
+    elif key == "complete":
+        g[key] = all(column)
+    elif key == "repeats":
+        g[key] = len(column)
+    elif key == "target_reached":
+        g[key] = None if all(v is None for v in column) else sum(v or 0 for v in column)
+    elif key in ("diverged", "overlapped"):  # how many of the group's runs
+        g[key] = sum(bool(v) for v in column)
+    elif key == "overlaps_with":
+        g[key] = sorted({f for v in column for f in (v or ())}) or None
+    elif key in _LABEL_KEYS:
+        g[key] = _merge_labels(column)
+    else:
+        med, lo, hi = _spread(key, column)
+        g[key] = med
+        if key in SPREAD_KEYS:
+            g[f"{key}_min"], g[f"{key}_max"] = lo, hi
+
+
 def aggregate(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[str, Any]]:
     """One row per distinct value of the ``by`` keys, sorted by them (module docstring).
 
@@ -842,25 +865,7 @@ def aggregate(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[st
             column = [m[key] for m in members]
             if key == "time_to_target_s":  # a diverged run never counts as faster
                 column = [NAN if m.get("diverged") else v for m, v in zip(members, column)]
-            if key == PATH_KEY:
-                g[key] = column
-            elif key == "complete":
-                g[key] = all(column)
-            elif key == "repeats":
-                g[key] = len(members)
-            elif key == "target_reached":
-                g[key] = None if all(v is None for v in column) else sum(v or 0 for v in column)
-            elif key in ("diverged", "overlapped"):  # how many of the group's runs
-                g[key] = sum(bool(v) for v in column)
-            elif key == "overlaps_with":
-                g[key] = sorted({f for v in column for f in (v or ())}) or None
-            elif key in _LABEL_KEYS:
-                g[key] = _merge_labels(column)
-            else:
-                med, lo, hi = _spread(key, column)
-                g[key] = med
-                if key in SPREAD_KEYS:
-                    g[f"{key}_min"], g[f"{key}_max"] = lo, hi
+            _merge_column(g, key, column)
         for key, value in zip(by, values, strict=True):
             if key not in g:
                 g[key] = value

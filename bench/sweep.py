@@ -399,41 +399,11 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
         manifest = manifest.with_name(f"{manifest.stem}-r{args.repeat_index}{manifest.suffix}")
     total = len(runs)
     for i, run in enumerate(runs, 1):
-        label = (f"[{i}/{total}] {run.algorithm} np={run.np} repeat={run.repeat} "
-                 f"batch/rank={run.batch_size}")
-        complete, note = existing_is_complete(run)
-        if complete:
-            run.status, run.note = SKIPPED, "complete run file exists"
-        elif args.no_run:
-            run.status, run.note = MISSING, note or "no run file"
-        else:
-            if note:
-                print(f"{label}: {note}", flush=True)
-            print(f"{label}: running -> {run.path}", flush=True)
-            if getattr(args, "simulate", False):
-                from syncbench.bench.simulate.sweep import launch_simulated  # noqa: PLC0415
-
-                launch_simulated(run, train_args, args.timeout, existing_is_complete)
-            else:
-                launch(run, train_args, args.mpiexec, args.timeout)
-        detail = f" ({run.seconds:.1f} s)" if run.seconds is not None else ""
-        print(f"{label}: {run.status}{detail}{': ' + run.note if run.note else ''}", flush=True)
+        _run_one(run, f"[{i}/{total}]", args, train_args)
         write_manifest(manifest, args, train_args, runs)
     good = [r for r in runs if r.status in (RAN, SKIPPED)]
-    text = ""
     if good:
-        rows = report_rows([r.path for r in good])
-        text = format_report(rows, args.format)
-        if args.format == "md":
-            done = [read_run(r.path) for r in good]
-            table = table_rows(done)
-            context = format_contexts([machine_context(d) for d in done])
-            text += "\n\n" + scaling_table(runs, table, context)
-            overlapped = [r for r in table if r.get("overlapped")]
-            if overlapped:
-                print(f"sweep: warning: {len(overlapped)} run(s) overlapped another run on the "
-                      "same host: their speedup and efficiency are not computed",
-                      file=sys.stderr)
+        text = _report_text(runs, good, args.format)
         print()
         print(text)
         report_path(manifest, args.format).write_text(text + "\n")
@@ -442,6 +412,45 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
           f"({sum(r.status == RAN for r in runs)} ran, {sum(r.status == SKIPPED for r in runs)} "
           f"skipped, {len(bad)} failed or missing); manifest {manifest}", flush=True)
     return 1 if bad else 0
+
+
+def _run_one(run: Any, counter: str, args: argparse.Namespace, train_args: list[str]) -> None:
+    """Launch one planned run unless its file is complete (or ``--no-run``); print its status."""
+    label = (f"{counter} {run.algorithm} np={run.np} repeat={run.repeat} "
+             f"batch/rank={run.batch_size}")
+    complete, note = existing_is_complete(run)
+    if complete:
+        run.status, run.note = SKIPPED, "complete run file exists"
+    elif args.no_run:
+        run.status, run.note = MISSING, note or "no run file"
+    else:
+        if note:
+            print(f"{label}: {note}", flush=True)
+        print(f"{label}: running -> {run.path}", flush=True)
+        if getattr(args, "simulate", False):
+            from syncbench.bench.simulate.sweep import launch_simulated  # noqa: PLC0415
+
+            launch_simulated(run, train_args, args.timeout, existing_is_complete)
+        else:
+            launch(run, train_args, args.mpiexec, args.timeout)
+    detail = f" ({run.seconds:.1f} s)" if run.seconds is not None else ""
+    print(f"{label}: {run.status}{detail}{': ' + run.note if run.note else ''}", flush=True)
+
+
+def _report_text(runs: list, good: list, fmt: str) -> str:
+    """The report of the complete runs; Markdown adds the scaling table."""
+    text = format_report(report_rows([r.path for r in good]), fmt)
+    if fmt != "md":
+        return text
+    done = [read_run(r.path) for r in good]
+    table = table_rows(done)
+    context = format_contexts([machine_context(d) for d in done])
+    text += "\n\n" + scaling_table(runs, table, context)
+    overlapped = [r for r in table if r.get("overlapped")]
+    if overlapped:
+        print(f"sweep: warning: {len(overlapped)} run(s) overlapped another run on the "
+              "same host: their speedup and efficiency are not computed", file=sys.stderr)
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:

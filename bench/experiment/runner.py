@@ -288,13 +288,9 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     np_ = args.np or scenario.np
     repeats = args.repeats or scenario.repeats
     target = args.target_accuracy or scenario.target_accuracy
-    if np_ < 1 or repeats < 1 or not 0 < target <= 1:
-        return _error(prog, "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]")
-    if args.slowdown_modes:
-        modes = [m.strip() for m in args.slowdown_modes.split(",") if m.strip()]
-        if not modes or any(m not in SLOWDOWN_MODES for m in modes):
-            return _error(prog, f"--slowdown-modes takes {', '.join(SLOWDOWN_MODES)}")
-        scenario.slowdown_modes = modes
+    problem = _check_settings(scenario, args, np_, repeats, target)
+    if problem:
+        return _error(prog, problem)
     out_dir = Path(args.out_dir or Path("runs") / scenario.name)
     results_path = out_dir / RESULTS_NAME
     previous = _previous(results_path) if args.resume else None
@@ -310,12 +306,9 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         for p in plan:
             print(" ".join(shlex.quote(a) for a in ["syncbench", "train", *p.args]))
         return 0
-    if args.resume and previous is None:
-        return _error(prog, f"--resume: no readable {results_path} (nothing to resume there)")
-    if previous and previous.get("plan") != _plan_json(plan):
-        return _error(prog, f"--resume: {results_path} was written for another plan "
-                      "(scenario, flags, --np, --repeats or --seed differ); use another "
-                      "--out-dir or drop --resume")
+    problem = _resume_problem(args.resume, previous, plan, results_path)
+    if problem:
+        return _error(prog, problem)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     state = {"schema": RESULTS_SCHEMA, "complete": False, "scenario": head,
@@ -358,14 +351,44 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     say(f"run files: {out_dir}/ ({len(plan)} files); results: {results_path}")
     if args.plots:
         _write_plots([p.path.as_posix() for p in plan], args.plots, say)
+    _say_next(scenario, plan, out_dir, args.plots, say)
+    return 0
+
+
+def _resume_problem(resume: bool, previous: dict | None, plan: list,
+                    results_path: Path) -> str | None:
+    """Why ``--resume`` cannot continue from ``results_path``, else None."""
+    if resume and previous is None:
+        return f"--resume: no readable {results_path} (nothing to resume there)"
+    if previous and previous.get("plan") != _plan_json(plan):
+        return (f"--resume: {results_path} was written for another plan (scenario, flags, "
+                "--np, --repeats or --seed differ); use another --out-dir or drop --resume")
+    return None
+
+
+def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repeats: int,
+                    target: float) -> str | None:
+    """What is wrong with the run's settings, else None; applies ``--slowdown-modes``."""
+    if np_ < 1 or repeats < 1 or not 0 < target <= 1:
+        return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
+    if args.slowdown_modes:
+        modes = [m.strip() for m in args.slowdown_modes.split(",") if m.strip()]
+        if not modes or any(m not in SLOWDOWN_MODES for m in modes):
+            return f"--slowdown-modes takes {', '.join(SLOWDOWN_MODES)}"
+        scenario.slowdown_modes = modes
+    return None
+
+
+def _say_next(scenario: Scenario, plan: list, out_dir: Path, plots: str | None,
+              say: Callable[[str], None]) -> None:
+    """The next two commands: report the runs, trace the baseline's first run."""
     cmd = _command_name()
     first = min(plan, key=lambda p: (p.entry.label != scenario.baseline,
                                      not p.condition.homogeneous, p.repeat)).path.as_posix()
     say("next:")
-    say(f"  {cmd} report {out_dir.as_posix()}/*.h5 --plots {args.plots or 'plots'}"
+    say(f"  {cmd} report {out_dir.as_posix()}/*.h5 --plots {plots or 'plots'}"
         "   # tables and plots of every run")
     say(f"  {cmd} trace {first} -o trace.json   # open in ui.perfetto.dev")
-    return 0
 
 
 def main(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
