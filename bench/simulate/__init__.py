@@ -16,6 +16,9 @@ Modules: :mod:`.engine` (loading SimGrid, the flow oracle), :mod:`.platform`
 (cluster descriptions, calibration), :mod:`.collectives` (the phases of each
 collective, MPICH's choice of algorithm), :mod:`.workload` (per-step compute
 times from a run file or a named profile, stragglers), :mod:`.strategies`
-(one timeline per strategy), :mod:`.writer` (the ``syncbench/1`` run file),
-:mod:`.validate` (measured vs predicted), :mod:`.cli` (the command).
+(one timeline per strategy), :mod:`.run` (jobs in one SimGrid engine),
+:mod:`.writer` (the ``syncbench/1`` run file), :mod:`.validate` (measured vs
+predicted), :mod:`.sweep` (``syncbench sweep --simulate``), :mod:`.plots`
+(scaling on log axes), :mod:`.cli` (the command); ``profiles.toml`` holds
+the named workloads with their sources.
 """
