@@ -133,6 +133,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,7 @@ from mpi4py import MPI
 
 from syncbench.algorithms.base import Algorithm, StepStats
 from syncbench.algorithms.device_buffers import HostMirror
+from syncbench.algorithms.flags import option
 from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
 
 VERSION, CLAIMS = 0, 1
@@ -180,43 +182,39 @@ class ASGD(Algorithm):
     #: Which push a pull sees depends on the ranks' timing.
     deterministic = False
 
-    @classmethod
-    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
-        parser.add_argument(
-            "--ps-layout", choices=LAYOUTS, default="sharded",
-            help="ASGD parameter windows: sharded (every rank hosts 1/N, default), single "
+    @dataclass(frozen=True)
+    class Options:
+        """ASGD's options."""
+
+        ps_layout: str = option(
+            "sharded", "ASGD parameter windows: sharded (every rank hosts 1/N, default), single "
             "(rank 0 hosts all and trains) or dedicated (rank 0 hosts all, only serves)",
-        )
-        parser.add_argument(
-            "--delay-compensation", type=float, default=0.0, metavar="LAMBDA",
-            help="ASGD DC-ASGD: push g + LAMBDA*g*g*(W_now - W_pulled) (default 0: off)",
-        )
-        parser.add_argument(
-            "--rma-assert", choices=tuple(LOCK_ASSERTS), default="nocheck",
-            help="ASGD MPI_Win_lock assert: nocheck (default; valid, every lock is shared) "
-            "or none (the target grants each lock inside MPI)",
-        )
-        parser.add_argument(
-            "--async-lr-scale", choices=LR_SCALES, default="none",
-            help="ASGD worker step size: none (default: --lr) or workers "
+            choices=LAYOUTS)
+        delay_compensation: float = option(
+            0.0, "ASGD DC-ASGD: push g + LAMBDA*g*g*(W_now - W_pulled) (default 0: off)",
+            metavar="LAMBDA")
+        rma_assert: str = option(
+            "nocheck", "ASGD MPI_Win_lock assert: nocheck (default; valid, every lock is shared) "
+            "or none (the target grants each lock inside MPI)", choices=tuple(LOCK_ASSERTS))
+        async_lr_scale: str = option(
+            "none", "ASGD worker step size: none (default: --lr) or workers "
             "(lr*(1-worker_momentum)/((1-momentum)*W) for W workers, so their pushes add up to "
-            "SSGD's effective step; lr/W when the momenta are equal)",
-        )
-        parser.add_argument(
-            "--worker-momentum", type=float, default=DEFAULT_WORKER_MOMENTUM,
-            help="ASGD momentum of each worker's update (default "
-            f"{DEFAULT_WORKER_MOMENTUM}: asynchrony adds an implicit momentum of its own)",
-        )
+            "SSGD's effective step; lr/W when the momenta are equal)", choices=LR_SCALES)
+        worker_momentum: float = option(
+            DEFAULT_WORKER_MOMENTUM, "ASGD momentum of each worker's update (default "
+            f"{DEFAULT_WORKER_MOMENTUM}: asynchrony adds an implicit momentum of its own)")
+
+        def __post_init__(self) -> None:
+            if not self.delay_compensation >= 0:
+                raise ValueError(
+                    f"--delay-compensation must be >= 0, got {self.delay_compensation}")
+            if not 0 <= self.worker_momentum < 1:
+                raise ValueError(
+                    f"--worker-momentum must be in [0, 1), got {self.worker_momentum}")
 
     @classmethod
-    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
-        if not config.delay_compensation >= 0:
-            raise ValueError(
-                f"--delay-compensation must be >= 0, got {config.delay_compensation}"
-            )
-        if not 0 <= config.worker_momentum < 1:
-            raise ValueError(f"--worker-momentum must be in [0, 1), got {config.worker_momentum}")
-        if config.ps_layout == "dedicated" and world_size < 2:
+    def check_world(cls, options: Options, world_size: int) -> None:
+        if options.ps_layout == "dedicated" and world_size < 2:
             raise ValueError("--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
 
     @classmethod
@@ -228,18 +226,18 @@ class ASGD(Algorithm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        model, config = self.model, self.config
-        self.layout: str = config.ps_layout
+        model, config, options = self.model, self.config, self.options
+        self.layout: str = options.ps_layout
         self.is_host = self.layout == "dedicated" and self.comm.rank == 0
         self.workers = self.comm.size - (1 if self.layout == "dedicated" else 0)
         self.total_pushes = self.budget.total_samples // self.budget.batch_size
         #: The worker's step size and momentum (``--async-lr-scale``, ``--worker-momentum``).
-        self.worker_momentum = float(config.worker_momentum)
+        self.worker_momentum = float(options.worker_momentum)
         self.worker_lr = worker_learning_rate(
-            config.lr, config.momentum, self.worker_momentum, self.workers, config.async_lr_scale
+            config.lr, config.momentum, self.worker_momentum, self.workers, options.async_lr_scale
         )
-        self.dc = float(config.delay_compensation)
-        self._lock_assert = LOCK_ASSERTS[config.rma_assert]
+        self.dc = float(options.delay_compensation)
+        self._lock_assert = LOCK_ASSERTS[options.rma_assert]
         self._on_host = not model.backend.is_gpu
         n, dtype = model.size, model.dtype
         # W_pulled lives in model.params on the CPU (the read lands there directly); on
@@ -511,7 +509,7 @@ class ASGD(Algorithm):
             report[f"{label}_max"] = float(values.max())
         self.report = report
         return (
-            f"asgd: layout {self.layout} assert {self.config.rma_assert} "
+            f"asgd: layout {self.layout} assert {self.options.rma_assert} "
             f"pushes {push.size}  pull ms p50 {report['pull_p50_ms']:.3f} "
             f"p90 {report['pull_p90_ms']:.3f} max {report['pull_max_ms']:.2f}  "
             f"push ms p50 {report['push_p50_ms']:.3f} p90 {report['push_p90_ms']:.3f} "

@@ -10,12 +10,14 @@ plus one line in :mod:`syncbench.algorithms.registry`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.flags import add_option_flags, options_from
 from syncbench.kernels.model import Model
 from syncbench.kernels.ops import sgd_momentum_
 
@@ -73,8 +75,21 @@ class MomentumSGD:
         )
 
 
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a strategy that has none of its own."""
+
+
 class Algorithm(ABC):
-    """One synchronization strategy, run by every rank."""
+    """One synchronization strategy, run by every rank.
+
+    Its own options are a frozen dataclass, :attr:`Options`
+    (:mod:`syncbench.algorithms.flags`); ``config`` carries the driver's
+    flags the optimizer reads (``lr``, ``momentum``, ``weight_decay``).
+    """
+
+    #: This strategy's typed options (fields with help; validated on construction).
+    Options: ClassVar[type] = NoOptions
 
     #: Registry name, e.g. ``"ssgd"``.
     name: ClassVar[str]
@@ -100,7 +115,10 @@ class Algorithm(ABC):
         comm: Communicator,
         config: argparse.Namespace,
         budget: Budget,
+        options: Any = None,
     ) -> None:
+        #: This strategy's options: ``options``, else built from ``config``'s attributes.
+        self.options = options if options is not None else options_from(self.Options, config)
         self.model = model
         self.comm = comm
         self.timer = comm.timer
@@ -136,12 +154,19 @@ class Algorithm(ABC):
                 self.slowdown(self.timer.totals["compute"])
 
     @classmethod
-    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
-        """Register this algorithm's own flags (names unique across algorithms)."""
+    def add_arguments(cls, parser: argparse._ArgumentGroup,
+                      seen: dict[str, dataclasses.Field] | None = None) -> None:
+        """One flag per field of :attr:`Options` (``seen``: flags of other strategies)."""
+        add_option_flags(parser, cls.Options, {} if seen is None else seen)
 
     @classmethod
     def validate(cls, config: argparse.Namespace, world_size: int) -> None:
         """Raise ``ValueError`` with a one-line message for bad flags (all ranks agree)."""
+        cls.check_world(options_from(cls.Options, config), world_size)
+
+    @classmethod
+    def check_world(cls, options: Any, world_size: int) -> None:
+        """Checks of the options that depend on the number of ranks; default none."""
 
     @classmethod
     def data_shard(cls, config: argparse.Namespace, rank: int, size: int) -> tuple[int, int]:

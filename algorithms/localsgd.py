@@ -24,10 +24,12 @@ is its base period tau_0) and are defined here only.
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.flags import option
 
 #: ``--momentum-sync``: what becomes of the momentum buffers at an averaging.
 MOMENTUM_SYNCS = ("keep", "zero", "average")
@@ -44,33 +46,49 @@ def sync_momentum(algo: Algorithm, mode: str) -> None:
             velocity *= 1.0 / algo.comm.size
 
 
+def local_step(algo: Algorithm, x: Any, y: Any, poll: Callable[[], None] | None = None) -> float:
+    """The local optimizer step of Local SGD and Oscars; returns the loss.
+
+    Compute the gradient of this rank's batch (calling ``poll`` between
+    layers while a reduction is in flight), spend the emulated slowdown,
+    and apply momentum SGD to the replica. The averager (what a round does
+    with the replicas) is the strategy's own, as PyTorch splits
+    ``PostLocalSGDOptimizer`` (the local step) from its model averager.
+    """
+    with algo.timer.phase("compute"):
+        loss = algo.model.loss_and_grad(
+            x, y, on_grads_ready=(lambda _offset: poll()) if poll else None, poll=poll)
+    algo.straggle()
+    with algo.timer.phase("update"):
+        algo.optimizer.step(algo.model.params, algo.model.grads)
+    return loss
+
+
 class LocalSGD(Algorithm):
     name = "localsgd"
     summary = "local SGD: --period local steps, then a blocking Allreduce average of the weights"
 
-    @classmethod
-    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
-        parser.add_argument(
-            "--period",
-            type=int,
-            default=4,
-            help="Local SGD period tau, and Oscars' base period tau_0: local steps per "
-            "round between model averagings (default 4)",
-        )
-        parser.add_argument(
-            "--momentum-sync", choices=MOMENTUM_SYNCS, default="keep",
-            help="Local SGD and Oscars: momentum buffers at each averaging: keep them local "
-            "(default), zero them, or average them (one more Allreduce per round)",
-        )
+    @dataclass(frozen=True)
+    class Options:
+        """Local SGD's options (Oscars' extend them: ``--period`` is its tau_0)."""
 
-    @classmethod
-    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
-        if config.period < 1:
-            raise ValueError(f"--period must be >= 1, got {config.period}")
+        period: int = option(
+            4, "Local SGD period tau, and Oscars' base period tau_0: local steps per "
+            "round between model averagings")
+        momentum_sync: str = option(
+            "keep", "Local SGD and Oscars: momentum buffers at each averaging: keep them local "
+            "(default), zero them, or average them (one more Allreduce per round)",
+            choices=MOMENTUM_SYNCS)
+
+        def __post_init__(self) -> None:
+            if self.period < 1:
+                raise ValueError(f"--period must be >= 1, got {self.period}")
+            if self.momentum_sync not in MOMENTUM_SYNCS:
+                raise ValueError(f"--momentum-sync must be one of {', '.join(MOMENTUM_SYNCS)}")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.period = int(self.config.period)
+        self.period = int(self.options.period)
         self.round = 0
         self.round_steps = 0  # local steps taken in the current round
         self.round_len = self._next_round_len()
@@ -81,19 +99,14 @@ class LocalSGD(Algorithm):
 
     def local_step(self, x: Any, y: Any) -> float:
         """One local momentum-SGD step on this rank's replica; returns the loss."""
-        with self.timer.phase("compute"):
-            loss = self.model.loss_and_grad(x, y)
-        self.straggle()
-        with self.timer.phase("update"):
-            self.optimizer.step(self.model.params, self.model.grads)
-        return loss
+        return local_step(self, x, y)
 
     def average(self) -> None:
         """Replace every replica by the uniform average (blocking Allreduce)."""
         self.comm.Allreduce(self.model.params)
         with self.timer.phase("update"):
             self.model.params *= 1.0 / self.comm.size
-        sync_momentum(self, self.config.momentum_sync)
+        sync_momentum(self, self.options.momentum_sync)
 
     def step(self, x: Any, y: Any) -> StepStats:
         loss = self.local_step(x, y)

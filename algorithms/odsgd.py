@@ -63,13 +63,14 @@ model is ``W_g`` (one gradient behind until :meth:`ODSGD.finish`).
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.flags import option
 
 LOCAL_OPTS = ("sgd", "dc")
 
@@ -80,53 +81,46 @@ class ODSGD(Algorithm):
     name = "odsgd"
     summary = "one-step-delay SGD (gradient Iallreduce overlaps the next step's compute)"
 
-    @classmethod
-    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
-        parser.add_argument(
-            "--warmup-steps", type=int, default=50,
-            help="OD-SGD: plain SSGD steps before the one-step delay starts (default 50)",
-        )
-        parser.add_argument(
-            "--lr-local", type=float, default=None,
-            help="OD-SGD: learning rate of the local compensation step (default --lr, as the "
-            "paper; N*lr with --local-lookahead on, so W_loc predicts the next W_g)",
-        )
-        parser.add_argument(
-            "--local-opt", choices=LOCAL_OPTS, default="sgd",
-            help="OD-SGD local optimizer: sgd (own gradient) or dc (delay-compensated, "
+    @dataclass(frozen=True)
+    class Options:
+        """OD-SGD's options."""
+
+        warmup_steps: int = option(
+            50, "OD-SGD: plain SSGD steps before the one-step delay starts")
+        lr_local: float | None = option(
+            None, "OD-SGD: learning rate of the local compensation step (default --lr, as the "
+            "paper; N*lr with --local-lookahead on, so W_loc predicts the next W_g)", type=float)
+        local_opt: str = option(
+            "sgd", "OD-SGD local optimizer: sgd (own gradient) or dc (delay-compensated, "
             "g + LAMBDA*g*g*(W_g(t) - W_g(t-1)), as the paper's code) (default sgd)",
-        )
-        parser.add_argument(
-            "--dc-lambda", type=float, default=0.04,
-            help="OD-SGD: LAMBDA of --local-opt dc (default 0.04, as MXNet's DCASGD)",
-        )
-        parser.add_argument(
-            "--local-lookahead", choices=("off", "on"), default="off",
-            help="OD-SGD: off (default) is the paper's recurrence; on (our variant, labelled "
+            choices=LOCAL_OPTS)
+        dc_lambda: float = option(
+            0.04, "OD-SGD: LAMBDA of --local-opt dc (default 0.04, as MXNet's DCASGD)")
+        local_lookahead: str = option(
+            "off", "OD-SGD: off (default) is the paper's recurrence; on (our variant, labelled "
             "odsgd+la) subtracts from W_loc the known part of the next global step, "
             "lr*(momentum*v + weight_decay*W_g), instead of lr_local*weight_decay*W_g",
-        )
+            choices=("off", "on"))
 
-    @classmethod
-    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
-        if config.warmup_steps < 0:
-            raise ValueError(f"--warmup-steps must be >= 0, got {config.warmup_steps}")
-        if config.lr_local is not None and config.lr_local <= 0:
-            raise ValueError(f"--lr-local must be > 0, got {config.lr_local}")
-        if config.dc_lambda < 0:
-            raise ValueError(f"--dc-lambda must be >= 0, got {config.dc_lambda}")
+        def __post_init__(self) -> None:
+            if self.warmup_steps < 0:
+                raise ValueError(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
+            if self.lr_local is not None and self.lr_local <= 0:
+                raise ValueError(f"--lr-local must be > 0, got {self.lr_local}")
+            if self.dc_lambda < 0:
+                raise ValueError(f"--dc-lambda must be >= 0, got {self.dc_lambda}")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         params = self.model.params
-        self.warmup_steps: int = self.config.warmup_steps
-        lr_local = self.config.lr_local
-        self.lookahead: bool = self.config.local_lookahead == "on"
+        self.warmup_steps: int = self.options.warmup_steps
+        lr_local = self.options.lr_local
+        self.lookahead: bool = self.options.local_lookahead == "on"
         if lr_local is None:
             lr_local = self.config.lr * (self.comm.size if self.lookahead else 1)
         self.lr_local: float = lr_local
-        self.local_opt: str = self.config.local_opt
-        self.dc_lambda: float = self.config.dc_lambda
+        self.local_opt: str = self.options.local_opt
+        self.dc_lambda: float = self.options.dc_lambda
         #: W_g, the global weights (identical on every rank).
         self.w_global = params.copy()
         self._recv = [params * 0, params * 0]  # two receive buffers: t and t-1 in flight

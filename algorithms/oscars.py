@@ -51,13 +51,14 @@ global sample count is exactly the budget.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from syncbench.algorithms.base import Algorithm, StepStats
-from syncbench.algorithms.localsgd import sync_momentum
+from syncbench.algorithms.flags import option
+from syncbench.algorithms.localsgd import LocalSGD, local_step, sync_momentum
 from syncbench.kernels.ops import axpy_
 
 #: Slack for floor(T / c_k): T / c_max must give tau_0, not tau_0 - 1, after rounding.
@@ -116,46 +117,44 @@ class Oscars(Algorithm):
     #: Local steps per round follow the measured speeds c_k (wall time).
     deterministic = False
 
-    @classmethod
-    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
-        # --period (tau_0) is defined once, by Local SGD.
-        parser.add_argument("--max-period", type=int, default=None,
-                            help="Oscars tau_max: most local steps per round (default 8*--period)")
-        parser.add_argument("--averaging", choices=("weighted", "uniform"), default="weighted",
-                            help="Oscars averaging of the deltas: by local steps (default) or "
-                            "plain mean")
-        parser.add_argument("--adaptive", choices=("on", "off"), default="on",
-                            help="Oscars: per-rank local steps from measured speeds (on, "
-                            "default) or --period for all (= Local SGD)")
-        parser.add_argument("--overlap", action="store_true",
-                            help="Oscars: take exactly one step, the next round's first, while "
-                            "the round's Iallreduce is in flight")
-        parser.add_argument("--period-growth", type=float, default=0.0,
-                            help="Oscars: tau_0 grows as tau_0*(1 + ALPHA*round) (default 0)")
-        parser.add_argument("--global-lr", type=float, default=1.0,
-                            help="Oscars: step size applied to the averaged delta (default 1)")
-        parser.add_argument("--speed-ema", type=float, default=0.5,
-                            help="Oscars: weight of the old value in the per-round EMA of "
-                            "seconds per local step (default 0.5)")
+    @dataclass(frozen=True)
+    class Options(LocalSGD.Options):
+        """Oscars' options: Local SGD's (``--period`` is tau_0, ``--momentum-sync``) and more."""
 
-    @classmethod
-    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
-        checks = [
-            (config.period >= 1, f"--period must be >= 1, got {config.period}"),
-            (config.max_period is None or config.max_period >= 1,
-             f"--max-period must be >= 1, got {config.max_period}"),
-            (config.period_growth >= 0,
-             f"--period-growth must be >= 0, got {config.period_growth}"),
-            (config.global_lr > 0, f"--global-lr must be > 0, got {config.global_lr}"),
-            (0 <= config.speed_ema < 1, f"--speed-ema must be in [0, 1), got {config.speed_ema}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        max_period: int | None = option(
+            None, "Oscars tau_max: most local steps per round (default 8*--period)", type=int)
+        averaging: str = option(
+            "weighted", "Oscars averaging of the deltas: by local steps (default) or plain mean",
+            choices=("weighted", "uniform"))
+        adaptive: str = option(
+            "on", "Oscars: per-rank local steps from measured speeds (on, default) or --period "
+            "for all (= Local SGD)", choices=("on", "off"))
+        overlap: bool = option(
+            False, "Oscars: take exactly one step, the next round's first, while the round's "
+            "Iallreduce is in flight", flag=True)
+        period_growth: float = option(
+            0.0, "Oscars: tau_0 grows as tau_0*(1 + ALPHA*round)")
+        global_lr: float = option(1.0, "Oscars: step size applied to the averaged delta")
+        speed_ema: float = option(
+            0.5, "Oscars: weight of the old value in the per-round EMA of seconds per local step")
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            checks = [
+                (self.max_period is None or self.max_period >= 1,
+                 f"--max-period must be >= 1, got {self.max_period}"),
+                (self.period_growth >= 0,
+                 f"--period-growth must be >= 0, got {self.period_growth}"),
+                (self.global_lr > 0, f"--global-lr must be > 0, got {self.global_lr}"),
+                (0 <= self.speed_ema < 1, f"--speed-ema must be in [0, 1), got {self.speed_ema}"),
+            ]
+            for ok, message in checks:
+                if not ok:
+                    raise ValueError(message)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        cfg, size, xp = self.config, self.comm.size, self.model.backend.xp
+        cfg, size, xp = self.options, self.comm.size, self.model.backend.xp
         self.tau0 = float(cfg.period)
         self.tau_max = int(cfg.max_period or 8 * cfg.period)
         self.total_steps = self.budget.total_samples // self.budget.batch_size
@@ -179,7 +178,7 @@ class Oscars(Algorithm):
     # -- schedule ------------------------------------------------------------
     def base_period(self) -> float:
         """tau_0 of the current round, with ``--period-growth``."""
-        return self.tau0 * (1.0 + self.config.period_growth * self.round)
+        return self.tau0 * (1.0 + self.options.period_growth * self.round)
 
     def _plan_round(self, taus: list[int]) -> None:
         """Fix the current round's schedule (fitted to the budget) on this rank."""
@@ -189,7 +188,7 @@ class Oscars(Algorithm):
         self.history.append(self.taus)
 
     def _next_schedule(self) -> list[int]:
-        if self.config.adaptive == "off":
+        if self.options.adaptive == "off":
             return uniform_schedule(self.comm.size, self.base_period(), self.tau_max)
         return schedule(self.speeds, self.base_period(), self.tau_max)
 
@@ -208,7 +207,7 @@ class Oscars(Algorithm):
         seconds, steps = self._window
         if steps == 0:
             return
-        sample, beta = seconds / steps, self.config.speed_ema
+        sample, beta = seconds / steps, self.options.speed_ema
         first = self.step_seconds == 0.0
         self.step_seconds = sample if first else beta * self.step_seconds + (1 - beta) * sample
         self._window = [0.0, 0]
@@ -216,14 +215,7 @@ class Oscars(Algorithm):
     # -- one step ------------------------------------------------------------
     def _local_step(self, x: Any, y: Any) -> float:
         """One local momentum-SGD step (polling an in-flight round); returns the loss."""
-        poll = self.comm.poll if self.pending is not None else None
-        with self.timer.phase("compute"):
-            loss = self.model.loss_and_grad(
-                x, y, on_grads_ready=(lambda _offset: poll()) if poll else None, poll=poll
-            )
-        self.straggle()
-        with self.timer.phase("update"):
-            self.optimizer.step(self.model.params, self.model.grads)
+        loss = local_step(self, x, y, poll=self.comm.poll if self.pending is not None else None)
         self._observe_speed()
         return loss
 
@@ -238,7 +230,7 @@ class Oscars(Algorithm):
                           round=self.round, speed=self.speeds[self.comm.rank])
         if self.round_steps >= self.tau:
             self._start_reduction()
-            if not self.config.overlap or self.scheduled >= self.total_steps:
+            if not self.options.overlap or self.scheduled >= self.total_steps:
                 self._complete()
         return stats
 
@@ -251,7 +243,7 @@ class Oscars(Algorithm):
             delta = self.packed[:size]
             delta[...] = self.model.params
             delta -= self.w_start
-            if self.config.averaging == "weighted":
+            if self.options.averaging == "weighted":
                 delta *= self.tau
             self.packed[size:] = 0
             self.packed[size + self.comm.rank] = self.step_seconds
@@ -272,15 +264,15 @@ class Oscars(Algorithm):
             raise RuntimeError(f"Oscars round {self.round}: reduced sum of tau {sum_tau} != "
                                f"planned {sum(self.taus)} (ranks disagree on the schedule)")
         self.speeds = [float(c) for c in tail[:n]]
-        denom = sum_tau if self.config.averaging == "weighted" else n
+        denom = sum_tau if self.options.averaging == "weighted" else n
         with self.timer.phase("update"):
-            axpy_(self.w_start, self.config.global_lr / denom, self.packed[:size], self.scratch)
+            axpy_(self.w_start, self.options.global_lr / denom, self.packed[:size], self.scratch)
             if self.w_sync is not None and self.round_steps > self.tau:
                 self.model.params -= self.w_sync  # local progress made meanwhile
                 self.model.params += self.w_start
             else:
                 self.model.params[...] = self.w_start
-        sync_momentum(self, self.config.momentum_sync)
+        sync_momentum(self, self.options.momentum_sync)
         self.consumed += sum_tau
         self.round_steps -= self.tau
         self.round += 1

@@ -33,15 +33,19 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mpi4py import MPI
 
 from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.flags import option
 
 #: ``--bucket-mb auto``: this fraction of the model's gradient, capped at DDP's default.
 AUTO_BUCKET_FRACTION = 0.25
 AUTO_BUCKET_CAP_MB = 25.0
+#: ``--comm``: how SSGD reduces the gradient.
+COMM_MODES = ("overlap", "blocking")
 
 
 def bucket_mb_arg(text: str) -> str | float:
@@ -91,39 +95,34 @@ class SSGD(Algorithm):
     name = "ssgd"
     summary = "synchronous allreduce SGD (blocking, or bucketed Iallreduce overlapping backward)"
 
-    @classmethod
-    def add_arguments(cls, parser: argparse._ArgumentGroup) -> None:
-        parser.add_argument(
-            "--comm",
-            choices=("overlap", "blocking"),
-            default="overlap",
-            help="SSGD gradient reduction: bucketed Iallreduce overlapped with backward "
-            "(default) or one blocking Allreduce after backward",
-        )
-        parser.add_argument(
-            "--bucket-mb",
-            type=bucket_mb_arg,
-            default="auto",
-            help="SSGD overlap: most MB of gradient per Iallreduce bucket (whole layers; a "
-            "larger layer gets its own). auto (default): a quarter of the model's gradient, "
-            f"at most {AUTO_BUCKET_CAP_MB:g} MB",
-        )
+    @dataclass(frozen=True)
+    class Options:
+        """SSGD's options."""
 
-    @classmethod
-    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
-        if config.bucket_mb != "auto" and not float(config.bucket_mb) > 0:
-            raise ValueError(f"--bucket-mb must be auto or > 0, got {config.bucket_mb}")
+        comm: str = option(
+            "overlap", "SSGD gradient reduction: bucketed Iallreduce overlapped with backward "
+            "(default) or one blocking Allreduce after backward", choices=COMM_MODES)
+        bucket_mb: str | float = option(
+            "auto", "SSGD overlap: most MB of gradient per Iallreduce bucket (whole layers; a "
+            "larger layer gets its own). auto (default): a quarter of the model's gradient, "
+            f"at most {AUTO_BUCKET_CAP_MB:g} MB", type=bucket_mb_arg)
+
+        def __post_init__(self) -> None:
+            if self.comm not in COMM_MODES:
+                raise ValueError(f"--comm must be one of {', '.join(COMM_MODES)}, got {self.comm}")
+            if self.bucket_mb != "auto" and not float(self.bucket_mb) > 0:
+                raise ValueError(f"--bucket-mb must be auto or > 0, got {self.bucket_mb}")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         grads = self.model.grads
-        self.bucket_elems = max(1, bucket_bytes(self.config.bucket_mb, grads.nbytes)
+        self.bucket_elems = max(1, bucket_bytes(self.options.bucket_mb, grads.nbytes)
                                 // grads.itemsize)
         #: Overlap buckets ``[start, end)``, in the order backward completes them.
         self.bucket_plan = plan_buckets(self.model.layer_offsets, self.model.size,
                                         self.bucket_elems)
         #: Reductions posted per step.
-        self.buckets = len(self.bucket_plan) if self.config.comm == "overlap" else 1
+        self.buckets = len(self.bucket_plan) if self.options.comm == "overlap" else 1
         self._requests: list[MPI.Request] = []
         self._next_bucket = 0  # index in bucket_plan of the next bucket to post
         self._straggled = False  # this step's emulated slowdown has run
@@ -150,7 +149,7 @@ class SSGD(Algorithm):
 
     def reduce_gradients(self, x: Any, y: Any) -> float:
         """Compute this rank's gradient and leave the SUM over ranks in ``model.grads``."""
-        if self.config.comm == "blocking":
+        if self.options.comm == "blocking":
             with self.timer.phase("compute"):
                 loss = self.model.loss_and_grad(x, y)
             self.straggle()

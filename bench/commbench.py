@@ -563,8 +563,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser (``python -m syncbench.bench.commbench``)."""
-    parser = argparse.ArgumentParser(
+    """A stand-alone parser (``python -m syncbench.bench.commbench``): one error line."""
+    from syncbench.bench.cli import CommandParser  # noqa: PLC0415
+
+    parser = CommandParser(
         prog="syncbench comm",
         description="OSU-style MPI micro-benchmarks of the operations the strategies use; "
         "run under mpiexec.")

@@ -104,9 +104,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                      "raises an error (MODE raise, default) or blocks forever (MODE hang), "
                      "to check that failures and hangs end the job")
 
+    seen: dict = {}  # flag -> option field, over every strategy: one name, one option
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(f"{cls.name}: {cls.summary}")
-        cls.add_arguments(group)
+        cls.add_arguments(group, seen)
 
 
 def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:

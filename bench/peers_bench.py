@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--speed: training steps per repeat (default 50)")
     parser.add_argument("--mpiexec", default=None,
                         help="launcher (default: $MPIEXEC, else mpiexec next to this Python)")
-    parser.add_argument("--timeout", type=float, default=900,
+    parser.add_argument("--run-timeout", type=float, default=900,
                         help="seconds allowed per run (default 900)")
 
 
@@ -129,7 +129,7 @@ def run_ours(args: argparse.Namespace, np_: int, model: str, algorithm: str,
     """One ``syncbench train`` run: its samples/s and final accuracy."""
     flags = ["--algorithm", algorithm, *common_flags(args, model), "--eval-every", "0",
              *shlex.split(args.train_flags)]
-    run = train_and_read(np_, flags, path, args.mpiexec, timeout=args.timeout)
+    run = train_and_read(np_, flags, path, args.mpiexec, timeout=args.run_timeout)
     return {"samples_per_s": float(run.summary["samples_per_s"]),
             "accuracy": float(run.summary["final_accuracy"])}
 
@@ -141,7 +141,7 @@ def run_peer(args: argparse.Namespace, np_: int, model: str, algorithm: str) -> 
     cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", RUNNER,
            "--algorithm", algorithm, *common_flags(args, model)]
     env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.run_timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"peer ({algorithm}, np={np_}) failed (exit {proc.returncode}):\n"
                            f"{proc.stderr.strip()[-2000:]}")
@@ -157,7 +157,7 @@ def ssgd_comm(args: argparse.Namespace, np_: int, model: str, path: Path) -> dic
            "--blocks", str(args.comm_blocks), "--block-steps", str(args.comm_block_steps),
            "--variants", "mpi,overlap,blocking,tight", "--json", str(path)]
     proc = subprocess.run(cmd, env=rank_env(), capture_output=True, text=True,
-                          timeout=args.timeout)
+                          timeout=args.run_timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"syncbench ssgd-comm (np={np_}) failed (exit {proc.returncode}):\n"
                            f"{proc.stderr.strip()[-2000:]}")
@@ -238,7 +238,7 @@ def speed_once(args: argparse.Namespace, which: str, model: str) -> float:
     code = "import sys\n" + SPEED_CHILD[which]
     proc = subprocess.run([sys.executable, "-c", code, model, str(args.batch_size),
                            str(args.steps), str(args.seed)], env=rank_env(),
-                          capture_output=True, text=True, timeout=args.timeout)
+                          capture_output=True, text=True, timeout=args.run_timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{which} speed of {model} failed: {proc.stderr.strip()[-2000:]}")
     return float(proc.stdout.split()[-1])

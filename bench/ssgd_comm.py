@@ -31,7 +31,7 @@ Variants, each run for ``--block-steps`` steps (or iterations) per round:
 All training variants share one model and one optimizer, so the run is one
 SSGD trajectory whatever the variant of a step. One round runs every variant
 once, in an order rotated from round to round, each block preceded by one
-untimed step; ``--blocks`` rounds follow ``--warmup-steps`` untimed steps of
+untimed step; ``--blocks`` rounds follow ``--untimed-steps`` untimed steps of
 each variant.
 
 Statistics. Per step, *last* is the smallest time inside MPI of any rank:
@@ -91,6 +91,7 @@ def _variants(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench ssgd-comm``."""
+    from syncbench.algorithms.ssgd import bucket_mb_arg  # noqa: PLC0415
     from syncbench.bench.options import add_model_and_data_arguments  # noqa: PLC0415
 
     add_model_and_data_arguments(parser)
@@ -101,8 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
     parser.add_argument("--momentum", type=float, default=0.9, help="momentum (default 0.9)")
     parser.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
-    parser.add_argument("--bucket-mb", type=float, default=0.25,
-                        help="SSGD overlap bucket size in MB (default 0.25, as train)")
+    parser.add_argument("--bucket-mb", type=bucket_mb_arg, default="auto",
+                        help="SSGD overlap bucket size in MB, or auto (default, as train: a "
+                        "quarter of the model's gradient, at most 25 MB)")
     parser.add_argument("--variants", type=_variants, default=list(VARIANTS),
                         help=f"comma-separated, must include {REFERENCE} "
                         f"(default {','.join(VARIANTS)})")
@@ -110,7 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rounds; every variant runs one block per round (default 10)")
     parser.add_argument("--block-steps", type=_positive_int, default=20,
                         help="timed steps (iterations) per block (default 20)")
-    parser.add_argument("--warmup-steps", type=int, default=5,
+    # --warmup-steps is OD-SGD's flag in train; the old spelling here is kept as an alias
+    parser.add_argument("--untimed-steps", "--warmup-steps", dest="untimed_steps", type=int,
+                        default=5,
                         help="untimed steps of each variant before the first round (default 5)")
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="also write every figure to PATH (JSON, rank 0)")
@@ -194,13 +198,12 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
     from syncbench.algorithms.ssgd import SSGD  # noqa: PLC0415
     from syncbench.algorithms.timing import PhaseTimer  # noqa: PLC0415
     from syncbench.bench.data import DatasetError, load_dataset  # noqa: PLC0415
-    from syncbench.bench.options import add_train_arguments  # noqa: PLC0415
     from syncbench.bench.stream import BatchStream  # noqa: PLC0415
     from syncbench.kernels.backend import select_backend  # noqa: PLC0415
     from syncbench.kernels.models import build_model  # noqa: PLC0415
 
-    if args.warmup_steps < 0:
-        raise ValueError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
+    if args.untimed_steps < 0:
+        raise ValueError(f"--untimed-steps must be >= 0, got {args.untimed_steps}")
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         data = load_dataset(args.dataset, args.data_dir,
@@ -213,19 +216,13 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
                          backend, dtype)
     model = build_model(args.model, data.input_shape, data.num_classes, backend, dtype,
                         args.seed)
-    train_parser = argparse.ArgumentParser()
-    add_train_arguments(train_parser)
     timer = PhaseTimer()
     communicator = Communicator(comm, timer)
     budget = Budget(args.batch_size * size, args.batch_size, size)
-    ssgd = {}
-    for mode in ("blocking", "overlap"):
-        config = train_parser.parse_args([
-            "--model", args.model, "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-            "--momentum", str(args.momentum), "--comm", mode,
-            "--bucket-mb", str(args.bucket_mb), "--dtype", args.dtype])
-        SSGD.validate(config, size)
-        ssgd[mode] = SSGD(model, communicator, config, budget)
+    sgd = argparse.Namespace(lr=args.lr, momentum=args.momentum, weight_decay=0.0)
+    ssgd = {mode: SSGD(model, communicator, sgd, budget,
+                       options=SSGD.Options(comm=mode, bucket_mb=args.bucket_mb))
+            for mode in ("blocking", "overlap")}
     optimizer = ssgd["blocking"].optimizer
     ssgd["overlap"].optimizer = optimizer  # one trajectory whatever a step's variant
     return Bench(comm, stream, model, timer, ssgd, optimizer,
@@ -233,11 +230,11 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
 
 
 def measure(bench: Bench, variants: list[str], blocks: int, block_steps: int,
-            warmup_steps: int) -> dict[str, np.ndarray]:
+            untimed_steps: int) -> dict[str, np.ndarray]:
     """``{variant: seconds[block, step]}`` of this rank, rounds rotating the order."""
     for variant in variants:
-        if warmup_steps:
-            bench.run_block(variant, warmup_steps)
+        if untimed_steps:
+            bench.run_block(variant, untimed_steps)
     times = {v: np.empty((blocks, block_steps)) for v in variants}
     for block in range(blocks):
         shift = block % len(variants)
@@ -319,7 +316,7 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
               f"{','.join(args.variants)}", flush=True)
         print(f"# MPI: {library}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
               flush=True)
-    local = measure(bench, args.variants, args.blocks, args.block_steps, args.warmup_steps)
+    local = measure(bench, args.variants, args.blocks, args.block_steps, args.untimed_steps)
     gathered = {v: comm.gather(t, root=0) for v, t in local.items()}
     if rank != 0:
         return None
@@ -347,8 +344,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser (``python -m syncbench.bench.ssgd_comm``)."""
-    parser = argparse.ArgumentParser(
+    """A stand-alone parser (``python -m syncbench.bench.ssgd_comm``): one error line."""
+    from syncbench.bench.cli import CommandParser  # noqa: PLC0415
+
+    parser = CommandParser(
         prog="syncbench ssgd-comm",
         description="SSGD's time inside MPI per step against a bare Allreduce; run under "
         "mpiexec.")

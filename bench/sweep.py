@@ -123,8 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mpiexec", default=None,
                         help="launcher, e.g. 'srun --mpi=pmi2' (default: $MPIEXEC, else the "
                         "mpiexec next to this Python)")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds allowed per run (default: no limit)")
+    parser.add_argument("--run-timeout", type=float, default=None,
+                        help="seconds allowed per run (default: no limit; --timeout is "
+                        "train's hang guard, passed through)")
     parser.add_argument("--manifest", default=None,
                         help="manifest path (default OUT_DIR/manifest.json; with "
                         "--repeat-index K, -rK is added before .json)")
@@ -430,9 +431,9 @@ def _run_one(run: Any, counter: str, args: argparse.Namespace, train_args: list[
         if getattr(args, "simulate", False):
             from syncbench.bench.simulate.sweep import launch_simulated  # noqa: PLC0415
 
-            launch_simulated(run, train_args, args.timeout, existing_is_complete)
+            launch_simulated(run, train_args, args.run_timeout, existing_is_complete)
         else:
-            launch(run, train_args, args.mpiexec, args.timeout)
+            launch(run, train_args, args.mpiexec, args.run_timeout)
     detail = f" ({run.seconds:.1f} s)" if run.seconds is not None else ""
     print(f"{label}: {run.status}{detail}{': ' + run.note if run.note else ''}", flush=True)
 

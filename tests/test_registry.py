@@ -20,6 +20,8 @@ check bookkeeping, not training.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ import pytest
 from helpers import run_mpi, train_config
 
 from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.flags import add_option_flags, option, options_from
 from syncbench.algorithms.registry import ALGORITHMS, PLUGINS_ENV, register
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
@@ -89,6 +92,36 @@ def test_the_throwaway_strategy_is_registered_and_has_train_flags(capsys):
     assert train_config("--algorithm", "throwaway").algorithm == "throwaway"
     with pytest.raises(ValueError, match="taken"):
         register(type("Other", (Throwaway,), {}))
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_train_flag_defaults_are_the_options_defaults(name):
+    cls = ALGORITHMS[name]
+    assert options_from(cls.Options, train_config("--algorithm", name)) == cls.Options()
+
+
+def test_options_validate_on_construction_and_flags_name_one_option():
+    from syncbench.algorithms.localsgd import LocalSGD
+    from syncbench.algorithms.oscars import Oscars
+    from syncbench.algorithms.ssgd import SSGD
+
+    with pytest.raises(ValueError, match="--period must be >= 1"):
+        Oscars.Options(period=0)  # Local SGD's check, inherited with the field
+    with pytest.raises(ValueError, match="--bucket-mb"):
+        SSGD.Options(bucket_mb=-1.0)
+    config = train_config("--algorithm", "oscars", "--period", "3", "--overlap")
+    assert options_from(Oscars.Options, config) == Oscars.Options(period=3, overlap=True)
+    seen: dict = {}
+    parser = argparse.ArgumentParser()
+    LocalSGD.add_arguments(parser, seen)
+    Oscars.add_arguments(parser, seen)  # --period is shared by inheritance: added once
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        period: int = option(2, "another strategy's period")
+
+    with pytest.raises(ValueError, match="--period of .*Clash"):
+        add_option_flags(parser, Clash, seen)
 
 
 # -- in process, under mpiexec --------------------------------------------------------

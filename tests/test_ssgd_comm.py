@@ -70,7 +70,7 @@ def test_interleaved_variants_are_one_ssgd_trajectory():
     args = _args()
     bench = ssgd_comm.build_bench(args, world)
     times = ssgd_comm.measure(bench, list(ssgd_comm.VARIANTS),
-                              blocks=2, block_steps=3, warmup_steps=1)
+                              blocks=2, block_steps=3, untimed_steps=1)
     assert all(t.shape == (2, 3) and np.all(t > 0) for t in times.values())
     steps = bench.stream.position  # batches taken: every training step, no others
     assert steps == 3 * ((1 + 1) + 2 * (3 + 1))
@@ -90,7 +90,7 @@ def test_run_prints_and_writes_every_variant(tmp_path, capsys):
 
     world = MPI.COMM_WORLD
     path = world.bcast(str(tmp_path / "comm.json"), root=0)
-    args = _args("--blocks", "3", "--block-steps", "2", "--warmup-steps", "0",
+    args = _args("--blocks", "3", "--block-steps", "2", "--untimed-steps", "0",
                  "--json", path)
     result = ssgd_comm.run(args, world)
     if world.Get_rank() != 0:

@@ -1,7 +1,7 @@
 """``syncbench sweep``: strong and weak scaling at np 1,2 with tiny synthetic runs.
 
 The sweep launches its own ``mpiexec`` per run (serial pytest run), each
-bounded by ``--timeout``. Invariants checked exactly against a serial
+bounded by ``--run-timeout``. Invariants checked exactly against a serial
 re-computation of the plan: strong scaling keeps the global batch B (per-rank
 batch B / N, the same number of steps at every N), weak scaling keeps the
 per-rank batch b and the budget per rank (``--epochs`` times N: the same
@@ -35,7 +35,7 @@ def parse(*flags: str) -> tuple[argparse.Namespace, list[str]]:
 
 
 def run_sweep(capsys, *flags: str) -> tuple[int, str, dict]:
-    args, extra = parse(*flags, "--timeout", "60")
+    args, extra = parse(*flags, "--run-timeout", "60")
     code = sweep.main(args, extra)
     out = capsys.readouterr().out
     manifest = Path(re.search(r"manifest (\S+)$", out.strip()).group(1))
@@ -46,7 +46,7 @@ def run_sweep(capsys, *flags: str) -> tuple[int, str, dict]:
 def strong(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("strong")
     args, extra = parse("--mode", "strong", "--np", "1,2", "--global-batch", "64",
-                        "--out-dir", str(out_dir), "--timeout", "60", *TRAIN)
+                        "--out-dir", str(out_dir), "--run-timeout", "60", *TRAIN)
     code = sweep.main(args, extra)
     return code, out_dir
 
