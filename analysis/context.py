@@ -35,7 +35,7 @@ from typing import Any
 #: Keys of :func:`machine_context`, in the order :func:`format_context` uses them.
 CONTEXT_KEYS: tuple[str, ...] = (
     "cores", "cpus", "smt", "world_size", "hosts", "ranks_per_host", "ranks_per_core",
-    "oversubscribed", "slowdown_mode", "simulated",
+    "oversubscribed", "slowdown_mode", "simulated", "loaded",
 )
 
 
@@ -113,7 +113,9 @@ def machine_context(attrs: Mapping[str, Any] | Any,
     ``ranks_per_core`` (ranks_per_host / cores), ``oversubscribed`` (recorded,
     else ranks_per_host > cores), ``slowdown_mode`` (the emulation mode of the
     slowed ranks: rank attrs ``slowdown_mode``, else the ``config`` flag; None
-    without a slowdown) and ``simulated`` (the root attr, False if absent).
+    without a slowdown), ``simulated`` (the root attr, False if absent) and
+    ``loaded`` (:func:`loaded`: the host's load average exceeded its cores at
+    the start or end of the run; None in older files).
     ``rank_attrs`` defaults to the run's own when a ``Run`` is given.
     """
     if rank_attrs is None:
@@ -140,6 +142,7 @@ def machine_context(attrs: Mapping[str, Any] | Any,
         "oversubscribed": over,
         "slowdown_mode": _slowdown_mode(attrs, rank_attrs),
         "simulated": bool(_flag(attrs.get("simulated"))),
+        "loaded": loaded(attrs),
     }
 
 
@@ -177,6 +180,9 @@ def format_context(ctx: Mapping[str, Any]) -> str:
         parts.append(f"slowdown mode {ctx['slowdown_mode']}")
     if ctx.get("simulated"):
         parts.append("simulated")
+    if ctx.get("loaded"):
+        parts.append("LOADED (host load above its cores)" if ctx["loaded"] is True
+                     else str(ctx["loaded"]))
     return "machine: " + ", ".join(parts)
 
 
@@ -198,6 +204,9 @@ def merge_contexts(contexts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         "some oversubscribed" if distinct else None)
             if len(distinct) == 1 and len(known) < len(contexts) and distinct[0]:
                 out[key] = "some oversubscribed"
+        elif key == "loaded":
+            out[key] = (None if not known else True if all(known) else
+                        "some runs loaded" if any(known) else False)
         elif key in ("smt", "simulated"):
             out[key] = any(known) if known else (False if key == "simulated" else None)
         elif key == "slowdown_mode":
@@ -258,15 +267,40 @@ def overlapped_indices(runs: Sequence[Any]) -> set[int]:
     return {k for pair in overlapping_runs(runs) for k in pair}
 
 
-def _physical_cores() -> int | None:
-    """Distinct (package, core) pairs of the CPUs this process may run on (Linux)."""
+_CPU_ROOT = Path("/sys/devices/system/cpu")
+
+
+def _online_cpus(root: Path | None = None) -> list[int] | None:
+    """Every online logical CPU of the host (``/sys/.../cpu/online``), not this process's mask."""
+    root = _CPU_ROOT if root is None else root
     try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
+        text = (root / "online").read_text().strip()
+    except OSError:
+        return None
+    cpus: list[int] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        try:
+            cpus.extend(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            return None
+    return cpus or None
+
+
+def _physical_cores(root: Path | None = None) -> int | None:
+    """Distinct (package, core) pairs over every online CPU of the host (Linux ``/sys``).
+
+    The host's count, not the CPUs this process may run on: under core binding
+    (Open MPI binds ranks to cores at up to 2 ranks) each rank's affinity mask
+    holds one core, and counting that would call every host oversubscribed.
+    """
+    root = _CPU_ROOT if root is None else root
+    cpus = _online_cpus(root)
+    if cpus is None:
         return None
     pairs = set()
     for cpu in cpus:
-        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        topo = root / f"cpu{cpu}" / "topology"
         try:
             core = (topo / "core_id").read_text().strip()
             package = (topo / "physical_package_id").read_text().strip()
@@ -276,15 +310,42 @@ def _physical_cores() -> int | None:
     return len(pairs) or None
 
 
-def host_info() -> dict[str, int | None]:
-    """``{"host_cores": physical cores, "host_cpus": logical CPUs}`` of this process.
+def host_info() -> dict[str, Any]:
+    """This host: ``host_cores`` (physical cores), ``host_cpus`` (logical CPUs), ``load``.
 
-    Both count only the CPUs this process may run on (its affinity mask, as a
-    batch system sets it); ``host_cores`` is None where the topology is not
-    readable, and then :func:`machine_context` reports it as unknown.
+    The cores and CPUs are the host's (every online CPU), not this process's
+    affinity mask, so that every rank of a host reports the same counts
+    whatever binding the launcher chose; ``host_cores`` is None where the
+    topology is not readable, and then :func:`machine_context` reports it as
+    unknown. ``load`` is the 1-minute load average (``os.getloadavg``; None
+    where unavailable).
     """
+    online = _online_cpus()
+    cpus = len(online) if online else os.cpu_count()
+    return {"host_cores": _physical_cores(), "host_cpus": cpus, "load": load_average()}
+
+
+def load_average() -> float | None:
+    """The host's 1-minute load average (``os.getloadavg()[0]``); None where unavailable."""
     try:
-        cpus: int | None = len(os.sched_getaffinity(0))
+        return float(os.getloadavg()[0])
     except (AttributeError, OSError):
-        cpus = os.cpu_count()
-    return {"host_cores": _physical_cores(), "host_cpus": cpus}
+        return None
+
+
+def loaded(attrs: Mapping[str, Any] | Any) -> bool | None:
+    """True when the host's 1-minute load at the start or end of the run exceeded its cores.
+
+    Reads the root attributes ``load_begin`` / ``load_end`` (``schema.LOAD_ATTRS``)
+    and ``host_cores``. The load counts runnable processes, the run's own ranks
+    included: above the core count something outside the run competed for the
+    CPUs (or the run oversubscribed the host itself). None when the file does
+    not record the load (older files: no flag) or the cores are unknown.
+    """
+    attrs = _attrs_of(attrs)
+    cores = _int(attrs.get("host_cores"))
+    loads = [v for v in (_number(attrs.get(k)) for k in ("load_begin", "load_end"))
+             if v is not None]
+    if cores is None or not loads:
+        return None
+    return max(loads) > cores

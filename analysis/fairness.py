@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .schema import SPLIT_PHASES, STEP_ORDERS
+
 NAN = float("nan")
 
 #: Root attribute: leading warm-up steps per rank that every metric skips.
@@ -121,16 +123,25 @@ def realised_factor(run: RunLike, statistic: str = "mean") -> float:
 def _pre_phases(run: RunLike, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """(seconds from a step's start to its compute, to its delay) per step of ``rank``.
 
-    Every strategy runs ``data`` first and its compute right before its delay
-    (``Algorithm.straggle``). The only phase between the two is ASGD's pull,
-    charged to ``comm`` together with its push after the delay; both move the
-    whole parameter vector, so half of ``t_comm`` is counted before compute.
-    Polls inside compute are charged to ``comm`` and are small; they are not
-    placed.
+    Derived from the one phase-order table, ``schema.STEP_ORDERS`` (the trace
+    draws from it too): the phases the strategy runs before ``compute`` come
+    before it, and ``delay`` follows compute right away (``Algorithm.straggle``).
+    A phase run twice in a step around compute (``schema.SPLIT_PHASES``: ASGD's
+    pull and push, both charged to ``comm`` and moving the whole parameter
+    vector) counts with its share before compute. Polls inside compute are
+    charged to ``comm`` and are small; they are not placed.
     """
-    before = _col(run, rank, "t_data")
-    if run.attrs.get("algorithm") == "asgd":
-        before = before + 0.5 * _col(run, rank, "t_comm")
+    algorithm = str(run.attrs.get("algorithm"))
+    order = STEP_ORDERS.get(algorithm, STEP_ORDERS["default"])
+    split = SPLIT_PHASES.get(algorithm, {})
+    before = np.zeros_like(_col(run, rank, "t_compute"))
+    for phase in order[:order.index("compute")]:
+        values = _col(run, rank, f"t_{phase}")
+        if values.size == before.size:
+            before = before + split.get(phase, 1.0) * values
+    for phase, share in split.items():
+        if phase in order[order.index("compute"):]:
+            before = before + share * _col(run, rank, f"t_{phase}")
     return before, before + _col(run, rank, "t_compute")
 
 
@@ -158,6 +169,21 @@ def delay_intervals(run: RunLike) -> np.ndarray:
     return np.asarray(merged, dtype=np.float64).reshape(-1, 2)
 
 
+def round_first_steps(run: RunLike, rank: int) -> np.ndarray:
+    """Mask of ``rank``'s steps (after the warm-up) that open a synchronisation round.
+
+    A round is a value of the ``round`` column of a round-based strategy (some
+    row with ``local_steps > 0``); all False for step-synchronous strategies.
+    """
+    rounds = _col(run, rank, "round")
+    local = _col(run, rank, "local_steps")
+    if not rounds.size or not np.any(local > 0):
+        return np.zeros(rounds.size, dtype=bool)
+    first = np.ones(rounds.size, dtype=bool)
+    first[1:] = rounds[1:] != rounds[:-1]
+    return first
+
+
 #: :func:`interference_ratio` needs at least this share of the unslowed ranks' steps
 #: on each side (else a few steps misplaced by noise would make a ratio).
 MIN_SHARE = 0.05
@@ -175,12 +201,13 @@ def interference_ratio(run: RunLike, min_share: float = MIN_SHARE) -> float:
     set holds less than ``min_share`` of the steps: lock-step SSGD's fast
     ranks wait, they do not compute, while the straggler is in its delay.
 
-    Read it against the homogeneous run: for Oscars and Local SGD the steps
-    outside a delay are mostly the first local step of a round, right after
-    the averaging, which is slower than the later ones even with no
-    straggler (measured at 2 ranks: median compute 0.74-0.77 ms against
-    0.65 ms for the rest of the round), so the ratio reads below 1 from that
-    alone.
+    Round-based strategies (Oscars, Local SGD: rows with ``local_steps > 0``):
+    each rank's first step of every ``round`` is left out of both sets
+    (:func:`round_first_steps`). It runs right after the averaging and is
+    slower than the later ones even with no straggler (measured at 2 ranks:
+    median compute 0.74-0.77 ms against 0.65 ms for the rest of the round),
+    and it mostly falls outside a delay, so keeping it would make the ratio
+    read below 1 from that alone.
     """
     intervals = delay_intervals(run)
     during: list[np.ndarray] = []
@@ -198,8 +225,9 @@ def interference_ratio(run: RunLike, min_share: float = MIN_SHARE) -> float:
             i = np.searchsorted(intervals[:, 0], begin, side="right") - 1
             ok = i >= 0
             inside[ok] = begin[ok] < intervals[i[ok], 1]
-        during.append(compute[inside])
-        otherwise.append(compute[~inside])
+        keep = ~round_first_steps(run, rank)
+        during.append(compute[inside & keep])
+        otherwise.append(compute[~inside & keep])
     if not during:
         return NAN
     inside, outside = np.concatenate(during), np.concatenate(otherwise)

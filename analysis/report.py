@@ -376,7 +376,7 @@ _RATIO_KEYS = frozenset({"speedup", "efficiency", "speedup_wall", "efficiency_wa
 def _flagged_cell(row: dict[str, Any], key: str) -> str | None:
     """"diverged" / "overlapped" instead of a ratio that must not be read; else None."""
     if _all_flagged(row, "diverged") and key in (*_RATIO_KEYS, "time_to_target_s",
-                                                  "hidden_comm_fraction"):
+                                                  "hidden_comm_fraction", "samples_per_s"):
         return "diverged"
     if _all_flagged(row, "overlapped") and key in _RATIO_KEYS:
         return "overlapped"
@@ -465,7 +465,7 @@ def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
     parts += ["", "## Scaling and communication", "", *ctx, md_table(rows, scal, _cell)]
     if per_rank:
         rank_cols = [("rank", "rank"), ("hostname", "host"), ("slowdown", "slowdown"),
-                     ("slowdown_mode", "mode"), ("slowdown_realised", "realised"),
+                     ("slowdown_mode", "mode"), ("slowdown_realised", "realised (median)"),
                      ("steps", "steps"), ("busy_s_per_step", "busy s/step"),
                      *((f"{p}_fraction", p) for p in PHASES),
                      ("wait_share", "wait share"), ("idle_share", "idle share"),

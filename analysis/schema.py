@@ -42,7 +42,15 @@ ROOT_ATTRS: tuple[str, ...] = (
     # SSGD: gradient reductions posted per step (Iallreduce buckets with --comm
     # overlap, 1 with blocking); 0 for the other algorithms
     "buckets",
+    # 1-minute load average of rank 0's host at the start and end of the run
+    # (os.getloadavg); above the host's cores the run was "loaded" by others
+    "load_begin",
+    "load_end",
 )
+
+#: Root attributes with the host's 1-minute load average at the start and the end of
+#: the run (absent from older files: no "loaded" flag).
+LOAD_ATTRS: tuple[str, ...] = ("load_begin", "load_end")
 
 #: Root attributes that describe the machine a run saw and when it ran
 #: (``syncbench.analysis.context``): physical cores and logical CPUs of rank 0's
@@ -67,6 +75,21 @@ RANKS_GROUP = "ranks"
 #: ``delay`` right after ``compute``; ``syncbench.analysis.trace.step_order``
 #: gives the order each strategy runs them in, for drawing.
 PHASES: tuple[str, ...] = ("data", "compute", "comm", "wait", "update", "delay")
+
+#: The order each strategy runs the phases of a step in (default: lock-step), the
+#: one table the trace (drawing) and the fairness metrics (where compute and delay
+#: start within a step) both read.
+STEP_ORDERS: dict[str, tuple[str, ...]] = {
+    "default": ("data", "compute", "delay", "comm", "wait", "update"),
+    "localsgd": ("data", "compute", "delay", "update", "comm", "wait"),
+    "oscars": ("data", "compute", "delay", "update", "comm", "wait"),
+    "asgd": ("data", "comm", "wait", "compute", "delay", "update"),
+}
+
+#: Phases a strategy runs twice in a step, split around compute, with the share of the
+#: recorded seconds that falls before compute: ASGD's pull and push both move the whole
+#: parameter vector and are charged together to ``comm``. Drawn once (before compute).
+SPLIT_PHASES: dict[str, dict[str, float]] = {"asgd": {"comm": 0.5}}
 
 #: 1-D datasets of every rank group, one row per step of that rank, with dtype.
 RANK_COLUMNS: dict[str, str] = {
@@ -98,7 +121,10 @@ RANK_ATTRS: tuple[str, ...] = (
     "slowdown_mode",
     # mean reference compute seconds the delays were scaled from (NaN if not slowed)
     "slowdown_reference_s",
-    # mean (compute + delay) / mean compute of the rank's steps (1.0 if not slowed)
+    # realised slowdown factor of a slowed rank (1.0 if not slowed): median per-step
+    # (compute + delay) over the median of the unslowed ranks' per-step compute,
+    # computed by syncbench.analysis.fairness.realised_factors(run, "median") when the
+    # run file is written (older files: own mean (compute + delay) / own mean compute)
     "slowdown_realised",
 )
 

@@ -39,6 +39,20 @@ def _total(rank_rows: Mapping[int, Mapping[str, np.ndarray]], name: str) -> floa
                      for rows in rank_rows.values()))
 
 
+def time_to_target(eval_rows: Mapping[str, np.ndarray], target: float) -> float:
+    """``t`` of the first evaluation row with ``accuracy >= target``; NaN if none.
+
+    The one definition of time to target (the ``/summary`` value, the report's
+    ``--target`` and the scenario runner all call it).
+    """
+    accuracy = _column(eval_rows, _ACCURACY).astype(np.float64, copy=False)
+    t = _column(eval_rows, _T).astype(np.float64, copy=False)
+    n = min(accuracy.size, t.size)
+    with np.errstate(invalid="ignore"):
+        hits = np.flatnonzero(accuracy[:n] >= float(target))
+    return float(t[hits[0]]) if hits.size else NAN
+
+
 def summarize(
     rank_rows: Mapping[int, Mapping[str, np.ndarray]],
     eval_rows: Mapping[str, np.ndarray],
@@ -83,17 +97,11 @@ def summarize(
 
     accuracy = _column(eval_rows, _ACCURACY).astype(np.float64, copy=False)
     loss = _column(eval_rows, _LOSS).astype(np.float64, copy=False)
-    t = _column(eval_rows, _T).astype(np.float64, copy=False)
     final_accuracy = float(accuracy[-1]) if accuracy.size else NAN
     final_loss = float(loss[-1]) if loss.size else NAN
 
-    time_to_target_s = NAN
-    if target_accuracy is not None and accuracy.size:
-        n = min(accuracy.size, t.size)
-        with np.errstate(invalid="ignore"):
-            hits = np.flatnonzero(accuracy[:n] >= float(target_accuracy))
-        if hits.size:
-            time_to_target_s = float(t[hits[0]])
+    time_to_target_s = NAN if target_accuracy is None else time_to_target(
+        eval_rows, target_accuracy)
 
     out = {
         "wall_s": wall,

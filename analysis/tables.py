@@ -34,7 +34,10 @@ Hidden communication, from step time (needs a blocking reference in the set)
     (``algorithm == "ssgd"`` and ``--comm blocking``) of the same scenario
     (:func:`reference_key`: N, model, dataset, MPI library, backend, batch,
     budget, dtype, slowdowns and their mode), not overlapped with another run;
-    T_ref and C_ref are the medians of their T and sync per step. A blocking
+    T_ref and C_ref are the medians of their T and sync per step. Only SSGD
+    and OD-SGD runs that neither diverged nor overlapped get a value (NaN
+    otherwise): Local SGD, Oscars and ASGD communicate less per step, which is
+    a different algorithm, not hidden communication. A blocking
     Allreduce hides nothing, so C_ref is the full price of synchronising once:
     ``hidden_comm_fraction = (T_ref - T) / C_ref`` (:func:`hidden_fraction`):
     0 for the reference itself, 1 when the run steps as fast as the
@@ -50,13 +53,15 @@ Stragglers (per run)
     ``step_s_median`` / ``step_s_max``: median / max step duration (sum of the
     six phases of one row) over every row of every rank; ``step_max_over_median``
     is their ratio (the tail of the step-time distribution).
-    A rank's *busy* time is its non-``wait`` phases (data, compute, comm,
-    update, delay); ``busy_max_over_median`` = busy seconds per step of the
+    A rank's *busy* time is its own work: data, compute, update and delay
+    (not ``wait``, and not ``comm``: a blocking ``Allreduce`` charges waiting
+    for the slowest rank to ``comm``, so counting it would make every rank
+    look as busy as the straggler); ``busy_max_over_median`` = busy seconds per step of the
     slowest rank / the median over the OTHER ranks (:func:`straggler_ratio`:
     1 = balanced, 4 = one rank 4x slower than the rest, at any N; NaN at
     N = 1), and ``slowest_rank`` that rank. Per rank, ``wait_share`` =
-    wait seconds / wall and ``idle_share`` = 1 - busy seconds / wall (waiting
-    plus untracked time); ``wait_share_max`` / ``idle_share_max`` are their
+    wait seconds / wall and ``idle_share`` = 1 - busy seconds / wall (waiting,
+    communication and untracked time); ``wait_share_max`` / ``idle_share_max`` are their
     maxima over ranks.
 
 Accuracy and divergence
@@ -67,9 +72,11 @@ Accuracy and divergence
     It can only take evaluation times: ``eval_interval_s``, the median
     training time between evaluations, is its resolution. ``diverged`` is the
     ``/summary`` flag (non-finite loss or final accuracy <= 1.5x chance;
-    False in older files): a diverged run gets no time to target, speedup,
-    efficiency or hidden communication in the tables, and never counts as
-    faster.
+    recomputed from the rows for older files,
+    :func:`syncbench.analysis.summary.run_diverged`): a diverged run gets no
+    time to target, speedup, efficiency or hidden communication in the
+    tables, its samples/s are left out of group medians (a group whose runs
+    all diverged shows "diverged"), and it never counts as faster.
 
 Contaminated timings
     ``overlapped``: the run's wall-clock interval ``[t_begin_unix,
@@ -131,16 +138,23 @@ from typing import Any
 
 import numpy as np
 
+from . import fairness
 from .context import machine_context, overlapping_runs
 from .labels import run_label
 from .runfile import Run
 from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR
+from .summary import run_diverged, time_to_target  # noqa: F401  (time_to_target: re-export)
 
 NAN = float("nan")
 PATH_KEY = "path"
 
-#: Phases counted as a rank's own work (everything but ``wait``).
-BUSY_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "wait")
+#: Statistic of the realised slowdown factor in every table (per-step medians: robust to
+#: the preemption noise of a shared machine, see fairness.realised_factors).
+REALISED_STATISTIC = "median"
+
+#: Phases counted as a rank's own work: not ``wait``, and not ``comm`` either, since a
+#: blocking Allreduce charges the time spent waiting for a slow rank to ``comm``.
+BUSY_PHASES: tuple[str, ...] = ("data", "compute", "update", "delay")
 
 #: Keys that may be used in ``--by``: root attributes, or any ``config`` flag.
 ROOT_GROUP_KEYS: tuple[str, ...] = ("algorithm", "world_size", "model", "dataset", "backend",
@@ -244,16 +258,6 @@ def rounds_of(cols: dict[str, np.ndarray]) -> int:
     return int(np.asarray(cols["step"]).size)
 
 
-def time_to_target(evals: dict[str, np.ndarray], target: float) -> float:
-    """``t`` of the first evaluation with ``accuracy >= target``; NaN if none."""
-    acc = np.asarray(evals.get("accuracy", ()), dtype=np.float64)
-    t = np.asarray(evals.get("t", ()), dtype=np.float64)
-    n = min(acc.size, t.size)
-    with np.errstate(invalid="ignore"):
-        hits = np.flatnonzero(acc[:n] >= float(target))
-    return float(t[hits[0]]) if hits.size else NAN
-
-
 # ---------------------------------------------------------------- steady state
 
 #: Root attribute: leading steps per rank that are warm-up (excluded below).
@@ -339,12 +343,15 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
     """One row per recorded rank: phase seconds and shares, busy/idle, step times.
 
     Keys: ``rank``, ``hostname``, ``slowdown``, ``slowdown_mode``,
-    ``slowdown_realised`` (rank attributes; None in older files), ``steps``, ``samples``,
+    ``slowdown_realised`` (:func:`syncbench.analysis.fairness.realised_factors`
+    with :data:`REALISED_STATISTIC`, computed from the rows, never the stored
+    attribute: one definition; 1.0 for an unslowed rank), ``steps``, ``samples``,
     ``<phase>_s`` (total seconds), ``<phase>_fraction`` (total / wall),
-    ``busy_s`` (non-wait phases), ``busy_s_per_step``, ``wait_share``,
+    ``busy_s`` (data + compute + update + delay), ``busy_s_per_step``, ``wait_share``,
     ``idle_share`` (1 - busy_s / wall), ``step_s_median``, ``step_s_max``.
     """
     wall = float(run.summary.get("wall_s", NAN))
+    realised = fairness.realised_factors(run, REALISED_STATISTIC)
     rows = []
     for rank in sorted(run.ranks):
         cols = run.ranks[rank]
@@ -355,7 +362,8 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
             "hostname": attrs.get("hostname"),
             "slowdown": attrs.get("slowdown"),
             "slowdown_mode": attrs.get("slowdown_mode"),
-            "slowdown_realised": attrs.get("slowdown_realised"),
+            "slowdown_realised": realised.get(rank, 1.0 if attrs.get("slowdown") is not None
+                                              else None),
             "steps": steps,
             "samples": int(np.sum(cols["samples"])),
         }
@@ -528,13 +536,9 @@ def _sum_finite(a: float, b: float) -> float:
 
 
 def is_diverged(run: Run) -> bool:
-    """The ``/summary`` attribute ``diverged`` (non-finite training loss, or final
-    accuracy at most 1.5x chance); False for files written before it existed."""
-    value = run.summary.get("diverged", run.summary_extra.get("diverged", False))
-    try:
-        return bool(value) and not (isinstance(value, float) and math.isnan(value))
-    except (TypeError, ValueError):
-        return False
+    """The run's ``diverged`` flag: :func:`syncbench.analysis.summary.run_diverged`
+    (the stored ``/summary`` flag, recomputed from the rows for older files)."""
+    return run_diverged(run)
 
 
 def scaling_mode(run: Run) -> str | None:
@@ -759,21 +763,36 @@ def reference_key(row: dict[str, Any]) -> tuple:
             *(_hashable(config.get(k)) for k in REFERENCE_FLAGS))
 
 
+#: Strategies whose hidden communication is measured: the same synchronisation as
+#: blocking SSGD per step, only overlapped (the others communicate less, by design).
+HIDDEN_COMM_ALGORITHMS: frozenset[str] = frozenset({"ssgd", "odsgd"})
+
+#: Group-row columns whose medians leave diverged runs out (a diverged run's speed is
+#: no result); time to target counts them as infinitely slow instead.
+DIVERGED_EXCLUDED_KEYS: frozenset[str] = frozenset(
+    {"samples_per_s", "samples_per_s_per_rank", "hidden_comm_fraction"})
+
+
 def add_hidden_comm(rows: list[dict[str, Any]]) -> None:
     """Fill ``hidden_comm_fraction`` of per-run rows in place.
 
     :func:`hidden_fraction` of the run's steady step time against the median
     step and sync times of the blocking SSGD runs with the same
     :func:`reference_key`; runs that overlapped another on their host are not
-    used as references. NaN at N = 1 (nothing to hide) and without a reference.
+    used as references. NaN at N = 1 (nothing to hide), without a reference,
+    for a diverged or overlapped run, and for strategies other than
+    :data:`HIDDEN_COMM_ALGORITHMS`.
     """
     refs: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        if is_blocking_reference(row) and not row.get("overlapped"):
+        if is_blocking_reference(row) and not row.get("overlapped") \
+                and not row.get("diverged"):
             refs.setdefault(reference_key(row), []).append(row)
     for row in rows:
         ref = refs.get(reference_key(row), [])
-        if row["world_size"] <= 1 or not ref:
+        algorithm = row.get("_attrs", {}).get("algorithm", row.get("algorithm"))
+        if row["world_size"] <= 1 or not ref or algorithm not in HIDDEN_COMM_ALGORITHMS \
+                or row.get("diverged") or row.get("overlapped"):
             row["hidden_comm_fraction"] = NAN
             continue
         row["hidden_comm_fraction"] = hidden_fraction(
@@ -863,7 +882,8 @@ def aggregate(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[st
         g: dict[str, Any] = {}
         for key in (*REPORT_KEYS, PATH_KEY, *NEW_KEYS):
             column = [m[key] for m in members]
-            if key == "time_to_target_s":  # a diverged run never counts as faster
+            if key == "time_to_target_s" or key in DIVERGED_EXCLUDED_KEYS:
+                # a diverged run never counts as faster (ttt: inf; speeds: left out)
                 column = [NAN if m.get("diverged") else v for m, v in zip(members, column)]
             _merge_column(g, key, column)
         for key, value in zip(by, values, strict=True):

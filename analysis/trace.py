@@ -44,13 +44,15 @@ from typing import Any
 
 import numpy as np
 
+from . import schema
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES
 
 US = 1e6  # microseconds per second
 
 #: Per-step columns copied into every phase slice's ``args``.
-STEP_ARGS: tuple[str, ...] = ("step", "loss", "samples", "staleness", "local_steps", "round")
+STEP_ARGS: tuple[str, ...] = ("step", "loss", "samples", "staleness", "staleness_min",
+                             "local_steps", "round", "speed")
 
 
 def parse_steps(text: str | None) -> tuple[int, int | None] | None:
@@ -86,14 +88,10 @@ def in_window(step: np.ndarray, window: tuple[int, int | None] | None) -> np.nda
     return mask
 
 
-#: The order each strategy runs the phases of a step in (default: lock-step).
-#: Phases that occur twice in a step (ASGD's pull and push ``comm``) are drawn once.
-STEP_ORDERS: dict[str, tuple[str, ...]] = {
-    "default": ("data", "compute", "delay", "comm", "wait", "update"),
-    "localsgd": ("data", "compute", "delay", "update", "comm", "wait"),
-    "oscars": ("data", "compute", "delay", "update", "comm", "wait"),
-    "asgd": ("data", "comm", "wait", "compute", "delay", "update"),
-}
+#: The order each strategy runs the phases of a step in (``schema.STEP_ORDERS``, shared
+#: with :mod:`~syncbench.analysis.fairness`). Phases that occur twice in a step (ASGD's
+#: pull and push ``comm``) are drawn once.
+STEP_ORDERS = schema.STEP_ORDERS
 
 #: Strategies whose evaluation rows come from parameter copies evaluated after
 #: training (no pause in the steps).

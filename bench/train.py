@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,8 @@ from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware, make_communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
-from syncbench.analysis.context import host_info
+from syncbench.analysis import fairness
+from syncbench.analysis.context import host_info, load_average
 from syncbench.analysis.summary import divergence, summarize
 from syncbench.bench.checkpoint import (
     commit_checkpoint,
@@ -240,6 +242,7 @@ class Run:
             self.save_model()
         wall = self.world.allreduce(ctx.train_end, op=MPI.MAX) - loop.eval_seconds
         self.root["t_end_unix"] = time.time()
+        self.root["load_end"] = _load()
         return self.write(self.recorder, wall)
 
     def open_records(self) -> LoopState:
@@ -298,6 +301,7 @@ class Run:
         t0 = self.clock_origin() - loop.elapsed
         # the run's interval, set-up included (it loads the CPU too): overlap detection
         self.root["t_begin_unix"] = self.t_begin_unix
+        self.root["load_begin"] = _load()  # contamination from outside the run set
         if isinstance(self.algorithm.slowdown, Slowdown):
             self.algorithm.slowdown.start(loop.elapsed)  # --slowdown-schedule times from here
         return t0
@@ -396,8 +400,9 @@ class Run:
     def slowdown_attrs(self) -> dict[str, Any]:
         """``slowdown_mode``, ``slowdown_reference_s`` and ``slowdown_realised`` of this rank.
 
-        The realised factor is mean (compute + delay) over mean compute of
-        this rank's steps (1.0 when it was never slowed).
+        The realised factor here is this rank's own mean (compute + delay) over
+        its mean compute (1.0 when it was never slowed), a partial-file
+        placeholder: the run file gets :func:`realised_into`'s value.
         """
         slowdown = self.algorithm.slowdown
         if not isinstance(slowdown, Slowdown):
@@ -467,6 +472,7 @@ class Run:
             shutil.rmtree(self.watchdog.folder, ignore_errors=True)
         rows = {r: g[0] for r, g in enumerate(gathered)}
         attrs = {r: g[1] for r, g in enumerate(gathered)}
+        realised_into(attrs, rows, self.root)
         evals = self.evals.columns()
         classes = self.data.num_classes
         self.divergence = divergence(rows, evals, classes)
@@ -504,6 +510,25 @@ class Run:
             "buckets": int(getattr(self.algorithm, "buckets", 0)),
             "warmup_steps": int(self.algorithm.warmup_steps),
         }
+
+
+def _load() -> float:
+    """The host's 1-minute load average (NaN where unavailable)."""
+    value = load_average()
+    return float("nan") if value is None else value
+
+
+def realised_into(attrs: dict[int, dict[str, Any]], rows: dict[int, dict[str, Any]],
+                  root: dict[str, Any]) -> None:
+    """Set each slowed rank's ``slowdown_realised`` to the analysis's definition.
+
+    :func:`syncbench.analysis.fairness.realised_factors` with per-step medians:
+    (compute + delay) over the median of the unslowed ranks' compute, from the
+    gathered rows of every rank (one definition for the file and the reports).
+    """
+    run = SimpleNamespace(attrs=root, ranks=rows, rank_attrs=attrs)
+    for rank, factor in fairness.realised_factors(run, "median").items():
+        attrs[rank]["slowdown_realised"] = factor
 
 
 def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],

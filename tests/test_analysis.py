@@ -238,10 +238,11 @@ def test_phase_breakdown_stragglers_and_hidden_comm(tmp_path):
     assert row["step_s_median"] == pytest.approx(0.625)
     assert row["step_s_max"] == pytest.approx(0.7)
     assert row["step_max_over_median"] == pytest.approx(0.7 / 0.625)
-    assert row["busy_max_over_median"] == pytest.approx(0.7 / 0.4)  # busy 0.4 and 0.7
+    # busy = data + compute + update + delay: 0.35 and 0.65
+    assert row["busy_max_over_median"] == pytest.approx(0.65 / 0.35)
     assert row["slowest_rank"] == 1
     assert row["wait_share_max"] == pytest.approx(0.6 / 4.0)
-    assert row["idle_share_max"] == pytest.approx(1 - 1.6 / 4.0)
+    assert row["idle_share_max"] == pytest.approx(1 - 1.4 / 4.0)
     assert row["rounds"] == 4
     assert row["exposed_comm_s_per_round"] == pytest.approx((0.2 + 0.05) / 2)
     assert ref_row["exposed_comm_s_per_round"] == pytest.approx(0.25)
@@ -250,6 +251,19 @@ def test_phase_breakdown_stragglers_and_hidden_comm(tmp_path):
     assert row["hidden_comm_fraction"] == pytest.approx((0.45 - 0.625) / 0.25)
     assert ref_row["hidden_comm_fraction"] == 0.0
     assert math.isnan(n4_row["hidden_comm_fraction"])  # no blocking reference at N=4
+
+
+def test_straggler_ratio_sees_waiting_charged_to_comm(tmp_path):
+    """Blocking SSGD: the fast rank's wait for the straggler is inside Allreduce (comm)."""
+    fast = {"data": 0.1, "compute": 0.2, "comm": 0.65, "update": 0.05}
+    slow = {"data": 0.1, "compute": 0.2, "comm": 0.05, "update": 0.05, "delay": 0.6}
+    rows = {0: make_rank(4, fast), 1: make_rank(4, slow)}
+    path = write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=2, wall=4.0,
+                      steps_per_rank=4, rank_rows=rows, config={"comm": "blocking"})
+    (row,) = _rows([path])
+    # both steps last 1.0 s; counting comm as busy would read 1.0
+    assert row["busy_max_over_median"] == pytest.approx(0.95 / 0.35)
+    assert row["slowest_rank"] == 1
 
 
 def test_rounds_of_round_based_algorithms(tmp_path):
@@ -784,3 +798,84 @@ def test_group_time_to_target_counts_a_diverged_run_as_never(tmp_path):
     assert g["diverged"] == 1 and g["repeats"] == 2
     assert math.isnan(g["time_to_target_s"]) and math.isnan(g["time_to_target_s_max"])
     assert g["time_to_target_s_min"] == 1.0
+
+
+def _flag_diverged(path: str, value: bool | None) -> None:
+    """Set (or, with None, delete as in files older than the flag) ``/summary`` diverged."""
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        if value is None:
+            del f["summary"].attrs["diverged"]
+        else:
+            f["summary"].attrs["diverged"] = value
+
+
+def test_hidden_comm_only_for_ssgd_and_odsgd_runs_that_count(tmp_path):
+    ref = write_file(tmp_path / "ref.h5", algorithm="ssgd", world_size=2, wall=4.0,
+                     steps_per_rank=4, phases={"compute": 0.2, "comm": 0.25},
+                     config={"comm": "blocking"})
+    fast = {"compute": 0.2, "comm": 0.05}
+    paths = [ref] + [write_file(tmp_path / f"{a}{i}.h5", algorithm=a, world_size=2, wall=4.0,
+                                steps_per_rank=4, phases=fast)
+                     for i, a in enumerate(("odsgd", "odsgd", "localsgd", "asgd"))]
+    _flag_diverged(paths[2], True)
+    _, od, od_div, local, asgd = _rows(paths)
+    assert od["hidden_comm_fraction"] == pytest.approx((0.45 - 0.25) / 0.25)
+    for row in (od_div, local, asgd):  # diverged; communicates less by design
+        assert math.isnan(row["hidden_comm_fraction"])
+
+
+def test_group_samples_per_s_leave_diverged_runs_out(tmp_path):
+    # walls 1, 2, 4: the diverged run (wall 1) would be the fastest
+    paths = [write_file(tmp_path / f"r{i}.h5", algorithm="oscars", world_size=2, wall=w,
+                        steps_per_rank=8) for i, w in enumerate((1.0, 2.0, 4.0))]
+    _flag_diverged(paths[0], True)
+    (g,) = aggregate(_rows(paths), ("algorithm",))
+    assert g["diverged"] == 1
+    assert g["samples_per_s"] == pytest.approx(2 * 8 * BATCH * (1 / 2 + 1 / 4) / 2)
+    assert g["samples_per_s_max"] == pytest.approx(2 * 8 * BATCH / 2.0)
+    for p in paths[1:]:
+        _flag_diverged(p, True)
+    (g,) = aggregate(_rows(paths), ("algorithm",))
+    assert math.isnan(g["samples_per_s"])
+    from syncbench.analysis.report import _cell
+    assert _cell(g, "samples_per_s") == "diverged"
+
+
+def test_tables_recompute_divergence_for_files_without_the_flag(tmp_path):
+    path = write_file(tmp_path / "old.h5", algorithm="ssgd", world_size=2, wall=4.0,
+                      steps_per_rank=4, root={"dataset": "mnist"},
+                      evals=make_evals(accuracy=(0.3, 0.12)))
+    _flag_diverged(path, None)
+    (row,) = _rows([path])
+    assert row["diverged"] is True  # final accuracy 0.12 <= 1.5 x 1/10
+
+
+def test_host_cores_count_the_host_not_the_process_mask(tmp_path, monkeypatch):
+    from syncbench.analysis import context
+
+    root = tmp_path / "cpu"
+    root.mkdir()
+    (root / "online").write_text("0-3\n")
+    for cpu, core in enumerate((0, 1, 0, 1)):  # 2 cores with 2 hyperthreads each
+        topo = root / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "core_id").write_text(f"{core}\n")
+        (topo / "physical_package_id").write_text("0\n")
+    assert context._physical_cores(root) == 2
+    monkeypatch.setattr(context, "_CPU_ROOT", root)
+    # Open MPI binds a rank to one core: its mask must not make the host 1 core
+    monkeypatch.setattr(context.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    info = context.host_info()
+    assert info["host_cores"] == 2 and info["host_cpus"] == 4
+
+
+def test_loaded_flag_from_the_recorded_load_average():
+    from syncbench.analysis.context import format_context, loaded, machine_context
+
+    attrs = {"host_cores": 2, "world_size": 2, "hostnames": ["h"]}
+    assert loaded(attrs) is None  # older files: no flag
+    assert machine_context({**attrs, "load_begin": 0.4, "load_end": 1.9})["loaded"] is False
+    ctx = machine_context({**attrs, "load_begin": 3.5, "load_end": 1.0})
+    assert ctx["loaded"] is True and "LOADED" in format_context(ctx)

@@ -131,3 +131,57 @@ def test_throughput_ceiling():
     assert math.isnan(throughput_ceiling([]))
     with pytest.raises(ValueError, match="finite and > 0"):
         throughput_ceiling([1, 0])
+
+
+def _round_based(first_step_compute: float, local_steps: int):
+    """Rank 1 takes 2 steps per round (1 s compute + 3 s delay each); rank 0 takes 8 steps
+    of 1 s per round, two starting while rank 1 computes (the round's first, and the fifth),
+    the others inside its delays. The first step of a round computes ``first_step_compute``."""
+    rounds = 5
+    slow_start = np.arange(2 * rounds) * 4.0
+    slow = _rows(slow_start, np.ones(2 * rounds), np.full(2 * rounds, 3.0))
+    slow["round"] = np.repeat(np.arange(rounds), 2)
+    slow["local_steps"] = np.full(2 * rounds, local_steps and 2)
+    starts = np.arange(8 * rounds) * 1.0
+    computes = np.where(np.arange(8 * rounds) % 8 == 0, first_step_compute, 1.0)
+    fast = _rows(starts, computes)
+    fast["round"] = np.repeat(np.arange(rounds), 8)
+    fast["local_steps"] = np.full(8 * rounds, local_steps)
+    return _run([fast, slow], [1.0, 4.0], algorithm="oscars")
+
+
+def test_interference_ratio_drops_the_first_step_of_every_round():
+    # the slow first step after an averaging is no interference: the ratio stays 1
+    assert interference_ratio(_round_based(1.3, local_steps=8)) == pytest.approx(1.0)
+    # step-synchronous rows (no rounds) keep every step: the confound shows
+    assert interference_ratio(_round_based(1.3, local_steps=0)) == pytest.approx(1.0 / 1.15)
+
+
+def test_phase_placement_follows_the_shared_step_order(monkeypatch):
+    from syncbench.analysis import schema
+
+    slow = _rows([0.0], [1.0], [3.0], data=[0.5])
+    slow["t_update"] = np.asarray([0.25])
+    run = _run([_rows([0.0], [1.0]), slow], [1, 4], algorithm="custom")
+    np.testing.assert_allclose(delay_intervals(run), [[1.5, 4.5]])  # default: update last
+    monkeypatch.setitem(schema.STEP_ORDERS, "custom",
+                        ("data", "update", "compute", "delay", "comm", "wait"))
+    np.testing.assert_allclose(delay_intervals(run), [[1.75, 4.75]])
+
+
+def test_rank_table_realised_factor_is_the_fairness_definition():
+    from syncbench.analysis.tables import rank_table
+    from syncbench.bench.train import realised_into
+
+    fast = _rows(np.arange(5) * 4.0, np.full(5, 2.0))
+    # own (compute + delay) / own compute would read 4; a preempted step adds noise
+    slow = _rows(np.arange(5) * 4.0, [1.0, 1.0, 1.0, 1.0, 9.0], np.full(5, 3.0))
+    run = _run([fast, slow], [1.0, 4.0], algorithm="ssgd")
+    run.rank_attrs[1]["slowdown_realised"] = 4.0  # a stored value of another definition
+    run.summary["wall_s"] = 20.0
+    table = rank_table(run)
+    assert table[1]["slowdown_realised"] == pytest.approx(2.0)  # median 4 s over 2 s
+    assert table[0]["slowdown_realised"] == 1.0
+    attrs = {r: dict(a) for r, a in run.rank_attrs.items()}
+    realised_into(attrs, run.ranks, run.attrs)  # what the driver writes
+    assert attrs[1]["slowdown_realised"] == pytest.approx(2.0)
