@@ -354,7 +354,8 @@ def _count_note(row: dict[str, Any], key: str, word: str) -> str:
 def _note(row: dict[str, Any]) -> str:
     notes = ["" if row.get("complete", True) else "partial",
              _count_note(row, "diverged", "diverged"),
-             _count_note(row, "overlapped", "overlapped")]
+             _count_note(row, "overlapped", "overlapped"),
+             _count_note(row, "loaded", "loaded")]
     if row.get("oversubscribed") is True:
         notes.append("oversubscribed")
     if row.get("simulated") is True:
@@ -484,7 +485,12 @@ def _footnotes(rows: Sequence[dict[str, Any]]) -> list[str]:
         notes.append("partial: rebuilt from per-rank checkpoints of a crashed run.")
     if any(r.get("diverged") for r in rows):
         notes.append("diverged: non-finite training loss or final accuracy at most 1.5x "
-                     "chance; no time to target, speedup or efficiency is shown for it.")
+                     "chance; no time to target, speedup, efficiency or hidden communication "
+                     "is shown for it, and its samples/s are left out of group medians.")
+    if any(r.get("loaded") for r in rows):
+        notes.append("loaded: the host's 1-minute load average at the start or end of the "
+                     "run exceeded its physical cores; something outside the run competed "
+                     "for the CPUs, timings contaminated.")
     overlapped = [r for r in rows if r.get("overlapped")]
     if overlapped:
         pairs = sorted({f"{os.path.basename(str(p))}" for r in overlapped

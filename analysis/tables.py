@@ -85,7 +85,11 @@ Contaminated timings
     names them). Its timings are not comparable: it gets no speedup or
     efficiency, serves as no baseline and no hidden-communication reference.
     ``cores``, ``ranks_per_core``, ``oversubscribed`` come from
-    :func:`~syncbench.analysis.context.machine_context`.
+    :func:`~syncbench.analysis.context.machine_context`, and so does
+    ``loaded``: the host's 1-minute load average at the start or end of the
+    run (root attributes ``load_begin`` / ``load_end``) exceeded its physical
+    cores, i.e. something outside the run set competed for the CPUs (None in
+    older files).
 
 Scaling
     A *series* is the runs with equal :func:`series_identity`: algorithm,
@@ -207,7 +211,7 @@ NEW_KEYS: tuple[str, ...] = (
     # added later (after every older key, so old readers see the same prefix)
     "sync_fraction", "diverged", "eval_interval_s", "warmup_steps", "steady_step_s",
     "sync_s_per_step", "overlapped", "overlaps_with", "series", "mpi_library", "backend",
-    "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated",
+    "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated", "loaded",
 )
 
 #: Columns that get ``_min`` / ``_max`` companions in group rows.
@@ -222,7 +226,8 @@ _LABEL_KEYS = frozenset(
     {"algorithm", "world_size", "model", "dataset", "scaling", "complete", "repeats",
      PATH_KEY, "baseline_world_size", "slowest_rank", "target_accuracy", "target_reached",
      "diverged", "overlapped", "overlaps_with", "series", "mpi_library", "backend",
-     "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated", "warmup_steps"}
+     "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated", "warmup_steps",
+     "loaded"}
 )
 
 
@@ -522,6 +527,7 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
         ranks_per_core=ctx["ranks_per_core"],
         oversubscribed=ctx["oversubscribed"],
         simulated=ctx["simulated"],
+        loaded=ctx["loaded"],
     )
     row["_config"] = run.config  # dropped by the formatters (keys starting with "_")
     row["_attrs"] = {k: run.attrs.get(k) for k in (*SERIES_ROOT_KEYS, "hostnames",
@@ -852,7 +858,7 @@ def _merge_column(g: dict[str, Any], key: str, column: list[Any]) -> None:
         g[key] = len(column)
     elif key == "target_reached":
         g[key] = None if all(v is None for v in column) else sum(v or 0 for v in column)
-    elif key in ("diverged", "overlapped"):  # how many of the group's runs
+    elif key in ("diverged", "overlapped", "loaded"):  # how many of the group's runs
         g[key] = sum(bool(v) for v in column)
     elif key == "overlaps_with":
         g[key] = sorted({f for v in column for f in (v or ())}) or None

@@ -879,3 +879,19 @@ def test_loaded_flag_from_the_recorded_load_average():
     assert machine_context({**attrs, "load_begin": 0.4, "load_end": 1.9})["loaded"] is False
     ctx = machine_context({**attrs, "load_begin": 3.5, "load_end": 1.0})
     assert ctx["loaded"] is True and "LOADED" in format_context(ctx)
+
+
+def test_report_notes_a_loaded_run(tmp_path, capsys):
+    ctx = {"host_cores": 2, "host_cpus": 2, "hostnames": ["h"], "ranks_per_host": 2}
+    busy = write_file(tmp_path / "busy.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                      steps_per_rank=4, root={**ctx, "load_begin": 5.0, "load_end": 4.0})
+    quiet = write_file(tmp_path / "quiet.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                       steps_per_rank=4, root={**ctx, "load_begin": 1.0, "load_end": 1.5})
+    rows = _rows([busy, quiet])
+    assert [r["loaded"] for r in rows] == [True, False]
+    rc, out, err = _report(busy, quiet, capsys=capsys)
+    assert rc == 0, err
+    busy_line = next(ln for ln in out.splitlines() if "busy.h5" in ln)
+    quiet_line = next(ln for ln in out.splitlines() if "quiet.h5" in ln)
+    assert "loaded" in busy_line and "loaded" not in quiet_line
+    assert "some runs loaded" in out
