@@ -392,14 +392,14 @@ class ASGD(Algorithm):
             start = time.perf_counter()
             with self.windows.epoch():
                 if self.dc:
-                    self.windows.get(self._w_now)
-                    self.windows.flush()
+                    self.windows.Get_accumulate(self._w_now)
+                    self.windows.Flush()
                     dc_start = time.perf_counter()
                     with self.timer.phase("update"):
                         self._update(grads)
                     dc_seconds = time.perf_counter() - dc_start
-                self.windows.accumulate(self._delta)
-            version, ticket = self.counters.fetch_and_ops(
+                self.windows.Accumulate(self._delta)
+            version, ticket = self.counters.Fetch_and_op(
                 [(VERSION, 1, MPI.SUM), (CLAIMS, 1, MPI.SUM)]
             )
             self.push_seconds.append(time.perf_counter() - start - dc_seconds)
@@ -531,6 +531,6 @@ class ASGD(Algorithm):
         self._closed = True
         if sys.exc_info()[1] is not None:
             return
-        self.windows.free()
-        self.counters.free()
+        self.windows.Free()
+        self.counters.Free()
         self._mpi.Free()

@@ -27,7 +27,11 @@ the algorithms that use this module). It matters: without it MPICH sends a
 lock request that the target grants only when it enters the MPI library; with
 it, and with ``Allocate``'d windows on one node, MPICH and Open MPI complete
 Get/Accumulate/Fetch_and_op without the target (see ``asgd.py`` for figures).
-The windows' info hints ``accumulate_ordering=none`` and
+Methods that make one kind of MPI call on buffers are named after it, as in
+mpi4py (``Get_accumulate``, ``Accumulate``, ``Flush``, ``Fetch_and_op``,
+``Free``; lowercase names in mpi4py mean pickled objects); the lowercase
+ones (``pull``, ``push``, ``gather``, ``fetch_add``, ``read``) are whole
+operations built from them. The windows' info hints ``accumulate_ordering=none`` and
 ``accumulate_ops=same_op_no_op`` say that only SUM and NO_OP are used and
 that accumulates need not be ordered.
 """
@@ -140,7 +144,7 @@ class ParamWindow:
             for shard in self.shards:
                 self.win.Unlock(shard.owner)
 
-    def get(self, out: np.ndarray) -> None:
+    def Get_accumulate(self, out: np.ndarray) -> None:
         """Post an atomic read of every shard into ``out`` (inside :meth:`epoch`).
 
         ``Get_accumulate`` with ``NO_OP``: the origin buffer is ignored (none
@@ -152,12 +156,12 @@ class ParamWindow:
                                     shard.owner, target=(0, count, self._mpi_type),
                                     op=MPI.NO_OP)
 
-    def accumulate(self, delta: np.ndarray) -> None:
+    def Accumulate(self, delta: np.ndarray) -> None:
         """Post ``window += delta`` on every shard (``Accumulate`` SUM, inside :meth:`epoch`)."""
         for shard in self.shards:
             self.win.Accumulate(delta[shard.lo : shard.hi], shard.owner, op=MPI.SUM)
 
-    def flush(self) -> None:
+    def Flush(self) -> None:
         """Complete the posted operations of the current epoch (``Win.Flush`` per owner)."""
         for shard in self.shards:
             self.win.Flush(shard.owner)
@@ -165,12 +169,12 @@ class ParamWindow:
     def pull(self, out: np.ndarray) -> None:
         """``out = window`` (one epoch of atomic reads)."""
         with self.epoch():
-            self.get(out)
+            self.Get_accumulate(out)
 
     def push(self, delta: np.ndarray) -> None:
         """``window += delta`` (one epoch of Accumulates)."""
         with self.epoch():
-            self.accumulate(delta)
+            self.Accumulate(delta)
 
     def gather(self) -> np.ndarray:
         """The whole vector on every rank (collective: local shards + ``Allgatherv``)."""
@@ -182,7 +186,7 @@ class ParamWindow:
         self.comm.Allgatherv(local, [full, counts])
         return full
 
-    def free(self) -> None:
+    def Free(self) -> None:
         """``Win.Free`` (collective)."""
         self.win.Free()
 
@@ -218,7 +222,7 @@ class Counters:
         self.local[...] = values
         self.win.Unlock(0)
 
-    def fetch_and_ops(self, ops: list[tuple[int, int, MPI.Op]]) -> list[int]:
+    def Fetch_and_op(self, ops: list[tuple[int, int, MPI.Op]]) -> list[int]:
         """Apply each ``(index, value, op)`` atomically, in one epoch; values before each op.
 
         ``op`` is ``MPI.SUM`` (add ``value``) or ``MPI.NO_OP`` (read). Each
@@ -235,12 +239,12 @@ class Counters:
 
     def fetch_add(self, index: int, value: int = 1) -> int:
         """``counter[index] += value``; returns the value before the addition."""
-        return self.fetch_and_ops([(index, value, MPI.SUM)])[0]
+        return self.Fetch_and_op([(index, value, MPI.SUM)])[0]
 
     def read(self, index: int) -> int:
         """The current value of counter ``index`` (``Fetch_and_op`` NO_OP)."""
-        return self.fetch_and_ops([(index, 0, MPI.NO_OP)])[0]
+        return self.Fetch_and_op([(index, 0, MPI.NO_OP)])[0]
 
-    def free(self) -> None:
+    def Free(self) -> None:
         """``Win.Free`` (collective)."""
         self.win.Free()

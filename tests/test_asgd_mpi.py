@@ -75,8 +75,8 @@ def test_concurrent_pushes_lose_nothing(layout, lock):
         assert counters.read(0) == pushes * len(workers)
         _wait_for_all(comm)
     finally:
-        windows.free()
-        counters.free()
+        windows.Free()
+        counters.Free()
         comm.Free()
 
 
