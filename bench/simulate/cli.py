@@ -105,9 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="simulate each measured run's configuration (workload from "
                      "--workload, network from --calibrate) and print measured vs predicted")
 
+    seen: dict = {}  # flags shared by strategies are added once, as in train
     for cls in _import_strategies_without_mpi().values():
         group = parser.add_argument_group(f"{cls.name} (as in train)")
-        cls.add_arguments(group)
+        cls.add_arguments(group, seen)
 
 
 def _fail(message: str) -> int:

@@ -271,7 +271,8 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     total = steps * n
     t_red = allreduce_time((w.params + n + 1) * w.itemsize, n, cfg.allreduce, time_phase)
     # Each rank's speed state, updated by Oscars' own method on a plain namespace.
-    state = [SimpleNamespace(config=cfg, step_seconds=0.0, _window=[0.0, 0]) for _ in range(n)]
+    state = [SimpleNamespace(config=cfg, options=cfg, step_seconds=0.0, _window=[0.0, 0])
+             for _ in range(n)]
     rows, t = Rows(n), np.zeros(n)
     taken = np.zeros(n, dtype=int)
     scheduled, consumed, rnd = 0, 0, 0
