@@ -33,7 +33,9 @@ series, the table gives the medians over repeats of
 Runs that overlapped on a host (``analysis.context``: their wall-clock
 intervals intersect) are flagged "overlapped" and get no speedup or
 efficiency; a point with a single world size shows "-". The machine context
-(cores, ranks per core, oversubscription) heads the table.
+(cores, ranks per core, oversubscription) heads the table. Samples/s are
+medians over the runs that did not diverge ("diverged" when none is left).
+The report printed before it is ``syncbench report``'s tables.
 
 The manifest ``<out-dir>/manifest.json`` lists every planned run (algorithm,
 np, repeat, batch_size, path, status) and is rewritten after each run. The
@@ -59,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from syncbench.analysis.context import format_contexts, machine_context
-from syncbench.analysis.report import FORMATS, format_report, report_rows
+from syncbench.analysis.report import FORMATS, format_tables, report_tables
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.tables import table_rows
 
@@ -335,7 +337,9 @@ def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], context: s
 
     for series, np_ in sorted(points, key=sort_key):
         members = points[(series, np_)]
-        x = statistics.median(float(r["samples_per_s"]) for r in members)
+        # a diverged run's throughput is no result: samples/s over the others
+        speeds = [float(r["samples_per_s"]) for r in members if not r.get("diverged")]
+        x = statistics.median(speeds) if speeds else NAN
         syncs = [r["sync_fraction"] for r in members if math.isfinite(r["sync_fraction"])]
         sync = statistics.median(syncs) if syncs else NAN
         steps = statistics.median(r["steps"] / r["world_size"] for r in members)
@@ -354,7 +358,8 @@ def scaling_table(runs: list[PlannedRun], rows: list[dict[str, Any]], context: s
             notes.append("oversubscribed")
         lines.append(f"| {series:<10} | {np_:>3} | {_cell(sync, '{:.3f}'):>5} | "
                      f"{batch:>10.0f} | {steps:>10.0f} | "
-                     f"{len(members):>4} | {x:>10.1f} | {_cell(speedup, '{:.3f}', flag):>10} | "
+                     f"{len(members):>4} | {_cell(x, '{:.1f}', flag if not speeds else ''):>10} | "
+                     f"{_cell(speedup, '{:.3f}', flag):>10} | "
                      f"{_cell(eff, '{:.3f}', flag):>10} | {', '.join(notes)} |")
     overlapped = sorted({os.path.basename(r["path"]) for r in rows if r.get("overlapped")})
     if overlapped:
@@ -439,13 +444,15 @@ def _run_one(run: Any, counter: str, args: argparse.Namespace, train_args: list[
 
 
 def _report_text(runs: list, good: list, fmt: str) -> str:
-    """The report of the complete runs; Markdown adds the scaling table."""
-    text = format_report(report_rows([r.path for r in good]), fmt)
+    """The report of the complete runs: ``syncbench report``'s tables (the same
+    definitions: sync share first, context line, diverged / overlapped flags);
+    Markdown adds the scaling table."""
+    done = [read_run(r.path) for r in good]
+    context = format_contexts([machine_context(d) for d in done])
+    text = format_tables(report_tables(done), fmt, context=context)
     if fmt != "md":
         return text
-    done = [read_run(r.path) for r in good]
     table = table_rows(done)
-    context = format_contexts([machine_context(d) for d in done])
     text += "\n\n" + scaling_table(runs, table, context)
     overlapped = [r for r in table if r.get("overlapped")]
     if overlapped:

@@ -372,3 +372,71 @@ def test_resume_refuses_a_folder_without_or_with_another_plan(tmp_path):
     proc = syncbench("run", "demo", "--resume", "--out-dir", str(tmp_path), timeout=60)
     assert proc.returncode == 2 and "written for another plan" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _record(label, repeat, sps, diverged=False, overlapped=False, ttt=1.0):
+    return {"label": label, "condition": "hom", "repeat": repeat,
+            "time_to_target_s": math.nan if diverged else ttt, "diverged": diverged,
+            "samples_per_s": sps, "final_accuracy": 0.1 if diverged else 0.9, "wall_s": 1.0,
+            "realised_factor": math.nan, "interference_ratio": math.nan,
+            "hidden_comm_fraction": 0.5, "overlapped": overlapped}
+
+
+def test_a_diverged_run_never_makes_a_label_look_faster():
+    from syncbench.bench.experiment.aggregate import aggregate
+    from syncbench.bench.experiment.tables import fmt_spread
+
+    records = [_record("base", r, 100.0) for r in range(3)]
+    records += [_record("x", 0, 900.0, diverged=True), _record("x", 1, 110.0),
+                _record("x", 2, 120.0)]
+    records += [_record("bad", r, 900.0, diverged=True) for r in range(3)]
+    cells = {c["label"]: c for c in aggregate(records, ["base", "x", "bad"], ["hom"], "base")}
+    assert cells["x"]["samples_per_s"]["median"] == pytest.approx(115.0)
+    assert cells["x"]["samples_per_s"]["max"] == 120.0 and cells["x"]["samples_per_s"]["n"] == 2
+    assert cells["x"]["hidden_comm_fraction"]["n"] == 2
+    assert fmt_spread(cells["bad"]["samples_per_s"], 0) == "diverged"
+    assert fmt_spread(cells["bad"]["hidden_comm_fraction"]) == "diverged"
+
+
+def test_an_lr_grid_is_not_won_by_a_diverged_runs_throughput():
+    from syncbench.bench.experiment.aggregate import aggregate
+
+    # equal time to target; lr 0.1's samples/s median would win only with its diverged run
+    records = [{**_record("g@lr=0.1", r, s, diverged=d), "time_to_target_s": 1.0}
+               for r, (s, d) in enumerate(((900.0, True), (900.0, True), (100.0, False)))]
+    records += [_record("g@lr=0.2", r, 200.0) for r in range(3)]
+    cells = aggregate(records, ["g@lr=0.1", "g@lr=0.2"], ["hom"], "g@lr=0.2",
+                      groups={"g@lr=0.1": "g", "g@lr=0.2": "g"}, headline="samples_per_s")
+    assert [c["best_lr"] for c in cells] == [False, True]
+
+
+def test_an_overlapped_baseline_run_gives_no_ratio_for_its_repeat():
+    from syncbench.bench.experiment.aggregate import aggregate
+
+    records = [_record("base", 0, 50.0, overlapped=True), _record("base", 1, 100.0),
+               _record("x", 0, 100.0), _record("x", 1, 150.0)]
+    (_, x) = aggregate(records, ["base", "x"], ["hom"], "base")
+    assert x["sps_ratio"]["n"] == 1 and x["sps_ratio"]["median"] == 1.5
+    assert x["ttt_ratio"]["n"] == 1
+
+
+def test_comparison_table_shows_sync_share_eval_interval_and_the_lr_caveat():
+    from syncbench.bench.experiment.tables import comparison_table
+
+    def stats(v):
+        return {"median": v, "min": v, "max": v, "n": 5}
+
+    cells = [_cell("od@lr=0.01", "od"), _cell("od@lr=0.02", "od")]
+    cells[1]["best_lr"] = True
+    for c in cells:
+        c["sync_fraction"], c["eval_interval_s"] = stats(0.25), stats(0.5)
+    cells[0]["loaded"] = 2
+    lines = comparison_table("s", "t", cells, "od@lr=0.01", 0.8, "time_to_target", [{}])
+    header = lines[2]
+    assert header.index("sync share") < header.index("time to 0.8 [s]") \
+        < header.index("eval every [s]")
+    row = next(ln for ln in lines if ln.startswith("  od@lr=0.02"))
+    assert "0.25" in row and "0.50" in row
+    text = "\n".join(lines)
+    assert "chosen on the same repeats it is reported on" in text
+    assert "od@lr=0.01: 2 run(s) loaded" in text

@@ -256,3 +256,45 @@ def test_slurm_sweep_is_serial_by_default_on_one_node(tmp_path, nodes, serial):
                           env={**env, "SERIAL": "0"}, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and "by default" not in proc.stdout
     assert "%1" not in log.read_text()
+
+
+def _hand_file(path: Path, wall: float, diverged: bool) -> str:
+    """A 2-rank SSGD run file of 8 steps of 64 samples per rank, ``wall`` seconds."""
+    import h5py
+    import numpy as np
+
+    from syncbench.analysis import schema
+    from syncbench.bench.recorder import write_run_file
+
+    def rank():
+        cols = {name: np.zeros(8, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
+        cols.update(step=np.arange(8), t_start=np.arange(8) * 0.1, t_compute=np.full(8, 0.1),
+                    loss=np.full(8, 1.0), samples=np.full(8, 64))
+        return cols
+
+    evals = {"t": np.asarray([1.0]), "step": np.asarray([8]),
+             "samples_seen": np.asarray([1024]), "loss": np.asarray([0.5]),
+             "accuracy": np.asarray([0.9])}
+    root = {"algorithm": "ssgd", "model": "mlp", "dataset": "synthetic", "world_size": 2,
+            "config": {"algorithm": "ssgd", "batch_size": 64}, "hostnames": ["h"]}
+    write_run_file(path, root, {0: rank(), 1: rank()}, {r: {"slowdown": 1.0} for r in (0, 1)},
+                   evals, wall, None)
+    with h5py.File(path, "r+") as f:
+        f["summary"].attrs["diverged"] = diverged
+    return str(path)
+
+
+def test_sweep_report_is_the_reports_tables_and_leaves_diverged_speed_out(tmp_path):
+    # the diverged run is four times faster; it must not raise the samples/s median
+    runs = [sweep.PlannedRun("ssgd", 2, i, 64, _hand_file(tmp_path / f"r{i}.h5", w, d))
+            for i, (w, d) in enumerate(((0.5, True), (2.0, False), (4.0, False)))]
+    text = sweep._report_text(runs, runs, "md")
+    assert "| algorithm | world_size | samples_per_s |" not in text  # no raw summary table
+    assert "## Runs" in text and "## Stragglers" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| ssgd "))
+    assert f"{(1024 / 2.0 + 1024 / 4.0) / 2:.1f}" in row  # median of the non-diverged
+    all_diverged = [sweep.PlannedRun("ssgd", 2, 0, 64, _hand_file(tmp_path / "d.h5", 1.0,
+                                                                    True))]
+    text = sweep._report_text(all_diverged, all_diverged, "md")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| ssgd "))
+    assert "diverged" in row

@@ -6,11 +6,15 @@ per (configuration, label). Rules, stated once:
 
 - Every figure is the median over the label's repeats with the min and max
   (NaN values left out). Time to target counts a run that missed the target
-  or diverged as infinitely slow.
+  or diverged as infinitely slow. Samples/s and hidden communication
+  (:data:`OK_ONLY_KEYS`) are medians over the runs that did not diverge (a
+  diverged run's speed is no result): a label whose runs all diverged shows
+  ``diverged`` there.
 - Ratios against the baseline label are taken per repeat, between the two
   runs of that repeat in the same slowdown configuration (they ran next to
   each other, so they share the machine's state), then the median and
-  min-max of those ratios are given.
+  min-max of those ratios are given. A baseline run that overlapped another
+  run on its host (its timing is contaminated) gives no ratio for its repeat.
   - ``ttt_ratio`` = time to target / the baseline's. A diverged or missed
     run is infinitely slow (ratio inf), so it never counts as faster; a repeat
     whose baseline missed the target gives no ratio.
@@ -24,7 +28,9 @@ per (configuration, label). Rules, stated once:
   repeat gives a ratio (the baseline missed the target or diverged).
 - Within a group expanded from an lr grid, ``best_lr`` marks the label with
   the best median headline per configuration (time to target, ties broken by
-  samples/s; or the reverse when samples/s is the scenario's headline).
+  samples/s; or the reverse when samples/s is the scenario's headline). It is
+  chosen on the same repeats it is reported on (no held-out repeats), so the
+  best lr's figures are optimistic, and the tables say so.
 - ``factor_spread``: per configuration, max/min of the realised factors of
   all its runs; flagged when above :data:`FACTOR_TOLERANCE`.
 """
@@ -43,7 +49,10 @@ FACTOR_TOLERANCE = 0.10
 #: Largest distance of the interference ratio from 1 that is not flagged.
 INTERFERENCE_TOLERANCE = 0.07
 STAT_KEYS = ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
-             "interference_ratio", "hidden_comm_fraction", "buckets")
+             "interference_ratio", "hidden_comm_fraction", "buckets", "sync_fraction",
+             "eval_interval_s")
+#: Figures whose medians leave out the runs that diverged.
+OK_ONLY_KEYS = frozenset({"samples_per_s", "hidden_comm_fraction"})
 
 
 def spread(values: Iterable[float], keep_inf: bool = False) -> dict[str, Any]:
@@ -104,20 +113,27 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                 "runs": len(runs), "diverged": n_div,
                 "reached": sum(math.isfinite(_ttt(r)) for r in runs),
                 "overlapped": sum(bool(r.get("overlapped")) for r in runs),
+                "loaded": sum(bool(r.get("loaded")) for r in runs),
                 "time_to_target_s": spread((_ttt(r) for r in runs), keep_inf=True),
             }
             for key in STAT_KEYS:
-                cell[key] = spread(r.get(key) for r in runs)
+                cell[key] = spread(r.get(key) for r in (ok if key in OK_ONLY_KEYS else runs))
+                if key in OK_ONLY_KEYS and not ok:
+                    cell[key]["status"] = "diverged"
             ttt, sps, het = [], [], []
             for r in runs:
                 base = at.get((cond, baseline, r["repeat"]))
+                if base is not None and base.get("overlapped"):
+                    base = None  # a contaminated timing is no baseline
                 if base is not None and math.isfinite(_ttt(base)):
                     ttt.append(_ttt(r) / _ttt(base))
-                if base is not None and not r["diverged"] and base["samples_per_s"] > 0:
+                if base is not None and not r["diverged"] and not base["diverged"] \
+                        and base["samples_per_s"] > 0:
                     sps.append(r["samples_per_s"] / base["samples_per_s"])
                 hom = at.get((homogeneous, label, r["repeat"]))
                 if (cond != homogeneous and hom is not None and not r["diverged"]
-                        and not hom["diverged"] and hom["samples_per_s"] > 0):
+                        and not hom["diverged"] and not hom.get("overlapped")
+                        and hom["samples_per_s"] > 0):
                     het.append(r["samples_per_s"] / hom["samples_per_s"])
             cell["ttt_ratio"] = spread(ttt, keep_inf=True)
             cell["ttt_ratio"]["status"] = _status(cell["ttt_ratio"], n_div, len(ok))

@@ -3,10 +3,12 @@
 Per slowdown configuration, a machine-context line and then the comparison
 table: time to the target accuracy against the baseline (the headline,
 unless the scenario names samples/s), samples/s against the baseline, the
-median time to target, samples/s and final accuracy, each as
-``median (min–max)`` over repeats. Heterogeneous configurations get a
-second table: each strategy's het/hom throughput next to the ceiling
-sum(1/f)/N, the realised slowdown factor and the interference ratio, with a
+sync share (comm + wait, as in ``syncbench report``), the median time to
+target with the evaluation interval that bounds its resolution beside it,
+samples/s and final accuracy, each as ``median (min–max)`` over repeats.
+Heterogeneous configurations get a second table: each strategy's het/hom
+throughput next to the ceiling sum(1/f)/N, the realised slowdown factor
+(per-step medians) and the interference ratio, with a
 flag when the realised factors of the compared runs differ by more than 10%
 and an ``OVERSUBSCRIBED`` label when ranks outnumber cores.
 """
@@ -75,8 +77,8 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     sps_col = (f"samples/s / {baseline}", "sps_ratio")
     ratio_cols = [ttt_col, sps_col] if headline == "time_to_target" else [sps_col, ttt_col]
     show_hidden = any(c["hidden_comm_fraction"]["median"] is not None for c in cells)
-    names = [n for n, _ in ratio_cols] + [f"time to {target:g} [s]", "samples/s",
-                                          "accuracy"]
+    names = [n for n, _ in ratio_cols] + ["sync share", f"time to {target:g} [s]",
+                                          "eval every [s]", "samples/s", "accuracy"]
     names += ["hidden comm"] if show_hidden else []
     over = oversubscribed(contexts)
     reps = max(c["runs"] for c in cells)
@@ -87,8 +89,10 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     notes = []
     for c in cells:
         values = [fmt_spread(c[key]) for _, key in ratio_cols]
+        values += [fmt_spread(c.get("sync_fraction", {}))]
         values += [fmt_spread(c["time_to_target_s"]) if c["reached"] else
                    ("diverged" if c["diverged"] else "not reached"),
+                   fmt_spread(c.get("eval_interval_s", {})),
                    fmt_spread(c["samples_per_s"], 0), fmt_spread(c["final_accuracy"], 3)]
         values += [fmt_spread(c["hidden_comm_fraction"])] if show_hidden else []
         runs = f"{c['runs']}" + (f" ({c['diverged']} div)" if c["diverged"] else "")
@@ -99,7 +103,11 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
                          "their samples/s are left out and their time to target is infinite")
         if c.get("overlapped"):
             notes.append(f"  ! {c['label']}: {c['overlapped']} run(s) overlapped another run "
-                         "on the same host: timings not comparable")
+                         "on the same host: timings not comparable, no baseline")
+        if c.get("loaded"):
+            notes.append(f"  ! {c['label']}: {c['loaded']} run(s) loaded: the host's 1-minute "
+                         "load at the start or end exceeded its cores (something outside "
+                         "the run set competed for the CPUs)")
         lines.append(_row(label, width, values + [runs]))
     posts = [f"{c['label']} {fmt_value(c['buckets']['median'], 0)}" for c in cells
              if c.get("buckets", {}).get("median")]
@@ -108,7 +116,9 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     if any(c.get("best_lr") for c in cells):
         notes.append("  < best lr of its grid by the median " + (
             "time to target (ties: samples/s)" if headline == "time_to_target"
-            else "samples/s (ties: time to target)"))
+            else "samples/s (ties: time to target)")
+            + ", chosen on the same repeats it is reported on: its figures are optimistic "
+            "(selection bias; confirm with a fresh set of repeats at that lr)")
     if any(c["diverged"] for c in cells):
         notes.append("  diverged: non-finite training loss or final accuracy <= 1.5x chance; "
                      "never counted as faster")
@@ -124,12 +134,14 @@ def hetero_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     lines = [context_line(contexts),
              f"# {scenario}: {title} against homogeneous{' | OVERSUBSCRIBED' if over else ''}"
              f" | ceiling sum(1/f)/N = {ceiling:.3f}, nominal factor {nominal:g}",
-             _header(width, ["het/hom samples/s", "ceiling", "realised factor",
+             _header(width, ["het/hom samples/s", "ceiling", "realised (median)",
                              "interference"])]
     for c in cells:
         lines.append(_row(c["label"] + (" <" if c.get("best_lr") else ""), width, [
             fmt_spread(c["het_hom"], 3), f"{ceiling:.3f}", fmt_spread(c["realised_factor"]),
             fmt_spread(c["interference_ratio"], 3)]))
+    lines.append("  realised factor: slowed rank's median per-step (compute + delay) / the "
+                 "median of the unslowed ranks' per-step compute")
     lines.append("  interference: fast ranks' compute while a slowed rank is in its delay / "
                  "their compute otherwise (1 = gives nothing away; - = never overlapped)")
     off = [c["label"] for c in cells if c["realised_factor"]["median"] is not None
