@@ -128,7 +128,7 @@ class Algorithm(ABC):
         self.optimizer = MomentumSGD(
             model.params, config.lr, config.momentum, config.weight_decay
         )
-        #: Heterogeneity emulation, set by the driver (``bench.hetero.Slowdown``):
+        #: Heterogeneity emulation, set by the driver (``bench.slowdown.Slowdown``):
         #: called with the step's compute seconds, it spends the extra time.
         self.slowdown: Callable[[float], float] | None = None
 

@@ -6,6 +6,11 @@ model's flat parameter or gradient buffer, so nothing is packed or copied.
 Time inside calls that post or complete communication is charged to the
 ``comm`` phase; time blocked in ``Wait``/``Barrier`` to ``wait``.
 
+RMA is not here: ASGD's one-sided windows (``windows.py``) are made and
+locked by ASGD itself, which charges its epochs to the same timer's ``comm``
+phase; on a GPU its buffers pass through pinned host mirrors.
+:func:`make_communicator` chooses the communicator of a run (CPU or GPU).
+
 Nonblocking collectives progress only while a rank is inside MPI (no
 asynchronous progress thread by default): code that overlaps communication
 with compute calls :meth:`Communicator.poll` between layers.
@@ -83,3 +88,24 @@ class Communicator:
         buf = np.array([value], dtype=np.float64)
         self.comm.Allreduce(MPI.IN_PLACE, buf, op=op)
         return float(buf[0])
+
+
+def make_communicator(
+    comm: MPI.Comm,
+    timer: PhaseTimer | None,
+    backend: Any,
+    cuda_aware: bool = False,
+    nonblocking_direct: bool = False,
+) -> Communicator:
+    """The communicator a run's strategy gets: this class on the CPU, the GPU one on a GPU.
+
+    On a GPU (``backend.is_gpu``) it is a
+    :class:`~syncbench.algorithms.device_buffers.DeviceCommunicator`, which
+    hands device buffers to MPI (``cuda_aware``; ``nonblocking_direct`` for
+    nonblocking collectives too) or stages them through pinned host memory.
+    """
+    if not backend.is_gpu:
+        return Communicator(comm, timer)
+    from syncbench.algorithms.device_buffers import DeviceCommunicator  # noqa: PLC0415
+
+    return DeviceCommunicator(comm, timer, backend, cuda_aware, nonblocking_direct)

@@ -55,7 +55,7 @@ from typing import Any, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.communicator import Communicator, make_communicator  # noqa: F401
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.kernels.backend import Backend
 
@@ -471,16 +471,3 @@ class DeviceCommunicator(Communicator):
                 with self.timer.phase("comm"):
                     self._land(staged.buf, staged.host)
                 return
-
-
-def make_communicator(
-    comm: MPI.Comm,
-    timer: PhaseTimer | None,
-    backend: Backend,
-    cuda_aware: bool = False,
-    nonblocking_direct: bool = False,
-) -> Communicator:
-    """The plain :class:`Communicator` on the CPU; a :class:`DeviceCommunicator` on the GPU."""
-    if not backend.is_gpu:
-        return Communicator(comm, timer)
-    return DeviceCommunicator(comm, timer, backend, cuda_aware, nonblocking_direct)

@@ -66,7 +66,7 @@ COMMANDS: dict[str, Command] = {
                       "alias of 'syncbench run hetero'", passthrough=True),
     "asgd-bench": Command("syncbench.bench.asgd_bench", "add_arguments", "main",
                           "alias of 'syncbench run asgd'", passthrough=True),
-    "peers": Command("syncbench.bench.peers_bench", "add_arguments", "main",
+    "peers": Command("syncbench.bench.peers.command", "add_arguments", "main",
                      "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"),
     "simulate": Command("syncbench.bench.simulate.cli", "add_arguments", "main",
                         "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"),

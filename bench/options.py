@@ -9,9 +9,9 @@ from pathlib import Path
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data import DATASETS
-from syncbench.bench.hetero import SLOWDOWN_MODES
+from syncbench.bench.slowdown import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
-from syncbench.kernels.models import MODELS, model_name
+from syncbench.kernels.zoo import MODELS, model_name
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:

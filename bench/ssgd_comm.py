@@ -200,7 +200,7 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
     from syncbench.bench.data import DatasetError, load_dataset  # noqa: PLC0415
     from syncbench.bench.stream import BatchStream  # noqa: PLC0415
     from syncbench.kernels.backend import select_backend  # noqa: PLC0415
-    from syncbench.kernels.models import build_model  # noqa: PLC0415
+    from syncbench.kernels.zoo import build_model  # noqa: PLC0415
 
     if args.untimed_steps < 0:
         raise ValueError(f"--untimed-steps must be >= 0, got {args.untimed_steps}")

@@ -1,4 +1,7 @@
-"""Shared fixtures: a training config with the command line's defaults."""
+"""Test-session set-up: one BLAS/OpenMP thread per process (ranks share the cores).
+
+Helpers (configs with the command line's defaults, launching ``mpiexec``) are in
+``tests/helpers.py``."""
 
 from __future__ import annotations
 

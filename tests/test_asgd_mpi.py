@@ -19,7 +19,7 @@ from helpers import rank_streams, run_mpi, train_config
 from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.bench.data import make_synthetic
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 LOCKS = ("nocheck", "none")
 LAYOUTS = ("sharded", "single", "dedicated")

@@ -30,7 +30,7 @@ import pytest
 
 from syncbench.kernels import compile_check, cuda_ops, layers, ops
 from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU, SoftmaxCrossEntropy
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 DTYPES = [np.float32, np.float64]
 SOURCES = cuda_ops.source_files()
@@ -351,7 +351,7 @@ def test_cpu_path_never_imports_cupy():
     code = textwrap.dedent("""
         import sys
         import numpy as np
-        from syncbench.kernels.models import build_model
+        from syncbench.kernels.zoo import build_model
         from syncbench.kernels import ops
         from syncbench.algorithms import device_buffers
         from syncbench.algorithms.base import MomentumSGD

@@ -31,7 +31,7 @@ from helpers import rank_streams, train_config
 
 from syncbench.algorithms import device_buffers
 from syncbench.algorithms.base import Budget, MomentumSGD
-from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import (
     DeviceCommunicator,
     HostMirror,
@@ -39,7 +39,6 @@ from syncbench.algorithms.device_buffers import (
     Staging,
     copy_to_device,
     detect_cuda_aware,
-    make_communicator,
 )
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
@@ -55,7 +54,7 @@ from syncbench.kernels.backend import (
     numpy_backend,
     select_backend,
 )
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 CUPY = _cupy_if_available()
 needs_gpu = pytest.mark.skipif(

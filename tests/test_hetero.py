@@ -15,7 +15,7 @@ import pytest
 from helpers import run_mpi
 
 from syncbench.analysis.runfile import read_run
-from syncbench.bench.hetero import (
+from syncbench.bench.slowdown import (
     REFERENCE_WINDOW,
     ModelWork,
     Slowdown,
@@ -27,7 +27,7 @@ from syncbench.bench.hetero import (
     rank_timeline,
     resolve_mode,
 )
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "1024", "--batch-size", "16",
@@ -148,10 +148,10 @@ def test_auto_mode_works_when_ranks_share_a_node_and_sleeps_only_when_alone():
 @pytest.fixture
 def fake_clock(monkeypatch):
     """``time.perf_counter`` stands still except when a fake wait moves it."""
-    import syncbench.bench.hetero as hetero
+    import syncbench.bench.slowdown as slowdown
 
     now = [1000.0]
-    monkeypatch.setattr(hetero.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(slowdown.time, "perf_counter", lambda: now[0])
     return now
 
 

@@ -13,7 +13,7 @@ from syncbench.kernels.layers import (
     ReLU,
     SoftmaxCrossEntropy,
 )
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 EPS = 1e-6
 TOL = 1e-6

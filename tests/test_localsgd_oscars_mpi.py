@@ -17,8 +17,8 @@ from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.oscars import fit_budget, schedule, uniform_schedule
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.bench.data import make_synthetic
-from syncbench.bench.hetero import make_slowdown, parse_slowdown, parse_slowdown_schedule
-from syncbench.kernels.models import build_model
+from syncbench.bench.slowdown import make_slowdown, parse_slowdown, parse_slowdown_schedule
+from syncbench.kernels.zoo import build_model
 
 BATCH, SEED = 8, 3
 FLAGS = ("--lr", "0.1", "--momentum", "0.9", "--weight-decay", "1e-4", "--dtype", "float64")

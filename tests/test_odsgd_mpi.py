@@ -17,7 +17,7 @@ from syncbench.algorithms.registry import get_algorithm
 from syncbench.analysis.labels import run_label
 from syncbench.analysis.report import format_report, report_rows
 from syncbench.bench.data import make_synthetic
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 STEPS, WARMUP, BATCH, SEED = 8, 3, 8, 3
 FLAGS = ("--lr", "0.1", "--momentum", "0.9", "--weight-decay", "1e-4",
@@ -182,7 +182,7 @@ def test_default_local_learning_rate_follows_the_lookahead():
 
     from syncbench.algorithms.base import Budget
     from syncbench.algorithms.communicator import Communicator
-    from syncbench.kernels.models import build_model
+    from syncbench.kernels.zoo import build_model
 
     size = MPI.COMM_WORLD.Get_size()
     cls = get_algorithm("odsgd")

@@ -21,7 +21,7 @@ from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.ssgd import bucket_bytes, plan_buckets
 from syncbench.bench.data import make_synthetic
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 
 # -- bucket planning (serial) -----------------------------------------------------
@@ -190,7 +190,7 @@ def test_a_slowed_ssgd_rank_delays_before_its_last_bucket():
 def test_a_slowed_rank_polls_its_requests_during_the_delay():
     """A slower processor polls between the layers it is still computing; the emulated
     delay must too, or the other ranks' reductions stall behind the straggler."""
-    from syncbench.bench.hetero import Slowdown
+    from syncbench.bench.slowdown import Slowdown
 
     algo, comm, stream = _setup("ssgd", "lenet", "--comm", "overlap")
     slow = Slowdown(3.0, mode="spin")

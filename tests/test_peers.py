@@ -37,7 +37,7 @@ from syncbench.bench.peers.torch_runner import (  # noqa: E402
     parse_result,
     rank_and_size,
 )
-from syncbench.kernels.models import build_model  # noqa: E402
+from syncbench.kernels.zoo import build_model  # noqa: E402
 
 SEED, SAMPLES, BATCH, EPOCHS, PERIOD = 3, 4096, 32, 1.0, 3
 LR, MOMENTUM = 0.05, 0.9
@@ -142,6 +142,7 @@ def test_peers_bench_prints_rows_with_ratios():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPIEXEC": MPIEXEC}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "# throughput-only comparison at equal work" in proc.stdout
     rows = _rows(proc.stdout)
     throughput = [r for r in rows if len(r) == 13]
     assert [(r[0], r[1], r[2], r[3]) for r in throughput] == [
@@ -165,6 +166,7 @@ def test_peers_speed_prints_single_process_ratios():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "# throughput-only comparison" in proc.stdout
     rows = _rows(proc.stdout)
     assert [r[:2] for r in rows] == [["lenet", "16"]]
     for row in rows:

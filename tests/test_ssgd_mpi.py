@@ -13,7 +13,7 @@ from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.bench.data import make_synthetic
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 STEPS = 6
 

@@ -13,7 +13,7 @@ same flags:
 
 * the model: ``mlp`` (flatten, 784-256-128-10, ReLU) or ``lenet`` (conv5 with
   padding 2 on 28x28 inputs, 2x2 max pool, conv5, pool, 120-84-classes), the
-  architectures of :mod:`syncbench.kernels.models`, in float32;
+  architectures of :mod:`syncbench.kernels.zoo`, in float32;
 * the data: :func:`syncbench.bench.data.load_dataset` and each rank's shard
   and batches from :class:`syncbench.bench.stream.BatchStream` (same seed),
   fetched inside the timed loop as our driver does;

@@ -178,6 +178,11 @@ THROUGHPUT_HEADER = (f"# {'np':>3} {'model':<6} {'algorithm':<9} {'peer':<19}"
                      f"{'ours[samples/s]':>16}{'peer[samples/s]':>16}{'ours/peer':>10}"
                      f"{'ours_min':>10}{'ours_max':>10}{'peer_min':>10}{'peer_max':>10}"
                      f"{'acc_ours':>9}{'acc_peer':>9}")
+#: What the throughput table is and is not (printed above it).
+THROUGHPUT_NOTE = (
+    "# throughput-only comparison at equal work (same data, ranks, per-rank batch, steps, "
+    "seed and optimizer): samples/s, not time to accuracy; acc_ours / acc_peer are the "
+    "final accuracies after that work, a check that both trained, not a convergence ranking")
 COMM_HEADER = (f"# {'np':>3} {'model':<6} {'bytes':>9}{'overlap[ms]':>13}{'blocking[ms]':>13}"
                f"{'mpi[ms]':>10}{'tight[ms]':>11}{'overlap/mpi':>12}{'blocking/mpi':>13}"
                f"{'overlap/tight':>14}")
@@ -285,6 +290,8 @@ def main(args: argparse.Namespace) -> int:
         except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             print(f"syncbench peers: {exc}", file=sys.stderr)
             return 1
+        print("# throughput-only comparison: one process's training step at equal work "
+              "(same model, batch, steps); no accuracy")
         print(SPEED_HEADER)
         print("\n".join(rows))
         return 0
@@ -306,6 +313,7 @@ def main(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
         print(f"syncbench peers: {exc}", file=sys.stderr)
         return 1
+    print(THROUGHPUT_NOTE)
     print(THROUGHPUT_HEADER)
     print("\n".join(table))
     if comm:

@@ -1,0 +1,106 @@
+"""The model zoo: ``mlp`` and ``lenet``, built over flat buffers.
+
+``mlp:H1,H2,...`` is the perceptron with the given hidden widths (``mlp`` is
+``mlp:256,128``): the model size is a knob, so communication/computation
+ratios can be varied in real runs (``mlp:4096,4096`` has about 20M
+parameters on 28x28 inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from syncbench.kernels.backend import Backend
+from syncbench.kernels.layers import Conv2d, Flatten, Layer, Linear, MaxPool2d, ReLU
+from syncbench.kernels.model import Model
+
+Shape = tuple[int, ...]
+
+
+def mlp_layers(
+    input_shape: Shape, num_classes: int, hidden: Sequence[int] = (256, 128)
+) -> list[Layer]:
+    """784-256-128-10 style perceptron with ReLU (input size from the data)."""
+    layers: list[Layer] = [Flatten()]
+    width = int(np.prod(input_shape))
+    for h in hidden:
+        layers += [Linear(width, int(h)), ReLU()]
+        width = int(h)
+    return layers + [Linear(width, num_classes)]
+
+
+def parse_mlp_widths(name: str) -> tuple[int, ...] | None:
+    """Hidden widths of ``mlp:H1,H2,...`` (``None`` for any other name).
+
+    ``ValueError`` with one line when the widths are not positive integers.
+    """
+    base, sep, widths = name.partition(":")
+    if base != "mlp" or not sep:
+        return None
+    try:
+        hidden = tuple(int(w) for w in widths.split(","))
+    except ValueError:
+        hidden = ()
+    if not hidden or min(hidden) < 1:
+        raise ValueError(f"model {name!r}: expected mlp:H1,H2,... with positive integer widths")
+    return hidden
+
+
+def model_name(name: str) -> str:
+    """``name`` if it names a model (a key of :data:`MODELS` or ``mlp:H1,...``), for argparse."""
+    if name not in MODELS and parse_mlp_widths(name) is None:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)} "
+                         "or mlp:H1,H2,...")
+    return name
+
+
+def lenet_layers(input_shape: Shape, num_classes: int) -> list[Layer]:
+    """LeNet-5 style: conv5-pool-conv5-pool-120-84-classes.
+
+    28x28 inputs get padding 2 on the first convolution (as in LeNet-5 on
+    MNIST); 32x32 inputs (CIFAR-10, 3 channels) get none.
+    """
+    channels, height, width = input_shape
+    if (height, width) not in ((28, 28), (32, 32)):
+        raise ValueError(f"lenet takes 28x28 or 32x32 inputs, got {height}x{width}")
+    pad = 2 if height == 28 else 0
+    return [
+        Conv2d(channels, 6, 5, padding=pad),
+        ReLU(),
+        MaxPool2d(2),
+        Conv2d(6, 16, 5),
+        ReLU(),
+        MaxPool2d(2),
+        Flatten(),
+        Linear(16 * 5 * 5, 120),
+        ReLU(),
+        Linear(120, 84),
+        ReLU(),
+        Linear(84, num_classes),
+    ]
+
+
+MODELS: dict[str, Callable[[Shape, int], list[Layer]]] = {
+    "mlp": mlp_layers,
+    "lenet": lenet_layers,
+}
+
+
+def build_model(
+    name: str,
+    input_shape: Shape,
+    num_classes: int,
+    backend: Backend | None = None,
+    dtype: Any = np.float32,
+    seed: int = 0,
+) -> Model:
+    """Build model ``name`` with deterministic initial parameters from ``seed``."""
+    hidden = parse_mlp_widths(name)
+    if hidden is not None:
+        layers = mlp_layers(tuple(input_shape), num_classes, hidden)
+    else:
+        layers = MODELS[model_name(name)](tuple(input_shape), num_classes)
+    return Model(name, layers, input_shape, num_classes, backend, dtype, seed)
