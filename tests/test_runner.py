@@ -197,6 +197,24 @@ def _median(values):
     return float(np.median(np.asarray(values, dtype=np.float64)))
 
 
+def _check_cell_medians(results: dict, cells: dict) -> None:
+    """Every cell's medians against a recomputation from its run files (non-diverged)."""
+    for (cond, label), cell in cells.items():
+        runs = [read_run(r["path"]) for r in results["runs"]
+                if r["condition"] == cond and r["label"] == label]
+        assert len(runs) == 2
+        ok = [r for r in runs if not r.summary_extra.get("diverged")]
+        if not ok:  # a diverged run's samples/s are no result
+            assert cell["samples_per_s"]["status"] == "diverged"
+        else:
+            assert cell["samples_per_s"]["median"] == pytest.approx(
+                _median([r.summary["samples_per_s"] for r in ok]), rel=1e-12)
+            assert cell["samples_per_s"]["min"] == pytest.approx(
+                min(r.summary["samples_per_s"] for r in ok), rel=1e-12)
+        assert cell["final_accuracy"]["median"] == pytest.approx(
+            _median([r.summary["final_accuracy"] for r in runs]), rel=1e-12)
+
+
 def test_tiny_scenario_end_to_end(tmp_path):
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY)
@@ -218,20 +236,7 @@ def test_tiny_scenario_end_to_end(tmp_path):
     # medians in the results file match a recomputation from the run files
     cells = {(c["condition"], c["label"]): c for c in results["cells"]}
     assert set(cells) == {(c, lab) for c in ("hom", "s1-2") for lab in ("ssgd", "wild")}
-    for (cond, label), cell in cells.items():
-        runs = [read_run(r["path"]) for r in results["runs"]
-                if r["condition"] == cond and r["label"] == label]
-        assert len(runs) == 2
-        ok = [r for r in runs if not r.summary_extra.get("diverged")]
-        if not ok:  # a diverged run's samples/s are no result
-            assert cell["samples_per_s"]["status"] == "diverged"
-        else:
-            assert cell["samples_per_s"]["median"] == pytest.approx(
-                _median([r.summary["samples_per_s"] for r in ok]), rel=1e-12)
-            assert cell["samples_per_s"]["min"] == pytest.approx(
-                min(r.summary["samples_per_s"] for r in ok), rel=1e-12)
-        assert cell["final_accuracy"]["median"] == pytest.approx(
-            _median([r.summary["final_accuracy"] for r in runs]), rel=1e-12)
+    _check_cell_medians(results, cells)
     ssgd_runs = {r["repeat"]: read_run(r["path"]) for r in results["runs"]
                  if r["condition"] == "s1-2" and r["label"] == "ssgd"}
     hom_runs = {r["repeat"]: read_run(r["path"]) for r in results["runs"]
