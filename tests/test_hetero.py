@@ -340,8 +340,11 @@ def test_driver_records_the_slowdown_mode_reference_and_realised_factor(tmp_path
     assert slow["slowdown_mode"] == recorded
     rows = run.ranks[1]
     assert slow["slowdown_reference_s"] > 0
-    # own busy over own compute: the delay is 3 x the running median of compute
-    assert slow["slowdown_realised"] == pytest.approx(
-        (rows["t_compute"].sum() + rows["t_delay"].sum()) / rows["t_compute"].sum())
-    assert 2.0 < slow["slowdown_realised"] < 5.5  # loose: preemption inflates mean compute
+    # the analysis's definition (per-step medians against the unslowed rank's compute),
+    # not the rank's own busy over its own compute
+    from syncbench.analysis.fairness import realised_factor
+
+    assert slow["slowdown_realised"] == pytest.approx(realised_factor(run, "median"))
+    assert len(rows["t_delay"]) > 0
+    assert 2.0 < slow["slowdown_realised"] < 5.5  # loose: a shared machine
     assert run.attrs["buckets"] == 2  # mlp at the default bucket size
