@@ -14,11 +14,15 @@ and one results file, ``results.json`` (scenario, seed, order, machine
 context, every run's figures, and per label and configuration the medians
 with min–max), into ``--out-dir``. Then it prints, per configuration, the
 machine context and a fixed-column table: time to the target accuracy
-against the baseline (the headline), samples/s against the baseline, and
+against the baseline (the headline), samples/s against the baseline, the
+sync share, time to target beside the evaluation interval, samples/s and
 accuracy, as median (min–max) over repeats; diverged runs show as
-"diverged" and never count as faster. Heterogeneous configurations add each
-strategy's het/hom throughput next to the ceiling sum(1/f)/N, the realised
-slowdown factor and the interference ratio, flag realised factors that
+"diverged", are left out of the samples/s medians and never count as
+faster; overlapped and loaded runs are flagged, and an lr grid's best lr is
+said to be chosen on the repeats it is reported on. Heterogeneous
+configurations add each strategy's het/hom throughput next to the ceiling
+sum(1/f)/N, the realised slowdown factor (per-step medians) and the
+interference ratio, flag realised factors that
 differ by more than 10%, and label oversubscribed runs.
 
 Timing claims need at least 5 repeats (the shipped timing scenarios default
