@@ -34,11 +34,14 @@ class Command:
     run: str
     help: str
     passthrough: bool = False
+    #: Module of the body ``run`` when it is not ``module`` (train: flags in options).
+    body_module: str | None = None
 
 
 COMMANDS: dict[str, Command] = {
-    "train": Command("syncbench.bench.options", "add_train_arguments", "run_train_command",
-                     "one training run (launch under mpiexec -n N)"),
+    "train": Command("syncbench.bench.options", "add_train_arguments", "main",
+                     "one training run (launch under mpiexec -n N)",
+                     body_module="syncbench.bench.train"),
     "run": Command("syncbench.bench.experiment.runner", "add_arguments", "main",
                    "a comparison scenario (demo, hetero, overlap, asgd, peers or a .toml): "
                    "repeated, randomised runs, then tables", passthrough=True),
@@ -182,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS[args.command]
     if extra and not command.passthrough:
         fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")
-    body = getattr(importlib.import_module(command.module), command.run)
+    body = getattr(importlib.import_module(command.body_module or command.module), command.run)
     result = body(args, extra) if command.passthrough else body(args)
     return int(result or 0)
 

@@ -1,4 +1,7 @@
-"""Flags of ``syncbench train`` (shared with ``compare``), and their validation."""
+"""Flags of ``syncbench train`` (shared with ``compare``), and their validation.
+
+The command's body is :func:`syncbench.bench.train.main`.
+"""
 
 from __future__ import annotations
 
@@ -192,18 +195,3 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
         if out.exists() and not config.overwrite and not config.resume:
             raise ValueError(f"--out {config.out} exists; pass --overwrite to replace it")
     cls.validate(config, world_size)
-
-
-def run_train_command(args: argparse.Namespace) -> int:
-    """Body of ``syncbench train``: one run on every rank of ``MPI.COMM_WORLD``.
-
-    The flags were parsed before MPI started (``cli.main``); it starts here, after
-    the GPU of this rank is made current (``backend.bind_before_mpi``).
-    """
-    from syncbench.bench.runtime import start_mpi  # noqa: PLC0415
-    from syncbench.bench.train import run_training  # noqa: PLC0415
-    from syncbench.kernels import backend  # noqa: PLC0415
-
-    backend.bind_before_mpi(args.device)
-    run_training(args, start_mpi())
-    return 0

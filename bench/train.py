@@ -30,8 +30,8 @@ import numpy as np
 from mpi4py import MPI
 
 from syncbench.algorithms.base import Algorithm, Budget
-from syncbench.algorithms.communicator import Communicator
-from syncbench.algorithms.device_buffers import detect_cuda_aware, make_communicator
+from syncbench.algorithms.communicator import Communicator, make_communicator
+from syncbench.algorithms.device_buffers import detect_cuda_aware
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis import fairness
@@ -48,14 +48,6 @@ from syncbench.bench.checkpoint import (
     write_meta,
 )
 from syncbench.bench.data import Dataset, DatasetError, load_dataset
-from syncbench.bench.hetero import (
-    ModelWork,
-    Slowdown,
-    make_slowdown,
-    parse_slowdown,
-    parse_slowdown_schedule,
-    resolve_mode,
-)
 from syncbench.bench.hooks import (
     Checkpointer,
     Evaluator,
@@ -75,11 +67,19 @@ from syncbench.bench.runtime import (
     agree_on_setup,
     wait_politely,
 )
+from syncbench.bench.slowdown import (
+    ModelWork,
+    Slowdown,
+    make_slowdown,
+    parse_slowdown,
+    parse_slowdown_schedule,
+    resolve_mode,
+)
 from syncbench.bench.stream import BatchStream
 from syncbench.bench.watchdog import Watchdog
 from syncbench.kernels.backend import Backend, BackendError, select_backend
 from syncbench.kernels.model import Model
-from syncbench.kernels.models import build_model
+from syncbench.kernels.zoo import build_model
 
 
 @dataclass
@@ -577,6 +577,21 @@ def _git_sha() -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def main(args: argparse.Namespace) -> int:
+    """Body of ``syncbench train``: one run on every rank of ``MPI.COMM_WORLD``.
+
+    The flags were parsed before MPI started (``cli.main``; mpi4py was imported
+    then without initializing MPI); MPI starts here, after the GPU of this
+    rank is made current (``backend.bind_before_mpi``).
+    """
+    from syncbench.bench.runtime import start_mpi  # noqa: PLC0415
+    from syncbench.kernels import backend  # noqa: PLC0415
+
+    backend.bind_before_mpi(args.device)
+    run_training(args, start_mpi())
+    return 0
 
 
 def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> dict | None:
