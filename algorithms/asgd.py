@@ -277,7 +277,7 @@ class ASGD(Algorithm):
         """Allocate the windows and publish W0 or the restored state (collective, once)."""
         if self._mpi is not None:
             return
-        self._mpi = self.comm.comm.Dup()
+        self._mpi = self.comm.mpi_comm.Dup()
         self.windows = ParamWindow(
             self._mpi, self.model.size, self.model.dtype, self.layout, self._lock_assert
         )

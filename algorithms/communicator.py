@@ -30,7 +30,8 @@ class Communicator:
     """Wraps an ``MPI.Comm`` and charges its calls to a :class:`PhaseTimer`."""
 
     def __init__(self, comm: MPI.Comm, timer: PhaseTimer | None = None) -> None:
-        self.comm = comm
+        #: The wrapped ``MPI.Comm`` (a strategy's ``self.comm`` is this Communicator).
+        self.mpi_comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.timer = timer or PhaseTimer()
@@ -40,21 +41,21 @@ class Communicator:
     def Allreduce(self, buf: Any) -> None:
         """In-place sum of ``buf`` over all ranks."""
         with self.timer.phase("comm"):
-            self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+            self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         with self.timer.phase("comm"):
-            self.comm.Bcast(buf, root=root)
+            self.mpi_comm.Bcast(buf, root=root)
 
     def Barrier(self) -> None:
         with self.timer.phase("wait"):
-            self.comm.Barrier()
+            self.mpi_comm.Barrier()
 
     # -- nonblocking ---------------------------------------------------------
     def Iallreduce(self, buf: Any) -> MPI.Request:
         """Start an in-place sum of ``buf``; the request is also tracked for :meth:`poll`."""
         with self.timer.phase("comm"):
-            req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+            req = self.mpi_comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         self.outstanding.append(req)
         return req
 
@@ -86,7 +87,7 @@ class Communicator:
     def allreduce_scalar(self, value: float, op: MPI.Op = MPI.SUM) -> float:
         """Reduce one float (not timed: bookkeeping, not training traffic)."""
         buf = np.array([value], dtype=np.float64)
-        self.comm.Allreduce(MPI.IN_PLACE, buf, op=op)
+        self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=op)
         return float(buf[0])
 
 

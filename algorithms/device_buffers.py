@@ -355,7 +355,7 @@ class DeviceCommunicator(Communicator):
 
     # -- posting staged requests in order ---------------------------------------
     def _post(self, staged: StagedRequest) -> None:
-        staged.request = self.comm.Iallreduce(MPI.IN_PLACE, staged.host, op=MPI.SUM)
+        staged.request = self.mpi_comm.Iallreduce(MPI.IN_PLACE, staged.host, op=MPI.SUM)
         self.outstanding.append(staged.request)
 
     def _post_ready(self) -> None:
@@ -383,14 +383,14 @@ class DeviceCommunicator(Communicator):
         self._flush()
         with self.timer.phase("comm"):
             wire = self._wire(buf)
-            self.comm.Allreduce(MPI.IN_PLACE, wire, op=MPI.SUM)
+            self.mpi_comm.Allreduce(MPI.IN_PLACE, wire, op=MPI.SUM)
             self._land(buf, wire)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         self._flush()
         with self.timer.phase("comm"):
             wire = self._wire(buf, send=self.rank == root)
-            self.comm.Bcast(wire, root=root)
+            self.mpi_comm.Bcast(wire, root=root)
             if self.rank != root:
                 self._land(buf, wire)
 
@@ -410,7 +410,7 @@ class DeviceCommunicator(Communicator):
             self._flush()
             with self.timer.phase("comm"):
                 self.backend.synchronize()
-                req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+                req = self.mpi_comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
             self.outstanding.append(req)
             return req
         with self.timer.phase("comm"):

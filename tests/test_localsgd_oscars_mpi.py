@@ -210,7 +210,7 @@ def test_oscars_averaging_is_exact_and_identical(averaging, extra):
     expected_schedules = _expected_schedules(size, steps)
     assert algo.history == expected_schedules
     assert expected_schedules[1][0] == 16 and expected_schedules[1][-1] == 4
-    for other in algo.comm.comm.allgather(algo.history):
+    for other in algo.comm.mpi_comm.allgather(algo.history):
         assert other == algo.history
     # the budget is consumed exactly, and each rank took its scheduled steps
     assert sum(sum(t) for t in algo.history) == steps * size
