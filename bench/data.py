@@ -19,7 +19,9 @@ inside NumPy halfway through an MPI job.
 Loaded images are float32 in ``[0, 1]`` with layout ``(n, C, H, W)`` and labels int64; the
 uint8 pixels are converted exactly once, straight into the final array.
 :func:`fetch_dataset` downloads the official files with :mod:`urllib` and verifies their
-MD5 checksums.
+MD5 checksums. What the code knows about each file dataset (files, layout, classes,
+mirrors, checksums, aliases, system package) is one :class:`DatasetSpec` entry of
+:data:`CATALOG`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "CATALOG",
     "DATASETS",
+    "DatasetSpec",
     "SYSTEM_DATA_ROOT",
     "Dataset",
     "DatasetError",
@@ -53,6 +57,7 @@ __all__ = [
     "verify_md5",
 ]
 
+#: Dataset names (``--dataset``): the file datasets of :data:`CATALOG`, then ``synthetic``.
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "synthetic")
 
 #: Where system packages install datasets (one folder per dataset name). Module-level
@@ -77,7 +82,6 @@ _CIFAR_SUBDIR = "cifar-10-batches-bin"
 _CIFAR_RECORD = 1 + 3 * 32 * 32
 _CIFAR_BATCH_RECORDS = 10000
 
-_NUM_CLASSES = {"fashion-mnist": 10, "mnist": 10, "cifar10": 10}
 
 # IDX type codes -> big-endian NumPy dtypes.
 _IDX_DTYPES = {
@@ -120,6 +124,44 @@ OFFICIAL_MD5: dict[str, dict[str, str]] = {
     },
     "cifar10": {_CIFAR_TARBALL: "c32a1d4ab5d03f1284b67883e8d87530"},
 }
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything the code knows about one file dataset: a new dataset is one entry.
+
+    ``layout`` picks the reader and loader (``idx``: four IDX files, gzipped
+    or raw; ``cifar``: CIFAR-10's binary batches). ``mirrors`` are base URLs
+    tried in order for every official download named in ``md5``;
+    ``subdirs`` are folders under a root where the files may also sit;
+    ``package`` is the system package that installs it under
+    :data:`SYSTEM_DATA_ROOT` ("" when none).
+    """
+
+    name: str
+    classes: int
+    layout: str
+    files: tuple[str, ...]
+    mirrors: tuple[str, ...]
+    md5: dict[str, str]
+    subdirs: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    package: str = ""
+
+
+#: The file datasets by name (``synthetic`` is generated and has no entry).
+CATALOG: dict[str, DatasetSpec] = {spec.name: spec for spec in (
+    DatasetSpec("fashion-mnist", 10, "idx", _IDX_FILES, _FASHION_MIRRORS,
+                OFFICIAL_MD5["fashion-mnist"], aliases=("fashionmnist",),
+                package="dataset-fashion-mnist"),
+    DatasetSpec("mnist", 10, "idx", _IDX_FILES, _MNIST_MIRRORS, OFFICIAL_MD5["mnist"]),
+    DatasetSpec("cifar10", 10, "cifar", _CIFAR_FILES, (_CIFAR_URL.rsplit("/", 1)[0] + "/",),
+                OFFICIAL_MD5["cifar10"], subdirs=(_CIFAR_SUBDIR,), aliases=("cifar-10",)),
+)}
+
+
+def _spec(name: str) -> DatasetSpec:
+    return CATALOG[name]
 
 
 class DatasetError(Exception):
@@ -175,21 +217,19 @@ def _how_to_get(name: str) -> str:
     """One clause telling the user how to obtain dataset *name*."""
     fetch = f"`syncbench data fetch {name} --dest DIR` (needs internet)"
     point = f"pass --data-dir DIR or set ${DATA_ENV}"
-    if name == "fashion-mnist":
-        return (
-            "install it with `apt-get install dataset-fashion-mnist`, "
-            f"or download it with {fetch} and {point}"
-        )
+    package = _spec(name).package
+    if package:
+        return (f"install it with `apt-get install {package}`, "
+                f"or download it with {fetch} and {point}")
     return f"download it with {fetch} and {point}"
 
 
 def _redownload_hint(name: str) -> str:
     """One clause telling the user how to replace a corrupt file of dataset *name*."""
-    if name == "fashion-mnist":
-        return (
-            "reinstall it (`apt-get install --reinstall dataset-fashion-mnist`) or "
-            "re-download it with `syncbench data fetch fashion-mnist`"
-        )
+    package = _spec(name).package
+    if package:
+        return (f"reinstall it (`apt-get install --reinstall {package}`) or "
+                f"re-download it with `syncbench data fetch {name}`")
     return f"re-download it with `syncbench data fetch {name}`"
 
 
@@ -199,10 +239,7 @@ _GENERIC_HINT = "replace it with a fresh copy of the official file"
 def _canonical_name(name: str) -> str:
     """Normalize a dataset name (case, ``_`` for ``-``) or raise for an unknown one."""
     canon = str(name).strip().lower().replace("_", "-")
-    if canon == "fashionmnist":
-        canon = "fashion-mnist"
-    if canon == "cifar-10":
-        canon = "cifar10"
+    canon = next((s.name for s in CATALOG.values() if canon in s.aliases), canon)
     if canon not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
     return canon
@@ -213,7 +250,7 @@ def _canonical_name(name: str) -> str:
 
 def _required(name: str) -> tuple[str, ...]:
     """Base names of the files dataset *name* needs."""
-    return _CIFAR_FILES if name == "cifar10" else _IDX_FILES
+    return _spec(name).files
 
 
 def _find_file(directory: Path, base: str) -> Path | None:
@@ -240,14 +277,13 @@ def _candidate_dirs(name: str, data_dir: str | os.PathLike | None) -> list[Path]
     dirs: list[Path] = []
     for root in roots:
         dirs.append(root / name)
-        if name == "cifar10":
-            dirs.append(root / name / _CIFAR_SUBDIR)
-            dirs.append(root / _CIFAR_SUBDIR)
+        subdirs = _spec(name).subdirs
+        dirs.extend(root / name / sub for sub in subdirs)
+        dirs.extend(root / sub for sub in subdirs)
         dirs.append(root)
     system = Path(SYSTEM_DATA_ROOT) / name
     dirs.append(system)
-    if name == "cifar10":
-        dirs.append(system / _CIFAR_SUBDIR)
+    dirs.extend(system / sub for sub in _spec(name).subdirs)
     # Drop duplicates, keep order.
     seen: set[Path] = set()
     unique = []
@@ -464,11 +500,11 @@ def _load_idx_split(
             f"{labels_path}: holds {labels.shape[0]} labels but {images_path.name} holds "
             f"{images.shape[0]} images; {hint}"
         )
-    bad = np.flatnonzero(labels >= _NUM_CLASSES[name])
+    bad = np.flatnonzero(labels >= _spec(name).classes)
     if bad.size:
         raise DatasetError(
             f"{labels_path}: label {int(labels[bad[0]])} at index {int(bad[0])} is out of "
-            f"range 0..{_NUM_CLASSES[name] - 1} ({bad.size} bad labels); {hint}"
+            f"range 0..{_spec(name).classes - 1} ({bad.size} bad labels); {hint}"
         )
     return _to_unit_float([images], (1, 28, 28)), labels.astype(np.int64)
 
@@ -516,7 +552,7 @@ def load_dataset(
         if path is None:  # removed between look-up and load
             raise DatasetError(f"{directory / base}: file not found; {_how_to_get(name)}")
         files[base] = path
-    if name == "cifar10":
+    if _spec(name).layout == "cifar":
         train_x, train_y = _load_cifar_split(name, [files[b] for b in _CIFAR_TRAIN])
         test_x, test_y = _load_cifar_split(name, [files[_CIFAR_TEST]])
     else:
@@ -530,7 +566,7 @@ def load_dataset(
         train_y=train_y,
         test_x=test_x,
         test_y=test_y,
-        num_classes=_NUM_CLASSES[name],
+        num_classes=_spec(name).classes,
         source=str(directory),
     )
 
@@ -796,23 +832,15 @@ def fetch_dataset(name: str, dest: str | os.PathLike) -> list[Path]:
     except OSError as e:
         raise DatasetError(f"{dest}: cannot create directory ({e.strerror or e})") from e
     print(f"fetching {name} into {dest}", file=sys.stderr)
-    if name == "cifar10":
-        existing = [dest / f for f in _CIFAR_FILES]
+    spec = _spec(name)
+    if spec.layout == "cifar":
+        existing = [dest / f for f in spec.files]
         expected_size = _CIFAR_BATCH_RECORDS * _CIFAR_RECORD
         if all(p.is_file() and p.stat().st_size == expected_size for p in existing):
             print("  binary batches already present", file=sys.stderr)
             return existing
-        tarball = _fetch_file(
-            (_CIFAR_URL.rsplit("/", 1)[0] + "/",),
-            _CIFAR_TARBALL,
-            dest,
-            OFFICIAL_MD5["cifar10"][_CIFAR_TARBALL],
-        )
+        tarball = _fetch_file(spec.mirrors, _CIFAR_TARBALL, dest, spec.md5[_CIFAR_TARBALL])
         paths = _extract_cifar(tarball, dest)
         tarball.unlink(missing_ok=True)
         return paths
-    mirrors = _FASHION_MIRRORS if name == "fashion-mnist" else _MNIST_MIRRORS
-    return [
-        _fetch_file(mirrors, filename, dest, md5)
-        for filename, md5 in OFFICIAL_MD5[name].items()
-    ]
+    return [_fetch_file(spec.mirrors, filename, dest, md5) for filename, md5 in spec.md5.items()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -583,6 +584,11 @@ def test_fetch_synthetic_and_unknown(tmp_path):
     assert_one_line_error(exc, "nope", "fashion-mnist")
 
 
+def _patch_spec(monkeypatch, name: str, **changes) -> None:
+    """Point dataset *name*'s catalog entry at other mirrors or checksums for one test."""
+    monkeypatch.setitem(data.CATALOG, name, dataclasses.replace(data.CATALOG[name], **changes))
+
+
 def _serve_dir(directory: Path) -> str:
     """A file:// base URL for *directory* (lets fetch run offline)."""
     return directory.resolve().as_uri() + "/"
@@ -593,9 +599,8 @@ def test_fetch_mnist_offline_mirrors_and_checksums(tmp_path, monkeypatch):
     served = tmp_path / "served"
     make_mnist_dir(served, n_train=8, n_test=3, gz=True)
     md5s = {name: data.file_md5(served / name) for name in data.OFFICIAL_MD5["mnist"]}
-    monkeypatch.setitem(data.OFFICIAL_MD5, "mnist", md5s)
     dead = _serve_dir(tmp_path / "dead-mirror")  # does not exist: first mirror fails
-    monkeypatch.setattr(data, "_MNIST_MIRRORS", (dead, _serve_dir(served)))
+    _patch_spec(monkeypatch, "mnist", md5=md5s, mirrors=(dead, _serve_dir(served)))
     dest = tmp_path / "dest"
     paths = data.fetch_dataset("mnist", dest)
     assert sorted(p.name for p in paths) == sorted(md5s)
@@ -603,14 +608,13 @@ def test_fetch_mnist_offline_mirrors_and_checksums(tmp_path, monkeypatch):
     ds = data.load_dataset("mnist", dest)
     assert ds.train_x.shape == (8, 1, 28, 28)
     # Second run: files present with the right checksum are kept, not re-downloaded.
-    monkeypatch.setattr(data, "_MNIST_MIRRORS", (dead,))
+    _patch_spec(monkeypatch, "mnist", mirrors=(dead,))
     assert data.fetch_dataset("mnist", dest) == paths
 
     # A mirror serving different bytes fails the checksum and leaves no file behind.
     bad = dict(md5s)
     bad["t10k-labels-idx1-ubyte.gz"] = "0" * 32
-    monkeypatch.setitem(data.OFFICIAL_MD5, "mnist", bad)
-    monkeypatch.setattr(data, "_MNIST_MIRRORS", (_serve_dir(served),))
+    _patch_spec(monkeypatch, "mnist", md5=bad, mirrors=(_serve_dir(served),))
     dest2 = tmp_path / "dest2"
     with pytest.raises(DatasetError) as exc:
         data.fetch_dataset("mnist", dest2)
@@ -619,7 +623,7 @@ def test_fetch_mnist_offline_mirrors_and_checksums(tmp_path, monkeypatch):
     assert not list(dest2.glob("*.part"))
 
     # Every mirror unreachable: a network-style error naming the file.
-    monkeypatch.setattr(data, "_MNIST_MIRRORS", (dead,))
+    _patch_spec(monkeypatch, "mnist", mirrors=(dead,))
     with pytest.raises(DatasetError) as exc:
         data.fetch_dataset("mnist", tmp_path / "dest3")
     assert_one_line_error(exc, "train-images-idx3-ubyte.gz", "download failed")
@@ -636,10 +640,8 @@ def test_fetch_cifar10_offline_extracts_binary_batches(tmp_path, monkeypatch):
         info = tarfile.TarInfo("cifar-10-batches-bin/readme.html")
         info.size = 5
         tar.addfile(info, io.BytesIO(b"hello"))
-    monkeypatch.setitem(
-        data.OFFICIAL_MD5, "cifar10", {"cifar-10-binary.tar.gz": data.file_md5(tarball)}
-    )
-    monkeypatch.setattr(data, "_CIFAR_URL", _serve_dir(served) + "cifar-10-binary.tar.gz")
+    _patch_spec(monkeypatch, "cifar10", md5={"cifar-10-binary.tar.gz": data.file_md5(tarball)},
+                mirrors=(_serve_dir(served),))
     dest = tmp_path / "dest"
     paths = data.fetch_dataset("cifar10", dest)
     assert [p.name for p in paths] == CIFAR_NAMES
