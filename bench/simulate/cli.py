@@ -171,7 +171,7 @@ def steps_per_rank(args: argparse.Namespace, workload: Any, n: int) -> int:
 
 
 def check_strategy(args: argparse.Namespace, n: int) -> None:
-    from syncbench.bench.hetero import parse_slowdown  # noqa: PLC0415
+    from syncbench.bench.slowdown import parse_slowdown  # noqa: PLC0415
 
     cls = _import_strategies_without_mpi()[args.algorithm]
     cls.validate(with_train_defaults(args), n)

@@ -32,7 +32,7 @@ class Result:
 
 def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workload,
                   stragglers: Stragglers, network: Network) -> Timeline:
-    from syncbench.bench.hetero import parse_slowdown  # noqa: PLC0415
+    from syncbench.bench.slowdown import parse_slowdown  # noqa: PLC0415
 
     if n > network.capacity:
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")

@@ -117,7 +117,7 @@ class Workload:
 
 def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
     """(parameters, layer offsets) of ``model`` on ``dataset``'s inputs (built once, on CPU)."""
-    from syncbench.kernels.models import build_model  # noqa: PLC0415
+    from syncbench.kernels.zoo import build_model  # noqa: PLC0415
 
     shape, classes = DATASET_SHAPES.get(dataset, ((1, 28, 28), 10))
     built = build_model(model, shape, classes)
