@@ -127,7 +127,7 @@ def test_without_simgrid_one_line_and_status_2():
 
 def test_model_size_knob_for_real_runs():
     from syncbench.bench.cli import build_parser
-    from syncbench.kernels.models import build_model
+    from syncbench.kernels.zoo import build_model
 
     assert build_model("mlp:256,128", (1, 28, 28), 10).size == 235146  # = mlp
     big = build_model("mlp:4096,4096", (1, 28, 28), 10).size
