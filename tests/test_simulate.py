@@ -141,6 +141,44 @@ def test_model_size_knob_for_real_runs():
     assert args.model == "mlp:64,32"
 
 
+def test_calibration_recovers_latency_and_bandwidth(tmp_path):
+    from syncbench.bench.commbench import write_results
+    from syncbench.bench.simulate.platform import calibrate, calibrated_spec
+
+    latency, bandwidth = 5e-6, 2e9
+    sizes = [1 << k for k in range(10, 25, 2)]
+    rows = []
+    for size in sizes:  # what MPICH's algorithms cost on 2 ranks with these parameters
+        k_l, k_b = allreduce_cost_terms(size, 2)
+        rows.append({"size": size, "avg_us": 1e6 * (k_l * latency + k_b * size / bandwidth)})
+    path = str(tmp_path / "comm.h5")
+    write_results(path, {"op": "allreduce", "world_size": 2}, rows, [])
+    fitted_l, fitted_b, details = calibrate(path)
+    assert fitted_l == pytest.approx(latency, rel=0.01)
+    assert fitted_b == pytest.approx(bandwidth, rel=0.01)
+    assert details["max_rel_error"] < 0.01
+    spec = calibrated_spec(path)  # a crossbar route crosses two links
+    assert spec.kind == "crossbar" and 2 * spec.latency == pytest.approx(latency, rel=0.01)
+    write_results(path, {"op": "bcast", "world_size": 2}, rows, [])
+    with pytest.raises(ValueError, match="--op allreduce"):
+        calibrate(path)
+
+
+def test_persistent_stragglers_slow_the_share_of_ranks():
+    import numpy as np
+
+    from syncbench.bench.simulate.workload import delay_factors
+
+    rng = np.random.default_rng(0)
+    model = parse_stragglers("1/64:3x")
+    factor = delay_factors(model, np.ones(1024), rng, (1024, 5))
+    slow = np.flatnonzero(factor[:, 0] > 1)
+    assert len(slow) == 16 and np.all(factor[slow] == 3) and np.all(factor[slow, 0] == 3)
+    transient = delay_factors(parse_stragglers("1/8:lognormal:1"), np.ones(64), rng, (64, 500))
+    share = float(np.mean(transient > 1))
+    assert 0.10 < share < 0.15 and transient.min() == 1.0
+
+
 # -- with SimGrid ------------------------------------------------------------------------
 
 @needs_simgrid
