@@ -196,6 +196,27 @@ def test_a_fixed_seed_gives_the_same_run(name):
     np.testing.assert_array_equal(a.eval["accuracy"], b.eval["accuracy"])
 
 
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("name",
+                         [n for n in STRATEGIES if ALGORITHMS[n].supports_stop_at_target])
+def test_stop_at_target_ends_every_rank_at_the_first_evaluation_that_reaches_it(name):
+    """The Evaluator hook's stop is a collective decision (the accuracy is broadcast)."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    out = _shared_tmp(world) / f"{name}.h5"
+    _train(name, out, "--epochs", "2", "--eval-every", "0.25", "--target-accuracy", "0.05",
+           "--stop-at-target")
+    world.Barrier()
+    run = read_run(out)
+    size = world.Get_size()
+    budget = 2 * (SAMPLES // size // BATCH) * BATCH * size
+    seen = run.eval["samples_seen"]
+    assert run.eval["accuracy"][0] >= 0.05  # chance is 0.1: the first evaluation stops it
+    assert len(seen) == 1 and seen[0] < budget
+    assert sum(int(rows["samples"].sum()) for rows in run.ranks.values()) == seen[0]
+
+
 # -- serial: each test launches its own job -----------------------------------------
 
 
