@@ -13,7 +13,8 @@ of its module in ``algorithms/`` (ALGORITHMS.md):
   and the previous bucket is done; the ``wait`` is the Waitall after
   compute and delay.
 * ``localsgd``: ``--period`` local steps, then a blocking Allreduce of the
-  parameters (the last round shorter, as in ``LocalSGD._next_round_len``).
+  parameters (the last round shorter, as in ``LocalSGD._next_round_len``),
+  and of the velocity too with ``--momentum-sync average`` (also Oscars).
 * ``odsgd``: ``--warmup-steps`` SSGD steps, then step t's Iallreduce
   overlaps step t+1's compute and is waited on before t+1's update.
 * ``oscars``: rounds whose local steps come from ``schedule()``,
@@ -197,11 +198,20 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int, time_phase: Pha
 
 # -- Local SGD ----------------------------------------------------------------------
 
+def momentum_sync_time(cfg: argparse.Namespace, w: Workload, n: int,
+                       time_phase: PhaseTime) -> float:
+    """``--momentum-sync average``: one more blocking Allreduce, of the velocity, per round."""
+    if getattr(cfg, "momentum_sync", "keep") != "average":
+        return 0.0
+    return allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase)
+
+
 def localsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
              time_phase: PhaseTime) -> Timeline:
     w, n = local.workload, local.n
     period = int(cfg.period)
     t_avg = allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase)
+    t_avg += momentum_sync_time(cfg, w, n, time_phase)
     rows, t = Rows(n), np.zeros(n)
     rnd, in_round = 0, 0
     round_len = min(period, steps)
@@ -270,6 +280,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     tau_max = int(cfg.max_period or 8 * cfg.period)
     total = steps * n
     t_red = allreduce_time((w.params + n + 1) * w.itemsize, n, cfg.allreduce, time_phase)
+    t_mom = momentum_sync_time(cfg, w, n, time_phase)
     # Each rank's speed state, updated by Oscars' own method on a plain namespace.
     state = [SimpleNamespace(config=cfg, options=cfg, step_seconds=0.0, _window=[0.0, 0])
              for _ in range(n)]
@@ -305,7 +316,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         for s in state:
             Oscars._update_speed(s)
         speeds = [s.step_seconds for s in state]
-        end = float(post.max()) + t_red
+        end = float(post.max()) + t_red + t_mom  # the velocity's Allreduce follows
         consumed += sum(taus)
         rnd += 1
         last = consumed >= total
@@ -313,7 +324,8 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             t, pending_end = post.copy(), end
         else:
             for k in range(n):  # the blocking part of the Wait lands on the round's last row
-                rows.cols[k]["t_wait"][-1] += end - post[k]
+                rows.cols[k]["t_wait"][-1] += end - t_mom - post[k]
+                rows.cols[k]["t_comm"][-1] += t_mom  # the velocity's blocking Allreduce
             t, pending_end = np.full(n, end), None
         if cfg.adaptive == "off":
             plan = uniform_schedule(n, tau0 * (1 + cfg.period_growth * rnd), tau_max)
