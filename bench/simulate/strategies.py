@@ -29,6 +29,7 @@ of its module in ``algorithms/`` (ALGORITHMS.md):
   from a mean-field model of the concurrent traffic: with c the mean local
   step and T(m) the pull + push time when m workers transfer at once
   (simulated), m = round(W * T / (c + T)) is iterated to a fixed point.
+  ``--delay-compensation`` adds the second read of the weights to the push.
 
 Compute is never contended (each rank has its own device); MPI progress is
 assumed (an Iallreduce advances while the rank computes), and the time a
@@ -347,9 +348,13 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     local.ensure(max(8, 2 * steps))
     mean_local = float(local.cols[workers, :, :].sum(axis=2).mean())
 
+    # DC-ASGD (--delay-compensation > 0) Gets the current weights again before its push.
+    extra_get = 1.0 if float(getattr(cfg, "delay_compensation", 0.0) or 0.0) > 0 else 0.0
+
     def transfer(active: int) -> tuple[float, float]:
         pull, push = asgd_phases(w.param_bytes, n, layout, active)
-        return weighted_cost(pull, time_phase), weighted_cost(push, time_phase)
+        t_pull = weighted_cost(pull, time_phase)
+        return t_pull, weighted_cost(push, time_phase) + extra_get * t_pull
 
     levels = powers_of_two_upto(len(workers))
     active = 1  # from the uncontended transfer, up to the fixed point
