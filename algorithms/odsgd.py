@@ -12,7 +12,7 @@ paper's Alg. 1 as its public MXNet code runs it (CynthiaProtector/OD-SGD)::
     t >= warmup:  g = grad(W_loc)                                     # one step stale
                   req_t = Iallreduce(g -> gsum_t)                     # overlaps step t+1
                   if t > warmup: Wait(req_{t-1}); W_g = GlobalOpt(W_g, gsum_{t-1} / N)
-                  W_loc = W_g - lr_local * (LocalOpt(g) / N + wd * W_g)
+                  W_loc = W_g - lr_local * (LocalOpt(g / N) + wd * W_g)
     finish():     Wait(req_last); W_g = GlobalOpt(W_g, gsum_last / N)
 
 * GlobalOpt is momentum SGD (``--lr``, ``--momentum``, ``--weight-decay``) on
@@ -24,10 +24,12 @@ paper's Alg. 1 as its public MXNet code runs it (CynthiaProtector/OD-SGD)::
   weight decay included. ``--lr-local`` defaults to ``--lr``; the paper's
   scripts tune it separately (0.1 with lr 0.1 on 4 workers, 0.5 with lr 0.1
   on 8), so comparisons show OD-SGD at the best lr of a small grid.
-* LocalOpt (``--local-opt``): ``sgd`` is ``g`` itself; ``dc`` is the paper
-  code's delay compensation ``g + LAMBDA * g * g * (W_g(t) - W_g(t-1))``, with
-  ``W_g(t)`` the global weights this local step starts from and ``W_g(t-1)``
-  those the previous local step started from. Our choices: its state starts
+* LocalOpt (``--local-opt``) acts on the rescaled gradient ``g/N``: ``sgd``
+  is ``g/N`` itself; ``dc`` is the paper code's delay compensation (MXNet's
+  ``DCASGD`` rescales the gradient by 1/(b*N) BEFORE compensating)
+  ``g/N + LAMBDA * (g/N)**2 * (W_g(t) - W_g(t-1))``, with ``W_g(t)`` the
+  global weights this local step starts from and ``W_g(t-1)`` those the
+  previous local step started from. Our choices: its state starts
   at the first delayed step (there the compensation is zero, like a freshly
   created MXNet optimizer state), and ``--dc-lambda`` defaults to 0.04, the
   default of MXNet's ``DCASGD``.
@@ -38,7 +40,7 @@ paper's Alg. 1 as its public MXNet code runs it (CynthiaProtector/OD-SGD)::
 * ``--local-lookahead on`` (opt-in, NOT the paper's algorithm; recorded in
   the config and labelled ``odsgd+la`` in tables) replaces the local weight
   decay term by the part of the next global step that is already known,
-  ``W_loc = W_g - lr_local * LocalOpt(g) / N - lr * (mu * v + wd * W_g)``
+  ``W_loc = W_g - lr_local * LocalOpt(g / N) - lr * (mu * v + wd * W_g)``
   (``v``: GlobalOpt's velocity), with ``--lr-local`` defaulting to N * lr, so
   W_loc is the next W_g with the own gradient standing in for the average
   (close to DANA, arXiv 1907.11612). Why it exists: W_g applies gradients one
@@ -91,8 +93,9 @@ class ODSGD(Algorithm):
             None, "OD-SGD: learning rate of the local compensation step (default --lr, as the "
             "paper; N*lr with --local-lookahead on, so W_loc predicts the next W_g)", type=float)
         local_opt: str = option(
-            "sgd", "OD-SGD local optimizer: sgd (own gradient) or dc (delay-compensated, "
-            "g + LAMBDA*g*g*(W_g(t) - W_g(t-1)), as the paper's code) (default sgd)",
+            "sgd", "OD-SGD local optimizer on the rescaled gradient g/N: sgd (g/N) or dc "
+            "(delay-compensated, g/N + LAMBDA*(g/N)^2*(W_g(t) - W_g(t-1)), as the paper's "
+            "code) (default sgd)",
             choices=LOCAL_OPTS)
         dc_lambda: float = option(
             0.04, "OD-SGD: LAMBDA of --local-opt dc (default 0.04, as MXNet's DCASGD)")
@@ -179,7 +182,7 @@ class ODSGD(Algorithm):
             self.optimizer.step(self.w_global, gsum)
 
     def _local_update(self) -> None:
-        """``W_loc = W_g - lr_local * (LocalOpt(g) / N + wd * W_g)`` (``g`` in ``model.grads``).
+        """``W_loc = W_g - lr_local * (LocalOpt(g / N) + wd * W_g)`` (``g`` in ``model.grads``).
 
         With the look-ahead the weight decay term is replaced by
         ``lr * (mu * v + wd * W_g)`` (:meth:`_subtract_known_global_step`).
@@ -193,7 +196,9 @@ class ODSGD(Algorithm):
             self._w_g_prev[...] = w_g
             local *= grads
             local *= grads
-            local *= self.dc_lambda
+            # lambda * (g/N)^2 * dW_g, then (g + that * N) / N below: the paper code's
+            # compensation of the rescaled gradient g/N, not N times it.
+            local *= self.dc_lambda / self.comm.size
             local += grads
         params[...] = w_g
         params -= np.multiply(local, self.lr_local / self.comm.size, out=self._scratch)

@@ -53,18 +53,19 @@ def serial_odsgd(model_name, data, world, config, steps):
                 global_opt.step(w_g, in_flight)
             in_flight = average
             for k, (model, g) in enumerate(zip(models, grads)):
-                local = g
-                if config.local_opt == "dc":  # the paper code's: lambda*g*g*(W_g(t) - W_g(t-1))
+                g_n = g / world  # the paper code rescales by 1/(b*N) before compensating
+                local = g_n
+                if config.local_opt == "dc":  # lambda*(g/N)^2*(W_g(t) - W_g(t-1)), as MXNet
                     if w_g_prev[k] is None:
                         w_g_prev[k] = w_g.copy()
-                    local = g + config.dc_lambda * g * g * (w_g - w_g_prev[k])
+                    local = g_n + config.dc_lambda * g_n * g_n * (w_g - w_g_prev[k])
                     w_g_prev[k] = w_g.copy()
                 if config.local_lookahead == "on":
                     known = config.momentum * global_opt.velocity + config.weight_decay * w_g
-                    model.params[...] = w_g - (config.lr_local / world) * local - config.lr * known
-                else:  # the paper's: W_g - lr_local * (g/N + wd*W_g), local momentum 0
+                    model.params[...] = w_g - config.lr_local * local - config.lr * known
+                else:  # the paper's: W_g - lr_local * (LocalOpt(g/N) + wd*W_g), momentum 0
                     model.params[...] = w_g - config.lr_local * (
-                        local / world + config.weight_decay * w_g)
+                        local + config.weight_decay * w_g)
         trajectory.append((w_g.copy(), [m.params.copy() for m in models]))
     if in_flight is not None:
         global_opt.step(w_g, in_flight)
