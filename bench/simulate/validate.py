@@ -8,7 +8,8 @@ of ``--calibrate`` (this machine, fitted to ``syncbench comm``). Measured
 and predicted figures are computed from the rows by the same function
 (:func:`row_figures`): samples/s over the span of the rows, and the mean
 seconds per step of ``compute`` (compute + delay), ``sync`` (comm + wait)
-and ``other`` (data + update).
+and ``other`` (data + update). The ``load`` column is the measured run's
+highest recorded load average (others' processes on the host).
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ def validate_main(args: argparse.Namespace) -> int:
           f"platform {spec.kind}"
           + (f" calibrated from {spec.calibrated_from}: latency {2 * spec.latency * 1e6:.2f} us,"
              f" bandwidth {spec.bandwidth / 1e9:.3f} GB/s" if spec.calibrated_from else ""))
-    head = (f"{'run':<34} {'alg':<8} {'N':>2} {'slow':>5} {'meas/s':>9} {'pred/s':>9} {'err':>6} "
-            f"{'comp ms m/p':>13} {'sync ms m/p':>13} {'other ms m/p':>13}")
+    head = (f"{'run':<34} {'alg':<8} {'N':>2} {'slow':>5} {'load':>5} {'meas/s':>9} "
+            f"{'pred/s':>9} {'err':>6} {'comp ms m/p':>13} {'sync ms m/p':>13} "
+            f"{'other ms m/p':>13}")
     print(head)
     errors = []
     for run, (_cfg, n, _), result in zip(runs, jobs, results):
@@ -89,7 +91,8 @@ def validate_main(args: argparse.Namespace) -> int:
         name = run.path.rsplit("/", 1)[-1][:34]
         slow = "yes" if run.config.get("slowdown") else "-"
         note = "" if run.model == workload.name else f"  (model {run.model} != workload)"
-        print(f"{name:<34} {run.algorithm:<8} {n:>2} {slow:>5} {m['samples_per_s']:>9.0f} "
+        print(f"{name:<34} {run.algorithm:<8} {n:>2} {slow:>5} {run_load(run):>5} "
+              f"{m['samples_per_s']:>9.0f} "
               f"{p['samples_per_s']:>9.0f} {100 * err:>+5.0f}% "
               f"{m['compute_ms']:>6.2f}/{p['compute_ms']:<6.2f} "
               f"{m['sync_ms']:>6.2f}/{p['sync_ms']:<6.2f} "
@@ -97,4 +100,20 @@ def validate_main(args: argparse.Namespace) -> int:
     if errors:
         print(f"mean |error| {100 * float(np.mean(errors)):.1f}%, "
               f"max {100 * float(np.max(errors)):.1f}% over {len(errors)} runs")
+    print("load: the host's highest 1-minute load average during the measured run; above its "
+          "cores, other processes took CPU time the simulation does not know about")
     return 0
+
+
+def run_load(run: Any) -> str:
+    """The higher of the run's recorded load averages (``schema.LOAD_ATTRS``), or ``-``."""
+    from syncbench.analysis.schema import LOAD_ATTRS  # noqa: PLC0415
+
+    values = []
+    for name in LOAD_ATTRS:
+        try:
+            values.append(float(run.attrs.get(name, "")))
+        except (TypeError, ValueError):
+            continue
+    values = [v for v in values if math.isfinite(v)]
+    return f"{max(values):.1f}" if values else "-"
