@@ -4,20 +4,26 @@ The rule (ALGORITHMS.md, "ASGD"; the parameter-server ASGD of Dean et al.
 2012 without a server loop): the global weights W live in MPI RMA windows.
 Each worker k repeatedly
 
-1. pulls:   v_pre = counter; W_k = W; v_post = counter  (Fetch_and_op NO_OP;
+1. pulls:   v_pre = version; W_k = W; s_post = started   (Fetch_and_op NO_OP;
             Get_accumulate NO_OP, an atomic read; Fetch_and_op NO_OP)
 2. computes g_k on W_k with its mini-batch
 3. applies worker-side momentum (the PyTorch convention of ``MomentumSGD``):
    u = mu_w * u + g_k + wd * W_k
-4. pushes:  W += -lr_w * u; v_push = counter++          (Accumulate SUM; Fetch_and_op SUM)
+4. pushes:  started++; W += -lr_w * u; v_push = version++
+            (Fetch_and_op SUM; Accumulate SUM; Fetch_and_op SUM, three epochs in turn)
 
-and records ``staleness`` = v_push - v_pre and ``staleness_min`` = v_push -
-v_post. A push increments the counter only after its Accumulate completed,
-so W_k may already contain pushes that v_pre does not count: the first is an
-upper bound of the number of other pushes between the pull and the push, the
-second a lower bound (both 0 with one worker, where ASGD is exactly serial
-momentum SGD). Accumulate is element-wise atomic, so no push is lost however
-many workers push at once, and the pull reads with ``Get_accumulate(NO_OP)``:
+and records ``staleness`` = v_push - v_pre and ``staleness_min`` =
+max(0, v_push - s_post). A push counts itself in ``version`` only after its
+Accumulate completed, so W_k may already contain pushes that v_pre does not
+count: v_push - v_pre is an upper bound of the number of other pushes
+between the pull and the push. ``started`` counts a push before its
+Accumulate begins, so at most s_post of the v_push pushes counted before
+ours can be in W_k, and every other one started after the pull ended: a true
+lower bound (a version read after the pull would count pushes that landed
+before the pull but were counted after it). Both are 0 with one worker,
+where ASGD is exactly serial momentum SGD. Accumulate is element-wise
+atomic, so no push is lost however many workers push at once, and the
+pull reads with ``Get_accumulate(NO_OP)``:
 MPI-3.1/4.1 section 12.7 leave a ``Get`` that races an ``Accumulate`` on the
 same memory undefined, only accumulate-type calls are atomic with each other
 (the windows' ``accumulate_ops=same_op_no_op`` hint allows it; measured no
@@ -59,7 +65,9 @@ Windows and locks (module :mod:`syncbench.algorithms.windows`):
   takes no steps and records no rows), the other N-1 ranks are workers and
   the training data is sharded over them (:meth:`ASGD.data_shard`).
 * counters: a second, int64 ``Win.Allocate`` window on rank 0 with
-  [version, claims]. ``version`` counts completed pushes; ``claims`` hands
+  [version, claims, started]. ``version`` counts completed pushes,
+  ``started`` pushes whose Accumulate has begun (the staleness lower bound);
+  ``claims`` hands
   out step tickets: a worker claims its first ticket in ``done()`` and the
   next one with each push (same epoch as the version increment), and stops
   when its ticket reaches ``Budget.total_samples // batch_size``. So exactly
@@ -144,7 +152,7 @@ from syncbench.algorithms.device_buffers import HostMirror
 from syncbench.algorithms.flags import option
 from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
 
-VERSION, CLAIMS = 0, 1
+VERSION, CLAIMS, STARTED = 0, 1, 2
 #: Sleep between progress tests of a rank that only waits (host, done ranks).
 POLL_INTERVAL_S = 1e-4
 #: Least time between two progress polls inside compute (Open MPI yields the
@@ -259,7 +267,7 @@ class ASGD(Algorithm):
         self._ticket: int | None = None
         self._exhausted = self.is_host
         self._finished = self._closed = False
-        self._v_pull = self._v_post = 0
+        self._v_pull = self._started_post = 0
         self._last_poll = 0.0
         # checkpoint pauses every --checkpoint-every * N tickets (none without it)
         self._pause_stride = int(config.checkpoint_every or 0) * self.comm.size
@@ -281,13 +289,16 @@ class ASGD(Algorithm):
         self.windows = ParamWindow(
             self._mpi, self.model.size, self.model.dtype, self.layout, self._lock_assert
         )
-        self.counters = Counters(self._mpi, 2, self._lock_assert)
+        self.counters = Counters(self._mpi, 3, self._lock_assert)
         restored = self._restored
         if restored is None:
             self.windows.set_local(self.model.backend.to_numpy(self.model.params))
         else:
             self.windows.set_shard(np.asarray(restored["window_shard"], self.model.dtype))
-            self.counters.set_local(np.asarray(restored["counters"], np.int64))
+            counters = np.asarray(restored["counters"], np.int64)
+            if counters.size:  # at a pause every started push has landed: started = version
+                counters = np.array([counters[VERSION], counters[CLAIMS], counters[VERSION]])
+            self.counters.set_local(counters)
             self._restored = None
         self._mpi.Barrier()
 
@@ -342,13 +353,13 @@ class ASGD(Algorithm):
         return point * self.budget.batch_size
 
     def pull(self) -> None:
-        """W_pulled = W, remembering the versions read before and after it."""
+        """W_pulled = W, remembering the version before it and the pushes started after it."""
         self.prepare()
         with self.timer.phase("comm"):
             start = time.perf_counter()
             self._v_pull = self.counters.read(VERSION)
             self.windows.pull(self._pulled)
-            self._v_post = self.counters.read(VERSION)
+            self._started_post = self.counters.read(STARTED)
             self.pull_seconds.append(time.perf_counter() - start)
         if not self._on_host:
             with self.timer.phase("update"):
@@ -382,29 +393,44 @@ class ASGD(Algorithm):
         np.multiply(self._velocity, -self.worker_lr, out=self._delta)
 
     def push(self) -> tuple[int, int]:
-        """W += delta, version++ (and claim the next ticket); returns the staleness bounds."""
+        """started++, W += delta, version++ (and claim the next ticket); the staleness bounds."""
         grads = self.model.grads if self._on_host else self._grad_mirror.pull(self.model.grads)
         if not self.dc:
             with self.timer.phase("update"):
                 self._update(grads)
-        dc_seconds = 0.0
         with self.timer.phase("comm"):
             start = time.perf_counter()
-            with self.windows.epoch():
-                if self.dc:
-                    self.windows.Get_accumulate(self._w_now)
-                    self.windows.Flush()
-                    dc_start = time.perf_counter()
-                    with self.timer.phase("update"):
-                        self._update(grads)
-                    dc_seconds = time.perf_counter() - dc_start
-                self.windows.Accumulate(self._delta)
-            version, ticket = self.counters.Fetch_and_op(
-                [(VERSION, 1, MPI.SUM), (CLAIMS, 1, MPI.SUM)]
-            )
+            self.start_push()
+            dc_seconds = self.land_push(grads)
+            bounds = self.count_push()
             self.push_seconds.append(time.perf_counter() - start - dc_seconds)
+        return bounds
+
+    def start_push(self) -> None:
+        """``started += 1`` (its epoch completes before the Accumulate's epoch begins)."""
+        self.counters.fetch_add(STARTED)
+
+    def land_push(self, grads: np.ndarray) -> float:
+        """The Accumulate epoch (DC: fetch W_now, compensate, then Accumulate); DC seconds."""
+        dc_seconds = 0.0
+        with self.windows.epoch():
+            if self.dc:
+                self.windows.Get_accumulate(self._w_now)
+                self.windows.Flush()
+                dc_start = time.perf_counter()
+                with self.timer.phase("update"):
+                    self._update(grads)
+                dc_seconds = time.perf_counter() - dc_start
+            self.windows.Accumulate(self._delta)
+        return dc_seconds
+
+    def count_push(self) -> tuple[int, int]:
+        """``version += 1``, claim the next ticket; records and returns (upper, lower) bounds."""
+        version, ticket = self.counters.Fetch_and_op(
+            [(VERSION, 1, MPI.SUM), (CLAIMS, 1, MPI.SUM)]
+        )
         self._claim(ticket)
-        bounds = version - self._v_pull, version - self._v_post
+        bounds = version - self._v_pull, max(0, version - self._started_post)
         self.staleness.append(bounds[0])
         self.staleness_min.append(bounds[1])
         return bounds

@@ -108,7 +108,8 @@ RANK_COLUMNS: dict[str, str] = {
 #: Rank columns that files written before they existed lack, with the value readers
 #: fill in. ``staleness`` is ASGD's upper bound of a push's staleness (version at
 #: the push minus the version read before the pull), ``staleness_min`` its lower
-#: bound (minus a version read after the pull); ``speed`` is Oscars' c_k, the
+#: bound (the version at the push minus the count of pushes STARTED, read after the
+#: pull; clipped at 0); ``speed`` is Oscars' c_k, the
 #: seconds per local step that the step's round schedule was computed from.
 RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0}
 

@@ -194,6 +194,55 @@ def test_stale_push_and_delay_compensation(dc):
     np.testing.assert_allclose(params, w2, rtol=0, atol=1e-10)
 
 
+@pytest.mark.mpi(min_size=2)
+def test_push_landed_before_the_pull_but_counted_after_it_is_not_stale():
+    """The lower bound is a true lower bound.
+
+    Rank 1's push starts and Accumulates, rank 0 then pulls (its weights contain
+    that push), and only then is rank 1's push counted in ``version``. Rank 0's
+    push is one version after its pre-pull read (upper bound 1), but no push
+    started after its pull ended (lower bound 0); a version read after the pull
+    would give 1.
+    """
+    from mpi4py import MPI
+
+    comm = _sub_comm(2)
+    if comm == MPI.COMM_NULL:
+        return
+    rank, batch, seed = comm.Get_rank(), 16, 4
+    data = make_synthetic(128, 16, SHAPE, 10, seed=3)
+    config = train_config("--algorithm", "asgd", "--lr", "0.1")
+    algo = _asgd(comm, config, data, seed, Budget(2 * batch, batch, 2))
+    stream = rank_streams(data.train_x, data.train_y, 2, batch, seed)[rank]
+    try:
+        algo.prepare()
+        w0 = algo.windows.gather()
+        if rank == 1:
+            algo.pull()
+            algo.compute(*stream.next())
+            algo._update(algo.model.grads)
+            algo.start_push()
+            algo.land_push(algo.model.grads)
+        _wait_for_all(comm)
+        if rank == 0:
+            algo.pull()
+            pulled = algo.model.params.copy()
+        _wait_for_all(comm)
+        if rank == 1:
+            assert algo.count_push() == (0, 0)
+        _wait_for_all(comm)
+        if rank == 0:
+            algo.compute(*stream.next())
+            bounds = algo.push()
+        algo.finish()
+    finally:
+        algo.close()
+        comm.Free()
+    if rank == 0:
+        assert not np.array_equal(pulled, w0)  # rank 1's push is in the pulled weights
+        assert bounds == (1, 0)
+        assert algo.staleness == [1] and algo.staleness_min == [0]
+
 def test_validate_rejects_bad_flags():
     cls = get_algorithm("asgd")
     with pytest.raises(ValueError, match="--delay-compensation"):
