@@ -346,9 +346,13 @@ def test_validate_prints_measured_and_predicted(tmp_path):
     assert proc.returncode == 0, proc.stderr
     proc = simulate("--validate", str(run), "--workload", str(work), "--calibrate", str(comm))
     assert proc.returncode == 0, proc.stderr
-    row = [ln for ln in proc.stdout.splitlines() if ln.startswith("run.h5")]
-    assert len(row) == 1 and " ssgd " in row[0] and "%" in row[0]
-    fields = row[0].split()
-    measured, predicted = float(fields[4]), float(fields[5])
+    lines = proc.stdout.splitlines()
+    head = next(ln.split() for ln in lines if ln.startswith("run "))
+    row = [ln.split() for ln in lines if ln.startswith("run.h5")]
+    assert len(row) == 1 and row[0][1] == "ssgd" and row[0][2] == "2"
+    measured = float(row[0][head.index("meas/s")])
+    predicted = float(row[0][head.index("pred/s")])
+    error = float(row[0][head.index("err")].rstrip("%"))
     assert measured > 0 and predicted > 0
+    assert error == pytest.approx(100 * (predicted / measured - 1), abs=1.0)
     assert "calibrated from" in proc.stdout and "mean |error|" in proc.stdout
