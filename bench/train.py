@@ -240,7 +240,9 @@ class Run:
             hook.on_end(ctx)
         if self.config.save_model:
             self.save_model()
-        wall = self.world.allreduce(ctx.train_end, op=MPI.MAX) - loop.eval_seconds
+        # each rank's own training time (its off-clock blocks differ: rank 0 commits a
+        # checkpoint after the barrier that frees the others), then the longest
+        wall = self.world.allreduce(ctx.train_end - loop.eval_seconds, op=MPI.MAX)
         self.root["t_end_unix"] = time.time()
         self.root["load_end"] = _load()
         return self.write(self.recorder, wall)
