@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -95,16 +96,31 @@ def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
     return 0
 
 
+#: Seconds a rank that does not print an error waits before it exits 2: Open MPI's
+#: launcher ends the job at the first non-zero exit and would kill rank 0 before it
+#: printed the one error line.
+ERROR_EXIT_GRACE_S = 1.0
+
+
+def error_line(prog: str, message: str) -> str:
+    """``PROG: error: MESSAGE (see 'PROG --help')``, the message folded onto one line."""
+    text = " ".join(message.split())
+    return f"{prog}: error: {text} (see '{prog} --help')"
+
+
 def fail(prog: str, message: str) -> NoReturn:
     """End a bad command line: one line on stderr, from rank 0 only; status 2 on every rank.
 
     The command line is parsed before MPI starts (:func:`main`), so the printing rank
     comes from the launcher's variables, not from MPI. No collective is needed: every
-    rank parses the same argv, so every rank reaches the same error and exits.
+    rank parses the same argv, so every rank reaches the same error and exits. The
+    other ranks exit ``ERROR_EXIT_GRACE_S`` later, so that rank 0 has printed before a
+    launcher that kills the job at the first non-zero exit (Open MPI's) ends it.
     """
     if launcher_rank() == 0:
-        text = " ".join(message.split())
-        print(f"{prog}: error: {text} (see '{prog} --help')", file=sys.stderr, flush=True)
+        print(error_line(prog, message), file=sys.stderr, flush=True)
+    else:
+        time.sleep(ERROR_EXIT_GRACE_S)
     raise SystemExit(2)
 
 

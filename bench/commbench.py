@@ -513,7 +513,7 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
 
     from syncbench.bench.runtime import agree_on_setup  # noqa: PLC0415
 
-    sizes, bufs = agree_on_setup(comm, lambda: validate(args, comm))
+    sizes, bufs = agree_on_setup(comm, lambda: validate(args, comm), "comm")
     rank = comm.Get_rank()
     cols = columns_of(args.op, args.check_raw)
     if rank == 0:

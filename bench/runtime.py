@@ -39,11 +39,14 @@ class SetupError(Exception):
     """A user error found before training starts; its message is one line."""
 
 
-def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T]) -> T:
+def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
     """Run ``setup`` on every rank; if it fails on any rank, all ranks exit(2).
 
     ``setup`` should raise :class:`SetupError` (or ``ValueError``/``OSError``)
-    with a one-line message for user errors.
+    with a one-line message for user errors. Rank 0 prints ``syncbench COMMAND:
+    error: ... (see 'syncbench COMMAND --help')``, the line of a bad command line
+    (``cli.error_line``); the other ranks exit ``cli.ERROR_EXIT_GRACE_S`` later, so
+    a launcher that kills the job at the first non-zero exit cannot swallow it.
     """
     result: T | None = None
     error = ""
@@ -57,11 +60,15 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T]) -> T:
     errors = comm.allgather(error)
     failed = [(rank, msg) for rank, msg in enumerate(errors) if msg]
     if failed:
+        from syncbench.bench.cli import ERROR_EXIT_GRACE_S, error_line  # noqa: PLC0415
+
+        sys.stdout.flush()
         if comm.Get_rank() == 0:
             rank, msg = failed[0]
-            where = "" if len(failed) == comm.Get_size() else f" (rank {rank})"
-            print(f"syncbench: error{where}: {msg}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
+            where = "" if len(failed) == comm.Get_size() else f"rank {rank}: "
+            print(error_line(f"syncbench {command}", where + msg), file=sys.stderr, flush=True)
+        else:
+            time.sleep(ERROR_EXIT_GRACE_S)
         raise SystemExit(2)
     return result  # type: ignore[return-value]
 

@@ -305,7 +305,7 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
                 raise ValueError(f"--json {args.json}: directory {parent} is not writable")
         return build_bench(args, comm)
 
-    bench = agree_on_setup(comm, setup)
+    bench = agree_on_setup(comm, setup, "ssgd-comm")
     rank, size = comm.Get_rank(), comm.Get_size()
     nbytes = int(bench.model.grads.nbytes)
     if rank == 0:

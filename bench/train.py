@@ -602,7 +602,7 @@ def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> di
     run = Run(config, comm)
     run.started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
     run.t_begin_unix = time.time()
-    agree_on_setup(comm, run.setup)
+    agree_on_setup(comm, run.setup, "train")
 
     def body() -> dict | None:
         try:

@@ -103,6 +103,20 @@ def test_launcher_rank_prefers_the_launchers_own_variable():
     assert launcher_rank({"PMI_RANK": "", "SLURM_PROCID": "0"}) == 0
 
 
+def test_a_rank_that_does_not_print_exits_after_rank_0_had_time_to(monkeypatch, capsys):
+    """Open MPI's launcher kills the job at the first non-zero exit: the other ranks wait."""
+    from syncbench.bench import cli
+
+    for name in cli.RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exc:
+        cli.fail("syncbench train", "argument --model: invalid choice")
+    assert exc.value.code == 2 and capsys.readouterr().err == ""
+    assert 0.5 <= cli.ERROR_EXIT_GRACE_S <= time.monotonic() - started < 5
+
+
 def _launch(mpiexec: str, python: str, command: str, flags: list[str],
             env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()

@@ -84,6 +84,8 @@ def test_setup_errors_end_every_rank_with_one_line():
     proc = run_comm(2, "--op", "allreduce", "--min-size", "1", "--max-size", "2")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "multiple of 4" in proc.stderr
+    assert proc.stderr.startswith("syncbench comm: error: "), proc.stderr
+    assert proc.stderr.endswith(" (see 'syncbench comm --help')\n"), proc.stderr
 
 
 def test_cupy_buffer_without_gpu_is_a_clear_error():

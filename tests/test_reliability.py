@@ -114,6 +114,8 @@ def test_asgd_refuses_flags_it_cannot_honour(tmp_path, flags, needle):
     proc = run_mpi(2, "train", *SMALL, "--algorithm", "asgd", "--out", str(tmp_path / "a.h5"),
                    *flags, timeout=60)
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("syncbench: error")]
-    assert len(errors) == 1 and needle in errors[0]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("syncbench")]
+    assert len(errors) == 1 and needle in errors[0], proc.stderr
+    assert errors[0].startswith("syncbench train: error: ")
+    assert errors[0].endswith(" (see 'syncbench train --help')")
     assert not (tmp_path / "a.h5").exists()

@@ -116,5 +116,7 @@ def test_missing_dataset_ends_the_job_with_one_line(tmp_path):
     proc = run_mpi(2, "ssgd-comm", "--dataset", "cifar10", "--data-dir", str(tmp_path),
                    "--blocks", "1", timeout=60, env={"SYNCBENCH_DATA": str(tmp_path)})
     assert proc.returncode == 2, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("syncbench: error")]
-    assert len(errors) == 1 and "cifar10" in errors[0]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("syncbench")]
+    assert len(errors) == 1 and "cifar10" in errors[0], proc.stderr
+    assert errors[0].startswith("syncbench ssgd-comm: error: ")
+    assert errors[0].endswith(" (see 'syncbench ssgd-comm --help')")
