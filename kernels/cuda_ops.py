@@ -617,7 +617,10 @@ def benchmark(
     """Time every :data:`CASES` entry: NumPy reference vs CUDA kernel.
 
     Returns rows with ``case``, ``numpy_ms``, ``cuda_ms`` (medians; the GPU
-    time includes the launch and a stream synchronization), ``max_abs_diff``,
+    time includes the launch and a stream synchronization), ``bytes`` (the
+    least memory traffic of the operation, :func:`bytes_moved`), ``cuda_gb_s``
+    and ``numpy_gb_s`` (``bytes`` over the time: the effective bandwidth, to
+    compare with the device's memory peak), ``max_abs_diff``,
     ``max_rel_diff`` (relative to the largest output magnitude), ``exact``
     (:meth:`Case.is_exact`) and ``ok`` (bit-identical if exact, else within
     :func:`tolerance`). ``xp``
@@ -642,9 +645,36 @@ def benchmark(
         cuda_s = _median_seconds(lambda k=kernel, a=device: k(*a), repeat, sync)
         exact = case.is_exact(large)
         ok = diff == 0.0 if exact else rel <= tolerance(dtype, large)
+        moved = bytes_moved(reference, host)
         rows.append({"case": case.name, "numpy_ms": numpy_s * 1e3, "cuda_ms": cuda_s * 1e3,
+                     "bytes": moved, "cuda_gb_s": _gb_per_s(moved, cuda_s),
+                     "numpy_gb_s": _gb_per_s(moved, numpy_s),
                      "max_abs_diff": diff, "max_rel_diff": rel, "exact": exact, "ok": ok})
     return rows
+
+
+def bytes_moved(reference: Callable[..., Any], args: tuple) -> int:
+    """Least bytes an operation moves: every array argument read once, every array it
+    returns and every argument it changes in place written once.
+
+    Found by running the NumPy ``reference`` on copies of ``args``. Reused reads
+    (im2col's overlapping windows) are not counted again: this is the traffic an
+    ideal kernel needs, so bytes / time is the effective bandwidth to set against
+    the memory peak.
+    """
+    before = _copies(args)
+    after = _copies(args)
+    result = reference(*after)
+    returned = list(result) if isinstance(result, tuple) else [result]
+    moved = sum(a.nbytes for a in before if isinstance(a, np.ndarray))
+    moved += sum(r.nbytes for r in returned if isinstance(r, np.ndarray) and r.ndim)
+    moved += sum(b.nbytes for a, b in zip(before, after)
+                 if isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True))
+    return int(moved)
+
+
+def _gb_per_s(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9 if seconds > 0 else math.inf
 
 
 def _copies(args: tuple) -> tuple:
@@ -664,13 +694,15 @@ def _differences(expected: list[Any], got: list[Any]) -> tuple[float, float]:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The benchmark rows as a fixed-width table."""
-    lines = [f"{'kernel':<26} {'numpy ms':>10} {'cuda ms':>10} {'speedup':>9} {'max|diff|':>10}"
-             f" {'check':>6}"]
+    lines = [f"{'kernel':<26} {'numpy ms':>10} {'cuda ms':>10} {'speedup':>9} {'MB':>8} "
+             f"{'cuda GB/s':>10} {'max|diff|':>10} {'check':>6}"]
     for row in rows:
         speedup = row["numpy_ms"] / row["cuda_ms"] if row["cuda_ms"] > 0 else math.inf
         check = ("exact" if row.get("exact") else "tol") if row.get("ok", True) else "FAIL"
         lines.append(f"{row['case']:<26} {row['numpy_ms']:>10.3f} {row['cuda_ms']:>10.3f} "
-                     f"{speedup:>8.1f}x {row['max_abs_diff']:>10.2e} {check:>6}")
+                     f"{speedup:>8.1f}x {row.get('bytes', 0) / 1e6:>8.1f} "
+                     f"{row.get('cuda_gb_s', math.nan):>10.1f} {row['max_abs_diff']:>10.2e} "
+                     f"{check:>6}")
     return "\n".join(lines)
 
 

@@ -379,7 +379,16 @@ def test_benchmark_code_runs_on_emulated_kernels():
         else:
             assert row["max_rel_diff"] < 1e-12, row
     table = cuda_ops.format_table(rows)
-    assert table.count("\n") == len(rows) and "speedup" in table
+    assert table.count("\n") == len(rows) and "speedup" in table and "cuda GB/s" in table
+    # bytes moved: every input read once, every output written once (8-byte floats)
+    by_name = {r["case"]: r for r in rows}
+    n = 1000
+    assert by_name["sgd_momentum_"]["bytes"] == 5 * n * 8  # read w, g, v; write w, v
+    assert by_name["axpy_"]["bytes"] == 3 * n * 8  # read x, y; write y
+    assert by_name["relu_forward"]["bytes"] == 2 * n * 8  # read x; write y
+    for row in rows:
+        assert row["bytes"] > 0
+        assert row["cuda_gb_s"] == pytest.approx(row["bytes"] / (row["cuda_ms"] * 1e-3) / 1e9)
 
 
 @needs_gxx
