@@ -137,12 +137,18 @@ class Model:
         return float(loss)
 
     def warm_up(self, batch_size: int) -> None:
-        """One untimed forward and backward on a zero batch, then zero the gradient.
+        """One untimed forward and backward on a zero batch, the optimizer's update and the
+        strategies' elementwise arithmetic on scratch copies, then zero the gradient.
 
         On the GPU it compiles every kernel for this dtype (NVRTC, or CuPy's
         disk cache) and creates the cuBLAS handle, which the first timed step
-        would otherwise pay. Parameters are not touched.
+        would otherwise pay; the momentum update (``ops.sgd_momentum_``,
+        ``ops.axpy_``) and the in-place ufuncs OD-SGD's and ASGD's compensations
+        use (subtract, multiply, add with ``out=``) compile their CuPy kernels on
+        first use too. Parameters are not touched.
         """
+        from syncbench.kernels import ops  # noqa: PLC0415 - dispatches to the device
+
         if self.backend.is_gpu:
             from syncbench.kernels import cuda_ops  # noqa: PLC0415 - GPU path only
 
@@ -151,6 +157,16 @@ class Model:
         x = xp.zeros((batch_size, *self.input_shape), dtype=self.dtype)
         y = xp.zeros(batch_size, dtype=np.int64)
         self.loss_and_grad(x, y)
+        # the update and the compensations' arithmetic, on copies of this size and dtype
+        w, g = self.params.copy(), self.grads.copy()
+        v, scratch = w * 0, w * 0
+        ops.sgd_momentum_(w, g, v, 0.01, 0.9, 1e-4, scratch)
+        ops.axpy_(w, 0.5, g, scratch)
+        ops.axpy_(w, 1.0, g)
+        xp.subtract(w, v, out=scratch)
+        scratch *= g
+        scratch += g
+        w -= xp.multiply(scratch, 0.5, out=v)
         self.grads[...] = 0
 
     def evaluate(self, x: Any, y: Any, batch_size: int = 2000) -> tuple[float, float]:

@@ -21,6 +21,7 @@ Run serially, then with ``mpiexec -n 2|4 python -m pytest --with-mpi tests/test_
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -465,12 +466,27 @@ def test_device_gpu_without_a_usable_gpu_says_why():
     assert not select_backend("auto").is_gpu
 
 
-def test_warm_up_leaves_the_parameters_and_zeroes_the_gradient():
+def test_warm_up_leaves_the_parameters_and_zeroes_the_gradient(monkeypatch):
+    """Warm-up runs the optimizer's update too (first-use compiles stay out of step 0),
+    on scratch copies: the parameters are unchanged."""
+    calls = []
+
+    def recording(name, real):
+        def wrapper(*args, **kwargs):
+            calls.append((name, args[0]))
+            return real(*args, **kwargs)
+        return wrapper
+
+    for name in ("sgd_momentum_", "axpy_"):
+        monkeypatch.setattr(ops, name, recording(name, getattr(ops, name)))
     model = build_model("lenet", (1, 28, 28), 10, dtype=np.float64, seed=2)
     params = model.params.copy()
     model.grads[...] = 1.0
     model.warm_up(3)
     assert np.array_equal(model.params, params) and not model.grads.any()
+    assert {name for name, _ in calls} == {"sgd_momentum_", "axpy_"}
+    for _, target in calls:  # every update wrote to a copy of the model's size
+        assert target.shape == params.shape and target is not model.params
 
 
 def test_cuda_wheel_libraries_are_preloaded_when_installed(tmp_path):
@@ -574,3 +590,15 @@ def test_without_cupy_no_cuda_library_is_loaded():
     if proc.returncode == 3:
         pytest.skip("CuPy is installed")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_gpu_check_fits_a_ten_minute_device_budget():
+    """jobs/gpu_check.sh: its steps' timeouts, install included, add up to under 600 s."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "jobs" / "gpu_check.sh"
+    proc = subprocess.run(["bash", str(script), "--budget"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    worst, budget = map(int, re.findall(r"(\d+) s", proc.stdout))
+    assert worst <= budget <= 600, proc.stdout
