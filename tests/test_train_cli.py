@@ -79,7 +79,9 @@ def test_report_reads_the_run(two_rank_run):
 def _assert_one_line_failure(proc, started, *needles):
     assert proc.returncode != 0
     assert time.monotonic() - started < 30
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("syncbench:")]
+    # a setup error ("syncbench train: error: ...") or an abort ("syncbench: rank R: ...")
+    errors = [ln for ln in proc.stderr.splitlines()
+              if ln.startswith(("syncbench train: error: ", "syncbench: rank "))]
     assert len(errors) == 1, proc.stderr
     for needle in needles:
         assert needle in errors[0], errors[0]
