@@ -319,8 +319,9 @@ def test_bad_slowdown_schedule_fails_before_training():
     started = time.monotonic()
     proc = run_mpi(2, "train", *SMALL, "--slowdown-schedule", "5s:2=3", timeout=60)
     assert proc.returncode == 2 and time.monotonic() - started < 30
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("syncbench:")]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("syncbench")]
     assert len(errors) == 1 and "rank 2 out of range 0..1" in errors[0], proc.stderr
+    assert errors[0].startswith("syncbench train: error: ")
     assert "Traceback" not in proc.stderr
 
 
