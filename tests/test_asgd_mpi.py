@@ -319,7 +319,8 @@ def test_train_asgd_dedicated_host_takes_no_steps(tmp_path):
     run = _train(tmp_path, 2, "--ps-layout", "dedicated", "--delay-compensation", "0.1",
                  "--checkpoint-every", "1")
     assert len(run.ranks[0]["step"]) == 0
-    assert np.all(run.ranks[1]["staleness"] == 0)  # one worker: never stale
+    assert np.all(run.ranks[1]["staleness"] == 0)  # one worker: never stale, by both bounds
+    assert np.all(run.ranks[1]["staleness_min"] == 0)
     # the host takes no steps: the fractions are over the worker only
     rows = run.ranks[1]
     # a pause at every step (16): each rank's checkpoint time is off its clock, its steps
