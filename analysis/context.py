@@ -14,7 +14,10 @@ The numbers come from root attributes the training driver records
 host), ``oversubscribed`` (some host runs more ranks than it has physical
 cores), ``t_begin_unix`` / ``t_end_unix`` (the run's wall-clock interval, from
 the start of its set-up, data loading included, to the end of its training and
-last evaluation: another run's set-up loads the CPU too). Files written
+last evaluation: another run's set-up loads the CPU too), and
+``foreign_cpu_share`` (the share of the hosts' cores that processes outside
+the run used during its training, :func:`foreign_cpu`; a run is
+:func:`loaded` above :data:`LOADED_SHARE`). Files written
 before these attributes existed give ``None`` for them, and are never flagged
 as overlapping (nothing says when they ran). :func:`host_info` measures the
 first two on the machine it is called on (Linux ``/sys`` topology, else
@@ -114,8 +117,9 @@ def machine_context(attrs: Mapping[str, Any] | Any,
     else ranks_per_host > cores), ``slowdown_mode`` (the emulation mode of the
     slowed ranks: rank attrs ``slowdown_mode``, else the ``config`` flag; None
     without a slowdown), ``simulated`` (the root attr, False if absent) and
-    ``loaded`` (:func:`loaded`: the host's load average exceeded its cores at
-    the start or end of the run; None in older files).
+    ``loaded`` (:func:`loaded`: other processes used more than
+    :data:`LOADED_SHARE` of the hosts' cores during the run; None in older
+    files) with ``foreign_cpu_share`` (that share; None when not recorded).
     ``rank_attrs`` defaults to the run's own when a ``Run`` is given.
     """
     if rank_attrs is None:
@@ -143,6 +147,7 @@ def machine_context(attrs: Mapping[str, Any] | Any,
         "slowdown_mode": _slowdown_mode(attrs, rank_attrs),
         "simulated": bool(_flag(attrs.get("simulated"))),
         "loaded": loaded(attrs),
+        "foreign_cpu_share": foreign_share(attrs),
     }
 
 
@@ -181,9 +186,16 @@ def format_context(ctx: Mapping[str, Any]) -> str:
     if ctx.get("simulated"):
         parts.append("simulated")
     if ctx.get("loaded"):
-        parts.append("LOADED (host load above its cores)" if ctx["loaded"] is True
-                     else str(ctx["loaded"]))
+        share = ctx.get("foreign_cpu_share")
+        parts.append((f"LOADED ({loaded_text(share)})" if isinstance(share, float)
+                      else "LOADED (other processes used the cores)")
+                     if ctx["loaded"] is True else str(ctx["loaded"]))
     return "machine: " + ", ".join(parts)
+
+
+def loaded_text(share: float) -> str:
+    """``"other processes used 45% of the cores during the run"``."""
+    return f"other processes used {100 * share:.0f}% of the cores during the run"
 
 
 def merge_contexts(contexts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -218,6 +230,9 @@ def merge_contexts(contexts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = f"{min(distinct):.1f}-{max(distinct):.1f}"
         else:
             out[key] = f"{min(distinct):g}-{max(distinct):g}"
+    shares = [c["foreign_cpu_share"] for c in contexts
+              if c.get("loaded") is True and isinstance(c.get("foreign_cpu_share"), float)]
+    out["foreign_cpu_share"] = max(shares) if shares else None  # the worst loaded run
     return out
 
 
@@ -334,18 +349,106 @@ def load_average() -> float | None:
 
 
 def loaded(attrs: Mapping[str, Any] | Any) -> bool | None:
-    """True when the host's 1-minute load at the start or end of the run exceeded its cores.
+    """True when other processes used more than :data:`LOADED_SHARE` of the cores during the run.
 
-    Reads the root attributes ``load_begin`` / ``load_end`` (``schema.LOAD_ATTRS``)
-    and ``host_cores``. The load counts runnable processes, the run's own ranks
-    included: above the core count something outside the run competed for the
-    CPUs (or the run oversubscribed the host itself). None when the file does
-    not record the load (older files: no flag) or the cores are unknown.
+    Reads the root attribute ``foreign_cpu_share`` (``schema.CPU_ATTRS``,
+    :func:`foreign_cpu`): the busy CPU time of the run's hosts during training
+    (``/proc/stat``) less the CPU time of the run's own ranks, over the
+    training wall time times the hosts' physical cores. Unlike the 1-minute
+    load average (``load_begin`` / ``load_end``, kept as information) it
+    neither lags by a minute nor counts the run's own ranks or the run before
+    it. None when the file does not record the share (older files: no flag,
+    the load-average rule is not applied) or recorded NaN (no ``/proc/stat``).
     """
-    attrs = _attrs_of(attrs)
-    cores = _int(attrs.get("host_cores"))
-    loads = [v for v in (_number(attrs.get(k)) for k in ("load_begin", "load_end"))
-             if v is not None]
-    if cores is None or not loads:
+    share = foreign_share(attrs)
+    return None if share is None else share > LOADED_SHARE
+
+
+def foreign_share(attrs: Mapping[str, Any] | Any) -> float | None:
+    """The recorded ``foreign_cpu_share`` of a run (or root attributes); None if absent or NaN."""
+    return _number(_attrs_of(attrs).get("foreign_cpu_share"))
+
+
+#: ``foreign_cpu_share`` above which a run is "loaded". A quiet host's daemons, the
+#: launcher and the kernel's own threads take a few percent of its cores; one
+#: competing single-threaded process takes 1 / cores of them (50 % of 2 cores, 6 % of
+#: 16). A tenth of the cores' time taken by others is several times the quiet
+#: level, and enough to stretch the steps of a run that uses every core by about as
+#: much, beyond the run-to-run spread of a quiet machine.
+LOADED_SHARE = 0.10
+
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system (idle iowait) irq softirq steal
+
+
+def host_busy_cpu_s(path: str = "/proc/stat") -> float | None:
+    """Busy CPU seconds of the whole host since boot (Linux ``/proc/stat``); None elsewhere.
+
+    user + nice + system + irq + softirq + steal of the ``cpu`` line, in clock
+    ticks over ``os.sysconf("SC_CLK_TCK")`` (guest time is already inside user).
+    """
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+        ticks = float(os.sysconf("SC_CLK_TCK"))
+        if not fields or fields[0] != "cpu" or ticks <= 0:
+            return None
+        values = [int(v) for v in fields[1:]]
+        return sum(values[i] for i in _BUSY_FIELDS if i < len(values)) / ticks
+    except (OSError, ValueError, AttributeError):
         return None
-    return max(loads) > cores
+
+
+def process_cpu_s() -> float:
+    """User + system CPU seconds of this process, every thread included (``getrusage``)."""
+    import resource  # noqa: PLC0415  (POSIX only)
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_sample(read_host: bool) -> dict[str, Any]:
+    """One rank's CPU accounting at a point of the run (the start barrier, the end of training).
+
+    ``own_s``: this process's CPU seconds; ``host_s``: the host's busy CPU
+    seconds (read only when ``read_host``: the host's first rank; None
+    otherwise or where ``/proc/stat`` is missing); ``t``: ``time.monotonic()``.
+    """
+    import time  # noqa: PLC0415
+
+    try:
+        own: float | None = process_cpu_s()
+    except (ImportError, OSError):
+        own = None
+    return {"own_s": own, "host_s": host_busy_cpu_s() if read_host else None,
+            "t": time.monotonic()}
+
+
+def foreign_cpu(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Root attributes ``foreign_cpu_s`` and ``foreign_cpu_share`` from every rank's samples.
+
+    ``records`` has one entry per rank: ``host`` (name), ``cores`` (the host's
+    physical cores), ``begin`` / ``end`` (:func:`cpu_sample` at the start
+    barrier and at the end of training). Per host, the busy CPU time between
+    its first rank's two samples less the CPU time all its ranks used in
+    theirs is the time other processes took (clipped at 0: clock-tick
+    rounding); ``foreign_cpu_s`` sums it over the hosts, and
+    ``foreign_cpu_share`` divides it by the sum over hosts of that interval's
+    wall seconds times the host's cores. NaN for both when some host has no
+    reading (no ``/proc/stat``, unknown cores).
+    """
+    nan = {"foreign_cpu_s": math.nan, "foreign_cpu_share": math.nan}
+    hosts: dict[str, dict[str, float]] = {}
+    for rec in records:
+        h = hosts.setdefault(str(rec["host"]), {"own": 0.0})
+        begin, end = rec["begin"], rec["end"]
+        if begin.get("own_s") is None or end.get("own_s") is None:
+            return nan
+        h["own"] += end["own_s"] - begin["own_s"]
+        if begin.get("host_s") is not None and end.get("host_s") is not None:
+            h["busy"] = end["host_s"] - begin["host_s"]
+            h["capacity"] = (end["t"] - begin["t"]) * float(rec.get("cores") or 0)
+    if not hosts or any("busy" not in h or not h["capacity"] > 0 for h in hosts.values()):
+        return nan
+    foreign = sum(max(0.0, h["busy"] - h["own"]) for h in hosts.values())
+    return {"foreign_cpu_s": foreign,
+            "foreign_cpu_share": foreign / sum(h["capacity"] for h in hosts.values())}

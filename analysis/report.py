@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .context import format_contexts, machine_context
+from .context import LOADED_SHARE, format_contexts, loaded_text, machine_context
 from .labels import run_label
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES, REPORT_KEYS
@@ -487,9 +487,13 @@ def _footnotes(rows: Sequence[dict[str, Any]]) -> list[str]:
         notes.append("diverged: non-finite training loss or final accuracy at most 1.5x "
                      "chance; no time to target, speedup, efficiency or hidden communication "
                      "is shown for it, and its samples/s are left out of group medians.")
-    if any(r.get("loaded") for r in rows):
-        notes.append("loaded: the host's 1-minute load average at the start or end of the "
-                     "run exceeded its physical cores; something outside the run competed "
+    shares = [float(r.get("foreign_cpu_share", math.nan)) for r in rows if r.get("loaded")]
+    if shares:
+        worst = max((s for s in shares if math.isfinite(s)), default=math.nan)
+        used = (f"{loaded_text(worst)}" if math.isfinite(worst)
+                else "other processes used the cores during the run")
+        notes.append(f"loaded: {used}{' (the most of any loaded run)' if len(shares) > 1 else ''}"
+                     f", above {100 * LOADED_SHARE:.0f}%; something outside the run competed "
                      "for the CPUs, timings contaminated.")
     overlapped = [r for r in rows if r.get("overlapped")]
     if overlapped:

@@ -43,14 +43,39 @@ ROOT_ATTRS: tuple[str, ...] = (
     # overlap, 1 with blocking); 0 for the other algorithms
     "buckets",
     # 1-minute load average of rank 0's host at the start and end of the run
-    # (os.getloadavg); above the host's cores the run was "loaded" by others
+    # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)
     "load_begin",
     "load_end",
+    # CPU seconds other processes used on the run's hosts during training, and
+    # their share of the hosts' cores (see CPU_ATTRS)
+    "foreign_cpu_s",
+    "foreign_cpu_share",
+    # JSON lists of config keys: the run's own strategy's options, and every
+    # registered strategy's options (see STRATEGY_FLAGS_ATTRS)
+    "strategy_flags",
+    "option_flags",
 )
 
 #: Root attributes with the host's 1-minute load average at the start and the end of
-#: the run (absent from older files: no "loaded" flag).
+#: the run (information only: it lags by a minute and counts the run's own ranks;
+#: the "loaded" flag reads CPU_ATTRS).
 LOAD_ATTRS: tuple[str, ...] = ("load_begin", "load_end")
+
+#: Root attributes of the CPU accounting of a run (``syncbench.analysis.context``):
+#: each host's busy CPU time (``/proc/stat``: user + nice + system + irq + softirq +
+#: steal) between the start barrier and the end of training, less the CPU time
+#: (``getrusage``, threads included) the run's own ranks used there, summed over the
+#: hosts (``foreign_cpu_s``), and that over wall seconds x the hosts' physical cores
+#: (``foreign_cpu_share``). Above ``context.LOADED_SHARE`` the run is "loaded". NaN
+#: where ``/proc/stat`` is missing; absent from older files (no "loaded" flag).
+CPU_ATTRS: tuple[str, ...] = ("foreign_cpu_s", "foreign_cpu_share")
+
+#: Root attributes naming ``config`` keys (JSON lists): ``strategy_flags``, the
+#: fields of the run's strategy's ``Options``; ``option_flags``, those of every
+#: registered strategy. A series' identity (``analysis.tables.series_identity``)
+#: keeps the shared train flags and the strategy's own ones, not another strategy's
+#: defaults. Absent from older files: every flag counts.
+STRATEGY_FLAGS_ATTRS: tuple[str, ...] = ("strategy_flags", "option_flags")
 
 #: Root attributes that describe the machine a run saw and when it ran
 #: (``syncbench.analysis.context``): physical cores and logical CPUs of rank 0's

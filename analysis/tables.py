@@ -86,15 +86,19 @@ Contaminated timings
     efficiency, serves as no baseline and no hidden-communication reference.
     ``cores``, ``ranks_per_core``, ``oversubscribed`` come from
     :func:`~syncbench.analysis.context.machine_context`, and so does
-    ``loaded``: the host's 1-minute load average at the start or end of the
-    run (root attributes ``load_begin`` / ``load_end``) exceeded its physical
-    cores, i.e. something outside the run set competed for the CPUs (None in
-    older files).
+    ``loaded``: other processes used more than
+    :data:`~syncbench.analysis.context.LOADED_SHARE` of the hosts' cores
+    during the run (``foreign_cpu_share``, root attribute of the same name:
+    the hosts' busy CPU time less the run's own, over wall time x cores),
+    i.e. something outside the run competed for the CPUs (None in older
+    files).
 
 Scaling
     A *series* is the runs with equal :func:`series_identity`: algorithm,
     model, dataset, MPI library, backend, simulated, every ``config`` flag
-    but :data:`NON_IDENTITY_FLAGS` (so dtype, slowdowns and their mode, the
+    but :data:`NON_IDENTITY_FLAGS` and other strategies' options (root
+    attributes ``option_flags`` less ``strategy_flags``; older files: none
+    left out) (so dtype, slowdowns and their mode, the
     strategy's own flags such as ``comm``), the scaling mode and the batch
     and budget as that mode defines them (strong: global batch and total
     ``epochs``; weak: per-rank batch and ``epochs / N``; unrecorded:
@@ -135,6 +139,7 @@ Repeats (``--by KEY,...``)
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -146,7 +151,7 @@ from . import fairness
 from .context import machine_context, overlapping_runs
 from .labels import run_label
 from .runfile import Run
-from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR
+from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR, STRATEGY_FLAGS_ATTRS
 from .summary import run_diverged, time_to_target  # noqa: F401  (time_to_target: re-export)
 
 NAN = float("nan")
@@ -212,6 +217,7 @@ NEW_KEYS: tuple[str, ...] = (
     "sync_fraction", "diverged", "eval_interval_s", "warmup_steps", "steady_step_s",
     "sync_s_per_step", "overlapped", "overlaps_with", "series", "mpi_library", "backend",
     "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated", "loaded",
+    "foreign_cpu_share",
 )
 
 #: Columns that get ``_min`` / ``_max`` companions in group rows.
@@ -357,11 +363,26 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
     """
     wall = float(run.summary.get("wall_s", NAN))
     realised = fairness.realised_factors(run, REALISED_STATISTIC)
+    order = sorted(run.ranks)
+    v = rank_vectors(run, order)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok_wall = _finite(wall) and wall != 0
+        fraction = {p: (v[p] / wall if ok_wall else np.full(len(order), NAN)) for p in PHASES}
+        busy = np.sum([v[p] for p in BUSY_PHASES], axis=0) if order else np.zeros(0)
+        per_step = np.where(v["steps"] > 0, busy / np.where(v["steps"] > 0, v["steps"], 1), NAN)
+    busy_frac = busy / wall if ok_wall else np.full(len(order), NAN)
+    columns = {
+        "steps": v["steps"].tolist(), "samples": v["samples"].tolist(),
+        **{f"{p}_s": v[p].tolist() for p in PHASES},
+        **{f"{p}_fraction": _nan_if_inf(fraction[p]).tolist() for p in PHASES},
+        "busy_s": busy.tolist(), "busy_s_per_step": _nan_if_inf(per_step).tolist(),
+        "wait_share": _nan_if_inf(fraction["wait"]).tolist(),
+        "idle_share": (1.0 - _nan_if_inf(busy_frac)).tolist(),
+        "step_s_median": v["step_s_median"].tolist(), "step_s_max": v["step_s_max"].tolist(),
+    }
     rows = []
-    for rank in sorted(run.ranks):
-        cols = run.ranks[rank]
+    for i, rank in enumerate(order):
         attrs = run.rank_attrs.get(rank, {})
-        steps = int(np.asarray(cols["step"]).size)
         row: dict[str, Any] = {
             "rank": rank,
             "hostname": attrs.get("hostname"),
@@ -369,24 +390,47 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
             "slowdown_mode": attrs.get("slowdown_mode"),
             "slowdown_realised": realised.get(rank, 1.0 if attrs.get("slowdown") is not None
                                               else None),
-            "steps": steps,
-            "samples": int(np.sum(cols["samples"])),
         }
-        totals = {p: float(np.sum(cols[f"t_{p}"], dtype=np.float64)) for p in PHASES}
-        for p in PHASES:
-            row[f"{p}_s"] = totals[p]
-        for p in PHASES:
-            row[f"{p}_fraction"] = _ratio(totals[p], wall)
-        busy = sum(totals[p] for p in BUSY_PHASES)
-        row["busy_s"] = busy
-        row["busy_s_per_step"] = _ratio(busy, steps)
-        row["wait_share"] = _ratio(totals["wait"], wall)
-        row["idle_share"] = 1.0 - _ratio(busy, wall)
-        durations = step_durations(cols)
-        row["step_s_median"] = float(np.median(durations)) if steps else NAN
-        row["step_s_max"] = float(np.max(durations)) if steps else NAN
+        for key, values in columns.items():
+            row[key] = values[i]
         rows.append(row)
     return rows
+
+
+def _nan_if_inf(values: np.ndarray) -> np.ndarray:
+    """NaN where not finite (a ratio with a zero or non-finite operand, as :func:`_ratio`)."""
+    return np.where(np.isfinite(values), values, NAN)
+
+
+def rank_vectors(run: Run, order: Sequence[int]) -> dict[str, np.ndarray]:
+    """Per-rank figures of ``order``'s ranks as arrays (one entry per rank).
+
+    ``steps``, ``samples`` (totals), one entry per phase (total seconds),
+    ``step_s_median`` / ``step_s_max`` (of :func:`step_durations`; NaN for a
+    rank without rows). When every rank has the same number of rows (a
+    lock-step run) the columns are stacked into one ranks x steps array and
+    reduced along the rows: a 16,384-rank file costs a few vectorised
+    operations instead of tens of NumPy calls per rank.
+    """
+    cols = [run.ranks[r] for r in order]
+    lengths = np.array([np.asarray(c["step"]).size for c in cols], dtype=np.int64)
+    out: dict[str, np.ndarray] = {"steps": lengths}
+    if cols and lengths.min() == lengths.max() and lengths[0] > 0:
+        stack = {p: np.array([c[f"t_{p}"] for c in cols], dtype=np.float64) for p in PHASES}
+        out["samples"] = np.array([c["samples"] for c in cols]).sum(axis=1).astype(np.int64)
+        for p in PHASES:
+            out[p] = stack[p].sum(axis=1)
+        durations = np.sum([stack[p] for p in PHASES], axis=0)
+        out["step_s_median"] = np.median(durations, axis=1)
+        out["step_s_max"] = durations.max(axis=1)
+        return out
+    out["samples"] = np.array([int(np.sum(c["samples"])) for c in cols], dtype=np.int64)
+    for p in PHASES:
+        out[p] = np.array([float(np.sum(c[f"t_{p}"], dtype=np.float64)) for c in cols])
+    durations = [step_durations(c) for c in cols]
+    out["step_s_median"] = np.array([float(np.median(d)) if d.size else NAN for d in durations])
+    out["step_s_max"] = np.array([float(np.max(d)) if d.size else NAN for d in durations])
+    return out
 
 
 # ---------------------------------------------------------------- per run
@@ -528,10 +572,12 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
         oversubscribed=ctx["oversubscribed"],
         simulated=ctx["simulated"],
         loaded=ctx["loaded"],
+        foreign_cpu_share=NAN if ctx["foreign_cpu_share"] is None else ctx["foreign_cpu_share"],
     )
     row["_config"] = run.config  # dropped by the formatters (keys starting with "_")
     row["_attrs"] = {k: run.attrs.get(k) for k in (*SERIES_ROOT_KEYS, "hostnames",
-                                                   "t_begin_unix", "t_end_unix")}
+                                                   "t_begin_unix", "t_end_unix",
+                                                   *STRATEGY_FLAGS_ATTRS)}
     row["_context"] = ctx
     return {k: row[k] for k in (*REPORT_KEYS, PATH_KEY, *NEW_KEYS, "_config", "_attrs",
                                 "_context")}
@@ -597,7 +643,8 @@ def series_identity(row: dict[str, Any], extra: Sequence[str] = ()) -> tuple:
 
     The root attributes :data:`SERIES_ROOT_KEYS` (algorithm, model, dataset,
     MPI library, backend, simulated), every ``config`` flag except
-    :data:`NON_IDENTITY_FLAGS` (so dtype, slowdowns and their mode, the
+    :data:`NON_IDENTITY_FLAGS` and another strategy's options
+    (:func:`other_strategy_flags`; so dtype, slowdowns and their mode, the
     strategy's own flags such as ``comm`` or ``overlap``), the recorded scaling
     mode, and the batch and sample budget as that mode defines them:
 
@@ -623,10 +670,38 @@ def series_identity(row: dict[str, Any], extra: Sequence[str] = ()) -> tuple:
         budget_key = ("budget", f"{epochs:g} epochs" if _finite(epochs) else f"{epochs} epochs")
     key = [("scaling_mode", mode), batch_key, budget_key]
     key += [(k, _hashable(attrs.get(k, row.get(k)))) for k in SERIES_ROOT_KEYS]
+    others = other_strategy_flags(attrs)
     key += [(k, _hashable(v)) for k, v in sorted(config.items())
-            if k not in NON_IDENTITY_FLAGS and not k.startswith("_")]
+            if k not in NON_IDENTITY_FLAGS and not k.startswith("_") and k not in others]
     key += [(f"by:{k}", _hashable(group_value(row, k))) for k in extra]
     return tuple(key)
+
+
+def _name_list(value: Any) -> set[str] | None:
+    """A recorded JSON list of names (or an already decoded list); None if absent or bad."""
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return set(value)
+    return None
+
+
+def other_strategy_flags(attrs: dict[str, Any]) -> frozenset[str]:
+    """``config`` keys that are options of a strategy other than the run's own.
+
+    From the root attributes ``option_flags`` (every registered strategy's
+    options) less ``strategy_flags`` (the run's strategy's), both recorded by
+    the training driver: a run's config carries every strategy's defaults,
+    and a change in another strategy's default must not split a series.
+    Empty for files without them (every flag then counts, as before).
+    """
+    own, every = (_name_list(attrs.get(k)) for k in STRATEGY_FLAGS_ATTRS)
+    return frozenset() if own is None or every is None else frozenset(every - own)
 
 
 def _close(a: float, b: float, slack: float = 0.0) -> bool:

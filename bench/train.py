@@ -11,6 +11,7 @@ training communication (one line, exit 2); any later exception aborts the job.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -32,10 +33,10 @@ from mpi4py import MPI
 from syncbench.algorithms.base import Algorithm, Budget
 from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware
-from syncbench.algorithms.registry import get_algorithm
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis import fairness
-from syncbench.analysis.context import host_info, load_average
+from syncbench.analysis.context import cpu_sample, foreign_cpu, host_info, load_average
 from syncbench.analysis.summary import divergence, summarize
 from syncbench.bench.checkpoint import (
     commit_checkpoint,
@@ -235,6 +236,7 @@ class Run:
                 break
         self.algorithm.finish()
         ctx.train_end = ctx.now()
+        self.cpu_end = cpu_sample(self.local_rank == 0)
         ctx.seen = self.final_samples()
         for hook in hooks:
             hook.on_end(ctx)
@@ -245,6 +247,7 @@ class Run:
         wall = self.world.allreduce(ctx.train_end - loop.eval_seconds, op=MPI.MAX)
         self.root["t_end_unix"] = time.time()
         self.root["load_end"] = _load()
+        self.root.update(self.foreign_cpu_attrs())
         return self.write(self.recorder, wall)
 
     def open_records(self) -> LoopState:
@@ -287,7 +290,9 @@ class Run:
         names = [h for h, _, _ in hosts]
         self.root = self.root_attrs(names, [d for _, d, _ in hosts])
         self.root["cuda_aware"] = all(aware for _, _, aware in hosts)
-        self.root.update(machine_attrs(names, self.world.allgather(host_info()),
+        info = host_info()
+        self.host_cores = info.get("host_cores")
+        self.root.update(machine_attrs(names, self.world.allgather(info),
                                        getattr(config, "scaling_mode", None)))
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
@@ -303,10 +308,22 @@ class Run:
         t0 = self.clock_origin() - loop.elapsed
         # the run's interval, set-up included (it loads the CPU too): overlap detection
         self.root["t_begin_unix"] = self.t_begin_unix
-        self.root["load_begin"] = _load()  # contamination from outside the run set
+        self.root["load_begin"] = _load()  # information; "loaded" is foreign_cpu_share's
+        self.cpu_begin = cpu_sample(self.local_rank == 0)  # each host's first rank reads it
         if isinstance(self.algorithm.slowdown, Slowdown):
             self.algorithm.slowdown.start(loop.elapsed)  # --slowdown-schedule times from here
         return t0
+
+    def foreign_cpu_attrs(self) -> dict[str, float]:
+        """``foreign_cpu_s`` / ``foreign_cpu_share`` of the run (collective; rank 0's are real).
+
+        Every rank's CPU samples at the start barrier and the end of training
+        are gathered to rank 0 (:func:`~syncbench.analysis.context.foreign_cpu`).
+        """
+        record = {"host": socket.gethostname(), "cores": self.host_cores,
+                  "begin": self.cpu_begin, "end": self.cpu_end}
+        records = self.world.gather(record, root=0)
+        return foreign_cpu(records) if self.rank == 0 else {}
 
     def take_step(self, ctx: StepContext) -> None:
         """One step: data, ``algorithm.step``, the row; sets the context's step fields."""
@@ -511,6 +528,7 @@ class Run:
             "hostnames": sorted(set(hostnames)),
             "buckets": int(getattr(self.algorithm, "buckets", 0)),
             "warmup_steps": int(self.algorithm.warmup_steps),
+            **strategy_flag_attrs(config.algorithm),
         }
 
 
@@ -518,6 +536,23 @@ def _load() -> float:
     """The host's 1-minute load average (NaN where unavailable)."""
     value = load_average()
     return float("nan") if value is None else value
+
+
+def strategy_flag_attrs(algorithm: str) -> dict[str, str]:
+    """``strategy_flags`` / ``option_flags``: JSON lists of ``config`` keys that are options.
+
+    The run's own strategy's ``Options`` fields, and every registered
+    strategy's, so that analysis (which imports no strategy) can tell the
+    shared train flags and the run's own options from another strategy's.
+    """
+    def names(cls: type) -> list[str]:
+        options = cls.Options
+        return [f.name for f in dataclasses.fields(options)] \
+            if dataclasses.is_dataclass(options) else []
+
+    every = sorted({n for cls in ALGORITHMS.values() for n in names(cls)})
+    return {"strategy_flags": json.dumps(sorted(names(get_algorithm(algorithm)))),
+            "option_flags": json.dumps(every)}
 
 
 def realised_into(attrs: dict[int, dict[str, Any]], rows: dict[int, dict[str, Any]],

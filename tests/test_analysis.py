@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -160,6 +161,29 @@ def test_mixed_work_and_baseline_is_smallest_n(tmp_path):
     for row in rows:  # a mixed series gets no speedup
         assert all(math.isnan(row[k]) for k in ("speedup", "efficiency", "speedup_wall",
                                                 "efficiency_wall"))
+
+
+def test_another_strategys_flag_does_not_split_a_series(tmp_path):
+    flags = {"strategy_flags": json.dumps(["bucket_mb", "comm"]),
+             "option_flags": json.dumps(["bucket_mb", "comm", "period", "worker_momentum"])}
+
+    def run(name, n, momentum, root, bucket_mb=25):
+        return write_file(tmp_path / name, algorithm="ssgd", world_size=n, wall=4.0 / n,
+                          steps_per_rank=32 // n, root=root,
+                          config={"worker_momentum": momentum, "bucket_mb": bucket_mb})
+
+    # ASGD's worker_momentum default changed between the two SSGD runs
+    paths = [run("a1.h5", 1, 0.0, flags), run("a2.h5", 2, 0.9, flags)]
+    rows = _rows(paths)
+    assert rows[0]["series"] == rows[1]["series"]
+    assert rows[1]["speedup"] == pytest.approx(2.0)
+    # the run's own options still split it
+    own = run("b2.h5", 2, 0.9, flags, bucket_mb=1)
+    assert len({r["series"] for r in _rows([*paths, own])}) == 2
+    # older files (no recorded option names): every flag counts, as before
+    old = [run("o1.h5", 1, 0.0, None), run("o2.h5", 2, 0.9, None)]
+    rows = _rows(old)
+    assert rows[0]["series"] != rows[1]["series"]
 
 
 def test_series_split_by_a_config_flag(tmp_path):
@@ -871,22 +895,61 @@ def test_host_cores_count_the_host_not_the_process_mask(tmp_path, monkeypatch):
     assert info["host_cores"] == 2 and info["host_cpus"] == 4
 
 
-def test_loaded_flag_from_the_recorded_load_average():
-    from syncbench.analysis.context import format_context, loaded, machine_context
+def test_loaded_flag_from_the_foreign_cpu_share():
+    from syncbench.analysis.context import LOADED_SHARE, format_context, loaded, machine_context
 
     attrs = {"host_cores": 2, "world_size": 2, "hostnames": ["h"]}
     assert loaded(attrs) is None  # older files: no flag
-    assert machine_context({**attrs, "load_begin": 0.4, "load_end": 1.9})["loaded"] is False
-    ctx = machine_context({**attrs, "load_begin": 3.5, "load_end": 1.0})
-    assert ctx["loaded"] is True and "LOADED" in format_context(ctx)
+    # older files with only the load average: no flag (the lagging rule is gone)
+    assert loaded({**attrs, "load_begin": 3.5, "load_end": 4.0}) is None
+    assert loaded({**attrs, "foreign_cpu_share": float("nan")}) is None  # no /proc/stat
+    quiet = {**attrs, "load_begin": 3.5, "foreign_cpu_share": 0.03}
+    assert machine_context(quiet)["loaded"] is False
+    assert loaded({**attrs, "foreign_cpu_share": LOADED_SHARE + 0.01}) is True
+    ctx = machine_context({**attrs, "load_begin": 0.5, "foreign_cpu_share": 0.45})
+    assert ctx["loaded"] is True
+    assert "other processes used 45% of the cores during the run" in format_context(ctx)
+
+
+def test_foreign_cpu_is_host_busy_time_less_the_ranks_own():
+    from syncbench.analysis.context import foreign_cpu
+
+    def rec(host, own, busy=None, t=(0.0, 10.0), cores=2):
+        return {"host": host, "cores": cores,
+                "begin": {"own_s": 1.0, "host_s": None if busy is None else 100.0, "t": t[0]},
+                "end": {"own_s": 1.0 + own, "host_s": None if busy is None else 100.0 + busy,
+                        "t": t[1]}}
+
+    # host a: 18 busy s, ranks used 8 + 6 -> 4 foreign; host b: 5 busy, 5 own -> 0
+    out = foreign_cpu([rec("a", 8.0, busy=18.0), rec("a", 6.0),
+                       rec("b", 5.0, busy=5.0, cores=4)])
+    assert out["foreign_cpu_s"] == pytest.approx(4.0)
+    assert out["foreign_cpu_share"] == pytest.approx(4.0 / (10 * 2 + 10 * 4))
+    # clock-tick rounding below the ranks' own time is no negative foreign time
+    assert foreign_cpu([rec("a", 8.0, busy=7.9)])["foreign_cpu_s"] == 0.0
+    # a host without a /proc/stat reading: NaN, hence no flag
+    assert math.isnan(foreign_cpu([rec("a", 8.0)])["foreign_cpu_share"])
+
+
+def test_host_busy_cpu_time_reads_proc_stat(tmp_path):
+    from syncbench.analysis.context import host_busy_cpu_s
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 20 30 5000 40 5 6 7 50 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert host_busy_cpu_s(str(stat)) == pytest.approx((100 + 20 + 30 + 5 + 6 + 7) / ticks)
+    assert host_busy_cpu_s(str(tmp_path / "missing")) is None
 
 
 def test_report_notes_a_loaded_run(tmp_path, capsys):
     ctx = {"host_cores": 2, "host_cpus": 2, "hostnames": ["h"], "ranks_per_host": 2}
     busy = write_file(tmp_path / "busy.h5", algorithm="ssgd", world_size=2, wall=2.0,
-                      steps_per_rank=4, root={**ctx, "load_begin": 5.0, "load_end": 4.0})
+                      steps_per_rank=4, root={**ctx, "load_begin": 0.5, "load_end": 0.5,
+                                              "foreign_cpu_s": 2.0, "foreign_cpu_share": 0.5})
     quiet = write_file(tmp_path / "quiet.h5", algorithm="ssgd", world_size=2, wall=2.0,
-                       steps_per_rank=4, root={**ctx, "load_begin": 1.0, "load_end": 1.5})
+                       steps_per_rank=4, root={**ctx, "load_begin": 5.0, "load_end": 4.0,
+                                               "foreign_cpu_s": 0.1, "foreign_cpu_share": 0.02})
     rows = _rows([busy, quiet])
     assert [r["loaded"] for r in rows] == [True, False]
     rc, out, err = _report(busy, quiet, capsys=capsys)
@@ -894,4 +957,5 @@ def test_report_notes_a_loaded_run(tmp_path, capsys):
     busy_line = next(ln for ln in out.splitlines() if "busy.h5" in ln)
     quiet_line = next(ln for ln in out.splitlines() if "quiet.h5" in ln)
     assert "loaded" in busy_line and "loaded" not in quiet_line
+    assert "other processes used 50% of the cores during the run" in out
     assert "some runs loaded" in out

@@ -444,7 +444,7 @@ def test_comparison_table_shows_sync_share_eval_interval_and_the_lr_caveat():
     cells[1]["best_lr"] = True
     for c in cells:
         c["sync_fraction"], c["eval_interval_s"] = stats(0.25), stats(0.5)
-    cells[0]["loaded"] = 2
+    cells[0]["loaded"], cells[0]["foreign_cpu_share"] = 2, 0.4
     lines = comparison_table("s", "t", cells, "od@lr=0.01", 0.8, "time_to_target", [{}])
     header = lines[2]
     assert header.index("sync share") < header.index("time to 0.8 [s]") \
@@ -453,4 +453,5 @@ def test_comparison_table_shows_sync_share_eval_interval_and_the_lr_caveat():
     assert "0.25" in row and "0.50" in row
     text = "\n".join(lines)
     assert "chosen on the same repeats it is reported on" in text
-    assert "od@lr=0.01: 2 run(s) loaded" in text
+    assert "od@lr=0.01: 2 run(s) loaded: other processes used 40% of the cores during the run" \
+        in text

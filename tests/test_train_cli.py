@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -150,3 +153,36 @@ def test_asgd_records_an_accuracy_curve_from_pulled_snapshots(tmp_path):
     assert ev["t"][-1] <= run.summary["wall_s"] + 1e-9  # evaluation is off the clock
     # asynchronous, so not deterministic: at lr 0.02 runs end at 0.86-0.92 (chance: 0.1)
     assert ev["accuracy"][-1] > 0.6 and ev["accuracy"].max() >= ev["accuracy"][0] + 0.1
+
+
+def _timed_run(out: Path):
+    """A 2-rank run long enough (a few seconds) for CPU accounting to be meaningful."""
+    proc = run_mpi(2, "train", "--dataset", "synthetic", "--synthetic-samples", "8192",
+                   "--batch-size", "32", "--epochs", "8", "--eval-every", "2",
+                   "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_run(out)
+
+
+def test_a_concurrent_cpu_hog_flags_the_run_as_loaded(tmp_path):
+    from syncbench.analysis.context import LOADED_SHARE, loaded
+
+    quiet = _timed_run(tmp_path / "quiet.h5")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 2)]  # every core busy for the whole run
+    try:
+        time.sleep(0.5)
+        busy = _timed_run(tmp_path / "busy.h5")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    for run in (quiet, busy):
+        for name in schema.CPU_ATTRS + schema.LOAD_ATTRS:
+            assert name in run.attrs, name
+        assert run.attrs["foreign_cpu_s"] >= 0.0
+    share = busy.attrs["foreign_cpu_share"]
+    assert share > LOADED_SHARE and loaded(busy) is True, share
+    # the machine is shared, so no absolute quietness: only less than with the hogs
+    assert quiet.attrs["foreign_cpu_share"] < share
+    assert busy.attrs["foreign_cpu_s"] > quiet.attrs["foreign_cpu_s"]

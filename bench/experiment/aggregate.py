@@ -114,6 +114,11 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                 "reached": sum(math.isfinite(_ttt(r)) for r in runs),
                 "overlapped": sum(bool(r.get("overlapped")) for r in runs),
                 "loaded": sum(bool(r.get("loaded")) for r in runs),
+                # the most other processes took of the cores in a loaded run (NaN: unknown)
+                "foreign_cpu_share": max(
+                    (float(r["foreign_cpu_share"]) for r in runs if r.get("loaded")
+                     and math.isfinite(float(r.get("foreign_cpu_share") or math.nan))),
+                    default=math.nan),
                 "time_to_target_s": spread((_ttt(r) for r in runs), keep_inf=True),
             }
             for key in STAT_KEYS:

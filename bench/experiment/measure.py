@@ -29,6 +29,7 @@ RUN_KEYS: tuple[str, ...] = (
     "samples_per_s", "wall_s", "final_accuracy", "time_to_target_s", "diverged",
     "realised_factor", "interference_ratio", "hidden_comm_fraction", "buckets",
     "oversubscribed", "overlapped", "sync_fraction", "eval_interval_s", "loaded",
+    "foreign_cpu_share",
 )
 
 
@@ -55,5 +56,6 @@ def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
             "sync_fraction": float(row.get("sync_fraction", math.nan)),
             "eval_interval_s": float(row.get("eval_interval_s", math.nan)),
             "loaded": row.get("loaded"),
+            "foreign_cpu_share": float(row.get("foreign_cpu_share", math.nan)),
         })
     return out

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from syncbench.analysis.context import format_contexts, merge_contexts
+from syncbench.analysis.context import format_contexts, loaded_text, merge_contexts
 
 from .aggregate import FACTOR_TOLERANCE, INTERFERENCE_TOLERANCE
 
@@ -105,9 +105,12 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
             notes.append(f"  ! {c['label']}: {c['overlapped']} run(s) overlapped another run "
                          "on the same host: timings not comparable, no baseline")
         if c.get("loaded"):
-            notes.append(f"  ! {c['label']}: {c['loaded']} run(s) loaded: the host's 1-minute "
-                         "load at the start or end exceeded its cores (something outside "
-                         "the run set competed for the CPUs)")
+            share = c.get("foreign_cpu_share", math.nan)
+            used = (loaded_text(share) if isinstance(share, float) and math.isfinite(share)
+                    else "other processes used the cores during the run")
+            notes.append(f"  ! {c['label']}: {c['loaded']} run(s) loaded: {used}"
+                         f"{' (the most of them)' if c['loaded'] > 1 else ''} (something "
+                         "outside the run set competed for the CPUs)")
         lines.append(_row(label, width, values + [runs]))
     posts = [f"{c['label']} {fmt_value(c['buckets']['median'], 0)}" for c in cells
              if c.get("buckets", {}).get("median")]
