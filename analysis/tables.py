@@ -296,20 +296,15 @@ def steady_step_times(run: Run) -> tuple[float, float, int]:
     ranks that take more steps weigh more: T is the rank-time per step, the
     inverse of throughput per rank. NaN, NaN, 0 when no row is left.
     """
-    warmup = warmup_steps(run)
-    total = sync = 0.0
-    rows = 0
-    for cols in run.ranks.values():
-        keep = steady_rows(cols, warmup)
-        n = int(np.count_nonzero(keep))
-        if not n:
-            continue
-        rows += n
-        total += float(np.sum(step_durations(cols)[keep]))
-        sync += float(np.sum(np.asarray(cols["t_comm"], np.float64)[keep])
-                      + np.sum(np.asarray(cols["t_wait"], np.float64)[keep]))
+    if not run.ranks:
+        return NAN, NAN, 0
+    keep = _concat(run, "step") >= warmup_steps(run)  # every rank's rows at once
+    rows = int(np.count_nonzero(keep))
     if not rows:
         return NAN, NAN, 0
+    phases = {p: _concat(run, f"t_{p}")[keep] for p in PHASES}
+    total = float(np.sum(np.sum([phases[p] for p in PHASES], axis=0)))
+    sync = float(np.sum(phases["comm"]) + np.sum(phases["wait"]))
     return total / rows, sync / rows, rows
 
 
@@ -489,14 +484,22 @@ def _straggler_metrics(ranks: list[dict[str, Any]], run: Run) -> dict[str, Any]:
 
 
 def _comm_metrics(run: Run) -> dict[str, Any]:
-    per_round = []
-    rounds = []
-    for cols in run.ranks.values():
-        n = rounds_of(cols)
-        exposed = float(np.sum(cols["t_comm"], dtype=np.float64)
-                        + np.sum(cols["t_wait"], dtype=np.float64))
-        rounds.append(n)
-        per_round.append(_ratio(exposed, n))
+    cols = list(run.ranks.values())
+    lengths = np.array([np.asarray(c["step"]).size for c in cols], dtype=np.int64)
+    if cols and lengths.min() > 0 and not np.any(_concat(run, "local_steps") > 0):
+        # lock-step (no rank ran local steps): one round per row, sums by segment
+        rounds = lengths.tolist()
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        exposed = (np.add.reduceat(_concat(run, "t_comm"), starts)
+                   + np.add.reduceat(_concat(run, "t_wait"), starts))
+        per_round = (exposed / lengths).tolist()
+    else:
+        rounds, per_round = [], []
+        for c in cols:
+            n = rounds_of(c)
+            rounds.append(n)
+            per_round.append(_ratio(float(np.sum(c["t_comm"], dtype=np.float64)
+                                          + np.sum(c["t_wait"], dtype=np.float64)), n))
     finite = [v for v in per_round if math.isfinite(v)]
     return {
         "rounds": float(np.mean(rounds)) if rounds else NAN,
