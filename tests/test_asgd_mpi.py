@@ -381,8 +381,11 @@ def test_three_worker_run_resumes_into_the_same_accuracy_band(tmp_path):
     full = run_mpi(3, "train", *flags, "--out", str(tmp_path / "full.h5"), timeout=120)
     assert full.returncode == 0, full.stderr
     out = tmp_path / "crash.h5"
-    crash = run_mpi(3, "train", *flags, "--out", str(out), "--checkpoint-every", "20",
-                    "--inject-fault", "2:60", timeout=120)
+    # a pause every 10 * 3 = 30 pushes, the fault at rank 2's 41st step: after the first
+    # pause whatever the ranks' speeds (rank 2 has at most 30 steps there), and reached
+    # even when rank 2 is the slowest (55-60 of the 256 steps under Open MPI, 2 cores)
+    crash = run_mpi(3, "train", *flags, "--out", str(out), "--checkpoint-every", "10",
+                    "--inject-fault", "2:40", timeout=120)
     assert crash.returncode != 0
     resumed = run_mpi(3, "train", *flags, "--out", str(out), "--resume", timeout=120)
     assert resumed.returncode == 0, resumed.stderr
