@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -102,6 +103,22 @@ def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
 ERROR_EXIT_GRACE_S = 1.0
 
 
+def _exit_2_on_sigterm(signum: int, frame: object) -> None:
+    os._exit(2)
+
+
+def exit_after_grace() -> NoReturn:
+    """Exit 2 after :data:`ERROR_EXIT_GRACE_S` (a rank that does not print the error).
+
+    A launcher that ends the job at the first non-zero exit (``srun``, Open MPI's)
+    may terminate this rank during its grace: SIGTERM then exits 2 at once, so every
+    rank's status, and the job's, stays 2 (not 143).
+    """
+    signal.signal(signal.SIGTERM, _exit_2_on_sigterm)
+    time.sleep(ERROR_EXIT_GRACE_S)
+    raise SystemExit(2)
+
+
 def error_line(prog: str, message: str) -> str:
     """``PROG: error: MESSAGE (see 'PROG --help')``, the message folded onto one line."""
     text = " ".join(message.split())
@@ -117,10 +134,9 @@ def fail(prog: str, message: str) -> NoReturn:
     other ranks exit ``ERROR_EXIT_GRACE_S`` later, so that rank 0 has printed before a
     launcher that kills the job at the first non-zero exit (Open MPI's) ends it.
     """
-    if launcher_rank() == 0:
-        print(error_line(prog, message), file=sys.stderr, flush=True)
-    else:
-        time.sleep(ERROR_EXIT_GRACE_S)
+    if launcher_rank() != 0:
+        exit_after_grace()
+    print(error_line(prog, message), file=sys.stderr, flush=True)
     raise SystemExit(2)
 
 

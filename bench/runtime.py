@@ -60,7 +60,7 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
     errors = comm.allgather(error)
     failed = [(rank, msg) for rank, msg in enumerate(errors) if msg]
     if failed:
-        from syncbench.bench.cli import ERROR_EXIT_GRACE_S, error_line  # noqa: PLC0415
+        from syncbench.bench.cli import error_line, exit_after_grace  # noqa: PLC0415
 
         sys.stdout.flush()
         if comm.Get_rank() == 0:
@@ -68,7 +68,7 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
             where = "" if len(failed) == comm.Get_size() else f"rank {rank}: "
             print(error_line(f"syncbench {command}", where + msg), file=sys.stderr, flush=True)
         else:
-            time.sleep(ERROR_EXIT_GRACE_S)
+            exit_after_grace()
         raise SystemExit(2)
     return result  # type: ignore[return-value]
 
