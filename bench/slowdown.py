@@ -64,8 +64,8 @@ REFERENCE_WINDOW = 31
 PROGRESS_INTERVAL_S = 2e-4
 
 
-def _factor(text: str, flag: str, spec: str) -> float:
-    """One slowdown factor (a finite number >= 1)."""
+def parse_factor(text: str, flag: str, spec: str) -> float:
+    """One slowdown factor (a finite number >= 1); ``flag`` and ``spec`` name it in errors."""
     try:
         value = float(text)
     except ValueError:
@@ -84,7 +84,7 @@ def parse_slowdown(spec: str | None, world_size: int) -> list[float]:
         raise ValueError(
             f"--slowdown {spec!r} has {len(parts)} factors but the job has {world_size} ranks"
         )
-    return [_factor(p, "--slowdown", spec) for p in parts]
+    return [parse_factor(p, "--slowdown", spec) for p in parts]
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def _assignment(text: str, spec: str, world_size: int) -> tuple[int, float]:
         raise ValueError(
             f"--slowdown-schedule {spec!r}: rank {rank} out of range 0..{world_size - 1}"
         )
-    return rank, _factor(factor_text, "--slowdown-schedule", spec)
+    return rank, parse_factor(factor_text, "--slowdown-schedule", spec)
 
 
 def parse_slowdown_schedule(spec: str | None, world_size: int) -> list[SlowdownChange]:

@@ -35,12 +35,13 @@ rank count; an explicit list must have ``np`` factors. Every problem is a
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from syncbench.bench.slowdown import parse_factor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -196,13 +197,11 @@ def resolve_slowdown(spec: str, np_: int) -> tuple[float, ...]:
 
 
 def _factor(text: str, spec: str) -> float:
+    """One factor of a scenario's slowdown, by train's own rule (:func:`parse_factor`)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise ScenarioError(f"slowdown {spec!r}: {text.strip()!r} is not a number") from None
-    if not (math.isfinite(value) and value >= 1.0):
-        raise ScenarioError(f"slowdown {spec!r}: every factor must be >= 1")
-    return value
+        return parse_factor(text, "slowdown", spec)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def flags_to_args(table: Any, where: str) -> tuple[str, ...]:
