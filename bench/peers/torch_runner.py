@@ -99,7 +99,7 @@ def rank_and_size(environ: dict[str, str] | None = None) -> tuple[int, int]:
 
 
 def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -> Any:
-    """``mlp`` or ``lenet`` as a ``torch.nn.Sequential`` (the layers of kernels/models.py)."""
+    """``mlp`` or ``lenet`` as a ``torch.nn.Sequential`` (the layers of kernels/zoo.py)."""
     from torch import nn  # noqa: PLC0415
 
     channels, height, width = input_shape
