@@ -326,18 +326,17 @@ def _physical_cores(root: Path | None = None) -> int | None:
 
 
 def host_info() -> dict[str, Any]:
-    """This host: ``host_cores`` (physical cores), ``host_cpus`` (logical CPUs), ``load``.
+    """This host: ``host_cores`` (physical cores) and ``host_cpus`` (logical CPUs).
 
     The cores and CPUs are the host's (every online CPU), not this process's
     affinity mask, so that every rank of a host reports the same counts
     whatever binding the launcher chose; ``host_cores`` is None where the
     topology is not readable, and then :func:`machine_context` reports it as
-    unknown. ``load`` is the 1-minute load average (``os.getloadavg``; None
-    where unavailable).
+    unknown. The load average is :func:`load_average`'s, read where it is needed.
     """
     online = _online_cpus()
     cpus = len(online) if online else os.cpu_count()
-    return {"host_cores": _physical_cores(), "host_cpus": cpus, "load": load_average()}
+    return {"host_cores": _physical_cores(), "host_cpus": cpus}
 
 
 def load_average() -> float | None:

@@ -286,13 +286,14 @@ class Run:
     def describe_run(self) -> None:
         """Root attributes (every rank's host and device) and the parts folder's metadata."""
         config = self.config
-        hosts = self.world.allgather((socket.gethostname(), self.backend.device, self.cuda_aware))
-        names = [h for h, _, _ in hosts]
-        self.root = self.root_attrs(names, [d for _, d, _ in hosts])
-        self.root["cuda_aware"] = all(aware for _, _, aware in hosts)
-        info = host_info()
-        self.host_cores = info.get("host_cores")
-        self.root.update(machine_attrs(names, self.world.allgather(info),
+        hosts = self.world.allgather((socket.gethostname(), self.backend.device,
+                                      self.cuda_aware, host_info()))
+        self.host_names = [h for h, _, _, _ in hosts]  # per rank, for foreign_cpu_attrs
+        infos = [info for _, _, _, info in hosts]
+        self.host_cores_by_rank = [info.get("host_cores") for info in infos]
+        self.root = self.root_attrs(self.host_names, [d for _, d, _, _ in hosts])
+        self.root["cuda_aware"] = all(aware for _, _, aware, _ in hosts)
+        self.root.update(machine_attrs(self.host_names, infos,
                                        getattr(config, "scaling_mode", None)))
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
@@ -318,12 +319,16 @@ class Run:
         """``foreign_cpu_s`` / ``foreign_cpu_share`` of the run (collective; rank 0's are real).
 
         Every rank's CPU samples at the start barrier and the end of training
-        are gathered to rank 0 (:func:`~syncbench.analysis.context.foreign_cpu`).
+        are gathered to rank 0 (:func:`~syncbench.analysis.context.foreign_cpu`),
+        which pairs them with the hosts and cores :meth:`describe_run` gathered.
         """
-        record = {"host": socket.gethostname(), "cores": self.host_cores,
-                  "begin": self.cpu_begin, "end": self.cpu_end}
-        records = self.world.gather(record, root=0)
-        return foreign_cpu(records) if self.rank == 0 else {}
+        samples = self.world.gather((self.cpu_begin, self.cpu_end), root=0)
+        if self.rank != 0:
+            return {}
+        records = [{"host": host, "cores": cores, "begin": begin, "end": end}
+                   for host, cores, (begin, end)
+                   in zip(self.host_names, self.host_cores_by_rank, samples)]
+        return foreign_cpu(records)
 
     def take_step(self, ctx: StepContext) -> None:
         """One step: data, ``algorithm.step``, the row; sets the context's step fields."""
