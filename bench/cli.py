@@ -125,7 +125,7 @@ def error_line(prog: str, message: str) -> str:
     return f"{prog}: error: {text} (see '{prog} --help')"
 
 
-def fail(prog: str, message: str) -> NoReturn:
+def fail(prog: str, message: str, rank: int | None = None) -> NoReturn:
     """End a bad command line: one line on stderr, from rank 0 only; status 2 on every rank.
 
     The command line is parsed before MPI starts (:func:`main`), so the printing rank
@@ -133,8 +133,9 @@ def fail(prog: str, message: str) -> NoReturn:
     rank parses the same argv, so every rank reaches the same error and exits. The
     other ranks exit ``ERROR_EXIT_GRACE_S`` later, so that rank 0 has printed before a
     launcher that kills the job at the first non-zero exit (Open MPI's) ends it.
+    ``rank`` overrides the launcher's rank (an agreed setup error passes MPI's).
     """
-    if launcher_rank() != 0:
+    if (launcher_rank() if rank is None else rank) != 0:
         exit_after_grace()
     print(error_line(prog, message), file=sys.stderr, flush=True)
     raise SystemExit(2)

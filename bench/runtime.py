@@ -45,8 +45,8 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
     ``setup`` should raise :class:`SetupError` (or ``ValueError``/``OSError``)
     with a one-line message for user errors. Rank 0 prints ``syncbench COMMAND:
     error: ... (see 'syncbench COMMAND --help')``, the line of a bad command line
-    (``cli.error_line``); the other ranks exit ``cli.ERROR_EXIT_GRACE_S`` later, so
-    a launcher that kills the job at the first non-zero exit cannot swallow it.
+    (``cli.fail`` with MPI's rank); the other ranks exit ``cli.ERROR_EXIT_GRACE_S``
+    later, so a launcher that kills the job at the first non-zero exit cannot swallow it.
     """
     result: T | None = None
     error = ""
@@ -60,16 +60,12 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
     errors = comm.allgather(error)
     failed = [(rank, msg) for rank, msg in enumerate(errors) if msg]
     if failed:
-        from syncbench.bench.cli import error_line, exit_after_grace  # noqa: PLC0415
+        from syncbench.bench.cli import fail  # noqa: PLC0415
 
         sys.stdout.flush()
-        if comm.Get_rank() == 0:
-            rank, msg = failed[0]
-            where = "" if len(failed) == comm.Get_size() else f"rank {rank}: "
-            print(error_line(f"syncbench {command}", where + msg), file=sys.stderr, flush=True)
-        else:
-            exit_after_grace()
-        raise SystemExit(2)
+        rank, msg = failed[0]
+        where = "" if len(failed) == comm.Get_size() else f"rank {rank}: "
+        fail(f"syncbench {command}", where + msg, rank=comm.Get_rank())
     return result  # type: ignore[return-value]
 
 
