@@ -19,11 +19,13 @@ import contextlib
 import importlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import IO, NoReturn
 
 
@@ -162,6 +164,17 @@ def package_version() -> str:
         return metadata.version("syncbench")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def git_sha() -> str:
+    """The commit of the source tree this package runs from (what run files record), else ``""``."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:

@@ -17,7 +17,6 @@ import math
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -48,6 +47,7 @@ from syncbench.bench.checkpoint import (
     save_state,
     write_meta,
 )
+from syncbench.bench.cli import git_sha, package_version
 from syncbench.bench.data import Dataset, DatasetError, load_dataset
 from syncbench.bench.hooks import (
     Checkpointer,
@@ -519,8 +519,8 @@ class Run:
             "world_size": self.size,
             "config": json.dumps(vars(config), sort_keys=True, default=str),
             "started_utc": self.started_utc,
-            "syncbench_version": _version(),
-            "git_sha": _git_sha(),
+            "syncbench_version": package_version(),
+            "git_sha": git_sha(),
             "mpi_library": MPI.Get_library_version().replace("\0", "").strip().splitlines()[0],
             "mpi4py_version": metadata.version("mpi4py"),
             "numpy_version": np.__version__,
@@ -597,28 +597,11 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
     }
 
 
-def _version() -> str:
-    try:
-        return metadata.version("syncbench")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def _optional_version(dist: str) -> str:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return ""
-
-
-def _git_sha() -> str:
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def main(args: argparse.Namespace) -> int:

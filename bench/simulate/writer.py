@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +23,7 @@ import h5py
 import numpy as np
 
 from syncbench.analysis import schema
-
-
-def _version() -> str:
-    try:
-        return metadata.version("syncbench")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _git_sha() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
+from syncbench.bench.cli import git_sha, package_version
 
 
 def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: dict[str, Any],
@@ -57,8 +40,8 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
         "world_size": world_size,
         "config": json.dumps(config, sort_keys=True, default=str),
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "syncbench_version": _version(),
-        "git_sha": _git_sha(),
+        "syncbench_version": package_version(),
+        "git_sha": git_sha(),
         "mpi_library": "",
         "numpy_version": np.__version__,
         "h5py_version": h5py.__version__,
