@@ -110,6 +110,23 @@ def _attr_value(value: Any) -> Any:
     return value
 
 
+def run_summary(
+    rank_rows: Mapping[int, Mapping[str, np.ndarray]],
+    eval_rows: Mapping[str, np.ndarray],
+    wall_s: float,
+    target_accuracy: float | None,
+    num_classes: int | None = None,
+) -> dict[str, Any]:
+    """The run's summary attributes (:func:`summarize`) and its ``diverged`` flag.
+
+    ``diverged`` is :func:`divergence`'s verdict; without ``num_classes`` only a
+    non-finite training loss counts. What :func:`write_run_file` writes and returns.
+    """
+    summary: dict[str, Any] = dict(summarize(rank_rows, eval_rows, wall_s, target_accuracy))
+    summary["diverged"] = divergence(rank_rows, eval_rows, num_classes) is not None
+    return summary
+
+
 def write_run_file(
     path: str | os.PathLike,
     root_attrs: Mapping[str, Any],
@@ -127,8 +144,7 @@ def write_run_file(
     without ``num_classes`` only a non-finite training loss counts).
     """
     path = Path(path)
-    summary: dict[str, Any] = dict(summarize(rank_rows, eval_rows, wall_s, target_accuracy))
-    summary["diverged"] = divergence(rank_rows, eval_rows, num_classes) is not None
+    summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with h5py.File(tmp, "w") as f:

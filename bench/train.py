@@ -36,7 +36,7 @@ from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis import fairness
 from syncbench.analysis.context import cpu_sample, foreign_cpu, host_info, load_average
-from syncbench.analysis.summary import divergence, summarize
+from syncbench.analysis.summary import divergence
 from syncbench.bench.checkpoint import (
     commit_checkpoint,
     flush_rows,
@@ -61,7 +61,7 @@ from syncbench.bench.hooks import (
     StrategyReport,
 )
 from syncbench.bench.options import validate_train_config
-from syncbench.bench.recorder import EvalRecorder, StepRecorder, write_run_file
+from syncbench.bench.recorder import EvalRecorder, StepRecorder, run_summary, write_run_file
 from syncbench.bench.runtime import (
     SetupError,
     abort_on_exception,
@@ -499,13 +499,14 @@ class Run:
         realised_into(attrs, rows, self.root)
         evals = self.evals.columns()
         classes = self.data.num_classes
-        self.divergence = divergence(rows, evals, classes)
         if config.out is None:
-            summary = summarize(rows, evals, wall_s, config.target_accuracy)
-            return {**summary, "diverged": self.divergence is not None}
-        summary = write_run_file(config.out, self.root, rows, attrs, evals,
-                                 wall_s, config.target_accuracy, num_classes=classes)
-        remove_parts(config.out)
+            summary = run_summary(rows, evals, wall_s, config.target_accuracy, classes)
+        else:
+            summary = write_run_file(config.out, self.root, rows, attrs, evals,
+                                     wall_s, config.target_accuracy, num_classes=classes)
+            remove_parts(config.out)
+        # the reason, for the warning line; only a diverged run has one
+        self.divergence = divergence(rows, evals, classes) if summary["diverged"] else None
         return summary
 
     def root_attrs(self, hostnames: list[str], devices: list[str]) -> dict[str, Any]:
