@@ -413,26 +413,26 @@ class Run:
             folder = Path(self.world.bcast(name, root=0))
         return Watchdog(folder, self.rank, self.size, self.config.timeout, self.timer)
 
-    def rank_attrs(self) -> dict[str, Any]:
+    def rank_attrs(self, rows: dict[str, np.ndarray]) -> dict[str, Any]:
+        """This rank's attributes; ``rows`` are its recorded rows (``recorder.columns()``)."""
         return {
             "hostname": socket.gethostname(),
             "device": self.backend.device,
             "slowdown": self.slowdowns[self.rank],
-            **self.slowdown_attrs(),
+            **self.slowdown_attrs(rows),
         }
 
-    def slowdown_attrs(self) -> dict[str, Any]:
+    def slowdown_attrs(self, rows: dict[str, np.ndarray]) -> dict[str, Any]:
         """``slowdown_mode``, ``slowdown_reference_s`` and ``slowdown_realised`` of this rank.
 
         The realised factor here is this rank's own mean (compute + delay) over
-        its mean compute (1.0 when it was never slowed), a partial-file
-        placeholder: the run file gets :func:`realised_into`'s value.
+        its mean compute (1.0 when it was never slowed), from its ``rows``, a
+        partial-file placeholder: the run file gets :func:`realised_into`'s value.
         """
         slowdown = self.algorithm.slowdown
         if not isinstance(slowdown, Slowdown):
             return {"slowdown_mode": "none", "slowdown_reference_s": float("nan"),
                     "slowdown_realised": 1.0}
-        rows = self.recorder.columns() if hasattr(self, "recorder") else {}
         compute = float(np.sum(rows.get("t_compute", 0.0)))
         delay = float(np.sum(rows.get("t_delay", 0.0)))
         return {"slowdown_mode": slowdown.mode,
@@ -442,7 +442,8 @@ class Run:
     def flush(self) -> None:
         """Rewrite this rank's rows checkpoint (rank 0 adds the evaluation rows)."""
         evals = self.evals.columns() if self.rank == 0 else None
-        flush_rows(self.parts, self.rank, self.recorder.columns(), self.rank_attrs(), evals)
+        rows = self.recorder.columns()
+        flush_rows(self.parts, self.rank, rows, self.rank_attrs(rows), evals)
 
     def checkpoint(self, loop: LoopState, elapsed: float, tag: int | None = None) -> None:
         """Save every rank's resumable state at this evaluation point (collective).
@@ -489,7 +490,8 @@ class Run:
     def write(self, recorder: StepRecorder, wall_s: float) -> dict[str, float] | None:
         """Gather every rank's rows to rank 0, which writes the run file atomically."""
         config = self.config
-        gathered = self.world.gather((recorder.columns(), self.rank_attrs()), root=0)
+        own = recorder.columns()
+        gathered = self.world.gather((own, self.rank_attrs(own)), root=0)
         if self.rank != 0:
             return None
         if self.watchdog is not None and self.parts is None:
