@@ -445,13 +445,13 @@ class Run:
         rows = self.recorder.columns()
         flush_rows(self.parts, self.rank, rows, self.rank_attrs(rows), evals)
 
-    def checkpoint(self, loop: LoopState, elapsed: float, tag: int | None = None) -> None:
+    def checkpoint(self, loop: LoopState, elapsed: float, tag: int) -> None:
         """Save every rank's resumable state at this evaluation point (collective).
 
-        ``tag`` names the checkpoint on every rank (default: the step, the same
-        on every rank of a lock-step algorithm; ASGD passes its pause point).
+        ``tag`` names the checkpoint and must be the same on every rank
+        (:class:`~syncbench.bench.hooks.Checkpointer` passes the global samples
+        seen over the batch size).
         """
-        tag = loop.step if tag is None else tag
         loop.elapsed = elapsed
         state = {
             "algorithm": self.algorithm.state(),
