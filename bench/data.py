@@ -57,9 +57,6 @@ __all__ = [
     "verify_md5",
 ]
 
-#: Dataset names (``--dataset``): the file datasets of :data:`CATALOG`, then ``synthetic``.
-DATASETS = ("fashion-mnist", "mnist", "cifar10", "synthetic")
-
 #: Where system packages install datasets (one folder per dataset name). Module-level
 #: so that tests can point it elsewhere.
 SYSTEM_DATA_ROOT = Path("/usr/share/datasets")
@@ -159,9 +156,8 @@ CATALOG: dict[str, DatasetSpec] = {spec.name: spec for spec in (
                 OFFICIAL_MD5["cifar10"], subdirs=(_CIFAR_SUBDIR,), aliases=("cifar-10",)),
 )}
 
-
-def _spec(name: str) -> DatasetSpec:
-    return CATALOG[name]
+#: Dataset names (``--dataset``): the file datasets of :data:`CATALOG`, then ``synthetic``.
+DATASETS = (*CATALOG, "synthetic")
 
 
 class DatasetError(Exception):
@@ -217,7 +213,7 @@ def _how_to_get(name: str) -> str:
     """One clause telling the user how to obtain dataset *name*."""
     fetch = f"`syncbench data fetch {name} --dest DIR` (needs internet)"
     point = f"pass --data-dir DIR or set ${DATA_ENV}"
-    package = _spec(name).package
+    package = CATALOG[name].package
     if package:
         return (f"install it with `apt-get install {package}`, "
                 f"or download it with {fetch} and {point}")
@@ -226,7 +222,7 @@ def _how_to_get(name: str) -> str:
 
 def _redownload_hint(name: str) -> str:
     """One clause telling the user how to replace a corrupt file of dataset *name*."""
-    package = _spec(name).package
+    package = CATALOG[name].package
     if package:
         return (f"reinstall it (`apt-get install --reinstall {package}`) or "
                 f"re-download it with `syncbench data fetch {name}`")
@@ -250,7 +246,7 @@ def _canonical_name(name: str) -> str:
 
 def _required(name: str) -> tuple[str, ...]:
     """Base names of the files dataset *name* needs."""
-    return _spec(name).files
+    return CATALOG[name].files
 
 
 def _find_file(directory: Path, base: str) -> Path | None:
@@ -277,13 +273,13 @@ def _candidate_dirs(name: str, data_dir: str | os.PathLike | None) -> list[Path]
     dirs: list[Path] = []
     for root in roots:
         dirs.append(root / name)
-        subdirs = _spec(name).subdirs
+        subdirs = CATALOG[name].subdirs
         dirs.extend(root / name / sub for sub in subdirs)
         dirs.extend(root / sub for sub in subdirs)
         dirs.append(root)
     system = Path(SYSTEM_DATA_ROOT) / name
     dirs.append(system)
-    dirs.extend(system / sub for sub in _spec(name).subdirs)
+    dirs.extend(system / sub for sub in CATALOG[name].subdirs)
     # Drop duplicates, keep order.
     seen: set[Path] = set()
     unique = []
@@ -500,11 +496,11 @@ def _load_idx_split(
             f"{labels_path}: holds {labels.shape[0]} labels but {images_path.name} holds "
             f"{images.shape[0]} images; {hint}"
         )
-    bad = np.flatnonzero(labels >= _spec(name).classes)
+    bad = np.flatnonzero(labels >= CATALOG[name].classes)
     if bad.size:
         raise DatasetError(
             f"{labels_path}: label {int(labels[bad[0]])} at index {int(bad[0])} is out of "
-            f"range 0..{_spec(name).classes - 1} ({bad.size} bad labels); {hint}"
+            f"range 0..{CATALOG[name].classes - 1} ({bad.size} bad labels); {hint}"
         )
     return _to_unit_float([images], (1, 28, 28)), labels.astype(np.int64)
 
@@ -552,7 +548,7 @@ def load_dataset(
         if path is None:  # removed between look-up and load
             raise DatasetError(f"{directory / base}: file not found; {_how_to_get(name)}")
         files[base] = path
-    if _spec(name).layout == "cifar":
+    if CATALOG[name].layout == "cifar":
         train_x, train_y = _load_cifar_split(name, [files[b] for b in _CIFAR_TRAIN])
         test_x, test_y = _load_cifar_split(name, [files[_CIFAR_TEST]])
     else:
@@ -566,7 +562,7 @@ def load_dataset(
         train_y=train_y,
         test_x=test_x,
         test_y=test_y,
-        num_classes=_spec(name).classes,
+        num_classes=CATALOG[name].classes,
         source=str(directory),
     )
 
@@ -832,7 +828,7 @@ def fetch_dataset(name: str, dest: str | os.PathLike) -> list[Path]:
     except OSError as e:
         raise DatasetError(f"{dest}: cannot create directory ({e.strerror or e})") from e
     print(f"fetching {name} into {dest}", file=sys.stderr)
-    spec = _spec(name)
+    spec = CATALOG[name]
     if spec.layout == "cifar":
         existing = [dest / f for f in spec.files]
         expected_size = _CIFAR_BATCH_RECORDS * _CIFAR_RECORD
