@@ -110,6 +110,33 @@ def fit_budget(taus: Sequence[int], remaining: int) -> list[int]:
     return [1 + s for s in shares]
 
 
+def tau_max_of(options: Any) -> int:
+    """tau_max: ``--max-period``, default 8 * ``--period``."""
+    return int(options.max_period or 8 * options.period)
+
+
+def base_period(options: Any, round_index: int) -> float:
+    """tau_0 of round ``round_index``: ``--period`` * (1 + ``--period-growth`` * round)."""
+    return float(options.period) * (1.0 + options.period_growth * round_index)
+
+
+def plan_round(taus: Sequence[int], total_steps: int, scheduled: int) -> list[int]:
+    """A round's schedule fitted to the global steps left after the ``scheduled`` ones."""
+    return fit_budget(taus, total_steps - scheduled)
+
+
+def next_schedule(options: Any, speeds: Sequence[float], round_index: int) -> list[int]:
+    """Round ``round_index``'s schedule from every rank's c_k (``--adaptive off``: uniform).
+
+    Pure: every rank (and the simulator) computes the same list from the same
+    reduced speeds.
+    """
+    tau0, tau_max = base_period(options, round_index), tau_max_of(options)
+    if options.adaptive == "off":
+        return uniform_schedule(len(speeds), tau0, tau_max)
+    return schedule(speeds, tau0, tau_max)
+
+
 class Oscars(Algorithm):
     name = "oscars"
     summary = ("Oscars: adaptive local steps per rank from a global view of speeds, "
@@ -156,7 +183,7 @@ class Oscars(Algorithm):
         super().__init__(*args, **kwargs)
         cfg, size, xp = self.options, self.comm.size, self.model.backend.xp
         self.tau0 = float(cfg.period)
-        self.tau_max = int(cfg.max_period or 8 * cfg.period)
+        self.tau_max = tau_max_of(cfg)
         self.total_steps = self.budget.total_samples // self.budget.batch_size
         self.w_start = self.model.params.copy()
         self.w_sync = self.model.params.copy() if cfg.overlap else None
@@ -178,19 +205,17 @@ class Oscars(Algorithm):
     # -- schedule ------------------------------------------------------------
     def base_period(self) -> float:
         """tau_0 of the current round, with ``--period-growth``."""
-        return self.tau0 * (1.0 + self.options.period_growth * self.round)
+        return base_period(self.options, self.round)
 
     def _plan_round(self, taus: list[int]) -> None:
         """Fix the current round's schedule (fitted to the budget) on this rank."""
-        self.taus = fit_budget(taus, self.total_steps - self.scheduled)
+        self.taus = plan_round(taus, self.total_steps, self.scheduled)
         self.scheduled += sum(self.taus)
         self.tau = self.taus[self.comm.rank]
         self.history.append(self.taus)
 
     def _next_schedule(self) -> list[int]:
-        if self.options.adaptive == "off":
-            return uniform_schedule(self.comm.size, self.base_period(), self.tau_max)
-        return schedule(self.speeds, self.base_period(), self.tau_max)
+        return next_schedule(self.options, self.speeds, self.round)
 
     def _measured_step_seconds(self) -> float:
         """Seconds of this step's local work so far: data + compute + delay + update."""

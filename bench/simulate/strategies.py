@@ -17,9 +17,9 @@ of its module in ``algorithms/`` (ALGORITHMS.md):
   and of the velocity too with ``--momentum-sync average`` (also Oscars).
 * ``odsgd``: ``--warmup-steps`` SSGD steps, then step t's Iallreduce
   overlaps step t+1's compute and is waited on before t+1's update.
-* ``oscars``: rounds whose local steps come from ``schedule()``,
-  ``uniform_schedule()`` and ``fit_budget()`` of ``algorithms/oscars.py``
-  and whose speed estimates from ``Oscars._update_speed`` (all called), then
+* ``oscars``: rounds whose local steps come from ``uniform_schedule()``,
+  ``next_schedule()`` and ``plan_round()`` of ``algorithms/oscars.py`` and
+  whose speed estimates from ``Oscars._update_speed`` (all called), then
   one packed Iallreduce of params + N + 1 floats (``--overlap``: the next
   round's first step runs while it is in flight).
 * ``asgd``: every worker pulls, computes and pushes on its own clock;
@@ -271,14 +271,13 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
            time_phase: PhaseTime) -> Timeline:
     from syncbench.algorithms.oscars import (  # noqa: PLC0415 - the strategy's own rules
         Oscars,
-        fit_budget,
-        schedule,
+        next_schedule,
+        plan_round,
+        tau_max_of,
         uniform_schedule,
     )
 
     w, n = local.workload, local.n
-    tau0 = float(cfg.period)
-    tau_max = int(cfg.max_period or 8 * cfg.period)
     total = steps * n
     t_red = allreduce_time((w.params + n + 1) * w.itemsize, n, cfg.allreduce, time_phase)
     t_mom = momentum_sync_time(cfg, w, n, time_phase)
@@ -289,11 +288,11 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     taken = np.zeros(n, dtype=int)
     scheduled, consumed, rnd = 0, 0, 0
     speeds = [0.0] * n
-    plan = uniform_schedule(n, tau0, tau_max)
+    plan = uniform_schedule(n, float(cfg.period), tau_max_of(cfg))
     history = []
     pending_end = None
     while consumed < total:
-        taus = fit_budget(plan, total - scheduled)
+        taus = plan_round(plan, total, scheduled)
         scheduled += sum(taus)
         history.append(taus)
         post = np.zeros(n)
@@ -328,10 +327,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
                 rows.cols[k]["t_wait"][-1] += end - t_mom - post[k]
                 rows.cols[k]["t_comm"][-1] += t_mom  # the velocity's blocking Allreduce
             t, pending_end = np.full(n, end), None
-        if cfg.adaptive == "off":
-            plan = uniform_schedule(n, tau0 * (1 + cfg.period_growth * rnd), tau_max)
-        else:
-            plan = schedule(speeds, tau0 * (1 + cfg.period_growth * rnd), tau_max)
+        plan = next_schedule(cfg, speeds, rnd)
     return Timeline(rows, float(t.max()), {"rounds": rnd, "schedules": history})
 
 
