@@ -554,9 +554,7 @@ def strategy_flag_attrs(algorithm: str) -> dict[str, str]:
     shared train flags and the run's own options from another strategy's.
     """
     def names(cls: type) -> list[str]:
-        options = cls.Options
-        return [f.name for f in dataclasses.fields(options)] \
-            if dataclasses.is_dataclass(options) else []
+        return [f.name for f in dataclasses.fields(cls.Options)]
 
     every = sorted({n for cls in ALGORITHMS.values() for n in names(cls)})
     return {"strategy_flags": json.dumps(sorted(names(get_algorithm(algorithm)))),
