@@ -40,7 +40,7 @@ One-sided windows stay in host memory: :class:`HostMirror` copies device
 parameters to and from a host buffer (a window's memory, say) and counts the
 copy time. Nothing here imports CuPy on the CPU backend, and the CPU path
 keeps the plain :class:`~syncbench.algorithms.communicator.Communicator`
-(:func:`make_communicator`), so it pays nothing for any of this.
+(:func:`~syncbench.algorithms.communicator.make_communicator`), so it pays nothing for any of this.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import Any, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.communicator import Communicator, make_communicator  # noqa: F401
+from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.kernels.backend import Backend
 
