@@ -277,11 +277,6 @@ def overlapping_runs(runs: Sequence[Any]) -> list[tuple[int, int]]:
     return pairs
 
 
-def overlapped_indices(runs: Sequence[Any]) -> set[int]:
-    """Indices of the runs that appear in :func:`overlapping_runs`."""
-    return {k for pair in overlapping_runs(runs) for k in pair}
-
-
 _CPU_ROOT = Path("/sys/devices/system/cpu")
 
 

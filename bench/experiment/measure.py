@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from syncbench.analysis import fairness
-from syncbench.analysis.context import machine_context, overlapped_indices
 from syncbench.analysis.runfile import Run
-from syncbench.analysis.summary import run_diverged, time_to_target
 from syncbench.analysis.tables import REALISED_STATISTIC, table_rows
 
 #: Figures of one run, in the order the results file lists them.
@@ -34,28 +32,32 @@ RUN_KEYS: tuple[str, ...] = (
 
 
 def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
-    """:data:`RUN_KEYS` of each run (same order); hidden communication needs all of them."""
-    rows = table_rows(runs)
-    overlapped = overlapped_indices(runs)
+    """:data:`RUN_KEYS` of each run (same order), then its machine ``context``.
+
+    Hidden communication needs all of the runs. Everything but the fairness
+    figures and ``buckets`` is taken from the report's row of the run
+    (``table_rows`` with the runner's target), computed once.
+    """
+    rows = table_rows(runs, target_accuracy=target)
     out = []
-    for i, (run, row) in enumerate(zip(runs, rows, strict=True)):
-        s = run.summary
+    for run, row in zip(runs, rows, strict=True):
         buckets = run.attrs.get("buckets")
         out.append({
-            "samples_per_s": float(s["samples_per_s"]),
-            "wall_s": float(s["wall_s"]),
-            "final_accuracy": float(s["final_accuracy"]),
-            "time_to_target_s": time_to_target(run.eval, target),
-            "diverged": run_diverged(run),
+            "samples_per_s": float(row["samples_per_s"]),
+            "wall_s": float(row["wall_s"]),
+            "final_accuracy": float(row["final_accuracy"]),
+            "time_to_target_s": row["time_to_target_s"],
+            "diverged": row["diverged"],
             "realised_factor": fairness.realised_factor(run, REALISED_STATISTIC),
             "interference_ratio": fairness.interference_ratio(run),
             "hidden_comm_fraction": float(row.get("hidden_comm_fraction", math.nan)),
             "buckets": int(buckets) if buckets is not None else None,
-            "oversubscribed": machine_context(run).get("oversubscribed"),
-            "overlapped": i in overlapped,
+            "oversubscribed": row["_context"].get("oversubscribed"),
+            "overlapped": row["overlapped"],
             "sync_fraction": float(row.get("sync_fraction", math.nan)),
             "eval_interval_s": float(row.get("eval_interval_s", math.nan)),
             "loaded": row.get("loaded"),
             "foreign_cpu_share": float(row.get("foreign_cpu_share", math.nan)),
+            "context": row["_context"],
         })
     return out

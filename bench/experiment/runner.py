@@ -216,7 +216,6 @@ def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
 def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]]:
     """(per-run records, cells, runs) read back from the plan's run files."""
-    from syncbench.analysis.context import machine_context  # noqa: PLC0415
     from syncbench.analysis.runfile import read_run  # noqa: PLC0415
 
     from .aggregate import aggregate  # noqa: PLC0415
@@ -228,7 +227,7 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
         records.append({"run_id": p.run_id, "label": p.entry.label, "group": p.entry.group,
                         "algorithm": p.entry.algorithm, "condition": p.condition.key,
                         "condition_title": p.condition.title, "repeat": p.repeat,
-                        "path": str(p.path), **figures, "context": machine_context(run),
+                        "path": str(p.path), **figures,
                         "summary": {**run.summary, **run.summary_extra}})
     labels = [e.label for e in scenario.runs]
     conditions = [c.key for c in _conditions(plan)]
