@@ -72,7 +72,6 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
                       "flows_per_s": flows / sim_wall if sim_wall > 0 else 0.0,
                       "allreduce": cfg.allreduce, "stragglers": stragglers.spec,
                       "steps_per_rank": steps, "seed": cfg.seed, **timeline.notes}
-        simulation.pop("schedules", None)
         summary = _write(cfg, n, timeline, spec, workload, simulation)
         results.append(Result(timeline, summary, sim_wall, flows, phases, simulation))
     return results

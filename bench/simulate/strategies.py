@@ -282,19 +282,15 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     t_red = allreduce_time((w.params + n + 1) * w.itemsize, n, cfg.allreduce, time_phase)
     t_mom = momentum_sync_time(cfg, w, n, time_phase)
     # Each rank's speed state, updated by Oscars' own method on a plain namespace.
-    state = [SimpleNamespace(config=cfg, options=cfg, step_seconds=0.0, _window=[0.0, 0])
+    state = [SimpleNamespace(options=cfg, step_seconds=0.0, _window=[0.0, 0])
              for _ in range(n)]
     rows, t = Rows(n), np.zeros(n)
     taken = np.zeros(n, dtype=int)
-    scheduled, consumed, rnd = 0, 0, 0
-    speeds = [0.0] * n
+    consumed, rnd = 0, 0  # every round is planned and consumed in the same iteration
     plan = uniform_schedule(n, float(cfg.period), tau_max_of(cfg))
-    history = []
     pending_end = None
     while consumed < total:
-        taus = plan_round(plan, total, scheduled)
-        scheduled += sum(taus)
-        history.append(taus)
+        taus = plan_round(plan, total, consumed)
         post = np.zeros(n)
         for k in range(n):
             tk = t[k]
@@ -328,7 +324,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
                 rows.cols[k]["t_comm"][-1] += t_mom  # the velocity's blocking Allreduce
             t, pending_end = np.full(n, end), None
         plan = next_schedule(cfg, speeds, rnd)
-    return Timeline(rows, float(t.max()), {"rounds": rnd, "schedules": history})
+    return Timeline(rows, float(t.max()), {"rounds": rnd})
 
 
 # -- ASGD ---------------------------------------------------------------------------
