@@ -242,7 +242,7 @@ def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     warmup = min(int(getattr(cfg, "warmup_steps", 0)), steps)
     t_all = allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase)
     rows, t = Rows(n), np.zeros(n)
-    prev_end = None  # end of the previous step's reduction
+    prev_end = 0.0  # end of the previous step's reduction (none yet: the start of time)
     for j in range(steps):
         data, comp, upd, delay = local.step(j)
         start = t.copy()
@@ -252,16 +252,14 @@ def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             comm, wait = end - arrive, np.zeros(n)
             t = end + upd
         else:
-            begin = float(arrive.max()) if prev_end is None else max(float(arrive.max()),
-                                                                     prev_end)
-            end_this = begin + t_all
-            done = arrive if prev_end is None else np.maximum(arrive, prev_end)
+            end_this = max(float(arrive.max()), prev_end) + t_all
+            done = np.maximum(arrive, prev_end)
             wait, comm = done - arrive, np.zeros(n)
             t = done + upd
             prev_end = end_this
         rows.add_all(step=j, t_start=start, t_data=data, t_compute=comp, t_comm=comm,
                      t_wait=wait, t_update=upd, t_delay=delay, samples=w.batch_size)
-    wall = float(t.max()) if prev_end is None else max(float(t.max()), prev_end)
+    wall = max(float(t.max()), prev_end)
     return Timeline(rows, wall, {"warmup_steps": warmup})
 
 
