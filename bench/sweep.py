@@ -63,7 +63,6 @@ from typing import Any
 from syncbench.analysis.context import format_contexts, machine_context
 from syncbench.analysis.report import FORMATS, format_tables, report_tables
 from syncbench.analysis.runfile import RunFileError, read_run
-from syncbench.analysis.tables import table_rows
 
 MODES = ("strong", "weak")
 #: Train flags the sweep sets itself for every run.
@@ -449,10 +448,10 @@ def _report_text(runs: list, good: list, fmt: str) -> str:
     Markdown adds the scaling table."""
     done = [read_run(r.path) for r in good]
     context = format_contexts([machine_context(d) for d in done])
-    text = format_tables(report_tables(done), fmt, context=context)
+    table = report_tables(done)  # the per-run rows of table_rows, plus their ranks
+    text = format_tables(table, fmt, context=context)
     if fmt != "md":
         return text
-    table = table_rows(done)
     text += "\n\n" + scaling_table(runs, table, context)
     overlapped = [r for r in table if r.get("overlapped")]
     if overlapped:
