@@ -89,6 +89,21 @@ def _allocate(comm: MPI.Comm, count: int, dtype: np.dtype) -> tuple[MPI.Win, np.
     return win, local
 
 
+def _read_own(win: MPI.Win, rank: int, local: np.ndarray, lock_assert: int) -> np.ndarray:
+    """A copy of this rank's own window memory ``local`` (in a SHARED lock epoch)."""
+    win.Lock(rank, MPI.LOCK_SHARED, lock_assert)
+    out = local.copy()
+    win.Unlock(rank)
+    return out
+
+
+def _write_own(win: MPI.Win, rank: int, local: np.ndarray, values: np.ndarray) -> None:
+    """``local[...] = values`` in this rank's own window memory (an EXCLUSIVE lock epoch)."""
+    win.Lock(rank, MPI.LOCK_EXCLUSIVE)
+    local[...] = values
+    win.Unlock(rank)
+
+
 class ParamWindow:
     """A flat vector spread over the ranks of ``comm`` as :class:`Shard` s (collective)."""
 
@@ -117,18 +132,13 @@ class ParamWindow:
         """Write this rank's own shard (``read_local``'s inverse; before training)."""
         if self.local_shard is None:
             return
-        self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
-        self.local[...] = values
-        self.win.Unlock(self.rank)
+        _write_own(self.win, self.rank, self.local, values)
 
     def read_local(self) -> np.ndarray:
         """A copy of this rank's shard (empty when it hosts none)."""
         if self.local_shard is None:
             return np.zeros(0, self.dtype)
-        self.win.Lock(self.rank, MPI.LOCK_SHARED, self.lock_assert)
-        out = self.local.copy()
-        self.win.Unlock(self.rank)
-        return out
+        return _read_own(self.win, self.rank, self.local, self.lock_assert)
 
     @contextmanager
     def epoch(self) -> Iterator[None]:
@@ -198,10 +208,7 @@ class Counters:
         self.rank = comm.Get_rank()
         self.lock_assert = lock_assert
         self.win, self.local = _allocate(comm, count if self.rank == 0 else 0, np.dtype(np.int64))
-        if self.rank == 0:
-            self.win.Lock(0, MPI.LOCK_EXCLUSIVE)
-            self.local[...] = 0
-            self.win.Unlock(0)
+        self.set_local(np.zeros(count, np.int64))
         self._origin = np.zeros(count, np.int64)
         self._result = np.zeros(count, np.int64)
 
@@ -209,18 +216,14 @@ class Counters:
         """A copy of the counters on rank 0 (empty elsewhere)."""
         if self.rank != 0:
             return np.zeros(0, np.int64)
-        self.win.Lock(0, MPI.LOCK_SHARED, self.lock_assert)
-        out = self.local.copy()
-        self.win.Unlock(0)
-        return out
+        return _read_own(self.win, 0, self.local, self.lock_assert)
 
     def set_local(self, values: np.ndarray) -> None:
-        """Set the counters on rank 0 (restoring a checkpoint; a no-op elsewhere)."""
+        """Set the counters on rank 0 (zeroing them when made, restoring a checkpoint; a
+        no-op elsewhere)."""
         if self.rank != 0:
             return
-        self.win.Lock(0, MPI.LOCK_EXCLUSIVE)
-        self.local[...] = values
-        self.win.Unlock(0)
+        _write_own(self.win, 0, self.local, values)
 
     def Fetch_and_op(self, ops: list[tuple[int, int, MPI.Op]]) -> list[int]:
         """Apply each ``(index, value, op)`` atomically, in one epoch; values before each op.
