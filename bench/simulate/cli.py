@@ -27,20 +27,13 @@ from typing import Any
 STRATEGY_CHOICES = ("ssgd", "asgd", "localsgd", "oscars", "odsgd")
 
 
-def _import_strategies_without_mpi() -> dict[str, Any]:
-    """The strategies' classes, importing mpi4py without starting MPI (nothing here needs it)."""
-    if "mpi4py.MPI" not in sys.modules:
-        import mpi4py  # noqa: PLC0415
-
-        mpi4py.rc.initialize = False
-        mpi4py.rc.finalize = False
-    from syncbench.algorithms.registry import ALGORITHMS  # noqa: PLC0415
-
-    return ALGORITHMS
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``syncbench simulate`` (the strategies' own flags come from the registry)."""
+    """Flags of ``syncbench simulate`` (the strategies' own flags come from the registry).
+
+    ``syncbench``'s parser calls it with MPI not started (``bench.cli.mpi_not_started``),
+    so importing the strategies' modules does not initialise MPI.
+    """
+    from syncbench.algorithms.registry import ALGORITHMS  # noqa: PLC0415
     from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS  # noqa: PLC0415
     from syncbench.bench.simulate.platform import KINDS  # noqa: PLC0415
 
@@ -106,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "--workload, network from --calibrate) and print measured vs predicted")
 
     seen: dict = {}  # flags shared by strategies are added once, as in train
-    for cls in _import_strategies_without_mpi().values():
+    for cls in ALGORITHMS.values():
         group = parser.add_argument_group(f"{cls.name} (as in train)")
         cls.add_arguments(group, seen)
 
@@ -171,20 +164,11 @@ def steps_per_rank(args: argparse.Namespace, workload: Any, n: int) -> int:
 
 
 def check_strategy(args: argparse.Namespace, n: int) -> None:
+    from syncbench.algorithms.registry import get_algorithm  # noqa: PLC0415
     from syncbench.bench.slowdown import parse_slowdown  # noqa: PLC0415
 
-    cls = _import_strategies_without_mpi()[args.algorithm]
-    cls.validate(with_train_defaults(args), n)
+    get_algorithm(args.algorithm).validate(args, n)
     parse_slowdown(args.slowdown, n)
-
-
-def with_train_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """``args`` over the defaults of every ``train`` flag (strategies' checks read them)."""
-    from syncbench.bench.options import add_train_arguments  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(add_help=False)
-    add_train_arguments(parser)
-    return argparse.Namespace(**{**vars(parser.parse_args([])), **vars(args)})
 
 
 def main(args: argparse.Namespace) -> int:
