@@ -150,23 +150,21 @@ def _previous(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _readable(path: Path) -> bool:
+def _readable(path: Path) -> Any:
+    """The run file at ``path`` read (a ``Run``), or None when it is not a readable one."""
     from syncbench.analysis.runfile import RunFileError, read_run  # noqa: PLC0415
 
     try:
-        read_run(path)
+        return read_run(path)
     except RunFileError:
-        return False
-    return True
+        return None
 
 
-def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool,
+def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept: bool,
               left_s: float | None = None) -> str:
-    """One line per finished run: its figures from the run file's summary."""
-    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+    """One line per finished run: its figures from the run file's summary (``run``, read)."""
     from syncbench.analysis.summary import run_diverged  # noqa: PLC0415
 
-    run = read_run(p.path)
     s = run.summary
     ttt = s["time_to_target_s"]
     state = ("DIVERGED" if run_diverged(run) else
@@ -181,15 +179,22 @@ def _progress(i: int, total: int, p: PlannedRun, seconds: float, kept: bool,
 
 def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_: int,
             resume: bool, say: Callable[[str], None],
-            elapsed: dict[str, float] | None = None) -> str | None:
+            elapsed: dict[str, float] | None = None,
+            runs: dict[str, Any] | None = None) -> str | None:
     """Run the plan in order; None on success, else a one-line failure.
 
-    ``elapsed`` collects each launched run's seconds (launch to exit) by run id.
+    ``elapsed`` collects each launched run's seconds (launch to exit) by run id,
+    ``runs`` each finished or kept run file, read once, by run id.
     """
+    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+
     spent: list[float] = []
     for i, p in enumerate(plan, 1):
-        if resume and p.path.exists() and _readable(p.path):
-            say(_progress(i, len(plan), p, 0.0, kept=True))
+        kept = _readable(p.path) if resume and p.path.exists() else None
+        if kept is not None:
+            if runs is not None:
+                runs[p.run_id] = kept
+            say(_progress(i, len(plan), p, kept, 0.0, kept=True))
             continue
         start = time.perf_counter()
         try:
@@ -203,7 +208,10 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
         if elapsed is not None:
             elapsed[p.run_id] = spent[-1]
         left = sum(spent) / len(spent) * (len(plan) - i)
-        say(_progress(i, len(plan), p, spent[-1], kept=False, left_s=left))
+        run = read_run(p.path)
+        if runs is not None:
+            runs[p.run_id] = run
+        say(_progress(i, len(plan), p, run, spent[-1], kept=False, left_s=left))
     return None
 
 
@@ -214,14 +222,11 @@ def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
 
 
 def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
-            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]]:
-    """(per-run records, cells, runs) read back from the plan's run files."""
-    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
-
+            runs: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(per-run records, cells) of the plan's run files, ``runs`` (read, in plan order)."""
     from .aggregate import aggregate  # noqa: PLC0415
     from .measure import run_figures  # noqa: PLC0415
 
-    runs = [read_run(p.path) for p in plan]
     records = []
     for p, run, figures in zip(plan, runs, run_figures(runs, target), strict=True):
         records.append({"run_id": p.run_id, "label": p.entry.label, "group": p.entry.group,
@@ -234,7 +239,7 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
     groups = {e.label: e.group for e in scenario.runs}
     cells = aggregate(records, labels, conditions, scenario.baseline, groups=groups,
                       headline=scenario.headline)
-    return records, cells, runs
+    return records, cells
 
 
 def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dict[str, Any]],
@@ -332,12 +337,14 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         say(f"# note: {repeats} repeat(s), fewer than {MIN_TIMING_REPEATS}: the timing ratios "
             "are a quick look, not a timing claim")
     elapsed: dict[str, float] = {}
-    failure = execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say, elapsed)
+    read: dict[str, Any] = {}
+    failure = execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say, elapsed,
+                      read)
     if failure:
         print(f"{prog}: error: {failure} (rerun with --resume to keep the finished runs)",
               file=sys.stderr)
         return 1
-    records, cells, runs = results(scenario, plan, target)
+    records, cells = results(scenario, plan, target, [read[p.run_id] for p in plan])
     for record in records:
         record["elapsed_s"] = elapsed.get(record["run_id"])
     lines, comparisons = format_all(scenario, plan, records, cells, target)
