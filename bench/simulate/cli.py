@@ -24,8 +24,6 @@ import math
 import sys
 from typing import Any
 
-STRATEGY_CHOICES = ("ssgd", "asgd", "localsgd", "oscars", "odsgd")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench simulate`` (the strategies' own flags come from the registry).
@@ -36,9 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from syncbench.algorithms.registry import ALGORITHMS  # noqa: PLC0415
     from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS  # noqa: PLC0415
     from syncbench.bench.simulate.platform import KINDS  # noqa: PLC0415
+    from syncbench.bench.simulate.strategies import SIMULATORS  # noqa: PLC0415
 
     run = parser.add_argument_group("run")
-    run.add_argument("--algorithm", default="ssgd", choices=STRATEGY_CHOICES,
+    run.add_argument("--algorithm", default="ssgd", choices=tuple(SIMULATORS),
                      help="synchronization strategy (default ssgd)")
     run.add_argument("--np", type=int, default=8, help="simulated ranks (default 8)")
     run.add_argument("--steps", type=int, default=None,

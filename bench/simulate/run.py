@@ -61,7 +61,7 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
                             network.phases - phases0))
 
     _, network, wall = run_in_simgrid(text, body, spec.gpus_per_node, natural_key,
-                                      getattr(args, "phase_cache", None))
+                                      args.phase_cache)
     results = []
     setup_s = wall - sum(t[1] for t in timings)
     for (cfg, n, steps), (timeline, seconds, flows, phases) in zip(jobs, timings):
@@ -83,7 +83,7 @@ def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSp
     from syncbench.analysis.summary import summarize  # noqa: PLC0415
 
     rows = timeline.rows.arrays()
-    if not getattr(cfg, "out", None):
+    if not cfg.out:
         import numpy as np  # noqa: PLC0415
 
         empty = {name: np.zeros(0, dtype=d) for name, d in EVAL_COLUMNS.items()}
@@ -94,7 +94,7 @@ def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSp
     config = {k: v for k, v in vars(cfg).items() if k not in ("func", "validate", "np")}
     extra = {"warmup_steps": int(timeline.notes.get("warmup_steps", 0)),
              "buckets": int(timeline.notes.get("buckets", 0)),
-             "scaling_mode": getattr(cfg, "scaling_mode", None) or ""}
+             "scaling_mode": cfg.scaling_mode or ""}
     return write_simulated_run(cfg.out, algorithm=cfg.algorithm, world_size=n, config=config,
                                rows=rows, wall_s=timeline.wall_s, platform=spec.describe(),
                                workload=workload.describe(), simulation=simulation,

@@ -59,7 +59,6 @@ from syncbench.bench.simulate.collectives import (
 from syncbench.bench.simulate.workload import BACKWARD_SHARE, Stragglers, Workload, delay_factors
 
 PhaseTime = Callable[[Phase], float]
-STRATEGIES = ("ssgd", "asgd", "localsgd", "oscars", "odsgd")
 
 
 class LocalTimes:
@@ -162,16 +161,16 @@ def bucket_plan(workload: Workload, bucket_mb: Any) -> list[tuple[int, int]]:
     return plan_buckets(workload.offsets(), workload.params, elems)
 
 
-def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int, time_phase: PhaseTime,
-         warmup_only: bool = False) -> Timeline:
+def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
+         time_phase: PhaseTime) -> Timeline:
     w, n = local.workload, local.n
     rows, t = Rows(n), np.zeros(n)
-    blocking = warmup_only or getattr(cfg, "comm", "overlap") == "blocking"
+    blocking = cfg.comm == "blocking"
     algo = cfg.allreduce
     if blocking:
         t_all = allreduce_time(w.param_bytes, n, algo, time_phase)
     else:
-        plan = bucket_plan(w, getattr(cfg, "bucket_mb", "auto"))
+        plan = bucket_plan(w, cfg.bucket_mb)
         durations = [allreduce_time((hi - lo) * w.itemsize, n, algo, time_phase)
                      for lo, hi in plan]
         # A bucket is final when backward (last layer first) has reached its start.
@@ -202,7 +201,7 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int, time_phase: Pha
 def momentum_sync_time(cfg: argparse.Namespace, w: Workload, n: int,
                        time_phase: PhaseTime) -> float:
     """``--momentum-sync average``: one more blocking Allreduce, of the velocity, per round."""
-    if getattr(cfg, "momentum_sync", "keep") != "average":
+    if cfg.momentum_sync != "average":
         return 0.0
     return allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase)
 
@@ -239,7 +238,7 @@ def localsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
 def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
           time_phase: PhaseTime) -> Timeline:
     w, n = local.workload, local.n
-    warmup = min(int(getattr(cfg, "warmup_steps", 0)), steps)
+    warmup = min(int(cfg.warmup_steps), steps)
     t_all = allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase)
     rows, t = Rows(n), np.zeros(n)
     prev_end = 0.0  # end of the previous step's reduction (none yet: the start of time)
@@ -332,14 +331,14 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     import heapq  # noqa: PLC0415
 
     w, n = local.workload, local.n
-    layout = getattr(cfg, "ps_layout", "sharded")
+    layout = cfg.ps_layout
     workers = list(range(1, n)) if layout == "dedicated" and n > 1 else list(range(n))
     total = steps * n
     local.ensure(max(8, 2 * steps))
     mean_local = float(local.cols[workers, :, :].sum(axis=2).mean())
 
     # DC-ASGD (--delay-compensation > 0) Gets the current weights again before its push.
-    extra_get = 1.0 if float(getattr(cfg, "delay_compensation", 0.0) or 0.0) > 0 else 0.0
+    extra_get = 1.0 if float(cfg.delay_compensation) > 0 else 0.0
 
     def transfer(active: int) -> tuple[float, float]:
         pull, push = asgd_phases(w.param_bytes, n, layout, active)
