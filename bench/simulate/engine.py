@@ -88,8 +88,8 @@ class Network:
         self.sg = sg
         self.hosts = list(hosts)
         self.ranks_per_host = max(1, int(ranks_per_host))
-        self.cache: dict[Hashable, float] = {}
-        #: Durations simulated earlier on the same platform (``--phase-cache``), by repr(key).
+        #: Durations of the phases simulated on this platform, by repr((key, nbytes)):
+        #: here, or earlier (``--phase-cache``, which stores this dict back).
         self.known = dict(known or {})
         self.flows = 0  # flows simulated (the simulator's events)
         self.phases = 0  # distinct phases simulated
@@ -109,15 +109,13 @@ class Network:
         ``key`` describes the phase (e.g. ``("xor", 4, 1024)``): an idle
         network gives the same duration for the same phase, so it is cached.
         """
-        full_key = (key, float(nbytes))
-        if full_key in self.cache:
-            return self.cache[full_key]
-        if repr(full_key) in self.known:
-            self.cache[full_key] = float(self.known[repr(full_key)])
-            return self.cache[full_key]
+        if nbytes <= 0:
+            return 0.0
+        full_key = repr((key, float(nbytes)))
+        if full_key in self.known:
+            return self.known[full_key]
         flows = [(s, d) for s, d in pairs() if s != d]
-        if not flows or nbytes <= 0:
-            self.cache[full_key] = 0.0
+        if not flows:  # no pair crosses ranks: nothing to send (never stored in the cache)
             return 0.0
         sg = self.sg
         size = max(1, int(round(nbytes)))
@@ -127,8 +125,7 @@ class Network:
         seconds = sg.Engine.clock - start
         self.flows += len(flows)
         self.phases += 1
-        self.cache[full_key] = seconds
-        self.known[repr(full_key)] = seconds
+        self.known[full_key] = seconds
         return seconds
 
 
