@@ -197,11 +197,16 @@ def load_runs(paths: Sequence[str], warn: Callable[[str], None] | None = None) -
     for path in paths:
         run = read_run(path)
         if not run.complete and warn is not None:
-            warn(f"warning: {run.path} is partial (complete=False: rebuilt from per-rank "
-                 f"checkpoints of {len(run.ranks)} of {run.world_size} ranks); "
-                 "it is reported and marked 'partial'")
+            warn(partial_warning(run))
         runs.append(run)
     return runs
+
+
+def partial_warning(run: Run) -> str:
+    """The warning that ``run`` is partial (``complete=False``), reported all the same."""
+    return (f"warning: {run.path} is partial (complete=False: rebuilt from per-rank "
+            f"checkpoints of {len(run.ranks)} of {run.world_size} ranks); "
+            "it is reported and marked 'partial'")
 
 
 def check_by_keys(runs: Sequence[Run], by: Sequence[str], flag: str = "--by") -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import math
 import secrets
@@ -269,14 +268,29 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
     return lines, comparisons
 
 
-def _write_plots(paths: Sequence[str], out: str, say: Callable[[str], None]) -> None:
-    """The report's plots of every run (``syncbench report FILES --plots OUT``)."""
-    from syncbench.bench.cli import main as cli_main  # noqa: PLC0415
+def _write_plots(runs: Sequence[Any], out: str, say: Callable[[str], None]) -> None:
+    """The report's plots of every run, as ``syncbench report FILES --plots OUT`` writes
+    them (the same rows, notes and stderr lines), from the runs already read."""
+    from syncbench.analysis.plots import require_matplotlib, write_plots  # noqa: PLC0415
+    from syncbench.analysis.report import partial_warning  # noqa: PLC0415
+    from syncbench.analysis.tables import table_rows  # noqa: PLC0415
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        status = cli_main(["report", *paths, "--plots", out])
-    if status != 0:
-        say(f"plots: not written (syncbench report exit {status})")
+    def err(message: str) -> None:
+        print(f"syncbench report: {message}", file=sys.stderr)
+
+    try:
+        require_matplotlib()
+    except ImportError as exc:
+        err(str(exc))
+        say("plots: not written (syncbench report exit 2)")
+        return
+    for run in runs:
+        if not run.complete:
+            err(partial_warning(run))
+    written, notes = write_plots(runs, table_rows(runs), out)
+    for note in notes:
+        err(f"note: {note}")
+    err(f"wrote {len(written)} plots to {out}")
 
 
 def _command_name() -> str:
@@ -344,7 +358,8 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         print(f"{prog}: error: {failure} (rerun with --resume to keep the finished runs)",
               file=sys.stderr)
         return 1
-    records, cells = results(scenario, plan, target, [read[p.run_id] for p in plan])
+    runs = [read[p.run_id] for p in plan]
+    records, cells = results(scenario, plan, target, runs)
     for record in records:
         record["elapsed_s"] = elapsed.get(record["run_id"])
     lines, comparisons = format_all(scenario, plan, records, cells, target)
@@ -360,7 +375,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     say("")
     say(f"run files: {out_dir}/ ({len(plan)} files); results: {results_path}")
     if args.plots:
-        _write_plots([p.path.as_posix() for p in plan], args.plots, say)
+        _write_plots(runs, args.plots, say)
     _say_next(scenario, plan, out_dir, args.plots, say)
     return 0
 
