@@ -54,6 +54,16 @@ class Budget:
         return self.total_samples // (self.batch_size * self.world_size)
 
 
+def steps_per_rank(epochs: float, samples: int, world_size: int, batch_size: int) -> int:
+    """Steps per rank for ``epochs`` passes over ``samples`` sharded over ``world_size`` ranks.
+
+    ``epochs`` times the whole batches of one rank's shard
+    (``samples // world_size // batch_size``), rounded down, at least 1: train's
+    budget and the simulator's ``--epochs`` (so both take the same steps).
+    """
+    return max(1, int(epochs * (samples // world_size // batch_size)))
+
+
 class MomentumSGD:
     """Momentum SGD with weight decay over a flat buffer (owns velocity and scratch)."""
 

@@ -179,6 +179,21 @@ def test_persistent_stragglers_slow_the_share_of_ranks():
     assert 0.10 < share < 0.15 and transient.min() == 1.0
 
 
+def test_epochs_give_the_steps_train_takes():
+    # 60000 samples on 7 ranks in batches of 64: 133 whole batches per shard, so 1.5
+    # epochs are int(1.5 * 133) = 199 steps (flooring after the epochs would give 200).
+    from types import SimpleNamespace
+
+    from syncbench.algorithms.base import steps_per_rank
+    from syncbench.bench.simulate.cli import steps_per_rank as simulated_steps
+
+    assert steps_per_rank(1.5, 60000, 7, 64) == 199
+    assert steps_per_rank(2, 60000, 7, 64) == 266 and steps_per_rank(1e-6, 60000, 7, 64) == 1
+    workload = from_profile("mlp", None, None, None)
+    assert (workload.dataset_samples, workload.batch_size) == (60000, 64)
+    assert simulated_steps(SimpleNamespace(steps=None, epochs=1.5), workload, 7) == 199
+
+
 # -- with SimGrid ------------------------------------------------------------------------
 
 @needs_simgrid

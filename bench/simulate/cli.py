@@ -150,12 +150,15 @@ def build_workload(args: argparse.Namespace) -> Any:
 
 
 def steps_per_rank(args: argparse.Namespace, workload: Any, n: int) -> int:
+    """Steps per rank: ``--steps``, or ``--epochs`` over the workload's dataset as train counts."""
+    from syncbench.algorithms.base import steps_per_rank as epoch_steps  # noqa: PLC0415
+
     if args.steps is not None and args.epochs is not None:
         raise ValueError("give --steps or --epochs, not both")
     if args.epochs is not None:
         if args.epochs <= 0:
             raise ValueError(f"--epochs must be > 0, got {args.epochs}")
-        return max(1, int(args.epochs * (workload.dataset_samples // n) // workload.batch_size))
+        return epoch_steps(args.epochs, workload.dataset_samples, n, workload.batch_size)
     steps = 20 if args.steps is None else args.steps
     if steps < 1:
         raise ValueError(f"--steps must be >= 1, got {steps}")
