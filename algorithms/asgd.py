@@ -472,20 +472,24 @@ class ASGD(Algorithm):
         return self.model.backend.asarray(self.windows.gather())
 
     # -- checkpoints -----------------------------------------------------------
+    def _velocity_state(self) -> np.ndarray:
+        """The worker velocity u (the optimizer's is not used by ASGD)."""
+        return self._velocity.copy()
+
     def state(self) -> dict[str, Any]:
-        """This rank's state at a pause (collective): every push before it has landed.
+        """This rank's state at a pause: every push before it has landed.
 
         Adds the rank's window shard, rank 0's counters, the ticket it holds
-        and its latency and staleness lists to the base state (W_pulled,
-        velocity, steps). Called by the driver at :meth:`pause_point`.
+        and its latency and staleness lists to the base state (W_pulled, the
+        worker velocity, steps). Called by the driver right after
+        :meth:`pause_point`, whose wait for every rank (no RMA since) is what
+        makes the window and counters complete here; no rank pushes again
+        before the driver's barrier after every rank saved.
         """
-        self._wait_all()
-        empty = np.zeros(0, np.int64)
         return {
             **super().state(),
-            "velocity": self._velocity.copy(),
             "window_shard": self.windows.read_local(),
-            "counters": self.counters.read_local() if self.comm.rank == 0 else empty,
+            "counters": self.counters.read_local(),
             "ticket": -1 if self._ticket is None else self._ticket,
             "exhausted": int(self._exhausted),
             "next_pause": self._next_pause,

@@ -235,9 +235,14 @@ class Algorithm(ABC):
         """
         return {
             "params": self.model.backend.to_numpy(self.model.params).copy(),
-            "velocity": self.model.backend.to_numpy(self.optimizer.velocity).copy(),
+            "velocity": self._velocity_state(),
             "steps_taken": self.steps_taken,
         }
+
+    def _velocity_state(self) -> Any:
+        """A host copy of the velocity :meth:`state` saves: the optimizer's by default
+        (a strategy that keeps its own velocity, ASGD, returns that one instead)."""
+        return self.model.backend.to_numpy(self.optimizer.velocity).copy()
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state` saved (the inverse, on the same rank)."""
