@@ -38,7 +38,6 @@ from .tables import (
     ROOT_GROUP_KEYS,
     SPREAD_KEYS,
     aggregate,
-    rank_table,
     table_rows,
 )
 from .trace import parse_steps
@@ -235,8 +234,8 @@ def report_tables(runs: Sequence[Run], by: Sequence[str] = (),
     rows = table_rows(runs, by, target_accuracy, series)
     if by:
         return aggregate(rows, by)
-    for row, run in zip(rows, runs, strict=True):
-        row["ranks"] = rank_table(run)
+    for row in rows:
+        row["ranks"] = row["_ranks"]  # computed once, by tables.run_metrics
     return rows
 
 

@@ -582,8 +582,9 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
                                                    "t_begin_unix", "t_end_unix",
                                                    *STRATEGY_FLAGS_ATTRS)}
     row["_context"] = ctx
+    row["_ranks"] = ranks  # the report's per-rank table (report.report_tables)
     return {k: row[k] for k in (*REPORT_KEYS, PATH_KEY, *NEW_KEYS, "_config", "_attrs",
-                                "_context")}
+                                "_context", "_ranks")}
 
 
 def _sum_finite(a: float, b: float) -> float:
