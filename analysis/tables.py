@@ -173,9 +173,6 @@ ROOT_GROUP_KEYS: tuple[str, ...] = ("algorithm", "world_size", "model", "dataset
 SERIES_ROOT_KEYS: tuple[str, ...] = ("algorithm", "model", "dataset", "mpi_library", "backend",
                                      "simulated")
 
-#: Old name: the series keys shown in a series label without ``key=``.
-SERIES_KEYS: tuple[str, ...] = ("algorithm", "model", "dataset")
-
 #: ``config`` flags that say nothing about the work or how it is synchronised:
 #: left out of a series' identity (repeats with other seeds, outputs, reliability).
 #: ``batch_size`` and ``epochs`` enter it as the scaling mode's batch and budget.
@@ -195,9 +192,6 @@ REFERENCE_FLAGS: tuple[str, ...] = (
 
 #: Relative tolerance of "the same work" when classifying strong / weak scaling.
 WORK_RTOL = 0.01
-
-#: Values of the ``scaling`` column.
-SCALING_KINDS: tuple[str, ...] = ("strong", "weak", "mixed")
 
 #: Per-run columns beyond ``schema.REPORT_KEYS`` and ``path``, in order.
 NEW_KEYS: tuple[str, ...] = (
@@ -282,11 +276,6 @@ def warmup_steps(run: Run) -> int:
         return max(0, int(value))
     except (TypeError, ValueError):
         return 0
-
-
-def steady_rows(cols: dict[str, np.ndarray], warmup: int) -> np.ndarray:
-    """Mask of one rank's rows after its first ``warmup`` steps (``step >= warmup``)."""
-    return np.asarray(cols["step"]) >= warmup
 
 
 def steady_step_times(run: Run) -> tuple[float, float, int]:

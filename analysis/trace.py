@@ -48,8 +48,6 @@ from . import schema
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES
 
-US = 1e6  # microseconds per second
-
 #: Per-step columns copied into every phase slice's ``args``.
 STEP_ARGS: tuple[str, ...] = ("step", "loss", "samples", "staleness", "staleness_min",
                              "local_steps", "round", "speed")
@@ -125,13 +123,6 @@ def phase_bounds_ns(cols: dict[str, np.ndarray],
         later = nxt >= bounds[:, 0]  # only clip against a later start
         bounds = np.where(later[:, None], np.minimum(bounds, nxt[:, None]), bounds)
     return bounds
-
-
-def phase_starts(cols: dict[str, np.ndarray],
-                 order: tuple[str, ...] = STEP_ORDERS["default"]) -> dict[str, np.ndarray]:
-    """Start time (s) of each phase of each step, back to back from ``t_start`` in ``order``."""
-    bounds = phase_bounds_ns(cols, order)
-    return {p: bounds[:, k] / NS for k, p in enumerate(order)}
 
 
 def step_ends(cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -22,17 +22,10 @@ from syncbench.analysis import fairness
 from syncbench.analysis.runfile import Run
 from syncbench.analysis.tables import REALISED_STATISTIC, table_rows
 
-#: Figures of one run, in the order the results file lists them.
-RUN_KEYS: tuple[str, ...] = (
-    "samples_per_s", "wall_s", "final_accuracy", "time_to_target_s", "diverged",
-    "realised_factor", "interference_ratio", "hidden_comm_fraction", "buckets",
-    "oversubscribed", "overlapped", "sync_fraction", "eval_interval_s", "loaded",
-    "foreign_cpu_share",
-)
-
 
 def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
-    """:data:`RUN_KEYS` of each run (same order), then its machine ``context``.
+    """The figures of each run (same order), keyed in the order the results file lists
+    them, then its machine ``context``.
 
     Hidden communication needs all of the runs. Everything but the fairness
     figures and ``buckets`` is taken from the report's row of the run
