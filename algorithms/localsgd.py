@@ -35,15 +35,21 @@ from syncbench.algorithms.flags import option
 MOMENTUM_SYNCS = ("keep", "zero", "average")
 
 
+def average_over_ranks(algo: Algorithm, buf: Any) -> None:
+    """``buf`` = its uniform mean over the ranks, in place: a blocking ``Allreduce``
+    (charged by the communicator) then the 1/N scaling (charged to ``update``)."""
+    algo.comm.Allreduce(buf)
+    with algo.timer.phase("update"):
+        buf *= 1.0 / algo.comm.size
+
+
 def sync_momentum(algo: Algorithm, mode: str) -> None:
     """Apply ``--momentum-sync`` to ``algo``'s velocity at an averaging (every rank)."""
     velocity = algo.optimizer.velocity
     if mode == "zero":
         velocity[...] = 0
     elif mode == "average":
-        algo.comm.Allreduce(velocity)
-        with algo.timer.phase("update"):
-            velocity *= 1.0 / algo.comm.size
+        average_over_ranks(algo, velocity)
 
 
 def local_step(algo: Algorithm, x: Any, y: Any, poll: Callable[[], None] | None = None) -> float:
@@ -103,9 +109,7 @@ class LocalSGD(Algorithm):
 
     def average(self) -> None:
         """Replace every replica by the uniform average (blocking Allreduce)."""
-        self.comm.Allreduce(self.model.params)
-        with self.timer.phase("update"):
-            self.model.params *= 1.0 / self.comm.size
+        average_over_ranks(self, self.model.params)
         sync_momentum(self, self.options.momentum_sync)
 
     def step(self, x: Any, y: Any) -> StepStats:
