@@ -137,14 +137,20 @@ def write_run_file(
     target_accuracy: float | None,
     complete: bool = True,
     num_classes: int | None = None,
+    extra_attrs: Mapping[str, Any] | None = None,
+    diverged: bool | None = None,
 ) -> dict[str, Any]:
     """Write one ``syncbench/1`` file atomically; returns its summary attributes.
 
     The summary also holds the flags of ``schema.SUMMARY_FLAGS`` (``diverged``;
-    without ``num_classes`` only a non-finite training loss counts).
+    without ``num_classes`` only a non-finite training loss counts). ``extra_attrs``:
+    root attributes beyond ``schema.ROOT_ATTRS`` (the simulator's); ``diverged``, when
+    given, is the flag instead of the verdict on the rows (a simulation trains nothing).
     """
     path = Path(path)
     summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes)
+    if diverged is not None:
+        summary["diverged"] = bool(diverged)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with h5py.File(tmp, "w") as f:
@@ -153,6 +159,8 @@ def write_run_file(
                 if name != "schema":
                     f.attrs[name] = _attr_value(root_attrs.get(name))
             f.attrs[schema.COMPLETE_ATTR] = bool(complete)
+            for name, value in (extra_attrs or {}).items():
+                f.attrs[name] = _attr_value(value)
             for rank in sorted(rank_rows):
                 group = f.create_group(schema.rank_group(rank))
                 for name, dtype in schema.RANK_COLUMNS.items():

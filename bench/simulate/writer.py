@@ -1,11 +1,11 @@
 """A simulated run as a ``syncbench/1`` run file, read by ``report`` and ``trace`` unchanged.
 
 The rows go through the recorder's own :func:`write_run_file` (same
-columns, same summary); the file is written to a temporary name, the
+columns, same summary), in one atomic write (a temporary name renamed into
+place, so a run file that exists is complete) that also holds the
 simulation's root attributes (``schema.SIMULATION_ATTRS``: ``simulated``,
 the platform, the workload, SimGrid's version, the wall time and flow
-count of the simulation) are added, and it is renamed into place, so a run
-file that exists is complete. There is no accuracy: the eval group is
+count of the simulation). There is no accuracy: the eval group is
 empty, ``final_accuracy`` is NaN, and the summary's ``diverged`` flag is
 False (the loss column is NaN because nothing is trained, not because
 training failed).
@@ -14,9 +14,7 @@ training failed).
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import h5py
@@ -52,21 +50,11 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
     }
     rank_attrs = {k: {"hostname": f"node-{k}", "device": "simulated"} for k in rows}
     empty_eval = {name: np.zeros(0, dtype=dtype) for name, dtype in schema.EVAL_COLUMNS.items()}
-    out = Path(path)
-    part = out.with_name(f".{out.name}.sim.{os.getpid()}")
-    try:
-        summary = dict(write_run_file(part, root, rows, rank_attrs, empty_eval, wall_s, None))
-        with h5py.File(part, "r+") as f:
-            f.attrs[schema.SIMULATED_ATTR] = True
-            f.attrs[schema.SIM_PLATFORM_ATTR] = json.dumps(platform, sort_keys=True, default=str)
-            f.attrs[schema.SIM_WORKLOAD_ATTR] = json.dumps(workload, sort_keys=True, default=str)
-            f.attrs[schema.SIM_RUN_ATTR] = json.dumps(simulation, sort_keys=True, default=str)
-            group = f[schema.SUMMARY_GROUP]
-            if "diverged" in group.attrs:
-                group.attrs["diverged"] = False
-                summary["diverged"] = False
-        os.replace(part, out)
-    finally:
-        if part.exists():
-            part.unlink()
-    return summary
+    sim_attrs = {schema.SIMULATED_ATTR: True, schema.SIM_PLATFORM_ATTR: _json(platform),
+                 schema.SIM_WORKLOAD_ATTR: _json(workload), schema.SIM_RUN_ATTR: _json(simulation)}
+    return dict(write_run_file(path, root, rows, rank_attrs, empty_eval, wall_s, None,
+                               extra_attrs=sim_attrs, diverged=False))
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
