@@ -243,6 +243,12 @@ def format_contexts(contexts: Sequence[Mapping[str, Any]]) -> str:
     return format_context(merge_contexts(contexts))
 
 
+def context_line(runs: Sequence[Any]) -> str:
+    """The machine line of several runs (or their root attribute mappings): the
+    :func:`format_contexts` of their :func:`machine_context`, for reports and plots."""
+    return format_contexts([machine_context(run) for run in runs])
+
+
 def run_interval(run: Any) -> tuple[float, float] | None:
     """``(t_begin_unix, t_end_unix)`` of a run (or root attributes); None if unrecorded."""
     attrs = _attrs_of(run)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .context import format_context, format_contexts, machine_context
+from .context import context_line, format_context, machine_context
 from .runfile import Run
 from .schema import PHASES
 from .trace import NS, SNAPSHOT_EVALUATIONS, in_window, phase_bounds_ns, step_ends, step_order
@@ -94,10 +94,6 @@ def _save(plt: Any, fig: Any, path: Path, context: str | None = None) -> str:
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
     return str(path)
-
-
-def _context(runs: Sequence[Run]) -> str:
-    return format_contexts([machine_context(run) for run in runs])
 
 
 def _stems(runs: Sequence[Run]) -> list[str]:
@@ -454,7 +450,7 @@ def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
     plt = _pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    context = _context(runs)
+    context = context_line(runs)
     written: list[str] = []
     notes: list[str] = []
     if scaling_series(rows):

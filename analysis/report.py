@@ -401,19 +401,15 @@ def _cell(row: dict[str, Any], key: str) -> str:
 _SYNC = ("sync_fraction", "sync")
 
 
-def context_line(runs: Sequence[Run]) -> str:
-    """The machine context of ``runs`` as one line (ranges where runs differ)."""
-    return format_contexts([machine_context(run) for run in runs])
-
-
 def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
                      per_rank: bool = False, context: str | None = None) -> str:
     """The Markdown report: summary, time per phase, stragglers (and per-rank tables).
 
     Every table leads with the sync share (comm + wait, see
     :mod:`syncbench.analysis.tables`) and is preceded by the machine
-    ``context`` line (:func:`context_line`); the summary then shows time to
-    target and the evaluation interval that bounds its resolution.
+    ``context`` line (:func:`~syncbench.analysis.context.context_line`); the
+    summary then shows time to target and the evaluation interval that bounds
+    its resolution.
     """
     labels = _label_columns(by)
     extra_labels = [c for c in labels if c[0] not in REPORT_KEYS]
@@ -616,8 +612,9 @@ def report_main(args: argparse.Namespace) -> int:
     except (RunFileError, ValueError, ImportError) as exc:
         err(str(exc))
         return 2
-    context = context_line(runs)
-    by_path = {run.path: machine_context(run) for run in runs}
+    contexts = [machine_context(run) for run in runs]  # once per run
+    context = format_contexts(contexts)  # context.context_line(runs)
+    by_path = {run.path: ctx for run, ctx in zip(runs, contexts, strict=True)}
     for row in rows:  # the JSON and CSV rows carry their own machine line
         paths = row[PATH_KEY] if isinstance(row[PATH_KEY], list) else [row[PATH_KEY]]
         row["machine"] = format_contexts([by_path[p] for p in paths if p in by_path])

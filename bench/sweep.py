@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from syncbench.analysis.context import format_contexts, machine_context
+from syncbench.analysis.context import context_line
 from syncbench.analysis.report import FORMATS, format_tables, report_tables
 from syncbench.analysis.runfile import RunFileError, read_run
 
@@ -447,7 +447,7 @@ def _report_text(runs: list, good: list, fmt: str) -> str:
     definitions: sync share first, context line, diverged / overlapped flags);
     Markdown adds the scaling table."""
     done = [read_run(r.path) for r in good]
-    context = format_contexts([machine_context(d) for d in done])
+    context = context_line(done)
     table = report_tables(done)  # the per-run rows of table_rows, plus their ranks
     text = format_tables(table, fmt, context=context)
     if fmt != "md":

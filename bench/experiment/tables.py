@@ -58,10 +58,6 @@ def _header(width: int, names: Sequence[str]) -> str:
     return f"# {'label':<{width}}" + "".join(f"{n:>{VALUE_WIDTH}}" for n in names)
 
 
-def context_line(contexts: Sequence[dict[str, Any]]) -> str:
-    return format_contexts(list(contexts))
-
-
 def oversubscribed(contexts: Sequence[dict[str, Any]]) -> bool:
     """True when some run's ranks outnumbered its host's physical cores."""
     over = merge_contexts(list(contexts)).get("oversubscribed") if contexts else None
@@ -82,7 +78,7 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     names += ["hidden comm"] if show_hidden else []
     over = oversubscribed(contexts)
     reps = max(c["runs"] for c in cells)
-    lines = [context_line(contexts),
+    lines = [format_contexts(list(contexts)),
              f"# {scenario}: {title}{' | OVERSUBSCRIBED' if over else ''} | {reps} repeat(s), "
              f"median (min–max) over repeats; ratios per repeat against {baseline}",
              _header(width, names + ["runs"])]
@@ -134,7 +130,7 @@ def hetero_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     """Het/hom throughput vs the ceiling, realised factor, interference (lines)."""
     width = max([12, *(len(c["label"]) + 2 for c in cells)])
     over = oversubscribed(contexts)
-    lines = [context_line(contexts),
+    lines = [format_contexts(list(contexts)),
              f"# {scenario}: {title} against homogeneous{' | OVERSUBSCRIBED' if over else ''}"
              f" | ceiling sum(1/f)/N = {ceiling:.3f}, nominal factor {nominal:g}",
              _header(width, ["het/hom samples/s", "ceiling", "realised (median)",
