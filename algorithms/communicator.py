@@ -60,8 +60,12 @@ class Communicator:
         return req
 
     def Test(self, req: MPI.Request) -> bool:
+        """Whether ``req`` completed; a completed request is no longer tracked (as in Wait)."""
         with self.timer.phase("comm"):
-            return bool(req.Test())
+            done = bool(req.Test())
+        if done:
+            self._forget(req)
+        return done
 
     def Wait(self, req: MPI.Request) -> None:
         with self.timer.phase("wait"):

@@ -438,13 +438,9 @@ class DeviceCommunicator(Communicator):
                 return False
             done = super().Test(req.request)
             if done:
-                self._forget(req.request)
                 self._complete(req)
             return done
-        done = super().Test(req)
-        if done:
-            self._forget(req)
-        return done
+        return super().Test(req)
 
     def Wait(self, req: Any) -> None:
         if isinstance(req, StagedRequest):
