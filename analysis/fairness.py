@@ -54,8 +54,10 @@ def nominal_factors(run: RunLike) -> dict[int, float]:
     return out
 
 
-def _skip(run: RunLike) -> int:
-    """Leading steps per rank to leave out (root attr ``warmup_steps``, default 0)."""
+def warmup_steps(run: RunLike) -> int:
+    """Leading steps per rank to leave out: the root attribute ``warmup_steps``
+    (OD-SGD's blocking warm-up); 0 if absent or not a number. Every metric here
+    and the report's steady-state columns (:mod:`syncbench.analysis.tables`) skip them."""
     try:
         return max(0, int(run.attrs.get(_WARMUP_ATTR, 0) or 0))
     except (TypeError, ValueError):
@@ -67,7 +69,7 @@ def _col(run: RunLike, rank: int, name: str) -> np.ndarray:
     rows = run.ranks[rank]
     if name not in rows:
         return np.zeros(0)
-    return np.asarray(rows[name], dtype=np.float64)[_skip(run):]
+    return np.asarray(rows[name], dtype=np.float64)[warmup_steps(run):]
 
 
 def _mean(values: np.ndarray) -> float:

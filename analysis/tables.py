@@ -265,29 +265,17 @@ def rounds_of(cols: dict[str, np.ndarray]) -> int:
 
 # ---------------------------------------------------------------- steady state
 
-#: Root attribute: leading steps per rank that are warm-up (excluded below).
-WARMUP_ATTR = "warmup_steps"
-
-
-def warmup_steps(run: Run) -> int:
-    """The run's ``warmup_steps`` root attribute (OD-SGD's blocking warm-up); 0 if absent."""
-    value = run.attrs.get(WARMUP_ATTR)
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
-
 
 def steady_step_times(run: Run) -> tuple[float, float, int]:
     """(T, C, rows): mean step seconds and mean sync (comm + wait) seconds per step.
 
-    Pooled over every rank's rows after the warm-up (:func:`warmup_steps`), so
+    Pooled over every rank's rows after the warm-up (:func:`fairness.warmup_steps`), so
     ranks that take more steps weigh more: T is the rank-time per step, the
     inverse of throughput per rank. NaN, NaN, 0 when no row is left.
     """
     if not run.ranks:
         return NAN, NAN, 0
-    keep = _concat(run, "step") >= warmup_steps(run)  # every rank's rows at once
+    keep = _concat(run, "step") >= fairness.warmup_steps(run)  # every rank's rows at once
     rows = int(np.count_nonzero(keep))
     if not rows:
         return NAN, NAN, 0
@@ -550,7 +538,7 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
         sync_fraction=_sum_finite(row["comm_fraction"], row["wait_fraction"]),
         diverged=is_diverged(run),
         eval_interval_s=float(np.median(np.diff(t_eval))) if t_eval.size > 1 else NAN,
-        warmup_steps=warmup_steps(run),
+        warmup_steps=fairness.warmup_steps(run),
         steady_step_s=steady_s,
         sync_s_per_step=sync_s,
         overlapped=False,
