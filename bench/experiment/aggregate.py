@@ -6,10 +6,10 @@ per (configuration, label). Rules, stated once:
 
 - Every figure is the median over the label's repeats with the min and max
   (NaN values left out). Time to target counts a run that missed the target
-  or diverged as infinitely slow. Samples/s and hidden communication
-  (:data:`OK_ONLY_KEYS`) are medians over the runs that did not diverge (a
-  diverged run's speed is no result): a label whose runs all diverged shows
-  ``diverged`` there.
+  or diverged as infinitely slow. Samples/s and hidden communication (the
+  report's ``tables.DIVERGED_EXCLUDED_KEYS``) are medians over the runs that
+  did not diverge (a diverged run's speed is no result): a label whose runs
+  all diverged shows ``diverged`` there.
 - Ratios against the baseline label are taken per repeat, between the two
   runs of that repeat in the same slowdown configuration (they ran next to
   each other, so they share the machine's state), then the median and
@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.analysis.tables import DIVERGED_EXCLUDED_KEYS
+
 #: Relative spread of realised factors above which a comparison is flagged, and the
 #: largest relative distance of a realised factor from the nominal one that is not.
 FACTOR_TOLERANCE = 0.10
@@ -51,8 +53,6 @@ INTERFERENCE_TOLERANCE = 0.07
 STAT_KEYS = ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
              "interference_ratio", "hidden_comm_fraction", "buckets", "sync_fraction",
              "eval_interval_s")
-#: Figures whose medians leave out the runs that diverged.
-OK_ONLY_KEYS = frozenset({"samples_per_s", "hidden_comm_fraction"})
 
 
 def spread(values: Iterable[float], keep_inf: bool = False) -> dict[str, Any]:
@@ -122,8 +122,9 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                 "time_to_target_s": spread((_ttt(r) for r in runs), keep_inf=True),
             }
             for key in STAT_KEYS:
-                cell[key] = spread(r.get(key) for r in (ok if key in OK_ONLY_KEYS else runs))
-                if key in OK_ONLY_KEYS and not ok:
+                ok_only = key in DIVERGED_EXCLUDED_KEYS
+                cell[key] = spread(r.get(key) for r in (ok if ok_only else runs))
+                if ok_only and not ok:
                     cell[key]["status"] = "diverged"
             ttt, sps, het = [], [], []
             for r in runs:
