@@ -124,8 +124,13 @@ def preload_cuda_wheels(paths: list[str] | None = None) -> list[str]:
     return loaded
 
 
+@functools.lru_cache(maxsize=1)
 def _import_cupy() -> ModuleType | None:
-    """CuPy, imported after the wheels' CUDA libraries; None (nothing loaded) without it."""
+    """CuPy, imported after the wheels' CUDA libraries; None (nothing loaded) without it.
+
+    Cached per process: the wheels are searched and loaded once, however many of
+    :func:`bind_before_mpi`, :func:`select_backend` and :func:`probe_gpu` ask.
+    """
     if importlib.util.find_spec("cupy") is None:
         return None
     preload_cuda_wheels()
@@ -166,6 +171,22 @@ def probe_gpu() -> tuple[ModuleType | None, str]:
     return cupy, ""
 
 
+def _bind(cupy: ModuleType, local: int) -> int | None:
+    """Make GPU ``local % count`` current and return its index; None when none is counted.
+
+    A failing device count reads as no GPU; a failing bind raises (each caller
+    handles it its own way).
+    """
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return None
+    if count < 1:
+        return None
+    cupy.cuda.Device(local % count).use()
+    return local % count
+
+
 def _cupy_if_available() -> ModuleType | None:
     """CuPy when a GPU passes :func:`probe_gpu`, else None."""
     return probe_gpu()[0]
@@ -186,13 +207,9 @@ def bind_before_mpi(device: str, environ: Mapping[str, str] | None = None) -> in
     if cupy is None:
         return None
     try:
-        count = cupy.cuda.runtime.getDeviceCount()
-        if count < 1:
-            return None
-        cupy.cuda.Device(local % count).use()
+        return _bind(cupy, local)
     except Exception:
         return None
-    return local % count
 
 
 def select_backend(device: str = "auto", local_rank: int = 0) -> Backend:
@@ -209,13 +226,8 @@ def select_backend(device: str = "auto", local_rank: int = 0) -> Backend:
         return numpy_backend()
     cupy = _import_cupy()
     if cupy is not None:
-        try:
-            count = cupy.cuda.runtime.getDeviceCount()
-        except Exception:
-            count = 0
-        if count:
-            local = env_local_rank()
-            cupy.cuda.Device((local_rank if local is None else local) % count).use()
+        local = env_local_rank()
+        _bind(cupy, local_rank if local is None else local)
     cupy, reason = probe_gpu() if cupy is not None else (None, "CuPy is not installed")
     if cupy is None:
         if device == "gpu":
