@@ -328,10 +328,6 @@ def default_window(run: Run) -> tuple[int, int]:
     return lo, lo + TIMELINE_STEPS
 
 
-def _step_ends(cols: dict[str, np.ndarray]) -> np.ndarray:
-    return step_ends(cols)
-
-
 def timeline_interval(run: Run, window: tuple[int, int | None]) -> tuple[float, float]:
     """(start, end) in seconds of the reference rank's steps inside ``window``.
 
@@ -344,7 +340,7 @@ def timeline_interval(run: Run, window: tuple[int, int | None]) -> tuple[float, 
     if not mask.any():
         return 0.0, 1.0
     return (float(np.min(np.asarray(cols["t_start"], np.float64)[mask])),
-            float(np.max(_step_ends(cols)[mask])))
+            float(np.max(step_ends(cols)[mask])))
 
 
 def plot_timeline(plt: Any, run: Run, path: Path,
@@ -378,7 +374,7 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     if ref == 0 and 0 in run.ranks:
         c0 = run.ranks[0]
         steps0 = np.asarray(c0["step"])
-        ends = _step_ends(c0)
+        ends = step_ends(c0)
         xs = [float(ends[np.flatnonzero(steps0 == int(s) - 1)[-1]])
               for s in run.eval["step"] if np.any(steps0 == int(s) - 1)]
         xs = [x * scale for x in xs if t_lo <= x <= t_hi]

@@ -536,7 +536,7 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
     t_eval = np.asarray(run.eval.get("t", ()), dtype=np.float64)
     row.update(
         sync_fraction=_sum_finite(row["comm_fraction"], row["wait_fraction"]),
-        diverged=is_diverged(run),
+        diverged=run_diverged(run),
         eval_interval_s=float(np.median(np.diff(t_eval))) if t_eval.size > 1 else NAN,
         warmup_steps=fairness.warmup_steps(run),
         steady_step_s=steady_s,
@@ -566,12 +566,6 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
 
 def _sum_finite(a: float, b: float) -> float:
     return float(a) + float(b) if _finite(a) and _finite(b) else NAN
-
-
-def is_diverged(run: Run) -> bool:
-    """The run's ``diverged`` flag: :func:`syncbench.analysis.summary.run_diverged`
-    (the stored ``/summary`` flag, recomputed from the rows for older files)."""
-    return run_diverged(run)
 
 
 def scaling_mode(run: Run) -> str | None:

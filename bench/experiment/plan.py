@@ -59,12 +59,20 @@ class _Raising(argparse.ArgumentParser):
         raise ScenarioError(message)
 
 
-def check_train_args(args: tuple[str, ...], where: str) -> None:
-    """Parse ``args`` with ``syncbench train``'s parser; one-line error on a bad flag."""
+def train_parser() -> argparse.ArgumentParser:
+    """``syncbench train``'s parser, raising :class:`ScenarioError` on a bad flag."""
     from syncbench.bench.options import add_train_arguments  # noqa: PLC0415 - heavy import
 
     parser = _Raising(prog="syncbench train", add_help=False)
     add_train_arguments(parser)
+    return parser
+
+
+def check_train_args(args: tuple[str, ...], where: str,
+                     parser: argparse.ArgumentParser | None = None) -> None:
+    """Parse ``args`` with ``syncbench train``'s parser (``parser``: one built by
+    :func:`train_parser`, reused across calls); one-line error on a bad flag."""
+    parser = parser or train_parser()
     _, unknown = parser.parse_known_args(list(args))
     if unknown:
         raise ScenarioError(f"{where}: syncbench train does not know {' '.join(unknown)}")
@@ -86,9 +94,10 @@ def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Pa
     conditions = scenario.conditions(np_)
     cells = [(entry, cond) for cond in conditions for entry in scenario.runs]
     if check:
+        parser = train_parser()  # built once: parsing does not change it
         for entry, cond in cells:
             args = _train_args(scenario, entry, cond, 0, target, extra, out_dir / "x.h5")
-            check_train_args(args, f"run {entry.label!r} ({cond.title})")
+            check_train_args(args, f"run {entry.label!r} ({cond.title})", parser)
     rng = random.Random(seed)
     plan = []
     for repeat in range(repeats):

@@ -429,9 +429,6 @@ def alias(name: str, prog: str) -> tuple[Callable[[argparse.ArgumentParser], Non
                                          Callable[..., int]]:
     """``(add_arguments, main)`` of an old command that is now ``syncbench run NAME``."""
 
-    def add(parser: argparse.ArgumentParser) -> None:
-        add_runner_arguments(parser)
-
     def body(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
         try:
             scenario = load_scenario(name)
@@ -439,4 +436,4 @@ def alias(name: str, prog: str) -> tuple[Callable[[argparse.ArgumentParser], Non
             return _error(prog, str(exc))
         return run_scenario(scenario, args, extra or [], prog)
 
-    return add, body
+    return add_runner_arguments, body
