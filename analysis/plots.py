@@ -132,13 +132,14 @@ def scaling_series(rows: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str,
 
 
 def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path,
-                 context: str | None = None) -> str:
+                 context: str | None = None,
+                 series: dict[tuple, list[dict[str, Any]]] | None = None) -> str:
     """Speedup and efficiency against N, one line per series with two or more N, ideal lines.
 
     Only series of :func:`scaling_series` are drawn (the caller skips the
-    figure when there is none).
+    figure when there is none; ``series``: that result, when the caller has it).
     """
-    series = scaling_series(rows)
+    series = scaling_series(rows) if series is None else series
     rows = [r for members in series.values() for r in members]
     labels = [label for label, _ in series]
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=_FIGSIZE, dpi=_DPI)
@@ -233,14 +234,16 @@ def median_band(curves: Sequence[tuple[np.ndarray, np.ndarray]], points: int = 6
 
 
 def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]],
-                     path: Path, context: str | None = None) -> str:
+                     path: Path, context: str | None = None,
+                     groups: list[tuple[str, int, list[Run]]] | None = None) -> str:
     """Test accuracy against training time and against samples seen.
 
     One curve per (series, N): a single run as measured; repeats as their
     median (accuracy held from each evaluation to the next) with a band from
     the lowest to the highest repeat. The legend sits outside the axes.
+    ``groups``: :func:`convergence_groups` of the runs, when the caller has it.
     """
-    groups = convergence_groups(runs, rows)
+    groups = convergence_groups(runs, rows) if groups is None else groups
     names = sorted({name for name, _, _ in groups})
     sizes = sorted({n for _, n, _ in groups})
     cmap = plt.get_cmap("tab10")
@@ -358,9 +361,9 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     span = max(t_hi - t_lo, 1e-9)
     scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
     fig, ax = plt.subplots(figsize=(12.0, max(3.2, 1.6 + 0.6 * len(ranks))), dpi=_DPI)
+    order = step_order(run.algorithm)
     for row, r in enumerate(ranks):
         cols = run.ranks[r]
-        order = step_order(run.algorithm)
         bounds = phase_bounds_ns(cols, order)[:, :] / NS
         mask = (bounds[:, -1] >= t_lo) & (bounds[:, 0] <= t_hi)
         for k, p in enumerate(order):
@@ -449,24 +452,28 @@ def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
     context = context_line(runs)
     written: list[str] = []
     notes: list[str] = []
-    if scaling_series(rows):
-        written.append(plot_scaling(plt, rows, out / "scaling.png", context))
+    series = scaling_series(rows)
+    if series:
+        written.append(plot_scaling(plt, rows, out / "scaling.png", context, series))
     else:
         notes.append("scaling plot skipped: no series has a speedup at two or more world "
                      "sizes (one N per series, or runs mixed, overlapped or diverged)")
-    if convergence_groups(runs, rows):
-        written.append(plot_convergence(plt, runs, rows, out / "convergence.png", context))
+    groups = convergence_groups(runs, rows)
+    if groups:
+        written.append(plot_convergence(plt, runs, rows, out / "convergence.png", context,
+                                        groups))
     else:
         notes.append("convergence plot skipped: no run has a finite accuracy curve")
     flat = []
-    for run, stem in zip(runs, _stems(runs), strict=True):
+    local = [has_local_steps(run) for run in runs]
+    for run, stem, has_local in zip(runs, _stems(runs), local, strict=True):
         written.append(plot_phases(plt, run, out / f"{stem}_phases.png"))
         written.append(plot_timeline(plt, run, out / f"{stem}_timeline.png", window))
-        if has_local_steps(run) and run.world_size > 1:
+        if has_local and run.world_size > 1:
             written.append(plot_local_steps(plt, run, out / f"{stem}_local_steps.png"))
-        elif has_local_steps(run):
+        elif has_local:
             flat.append(Path(run.path).name)
-    if not any(has_local_steps(run) for run in runs):
+    if not any(local):
         notes.append("no run has non-zero local_steps (Oscars / Local SGD): "
                      "local-step schedule plot skipped")
     if flat:
