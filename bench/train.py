@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.base import Algorithm, Budget
+from syncbench.algorithms.base import Algorithm, Budget, steps_per_rank
 from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
@@ -164,7 +164,7 @@ class Run:
         # Steps per epoch with the data sharded over every rank: the sample budget and
         # the strides are the same whatever ranks an algorithm trains on.
         self.steps_per_epoch = len(self.data.train_y) // self.size // config.batch_size
-        steps = max(1, int(config.epochs * self.steps_per_epoch))
+        steps = steps_per_rank(config.epochs, len(self.data.train_y), self.size, config.batch_size)
         self.budget = Budget(steps * config.batch_size * self.size, config.batch_size, self.size)
         self.algorithm: Algorithm = cls(self.model, self.communicator, config, self.budget)
         self.slowdown_mode = resolve_mode(
