@@ -203,10 +203,6 @@ class Oscars(Algorithm):
         self._plan_round(uniform_schedule(size, self.tau0, self.tau_max))
 
     # -- schedule ------------------------------------------------------------
-    def base_period(self) -> float:
-        """tau_0 of the current round, with ``--period-growth``."""
-        return base_period(self.options, self.round)
-
     def _plan_round(self, taus: list[int]) -> None:
         """Fix the current round's schedule (fitted to the budget) on this rank."""
         self.taus = plan_round(taus, self.total_steps, self.scheduled)
