@@ -4,7 +4,8 @@ A step's wall time is split into the phases of the run-file schema
 (``data``, ``compute``, ``comm``, ``wait``, ``update``, ``delay``). Phases
 nest: entering ``comm`` inside ``compute`` (a ``Test`` poll between layers)
 pauses ``compute``, so every second is charged to exactly one phase and the
-phases of a step add up to its duration.
+phases of a step add up to its duration. The clock is ``time.monotonic``
+(``CLOCK_MONOTONIC``), the run's clock, on which the driver stamps ``t_start``.
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ class PhaseTimer:
                 while True:
                     time.sleep(3600)
             raise InjectedFault(f"injected fault in phase {name!r} of step {self.step}")
-        self._charge(time.perf_counter())
+        self._charge(time.monotonic())
         self._stack.append(name)
         try:
             yield
         finally:
-            self._charge(time.perf_counter())
+            self._charge(time.monotonic())
             self._stack.pop()
 
     @property

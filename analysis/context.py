@@ -111,15 +111,17 @@ def machine_context(attrs: Mapping[str, Any] | Any,
 
     Keys (:data:`CONTEXT_KEYS`; ``None`` where the file does not say):
     ``cores`` / ``cpus`` (physical cores / logical CPUs of rank 0's host),
-    ``smt`` (cpus > cores), ``world_size``, ``hosts`` (distinct host names),
-    ``ranks_per_host`` (recorded, else world_size / hosts rounded up),
+    ``smt`` (cpus > cores), ``world_size``, ``hosts`` (the nodes: root attr
+    ``nodes``, else the distinct host names), ``ranks_per_host`` (the most
+    ranks on one node: recorded, else world_size / hosts rounded up),
     ``ranks_per_core`` (ranks_per_host / cores), ``oversubscribed`` (recorded,
-    else ranks_per_host > cores), ``slowdown_mode`` (the emulation mode of the
-    slowed ranks: rank attrs ``slowdown_mode``, else the ``config`` flag; None
-    without a slowdown), ``simulated`` (the root attr, False if absent) and
-    ``loaded`` (:func:`loaded`: other processes used more than
-    :data:`LOADED_SHARE` of the hosts' cores during the run; None in older
-    files) with ``foreign_cpu_share`` (that share; None when not recorded).
+    per node against its own cores; else ranks_per_host > cores),
+    ``slowdown_mode`` (the emulation mode of the slowed ranks: rank attrs
+    ``slowdown_mode``, else the ``config`` flag; None without a slowdown),
+    ``simulated`` (the root attr, False if absent) and ``loaded``
+    (:func:`loaded`: other processes used more than :data:`LOADED_SHARE` of
+    the hosts' cores during the run; None in older files) with
+    ``foreign_cpu_share`` (that share; None when not recorded).
     ``rank_attrs`` defaults to the run's own when a ``Run`` is given.
     """
     if rank_attrs is None:
@@ -128,10 +130,10 @@ def machine_context(attrs: Mapping[str, Any] | Any,
     cores = _int(attrs.get("host_cores"))
     cpus = _int(attrs.get("host_cpus"))
     world = _int(attrs.get("world_size"))
-    hosts = _hosts(attrs)
+    hosts = _int(attrs.get("nodes")) or len(_hosts(attrs))
     per_host = _int(attrs.get("ranks_per_host"))
     if per_host is None and world is not None and hosts:
-        per_host = -(-world // len(hosts))
+        per_host = -(-world // hosts)
     over = _flag(attrs.get("oversubscribed"))
     if over is None and per_host is not None and cores is not None:
         over = per_host > cores
@@ -140,7 +142,7 @@ def machine_context(attrs: Mapping[str, Any] | Any,
         "cpus": cpus,
         "smt": None if cores is None or cpus is None else cpus > cores,
         "world_size": world,
-        "hosts": len(hosts) or None,
+        "hosts": hosts or None,
         "ranks_per_host": per_host,
         "ranks_per_core": None if per_host is None or cores is None else per_host / cores,
         "oversubscribed": over,
@@ -162,18 +164,30 @@ def format_context(ctx: Mapping[str, Any]) -> str:
     """One line, e.g. ``machine: 2 cores (2 CPUs), 4 ranks on 1 host, 2.0 ranks/core,
     oversubscribed, slowdown mode work``; unknown parts say so.
 
-    Values may also be the range strings of :func:`merge_contexts` (``"1-4"``).
+    A multi-node run says ``on N nodes (R ranks/node)`` (R the most on one node)
+    and its cores ``per node`` (rank 0's node); ranks/core is per node too.
+    Values may also be the range strings of :func:`merge_contexts` (``"1-4"``:
+    nodes then too).
     """
     parts = []
     cores, cpus = ctx.get("cores"), ctx.get("cpus")
+    world, hosts = ctx.get("world_size"), ctx.get("hosts")
+    nodes = hosts is not None and hosts != 1  # a number > 1 or a range: say nodes
     if cores is None:
         parts.append("cores unknown")
     else:
         parts.append(_count(cores, "core")
-                     + (f" ({_count(cpus, 'CPU')})" if cpus is not None else ""))
-    world, hosts = ctx.get("world_size"), ctx.get("hosts")
+                     + (f" ({_count(cpus, 'CPU')})" if cpus is not None else "")
+                     + (" per node" if nodes else ""))
     if world is not None:
-        parts.append(_count(world, "rank") + (f" on {_count(hosts, 'host')}" if hosts else ""))
+        where = ""
+        if hosts == 1:
+            where = " on 1 host"
+        elif nodes:
+            per = ctx.get("ranks_per_host")
+            where = f" on {_count(hosts, 'node')}" + (
+                f" ({_count(per, 'rank')}/node)" if per is not None else "")
+        parts.append(_count(world, "rank") + where)
     rpc = ctx.get("ranks_per_core")
     if rpc is not None:
         parts.append(f"{rpc:.1f} ranks/core" if isinstance(rpc, int | float)
@@ -338,6 +352,40 @@ def host_info() -> dict[str, Any]:
     online = _online_cpus()
     cpus = len(online) if online else os.cpu_count()
     return {"host_cores": _physical_cores(), "host_cpus": cpus}
+
+
+#: Environment variables with these prefixes select MPI transports (UCX, MPICH's
+#: control variables and their ``MPICH_`` aliases, libfabric, Open MPI and its
+#: launcher PRRTE, Intel MPI): the root attribute ``mpi_transport_env``.
+TRANSPORT_PREFIXES: tuple[str, ...] = (
+    "UCX_", "MPIR_CVAR_", "MPICH_", "FI_", "OMPI_MCA_", "PRTE_MCA_", "I_MPI_",
+)
+#: What Open MPI's launcher sets for every process (bookkeeping, not a choice).
+_LAUNCHER_SET = frozenset({"OMPI_MCA_PREFIXES", "OMPI_MCA_num_procs", "OMPI_MCA_initial_wdir",
+                           "OMPI_MCA_cpu_type", "OMPI_MCA_num_restarts"})
+
+
+def transport_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's MPI transport settings: ``environ``'s :data:`TRANSPORT_PREFIXES`
+    variables (``os.environ`` by default), the launcher's own bookkeeping left out."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith(TRANSPORT_PREFIXES) and k not in _LAUNCHER_SET}
+
+
+def merge_transport_env(per_rank: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """One mapping of every rank's :func:`transport_env` (``schema.TRANSPORT_ATTR``).
+
+    A variable every rank saw with one value maps to that value; one that
+    differs between ranks (or is unset on some) maps to the per-rank list,
+    None where unset.
+    """
+    names = sorted({k for env in per_rank for k in env})
+    out: dict[str, Any] = {}
+    for name in names:
+        values = [env.get(name) for env in per_rank]
+        out[name] = values[0] if len(set(values)) == 1 else values
+    return out
 
 
 def load_average() -> float | None:

@@ -503,7 +503,7 @@ def _footnotes(rows: Sequence[dict[str, Any]]) -> list[str]:
                      + ", ".join(pairs) + "); timings not comparable, no speedup or "
                      "efficiency computed from them.")
     if any(r.get("oversubscribed") for r in rows):
-        notes.append("oversubscribed: more ranks than physical cores on a host; timings "
+        notes.append("oversubscribed: more ranks than physical cores on a node; timings "
                      "include time-sharing of cores.")
     notes.append("sync = comm + wait (shares of all ranks' wall time). The split depends on "
                  "the MPI call: time blocked inside a blocking collective counts as comm, "

@@ -54,6 +54,11 @@ ROOT_ATTRS: tuple[str, ...] = (
     # registered strategy's options (see STRATEGY_FLAGS_ATTRS)
     "strategy_flags",
     "option_flags",
+    # nodes of the run and the ranks on each (see NODE_ATTRS), and the environment
+    # variables that select MPI transports (see TRANSPORT_ATTR)
+    "nodes",
+    "ranks_per_node",
+    "mpi_transport_env",
 )
 
 #: Root attributes with the host's 1-minute load average at the start and the end of
@@ -87,6 +92,20 @@ STRATEGY_FLAGS_ATTRS: tuple[str, ...] = ("strategy_flags", "option_flags")
 CONTEXT_ATTRS: tuple[str, ...] = (
     "host_cores", "host_cpus", "ranks_per_host", "oversubscribed", "t_begin_unix", "t_end_unix",
 )
+
+#: Root attributes of a run's nodes: ``nodes``, the number of nodes (a node is a
+#: host name: the ``hostname`` rank attribute), and ``ranks_per_node``, the ranks on
+#: each (integers, in the order of the sorted ``hostnames`` attribute; rank attribute
+#: ``node`` indexes both). Absent from older files: readers count ``hostnames``.
+NODE_ATTRS: tuple[str, ...] = ("nodes", "ranks_per_node")
+
+#: Root attribute: JSON object of the environment variables that select MPI transports
+#: as the ranks saw them (names starting with ``analysis.context.TRANSPORT_PREFIXES``:
+#: UCX_, MPIR_CVAR_, MPICH_, FI_, OMPI_MCA_, PRTE_MCA_, I_MPI_; the launcher's own
+#: OMPI_MCA_ bookkeeping left out). A name every rank saw with one value maps to it; a
+#: name whose value differs between ranks maps to a list, one entry per rank (null
+#: where unset). ``{}`` when none is set.
+TRANSPORT_ATTR = "mpi_transport_env"
 
 #: Root attribute: "strong" or "weak" when the run belongs to a scaling study
 #: (``syncbench train --scaling-mode``, set by ``syncbench sweep``); absent or
@@ -141,6 +160,8 @@ RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0}
 #: Attributes of every rank group.
 RANK_ATTRS: tuple[str, ...] = (
     "hostname",
+    # index of the rank's node in the root attribute hostnames (see NODE_ATTRS)
+    "node",
     "device",
     "slowdown",
     # how the slowdown was emulated: "none" (not slowed), "work", "spin" or "sleep"
@@ -152,6 +173,24 @@ RANK_ATTRS: tuple[str, ...] = (
     # computed by syncbench.analysis.fairness.realised_factors(run, "median") when the
     # run file is written (older files: own mean (compute + delay) / own mean compute)
     "slowdown_realised",
+    # this rank's clock offset to rank 0 and its uncertainty, at the start and at the
+    # end of training (see CLOCK_ATTRS)
+    "clock_offset_s",
+    "clock_uncertainty_s",
+    "clock_offset_end_s",
+    "clock_uncertainty_end_s",
+)
+
+#: Rank attributes of the clock alignment (``syncbench.bench.clocks``), in seconds:
+#: the rank's ``CLOCK_MONOTONIC`` minus rank 0's, measured by a minimum-round-trip
+#: ping-pong with rank 0 right after the start barrier (``clock_offset_s``; time 0 of
+#: the rank is rank 0's exit from that barrier mapped through it) and after training
+#: (``clock_offset_end_s``; ``t_start`` is corrected for the linear drift between
+#: the two), each with its uncertainty (half the minimum round trip; rank 0: 0). NaN
+#: for the end in a file rebuilt by ``syncbench recover``. Absent from older files
+#: (``MPI.Wtime`` rows: one node shared rank 0's barrier exit, nodes did not).
+CLOCK_ATTRS: tuple[str, ...] = (
+    "clock_offset_s", "clock_uncertainty_s", "clock_offset_end_s", "clock_uncertainty_end_s",
 )
 
 #: Group of evaluation rows (of the consensus model on the held-out split).

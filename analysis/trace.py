@@ -29,9 +29,11 @@ The output is the Chrome *Trace Event Format* (a JSON object with
   excluded, while ``ts`` is on the step clock, which includes it).
 
 ``--steps A:B`` keeps the steps with ``A <= step < B`` (either bound may be
-omitted) and the evaluations that followed one of them. Timestamps are each
-rank's ``MPI.Wtime()`` relative to the barrier at the start of the run, so
-ranks line up to within the barrier's skew.
+omitted) and the evaluations that followed one of them. Timestamps are on the
+run's one clock: rank 0's ``CLOCK_MONOTONIC`` from its exit of the barrier that
+starts the run, each rank's rows mapped onto it through the rank's measured
+offset (rank attributes ``clock_offset_s`` / ``clock_uncertainty_s``), so ranks on
+different nodes line up to within that uncertainty.
 """
 
 from __future__ import annotations

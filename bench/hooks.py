@@ -31,8 +31,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mpi4py import MPI
-
 from syncbench.algorithms.base import StepStats
 from syncbench.bench.progress import Progress
 
@@ -47,7 +45,7 @@ class StepContext:
 
     run: Run
     loop: LoopState
-    #: This rank's ``MPI.Wtime()`` at time 0 of the run.
+    #: This rank's ``time.monotonic()`` at time 0 of the run (rank 0's start, mapped).
     t0: float
     #: The last step's start on the run's clock (evaluation time included).
     t_start: float = 0.0
@@ -58,16 +56,17 @@ class StepContext:
     train_end: float = math.nan
 
     def now(self) -> float:
-        return MPI.Wtime() - self.t0
+        """Seconds on the run's clock (``CLOCK_MONOTONIC`` from time 0)."""
+        return time.monotonic() - self.t0
 
     @contextlib.contextmanager
     def off_clock(self) -> Iterator[float]:
         """Charge the block's time to ``loop.eval_seconds`` (not training time)."""
-        started = MPI.Wtime()
+        started = time.monotonic()
         try:
             yield started - self.t0
         finally:
-            self.loop.eval_seconds += MPI.Wtime() - started
+            self.loop.eval_seconds += time.monotonic() - started
 
 
 class Hook:

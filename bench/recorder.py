@@ -104,6 +104,8 @@ def _attr_value(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return np.asarray(value, dtype=np.int64)  # e.g. ranks_per_node
         return np.array([str(v) for v in value], dtype=h5py.string_dtype())
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True, default=str)

@@ -181,8 +181,9 @@ def factor_at(timeline: Sequence[tuple[float, float]], t: float) -> float:
 def resolve_mode(mode: str, ranks_per_node: int) -> str:
     """The mode ``auto`` stands for: ``work`` if some node runs 2+ ranks, else ``sleep``.
 
-    ``ranks_per_node`` is the largest number of ranks on one node (the size
-    of the biggest ``MPI.COMM_TYPE_SHARED`` split); other modes pass through.
+    ``ranks_per_node`` is the largest number of ranks on one node (ranks with
+    one host name, the run file's ``ranks_per_node`` at its largest), so every
+    rank of a run resolves to the same mode; other modes pass through.
     """
     if mode not in SLOWDOWN_MODES:
         raise ValueError(f"--slowdown-mode must be one of {', '.join(SLOWDOWN_MODES)}, "

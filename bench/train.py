@@ -19,6 +19,7 @@ import shutil
 import socket
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -34,8 +35,15 @@ from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
-from syncbench.analysis import fairness
-from syncbench.analysis.context import cpu_sample, foreign_cpu, host_info, load_average
+from syncbench.analysis import fairness, schema
+from syncbench.analysis.context import (
+    cpu_sample,
+    foreign_cpu,
+    host_info,
+    load_average,
+    merge_transport_env,
+    transport_env,
+)
 from syncbench.analysis.summary import divergence
 from syncbench.bench.checkpoint import (
     commit_checkpoint,
@@ -48,6 +56,7 @@ from syncbench.bench.checkpoint import (
     write_meta,
 )
 from syncbench.bench.cli import git_sha, package_version
+from syncbench.bench.clocks import ClockOffset, drift_since, measure_offsets
 from syncbench.bench.data import Dataset, DatasetError, load_dataset
 from syncbench.bench.hooks import (
     Checkpointer,
@@ -121,9 +130,14 @@ class Run:
         self.timer = PhaseTimer()
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank = local.Get_rank()
-        #: Most ranks on one node (``--slowdown-mode auto`` works unless every rank is alone).
-        self.ranks_per_node = int(comm.allreduce(local.Get_size(), op=MPI.MAX))
         local.Free()
+        #: Every rank's node (its host name), in rank order.
+        self.host_names: list[str] = comm.allgather(socket.gethostname())
+        #: Most ranks on one node (``--slowdown-mode auto`` works unless every rank is alone).
+        self.ranks_per_node = max(Counter(self.host_names).values())
+        #: This rank's clock offset to rank 0 at the start and at the end of training.
+        self.clock_start: ClockOffset | None = None
+        self.clock_end: ClockOffset | None = None
 
     # -- setup (no training communication; errors agreed on by all ranks) ---
     def setup(self) -> None:
@@ -248,6 +262,7 @@ class Run:
         self.root["t_end_unix"] = time.time()
         self.root["load_end"] = _load()
         self.root.update(self.foreign_cpu_attrs())
+        self.clock_end = measure_offsets(self.world)  # the drift since the start
         return self.write(self.recorder, wall)
 
     def open_records(self) -> LoopState:
@@ -284,17 +299,19 @@ class Run:
         return hooks
 
     def describe_run(self) -> None:
-        """Root attributes (every rank's host and device) and the parts folder's metadata."""
+        """Root attributes (every rank's node, device and MPI transport settings) and the
+        parts folder's metadata."""
         config = self.config
-        hosts = self.world.allgather((socket.gethostname(), self.backend.device,
-                                      self.cuda_aware, host_info()))
-        self.host_names = [h for h, _, _, _ in hosts]  # per rank, for foreign_cpu_attrs
-        infos = [info for _, _, _, info in hosts]
+        ranks = self.world.allgather((self.backend.device, self.cuda_aware, host_info(),
+                                      transport_env()))
+        infos = [info for _, _, info, _ in ranks]
         self.host_cores_by_rank = [info.get("host_cores") for info in infos]
-        self.root = self.root_attrs(self.host_names, [d for _, d, _, _ in hosts])
-        self.root["cuda_aware"] = all(aware for _, _, aware, _ in hosts)
+        self.root = self.root_attrs(self.host_names, [d for d, _, _, _ in ranks])
+        self.root["cuda_aware"] = all(aware for _, aware, _, _ in ranks)
         self.root.update(machine_attrs(self.host_names, infos,
                                        getattr(config, "scaling_mode", None)))
+        self.root[schema.TRANSPORT_ATTR] = json.dumps(
+            merge_transport_env([env for _, _, _, env in ranks]), sort_keys=True)
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
                 Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
@@ -306,7 +323,9 @@ class Run:
             self.model.warm_up(self.config.batch_size)
         self.algorithm.prepare()  # collective set-up (ASGD's windows) stays off the clock
         self.world.Barrier()
-        t0 = self.clock_origin() - loop.elapsed
+        t0 = self.t0 = self.clock_origin() - loop.elapsed
+        # the offset measurement is not training: off the clock, like an evaluation
+        loop.eval_seconds += max(0.0, time.monotonic() - t0 - loop.elapsed)
         # the run's interval, set-up included (it loads the CPU too): overlap detection
         self.root["t_begin_unix"] = self.t_begin_unix
         self.root["load_begin"] = _load()  # information; "loaded" is foreign_cpu_share's
@@ -363,22 +382,21 @@ class Run:
         self.recorder.add_to_last(self.timer.totals)
 
     def clock_origin(self) -> float:
-        """This rank's ``MPI.Wtime()`` for time 0 of the run (right after the start barrier).
+        """This rank's ``time.monotonic()`` at time 0 of the run (collective, after the
+        start barrier).
 
-        Ranks leave a barrier up to milliseconds apart on a loaded machine, so
-        each rank's own exit time would skew the ranks' ``t_start`` against
-        each other by that much, and cross-rank analysis (which rank computed
-        while another was in its delay) would be wrong. When every rank is on
-        one node, time 0 is the moment rank 0 left the barrier, on the node's
-        ``CLOCK_MONOTONIC`` (``MPI.Wtime``'s origin is per process under Open
-        MPI, so rank 0's Wtime itself cannot be shared). Across nodes each
-        rank keeps its own exit time.
+        Time 0 is the moment rank 0 left the start barrier, mapped onto this
+        rank's ``CLOCK_MONOTONIC`` through its measured offset to rank 0
+        (:func:`~syncbench.bench.clocks.measure_offsets`): every rank's rows are on
+        rank 0's clock, within the offset's uncertainty, whatever node it runs
+        on (monotonic clocks start at each node's boot) and however far apart the
+        ranks left the barrier. ``MPI.Wtime`` is not used: its origin is per
+        process under Open MPI and it is not ``CLOCK_MONOTONIC`` under MPICH.
         """
-        now, mono = MPI.Wtime(), time.monotonic()
-        if self.ranks_per_node != self.size:
-            return now
-        start = self.world.bcast(mono if self.rank == 0 else None, root=0)
-        return now + (start - mono)
+        exit_time = time.monotonic()
+        self.clock_start = measure_offsets(self.world)
+        start = self.world.bcast(exit_time if self.rank == 0 else None, root=0)
+        return start + self.clock_start.offset_s
 
     def snapshot_if_due(self, loop: LoopState, t: float) -> None:
         """Rank 0 keeps a copy of parameters that crossed the next evaluation stride.
@@ -416,10 +434,12 @@ class Run:
     def rank_attrs(self, rows: dict[str, np.ndarray]) -> dict[str, Any]:
         """This rank's attributes; ``rows`` are its recorded rows (``recorder.columns()``)."""
         return {
-            "hostname": socket.gethostname(),
+            "hostname": self.host_names[self.rank],
+            "node": sorted(set(self.host_names)).index(self.host_names[self.rank]),
             "device": self.backend.device,
             "slowdown": self.slowdowns[self.rank],
             **self.slowdown_attrs(rows),
+            **clock_attrs(self.clock_start, self.clock_end),
         }
 
     def slowdown_attrs(self, rows: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -488,9 +508,16 @@ class Run:
 
     # -- output ---------------------------------------------------------------
     def write(self, recorder: StepRecorder, wall_s: float) -> dict[str, float] | None:
-        """Gather every rank's rows to rank 0, which writes the run file atomically."""
+        """Gather every rank's rows to rank 0, which writes the run file atomically.
+
+        Each rank first moves its ``t_start`` onto rank 0's clock for the drift
+        between its two offset measurements (:func:`~syncbench.bench.clocks.drift_since`).
+        """
         config = self.config
         own = recorder.columns()
+        if self.clock_start is not None:
+            own["t_start"] = own["t_start"] - drift_since(
+                own["t_start"] + self.t0, self.clock_start, self.clock_end)
         gathered = self.world.gather((own, self.rank_attrs(own)), root=0)
         if self.rank != 0:
             return None
@@ -574,13 +601,24 @@ def realised_into(attrs: dict[int, dict[str, Any]], rows: dict[int, dict[str, An
         attrs[rank]["slowdown_realised"] = factor
 
 
+def clock_attrs(start: ClockOffset | None, end: ClockOffset | None) -> dict[str, float]:
+    """Rank attributes ``schema.CLOCK_ATTRS``: offsets to rank 0 and their uncertainties
+    at the start and at the end of training (NaN where not measured yet)."""
+    nan = float("nan")
+    values = [getattr(m, name, nan) if m is not None else nan
+              for m in (start, end) for name in ("offset_s", "uncertainty_s")]
+    return dict(zip(schema.CLOCK_ATTRS, values))
+
+
 def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
                   scaling_mode: str | None) -> dict[str, Any]:
-    """Root attributes of the machine context (``schema.CONTEXT_ATTRS`` but the times).
+    """Root attributes of the machine context (``schema.CONTEXT_ATTRS`` but the times,
+    and ``schema.NODE_ATTRS``).
 
     ``hostnames`` and ``infos`` (:func:`~syncbench.analysis.context.host_info`)
-    have one entry per rank; a host is oversubscribed when it runs more ranks
-    than it has physical cores.
+    have one entry per rank; a node is a host name. A node is oversubscribed
+    when it runs more ranks than it has physical cores (its own count, not
+    rank 0's); ``ranks_per_node`` follows the sorted ``hostnames`` attribute.
     """
     per_host: dict[str, int] = {}
     cores: dict[str, int | None] = {}
@@ -591,6 +629,8 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
         "host_cores": infos[0].get("host_cores") or 0,
         "host_cpus": infos[0].get("host_cpus") or 0,
         "ranks_per_host": max(per_host.values()),
+        "nodes": len(per_host),
+        "ranks_per_node": [per_host[h] for h in sorted(per_host)],
         # None (written as "", read as unknown) when a host's cores could not be read
         "oversubscribed": None if None in cores.values()
         else any(per_host[h] > c for h, c in cores.items()),

@@ -576,7 +576,7 @@ def test_trace_bad_input(tmp_path, real_runs, capsys):
 
 
 def test_machine_context_and_line():
-    from syncbench.analysis.context import format_context, machine_context
+    from syncbench.analysis.context import format_context, format_contexts, machine_context
 
     attrs = {"host_cores": 2, "host_cpus": 2, "world_size": 4, "hostnames": ["h"],
              "ranks_per_host": 4, "oversubscribed": True,
@@ -590,6 +590,33 @@ def test_machine_context_and_line():
     assert two["ranks_per_host"] == 2 and two["oversubscribed"] is False
     assert format_context(machine_context({})) == "machine: cores unknown, " \
         "oversubscription unknown"
+    # several nodes: "N nodes" (recorded, else the host names), never "1 host"
+    nodes = machine_context({"host_cores": 2, "host_cpus": 2, "world_size": 4,
+                             "hostnames": ["n0", "n1"], "nodes": 2, "ranks_per_node": [2, 2],
+                             "ranks_per_host": 2, "oversubscribed": False})
+    assert nodes["hosts"] == 2 and nodes["ranks_per_core"] == 1.0
+    assert format_context(nodes) == ("machine: 2 cores (2 CPUs) per node, 4 ranks on 2 nodes "
+                                     "(2 ranks/node), 1.0 ranks/core, not oversubscribed")
+    old = machine_context({"host_cores": 2, "world_size": 3, "hostnames": ["n0", "n1", "n2"]})
+    assert "3 ranks on 3 nodes (1 rank/node)" in format_context(old)
+    merged = format_contexts([machine_context({"world_size": 2, "hostnames": ["h"]}), nodes])
+    assert "on 1-2 nodes" in merged and "host" not in merged
+
+
+def test_transport_env_keeps_the_transport_choices_and_merges_per_rank():
+    from syncbench.analysis.context import merge_transport_env, transport_env
+
+    env = {"UCX_TLS": "tcp", "MPIR_CVAR_CH4_NETMOD": "ofi", "OMPI_MCA_btl": "^vader",
+           "OMPI_MCA_num_procs": "2", "OMPI_MCA_PREFIXES": "mca,opal", "PATH": "/bin",
+           "FI_PROVIDER": "tcp", "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+    assert transport_env(env) == {
+        "FI_PROVIDER": "tcp", "MPIR_CVAR_CH4_NETMOD": "ofi", "OMPI_MCA_btl": "^vader",
+        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "UCX_TLS": "tcp"}
+    merged = merge_transport_env([{"UCX_TLS": "tcp", "FI_PROVIDER": "tcp"},
+                                  {"UCX_TLS": "tcp"}, {"UCX_TLS": "sm"}])
+    assert merged == {"FI_PROVIDER": ["tcp", None, None], "UCX_TLS": ["tcp", "tcp", "sm"]}
+    assert merge_transport_env([{"UCX_TLS": "tcp"}] * 2) == {"UCX_TLS": "tcp"}
+    assert merge_transport_env([{}, {}]) == {}
 
 
 def test_overlapping_runs_need_a_shared_host_and_intersecting_intervals():

@@ -412,10 +412,19 @@ def test_machine_attrs_count_ranks_per_host_against_physical_cores():
 
     info = {"host_cores": 2, "host_cpus": 4}
     two = machine_attrs(["a", "a"], [info, info], "weak")
-    assert two == {"host_cores": 2, "host_cpus": 4, "ranks_per_host": 2,
-                   "oversubscribed": False, "scaling_mode": "weak"}
+    assert two == {"host_cores": 2, "host_cpus": 4, "ranks_per_host": 2, "nodes": 1,
+                   "ranks_per_node": [2], "oversubscribed": False, "scaling_mode": "weak"}
     four = machine_attrs(["a", "a", "a", "b"], [info] * 4, None)
     assert four["ranks_per_host"] == 3 and four["oversubscribed"] is True
+    assert four["nodes"] == 2 and four["ranks_per_node"] == [3, 1]  # sorted host names
     assert four["scaling_mode"] == ""
+    # per node against that node's own cores, not rank 0's: node a (2 cores) runs 3
+    big = {"host_cores": 4, "host_cpus": 4}
+    mixed = machine_attrs(["b", "a", "a", "a", "b", "b"], [big, info, info, info, big, big],
+                          None)
+    assert mixed["host_cores"] == 4 and mixed["ranks_per_host"] == 3
+    assert mixed["oversubscribed"] is True and mixed["ranks_per_node"] == [3, 3]
+    assert machine_attrs(["b", "a", "b", "b"], [big, info, big, big],
+                         None)["oversubscribed"] is False
     unknown = machine_attrs(["a"] * 3, [{"host_cores": None, "host_cpus": 2}] * 3, None)
     assert unknown["host_cores"] == 0 and unknown["oversubscribed"] is None

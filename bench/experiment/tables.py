@@ -59,7 +59,7 @@ def _header(width: int, names: Sequence[str]) -> str:
 
 
 def oversubscribed(contexts: Sequence[dict[str, Any]]) -> bool:
-    """True when some run's ranks outnumbered its host's physical cores."""
+    """True when some run's ranks outnumbered a node's physical cores (per node)."""
     over = merge_contexts(list(contexts)).get("oversubscribed") if contexts else None
     return over is True or over == "some oversubscribed"
 
