@@ -15,7 +15,8 @@ setup(
     python_requires=">=3.10",
     # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
     packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS]
-    + ["syncbench.bench.peers", "syncbench.bench.experiment", "syncbench.bench.simulate"],
+    + ["syncbench.bench.peers", "syncbench.bench.experiment", "syncbench.bench.simulate",
+       "syncbench.bench.cluster"],
     package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
     package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"],
                   "syncbench.bench": ["scenarios/*.toml"],

@@ -77,6 +77,8 @@ COMMANDS: dict[str, Command] = {
                      "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"),
     "simulate": Command("syncbench.bench.simulate.cli", "add_arguments", "main",
                         "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"),
+    "cluster": Command("syncbench.bench.cluster.command", "add_arguments", "main",
+                       "an emulated cluster on this host (root): up, status, mpiexec, down"),
     "data": Command("syncbench.bench.data_cli", "add_arguments", "main",
                     "dataset files: info (what is found where) or fetch (download)"),
 }

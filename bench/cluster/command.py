@@ -1,0 +1,320 @@
+"""``syncbench cluster``: an emulated cluster of N nodes on this host (run as root).
+
+  syncbench cluster up --nodes N [--link RATE] [--node-speed F1,F2,...]
+                       [--clock-offset S1,S2,...] [--slurm]
+  syncbench cluster status
+  syncbench cluster mpiexec [-n N] [--ppn P] -- COMMAND ...
+  syncbench cluster exec NODE -- COMMAND ...      (one command inside one node)
+  syncbench cluster link NODE up|down|RATE        (a fault or a slower link, live)
+  syncbench cluster down
+
+Nodes are ``sbnode1`` ... at ``10.77.0.1`` ..., joined by bridge ``sbbr0``
+(``10.77.0.254``). ``up`` is idempotent (the same layout again is a no-op; a
+different one must be taken ``down`` first); ``down`` removes exactly what
+``up`` made, as listed in the state file, and ends the processes still
+running inside the nodes. ``mpiexec`` is the active venv's launcher (MPICH's
+hydra or Open MPI's prterun) with what makes inter-node traffic cross the
+links; it can stand in for ``mpiexec`` anywhere (``MPIEXEC="syncbench
+cluster mpiexec"``, ``syncbench run SCENARIO --cluster``). See the package
+docstring for what the emulation cannot show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+from . import cpu, launch, network, slurm
+from .host import ClusterError, require_root, require_tool, sh, works
+from .state import (
+    BRIDGE,
+    BRIDGE_ADDRESS,
+    MAX_NODES,
+    SUBNET,
+    Cluster,
+    Node,
+    forget,
+    load,
+    node_name,
+    save,
+)
+
+RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
+_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
+          "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+
+
+def rate_bytes_per_s(rate: str) -> float:
+    """A ``tc`` rate (``1gbit``, ``200mbit``, ``50mbps``) in bytes per second."""
+    match = RATE.match(rate.strip())
+    if not match:
+        raise ClusterError(f"--link {rate!r} is not a rate such as 1gbit, 200mbit or 100mbps")
+    return float(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="make the nodes (idempotent)")
+    up.add_argument("--nodes", type=int, required=True, help=f"number of nodes (1-{MAX_NODES})")
+    up.add_argument("--link", default="",
+                    help="rate of every node's link, both directions (tc units: 1gbit, "
+                         "200mbit); unshaped if absent")
+    up.add_argument("--burst", default="256kb",
+                    help="token bucket size (default 256kb: 0.95 of the rate at 1gbit)")
+    up.add_argument("--node-speed", default="",
+                    help="speed of each node, e.g. 1,0.25: a CPU quota of that share of its "
+                         "core(s)")
+    up.add_argument("--clock-offset", default="",
+                    help="CLOCK_MONOTONIC offset of each node in seconds, e.g. 0,1000")
+    up.add_argument("--slurm", action="store_true",
+                    help="add the nodes to the local Slurm cluster as partition 'emulated'")
+    sub.add_parser("status", help="the nodes, their links and byte counters")
+    run = sub.add_parser("mpiexec", help="launch COMMAND across the nodes")
+    run.add_argument("-n", "--np", type=int, default=None, dest="ranks",
+                     help="ranks (default: nodes x --ppn)")
+    run.add_argument("--ppn", type=int, default=None, help="ranks per node (default ceil(n/nodes))")
+    run.add_argument("--mpiexec", default=None, help="launcher (default: the venv's mpiexec)")
+    run.add_argument("words", nargs=argparse.REMAINDER, metavar="COMMAND")
+    inside = sub.add_parser("exec", help="run COMMAND inside one node")
+    inside.add_argument("node")
+    inside.add_argument("words", nargs=argparse.REMAINDER, metavar="COMMAND")
+    link = sub.add_parser("link", help="take a node's link down or up, or change its rate")
+    link.add_argument("node")
+    link.add_argument("state", help="up, down, or a rate (1gbit, 200mbit)")
+    sub.add_parser("down", help="remove everything 'up' made")
+
+
+def _per_node(text: str, count: int, what: str, default: float) -> list[float]:
+    if not text:
+        return [default] * count
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise ClusterError(f"{what} {text!r}: expected {count} comma-separated numbers") from None
+    if len(values) != count:
+        raise ClusterError(f"{what} {text!r} names {len(values)} nodes, --nodes is {count}")
+    return values
+
+
+def requested(args: argparse.Namespace) -> Cluster:
+    """The cluster ``up`` is asked for (checked, nothing made)."""
+    count = args.nodes
+    if not 1 <= count <= MAX_NODES:
+        raise ClusterError(f"--nodes must be 1 to {MAX_NODES}, got {count}")
+    if args.link:
+        rate_bytes_per_s(args.link)
+    speeds = _per_node(args.node_speed, count, "--node-speed", 1.0)
+    if any(not 0.01 <= s <= 1.0 for s in speeds):
+        raise ClusterError(f"--node-speed {args.node_speed!r}: each speed must be in [0.01, 1] "
+                           "(a quota can only slow a node down)")
+    offsets = _per_node(args.clock_offset, count, "--clock-offset", 0.0)
+    if any(o < 0 or o != int(o) for o in offsets):
+        raise ClusterError(f"--clock-offset {args.clock_offset!r}: whole seconds >= 0 "
+                           "(unshare --time takes whole seconds)")
+    cpusets = cpu.plan_cpusets(count)
+    nodes = [Node(index=i + 1, name=node_name(i + 1), address=f"{SUBNET}.{i + 1}",
+                  veth=f"sbv{i + 1}", cpus=cpusets[i], speed=speeds[i],
+                  clock_offset_s=int(offsets[i]))
+             for i in range(count)]
+    return Cluster(nodes=nodes, link=args.link, burst=args.burst, slurm=args.slurm)
+
+
+def check_features(cluster: Cluster) -> None:
+    """Refuse (one line, naming the feature) what the layout needs and the kernel lacks."""
+    require_tool("ip", "iproute2")
+    require_tool("unshare", "util-linux")
+    if not works(["unshare", "--uts", "true"]):
+        raise ClusterError("UTS namespaces are unavailable (unshare --uts fails): nodes "
+                           "cannot have their own hostnames")
+    if any(n.clock_offset_s for n in cluster.nodes) and \
+            not works(["unshare", "--time", "--monotonic", "1", "true"]):
+        raise ClusterError("time namespaces are unavailable (unshare --time fails; Linux >= "
+                           "5.6 needed): --clock-offset cannot be emulated")
+    if cluster.link:
+        require_tool("tc", "iproute2")
+        if not network.tbf_available():
+            raise ClusterError("the tbf qdisc is unavailable (tc qdisc ... tbf fails): "
+                               "--link cannot be shaped")
+    if not any(n.cpus for n in cluster.nodes):
+        cluster.notes.append(f"{len(cpu.host_cpus())} CPUs for {len(cluster.nodes)} nodes: "
+                             "the nodes share the CPUs (no CPU set per node)")
+
+
+def build(cluster: Cluster) -> None:
+    """Make every object, recording each in the state file as it appears."""
+    save(cluster)
+    network.make_bridge(cluster)
+    for node in cluster.nodes:
+        network.make_node(cluster, node)
+        if cluster.link:
+            network.shape(node, cluster.link, cluster.burst)
+        cpu.make_cgroups(cluster, node)
+        save(cluster)
+    launch.write_shim(cluster)
+    if cluster.slurm:
+        slurm.add_nodes(cluster)
+
+
+def up(args: argparse.Namespace) -> int:
+    require_root()
+    cluster = requested(args)
+    existing = load()
+    if existing is not None:
+        if existing.layout() == cluster.layout():
+            print("syncbench cluster: already up")
+            return status(existing)
+        raise ClusterError("a cluster with other settings is up: run 'syncbench cluster down' "
+                           "first")
+    check_features(cluster)
+    network.check_names_free(cluster)
+    try:
+        build(cluster)
+    except (ClusterError, OSError):
+        teardown(cluster)
+        raise
+    save(cluster)
+    return status(cluster)
+
+
+def status(cluster: Cluster | None = None) -> int:
+    cluster = cluster or load()
+    if cluster is None:
+        print("syncbench cluster: no emulated cluster is up")
+        return 1
+    print(f"syncbench cluster: {len(cluster.nodes)} nodes on bridge {BRIDGE} "
+          f"({BRIDGE_ADDRESS}), links {cluster.link or 'unshaped'}"
+          f"{', Slurm partition ' + slurm.PARTITION if cluster.slurm else ''}")
+    print(f"{'node':<10} {'address':<12} {'cpus':<6} {'speed':>5} {'clock+s':>8} "
+          f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}")
+    for node in cluster.nodes:
+        state = "up" if _link_up(node) else "down"
+        try:
+            bytes_ = network.byte_counters(node)
+        except OSError:
+            bytes_ = {"tx_bytes_by_node": -1, "rx_bytes_by_node": -1}
+        print(f"{node.name:<10} {node.address:<12} {node.cpus or 'all':<6} {node.speed:>5g} "
+              f"{node.clock_offset_s:>8g} {state:<5} {bytes_['tx_bytes_by_node']:>14} "
+              f"{bytes_['rx_bytes_by_node']:>14}")
+    for note in cluster.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _link_up(node: Node) -> bool:
+    try:
+        return "UP" in open(f"/sys/class/net/{node.veth}/operstate").read().upper()
+    except OSError:
+        return False
+
+
+def teardown(cluster: Cluster) -> None:
+    """Remove what the state lists, newest first; processes inside the nodes end first."""
+    for node in cluster.nodes:
+        if network.netns_exists(node.name):
+            _end_processes(node.name)
+    if cluster.slurm:
+        slurm.remove_nodes(cluster)
+    errors = []
+    for obj in reversed(cluster.made):
+        try:
+            if obj["kind"] == "cgroup":
+                cpu.remove_cgroup(obj["name"])
+            elif obj["kind"] in ("link", "netns"):
+                network.remove(obj["kind"], obj["name"])
+        except ClusterError as exc:
+            errors.append(str(exc))
+    if errors:
+        save(cluster)
+        raise ClusterError("; ".join(errors))
+    forget()
+
+
+def _end_processes(namespace: str) -> None:
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+        pids = [int(p) for p in sh(["ip", "netns", "pids", namespace], "listing",
+                                   check=False).stdout.split()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and sh(["ip", "netns", "pids", namespace], "listing",
+                                                 check=False).stdout.split():
+            time.sleep(0.1)
+
+
+def down() -> int:
+    require_root()
+    cluster = load()
+    if cluster is None:
+        print("syncbench cluster: no emulated cluster is up")
+        return 0
+    teardown(cluster)
+    print(f"syncbench cluster: removed {len(cluster.nodes)} nodes and bridge {BRIDGE}")
+    return 0
+
+
+def _loaded() -> Cluster:
+    cluster = load()
+    if cluster is None:
+        raise ClusterError("no emulated cluster is up: syncbench cluster up --nodes N")
+    return cluster
+
+
+def _command(words: list[str]) -> list[str]:
+    return words[1:] if words[:1] == ["--"] else words
+
+
+def run_mpiexec(args: argparse.Namespace) -> int:
+    argv, env = launch.launch_command(_loaded(), _command(args.words), args.ranks, args.ppn,
+                                      args.mpiexec)
+    sys.stdout.flush()
+    os.execve(argv[0], argv, env)
+    return 127  # not reached
+
+
+def run_in_node(args: argparse.Namespace) -> int:
+    argv = launch.node_command(_loaded(), args.node, _command(args.words))
+    os.execv(argv[0], argv)
+    return 127  # not reached
+
+
+def set_link(args: argparse.Namespace) -> int:
+    require_root()
+    cluster = _loaded()
+    node = cluster.node(args.node)
+    if node is None:
+        raise ClusterError(f"no node {args.node!r}")
+    if args.state in ("up", "down"):
+        network.set_link(node, args.state == "up")
+    else:
+        rate_bytes_per_s(args.state)
+        network.shape(node, args.state, cluster.burst)
+    print(f"syncbench cluster: link of {node.name} {args.state}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "up":
+            return up(args)
+        if args.action == "status":
+            return status()
+        if args.action == "mpiexec":
+            return run_mpiexec(args)
+        if args.action == "exec":
+            return run_in_node(args)
+        if args.action == "link":
+            return set_link(args)
+        return down()
+    except ClusterError as exc:
+        print(f"syncbench cluster: error: {exc}", file=sys.stderr)
+        return 1

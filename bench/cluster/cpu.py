@@ -1,0 +1,120 @@
+"""Nodes' CPUs: a CPU set per node when the host has cores enough, a CFS quota for slow ones.
+
+A node of speed F gets ``cpu.cfs_quota_us = F x (its CPUs) x cpu.cfs_period_us``
+(cgroup v1; ``cpu.max`` under cgroup v2): the kernel lets its processes run F
+of the time, so a node 0.25 computes at a quarter of its core(s) whatever the
+suite does. CFS enforces the quota per period (100 ms), so a step much
+shorter than a period sees the slowdown in bursts; the realised factor over
+many steps is F's inverse.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .host import ClusterError
+from .state import Cluster, Node, save
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+
+
+def cgroup_version() -> int:
+    """1 where the v1 ``cpu`` controller is mounted, 2 on a unified hierarchy, else 0."""
+    if (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").exists():
+        return 1
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return 2
+    return 0
+
+
+def host_cpus() -> list[int]:
+    """The CPUs this process may use (what the nodes divide between them)."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def plan_cpusets(count: int) -> list[str]:
+    """Disjoint CPU lists, one per node, when there are at least as many CPUs as nodes."""
+    cpus = host_cpus()
+    if len(cpus) < count:
+        return [""] * count
+    share = len(cpus) // count
+    return [",".join(map(str, cpus[i * share:(i + 1) * share])) for i in range(count)]
+
+
+def _write(path: Path, value: str, what: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as exc:
+        raise ClusterError(f"{what}: cannot write {value!r} to {path}: {exc.strerror}") from exc
+
+
+def _mkdir(cluster: Cluster, path: Path) -> None:
+    if path.exists():
+        raise ClusterError(f"cgroup {path} already exists and syncbench cluster did not make it")
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise ClusterError(f"cannot create cgroup {path}: {exc.strerror}") from exc
+    cluster.made.append({"kind": "cgroup", "name": str(path)})
+    save(cluster)
+
+
+def make_cgroups(cluster: Cluster, node: Node) -> None:
+    """The node's cgroup(s); fills ``node.cgroup_procs``. Nothing when nothing is asked."""
+    if not node.cpus and node.speed >= 1.0:
+        return
+    version = cgroup_version()
+    if version == 0:
+        raise ClusterError("no cgroup cpu controller mounted at /sys/fs/cgroup: "
+                           "--node-speed needs one (cgroup v1 cpu or cgroup v2)")
+    ncpus = len(node.cpus.split(",")) if node.cpus else 1
+    quota = int(node.speed * ncpus * PERIOD_US) if node.speed < 1.0 else -1
+    if version == 1:
+        _v1(cluster, node, quota)
+    else:
+        _v2(cluster, node, quota)
+
+
+def _v1(cluster: Cluster, node: Node, quota: int) -> None:
+    if node.cpus and (CGROUP_ROOT / "cpuset").is_dir():
+        group = CGROUP_ROOT / "cpuset" / node.name
+        _mkdir(cluster, group)
+        mems = (CGROUP_ROOT / "cpuset" / "cpuset.mems").read_text().strip()
+        _write(group / "cpuset.cpus", node.cpus, f"CPU set of {node.name}")
+        _write(group / "cpuset.mems", mems, f"memory nodes of {node.name}")
+        node.cgroup_procs.append(str(group / "cgroup.procs"))
+    if quota > 0:
+        group = CGROUP_ROOT / "cpu" / node.name
+        _mkdir(cluster, group)
+        _write(group / "cpu.cfs_period_us", str(PERIOD_US), f"CPU period of {node.name}")
+        _write(group / "cpu.cfs_quota_us", str(quota), f"CPU quota of {node.name}")
+        node.cgroup_procs.append(str(group / "cgroup.procs"))
+
+
+def _v2(cluster: Cluster, node: Node, quota: int) -> None:
+    group = CGROUP_ROOT / node.name
+    _mkdir(cluster, group)
+    if node.cpus:
+        _write(group / "cpuset.cpus", node.cpus, f"CPU set of {node.name}")
+    if quota > 0:
+        _write(group / "cpu.max", f"{quota} {PERIOD_US}", f"CPU quota of {node.name}")
+    node.cgroup_procs.append(str(group / "cgroup.procs"))
+
+
+def remove_cgroup(path: str) -> None:
+    """Remove a made cgroup; its remaining processes move to the parent first."""
+    group = Path(path)
+    if not group.is_dir():
+        return
+    parent = group.parent / "cgroup.procs"
+    try:
+        for pid in (group / "cgroup.procs").read_text().split():
+            try:
+                parent.write_text(pid)
+            except OSError:
+                pass
+        group.rmdir()
+    except OSError as exc:
+        raise ClusterError(f"cannot remove cgroup {group}: {exc.strerror}") from exc

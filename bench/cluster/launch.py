@@ -1,0 +1,144 @@
+"""Launching across the emulated nodes with the venv's own MPI launcher.
+
+Both launchers start their per-node agent through ``ssh``; here a shim stands
+in for ``ssh`` (MPICH hydra's ``-launcher-exec``, Open MPI's
+``plm_ssh_agent``): it drops ssh's options, maps the host to its node, puts
+itself in the node's cgroups, and runs the agent's command inside the node's
+network namespace with the node's hostname (``unshare --uts``) and clock
+(``unshare --time --monotonic S``). ``-localhost <bridge address>`` tells
+hydra where its proxies call back (the host name resolves to 127.0.0.1).
+
+Traffic between nodes must cross the links: MPICH's UCX netmod otherwise
+detects one machine and uses shared memory between the namespaces (only
+13 kB crossed the veth for 440 MB of allreduce), so ``UCX_TLS=tcp,self`` is
+set; ranks of one node still use MPICH's own shared memory (hydra places
+them on one node). Open MPI gets ``pml ob1`` with the ``tcp``, ``sm`` and
+``self`` BTLs for the same reason (its UCX PML would detect one machine).
+A variable the user already set is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from .host import ClusterError
+from .state import BRIDGE_ADDRESS, Cluster, state_dir
+
+#: What makes inter-node traffic cross the links, per MPI flavour.
+TRANSPORT_ENV = {
+    "mpich": {"UCX_TLS": "tcp,self"},
+    "openmpi": {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "tcp,sm,self",
+                "OMPI_MCA_btl_tcp_if_include": "eth0", "OMPI_MCA_osc": "^ucx"},
+}
+
+
+def shim_path() -> Path:
+    return state_dir() / "node-ssh"
+
+
+def shim_text(cluster: Cluster) -> str:
+    """The ssh stand-in: ``node-ssh [ssh options] HOST COMMAND...``."""
+    cases = []
+    for n in cluster.nodes:
+        procs = " ".join(n.cgroup_procs)
+        offset = f"{n.clock_offset_s:g}"
+        cases.append(f'  {n.address}|{n.name}|{n.name}.*) ns={n.name}; procs="{procs}"; '
+                     f"offset={offset};;")
+    names = ", ".join(n.name for n in cluster.nodes)
+    return "\n".join([
+        "#!/bin/sh",
+        "# syncbench emulated cluster: enter a node as ssh would (written by 'cluster up').",
+        "while [ $# -gt 0 ]; do case \"$1\" in -o|-p|-l|-i|-F) shift 2;; --) shift; break;;",
+        "  -*) shift;; *) break;; esac; done",
+        'host=$1; shift',
+        'case "$host" in',
+        *cases,
+        f'  *) echo "syncbench cluster: no node \'$host\' (nodes: {names})" >&2; exit 255;;',
+        "esac",
+        'for f in $procs; do echo $$ > "$f" || exit 255; done',
+        'timens=""; [ "$offset" = 0 ] || timens="--time --monotonic $offset"',
+        'exec ip netns exec "$ns" unshare --uts $timens sh -c "hostname $ns && $*"',
+        "",
+    ])
+
+
+def write_shim(cluster: Cluster) -> Path:
+    path = shim_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(shim_text(cluster))
+    path.chmod(0o755)
+    return path
+
+
+def find_launcher() -> str:
+    """The active venv's ``mpiexec`` (the one beside this Python), else ``$MPIEXEC``/PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    from syncbench.bench.launch import find_mpiexec  # noqa: PLC0415
+
+    return find_mpiexec()[0]
+
+
+def mpi_flavour(mpiexec: str) -> str:
+    """``mpich`` (hydra) or ``openmpi`` (prterun), from the launcher's ``--version``."""
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ClusterError(f"cannot run {mpiexec} --version: {exc}") from exc
+    if "HYDRA" in out or "MPICH" in out:
+        return "mpich"
+    if "Open MPI" in out or "prterun" in out or "PRRTE" in out:
+        return "openmpi"
+    raise ClusterError(f"{mpiexec} is neither MPICH's hydra nor Open MPI's launcher "
+                       f"(--version said {out.strip().splitlines()[:1]})")
+
+
+def placement(cluster: Cluster, ranks: int | None, ppn: int | None) -> tuple[int, int]:
+    """(ranks, ranks per node): ``-n`` defaults to nodes x ppn, ppn to ceil(n / nodes)."""
+    count = len(cluster.nodes)
+    if ppn is not None and ppn < 1:
+        raise ClusterError(f"--ppn must be at least 1, got {ppn}")
+    if ranks is None:
+        ppn = ppn or 1
+        return count * ppn, ppn
+    if ranks < 1:
+        raise ClusterError(f"-n must be at least 1, got {ranks}")
+    return ranks, ppn or -(-ranks // count)
+
+
+def launch_command(cluster: Cluster, command: list[str], ranks: int | None = None,
+                   ppn: int | None = None,
+                   mpiexec: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The launcher's argument list and environment for ``command`` across the nodes."""
+    if not command:
+        raise ClusterError("no command to launch: syncbench cluster mpiexec -n N -- COMMAND")
+    launcher = mpiexec or find_launcher()
+    flavour = mpi_flavour(launcher)
+    n, per_node = placement(cluster, ranks, ppn)
+    used = cluster.nodes[:-(-n // per_node)]
+    hosts = ",".join(f"{node.address}:{per_node}" for node in used)
+    shim = str(shim_path())
+    env = dict(os.environ)
+    for name, value in TRANSPORT_ENV[flavour].items():
+        env.setdefault(name, value)
+    if flavour == "mpich":
+        args = [launcher, "-launcher", "ssh", "-launcher-exec", shim,
+                "-localhost", BRIDGE_ADDRESS, "-hosts", hosts, "-n", str(n), *command]
+    else:
+        env["PRTE_MCA_plm_ssh_agent"] = shim
+        args = [launcher, "--host", hosts, "-n", str(n), *command]
+    return args, env
+
+
+def node_command(cluster: Cluster, node_name: str, command: list[str]) -> list[str]:
+    """``command`` run inside one node (its namespace, hostname, clock and cgroups)."""
+    if cluster.node(node_name) is None:
+        raise ClusterError(f"no node {node_name!r} (nodes: "
+                           f"{', '.join(n.name for n in cluster.nodes)})")
+    return [str(shim_path()), node_name, shlex.join(command)]

@@ -1,0 +1,109 @@
+"""The emulated cluster's one state file: its layout and every object ``up`` made.
+
+``up`` records each kernel object (namespace, link, cgroup, daemon) the moment
+it exists, so ``down`` removes exactly what was made, also after an ``up``
+that failed half-way, and never an object of the same name it did not make.
+The file lives in ``$SYNCBENCH_CLUSTER_DIR`` (default ``/run/syncbench-cluster``:
+a tmpfs, so a reboot, which removes every object, also forgets them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Names and addresses of the emulated cluster: one prefix, one private subnet.
+PREFIX = "sb"
+BRIDGE = f"{PREFIX}br0"
+SUBNET = "10.77.0"
+BRIDGE_ADDRESS = f"{SUBNET}.254"
+MAX_NODES = 64
+
+
+def state_dir() -> Path:
+    """Where the state file, the launcher shim and Slurm's fragments live."""
+    return Path(os.environ.get("SYNCBENCH_CLUSTER_DIR", "/run/syncbench-cluster"))
+
+
+@dataclass
+class Node:
+    """One emulated node."""
+
+    index: int
+    #: Network namespace and hostname (the same word).
+    name: str
+    address: str
+    #: Host-side end of its veth pair (the node's end is ``eth0`` inside).
+    veth: str
+    cpus: str = ""
+    speed: float = 1.0
+    clock_offset_s: float = 0.0
+    #: cgroup.procs files a process joins to take the node's CPU set and quota.
+    cgroup_procs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Cluster:
+    """The layout asked for and the objects made, in the order they were made."""
+
+    nodes: list[Node]
+    link: str = ""
+    burst: str = "256kb"
+    slurm: bool = False
+    made: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def node(self, host: str) -> Node | None:
+        """The node a launcher names by address, name or ``name.domain``."""
+        for node in self.nodes:
+            if host in (node.address, node.name) or host.split(".")[0] == node.name:
+                return node
+        return None
+
+    def layout(self) -> dict[str, Any]:
+        """What ``up`` was asked for: two ``up`` with the same layout are one cluster."""
+        return {"nodes": [(n.name, n.speed, n.clock_offset_s) for n in self.nodes],
+                "link": self.link, "burst": self.burst, "slurm": self.slurm}
+
+
+def node_name(index: int) -> str:
+    return f"{PREFIX}node{index}"
+
+
+def state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def load() -> Cluster | None:
+    """The cluster that is up, or None."""
+    path = state_file()
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    nodes = [Node(**n) for n in data.pop("nodes")]
+    return Cluster(nodes=nodes, **data)
+
+
+def save(cluster: Cluster) -> None:
+    """Write the state atomically (a crash never leaves half a file)."""
+    folder = state_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = state_file().with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(cluster), indent=1) + "\n")
+    tmp.replace(state_file())
+
+
+def forget() -> None:
+    """Remove the state folder's files (after ``down`` removed every object)."""
+    folder = state_dir()
+    if folder.is_dir():
+        for path in folder.iterdir():
+            if path.is_file():
+                path.unlink()
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
