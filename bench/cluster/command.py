@@ -9,7 +9,8 @@
   syncbench cluster down
 
 Nodes are ``sbnode1`` ... at ``10.77.0.1`` ..., joined by bridge ``sbbr0``
-(``10.77.0.254``). ``up`` is idempotent (the same layout again is a no-op; a
+(``10.77.0.254``); ``$SYNCBENCH_CLUSTER_PREFIX`` and ``$SYNCBENCH_CLUSTER_SUBNET``
+name a second cluster beside it. ``up`` is idempotent (the same layout again is a no-op; a
 different one must be taken ``down`` first); ``down`` removes exactly what
 ``up`` made, as listed in the state file, and ends the processes still
 running inside the nodes. ``mpiexec`` is the active venv's launcher (MPICH's
@@ -39,6 +40,7 @@ from .state import (
     load,
     node_name,
     save,
+    veth_name,
 )
 
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
@@ -115,7 +117,7 @@ def requested(args: argparse.Namespace) -> Cluster:
                            "(unshare --time takes whole seconds)")
     cpusets = cpu.plan_cpusets(count)
     nodes = [Node(index=i + 1, name=node_name(i + 1), address=f"{SUBNET}.{i + 1}",
-                  veth=f"sbv{i + 1}", cpus=cpusets[i], speed=speeds[i],
+                  veth=veth_name(i + 1), cpus=cpusets[i], speed=speeds[i],
                   clock_offset_s=int(offsets[i]))
              for i in range(count)]
     return Cluster(nodes=nodes, link=args.link, burst=args.burst, slurm=args.slurm)

@@ -15,17 +15,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Names and addresses of the emulated cluster: one prefix, one private subnet.
-PREFIX = "sb"
+#: Names and addresses of the emulated cluster: one prefix, one private /24 subnet
+#: (``$SYNCBENCH_CLUSTER_PREFIX``, ``$SYNCBENCH_CLUSTER_SUBNET``: a second cluster can
+#: live beside the first under other names).
+PREFIX = os.environ.get("SYNCBENCH_CLUSTER_PREFIX", "sb")
 BRIDGE = f"{PREFIX}br0"
-SUBNET = "10.77.0"
+SUBNET = os.environ.get("SYNCBENCH_CLUSTER_SUBNET", "10.77.0")
 BRIDGE_ADDRESS = f"{SUBNET}.254"
 MAX_NODES = 64
 
 
 def state_dir() -> Path:
     """Where the state file, the launcher shim and Slurm's fragments live."""
-    return Path(os.environ.get("SYNCBENCH_CLUSTER_DIR", "/run/syncbench-cluster"))
+    default = "/run/syncbench-cluster" + ("" if PREFIX == "sb" else f"-{PREFIX}")
+    return Path(os.environ.get("SYNCBENCH_CLUSTER_DIR", default))
 
 
 @dataclass
@@ -71,6 +74,10 @@ class Cluster:
 
 def node_name(index: int) -> str:
     return f"{PREFIX}node{index}"
+
+
+def veth_name(index: int) -> str:
+    return f"{PREFIX}v{index}"
 
 
 def state_file() -> Path:
