@@ -21,6 +21,10 @@
 #   SLURM_CONF_DIR       where slurm.conf goes (default /etc/slurm)
 #   SLURM_WAIT           seconds to wait for the node to be idle (default 90)
 #   SLURM_NO_INSTALL     set to 1 to never call apt-get
+#   SLURM_CTLD_ADDR      address slurmctld is reached at (default 127.0.0.1; the emulated
+#                        cluster's nodes, in their own network namespaces, need the bridge's)
+#   SLURM_EXTRA_CONF     a file appended to slurm.conf (the emulated cluster's nodes and
+#                        partition, written by 'syncbench cluster up --slurm')
 set -euo pipefail
 
 ACTION=${1:-start}
@@ -35,7 +39,9 @@ CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 CPUS=${SLURM_CPUS:-$(( CORES * ${SLURM_OVERSUBSCRIBE:-4} ))}
 LOG_DIR=/var/log/slurm
 CTLD_PID=/run/slurmctld.pid
-SLURMD_PID=/run/slurmd.pid
+CTLD_ADDR=${SLURM_CTLD_ADDR:-127.0.0.1}
+# One pid file, spool and log per node name: the emulated nodes run slurmd's of their own.
+SLURMD_PID=/run/slurmd-$NODE.pid
 MUNGE_PID=/run/munge/munged.pid
 export SLURM_CONF=$CONF
 
@@ -59,6 +65,7 @@ stop_pidfile() {
 
 if [ "$ACTION" = stop ]; then
     stop_pidfile "$SLURMD_PID" slurmd
+    stop_pidfile /run/slurmd.pid slurmd  # written before pid files were per node
     stop_pidfile "$CTLD_PID" slurmctld
     exit 0
 fi
@@ -102,7 +109,7 @@ write_conf() {
     cat >"$new" <<EOF
 # Written by syncbench jobs/slurm/local-cluster.sh: one node, no cgroups, no accounting.
 ClusterName=$CLUSTER
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$NODE($CTLD_ADDR)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -119,11 +126,11 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmctldPidFile=$CTLD_PID
-SlurmdPidFile=$SLURMD_PID
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
-SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmdLogFile=$LOG_DIR/slurmd-%n.log
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldTimeout=60
 SlurmdTimeout=120
 InactiveLimit=0
@@ -132,7 +139,11 @@ MinJobAge=300
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
 PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
-    install -d "$CONF_DIR" "$LOG_DIR" /var/spool/slurmctld /var/spool/slurmd
+    if [ -n "${SLURM_EXTRA_CONF:-}" ]; then
+        [ -f "$SLURM_EXTRA_CONF" ] || die "SLURM_EXTRA_CONF=$SLURM_EXTRA_CONF is not a file"
+        cat "$SLURM_EXTRA_CONF" >>"$new"
+    fi
+    install -d "$CONF_DIR" "$LOG_DIR" /var/spool/slurmctld /var/spool/slurmd "/var/spool/slurmd/$NODE"
     if [ -f "$CONF" ] && cmp -s "$new" "$CONF"; then
         rm -f "$new"
         return 1  # unchanged
@@ -148,6 +159,7 @@ start_slurm() {
     if [ "$changed" = 1 ]; then
         # A new configuration: restart what runs with the old one.
         stop_pidfile "$SLURMD_PID" slurmd
+        stop_pidfile /run/slurmd.pid slurmd  # written before pid files were per node
         stop_pidfile "$CTLD_PID" slurmctld
     fi
     if ! running "$CTLD_PID"; then
@@ -155,7 +167,7 @@ start_slurm() {
         say "started slurmctld"
     fi
     if ! running "$SLURMD_PID"; then
-        /usr/sbin/slurmd -f "$CONF"
+        /usr/sbin/slurmd -f "$CONF" -N "$NODE"
         say "started slurmd"
     fi
 }
@@ -174,7 +186,7 @@ wait_idle() {
         sleep 1
     done
     echo "local-cluster: node $NODE not idle after ${WAIT}s (state '${state:-no answer}')" >&2
-    tail -n 20 "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log" >&2 || true
+    tail -n 20 "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd-$NODE.log" >&2 || true
     exit 1
 }
 
