@@ -63,6 +63,8 @@ from typing import Any
 from syncbench.analysis.context import context_line
 from syncbench.analysis.report import FORMATS, format_tables, report_tables
 from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.bench.cluster.host import ClusterError
+from syncbench.bench.cluster.launch import launcher_for_runs
 
 MODES = ("strong", "weak")
 #: Train flags the sweep sets itself for every run.
@@ -121,6 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="strong mode: global batch, split over the N ranks (default 256)")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="weak mode: per-rank batch (default 64)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="launch every run across the emulated cluster that is up "
+                        "(syncbench cluster up; replaces --mpiexec)")
     parser.add_argument("--mpiexec", default=None,
                         help="launcher, e.g. 'srun --mpi=pmi2' (default: $MPIEXEC, else the "
                         "mpiexec next to this Python)")
@@ -394,7 +399,9 @@ def main(args: argparse.Namespace, train_args: list[str] | None = None) -> int:
         if args.mode == "weak":  # the sweep sets --epochs per run (budget per rank x N)
             args.epochs_per_rank, train_args = epochs, rest
         runs = plan(args)
-    except SweepError as exc:
+        if args.cluster:
+            args.mpiexec = launcher_for_runs()
+    except (SweepError, ClusterError) as exc:
         print(f"syncbench sweep: {exc}", file=sys.stderr)
         return 2
     out_dir = Path(args.out_dir)

@@ -142,3 +142,15 @@ def node_command(cluster: Cluster, node_name: str, command: list[str]) -> list[s
         raise ClusterError(f"no node {node_name!r} (nodes: "
                            f"{', '.join(n.name for n in cluster.nodes)})")
     return [str(shim_path()), node_name, shlex.join(command)]
+
+
+def launcher_for_runs() -> str:
+    """The ``--mpiexec`` string that launches a run across the cluster that is up
+    (``syncbench run --cluster``, ``sweep --cluster``): this Python's ``syncbench
+    cluster mpiexec``, which takes ``-n N COMMAND`` as ``mpiexec`` does."""
+    from .state import load  # noqa: PLC0415
+
+    if load() is None:
+        raise ClusterError("--cluster: no emulated cluster is up (syncbench cluster up "
+                           "--nodes N)")
+    return f"{shlex.quote(sys.executable)} -m syncbench cluster mpiexec"

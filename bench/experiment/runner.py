@@ -51,6 +51,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from syncbench.bench.cluster.host import ClusterError
+from syncbench.bench.cluster.launch import launcher_for_runs
 from syncbench.bench.launch import run_train
 
 from .plan import PlannedRun, plan_runs
@@ -81,6 +83,9 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"replace the scenario's slowdown modes ({', '.join(SLOWDOWN_MODES)})")
     parser.add_argument("--mpiexec", default=None,
                         help="launcher (default: $MPIEXEC, else the mpiexec next to this Python)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="launch every run across the emulated cluster that is up "
+                        "(syncbench cluster up; replaces --mpiexec)")
     parser.add_argument("--run-timeout", type=float, default=1800,
                         help="seconds allowed for one run (default 1800)")
     parser.add_argument("--resume", action="store_true",
@@ -97,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a shipped scenario (below) or the path of a scenario .toml file")
     add_runner_arguments(parser)
     parser.epilog = "shipped scenarios:\n" + describe_shipped()
+
+
+def use_cluster(args: argparse.Namespace) -> None:
+    """With ``--cluster``, the launcher is the emulated cluster's ``mpiexec``."""
+    if getattr(args, "cluster", False):
+        args.mpiexec = launcher_for_runs()
 
 
 def _error(prog: str, message: str) -> int:
@@ -420,7 +431,8 @@ def main(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
     """Body of ``syncbench run``."""
     try:
         scenario = load_scenario(args.scenario)
-    except ScenarioError as exc:
+        use_cluster(args)
+    except (ScenarioError, ClusterError) as exc:
         return _error("syncbench run", str(exc))
     return run_scenario(scenario, args, extra or [])
 
@@ -432,7 +444,8 @@ def alias(name: str, prog: str) -> tuple[Callable[[argparse.ArgumentParser], Non
     def body(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
         try:
             scenario = load_scenario(name)
-        except ScenarioError as exc:  # pragma: no cover - a broken shipped file
+            use_cluster(args)
+        except (ScenarioError, ClusterError) as exc:
             return _error(prog, str(exc))
         return run_scenario(scenario, args, extra or [], prog)
 

@@ -11,11 +11,19 @@
 #   MPIEXEC_FLAGS    extra launcher flags, e.g. "-hosts n1,n2" (MPICH) or "--oversubscribe"
 #                    (Open MPI); split on spaces
 #   OMP_NUM_THREADS  threads per rank (default 1; also OPENBLAS/MKL_NUM_THREADS)
+#   SYNCBENCH_CLUSTER=1, or --cluster as the script's first argument: launch across the
+#                    emulated cluster that is up ('syncbench cluster mpiexec' as MPIEXEC)
 # shellcheck shell=bash
 SYNCBENCH_ROOT=${SYNCBENCH_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 # shellcheck source=jobs/select-python.sh
 . "$SYNCBENCH_ROOT/jobs/select-python.sh"
 select_python || exit 2
+if [ "${1:-}" = --cluster ]; then shift; SYNCBENCH_CLUSTER=1; fi
+if [ "${SYNCBENCH_CLUSTER:-0}" = 1 ]; then
+    "$PY" -m syncbench cluster status >/dev/null \
+        || { echo "$(basename "$0"): --cluster: no emulated cluster is up (syncbench cluster up --nodes N)" >&2; exit 2; }
+    MPIEXEC="$PY -m syncbench cluster mpiexec"
+fi
 if [ -z "${MPIEXEC:-}" ]; then
     if [ -x "$(dirname "$PY")/mpiexec" ]; then
         MPIEXEC=$(dirname "$PY")/mpiexec
