@@ -69,13 +69,13 @@ sim: venv
 
 # SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
 test-serial: venv dataset sim
-	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -m 'not slurm' tests
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -m 'not slurm and not cluster' tests
 
 test-mpi: venv dataset
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 
-test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm
+test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm test-cluster
 
 speed: venv
 	$(BIN)/syncbench speed
@@ -129,3 +129,22 @@ test-openmpi: venv-openmpi
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  tests/test_asgd_mpi.py tests/test_odsgd_mpi.py tests/test_registry.py tests/test_cli.py \
 	  -k 'not test_cli or open_mpi'
+
+# The emulated cluster (syncbench cluster: network namespaces, shaped veth links, CPU
+# quotas, clock offsets, a slurmd per node), as root: iproute2 and util-linux installed
+# with apt-get when missing. The tests bring up their own clusters (each its own name
+# prefix and subnet) and take them down; they fail instead of skipping without root.
+.PHONY: cluster-deps test-cluster
+
+cluster-deps:
+	@if ! command -v ip >/dev/null || ! command -v tc >/dev/null || ! command -v unshare >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq iproute2 util-linux >/dev/null 2>&1 || \
+	      { apt-get update -qq && apt-get install -y -qq iproute2 util-linux; }; \
+	  else echo "the emulated cluster needs ip, tc (iproute2) and unshare (util-linux), as root"; fi; \
+	fi
+
+test-cluster: venv dataset venv-openmpi cluster-deps slurm-up
+	SYNCBENCH_REQUIRE_CLUSTER=1 SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) \
+	  $(PY) -m pytest -q -p no:cacheprovider -m cluster tests

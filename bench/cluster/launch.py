@@ -132,7 +132,9 @@ def launch_command(cluster: Cluster, command: list[str], ranks: int | None = Non
                 "-localhost", BRIDGE_ADDRESS, "-hosts", hosts, "-n", str(n), *command]
     else:
         env["PRTE_MCA_plm_ssh_agent"] = shim
-        args = [launcher, "--host", hosts, "-n", str(n), *command]
+        # an explicit map: PRRTE's default policy with ":oversubscribe" packs node 1 first
+        args = [launcher, "--host", hosts, "--map-by", f"ppr:{per_node}:node:oversubscribe",
+                "-n", str(n), *command]
     return args, env
 
 
