@@ -43,14 +43,21 @@ class RunLike(Protocol):
 
 
 def nominal_factors(run: RunLike) -> dict[int, float]:
-    """rank -> the ``slowdown`` rank attribute (its base factor; 1.0 when absent)."""
+    """rank -> its base factor: the ``slowdown`` rank attribute (1.0 when absent) over
+    ``node_speed`` (the CPU share its node was throttled to by the kernel; 1.0 when
+    absent), so a rank on a node of speed 0.25 is nominally 4x slower."""
     out = {}
     for rank in run.ranks:
-        value = run.rank_attrs.get(rank, {}).get("slowdown", 1.0)
+        attrs = run.rank_attrs.get(rank, {})
         try:
-            out[rank] = float(value)
+            factor = float(attrs.get("slowdown", 1.0))
         except (TypeError, ValueError):
-            out[rank] = 1.0
+            factor = 1.0
+        try:
+            speed = float(attrs.get("node_speed", 1.0))
+        except (TypeError, ValueError):
+            speed = 1.0
+        out[rank] = factor / speed if 0 < speed <= 1 else factor
     return out
 
 

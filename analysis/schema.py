@@ -173,6 +173,10 @@ RANK_ATTRS: tuple[str, ...] = (
     # computed by syncbench.analysis.fairness.realised_factors(run, "median") when the
     # run file is written (older files: own mean (compute + delay) / own mean compute)
     "slowdown_realised",
+    # CPU share of the rank's node as its launcher set it by the kernel (the emulated
+    # cluster's --node-speed, from $SYNCBENCH_NODE_SPEED; 1.0 elsewhere): part of the
+    # nominal factor, 1 / node_speed (syncbench.analysis.fairness.nominal_factors)
+    "node_speed",
     # this rank's clock offset to rank 0 and its uncertainty, at the start and at the
     # end of training (see CLOCK_ATTRS)
     "clock_offset_s",

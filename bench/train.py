@@ -438,6 +438,7 @@ class Run:
             "node": sorted(set(self.host_names)).index(self.host_names[self.rank]),
             "device": self.backend.device,
             "slowdown": self.slowdowns[self.rank],
+            "node_speed": node_speed(),
             **self.slowdown_attrs(rows),
             **clock_attrs(self.clock_start, self.clock_end),
         }
@@ -608,6 +609,16 @@ def clock_attrs(start: ClockOffset | None, end: ClockOffset | None) -> dict[str,
     values = [getattr(m, name, nan) if m is not None else nan
               for m in (start, end) for name in ("offset_s", "uncertainty_s")]
     return dict(zip(schema.CLOCK_ATTRS, values))
+
+
+def node_speed() -> float:
+    """The CPU share this rank's node runs at, as its launcher says (``$SYNCBENCH_NODE_SPEED``:
+    the emulated cluster's ``--node-speed``, a CFS quota); 1.0 when unset or not a share."""
+    try:
+        speed = float(os.environ.get("SYNCBENCH_NODE_SPEED", "1"))
+    except ValueError:
+        return 1.0
+    return speed if 0 < speed <= 1 else 1.0
 
 
 def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],

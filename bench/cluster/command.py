@@ -23,6 +23,7 @@ docstring for what the emulation cannot show.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -68,6 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--node-speed", default="",
                     help="speed of each node, e.g. 1,0.25: a CPU quota of that share of its "
                          "core(s)")
+    up.add_argument("--cpu-period", type=float, default=None, metavar="MS",
+                    help="CFS period of the --node-speed quotas in ms (1-1000; default: the "
+                         "shortest the kernel allows, 1 ms / the slowest speed): a node runs "
+                         "its share of each period, then waits, so steps shorter than the "
+                         "period are slowed in bursts, not evenly")
     up.add_argument("--clock-offset", default="",
                     help="CLOCK_MONOTONIC offset of each node in seconds, e.g. 0,1000")
     up.add_argument("--slurm", action="store_true",
@@ -120,7 +126,16 @@ def requested(args: argparse.Namespace) -> Cluster:
                   veth=veth_name(i + 1), cpus=cpusets[i], speed=speeds[i],
                   clock_offset_s=int(offsets[i]))
              for i in range(count)]
-    return Cluster(nodes=nodes, link=args.link, burst=args.burst, slurm=args.slurm)
+    period = args.cpu_period if args.cpu_period is not None else \
+        float(math.ceil(1.0 / min(speeds)))
+    if not 1 <= period <= 1000:
+        raise ClusterError(f"--cpu-period {period:g}: 1 to 1000 ms")
+    if min(speeds) * period < 1.0:  # CFS refuses a quota under 1 ms
+        raise ClusterError(f"--cpu-period {period:g} ms gives node speed "
+                           f"{min(speeds):g} a quota under the kernel's 1 ms minimum: use "
+                           f"--cpu-period {1.0 / min(speeds):g} or more")
+    return Cluster(nodes=nodes, link=args.link, burst=args.burst, slurm=args.slurm,
+                   cpu_period_us=int(period * 1000))
 
 
 def check_features(cluster: Cluster) -> None:

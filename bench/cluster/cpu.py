@@ -2,10 +2,13 @@
 
 A node of speed F gets ``cpu.cfs_quota_us = F x (its CPUs) x cpu.cfs_period_us``
 (cgroup v1; ``cpu.max`` under cgroup v2): the kernel lets its processes run F
-of the time, so a node 0.25 computes at a quarter of its core(s) whatever the
-suite does. CFS enforces the quota per period (100 ms), so a step much
-shorter than a period sees the slowdown in bursts; the realised factor over
-many steps is F's inverse.
+of each period, so a node 0.25 computes at a quarter of its core(s) whatever
+the suite does. CFS enforces the quota per period, so a step much shorter
+than the period runs at full speed until the quota is spent and then stalls:
+with the kernel's default 100 ms period, a 1.5 ms mlp step on a node 0.25
+ran at a median 1.05x (mean 2.4x, stalls landing inside MPI too); with the
+shortest period the kernel allows (quota >= 1 ms: 4 ms at 0.25), a mean
+4.16x (docs/CLUSTER.md). The period defaults to that shortest one.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from .host import ClusterError
 from .state import Cluster, Node, save
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000
 
 
 def cgroup_version() -> int:
@@ -70,14 +72,14 @@ def make_cgroups(cluster: Cluster, node: Node) -> None:
         raise ClusterError("no cgroup cpu controller mounted at /sys/fs/cgroup: "
                            "--node-speed needs one (cgroup v1 cpu or cgroup v2)")
     ncpus = len(node.cpus.split(",")) if node.cpus else 1
-    quota = int(node.speed * ncpus * PERIOD_US) if node.speed < 1.0 else -1
+    quota = int(node.speed * ncpus * cluster.cpu_period_us) if node.speed < 1.0 else -1
     if version == 1:
-        _v1(cluster, node, quota)
+        _v1(cluster, node, quota, cluster.cpu_period_us)
     else:
-        _v2(cluster, node, quota)
+        _v2(cluster, node, quota, cluster.cpu_period_us)
 
 
-def _v1(cluster: Cluster, node: Node, quota: int) -> None:
+def _v1(cluster: Cluster, node: Node, quota: int, period: int) -> None:
     if node.cpus and (CGROUP_ROOT / "cpuset").is_dir():
         group = CGROUP_ROOT / "cpuset" / node.name
         _mkdir(cluster, group)
@@ -88,18 +90,18 @@ def _v1(cluster: Cluster, node: Node, quota: int) -> None:
     if quota > 0:
         group = CGROUP_ROOT / "cpu" / node.name
         _mkdir(cluster, group)
-        _write(group / "cpu.cfs_period_us", str(PERIOD_US), f"CPU period of {node.name}")
+        _write(group / "cpu.cfs_period_us", str(period), f"CPU period of {node.name}")
         _write(group / "cpu.cfs_quota_us", str(quota), f"CPU quota of {node.name}")
         node.cgroup_procs.append(str(group / "cgroup.procs"))
 
 
-def _v2(cluster: Cluster, node: Node, quota: int) -> None:
+def _v2(cluster: Cluster, node: Node, quota: int, period: int) -> None:
     group = CGROUP_ROOT / node.name
     _mkdir(cluster, group)
     if node.cpus:
         _write(group / "cpuset.cpus", node.cpus, f"CPU set of {node.name}")
     if quota > 0:
-        _write(group / "cpu.max", f"{quota} {PERIOD_US}", f"CPU quota of {node.name}")
+        _write(group / "cpu.max", f"{quota} {period}", f"CPU quota of {node.name}")
     node.cgroup_procs.append(str(group / "cgroup.procs"))
 
 

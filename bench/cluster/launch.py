@@ -46,8 +46,9 @@ def shim_text(cluster: Cluster) -> str:
     for n in cluster.nodes:
         procs = " ".join(n.cgroup_procs)
         offset = f"{n.clock_offset_s:g}"
+        speed = f" export SYNCBENCH_NODE_SPEED={n.speed:g};" if n.speed < 1 else ""
         cases.append(f'  {n.address}|{n.name}|{n.name}.*) ns={n.name}; procs="{procs}"; '
-                     f"offset={offset};;")
+                     f"offset={offset};{speed};")
     names = ", ".join(n.name for n in cluster.nodes)
     return "\n".join([
         "#!/bin/sh",

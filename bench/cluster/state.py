@@ -56,6 +56,8 @@ class Cluster:
     link: str = ""
     burst: str = "256kb"
     slurm: bool = False
+    #: CFS period of the nodes' CPU quotas, microseconds.
+    cpu_period_us: int = 100_000
     made: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -69,7 +71,8 @@ class Cluster:
     def layout(self) -> dict[str, Any]:
         """What ``up`` was asked for: two ``up`` with the same layout are one cluster."""
         return {"nodes": [(n.name, n.speed, n.clock_offset_s) for n in self.nodes],
-                "link": self.link, "burst": self.burst, "slurm": self.slurm}
+                "link": self.link, "burst": self.burst, "slurm": self.slurm,
+                "cpu_period_us": self.cpu_period_us}
 
 
 def node_name(index: int) -> str:
