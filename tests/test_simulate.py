@@ -65,8 +65,11 @@ def test_ring_and_rabenseifner_move_the_textbook_bytes():
 
 
 def test_mpich_choice_by_size():
-    assert choose_allreduce(2048, 64) == "recursive-doubling"
-    assert choose_allreduce(2052, 64) == "rabenseifner"
+    # MPICH 4-5 (maint/tuning/coll/mpir/generic.json): recursive doubling up to 8 bytes
+    # or fewer elements than pof2, reduce-scatter + allgather from there on
+    assert choose_allreduce(8, 2) == "recursive-doubling"
+    assert choose_allreduce(16, 2) == "rabenseifner"
+    assert choose_allreduce(2048, 64) == "rabenseifner"
     assert choose_allreduce(4 * 100, 128) == "recursive-doubling"  # fewer elements than pof2
 
 
@@ -162,6 +165,90 @@ def test_calibration_recovers_latency_and_bandwidth(tmp_path):
     write_results(path, {"op": "bcast", "world_size": 2}, rows, [])
     with pytest.raises(ValueError, match="--op allreduce"):
         calibrate(path)
+
+
+#: A 1 Gbit/s shaped link as TCP carries it (payload B/s, each way) and one exchange.
+LINK_BW, LINK_LATENCY = 119.5e6, 11e-6
+SIZES = [4 << k for k in range(21)]  # 4 B .. 4 MiB, as `syncbench comm --max-size 4194304`
+
+
+def _model_seconds(latency: float, bandwidth: float, n: int, nodes: int = 0) -> np.ndarray:
+    from syncbench.bench.simulate.collectives import allreduce_link_terms
+
+    terms = [allreduce_link_terms(s, n, nodes) for s in SIZES]
+    return np.array([k_l * latency + k_b * s / bandwidth for (k_l, k_b), s in zip(terms, SIZES)])
+
+
+@pytest.mark.parametrize("n,nodes", [(2, 0), (2, 2), (4, 4), (8, 0), (4, 2), (8, 2)])
+def test_fit_recovers_known_latency_and_bandwidth(n, nodes):
+    from syncbench.bench.simulate.collectives import allreduce_link_terms
+    from syncbench.bench.simulate.platform import fit_link
+
+    terms = [allreduce_link_terms(s, n, nodes) for s in SIZES]
+    exact = _model_seconds(LINK_LATENCY, LINK_BW, n, nodes)
+    latency, bandwidth, details = fit_link(SIZES, exact, terms)
+    assert latency == pytest.approx(LINK_LATENCY, rel=0.02)
+    assert bandwidth == pytest.approx(LINK_BW, rel=0.02)
+    assert details["bandwidth_bound"] and details["max_rel_error_all"] < 1e-6
+    assert max(details["latency_sizes"]) < 1024 <= min(details["bandwidth_sizes"])
+    noisy = exact * (1 + 0.03 * np.random.default_rng(n + nodes).uniform(-1, 1, exact.size))
+    latency, bandwidth, _ = fit_link(SIZES, noisy, terms)
+    assert latency == pytest.approx(LINK_LATENCY, rel=0.05)
+    assert bandwidth == pytest.approx(LINK_BW, rel=0.05)
+
+
+def test_fit_ignores_what_a_token_bucket_lets_through_unshaped():
+    """tbf's burst: sizes whose iterations fit in the bucket run at the veth's speed."""
+    from syncbench.bench.simulate.collectives import allreduce_link_terms
+    from syncbench.bench.simulate.platform import fit_link
+
+    terms = [allreduce_link_terms(s, 2) for s in SIZES]
+    seconds = _model_seconds(LINK_LATENCY, LINK_BW, 2)
+    sizes = np.array(SIZES)
+    burst = sizes <= 16384  # what this machine measured: 8-16 KiB at 134-251 MB/s
+    seconds[burst] = _model_seconds(LINK_LATENCY, 4e9, 2)[burst]
+    latency, bandwidth, details = fit_link(SIZES, seconds, terms)
+    assert latency == pytest.approx(LINK_LATENCY, rel=0.05)
+    assert bandwidth == pytest.approx(LINK_BW, rel=0.05)
+    assert min(details["bandwidth_sizes"]) > 16384 and details["max_rel_error"] < 0.05
+    # few iterations: most of a 32-64 KiB loop rides the burst (median at the veth's
+    # speed, mean 30% fast), and TCP falls 20% short at the largest size
+    means, medians = seconds.copy(), seconds.copy()
+    partly = (sizes > 16384) & (sizes <= 65536)
+    medians[partly] = _model_seconds(LINK_LATENCY, 4e9, 2)[partly]
+    means[partly] *= 0.7
+    means[-1] /= 0.8
+    medians[-1] = means[-1]
+    latency, bandwidth, details = fit_link(SIZES, means, terms, medians)
+    assert latency == pytest.approx(LINK_LATENCY, rel=0.05)
+    assert bandwidth == pytest.approx(LINK_BW, rel=0.05)
+    assert min(details["bandwidth_sizes"]) > 65536
+    # one relative least-squares fit over every size (what --calibrate did) is far off
+    a = np.array([[k_l, k_b * s] for (k_l, k_b), s in zip(terms, SIZES)]) / seconds[:, None]
+    coef = np.linalg.lstsq(a, np.ones(len(SIZES)), rcond=None)[0]
+    assert abs(1 / coef[1] / LINK_BW - 1) > 0.10
+
+
+def test_calibration_on_two_nodes_fits_the_node_roots_allreduce(tmp_path):
+    """4 ranks on 2 nodes: only the 2 node roots' allreduce crosses the links (ch4's
+    composition alpha), nbytes each way, not a flat 4-rank allreduce's 1.5 x nbytes."""
+    from syncbench.bench.commbench import write_results
+    from syncbench.bench.simulate.platform import calibrate, describe_fit
+
+    seconds = _model_seconds(LINK_LATENCY, LINK_BW, 4, nodes=2)
+    # scheduling spikes lift the small sizes' means, not their medians
+    rows = [{"size": s, "avg_us": 1e6 * t * (3 if s <= 1024 else 1), "p50_us": 1e6 * t}
+            for s, t in zip(SIZES, seconds)]
+    path = str(tmp_path / "comm.h5")
+    write_results(path, {"op": "allreduce", "world_size": 4, "nodes": 2}, rows, [])
+    latency, bandwidth, details = calibrate(path)
+    assert bandwidth == pytest.approx(LINK_BW, rel=0.02)
+    assert latency == pytest.approx(LINK_LATENCY, rel=0.02)
+    assert details["statistic"] == "p50_us" and details["nodes"] == 2
+    line = describe_fit(path, (latency, bandwidth, details))
+    assert "4 ranks on 2 nodes" in line and "bandwidth 119.50 MB/s" in line
+    write_results(path, {"op": "allreduce", "world_size": 4}, rows, [])  # as if 4 nodes
+    assert calibrate(path)[1] == pytest.approx(1.5 * LINK_BW, rel=0.02)
 
 
 def test_persistent_stragglers_slow_the_share_of_ranks():

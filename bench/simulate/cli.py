@@ -115,7 +115,9 @@ def build_platform(args: argparse.Namespace) -> tuple[Any, str]:
     if args.gpus_per_node < 1:
         raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
     if args.calibrate:
-        spec = pf.calibrated_spec(args.calibrate, args.gpus_per_node)
+        fit = pf.calibrate(args.calibrate)
+        print(pf.describe_fit(args.calibrate, fit), flush=True)
+        spec = pf.calibrated_spec(args.calibrate, args.gpus_per_node, fit)
     elif args.platform_xml:
         spec = pf.PlatformSpec(kind="xml", xml_file=args.platform_xml,
                                gpus_per_node=args.gpus_per_node)

@@ -20,9 +20,14 @@ count:
   natural name order, take ranks ``--gpus-per-node`` at a time.
 
 ``--calibrate COMM.h5`` fits latency and bandwidth to ``syncbench comm
---op allreduce`` results: each size's measured mean is modelled by the same
-collective phases the simulator uses (:mod:`.collectives`) as
-``k_L * L + k_B * S / B`` and (L, 1/B) are the relative least-squares fit.
+--op allreduce`` results: each size is modelled by the same
+collective phases the simulator uses (:mod:`.collectives`, MPICH 4-5's
+choice of algorithm; with several ranks per node only the node roots'
+allreduce crosses the links) as ``k_L * L + k_B * S / B``; L is fitted to the
+latency-bound sizes and B to the bandwidth-bound ones (:func:`fit_link`).
+B is payload bytes per second through one node's link, each way: on a
+shaped 1 Gbit/s link (125e6 B/s of Ethernet frames) TCP carries 1448 of
+every 1514 bytes, about 119.5e6 B/s.
 """
 
 from __future__ import annotations
@@ -132,10 +137,80 @@ def read_platform_xml(path: str) -> str:
     return text
 
 
+#: A size is latency-bound when its bandwidth term is at most this share of its time,
+LATENCY_SHARE = 0.05
+#: and bandwidth-bound when its latency term is at most this share.
+BANDWIDTH_SHARE = 0.10
+
+
+def fit_link(sizes: Any, seconds: Any, terms: Any,
+             latency_seconds: Any = None) -> tuple[float, float, dict[str, Any]]:
+    """(latency s, bandwidth B/s, details) of ``t = k_L * L + k_B * S / B`` per size.
+
+    ``terms`` are each size's (k_L, k_B), ``seconds`` its mean time and
+    ``latency_seconds`` the time to take the latency from (its median, say;
+    default ``seconds``). Latency is the median over the latency-bound sizes of
+    (t - k_B S / B) / k_L, bandwidth the median over the bandwidth-bound sizes
+    of their rates k_B S / (t - k_L L); each set is chosen with the other
+    parameter's estimate, until the sets settle. A size is bandwidth-bound by
+    both its times (a scheduling spike can lift a small size's mean; a token
+    bucket's burst can carry most iterations of a mid size, and its median
+    with them), and its rate comes from its mean: the burst is a fixed number
+    of bytes per timed loop, a small share of a large size's. One relative
+    least-squares fit of both parameters over every size fails on a shaped
+    link: the many small sizes decide it, and what fits in the burst passes at
+    the veth's speed, not the rate. Medians over sizes also keep out the few
+    largest sizes where TCP falls below the rate.
+    """
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    t_lat = t if latency_seconds is None else np.asarray(latency_seconds, dtype=float)
+    k_l = np.array([k for k, _ in terms], dtype=float)
+    k_b = np.array([k for _, k in terms], dtype=float) * s  # bytes through a link
+    order = np.argsort(s)
+    latency = t_lat[order[0]] / k_l[order[0]]
+    inv_bw = max(t[order[-1]] - k_l[order[-1]] * latency, 0.5 * t[order[-1]]) / k_b[order[-1]]
+    sets: tuple = ()
+    for _ in range(50):
+        bw_set = k_l * latency <= BANDWIDTH_SHARE * np.minimum(t, t_lat)
+        bound = int(bw_set.sum()) >= 2
+        if not bound:  # no size is bandwidth-bound: the largest two are the best there are
+            bw_set = np.isin(np.arange(s.size), order[-2:])
+        y = np.maximum(t[bw_set] - k_l[bw_set] * latency, 1e-12)
+        inv_bw = 1.0 / float(np.median(k_b[bw_set] / y))
+        lat_set = k_b * inv_bw <= LATENCY_SHARE * t_lat
+        if not lat_set.any():
+            lat_set = np.isin(np.arange(s.size), order[:1])
+        latency = max(float(np.median((t_lat[lat_set] - k_b[lat_set] * inv_bw)
+                                      / k_l[lat_set])), 1e-9)
+        if sets == (bw_set.tobytes(), lat_set.tobytes()):
+            break
+        sets = (bw_set.tobytes(), lat_set.tobytes())
+    if inv_bw <= 0:
+        raise ValueError("the fit gives no positive bandwidth")
+    model = k_l * latency + k_b * inv_bw
+    error = np.where(lat_set, np.abs(model / t_lat - 1.0), np.abs(model / t - 1.0))
+    details = {"latency_sizes": [int(x) for x in s[lat_set]],
+               "bandwidth_sizes": [int(x) for x in s[bw_set]],
+               "bandwidth_bound": bound,
+               "max_rel_error": float(error[bw_set | lat_set].max()),
+               "max_rel_error_all": float(error.max())}
+    return latency, 1.0 / inv_bw, details
+
+
 def calibrate(path: str) -> tuple[float, float, dict[str, Any]]:
-    """(route latency s, bandwidth B/s, details) fitted to ``syncbench comm`` results."""
+    """(route latency s, bandwidth B/s, details) fitted to ``syncbench comm`` results.
+
+    Each size is modelled as MPICH 4-5 run the allreduce on the ranks and
+    nodes the file records (:func:`.collectives.allreduce_link_terms`) and
+    fitted by :func:`fit_link`: the latency of one exchange from the small
+    sizes' medians (P50: the means of back-to-back iterations on a busy host
+    carry millisecond scheduling spikes; the means where the file has no
+    P50), the bandwidth of one node's link (payload bytes per second, each
+    way) from the large sizes' means.
+    """
     from syncbench.bench.commbench import read_results  # noqa: PLC0415
-    from syncbench.bench.simulate.collectives import allreduce_cost_terms  # noqa: PLC0415
+    from syncbench.bench.simulate.collectives import allreduce_link_terms  # noqa: PLC0415
 
     try:
         data = read_results(path)
@@ -146,29 +221,45 @@ def calibrate(path: str) -> tuple[float, float, dict[str, Any]]:
         raise ValueError(f"--calibrate {path}: expected `syncbench comm --op allreduce --out` "
                          f"results, got op {attrs.get('op')!r}")
     n = int(attrs.get("world_size", 2))
+    nodes = int(attrs.get("nodes", 0))
+    statistic = "p50_us" if "p50_us" in data else "avg_us"
     sizes = np.asarray(data["size"], dtype=float)
     seconds = np.asarray(data["avg_us"], dtype=float) * 1e-6
-    keep = (sizes > 0) & (seconds > 0)
+    small = np.asarray(data[statistic], dtype=float) * 1e-6
+    keep = (sizes > 0) & (seconds > 0) & (small > 0)
     if n < 2 or keep.sum() < 2:
         raise ValueError(f"--calibrate {path}: needs >= 2 ranks and >= 2 message sizes")
-    rows = [allreduce_cost_terms(int(s), n) for s in sizes[keep]]
-    a = np.array([[k_l, k_b * s] for (k_l, k_b), s in zip(rows, sizes[keep])])
-    t = seconds[keep]
-    coef, *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
-    latency, inv_bw = float(coef[0]), float(coef[1])
-    if inv_bw <= 0:
-        raise ValueError(f"--calibrate {path}: the fit gives no positive bandwidth")
-    latency = max(latency, 1e-9)
-    fitted = a @ np.array([latency, inv_bw])
-    details = {"world_size": n, "sizes": int(keep.sum()),
-               "max_rel_error": float(np.max(np.abs(fitted / t - 1.0))),
-               "mpi_library": attrs.get("mpi_library", "")}
-    return latency, 1.0 / inv_bw, details
+    terms = [allreduce_link_terms(s, n, nodes) for s in sizes[keep]]
+    try:
+        latency, bandwidth, details = fit_link(sizes[keep], seconds[keep], terms, small[keep])
+    except ValueError as exc:
+        raise ValueError(f"--calibrate {path}: {exc}") from None
+    details.update({"world_size": n, "nodes": nodes, "statistic": statistic,
+                    "sizes": int(keep.sum()), "mpi_library": attrs.get("mpi_library", "")})
+    return latency, bandwidth, details
 
 
-def calibrated_spec(path: str, gpus_per_node: int = 1) -> PlatformSpec:
+def describe_fit(path: str, fit: tuple[float, float, dict[str, Any]]) -> str:
+    """One line: what ``--calibrate`` fitted, from which sizes, how well."""
+    latency, bandwidth, d = fit
+
+    def span(values: list[int]) -> str:
+        return f"{len(values)} sizes {min(values)}-{max(values)} B" if values else "no size"
+
+    where = f"{d['world_size']} ranks" + (f" on {d['nodes']} nodes" if d.get("nodes") else "")
+    note = "" if d["bandwidth_bound"] else (" (no size was bandwidth-bound: measure larger "
+                                            "sizes, syncbench comm --max-size)")
+    return (f"calibrated from {path} ({where}): latency {latency * 1e6:.2f} us per exchange "
+            f"from {span(d['latency_sizes'])} ({d['statistic'].removesuffix('_us')}), bandwidth "
+            f"{bandwidth / 1e6:.2f} MB/s from {span(d['bandwidth_sizes'])}{note}; the model is "
+            f"within {100 * d['max_rel_error']:.0f}% of those sizes, "
+            f"{100 * d['max_rel_error_all']:.0f}% of all")
+
+
+def calibrated_spec(path: str, gpus_per_node: int = 1,
+                    fit: tuple[float, float, dict[str, Any]] | None = None) -> PlatformSpec:
     """This machine as a crossbar whose routes have the fitted latency and bandwidth."""
-    latency, bandwidth, _ = calibrate(path)
+    latency, bandwidth, _ = fit or calibrate(path)
     # A crossbar route crosses two private links: each gets half the route latency.
     return PlatformSpec(kind="crossbar", bandwidth=bandwidth, latency=latency / 2,
                         gpus_per_node=gpus_per_node, calibrated_from=path)
