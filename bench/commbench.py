@@ -20,8 +20,21 @@ alone and ends it with an untimed barrier, as osu_allreduce does (that adds
 the barrier's exit skew to every sample). ``iallreduce`` always does.
 *Avg*, *Min* and *Max* are the mean, smallest and largest over ranks of each
 rank's mean latency; *P50*/*P99* are percentiles of all ranks' per-iteration
-latencies pooled; *BW* is size / Avg in MB/s (10^6 B/s; for a collective the
-"algorithm bandwidth").
+latencies pooled. Two bandwidths, in MB/s (10^6 B/s), as NCCL's tests define
+them (``nccl-tests/doc/PERFORMANCE.md``):
+
+* *BW* is the algorithm bandwidth, size / Avg (OSU's column);
+* *BusBW* is BW x the share of the buffer each rank must send and receive
+  whatever the algorithm: 2(N-1)/N for allreduce (a reduce-scatter and an
+  allgather, each moving (N-1)/N of it), 1 for bcast and the RMA ops. With one
+  rank per node it is the rate one node's link carried, each way, and on a
+  shaped link it reads off the link's rate directly (less TCP/IP's headers:
+  1448 payload bytes in every 1514-byte frame, so ~0.955 of a 1 Gbit/s link's
+  125 MB/s). With several ranks per node MPICH's node-aware allreduce
+  (ch4's composition alpha: reduce inside the node, allreduce among the M
+  node roots, bcast inside the node) moves only 2(M-1)/M x size through each
+  link, so BusBW exceeds the link's rate by (2(N-1)/N) / (2(M-1)/M): the link's
+  rate is BW x 2(M-1)/M there (M is printed in the header).
 
 ``iallreduce`` also reports overlap as ``osu_iallreduce`` does: the pure
 communication time t_comm (Iallreduce + Wait) is measured first; then each
@@ -66,7 +79,7 @@ _FLOAT_OPS = ("allreduce", "iallreduce", "rma-accumulate", "rma-get-accumulate")
 #: Column names (HDF5 datasets) and their printed headers, in order.
 COLUMNS = {"size": "Size [B]", "avg_us": "Avg [us]", "min_us": "Min [us]",
            "max_us": "Max [us]", "p50_us": "P50 [us]", "p99_us": "P99 [us]",
-           "bw_mbps": "BW [MB/s]"}
+           "bw_mbps": "BW [MB/s]", "busbw_mbps": "BusBW [MB/s]"}
 OVERLAP_COLUMNS = {"compute_us": "Compute [us]", "overall_us": "Overall [us]",
                    "overlap_pct": "Overlap [%]"}
 RAW_COLUMNS = {"raw_us": "Raw [us]", "ratio": "Ratio"}
@@ -370,15 +383,24 @@ def raw_allreduce_us(comm: Any, nbytes: int, iterations: int, skip: int) -> floa
 
 # -- statistics and output -----------------------------------------------------
 
-def latency_stats(samples: np.ndarray, nbytes: int) -> dict[str, float]:
-    """OSU statistics of gathered latencies ``samples[rank, iteration]`` (seconds)."""
+def bus_factor(op: str, n: int) -> float:
+    """NCCL tests' busbw / algbw: 2(N-1)/N for an allreduce, 1 for bcast and RMA."""
+    return 2.0 * (n - 1) / n if op in ("allreduce", "iallreduce") else 1.0
+
+
+def latency_stats(samples: np.ndarray, nbytes: int, factor: float = 1.0) -> dict[str, float]:
+    """OSU statistics of gathered latencies ``samples[rank, iteration]`` (seconds).
+
+    ``factor`` is :func:`bus_factor`: BusBW = BW x factor.
+    """
     per_rank = samples.mean(axis=1) * 1e6
     avg = float(per_rank.mean())
     pooled = samples.ravel() * 1e6
+    bw = nbytes / avg if avg > 0 else math.nan
     return {"size": nbytes, "avg_us": avg, "min_us": float(per_rank.min()),
             "max_us": float(per_rank.max()), "p50_us": float(np.percentile(pooled, 50)),
             "p99_us": float(np.percentile(pooled, 99)),
-            "bw_mbps": nbytes / avg if avg > 0 else math.nan}
+            "bw_mbps": bw, "busbw_mbps": bw * factor}
 
 
 def overlap_stats(pure_us: float, overall: np.ndarray, compute: np.ndarray) -> dict[str, float]:
@@ -394,7 +416,7 @@ def columns_of(op: str, check_raw: bool) -> dict[str, str]:
     """The printed columns of ``op``."""
     cols = dict(COLUMNS)
     if op == "iallreduce":
-        del cols["bw_mbps"]
+        del cols["bw_mbps"], cols["busbw_mbps"]
         cols.update(OVERLAP_COLUMNS)
     if check_raw:
         cols.update(RAW_COLUMNS)
@@ -478,7 +500,7 @@ def measure_size(args: argparse.Namespace, comm: Any, bufs: Buffers, nbytes: int
     everything = gather(comm, local)
     if comm.Get_rank() != 0:
         return None, None
-    row = {**latency_stats(everything, nbytes), **extra}
+    row = {**latency_stats(everything, nbytes, bus_factor(args.op, comm.Get_size())), **extra}
     if args.check_raw:
         row["ratio"] = row["avg_us"] / row["raw_us"] if row["raw_us"] > 0 else math.nan
     return row, everything
@@ -507,6 +529,17 @@ def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
     return kept, bufs
 
 
+def node_count(comm: Any) -> int:
+    """The nodes ``comm`` spans: its shared-memory groups (``MPI_COMM_TYPE_SHARED``)."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return int(comm.allreduce(1 if local.Get_rank() == 0 else 0, op=MPI.SUM))
+    finally:
+        local.Free()
+
+
 def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
     """Measure every size; rank 0 prints rows as they come and returns them."""
     from mpi4py import MPI  # noqa: PLC0415
@@ -515,10 +548,12 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
 
     sizes, bufs = agree_on_setup(comm, lambda: validate(args, comm), "comm")
     rank = comm.Get_rank()
+    nodes = node_count(comm)
     cols = columns_of(args.op, args.check_raw)
     if rank == 0:
         library = MPI.Get_library_version().strip().splitlines()[0]
-        print(f"# syncbench comm: {args.op}, {comm.Get_size()} ranks, {args.buffer} buffers"
+        print(f"# syncbench comm: {args.op}, {comm.Get_size()} ranks on {nodes} "
+              f"node{'s' if nodes > 1 else ''}, {args.buffer} buffers"
               f"{' (staged through host)' if bufs.staged else ''}, "
               f"{element_type(args.op).name}, {args.iterations} iterations (skip {args.skip})")
         print(f"# MPI: {library}")
@@ -535,7 +570,8 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
                 samples.append(everything)
                 print(format_row(row, cols), flush=True)
     if rank == 0 and args.out:
-        write_results(args.out, result_attrs(args, comm, bufs), rows, samples)
+        write_results(args.out, {**result_attrs(args, comm, bufs), "nodes": nodes}, rows,
+                      samples)
         print(f"# results -> {args.out}", flush=True)
     return rows
 

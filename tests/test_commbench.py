@@ -68,6 +68,9 @@ def test_every_op_runs_prints_rows_and_round_trips(op, tmp_path):
         assert np.all(res["overall_us"] > 0)
     else:
         np.testing.assert_allclose(res["bw_mbps"], np.array(sizes) / res["avg_us"])
+        np.testing.assert_allclose(res["busbw_mbps"],
+                                   res["bw_mbps"] * commbench.bus_factor(op, 2))
+        assert attrs["nodes"] == 1
 
 
 def test_check_raw_and_osu_barriers():
@@ -110,6 +113,12 @@ def test_message_sizes_and_statistics():
     assert (stats["min_us"], stats["max_us"]) == pytest.approx((2.0, 4.0))
     assert stats["p50_us"] == pytest.approx(2.5)  # pooled samples 1, 2, 3, 6
     assert stats["bw_mbps"] == pytest.approx(8 / 3.0)
+    assert stats["busbw_mbps"] == stats["bw_mbps"]
+    # NCCL tests' bus bandwidth: 2(N-1)/N of the buffer per rank for an allreduce
+    assert commbench.bus_factor("allreduce", 4) == pytest.approx(1.5)
+    assert commbench.bus_factor("allreduce", 2) == commbench.bus_factor("bcast", 8) == 1.0
+    stats = commbench.latency_stats(samples, 8, commbench.bus_factor("allreduce", 8))
+    assert stats["busbw_mbps"] == pytest.approx(8 / 3.0 * 14 / 8)
     # osu_iallreduce: overlap = 100 * (1 - (overall - compute) / pure)
     over = commbench.overlap_stats(10.0, np.full((2, 3), 14e-6), np.full((2, 3), 8e-6))
     assert over["overlap_pct"] == pytest.approx(40.0)
