@@ -17,6 +17,7 @@ Without root (or without ``ip``/``tc``) the tests skip, unless
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -57,11 +58,11 @@ def _syncbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env={**os.environ, **CLUSTER_ENV})
 
 
-def _link_bytes() -> list[tuple[int, int]]:
-    """(rx, tx) bytes of each node's host-side veth so far."""
+def _link_bytes(state: dict) -> list[tuple[int, int]]:
+    """(rx, tx) bytes of each node's host-side veth so far (rx: what the node sent)."""
     out = []
-    for i in range(1, len(NODES) + 1):
-        base = Path("/sys/class/net", f"{PREFIX}v{i}", "statistics")
+    for node in state["nodes"]:
+        base = Path("/sys/class/net", node["veth"], "statistics")
         out.append((int((base / "rx_bytes").read_text()), int((base / "tx_bytes").read_text())))
     return out
 
@@ -76,7 +77,7 @@ def cluster():
     up = _syncbench("cluster", "up", "--nodes", "2", "--link", LINK)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        yield
+        yield json.loads((STATE_DIR / "state.json").read_text())
     finally:
         down = _syncbench("cluster", "down")
         assert down.returncode == 0, down.stderr
@@ -87,12 +88,13 @@ def cluster():
 def allreduce(cluster, tmp_path_factory):
     """One 2-rank allreduce benchmark across the link: (results file, its rows, bytes)."""
     out = tmp_path_factory.mktemp("link") / "comm.h5"
-    before = _link_bytes()
+    before = _link_bytes(cluster)
     proc = _syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m", "syncbench",
                       "comm", "--op", "allreduce", "--max-size", str(MAX_SIZE),
                       "--iterations", str(ITERATIONS), "--skip", str(SKIP), "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    crossed = [(rx1 - rx0, tx1 - tx0) for (rx0, tx0), (rx1, tx1) in zip(before, _link_bytes())]
+    after = _link_bytes(cluster)
+    crossed = [(rx1 - rx0, tx1 - tx0) for (rx0, tx0), (rx1, tx1) in zip(before, after)]
     assert "2 ranks on 2 nodes" in proc.stdout, proc.stdout
     return out, read_results(str(out)), crossed
 
