@@ -31,8 +31,6 @@ import sys
 from . import cpu, launch, network, slurm
 from .host import ClusterError, require_root, require_tool, sh, works
 from .state import (
-    BRIDGE,
-    BRIDGE_ADDRESS,
     MAX_NODES,
     SUBNET,
     Cluster,
@@ -200,8 +198,8 @@ def status(cluster: Cluster | None = None) -> int:
     if cluster is None:
         print("syncbench cluster: no emulated cluster is up")
         return 1
-    print(f"syncbench cluster: {len(cluster.nodes)} nodes on bridge {BRIDGE} "
-          f"({BRIDGE_ADDRESS}), links {cluster.link or 'unshaped'}"
+    print(f"syncbench cluster: {len(cluster.nodes)} nodes on bridge {cluster.bridge} "
+          f"({cluster.bridge_address}), links {cluster.link or 'unshaped'}"
           f"{', Slurm partition ' + slurm.PARTITION if cluster.slurm else ''}")
     print(f"{'node':<10} {'address':<12} {'cpus':<6} {'speed':>5} {'clock+s':>8} "
           f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}")
@@ -275,7 +273,7 @@ def down() -> int:
         print("syncbench cluster: no emulated cluster is up")
         return 0
     teardown(cluster)
-    print(f"syncbench cluster: removed {len(cluster.nodes)} nodes and bridge {BRIDGE}")
+    print(f"syncbench cluster: removed {len(cluster.nodes)} nodes and bridge {cluster.bridge}")
     return 0
 
 

@@ -60,6 +60,9 @@ class Cluster:
     cpu_period_us: int = 100_000
     made: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The bridge and its address (the names this cluster was made under).
+    bridge: str = BRIDGE
+    bridge_address: str = BRIDGE_ADDRESS
 
     def node(self, host: str) -> Node | None:
         """The node a launcher names by address, name or ``name.domain``."""
