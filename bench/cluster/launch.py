@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from .host import ClusterError
-from .state import BRIDGE_ADDRESS, Cluster, state_dir
+from .state import Cluster, state_dir
 
 #: What makes inter-node traffic cross the links, per MPI flavour.
 TRANSPORT_ENV = {
@@ -130,7 +130,7 @@ def launch_command(cluster: Cluster, command: list[str], ranks: int | None = Non
         env.setdefault(name, value)
     if flavour == "mpich":
         args = [launcher, "-launcher", "ssh", "-launcher-exec", shim,
-                "-localhost", BRIDGE_ADDRESS, "-hosts", hosts, "-n", str(n), *command]
+                "-localhost", cluster.bridge_address, "-hosts", hosts, "-n", str(n), *command]
     else:
         env["PRTE_MCA_plm_ssh_agent"] = shim
         # an explicit map: PRRTE's default policy with ":oversubscribe" packs node 1 first
