@@ -351,7 +351,20 @@ def host_info() -> dict[str, Any]:
     """
     online = _online_cpus()
     cpus = len(online) if online else os.cpu_count()
-    return {"host_cores": _physical_cores(), "host_cpus": cpus}
+    return {"host_cores": _physical_cores(), "host_cpus": cpus, "machine": machine_id()}
+
+
+def machine_id() -> str:
+    """The kernel this process runs on (``/proc/sys/kernel/random/boot_id``), "" if unknown.
+
+    Nodes that are namespaces of one host (the emulated cluster) have their own
+    host names but one kernel, one ``/proc/stat``: :func:`foreign_cpu` counts
+    their CPU time once, per kernel, not once per host name.
+    """
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 #: Environment variables with these prefixes select MPI transports (UCX, MPICH's
@@ -474,7 +487,8 @@ def cpu_sample(read_host: bool) -> dict[str, Any]:
 def foreign_cpu(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Root attributes ``foreign_cpu_s`` and ``foreign_cpu_share`` from every rank's samples.
 
-    ``records`` has one entry per rank: ``host`` (name), ``cores`` (the host's
+    ``records`` has one entry per rank: ``host`` (name; ``machine``, the kernel's
+    boot id, groups instead where given), ``cores`` (the host's
     physical cores), ``begin`` / ``end`` (:func:`cpu_sample` at the start
     barrier and at the end of training). Per host, the busy CPU time between
     its first rank's two samples less the CPU time all its ranks used in
@@ -487,12 +501,13 @@ def foreign_cpu(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     nan = {"foreign_cpu_s": math.nan, "foreign_cpu_share": math.nan}
     hosts: dict[str, dict[str, float]] = {}
     for rec in records:
-        h = hosts.setdefault(str(rec["host"]), {"own": 0.0})
+        # one kernel, one /proc/stat: nodes that are namespaces of one host count once
+        h = hosts.setdefault(str(rec.get("machine") or rec["host"]), {"own": 0.0})
         begin, end = rec["begin"], rec["end"]
         if begin.get("own_s") is None or end.get("own_s") is None:
             return nan
         h["own"] += end["own_s"] - begin["own_s"]
-        if begin.get("host_s") is not None and end.get("host_s") is not None:
+        if "busy" not in h and begin.get("host_s") is not None and end.get("host_s") is not None:
             h["busy"] = end["host_s"] - begin["host_s"]
             h["capacity"] = (end["t"] - begin["t"]) * float(rec.get("cores") or 0)
     if not hosts or any("busy" not in h or not h["capacity"] > 0 for h in hosts.values()):

@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -45,6 +46,7 @@ from syncbench.analysis.context import (
     transport_env,
 )
 from syncbench.analysis.summary import divergence
+from syncbench.bench import reach
 from syncbench.bench.checkpoint import (
     commit_checkpoint,
     flush_rows,
@@ -207,6 +209,8 @@ class Run:
             if fault_rank == self.rank:
                 self.timer.fault = tuple(fault)
         self.watchdog: Watchdog | None = None
+        #: Held while the rows change or are flushed (the hang guard flushes from its thread).
+        self.rows_lock = threading.Lock()
         self.eval_model = build_model(
             config.model, self.data.input_shape, self.data.num_classes, self.backend, dtype
         ) if self.rank == 0 else None
@@ -306,6 +310,7 @@ class Run:
                                       transport_env()))
         infos = [info for _, _, info, _ in ranks]
         self.host_cores_by_rank = [info.get("host_cores") for info in infos]
+        self.machine_by_rank = [info.get("machine", "") for info in infos]
         self.root = self.root_attrs(self.host_names, [d for d, _, _, _ in ranks])
         self.root["cuda_aware"] = all(aware for _, aware, _, _ in ranks)
         self.root.update(machine_attrs(self.host_names, infos,
@@ -344,9 +349,11 @@ class Run:
         samples = self.world.gather((self.cpu_begin, self.cpu_end), root=0)
         if self.rank != 0:
             return {}
-        records = [{"host": host, "cores": cores, "begin": begin, "end": end}
-                   for host, cores, (begin, end)
-                   in zip(self.host_names, self.host_cores_by_rank, samples)]
+        records = [{"host": host, "machine": machine, "cores": cores, "begin": begin,
+                    "end": end}
+                   for host, machine, cores, (begin, end)
+                   in zip(self.host_names, self.machine_by_rank, self.host_cores_by_rank,
+                          samples)]
         return foreign_cpu(records)
 
     def take_step(self, ctx: StepContext) -> None:
@@ -358,7 +365,8 @@ class Run:
         with self.timer.phase("data"):
             x, y = self.stream.next()
         ctx.stats = self.algorithm.step(x, y)
-        self.recorder.append(loop.step, ctx.t_start, self.timer.totals, ctx.stats)
+        with self.rows_lock:  # the hang guard may flush the rows from its thread
+            self.recorder.append(loop.step, ctx.t_start, self.timer.totals, ctx.stats)
         loop.step += 1
         ctx.seen = self.algorithm.evaluation_point()
 
@@ -379,7 +387,8 @@ class Run:
         self.timer.reset()
         with self.timer.phase("wait"):
             self.algorithm.consensus_params()
-        self.recorder.add_to_last(self.timer.totals)
+        with self.rows_lock:
+            self.recorder.add_to_last(self.timer.totals)
 
     def clock_origin(self) -> float:
         """This rank's ``time.monotonic()`` at time 0 of the run (collective, after the
@@ -422,14 +431,24 @@ class Run:
 
     # -- crash safety -------------------------------------------------------
     def start_watchdog(self) -> Watchdog:
-        """The hang guard; its heartbeats go to the parts folder or a temporary one."""
+        """The hang guard (collective); its heartbeats go to the parts folder or a
+        temporary one, its listener's address to every rank."""
         folder = self.parts
         if folder is None:  # one folder for all ranks (shared only within a node)
             import tempfile  # noqa: PLC0415
 
             name = tempfile.mkdtemp(prefix="syncbench-hb-") if self.rank == 0 else None
             folder = Path(self.world.bcast(name, root=0))
-        return Watchdog(folder, self.rank, self.size, self.config.timeout, self.timer)
+        try:
+            listener: reach.Listener | None = reach.Listener()
+        except OSError:  # no probes of this rank: the others find it unreachable
+            listener = None
+        peers = self.world.allgather(reach.Peer(
+            self.rank, self.host_names[self.rank], tuple(reach.local_addresses()),
+            listener.port if listener is not None else 0))
+        return Watchdog(folder, self.rank, self.size, self.config.timeout, self.timer,
+                        flush=self.flush_from_guard if self.parts is not None else None,
+                        peers=peers, listener=listener)
 
     def rank_attrs(self, rows: dict[str, np.ndarray]) -> dict[str, Any]:
         """This rank's attributes; ``rows`` are its recorded rows (``recorder.columns()``)."""
@@ -462,6 +481,20 @@ class Run:
 
     def flush(self) -> None:
         """Rewrite this rank's rows checkpoint (rank 0 adds the evaluation rows)."""
+        with self.rows_lock:
+            self._flush()
+
+    def flush_from_guard(self) -> None:
+        """:meth:`flush` from the hang guard's thread, while the main thread is blocked
+        (in MPI, or anywhere else); skipped if the main thread holds the rows for
+        longer than a moment (a flush of its own stuck on the file system)."""
+        if self.rows_lock.acquire(timeout=2.0):
+            try:
+                self._flush()
+            finally:
+                self.rows_lock.release()
+
+    def _flush(self) -> None:
         evals = self.evals.columns() if self.rank == 0 else None
         rows = self.recorder.columns()
         flush_rows(self.parts, self.rank, rows, self.rank_attrs(rows), evals)
@@ -627,15 +660,20 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
     and ``schema.NODE_ATTRS``).
 
     ``hostnames`` and ``infos`` (:func:`~syncbench.analysis.context.host_info`)
-    have one entry per rank; a node is a host name. A node is oversubscribed
-    when it runs more ranks than it has physical cores (its own count, not
-    rank 0's); ``ranks_per_node`` follows the sorted ``hostnames`` attribute.
+    have one entry per rank; a node is a host name. A machine (one kernel,
+    ``info["machine"]``: the nodes of the emulated cluster are one) is
+    oversubscribed when its ranks outnumber its physical cores (its own
+    count, not rank 0's); ``ranks_per_node`` follows the sorted ``hostnames``.
     """
     per_host: dict[str, int] = {}
+    # cores are a kernel's: nodes that are namespaces of one host share its cores
+    per_machine: dict[str, int] = {}
     cores: dict[str, int | None] = {}
     for host, info in zip(hostnames, infos):
         per_host[host] = per_host.get(host, 0) + 1
-        cores[host] = info.get("host_cores")
+        machine = str(info.get("machine") or host)
+        per_machine[machine] = per_machine.get(machine, 0) + 1
+        cores[machine] = info.get("host_cores")
     return {
         "host_cores": infos[0].get("host_cores") or 0,
         "host_cpus": infos[0].get("host_cpus") or 0,
@@ -644,7 +682,7 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
         "ranks_per_node": [per_host[h] for h in sorted(per_host)],
         # None (written as "", read as unknown) when a host's cores could not be read
         "oversubscribed": None if None in cores.values()
-        else any(per_host[h] > c for h, c in cores.items()),
+        else any(per_machine[m] > c for m, c in cores.items()),
         "scaling_mode": scaling_mode or "",
     }
 

@@ -958,6 +958,25 @@ def test_foreign_cpu_is_host_busy_time_less_the_ranks_own():
     assert math.isnan(foreign_cpu([rec("a", 8.0)])["foreign_cpu_share"])
 
 
+def test_foreign_cpu_counts_nodes_of_one_kernel_once():
+    """Emulated nodes (namespaces of one host) share one /proc/stat: each node's reading
+    is the whole kernel's, so the nodes' ranks are one machine's, not another's load."""
+    from syncbench.analysis.context import foreign_cpu
+
+    def rec(host, own, busy):
+        return {"host": host, "machine": "boot-1", "cores": 2,
+                "begin": {"own_s": 0.0, "host_s": 50.0, "t": 0.0},
+                "end": {"own_s": own, "host_s": 50.0 + busy, "t": 10.0}}
+
+    # 19 busy s on the one kernel, ranks on its two nodes used 10 + 9: nothing foreign
+    out = foreign_cpu([rec("node1", 10.0, 19.0), rec("node2", 9.0, 19.0)])
+    assert out["foreign_cpu_s"] == pytest.approx(0.0)
+    assert out["foreign_cpu_share"] == pytest.approx(0.0)
+    # by host name alone each node would count the other's 9-10 s as foreign
+    by_name = [{**r, "machine": ""} for r in (rec("node1", 10.0, 19.0), rec("node2", 9.0, 19.0))]
+    assert foreign_cpu(by_name)["foreign_cpu_s"] == pytest.approx(19.0)
+
+
 def test_host_busy_cpu_time_reads_proc_stat(tmp_path):
     from syncbench.analysis.context import host_busy_cpu_s
 

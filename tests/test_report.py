@@ -428,3 +428,17 @@ def test_machine_attrs_count_ranks_per_host_against_physical_cores():
                          None)["oversubscribed"] is False
     unknown = machine_attrs(["a"] * 3, [{"host_cores": None, "host_cpus": 2}] * 3, None)
     assert unknown["host_cores"] == 0 and unknown["oversubscribed"] is None
+
+
+def test_machine_attrs_nodes_of_one_kernel_share_its_cores():
+    """Emulated nodes (namespaces of one 2-core host): 2 nodes x 2 ranks oversubscribe it."""
+    from syncbench.bench.train import machine_attrs
+
+    info = {"host_cores": 2, "host_cpus": 2, "machine": "boot-1"}
+    four = machine_attrs(["n1", "n1", "n2", "n2"], [info] * 4, None)
+    assert four["nodes"] == 2 and four["ranks_per_node"] == [2, 2]
+    assert four["oversubscribed"] is True
+    two = machine_attrs(["n1", "n2"], [info] * 2, None)
+    assert two["oversubscribed"] is False
+    apart = [{**info, "machine": m} for m in ("boot-1", "boot-1", "boot-2", "boot-2")]
+    assert machine_attrs(["n1", "n1", "n2", "n2"], apart, None)["oversubscribed"] is False

@@ -333,3 +333,6 @@ def main(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         print(f"syncbench cluster: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # status piped into head: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
