@@ -3,36 +3,99 @@
 Each rank writes a heartbeat (steps done, the phase it is in, the time) at
 most once a second. A daemon thread watches the main loop: if the rank has
 made no progress for ``timeout`` seconds (stuck in a collective, a wait, an
-RMA epoch), it writes a fresh heartbeat, gives the other ranks a moment to
-do the same, and names the ranks that had not arrived: those with fewer
-steps than the furthest rank, those outside MPI (not in a ``comm`` or
-``wait`` phase while the others wait for them), and those with no heartbeat
-at all. Then it prints one line and calls ``MPI_Abort``, so the job ends
-instead of burning its allocation.
+RMA epoch, or behind a network that no longer carries its messages), it
+
+1. writes a fresh heartbeat and flushes its rows to the parts folder (the
+   run's ``flush``, safe beside the blocked main thread), so ``syncbench
+   recover`` keeps every step done before the fault;
+2. gives the other ranks' guards a moment to do the same, then names the
+   ranks that had not arrived: those with fewer steps than the furthest rank,
+   those outside MPI (not in a ``comm`` or ``wait`` phase while the others wait
+   for them), and those with no heartbeat at all;
+3. probes the other ranks' guards and the launcher's host
+   (:mod:`syncbench.bench.reach`): the nodes that cannot be reached (a network
+   fault), the ranks that are gone (their node answers, they do not);
+4. prints ONE line for the job and ends it.
+
+Rank 0 prints. Another rank waits :data:`DEFER_S` longer and prints only if
+no lower rank answers its probe (rank 0's node is gone or cut off), so the
+job prints once, from the launcher's side. A rank that can reach neither the
+launcher's host nor any other node is cut off: it prints nothing (its output
+could not leave the node) and ends itself.
+
+Ending the job: ``MPI_Abort``; and :data:`EXIT_AFTER_S` later ``os._exit``,
+whatever ``MPI_Abort`` did (MPICH's returns on a thread after telling its
+proxy, which cannot reach ``mpiexec`` from a cut-off node), so a rank never
+outlives its guard by much. Under Open MPI, when a node cannot be reached,
+``MPI_Abort`` would leave ``prterun`` waiting without end for the unreachable
+daemon to report its ranks (PRRTE has no timeout on a daemon, and TCP with
+data queued for a node whose link is down does not fail for a quarter of an
+hour); the printing rank kills the PRRTE daemon the launcher started on its
+node instead, which ``prterun`` takes for a failed daemon and ends the job at once.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpi4py import MPI
 
 from syncbench.algorithms.timing import PhaseTimer
+from syncbench.bench import reach
 from syncbench.bench.runtime import ABORT_GRACE_S
 
 IN_MPI = ("comm", "wait")
+#: Seconds the guards give each other to write their heartbeats and rows.
+SETTLE_S = 1.5
+#: Seconds a rank other than 0 waits, after its own probe, for a lower rank to end the job.
+DEFER_S = 3.0
+#: Longest a rank other than 0 waits for a lower rank that answers but does not end the job.
+MAX_DEFER_S = 30.0
+#: Seconds from ending the job to ``os._exit`` if the process is still there.
+EXIT_AFTER_S = 3.0
+#: Exit status of a rank the guard ended (``MPI_Abort``'s error code too).
+EXIT_STATUS = 3
+
+
+@dataclass
+class Survey:
+    """What one rank's probes found."""
+
+    #: ``reach.ANSWERS`` / ``REFUSED`` / ``UNREACHABLE`` per probed rank.
+    status: dict[int, str] = field(default_factory=dict)
+    #: The launcher's host: the same words, None if unknown.
+    launcher: str | None = None
+
+    def answering(self, ranks: Iterable[int]) -> bool:
+        return any(self.status.get(r) == reach.ANSWERS for r in ranks)
 
 
 class Watchdog:
-    """Heartbeats plus a thread that aborts the job after ``timeout`` s without progress."""
+    """Heartbeats plus a thread that ends the job after ``timeout`` s without progress.
+
+    ``flush`` writes this rank's rows to the parts folder (called from the
+    guard's thread); ``peers`` are every rank's :class:`~syncbench.bench.reach.Peer`
+    (gathered at the start), ``listener`` this rank's.
+    """
 
     def __init__(self, folder: Path, rank: int, world_size: int, timeout: float,
-                 timer: PhaseTimer | None = None) -> None:
+                 timer: PhaseTimer | None = None, flush: Callable[[], None] | None = None,
+                 peers: list[reach.Peer] | None = None,
+                 listener: reach.Listener | None = None) -> None:
         self.folder, self.rank, self.size, self.timeout = folder, rank, world_size, timeout
         self.timer = timer
+        self.flush = flush
+        self.peers = peers or []
+        self.listener = listener
+        self.chain = reach.agents()
+        self.launcher = reach.launcher_addresses(self.chain)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.step = 0
         self.last_progress = time.monotonic()
@@ -48,6 +111,8 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.listener is not None:
+            self.listener.close()
 
     def beat(self, step: int) -> None:
         """Record progress (called after every step; writes at most once a second)."""
@@ -86,21 +151,151 @@ class Watchdog:
                   if step < furthest or where not in IN_MPI]
         return sorted(missing + behind)
 
+    # -- the guard's thread ---------------------------------------------------
+    def _idle(self) -> float:
+        return time.monotonic() - self.last_progress
+
     def _watch(self) -> None:
         while not self._stop.wait(0.5):
-            idle = time.monotonic() - self.last_progress
+            idle = self._idle()
             if idle < self.timeout:
                 continue
-            where = self.timer.current if self.timer is not None else ""
-            self._write(self.step, where)
-            time.sleep(1.5)  # let the other ranks' guards write theirs
-            if self._stop.is_set():
+            try:
+                if self._fire(idle):
+                    return
+            except Exception:  # the guard must end the job, never print a traceback
+                self._end(network_fault=False)
                 return
-            lag = self.laggards()
-            names = ", ".join(map(str, lag)) if lag else "none (every rank is blocked in MPI)"
-            print(f"syncbench: rank {self.rank}: no progress for {idle:.0f} s (--timeout "
-                  f"{self.timeout:g}) in step {self.step}; ranks that had not arrived: {names}; "
-                  "aborting the job", file=sys.stderr, flush=True)
-            time.sleep(ABORT_GRACE_S)
-            MPI.COMM_WORLD.Abort(3)
+
+    def _fire(self, idle: float) -> bool:
+        """Handle one timeout; False if progress resumed meanwhile (keep watching)."""
+        where = self.timer.current if self.timer is not None else ""
+        self._write(self.step, where)
+        self._keep_rows()
+        time.sleep(SETTLE_S)  # let the other ranks' guards write theirs
+        if self._stop.is_set():
+            return True
+        if self._idle() < self.timeout:
+            return False
+        survey = self.survey(r for r in range(self.size) if r != self.rank)
+        others = [p.rank for p in self.peers if p.host != self.host]
+        if survey.launcher == reach.UNREACHABLE and not survey.answering(others):
+            self._end(network_fault=True, cut_off=True)  # no line: it could not leave the node
+            return True
+        if self.rank != 0:
+            waited = self._wait_for_lower(survey)
+            if waited is None:
+                return False
+            survey = waited
+        print(self.describe(idle, survey), file=sys.stderr, flush=True)
+        time.sleep(ABORT_GRACE_S)
+        self._end(network_fault=bool(self.unreachable_nodes(survey)))
+        return True
+
+    def _wait_for_lower(self, survey: Survey) -> Survey | None:
+        """A rank other than 0: wait while a lower rank answers (it ends the job);
+        the survey to print once none does, None if progress resumed."""
+        lower = range(self.rank)
+        started = time.monotonic()
+        due = started + DEFER_S
+        while True:
+            while time.monotonic() < due:
+                if self._stop.wait(0.25) or self._idle() < self.timeout:
+                    return None
+            if not survey.answering(lower) or time.monotonic() - started > MAX_DEFER_S:
+                return survey
+            fresh = self.survey(lower)
+            survey.status.update(fresh.status)
+            due = time.monotonic() + 1.0
+
+    @property
+    def host(self) -> str:
+        return self.peers[self.rank].host if self.rank < len(self.peers) else ""
+
+    def survey(self, ranks: Iterable[int]) -> Survey:
+        """Probe the guards of ``ranks`` and the launcher's host, all at once."""
+        if self.rank >= len(self.peers):
+            return Survey()
+        me = self.peers[self.rank]
+        wanted = [self.peers[r] for r in ranks if r < len(self.peers) and self.peers[r].port]
+        where: dict = dict(reach.targets(me, wanted, self.peers))
+        if self.launcher:
+            where["launcher"] = [(a, reach.CLOSED_PORT) for a in self.launcher]
+        found = reach.probe(where)
+        launcher = found.pop("launcher", None)
+        return Survey(status=found, launcher=launcher)
+
+    def unreachable_nodes(self, survey: Survey) -> dict[str, list[int]]:
+        """Nodes none of whose probed ranks answered: host -> ranks."""
+        by_host: dict[str, list[int]] = {}
+        for rank in survey.status:
+            by_host.setdefault(self.peers[rank].host, []).append(rank)
+        return {host: sorted(ranks) for host, ranks in sorted(by_host.items())
+                if host != self.host
+                and all(survey.status[r] == reach.UNREACHABLE for r in ranks)}
+
+    def describe(self, idle: float, survey: Survey) -> str:
+        """The line the job prints."""
+        down = self.unreachable_nodes(survey)
+        cut = {r for ranks in down.values() for r in ranks}  # their heartbeats say nothing
+        lag = [r for r in self.laggards() if r not in cut]
+        names = ", ".join(map(str, lag)) if lag else "none (every rank is blocked in MPI)"
+        parts = [f"syncbench: rank {self.rank}: no progress for {idle:.0f} s (--timeout "
+                 f"{self.timeout:g}) in step {self.step}", f"ranks that had not arrived: {names}"]
+        if down:
+            nodes = ", ".join(f"{host} ({_ranks(ranks)})" for host, ranks in down.items())
+            parts.append(f"node{'s' if len(down) > 1 else ''} {nodes} cannot be reached from "
+                         f"{self.host} (rank {self.rank}): a network fault")
+        silent = sorted(r for r, s in survey.status.items() if s == reach.UNREACHABLE
+                        and self.peers[r].host not in down)
+        if silent:
+            parts.append(f"{_ranks(silent)} on reachable nodes do not answer")
+        gone = sorted(r for r, s in survey.status.items() if s == reach.REFUSED)
+        if gone:
+            hosts = ", ".join(sorted({self.peers[r].host for r in gone}))
+            parts.append(f"{_ranks(gone)} on {hosts} ended (the node answers, the rank does not)")
+        parts.append("aborting the job")
+        return "; ".join(parts)
+
+    def _keep_rows(self) -> None:
+        """This rank's rows to the parts folder before anything can end the process."""
+        if self.flush is None:
             return
+        try:
+            self.flush()
+        except Exception:  # a full disk must not keep the guard from ending the job
+            pass
+
+    def _end(self, network_fault: bool, cut_off: bool = False) -> None:
+        """End the job (see the module docstring); never returns normally."""
+        threading.Thread(target=_exit_later, args=(EXIT_AFTER_S,), daemon=True).start()
+        root = reach.prrte_root(self.chain) if network_fault and not cut_off else None
+        if root is not None:
+            try:
+                os.kill(root, signal.SIGKILL)
+            except OSError:
+                pass
+            else:
+                os._exit(EXIT_STATUS)
+        MPI.COMM_WORLD.Abort(EXIT_STATUS)
+
+
+def _exit_later(seconds: float) -> None:
+    time.sleep(seconds)
+    os._exit(EXIT_STATUS)
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 3``, ``ranks 1, 4-7``."""
+    spans: list[str] = []
+    start = prev = None
+    for r in sorted(ranks):
+        if prev is not None and r == prev + 1:
+            prev = r
+            continue
+        if start is not None:
+            spans.append(f"{start}-{prev}" if prev != start else f"{start}")
+        start = prev = r
+    if start is not None:
+        spans.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(spans)}"
