@@ -5,10 +5,11 @@ A node of speed F gets ``cpu.cfs_quota_us = F x (its CPUs) x cpu.cfs_period_us``
 of each period, so a node 0.25 computes at a quarter of its core(s) whatever
 the suite does. CFS enforces the quota per period, so a step much shorter
 than the period runs at full speed until the quota is spent and then stalls:
-with the kernel's default 100 ms period, a 1.5 ms mlp step on a node 0.25
-ran at a median 1.05x (mean 2.4x, stalls landing inside MPI too); with the
-shortest period the kernel allows (quota >= 1 ms: 4 ms at 0.25), a mean
-4.16x (docs/CLUSTER.md). The period defaults to that shortest one.
+a 1.5 ms mlp step on a node 0.25 ran at a median 1x and a mean 2.4x, both
+with the kernel's default 100 ms period and with the shortest it allows
+(quota >= 1 ms: 4 ms at 0.25), the stalls landing inside MPI too
+(docs/CLUSTER.md). The period defaults to that shortest one, the finest
+grain the kernel offers.
 """
 
 from __future__ import annotations
