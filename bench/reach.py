@@ -219,14 +219,22 @@ def launcher_addresses(chain: list[tuple[int, str]] | None = None) -> list[str]:
     found: list[str] = []
     for pid, _ in agents() if chain is None else chain:
         try:
-            words = _cmdline(pid)
+            found.extend(addresses_in(_cmdline(pid)))
         except OSError:
             continue
-        for i, word in enumerate(words):
-            if word == "--control-port" and i + 1 < len(words):
-                match = _HYDRA_PORT.match(words[i + 1])
-                if match:
-                    found.extend(_resolve(match.group(1)))
+    return list(dict.fromkeys(found))
+
+
+def addresses_in(words: list[str]) -> list[str]:
+    """The launcher's addresses in one agent's command line: hydra's ``--control-port
+    HOST:PORT``, PRRTE's ``tcp://IP,IP:PORT`` in ``prte_hnp_uri``."""
+    found: list[str] = []
+    for i, word in enumerate(words):
+        if word == "--control-port" and i + 1 < len(words):
+            match = _HYDRA_PORT.match(words[i + 1])
+            if match:
+                found.extend(_resolve(match.group(1)))
+        if i > 0 and words[i - 1] == "prte_hnp_uri":
             for match in _PRRTE_URI.finditer(word):
                 found.extend(a for a in match.group(1).split(",") if a)
     return list(dict.fromkeys(found))
