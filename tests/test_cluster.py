@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cluster_helpers import REPO, TestCluster, launchers
 
 from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.analysis.runfile import read_run
@@ -29,39 +30,14 @@ from syncbench.kernels.zoo import build_model
 
 pytestmark = pytest.mark.cluster
 
-REPO = Path(__file__).resolve().parents[1]
-PREFIX, SUBNET = "tc", "10.83.0"
-STATE_DIR = Path(f"/run/syncbench-cluster-test-{os.getpid()}")
-CLUSTER_ENV = {"SYNCBENCH_CLUSTER_PREFIX": PREFIX, "SYNCBENCH_CLUSTER_SUBNET": SUBNET,
-               "SYNCBENCH_CLUSTER_DIR": str(STATE_DIR), "OMP_NUM_THREADS": "1"}
-OMPI_PY = REPO / ".venv-ompi" / "bin" / "python"
-OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+TC = TestCluster("tc", "10.83.0")
+NODES = TC.nodes
 OFFSET_S = 1000
-NODES = [f"{PREFIX}node1", f"{PREFIX}node2"]
 #: Flags that make each strategy do its characteristic thing within half an epoch.
 QUICK = {"odsgd": ["--warmup-steps", "20"], "localsgd": ["--period", "4"],
          "oscars": ["--period", "4"]}
 #: Fashion-MNIST after half an epoch: every strategy is far above chance (0.1).
 MIN_ACCURACY = 0.6
-
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the emulated cluster needs root"
-    for tool in ("ip", "tc", "unshare"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    if subprocess.run(["unshare", "--time", "--monotonic", "1", "true"]).returncode != 0:
-        return "time namespaces are unavailable (unshare --time)"
-    return None
-
-
-def _syncbench(python: Path | str, *args: str, env: dict | None = None, timeout: float = 180,
-               cwd: Path | None = None) -> subprocess.CompletedProcess:
-    full = {**os.environ, **CLUSTER_ENV, **(env or {})}
-    return subprocess.run([str(python), "-m", "syncbench", *args], capture_output=True,
-                          text=True, timeout=timeout, env=full, cwd=cwd)
 
 
 def _slurm_answers() -> bool:
@@ -71,39 +47,10 @@ def _slurm_answers() -> bool:
 
 @pytest.fixture(scope="module")
 def cluster():
-    reason = _why_not()
-    if reason:
-        if os.environ.get("SYNCBENCH_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"SYNCBENCH_REQUIRE_CLUSTER=1 but {reason}")
-        pytest.skip(reason)
-    slurm = _slurm_answers()
-    up = _syncbench(sys.executable, "cluster", "up", "--nodes", "2", "--link", "1gbit",
-                    "--clock-offset", f"0,{OFFSET_S}", *(["--slurm"] if slurm else []))
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        yield {"slurm": slurm, "state": json.loads((STATE_DIR / "state.json").read_text())}
-    finally:
-        down = _syncbench(sys.executable, "cluster", "down")
-        assert down.returncode == 0, down.stderr
-        assert not any(Path("/run/netns", n).exists() for n in NODES)
-        assert not Path(f"/sys/class/net/{PREFIX}br0").exists()
-
-
-def _link_bytes(state: dict) -> list[int]:
-    """Bytes through each node's link so far (both directions, seen from the bridge)."""
-    total = []
-    for node in state["nodes"]:
-        base = Path("/sys/class/net", node["veth"], "statistics")
-        total.append(int((base / "rx_bytes").read_text()) + int((base / "tx_bytes").read_text()))
-    return total
-
-
-def _launchers() -> list:
-    out = [pytest.param(sys.executable, {}, "UCX_TLS", id="mpich")]
-    out.append(pytest.param(str(OMPI_PY), OMPI_ENV, "OMPI_MCA_pml", id="openmpi",
-                            marks=pytest.mark.skipif(not OMPI_PY.exists(),
-                                                     reason="no .venv-ompi (make venv-openmpi)")))
-    return out
+    slurm = TestCluster.why_not() is None and _slurm_answers()
+    with TC.up("--link", "1gbit", "--clock-offset", f"0,{OFFSET_S}",
+               *(["--slurm"] if slurm else []), time_namespaces=True) as state:
+        yield {"slurm": slurm, "state": state}
 
 
 def _check_nodes_and_clocks(run) -> None:
@@ -116,17 +63,17 @@ def _check_nodes_and_clocks(run) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
-@pytest.mark.parametrize("python,env,transport", _launchers())
+@pytest.mark.parametrize("python,env,transport", launchers(with_transport=True))
 def test_every_strategy_on_two_nodes(cluster, tmp_path, name, python, env, transport):
     out = tmp_path / f"{name}.h5"
-    before = _link_bytes(cluster["state"])
-    proc = _syncbench(python, "cluster", "mpiexec", "-n", "2", "--", str(python), "-m",
-                      "syncbench", "train", "--algorithm", name, "--model", "mlp",
-                      "--dataset", "fashion-mnist", "--epochs", "0.5", "--eval-every", "0.5",
-                      "--progress", "never", "--timeout", "60", *QUICK.get(name, []),
-                      "--out", str(out), env=env, cwd=tmp_path)
+    before = TC.link_bytes()
+    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", str(python), "-m",
+                        "syncbench", "train", "--algorithm", name, "--model", "mlp",
+                        "--dataset", "fashion-mnist", "--epochs", "0.5", "--eval-every", "0.5",
+                        "--progress", "never", "--timeout", "60", *QUICK.get(name, []),
+                        "--out", str(out), python=python, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    crossed = [b - a for a, b in zip(before, _link_bytes(cluster["state"]))]
+    crossed = [sum(b) - sum(a) for a, b in zip(before, TC.link_bytes())]
     run = read_run(out)
     assert run.summary["final_accuracy"] >= MIN_ACCURACY, run.summary["final_accuracy"]
     _check_nodes_and_clocks(run)
@@ -140,10 +87,10 @@ def test_a_synchronous_run_is_on_one_clock(cluster, tmp_path):
     """SSGD's steps end at its allreduce: on one clock both ranks' step ends agree within
     a millisecond, though node 2's clock is 1000 s ahead."""
     out = tmp_path / "ssgd.h5"
-    proc = _syncbench(sys.executable, "cluster", "mpiexec", "-n", "2", "--", sys.executable,
-                      "-m", "syncbench", "train", "--algorithm", "ssgd", "--model", "mlp",
-                      "--dataset", "synthetic", "--epochs", "1", "--progress", "never",
-                      "--out", str(out), cwd=tmp_path)
+    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
+                        "syncbench", "train", "--algorithm", "ssgd", "--model", "mlp",
+                        "--dataset", "synthetic", "--epochs", "1", "--progress", "never",
+                        "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     run = read_run(out)
     ends = [run.ranks[r]["t_start"][1:] for r in (0, 1)]
@@ -165,10 +112,10 @@ def test_a_slurm_job_across_two_nodes(cluster, tmp_path):
          "--dataset", "fashion-mnist", "--epochs", "0.25", "--progress", "never",
          "--out", str(out)],
         capture_output=True, text=True, timeout=240, cwd=tmp_path,
-        env={**os.environ, "SYNCBENCH_VENV": str(Path(sys.executable).parents[1])})
+        env={**os.environ, **TC.env, "SYNCBENCH_VENV": str(Path(sys.executable).parents[1])})
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert proc.returncode == 0, proc.stderr + log
-    assert f"on {PREFIX}node[1-2]" in log, log
+    assert f"on {TC.prefix}node[1-2]" in log, log
     run = read_run(out)
     _check_nodes_and_clocks(run)
     assert run.attrs["slurm_job_id"]
@@ -176,21 +123,21 @@ def test_a_slurm_job_across_two_nodes(cluster, tmp_path):
 
 
 def test_cluster_errors_are_one_line(cluster):
-    again = _syncbench(sys.executable, "cluster", "up", "--nodes", "3")
+    again = TC.syncbench("cluster", "up", "--nodes", "3")
     assert again.returncode == 1
     assert again.stderr.strip().count("\n") == 0 and "other settings" in again.stderr
-    bad = _syncbench(sys.executable, "cluster", "up", "--nodes", "2", "--node-speed", "1,2")
+    bad = TC.syncbench("cluster", "up", "--nodes", "2", "--node-speed", "1,2")
     assert bad.returncode == 1 and "--node-speed" in bad.stderr
-    node = _syncbench(sys.executable, "cluster", "exec", "nonode", "--", "true")
+    node = TC.syncbench("cluster", "exec", "nonode", "--", "true")
     assert node.returncode == 1 and "no node 'nonode'" in node.stderr
-    inside = _syncbench(sys.executable, "cluster", "exec", NODES[1], "--", "hostname")
+    inside = TC.syncbench("cluster", "exec", NODES[1], "--", "hostname")
     assert inside.returncode == 0 and inside.stdout.strip() == NODES[1]
 
 
 def test_no_cluster_is_one_line(tmp_path):
     env = {"SYNCBENCH_CLUSTER_DIR": str(tmp_path / "none")}
-    proc = _syncbench(sys.executable, "cluster", "mpiexec", "-n", "2", "--", "true", env=env)
+    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", "true", env=env)
     assert proc.returncode == 1 and "no emulated cluster is up" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0
-    run = _syncbench(sys.executable, "run", "demo", "--cluster", "--dry-run", env=env)
+    run = TC.syncbench("run", "demo", "--cluster", "--dry-run", env=env)
     assert run.returncode == 2 and "no emulated cluster is up" in run.stderr

@@ -17,15 +17,11 @@ Without root (or without ``ip``/``tc``) the tests skip, unless
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from cluster_helpers import TestCluster
 
 from syncbench.bench.commbench import read_results
 from syncbench.bench.simulate.collectives import allreduce_link_terms
@@ -33,67 +29,29 @@ from syncbench.bench.simulate.engine import have_simgrid
 
 pytestmark = pytest.mark.cluster
 
-PREFIX, SUBNET = "tk", "10.82.0"
-STATE_DIR = Path(f"/run/syncbench-cluster-linktest-{os.getpid()}")
-CLUSTER_ENV = {"SYNCBENCH_CLUSTER_PREFIX": PREFIX, "SYNCBENCH_CLUSTER_SUBNET": SUBNET,
-               "SYNCBENCH_CLUSTER_DIR": str(STATE_DIR), "OMP_NUM_THREADS": "1"}
+TC = TestCluster("tk", "10.82.0")
 LINK, LINK_BYTES_PER_S = "200mbit", 25e6
-NODES = [f"{PREFIX}node1", f"{PREFIX}node2"]
 #: 4 B .. 2 MiB; each size runs SKIP + ITERATIONS times (time_loop, back to back).
 MAX_SIZE, ITERATIONS, SKIP = 1 << 21, 10, 2
 TOLERANCE = 0.10
 
 
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the emulated cluster needs root"
-    for tool in ("ip", "tc"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    return None
-
-
-def _syncbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "syncbench", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **CLUSTER_ENV})
-
-
-def _link_bytes(state: dict) -> list[tuple[int, int]]:
-    """(rx, tx) bytes of each node's host-side veth so far (rx: what the node sent)."""
-    out = []
-    for node in state["nodes"]:
-        base = Path("/sys/class/net", node["veth"], "statistics")
-        out.append((int((base / "rx_bytes").read_text()), int((base / "tx_bytes").read_text())))
-    return out
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    reason = _why_not()
-    if reason:
-        if os.environ.get("SYNCBENCH_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"SYNCBENCH_REQUIRE_CLUSTER=1 but {reason}")
-        pytest.skip(reason)
-    up = _syncbench("cluster", "up", "--nodes", "2", "--link", LINK)
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        yield json.loads((STATE_DIR / "state.json").read_text())
-    finally:
-        down = _syncbench("cluster", "down")
-        assert down.returncode == 0, down.stderr
-        assert not any(Path("/run/netns", n).exists() for n in NODES)
+    with TC.up("--link", LINK) as state:
+        yield state
 
 
 @pytest.fixture(scope="module")
 def allreduce(cluster, tmp_path_factory):
     """One 2-rank allreduce benchmark across the link: (results file, its rows, bytes)."""
     out = tmp_path_factory.mktemp("link") / "comm.h5"
-    before = _link_bytes(cluster)
-    proc = _syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m", "syncbench",
+    before = TC.link_bytes()
+    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m", "syncbench",
                       "comm", "--op", "allreduce", "--max-size", str(MAX_SIZE),
                       "--iterations", str(ITERATIONS), "--skip", str(SKIP), "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    after = _link_bytes(cluster)
+    after = TC.link_bytes()
     crossed = [(rx1 - rx0, tx1 - tx0) for (rx0, tx0), (rx1, tx1) in zip(before, after)]
     assert "2 ranks on 2 nodes" in proc.stdout, proc.stdout
     return out, read_results(str(out)), crossed
@@ -124,7 +82,7 @@ def test_calibration_fits_the_link_rate(allreduce, tmp_path):
 
         latency, bandwidth, _ = calibrate(str(path))
     else:
-        proc = _syncbench("simulate", "--calibrate", str(path), "--algorithm", "ssgd",
+        proc = TC.syncbench("simulate", "--calibrate", str(path), "--algorithm", "ssgd",
                           "--np", "2", "--steps", "2", "--out", str(tmp_path / "sim.h5"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         m = re.search(r"latency ([\d.]+) us per exchange .* bandwidth ([\d.]+) MB/s",

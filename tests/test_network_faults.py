@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,20 +22,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cluster_helpers import TestCluster, launchers
 
 from syncbench.analysis.runfile import read_run
 from syncbench.bench import reach
 from syncbench.bench.watchdog import Survey, Watchdog, _ranks
 
-REPO = Path(__file__).resolve().parents[1]
-PREFIX, SUBNET = "tf", "10.81.0"
-STATE_DIR = Path(f"/run/syncbench-cluster-faults-{os.getpid()}")
-CLUSTER_ENV = {"SYNCBENCH_CLUSTER_PREFIX": PREFIX, "SYNCBENCH_CLUSTER_SUBNET": SUBNET,
-               "SYNCBENCH_CLUSTER_DIR": str(STATE_DIR), "OMP_NUM_THREADS": "1"}
-OMPI_PY = REPO / ".venv-ompi" / "bin" / "python"
-OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_osc": "^ucx"}
-NODES = [f"{PREFIX}node1", f"{PREFIX}node2"]
+TC = TestCluster("tf", "10.81.0")
+SUBNET = TC.subnet
+NODES = TC.nodes
 #: The runs' hang guard; a job must end within it and :data:`END_SLACK_S`.
 TIMEOUT_S = 5
 END_SLACK_S = 8
@@ -111,44 +105,10 @@ def test_the_line_names_the_unreachable_node_and_the_gone_rank(tmp_path):
 
 
 # -- on the emulated cluster ----------------------------------------------------------
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the emulated cluster needs root"
-    for tool in ("ip", "unshare"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    if subprocess.run(["unshare", "--uts", "true"]).returncode != 0:
-        return "UTS namespaces are unavailable (unshare --uts)"
-    return None
-
-
-def _syncbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "syncbench", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **CLUSTER_ENV})
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    reason = _why_not()
-    if reason:
-        if os.environ.get("SYNCBENCH_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"SYNCBENCH_REQUIRE_CLUSTER=1 but {reason}")
-        pytest.skip(reason)
-    up = _syncbench("cluster", "up", "--nodes", "2")
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
+    with TC.up():
         yield NODES
-    finally:
-        down = _syncbench("cluster", "down")
-        assert down.returncode == 0, down.stderr
-        assert not any(Path("/run/netns", n).exists() for n in NODES)
-
-
-def _launchers() -> list:
-    return [pytest.param(sys.executable, {}, id="mpich"),
-            pytest.param(str(OMPI_PY), OMPI_ENV, id="openmpi",
-                         marks=pytest.mark.skipif(not OMPI_PY.exists(),
-                                                  reason="no .venv-ompi (make venv-openmpi)"))]
 
 
 def _ranks_in(node: str) -> list[int]:
@@ -167,7 +127,7 @@ def _ranks_in(node: str) -> list[int]:
 
 
 def _set_link(node: str, state: str) -> None:
-    link = _syncbench("cluster", "link", node, state)
+    link = TC.syncbench("cluster", "link", node, state)
     assert link.returncode == 0, link.stderr
     if state != "up":
         return
@@ -190,7 +150,7 @@ def _start(python: str, env: dict, tmp_path: Path) -> subprocess.Popen:
         [python, "-m", "syncbench", "cluster", "mpiexec", "-n", "2", "--", python, "-m",
          "syncbench", *TRAIN, "--out", str(tmp_path / "run.h5")],
         stdout=log, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-        env={**os.environ, **CLUSTER_ENV, **env})
+        env={**os.environ, **TC.env, **env})
     log.close()
     parts = tmp_path / "run.h5.parts"
     deadline = time.monotonic() + 60
@@ -237,7 +197,7 @@ def _cleanup(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("python,env", _launchers())
+@pytest.mark.parametrize("python,env", launchers())
 def test_a_link_down_ends_the_job_naming_the_node_and_keeps_the_rows(cluster, tmp_path,
                                                                       python, env):
     proc = _start(python, env, tmp_path)
@@ -271,7 +231,7 @@ def test_a_link_down_ends_the_job_naming_the_node_and_keeps_the_rows(cluster, tm
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("python,env", _launchers())
+@pytest.mark.parametrize("python,env", launchers())
 def test_a_node_whose_ranks_are_killed_ends_the_job(cluster, tmp_path, python, env):
     proc = _start(python, env, tmp_path)
     try:
