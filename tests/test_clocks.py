@@ -169,5 +169,7 @@ def test_rows_flushed_for_recover_are_on_one_clock(tmp_path):
     n = min(len(run.ranks[0]["step"]), len(run.ranks[1]["step"]))
     assert n > 0
     gap = np.abs(step_ends(run.ranks[0])[:n] - step_ends(run.ranks[1])[:n])
-    assert np.median(gap) < 1e-3, np.median(gap)
+    # a flush after every step is each rank's own off-clock pause (ms on a loaded host):
+    # the ends agree within 10 ms, where the unaligned clocks were 1000 s apart
+    assert np.median(gap) < 10e-3, np.median(gap)
     assert run.summary["wall_s"] < 60  # the last flushed step on rank 0's clock
