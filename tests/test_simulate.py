@@ -458,3 +458,20 @@ def test_validate_prints_measured_and_predicted(tmp_path):
     assert measured > 0 and predicted > 0
     assert error == pytest.approx(100 * (predicted / measured - 1), abs=1.0)
     assert "calibrated from" in proc.stdout and "mean |error|" in proc.stdout
+
+
+def test_validate_measures_samples_per_s_on_the_clock_of_wall_s(tmp_path):
+    """Evaluation pauses sit inside the rows' span but not in wall_s: the measured rate is
+    the run's own samples_per_s, not samples over the span (which reads it far lower)."""
+    from helpers import run_mpi
+
+    from syncbench.bench.simulate.validate import measured_samples_per_s, row_figures
+
+    out = tmp_path / "run.h5"
+    proc = run_mpi(2, "train", "--algorithm", "ssgd", "--dataset", "synthetic",
+                   "--synthetic-samples", "4096", "--epochs", "2", "--eval-every", "0.1",
+                   "--progress", "never", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    run = read_run(out)
+    assert measured_samples_per_s(run) == pytest.approx(run.summary["samples_per_s"])
+    assert row_figures(run.ranks)["samples_per_s"] < 0.95 * run.summary["samples_per_s"]
