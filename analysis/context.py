@@ -354,6 +354,12 @@ def host_info() -> dict[str, Any]:
     return {"host_cores": _physical_cores(), "host_cpus": cpus, "machine": machine_id()}
 
 
+def machine_key(host: str, machine: str | None) -> str:
+    """What ranks share cores and ``/proc/stat`` on: the kernel's boot id
+    (``host_info``'s ``machine``), else the host name (older files, no ``/proc``)."""
+    return str(machine or host)
+
+
 def machine_id() -> str:
     """The kernel this process runs on (``/proc/sys/kernel/random/boot_id``), "" if unknown.
 
@@ -502,7 +508,7 @@ def foreign_cpu(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     hosts: dict[str, dict[str, float]] = {}
     for rec in records:
         # one kernel, one /proc/stat: nodes that are namespaces of one host count once
-        h = hosts.setdefault(str(rec.get("machine") or rec["host"]), {"own": 0.0})
+        h = hosts.setdefault(machine_key(rec["host"], rec.get("machine")), {"own": 0.0})
         begin, end = rec["begin"], rec["end"]
         if begin.get("own_s") is None or end.get("own_s") is None:
             return nan

@@ -42,6 +42,7 @@ from syncbench.analysis.context import (
     foreign_cpu,
     host_info,
     load_average,
+    machine_key,
     merge_transport_env,
     transport_env,
 )
@@ -639,8 +640,8 @@ def clock_attrs(start: ClockOffset | None, end: ClockOffset | None) -> dict[str,
     """Rank attributes ``schema.CLOCK_ATTRS``: offsets to rank 0 and their uncertainties
     at the start and at the end of training (NaN where not measured yet)."""
     nan = float("nan")
-    values = [getattr(m, name, nan) if m is not None else nan
-              for m in (start, end) for name in ("offset_s", "uncertainty_s")]
+    values = [getattr(m, name, nan) for m in (start, end)
+              for name in ("offset_s", "uncertainty_s")]
     return dict(zip(schema.CLOCK_ATTRS, values))
 
 
@@ -665,15 +666,11 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
     oversubscribed when its ranks outnumber its physical cores (its own
     count, not rank 0's); ``ranks_per_node`` follows the sorted ``hostnames``.
     """
-    per_host: dict[str, int] = {}
+    per_host = Counter(hostnames)
     # cores are a kernel's: nodes that are namespaces of one host share its cores
-    per_machine: dict[str, int] = {}
-    cores: dict[str, int | None] = {}
-    for host, info in zip(hostnames, infos):
-        per_host[host] = per_host.get(host, 0) + 1
-        machine = str(info.get("machine") or host)
-        per_machine[machine] = per_machine.get(machine, 0) + 1
-        cores[machine] = info.get("host_cores")
+    machines = [machine_key(host, info.get("machine")) for host, info in zip(hostnames, infos)]
+    per_machine = Counter(machines)
+    cores = {machine: info.get("host_cores") for machine, info in zip(machines, infos)}
     return {
         "host_cores": infos[0].get("host_cores") or 0,
         "host_cpus": infos[0].get("host_cpus") or 0,

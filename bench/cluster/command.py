@@ -29,7 +29,7 @@ import re
 import sys
 
 from . import cpu, launch, network, slurm
-from .host import ClusterError, require_root, require_tool, sh, works
+from .host import ClusterError, require_root, require_tool, works
 from .state import (
     MAX_NODES,
     SUBNET,
@@ -204,7 +204,7 @@ def status(cluster: Cluster | None = None) -> int:
     print(f"{'node':<10} {'address':<12} {'cpus':<6} {'speed':>5} {'clock+s':>8} "
           f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}")
     for node in cluster.nodes:
-        state = "up" if _link_up(node) else "down"
+        state = "up" if network.link_is_up(node) else "down"
         try:
             bytes_ = network.byte_counters(node)
         except OSError:
@@ -215,13 +215,6 @@ def status(cluster: Cluster | None = None) -> int:
     for note in cluster.notes:
         print(f"note: {note}")
     return 0
-
-
-def _link_up(node: Node) -> bool:
-    try:
-        return "UP" in open(f"/sys/class/net/{node.veth}/operstate").read().upper()
-    except OSError:
-        return False
 
 
 def teardown(cluster: Cluster) -> None:
@@ -251,18 +244,16 @@ def _end_processes(namespace: str) -> None:
     import time  # noqa: PLC0415
 
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-        pids = [int(p) for p in sh(["ip", "netns", "pids", namespace], "listing",
-                                   check=False).stdout.split()]
-        if not pids:
+        inside = network.pids(namespace)
+        if not inside:
             return
-        for pid in pids:
+        for pid in inside:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and sh(["ip", "netns", "pids", namespace], "listing",
-                                                 check=False).stdout.split():
+        while time.monotonic() < deadline and network.pids(namespace):
             time.sleep(0.1)
 
 

@@ -94,6 +94,20 @@ def set_link(node: Node, up: bool) -> None:
     sh(["ip", "link", "set", node.veth, state], f"setting the link of {node.name} {state}")
 
 
+def link_is_up(node: Node) -> bool:
+    """Whether the node's host-side link is up (``operstate``)."""
+    try:
+        return Path("/sys/class/net", node.veth, "operstate").read_text().strip() == "up"
+    except OSError:
+        return False
+
+
+def pids(namespace: str) -> list[int]:
+    """The processes inside a node's network namespace (``ip netns pids``)."""
+    return [int(p) for p in sh(["ip", "netns", "pids", namespace], "listing the processes "
+                               f"of {namespace}", check=False).stdout.split()]
+
+
 def byte_counters(node: Node) -> dict[str, int]:
     """The node's link counters, seen from the bridge side (rx: sent by the node)."""
     base = Path("/sys/class/net", node.veth, "statistics")
