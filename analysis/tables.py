@@ -303,6 +303,21 @@ def hidden_fraction(step_s: float, ref_step_s: float, ref_sync_s: float) -> floa
     return (float(ref_step_s) - float(step_s)) / float(ref_sync_s)
 
 
+def comm_compute_ratio(step_s: float, sync_s: float) -> float:
+    """A blocking SSGD run's synchronisation per step over its local work per step.
+
+    ``sync_s`` (comm + wait per step) over ``step_s - sync_s`` (data, compute,
+    update, delay), both from :func:`steady_step_times`: how many times a
+    step's computation one Allreduce of the gradient costs, the regime a
+    comparison is made in (below 1 an overlap can hide all of it, above it
+    at most the compute's share). NaN when an input is not finite or the
+    local part is not positive.
+    """
+    if not (_finite(step_s) and _finite(sync_s)) or step_s - sync_s <= 0:
+        return NAN
+    return float(sync_s) / (float(step_s) - float(sync_s))
+
+
 def hidden_communication(run: Run, references: Sequence[Run]) -> float:
     """:func:`hidden_fraction` of ``run`` against blocking SSGD ``references``.
 

@@ -134,6 +134,58 @@ def test_cluster_errors_are_one_line(cluster):
     assert inside.returncode == 0 and inside.stdout.strip() == NODES[1]
 
 
+SPEED_SCENARIO = """
+description = "live node speeds"
+np = 2
+repeats = 1
+target_accuracy = 0.2
+eval_every = 0
+node_speeds = ["last:0.5"]
+cluster = { link = "1gbit" }
+flags = { dataset = "synthetic", synthetic_samples = 512, epochs = 1, batch_size = 64 }
+
+[[run]]
+label = "ssgd"
+algorithm = "ssgd"
+"""
+
+
+def _quota(node: str) -> str:
+    return Path(f"/sys/fs/cgroup/cpu/{node}/cpu.cfs_quota_us").read_text().strip()
+
+
+def test_a_scenario_sets_each_configurations_node_speeds_live(cluster, tmp_path):
+    """``node_speeds``: the runner gives node 2 a quota of half its core for that
+    configuration's runs only (the run file records the speed on node 2's rank), lifts it
+    for the homogeneous run, and leaves the cluster as it found it."""
+    scenario = tmp_path / "speeds.toml"
+    scenario.write_text(SPEED_SCENARIO)
+    out = tmp_path / "runs"
+    proc = TC.syncbench("run", str(scenario), "--cluster", "--out-dir", str(out),
+                        timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    slow, hom = read_run(out / "ssgd-q1-0.5-r0.h5"), read_run(out / "ssgd-hom-r0.h5")
+    assert float(slow.rank_attrs[1]["node_speed"]) == 0.5
+    assert float(slow.rank_attrs[0]["node_speed"]) == 1.0
+    assert float(hom.rank_attrs[1]["node_speed"]) == 1.0
+    assert "node speed 1,0.5 (CPU quota) against homogeneous" in proc.stdout
+    state = json.loads((TC.state_dir / "state.json").read_text())
+    assert [n["speed"] for n in state["nodes"]] == [1.0, 1.0]
+    if Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():  # cgroup v1
+        assert _quota(NODES[1]) == "-1"
+    live = TC.syncbench("cluster", "speed", NODES[1], "0.25")
+    assert live.returncode == 0, live.stderr
+    if Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+        period = Path(f"/sys/fs/cgroup/cpu/{NODES[1]}/cpu.cfs_period_us").read_text()
+        assert int(_quota(NODES[1])) == int(period) // 4
+    assert "SYNCBENCH_NODE_SPEED=0.25" in (TC.state_dir / "node-ssh").read_text()
+    back = TC.syncbench("cluster", "speed", NODES[1], "1")
+    assert back.returncode == 0 and "SYNCBENCH_NODE_SPEED" not in (
+        TC.state_dir / "node-ssh").read_text()
+    wrong = TC.syncbench("run", "cluster-overlap", "--cluster", "--np", "4")
+    assert wrong.returncode == 2 and "needs 4 emulated nodes" in wrong.stderr
+
+
 def test_no_cluster_is_one_line(tmp_path):
     env = {"SYNCBENCH_CLUSTER_DIR": str(tmp_path / "none")}
     proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", "true", env=env)

@@ -26,7 +26,7 @@ from syncbench.bench.experiment.scenario import (
     shipped_scenarios,
 )
 
-SHIPPED = ("demo", "hetero", "overlap", "asgd", "peers")
+SHIPPED = ("demo", "hetero", "overlap", "asgd", "peers", "cluster-overlap", "cluster-hetero")
 
 TINY = """
 description = "tiny: ssgd against a diverging ssgd, with a 2x slower last rank"
@@ -87,6 +87,43 @@ def test_heterogeneous_scenario_gets_the_homogeneous_baseline_at_any_rank_count(
                                           "--slowdown-mode", "sleep"]
 
 
+def test_node_speeds_are_configurations_beside_the_slowdowns():
+    sc = parse_scenario(scenario_data(slowdowns=["last:4"], slowdown_modes=["work"],
+                                      node_speeds=["last:0.25"], cluster={"link": "1gbit"}),
+                        "t", "t.toml")
+    conds = sc.conditions(4)
+    assert [c.key for c in conds] == ["hom", "s1-1-1-4-work", "q1-1-1-0.25"]
+    quota = conds[2]
+    assert not quota.homogeneous and quota.train_flags() == []
+    assert quota.nominal == (1, 1, 1, 4) and quota.title == "node speed 1,1,1,0.25 (CPU quota)"
+    assert sc.heterogeneous and sc.ranks_per_node() == 1
+    two_per_node = parse_scenario(scenario_data(node_speeds=["last:0.5"],
+                                                cluster={"ppn": 2}), "t", "t.toml")
+    assert two_per_node.conditions(4)[1].speeds == (1.0, 0.5)  # 2 nodes of 2 ranks
+
+
+def test_a_node_speed_scenario_needs_the_cluster_and_its_layout(tmp_path, monkeypatch):
+    """Without --cluster a node-speed scenario is refused; with it, the cluster that is up
+    must have the scenario's nodes and link rate (one line naming the command)."""
+    no_cluster = syncbench("run", "cluster-hetero", "--dry-run")
+    assert no_cluster.returncode == 2 and "--cluster" in no_cluster.stderr
+    assert no_cluster.stderr.count("\n") == 1
+    from syncbench.bench.cluster import state  # noqa: PLC0415
+    from syncbench.bench.experiment.on_cluster import layout_problem  # noqa: PLC0415
+
+    monkeypatch.setenv("SYNCBENCH_CLUSTER_DIR", str(tmp_path))
+    sc = load_scenario("cluster-overlap")
+    assert "no emulated cluster is up" in layout_problem(sc, 2)
+    nodes = [state.Node(i, f"n{i}", f"10.0.0.{i}", f"v{i}") for i in (1, 2)]
+    state.save(state.Cluster(nodes=nodes, link="1gbit"))
+    assert layout_problem(sc, 2) is None
+    assert "needs 4 emulated nodes, the cluster that is up has 2" in layout_problem(sc, 4)
+    assert "syncbench cluster up --nodes 4 --link 1gbit" in layout_problem(sc, 4)
+    nodes[1].link = "200mbit"  # changed live by `syncbench cluster link`
+    state.save(state.Cluster(nodes=nodes, link="1gbit"))
+    assert "written for 1gbit links, the cluster has n2 200mbit" in layout_problem(sc, 2)
+
+
 def test_lr_grid_expands_into_labelled_entries():
     overlap = load_scenario("overlap")
     odsgd = [e for e in overlap.runs if e.group == "odsgd"]
@@ -114,6 +151,11 @@ def test_lr_grid_expands_into_labelled_entries():
     ({"run": [{"algorithm": "ssgd"}, {"algorithm": "ssgd"}]}, "duplicate run label(s) ssgd"),
     ({"run": [{"algorithm": "ssgd", "lr_grid": [0.1, -1]}]}, "'lr_grid' must be"),
     ({"run": [{"algorithm": "ssgd", "speed": 2}]}, "unknown key(s) speed"),
+    ({"node_speeds": ["1,0.5,0.5"]}, "has 3 speeds but runs use 2 nodes"),
+    ({"node_speeds": ["last:2"]}, "each speed must be in [0.01, 1]"),
+    ({"node_speeds": "last:0.5"}, "'node_speeds' must be a list"),
+    ({"cluster": {"link": "fast"}}, "'link' must be a rate"),
+    ({"cluster": {"nodes": 2}}, "cluster: unknown key(s) nodes"),
 ])
 def test_invalid_scenarios_are_one_line_errors(overrides, message):
     with pytest.raises(ScenarioError) as err:

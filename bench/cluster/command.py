@@ -6,6 +6,7 @@
   syncbench cluster mpiexec [-n N] [--ppn P] -- COMMAND ...
   syncbench cluster exec NODE -- COMMAND ...      (one command inside one node)
   syncbench cluster link NODE up|down|RATE        (a fault or a slower link, live)
+  syncbench cluster speed NODE F                  (a node's CPU quota, live; 1: none)
   syncbench cluster down
 
 Nodes are ``sbnode1`` ... at ``10.77.0.1`` ..., joined by bridge ``sbbr0``
@@ -89,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     link = sub.add_parser("link", help="take a node's link down or up, or change its rate")
     link.add_argument("node")
     link.add_argument("state", help="up, down, or a rate (1gbit, 200mbit)")
+    speed = sub.add_parser("speed", help="set a node's speed (CPU quota) live; 1 lifts it")
+    speed.add_argument("node")
+    speed.add_argument("speed", help="share of the node's CPUs, 0.01-1")
     sub.add_parser("down", help="remove everything 'up' made")
 
 
@@ -304,7 +308,26 @@ def set_link(args: argparse.Namespace) -> int:
     else:
         rate_bytes_per_s(args.state)
         network.shape(node, args.state, cluster.burst)
+        node.link = args.state
+        save(cluster)
     print(f"syncbench cluster: link of {node.name} {args.state}")
+    return 0
+
+
+def set_node_speed(args: argparse.Namespace) -> int:
+    require_root()
+    cluster = _loaded()
+    node = cluster.node(args.node)
+    if node is None:
+        raise ClusterError(f"no node {args.node!r} (nodes: "
+                           f"{', '.join(n.name for n in cluster.nodes)})")
+    try:
+        speed = float(args.speed)
+    except ValueError:
+        raise ClusterError(f"speed {args.speed!r} is not a number in [0.01, 1]") from None
+    cpu.set_speed(cluster, node, speed)
+    launch.write_shim(cluster)
+    print(f"syncbench cluster: {node.name} speed {speed:g}")
     return 0
 
 
@@ -320,6 +343,8 @@ def main(args: argparse.Namespace) -> int:
             return run_in_node(args)
         if args.action == "link":
             return set_link(args)
+        if args.action == "speed":
+            return set_node_speed(args)
         return down()
     except ClusterError as exc:
         print(f"syncbench cluster: error: {exc}", file=sys.stderr)

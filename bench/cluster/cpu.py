@@ -14,6 +14,7 @@ grain the kernel offers.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -104,6 +105,52 @@ def _v2(cluster: Cluster, node: Node, quota: int, period: int) -> None:
     if quota > 0:
         _write(group / "cpu.max", f"{quota} {period}", f"CPU quota of {node.name}")
     node.cgroup_procs.append(str(group / "cgroup.procs"))
+
+
+def period_for(cluster: Cluster, speed: float) -> int:
+    """The CFS period (us) of a node of ``speed``: the cluster's, lengthened where the
+    quota would fall under the kernel's 1 ms minimum (``up``'s rule, 1 ms / speed)."""
+    shortest = math.ceil(1000.0 / speed) if speed < 1.0 else 0
+    return max(cluster.cpu_period_us, shortest)
+
+
+def set_speed(cluster: Cluster, node: Node, speed: float) -> None:
+    """Give a node of a running cluster a new speed, live (``syncbench cluster speed``).
+
+    The quota is written into the node's ``cpu`` cgroup, made (and recorded)
+    now if ``up`` gave the node none; speed 1 lifts the quota (``-1``, v2
+    ``max``). Processes already inside the node are throttled from the next
+    period on; the launcher shim is rewritten so that ranks started from now
+    on read the new ``$SYNCBENCH_NODE_SPEED``. ``syncbench run`` sets the
+    speeds of each configuration this way (a scenario's ``node_speeds``).
+    """
+    if not 0.01 <= speed <= 1.0:
+        raise ClusterError(f"node speed {speed:g}: must be in [0.01, 1]")
+    version = cgroup_version()
+    if version == 0:
+        raise ClusterError("no cgroup cpu controller mounted at /sys/fs/cgroup: a node "
+                           "speed needs one (cgroup v1 cpu or cgroup v2)")
+    group = (CGROUP_ROOT / "cpu" / node.name) if version == 1 else (CGROUP_ROOT / node.name)
+    procs = str(group / "cgroup.procs")
+    if not group.is_dir():
+        if speed >= 1.0:
+            node.speed = 1.0
+            save(cluster)
+            return
+        _mkdir(cluster, group)
+        node.cgroup_procs.append(procs)
+    ncpus = len(node.cpus.split(",")) if node.cpus else 1
+    period = period_for(cluster, speed)
+    quota = int(speed * ncpus * period) if speed < 1.0 else -1
+    if version == 1:
+        _write(group / "cpu.cfs_quota_us", "-1", f"CPU quota of {node.name}")
+        _write(group / "cpu.cfs_period_us", str(period), f"CPU period of {node.name}")
+        _write(group / "cpu.cfs_quota_us", str(quota), f"CPU quota of {node.name}")
+    else:
+        _write(group / "cpu.max", f"{quota if quota > 0 else 'max'} {period}",
+               f"CPU quota of {node.name}")
+    node.speed = float(speed)
+    save(cluster)
 
 
 def remove_cgroup(path: str) -> None:

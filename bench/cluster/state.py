@@ -46,6 +46,8 @@ class Node:
     clock_offset_s: float = 0.0
     #: cgroup.procs files a process joins to take the node's CPU set and quota.
     cgroup_procs: list[str] = field(default_factory=list)
+    #: The rate ``cluster link NODE RATE`` set since ``up`` (else the cluster's ``link``).
+    link: str = ""
 
 
 @dataclass

@@ -52,7 +52,7 @@ FACTOR_TOLERANCE = 0.10
 INTERFERENCE_TOLERANCE = 0.07
 STAT_KEYS = ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
              "interference_ratio", "hidden_comm_fraction", "buckets", "sync_fraction",
-             "eval_interval_s")
+             "eval_interval_s", "comm_compute_ratio")
 
 
 def spread(values: Iterable[float], keep_inf: bool = False) -> dict[str, Any]:

@@ -6,7 +6,9 @@ communication fraction is the report's (:mod:`syncbench.analysis.tables`),
 the realised slowdown factor (per-step medians,
 ``tables.REALISED_STATISTIC``: robust to a shared machine's preemption
 noise) and the interference ratio are :mod:`syncbench.analysis.fairness`'s,
-the sync share and the evaluation interval are the report's, and the
+the sync share and the evaluation interval are the report's, the
+comm:compute ratio of a blocking SSGD run is the report's
+``comm_compute_ratio`` of its steady step and sync times, and the
 machine context (``loaded`` included) is
 :mod:`syncbench.analysis.context`'s. ``diverged`` is the ``/summary`` flag
 the training driver records (recomputed by the analysis for older files).
@@ -20,7 +22,12 @@ from typing import Any
 
 from syncbench.analysis import fairness
 from syncbench.analysis.runfile import Run
-from syncbench.analysis.tables import REALISED_STATISTIC, table_rows
+from syncbench.analysis.tables import (
+    REALISED_STATISTIC,
+    comm_compute_ratio,
+    is_blocking_reference,
+    table_rows,
+)
 
 
 def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
@@ -44,6 +51,9 @@ def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
             "realised_factor": fairness.realised_factor(run, REALISED_STATISTIC),
             "interference_ratio": fairness.interference_ratio(run),
             "hidden_comm_fraction": float(row.get("hidden_comm_fraction", math.nan)),
+            "comm_compute_ratio": (comm_compute_ratio(row["steady_step_s"],
+                                                      row["sync_s_per_step"])
+                                   if is_blocking_reference(row) else math.nan),
             "buckets": int(buckets) if buckets is not None else None,
             "oversubscribed": row["_context"].get("oversubscribed"),
             "overlapped": row["overlapped"],

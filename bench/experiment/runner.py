@@ -55,6 +55,7 @@ from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
 from syncbench.bench.launch import run_train
 
+from .on_cluster import layout_problem, speed_setter
 from .plan import PlannedRun, plan_runs
 from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
 
@@ -141,7 +142,8 @@ def _scenario_json(scenario: Scenario, np_: int, repeats: int, target: float) ->
         "np": np_, "repeats": repeats, "target_accuracy": target,
         "headline": scenario.headline, "baseline": scenario.baseline,
         "eval_every": scenario.eval_every, "slowdowns": scenario.slowdowns,
-        "slowdown_modes": scenario.slowdown_modes, "flags": list(scenario.flags),
+        "slowdown_modes": scenario.slowdown_modes, "node_speeds": scenario.node_speeds,
+        "cluster": scenario.cluster, "flags": list(scenario.flags),
         "runs": [{"label": e.label, "algorithm": e.algorithm, "flags": list(e.flags),
                   "group": e.group, "lr": e.lr} for e in scenario.runs],
     }
@@ -190,11 +192,13 @@ def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept:
 def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_: int,
             resume: bool, say: Callable[[str], None],
             elapsed: dict[str, float] | None = None,
-            runs: dict[str, Any] | None = None) -> str | None:
+            runs: dict[str, Any] | None = None,
+            before: Callable[[PlannedRun], None] | None = None) -> str | None:
     """Run the plan in order; None on success, else a one-line failure.
 
     ``elapsed`` collects each launched run's seconds (launch to exit) by run id,
-    ``runs`` each finished or kept run file, read once, by run id.
+    ``runs`` each finished or kept run file, read once, by run id; ``before``
+    prepares each run that is launched (the emulated nodes' speeds).
     """
     from syncbench.analysis.runfile import read_run  # noqa: PLC0415
 
@@ -206,6 +210,8 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
                 runs[p.run_id] = kept
             say(_progress(i, len(plan), p, kept, 0.0, kept=True))
             continue
+        if before is not None:
+            before(p)
         start = time.perf_counter()
         try:
             proc = run_train(np_, list(p.args), mpiexec, timeout=timeout, quiet=True)
@@ -228,7 +234,8 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
 def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
     """The plan's slowdown configurations: homogeneous first, then by factors and mode."""
     seen = list(dict.fromkeys(p.condition for p in plan))
-    return sorted(seen, key=lambda c: (not c.homogeneous, str(c.factors), str(c.mode)))
+    return sorted(seen, key=lambda c: (not c.homogeneous, str(c.speeds), str(c.factors),
+                                      str(c.mode)))
 
 
 def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
@@ -269,13 +276,13 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
                                          target, scenario.headline, contexts)
         if cond.homogeneous:
             continue
-        ceiling = throughput_ceiling(cond.factors)
+        ceiling = throughput_ceiling(cond.nominal)
         spread = factor_spread(records, cond.key)
         comparisons.append({"condition": cond.key, "title": cond.title,
-                            "factors": list(cond.factors), "ceiling": ceiling,
+                            "factors": list(cond.nominal), "ceiling": ceiling,
                             "realised_factor_spread": spread})
         lines += [""] + hetero_table(scenario.name, cond.title, these, ceiling,
-                                     max(cond.factors), spread, contexts)
+                                     max(cond.nominal), spread, contexts)
     return lines, comparisons
 
 
@@ -363,8 +370,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
             "are a quick look, not a timing claim")
     elapsed: dict[str, float] = {}
     read: dict[str, Any] = {}
-    failure = execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say, elapsed,
-                      read)
+    failure = _execute_scenario(scenario, args, plan, np_, say, elapsed, read)
     if failure:
         print(f"{prog}: error: {failure} (rerun with --resume to keep the finished runs)",
               file=sys.stderr)
@@ -391,6 +397,21 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     return 0
 
 
+def _execute_scenario(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRun],
+                      np_: int, say: Callable[[str], None], elapsed: dict[str, float],
+                      read: dict[str, Any]) -> str | None:
+    """:func:`execute`, with each configuration's node speeds set on the emulated cluster
+    (a scenario's ``node_speeds``) and the speeds found put back at the end."""
+    before, restore = (speed_setter() if scenario.node_speeds and getattr(args, "cluster", False)
+                       else (None, None))
+    try:
+        return execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say, elapsed,
+                       read, before)
+    finally:
+        if restore is not None:
+            restore()
+
+
 def _resume_problem(resume: bool, previous: dict | None, plan: list,
                     results_path: Path) -> str | None:
     """Why ``--resume`` cannot continue from ``results_path``, else None."""
@@ -407,6 +428,14 @@ def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repe
     """What is wrong with the run's settings, else None; applies ``--slowdown-modes``."""
     if np_ < 1 or repeats < 1 or not 0 < target <= 1:
         return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
+    on_cluster = getattr(args, "cluster", False)
+    if scenario.node_speeds and not on_cluster:
+        return (f"scenario {scenario.name} slows emulated nodes (node_speeds): run it with "
+                "--cluster on a cluster that is up (syncbench cluster up)")
+    if on_cluster and scenario.cluster and not args.dry_run:
+        problem = layout_problem(scenario, np_)
+        if problem:
+            return problem
     if args.slowdown_modes:
         modes = [m.strip() for m in args.slowdown_modes.split(",") if m.strip()]
         if not modes or any(m not in SLOWDOWN_MODES for m in modes):

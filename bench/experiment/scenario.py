@@ -15,6 +15,10 @@ required)::
     eval_every = 0.05              # evaluation interval in epochs (finer = sharper time to target)
     slowdowns = ["last:4"]         # heterogeneous configurations: "1,4" or "last:4"
     slowdown_modes = ["work"]      # --slowdown-mode of each; omitted: train's default
+    node_speeds = ["last:0.25"]    # emulated cluster only: node speeds (CPU quotas), each a
+                                   # configuration the runner sets live before its runs
+    cluster = { link = "1gbit", ppn = 1 }   # the emulated cluster it is written for:
+                                   # `run --cluster` checks the one that is up
     lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
     flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
 
@@ -65,7 +69,10 @@ RESERVED_FLAGS = {
     "seed": "nothing (repeat r trains with seed r)",
 }
 _TOP_KEYS = {"description", "np", "repeats", "target_accuracy", "headline", "baseline",
-             "eval_every", "slowdowns", "slowdown_modes", "lr_grid", "flags", "run"}
+             "eval_every", "slowdowns", "slowdown_modes", "node_speeds", "cluster", "lr_grid",
+             "flags", "run"}
+#: Keys of a scenario's ``cluster`` table.
+_CLUSTER_KEYS = {"link", "ppn"}
 _RUN_KEYS = {"label", "algorithm", "flags", "lr_grid"}
 #: Where the shipped scenarios live, inside the ``syncbench.bench`` package.
 SCENARIO_PACKAGE, SCENARIO_DIR = "syncbench.bench", "scenarios"
@@ -89,18 +96,33 @@ class RunEntry:
 
 @dataclass(frozen=True)
 class Condition:
-    """One slowdown configuration; ``factors`` None is the homogeneous one."""
+    """One slowdown configuration; ``factors`` and ``speeds`` None is the homogeneous one.
+
+    ``factors`` slow ranks by ``--slowdown`` (``mode``: ``--slowdown-mode``);
+    ``speeds`` slow the emulated cluster's nodes by a CPU quota (a scenario's
+    ``node_speeds``, set by the runner before each run of the configuration).
+    """
 
     factors: tuple[float, ...] | None
     mode: str | None
+    speeds: tuple[float, ...] | None = None
 
     @property
     def homogeneous(self) -> bool:
-        return self.factors is None
+        return self.factors is None and self.speeds is None
+
+    @property
+    def nominal(self) -> tuple[float, ...]:
+        """Each rank's nominal slowdown factor: ``--slowdown``'s, or 1 / its node's speed."""
+        if self.speeds is not None:
+            return tuple(1.0 / s for s in self.speeds)
+        return self.factors or ()
 
     @property
     def key(self) -> str:
-        """File-name-safe id, e.g. ``hom`` or ``s1-4-work``."""
+        """File-name-safe id, e.g. ``hom``, ``s1-4-work`` or ``q1-0.25`` (node speeds)."""
+        if self.speeds is not None:
+            return "q" + "-".join(f"{f:g}" for f in self.speeds)
         if self.factors is None:
             return "hom"
         spec = "-".join(f"{f:g}" for f in self.factors)
@@ -108,7 +130,10 @@ class Condition:
 
     @property
     def title(self) -> str:
-        """Human name, e.g. ``homogeneous`` or ``slowdown 1,4 mode work``."""
+        """Human name, e.g. ``homogeneous``, ``slowdown 1,4 mode work`` or
+        ``node speed 1,0.25 (CPU quota)``."""
+        if self.speeds is not None:
+            return "node speed " + ",".join(f"{f:g}" for f in self.speeds) + " (CPU quota)"
         if self.factors is None:
             return "homogeneous"
         spec = ",".join(f"{f:g}" for f in self.factors)
@@ -138,13 +163,18 @@ class Scenario:
     eval_every: float = 0.05
     slowdowns: list[str] = field(default_factory=list)
     slowdown_modes: list[str] = field(default_factory=list)
+    #: Node speeds of the emulated cluster, one configuration each ("last:0.25", "1,0.25").
+    node_speeds: list[str] = field(default_factory=list)
+    #: The emulated cluster the scenario is written for (``link``, ``ppn``), checked
+    #: by ``syncbench run --cluster``; empty: any.
+    cluster: dict[str, Any] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     #: The parsed TOML, for the results file.
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
     def heterogeneous(self) -> bool:
-        return bool(self.slowdowns)
+        return bool(self.slowdowns or self.node_speeds)
 
     def conditions(self, np_: int) -> list[Condition]:
         """Homogeneous first (added for every heterogeneous scenario), then each slowdown x mode."""
@@ -157,7 +187,16 @@ class Scenario:
                 cond = Condition(factors, mode)
                 if cond not in out:
                     out.append(cond)
+        for spec in self.node_speeds:
+            speeds = resolve_speeds(spec, np_, self.ranks_per_node())
+            cond = Condition(None, None, speeds)
+            if any(s != 1.0 for s in speeds) and cond not in out:
+                out.append(cond)
         return out
+
+    def ranks_per_node(self) -> int:
+        """Ranks per emulated node (the ``cluster`` table's ``ppn``, default 1)."""
+        return int(self.cluster.get("ppn", 1))
 
 
 def shipped_scenarios() -> dict[str, Path]:
@@ -173,12 +212,14 @@ def shipped_scenarios() -> dict[str, Path]:
 def describe_shipped() -> str:
     """One line per shipped scenario: name and description (for ``--help``)."""
     lines = []
-    for name, path in shipped_scenarios().items():
+    shipped = shipped_scenarios()
+    width = max((len(name) for name in shipped), default=0)
+    for name, path in shipped.items():
         try:
             desc = load_scenario(str(path)).description
         except ScenarioError as exc:  # pragma: no cover - a broken shipped file
             desc = f"(unreadable: {exc})"
-        lines.append(f"  {name:<10} {desc}")
+        lines.append(f"  {name:<{width}}  {desc}")
     return "\n".join(lines)
 
 
@@ -194,6 +235,27 @@ def resolve_slowdown(spec: str, np_: int) -> tuple[float, ...]:
                 f"slowdown {spec!r} has {len(factors)} factors but runs have {np_} ranks "
                 f"(write 'last:F' to slow the last rank at any rank count)")
     return tuple(factors)
+
+
+def resolve_speeds(spec: str, np_: int, ppn: int = 1) -> tuple[float, ...]:
+    """Node speeds of ``"1,0.25"`` (one per node) or ``"last:0.25"``, for ``np_`` ranks
+    on ``ceil(np_ / ppn)`` nodes."""
+    nodes = -(-np_ // max(1, ppn))
+    text = str(spec).strip()
+    try:
+        if text.startswith("last:"):
+            speeds = [1.0] * (nodes - 1) + [float(text[5:])]
+        else:
+            speeds = [float(p) for p in text.split(",")]
+    except ValueError:
+        raise ScenarioError(f"node speed {spec!r}: expected numbers such as \"1,0.25\" or "
+                            f"\"last:0.25\"") from None
+    if len(speeds) != nodes:
+        raise ScenarioError(f"node speed {spec!r} has {len(speeds)} speeds but runs use "
+                            f"{nodes} nodes (write 'last:F' to slow the last node)")
+    if any(not 0.01 <= s <= 1.0 for s in speeds):
+        raise ScenarioError(f"node speed {spec!r}: each speed must be in [0.01, 1]")
+    return tuple(speeds)
 
 
 def _factor(text: str, spec: str) -> float:
@@ -311,16 +373,37 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
              f"'slowdown_modes' must be a list of {', '.join(SLOWDOWN_MODES)}, got {modes!r}")
     description = data.get("description", "")
     _require(isinstance(description, str), "'description' must be a string")
+    speeds = data.get("node_speeds", [])
+    _require(isinstance(speeds, list) and all(isinstance(s, str) for s in speeds),
+             "'node_speeds' must be a list of strings such as \"1,0.25\" or \"last:0.25\"")
+    cluster = _cluster_table(data.get("cluster", {}))
     scenario = Scenario(
         name=name, source=source, description=description, np=np_, runs=entries,
         repeats=_number(data, "repeats", 5, int, 1, 1000),
         target_accuracy=_number(data, "target_accuracy", 0.80, float, 1e-9, 1.0),
         headline=headline, baseline=baseline,
         eval_every=_number(data, "eval_every", 0.05, float, 0.0, 1e6),
-        slowdowns=list(slowdowns), slowdown_modes=list(modes),
-        flags=flags_to_args(data.get("flags", {}), "flags"), raw=data)
+        slowdowns=list(slowdowns), slowdown_modes=list(modes), node_speeds=list(speeds),
+        cluster=cluster, flags=flags_to_args(data.get("flags", {}), "flags"), raw=data)
     scenario.conditions(np_)  # checks every slowdown against np
     return scenario
+
+
+def _cluster_table(table: Any) -> dict[str, Any]:
+    """The checked ``cluster = { link = "1gbit", ppn = 1 }`` table."""
+    _require(isinstance(table, dict), "'cluster' must be a table such as { link = \"1gbit\" }")
+    unknown = sorted(set(table) - _CLUSTER_KEYS)
+    _require(not unknown, f"cluster: unknown key(s) {', '.join(unknown)}; valid: "
+                          f"{', '.join(sorted(_CLUSTER_KEYS))}")
+    if "link" in table:
+        from syncbench.bench.cluster.command import RATE  # noqa: PLC0415
+
+        _require(isinstance(table["link"], str) and RATE.match(table["link"]) is not None,
+                 f"cluster: 'link' must be a rate such as \"1gbit\", got {table['link']!r}")
+    ppn = table.get("ppn", 1)
+    _require(isinstance(ppn, int) and not isinstance(ppn, bool) and ppn >= 1,
+             f"cluster: 'ppn' must be a whole number >= 1, got {ppn!r}")
+    return dict(table)
 
 
 def load_scenario(spec: str) -> Scenario:

@@ -50,18 +50,34 @@ def fmt_spread(stats: dict[str, Any], digits: int = 2, single: bool = False) -> 
     return f"{med} ({fmt_value(stats['min'], digits)}–{fmt_value(stats['max'], digits)})"
 
 
-def _row(label: str, width: int, cells: Sequence[str]) -> str:
-    return f"  {label:<{width}}" + "".join(f"{c:>{VALUE_WIDTH}}" for c in cells)
+def _widths(names: Sequence[str]) -> list[int]:
+    """Each column's width: ``VALUE_WIDTH``, or its name and two spaces if longer."""
+    return [max(VALUE_WIDTH, len(n) + 2) for n in names]
+
+
+def _row(label: str, width: int, cells: Sequence[str], widths: Sequence[int] = ()) -> str:
+    widths = list(widths) + [VALUE_WIDTH] * (len(cells) - len(widths))
+    return f"  {label:<{width}}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths))
 
 
 def _header(width: int, names: Sequence[str]) -> str:
-    return f"# {'label':<{width}}" + "".join(f"{n:>{VALUE_WIDTH}}" for n in names)
+    return f"# {'label':<{width}}" + "".join(f"{n:>{w}}" for n, w in zip(names, _widths(names)))
 
 
 def oversubscribed(contexts: Sequence[dict[str, Any]]) -> bool:
     """True when some run's ranks outnumbered a node's physical cores (per node)."""
     over = merge_contexts(list(contexts)).get("oversubscribed") if contexts else None
     return over is True or over == "some oversubscribed"
+
+
+def regime_line(cells: Sequence[dict[str, Any]]) -> list[str]:
+    """``# comm:compute ...`` from the blocking SSGD cells, if the scenario has one."""
+    blocking = [c for c in cells if c.get("comm_compute_ratio", {}).get("median") is not None]
+    if not blocking:
+        return []
+    c = blocking[0]
+    return [f"# comm:compute {fmt_spread(c['comm_compute_ratio'])} ({c['label']}: one "
+            "Allreduce of the gradient per step (comm + wait) over the step's local work)"]
 
 
 def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
@@ -80,8 +96,9 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     reps = max(c["runs"] for c in cells)
     lines = [format_contexts(list(contexts)),
              f"# {scenario}: {title}{' | OVERSUBSCRIBED' if over else ''} | {reps} repeat(s), "
-             f"median (min–max) over repeats; ratios per repeat against {baseline}",
-             _header(width, names + ["runs"])]
+             f"median (min–max) over repeats; ratios per repeat against {baseline}"]
+    lines += regime_line(cells)
+    lines.append(_header(width, names + ["runs"]))
     notes = []
     for c in cells:
         values = [fmt_spread(c[key]) for _, key in ratio_cols]
@@ -107,7 +124,7 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
             notes.append(f"  ! {c['label']}: {c['loaded']} run(s) loaded: {used}"
                          f"{' (the most of them)' if c['loaded'] > 1 else ''} (something "
                          "outside the run set competed for the CPUs)")
-        lines.append(_row(label, width, values + [runs]))
+        lines.append(_row(label, width, values + [runs], _widths(names + ["runs"])))
     posts = [f"{c['label']} {fmt_value(c['buckets']['median'], 0)}" for c in cells
              if c.get("buckets", {}).get("median")]
     if posts:

@@ -1,0 +1,79 @@
+"""A scenario on the emulated cluster: the layout it needs, and each configuration's node speeds.
+
+A scenario's ``cluster`` table (``link``, ``ppn``) says what it was written
+for: ``syncbench run NAME --cluster`` refuses, in one line that gives the
+command to fix it, a cluster with another number of nodes or another link
+rate, since the comparison would then be made in another regime than the
+one its header states. A scenario's ``node_speeds`` configurations slow
+nodes by a CPU quota; the runner sets each run's speeds live
+(:func:`syncbench.bench.cluster.cpu.set_speed`, what ``syncbench cluster
+speed`` does) so that quota, ``--slowdown-mode work`` and homogeneous runs
+interleave on one cluster, and puts back the speeds it found when it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from syncbench.bench.cluster.host import ClusterError
+
+from .plan import PlannedRun
+from .scenario import Scenario
+
+
+def _rate(text: str) -> float:
+    from syncbench.bench.cluster.command import rate_bytes_per_s  # noqa: PLC0415
+
+    return rate_bytes_per_s(text) if text else 0.0
+
+
+def layout_problem(scenario: Scenario, np_: int) -> str | None:
+    """Why the cluster that is up does not fit the scenario at ``np_`` ranks, else None."""
+    from syncbench.bench.cluster.state import load  # noqa: PLC0415
+
+    cluster = load()
+    if cluster is None:
+        return "--cluster: no emulated cluster is up (syncbench cluster up --nodes N)"
+    ppn = scenario.ranks_per_node()
+    nodes = -(-np_ // ppn)
+    link = str(scenario.cluster.get("link", ""))
+    up = f"syncbench cluster up --nodes {nodes}" + (f" --link {link}" if link else "")
+    have = len(cluster.nodes)
+    if have != nodes:
+        return (f"scenario {scenario.name} at {np_} ranks ({ppn} per node) needs {nodes} "
+                f"emulated nodes, the cluster that is up has {have}: run 'syncbench cluster "
+                f"down' and '{up}'")
+    if link:
+        rates = {n.name: (n.link or cluster.link) for n in cluster.nodes}
+        wrong = {name: r for name, r in rates.items() if _rate(r) != _rate(link)}
+        if wrong:
+            said = ", ".join(f"{name} {r or 'unshaped'}" for name, r in wrong.items())
+            return (f"scenario {scenario.name} is written for {link} links, the cluster has "
+                    f"{said}: run 'syncbench cluster down' and '{up}'")
+    return None
+
+
+def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
+    """(before each run: set its configuration's node speeds, at the end: restore)."""
+    from syncbench.bench.cluster import cpu, launch  # noqa: PLC0415
+    from syncbench.bench.cluster.state import load  # noqa: PLC0415
+
+    cluster = load()
+    if cluster is None:
+        raise ClusterError("no emulated cluster is up (syncbench cluster up --nodes N)")
+    found = [n.speed for n in cluster.nodes]
+
+    def apply(speeds: list[float]) -> None:
+        for node, speed in zip(cluster.nodes, speeds):
+            if node.speed != speed:
+                cpu.set_speed(cluster, node, speed)
+        launch.write_shim(cluster)
+
+    def before(p: PlannedRun) -> None:
+        speeds = list(p.condition.speeds or [1.0] * len(cluster.nodes))
+        apply(speeds + [1.0] * (len(cluster.nodes) - len(speeds)))
+
+    def restore() -> None:
+        apply(found)
+
+    return before, restore
