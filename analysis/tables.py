@@ -575,8 +575,10 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
                                                    *STRATEGY_FLAGS_ATTRS)}
     row["_context"] = ctx
     row["_ranks"] = ranks  # the report's per-rank table (report.report_tables)
+    # each rank's nominal slowdown, --slowdown's and its node's CPU quota's (reference_key)
+    row["_nominal"] = tuple(round(f, 6) for _, f in sorted(fairness.nominal_factors(run).items()))
     return {k: row[k] for k in (*REPORT_KEYS, PATH_KEY, *NEW_KEYS, "_config", "_attrs",
-                                "_context", "_ranks")}
+                                "_context", "_ranks", "_nominal")}
 
 
 def _sum_finite(a: float, b: float) -> float:
@@ -823,13 +825,15 @@ def is_blocking_reference(row: dict[str, Any]) -> bool:
 def reference_key(row: dict[str, Any]) -> tuple:
     """The scenario a hidden-communication reference must share with a run.
 
-    N, model, dataset, MPI library, backend, simulated, and the ``config``
+    N, model, dataset, MPI library, backend, simulated, the ``config``
     flags :data:`REFERENCE_FLAGS` (batch, budget, dtype, slowdowns and their
-    mode, synthetic size, CUDA-awareness): everything but the strategy.
+    mode, synthetic size, CUDA-awareness) and each rank's nominal factor
+    (``--slowdown`` over its node's speed: a node slowed by the kernel's
+    CPU quota has no train flag to tell it apart): everything but the strategy.
     """
     config = row.get("_config", {})
     attrs = row.get("_attrs", {})
-    return (row["world_size"],
+    return (row["world_size"], row.get("_nominal"),
             *(_hashable(attrs.get(k, row.get(k))) for k in SERIES_ROOT_KEYS if k != "algorithm"),
             *(_hashable(config.get(k)) for k in REFERENCE_FLAGS))
 

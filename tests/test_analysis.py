@@ -71,10 +71,12 @@ def make_evals(times=(1.0, 2.0), accuracy=(0.5, 0.9), samples=(512, 1024), steps
 
 def write_file(path: Path, *, algorithm: str, world_size: int, wall: float,
                steps_per_rank: int, phases=None, evals=None, config=None,
-               complete: bool = True, rank_rows=None, target=None, root=None) -> str:
+               complete: bool = True, rank_rows=None, target=None, root=None,
+               rank_extra=None) -> str:
     """A ``syncbench/1`` file with chosen wall time and samples (``steps * BATCH`` per rank).
 
-    ``root`` adds or replaces root attributes (e.g. ``mpi_library``, ``scaling_mode``).
+    ``root`` adds or replaces root attributes (e.g. ``mpi_library``, ``scaling_mode``),
+    ``rank_extra`` rank attributes (rank -> {name: value}).
     """
     phases = phases or {"compute": 0.01}
     rows = rank_rows or {r: make_rank(steps_per_rank, phases) for r in range(world_size)}
@@ -86,7 +88,8 @@ def write_file(path: Path, *, algorithm: str, world_size: int, wall: float,
         "hostnames": [f"node{r}" for r in range(world_size)],
         **(root or {}),
     }
-    attrs = {r: {"hostname": f"node{r}", "device": "cpu", "slowdown": 1.0}
+    attrs = {r: {"hostname": f"node{r}", "device": "cpu", "slowdown": 1.0,
+                 **(rank_extra or {}).get(r, {})}
              for r in range(world_size)}
     write_run_file(path, root, rows, attrs, evals or make_evals(), wall, target,
                    complete=complete)
@@ -875,6 +878,23 @@ def test_hidden_comm_only_for_ssgd_and_odsgd_runs_that_count(tmp_path):
     assert od["hidden_comm_fraction"] == pytest.approx((0.45 - 0.25) / 0.25)
     for row in (od_div, local, asgd):  # diverged; communicates less by design
         assert math.isnan(row["hidden_comm_fraction"])
+
+
+def test_hidden_comm_references_share_the_node_speeds(tmp_path):
+    """A node slowed by a CPU quota has no train flag: the blocking reference of a run on
+    it is a blocking run on the same slowed node, not a homogeneous one."""
+    slow = {1: {"node_speed": 0.25}}
+    hom_ref = write_file(tmp_path / "hom.h5", algorithm="ssgd", world_size=2, wall=4.0,
+                         steps_per_rank=4, phases={"compute": 0.2, "comm": 0.25},
+                         config={"comm": "blocking"})
+    slow_ref = write_file(tmp_path / "slow.h5", algorithm="ssgd", world_size=2, wall=8.0,
+                          steps_per_rank=4, phases={"compute": 0.2, "comm": 0.8},
+                          config={"comm": "blocking"}, rank_extra=slow)
+    od = write_file(tmp_path / "od.h5", algorithm="odsgd", world_size=2, wall=8.0,
+                    steps_per_rank=4, phases={"compute": 0.2, "comm": 0.6}, rank_extra=slow)
+    hom, slow_row, od_row = _rows([hom_ref, slow_ref, od])
+    assert hom["hidden_comm_fraction"] == 0.0 and slow_row["hidden_comm_fraction"] == 0.0
+    assert od_row["hidden_comm_fraction"] == pytest.approx((1.0 - 0.8) / 0.8)
 
 
 def test_group_samples_per_s_leave_diverged_runs_out(tmp_path):
