@@ -12,7 +12,9 @@ Measured samples/s is the run's own, on the clock of ``wall_s``
 (:func:`measured_samples_per_s`): the span of a measured run's rows also
 holds its evaluation pauses, which ``wall_s`` leaves out and a simulated
 run does not have (lenet, 2 ranks, 0.5 epoch: 18,627 samples/s by
-``wall_s``, 9,636 by the rows' span). The ``load`` column is the measured run's
+``wall_s``, 9,636 by the rows' span). A rank's slowdown is its nominal factor,
+``--slowdown`` over its node's speed (the emulated cluster's CPU quota,
+:func:`nominal_slowdown`). The ``load`` column is the measured run's
 highest recorded load average (others' processes on the host).
 """
 
@@ -69,9 +71,23 @@ def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, i
         if hasattr(cfg, key) and key not in ("out", "seed", "validate", "batch_size"):
             setattr(cfg, key, value)
     cfg.algorithm, cfg.out = run.algorithm, None
+    cfg.slowdown = nominal_slowdown(run) or cfg.slowdown
     n = run.world_size
     total = sum(len(cols["step"]) for cols in run.ranks.values())
     return cfg, n, max(1, round(total / n))
+
+
+def nominal_slowdown(run: Any) -> str | None:
+    """``--slowdown`` of the measured run's nominal factors, its nodes' CPU quotas
+    included (``fairness.nominal_factors``: a rank on a node of speed 0.25 is nominally
+    4x slower; the quota is no train flag, so the config does not hold it); None when
+    every rank is at factor 1."""
+    from syncbench.analysis.fairness import nominal_factors  # noqa: PLC0415
+
+    factors = [f for _, f in sorted(nominal_factors(run).items())]
+    if not factors or all(f == 1.0 for f in factors):
+        return None
+    return ",".join(f"{f:g}" for f in factors)
 
 
 def validate_main(args: argparse.Namespace) -> int:
@@ -105,7 +121,7 @@ def validate_main(args: argparse.Namespace) -> int:
         err = p["samples_per_s"] / m["samples_per_s"] - 1.0
         errors.append(abs(err))
         name = run.path.rsplit("/", 1)[-1][:34]
-        slow = "yes" if run.config.get("slowdown") else "-"
+        slow = "yes" if nominal_slowdown(run) else "-"
         note = "" if run.model == workload.name else f"  (model {run.model} != workload)"
         print(f"{name:<34} {run.algorithm:<8} {n:>2} {slow:>5} {run_load(run):>5} "
               f"{m['samples_per_s']:>9.0f} "

@@ -1,0 +1,29 @@
+"""``simulate --validate``: the configuration simulated for a measured run."""
+
+from __future__ import annotations
+
+import argparse
+
+from test_analysis import write_file
+
+from syncbench.analysis.runfile import read_run
+from syncbench.bench.simulate.validate import _job, nominal_slowdown
+
+
+def test_a_node_slowed_by_its_cpu_quota_is_simulated_as_slowed(tmp_path):
+    """The emulated cluster's CPU quota is no train flag: the run file's rank attribute
+    node_speed makes the rank nominally 1/speed slower in the simulated configuration,
+    on top of --slowdown."""
+    quota = write_file(tmp_path / "q.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                       steps_per_rank=4, rank_extra={1: {"node_speed": 0.25}})
+    both = write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                      steps_per_rank=4, config={"slowdown": "1,2"},
+                      rank_extra={0: {"slowdown": 1.0}, 1: {"slowdown": 2.0,
+                                                           "node_speed": 0.5}})
+    plain = write_file(tmp_path / "p.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                       steps_per_rank=4)
+    assert nominal_slowdown(read_run(quota)) == "1,4"
+    assert nominal_slowdown(read_run(both)) == "1,4"
+    assert nominal_slowdown(read_run(plain)) is None
+    cfg, n, steps = _job(argparse.Namespace(slowdown=None, algorithm="ssgd"), read_run(quota))
+    assert (cfg.slowdown, n, steps) == ("1,4", 2, 4)
