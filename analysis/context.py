@@ -38,7 +38,7 @@ from typing import Any
 #: Keys of :func:`machine_context`, in the order :func:`format_context` uses them.
 CONTEXT_KEYS: tuple[str, ...] = (
     "cores", "cpus", "smt", "world_size", "hosts", "ranks_per_host", "ranks_per_core",
-    "oversubscribed", "slowdown_mode", "simulated", "loaded",
+    "oversubscribed", "slowdown_mode", "simulated", "loaded", "shared_machine",
 )
 
 
@@ -114,7 +114,10 @@ def machine_context(attrs: Mapping[str, Any] | Any,
     ``smt`` (cpus > cores), ``world_size``, ``hosts`` (the nodes: root attr
     ``nodes``, else the distinct host names), ``ranks_per_host`` (the most
     ranks on one node: recorded, else world_size / hosts rounded up),
-    ``ranks_per_core`` (ranks_per_host / cores), ``oversubscribed`` (recorded,
+    ``ranks_per_core`` (the most ranks on one machine, ``ranks_per_machine``,
+    else ranks_per_host, over cores: nodes of one kernel share its cores),
+    ``shared_machine`` (several nodes on one machine: the emulated cluster),
+    ``oversubscribed`` (recorded,
     per node against its own cores; else ranks_per_host > cores),
     ``slowdown_mode`` (the emulation mode of the slowed ranks: rank attrs
     ``slowdown_mode``, else the ``config`` flag; None without a slowdown),
@@ -134,9 +137,10 @@ def machine_context(attrs: Mapping[str, Any] | Any,
     per_host = _int(attrs.get("ranks_per_host"))
     if per_host is None and world is not None and hosts:
         per_host = -(-world // hosts)
+    per_machine = _int(attrs.get("ranks_per_machine")) or per_host
     over = _flag(attrs.get("oversubscribed"))
-    if over is None and per_host is not None and cores is not None:
-        over = per_host > cores
+    if over is None and per_machine is not None and cores is not None:
+        over = per_machine > cores
     return {
         "cores": cores,
         "cpus": cpus,
@@ -144,7 +148,10 @@ def machine_context(attrs: Mapping[str, Any] | Any,
         "world_size": world,
         "hosts": hosts or None,
         "ranks_per_host": per_host,
-        "ranks_per_core": None if per_host is None or cores is None else per_host / cores,
+        "ranks_per_core": None if per_machine is None or cores is None
+        else per_machine / cores,
+        "shared_machine": per_machine is not None and per_host is not None
+        and per_machine > per_host,
         "oversubscribed": over,
         "slowdown_mode": _slowdown_mode(attrs, rank_attrs),
         "simulated": bool(_flag(attrs.get("simulated"))),
@@ -165,7 +172,8 @@ def format_context(ctx: Mapping[str, Any]) -> str:
     oversubscribed, slowdown mode work``; unknown parts say so.
 
     A multi-node run says ``on N nodes (R ranks/node)`` (R the most on one node)
-    and its cores ``per node`` (rank 0's node); ranks/core is per node too.
+    and its cores ``per node`` (rank 0's node), or ``per machine`` when nodes
+    share one (the emulated cluster); ranks/core is per machine.
     Values may also be the range strings of :func:`merge_contexts` (``"1-4"``:
     nodes then too).
     """
@@ -178,7 +186,8 @@ def format_context(ctx: Mapping[str, Any]) -> str:
     else:
         parts.append(_count(cores, "core")
                      + (f" ({_count(cpus, 'CPU')})" if cpus is not None else "")
-                     + (" per node" if nodes else ""))
+                     + ((" per machine, shared by the nodes" if ctx.get("shared_machine")
+                         else " per node") if nodes else ""))
     if world is not None:
         where = ""
         if hosts == 1:
@@ -233,7 +242,7 @@ def merge_contexts(contexts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         elif key == "loaded":
             out[key] = (None if not known else True if all(known) else
                         "some runs loaded" if any(known) else False)
-        elif key in ("smt", "simulated"):
+        elif key in ("smt", "simulated", "shared_machine"):
             out[key] = any(known) if known else (False if key == "simulated" else None)
         elif key == "slowdown_mode":
             modes = sorted({m for v in distinct for m in str(v).split("|")})

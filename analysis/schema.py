@@ -59,6 +59,8 @@ ROOT_ATTRS: tuple[str, ...] = (
     "nodes",
     "ranks_per_node",
     "mpi_transport_env",
+    # the most ranks on one machine (one kernel: the emulated cluster's nodes are one)
+    "ranks_per_machine",
 )
 
 #: Root attributes with the host's 1-minute load average at the start and the end of
@@ -98,6 +100,12 @@ CONTEXT_ATTRS: tuple[str, ...] = (
 #: each (integers, in the order of the sorted ``hostnames`` attribute; rank attribute
 #: ``node`` indexes both). Absent from older files: readers count ``hostnames``.
 NODE_ATTRS: tuple[str, ...] = ("nodes", "ranks_per_node")
+
+#: Root attribute: the most ranks on one machine (one kernel, ``host_info``'s boot
+#: id: the emulated cluster's nodes are namespaces of one host and share its cores),
+#: what ranks per core and ``oversubscribed`` count against ``host_cores``. Absent
+#: from older files: readers use ``ranks_per_host``.
+MACHINE_ATTR = "ranks_per_machine"
 
 #: Root attribute: JSON object of the environment variables that select MPI transports
 #: as the ranks saw them (names starting with ``analysis.context.TRANSPORT_PREFIXES``:

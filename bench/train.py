@@ -675,6 +675,7 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
         "host_cores": infos[0].get("host_cores") or 0,
         "host_cpus": infos[0].get("host_cpus") or 0,
         "ranks_per_host": max(per_host.values()),
+        "ranks_per_machine": max(per_machine.values()),
         "nodes": len(per_host),
         "ranks_per_node": [per_host[h] for h in sorted(per_host)],
         # None (written as "", read as unknown) when a host's cores could not be read

@@ -413,7 +413,8 @@ def test_machine_attrs_count_ranks_per_host_against_physical_cores():
     info = {"host_cores": 2, "host_cpus": 4}
     two = machine_attrs(["a", "a"], [info, info], "weak")
     assert two == {"host_cores": 2, "host_cpus": 4, "ranks_per_host": 2, "nodes": 1,
-                   "ranks_per_node": [2], "oversubscribed": False, "scaling_mode": "weak"}
+                   "ranks_per_node": [2], "oversubscribed": False, "scaling_mode": "weak",
+                   "ranks_per_machine": 2}
     four = machine_attrs(["a", "a", "a", "b"], [info] * 4, None)
     assert four["ranks_per_host"] == 3 and four["oversubscribed"] is True
     assert four["nodes"] == 2 and four["ranks_per_node"] == [3, 1]  # sorted host names
@@ -442,3 +443,11 @@ def test_machine_attrs_nodes_of_one_kernel_share_its_cores():
     assert two["oversubscribed"] is False
     apart = [{**info, "machine": m} for m in ("boot-1", "boot-1", "boot-2", "boot-2")]
     assert machine_attrs(["n1", "n1", "n2", "n2"], apart, None)["oversubscribed"] is False
+    # the machine line counts ranks per core per machine, and says the nodes share it
+    from syncbench.analysis.context import format_context, machine_context
+
+    one_each = machine_attrs([f"n{i}" for i in range(4)], [info] * 4, None)
+    assert one_each["ranks_per_machine"] == 4 and one_each["oversubscribed"] is True
+    line = format_context(machine_context({**one_each, "world_size": 4}))
+    assert "2 cores (2 CPUs) per machine, shared by the nodes" in line
+    assert "4 ranks on 4 nodes (1 rank/node), 2.0 ranks/core, oversubscribed" in line
