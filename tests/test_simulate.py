@@ -21,10 +21,10 @@ import pytest
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
+from syncbench.bench.simulate.asgd import asgd_phases
 from syncbench.bench.simulate.collectives import (
     allreduce_cost_terms,
     allreduce_phases,
-    asgd_phases,
     choose_allreduce,
 )
 from syncbench.bench.simulate.engine import have_simgrid

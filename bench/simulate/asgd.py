@@ -1,13 +1,86 @@
-"""ASGD's simulated timeline: workers that pull, compute and push on their own clocks.
+"""ASGD's simulated traffic and timeline: the code's RMA epochs, its counter, its accumulates.
 
-Every worker pulls, computes and pushes on its own clock;
-tickets (the global budget) go to whichever worker asks first, as
-ASGD's ``claims`` counter does; staleness is the number of pushes that
-landed between a worker's pull and its push. Pull and push durations come
-from a mean-field model of the concurrent traffic: with c the mean local
-step and T(m) the pull + push time when m workers transfer at once
-(simulated), m = round(W * T / (c + T)) is iterated to a fixed point.
-``--delay-compensation`` adds the second read of the weights to the push.
+What one step of a worker does (``algorithms/asgd.py``: ``ASGD.done`` line
+327, ``pull`` 355, ``push`` 395, ``start_push`` 409, ``land_push`` 413,
+``count_push`` 427; on ``algorithms/windows.py``'s ``ParamWindow.epoch``
+line 144 and ``Counters.Fetch_and_op`` line 228), and how each part is
+costed here:
+
+* **Four epochs on rank 0's counter window** (``Counters.Fetch_and_op``: one
+  ``Lock(0, SHARED)``, the ``Fetch_and_op`` s, ``Unlock(0)`` each):
+  ``read(VERSION)`` before the pull, ``read(STARTED)`` after it,
+  ``fetch_add(STARTED)`` before the Accumulate, and one epoch of two ops
+  (``VERSION`` += 1, ``CLAIMS`` += 1) after it; plus one ``fetch_add(CLAIMS)``
+  per worker in ``done()`` before its first step. That is 4 round trips and 5
+  atomics per step (:data:`COUNTER_EPOCHS`). MPI makes accumulate-type calls
+  on the same location atomic with respect to each other (MPI 4.1 section
+  12.7.1, "Atomicity"), so rank 0 applies them one at a time: a NIC's atomic
+  unit, an active-message handler of rank 0's progress engine, or the mutex
+  of MPICH's shared-memory window all serialise them. They are simulated
+  exactly, as one FIFO queue at rank 0 that serves each atomic in
+  ``--counter-service-us`` (:func:`counter_timeline`, an event simulation of
+  every request): with W workers the job can make at most
+  1 / (5 x service) steps per second, however many ranks it has
+  (:func:`counter_bound`). Each epoch also costs the origin one per-epoch
+  overhead and one round trip (2 x the one-way latency to rank 0).
+* **A pull and a push are one epoch per owner** (``ParamWindow.epoch``: a
+  ``Lock(owner, SHARED)`` for every shard, then a ``Get_accumulate(NO_OP)``
+  or ``Accumulate(SUM)`` for every shard, then an ``Unlock`` for every
+  shard): ``len(shard_layout(...))`` epochs, N with ``--ps-layout sharded``
+  (the code's own :func:`~syncbench.algorithms.windows.shard_layout` is
+  called). With ``MPI_MODE_NOCHECK`` (``--rma-assert nocheck``, the
+  default) MPICH's ``MPIDIG_mpi_win_lock`` (``src/mpid/ch4/src/mpidig_win.h``)
+  sends no lock request (it only marks the target locked), and
+  ``MPIDIG_mpi_win_unlock`` sends no unlock message: it completes the
+  target's operations (the netmod's and shared memory's ``target_cmpl_hook``,
+  an endpoint flush, then a progress loop until the target's completion
+  counters are zero) and returns. As every operation is posted before the
+  first ``Unlock``, the round trips to different owners overlap; what adds up
+  is the origin's own work per owner (three MPI calls, a message and its
+  completion), ``--rma-epoch-us`` each, serial. Without NOCHECK
+  (``--rma-assert none``) each ``Lock`` waits for the target's grant and each
+  ``Unlock`` for its acknowledgement, one owner after the other: two serial
+  round trips per owner more. An access therefore takes
+  ``max(E x per-owner + L, T_bw) + L`` (:func:`access_seconds`: E epochs, L
+  the one-way latency, T_bw the bytes' time on the network). Simulating the
+  N x E per-owner messages flow by flow is out of reach at 16,384 ranks
+  (2.7e8 epochs for one pull by every worker), so the per-owner part is this
+  closed form; the bandwidth part T_bw is still SimGrid's
+  (:func:`asgd_phases`: the all-to-all flow by flow up to 64 ranks, sampled
+  shift permutations above).
+* **The owners' accumulate rate**: a target reduces an Accumulate into its
+  window at ``--accumulate-rate`` bytes/s (measured with ``syncbench comm
+  --op rma-accumulate``; ``--calibrate-rma`` fits it to such a file). Each
+  push leaves P/E bytes at each of its E owners, so an owner does P/(E R)
+  seconds of reduction per step of any worker, and the job makes at most
+  E R / P steps per second; a push takes at least that long at its owner
+  and, once the owners are saturated, the closed loop's W x P/(E R) less
+  the rest of the step (:func:`accumulate_seconds`). With ``single`` and
+  ``dedicated`` (one owner) that is R / P steps per second for the job.
+* ``--delay-compensation`` adds the push epoch's second read of the weights
+  (a ``Get_accumulate`` per owner and a ``Flush`` per owner) to the push.
+
+Staleness is the code's: ``staleness = v_push - v_pre`` and
+``staleness_min = max(0, v_push - s_post)``, with v_pre the version read
+before the pull, s_post the ``started`` counter read after it and v_push the
+version before the push's own increment, all read from the simulated counter
+at the moment rank 0 serves the request.
+
+The concurrency of the transfers (how many workers' bytes share the network
+at once) comes from a mean-field fixed point, m = W x T_bw(m) / cycle, with
+T_bw simulated on SimGrid for m spread-out workers and the cycle bounded
+below by the counter's and the owners' rates.
+
+Assumptions: rank 0 serves queued atomics back to back, and owners serve
+pulls and pushes as they arrive (native atomics and RDMA, or a progress
+engine that keeps up). In the code rank 0 also trains (``sharded``,
+``single``) and, where MPICH handles an atomic with an active message, serves
+it only inside its own MPI calls and its polls (``ASGD._progress``, at most
+every ``POLL_MIN_GAP_S`` during compute); with ``dedicated`` it polls with
+100 us sleeps between tests. So the counter's bound here is optimistic. The
+per-owner overhead and the service time default to figures measured on one
+2-core machine through shared memory (MPICH 5.0.2): on a network each
+message and its completion cost the origin at least as much.
 """
 
 from __future__ import annotations
@@ -15,61 +88,423 @@ from __future__ import annotations
 import argparse
 import heapq
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from syncbench.bench.simulate.collectives import asgd_phases, powers_of_two_upto, weighted_cost
-from syncbench.bench.simulate.strategies import LocalTimes, PhaseTime, Rows, Timeline
+from syncbench.bench.simulate.collectives import (
+    ALLTOALL_EXACT_MAX,
+    Phase,
+    _log_shifts,
+    powers_of_two_upto,
+    weighted_cost,
+)
+
+if TYPE_CHECKING:
+    from syncbench.bench.simulate.strategies import LocalTimes, PhaseTime, Timeline
+
+#: Origin seconds per owner of one passive-target epoch (Lock, the operation,
+#: Unlock), serial: measured 1.4-2.8 us per owner (median over 5,000 pulls,
+#: 2-8 ranks on this 2-core machine, MPICH 5.0.2 shared memory, NOCHECK:
+#: a pull of 8 floats per owner from N owners less one from a single owner,
+#: over N - 1).
+DEFAULT_EPOCH_US = 2.0
+#: Rank 0's seconds per atomic on the counter: measured 1.5-2.2 us as what a
+#: second ``Fetch_and_op`` adds to ``count_push``'s epoch (2.9-4.2 us for one)
+#: on the same machine, an upper bound of the part that rank 0's window
+#: serialises.
+DEFAULT_SERVICE_US = 1.5
+#: Bytes per second a target reduces an ``Accumulate(SUM)`` of float32 into its
+#: window: 2.69e9 fitted (``--calibrate-rma``) to ``mpiexec -n 2 syncbench comm
+#: --op rma-accumulate --max-size 4194304 --iterations 200 --skip 10``
+#: (MPICH 5.0.2, 2 ranks on this 2-core machine; 2.52-2.75 GB/s at 512 KiB-4 MiB).
+DEFAULT_ACCUMULATE_RATE = 2.7e9
+#: Bytes of one counter request or reply.
+COUNTER_BYTES = 8
+
+#: The counter epochs of one worker, in the code's order, and their atomics:
+#: the first ticket (``done``), then per step ``read(VERSION)``, ``read(STARTED)``,
+#: ``fetch_add(STARTED)`` and ``Fetch_and_op([(VERSION, +1), (CLAIMS, +1)])``.
+CLAIM, READ_VERSION, READ_STARTED, START, COUNT = range(5)
+COUNTER_OPS = (1, 1, 1, 1, 2)
+#: Per step: round trips to rank 0, and atomics rank 0 serves.
+COUNTER_EPOCHS = 4
+COUNTER_ATOMICS = sum(COUNTER_OPS[READ_VERSION:])
+
+
+@dataclass(frozen=True)
+class RmaCosts:
+    """The MPI costs of ASGD's traffic that the network does not give."""
+
+    epoch_s: float = DEFAULT_EPOCH_US * 1e-6
+    service_s: float = DEFAULT_SERVICE_US * 1e-6
+    accumulate_rate: float = DEFAULT_ACCUMULATE_RATE
+    nocheck: bool = True
+    rate_from: str = ""
+
+    def per_owner(self, one_way: float) -> float:
+        """Serial origin seconds per owner: the overhead, and without NOCHECK the
+        lock's and the unlock's handshakes (two round trips)."""
+        return self.epoch_s + (0.0 if self.nocheck else 4.0 * one_way)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``syncbench simulate``'s flags for ASGD's RMA costs."""
+    group = parser.add_argument_group("asgd traffic (simulated)")
+    group.add_argument("--rma-epoch-us", type=float, default=DEFAULT_EPOCH_US,
+                       help="origin microseconds per owner of one RMA epoch (Lock, "
+                       f"operation, Unlock), serial (default {DEFAULT_EPOCH_US})")
+    group.add_argument("--counter-service-us", type=float, default=DEFAULT_SERVICE_US,
+                       help="microseconds rank 0 takes per atomic on ASGD's counter "
+                       f"(default {DEFAULT_SERVICE_US}; 5 per step, one at a time)")
+    group.add_argument("--accumulate-rate", type=float, default=None, metavar="B/s",
+                       help="bytes/s a target reduces Accumulates into its window (default "
+                       f"{DEFAULT_ACCUMULATE_RATE:.3g}, measured with syncbench comm "
+                       "--op rma-accumulate)")
+    group.add_argument("--calibrate-rma", default=None, metavar="COMM.h5",
+                       help="the accumulate rate fitted to `syncbench comm --op "
+                       "rma-accumulate --out` results")
+
+
+def calibrate_rma(path: str) -> tuple[float, dict[str, Any]]:
+    """(bytes/s, details) of an Accumulate + Flush fitted to ``syncbench comm`` results.
+
+    Each size is ``t = L + S / R`` (one epoch's latency, the reduction at rate
+    R); :func:`.platform.fit_link` takes L from the small sizes' medians and R
+    from the large sizes' means.
+    """
+    from syncbench.bench.commbench import read_results  # noqa: PLC0415
+    from syncbench.bench.simulate.platform import fit_link  # noqa: PLC0415
+
+    try:
+        data = read_results(path)
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"--calibrate-rma {path}: cannot be read ({exc})") from None
+    attrs = data.get("attrs", {})
+    if attrs.get("op") != "rma-accumulate" or "size" not in data or "avg_us" not in data:
+        raise ValueError(f"--calibrate-rma {path}: expected `syncbench comm --op "
+                         f"rma-accumulate --out` results, got op {attrs.get('op')!r}")
+    sizes = np.asarray(data["size"], dtype=float)
+    mean = np.asarray(data["avg_us"], dtype=float) * 1e-6
+    median = np.asarray(data.get("p50_us", data["avg_us"]), dtype=float) * 1e-6
+    keep = (sizes > 0) & (mean > 0) & (median > 0)
+    if keep.sum() < 2:
+        raise ValueError(f"--calibrate-rma {path}: needs >= 2 message sizes")
+    try:
+        latency, rate, details = fit_link(sizes[keep], mean[keep], [(1.0, 1.0)] * int(keep.sum()),
+                                          median[keep])
+    except ValueError as exc:
+        raise ValueError(f"--calibrate-rma {path}: {exc}") from None
+    details.update(latency_s=latency, mpi_library=attrs.get("mpi_library", ""))
+    return rate, details
+
+
+def costs_from(cfg: argparse.Namespace) -> RmaCosts:
+    """:class:`RmaCosts` from the flags (a namespace without them gets the defaults)."""
+    epoch_us = float(getattr(cfg, "rma_epoch_us", DEFAULT_EPOCH_US))
+    service_us = float(getattr(cfg, "counter_service_us", DEFAULT_SERVICE_US))
+    rate = getattr(cfg, "accumulate_rate", None)
+    path = getattr(cfg, "calibrate_rma", None)
+    if rate is not None and path:
+        raise ValueError("give --accumulate-rate or --calibrate-rma, not both")
+    if path:
+        rate = calibrate_rma(path)[0]
+    rate = DEFAULT_ACCUMULATE_RATE if rate is None else float(rate)
+    if not (epoch_us >= 0 and service_us >= 0 and rate > 0):
+        raise ValueError("--rma-epoch-us and --counter-service-us must be >= 0 and "
+                         "--accumulate-rate > 0")
+    return RmaCosts(epoch_s=epoch_us * 1e-6, service_s=service_us * 1e-6,
+                    accumulate_rate=rate, nocheck=getattr(cfg, "rma_assert", "nocheck") != "none",
+                    rate_from=path or "")
+
+
+# -- the pieces of a step -------------------------------------------------------------
+
+def asgd_phases(nbytes: float, n: int, layout: str,
+                active: int = 0) -> tuple[list[tuple[Phase, float]], list[tuple[Phase, float]]]:
+    """(pull, push): the bytes of one access as weighted SimGrid phases.
+
+    A transfer's time is sum(weight * phase time). ``active`` workers pull or
+    push at the same time (0: all of them). ``sharded``: up to
+    ``ALLTOALL_EXACT_MAX`` ranks the all-to-all flow by flow (rank r owns the
+    r-th 1/N); above that, the mean over log-spaced shift permutations (rank
+    i -> i + s) each carrying a rank's whole volume (an all-to-all is the
+    union of the N - 1 shifts; up to six from 1 to N/2, and N - 1, cover every
+    level of a fat tree). ``single``/``dedicated``: rank 0 owns all. The
+    counter's traffic is not here (:func:`counter_timeline`).
+    """
+    if n <= 1:
+        return [], []
+    if layout == "sharded":
+        if n <= ALLTOALL_EXACT_MAX:
+            one = Phase("alltoall", 0, n, nbytes / n, active=active)
+            return [(one, 1.0)], [(one, 1.0)]
+        volume = nbytes * (n - 1) / n
+        shifts = _log_shifts(n)
+        weight = 1.0 / len(shifts)
+        # A push to the owners mirrors the pull (shift s reversed is shift N - s, which
+        # also is in the sample): the same phases, simulated once.
+        pull = [(Phase("shift", s, n, volume, active=active), weight) for s in shifts]
+        return pull, list(pull)
+    if layout in ("single", "dedicated"):
+        return ([(Phase("scatter", 0, n, nbytes, active=active), 1.0)],
+                [(Phase("gather", 0, n, nbytes, active=active), 1.0)])
+    raise ValueError(f"unknown --ps-layout {layout!r}")
+
+
+def epochs_per_access(params: int, n: int, layout: str) -> int:
+    """Owners a pull or push locks, reads or updates and unlocks: ``len(shard_layout(...))``."""
+    from syncbench.algorithms.windows import shard_layout  # noqa: PLC0415
+
+    return len(shard_layout(params, n, layout))
+
+
+def access_seconds(epochs: int, one_way: float, bandwidth_s: float, costs: RmaCosts,
+                   reduce_s: float = 0.0) -> float:
+    """One pull or push: ``max(E x per-owner + L, T_bw, reduce + L) + L``.
+
+    The origin posts its E epochs one after another (``costs.per_owner`` each);
+    the last owner's operation reaches it one latency L after being posted and
+    its completion returns one L later. ``bandwidth_s`` (SimGrid's, one L
+    included) is the bytes' time on the network, ``reduce_s`` the reduction
+    at the owners (:func:`accumulate_seconds`, after the data's L).
+    """
+    if epochs <= 0:
+        return 0.0
+    return max(epochs * costs.per_owner(one_way) + one_way, bandwidth_s,
+               reduce_s + one_way if reduce_s > 0 else 0.0) + one_way
+
+
+def accumulate_seconds(nbytes: float, epochs: int, workers: int, rate: float,
+                       think_s: float) -> float:
+    """Seconds a push's data spends being reduced at its owners.
+
+    Each of the E owners reduces P/E bytes of every push at ``rate``: b = P/(E R)
+    alone. W workers push once per cycle each, so an owner has W b of work
+    per cycle; when the rest of a worker's cycle (``think_s``) is shorter than
+    that, the owners are saturated and the closed loop gives each push
+    W b - think (its share of the owner's queue).
+    """
+    if epochs <= 0 or nbytes <= 0:
+        return 0.0
+    alone = nbytes / (epochs * rate)
+    return max(alone, workers * alone - think_s)
+
+
+def counter_bound(service_s: float) -> float:
+    """Steps per second the whole job can make through rank 0's counter (inf if free)."""
+    return math.inf if service_s <= 0 else 1.0 / (COUNTER_ATOMICS * service_s)
+
+
+# -- the counter, request by request ---------------------------------------------------
+
+StepTimes = Callable[[int, int], Sequence[float]]
+
+
+@dataclass
+class CounterRun:
+    """What :func:`counter_timeline` returns: per-step records and the counters' end state."""
+
+    worker: np.ndarray
+    step: np.ndarray
+    cols: dict[str, np.ndarray]
+    wall_s: float
+    version: int
+    started: int
+    claims: int
+    busy_s: float
+
+
+#: Columns of :class:`CounterRun`'s records, after the worker and its step.
+RECORD_COLS = ("t_start", "t_data", "t_compute", "t_update", "t_delay", "t_comm",
+               "staleness", "staleness_min")
+#: The counter epoch that follows each one (a step ends with COUNT, then READ_VERSION).
+NEXT = (READ_VERSION, READ_STARTED, START, COUNT, READ_VERSION)
+
+
+def counter_timeline(workers: Sequence[int], total: int, t_pull: float, t_push: float,
+                     step_times: StepTimes, one_way: Sequence[float], costs: RmaCosts
+                     ) -> CounterRun:
+    """Every worker's steps, with each counter request queued at rank 0 in arrival order.
+
+    ``step_times(k, j)`` is worker k's (data, compute, update, delay) of its
+    j-th step, ``one_way[k]`` its one-way latency to rank 0 (0 for rank 0
+    itself), ``t_pull``/``t_push`` the window accesses (:func:`access_seconds`).
+    A request leaves after the epoch's overhead (``costs.epoch_s``; without
+    NOCHECK also the lock's round trip), reaches rank 0 one latency later,
+    waits until rank 0 has served every earlier arrival, takes
+    ``costs.service_s`` per atomic, and its reply returns one latency later
+    (without NOCHECK, then the unlock's round trip). A step is: data, the
+    pull (``read(VERSION)``, the window, ``read(STARTED)``), compute, delay
+    and update, the push (``fetch_add(STARTED)``, the window, ``version``
+    and ``claims`` += 1), as ``ASGD.step`` runs them. Tickets go to whoever
+    claims first, so exactly ``total`` pushes are made, and the counters are
+    read where the code reads them; the requests are handled in arrival
+    order, which is rank 0's order of service (one heap of arrivals).
+    """
+    trips = 1.0 if costs.nocheck else 3.0  # the op, and the lock's / unlock's handshakes
+    pre = [costs.epoch_s + trips * lat for lat in one_way]  # send -> arrival at rank 0
+    back = [trips * lat for lat in one_way]  # end of service -> reply at the worker
+    size = max(workers, default=-1) + 1
+    taken, t0, sent, comm = [0] * size, [0.0] * size, [0.0] * size, [0.0] * size
+    v_pre, s_post = [0] * size, [0] * size
+    local: list[Sequence[float]] = [()] * size
+    records: list[tuple] = []
+    heap = [(pre[k], k, k, CLAIM) for k in workers]
+    heapq.heapify(heap)
+    version = claims = started = 0
+    free = wall = 0.0
+    seq, service, pushpop = size, costs.service_s, heapq.heappushpop
+    item = heapq.heappop(heap) if heap else None
+    while item is not None:
+        arrival, _, k, phase = item
+        free = (arrival if arrival > free else free) + COUNTER_OPS[phase] * service
+        now = free + back[k]
+        if phase == READ_VERSION:
+            v_pre[k] = version
+            nxt = now + t_pull
+        elif phase == READ_STARTED:
+            s_post[k] = started
+            comm[k] = now - sent[k]
+            d, c, u, dl = local[k]
+            nxt = sent[k] = now + c + dl + u
+        elif phase == START:
+            started += 1
+            nxt = now + t_push
+        else:  # CLAIM (done() before the first step) or COUNT (the end of a push)
+            if phase == COUNT:
+                d, c, u, dl = local[k]
+                records.append((k, taken[k], t0[k], d, c, u, dl, comm[k] + now - sent[k],
+                                version - v_pre[k], max(0, version - s_post[k])))
+                version += 1
+                taken[k] += 1
+            claims += 1
+            if claims > total:  # the ticket is past the budget: this worker is done
+                wall = max(wall, now)
+                item = heapq.heappop(heap) if heap else None
+                continue
+            local[k] = step = step_times(k, taken[k])
+            t0[k] = now
+            nxt = sent[k] = now + step[0]
+        # the next request, and the earliest of all (often this one: one sift, not two)
+        item = pushpop(heap, (nxt + pre[k], seq, k, NEXT[phase]))
+        seq += 1
+    return _counter_run(records, wall, version, started, claims,
+                        (claims + (COUNTER_ATOMICS - 1) * version) * service)
+
+
+def _counter_run(records: list[tuple], wall: float, version: int, started: int, claims: int,
+                 busy: float) -> CounterRun:
+    table = np.asarray(records, dtype=float).reshape(-1, 2 + len(RECORD_COLS))
+    cols = {name: table[:, 2 + i].astype(int if name.startswith("staleness") else float)
+            for i, name in enumerate(RECORD_COLS)}
+    return CounterRun(table[:, 0].astype(int), table[:, 1].astype(int), cols, wall, version,
+                      started, claims, busy)
+
+
+# -- the strategy -----------------------------------------------------------------------
+
+@dataclass
+class _Access:
+    """Pull and push seconds at one concurrency, with their parts."""
+
+    active: int
+    pull_s: float
+    push_s: float
+    bw_pull_s: float
+    bw_push_s: float
+    reduce_s: float
+    cycle_s: float
+
+
+def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], costs: RmaCosts,
+              time_phase: PhaseTime) -> tuple[_Access, int, float]:
+    """The mean-field fixed point of the transfers' concurrency; (access, E, one-way L)."""
+    w, n = local.workload, local.n
+    nbytes, count = w.param_bytes, len(workers)
+    epochs = epochs_per_access(w.params, n, cfg.ps_layout)
+    one_way = time_phase(Phase("shift", n - 1, n, COUNTER_BYTES, active=1)) if n > 1 else 0.0
+    mean_local = float(local.cols[workers, :, :].sum(axis=2).mean())
+    # DC-ASGD (--delay-compensation > 0) Gets the current weights again before its push.
+    extra_get = 1.0 if float(cfg.delay_compensation) > 0 else 0.0
+    counter_s = COUNTER_EPOCHS * (costs.epoch_s + 2.0 * one_way) + COUNTER_ATOMICS * costs.service_s
+    floor = count / counter_bound(costs.service_s)  # the counter's cycle
+
+    def at(active: int) -> _Access:
+        pull, push = asgd_phases(nbytes, n, cfg.ps_layout, active)
+        bw_pull, bw_push = weighted_cost(pull, time_phase), weighted_cost(push, time_phase)
+        t_pull = access_seconds(epochs, one_way, bw_pull, costs)
+        think = max(mean_local + t_pull * (1.0 + extra_get) + counter_s + 2.0 * one_way, floor)
+        reduce_s = accumulate_seconds(nbytes, epochs, count, costs.accumulate_rate, think)
+        t_push = access_seconds(epochs, one_way, bw_push, costs, reduce_s) + extra_get * t_pull
+        cycle = max(mean_local + t_pull + t_push + counter_s, floor)
+        return _Access(active, t_pull, t_push, bw_pull, bw_push, reduce_s, cycle)
+
+    levels = powers_of_two_upto(count)
+    acc = at(1)  # from the uncontended transfer, up to the fixed point
+    for _ in range(6):
+        want = max(1, round(count * (acc.bw_pull_s + acc.bw_push_s) / acc.cycle_s))
+        nxt = min(levels, key=lambda m: abs(math.log(m) - math.log(want)))
+        if nxt == acc.active:
+            break
+        acc = at(nxt)
+    return acc, epochs, one_way
+
+
+def _rows(run: CounterRun, n: int, batch: int) -> Any:
+    """The records of :func:`counter_timeline` as per-rank rows (each rank's in step order)."""
+    from syncbench.bench.simulate.strategies import Rows  # noqa: PLC0415
+
+    rows = Rows(n)
+    order = np.lexsort((run.step, run.worker))
+    worker = run.worker[order]
+    bounds = np.searchsorted(worker, np.arange(n + 1))
+    for k in range(n):
+        lo, hi = bounds[k], bounds[k + 1]
+        if lo == hi:
+            continue
+        cols = rows.cols[k]
+        cols["step"] = run.step[order[lo:hi]].tolist()
+        cols["samples"] = [batch] * (hi - lo)
+        for name, values in run.cols.items():
+            cols[name] = values[order[lo:hi]].tolist()
+        for name, col in cols.items():
+            if len(col) != hi - lo:  # columns ASGD does not set: their defaults
+                cols[name] = [_default(name)] * (hi - lo)
+    return rows
+
+
+def _default(name: str) -> Any:
+    """The value a row gets in a column the strategy does not set (as :class:`Rows` does)."""
+    from syncbench.analysis import schema  # noqa: PLC0415
+
+    return math.nan if name == "loss" else schema.RANK_COLUMN_DEFAULTS.get(name, 0)
 
 
 def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
          time_phase: PhaseTime) -> Timeline:
-    w, n = local.workload, local.n
-    layout = cfg.ps_layout
-    workers = list(range(1, n)) if layout == "dedicated" and n > 1 else list(range(n))
-    total = steps * n
+    """ASGD's timeline: ``steps`` x N pushes by the workers, each at its own pace."""
+    from syncbench.bench.simulate.strategies import Timeline  # noqa: PLC0415
+
+    n = local.n
+    workers = list(range(1, n)) if cfg.ps_layout == "dedicated" and n > 1 else list(range(n))
+    costs = costs_from(cfg)
     local.ensure(max(8, 2 * steps))
-    mean_local = float(local.cols[workers, :, :].sum(axis=2).mean())
-
-    # DC-ASGD (--delay-compensation > 0) Gets the current weights again before its push.
-    extra_get = 1.0 if float(cfg.delay_compensation) > 0 else 0.0
-
-    def transfer(active: int) -> tuple[float, float]:
-        pull, push = asgd_phases(w.param_bytes, n, layout, active)
-        t_pull = weighted_cost(pull, time_phase)
-        return t_pull, weighted_cost(push, time_phase) + extra_get * t_pull
-
-    levels = powers_of_two_upto(len(workers))
-    active = 1  # from the uncontended transfer, up to the fixed point
-    for _ in range(6):  # mean-field fixed point of the concurrency
-        t_pull, t_push = transfer(active)
-        busy = (t_pull + t_push) / (mean_local + t_pull + t_push)
-        want = max(1, round(busy * len(workers)))
-        nxt = min(levels, key=lambda m: abs(math.log(m) - math.log(want)))
-        if nxt == active:
-            break
-        active = nxt
-    t_pull, t_push = transfer(active)
-    rows = Rows(n)
-    heap = [(0.0, k) for k in workers]
-    heapq.heapify(heap)
-    taken = dict.fromkeys(workers, 0)
-    pulls, pushes = [], []
-    for _ in range(total):
-        now, k = heapq.heappop(heap)
-        d, c, u, dl = local.rank(k, taken[k])
-        pulled = now + t_pull
-        pushed = pulled + d + c + dl + u + t_push
-        rows.add(k, step=taken[k], t_start=now, t_data=d, t_compute=c, t_update=u, t_delay=dl,
-                 t_comm=t_pull + t_push, samples=w.batch_size)
-        pulls.append((k, taken[k], now, pulled))
-        pushes.append(pushed)
-        taken[k] += 1
-        heapq.heappush(heap, (pushed, k))
-    landed = np.sort(np.asarray(pushes))
-    for (k, j, began, pulled), pushed in zip(pulls, pushes):
-        before = int(np.searchsorted(landed, pushed, "left"))
-        rows.cols[k]["staleness"][j] = before - int(np.searchsorted(landed, began, "right"))
-        rows.cols[k]["staleness_min"][j] = before - int(np.searchsorted(landed, pulled, "right"))
-    wall = float(max(pushes)) if pushes else 0.0
-    return Timeline(rows, wall, {"asgd_active": active, "pull_s": t_pull, "push_s": t_push})
+    acc, epochs, one_way = _accesses(cfg, local, workers, costs, time_phase)
+    lat = [0.0 if k == 0 else one_way for k in range(n)]
+    run = counter_timeline(workers, steps * n, acc.pull_s, acc.push_s,
+                           lambda k, j: local.rank(k, j).tolist(), lat, costs)
+    rows = _rows(run, n, local.workload.batch_size)
+    bound = counter_bound(costs.service_s)
+    notes = {"asgd_active": acc.active, "pull_s": acc.pull_s, "push_s": acc.push_s,
+             "pull_bandwidth_s": acc.bw_pull_s, "push_bandwidth_s": acc.bw_push_s,
+             "push_reduce_s": acc.reduce_s, "epochs_per_access": epochs,
+             "one_way_latency_s": one_way, "rma_epoch_s": costs.epoch_s,
+             "counter_service_s": costs.service_s,
+             "counter_busy_share": run.busy_s / run.wall_s if run.wall_s > 0 else 0.0,
+             "counter_bound_steps_per_s": bound if math.isfinite(bound) else None,
+             "accumulate_rate": costs.accumulate_rate,
+             "accumulate_rate_from": costs.rate_from or "default"}
+    return Timeline(rows, run.wall_s, notes)

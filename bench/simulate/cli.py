@@ -92,6 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")
 
+    from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments  # noqa: PLC0415
+
+    asgd_arguments(parser)  # ASGD's RMA costs (after strategies: asgd imports from it)
+
     val = parser.add_argument_group("validation")
     val.add_argument("--validate", nargs="+", default=None, metavar="RUN.h5",
                      help="simulate each measured run's configuration (workload from "

@@ -22,14 +22,6 @@ with MPICH 5.0.2 across two emulated nodes: 8 bytes take one exchange
 next rank) is selectable, as with ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring``.
 For N not a power of two both fold the first 2r ranks in pairs
 (r = N - pof2) before and unfold them after, as MPICH does.
-
-ASGD's one-sided traffic (:func:`asgd_phases`): a pull (every worker reads
-every shard from its owner) and a push (the reverse), plus one 8-byte
-fetch-and-op on rank 0's version counter each. Up to 64 ranks the sharded
-layout's all-to-all is simulated flow by flow; above that, as the mean over
-log-spaced shift permutations (rank i -> i + s) each carrying a rank's whole
-volume (an all-to-all is the union of the N - 1 shifts; up to six shifts
-from 1 to N/2, and N - 1, cover every level of a fat tree).
 """
 
 from __future__ import annotations
@@ -172,36 +164,6 @@ def _log_shifts(n: int) -> list[int]:
         step = (len(powers) - 1) / (MAX_SHIFTS - 2)
         powers = [powers[round(i * step)] for i in range(MAX_SHIFTS - 1)]
     return sorted(set(powers) | {n - 1})
-
-
-def asgd_phases(nbytes: float, n: int, layout: str,
-                active: int = 0) -> tuple[list[tuple[Phase, float]], list[tuple[Phase, float]]]:
-    """(pull, push): weighted phase lists; a transfer's time is sum(weight * phase time).
-
-    ``active`` workers pull or push at the same time (0: all of them).
-    ``layout`` is ASGD's ``--ps-layout``: ``sharded`` (rank r owns the r-th
-    1/N), ``single`` (rank 0 owns all, and trains) or ``dedicated`` (rank 0
-    owns all and does not train).
-    """
-    counter_in = (Phase("gather", 0, n, COUNTER_BYTES, active=active), 1.0)
-    if n <= 1:
-        return [], []
-    if layout == "sharded":
-        if n <= ALLTOALL_EXACT_MAX:
-            one = Phase("alltoall", 0, n, nbytes / n, active=active)
-            return [(one, 1.0), counter_in], [(one, 1.0), counter_in]
-        volume = nbytes * (n - 1) / n
-        shifts = _log_shifts(n)
-        weight = 1.0 / len(shifts)
-        # A push to the owners mirrors the pull (shift s reversed is shift N - s, which
-        # also is in the sample): the same phases, simulated once.
-        pull = [(Phase("shift", s, n, volume, active=active), weight) for s in shifts]
-        return pull + [counter_in], pull + [counter_in]
-    if layout in ("single", "dedicated"):
-        pull = [(Phase("scatter", 0, n, nbytes, active=active), 1.0), counter_in]
-        push = [(Phase("gather", 0, n, nbytes, active=active), 1.0), counter_in]
-        return pull, push
-    raise ValueError(f"unknown --ps-layout {layout!r}")
 
 
 def weighted_cost(phases: Sequence[tuple[Phase, float]], time_phase: PhaseTimer) -> float:
