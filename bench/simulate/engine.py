@@ -17,10 +17,18 @@ simulated time the phase took. On an otherwise idle network a phase always
 takes the same time, so durations are cached by the phase's description.
 
 Network model: CM02 (max-min fair sharing, latency + size / bandwidth per
-flow, no TCP correction factors) without cross-traffic, so a flow of S bytes
-over a route of latency L and bottleneck bandwidth B takes exactly L + S/B
-alone: the parameters a user gives (or ``--calibrate`` fits) are the ones
-the simulation uses.
+flow, no TCP correction factors) without cross-traffic and without the TCP
+window cap, so a flow of S bytes over a route of latency L and bottleneck
+bandwidth B takes exactly L + S/B alone: the parameters a user gives (or
+``--calibrate`` fits) are the ones the simulation uses. SimGrid bounds every
+flow's rate by ``network/TCP-gamma`` / (2 L) (``src/surf/network_cm02.cpp``,
+``NetworkCm02Model::comm_action_set_variable``; default 4 MiB, the largest
+TCP window), which at 250 us per link held a 12.5 GB/s flow to 4.2 GB/s and
+made an 8-rank ring of 553 MB take 237.9 ms instead of the 84.5 ms of the
+closed form. ``network/TCP-gamma:0`` turns the bound off: in SimGrid 3.32
+the bound is then 0, and the max-min solver bounds only variables with a
+bound > 0 (``src/kernel/lmm/maxmin.cpp``); later releases document 0 as
+"disable the TCP windowing mechanism" (``docs/source/Configuring_SimGrid.rst``).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ SIMGRID_CONFIG: tuple[str, ...] = (
     "--log=xbt_cfg.thres:critical",
     "--cfg=network/model:CM02",
     "--cfg=network/crosstraffic:0",
+    "--cfg=network/TCP-gamma:0",
 )
 
 
@@ -119,14 +128,33 @@ class Network:
             return 0.0
         sg = self.sg
         size = max(1, int(round(nbytes)))
+        hosts, per_host, send = self.hosts, self.ranks_per_host, sg.Comm.sendto_async
         start = sg.Engine.clock
-        comms = [sg.Comm.sendto_async(self.host_of(s), self.host_of(d), size) for s, d in flows]
-        sg.Comm.wait_all(comms)
+        comms = [send(hosts[s // per_host], hosts[d // per_host], size) for s, d in flows]
+        wait_all_ended(comms)
         seconds = sg.Engine.clock - start
         self.flows += len(flows)
         self.phases += 1
         self.known[full_key] = seconds
         return seconds
+
+
+def wait_all_ended(comms: Sequence[Any]) -> None:
+    """Return when every comm of ``comms`` has ended, the clock at the last one's end.
+
+    ``Comm.wait_all`` waits for each comm in turn (``src/s4u/s4u_Comm.cpp``: a
+    loop of ``comm->wait()``), one simcall each, ended or not: a context switch
+    to the maestro and back per flow, which on a loaded host costs more than the
+    simulation of the flow. A comm's ``finish_time`` is the kernel's
+    (``ActivityImpl::finish_time_``, -1 until the engine ends it:
+    ``EngineImpl::handle_ended_actions``), read without a simcall, so only a
+    comm still running is waited for; the others ended on the way. Every comm
+    ended at or before the clock at which the last waited one did, so the clock
+    is the phase's end, as with ``wait_all``.
+    """
+    for comm in comms:
+        if comm.finish_time < 0:
+            comm.wait()
 
 
 def load_phase_cache(path: str | None, platform_xml: str, ranks_per_host: int
