@@ -9,9 +9,12 @@ count:
 
 * ``fat-tree``: one switch up to 32 hosts, else a 2-level tree with full
   bisection (``2;A,B;1,A;1,1``: B leaf switches of A hosts, A top switches);
-* ``dragonfly``: 4 nodes per router, 8 routers per chassis, 4 chassis per
-  group (128 nodes per group), as many groups as needed, one link between
+* ``dragonfly``: 4 nodes per router, 4 chassis per group, 8 routers per
+  chassis (128 nodes per group) up to 8 groups (1,024 hosts), one link between
   every pair of groups (SimGrid's ``groups,links;chassis,links;routers,links;nodes``);
+  above that as many routers per chassis R as make G <= R groups enough (16
+  routers and 16 groups at 4,096 hosts, 32 and 32 at 16,384): SimGrid routes
+  to group g through router g of the first chassis (:func:`dragonfly_parameters`);
 * ``torus``: a 3-D torus of power-of-two sides as close to a cube as the host
   count allows;
 * ``crossbar``: a flat cluster (a private link per host, no backbone): what
@@ -41,7 +44,7 @@ import numpy as np
 
 KINDS = ("fat-tree", "dragonfly", "torus", "crossbar")
 
-#: Dragonfly shape: nodes per router, routers per chassis, chassis per group.
+#: Dragonfly shape: nodes per router, routers per chassis (at least), chassis per group.
 _DF_NODES, _DF_ROUTERS, _DF_CHASSIS = 4, 8, 4
 
 
@@ -79,10 +82,23 @@ def fat_tree_parameters(hosts: int) -> tuple[str, int]:
 
 
 def dragonfly_parameters(hosts: int) -> tuple[str, int]:
-    per_group = _DF_NODES * _DF_ROUTERS * _DF_CHASSIS
+    """SimGrid DRAGONFLY ``topo_parameters`` and the host count they give (>= hosts).
+
+    SimGrid 3.32 (``src/kernel/routing/DragonflyZone.cpp``) attaches the blue
+    link between groups i and j to router j of group i's first chassis and
+    routes a flow to group g through ``green_links_[g]`` of its router, a
+    vector of one entry per router of the chassis: with more groups than
+    routers per chassis a route reads past it (the segfault above 1,024 hosts
+    with 8 routers). So the groups number at most the routers per chassis:
+    the smallest R >= 8 routers per chassis for which ceil(hosts / (16 R)) <= R
+    groups hold the hosts (R ~ sqrt(hosts / 16)).
+    """
+    routers = _DF_ROUTERS
+    while math.ceil(hosts / (_DF_NODES * _DF_CHASSIS * routers)) > routers:
+        routers += 1
+    per_group = _DF_NODES * _DF_CHASSIS * routers
     groups = max(1, math.ceil(hosts / per_group))
-    return (f"{groups},1;{_DF_CHASSIS},1;{_DF_ROUTERS},1;{_DF_NODES}",
-            groups * per_group)
+    return (f"{groups},1;{_DF_CHASSIS},1;{routers},1;{_DF_NODES}", groups * per_group)
 
 
 def torus_parameters(hosts: int) -> tuple[str, int]:
