@@ -157,6 +157,9 @@ def read_platform_xml(path: str) -> str:
 LATENCY_SHARE = 0.05
 #: and bandwidth-bound when its latency term is at most this share.
 BANDWIDTH_SHARE = 0.10
+#: Smallest latency a fit returns (seconds): a latency-bound size faster than the
+#: bandwidth allows (a token bucket's burst) would otherwise give one <= 0.
+MIN_LATENCY = 1e-9
 
 
 def fit_link(sizes: Any, seconds: Any, terms: Any,
@@ -168,7 +171,9 @@ def fit_link(sizes: Any, seconds: Any, terms: Any,
     default ``seconds``). Latency is the median over the latency-bound sizes of
     (t - k_B S / B) / k_L, bandwidth the median over the bandwidth-bound sizes
     of their rates k_B S / (t - k_L L); each set is chosen with the other
-    parameter's estimate, until the sets settle. A size is bandwidth-bound by
+    parameter's estimate, until the sets settle; a latency below ``MIN_LATENCY``
+    is clipped to it, and the bandwidth refitted with the clipped value (not
+    left at the one the negative estimate gave). A size is bandwidth-bound by
     both its times (a scheduling spike can lift a small size's mean; a token
     bucket's burst can carry most iterations of a mid size, and its median
     with them), and its rate comes from its mean: the burst is a fixed number
@@ -186,22 +191,27 @@ def fit_link(sizes: Any, seconds: Any, terms: Any,
     order = np.argsort(s)
     latency = t_lat[order[0]] / k_l[order[0]]
     inv_bw = max(t[order[-1]] - k_l[order[-1]] * latency, 0.5 * t[order[-1]]) / k_b[order[-1]]
+    def inverse_bandwidth(latency: float, bw_set: Any) -> float:
+        y = np.maximum(t[bw_set] - k_l[bw_set] * latency, 1e-12)
+        return 1.0 / float(np.median(k_b[bw_set] / y))
+
     sets: tuple = ()
     for _ in range(50):
         bw_set = k_l * latency <= BANDWIDTH_SHARE * np.minimum(t, t_lat)
         bound = int(bw_set.sum()) >= 2
         if not bound:  # no size is bandwidth-bound: the largest two are the best there are
             bw_set = np.isin(np.arange(s.size), order[-2:])
-        y = np.maximum(t[bw_set] - k_l[bw_set] * latency, 1e-12)
-        inv_bw = 1.0 / float(np.median(k_b[bw_set] / y))
+        inv_bw = inverse_bandwidth(latency, bw_set)
         lat_set = k_b * inv_bw <= LATENCY_SHARE * t_lat
         if not lat_set.any():
             lat_set = np.isin(np.arange(s.size), order[:1])
-        latency = max(float(np.median((t_lat[lat_set] - k_b[lat_set] * inv_bw)
-                                      / k_l[lat_set])), 1e-9)
+        fitted = float(np.median((t_lat[lat_set] - k_b[lat_set] * inv_bw) / k_l[lat_set]))
+        latency = max(fitted, MIN_LATENCY)
         if sets == (bw_set.tobytes(), lat_set.tobytes()):
             break
         sets = (bw_set.tobytes(), lat_set.tobytes())
+    if fitted < MIN_LATENCY:  # clipped: the bandwidth was fitted with the unclipped latency
+        inv_bw = inverse_bandwidth(latency, bw_set)
     if inv_bw <= 0:
         raise ValueError("the fit gives no positive bandwidth")
     model = k_l * latency + k_b * inv_bw
