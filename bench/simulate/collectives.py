@@ -21,7 +21,18 @@ with MPICH 5.0.2 across two emulated nodes: 8 bytes take one exchange
 (P50 11 us), 16 bytes two (21 us). The ring (2(N-1) steps of S/N bytes to the
 next rank) is selectable, as with ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring``.
 For N not a power of two both fold the first 2r ranks in pairs
-(r = N - pof2) before and unfold them after, as MPICH does.
+(r = N - pof2) before and unfold them after, as MPICH does. MPI_Iallreduce
+has its own entry in the same tree (``avg_msg_size<=2048`` or ``count<pow2``
+-> recursive doubling): :func:`choose_iallreduce`, ``allreduce_phases(...,
+nonblocking=True)``. ``tests/test_simulate_network.py`` reads the trees
+compiled into the installed MPICH's ``libmpi.so`` and checks every choice
+made here against them.
+
+With several ranks on each of several nodes a blocking allreduce is
+node-aware, as ch4 composes it (:func:`node_aware_phases`): a reduce inside
+each node, the node roots' allreduce across the network, a bcast inside each
+node; the node-local steps are :class:`Phase` with ``block`` (the node's
+ranks), the roots' with ``stride`` (ranks 0, G, 2G, ...).
 """
 
 from __future__ import annotations
@@ -33,6 +44,33 @@ from dataclasses import dataclass
 ALLREDUCE_ALGORITHMS = ("auto", "ring", "recursive-doubling", "rabenseifner")
 #: Largest message MPICH 4-5 reduce by recursive doubling whatever N (``avg_msg_size<=8``).
 SHORT_MSG_BYTES = 8
+#: The same for MPI_Iallreduce (``collective=iallreduce``: ``avg_msg_size<=2048``).
+ISHORT_MSG_BYTES = 2048
+#: MPIR reduce: binomial up to this size (``collective=reduce``: ``avg_msg_size<=2048``).
+REDUCE_SHORT_MSG_BYTES = 2048
+#: MPIR bcast: binomial up to this size on 8 ranks or more (``avg_msg_size<=12288``),
+BCAST_SHORT_MSG_BYTES = 12288
+#: scatter + recursive-doubling allgather up to this one on a power of two (``<=524288``),
+BCAST_MEDIUM_MSG_BYTES = 524288
+#: and binomial at any size below this many ranks (``comm_size<8``).
+BCAST_MIN_PROCS = 8
+#: MPICH's names (the leaves of ``coll_selection.json``) of the algorithms simulated.
+MPICH_NAMES = {
+    "MPIR_Allreduce_intra_recursive_doubling": "recursive-doubling",
+    "MPIR_Allreduce_intra_reduce_scatter_allgather": "rabenseifner",
+    "MPIR_Allreduce_intra_ring": "ring",
+    "MPIR_Iallreduce_intra_sched_recursive_doubling": "recursive-doubling",
+    "MPIR_Iallreduce_intra_sched_reduce_scatter_allgather": "rabenseifner",
+    "MPIR_Iallreduce_intra_sched_ring": "ring",
+    "MPIR_Reduce_intra_binomial": "binomial",
+    "MPIR_Reduce_intra_reduce_scatter_gather": "reduce-scatter-gather",
+    "MPIR_Bcast_intra_binomial": "binomial",
+    "MPIR_Bcast_intra_scatter_recursive_doubling_allgather": "scatter-recursive-doubling-allgather",
+    "MPIR_Bcast_intra_scatter_ring_allgather": "scatter-ring-allgather",
+    "MPIDI_Allreduce_intra_composition_alpha": "alpha",
+    "MPIDI_Allreduce_intra_composition_beta": "beta",
+    "MPIDI_Allreduce_intra_composition_gamma": "gamma",
+}
 #: Largest N for which an all-to-all is simulated flow by flow.
 ALLTOALL_EXACT_MAX = 64
 #: Bytes of one fetch-and-op on the version counter.
@@ -41,39 +79,56 @@ COUNTER_BYTES = 8
 
 @dataclass(frozen=True)
 class Phase:
-    """Every pair of :meth:`pairs` sends ``nbytes`` at once, ``repeat`` times in a row."""
+    """Every pair of :meth:`pairs` sends ``nbytes`` at once, ``repeat`` times in a row.
 
-    pattern: str  # shift | xor | fold | unfold | alltoall | gather | scatter
+    ``block`` > 0: the pattern runs inside each block of ``block`` consecutive
+    ranks of the ``n`` (the nodes: a node-local step), a last, smaller block
+    keeping the pairs it has. ``stride`` > 1: the pattern runs on ``n`` ranks
+    numbered 0, stride, 2 stride, ... (the node roots of a node-aware allreduce).
+    """
+
+    pattern: str  # see _PATTERNS
     arg: int
     n: int
     nbytes: float
     repeat: int = 1
     active: int = 0  # ranks taking part (0: all), evenly spread (ASGD's concurrency)
+    block: int = 0
+    stride: int = 1
 
     def key(self) -> tuple:
-        return (self.pattern, self.arg, self.n, self.active)
+        base = (self.pattern, self.arg, self.n, self.active)
+        return base if self.block <= 0 and self.stride == 1 else (*base, self.block, self.stride)
 
     def pairs(self) -> list[tuple[int, int]]:
-        n, a = self.n, self.arg
-        if self.pattern == "shift":
-            return [(i, (i + a) % n) for i in _spread(n, self.active)]
-        if self.pattern in ("xor", "fold", "unfold"):
-            pof2 = 1 << (n.bit_length() - 1)
-            rem = n - pof2
-            if self.pattern == "fold":
-                return [(2 * i + 1, 2 * i) for i in range(rem)]
-            if self.pattern == "unfold":
-                return [(2 * i, 2 * i + 1) for i in range(rem)]
-            real = [2 * i if i < rem else i + rem for i in range(pof2)]
-            return [(real[i], real[i ^ a]) for i in range(pof2)]
-        if self.pattern == "alltoall":
-            ranks = _spread(n, self.active)
-            return [(i, j) for i in ranks for j in range(n) if j != i]
-        if self.pattern == "gather":  # every active rank -> rank a
-            return [(i, a) for i in _spread(n, self.active, skip=a) if i != a]
-        if self.pattern == "scatter":  # rank a -> every active rank
-            return [(a, i) for i in _spread(n, self.active, skip=a) if i != a]
-        raise ValueError(f"unknown phase pattern {self.pattern!r}")
+        make = _PATTERNS.get(self.pattern)
+        if make is None:
+            raise ValueError(f"unknown phase pattern {self.pattern!r}")
+        if self.block > 0:
+            local = make(self.block, self.arg, self.active)
+            return [(start + s, start + d) for start in range(0, self.n, self.block)
+                    for s, d in local if start + max(s, d) < self.n]
+        pairs = make(self.n, self.arg, self.active)
+        if self.stride == 1:
+            return pairs
+        return [(s * self.stride, d * self.stride) for s, d in pairs]
+
+
+def _pof2(n: int) -> int:
+    """The largest power of two <= n (MPICH's ``MPL_pof2``)."""
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def _real_ranks(n: int) -> list[int]:
+    """The ranks that go on after the fold of a non-power of two, by their new rank.
+
+    The first 2r ranks (r = n - pof2) pair up and one of each pair sits out;
+    as ``MPIR_Reduce_intra_reduce_scatter_gather`` numbers them: new rank i is
+    rank 2i for i < r, else i + r.
+    """
+    pof2 = _pof2(n)
+    rem = n - pof2
+    return [2 * i if i < rem else i + rem for i in range(pof2)]
 
 
 def _spread(n: int, active: int, skip: int = -1) -> list[int]:
@@ -84,37 +139,224 @@ def _spread(n: int, active: int, skip: int = -1) -> list[int]:
     return [r if r != skip else (r + 1) % n for r in ranks]
 
 
+def _shift(n: int, a: int, active: int) -> list[tuple[int, int]]:
+    return [(i, (i + a) % n) for i in _spread(n, active)]
+
+
+def _xor(n: int, a: int, active: int) -> list[tuple[int, int]]:
+    real = _real_ranks(n)
+    return [(real[i], real[i ^ a]) for i in range(len(real))]
+
+
+def _fold(n: int, a: int, active: int) -> list[tuple[int, int]]:
+    return [(2 * i + 1, 2 * i) for i in range(n - _pof2(n))]
+
+
+def _unfold(n: int, a: int, active: int) -> list[tuple[int, int]]:
+    return [(2 * i, 2 * i + 1) for i in range(n - _pof2(n))]
+
+
+def _alltoall(n: int, a: int, active: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in _spread(n, active) for j in range(n) if j != i]
+
+
+def _gather(n: int, a: int, active: int) -> list[tuple[int, int]]:
+    return [(i, a) for i in _spread(n, active, skip=a) if i != a]
+
+
+def _scatter(n: int, a: int, active: int) -> list[tuple[int, int]]:
+    return [(a, i) for i in _spread(n, active, skip=a) if i != a]
+
+
+def _tree_up(n: int, m: int, active: int) -> list[tuple[int, int]]:
+    """Step ``m`` of a binomial tree towards rank 0: rank r sends to r - m (r = m mod 2m)."""
+    return [(r, r - m) for r in range(m, n, 2 * m)]
+
+
+def _tree_down(n: int, m: int, active: int) -> list[tuple[int, int]]:
+    """Step ``m`` of a binomial tree from rank 0: rank r - m sends to r (r = m mod 2m)."""
+    return [(r - m, r) for r in range(m, n, 2 * m)]
+
+
+def _halves_in(n: int, m: int, active: int) -> list[tuple[int, int]]:
+    """Step ``m`` of the gather after a reduce-scatter: new ranks m..2m-1 send to r - m."""
+    real = _real_ranks(n)
+    return [(real[r], real[r - m]) for r in range(m, 2 * m)]
+
+
+_PATTERNS: dict[str, Callable[[int, int, int], list[tuple[int, int]]]] = {
+    "shift": _shift, "xor": _xor, "fold": _fold, "unfold": _unfold, "alltoall": _alltoall,
+    "gather": _gather,  # every active rank -> rank arg
+    "scatter": _scatter,  # rank arg -> every active rank
+    "tree-up": _tree_up, "tree-down": _tree_down, "halves-in": _halves_in,
+}
+
+
 def choose_allreduce(nbytes: float, n: int, itemsize: int = 4) -> str:
-    """MPICH's default choice for a commutative SUM of ``nbytes`` on ``n`` ranks."""
-    pof2 = 1 << (max(n, 1).bit_length() - 1)
-    if nbytes <= SHORT_MSG_BYTES or nbytes / itemsize < pof2:
+    """MPICH's default choice for a commutative SUM of ``nbytes`` on ``n`` ranks (MPI_Allreduce)."""
+    if nbytes <= SHORT_MSG_BYTES or nbytes / itemsize < _pof2(n):
         return "recursive-doubling"
     return "rabenseifner"
 
 
-def allreduce_phases(nbytes: float, n: int, algorithm: str = "auto",
-                     itemsize: int = 4) -> list[Phase]:
-    """The phases of an allreduce of ``nbytes`` on ``n`` ranks."""
+def choose_iallreduce(nbytes: float, n: int, itemsize: int = 4) -> str:
+    """The same for MPI_Iallreduce: recursive doubling up to 2048 bytes, not 8.
+
+    ``coll_selection.json``'s ``collective=iallreduce``: ``avg_msg_size<=2048`` or
+    ``count<pow2`` -> ``MPIR_Iallreduce_intra_sched_recursive_doubling``, else
+    ``MPIR_Iallreduce_intra_sched_reduce_scatter_allgather``.
+    """
+    if nbytes <= ISHORT_MSG_BYTES or nbytes / itemsize < _pof2(n):
+        return "recursive-doubling"
+    return "rabenseifner"
+
+
+def choose_composition(n: int, ranks_per_node: int) -> str:
+    """ch4's composition of a blocking allreduce (commutative op): alpha, beta or gamma.
+
+    ``maint/tuning/coll/ch4/generic.json``: ``comm_size=node_comm_size`` (one
+    node) -> gamma; a parent communicator (some node holds several ranks:
+    ``MPIR_Comm_commit`` creates the node and node-roots subcommunicators when
+    ``num_external != local_size``, ``src/mpi/comm/commutil.c``) -> alpha; else
+    beta (the netmod's allreduce on every rank).
+    """
+    g = max(1, int(ranks_per_node))
+    if n <= 1 or g == 1:
+        return "beta"
+    return "gamma" if n <= g else "alpha"
+
+
+def choose_reduce(nbytes: float, n: int, itemsize: int = 4) -> str:
+    """MPIR's MPI_Reduce (commutative built-in op) on ``n`` ranks (``collective=reduce``)."""
+    if nbytes <= REDUCE_SHORT_MSG_BYTES or nbytes / itemsize < _pof2(n):
+        return "binomial"
+    return "reduce-scatter-gather"
+
+
+def choose_bcast(nbytes: float, n: int) -> str:
+    """MPIR's MPI_Bcast on ``n`` ranks (``collective=bcast`` of ``coll_selection.json``)."""
+    if n < BCAST_MIN_PROCS or nbytes <= BCAST_SHORT_MSG_BYTES:
+        return "binomial"
+    if n == _pof2(n) and nbytes <= BCAST_MEDIUM_MSG_BYTES:
+        return "scatter-recursive-doubling-allgather"
+    return "scatter-ring-allgather"
+
+
+def _masks(n: int) -> list[int]:
+    """1, 2, 4, ... below n: the steps of a binomial tree on n ranks."""
+    return [1 << i for i in range(max(n - 1, 0).bit_length())]
+
+
+def allreduce_phases(nbytes: float, n: int, algorithm: str = "auto", itemsize: int = 4, *,
+                     nonblocking: bool = False, ranks_per_node: int = 1) -> list[Phase]:
+    """The phases of an allreduce of ``nbytes`` on ``n`` ranks, ``ranks_per_node`` to a node.
+
+    Rank r is on node r // ranks_per_node (:meth:`.engine.Network.host_of`).
+    ``nonblocking``: MPI_Iallreduce, which ch4 hands to the netmod on every
+    rank (``MPID_Iallreduce`` -> ``MPIR_Iallreduce_impl``): flat, chosen by
+    :func:`choose_iallreduce`. Blocking: composition alpha with several ranks
+    on each of several nodes (:func:`node_aware_phases`), else the flat
+    algorithm on the ``n`` ranks (beta; gamma too, which under
+    MPI_THREAD_MULTIPLE falls back to ``MPIR_Allreduce_impl`` on the node).
+    ``algorithm`` other than ``auto`` is the flat or node roots' algorithm.
+    """
     if n <= 1 or nbytes <= 0:
         return []
+    if not nonblocking and choose_composition(n, ranks_per_node) == "alpha":
+        return node_aware_phases(nbytes, n, algorithm, itemsize, ranks_per_node)
     if algorithm == "auto":
-        algorithm = choose_allreduce(nbytes, n, itemsize)
+        choose = choose_iallreduce if nonblocking else choose_allreduce
+        algorithm = choose(nbytes, n, itemsize)
+    return flat_allreduce_phases(nbytes, n, algorithm)
+
+
+def flat_allreduce_phases(nbytes: float, n: int, algorithm: str, stride: int = 1) -> list[Phase]:
+    """``algorithm`` (not ``auto``) on ``n`` ranks numbered 0, stride, 2 stride, ..."""
+    if n <= 1 or nbytes <= 0:
+        return []
     if algorithm == "ring":
-        return [Phase("shift", 1, n, nbytes / n, repeat=2 * (n - 1))]
-    pof2 = 1 << (n.bit_length() - 1)
-    fold = [Phase("fold", 0, n, nbytes)] if n != pof2 else []
-    unfold = [Phase("unfold", 0, n, nbytes)] if n != pof2 else []
+        return [Phase("shift", 1, n, nbytes / n, repeat=2 * (n - 1), stride=stride)]
+    pof2 = _pof2(n)
+    fold = [Phase("fold", 0, n, nbytes, stride=stride)] if n != pof2 else []
+    unfold = [Phase("unfold", 0, n, nbytes, stride=stride)] if n != pof2 else []
     steps = pof2.bit_length() - 1
     if algorithm == "recursive-doubling":
-        body = [Phase("xor", 1 << i, n, nbytes) for i in range(steps)]
+        body = [Phase("xor", 1 << i, n, nbytes, stride=stride) for i in range(steps)]
     elif algorithm == "rabenseifner":
-        halving = [Phase("xor", 1 << i, n, nbytes / (2 << i)) for i in range(steps)]
-        doubling = [Phase("xor", 1 << i, n, nbytes / (2 << i)) for i in reversed(range(steps))]
-        body = halving + doubling
+        halving = [Phase("xor", 1 << i, n, nbytes / (2 << i), stride=stride)
+                   for i in range(steps)]
+        body = halving + halving[::-1]
     else:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}; choose one of "
                          f"{', '.join(ALLREDUCE_ALGORITHMS)}")
     return fold + body + unfold
+
+
+def node_aware_phases(nbytes: float, n: int, algorithm: str, itemsize: int,
+                      ranks_per_node: int) -> list[Phase]:
+    """Composition alpha (``MPIDI_Allreduce_intra_composition_alpha``, ``ch4_coll_impl.h``).
+
+    An MPI_Reduce to each node's first rank on the node communicator, the
+    netmod's allreduce among the M = ceil(n / G) node roots (ranks 0, G, 2G,
+    ...), an MPI_Bcast from each node's first rank. syncbench starts MPI at
+    MPI_THREAD_MULTIPLE (mpi4py's default level, ``bench/runtime.start_mpi``),
+    and the POSIX release-gather reduce and bcast are only chosen with
+    ``is_multi_threaded=no`` (``src/mpid/ch4/shm/posix/posix_coll.h`` falls
+    back to ``MPIR_Reduce_impl`` / ``MPIR_Bcast_impl``), so the node's parts
+    are MPIR's algorithms over shared-memory messages, on the loopback link.
+    A last node with fewer ranks follows the full nodes' steps without its
+    missing ranks.
+    """
+    g = max(1, int(ranks_per_node))
+    roots = -(-n // g)
+    if algorithm == "auto":
+        algorithm = choose_allreduce(nbytes, roots, itemsize)
+    return (node_reduce_phases(nbytes, n, g, itemsize)
+            + flat_allreduce_phases(nbytes, roots, algorithm, stride=g)
+            + node_bcast_phases(nbytes, n, g))
+
+
+def node_reduce_phases(nbytes: float, n: int, g: int, itemsize: int = 4) -> list[Phase]:
+    """MPI_Reduce to rank 0 of every node of ``g`` ranks, as :func:`choose_reduce` picks it.
+
+    Binomial (``reduce_intra_binomial.c``): ceil(log2 g) steps, rank r sending
+    all to r - m. Reduce-scatter-gather (``reduce_intra_reduce_scatter_gather.c``):
+    fold (odd ranks < 2r to their left neighbour), recursive halving (S/2,
+    S/4, ...), then a binomial gather of the halves to rank 0 (..., S/4, S/2).
+    """
+    if g <= 1 or nbytes <= 0:
+        return []
+    if choose_reduce(nbytes, g, itemsize) == "binomial":
+        return [Phase("tree-up", m, n, nbytes, block=g) for m in _masks(g)]
+    pof2 = _pof2(g)
+    steps = pof2.bit_length() - 1
+    fold = [Phase("fold", 0, n, nbytes, block=g)] if g != pof2 else []
+    halving = [Phase("xor", 1 << i, n, nbytes / (2 << i), block=g) for i in range(steps)]
+    gather = [Phase("halves-in", 1 << i, n, nbytes / (2 << i), block=g)
+              for i in reversed(range(steps))]
+    return fold + halving + gather
+
+
+def node_bcast_phases(nbytes: float, n: int, g: int) -> list[Phase]:
+    """MPI_Bcast from rank 0 of every node of ``g`` ranks, as :func:`choose_bcast` picks it.
+
+    Binomial (``bcast_intra_binomial.c``): ceil(log2 g) steps of S, the largest
+    subtree first. Scatter + allgather (``bcast_intra_scatter_ring_allgather.c``,
+    ``..._recursive_doubling_allgather.c``): a binomial scatter of S/g chunks
+    (a step's largest flow carries min(m, g - m) chunks), then a ring (g - 1
+    steps of S/g) or recursive doubling (m chunks at step m).
+    """
+    if g <= 1 or nbytes <= 0:
+        return []
+    algorithm = choose_bcast(nbytes, g)
+    down = _masks(g)[::-1]
+    if algorithm == "binomial":
+        return [Phase("tree-down", m, n, nbytes, block=g) for m in down]
+    chunk = nbytes / g
+    scatter = [Phase("tree-down", m, n, min(m, g - m) * chunk, block=g) for m in down]
+    if algorithm == "scatter-ring-allgather":
+        return scatter + [Phase("shift", 1, n, chunk, repeat=g - 1, block=g)]
+    return scatter + [Phase("xor", m, n, m * chunk, block=g) for m in _masks(g)]
 
 
 def allreduce_cost_terms(nbytes: float, n: int, algorithm: str = "auto") -> tuple[float, float]:
@@ -148,6 +390,33 @@ PhaseTimer = Callable[[Phase], float]
 def cost(phases: Sequence[Phase], time_phase: PhaseTimer) -> float:
     """Simulated seconds of a list of phases run one after the other."""
     return float(sum(time_phase(p) * p.repeat for p in phases))
+
+
+@dataclass(frozen=True)
+class PlacedTimer:
+    """A phase timer that also says how ranks sit on nodes: ``ranks_per_node`` consecutive ranks.
+
+    What :mod:`.run` hands to the strategies, so that :func:`allreduce_time`
+    composes a node-aware allreduce without the strategies knowing the platform.
+    """
+
+    time: PhaseTimer
+    ranks_per_node: int = 1
+
+    def __call__(self, phase: Phase) -> float:
+        return self.time(phase)
+
+
+def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseTimer, *,
+                   nonblocking: bool = False) -> float:
+    """Simulated seconds of an MPI_Allreduce (``nonblocking``: MPI_Iallreduce) of ``nbytes``.
+
+    The ranks per node are ``time_phase``'s (a :class:`PlacedTimer`; 1 for a
+    plain function).
+    """
+    ranks_per_node = int(getattr(time_phase, "ranks_per_node", 1))
+    return cost(allreduce_phases(nbytes, n, algorithm, nonblocking=nonblocking,
+                                 ranks_per_node=ranks_per_node), time_phase)
 
 
 #: Most shift permutations sampled for a large all-to-all.

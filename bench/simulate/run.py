@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncbench.bench.simulate.collectives import PlacedTimer
 from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
 from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
 from syncbench.bench.simulate.strategies import SIMULATORS, LocalTimes, Timeline
@@ -41,7 +42,8 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
     def time_phase(phase: Any) -> float:
         return network.phase(phase.key(), phase.pairs, phase.nbytes)
 
-    return SIMULATORS[cfg.algorithm](cfg, local, steps, time_phase)
+    timer = PlacedTimer(time_phase, network.ranks_per_host)
+    return SIMULATORS[cfg.algorithm](cfg, local, steps, timer)
 
 
 def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int, int]],
