@@ -31,6 +31,20 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def simgrid_version(sg: Any) -> str:
+    """SimGrid's version as "3.32.0".
+
+    The bindings' ``simgrid_version`` is that string already
+    (``src/bindings/python/simgrid_python.cpp``: ``sg_version_get`` formatted
+    as "major.minor.patch"); joining its characters with dots wrote
+    "3...3.2...0". A tuple of numbers (other builds) is joined.
+    """
+    version = getattr(sg, "simgrid_version", "")
+    if isinstance(version, str):
+        return version
+    return ".".join(str(v) for v in version)
+
+
 def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workload,
                   stragglers: Stragglers, network: Network) -> Timeline:
     from syncbench.bench.slowdown import parse_slowdown  # noqa: PLC0415
@@ -65,22 +79,23 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
     _, network, wall = run_in_simgrid(text, body, spec.gpus_per_node, natural_key,
                                       args.phase_cache)
     results = []
+    host_names = [h.name for h in network.hosts]
     setup_s = wall - sum(t[1] for t in timings)
     for (cfg, n, steps), (timeline, seconds, flows, phases) in zip(jobs, timings):
         sim_wall = seconds + (setup_s if len(jobs) == 1 else 0.0)
-        simulation = {"simgrid_version": ".".join(str(v) for v in sg.simgrid_version)
-                      if hasattr(sg, "simgrid_version") else "",
+        simulation = {"simgrid_version": simgrid_version(sg),
                       "wall_s": sim_wall, "flows": flows, "phases": phases,
                       "flows_per_s": flows / sim_wall if sim_wall > 0 else 0.0,
                       "allreduce": cfg.allreduce, "stragglers": stragglers.spec,
                       "steps_per_rank": steps, "seed": cfg.seed, **timeline.notes}
-        summary = _write(cfg, n, timeline, spec, workload, simulation)
+        summary = _write(cfg, n, timeline, spec, workload, simulation, host_names)
         results.append(Result(timeline, summary, sim_wall, flows, phases, simulation))
     return results
 
 
 def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSpec,
-           workload: Workload, simulation: dict[str, Any]) -> dict[str, Any]:
+           workload: Workload, simulation: dict[str, Any],
+           host_names: list[str]) -> dict[str, Any]:
     from syncbench.analysis.schema import EVAL_COLUMNS  # noqa: PLC0415
     from syncbench.analysis.summary import summarize  # noqa: PLC0415
 
@@ -100,4 +115,5 @@ def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSp
     return write_simulated_run(cfg.out, algorithm=cfg.algorithm, world_size=n, config=config,
                                rows=rows, wall_s=timeline.wall_s, platform=spec.describe(),
                                workload=workload.describe(), simulation=simulation,
-                               extra_root=extra)
+                               extra_root=extra, ranks_per_node=spec.gpus_per_node,
+                               host_names=host_names)

@@ -5,15 +5,26 @@ columns, same summary), in one atomic write (a temporary name renamed into
 place, so a run file that exists is complete) that also holds the
 simulation's root attributes (``schema.SIMULATION_ATTRS``: ``simulated``,
 the platform, the workload, SimGrid's version, the wall time and flow
-count of the simulation). There is no accuracy: the eval group is
-empty, ``final_accuracy`` is NaN, and the summary's ``diverged`` flag is
-False (the loss column is NaN because nothing is trained, not because
-training failed).
+count of the simulation). Ranks sit ``ranks_per_node`` to a simulated host,
+as :meth:`.engine.Network.host_of` places them: rank k's ``hostname`` is
+the name of host k // ranks_per_node (``node-<i>`` on the generated
+platforms) and its ``node`` the index of that name in the sorted names; the
+root attributes ``nodes`` and ``ranks_per_host`` count them, and
+``hostnames`` / ``ranks_per_node`` list them as the recorder does
+(:func:`syncbench.bench.train.machine_attrs`) up to ``MAX_LISTED_NODES``
+hosts: a root attribute lives in the object header, which holds 64 KiB
+(16,384 names do not fit), so larger runs leave both lists empty and readers
+count ``nodes`` (:func:`syncbench.analysis.context.machine_context`). There
+is no accuracy: the eval group is empty, ``final_accuracy`` is NaN, and the
+summary's ``diverged`` flag is False (the loss column is NaN because nothing
+is trained, not because training failed).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,14 +34,38 @@ import numpy as np
 from syncbench.analysis import schema
 from syncbench.bench.cli import git_sha, package_version
 
+#: Most hosts whose names (and rank counts) a run file lists in root attributes.
+MAX_LISTED_NODES = 2048
+
+
+def node_attrs(world_size: int, ranks_per_node: int,
+               host_names: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
+    """(root attributes of the simulated hosts, each rank's host name).
+
+    ``host_names``: the platform's hosts in rank order (default ``node-<i>``,
+    the names of the generated platforms).
+    """
+    per_node = max(1, int(ranks_per_node))
+    names = [host_names[k // per_node] if k // per_node < len(host_names)
+             else f"node-{k // per_node}" for k in range(world_size)]
+    per_host = Counter(names)
+    listed = len(per_host) <= MAX_LISTED_NODES
+    root = {"nodes": len(per_host), "ranks_per_host": max(per_host.values(), default=0),
+            "hostnames": sorted(per_host) if listed else [],
+            "ranks_per_node": [per_host[h] for h in sorted(per_host)] if listed else []}
+    return root, names
+
 
 def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: dict[str, Any],
                         rows: dict[int, dict[str, np.ndarray]], wall_s: float,
                         platform: dict[str, Any], workload: dict[str, Any],
-                        simulation: dict[str, Any], extra_root: dict[str, Any]) -> dict[str, Any]:
+                        simulation: dict[str, Any], extra_root: dict[str, Any],
+                        ranks_per_node: int = 1,
+                        host_names: Sequence[str] = ()) -> dict[str, Any]:
     """Write the run file atomically; returns its summary."""
     from syncbench.bench.recorder import write_run_file  # noqa: PLC0415
 
+    hosts, names = node_attrs(world_size, ranks_per_node, host_names)
     root = {
         "algorithm": algorithm,
         "model": workload.get("name", ""),
@@ -45,10 +80,12 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
         "h5py_version": h5py.__version__,
         "backend": "simgrid",
         "devices": [],
-        "hostnames": [],
+        **hosts,
         **extra_root,
     }
-    rank_attrs = {k: {"hostname": f"node-{k}", "device": "simulated"} for k in rows}
+    index = {name: i for i, name in enumerate(sorted(set(names)))}
+    rank_attrs = {k: {"hostname": names[k], "node": index[names[k]], "device": "simulated"}
+                  for k in rows}
     empty_eval = {name: np.zeros(0, dtype=dtype) for name, dtype in schema.EVAL_COLUMNS.items()}
     sim_attrs = {schema.SIMULATED_ATTR: True, schema.SIM_PLATFORM_ATTR: _json(platform),
                  schema.SIM_WORKLOAD_ATTR: _json(workload), schema.SIM_RUN_ATTR: _json(simulation)}
