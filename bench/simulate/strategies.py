@@ -56,6 +56,7 @@ class LocalTimes:
         self.slowdown = np.asarray(slowdown, dtype=float)
         self.stragglers = stragglers
         self.rng = np.random.default_rng(seed)
+        self.offsets = workload.replay_offsets(self.rng, n)
         self.cols = np.zeros((n, 0, 4))
         if stragglers.persistent_share > 0:  # the same slow ranks for the whole run
             only = Stragglers(persistent_share=stragglers.persistent_share,
@@ -70,13 +71,9 @@ class LocalTimes:
         if steps <= have:
             return
         more = max(steps - have, have, 8)
-        local = self.workload.draw(self.rng, (self.n, more))
+        block = self.workload.draw(self.rng, self.n, have, more, self.offsets)
         factor = delay_factors(self.stragglers, self.slowdown, self.rng, (self.n, more))
-        block = np.empty((self.n, more, 4))
-        block[..., 0] = local[..., 0]
-        block[..., 1] = local[..., 1] * np.minimum(factor, 1.0)
-        block[..., 2] = local[..., 2]
-        block[..., 3] = local[..., 1] * np.maximum(factor - 1.0, 0.0)
+        block[..., 3] += block[..., 1] * (factor - 1.0)  # a measured delay, and the factor's
         self.cols = np.concatenate([self.cols, block], axis=1)
 
     def step(self, j: int) -> tuple[np.ndarray, ...]:

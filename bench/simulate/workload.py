@@ -1,28 +1,72 @@
 """What a rank computes per step: from a measured run file, or a named profile.
 
 A :class:`Workload` gives the parameter count (what is communicated), the
-batch size and the per-step local seconds of the ``data``, ``compute`` and
-``update`` phases, drawn per rank and step:
+batch size, the per-step local seconds of the ``data``, ``compute`` and
+``update`` phases (and a measured run's own ``delay``) of every simulated
+rank, and where the model's hook calls fall in a step's compute
+(:class:`ComputeSplit`):
 
-* ``--workload RUN.h5``: the rows of a measured run, pooled over its ranks
-  (leaving out the first two steps of each rank, and OD-SGD's warm-up), are
-  resampled row by row, so each phase keeps its measured distribution and
-  the phases their correlation. The model's parameter count is rebuilt from
+* ``--workload RUN.h5``: the rows of a measured run (leaving out the first
+  two steps of each rank, and OD-SGD's warm-up) are replayed rank by rank
+  (:meth:`Workload.draw`): simulated rank k replays measured rank k mod R's
+  rows in their order, cycling, from a random starting row of its own. A
+  measured rank's rows carry its persistent speed (a slowed rank, a slower
+  core) and their order the run's bursts (another job's load, a garbage
+  collection); pooling them over ranks and resampling each step on its own
+  would spread one slow rank's steps over every simulated rank as
+  independent noise, so no simulated rank would stay slow. The random start
+  keeps the simulated ranks that replay the same measured rank from slowing
+  down in lock step. The measured ``delay`` (``--slowdown`` in train) is
+  replayed as its ratio to the row's compute, so ``--batch-size`` scales it
+  with the compute. The model's parameter count and layers are rebuilt from
   the run's ``--model`` and dataset shape; batch and dataset come from its
   config.
 * ``--workload NAME``: a profile of ``profiles.toml``. ``mlp`` and ``lenet``
-  carry seconds per step measured on this machine (lognormal with the
-  measured mean and coefficient of variation); the others carry parameter
-  counts and training FLOPs per sample from their papers, and need a device
-  (``--device-flops``, or ``--device h100|a100|v100`` at a stated efficiency).
+  carry the median seconds per step measured on this machine and the spread
+  of the compute (lognormal: median and sigma of its logarithm); the others
+  carry parameter counts and training FLOPs per sample from their papers,
+  and need a device (``--device-flops``, or ``--device h100|a100|v100`` at a
+  stated efficiency).
+
+Compute split (:func:`model_split`): ``Model.loss_and_grad``
+(``kernels/model.py``) calls ``poll`` after every layer's forward and
+``on_grads_ready(layer_offsets[i])`` after every layer's backward, last
+layer first; these calls are where SSGD posts its buckets and where every
+strategy's ``Testall`` advances a nonblocking collective. For models the
+zoo builds (``mlp``, ``mlp:H1,...``, ``lenet``: profiles and run files) the
+share of a step's compute before each call comes from the FLOPs of each
+layer's forward and backward (:func:`layer_flops`), computed from the model
+definition of ``syncbench.kernels.zoo.build_model``. FLOPs and not measured
+per-layer times, because they exist for every model the zoo builds
+(``mlp:4096,4096`` as well as ``lenet``) and for a run file from any machine,
+which records no per-layer times, and because timings of layers of 0.01-1
+ms on this shared 2-core machine move with the other jobs' load. Measured
+per-layer medians (NumPy, 1 thread, batch 64) are within about 0.1 of the
+compute of the FLOP shares: lenet's forward is 0.41 of the compute
+measured and 0.37 by FLOPs, its second convolution's backward 0.37 and
+0.42; mlp's forward 0.466 both, its first layer's backward 0.28 and 0.40
+(elementwise layers and memory-bound steps take a little more time than
+their FLOPs say). The paper profiles (``resnet50`` ...) have no
+buildable model: they keep the assumption of :data:`PROFILE_LAYERS` layers
+of equal size, with the backward pass :data:`BACKWARD_SHARE` of the
+compute (a backward costs about twice its forward: Kaplan et al. 2020, Sec.
+2.1) and the hook calls evenly spread in each pass.
 
 Stragglers (:func:`parse_stragglers`), on top of ``--slowdown`` (train's
-per-rank factors, parsed by train's own parser): ``lognormal:SIGMA`` scales
-every rank's every step by exp(N(0, SIGMA^2)); ``P/Q:Fx`` slows round(N*P/Q)
-randomly chosen ranks by F for the whole run; ``P/Q:lognormal:SIGMA`` slows
-each step of each rank with probability P/Q by 1 + exp(N(0, SIGMA^2)) (a
-transient straggler: OS noise, a garbage collection, a throttled GPU). The
-extra time is the ``delay`` phase, as ``--slowdown`` records it in train.
+per-rank factors, parsed by train's own parser), never speed a step up (a
+factor >= 1): ``lognormal:SIGMA`` scales every rank's every step by
+exp(|N(0, SIGMA^2)|); ``P/Q:Fx`` slows round(N*P/Q) randomly chosen ranks
+by F for the whole run; ``P/Q:lognormal:SIGMA`` slows each step of each
+rank with probability P/Q by exp(|N(0, SIGMA^2)|) (a transient straggler:
+OS noise, a garbage collection, a throttled GPU). One-sided (the logarithm
+of the factor is half-normal) rather than clipped at 1, so the factor has
+no atom at 1 and the same rule serves both: its median is
+exp(0.6745 SIGMA) (1.96x at SIGMA 1, 1.40x at 0.5) and SIGMA 0 means no
+slowdown. (The factor before, 1 + exp(N(0, SIGMA^2)) for the transient,
+had a median of 2x whatever SIGMA, and exp(N(0, SIGMA^2)) on every step
+sped half the steps up.) The extra time is the ``delay`` phase, as
+``--slowdown`` records it in train; where a step spends it is each
+strategy's own (:mod:`.strategies`).
 """
 
 from __future__ import annotations
@@ -54,8 +98,88 @@ DATASET_SAMPLES = {"fashion-mnist": 60000, "mnist": 60000, "cifar10": 50000}
 #: Layers assumed for a profile without a buildable model (equal sizes).
 PROFILE_LAYERS = 50
 
-#: Share of a step's compute that is the backward pass (buckets become ready in it).
+#: Share of a step's compute that is the backward pass, for a profile without a
+#: buildable model (a backward pass costs about twice its forward).
 BACKWARD_SHARE = 2.0 / 3.0
+
+
+@dataclass(frozen=True)
+class ComputeSplit:
+    """Where the hook calls of ``Model.loss_and_grad`` fall in one step's compute.
+
+    ``forward[i]``: share of the compute done when ``poll`` runs after layer
+    i's forward; ``backward[h]``: share done when the h-th ``on_grads_ready``
+    runs (after layer L-1-h's backward), which reports ``offsets[h]``, the
+    offset from which the flat gradient is final. Shares grow to 1 (the last
+    backward call ends the compute).
+    """
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    offsets: tuple[int, ...]
+    source: str = ""
+
+    @property
+    def hooks(self) -> np.ndarray:
+        """Shares at every hook call of a step, in call order (forward, then backward)."""
+        return np.asarray(self.forward + self.backward, dtype=float)
+
+
+def layer_flops(model: Any) -> tuple[list[float], list[float], float]:
+    """(forward FLOPs per layer, backward FLOPs per layer, loss FLOPs) for one sample.
+
+    From the model definition (``kernels/layers.py``): a Linear or Conv2d
+    costs 2 FLOPs per multiply-accumulate and one per bias element; its
+    backward computes the weight gradient (as many FLOPs) and the input
+    gradient (again as many) except in the first layer with parameters
+    (``needs_input_grad`` False, ``Model.first_trained``), and the layers
+    below that one run no backward at all. ReLU and MaxPool2d cost one
+    operation per element each way, Flatten nothing; the softmax
+    cross-entropy about 5 per logit.
+    """
+    from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU  # noqa: PLC0415
+
+    forward, backward = [], []
+    shape = tuple(model.input_shape)
+    for index, layer in enumerate(model.layers):
+        out = tuple(layer.output_shape(shape))
+        if isinstance(layer, (Linear, Conv2d)):
+            macs = float(np.prod(out)) * (layer.in_features if isinstance(layer, Linear)
+                                          else layer.cin * layer.k * layer.k)
+            bias = float(out[0] if isinstance(layer, Linear) else np.prod(out))
+            fwd = 2 * macs + bias
+            bwd = 2 * macs + bias + (2 * macs if layer.needs_input_grad else 0.0)
+        elif isinstance(layer, (ReLU, MaxPool2d)):
+            fwd = bwd = float(np.prod(shape))
+        else:  # Flatten (a view) and layers without arithmetic
+            fwd = bwd = 0.0
+        forward.append(fwd)
+        backward.append(bwd if index >= model.first_trained else 0.0)
+        shape = out
+    return forward, backward, 5.0 * model.num_classes
+
+
+def model_split(model: Any) -> ComputeSplit:
+    """The compute split of a built model, from :func:`layer_flops` (module docstring)."""
+    forward, backward, loss = layer_flops(model)
+    total = sum(forward) + sum(backward) + loss
+    fwd = np.cumsum(forward) / total
+    bwd = (sum(forward) + loss + np.cumsum(backward[::-1])) / total
+    bwd[-1] = 1.0
+    offsets = tuple(int(o) for o in model.layer_offsets[::-1])
+    return ComputeSplit(tuple(float(f) for f in fwd), tuple(float(b) for b in bwd), offsets,
+                        f"FLOPs per layer of {model.name}")
+
+
+def profile_split(params: int, layers: int = PROFILE_LAYERS) -> ComputeSplit:
+    """The assumed split of a profile without a model: ``layers`` equal layers, the
+    backward :data:`BACKWARD_SHARE` of the compute, hook calls evenly spread."""
+    fwd_share = 1.0 - BACKWARD_SHARE
+    forward = tuple(fwd_share * (i + 1) / layers for i in range(layers))
+    backward = tuple(fwd_share + BACKWARD_SHARE * (h + 1) / layers for h in range(layers))
+    offsets = tuple(params * i // layers for i in reversed(range(layers)))
+    return ComputeSplit(forward, backward[:-1] + (1.0,), offsets,
+                        f"assumed: {layers} equal layers, backward {BACKWARD_SHARE:.3g} of compute")
 
 
 @dataclass
@@ -67,8 +191,13 @@ class Workload:
     batch_size: int
     dataset_samples: int
     itemsize: int = 4
-    #: Measured rows to resample: columns data, compute, update (seconds).
+    #: Measured rows to replay: columns data, compute, update (seconds), measured
+    #: ranks one after the other (``rank_bounds``).
     rows: np.ndarray | None = None
+    #: Start of each measured rank's rows in ``rows``, and the end (R + 1 entries).
+    rank_bounds: list[int] = field(default_factory=list)
+    #: Measured delay / compute of each row (0 where the rank was not slowed).
+    delay_ratio: np.ndarray | None = None
     #: Else lognormal compute with this mean and coefficient of variation.
     mean_compute_s: float = 0.0
     cv: float = 0.0
@@ -79,11 +208,17 @@ class Workload:
     #: Offset of each layer's parameters in the flat buffer (SSGD's bucket plan);
     #: empty: ``PROFILE_LAYERS`` layers of equal size.
     layer_offsets: list[int] = field(default_factory=list)
+    #: Where the hook calls fall in a step's compute (None: :func:`profile_split`).
+    split: ComputeSplit | None = None
 
     def offsets(self) -> list[int]:
         if self.layer_offsets:
             return list(self.layer_offsets)
         return [self.params * i // PROFILE_LAYERS for i in range(PROFILE_LAYERS)]
+
+    def compute_split(self) -> ComputeSplit:
+        """The model's split, or the assumed one of a profile without a model."""
+        return self.split if self.split is not None else profile_split(self.params)
 
     @property
     def param_bytes(self) -> float:
@@ -92,35 +227,64 @@ class Workload:
     def describe(self) -> dict[str, Any]:
         """The attributes recorded in a simulated run file."""
         out = {"name": self.name, "params": self.params, "batch_size": self.batch_size,
-               "itemsize": self.itemsize, "source": self.source}
+               "itemsize": self.itemsize, "source": self.source,
+               "compute_split": self.compute_split().source}
         if self.rows is not None:
-            out.update(rows=len(self.rows), mean_step_s=float(self.rows.sum(axis=1).mean()))
+            out.update(rows=len(self.rows), mean_step_s=float(self.rows.sum(axis=1).mean()),
+                       replay="per rank, in order, cycling from a random row")
         else:
             out.update(mean_compute_s=self.mean_compute_s, cv=self.cv)
         return {**out, **self.extra}
 
-    def draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        """Local seconds, shape ``(*shape, 3)``: data, compute, update of each step."""
+    def replay_offsets(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Each simulated rank's starting row in its measured rank's rows (0 for profiles)."""
+        if self.rows is None:
+            return np.zeros(n, dtype=np.int64)
+        lengths = np.diff(self.rank_bounds)[np.arange(n) % (len(self.rank_bounds) - 1)]
+        return rng.integers(0, lengths)
+
+    def draw(self, rng: np.random.Generator, n: int, start: int, count: int,
+             offsets: np.ndarray | None = None) -> np.ndarray:
+        """Local seconds of steps ``start .. start+count-1`` of ``n`` ranks, shape
+        ``(n, count, 4)``: data, compute, update and the measured delay of each step.
+
+        A run file's rows are replayed (module docstring; ``offsets`` from
+        :meth:`replay_offsets`); a profile's compute is lognormal, each step
+        drawn on its own.
+        """
+        out = np.zeros((n, count, 4))
         if self.rows is not None:
-            idx = rng.integers(0, len(self.rows), size=shape)
-            return self.rows[idx]
-        out = np.empty((*shape, 3))
+            bounds = np.asarray(self.rank_bounds)
+            measured = np.arange(n) % (len(bounds) - 1)
+            first, length = bounds[measured], np.diff(bounds)[measured]
+            base = np.zeros(n, dtype=np.int64) if offsets is None else offsets
+            steps = np.arange(start, start + count)
+            idx = first[:, None] + (base[:, None] + steps) % length[:, None]
+            out[..., :3] = self.rows[idx]
+            if self.delay_ratio is not None:
+                out[..., 3] = self.delay_ratio[idx] * out[..., 1]
+            return out
         out[..., 0] = self.mean_data_s
         out[..., 2] = self.mean_update_s
         if self.cv > 0:
             sigma = math.sqrt(math.log1p(self.cv ** 2))
-            out[..., 1] = self.mean_compute_s * rng.lognormal(-sigma ** 2 / 2, sigma, shape)
+            out[..., 1] = self.mean_compute_s * rng.lognormal(-sigma ** 2 / 2, sigma, (n, count))
         else:
             out[..., 1] = self.mean_compute_s
         return out
 
 
-def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
-    """(parameters, layer offsets) of ``model`` on ``dataset``'s inputs (built once, on CPU)."""
+def build_zoo_model(model: str, dataset: str) -> Any:
+    """``model`` on ``dataset``'s inputs, built once on the CPU (``kernels.zoo.build_model``)."""
     from syncbench.kernels.zoo import build_model  # noqa: PLC0415
 
     shape, classes = DATASET_SHAPES.get(dataset, ((1, 28, 28), 10))
-    built = build_model(model, shape, classes)
+    return build_model(model, shape, classes)
+
+
+def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
+    """(parameters, layer offsets) of ``model`` on ``dataset``'s inputs (built once, on CPU)."""
+    built = build_zoo_model(model, dataset)
     return int(built.size), [int(o) for o in built.layer_offsets]
 
 
@@ -135,23 +299,32 @@ def from_run(path: str) -> Workload:
     if run.attrs.get("simulated"):
         raise ValueError(f"--workload {path}: is a simulated run; give a measured one")
     skip = 2 + int(run.attrs.get("warmup_steps", 0) or 0)
-    parts = []
-    for cols in run.ranks.values():
+    parts, ratios, bounds = [], [], [0]
+    for rank in sorted(run.ranks):
+        cols = run.ranks[rank]
         keep = slice(skip, None) if len(cols["step"]) > skip + 2 else slice(None)
-        parts.append(np.stack([cols["t_data"][keep], cols["t_compute"][keep],
-                               cols["t_update"][keep]], axis=1))
-    rows = np.concatenate(parts) if parts else np.zeros((0, 3))
-    if len(rows) == 0:
+        part = np.stack([cols["t_data"][keep], cols["t_compute"][keep],
+                         cols["t_update"][keep]], axis=1).astype(float)
+        if len(part) == 0:
+            continue
+        compute = np.maximum(part[:, 1], 1e-12)
+        parts.append(part)
+        ratios.append(np.asarray(cols["t_delay"][keep], dtype=float) / compute)
+        bounds.append(bounds[-1] + len(part))
+    if not parts:
         raise ValueError(f"--workload {path}: has no step rows")
     config = run.config
     model = str(run.attrs.get("model") or config.get("model") or "mlp")
     dataset = str(run.attrs.get("dataset") or config.get("dataset") or "fashion-mnist")
     itemsize = 8 if config.get("dtype") == "float64" else 4
     samples = DATASET_SAMPLES.get(dataset, int(config.get("synthetic_samples", 8192)))
-    params, offsets = model_layout(model, dataset)
-    return Workload(name=model, params=params, layer_offsets=offsets,
+    built = build_zoo_model(model, dataset)
+    return Workload(name=model, params=int(built.size),
+                    layer_offsets=[int(o) for o in built.layer_offsets],
                     batch_size=int(config.get("batch_size", 64)), dataset_samples=samples,
-                    itemsize=itemsize, rows=rows, source=str(path),
+                    itemsize=itemsize, rows=np.concatenate(parts), rank_bounds=bounds,
+                    delay_ratio=np.concatenate(ratios), source=str(path),
+                    split=model_split(built),
                     extra={"dataset": dataset, "measured_world_size": run.world_size})
 
 
@@ -162,7 +335,12 @@ def load_profiles() -> dict[str, Any]:
 
 def from_profile(name: str, device: str | None = None, device_flops: float | None = None,
                  efficiency: float | None = None) -> Workload:
-    """The workload of a named profile (``ValueError`` with one line if it cannot be built)."""
+    """The workload of a named profile (``ValueError`` with one line if it cannot be built).
+
+    A measured profile gives the median compute ``compute_seconds`` and the
+    standard deviation ``compute_sigma`` of its logarithm; the lognormal
+    drawn per step has that median (its mean is median * exp(sigma^2 / 2)).
+    """
     profiles = load_profiles()
     models, devices = profiles.get("model", {}), profiles.get("device", {})
     if name not in models:
@@ -171,32 +349,43 @@ def from_profile(name: str, device: str | None = None, device_flops: float | Non
     p = models[name]
     extra: dict[str, Any] = {}
     offsets: list[int] = []
+    split = None
     if name in ("mlp", "lenet"):
-        _, offsets = model_layout(name, "fashion-mnist")
-    if "step_seconds" in p:
-        mean_compute = float(p["step_seconds"])
-        cv = float(p.get("cv", 0.0))
+        built = build_zoo_model(name, "fashion-mnist")
+        offsets, split = [int(o) for o in built.layer_offsets], model_split(built)
+    if "compute_seconds" in p:
+        sigma = float(p.get("compute_sigma", 0.0))
+        mean_compute = float(p["compute_seconds"]) * math.exp(sigma ** 2 / 2)
+        cv = math.sqrt(math.expm1(sigma ** 2))
     else:
-        if device_flops is None:
-            if device is None:
-                raise ValueError(f"--workload {name}: needs --device-flops F or --device "
-                                 f"({', '.join(sorted(devices))})")
-            if device not in devices:
-                raise ValueError(f"--device {device!r}: choose one of {', '.join(sorted(devices))}")
-            d = devices[device]
-            eff = float(efficiency if efficiency is not None else d["efficiency"])
-            device_flops = float(d["peak_flops"]) * eff
-            extra.update(device=device, efficiency=eff)
-        mean_compute = int(p["batch_size"]) * float(p["train_flops_per_sample"]) / device_flops
+        mean_compute = _flop_compute_seconds(name, p, devices, device, device_flops,
+                                             efficiency, extra)
         cv = float(p.get("cv", 0.02))
-        extra["device_flops"] = device_flops
     return Workload(name=name, params=int(p["params"]), batch_size=int(p["batch_size"]),
                     dataset_samples=int(p.get("dataset_samples", 60000)),
                     mean_compute_s=mean_compute, cv=cv,
                     mean_data_s=float(p.get("data_seconds", 0.0)),
                     mean_update_s=float(p.get("update_seconds", 0.0)),
                     source=f"profile {name}: {p.get('source', '')}", extra=extra,
-                    layer_offsets=offsets)
+                    layer_offsets=offsets, split=split)
+
+
+def _flop_compute_seconds(name: str, p: dict[str, Any], devices: dict[str, Any],
+                          device: str | None, device_flops: float | None,
+                          efficiency: float | None, extra: dict[str, Any]) -> float:
+    """A FLOP profile's compute seconds per step on the chosen device (notes in ``extra``)."""
+    if device_flops is None:
+        if device is None:
+            raise ValueError(f"--workload {name}: needs --device-flops F or --device "
+                             f"({', '.join(sorted(devices))})")
+        if device not in devices:
+            raise ValueError(f"--device {device!r}: choose one of {', '.join(sorted(devices))}")
+        d = devices[device]
+        eff = float(efficiency if efficiency is not None else d["efficiency"])
+        device_flops = float(d["peak_flops"]) * eff
+        extra.update(device=device, efficiency=eff)
+    extra["device_flops"] = device_flops
+    return int(p["batch_size"]) * float(p["train_flops_per_sample"]) / device_flops
 
 
 # -- stragglers -------------------------------------------------------------------
@@ -242,18 +431,28 @@ def parse_stragglers(spec: str | None) -> Stragglers:
     return Stragglers(**fields)
 
 
+def one_sided_lognormal(rng: np.random.Generator, sigma: float,
+                        size: int | tuple[int, ...]) -> np.ndarray:
+    """exp(|N(0, sigma^2)|): a slowdown factor >= 1 with median exp(0.6745 sigma)."""
+    return np.exp(np.abs(rng.normal(0.0, sigma, size)))
+
+
 def delay_factors(model: Stragglers, base: np.ndarray, rng: np.random.Generator,
                   shape: tuple[int, int]) -> np.ndarray:
-    """Per rank and step, the factor compute is stretched by (>= 1; ``base``: --slowdown)."""
+    """Per rank and step, the factor compute is stretched by (>= 1; ``base``: --slowdown).
+
+    Every random factor is one-sided (:func:`one_sided_lognormal`, see the
+    module docstring), so a straggler never speeds a step up.
+    """
     n, steps = shape
     factor = np.repeat(np.asarray(base, dtype=float)[:, None], steps, axis=1)
     if model.every_sigma > 0:
-        factor *= rng.lognormal(0.0, model.every_sigma, shape)
+        factor *= one_sided_lognormal(rng, model.every_sigma, shape)
     if model.persistent_share > 0:
         count = int(round(n * model.persistent_share))
         slow = rng.choice(n, size=count, replace=False) if count else []
         factor[slow] *= model.persistent_factor
     if model.transient_share > 0:
         hit = rng.random(shape) < model.transient_share
-        factor[hit] *= 1.0 + rng.lognormal(0.0, model.transient_sigma, int(hit.sum()))
-    return np.maximum(factor, 1.0) if model.every_sigma == 0 else factor
+        factor[hit] *= one_sided_lognormal(rng, model.transient_sigma, int(hit.sum()))
+    return np.maximum(factor, 1.0)
