@@ -320,8 +320,8 @@ def test_ssgd_steps_at_the_slow_ranks_pace(tmp_path):
     slow_local = slow["t_data"] + slow["t_compute"] + slow["t_delay"]
     assert np.mean(slow["t_delay"]) == pytest.approx(3 * np.mean(slow["t_compute"]), rel=1e-6)
     # The run lasts at least the slow rank's local work, and every rank steps at its pace
-    # (the slow rank's delay comes after its backward has posted the buckets, as in
-    # train, so the fast ranks wait for it one step later).
+    # (the slow rank spends its delay right before it posts its last bucket, as in
+    # train, so the fast ranks wait for it in the same step).
     assert run.summary["wall_s"] >= float(np.sum(slow_local))
     slow_step = np.mean(np.diff(slow["t_start"]))
     assert slow_step >= np.mean(slow_local)

@@ -2,7 +2,10 @@
 
 SimGrid's engine runs once per process, so every job of a call (one
 ``simulate``, or every row of a ``--validate`` table) shares one platform
-sized for the largest job, and the phase cache.
+sized for the largest job, and the phase cache. The run file's
+``simulation`` attribute splits a job's wall time into SimGrid's phases
+(``phases_s``) and the composition of the timeline around them
+(``compose_s``, :mod:`.strategies`).
 """
 
 from __future__ import annotations
@@ -53,11 +56,21 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
     local = LocalTimes(workload, n, parse_slowdown(cfg.slowdown, n), stragglers, cfg.seed)
 
+    in_phases = [0.0]
+
     def time_phase(phase: Any) -> float:
-        return network.phase(phase.key(), phase.pairs, phase.nbytes)
+        t0 = time.perf_counter()
+        seconds = network.phase(phase.key(), phase.pairs, phase.nbytes)
+        in_phases[0] += time.perf_counter() - t0
+        return seconds
 
     timer = PlacedTimer(time_phase, network.ranks_per_host)
-    return SIMULATORS[cfg.algorithm](cfg, local, steps, timer)
+    t0 = time.perf_counter()
+    timeline = SIMULATORS[cfg.algorithm](cfg, local, steps, timer)
+    # wall seconds of SimGrid's phases, and of composing the timeline around them
+    timeline.notes.update(phases_s=in_phases[0],
+                          compose_s=time.perf_counter() - t0 - in_phases[0])
+    return timeline
 
 
 def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int, int]],
