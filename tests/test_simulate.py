@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
+from sim_helpers import needs_simgrid, python, simulate
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
@@ -27,27 +26,8 @@ from syncbench.bench.simulate.collectives import (
     allreduce_phases,
     choose_allreduce,
 )
-from syncbench.bench.simulate.engine import have_simgrid
 from syncbench.bench.simulate.platform import fat_tree_parameters, torus_parameters
 from syncbench.bench.simulate.workload import from_profile, parse_stragglers
-
-REQUIRED = bool(os.environ.get("SYNCBENCH_REQUIRE_SIMGRID"))
-needs_simgrid = pytest.mark.skipif(
-    not REQUIRED and not have_simgrid(),
-    reason="SimGrid's Python module is not installed (make sim)",
-)
-
-
-def simulate(*flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "syncbench", "simulate", *flags],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout)
-
 
 # -- without SimGrid -------------------------------------------------------------------
 

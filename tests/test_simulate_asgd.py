@@ -10,13 +10,13 @@ command-line tests skip without it (unless ``SYNCBENCH_REQUIRE_SIMGRID``).
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
+from sim_helpers import needs_simgrid
+from sim_helpers import simulate as run_simulate
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
@@ -33,21 +33,13 @@ from syncbench.bench.simulate.asgd import (
     counter_timeline,
     epochs_per_access,
 )
-from syncbench.bench.simulate.engine import have_simgrid
 
-REQUIRED = bool(os.environ.get("SYNCBENCH_REQUIRE_SIMGRID"))
-needs_simgrid = pytest.mark.skipif(
-    not REQUIRED and not have_simgrid(),
-    reason="SimGrid's Python module is not installed (make sim)",
-)
 #: The mlp profile: parameters (float32) and batch.
 MLP_BYTES, MLP_BATCH = 235146 * 4, 64
 
 
 def simulate(*flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "syncbench", "simulate", "--algorithm", "asgd",
-                           *flags], capture_output=True, text=True, timeout=timeout, env=env)
+    return run_simulate("--algorithm", "asgd", *flags, timeout=timeout)
 
 
 def notes(path) -> dict:

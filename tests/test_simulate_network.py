@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sim_helpers import needs_simgrid, python, simulate
 
 from syncbench.bench.simulate.collectives import (
     MPICH_NAMES,
@@ -38,25 +38,6 @@ from syncbench.bench.simulate.collectives import (
     node_bcast_phases,
     node_reduce_phases,
 )
-from syncbench.bench.simulate.engine import have_simgrid
-
-REQUIRED = bool(os.environ.get("SYNCBENCH_REQUIRE_SIMGRID"))
-needs_simgrid = pytest.mark.skipif(
-    not REQUIRED and not have_simgrid(),
-    reason="SimGrid's Python module is not installed (make sim)",
-)
-
-
-def python(code: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
-
-
-def simulate(*flags: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "syncbench", "simulate", *flags],
-                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def last_json(proc: subprocess.CompletedProcess) -> Any:
@@ -287,7 +268,7 @@ def test_run_file_names_each_host_once_and_simgrid_as_released(tmp_path):
 
     out = tmp_path / "g4.h5"
     proc = simulate("--algorithm", "ssgd", "--np", "10", "--gpus-per-node", "4", "--steps", "2",
-                    "--out", str(out))
+                    "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr
     run = read_run(out)
     hosts = [run.rank_attrs[k]["hostname"] for k in range(10)]
@@ -328,7 +309,7 @@ def test_ring_with_long_links_matches_the_closed_form(kind):
     """250 us links at 12.5 GB/s, N = 8: SimGrid's default TCP window (4 MiB) capped each
     flow at 4 MiB / (2 x 500 us) = 4.2 GB/s (237.9 ms instead of 84.5 ms)."""
     code = RING.replace("SIZE", str(VGG16_BYTES)).replace("KIND", repr(kind))
-    seconds = last_json(python(code))["ring"]
+    seconds = last_json(python(code, timeout=600))["ring"]
     route = 2 * 250e-6  # host link, switch (or none), host link
     expected = 2 * 7 * route + 2 * 7 / 8 * VGG16_BYTES / 12.5e9
     assert expected == pytest.approx(84.5e-3, abs=1e-4)
@@ -359,7 +340,7 @@ def test_node_aware_allreduce_is_the_roots_allreduce_plus_the_nodes_parts():
     """G = 4, N = 16, 64 MB on a crossbar: the 4 node roots' Rabenseifner over the links
     (4 exchanges of a 2 us route, 1.5 S through each), a reduce-scatter-gather inside
     each node (1.5 S over the loopback in 4 steps) and a binomial bcast (2 steps of S)."""
-    got = last_json(python(NODE_AWARE))
+    got = last_json(python(NODE_AWARE, timeout=600))
     size, bw, route, lb_bw, lb_lat = 64e6, 12.5e9, 2e-6, 150e9, 1e-6
     roots = 4 * route + 1.5 * size / bw
     local = 4 * lb_lat + 1.5 * size / lb_bw + 2 * lb_lat + 2 * size / lb_bw

@@ -175,21 +175,9 @@ def calibrate_rma(path: str) -> tuple[float, dict[str, Any]]:
     R); :func:`.platform.fit_link` takes L from the small sizes' medians and R
     from the large sizes' means.
     """
-    from syncbench.bench.commbench import read_results  # noqa: PLC0415
-    from syncbench.bench.simulate.platform import fit_link  # noqa: PLC0415
+    from syncbench.bench.simulate.platform import comm_timings, fit_link  # noqa: PLC0415
 
-    try:
-        data = read_results(path)
-    except (OSError, KeyError) as exc:
-        raise ValueError(f"--calibrate-rma {path}: cannot be read ({exc})") from None
-    attrs = data.get("attrs", {})
-    if attrs.get("op") != "rma-accumulate" or "size" not in data or "avg_us" not in data:
-        raise ValueError(f"--calibrate-rma {path}: expected `syncbench comm --op "
-                         f"rma-accumulate --out` results, got op {attrs.get('op')!r}")
-    sizes = np.asarray(data["size"], dtype=float)
-    mean = np.asarray(data["avg_us"], dtype=float) * 1e-6
-    median = np.asarray(data.get("p50_us", data["avg_us"]), dtype=float) * 1e-6
-    keep = (sizes > 0) & (mean > 0) & (median > 0)
+    attrs, sizes, mean, median, _, keep = comm_timings(path, "rma-accumulate", "--calibrate-rma")
     if keep.sum() < 2:
         raise ValueError(f"--calibrate-rma {path}: needs >= 2 message sizes")
     try:

@@ -224,6 +224,29 @@ def fit_link(sizes: Any, seconds: Any, terms: Any,
     return latency, 1.0 / inv_bw, details
 
 
+def comm_timings(path: str, op: str, flag: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray,
+                                                         np.ndarray, str, np.ndarray]:
+    """(attrs, sizes, mean s, P50 s, the statistic of the P50 column, usable sizes) of
+    ``syncbench comm --op OP --out`` results; the P50 is the mean where the file has
+    none. One-line ``ValueError`` naming ``flag`` if the file is not such results."""
+    from syncbench.bench.commbench import read_results  # noqa: PLC0415
+
+    try:
+        data = read_results(path)
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"{flag} {path}: cannot be read ({exc})") from None
+    attrs = data.get("attrs", {})
+    if attrs.get("op") != op or "size" not in data or "avg_us" not in data:
+        raise ValueError(f"{flag} {path}: expected `syncbench comm --op {op} --out` "
+                         f"results, got op {attrs.get('op')!r}")
+    statistic = "p50_us" if "p50_us" in data else "avg_us"
+    sizes = np.asarray(data["size"], dtype=float)
+    mean = np.asarray(data["avg_us"], dtype=float) * 1e-6
+    median = np.asarray(data[statistic], dtype=float) * 1e-6
+    keep = (sizes > 0) & (mean > 0) & (median > 0)
+    return attrs, sizes, mean, median, statistic, keep
+
+
 def calibrate(path: str) -> tuple[float, float, dict[str, Any]]:
     """(route latency s, bandwidth B/s, details) fitted to ``syncbench comm`` results.
 
@@ -235,24 +258,12 @@ def calibrate(path: str) -> tuple[float, float, dict[str, Any]]:
     P50), the bandwidth of one node's link (payload bytes per second, each
     way) from the large sizes' means.
     """
-    from syncbench.bench.commbench import read_results  # noqa: PLC0415
     from syncbench.bench.simulate.collectives import allreduce_link_terms  # noqa: PLC0415
 
-    try:
-        data = read_results(path)
-    except (OSError, KeyError) as exc:
-        raise ValueError(f"--calibrate {path}: cannot be read ({exc})") from None
-    attrs = data.get("attrs", {})
-    if attrs.get("op") != "allreduce" or "size" not in data or "avg_us" not in data:
-        raise ValueError(f"--calibrate {path}: expected `syncbench comm --op allreduce --out` "
-                         f"results, got op {attrs.get('op')!r}")
+    attrs, sizes, seconds, small, statistic, keep = comm_timings(path, "allreduce",
+                                                                 "--calibrate")
     n = int(attrs.get("world_size", 2))
     nodes = int(attrs.get("nodes", 0))
-    statistic = "p50_us" if "p50_us" in data else "avg_us"
-    sizes = np.asarray(data["size"], dtype=float)
-    seconds = np.asarray(data["avg_us"], dtype=float) * 1e-6
-    small = np.asarray(data[statistic], dtype=float) * 1e-6
-    keep = (sizes > 0) & (seconds > 0) & (small > 0)
     if n < 2 or keep.sum() < 2:
         raise ValueError(f"--calibrate {path}: needs >= 2 ranks and >= 2 message sizes")
     terms = [allreduce_link_terms(s, n, nodes) for s in sizes[keep]]
