@@ -69,12 +69,8 @@ def make_cgroups(cluster: Cluster, node: Node) -> None:
     """The node's cgroup(s); fills ``node.cgroup_procs``. Nothing when nothing is asked."""
     if not node.cpus and node.speed >= 1.0:
         return
-    version = cgroup_version()
-    if version == 0:
-        raise ClusterError("no cgroup cpu controller mounted at /sys/fs/cgroup: "
-                           "--node-speed needs one (cgroup v1 cpu or cgroup v2)")
-    ncpus = len(node.cpus.split(",")) if node.cpus else 1
-    quota = int(node.speed * ncpus * cluster.cpu_period_us) if node.speed < 1.0 else -1
+    version = _controller("--node-speed")
+    quota = _quota_us(node, node.speed, cluster.cpu_period_us)
     if version == 1:
         _v1(cluster, node, quota, cluster.cpu_period_us)
     else:
@@ -92,8 +88,7 @@ def _v1(cluster: Cluster, node: Node, quota: int, period: int) -> None:
     if quota > 0:
         group = CGROUP_ROOT / "cpu" / node.name
         _mkdir(cluster, group)
-        _write(group / "cpu.cfs_period_us", str(period), f"CPU period of {node.name}")
-        _write(group / "cpu.cfs_quota_us", str(quota), f"CPU quota of {node.name}")
+        _write_quota(1, group, node, quota, period)
         node.cgroup_procs.append(str(group / "cgroup.procs"))
 
 
@@ -103,8 +98,35 @@ def _v2(cluster: Cluster, node: Node, quota: int, period: int) -> None:
     if node.cpus:
         _write(group / "cpuset.cpus", node.cpus, f"CPU set of {node.name}")
     if quota > 0:
-        _write(group / "cpu.max", f"{quota} {period}", f"CPU quota of {node.name}")
+        _write_quota(2, group, node, quota, period)
     node.cgroup_procs.append(str(group / "cgroup.procs"))
+
+
+def _controller(what: str) -> int:
+    """The cgroup version whose cpu controller is mounted (one-line error if none)."""
+    version = cgroup_version()
+    if version == 0:
+        raise ClusterError(f"no cgroup cpu controller mounted at /sys/fs/cgroup: {what} "
+                           "needs one (cgroup v1 cpu or cgroup v2)")
+    return version
+
+
+def _quota_us(node: Node, speed: float, period: int) -> int:
+    """``speed`` x the node's CPUs x ``period`` (-1: no quota at speed 1)."""
+    ncpus = len(node.cpus.split(",")) if node.cpus else 1
+    return int(speed * ncpus * period) if speed < 1.0 else -1
+
+
+def _write_quota(version: int, group: Path, node: Node, quota: int, period: int) -> None:
+    """Write a quota (-1: none) and its period. v1 lifts the old quota first: the kernel
+    refuses a period under which the current quota no longer fits."""
+    if version == 1:
+        _write(group / "cpu.cfs_quota_us", "-1", f"CPU quota of {node.name}")
+        _write(group / "cpu.cfs_period_us", str(period), f"CPU period of {node.name}")
+        _write(group / "cpu.cfs_quota_us", str(quota), f"CPU quota of {node.name}")
+    else:
+        _write(group / "cpu.max", f"{quota if quota > 0 else 'max'} {period}",
+               f"CPU quota of {node.name}")
 
 
 def period_for(cluster: Cluster, speed: float) -> int:
@@ -126,10 +148,7 @@ def set_speed(cluster: Cluster, node: Node, speed: float) -> None:
     """
     if not 0.01 <= speed <= 1.0:
         raise ClusterError(f"node speed {speed:g}: must be in [0.01, 1]")
-    version = cgroup_version()
-    if version == 0:
-        raise ClusterError("no cgroup cpu controller mounted at /sys/fs/cgroup: a node "
-                           "speed needs one (cgroup v1 cpu or cgroup v2)")
+    version = _controller("a node speed")
     group = (CGROUP_ROOT / "cpu" / node.name) if version == 1 else (CGROUP_ROOT / node.name)
     procs = str(group / "cgroup.procs")
     if not group.is_dir():
@@ -139,16 +158,8 @@ def set_speed(cluster: Cluster, node: Node, speed: float) -> None:
             return
         _mkdir(cluster, group)
         node.cgroup_procs.append(procs)
-    ncpus = len(node.cpus.split(",")) if node.cpus else 1
     period = period_for(cluster, speed)
-    quota = int(speed * ncpus * period) if speed < 1.0 else -1
-    if version == 1:
-        _write(group / "cpu.cfs_quota_us", "-1", f"CPU quota of {node.name}")
-        _write(group / "cpu.cfs_period_us", str(period), f"CPU period of {node.name}")
-        _write(group / "cpu.cfs_quota_us", str(quota), f"CPU quota of {node.name}")
-    else:
-        _write(group / "cpu.max", f"{quota if quota > 0 else 'max'} {period}",
-               f"CPU quota of {node.name}")
+    _write_quota(version, group, node, _quota_us(node, speed, period), period)
     node.speed = float(speed)
     save(cluster)
 

@@ -64,10 +64,11 @@ def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
     found = [n.speed for n in cluster.nodes]
 
     def apply(speeds: list[float]) -> None:
-        for node, speed in zip(cluster.nodes, speeds):
-            if node.speed != speed:
-                cpu.set_speed(cluster, node, speed)
-        launch.write_shim(cluster)
+        changed = [(node, s) for node, s in zip(cluster.nodes, speeds) if node.speed != s]
+        for node, speed in changed:
+            cpu.set_speed(cluster, node, speed)
+        if changed:
+            launch.write_shim(cluster)
 
     def before(p: PlannedRun) -> None:
         speeds = list(p.condition.speeds or [1.0] * len(cluster.nodes))
