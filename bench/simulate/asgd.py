@@ -442,33 +442,15 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
 
 
 def _rows(run: CounterRun, n: int, batch: int) -> Any:
-    """The records of :func:`counter_timeline` as per-rank rows (each rank's in step order)."""
-    from syncbench.bench.simulate.strategies import Rows  # noqa: PLC0415
+    """The records of :func:`counter_timeline` as per-rank rows (each rank's in step order):
+    one block of :class:`.strategies.StepRows`, which fills the columns ASGD does not set."""
+    from syncbench.bench.simulate.strategies import StepRows  # noqa: PLC0415
 
-    rows = Rows(n)
+    rows = StepRows(n)
     order = np.lexsort((run.step, run.worker))
-    worker = run.worker[order]
-    bounds = np.searchsorted(worker, np.arange(n + 1))
-    for k in range(n):
-        lo, hi = bounds[k], bounds[k + 1]
-        if lo == hi:
-            continue
-        cols = rows.cols[k]
-        cols["step"] = run.step[order[lo:hi]].tolist()
-        cols["samples"] = [batch] * (hi - lo)
-        for name, values in run.cols.items():
-            cols[name] = values[order[lo:hi]].tolist()
-        for name, col in cols.items():
-            if len(col) != hi - lo:  # columns ASGD does not set: their defaults
-                cols[name] = [_default(name)] * (hi - lo)
+    rows.add(run.worker[order], step=run.step[order], samples=batch,
+             **{name: values[order] for name, values in run.cols.items()})
     return rows
-
-
-def _default(name: str) -> Any:
-    """The value a row gets in a column the strategy does not set (as :class:`Rows` does)."""
-    from syncbench.analysis import schema  # noqa: PLC0415
-
-    return math.nan if name == "loss" else schema.RANK_COLUMN_DEFAULTS.get(name, 0)
 
 
 def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,

@@ -166,37 +166,6 @@ class LocalTimes:
 
 # -- rows -------------------------------------------------------------------------
 
-@dataclass
-class Rows:
-    """Growable per-rank rows of the run-file columns, one row at a time (ASGD)."""
-
-    n: int
-    cols: list[dict[str, list]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.cols = [{name: [] for name in schema.RANK_COLUMNS} for _ in range(self.n)]
-
-    def add_all(self, **values: Any) -> None:
-        """One row for every rank; array values are per rank, scalars shared."""
-        for name in schema.RANK_COLUMNS:
-            v = values.get(name, _default(name))
-            if np.ndim(v):
-                for k in range(self.n):
-                    self.cols[k][name].append(v[k])
-            else:
-                for k in range(self.n):
-                    self.cols[k][name].append(v)
-
-    def add(self, k: int, **values: Any) -> None:
-        for name in schema.RANK_COLUMNS:
-            self.cols[k][name].append(values.get(name, _default(name)))
-
-    def arrays(self) -> dict[int, dict[str, np.ndarray]]:
-        return {k: {name: np.asarray(col, dtype=schema.RANK_COLUMNS[name])
-                    for name, col in cols.items()}
-                for k, cols in enumerate(self.cols)}
-
-
 class StepRows:
     """Per-rank rows added as blocks: one row for each of a set of ranks at once.
 
@@ -239,7 +208,7 @@ def _default(name: str) -> Any:
 
 @dataclass
 class Timeline:
-    rows: Rows | StepRows
+    rows: StepRows
     wall_s: float
     notes: dict[str, Any] = field(default_factory=dict)
 
