@@ -407,16 +407,21 @@ class PlacedTimer:
         return self.time(phase)
 
 
-def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseTimer, *,
-                   nonblocking: bool = False) -> float:
-    """Simulated seconds of an MPI_Allreduce (``nonblocking``: MPI_Iallreduce) of ``nbytes``.
+def placed_phases(nbytes: float, n: int, algorithm: str, time_phase: PhaseTimer,
+                  itemsize: int = 4, nonblocking: bool = False) -> list[Phase]:
+    """The phases of an MPI_Allreduce (``nonblocking``: MPI_Iallreduce, whose algorithm
+    MPICH chooses apart) of ``nbytes``, on the ranks per node of ``time_phase`` (a
+    :class:`PlacedTimer`; 1 for a plain function)."""
+    ranks_per_node = int(getattr(time_phase, "ranks_per_node", 1) or 1)
+    return allreduce_phases(nbytes, n, algorithm, itemsize, nonblocking=nonblocking,
+                            ranks_per_node=ranks_per_node)
 
-    The ranks per node are ``time_phase``'s (a :class:`PlacedTimer`; 1 for a
-    plain function).
-    """
-    ranks_per_node = int(getattr(time_phase, "ranks_per_node", 1))
-    return cost(allreduce_phases(nbytes, n, algorithm, nonblocking=nonblocking,
-                                 ranks_per_node=ranks_per_node), time_phase)
+
+def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseTimer,
+                   itemsize: int = 4) -> float:
+    """Simulated seconds of a blocking allreduce of ``nbytes``: its phases one after the
+    other (:func:`placed_phases`)."""
+    return cost(placed_phases(nbytes, n, algorithm, time_phase, itemsize), time_phase)
 
 
 #: Most shift permutations sampled for a large all-to-all.

@@ -75,7 +75,11 @@ from typing import Any
 import numpy as np
 
 from syncbench.analysis import schema
-from syncbench.bench.simulate.collectives import Phase, allreduce_phases, cost
+from syncbench.bench.simulate.collectives import (
+    Phase,
+    allreduce_time,
+    placed_phases,
+)
 from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload, delay_factors
 
 PhaseTime = Callable[[Phase], float]
@@ -215,30 +219,11 @@ class Timeline:
 
 # -- collectives ------------------------------------------------------------------
 
-def placed_phases(nbytes: float, n: int, algorithm: str, time_phase: PhaseTime,
-                  itemsize: int = 4, nonblocking: bool = False) -> list[Phase]:
-    """The phases :func:`.collectives.allreduce_phases` gives for this allreduce.
-
-    ``nonblocking``: an MPI_Iallreduce (MPICH chooses its algorithm apart); the
-    ranks per node are ``time_phase``'s (``collectives.PlacedTimer``, which
-    :mod:`.run` passes; 1 for a plain function).
-    """
-    ranks_per_node = int(getattr(time_phase, "ranks_per_node", 1) or 1)
-    return allreduce_phases(nbytes, n, algorithm, itemsize, nonblocking=nonblocking,
-                            ranks_per_node=ranks_per_node)
-
-
-def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseTime,
-                   itemsize: int = 4) -> float:
-    """Seconds of a blocking allreduce: its phases one after the other."""
-    return cost(placed_phases(nbytes, n, algorithm, time_phase, itemsize), time_phase)
-
-
 def allreduce_stages(nbytes: float, n: int, algorithm: str, time_phase: PhaseTime,
                      itemsize: int = 4) -> np.ndarray:
     """Seconds of each stage of a nonblocking allreduce of ``nbytes``, in order.
 
-    The stages are the phases of the Iallreduce (:func:`placed_phases`), each
+    The stages are the phases of the Iallreduce (:func:`.collectives.placed_phases`), each
     repeat of a phase (a step of a ring) a stage of its own: the schedule of
     MPICH's Iallreduce advances one such exchange per progress call.
     """
