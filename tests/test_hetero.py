@@ -347,5 +347,12 @@ def test_driver_records_the_slowdown_mode_reference_and_realised_factor(tmp_path
 
     assert slow["slowdown_realised"] == pytest.approx(realised_factor(run, "median"))
     assert len(rows["t_delay"]) > 0
-    assert 2.0 < slow["slowdown_realised"] < 5.5  # loose: a shared machine
+    # The rank's own delay follows its own compute: (compute + delay) / compute
+    # per step is the factor, whatever else runs on the machine.
+    own = np.median((rows["t_compute"] + rows["t_delay"]) / rows["t_compute"])
+    assert 3.0 < own < 5.0
+    # Against the other rank's compute it is looser: on a shared machine the
+    # slowed rank's compute itself runs up to ~1.5x slower than the fast rank's
+    # (it computes while the fast rank busy-polls in the Allreduce; CI read 5.69).
+    assert 2.0 < slow["slowdown_realised"] < 8.0
     assert run.attrs["buckets"] == 2  # mlp at the default bucket size
