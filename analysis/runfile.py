@@ -24,7 +24,9 @@ from .schema import (
     RANK_COLUMN_DEFAULTS,
     RANK_COLUMNS,
     RANKS_GROUP,
+    RESUMES_ATTR,
     SCHEMA,
+    STOPPED_BY_ATTR,
     SUMMARY_ATTRS,
     SUMMARY_GROUP,
     rank_group,
@@ -67,6 +69,19 @@ class Run:
     complete: bool = True
     #: Attributes of ``/summary`` beyond ``schema.SUMMARY_ATTRS``, if any.
     summary_extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stopped_by(self) -> str:
+        """The signal that stopped the run at a step boundary ("" if none, or an older file)."""
+        return str(self.summary_extra.get(STOPPED_BY_ATTR, "") or "")
+
+    @property
+    def resumes(self) -> int:
+        """How many times the run was continued with ``--resume`` (0 in older files)."""
+        try:
+            return int(self.attrs.get(RESUMES_ATTR, 0) or 0)
+        except (TypeError, ValueError):
+            return 0
 
     @property
     def world_size(self) -> int:
@@ -278,10 +293,11 @@ def _summary(path: str, f: h5py.File) -> tuple[dict[str, float], dict[str, Any]]
 
 def _read(path: str, f: h5py.File) -> Run:
     attrs = _root_attrs(path, f)
-    complete = bool(attrs.get(COMPLETE_ATTR, True))
+    summary, summary_extra = _summary(path, f)
+    # /summary's flag (this round's files), else the root attribute (older files)
+    complete = bool(summary_extra.get(COMPLETE_ATTR, attrs.get(COMPLETE_ATTR, True)))
     ranks, rank_attrs = _ranks(path, f, attrs.get("world_size"), complete)
     eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
-    summary, summary_extra = _summary(path, f)
     return Run(
         path=path,
         attrs=attrs,

@@ -54,6 +54,8 @@ ROOT_ATTRS: tuple[str, ...] = (
     # registered strategy's options (see STRATEGY_FLAGS_ATTRS)
     "strategy_flags",
     "option_flags",
+    # times the run was continued with --resume (see RESUMES_ATTR)
+    "resumes",
     # nodes of the run and the ranks on each (see NODE_ATTRS), and the environment
     # variables that select MPI transports (see TRANSPORT_ATTR)
     "nodes",
@@ -232,8 +234,19 @@ SUMMARY_ATTRS: tuple[str, ...] = (
 #: non-finite training loss on some rank, or final accuracy <= 1.5 / classes.
 SUMMARY_FLAGS: tuple[str, ...] = ("diverged",)
 
-#: Root attribute that is False on a run rebuilt from partial checkpoints.
+#: False on a run that did not consume its whole sample budget: rebuilt from the
+#: parts of a job that died (``syncbench recover``), or stopped by a signal. Written
+#: both as a root attribute (older readers) and as a ``/summary`` attribute.
 COMPLETE_ATTR = "complete"
+
+#: ``/summary`` attribute (str): the signal's name (``SIGTERM``, ``SIGINT``,
+#: ``SIGUSR1``) that stopped the run at a step boundary; "" for a run that ended
+#: by itself or was rebuilt by ``recover``. Absent from older files (read as "").
+STOPPED_BY_ATTR = "stopped_by"
+
+#: Root attribute (int): how many times the run was continued with ``--resume``
+#: (0 for a run that never was; absent from older files).
+RESUMES_ATTR = "resumes"
 
 #: Root attributes of a run written by ``syncbench simulate`` (absent from measured
 #: runs: readers default ``simulated`` to False). ``simulated`` (bool); the others

@@ -141,6 +141,7 @@ def write_run_file(
     num_classes: int | None = None,
     extra_attrs: Mapping[str, Any] | None = None,
     diverged: bool | None = None,
+    stopped_by: str = "",
 ) -> dict[str, Any]:
     """Write one ``syncbench/1`` file atomically; returns its summary attributes.
 
@@ -148,11 +149,15 @@ def write_run_file(
     without ``num_classes`` only a non-finite training loss counts). ``extra_attrs``:
     root attributes beyond ``schema.ROOT_ATTRS`` (the simulator's); ``diverged``, when
     given, is the flag instead of the verdict on the rows (a simulation trains nothing).
+    ``complete`` and ``stopped_by`` (the signal that stopped the run, "" if none) go
+    to ``/summary`` too (``schema.COMPLETE_ATTR``, ``schema.STOPPED_BY_ATTR``).
     """
     path = Path(path)
     summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes)
     if diverged is not None:
         summary["diverged"] = bool(diverged)
+    summary[schema.COMPLETE_ATTR] = bool(complete)
+    summary[schema.STOPPED_BY_ATTR] = str(stopped_by)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with h5py.File(tmp, "w") as f:
@@ -177,6 +182,8 @@ def write_run_file(
                 group.attrs[name] = float(summary[name])
             for name in schema.SUMMARY_FLAGS:
                 group.attrs[name] = bool(summary[name])
+            group.attrs[schema.COMPLETE_ATTR] = bool(complete)
+            group.attrs[schema.STOPPED_BY_ATTR] = str(stopped_by)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
