@@ -542,11 +542,14 @@ class Run:
         os.replace(tmp, path)
 
     # -- output ---------------------------------------------------------------
-    def write(self, recorder: StepRecorder, wall_s: float) -> dict[str, float] | None:
+    def write(self, recorder: StepRecorder, wall_s: float,
+              stopped_by: str = "") -> dict[str, float] | None:
         """Gather every rank's rows to rank 0, which writes the run file atomically.
 
         Each rank first moves its ``t_start`` onto rank 0's clock for the drift
         between its two offset measurements (:func:`~syncbench.bench.clocks.drift_since`).
+        A run ``stopped_by`` a signal is written ``complete=False`` and keeps its parts
+        folder (its rows and the checkpoint that ``--resume`` continues from).
         """
         config = self.config
         own = recorder.columns()
@@ -565,10 +568,14 @@ class Run:
         classes = self.data.num_classes
         if config.out is None:
             summary = run_summary(rows, evals, wall_s, config.target_accuracy, classes)
+            summary.update({schema.COMPLETE_ATTR: not stopped_by,
+                            schema.STOPPED_BY_ATTR: stopped_by})
         else:
             summary = write_run_file(config.out, self.root, rows, attrs, evals,
-                                     wall_s, config.target_accuracy, num_classes=classes)
-            remove_parts(config.out)
+                                     wall_s, config.target_accuracy, num_classes=classes,
+                                     complete=not stopped_by, stopped_by=stopped_by)
+            if not stopped_by:
+                remove_parts(config.out)
         # the reason, for the warning line; only a diverged run has one
         self.divergence = divergence(rows, evals, classes) if summary["diverged"] else None
         return summary
