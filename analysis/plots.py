@@ -42,6 +42,7 @@ import numpy as np
 from .context import context_line, format_context, machine_context
 from .runfile import Run
 from .schema import PHASES
+from .tables import incomplete_reason
 from .trace import NS, SNAPSHOT_EVALUATIONS, in_window, phase_bounds_ns, step_ends, step_order
 
 #: One colour per phase, the same in every plot.
@@ -108,8 +109,9 @@ def _stems(runs: Sequence[Run]) -> list[str]:
 
 
 def _title(run: Run) -> str:
-    partial = ", partial" if not run.complete else ""
-    return f"{run.algorithm} N={run.world_size} ({Path(run.path).name}{partial})"
+    reason = incomplete_reason(run.complete, run.stopped_by)
+    return f"{run.algorithm} N={run.world_size} ({Path(run.path).name}" \
+        f"{', ' + reason if reason else ''})"
 
 
 def _series_label(row: dict[str, Any], vary: Sequence[str]) -> str:
@@ -251,7 +253,7 @@ def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any
     for name, n, members in groups:
         color = cmap(names.index(name) % 10)
         marker = _MARKERS[sizes.index(n) % len(_MARKERS)]
-        partial = "" if all(r.complete for r in members) else " (partial)"
+        partial = "" if all(r.complete for r in members) else " (incomplete)"
         label = f"{name} N={n}" + (f" (median of {len(members)}, band min-max)"
                                    if len(members) > 1 else "") + partial
         for ax, xkey in ((ax_t, "t"), (ax_n, "samples_seen")):

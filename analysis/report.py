@@ -15,6 +15,13 @@ that bounds its resolution, and "diverged" / "overlapped" instead of ratios
 that must not be read. Its JSON rows keep the keys of ``schema.REPORT_KEYS``
 plus ``path`` first and only add keys after them (``machine``: the context
 line of the row's runs).
+
+An incomplete run (``complete`` False: it did not consume its sample budget)
+is read with a warning on stderr and noted with its reason, "stopped by
+SIGTERM" (``stopped_by``: a signal stopped it at a step boundary) or "partial
+(recovered)" (rebuilt by ``syncbench recover``); it gets no speedup,
+efficiency or hidden communication ("-"), is no baseline, and a ``--by``
+group with one gets none either (see :mod:`syncbench.analysis.tables`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from .tables import (
     ROOT_GROUP_KEYS,
     SPREAD_KEYS,
     aggregate,
+    incomplete_reason,
     table_rows,
 )
 from .trace import parse_steps
@@ -54,6 +62,7 @@ _MD_FORMATS: dict[str, str] = {
     "time_to_target_s": "{:.2f}",
     "comm_fraction": "{:.3f}",
     "wait_fraction": "{:.3f}",
+    "resumes": "{:d}",
 }
 if not _MD_FORMATS.keys() <= set(REPORT_KEYS):  # pragma: no cover - guards a schema edit
     raise ImportError("syncbench.analysis.report is out of step with schema.REPORT_KEYS")
@@ -68,7 +77,8 @@ def report_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
     rows = []
     for path in paths:
         run = read_run(path)
-        root = {"algorithm": run_label(run.attrs), "world_size": run.world_size}
+        root = {"algorithm": run_label(run.attrs), "world_size": run.world_size,
+                "stopped_by": run.stopped_by, "resumes": run.resumes}
         row: dict[str, Any] = {}
         for key in REPORT_KEYS:
             if key in root:
@@ -187,7 +197,7 @@ def _by_keys(text: str | None) -> tuple[str, ...]:
 
 
 def load_runs(paths: Sequence[str], warn: Callable[[str], None] | None = None) -> list[Run]:
-    """Read every run file; a partial one (``complete=False``) is read with a warning.
+    """Read every run file; an incomplete one (``complete=False``) is read with a warning.
 
     Raises :class:`~syncbench.analysis.runfile.RunFileError` for a file that
     cannot be read (another schema, missing groups, not HDF5).
@@ -202,10 +212,17 @@ def load_runs(paths: Sequence[str], warn: Callable[[str], None] | None = None) -
 
 
 def partial_warning(run: Run) -> str:
-    """The warning that ``run`` is partial (``complete=False``), reported all the same."""
-    return (f"warning: {run.path} is partial (complete=False: rebuilt from per-rank "
-            f"checkpoints of {len(run.ranks)} of {run.world_size} ranks); "
-            "it is reported and marked 'partial'")
+    """The warning that ``run`` is incomplete (``complete=False``), reported all the same:
+    stopped by a signal (``Run.stopped_by``), or rebuilt by ``syncbench recover``."""
+    reason = incomplete_reason(run.complete, run.stopped_by) or "partial (recovered)"
+    if run.stopped_by:
+        why = f"stopped by {run.stopped_by} at a step boundary before its sample budget"
+    else:
+        why = (f"rebuilt by syncbench recover from the parts of {len(run.ranks)} of "
+               f"{run.world_size} ranks of a job that died")
+    resumed = f", resumed {run.resumes}x" if run.resumes else ""
+    return (f"warning: {run.path} is incomplete (complete=False: {why}{resumed}); "
+            f"it is reported, marked '{reason}', and gets no speedup")
 
 
 def check_by_keys(runs: Sequence[Run], by: Sequence[str], flag: str = "--by") -> None:
@@ -355,11 +372,28 @@ def _count_note(row: dict[str, Any], key: str, word: str) -> str:
     return "" if not value else word if value >= repeats else f"{value}/{repeats} {word}"
 
 
+def _incomplete_note(row: dict[str, Any]) -> str:
+    """Why a run is incomplete ("stopped by SIGTERM", "partial (recovered)"); for a
+    group, each reason with its count when not every run has it ("1/3 stopped by ...")."""
+    if "_incomplete" not in row:  # a per-run row
+        return incomplete_reason(row.get("complete", True), row.get("stopped_by"))
+    reasons = list(row["_incomplete"])
+    repeats = int(row.get("repeats", 1) or 1)
+    parts = []
+    for reason in dict.fromkeys(reasons):
+        k = reasons.count(reason)
+        parts.append(reason if k >= repeats else f"{k}/{repeats} {reason}")
+    return ", ".join(parts)
+
+
 def _note(row: dict[str, Any]) -> str:
-    notes = ["" if row.get("complete", True) else "partial",
+    notes = [_incomplete_note(row),
              _count_note(row, "diverged", "diverged"),
              _count_note(row, "overlapped", "overlapped"),
              _count_note(row, "loaded", "loaded")]
+    resumes = _plain(row.get("resumes"))
+    if isinstance(resumes, int) and not isinstance(resumes, bool) and resumes > 0:
+        notes.append(f"resumed {resumes}x")
     if row.get("oversubscribed") is True:
         notes.append("oversubscribed")
     if row.get("simulated") is True:
@@ -417,7 +451,8 @@ def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
     main = [*lead, _SYNC, ("time_to_target_s", "time_to_target_s"),
             ("eval_interval_s", "eval every s"),
             *((k, k) for k in REPORT_KEYS if k not in ("algorithm", "world_size",
-                                                       "time_to_target_s"))]
+                                                       "time_to_target_s", "stopped_by",
+                                                       "resumes"))]
     if by:
         main.append(("repeats", "repeats"))
     main += [("speedup", "speedup"), ("efficiency", "efficiency"),
@@ -481,8 +516,22 @@ def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
 
 def _footnotes(rows: Sequence[dict[str, Any]]) -> list[str]:
     notes = []
-    if any(not r.get("complete", True) for r in rows):
-        notes.append("partial: rebuilt from per-rank checkpoints of a crashed run.")
+    incomplete = [r for r in rows if not r.get("complete", True)]
+    if any(r.get("stopped_by") for r in incomplete):
+        signals = sorted({s for r in incomplete for s in str(r.get("stopped_by") or "").split(",")
+                          if s})
+        notes.append(f"stopped by {'/'.join(signals)}: the run was stopped by that signal at "
+                     "a step boundary before it consumed its sample budget (complete=False).")
+    if any(_incomplete_note(r) and "partial (recovered)" in _incomplete_note(r)
+           for r in incomplete):
+        notes.append("partial (recovered): rebuilt by syncbench recover from the per-rank "
+                     "parts of a job that died (complete=False).")
+    if incomplete:
+        notes.append("incomplete runs get no speedup: a run with complete=False did not "
+                     "consume its sample budget, so its accuracy, time to target and samples/s "
+                     "are not comparable with complete runs; it gets no speedup, efficiency or "
+                     "hidden communication ('-'), is no baseline or reference, and a group "
+                     "with an incomplete run gets none either.")
     if any(r.get("diverged") for r in rows):
         notes.append("diverged: non-finite training loss or final accuracy at most 1.5x "
                      "chance; no time to target, speedup, efficiency or hidden communication "

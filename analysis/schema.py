@@ -263,6 +263,8 @@ SIMULATION_ATTRS: tuple[str, ...] = (
 )
 
 #: Keys of one ``syncbench report`` row, in column order (JSON adds ``path``).
+#: ``stopped_by`` and ``resumes`` are ``Run.stopped_by`` and ``Run.resumes`` (see
+#: STOPPED_BY_ATTR, RESUMES_ATTR; added after the older keys).
 REPORT_KEYS: tuple[str, ...] = (
     "algorithm",
     "world_size",
@@ -272,6 +274,8 @@ REPORT_KEYS: tuple[str, ...] = (
     "time_to_target_s",
     "comm_fraction",
     "wait_fraction",
+    "stopped_by",
+    "resumes",
 )
 
 

@@ -93,6 +93,20 @@ Contaminated timings
     i.e. something outside the run competed for the CPUs (None in older
     files).
 
+Incomplete runs
+    ``complete`` is False on a run that did not consume its whole sample
+    budget: stopped by a signal at a step boundary (``stopped_by``, the
+    signal's name: "stopped by SIGTERM") or rebuilt by ``syncbench recover``
+    from the parts of a job that died (``stopped_by`` "": "partial
+    (recovered)"); :func:`incomplete_reason` names it. ``resumes`` counts the
+    run's continuations with ``--resume``. Its accuracy, time to target and
+    samples/s are not comparable with complete runs: like an overlapped run
+    it gets no speedup, efficiency (both forms) or hidden communication, is no
+    scaling baseline and no hidden-communication reference, and does not
+    decide a series' scaling kind. A group (``--by``) with an incomplete run
+    gets none of these either (``complete`` False; ``stopped_by`` joins its
+    runs' signals, ``resumes`` sums theirs).
+
 Scaling
     A *series* is the runs with equal :func:`series_identity`: algorithm,
     model, dataset, MPI library, backend, simulated, every ``config`` flag
@@ -125,8 +139,9 @@ Scaling
     strong ``speedup_wall = wall0 / wall``, weak ``efficiency_wall = wall0 /
     wall``, and in both ``efficiency_wall = speedup_wall * N0 / N``.
     Speedup and efficiency are NaN (shown ``-``) for a series with a single
-    world size (no baseline), a ``mixed`` series, and an overlapped or
-    diverged run (shown ``overlapped`` / ``diverged``).
+    world size (no baseline), a ``mixed`` series, an incomplete run, and an
+    overlapped or diverged run (shown ``overlapped`` / ``diverged``); the
+    baseline and the kind are taken from the series' complete runs only.
 
 Repeats (``--by KEY,...``)
     Runs with equal values of the keys form a group; every numeric column of a
@@ -135,6 +150,9 @@ Repeats (``--by KEY,...``)
     ignored, except ``time_to_target_s``, where a run that missed the target
     or diverged counts as infinitely slow (median NaN when half or more did).
     ``diverged`` and ``overlapped`` count the group's runs that were.
+    ``complete`` is True only if every run of the group is; a group with an
+    incomplete run gets no speedup, efficiency or hidden communication (NaN),
+    whatever its complete runs' values.
 """
 
 from __future__ import annotations
@@ -229,6 +247,26 @@ _LABEL_KEYS = frozenset(
      "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated", "warmup_steps",
      "loaded"}
 )
+
+
+#: The columns that compare a run with a baseline or reference run: never computed from
+#: an incomplete run (as the run, as the baseline, or in a group with one).
+BASELINE_RATIO_KEYS: tuple[str, ...] = (
+    "speedup", "efficiency", "speedup_wall", "efficiency_wall", "hidden_comm_fraction",
+)
+
+
+def incomplete_reason(complete: Any, stopped_by: Any = "") -> str:
+    """Why a run is incomplete: ``"stopped by SIGTERM"`` (a signal stopped it at a step
+    boundary) or ``"partial (recovered)"`` (``syncbench recover`` rebuilt it from the
+    parts of a job that died); "" for a complete run."""
+    if complete is None or bool(complete):
+        return ""
+    return f"stopped by {stopped_by}" if stopped_by else "partial (recovered)"
+
+
+def _incomplete(row: dict[str, Any]) -> bool:
+    return row.get("complete") is False
 
 
 # ---------------------------------------------------------------- small helpers
@@ -512,7 +550,8 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
     summary = run.summary
     wall = float(summary.get("wall_s", NAN))
     row: dict[str, Any] = {}
-    root = {"algorithm": run_label(run.attrs), "world_size": run.world_size}
+    root = {"algorithm": run_label(run.attrs), "world_size": run.world_size,
+            "stopped_by": run.stopped_by, "resumes": run.resumes}
     for key in REPORT_KEYS:
         row[key] = root[key] if key in root else float(summary.get(key, NAN))
     row[PATH_KEY] = run.path
@@ -777,7 +816,8 @@ def add_scaling(rows: list[dict[str, Any]], by: Sequence[str] = (),
     ``series`` keys). Its baseline N0 is the smallest N among its runs that did
     not overlap another run on their host and did not diverge. No speedup or
     efficiency (NaN) for: a series with a single world size, a ``mixed``
-    series, a run that overlapped another one, a diverged run.
+    series, a run that overlapped another one, a diverged run, an incomplete
+    run (which is no baseline either and does not decide the kind).
     """
     extra = series_keys(by, series)
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -789,7 +829,8 @@ def add_scaling(rows: list[dict[str, Any]], by: Sequence[str] = (),
         for r in members:
             r["_series"] = (label, key)
             r["series"] = label
-        clean = [r for r in members if not r.get("overlapped") and not r.get("diverged")]
+        clean = [r for r in members if not r.get("overlapped") and not r.get("diverged")
+                 and not _incomplete(r)]
         sizes = {int(r["world_size"]) for r in clean}
         if len(sizes) < 2:
             continue  # nothing to scale against: speedup and efficiency stay NaN
@@ -802,7 +843,8 @@ def add_scaling(rows: list[dict[str, Any]], by: Sequence[str] = (),
         for r in members:
             r["scaling"] = kind
             r["baseline_world_size"] = n0
-            if kind == "mixed" or r.get("overlapped") or r.get("diverged"):
+            if kind == "mixed" or r.get("overlapped") or r.get("diverged") \
+                    or _incomplete(r):
                 continue
             n = int(r["world_size"])
             speedup = _ratio(r["samples_per_s"], x0)
@@ -853,21 +895,21 @@ def add_hidden_comm(rows: list[dict[str, Any]]) -> None:
 
     :func:`hidden_fraction` of the run's steady step time against the median
     step and sync times of the blocking SSGD runs with the same
-    :func:`reference_key`; runs that overlapped another on their host are not
-    used as references. NaN at N = 1 (nothing to hide), without a reference,
-    for a diverged or overlapped run, and for strategies other than
-    :data:`HIDDEN_COMM_ALGORITHMS`.
+    :func:`reference_key`; runs that overlapped another on their host, diverged or
+    are incomplete are not used as references. NaN at N = 1 (nothing to hide),
+    without a reference, for a diverged, overlapped or incomplete run, and for
+    strategies other than :data:`HIDDEN_COMM_ALGORITHMS`.
     """
     refs: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if is_blocking_reference(row) and not row.get("overlapped") \
-                and not row.get("diverged"):
+                and not row.get("diverged") and not _incomplete(row):
             refs.setdefault(reference_key(row), []).append(row)
     for row in rows:
         ref = refs.get(reference_key(row), [])
         algorithm = row.get("_attrs", {}).get("algorithm", row.get("algorithm"))
         if row["world_size"] <= 1 or not ref or algorithm not in HIDDEN_COMM_ALGORITHMS \
-                or row.get("diverged") or row.get("overlapped"):
+                or row.get("diverged") or row.get("overlapped") or _incomplete(row):
             row["hidden_comm_fraction"] = NAN
             continue
         row["hidden_comm_fraction"] = hidden_fraction(
@@ -923,6 +965,10 @@ def _merge_column(g: dict[str, Any], key: str, column: list[Any]) -> None:
         g[key] = column
     elif key == "complete":
         g[key] = all(column)
+    elif key == "stopped_by":  # the signals that stopped some of the group's runs
+        g[key] = ",".join(sorted({str(v) for v in column if v}))
+    elif key == "resumes":
+        g[key] = int(sum(int(v or 0) for v in column))
     elif key == "repeats":
         g[key] = len(column)
     elif key == "target_reached":
@@ -944,9 +990,13 @@ def aggregate(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[st
     """One row per distinct value of the ``by`` keys, sorted by them (module docstring).
 
     Label columns keep the common value (strings that differ are joined with
-    ``|``), ``complete`` is True only if every run is complete, ``repeats``
-    counts the runs, ``target_reached`` counts the runs that reached the
-    target and ``path`` becomes the list of the group's files.
+    ``|``), ``complete`` is True only if every run is complete, ``stopped_by``
+    joins the signals that stopped its runs (``,``), ``resumes`` sums theirs,
+    ``repeats`` counts the runs, ``target_reached`` counts the runs that
+    reached the target and ``path`` becomes the list of the group's files. A
+    group with an incomplete run gets NaN for :data:`BASELINE_RATIO_KEYS` (and
+    their spreads); ``_incomplete`` lists its incomplete runs' reasons
+    (:func:`incomplete_reason`, for the notes; formatters drop it).
     """
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
@@ -961,6 +1011,14 @@ def aggregate(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[st
                 # a diverged run never counts as faster (ttt: inf; speeds: left out)
                 column = [NAN if m.get("diverged") else v for m, v in zip(members, column)]
             _merge_column(g, key, column)
+        reasons = [incomplete_reason(m.get("complete"), m.get("stopped_by"))
+                   for m in members if _incomplete(m)]
+        if reasons:  # a group with an incomplete run gets no ratio to a baseline
+            for key in BASELINE_RATIO_KEYS:
+                g[key] = NAN
+                if key in SPREAD_KEYS:
+                    g[f"{key}_min"] = g[f"{key}_max"] = NAN
+        g["_incomplete"] = reasons
         for key, value in zip(by, values, strict=True):
             if key not in g:
                 g[key] = value

@@ -365,7 +365,7 @@ def test_report_partial_and_bad_files(tmp_path, scaling_files, capsys):
     data = json.loads(out)
     assert data[0]["complete"] is False and data[1]["complete"] is True
     rc, out, err = _report(partial, capsys=capsys)
-    assert rc == 0 and "| partial |" in out
+    assert rc == 0 and "| partial (recovered) |" in out
     other = tmp_path / "other.h5"
     import h5py  # noqa: PLC0415
 

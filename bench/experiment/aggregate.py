@@ -4,6 +4,13 @@ Input: one record per run (``label``, ``group``, ``condition``, ``repeat`` and
 the figures of :mod:`syncbench.bench.experiment.measure`). Output: one cell
 per (configuration, label). Rules, stated once:
 
+- An incomplete run (``complete`` False: stopped by a signal, its exit status
+  128 + the signal, or its run file written ``complete=False``) did not
+  consume its sample budget: it is counted (``runs``, ``incomplete``,
+  ``incomplete_reasons``) and left out of every figure and ratio below, as
+  the run and as the baseline (or homogeneous) run of its repeat. A label
+  whose runs are all incomplete shows ``incomplete`` everywhere.
+
 - Every figure is the median over the label's repeats with the min and max
   (NaN values left out). Time to target counts a run that missed the target
   or diverged as infinitely slow. Samples/s and hidden communication (the
@@ -32,7 +39,7 @@ per (configuration, label). Rules, stated once:
   chosen on the same repeats it is reported on (no held-out repeats), so the
   best lr's figures are optimistic, and the tables say so.
 - ``factor_spread``: per configuration, max/min of the realised factors of
-  all its runs; flagged when above :data:`FACTOR_TOLERANCE`.
+  all its complete runs; flagged when above :data:`FACTOR_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.analysis.tables import DIVERGED_EXCLUDED_KEYS
+from syncbench.analysis.tables import DIVERGED_EXCLUDED_KEYS, incomplete_reason
 
 #: Relative spread of realised factors above which a comparison is flagged, and the
 #: largest relative distance of a realised factor from the nominal one that is not.
@@ -93,6 +100,41 @@ def _index(records: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     return {(r["condition"], r["label"], r["repeat"]): r for r in records}
 
 
+def is_complete(record: dict[str, Any]) -> bool:
+    """False for a run that did not consume its sample budget (records without the key:
+    complete)."""
+    return record.get("complete", True) is not False
+
+
+def _usable(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A baseline (or homogeneous) run that a ratio may use: complete, not overlapped."""
+    if record is None or not is_complete(record) or record.get("overlapped"):
+        return None
+    return record
+
+
+def _ratios(runs: Sequence[dict[str, Any]], at: dict[tuple, dict[str, Any]], cond: str,
+            baseline: str, homogeneous: str, label: str
+            ) -> tuple[list[float], list[float], list[float]]:
+    """Per-repeat time-to-target, samples/s and het/hom ratios of a label's complete
+    ``runs`` (module docstring); a baseline or homogeneous run that overlapped or is
+    incomplete gives none."""
+    ttt, sps, het = [], [], []
+    for r in runs:
+        # a contaminated timing or an incomplete run is no baseline
+        base = _usable(at.get((cond, baseline, r["repeat"])))
+        if base is not None and math.isfinite(_ttt(base)):
+            ttt.append(_ttt(r) / _ttt(base))
+        if base is not None and not r["diverged"] and not base["diverged"] \
+                and base["samples_per_s"] > 0:
+            sps.append(r["samples_per_s"] / base["samples_per_s"])
+        hom = _usable(at.get((homogeneous, label, r["repeat"])))
+        if (cond != homogeneous and hom is not None and not r["diverged"]
+                and not hom["diverged"] and hom["samples_per_s"] > 0):
+            het.append(r["samples_per_s"] / hom["samples_per_s"])
+    return ttt, sps, het
+
+
 def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
               conditions: Sequence[str], baseline: str, homogeneous: str = "hom",
               groups: dict[str, str] | None = None,
@@ -102,15 +144,20 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
     cells = []
     for cond in conditions:
         for label in labels:
-            runs = [r for r in records if r["condition"] == cond and r["label"] == label]
-            if not runs:
+            every = [r for r in records if r["condition"] == cond and r["label"] == label]
+            if not every:
                 continue
+            runs = [r for r in every if is_complete(r)]  # the figures' runs
+            left_out = [r for r in every if not is_complete(r)]
             n_div = sum(bool(r["diverged"]) for r in runs)
             ok = [r for r in runs if not r["diverged"]]
             cell: dict[str, Any] = {
                 "condition": cond, "label": label,
                 "group": (groups or {}).get(label, label),
-                "runs": len(runs), "diverged": n_div,
+                "runs": len(every), "diverged": n_div,
+                "incomplete": len(left_out),
+                "incomplete_reasons": [incomplete_reason(False, r.get("stopped_by"))
+                                       for r in left_out],
                 "reached": sum(math.isfinite(_ttt(r)) for r in runs),
                 "overlapped": sum(bool(r.get("overlapped")) for r in runs),
                 "loaded": sum(bool(r.get("loaded")) for r in runs),
@@ -126,21 +173,7 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                 cell[key] = spread(r.get(key) for r in (ok if ok_only else runs))
                 if ok_only and not ok:
                     cell[key]["status"] = "diverged"
-            ttt, sps, het = [], [], []
-            for r in runs:
-                base = at.get((cond, baseline, r["repeat"]))
-                if base is not None and base.get("overlapped"):
-                    base = None  # a contaminated timing is no baseline
-                if base is not None and math.isfinite(_ttt(base)):
-                    ttt.append(_ttt(r) / _ttt(base))
-                if base is not None and not r["diverged"] and not base["diverged"] \
-                        and base["samples_per_s"] > 0:
-                    sps.append(r["samples_per_s"] / base["samples_per_s"])
-                hom = at.get((homogeneous, label, r["repeat"]))
-                if (cond != homogeneous and hom is not None and not r["diverged"]
-                        and not hom["diverged"] and not hom.get("overlapped")
-                        and hom["samples_per_s"] > 0):
-                    het.append(r["samples_per_s"] / hom["samples_per_s"])
+            ttt, sps, het = _ratios(runs, at, cond, baseline, homogeneous, label)
             cell["ttt_ratio"] = spread(ttt, keep_inf=True)
             cell["ttt_ratio"]["status"] = _status(cell["ttt_ratio"], n_div, len(ok))
             if label == baseline and cell["ttt_ratio"]["status"] == "-":
@@ -150,6 +183,10 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
             cell["het_hom"] = spread(het)
             cell["het_hom"]["status"] = (None if cond == homogeneous else
                                          _status(cell["het_hom"], n_div, len(ok)))
+            if not runs:  # every run incomplete: no figure at all
+                for value in cell.values():
+                    if isinstance(value, dict) and "median" in value:
+                        value["status"] = "incomplete"
             cells.append(cell)
     mark_best(cells, headline)
     return cells
@@ -178,6 +215,7 @@ def mark_best(cells: list[dict[str, Any]], headline: str = "time_to_target") -> 
 def factor_spread(records: Sequence[dict[str, Any]], condition: str) -> dict[str, Any]:
     """Realised factors of every run of a configuration: min, max and the flag."""
     values = [r["realised_factor"] for r in records if r["condition"] == condition
+              and is_complete(r)
               and r["realised_factor"] is not None and math.isfinite(r["realised_factor"])]
     if not values:
         return {"min": None, "max": None, "flag": False}

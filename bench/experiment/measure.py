@@ -11,7 +11,8 @@ comm:compute ratio of a blocking SSGD run is the report's
 ``comm_compute_ratio`` of its steady step and sync times, and the
 machine context (``loaded`` included) is
 :mod:`syncbench.analysis.context`'s. ``diverged`` is the ``/summary`` flag
-the training driver records (recomputed by the analysis for older files).
+the training driver records (recomputed by the analysis for older files);
+``complete``, ``stopped_by`` and ``resumes`` are the run file's (``Run``).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
             "eval_interval_s": float(row.get("eval_interval_s", math.nan)),
             "loaded": row.get("loaded"),
             "foreign_cpu_share": float(row.get("foreign_cpu_share", math.nan)),
+            "complete": bool(row["complete"]),
+            "stopped_by": str(row.get("stopped_by") or ""),
+            "resumes": int(row.get("resumes") or 0),
             "context": row["_context"],
         })
     return out

@@ -31,7 +31,21 @@ go to every ``syncbench train`` and come last, so they override the
 scenario's (``--seed``, ``--out``, ``--algorithm``, ``--slowdown``,
 ``--slowdown-mode`` and ``--target-accuracy`` are the runner's to set:
 repeat r trains with ``--seed r``). ``--resume`` keeps the run files a
-stopped invocation of the same plan already wrote.
+stopped invocation of the same plan already wrote (complete ones: an
+incomplete run file is run again).
+
+A run that is stopped (it exits 128 + SIGTERM, SIGINT or SIGUSR1 and leaves
+a run file, or its run file says ``complete=False``) did not consume its
+sample budget: its progress line says "STOPPED by SIGTERM", the tables count
+it (``2 (1 inc)``) and name it in a note, and no figure or ratio is computed
+from it (see ``aggregate``). The runner goes on with the next run; at the end
+its last line counts the incomplete runs and it exits 3. When the runner
+itself receives SIGINT or SIGTERM it starts no new run, waits for the current
+one (which stops itself if it got the signal too, as a Ctrl-C to the
+terminal's process group does; the runner does not forward it), prints the
+tables of the runs that ended, writes them to the results file (``complete``
+false, ``stopped_by``) and exits 128 + the signal; a second signal ends it at
+once.
 """
 
 from __future__ import annotations
@@ -40,11 +54,14 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -63,6 +80,66 @@ RESULTS_NAME = "results.json"
 RESULTS_SCHEMA = "syncbench-results/1"
 #: Repeats below which the runner says that timings are indicative only.
 MIN_TIMING_REPEATS = 5
+#: The signals that stop a run at a step boundary (``syncbench train`` then exits with
+#: 128 + the signal's number and writes its run file ``complete=False``).
+RUN_STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+#: The signals that stop the runner after its current run.
+RUNNER_STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+#: Exit status of a runner whose runs all ended but some of them incomplete.
+EXIT_INCOMPLETE = 3
+
+
+def stop_signal(returncode: int) -> str:
+    """The name of the stop signal an exit status says ended a run (128 + its number, or
+    minus it for a process killed by it); "" otherwise."""
+    for sig in RUN_STOP_SIGNALS:
+        if returncode in (128 + int(sig), -int(sig)):
+            return sig.name
+    return ""
+
+
+class StopRequest:
+    """SIGINT / SIGTERM to the runner: no new run starts, the current one ends first.
+
+    A context manager that installs its handlers in the main thread (elsewhere it
+    does nothing). The first signal is recorded (``signum``, ``name``) with one line
+    on stderr; a second one restores the previous handlers and raises itself again,
+    so the runner ends as it would have without this.
+    """
+
+    def __init__(self, prog: str = "syncbench run") -> None:
+        self.prog = prog
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            for sig in RUNNER_STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signum:
+            self._restore()
+            signal.raise_signal(signum)
+            return
+        self.signum = signum
+        # os.write: a handler may interrupt a print of the main code
+        os.write(2, f"{self.prog}: {self.name}: no new run starts; the current one ends "
+                 "first (send it again to end at once)\n".encode())
+
+    @property
+    def name(self) -> str:
+        """The recorded signal's name ("" when none arrived)."""
+        return signal.Signals(self.signum).name if self.signum else ""
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
@@ -172,8 +249,19 @@ def _readable(path: Path) -> Any:
         return None
 
 
+def _fresh(path: Path, since: float) -> Any:
+    """The run file at ``path`` read, when it was written at or after ``since`` (Unix s);
+    else None (absent, unreadable, or left by an earlier invocation)."""
+    try:
+        if path.stat().st_mtime < since:
+            return None
+    except OSError:
+        return None
+    return _readable(path)
+
+
 def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept: bool,
-              left_s: float | None = None) -> str:
+              left_s: float | None = None, stopped_by: str = "") -> str:
     """One line per finished run: its figures from the run file's summary (``run``, read)."""
     from syncbench.analysis.summary import run_diverged  # noqa: PLC0415
 
@@ -181,6 +269,11 @@ def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept:
     ttt = s["time_to_target_s"]
     state = ("DIVERGED" if run_diverged(run) else
              f"to target {ttt:.2f}s" if math.isfinite(ttt) else "target not reached")
+    name = run.stopped_by or stopped_by
+    if name:
+        state = f"STOPPED by {name}, {state}"
+    elif not run.complete:
+        state = f"INCOMPLETE (partial), {state}"
     how = "kept by --resume" if kept else f"{seconds:.0f}s"
     if left_s is not None and i < total:
         how += f", about {left_s / 60:.0f} min left" if left_s >= 90 else f", {left_s:.0f}s left"
@@ -193,18 +286,24 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
             resume: bool, say: Callable[[str], None],
             elapsed: dict[str, float] | None = None,
             runs: dict[str, Any] | None = None,
-            before: Callable[[PlannedRun], None] | None = None) -> str | None:
+            before: Callable[[PlannedRun], None] | None = None,
+            stopped: dict[str, str] | None = None,
+            stop: StopRequest | None = None) -> str | None:
     """Run the plan in order; None on success, else a one-line failure.
 
     ``elapsed`` collects each launched run's seconds (launch to exit) by run id,
     ``runs`` each finished or kept run file, read once, by run id; ``before``
-    prepares each run that is launched (the emulated nodes' speeds).
+    prepares each run that is launched (the emulated nodes' speeds). A run that
+    exits 128 + a stop signal and leaves its run file is no failure: ``stopped``
+    gets the signal's name by run id. Once ``stop`` has a signal no new run starts
+    (a run that then ends without a run file is no failure either); a kept
+    incomplete run file (``resume``) is run again.
     """
-    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
-
     spent: list[float] = []
     for i, p in enumerate(plan, 1):
-        kept = _readable(p.path) if resume and p.path.exists() else None
+        if stop is not None and stop.signum:
+            break
+        kept = _kept(p.path) if resume else None
         if kept is not None:
             if runs is not None:
                 runs[p.run_id] = kept
@@ -213,22 +312,50 @@ def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_
         if before is not None:
             before(p)
         start = time.perf_counter()
+        launched = time.time() - 1.0  # file times may be whole seconds
         try:
             proc = run_train(np_, list(p.args), mpiexec, timeout=timeout, quiet=True)
         except subprocess.TimeoutExpired:
             return f"run {p.run_id} took longer than --run-timeout {timeout:g}s"
-        if proc.returncode != 0:
+        run, name = _ended(p, proc, launched)
+        if run is None:
+            if stop is not None and stop.signum:
+                say(f"# {p.run_id} ended without a run file (exit {proc.returncode}) "
+                    f"after {stop.name}")
+                break
             tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
             return f"run {p.run_id} failed (exit {proc.returncode}): {tail}"
+        if name and stopped is not None:
+            stopped[p.run_id] = name
         spent.append(time.perf_counter() - start)
         if elapsed is not None:
             elapsed[p.run_id] = spent[-1]
         left = sum(spent) / len(spent) * (len(plan) - i)
-        run = read_run(p.path)
         if runs is not None:
             runs[p.run_id] = run
-        say(_progress(i, len(plan), p, run, spent[-1], kept=False, left_s=left))
+        say(_progress(i, len(plan), p, run, spent[-1], kept=False, left_s=left,
+                      stopped_by=name))
     return None
+
+
+def _kept(path: Path) -> Any:
+    """The complete run file at ``path`` read, for ``--resume``; else None (an absent,
+    unreadable or incomplete file: that run is run again)."""
+    kept = _readable(path) if path.exists() else None
+    return kept if kept is not None and kept.complete else None
+
+
+def _ended(p: PlannedRun, proc: subprocess.CompletedProcess, launched: float
+           ) -> tuple[Any, str]:
+    """(the run's file read, the stop signal its exit status names): a run that exits 0
+    is read (an unreadable file raises), one that exits 128 + a stop signal is read when
+    it wrote its file since ``launched``; (None, name) for any other exit."""
+    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+
+    if proc.returncode == 0:
+        return read_run(p.path), ""
+    name = stop_signal(proc.returncode)
+    return (_fresh(p.path, launched) if name else None), name
 
 
 def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
@@ -239,13 +366,21 @@ def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
 
 
 def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
-            runs: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(per-run records, cells) of the plan's run files, ``runs`` (read, in plan order)."""
+            runs: Sequence[Any], stopped: dict[str, str] | None = None
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(per-run records, cells) of the plan's run files, ``runs`` (read, in plan order).
+
+    ``stopped``: run id -> the stop signal its exit status named (see :func:`execute`);
+    such a run's record is incomplete whatever its file says.
+    """
     from .aggregate import aggregate  # noqa: PLC0415
     from .measure import run_figures  # noqa: PLC0415
 
     records = []
     for p, run, figures in zip(plan, runs, run_figures(runs, target), strict=True):
+        name = (stopped or {}).get(p.run_id, "")
+        if name:
+            figures.update(complete=False, stopped_by=figures["stopped_by"] or name)
         records.append({"run_id": p.run_id, "label": p.entry.label, "group": p.entry.group,
                         "algorithm": p.entry.algorithm, "condition": p.condition.key,
                         "condition_title": p.condition.title, "repeat": p.repeat,
@@ -370,43 +505,91 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
             "are a quick look, not a timing claim")
     elapsed: dict[str, float] = {}
     read: dict[str, Any] = {}
-    failure = _execute_scenario(scenario, args, plan, np_, say, elapsed, read)
+    stopped: dict[str, str] = {}
+    with StopRequest(prog) as stop:
+        failure = _execute_scenario(scenario, args, plan, np_, say, elapsed, read, stopped,
+                                    stop)
     if failure:
         print(f"{prog}: error: {failure} (rerun with --resume to keep the finished runs)",
               file=sys.stderr)
         return 1
-    runs = [read[p.run_id] for p in plan]
-    records, cells = results(scenario, plan, target, runs)
+    return _tabulate(scenario, args, plan, target, state, out_dir, say, read, elapsed,
+                     stopped, stop)
+
+
+def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRun],
+              target: float, state: dict[str, Any], out_dir: Path, say: Callable[[str], None],
+              read: dict[str, Any], elapsed: dict[str, float], stopped: dict[str, str],
+              stop: StopRequest) -> int:
+    """The tables and the results file of the runs that ended (``read``), the closing
+    lines; the exit status (see :func:`_last_line`)."""
+    results_path = out_dir / RESULTS_NAME
+    done = [p for p in plan if p.run_id in read]  # every run, unless the runner was stopped
+    if not done:
+        state.update(stopped_by=stop.name)
+        write_json(results_path, state)
+        say(f"stopped by {stop.name} before any run ended: nothing to tabulate; rerun with "
+            "--resume to run the plan")
+        return 128 + stop.signum
+    runs = [read[p.run_id] for p in done]
+    records, cells = results(scenario, done, target, runs, stopped)
     for record in records:
         record["elapsed_s"] = elapsed.get(record["run_id"])
-    lines, comparisons = format_all(scenario, plan, records, cells, target)
+    lines, comparisons = format_all(scenario, done, records, cells, target)
     print("\n".join(lines))
     from syncbench.analysis.context import format_contexts, merge_contexts  # noqa: PLC0415
 
+    from .aggregate import is_complete  # noqa: PLC0415
+
+    incomplete = [r for r in records if not is_complete(r)]
     contexts = [r["context"] for r in records]
-    state.update(complete=True, finished_utc=datetime.now(timezone.utc).isoformat(
-        timespec="seconds"), machine=merge_contexts(contexts),
-        machine_line=format_contexts(contexts), runs=records, cells=cells,
-        comparisons=comparisons)
+    state.update(complete=not stop.signum, stopped_by=stop.name,
+                 incomplete_runs=[r["run_id"] for r in incomplete],
+                 finished_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 machine=merge_contexts(contexts), machine_line=format_contexts(contexts),
+                 runs=records, cells=cells, comparisons=comparisons)
     write_json(results_path, state)
     say("")
-    say(f"run files: {out_dir}/ ({len(plan)} files); results: {results_path}")
+    say(f"run files: {out_dir}/ ({len(done)} files); results: {results_path}")
     if args.plots:
         _write_plots(runs, args.plots, say)
-    _say_next(scenario, plan, out_dir, args.plots, say)
+    _say_next(scenario, done, out_dir, args.plots, say)
+    return _last_line(stop, len(done), len(plan), incomplete, say)
+
+
+def _last_line(stop: StopRequest, done: int, total: int, incomplete: list[dict[str, Any]],
+               say: Callable[[str], None]) -> int:
+    """The runner's last line when it was stopped or some runs are incomplete; its exit
+    status (128 + the signal, :data:`EXIT_INCOMPLETE`, or 0)."""
+    from syncbench.analysis.tables import incomplete_reason  # noqa: PLC0415
+
+    which = ", ".join(f"{r['run_id']} {incomplete_reason(False, r.get('stopped_by'))}"
+                      for r in incomplete)
+    count = (f"{len(incomplete)} of them incomplete ({which}), "
+             "in no figure or ratio" if incomplete else "all complete")
+    if stop.signum:
+        say(f"stopped by {stop.name}: {done} of {total} runs ended, {count}; "
+            f"{total - done} not started; rerun with --resume to run the rest")
+        return 128 + stop.signum
+    if incomplete:
+        say(f"incomplete: {len(incomplete)} of {total} runs did not consume their sample "
+            f"budget ({which}): no figure or ratio is computed from them; rerun with "
+            "--resume to run them again")
+        return EXIT_INCOMPLETE
     return 0
 
 
 def _execute_scenario(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRun],
                       np_: int, say: Callable[[str], None], elapsed: dict[str, float],
-                      read: dict[str, Any]) -> str | None:
+                      read: dict[str, Any], stopped: dict[str, str] | None = None,
+                      stop: StopRequest | None = None) -> str | None:
     """:func:`execute`, with each configuration's node speeds set on the emulated cluster
     (a scenario's ``node_speeds``) and the speeds found put back at the end."""
     before, restore = (speed_setter() if scenario.node_speeds and getattr(args, "cluster", False)
                        else (None, None))
     try:
         return execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say, elapsed,
-                       read, before)
+                       read, before, stopped, stop)
     finally:
         if restore is not None:
             restore()

@@ -11,6 +11,11 @@ throughput next to the ceiling sum(1/f)/N, the realised slowdown factor
 (per-step medians) and the interference ratio, with a
 flag when the realised factors of the compared runs differ by more than 10%
 and an ``OVERSUBSCRIBED`` label when ranks outnumber cores.
+
+Incomplete runs (stopped by a signal, or rebuilt from a dead job's parts) are
+counted in the ``runs`` column (``2 (1 inc)``) and named in a note with their
+reason; every figure and ratio is of the complete runs only, and a label with
+no complete run shows ``incomplete``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from typing import Any
 from syncbench.analysis.context import format_contexts, loaded_text, merge_contexts
 
 from .aggregate import FACTOR_TOLERANCE, INTERFERENCE_TOLERANCE
+
+#: The note of a label with incomplete runs (see :func:`incomplete_note`).
+INCOMPLETE_NOTE = ("left out of every figure and ratio (they did not consume their sample "
+                   "budget; no ratio has them as its baseline either)")
 
 VALUE_WIDTH = 22
 OVERSUBSCRIBED_NOTE = (
@@ -70,6 +79,30 @@ def oversubscribed(contexts: Sequence[dict[str, Any]]) -> bool:
     return over is True or over == "some oversubscribed"
 
 
+def _reasons(cell: dict[str, Any]) -> str:
+    """``stopped by SIGTERM``, ``2 partial (recovered)``: a cell's incomplete runs' reasons."""
+    reasons = list(cell.get("incomplete_reasons") or ())
+    return ", ".join(r if reasons.count(r) == 1 else f"{reasons.count(r)} {r}"
+                     for r in dict.fromkeys(reasons))
+
+
+def incomplete_note(cell: dict[str, Any]) -> str | None:
+    """``  ! label: 1 of 2 run(s) incomplete (stopped by SIGTERM): left out ...``, or None."""
+    k = int(cell.get("incomplete") or 0)
+    if not k:
+        return None
+    reasons = _reasons(cell)
+    return (f"  ! {cell['label']}: {k} of {cell['runs']} run(s) incomplete"
+            f"{f' ({reasons})' if reasons else ''}: {INCOMPLETE_NOTE}")
+
+
+def _runs_cell(cell: dict[str, Any]) -> str:
+    """``5``, ``5 (1 div)``, ``5 (1 inc)``, ``5 (1 div, 1 inc)``."""
+    extra = [f"{cell['diverged']} div"] if cell["diverged"] else []
+    extra += [f"{cell['incomplete']} inc"] if cell.get("incomplete") else []
+    return f"{cell['runs']}" + (f" ({', '.join(extra)})" if extra else "")
+
+
 def regime_line(cells: Sequence[dict[str, Any]]) -> list[str]:
     """``# comm:compute ...`` from the blocking SSGD cells, if the scenario has one."""
     blocking = [c for c in cells if c.get("comm_compute_ratio", {}).get("median") is not None]
@@ -103,17 +136,20 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     for c in cells:
         values = [fmt_spread(c[key]) for _, key in ratio_cols]
         values += [fmt_spread(c.get("sync_fraction", {}))]
-        values += [fmt_spread(c["time_to_target_s"]) if c["reached"] else
+        values += [fmt_spread(c["time_to_target_s"]) if c["reached"]
+                   or c["time_to_target_s"].get("status") else
                    ("diverged" if c["diverged"] else "not reached"),
                    fmt_spread(c.get("eval_interval_s", {})),
                    fmt_spread(c["samples_per_s"], 0), fmt_spread(c["final_accuracy"], 3)]
         values += [fmt_spread(c["hidden_comm_fraction"])] if show_hidden else []
-        runs = f"{c['runs']}" + (f" ({c['diverged']} div)" if c["diverged"] else "")
+        runs = _runs_cell(c)
         label = c["label"] + (" <" if c.get("best_lr") else "")
         if c["diverged"] and c["sps_ratio"].get("status") is None:
             values[[k for _, k in ratio_cols].index("sps_ratio")] += "*"
             notes.append(f"  * {c['label']}: {c['diverged']} of {c['runs']} runs diverged; "
                          "their samples/s are left out and their time to target is infinite")
+        if incomplete_note(c):
+            notes.append(incomplete_note(c))
         if c.get("overlapped"):
             notes.append(f"  ! {c['label']}: {c['overlapped']} run(s) overlapped another run "
                          "on the same host: timings not comparable, no baseline")
@@ -156,6 +192,7 @@ def hetero_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
         lines.append(_row(c["label"] + (" <" if c.get("best_lr") else ""), width, [
             fmt_spread(c["het_hom"], 3), f"{ceiling:.3f}", fmt_spread(c["realised_factor"]),
             fmt_spread(c["interference_ratio"], 3)]))
+    lines += [note for note in map(incomplete_note, cells) if note]
     lines.append("  realised factor: slowed rank's median per-step (compute + delay) / the "
                  "median of the unslowed ranks' per-step compute")
     lines.append("  interference: fast ranks' compute while a slowed rank is in its delay / "
