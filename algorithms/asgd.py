@@ -153,6 +153,8 @@ from syncbench.algorithms.flags import option
 from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
 
 VERSION, CLAIMS, STARTED = 0, 1, 2
+#: :meth:`ASGD.pause_point` of a pause dropped because the run ended early.
+DROPPED_PAUSE = -1
 #: Sleep between progress tests of a rank that only waits (host, done ranks).
 POLL_INTERVAL_S = 1e-4
 #: Least time between two progress polls inside compute (Open MPI yields the
@@ -273,6 +275,10 @@ class ASGD(Algorithm):
         self._pause_stride = int(config.checkpoint_every or 0) * self.comm.size
         self._next_pause = self._pause_stride if self._pause_stride else self.total_pushes
         self._restored: dict[str, Any] | None = None
+        #: Tickets handed out when this rank ended the run early (-1: it did not).
+        self._stop_point = -1
+        #: The agreed stop point after an early end (:meth:`early_end_point`), else None.
+        self._stopped_at: int | None = None
         self.pull_seconds: list[float] = []
         self.push_seconds: list[float] = []
         self.staleness: list[int] = []
@@ -311,6 +317,36 @@ class ASGD(Algorithm):
             self._mpi.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
         self._last_poll = time.perf_counter()
 
+    def end_early(self) -> bool:
+        """Hand out the rest of the budget at once: every rank's next claim finds it gone.
+
+        ``claims += 2 * total_pushes + size`` (one atomic): the tickets claimed
+        before it, ``0..C-1``, are each pushed by their holder, so the window
+        ends holding exactly the first ``C`` pushes; every later claim is past
+        the budget. Only the first rank to do it gets ``C < total_pushes`` and
+        remembers it as the stop point, which a checkpoint pause agrees on
+        (:meth:`pause_point`). False when the budget was already handed out.
+        """
+        self.prepare()
+        claimed = self.counters.fetch_add(CLAIMS, 2 * self.total_pushes + self.comm.size)
+        if claimed >= self.total_pushes:
+            return False
+        self._stop_point = claimed
+        return True
+
+    def early_end_point(self) -> int | None:
+        """The stop point ``C`` of :meth:`end_early`, agreed after :meth:`finish`.
+
+        Every ticket before it has been pushed and none after, so the window
+        and counters are those of a checkpoint pause at ``C``: :meth:`state`
+        saves them as one, and ``--resume`` hands out ticket ``C`` next.
+        """
+        stop = self._agree_on_stop_point()
+        if stop < 0:
+            return None
+        self._stopped_at = stop
+        return stop * self.budget.batch_size
+
     def _claim(self, ticket: int) -> None:
         if ticket >= self.total_pushes:
             self._exhausted, self._ticket = True, None
@@ -338,7 +374,9 @@ class ASGD(Algorithm):
         and the dedicated host all stop there; every ticket before the point
         is pushed by then (a worker claims its next ticket only with a push),
         so the window holds exactly the first ``point`` pushes. Returns once
-        every rank is there (an ``Ibarrier`` that drives progress): the wait
+        every rank is there (an ``Iallreduce`` that drives progress and agrees on
+        an early end: a pause past the stop point of :meth:`end_early` is
+        dropped on every rank, and so are the ones after it): the wait
         for the last worker's step stays on the training clock, and the
         driver's checkpoint that follows, the same on every rank, is off it.
         """
@@ -349,8 +387,21 @@ class ASGD(Algorithm):
             return None
         point = self._next_pause
         self._next_pause += self._pause_stride
-        self._wait_all()
+        stop = self._agree_on_stop_point()
+        if 0 <= stop < point:  # the run was ended early before this pause: no pauses left
+            self._next_pause = self.total_pushes
+            return DROPPED_PAUSE  # every rank here is exhausted: the driver re-checks done()
         return point * self.budget.batch_size
+
+    def _agree_on_stop_point(self) -> int:
+        """Every rank at a pause: the stop point of :meth:`end_early`, or -1 (an
+        ``Iallreduce(MAX)`` tested with short sleeps, which drives RMA progress)."""
+        mine = np.array([self._stop_point], np.int64)
+        agreed = np.zeros(1, np.int64)
+        request = self._mpi.Iallreduce(mine, agreed, op=MPI.MAX)
+        while not request.Test():
+            time.sleep(POLL_INTERVAL_S)
+        return int(agreed[0])
 
     def pull(self) -> None:
         """W_pulled = W, remembering the version before it and the pushes started after it."""
@@ -486,13 +537,23 @@ class ASGD(Algorithm):
         makes the window and counters complete here; no rank pushes again
         before the driver's barrier after every rank saved.
         """
+        counters, exhausted, next_pause = (
+            self.counters.read_local(), self._exhausted, self._next_pause)
+        if self._stopped_at is not None:  # ended early: a pause at the stop point
+            stop = self._stopped_at
+            if counters.size:
+                counters[CLAIMS] = counters[VERSION] = counters[STARTED] = stop
+            exhausted = self.is_host
+            stride = self._pause_stride
+            next_pause = (stop // stride + 1) * stride if stride else self.total_pushes
         return {
             **super().state(),
             "window_shard": self.windows.read_local(),
-            "counters": self.counters.read_local(),
-            "ticket": -1 if self._ticket is None else self._ticket,
-            "exhausted": int(self._exhausted),
-            "next_pause": self._next_pause,
+            "counters": counters,
+            "ticket": -1 if self._ticket is None or self._stopped_at is not None
+            else self._ticket,
+            "exhausted": int(exhausted),
+            "next_pause": next_pause,
             "pull_seconds": np.asarray(self.pull_seconds, np.float64),
             "push_seconds": np.asarray(self.push_seconds, np.float64),
             "staleness": np.asarray(self.staleness, np.int64),

@@ -191,7 +191,28 @@ class Algorithm(ABC):
 
         For algorithms without evaluation points (ASGD): when not None every
         rank gets the same value, the driver checkpoints (collective) off the
-        training clock, and training continues. The default: no pauses.
+        training clock, and training continues. A negative value, the same on
+        every rank: the pause was dropped (the run ended early), the driver
+        checks :meth:`done` again without a step. The default: no pauses.
+        """
+        return None
+
+    def end_early(self) -> bool:
+        """End every rank's training at its next step boundary; True if this cut the run.
+
+        Only for strategies without evaluation points (the driver calls it on
+        the rank a signal reached; :mod:`syncbench.bench.stopping`): lock-step
+        strategies stop at an agreed evaluation point instead, so the default
+        does nothing and returns False.
+        """
+        return False
+
+    def early_end_point(self) -> int | None:
+        """After :meth:`finish` (collective): the global samples of a run that
+        :meth:`end_early` cut, if its state there can be checkpointed; else None.
+
+        The default (lock-step strategies, which checkpoint at the agreed stop
+        point instead): None.
         """
         return None
 

@@ -12,7 +12,9 @@ called at the start of training, before and after every step, and at its end:
   at ``--target-accuracy`` with ``--stop-at-target``;
 - :class:`Checkpointer` saves resumable state every ``--checkpoint-every`` steps
   (and joins a strategy's checkpoint pauses, :meth:`Algorithm.pause_point`);
-- :class:`StrategyReport` prints a strategy's own measurements after training.
+- :class:`StrategyReport` prints a strategy's own measurements after training;
+- :class:`StopOnSignal` ends training at an agreed step boundary after SIGTERM,
+  SIGINT or SIGUSR1 (:mod:`syncbench.bench.stopping`).
 
 The rule for hooks that make collective calls (Evaluator, Checkpointer): they
 act only on values every rank agrees on, the step's
@@ -31,8 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mpi4py import MPI
+
 from syncbench.algorithms.base import StepStats
 from syncbench.bench.progress import Progress
+from syncbench.bench.stopping import SignalCatcher, StopVote, signal_name
 
 if TYPE_CHECKING:
     from syncbench.bench.train import LoopState, Run
@@ -193,6 +198,8 @@ class Checkpointer(Hook):
         pause = ctx.run.algorithm.pause_point()
         if pause is None:
             return False
+        if pause < 0:  # dropped (the run ended early): the loop checks done() again
+            return True
         ctx.loop.next_ckpt = pause + ctx.loop.ckpt_stride
         self._save(ctx, pause)
         return True
@@ -216,3 +223,42 @@ class StrategyReport(Hook):
         line: Any = ctx.run.algorithm.report_line()
         if line:
             print(line, flush=True)
+
+
+class StopOnSignal(Hook):
+    """Ends training at a step boundary every rank agrees on once a signal arrived.
+
+    See :mod:`syncbench.bench.stopping`. At an evaluation point the rank votes
+    (off the clock); when the vote of :data:`~syncbench.bench.stopping.VOTE_LAG`
+    points ago carries a signal, every rank is at this same point: the run's
+    stop checkpoint is written there (collective) and training ends. A
+    strategy without evaluation points is asked once to end early instead.
+    At the end, every rank learns the signal that stopped the run (an
+    ``allreduce``), or "" when the budget was consumed all the same.
+    """
+
+    def __init__(self, catcher: SignalCatcher, vote: StopVote) -> None:
+        self.catcher, self.vote = catcher, vote
+        self.stopped = 0
+        self.ended_early = False
+
+    def after_step(self, ctx: StepContext) -> bool:
+        if ctx.seen is None:
+            if self.catcher.signum and not self.ended_early:
+                self.ended_early = ctx.run.algorithm.end_early()
+            return False
+        with ctx.off_clock():
+            agreed = self.vote.post(self.catcher.signum)
+        if not agreed:
+            return False
+        self.stopped = agreed
+        ctx.run.checkpoint_at_stop(ctx)
+        return True
+
+    def on_end(self, ctx: StepContext) -> None:
+        self.vote.drain()
+        cut = self.stopped or (self.catcher.signum if self.ended_early else 0)
+        ctx.run.stopped_by = signal_name(int(ctx.run.world.allreduce(cut, op=MPI.MAX)))
+        self.vote.free()
+        if ctx.run.stopped_by and not self.stopped:  # the strategy ended itself early
+            ctx.run.checkpoint_after_early_end(ctx)

@@ -70,6 +70,7 @@ from syncbench.bench.hooks import (
     RowFlusher,
     SnapshotKeeper,
     StepContext,
+    StopOnSignal,
     StrategyReport,
 )
 from syncbench.bench.options import validate_train_config
@@ -88,6 +89,7 @@ from syncbench.bench.slowdown import (
     parse_slowdown_schedule,
     resolve_mode,
 )
+from syncbench.bench.stopping import SignalCatcher, StopVote, exit_status
 from syncbench.bench.stream import BatchStream
 from syncbench.bench.watchdog import Watchdog
 from syncbench.kernels.backend import Backend, BackendError, select_backend
@@ -107,6 +109,8 @@ class LoopState:
     elapsed: float = 0.0
     next_eval: float = math.inf
     next_ckpt: float = math.inf
+    #: Times the run was continued with ``--resume`` (root attribute ``resumes``).
+    resumes: int = 0
 
     def __post_init__(self) -> None:
         if self.eval_stride > 0 and self.next_eval == math.inf:
@@ -258,7 +262,8 @@ class Run:
         self.cpu_end = cpu_sample(self.local_rank == 0)
         ctx.seen = self.final_samples()
         for hook in hooks:
-            hook.on_end(ctx)
+            hook.on_end(ctx)  # StopOnSignal's sets self.stopped_by (collective)
+        self.final_seen = ctx.seen
         if self.config.save_model:
             self.save_model()
         # each rank's own training time (its off-clock blocks differ: rank 0 commits a
@@ -268,7 +273,7 @@ class Run:
         self.root["load_end"] = _load()
         self.root.update(self.foreign_cpu_attrs())
         self.clock_end = measure_offsets(self.world)  # the drift since the start
-        return self.write(self.recorder, wall)
+        return self.write(self.recorder, wall, self.stopped_by)
 
     def open_records(self) -> LoopState:
         """Empty (or, with ``--resume``, restored) rows, evaluations and loop position."""
@@ -283,6 +288,8 @@ class Run:
         )
         if config.resume:
             self.restore(loop)
+            loop.resumes += 1
+        self.resumes = loop.resumes
         return loop
 
     def make_hooks(self, loop: LoopState) -> list[Hook]:
@@ -301,6 +308,7 @@ class Run:
         if loop.ckpt_stride > 0:
             hooks.append(Checkpointer())
         hooks.append(StrategyReport())
+        hooks.append(StopOnSignal(self.catcher, StopVote(self.world)))  # last: it may end
         return hooks
 
     def describe_run(self) -> None:
@@ -500,6 +508,44 @@ class Run:
         rows = self.recorder.columns()
         flush_rows(self.parts, self.rank, rows, self.rank_attrs(rows), evals)
 
+    def checkpoint_at_stop(self, ctx: StepContext) -> None:
+        """The stop checkpoint, at an evaluation point every rank is at (collective;
+        off the clock). Without ``--out`` there is nowhere to keep it."""
+        if self.parts is None or ctx.seen is None:
+            return
+        with ctx.off_clock() as t:
+            self.checkpoint(ctx.loop, t, tag=ctx.seen // self.budget.batch_size)
+        self.stop_checkpoint_step = ctx.loop.step
+
+    def checkpoint_after_early_end(self, ctx: StepContext) -> None:
+        """The stop checkpoint of a strategy that ended itself early (collective, after
+        ``Algorithm.finish``), where :meth:`~Algorithm.early_end_point` says it can."""
+        point = self.algorithm.early_end_point()
+        if self.parts is None or point is None:
+            return
+        with ctx.off_clock() as t:
+            self.checkpoint(ctx.loop, t, tag=point // self.budget.batch_size)
+        self.stop_checkpoint_step = ctx.loop.step
+
+    def stop_line(self) -> str:
+        """Rank 0's line on a run stopped by a signal: where, what is kept, how to go on."""
+        config, seen = self.config, getattr(self, "final_seen", None)
+        where = f"after {self.recorder.count} steps of rank 0"
+        if seen is not None:
+            where = f"at {seen:,} of {self.budget.total_samples:,} samples ({where})"
+        if config.out is None:
+            return (f"syncbench train: stopped by {self.stopped_by} {where}; nothing is kept "
+                    "(no --out)")
+        kept = f"{config.out} is written incomplete (complete=False)"
+        step = getattr(self, "stop_checkpoint_step", None)
+        if step is not None:
+            return (f"syncbench train: stopped by {self.stopped_by} {where}; {kept}, with a "
+                    f"checkpoint at step {step} in {self.parts}: continue with the same "
+                    "command and --resume")
+        return (f"syncbench train: stopped by {self.stopped_by} {where}; {kept}; "
+                f"{config.algorithm} keeps no checkpoint at a stop (--resume continues from "
+                "its last --checkpoint-every pause, if any)")
+
     def checkpoint(self, loop: LoopState, elapsed: float, tag: int) -> None:
         """Save every rank's resumable state at this evaluation point (collective).
 
@@ -605,6 +651,7 @@ class Run:
             "hostnames": sorted(set(hostnames)),
             "buckets": int(getattr(self.algorithm, "buckets", 0)),
             "warmup_steps": int(self.algorithm.warmup_steps),
+            schema.RESUMES_ATTR: int(getattr(self, "resumes", 0)),
             **strategy_flag_attrs(config.algorithm),
         }
 
@@ -710,31 +757,51 @@ def main(args: argparse.Namespace) -> int:
     from syncbench.kernels import backend  # noqa: PLC0415
 
     backend.bind_before_mpi(args.device)
-    run_training(args, start_mpi())
-    return 0
+    run = train_run(args, start_mpi())
+    # every rank: 128 + the signal that stopped the run, as if it had died of it
+    return exit_status(run.stopped_by)
 
 
 def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> dict | None:
     """Train once on every rank of ``comm``; returns the summary on rank 0."""
+    return train_run(config, comm).summary
+
+
+def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Run:
+    """Train once on every rank of ``comm``; the :class:`Run` (``summary`` on rank 0,
+    ``stopped_by`` on every rank).
+
+    SIGTERM, SIGINT and SIGUSR1 are caught from before the setup to the end
+    (:class:`~syncbench.bench.stopping.SignalCatcher`): training stops at an
+    agreed step boundary and the run file is written incomplete.
+    """
     comm = comm or MPI.COMM_WORLD
     run = Run(config, comm)
     run.started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
     run.t_begin_unix = time.time()
-    agree_on_setup(comm, run.setup, "train")
+    run.catcher = SignalCatcher().install()
+    run.stopped_by, run.summary = "", None
+    try:
+        agree_on_setup(comm, run.setup, "train")
 
-    def body() -> dict | None:
-        try:
-            return run.train()
-        finally:
-            run.algorithm.close()
+        def body() -> dict | None:
+            try:
+                return run.train()
+            finally:
+                run.algorithm.close()
 
-    summary = abort_on_exception(comm, body)
+        run.summary = abort_on_exception(comm, body)
+    finally:
+        run.catcher.restore()
+    summary = run.summary
     if comm.Get_rank() == 0 and summary is not None:
-        print(format_summary(config, comm.Get_size(), summary))
+        print(format_summary(config, comm.Get_size(), summary), flush=True)
         if getattr(run, "divergence", None):
             print(f"syncbench train: warning: run diverged ({run.divergence}); its timings "
                   "are not a result", file=sys.stderr, flush=True)
-    return summary
+        if run.stopped_by:
+            print(run.stop_line(), file=sys.stderr, flush=True)
+    return run
 
 
 def format_summary(config: argparse.Namespace, world: int, s: dict[str, float]) -> str:

@@ -1,0 +1,143 @@
+"""Stopping a run at a step boundary when a signal arrives (SIGTERM, SIGINT, SIGUSR1).
+
+Jobs on shared clusters are stopped by others all the time. Slurm sends
+SIGTERM to every task at the time limit, on ``scancel`` and on preemption,
+then SIGKILL after ``KillWait`` (30 s by default); ``--signal=USR1@60`` warns
+every task a minute before the end. MPICH's Hydra ``mpiexec`` forwards
+SIGTERM, SIGINT and SIGUSR1 to every rank and exits with the highest exit
+status of its ranks. Open MPI's ``prterun`` forwards SIGUSR1, but kills its
+ranks about a quarter of a second after forwarding SIGTERM or SIGINT (measured
+on this machine), too soon for any clean ending: send it SIGUSR1, or signal the
+ranks themselves.
+
+:class:`SignalCatcher` only records the first of those signals (a second one
+ends the process the way it would have without the catcher: Ctrl-C twice
+forces). The ranks then agree where to stop without adding a wait to any
+strategy:
+
+* Lock-step strategies (SSGD, OD-SGD) and round-based ones (Local SGD,
+  Oscars) have *evaluation points*, where every rank is at the same step
+  (:meth:`~syncbench.algorithms.base.Algorithm.evaluation_point`). At each one
+  :class:`StopVote` posts an 8-byte ``Iallreduce(MAX)`` of this rank's signal
+  on a duplicate of the run's communicator, and completes the vote it posted
+  :data:`VOTE_LAG` points earlier. Every rank has posted that older vote by
+  then (the strategy's own reductions in between required every rank to get
+  past it), so the wait is only the vote's delivery, and every rank reads the
+  same result at the same point: all stop there, or none does.
+* Strategies without evaluation points (ASGD) end themselves
+  (:meth:`~syncbench.algorithms.base.Algorithm.end_early`): the signalled rank
+  hands out the rest of the sample budget at once, and every rank finds it
+  exhausted at its next claim.
+
+The driver (:class:`~syncbench.bench.hooks.StopOnSignal`) then writes a
+checkpoint where the strategy has one, flushes every rank's rows, writes the
+run file with ``/summary`` ``complete=False`` and ``stopped_by``, and exits
+with 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections import deque
+from types import FrameType
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+#: The signals that stop a run at a step boundary.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+#: Evaluation points between posting a vote and completing it (see the module doc).
+VOTE_LAG = 2
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; "" for 0."""
+    if not signum:
+        return ""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def exit_status(name: str) -> int:
+    """The shell's status of a process ended by signal ``name``: 128 + its number (0 for "")."""
+    if not name:
+        return 0
+    return 128 + int(signal.Signals[name])
+
+
+class SignalCatcher:
+    """Records the first of :data:`STOP_SIGNALS` instead of dying of it.
+
+    Installed in the main thread (Python runs handlers there, between
+    bytecodes: a rank blocked inside an MPI call notices when the call returns).
+    A second signal while the first is pending restores the previous handlers
+    and sends itself that signal again, so the process ends as it would have.
+    :meth:`restore` puts the previous handlers back.
+    """
+
+    def __init__(self) -> None:
+        #: The first signal's number, 0 until one arrives.
+        self.signum = 0
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def install(self) -> SignalCatcher:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signum:  # the second one: end the way the signal would have
+            self.restore()
+            os.kill(os.getpid(), signum)
+            return
+        self.signum = signum
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
+
+
+class StopVote:
+    """Agreement on a stop at evaluation points, with no wait of its own (module doc).
+
+    Each :meth:`post` is collective in the nonblocking sense: every rank posts
+    the same number of votes, at the same evaluation points.
+    """
+
+    def __init__(self, comm: MPI.Comm, lag: int = VOTE_LAG) -> None:
+        self.comm = comm.Dup()
+        self.lag = lag
+        self._pending: deque[tuple[MPI.Request, np.ndarray, np.ndarray]] = deque()
+
+    def post(self, signum: int) -> int:
+        """Post this point's vote; the signal agreed ``lag`` points ago (0: go on)."""
+        send = np.array([signum], dtype=np.int64)
+        recv = np.zeros(1, dtype=np.int64)
+        self._pending.append((self.comm.Iallreduce(send, recv, op=MPI.MAX), send, recv))
+        if len(self._pending) <= self.lag:
+            return 0
+        return self._complete_oldest()
+
+    def _complete_oldest(self) -> int:
+        request, _send, recv = self._pending.popleft()
+        request.Wait()
+        return int(recv[0])
+
+    def drain(self) -> int:
+        """Complete every posted vote (every rank posted as many); the largest signal."""
+        agreed = 0
+        while self._pending:
+            agreed = max(agreed, self._complete_oldest())
+        return agreed
+
+    def free(self) -> None:
+        self.drain()
+        self.comm.Free()
