@@ -1,37 +1,61 @@
-"""Crash safety: per-rank row checkpoints, resumable state, and recovery.
+"""Crash safety: per-rank row files, resumable state, recovery, and write errors.
 
 Next to the run file ``RUN.h5`` a run keeps a folder ``RUN.h5.parts/``:
 
-* ``rows-RRRRR.npz``: rank R's step rows (and, on rank 0, the evaluation
-  rows), rewritten atomically every ``--flush-every`` seconds, so a job that
-  dies leaves its timings readable; ``meta.json`` holds the root attributes.
-  ``syncbench recover RUN.h5`` rebuilds a partial run file from them,
-  marked ``complete=False``.
+* ``rows-RRRRR.bin``: rank R's step rows, append-only (:class:`RowsFile`): a
+  header line (``SYNCBENCH-ROWS 1`` and the columns' names and dtypes as
+  JSON), then one chunk per flush (every ``--flush-every`` seconds, default
+  1): the rows added since the last flush and the last flushed row again
+  (:meth:`StepRecorder.add_to_last` may have changed it), with a CRC. A
+  reader keeps the newest copy of each row and stops at a torn or corrupt
+  trailing chunk, so a flush costs its new rows, not the whole run. A
+  process's first flush starts the file afresh (a resumed run's rows come
+  from its checkpoint). ``attrs-RRRRR.json`` holds the rank's attributes and
+  ``evals.npz`` rank 0's evaluation rows, both replaced atomically when they
+  change; ``meta.json`` holds the root attributes. ``syncbench recover
+  RUN.h5`` rebuilds a partial run file from them, marked ``complete=False``;
+  it still reads the ``rows-RRRRR.npz`` files of older versions.
 * ``state-RRRRR-sSSSSSSSS.h5``: rank R's resumable state at step S
   (``--checkpoint-every``), and ``checkpoint.json`` naming the newest step
   for which EVERY rank's state was written (rank 0 writes it after a
-  barrier), so ``--resume`` never mixes generations.
+  barrier), so ``--resume`` never mixes generations. It also records the
+  run's identity (:func:`run_identity`: strategy, model, dataset, world size,
+  batch size, seed, sample budget); ``--resume`` refuses a checkpoint of
+  another run, naming what differs.
 * ``heartbeat-RRRRR``: the rank's last step and time, read by the hang guard.
 
 A run that completes removes the folder; what exists after a crash is
 exactly what was flushed.
+
+Every file is written whole to a temporary name beside it (HDF5 files are
+built in memory first, so the HDF5 library never meets a disk error), then
+synced and renamed. A failed write (a full disk, a quota, a read-only
+folder, an I/O error) raises :class:`WriteError`, one line naming the path
+and the cause, and leaves no temporary file and the previous version intact
+(a failed append is cut back to the last whole chunk).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
+import struct
 import sys
-from collections.abc import Mapping
+import time
+import zlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import h5py
 import numpy as np
 
 from syncbench.analysis import schema
+
+T = TypeVar("T")
 
 
 def parts_dir(out: str | os.PathLike) -> Path:
@@ -40,29 +64,261 @@ def parts_dir(out: str | os.PathLike) -> Path:
     return out.with_name(out.name + ".parts")
 
 
-def _atomic_replace(tmp: Path, final: Path) -> None:
-    os.replace(tmp, final)
+class WriteError(OSError):
+    """A file could not be written; ``str()`` is one line naming the path and the cause."""
+
+    def __init__(self, path: str | os.PathLike, cause: OSError) -> None:
+        code = cause.errno or 0
+        reason = (cause.strerror or os.strerror(code)) if code else (str(cause) or "write failed")
+        super().__init__(code, reason, str(path))
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        suffix = f" (errno {self.errno})" if self.errno else ""
+        return f"cannot write {self.path}: {self.strerror}{suffix}"
+
+
+def _tmp_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}.tmp.{os.getpid()}")
+
+
+def write_atomic(final: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``final`` whole or not at all: a temporary name beside it,
+    ``fsync``, rename. Raises :class:`WriteError` and leaves no temporary file."""
+    final = Path(final)
+    tmp = _tmp_name(final)
+    try:
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, final)
+        except BaseException:
+            with _quiet():
+                tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise WriteError(final, exc) from None
+
+
+def hdf5_image(build: Callable[[h5py.File], None]) -> bytes:
+    """The bytes of an HDF5 file that ``build`` fills, made in memory (no disk I/O)."""
+    with h5py.File(f"in-memory-{id(build)}.h5", "w", driver="core", backing_store=False) as f:
+        build(f)
+        f.flush()
+        return f.id.get_file_image()
+
+
+class _quiet:
+    """``with _quiet():`` ignores an ``OSError`` (clean-up after a failed write)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
+        return kind is not None and issubclass(kind, OSError)
+
+
+def abort_on_write_error(comm: Any, error: WriteError) -> None:
+    """End the job from a rank whose write failed mid-run: one line, then ``MPI_Abort``."""
+    from syncbench.bench.runtime import ABORT_GRACE_S  # noqa: PLC0415
+
+    sys.stdout.flush()
+    print(f"syncbench: rank {comm.Get_rank()}: {error}; aborting the job", file=sys.stderr,
+          flush=True)
+    time.sleep(ABORT_GRACE_S)  # let the launcher forward the line before the kill
+    comm.Abort(1)
+
+
+def agree_on_write(comm: Any, write: Callable[[], T] | None, command: str = "train",
+                   note: str = "") -> T | None:
+    """Rank 0 runs ``write`` (the other ranks pass None); every rank learns the outcome.
+
+    On a :class:`WriteError`, rank 0 prints ``syncbench COMMAND: error: cannot write
+    PATH: CAUSE (errno N)`` and ``note``, and every rank exits with status 2 (the
+    others :func:`~syncbench.bench.cli.exit_after_grace` later). The other ranks
+    wait by polling, leaving rank 0 its core.
+    """
+    from syncbench.bench.cli import exit_after_grace  # noqa: PLC0415
+    from syncbench.bench.runtime import wait_politely  # noqa: PLC0415
+
+    result: T | None = None
+    failed = np.zeros(1, dtype=np.int64)
+    error: WriteError | None = None
+    if write is not None:
+        try:
+            result = write()
+        except WriteError as exc:
+            error, failed[0] = exc, 1
+    wait_politely(comm.Ibcast(failed, root=0))
+    if not failed[0]:
+        return result
+    sys.stdout.flush()
+    if error is None:
+        exit_after_grace()
+    print(f"syncbench {command}: error: {error}{note}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(folder, exc) from None
 
 
 def write_meta(folder: Path, root_attrs: Mapping[str, Any], target: float | None) -> None:
     """Root attributes of the run (rank 0, once at the start)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / ".meta.json.tmp"
-    tmp.write_text(json.dumps({"root": dict(root_attrs), "target_accuracy": target},
-                              default=str))
-    _atomic_replace(tmp, folder / "meta.json")
+    _make_folder(folder)
+    text = json.dumps({"root": dict(root_attrs), "target_accuracy": target}, default=str)
+    write_atomic(folder / "meta.json", text.encode())
 
 
-def flush_rows(folder: Path, rank: int, rows: Mapping[str, np.ndarray],
-               rank_attrs: Mapping[str, Any], evals: Mapping[str, np.ndarray] | None) -> None:
-    """Rewrite rank ``rank``'s rows file atomically."""
-    arrays = {f"row_{k}": v for k, v in rows.items()}
-    if evals is not None:
-        arrays.update({f"eval_{k}": v for k, v in evals.items()})
-    arrays["attrs"] = np.array(json.dumps(dict(rank_attrs), default=str))
-    tmp = folder / f".rows-{rank:05d}.tmp.npz"
-    np.savez(tmp, **arrays)
-    _atomic_replace(tmp, folder / f"rows-{rank:05d}.npz")
+# -- rows --------------------------------------------------------------------
+ROWS_MAGIC = b"SYNCBENCH-ROWS 1\n"
+#: Chunk header: b"ROWS", first row index, row count, CRC32 of the records.
+_CHUNK = struct.Struct("<4sQQI")
+_CHUNK_TAG = b"ROWS"
+
+
+def _rows_dtype(columns: Mapping[str, Any]) -> np.dtype:
+    return np.dtype([(name, np.dtype(dt).newbyteorder("<")) for name, dt in columns.items()])
+
+
+def _rows_path(folder: Path, rank: int) -> Path:
+    return folder / f"rows-{rank:05d}.bin"
+
+
+class RowsFile:
+    """Rank ``rank``'s append-only rows file, ``rows-RRRRR.bin`` (see the module docstring).
+
+    :meth:`flush` writes the rows added since the previous flush (and the last
+    flushed row again); the first flush of the process writes the file afresh.
+    The rank's attributes and the evaluation rows are side files, rewritten
+    atomically only when they changed.
+    """
+
+    def __init__(self, folder: Path, rank: int) -> None:
+        self.folder, self.rank = folder, rank
+        self.path = _rows_path(folder, rank)
+        self.dtype = _rows_dtype(schema.RANK_COLUMNS)
+        #: Rows in the file, and its length in bytes (None: not written by this process).
+        self.rows = 0
+        self.size: int | None = None
+        self._attrs = ""
+        self._evals = -1
+
+    def flush(self, rows: Mapping[str, np.ndarray], rank_attrs: Mapping[str, Any],
+              evals: Mapping[str, np.ndarray] | None) -> None:
+        """Bring the files up to ``rows`` (all of the rank's rows; views are fine)."""
+        count = len(rows["step"])
+        if self.size is None:
+            _make_folder(self.folder)
+            self._write_afresh(rows, count)
+        elif count:
+            self._append(rows, min(max(self.rows - 1, 0), count - 1), count)
+        attrs = json.dumps(dict(rank_attrs), default=str, sort_keys=True)
+        if attrs != self._attrs:
+            write_atomic(self.folder / f"attrs-{self.rank:05d}.json", attrs.encode())
+            self._attrs = attrs
+        if evals is not None and len(evals["t"]) != self._evals:
+            buffer = io.BytesIO()
+            np.savez(buffer, **evals)
+            write_atomic(self.folder / "evals.npz", buffer.getvalue())
+            self._evals = len(evals["t"])
+
+    def _chunk(self, rows: Mapping[str, np.ndarray], start: int, stop: int) -> bytes:
+        records = np.empty(stop - start, dtype=self.dtype)
+        for name in self.dtype.names:
+            records[name] = rows[name][start:stop]
+        payload = records.tobytes()
+        return _CHUNK.pack(_CHUNK_TAG, start, stop - start, zlib.crc32(payload)) + payload
+
+    def _write_afresh(self, rows: Mapping[str, np.ndarray], count: int) -> None:
+        header = json.dumps({"rank": self.rank, "columns": [
+            [name, self.dtype[name].str] for name in self.dtype.names]}).encode()
+        data = ROWS_MAGIC + header + b"\n" + (self._chunk(rows, 0, count) if count else b"")
+        write_atomic(self.path, data)
+        self.rows, self.size = count, len(data)
+
+    def _append(self, rows: Mapping[str, np.ndarray], start: int, count: int) -> None:
+        data = self._chunk(rows, start, count)
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                try:
+                    os.lseek(fd, self.size, os.SEEK_SET)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                except OSError:
+                    with _quiet():  # cut back to the last whole chunk (frees the space too)
+                        os.ftruncate(fd, self.size)
+                    raise
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise WriteError(self.path, exc) from None
+        self.rows, self.size = count, self.size + len(data)
+
+
+def read_rows_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The rows of a ``rows-RRRRR.bin`` file: the newest copy of each row, up to the
+    last whole chunk (a torn or corrupt trailing chunk is ignored)."""
+    data = Path(path).read_bytes()
+    if not data.startswith(ROWS_MAGIC):
+        raise ValueError(f"{path} is not a syncbench rows file")
+    line_end = data.index(b"\n", len(ROWS_MAGIC))
+    header = json.loads(data[len(ROWS_MAGIC):line_end])
+    dtype = np.dtype([(name, np.dtype(dt)) for name, dt in header["columns"]])
+    pieces: list[tuple[int, np.ndarray]] = []
+    count, pos = 0, line_end + 1
+    while pos + _CHUNK.size <= len(data):
+        tag, start, n, crc = _CHUNK.unpack_from(data, pos)
+        payload = data[pos + _CHUNK.size: pos + _CHUNK.size + n * dtype.itemsize]
+        if tag != _CHUNK_TAG or start > count or len(payload) != n * dtype.itemsize \
+                or zlib.crc32(payload) != crc:
+            break  # torn (a flush cut short) or corrupt: what follows is not trusted
+        pieces.append((start, np.frombuffer(payload, dtype=dtype)))
+        count = start + n  # a chunk starts at or before the previous end, and ends the rows
+        pos += _CHUNK.size + len(payload)
+    records = np.zeros(count, dtype=dtype)
+    for start, chunk in pieces:
+        records[start:start + len(chunk)] = chunk
+    return {name: np.asarray(records[name], dtype=dt) if name in dtype.names
+            else np.full(count, schema.RANK_COLUMN_DEFAULTS.get(name, 0), dtype=dt)
+            for name, dt in schema.RANK_COLUMNS.items()}
+
+
+def read_rows(folder: Path, rank: int) -> tuple[dict[str, np.ndarray], dict[str, Any],
+                                                  dict[str, np.ndarray] | None]:
+    """Rank ``rank``'s flushed rows, attributes and (rank 0) evaluation rows; from
+    ``rows-RRRRR.bin`` and its side files, else an older version's ``rows-RRRRR.npz``."""
+    path = _rows_path(folder, rank)
+    if not path.exists():
+        with np.load(folder / f"rows-{rank:05d}.npz") as data:
+            rows = {k: data[f"row_{k}"] for k in schema.RANK_COLUMNS}
+            evals = ({k: data[f"eval_{k}"] for k in schema.EVAL_COLUMNS}
+                     if "eval_t" in data else None)
+            return rows, json.loads(str(data["attrs"])), evals
+    attrs_path = folder / f"attrs-{rank:05d}.json"
+    attrs = json.loads(attrs_path.read_text()) if attrs_path.exists() else {}
+    evals = None
+    if rank == 0 and (folder / "evals.npz").exists():
+        with np.load(folder / "evals.npz") as data:
+            evals = {k: data[k] for k in schema.EVAL_COLUMNS}
+    return read_rows_file(path), attrs, evals
+
+
+def flushed_ranks(folder: Path) -> list[int]:
+    """Ranks with a rows file in ``folder`` (either format)."""
+    return sorted({int(p.name.split("-")[1].split(".")[0])
+                   for pattern in ("rows-*.bin", "rows-*.npz") for p in folder.glob(pattern)})
 
 
 def recover(out: str | os.PathLike, overwrite: bool = False) -> dict[str, float]:
@@ -79,15 +335,12 @@ def recover(out: str | os.PathLike, overwrite: bool = False) -> dict[str, float]
     rank_rows: dict[int, dict[str, np.ndarray]] = {}
     rank_attrs: dict[int, dict[str, Any]] = {}
     evals = {name: np.zeros(0, dtype=dt) for name, dt in schema.EVAL_COLUMNS.items()}
-    for path in sorted(folder.glob("rows-*.npz")):
-        rank = int(path.stem.split("-")[1])
-        with np.load(path) as data:
-            rank_rows[rank] = {k: data[f"row_{k}"] for k in schema.RANK_COLUMNS}
-            rank_attrs[rank] = json.loads(str(data["attrs"]))
-            if "eval_t" in data:
-                evals = {k: data[f"eval_{k}"] for k in schema.EVAL_COLUMNS}
+    for rank in flushed_ranks(folder):
+        rank_rows[rank], rank_attrs[rank], rank_evals = read_rows(folder, rank)
+        if rank_evals is not None:
+            evals = rank_evals
     if not rank_rows:
-        raise FileNotFoundError(f"no rows-*.npz in {folder}: no rank flushed any step")
+        raise FileNotFoundError(f"no rows-*.bin in {folder}: no rank flushed any step")
     wall = max(
         (float(r["t_start"][-1] + sum(r[f"t_{p}"][-1] for p in schema.PHASES))
          for r in rank_rows.values() if len(r["t_start"])),
@@ -104,34 +357,57 @@ def _state_path(folder: Path, rank: int, step: int) -> Path:
 
 
 def save_state(folder: Path, rank: int, step: int, state: Mapping[str, Any]) -> None:
-    """Write rank ``rank``'s state at ``step`` atomically (one HDF5 file)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    final = _state_path(folder, rank, step)
-    tmp = final.with_suffix(".tmp")
-    with h5py.File(tmp, "w") as f:
-        _write_tree(f, state)
-    _atomic_replace(tmp, final)
+    """Write rank ``rank``'s state at ``step`` atomically (one HDF5 file, built in memory)."""
+    _make_folder(folder)
+    write_atomic(_state_path(folder, rank, step), hdf5_image(lambda f: _write_tree(f, state)))
 
 
-def commit_checkpoint(folder: Path, step: int, world_size: int) -> None:
-    """Rank 0, after every rank saved ``step``: name it the newest and drop older states."""
-    tmp = folder / ".checkpoint.json.tmp"
-    tmp.write_text(json.dumps({"step": step, "world_size": world_size}))
-    _atomic_replace(tmp, folder / "checkpoint.json")
+#: What a checkpoint must share with the run that resumes it: key, and its name in errors.
+IDENTITY = {"algorithm": "strategy", "model": "model", "dataset": "dataset",
+            "world_size": "world size", "batch_size": "batch size", "seed": "seed",
+            "total_samples": "sample budget"}
+
+
+def run_identity(config: argparse.Namespace, world_size: int,
+                 total_samples: int) -> dict[str, Any]:
+    """The run's identity recorded with its checkpoints (:data:`IDENTITY`'s keys)."""
+    return {"algorithm": config.algorithm, "model": config.model, "dataset": config.dataset,
+            "world_size": int(world_size), "batch_size": int(config.batch_size),
+            "seed": int(config.seed), "total_samples": int(total_samples)}
+
+
+def commit_checkpoint(folder: Path, step: int, world_size: int,
+                      identity: Mapping[str, Any] | None = None) -> None:
+    """Rank 0, after every rank saved ``step``: name it the newest and drop older states.
+
+    ``identity`` (:func:`run_identity`) is recorded for :func:`latest_checkpoint`.
+    """
+    info = {"step": step, "world_size": world_size, **dict(identity or {})}
+    write_atomic(folder / "checkpoint.json", json.dumps(info).encode())
     for old in folder.glob("state-*-s*.h5"):
         if int(old.stem.split("-s")[1]) < step:
             old.unlink(missing_ok=True)
 
 
-def latest_checkpoint(folder: Path, world_size: int) -> int:
-    """Step of the newest complete checkpoint; ``ValueError`` if none fits this job."""
+def latest_checkpoint(folder: Path, world_size: int,
+                      identity: Mapping[str, Any] | None = None) -> int:
+    """Step of the newest complete checkpoint; ``ValueError`` if none fits this job.
+
+    With ``identity`` (:func:`run_identity`), every key the checkpoint recorded
+    must match: the error names the first that does not.
+    """
     marker = folder / "checkpoint.json"
     if not marker.exists():
         raise ValueError(f"--resume: no checkpoint in {folder} (run with --checkpoint-every)")
     info = json.loads(marker.read_text())
     if info["world_size"] != world_size:
-        raise ValueError(f"--resume: checkpoint in {folder} is for {info['world_size']} ranks, "
-                         f"this job has {world_size}")
+        raise ValueError(f"--resume: the checkpoint in {folder} is for {info['world_size']} "
+                         f"ranks, this job has {world_size}")
+    for key, label in IDENTITY.items():
+        if identity is not None and key in info and key in identity \
+                and info[key] != identity[key]:
+            raise ValueError(f"--resume: the checkpoint in {folder} is for {label} "
+                             f"{info[key]}, this run is {identity[key]}")
     return int(info["step"])
 
 

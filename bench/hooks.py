@@ -5,7 +5,7 @@ The loop of :meth:`syncbench.bench.train.Run.train` only gets data, calls
 called at the start of training, before and after every step, and at its end:
 
 - :class:`Heartbeat` feeds the hang guard (``--timeout``);
-- :class:`RowFlusher` rewrites this rank's rows for ``syncbench recover``;
+- :class:`RowFlusher` appends this rank's new rows for ``syncbench recover``;
 - :class:`SnapshotKeeper` keeps ASGD-style parameter copies at evaluation strides;
 - :class:`ProgressLine` drives rank 0's progress line;
 - :class:`Evaluator` evaluates the consensus model every ``--eval-every`` and stops
@@ -110,7 +110,8 @@ class Heartbeat(Hook):
 
 
 class RowFlusher(Hook):
-    """Rewrites this rank's rows every ``every`` seconds (per-rank file: no agreement)."""
+    """Appends this rank's new rows to its rows file every ``every`` seconds (per-rank
+    file: no agreement; off the clock). A failed write ends the job with one line."""
 
     def __init__(self, every: float) -> None:
         self.every = every

@@ -91,9 +91,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     rel.add_argument("--timeout", type=float, default=0.0,
                      help="hang guard: abort the job when a rank makes no progress for this "
                      "many seconds, naming the ranks that had not arrived (0 = off)")
-    rel.add_argument("--flush-every", type=float, default=30.0,
-                     help="seconds between per-rank row checkpoints next to --out "
-                     "(RUN.h5.parts/), for `syncbench recover` after a crash")
+    rel.add_argument("--flush-every", type=float, default=1.0,
+                     help="seconds between appends of each rank's new rows next to --out "
+                     "(RUN.h5.parts/), for `syncbench recover` after a crash: a crash "
+                     "loses at most this much of a rank's rows (default 1)")
     rel.add_argument("--checkpoint-every", type=int, default=0,
                      help="save resumable state every this many steps of one rank, at the "
                      "algorithm's synchronization points (0 = off; needs --out)")

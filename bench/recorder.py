@@ -3,9 +3,11 @@
 Every rank appends one row per step (timestamps relative to the barrier at
 the start of the run, seconds per phase, loss, samples and the algorithm's
 extra columns). At the end the rows are gathered to rank 0, which writes the
-``syncbench/1`` file (names from :mod:`syncbench.analysis.schema`) to a
-temporary name in the target directory and renames it, so a run file that
-exists is complete. This works with every h5py build (PyPI's has no MPI).
+``syncbench/1`` file (names from :mod:`syncbench.analysis.schema`): built in
+memory, written to a temporary name in the target directory, synced and
+renamed, so a run file that exists is complete, and a failed write (a full
+disk, a read-only folder) is one :class:`~syncbench.bench.checkpoint.WriteError`
+that leaves nothing behind. This works with every h5py build (PyPI's has no MPI).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from syncbench.algorithms.base import StepStats
 from syncbench.analysis import schema
 from syncbench.analysis.summary import divergence, summarize
+from syncbench.bench.checkpoint import hdf5_image, write_atomic
 
 
 class StepRecorder:
@@ -75,6 +78,10 @@ class StepRecorder:
     def columns(self) -> dict[str, np.ndarray]:
         """The recorded rows (copies trimmed to the row count)."""
         return {name: col[: self.count].copy() for name, col in self._cols.items()}
+
+    def view(self) -> dict[str, np.ndarray]:
+        """The recorded rows as views (no copy; valid until the next append)."""
+        return {name: col[: self.count] for name, col in self._cols.items()}
 
 
 class EvalRecorder:
@@ -158,34 +165,33 @@ def write_run_file(
         summary["diverged"] = bool(diverged)
     summary[schema.COMPLETE_ATTR] = bool(complete)
     summary[schema.STOPPED_BY_ATTR] = str(stopped_by)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["schema"] = schema.SCHEMA
-            for name in schema.ROOT_ATTRS:
-                if name != "schema":
-                    f.attrs[name] = _attr_value(root_attrs.get(name))
-            f.attrs[schema.COMPLETE_ATTR] = bool(complete)
-            for name, value in (extra_attrs or {}).items():
-                f.attrs[name] = _attr_value(value)
-            for rank in sorted(rank_rows):
-                group = f.create_group(schema.rank_group(rank))
-                for name, dtype in schema.RANK_COLUMNS.items():
-                    group.create_dataset(name, data=np.asarray(rank_rows[rank][name], dtype=dtype))
-                for name in schema.RANK_ATTRS:
-                    group.attrs[name] = _attr_value(rank_attrs.get(rank, {}).get(name))
-            group = f.create_group(schema.EVAL_GROUP)
-            for name, dtype in schema.EVAL_COLUMNS.items():
-                group.create_dataset(name, data=np.asarray(eval_rows[name], dtype=dtype))
-            group = f.create_group(schema.SUMMARY_GROUP)
-            for name in schema.SUMMARY_ATTRS:
-                group.attrs[name] = float(summary[name])
-            for name in schema.SUMMARY_FLAGS:
-                group.attrs[name] = bool(summary[name])
-            group.attrs[schema.COMPLETE_ATTR] = bool(complete)
-            group.attrs[schema.STOPPED_BY_ATTR] = str(stopped_by)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    def build(f: h5py.File) -> None:
+        f.attrs["schema"] = schema.SCHEMA
+        for name in schema.ROOT_ATTRS:
+            if name != "schema":
+                f.attrs[name] = _attr_value(root_attrs.get(name))
+        f.attrs[schema.COMPLETE_ATTR] = bool(complete)
+        for name, value in (extra_attrs or {}).items():
+            f.attrs[name] = _attr_value(value)
+        for rank in sorted(rank_rows):
+            group = f.create_group(schema.rank_group(rank))
+            for name, dtype in schema.RANK_COLUMNS.items():
+                group.create_dataset(name, data=np.asarray(rank_rows[rank][name], dtype=dtype))
+            for name in schema.RANK_ATTRS:
+                group.attrs[name] = _attr_value(rank_attrs.get(rank, {}).get(name))
+        group = f.create_group(schema.EVAL_GROUP)
+        for name, dtype in schema.EVAL_COLUMNS.items():
+            group.create_dataset(name, data=np.asarray(eval_rows[name], dtype=dtype))
+        group = f.create_group(schema.SUMMARY_GROUP)
+        for name in schema.SUMMARY_ATTRS:
+            group.attrs[name] = float(summary[name])
+        for name in schema.SUMMARY_FLAGS:
+            group.attrs[name] = bool(summary[name])
+        group.attrs[schema.COMPLETE_ATTR] = bool(complete)
+        group.attrs[schema.STOPPED_BY_ATTR] = str(stopped_by)
+
+    # built in memory, then written whole and renamed: a full disk or a read-only
+    # folder is one WriteError, never a half-written file or an HDF5 library error
+    write_atomic(path, hdf5_image(build))
     return summary

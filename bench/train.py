@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import math
 import os
@@ -49,13 +50,18 @@ from syncbench.analysis.context import (
 from syncbench.analysis.summary import divergence
 from syncbench.bench import reach
 from syncbench.bench.checkpoint import (
+    RowsFile,
+    WriteError,
+    abort_on_write_error,
+    agree_on_write,
     commit_checkpoint,
-    flush_rows,
     latest_checkpoint,
     load_state,
     parts_dir,
     remove_parts,
+    run_identity,
     save_state,
+    write_atomic,
     write_meta,
 )
 from syncbench.bench.cli import git_sha, package_version
@@ -200,7 +206,8 @@ class Run:
             self.algorithm.slowdown = slowdown
         self.parts = parts_dir(config.out) if config.out else None
         if config.resume:
-            self.resume_step = latest_checkpoint(self.parts, self.size)
+            self.resume_step = latest_checkpoint(  # of this very run, or a one-line error
+                self.parts, self.size, run_identity(config, self.size, self.budget.total_samples))
         elif self.parts is not None and self.parts.exists() and not config.overwrite:
             raise SetupError(
                 f"{self.parts} holds rows of an earlier run of {config.out} that did not "
@@ -329,7 +336,10 @@ class Run:
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
                 Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
-            write_meta(self.parts, self.root, config.target_accuracy)
+            try:
+                write_meta(self.parts, self.root, config.target_accuracy)
+            except WriteError as exc:
+                abort_on_write_error(self.world, exc)
 
     def start_clock(self, loop: LoopState) -> float:
         """Untimed warm-up and collective set-up, the start barrier; returns time 0."""
@@ -489,9 +499,13 @@ class Run:
                 "slowdown_realised": (compute + delay) / compute if compute > 0 else 1.0}
 
     def flush(self) -> None:
-        """Rewrite this rank's rows checkpoint (rank 0 adds the evaluation rows)."""
-        with self.rows_lock:
-            self._flush()
+        """Bring this rank's rows file up to date (rank 0 adds the evaluation rows);
+        a failed write ends the job with one line."""
+        try:
+            with self.rows_lock:
+                self._flush()
+        except WriteError as exc:
+            abort_on_write_error(self.world, exc)
 
     def flush_from_guard(self) -> None:
         """:meth:`flush` from the hang guard's thread, while the main thread is blocked
@@ -504,9 +518,13 @@ class Run:
                 self.rows_lock.release()
 
     def _flush(self) -> None:
+        """Append the rows since the last flush (:class:`~syncbench.bench.checkpoint.RowsFile`;
+        the first flush of this process writes the file afresh); raises ``WriteError``."""
+        if getattr(self, "rows_file", None) is None:
+            self.rows_file = RowsFile(self.parts, self.rank)
         evals = self.evals.columns() if self.rank == 0 else None
-        rows = self.recorder.columns()
-        flush_rows(self.parts, self.rank, rows, self.rank_attrs(rows), evals)
+        rows = self.recorder.view()
+        self.rows_file.flush(rows, self.rank_attrs(rows), evals)
 
     def checkpoint_at_stop(self, ctx: StepContext) -> None:
         """The stop checkpoint, at an evaluation point every rank is at (collective;
@@ -562,11 +580,18 @@ class Run:
         }
         if self.rank == 0:
             state["evals"] = self.evals.columns()
-        save_state(self.parts, self.rank, tag, state)
+        try:
+            save_state(self.parts, self.rank, tag, state)
+        except WriteError as exc:
+            abort_on_write_error(self.world, exc)
         self.flush()
         self.world.Barrier()
         if self.rank == 0:
-            commit_checkpoint(self.parts, tag, self.size)
+            try:  # with the run's identity, checked by --resume
+                commit_checkpoint(self.parts, tag, self.size, run_identity(
+                    self.config, self.size, self.budget.total_samples))
+            except WriteError as exc:
+                abort_on_write_error(self.world, exc)
 
     def restore(self, loop: LoopState) -> None:
         """Continue from the newest complete checkpoint (``--resume``)."""
@@ -579,13 +604,14 @@ class Run:
             self.evals.extend(state["evals"])
 
     def save_model(self) -> None:
-        """Rank 0 writes the final consensus parameters (``--save-model``, .npy)."""
-        if self.rank != 0:
-            return
-        path = Path(self.config.save_model)
-        tmp = path.with_name(f".{path.name}.tmp.npy")
-        np.save(tmp, self.backend.to_numpy(self.eval_model.params))
-        os.replace(tmp, path)
+        """Rank 0 writes the final consensus parameters (``--save-model``, .npy; collective:
+        a failed write is one line from rank 0 and status 2 on every rank)."""
+        def write() -> None:
+            buffer = io.BytesIO()
+            np.save(buffer, self.backend.to_numpy(self.eval_model.params))
+            write_atomic(self.config.save_model, buffer.getvalue())
+
+        agree_on_write(self.world, write if self.rank == 0 else None)
 
     # -- output ---------------------------------------------------------------
     def write(self, recorder: StepRecorder, wall_s: float,
@@ -598,12 +624,21 @@ class Run:
         folder (its rows and the checkpoint that ``--resume`` continues from).
         """
         config = self.config
+        kept = self.parts is not None  # the parts keep every row should the run file fail
+        if kept:
+            with self.rows_lock:
+                try:
+                    self._flush()
+                except OSError:
+                    kept = False
         own = recorder.columns()
         if self.clock_start is not None:
             own["t_start"] = own["t_start"] - drift_since(
                 own["t_start"] + self.t0, self.clock_start, self.clock_end)
-        gathered = self.world.gather((own, self.rank_attrs(own)), root=0)
+        gathered = self.world.gather((own, self.rank_attrs(own), kept), root=0)
         if self.rank != 0:
+            if config.out is not None:  # rank 0's outcome: a failed write ends every rank
+                agree_on_write(self.world, None)
             return None
         if self.watchdog is not None and self.parts is None:
             shutil.rmtree(self.watchdog.folder, ignore_errors=True)
@@ -617,9 +652,17 @@ class Run:
             summary.update({schema.COMPLETE_ATTR: not stopped_by,
                             schema.STOPPED_BY_ATTR: stopped_by})
         else:
-            summary = write_run_file(config.out, self.root, rows, attrs, evals,
-                                     wall_s, config.target_accuracy, num_classes=classes,
-                                     complete=not stopped_by, stopped_by=stopped_by)
+            if all(g[2] for g in gathered):
+                note = (f"; every row is kept in {self.parts}: `syncbench recover {config.out}` "
+                        "rebuilds the run once the file can be written")
+            else:
+                note = (f"; {self.parts} keeps the rows flushed before: `syncbench recover "
+                        f"{config.out}` rebuilds a partial run once the file can be written"
+                        if self.parts is not None and self.parts.is_dir() else "")
+            summary = agree_on_write(self.world, lambda: write_run_file(
+                config.out, self.root, rows, attrs, evals,
+                wall_s, config.target_accuracy, num_classes=classes,
+                complete=not stopped_by, stopped_by=stopped_by), note=note)
             if not stopped_by:
                 remove_parts(config.out)
         # the reason, for the warning line; only a diverged run has one

@@ -1,0 +1,236 @@
+"""Write errors (a full disk, a quota, a read-only folder, an I/O error): one line, a
+non-zero exit on every rank, no temporary file, the parts kept for ``syncbench recover``.
+
+The job tests mount a small tmpfs (root only; skipped otherwise) and run real
+``mpiexec -n 2`` jobs with subprocess timeouts; the errno cases that a tmpfs
+cannot produce for root (a quota, an I/O error) are injected into ``os.write``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_mpi
+
+from syncbench.analysis import schema
+from syncbench.analysis.runfile import read_run
+from syncbench.bench import checkpoint
+from syncbench.bench.checkpoint import (
+    RowsFile,
+    WriteError,
+    read_rows,
+    save_state,
+    write_atomic,
+    write_meta,
+)
+from syncbench.bench.recorder import write_run_file
+
+SMALL = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--batch-size", "16",
+         "--progress", "never"]
+ROWS_PER_RANK = 64  # one epoch of SMALL over 2 ranks
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str):
+    """``folder`` as a tmpfs of ``size``; skips the test where it cannot be mounted."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(folder)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def remount(folder: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(folder)], check=True)
+
+
+def syncbench_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("syncbench")]
+
+
+def assert_clean(proc: subprocess.CompletedProcess, folder: Path) -> None:
+    output = proc.stdout + proc.stderr
+    assert proc.returncode not in (0, -11, 139), output[-3000:]
+    assert "Traceback" not in output and "Segmentation" not in output, output[-3000:]
+    assert not [p for p in folder.rglob("*") if ".tmp" in p.name], list(folder.rglob("*"))
+
+
+def rows_of(n: int, start: float = 0.0) -> dict[str, np.ndarray]:
+    rows = {name: np.zeros(n, dtype=dt) for name, dt in schema.RANK_COLUMNS.items()}
+    rows["step"][:] = np.arange(n)
+    rows["t_start"][:] = start + np.arange(n) * 0.01
+    rows["t_compute"][:] = 0.005
+    rows["samples"][:] = 16
+    return rows
+
+
+# -- jobs on a small tmpfs ------------------------------------------------------
+def test_a_full_disk_at_the_run_file_keeps_every_row_for_recover(tmp_path):
+    """The parts (~32 KiB) fit, the run file (~45 KiB) does not: one line from rank 0,
+    status 2, no temporary file, the parts intact; recover works once there is room."""
+    with tmpfs(tmp_path / "disk", "48k") as disk:
+        out = disk / "run.h5"
+        proc = run_mpi(2, "train", *SMALL, "--epochs", "1", "--flush-every", "1000",
+                       "--out", str(out), timeout=120)
+        assert_clean(proc, disk)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        lines = syncbench_lines(proc.stderr)
+        assert len(lines) == 1, proc.stderr[-3000:]
+        assert lines[0].startswith(f"syncbench train: error: cannot write {out}: "
+                                   "No space left on device (errno 28); every row is kept in ")
+        assert "syncbench recover" in lines[0]
+        assert not out.exists()
+        parts = disk / "run.h5.parts"
+        for rank in (0, 1):
+            rows, attrs, _ = read_rows(parts, rank)
+            np.testing.assert_array_equal(rows["step"], np.arange(ROWS_PER_RANK))
+            assert attrs["hostname"]
+        full = subprocess.run([sys.executable, "-m", "syncbench", "recover", str(out)],
+                              capture_output=True, text=True, timeout=60)
+        assert full.returncode == 2 and "Traceback" not in full.stderr
+        assert full.stderr.strip() == (f"syncbench recover: cannot write {out}: "
+                                       "No space left on device (errno 28)")
+        assert not [p for p in disk.rglob("*") if ".tmp" in p.name]
+        remount(disk, "size=1m")  # room again
+        rec = subprocess.run([sys.executable, "-m", "syncbench", "recover", str(out)],
+                             capture_output=True, text=True, timeout=60)
+        assert rec.returncode == 0, rec.stderr
+        run = read_run(out)
+        assert run.complete is False
+        for rank in (0, 1):
+            np.testing.assert_array_equal(run.ranks[rank]["step"], np.arange(ROWS_PER_RANK))
+        assert len(run.eval["t"]) >= 1  # rank 0's evaluation rows were kept too
+
+
+def test_a_disk_full_mid_run_ends_the_job_with_one_clean_line(tmp_path):
+    with tmpfs(tmp_path / "disk", "12k") as disk:
+        out = disk / "run.h5"
+        proc = run_mpi(2, "train", *SMALL, "--epochs", "20", "--flush-every", "0.2",
+                       "--out", str(out), timeout=120)
+        assert_clean(proc, disk)
+        lines = syncbench_lines(proc.stderr)
+        assert 1 <= len(lines) <= 2, proc.stderr[-3000:]  # each rank may meet the full disk
+        for line in lines:
+            assert line.startswith("syncbench: rank "), line
+            assert ": cannot write " in line and str(disk) in line
+            assert line.endswith(": No space left on device (errno 28); aborting the job")
+        assert not out.exists()
+
+
+def test_save_model_on_a_full_disk_is_one_line_and_status_2(tmp_path):
+    with tmpfs(tmp_path / "disk", "16k") as disk:
+        model = disk / "model.npy"
+        proc = run_mpi(2, "train", *SMALL, "--epochs", "1", "--save-model", str(model),
+                       timeout=120)
+        assert_clean(proc, disk)
+        assert proc.returncode == 2
+        assert syncbench_lines(proc.stderr) == [
+            f"syncbench train: error: cannot write {model}: No space left on device (errno 28)"]
+        assert not model.exists()
+
+
+def test_recover_into_a_read_only_folder(tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        out = disk / "run.h5"
+        parts = checkpoint.parts_dir(out)
+        write_meta(parts, {"algorithm": "ssgd", "world_size": 1}, None)
+        RowsFile(parts, 0).flush(rows_of(10), {"hostname": "h"}, None)
+        remount(disk, "ro")
+        rec = subprocess.run([sys.executable, "-m", "syncbench", "recover", str(out)],
+                             capture_output=True, text=True, timeout=60)
+        assert rec.returncode == 2
+        assert rec.stderr.strip() == (f"syncbench recover: cannot write {out}: "
+                                      "Read-only file system (errno 30)")
+        assert sorted(p.name for p in disk.rglob("*")) == [
+            "attrs-00000.json", "meta.json", "rows-00000.bin", "run.h5.parts"]
+
+
+# -- every writer, every errno (in-process) -------------------------------------
+ERRNOS = [errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO]
+
+
+@pytest.fixture
+def failing_write(monkeypatch):
+    """``fail(code)``: ``os.write`` raises that errno from now on."""
+    def fail(code: int) -> None:
+        def write(fd: int, data: bytes) -> int:
+            raise OSError(code, os.strerror(code))
+        monkeypatch.setattr(checkpoint.os, "write", write)
+    return fail
+
+
+@pytest.mark.parametrize("code", ERRNOS)
+def test_write_error_names_the_path_and_the_cause(tmp_path, failing_write, code):
+    final = tmp_path / "x.json"
+    final.write_text("old")
+    failing_write(code)
+    with pytest.raises(WriteError) as raised:
+        write_atomic(final, b"new")
+    assert str(raised.value) == f"cannot write {final}: {os.strerror(code)} (errno {code})"
+    assert raised.value.errno == code and isinstance(raised.value, OSError)
+    assert final.read_text() == "old"  # the previous version stays
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # no temporary file
+
+
+@pytest.mark.parametrize("writer", ["meta", "state", "run_file", "rows", "append"])
+def test_every_writer_raises_write_error_and_leaves_nothing(tmp_path, failing_write, writer):
+    parts = tmp_path / "run.h5.parts"
+    rows_file = RowsFile(parts, 0)
+    rows_file.flush(rows_of(5), {"hostname": "h"}, None)
+    before = (parts / "rows-00000.bin").read_bytes()
+    calls = {
+        "meta": lambda: write_meta(parts, {"a": 1}, None),
+        "state": lambda: save_state(parts, 0, 3, {"x": np.arange(4)}),
+        "run_file": lambda: write_run_file(tmp_path / "run.h5", {}, {0: rows_of(5)}, {0: {}},
+                                           {k: np.zeros(0, dt) for k, dt
+                                            in schema.EVAL_COLUMNS.items()}, 1.0, None),
+        "rows": lambda: RowsFile(parts, 0).flush(rows_of(9), {"hostname": "h"}, None),
+        "append": lambda: rows_file.flush(rows_of(9), {"hostname": "h"}, None),
+    }
+    failing_write(errno.ENOSPC)
+    with pytest.raises(WriteError, match="No space left on device"):
+        calls[writer]()
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+    assert (parts / "rows-00000.bin").read_bytes() == before  # an append is cut back
+    np.testing.assert_array_equal(read_rows(parts, 0)[0]["step"], np.arange(5))
+
+
+def test_write_error_on_a_missing_folder(tmp_path):
+    with pytest.raises(WriteError, match=r"cannot write .*: No such file or directory"):
+        write_atomic(tmp_path / "nowhere" / "x", b"")
+
+
+def test_recover_reads_old_npz_rows(tmp_path):
+    """Rows files of earlier versions (``rows-RRRRR.npz``, rewritten whole)."""
+    out = tmp_path / "old.h5"
+    parts = checkpoint.parts_dir(out)
+    write_meta(parts, {"algorithm": "ssgd", "world_size": 1}, None)
+    arrays = {f"row_{k}": v for k, v in rows_of(7).items()}
+    arrays.update({f"eval_{k}": np.zeros(1, dt) for k, dt in schema.EVAL_COLUMNS.items()})
+    arrays["attrs"] = np.array(json.dumps({"hostname": "old"}))
+    np.savez(parts / "rows-00000.npz", **arrays)
+    checkpoint.recover(out)
+    run = read_run(out)
+    np.testing.assert_array_equal(run.ranks[0]["step"], np.arange(7))
+    assert len(run.eval["t"]) == 1 and run.complete is False
+
+
+def test_hdf5_images_touch_no_disk(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    image = checkpoint.hdf5_image(lambda f: f.create_dataset(uuid.uuid4().hex, data=[1]))
+    assert image[:8] == b"\x89HDF\r\n\x1a\n" and not list(tmp_path.iterdir())
