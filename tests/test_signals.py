@@ -1,0 +1,182 @@
+"""Signals stop a run at a step boundary: the rows, a checkpoint, an incomplete run file.
+
+Each test launches its own job (``mpiexec -n 2``) and signals the launcher or
+one rank once training runs, with subprocess timeouts, so a hang fails the
+test. See ``bench/stopping.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import MPIEXEC
+
+from syncbench.analysis.runfile import read_run
+
+#: 768 steps per rank at 2 ranks: long enough to be stopped, short enough to resume.
+FLAGS = ["--model", "mlp", "--dataset", "synthetic", "--synthetic-samples", "4096",
+         "--batch-size", "16", "--epochs", "6", "--progress", "never"]
+BUDGET = 4096 // 2 // 16 * 16 * 2 * 6  # samples: steps per rank x batch x ranks
+
+try:
+    from mpi4py import MPI
+
+    OPEN_MPI = "Open MPI" in MPI.Get_library_version()
+except ImportError:  # pragma: no cover
+    OPEN_MPI = False
+
+
+def _start(out: Path, *flags: str) -> subprocess.Popen:
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
+           "--out", str(out), *flags]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _wait_for_training(out: Path, proc: subprocess.Popen) -> None:
+    """Until the parts folder's metadata exists (written just before the start barrier),
+    then a second more."""
+    deadline = time.monotonic() + 60
+    meta = out.with_name(out.name + ".parts") / "meta.json"
+    while not meta.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "training did not start"
+        time.sleep(0.1)
+    time.sleep(1.0)
+
+
+def _rank_pid(out: Path) -> int:
+    """The PID of one Python rank of the job writing ``out``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(out).encode() in argv and Path(argv[0].decode()).name.startswith("python"):
+            return int(entry.name)
+    raise AssertionError(f"no rank of {out} found")
+
+
+def _stop(out: Path, sig: signal.Signals, target: str = "launcher", *flags: str):
+    """Start a run, send ``sig`` to the launcher or one rank; (returncode, stderr, seconds
+    from the signal to the exit)."""
+    proc = _start(out, *flags)
+    try:
+        _wait_for_training(out, proc)
+        os.kill(proc.pid if target == "launcher" else _rank_pid(out), sig)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _resume(out: Path, *flags: str) -> subprocess.CompletedProcess:
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
+           "--out", str(out), *flags, "--resume"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _stop_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("syncbench train: stopped by")]
+
+
+def _assert_budget_once(out: Path) -> None:
+    """Every rank's rows are steps 0..N-1 once each; all ranks' samples are the budget."""
+    run = read_run(out)
+    assert run.complete and run.stopped_by == "" and run.resumes == 1
+    total = 0
+    for cols in run.ranks.values():
+        assert (cols["step"] == np.arange(len(cols["step"]))).all()
+        total += int(cols["samples"].sum())
+    assert total == BUDGET
+
+
+@pytest.mark.parametrize("algorithm", ["ssgd", "odsgd", "localsgd", "oscars", "asgd"])
+def test_sigterm_stops_at_a_step_boundary_and_resume_consumes_the_budget_once(
+        tmp_path, algorithm):
+    if OPEN_MPI:
+        pytest.skip("Open MPI's launcher kills its ranks ~0.25 s after forwarding SIGTERM")
+    out = tmp_path / "run.h5"
+    status, err, seconds = _stop(out, signal.SIGTERM, "launcher", "--algorithm", algorithm)
+    assert status == 128 + signal.SIGTERM, err
+    assert seconds < 20  # well within Slurm's KillWait (30 s)
+    lines = _stop_lines(err)
+    assert len(lines) == 1, err  # rank 0 only
+    assert "Traceback" not in err
+    assert "--resume" in lines[0] and "checkpoint at step" in lines[0]
+    run = read_run(out)
+    assert not run.complete and run.stopped_by == "SIGTERM" and run.resumes == 0
+    assert run.summary_extra["complete"] is False
+    steps = [len(c["step"]) for c in run.ranks.values()]
+    assert 0 < min(steps) and max(steps) < 768  # stopped early, rows kept
+    parts = out.with_name(out.name + ".parts")
+    assert (parts / "checkpoint.json").exists()
+    resumed = _resume(out, "--algorithm", algorithm)
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_budget_once(out)
+    assert not parts.exists()
+
+
+def test_a_signal_to_one_rank_stops_every_rank_and_resumes_bit_identical(tmp_path):
+    """SIGUSR1 to one rank only: the vote carries it to the other. Stopped and resumed,
+    SSGD ends with exactly the parameters of a run that was never stopped."""
+    out = tmp_path / "run.h5"
+    status, err, _ = _stop(out, signal.SIGUSR1, "rank", "--algorithm", "ssgd",
+                           "--save-model", str(tmp_path / "stopped.npy"))
+    assert status == 128 + signal.SIGUSR1, err
+    assert len(_stop_lines(err)) == 1 and "SIGUSR1" in err
+    assert read_run(out).stopped_by == "SIGUSR1"
+    resumed = _resume(out, "--algorithm", "ssgd", "--save-model", str(tmp_path / "stopped.npy"))
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_budget_once(out)
+    whole = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
+         "--algorithm", "ssgd", "--save-model", str(tmp_path / "whole.npy")],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert whole.returncode == 0, whole.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "stopped.npy"),
+                                  np.load(tmp_path / "whole.npy"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGUSR1])
+def test_the_launchers_signals_end_with_128_plus_the_signal(tmp_path, sig):
+    if OPEN_MPI and sig == signal.SIGINT:
+        pytest.skip("Open MPI's launcher kills its ranks ~0.25 s after forwarding SIGINT")
+    out = tmp_path / "run.h5"
+    status, err, _ = _stop(out, sig, "launcher", "--algorithm", "localsgd")
+    assert status == 128 + sig, err
+    assert read_run(out).stopped_by == sig.name
+    assert len(_stop_lines(err)) == 1
+
+
+def test_without_out_a_stop_says_nothing_is_kept(tmp_path):
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
+           "--algorithm", "ssgd", "--epochs", "200"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        time.sleep(6.0)  # no parts folder to watch: start-up takes ~2 s here
+        assert proc.poll() is None
+        os.kill(proc.pid, signal.SIGUSR1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGUSR1, err
+    assert "ssgd mlp synthetic np=2" in out  # the result line of what was trained
+    lines = _stop_lines(err)
+    assert len(lines) == 1 and "nothing is kept (no --out)" in lines[0]
