@@ -172,3 +172,153 @@ def test_strong_scaling_sweep_through_slurm(tmp_path):
     scaling = report.split("# strong scaling", 1)[1]
     assert scaling.count("| ssgd ") == 2 and "| ssgd-strong-np2-r0.h5 |" in report
     assert "2 of 2 runs complete" in report_log.read_text()
+
+
+# --- train-requeue.sbatch: stopped by the warning signal, requeued, resumed -----------
+
+#: 256 steps per rank: about 5 s of training on this machine when it is quiet, 80 s
+#: when it is loaded, so that the warning sent after the first rows lands mid-training.
+REQUEUE_TRAIN = ["--algorithm", "ssgd", "--model", "mlp", "--dataset", "synthetic",
+                 "--synthetic-samples", "2048", "--epochs", "8", "--batch-size", "32",
+                 "--eval-every", "0", "--progress", "never", "--flush-every", "0.25"]
+REQUEUE_STEPS = 8 * (2048 // 2 // 32)  # per rank
+REQUEUE_BUDGET = REQUEUE_STEPS * 32 * 2
+
+
+def job_fields(job: str) -> dict[str, str]:
+    """``scontrol show job``'s KEY=VALUE fields (empty once the job is forgotten)."""
+    proc = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True,
+                          text=True, timeout=15)
+    return dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 else {}
+
+
+def fail_job(job: str, log: Path, why: str) -> None:
+    subprocess.run(["scancel", job], timeout=15, check=False)
+    text = log.read_text() if log.exists() else "(no output file)"
+    pytest.fail(f"job {job}: {why}\n{job_fields(job)}\n--- {log}\n{text}")
+
+
+def rows_sizes(parts: Path) -> list[int]:
+    """Bytes of each rank's rows file in ``parts`` (0 while there is none)."""
+    sizes = []
+    for rank in (0, 1):
+        files = [p for p in parts.glob(f"rows-{rank:05d}.*") if ".tmp" not in p.name]
+        try:
+            sizes.append(max((p.stat().st_size for p in files), default=0))
+        except OSError:  # replaced while we looked
+            sizes.append(0)
+    return sizes
+
+
+def wait_training(job: str, out: Path, log: Path) -> None:
+    """Until both ranks are training: each has rewritten its rows file in ``OUT.parts/``
+    with more rows than its first one held (every ``--flush-every`` seconds)."""
+    parts = out.with_name(out.name + ".parts")
+    deadline = time.monotonic() + WAIT_S
+    first: list[int] = [0, 0]
+    polls = 0
+    while time.monotonic() < deadline:
+        sizes = rows_sizes(parts)
+        first = [f or s for f, s in zip(first, sizes)]
+        if all(f and s > f for f, s in zip(first, sizes)):
+            return
+        polls += 1
+        if polls % 20 == 0 and job_fields(job).get("JobState") not in (
+                "PENDING", "CONFIGURING", "RUNNING"):
+            fail_job(job, log, "ended before training was seen")
+        time.sleep(0.1)
+    fail_job(job, log, f"no rows flushed into {parts} in {WAIT_S} s")
+
+
+#: A requeued job waits out the credential lifetime (AuthInfo cred_expire, 120 s by
+#: default; squeue's reason BeginTime), then for the next scheduling pass (28 s and 39 s
+#: here). It cannot be hurried: started earlier (``scontrol update StartTime=now``), the
+#: node refuses it ("Job credential revoked") and the job ends FAILED.
+REQUEUE_DELAY_S = 180
+
+
+def wait_done(job: str, log: Path, restarts: int) -> dict[str, str]:
+    """Until the job has ``restarts`` restarts and has ended; its fields then."""
+    deadline = time.monotonic() + WAIT_S + restarts * REQUEUE_DELAY_S
+    while time.monotonic() < deadline:
+        fields = job_fields(job)
+        state, count = fields.get("JobState"), int(fields.get("Restarts", "0"))
+        if count > restarts:
+            fail_job(job, log, f"requeued {count} times, expected {restarts}")
+        if count == restarts and state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                           "NODE_FAIL", "OUT_OF_MEMORY"):
+            return fields
+        time.sleep(0.5)
+    fail_job(job, log, f"not ended with {restarts} restart(s) in "
+             f"{WAIT_S + restarts * REQUEUE_DELAY_S} s")
+    return {}
+
+
+def assert_resumed_once(out: Path, job: str, text: str) -> None:
+    run = read_run(out)
+    assert run.complete and run.stopped_by == "" and run.resumes == 1, text
+    assert not out.with_name(out.name + ".parts").exists()
+    assert run.attrs["slurm_job_id"] == job
+    for rank, rows in run.ranks.items():  # every step once, across the two runs
+        assert sorted(rows["step"].tolist()) == list(range(REQUEUE_STEPS)), rank
+    assert sum(int(rows["samples"].sum()) for rows in run.ranks.values()) == REQUEUE_BUDGET
+
+
+def test_train_requeue_stops_on_the_warning_requeues_and_resumes(tmp_path):
+    out = tmp_path / "run.h5"
+    job = sbatch(tmp_path, "-n", "2", str(SLURM_JOBS / "train-requeue.sbatch"),
+                 *REQUEUE_TRAIN, "--out", "run.h5")
+    log = tmp_path / f"syncbench-train-requeue-{job}.out"
+    wait_training(job, out, log)
+    # what --signal=USR1@60 sends before the time limit: every task of the step
+    subprocess.run(["scancel", "--signal=USR1", job], timeout=15, check=True)
+    fields = wait_done(job, log, restarts=1)
+    text = log.read_text()
+    assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, text)
+    assert fields["Restarts"] == "1", fields
+    # both starts in one file (--open-mode=append), these lines in this order
+    expected = [f"train-requeue: start 0 of job {job}: no checkpoint in run.h5.parts",
+                "syncbench train: stopped by SIGUSR1 ",
+                f"train-requeue: stopped (status 138): requeueing job {job} (1 of at most 5)",
+                f"train-requeue: start 1 of job {job}: resuming run.h5 from "
+                "run.h5.parts/checkpoint.json",
+                "ssgd mlp synthetic np=2: accuracy",
+                "train-requeue: run.h5 complete after 1 requeue(s)"]
+    lines = iter(text.splitlines())
+    missing = [e for e in expected if not any(line.startswith(e) for line in lines)]
+    assert not missing, (missing, text)
+    assert "Traceback" not in text, text
+    assert_resumed_once(out, job, text)
+
+
+def test_train_requeue_stops_for_good_past_max_requeues_then_a_resubmit_resumes(tmp_path):
+    out = tmp_path / "run.h5"
+    env = job_env(SYNCBENCH_MAX_REQUEUES="0")
+    job = sbatch(tmp_path, "-n", "2", str(SLURM_JOBS / "train-requeue.sbatch"),
+                 *REQUEUE_TRAIN, "--out=run.h5", env=env)
+    log = tmp_path / f"syncbench-train-requeue-{job}.out"
+    wait_training(job, out, log)
+    subprocess.run(["scancel", "--signal=USR1", job], timeout=15, check=True)
+    fields = wait_done(job, log, restarts=0)
+    text = log.read_text()
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "138:0", (fields, text)
+    assert "SYNCBENCH_MAX_REQUEUES=0: not requeueing" in text, text
+    stopped = read_run(out)
+    assert not stopped.complete and stopped.stopped_by == "SIGUSR1", text
+    assert (tmp_path / "run.h5.parts" / "checkpoint.json").exists()
+    # the same submission again continues the run
+    again = sbatch(tmp_path, "-n", "2", str(SLURM_JOBS / "train-requeue.sbatch"),
+                   *REQUEUE_TRAIN, "--out=run.h5", env=env)
+    wait_for([again], tmp_path)
+    text = (tmp_path / f"syncbench-train-requeue-{again}.out").read_text()
+    assert f"train-requeue: start 0 of job {again}: resuming run.h5 from" in text, text
+    assert job_fields(again).get("ExitCode") == "0:0", text
+    assert_resumed_once(out, again, text)
+
+
+def test_train_requeue_needs_out(tmp_path):
+    job = sbatch(tmp_path, "-n", "1", str(SLURM_JOBS / "train-requeue.sbatch"), *TRAIN)
+    wait_for([job], tmp_path)
+    text = (tmp_path / f"syncbench-train-requeue-{job}.out").read_text()
+    assert "train-requeue: error: needs --out RUN.h5" in text, text
+    assert job_fields(job).get("ExitCode") == "2:0", text
