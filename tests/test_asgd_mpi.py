@@ -350,13 +350,12 @@ def test_one_worker_resume_is_bit_identical(tmp_path, np_, layout):
                     "--inject-fault", f"{worker}:75", timeout=120)
     assert crash.returncode != 0 and not out.exists()
     from syncbench.analysis.runfile import read_run
-    from syncbench.bench.checkpoint import latest_checkpoint, load_state, parts_dir
+    from syncbench.bench.checkpoint import latest_checkpoint, load_state, parts_dir, read_rows
 
     # the rows the crashed run saved at its checkpoint and flushed before dying
     parts = parts_dir(out)
     saved = load_state(parts, worker, latest_checkpoint(parts, np_))["rows"]["t_start"]
-    with np.load(parts / f"rows-{worker:05d}.npz") as flushed:
-        flushed_t_start = flushed["row_t_start"]
+    flushed_t_start = read_rows(parts, worker)[0]["t_start"]
     assert 0 < len(saved) <= len(flushed_t_start)
     np.testing.assert_array_equal(flushed_t_start[:len(saved)], saved)
     resumed = run_mpi(np_, "train", *flags, "--out", str(out), "--resume",

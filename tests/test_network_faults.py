@@ -154,7 +154,7 @@ def _start(python: str, env: dict, tmp_path: Path) -> subprocess.Popen:
     log.close()
     parts = tmp_path / "run.h5.parts"
     deadline = time.monotonic() + 60
-    while not all((parts / f"rows-{r:05d}.npz").exists() for r in (0, 1)):
+    while not all((parts / f"rows-{r:05d}.bin").exists() for r in (0, 1)):
         if proc.poll() is not None or time.monotonic() > deadline:
             _cleanup(proc)
             pytest.fail(f"the run did not start training: {_log(tmp_path)}")

@@ -99,7 +99,7 @@ def test_partial_run_is_recoverable_and_reported(tmp_path):
                    "--inject-fault", "1:40", timeout=60)
     assert proc.returncode != 0 and not out.exists()
     parts = tmp_path / "crash.h5.parts"
-    assert (parts / "rows-00000.npz").exists() and (parts / "rows-00001.npz").exists()
+    assert (parts / "rows-00000.bin").exists() and (parts / "rows-00001.bin").exists()
     # a new run refuses to discard the parts
     again = run_mpi(2, "train", *SMALL, "--out", str(out), timeout=60)
     assert again.returncode == 2 and "syncbench recover" in again.stderr

@@ -231,9 +231,9 @@ def wait_training(job: str, out: Path, log: Path) -> None:
 
 
 #: A requeued job waits out the credential lifetime (AuthInfo cred_expire, 120 s by
-#: default; squeue's reason BeginTime), then for the next scheduling pass (28 s and 39 s
-#: here). It cannot be hurried: started earlier (``scontrol update StartTime=now``), the
-#: node refuses it ("Job credential revoked") and the job ends FAILED.
+#: default, 10 s on local-cluster.sh's cluster; squeue's reason BeginTime), then for the
+#: next scheduling pass. It cannot be hurried: started earlier (``scontrol update
+#: StartTime=now``), the node refuses it ("Job credential revoked") and the job ends FAILED.
 REQUEUE_DELAY_S = 180
 
 

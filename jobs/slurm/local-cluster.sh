@@ -113,6 +113,9 @@ SlurmctldHost=$NODE($CTLD_ADDR)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# a requeued job waits out its credential's lifetime before it starts again (120 s by
+# default, slurm.conf(5)): 10 s keeps jobs/slurm/train-requeue.sbatch's test short
+AuthInfo=cred_expire=10
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
