@@ -279,6 +279,9 @@ class ASGD(Algorithm):
         self._stop_point = -1
         #: The agreed stop point after an early end (:meth:`early_end_point`), else None.
         self._stopped_at: int | None = None
+        #: The stop point agreed at the last pause (-1: no early end before it).
+        self._pause_stop = -1
+        self._asked_to_stop = False
         self.pull_seconds: list[float] = []
         self.push_seconds: list[float] = []
         self.staleness: list[int] = []
@@ -328,6 +331,9 @@ class ASGD(Algorithm):
         (:meth:`pause_point`). False when the budget was already handed out.
         """
         self.prepare()
+        if self._asked_to_stop:  # once per rank
+            return False
+        self._asked_to_stop = True
         claimed = self.counters.fetch_add(CLAIMS, 2 * self.total_pushes + self.comm.size)
         if claimed >= self.total_pushes:
             return False
@@ -354,9 +360,16 @@ class ASGD(Algorithm):
             self._ticket = ticket
 
     def _wait_all(self) -> None:
-        """Every rank gets here (Ibarrier tested with short sleeps: drives RMA progress)."""
+        """Every rank gets here (Ibarrier tested with short sleeps: drives RMA progress).
+
+        A rank that waits here for the others (the dedicated host from the start, a
+        worker whose share is done) still ends the run early when a signal asks it to
+        (:meth:`stop_requested`): the others find the budget gone at their next claim.
+        """
         request = self._mpi.Ibarrier()
         while not request.Test():
+            if not self._asked_to_stop and self.stop_requested():
+                self.end_early()
             time.sleep(POLL_INTERVAL_S)
 
     # -- the algorithm ----------------------------------------------------------
@@ -387,7 +400,7 @@ class ASGD(Algorithm):
             return None
         point = self._next_pause
         self._next_pause += self._pause_stride
-        stop = self._agree_on_stop_point()
+        stop = self._pause_stop = self._agree_on_stop_point()
         if 0 <= stop < point:  # the run was ended early before this pause: no pauses left
             self._next_pause = self.total_pushes
             return DROPPED_PAUSE  # every rank here is exhausted: the driver re-checks done()
@@ -539,19 +552,27 @@ class ASGD(Algorithm):
         """
         counters, exhausted, next_pause = (
             self.counters.read_local(), self._exhausted, self._next_pause)
-        if self._stopped_at is not None:  # ended early: a pause at the stop point
-            stop = self._stopped_at
+        ticket = -1 if self._ticket is None else self._ticket
+        stop = self._stopped_at if self._stopped_at is not None else self._pause_stop
+        if stop >= 0:
+            # ended early at C: claims is C (not C + the jump), and a worker the jump left
+            # without a ticket claims again when resumed. After finish (stopped_at) every
+            # ticket before C has landed: a pause at C; at an earlier pause P the tickets
+            # P..C-1 are still held by the ranks, saved with them.
             if counters.size:
-                counters[CLAIMS] = counters[VERSION] = counters[STARTED] = stop
+                counters[CLAIMS] = stop
             exhausted = self.is_host
+        if self._stopped_at is not None:
+            if counters.size:
+                counters[VERSION] = counters[STARTED] = stop
+            ticket = -1
             stride = self._pause_stride
             next_pause = (stop // stride + 1) * stride if stride else self.total_pushes
         return {
             **super().state(),
             "window_shard": self.windows.read_local(),
             "counters": counters,
-            "ticket": -1 if self._ticket is None or self._stopped_at is not None
-            else self._ticket,
+            "ticket": ticket,
             "exhausted": int(exhausted),
             "next_pause": next_pause,
             "pull_seconds": np.asarray(self.pull_seconds, np.float64),

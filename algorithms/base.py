@@ -207,6 +207,24 @@ class Algorithm(ABC):
         """
         return False
 
+    @property
+    def stop_vote_lag(self) -> int:
+        """Evaluation points between posting a stop vote and completing it
+        (:mod:`syncbench.bench.stopping`); the same on every rank.
+
+        1 is enough where a blocking reduction of every rank lies between two
+        points: a rank past point n+1 knows every rank posted vote n. The default,
+        2, also holds where the reduction of step n is completed at step n+1
+        (OD-SGD's delayed allreduce, Oscars ``--overlap``).
+        """
+        return 2
+
+    def stop_requested(self) -> bool:
+        """True once a signal asked this rank to stop (the driver replaces it; see
+        :class:`~syncbench.bench.hooks.StopOnSignal`). A strategy without
+        evaluation points checks it where it waits outside steps, and ends early."""
+        return False
+
     def early_end_point(self) -> int | None:
         """After :meth:`finish` (collective): the global samples of a run that
         :meth:`end_early` cut, if its state there can be checkpointed; else None.

@@ -71,6 +71,8 @@ def local_step(algo: Algorithm, x: Any, y: Any, poll: Callable[[], None] | None 
 
 
 class LocalSGD(Algorithm):
+    #: Every round ends with a blocking average of every rank.
+    stop_vote_lag = 1
     name = "localsgd"
     summary = "local SGD: --period local steps, then a blocking Allreduce average of the weights"
 

@@ -307,6 +307,12 @@ class Oscars(Algorithm):
         """True once the round that consumes the last of the global budget is averaged."""
         return self.finished
 
+    @property
+    def stop_vote_lag(self) -> int:
+        """1 with blocking rounds; 2 with ``--overlap`` (a round's average completes in
+        the next round's first step)."""
+        return 2 if self.options.overlap else 1
+
     def evaluation_point(self) -> int | None:
         """Global samples at a round boundary (every rank there, same count), else None."""
         if not self.at_boundary:

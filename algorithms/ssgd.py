@@ -92,6 +92,8 @@ def plan_buckets(
 
 
 class SSGD(Algorithm):
+    #: Every step ends with its reductions complete (Allreduce, or Waitall of the buckets).
+    stop_vote_lag = 1
     name = "ssgd"
     summary = "synchronous allreduce SGD (blocking, or bucketed Iallreduce overlapping backward)"
 

@@ -229,37 +229,49 @@ class StrategyReport(Hook):
 class StopOnSignal(Hook):
     """Ends training at a step boundary every rank agrees on once a signal arrived.
 
-    See :mod:`syncbench.bench.stopping`. At an evaluation point the rank votes
-    (off the clock); when the vote of :data:`~syncbench.bench.stopping.VOTE_LAG`
-    points ago carries a signal, every rank is at this same point: the run's
-    stop checkpoint is written there (collective) and training ends. A
-    strategy without evaluation points is asked once to end early instead.
-    At the end, every rank learns the signal that stopped the run (an
-    ``allreduce``), or "" when the budget was consumed all the same.
+    See :mod:`syncbench.bench.stopping`. It is the first hook: at an evaluation
+    point the rank votes (off the clock); when the vote of
+    ``Algorithm.stop_vote_lag`` points ago carries a signal and the budget is
+    not used up, every rank is at this same point: the stop checkpoint is
+    written there (collective) and training ends before the other hooks act
+    on the point (the final evaluation follows in ``Evaluator.on_end``). A
+    strategy without evaluation points is asked to end early instead
+    (:meth:`~syncbench.algorithms.base.Algorithm.end_early`, also where it
+    waits: :meth:`~syncbench.algorithms.base.Algorithm.stop_requested`); at the
+    end the ranks agree on its stop point, which is checkpointed before
+    anything else runs. Every rank learns the signal that stopped the run
+    (``run.stopped_by``), or "" when the budget was consumed all the same.
     """
 
     def __init__(self, catcher: SignalCatcher, vote: StopVote) -> None:
         self.catcher, self.vote = catcher, vote
         self.stopped = 0
-        self.ended_early = False
+
+    def on_start(self, ctx: StepContext) -> None:
+        ctx.run.algorithm.stop_requested = lambda: bool(self.catcher.signum)
 
     def after_step(self, ctx: StepContext) -> bool:
         if ctx.seen is None:
-            if self.catcher.signum and not self.ended_early:
-                self.ended_early = ctx.run.algorithm.end_early()
+            if self.catcher.signum:
+                ctx.run.algorithm.end_early()  # once: later calls return False
             return False
         with ctx.off_clock():
             agreed = self.vote.post(self.catcher.signum)
-        if not agreed:
+        if not agreed or ctx.run.algorithm.done():  # done: the same on every rank
             return False
         self.stopped = agreed
         ctx.run.checkpoint_at_stop(ctx)
         return True
 
     def on_end(self, ctx: StepContext) -> None:
-        self.vote.drain()
-        cut = self.stopped or (self.catcher.signum if self.ended_early else 0)
-        ctx.run.stopped_by = signal_name(int(ctx.run.world.allreduce(cut, op=MPI.MAX)))
-        self.vote.free()
-        if ctx.run.stopped_by and not self.stopped:  # the strategy ended itself early
-            ctx.run.checkpoint_after_early_end(ctx)
+        self.vote.free()  # completes the votes in flight: every rank posted as many
+        run = ctx.run
+        if self.stopped:
+            run.stopped_by = signal_name(self.stopped)
+            return
+        point = run.algorithm.early_end_point()  # collective where it is not None
+        if point is None:
+            run.stopped_by = ""
+            return
+        run.stopped_by = signal_name(int(run.world.allreduce(self.catcher.signum, op=MPI.MAX)))
+        run.checkpoint_after_early_end(ctx, point)

@@ -10,17 +10,19 @@ ranks about a quarter of a second after forwarding SIGTERM or SIGINT (measured
 on this machine), too soon for any clean ending: send it SIGUSR1, or signal the
 ranks themselves.
 
-:class:`SignalCatcher` only records the first of those signals (a second one
-ends the process the way it would have without the catcher: Ctrl-C twice
-forces). The ranks then agree where to stop without adding a wait to any
-strategy:
+:class:`SignalCatcher` only records the first of those signals; another one
+two seconds or more later ends the rank at once with 128 + its number (Ctrl-C
+twice forces, even from inside a hung MPI call), one sooner is the first
+delivered twice. The ranks then agree where to stop without adding a wait to
+any strategy:
 
 * Lock-step strategies (SSGD, OD-SGD) and round-based ones (Local SGD,
   Oscars) have *evaluation points*, where every rank is at the same step
   (:meth:`~syncbench.algorithms.base.Algorithm.evaluation_point`). At each one
   :class:`StopVote` posts an 8-byte ``Iallreduce(MAX)`` of this rank's signal
   on a duplicate of the run's communicator, and completes the vote it posted
-  :data:`VOTE_LAG` points earlier. Every rank has posted that older vote by
+  ``Algorithm.stop_vote_lag`` points earlier (1 where every step or round
+  ends with a blocking reduction, else 2). Every rank has posted that older vote by
   then (the strategy's own reductions in between required every rank to get
   past it), so the wait is only the vote's delivery, and every rank reads the
   same result at the same point: all stop there, or none does.
@@ -40,6 +42,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections import deque
 from types import FrameType
 from typing import Any
@@ -74,35 +77,80 @@ def exit_status(name: str) -> int:
 class SignalCatcher:
     """Records the first of :data:`STOP_SIGNALS` instead of dying of it.
 
-    Installed in the main thread (Python runs handlers there, between
-    bytecodes: a rank blocked inside an MPI call notices when the call returns).
-    A second signal while the first is pending restores the previous handlers
-    and sends itself that signal again, so the process ends as it would have.
-    :meth:`restore` puts the previous handlers back.
+    Python runs signal handlers in the main thread between bytecodes, so a rank
+    blocked inside an MPI call would notice nothing until the call returns. The
+    handlers here do nothing themselves: every delivery also writes its number
+    to a wakeup pipe (``signal.set_wakeup_fd``, written by the C-level handler at
+    once), which a daemon thread reads (mpi4py releases the GIL inside MPI
+    calls). The first signal is recorded for the step loop. Another one at least
+    :data:`FORCE_AFTER_S` later ends the process at once with 128 + its number,
+    even from inside a hung MPI call; one sooner is the same stop delivered
+    twice (a terminal's Ctrl-C reaches every rank and ``mpiexec`` forwards it
+    again; Slurm signals the tasks while ``srun`` forwards) and is ignored.
+    :meth:`restore` puts the previous handlers and wakeup fd back.
     """
+
+    #: Seconds after the first signal before another one forces the process to end.
+    FORCE_AFTER_S = 2.0
 
     def __init__(self) -> None:
         #: The first signal's number, 0 until one arrives.
         self.signum = 0
+        self._first = 0.0
         self._previous: dict[signal.Signals, Any] = {}
+        self._pipe: tuple[int, int] | None = None
+        self._wakeup_before = -1
 
     def install(self) -> SignalCatcher:
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        self._pipe = (read_end, write_end)
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        self._wakeup_before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, args=(read_end,), name="syncbench-signals",
+                         daemon=True).start()
         return self
 
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.signum:  # the second one: end the way the signal would have
-            self.restore()
-            os.kill(os.getpid(), signum)
-            return
-        self.signum = signum
+    @staticmethod
+    def _handle(_signum: int, _frame: FrameType | None) -> None:
+        """Replaces the default action; the wakeup pipe carries the signal."""
+
+    def _watch(self, read_end: int) -> None:
+        while True:
+            try:
+                data = os.read(read_end, 64)
+            except OSError:
+                return
+            if not data:  # restore() closed the pipe's write end
+                os.close(read_end)
+                return
+            for signum in data:
+                self.note(signum)
+
+    def note(self, signum: int) -> None:
+        """One delivery of ``signum`` (the watcher thread calls it)."""
+        now = time.monotonic()
+        if not self.signum:
+            self.signum, self._first = signum, now
+        elif now - self._first >= self.FORCE_AFTER_S:
+            os.write(2, f"syncbench: {signal_name(signum)} again: ending this rank now, "
+                        "without a checkpoint\n".encode())
+            os._exit(128 + signum)
 
     def restore(self) -> None:
+        if self._pipe is None:
+            return
+        signal.set_wakeup_fd(self._wakeup_before)
         for sig, previous in self._previous.items():
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
+        read_end, write_end = self._pipe
+        self._pipe = None
+        del read_end  # the watcher closes it at the end-of-file this close sends
+        os.close(write_end)
 
 
 class StopVote:

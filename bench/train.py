@@ -302,7 +302,9 @@ class Run:
     def make_hooks(self, loop: LoopState) -> list[Hook]:
         """The hooks of this run, in the order they are called."""
         config = self.config
-        hooks: list[Hook] = []
+        # first: a stop ends the step loop before any other hook acts on the point
+        hooks: list[Hook] = [StopOnSignal(self.catcher, StopVote(
+            self.world, self.algorithm.stop_vote_lag))]
         if config.timeout > 0:
             self.watchdog = self.start_watchdog()
             hooks.append(Heartbeat(self.watchdog))
@@ -315,7 +317,6 @@ class Run:
         if loop.ckpt_stride > 0:
             hooks.append(Checkpointer())
         hooks.append(StrategyReport())
-        hooks.append(StopOnSignal(self.catcher, StopVote(self.world)))  # last: it may end
         return hooks
 
     def describe_run(self) -> None:
@@ -531,34 +532,37 @@ class Run:
         off the clock). Without ``--out`` there is nowhere to keep it."""
         if self.parts is None or ctx.seen is None:
             return
-        with ctx.off_clock() as t:
-            self.checkpoint(ctx.loop, t, tag=ctx.seen // self.budget.batch_size)
-        self.stop_checkpoint_step = ctx.loop.step
+        tag = ctx.seen // self.budget.batch_size
+        if tag != getattr(self, "last_checkpoint_tag", None):  # not saved at this point yet
+            with ctx.off_clock() as t:
+                self.checkpoint(ctx.loop, t, tag=tag)
+        self.stop_checkpoint_samples = ctx.seen
 
-    def checkpoint_after_early_end(self, ctx: StepContext) -> None:
-        """The stop checkpoint of a strategy that ended itself early (collective, after
-        ``Algorithm.finish``), where :meth:`~Algorithm.early_end_point` says it can."""
-        point = self.algorithm.early_end_point()
-        if self.parts is None or point is None:
+    def checkpoint_after_early_end(self, ctx: StepContext, point: int) -> None:
+        """The stop checkpoint of a strategy that ended itself early, at the global
+        samples ``point`` its ranks agreed on (collective, right after
+        ``Algorithm.finish``: the run's clock stands at the end of training)."""
+        if self.parts is None:
             return
-        with ctx.off_clock() as t:
-            self.checkpoint(ctx.loop, t, tag=point // self.budget.batch_size)
-        self.stop_checkpoint_step = ctx.loop.step
+        tag = point // self.budget.batch_size
+        if tag != getattr(self, "last_checkpoint_tag", None):
+            with ctx.off_clock():
+                self.checkpoint(ctx.loop, ctx.train_end, tag=tag)
+        self.stop_checkpoint_samples = point
 
     def stop_line(self) -> str:
         """Rank 0's line on a run stopped by a signal: where, what is kept, how to go on."""
         config, seen = self.config, getattr(self, "final_seen", None)
-        where = f"after {self.recorder.count} steps of rank 0"
-        if seen is not None:
-            where = f"at {seen:,} of {self.budget.total_samples:,} samples ({where})"
+        where = (f"at {seen:,} of {self.budget.total_samples:,} samples" if seen is not None
+                 else f"after {self.recorder.count} steps of rank 0")
         if config.out is None:
             return (f"syncbench train: stopped by {self.stopped_by} {where}; nothing is kept "
                     "(no --out)")
         kept = f"{config.out} is written incomplete (complete=False)"
-        step = getattr(self, "stop_checkpoint_step", None)
-        if step is not None:
+        at = getattr(self, "stop_checkpoint_samples", None)
+        if at is not None:
             return (f"syncbench train: stopped by {self.stopped_by} {where}; {kept}, with a "
-                    f"checkpoint at step {step} in {self.parts}: continue with the same "
+                    f"checkpoint at {at:,} samples in {self.parts}: continue with the same "
                     "command and --resume")
         return (f"syncbench train: stopped by {self.stopped_by} {where}; {kept}; "
                 f"{config.algorithm} keeps no checkpoint at a stop (--resume continues from "
@@ -580,6 +584,7 @@ class Run:
         }
         if self.rank == 0:
             state["evals"] = self.evals.columns()
+        self.last_checkpoint_tag = tag
         try:
             save_state(self.parts, self.rank, tag, state)
         except WriteError as exc:

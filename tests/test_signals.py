@@ -20,10 +20,13 @@ from helpers import MPIEXEC
 
 from syncbench.analysis.runfile import read_run
 
-#: 768 steps per rank at 2 ranks: long enough to be stopped, short enough to resume.
+#: 2,560 steps per rank at 2 ranks (about 5 s here when quiet): long enough to be
+#: stopped a second in, short enough to resume.
+EPOCHS = 20
 FLAGS = ["--model", "mlp", "--dataset", "synthetic", "--synthetic-samples", "4096",
-         "--batch-size", "16", "--epochs", "6", "--progress", "never"]
-BUDGET = 4096 // 2 // 16 * 16 * 2 * 6  # samples: steps per rank x batch x ranks
+         "--batch-size", "16", "--epochs", str(EPOCHS), "--progress", "never"]
+STEPS = 4096 // 2 // 16 * EPOCHS  # per rank
+BUDGET = STEPS * 16 * 2  # samples: steps per rank x batch x ranks
 
 try:
     from mpi4py import MPI
@@ -116,12 +119,12 @@ def test_sigterm_stops_at_a_step_boundary_and_resume_consumes_the_budget_once(
     lines = _stop_lines(err)
     assert len(lines) == 1, err  # rank 0 only
     assert "Traceback" not in err
-    assert "--resume" in lines[0] and "checkpoint at step" in lines[0]
+    assert "--resume" in lines[0] and "with a checkpoint at" in lines[0]
     run = read_run(out)
     assert not run.complete and run.stopped_by == "SIGTERM" and run.resumes == 0
     assert run.summary_extra["complete"] is False
     steps = [len(c["step"]) for c in run.ranks.values()]
-    assert 0 < min(steps) and max(steps) < 768  # stopped early, rows kept
+    assert 0 < min(steps) and max(steps) < STEPS  # stopped early, rows kept
     parts = out.with_name(out.name + ".parts")
     assert (parts / "checkpoint.json").exists()
     resumed = _resume(out, "--algorithm", algorithm)
@@ -180,3 +183,89 @@ def test_without_out_a_stop_says_nothing_is_kept(tmp_path):
     assert "ssgd mlp synthetic np=2" in out  # the result line of what was trained
     lines = _stop_lines(err)
     assert len(lines) == 1 and "nothing is kept (no --out)" in lines[0]
+
+
+def _rank_pid_of(out: Path, rank: int) -> int:
+    """The PID of MPI rank ``rank`` (MPICH's and Open MPI's rank variables)."""
+    wanted = {f"PMI_RANK={rank}".encode(), f"OMPI_COMM_WORLD_RANK={rank}".encode()}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                env = set((entry / "environ").read_bytes().split(b"\0"))
+            except OSError:
+                continue
+            if str(out).encode() in argv and b"syncbench" in argv and wanted & env:
+                return int(entry.name)
+        time.sleep(0.1)
+    raise AssertionError(f"rank {rank} of {out} not found")
+
+
+def test_asgd_stops_when_only_the_dedicated_host_is_signalled(tmp_path):
+    """Rank 0 hosts the parameters and takes no step: it ends the run from its wait."""
+    out = tmp_path / "run.h5"
+    proc = _start(out, "--algorithm", "asgd", "--ps-layout", "dedicated")
+    try:
+        _wait_for_training(out, proc)
+        os.kill(_rank_pid_of(out, 0), signal.SIGUSR1)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGUSR1, err
+    assert read_run(out).stopped_by == "SIGUSR1"
+    resumed = _resume(out, "--algorithm", "asgd", "--ps-layout", "dedicated")
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_budget_once(out)
+
+
+def test_ctrl_c_to_the_whole_job_counts_once(tmp_path):
+    """A terminal's Ctrl-C reaches the launcher and every rank, and the launcher
+    forwards it again: each rank sees SIGINT twice within milliseconds."""
+    if OPEN_MPI:
+        pytest.skip("Open MPI's launcher kills its ranks ~0.25 s after forwarding SIGINT")
+    out = tmp_path / "run.h5"
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
+           "--algorithm", "ssgd", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        _wait_for_training(out, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "again" not in err and len(_stop_lines(err)) == 1
+    assert read_run(out).stopped_by == "SIGINT"
+    assert (out.with_name(out.name + ".parts") / "checkpoint.json").exists()
+
+
+def test_a_second_signal_ends_a_rank_stuck_in_mpi(tmp_path):
+    """Rank 1 sleeps ~10 s after each step's compute, so rank 0 waits inside the
+    Allreduce: its first SIGTERM cannot act, the second, 3 s later, ends it at once."""
+    out = tmp_path / "run.h5"
+    proc = _start(out, "--algorithm", "ssgd", "--slowdown", "1,40000",
+                  "--slowdown-mode", "sleep")
+    try:
+        _wait_for_training(out, proc)
+        pid = _rank_pid_of(out, 0)
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(3.0)
+        os.kill(pid, signal.SIGTERM)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        ended = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert ended < 8  # the launcher ends the job once rank 0 is gone
+    assert "syncbench: SIGTERM again: ending this rank now, without a checkpoint" in err, err
