@@ -36,3 +36,51 @@ def run_mpi(np_: int, *args: str, timeout: float = 120, env: dict | None = None)
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     cmd = [MPIEXEC, "-n", str(np_), sys.executable, "-m", "syncbench", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def _rank_processes(marker: str):
+    """(pid, environment) of each Python ``syncbench`` rank whose command line holds
+    ``marker`` (an argument, e.g. the run's ``--out`` path)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if marker.encode() in argv and b"syncbench" in argv \
+                and Path(argv[0].decode()).name.startswith("python"):
+            yield int(entry.name), env
+
+
+def rank_pids(marker: str) -> list[int]:
+    """PIDs of the Python ranks whose command line contains ``marker``."""
+    return sorted(pid for pid, _ in _rank_processes(marker))
+
+
+def rank_pid(marker: str, rank: int, wait: float = 30.0) -> int:
+    """The PID of MPI rank ``rank`` (MPICH's ``PMI_RANK``, Open MPI's
+    ``OMPI_COMM_WORLD_RANK``) of the job whose command line holds ``marker``."""
+    import time  # noqa: PLC0415
+
+    wanted = {f"PMI_RANK={rank}".encode(), f"OMPI_COMM_WORLD_RANK={rank}".encode()}
+    deadline = time.monotonic() + wait
+    while True:
+        for pid, env in _rank_processes(marker):
+            if wanted & env:
+                return pid
+        if time.monotonic() > deadline:
+            raise AssertionError(f"rank {rank} of {marker} not found")
+        time.sleep(0.1)
+
+
+def report_cli(*argv: str, capsys) -> tuple[int, str, str]:
+    """``syncbench report ARGV`` in this process: (exit status, stdout, stderr)."""
+    from syncbench.analysis.report import add_report_arguments, report_main  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser()
+    add_report_arguments(parser)
+    rc = report_main(parser.parse_args(list(argv)))
+    out = capsys.readouterr()
+    return rc, out.out, out.err

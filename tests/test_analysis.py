@@ -20,13 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_mpi
+from helpers import report_cli, run_mpi
 
 from syncbench.analysis import plots, schema
 from syncbench.analysis.report import (
-    add_report_arguments,
     format_report,
-    report_main,
     report_rows,
 )
 from syncbench.analysis.runfile import read_run
@@ -307,12 +305,7 @@ def test_rounds_of_round_based_algorithms(tmp_path):
 # ---------------------------------------------------------------- the report command
 
 
-def _report(*argv: str, capsys) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    add_report_arguments(parser)
-    rc = report_main(parser.parse_args(list(argv)))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+_report = report_cli
 
 
 def test_report_json_keeps_old_keys_and_adds(scaling_files, capsys):

@@ -10,7 +10,7 @@ import sys
 import time
 
 import numpy as np
-from helpers import MPIEXEC, train_config
+from helpers import MPIEXEC, rank_pid, train_config
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
@@ -73,22 +73,6 @@ def test_a_new_process_starts_the_file_afresh(tmp_path):
     np.testing.assert_array_equal(read_rows(tmp_path, 0)[0]["step"], np.arange(10))
 
 
-def _rank_pid(marker: str, rank: int) -> int | None:
-    """The PID of rank ``rank`` (MPICH's ``PMI_RANK``) of the job writing ``marker``."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-            env = open(f"/proc/{entry}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in argv and b"syncbench" in argv \
-                and f"PMI_RANK={rank}".encode() in env:
-            return int(entry)
-    return None
-
-
 def test_a_killed_rank_loses_at_most_a_second_of_rows(tmp_path):
     out = tmp_path / "killed.h5"
     parts = tmp_path / "killed.h5.parts"
@@ -101,8 +85,7 @@ def test_a_killed_rank_loses_at_most_a_second_of_rows(tmp_path):
         while not (parts / "rows-00001.bin").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.05)
-        pid = _rank_pid(str(out), 1)
-        assert pid is not None
+        pid = rank_pid(str(out), 1)
         time.sleep(3.0)  # a few flushes
         os.kill(pid, signal.SIGKILL)
         killed = time.time()

@@ -23,12 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import report_cli
 
 from syncbench.analysis import schema
 from syncbench.analysis.report import (
-    add_report_arguments,
     format_report,
-    report_main,
     report_rows,
 )
 from syncbench.analysis.runfile import read_run
@@ -97,12 +96,7 @@ def strong(tmp_path):
     ]
 
 
-def _report(*argv: str, capsys) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    add_report_arguments(parser)
-    rc = report_main(parser.parse_args(list(argv)))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+_report = report_cli
 
 
 def _md_row(out: str, name: str) -> dict[str, str]:

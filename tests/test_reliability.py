@@ -11,33 +11,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import MPIEXEC, run_mpi
+from helpers import MPIEXEC, rank_pids, run_mpi
 
 from syncbench.analysis.runfile import read_run
 
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--batch-size", "16"]
 
 # Every strategy: a raising rank ends the job, a crash resumes (tests/test_registry.py).
-
-
-def _rank_pids(marker: str) -> list[int]:
-    """PIDs of the Python ranks whose command line contains ``marker``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in argv and Path(argv[0].decode()).name.startswith("python") \
-                and b"syncbench" in argv:
-            pids.append(int(entry.name))
-    return sorted(pids)
 
 
 def test_a_killed_rank_ends_the_job(tmp_path):
@@ -51,7 +34,7 @@ def test_a_killed_rank_ends_the_job(tmp_path):
         pids = []
         while time.monotonic() < deadline and len(pids) < 4:
             time.sleep(0.2)
-            pids = _rank_pids(marker)
+            pids = rank_pids(marker)
         assert len(pids) == 4, f"ranks not found: {pids}"
         time.sleep(1.0)  # let training start
         os.kill(pids[2], signal.SIGKILL)
@@ -63,7 +46,7 @@ def test_a_killed_rank_ends_the_job(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for pid in _rank_pids(marker):
+        for pid in rank_pids(marker):
             os.kill(pid, signal.SIGKILL)
 
 

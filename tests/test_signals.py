@@ -16,15 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import MPIEXEC
+from helpers import MPIEXEC, rank_pid
 
 from syncbench.analysis.runfile import read_run
 
-#: 2,560 steps per rank at 2 ranks (about 5 s here when quiet): long enough to be
-#: stopped a second in, short enough to resume.
-EPOCHS = 20
+#: 1,024 steps per rank at 2 ranks (about 2 s here when quiet); rows flushed every
+#: 50 ms, so the signal, sent once the rows grow, lands a fraction of a second in.
+EPOCHS = 8
 FLAGS = ["--model", "mlp", "--dataset", "synthetic", "--synthetic-samples", "4096",
-         "--batch-size", "16", "--epochs", str(EPOCHS), "--progress", "never"]
+         "--batch-size", "16", "--epochs", str(EPOCHS), "--progress", "never",
+         "--flush-every", "0.05"]
 STEPS = 4096 // 2 // 16 * EPOCHS  # per rank
 BUDGET = STEPS * 16 * 2  # samples: steps per rank x batch x ranks
 
@@ -44,29 +45,30 @@ def _start(out: Path, *flags: str) -> subprocess.Popen:
 
 
 def _wait_for_training(out: Path, proc: subprocess.Popen) -> None:
-    """Until the parts folder's metadata exists (written just before the start barrier),
-    then a second more."""
+    """Until a rank's rows file has grown past its first flush (training runs; ASGD's
+    dedicated host takes no steps)."""
     deadline = time.monotonic() + 60
-    meta = out.with_name(out.name + ".parts") / "meta.json"
-    while not meta.exists():
+    parts = out.with_name(out.name + ".parts")
+    first: dict[int, int] = {}
+    while True:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "training did not start"
-        time.sleep(0.1)
-    time.sleep(1.0)
+        sizes = {r: (parts / f"rows-{r:05d}.bin").stat().st_size
+                 for r in (0, 1) if (parts / f"rows-{r:05d}.bin").exists()}
+        for rank, size in sizes.items():
+            first.setdefault(rank, size)
+        if any(size > first[r] for r, size in sizes.items()):
+            return
+        time.sleep(0.02)
 
 
-def _rank_pid(out: Path) -> int:
-    """The PID of one Python rank of the job writing ``out``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if str(out).encode() in argv and Path(argv[0].decode()).name.startswith("python"):
-            return int(entry.name)
-    raise AssertionError(f"no rank of {out} found")
+def _wait_for_start(out: Path, proc: subprocess.Popen) -> None:
+    """Until the parts folder's metadata exists (written just before the start barrier)."""
+    deadline = time.monotonic() + 60
+    while not (out.with_name(out.name + ".parts") / "meta.json").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "training did not start"
+        time.sleep(0.05)
 
 
 def _stop(out: Path, sig: signal.Signals, target: str = "launcher", *flags: str):
@@ -75,7 +77,7 @@ def _stop(out: Path, sig: signal.Signals, target: str = "launcher", *flags: str)
     proc = _start(out, *flags)
     try:
         _wait_for_training(out, proc)
-        os.kill(proc.pid if target == "launcher" else _rank_pid(out), sig)
+        os.kill(proc.pid if target == "launcher" else rank_pid(str(out), 1), sig)
         sent = time.monotonic()
         _, err = proc.communicate(timeout=60)
         return proc.returncode, err, time.monotonic() - sent
@@ -167,12 +169,13 @@ def test_the_launchers_signals_end_with_128_plus_the_signal(tmp_path, sig):
 
 def test_without_out_a_stop_says_nothing_is_kept(tmp_path):
     cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
-           "--algorithm", "ssgd", "--epochs", "200"]
+           "--algorithm", "ssgd", "--epochs", "200", "--data-dir", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        time.sleep(6.0)  # no parts folder to watch: start-up takes ~2 s here
-        assert proc.poll() is None
+        rank_pid(str(tmp_path), 1)  # no parts folder to watch: the ranks exist
+        time.sleep(2.0)  # a signal during imports would kill them (Python's default);
+        assert proc.poll() is None  # from the setup on it is caught
         os.kill(proc.pid, signal.SIGUSR1)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -185,32 +188,13 @@ def test_without_out_a_stop_says_nothing_is_kept(tmp_path):
     assert len(lines) == 1 and "nothing is kept (no --out)" in lines[0]
 
 
-def _rank_pid_of(out: Path, rank: int) -> int:
-    """The PID of MPI rank ``rank`` (MPICH's and Open MPI's rank variables)."""
-    wanted = {f"PMI_RANK={rank}".encode(), f"OMPI_COMM_WORLD_RANK={rank}".encode()}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-                env = set((entry / "environ").read_bytes().split(b"\0"))
-            except OSError:
-                continue
-            if str(out).encode() in argv and b"syncbench" in argv and wanted & env:
-                return int(entry.name)
-        time.sleep(0.1)
-    raise AssertionError(f"rank {rank} of {out} not found")
-
-
 def test_asgd_stops_when_only_the_dedicated_host_is_signalled(tmp_path):
     """Rank 0 hosts the parameters and takes no step: it ends the run from its wait."""
     out = tmp_path / "run.h5"
     proc = _start(out, "--algorithm", "asgd", "--ps-layout", "dedicated")
     try:
         _wait_for_training(out, proc)
-        os.kill(_rank_pid_of(out, 0), signal.SIGUSR1)
+        os.kill(rank_pid(str(out), 0), signal.SIGUSR1)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -254,8 +238,9 @@ def test_a_second_signal_ends_a_rank_stuck_in_mpi(tmp_path):
     proc = _start(out, "--algorithm", "ssgd", "--slowdown", "1,40000",
                   "--slowdown-mode", "sleep")
     try:
-        _wait_for_training(out, proc)
-        pid = _rank_pid_of(out, 0)
+        _wait_for_start(out, proc)
+        time.sleep(1.0)  # into the first step
+        pid = rank_pid(str(out), 0)
         os.kill(pid, signal.SIGTERM)
         time.sleep(3.0)
         os.kill(pid, signal.SIGTERM)

@@ -176,12 +176,15 @@ def test_strong_scaling_sweep_through_slurm(tmp_path):
 
 # --- train-requeue.sbatch: stopped by the warning signal, requeued, resumed -----------
 
-#: 256 steps per rank: about 5 s of training on this machine when it is quiet, 80 s
-#: when it is loaded, so that the warning sent after the first rows lands mid-training.
+#: 1,280 steps per rank: about 2.3 s of training on this machine when it is quiet (256
+#: took 0.45 s), a minute when it is loaded; rows flushed every 50 ms, so the warning
+#: sent after the first rows lands a fraction of a second into training.
+REQUEUE_EPOCHS = 40
 REQUEUE_TRAIN = ["--algorithm", "ssgd", "--model", "mlp", "--dataset", "synthetic",
-                 "--synthetic-samples", "2048", "--epochs", "8", "--batch-size", "32",
-                 "--eval-every", "0", "--progress", "never", "--flush-every", "0.25"]
-REQUEUE_STEPS = 8 * (2048 // 2 // 32)  # per rank
+                 "--synthetic-samples", "2048", "--epochs", str(REQUEUE_EPOCHS),
+                 "--batch-size", "32", "--eval-every", "0", "--progress", "never",
+                 "--flush-every", "0.05"]
+REQUEUE_STEPS = REQUEUE_EPOCHS * (2048 // 2 // 32)  # per rank
 REQUEUE_BUDGET = REQUEUE_STEPS * 32 * 2
 
 
