@@ -141,6 +141,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -366,10 +367,19 @@ class ASGD(Algorithm):
         worker whose share is done) still ends the run early when a signal asks it to
         (:meth:`stop_requested`): the others find the budget gone at their next claim.
         """
-        request = self._mpi.Ibarrier()
+        self._complete(self._mpi.Ibarrier(), self._end_early_if_asked)
+
+    def _end_early_if_asked(self) -> None:
+        if self.stop_requested():
+            self.end_early()  # once: later calls return at once
+
+    @staticmethod
+    def _complete(request: MPI.Request, between: Callable[[], None] | None = None) -> None:
+        """Test ``request`` with short sleeps until it completes (each test drives RMA
+        progress on our windows); ``between`` runs before each sleep."""
         while not request.Test():
-            if not self._asked_to_stop and self.stop_requested():
-                self.end_early()
+            if between is not None:
+                between()
             time.sleep(POLL_INTERVAL_S)
 
     # -- the algorithm ----------------------------------------------------------
@@ -411,9 +421,7 @@ class ASGD(Algorithm):
         ``Iallreduce(MAX)`` tested with short sleeps, which drives RMA progress)."""
         mine = np.array([self._stop_point], np.int64)
         agreed = np.zeros(1, np.int64)
-        request = self._mpi.Iallreduce(mine, agreed, op=MPI.MAX)
-        while not request.Test():
-            time.sleep(POLL_INTERVAL_S)
+        self._complete(self._mpi.Iallreduce(mine, agreed, op=MPI.MAX))
         return int(agreed[0])
 
     def pull(self) -> None:

@@ -260,7 +260,7 @@ class StopOnSignal(Hook):
         if not agreed or ctx.run.algorithm.done():  # done: the same on every rank
             return False
         self.stopped = agreed
-        ctx.run.checkpoint_at_stop(ctx)
+        ctx.run.checkpoint_at_stop(ctx, ctx.seen)
         return True
 
     def on_end(self, ctx: StepContext) -> None:
@@ -274,4 +274,4 @@ class StopOnSignal(Hook):
             run.stopped_by = ""
             return
         run.stopped_by = signal_name(int(run.world.allreduce(self.catcher.signum, op=MPI.MAX)))
-        run.checkpoint_after_early_end(ctx, point)
+        run.checkpoint_at_stop(ctx, point, at_end=True)

@@ -151,6 +151,11 @@ class Run:
         #: This rank's clock offset to rank 0 at the start and at the end of training.
         self.clock_start: ClockOffset | None = None
         self.clock_end: ClockOffset | None = None
+        #: The tag of the last checkpoint saved, the samples of the stop checkpoint,
+        #: and the global samples at the end of training (None until known).
+        self.last_checkpoint_tag: int | None = None
+        self.stop_checkpoint_samples: int | None = None
+        self.final_seen: int | None = None
 
     # -- setup (no training communication; errors agreed on by all ranks) ---
     def setup(self) -> None:
@@ -527,39 +532,30 @@ class Run:
         rows = self.recorder.view()
         self.rows_file.flush(rows, self.rank_attrs(rows), evals)
 
-    def checkpoint_at_stop(self, ctx: StepContext) -> None:
-        """The stop checkpoint, at an evaluation point every rank is at (collective;
-        off the clock). Without ``--out`` there is nowhere to keep it."""
-        if self.parts is None or ctx.seen is None:
-            return
-        tag = ctx.seen // self.budget.batch_size
-        if tag != getattr(self, "last_checkpoint_tag", None):  # not saved at this point yet
-            with ctx.off_clock() as t:
-                self.checkpoint(ctx.loop, t, tag=tag)
-        self.stop_checkpoint_samples = ctx.seen
-
-    def checkpoint_after_early_end(self, ctx: StepContext, point: int) -> None:
-        """The stop checkpoint of a strategy that ended itself early, at the global
-        samples ``point`` its ranks agreed on (collective, right after
-        ``Algorithm.finish``: the run's clock stands at the end of training)."""
+    def checkpoint_at_stop(self, ctx: StepContext, samples: int, at_end: bool = False) -> None:
+        """The stop checkpoint at global ``samples`` (collective; off the clock): an
+        evaluation point every rank is at, or (``at_end``) the point a strategy that
+        ended itself early agreed on right after ``Algorithm.finish``, when the run's
+        clock stands at the end of training. Without ``--out`` there is nowhere to
+        keep it; a tag saved at this point already is not saved again."""
         if self.parts is None:
             return
-        tag = point // self.budget.batch_size
-        if tag != getattr(self, "last_checkpoint_tag", None):
-            with ctx.off_clock():
-                self.checkpoint(ctx.loop, ctx.train_end, tag=tag)
-        self.stop_checkpoint_samples = point
+        tag = samples // self.budget.batch_size
+        if tag != self.last_checkpoint_tag:
+            with ctx.off_clock() as now:
+                self.checkpoint(ctx.loop, ctx.train_end if at_end else now, tag=tag)
+        self.stop_checkpoint_samples = samples
 
     def stop_line(self) -> str:
         """Rank 0's line on a run stopped by a signal: where, what is kept, how to go on."""
-        config, seen = self.config, getattr(self, "final_seen", None)
+        config, seen = self.config, self.final_seen
         where = (f"at {seen:,} of {self.budget.total_samples:,} samples" if seen is not None
                  else f"after {self.recorder.count} steps of rank 0")
         if config.out is None:
             return (f"syncbench train: stopped by {self.stopped_by} {where}; nothing is kept "
                     "(no --out)")
         kept = f"{config.out} is written incomplete (complete=False)"
-        at = getattr(self, "stop_checkpoint_samples", None)
+        at = self.stop_checkpoint_samples
         if at is not None:
             return (f"syncbench train: stopped by {self.stopped_by} {where}; {kept}, with a "
                     f"checkpoint at {at:,} samples in {self.parts}: continue with the same "

@@ -37,11 +37,13 @@ except ImportError:  # pragma: no cover
     OPEN_MPI = False
 
 
-def _start(out: Path, *flags: str) -> subprocess.Popen:
+def _start(out: Path, *flags: str, session: bool = False) -> subprocess.Popen:
+    """The job, in a process group of its own with ``session`` (the launcher leads it)."""
     cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
            "--out", str(out), *flags]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            start_new_session=session)
 
 
 def _wait_for_training(out: Path, proc: subprocess.Popen) -> None:
@@ -71,18 +73,25 @@ def _wait_for_start(out: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
-def _stop(out: Path, sig: signal.Signals, target: str = "launcher", *flags: str):
-    """Start a run, send ``sig`` to the launcher or one rank; (returncode, stderr, seconds
-    from the signal to the exit)."""
-    proc = _start(out, *flags)
+def _stop(out: Path, sig: signal.Signals, target: str | int = "launcher", *flags: str):
+    """Start a run, send ``sig`` to the launcher, to the job's whole process group
+    ("group", as a terminal's Ctrl-C does) or to one rank (its number) once it trains;
+    (returncode, stderr, seconds from the signal to the exit)."""
+    group = target == "group"
+    proc = _start(out, *flags, session=group)
     try:
         _wait_for_training(out, proc)
-        os.kill(proc.pid if target == "launcher" else rank_pid(str(out), 1), sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid if target == "launcher" else rank_pid(str(out), target), sig)
         sent = time.monotonic()
         _, err = proc.communicate(timeout=60)
         return proc.returncode, err, time.monotonic() - sent
     finally:
         if proc.poll() is None:
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.kill()
             proc.communicate()
 
@@ -139,7 +148,7 @@ def test_a_signal_to_one_rank_stops_every_rank_and_resumes_bit_identical(tmp_pat
     """SIGUSR1 to one rank only: the vote carries it to the other. Stopped and resumed,
     SSGD ends with exactly the parameters of a run that was never stopped."""
     out = tmp_path / "run.h5"
-    status, err, _ = _stop(out, signal.SIGUSR1, "rank", "--algorithm", "ssgd",
+    status, err, _ = _stop(out, signal.SIGUSR1, 1, "--algorithm", "ssgd",
                            "--save-model", str(tmp_path / "stopped.npy"))
     assert status == 128 + signal.SIGUSR1, err
     assert len(_stop_lines(err)) == 1 and "SIGUSR1" in err
@@ -191,16 +200,9 @@ def test_without_out_a_stop_says_nothing_is_kept(tmp_path):
 def test_asgd_stops_when_only_the_dedicated_host_is_signalled(tmp_path):
     """Rank 0 hosts the parameters and takes no step: it ends the run from its wait."""
     out = tmp_path / "run.h5"
-    proc = _start(out, "--algorithm", "asgd", "--ps-layout", "dedicated")
-    try:
-        _wait_for_training(out, proc)
-        os.kill(rank_pid(str(out), 0), signal.SIGUSR1)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 128 + signal.SIGUSR1, err
+    status, err, _ = _stop(out, signal.SIGUSR1, 0, "--algorithm", "asgd",
+                           "--ps-layout", "dedicated")
+    assert status == 128 + signal.SIGUSR1, err
     assert read_run(out).stopped_by == "SIGUSR1"
     resumed = _resume(out, "--algorithm", "asgd", "--ps-layout", "dedicated")
     assert resumed.returncode == 0, resumed.stderr
@@ -213,19 +215,8 @@ def test_ctrl_c_to_the_whole_job_counts_once(tmp_path):
     if OPEN_MPI:
         pytest.skip("Open MPI's launcher kills its ranks ~0.25 s after forwarding SIGINT")
     out = tmp_path / "run.h5"
-    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", *FLAGS,
-           "--algorithm", "ssgd", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
-    try:
-        _wait_for_training(out, proc)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 128 + signal.SIGINT, err
+    status, err, _ = _stop(out, signal.SIGINT, "group", "--algorithm", "ssgd")
+    assert status == 128 + signal.SIGINT, err
     assert "again" not in err and len(_stop_lines(err)) == 1
     assert read_run(out).stopped_by == "SIGINT"
     assert (out.with_name(out.name + ".parts") / "checkpoint.json").exists()

@@ -267,14 +267,22 @@ def assert_resumed_once(out: Path, job: str, text: str) -> None:
     assert sum(int(rows["samples"].sum()) for rows in run.ranks.values()) == REQUEUE_BUDGET
 
 
+def submit_and_warn(tmp_path: Path, *out_flags: str,
+                    env: dict[str, str] | None = None) -> tuple[str, Path]:
+    """Submit train-requeue.sbatch, wait until it trains, then send it the warning that
+    ``--signal=USR1@60`` sends before the time limit (every task of the step gets it);
+    (job id, its output file)."""
+    job = sbatch(tmp_path, "-n", "2", str(SLURM_JOBS / "train-requeue.sbatch"),
+                 *REQUEUE_TRAIN, *out_flags, env=env)
+    log = tmp_path / f"syncbench-train-requeue-{job}.out"
+    wait_training(job, tmp_path / "run.h5", log)
+    subprocess.run(["scancel", "--signal=USR1", job], timeout=15, check=True)
+    return job, log
+
+
 def test_train_requeue_stops_on_the_warning_requeues_and_resumes(tmp_path):
     out = tmp_path / "run.h5"
-    job = sbatch(tmp_path, "-n", "2", str(SLURM_JOBS / "train-requeue.sbatch"),
-                 *REQUEUE_TRAIN, "--out", "run.h5")
-    log = tmp_path / f"syncbench-train-requeue-{job}.out"
-    wait_training(job, out, log)
-    # what --signal=USR1@60 sends before the time limit: every task of the step
-    subprocess.run(["scancel", "--signal=USR1", job], timeout=15, check=True)
+    job, log = submit_and_warn(tmp_path, "--out", "run.h5")
     fields = wait_done(job, log, restarts=1)
     text = log.read_text()
     assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, text)
@@ -297,11 +305,7 @@ def test_train_requeue_stops_on_the_warning_requeues_and_resumes(tmp_path):
 def test_train_requeue_stops_for_good_past_max_requeues_then_a_resubmit_resumes(tmp_path):
     out = tmp_path / "run.h5"
     env = job_env(SYNCBENCH_MAX_REQUEUES="0")
-    job = sbatch(tmp_path, "-n", "2", str(SLURM_JOBS / "train-requeue.sbatch"),
-                 *REQUEUE_TRAIN, "--out=run.h5", env=env)
-    log = tmp_path / f"syncbench-train-requeue-{job}.out"
-    wait_training(job, out, log)
-    subprocess.run(["scancel", "--signal=USR1", job], timeout=15, check=True)
+    job, log = submit_and_warn(tmp_path, "--out=run.h5", env=env)
     fields = wait_done(job, log, restarts=0)
     text = log.read_text()
     assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "138:0", (fields, text)
