@@ -45,10 +45,12 @@ import threading
 import time
 from collections import deque
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
+
+if TYPE_CHECKING:  # imported where a vote is made: the scenario runner reads the names
+    from mpi4py import MPI  # of the signals without starting MPI in its own process
 
 #: The signals that stop a run at a step boundary.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -72,6 +74,15 @@ def exit_status(name: str) -> int:
     if not name:
         return 0
     return 128 + int(signal.Signals[name])
+
+
+def stopped_by_status(returncode: int) -> str:
+    """The stop signal an exit status names (128 + its number, as :func:`exit_status`
+    makes it, or minus it for a process killed by it); "" otherwise."""
+    for sig in STOP_SIGNALS:
+        if returncode in (128 + int(sig), -int(sig)):
+            return sig.name
+    return ""
 
 
 class SignalCatcher:
@@ -161,6 +172,9 @@ class StopVote:
     """
 
     def __init__(self, comm: MPI.Comm, lag: int = VOTE_LAG) -> None:
+        from mpi4py import MPI  # noqa: PLC0415 - see the import at the top
+
+        self._max = MPI.MAX
         self.comm = comm.Dup()
         self.lag = lag
         self._pending: deque[tuple[MPI.Request, np.ndarray, np.ndarray]] = deque()
@@ -169,7 +183,7 @@ class StopVote:
         """Post this point's vote; the signal agreed ``lag`` points ago (0: go on)."""
         send = np.array([signum], dtype=np.int64)
         recv = np.zeros(1, dtype=np.int64)
-        self._pending.append((self.comm.Iallreduce(send, recv, op=MPI.MAX), send, recv))
+        self._pending.append((self.comm.Iallreduce(send, recv, op=self._max), send, recv))
         if len(self._pending) <= self.lag:
             return 0
         return self._complete_oldest()

@@ -210,9 +210,11 @@ class Run:
             slowdown.progress = self.algorithm.drive_progress  # polls during the delay
             self.algorithm.slowdown = slowdown
         self.parts = parts_dir(config.out) if config.out else None
+        #: What a checkpoint of this run records, and --resume checks.
+        self.identity = run_identity(config, self.size, self.budget.total_samples)
         if config.resume:
             self.resume_step = latest_checkpoint(  # of this very run, or a one-line error
-                self.parts, self.size, run_identity(config, self.size, self.budget.total_samples))
+                self.parts, self.size, self.identity)
         elif self.parts is not None and self.parts.exists() and not config.overwrite:
             raise SetupError(
                 f"{self.parts} holds rows of an earlier run of {config.out} that did not "
@@ -589,8 +591,7 @@ class Run:
         self.world.Barrier()
         if self.rank == 0:
             try:  # with the run's identity, checked by --resume
-                commit_checkpoint(self.parts, tag, self.size, run_identity(
-                    self.config, self.size, self.budget.total_samples))
+                commit_checkpoint(self.parts, tag, self.size, self.identity)
             except WriteError as exc:
                 abort_on_write_error(self.world, exc)
 

@@ -71,6 +71,7 @@ from typing import Any
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
 from syncbench.bench.launch import run_train
+from syncbench.bench.stopping import stopped_by_status as stop_signal
 
 from .on_cluster import layout_problem, speed_setter
 from .plan import PlannedRun, plan_runs
@@ -80,22 +81,10 @@ RESULTS_NAME = "results.json"
 RESULTS_SCHEMA = "syncbench-results/1"
 #: Repeats below which the runner says that timings are indicative only.
 MIN_TIMING_REPEATS = 5
-#: The signals that stop a run at a step boundary (``syncbench train`` then exits with
-#: 128 + the signal's number and writes its run file ``complete=False``).
-RUN_STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 #: The signals that stop the runner after its current run.
 RUNNER_STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 #: Exit status of a runner whose runs all ended but some of them incomplete.
 EXIT_INCOMPLETE = 3
-
-
-def stop_signal(returncode: int) -> str:
-    """The name of the stop signal an exit status says ended a run (128 + its number, or
-    minus it for a process killed by it); "" otherwise."""
-    for sig in RUN_STOP_SIGNALS:
-        if returncode in (128 + int(sig), -int(sig)):
-            return sig.name
-    return ""
 
 
 class StopRequest:
