@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.flags import add_option_flags, options_from
 from syncbench.kernels.model import Model
@@ -65,12 +67,26 @@ def steps_per_rank(epochs: float, samples: int, world_size: int, batch_size: int
 
 
 class MomentumSGD:
-    """Momentum SGD with weight decay over a flat buffer (owns velocity and scratch)."""
+    """Momentum SGD with weight decay over a flat buffer (owns velocity and scratch).
 
-    def __init__(self, like: Any, lr: float, momentum: float, weight_decay: float) -> None:
+    ``decay_mask`` (flat, 1 where an element decays, 0 where it is exempt;
+    :meth:`~syncbench.kernels.model.Model.decay_mask`) makes :attr:`decay` a
+    per-element array, ``weight_decay * mask``: ``--wd-exempt``.
+    """
+
+    def __init__(self, like: Any, lr: float, momentum: float, weight_decay: float,
+                 decay_mask: Any = None) -> None:
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.velocity = like * 0
         self.scratch = like * 0
+        #: What multiplies the weights in the decay term: a number, or one per element.
+        self.decay: Any = weight_decay
+        if decay_mask is not None and weight_decay:
+            self.decay = decay_mask * weight_decay
+
+    def decay_of(self, weights: Any, out: Any) -> Any:
+        """``decay * weights`` into ``out`` (the decay term of a step from ``weights``)."""
+        return np.multiply(weights, self.decay, out=out)
 
     def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
         """``params -= lr * (mu * v + g + wd * params)``, in place."""
@@ -80,7 +96,7 @@ class MomentumSGD:
             self.velocity,
             self.lr if lr is None else lr,
             self.momentum,
-            self.weight_decay,
+            self.decay,
             self.scratch,
         )
 
@@ -136,7 +152,8 @@ class Algorithm(ABC):
         self.budget = budget
         self.steps_taken = 0
         self.optimizer = MomentumSGD(
-            model.params, config.lr, config.momentum, config.weight_decay
+            model.params, config.lr, config.momentum, config.weight_decay,
+            model.decay_mask() if getattr(config, "wd_exempt", False) else None,
         )
         #: Heterogeneity emulation, set by the driver (``bench.slowdown.Slowdown``):
         #: called with the step's compute seconds, it spends the extra time.

@@ -205,15 +205,18 @@ class ODSGD(Algorithm):
         if self.lookahead:
             self._subtract_known_global_step(params)
         elif self.optimizer.weight_decay:
-            params -= np.multiply(w_g, self.lr_local * self.optimizer.weight_decay,
-                                  out=self._scratch)
+            decay = self.optimizer.decay_of(w_g, out=self._scratch)
+            decay *= self.lr_local
+            params -= decay
 
     def _subtract_known_global_step(self, params: Any) -> None:
         """``W_loc -= lr * (mu * v + wd * W_g)``: the part of the next global step known now."""
         opt = self.optimizer
         params -= np.multiply(opt.velocity, opt.lr * opt.momentum, out=self._scratch)
         if opt.weight_decay:
-            params -= np.multiply(self.w_global, opt.lr * opt.weight_decay, out=self._scratch)
+            decay = opt.decay_of(self.w_global, out=self._scratch)
+            decay *= opt.lr
+            params -= decay
 
     # -- checkpoints -----------------------------------------------------------
     def state(self) -> dict[str, Any]:

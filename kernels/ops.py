@@ -94,7 +94,7 @@ def sgd_momentum_(
     """
     velocity *= momentum
     velocity += grads
-    if weight_decay:
+    if not np.isscalar(weight_decay) or weight_decay:
         velocity += np.multiply(params, weight_decay, out=scratch)
     params -= np.multiply(velocity, lr, out=scratch)
 
@@ -169,40 +169,43 @@ def bias_grad(dy: Any, out: Any = None, axis: int = 1) -> Any:
     return dy.sum(axis=1 - axis, out=out)
 
 
-def conv_output_hw(h: int, w: int, k: int, pad: int) -> tuple[int, int]:
-    """Output height and width of a stride-1 ``k`` x ``k`` convolution with padding ``pad``."""
-    return h + 2 * pad - k + 1, w + 2 * pad - k + 1
+def conv_output_hw(h: int, w: int, k: int, pad: int, stride: int = 1) -> tuple[int, int]:
+    """Output height and width of a ``k`` x ``k`` convolution with padding ``pad``."""
+    return (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
 
 
 @_dispatch
-def im2col(x: Any, k: int, pad: int) -> Any:
-    """Unfold every ``k`` x ``k`` window of NCHW ``x`` (zero-padded by ``pad``).
+def im2col(x: Any, k: int, pad: int, stride: int = 1) -> Any:
+    """Unfold every ``k`` x ``k`` window of NCHW ``x`` (zero-padded by ``pad``; windows
+    ``stride`` apart).
 
     Returns a (c*k*k, n*oh*ow) matrix: row (ch, ki, kj), column (b, oy, ox)
     (the layout of :class:`~syncbench.kernels.layers.Conv2d`).
     """
     n, c, h, w = x.shape
-    oh, ow = conv_output_hw(h, w, k, pad)
+    oh, ow = conv_output_hw(h, w, k, pad, stride)
     if pad:
         x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+    windows = windows[:, :, : (oh - 1) * stride + 1 : stride, : (ow - 1) * stride + 1 : stride]
     # windows[b, ch, oy, ox, ki, kj] -> (ch, ki, kj, b, oy, ox)
     return windows.transpose(1, 4, 5, 0, 2, 3).reshape(c * k * k, n * oh * ow)
 
 
 @_dispatch
-def col2im(cols: Any, in_shape: Shape, k: int, pad: int) -> Any:
+def col2im(cols: Any, in_shape: Shape, k: int, pad: int, stride: int = 1) -> Any:
     """Fold a (c*k*k, n*oh*ow) column gradient onto NCHW ``in_shape`` (the adjoint of im2col).
 
     Window contributions are added in (ki, kj) order, starting from zero.
     """
     n, c, h, w = in_shape
-    oh, ow = conv_output_hw(h, w, k, pad)
+    oh, ow = conv_output_hw(h, w, k, pad, stride)
     dcols = cols.reshape(c, k, k, n, oh, ow)
     dx = np.zeros((c, n, h + 2 * pad, w + 2 * pad), dtype=cols.dtype)
+    s = stride
     for i in range(k):
         for j in range(k):
-            dx[:, :, i : i + oh, j : j + ow] += dcols[:, i, j]
+            dx[:, :, i : i + (oh - 1) * s + 1 : s, j : j + (ow - 1) * s + 1 : s] += dcols[:, i, j]
     dx = dx.transpose(1, 0, 2, 3)
     if pad:
         dx = dx[:, :, pad:-pad, pad:-pad]
@@ -236,3 +239,94 @@ def maxpool_backward(dy: Any, argmax: Any, k: int) -> Any:
     np.put_along_axis(blocks, argmax[..., None].astype(np.intp), dy[..., None], axis=-1)
     blocks = blocks.reshape(n, c, oh, ow, k, k).transpose(0, 1, 2, 4, 3, 5)
     return blocks.reshape(n, c, oh * k, ow * k)
+
+
+# -- BatchNorm, residual blocks, global average pooling (ResNets) ------------------------
+# Per-channel statistics of NCHW activations. Only the passes over the whole
+# activation tensor are kernels; the per-channel vectors (length C) they
+# produce are combined with plain array arithmetic by the layer
+# (:class:`~syncbench.kernels.layers.BatchNorm2d`).
+@_dispatch
+def bn_sums(x: Any, shift: Any) -> Any:
+    """Per-channel sums of NCHW ``x`` about ``shift`` (length C): a (2, C) array of
+    ``sum(x - shift)`` and ``sum((x - shift)**2)`` over samples, rows and columns.
+
+    The shift (the running mean) keeps ``var = S2/n - (S1/n)**2`` free of
+    cancellation; any shift gives the same statistics in exact arithmetic, and
+    the sums of several ranks add up (one Allreduce for SyncBatchNorm).
+    """
+    d = x - shift[None, :, None, None]
+    return np.stack([d.sum(axis=(0, 2, 3)), (d * d).sum(axis=(0, 2, 3))])
+
+
+@_dispatch
+def bn_normalize(x: Any, mean: Any, invstd: Any, gamma: Any, beta: Any) -> tuple[Any, Any]:
+    """``xhat = (x - mean) * invstd`` and ``y = xhat * gamma + beta`` per channel of NCHW
+    ``x``; returns ``(y, xhat)``."""
+    xhat = (x - mean[None, :, None, None]) * invstd[None, :, None, None]
+    y = xhat * gamma[None, :, None, None] + beta[None, :, None, None]
+    return y, xhat
+
+
+@_dispatch
+def bn_grad_sums(dy: Any, xhat: Any) -> Any:
+    """Per-channel (2, C) sums of ``dy`` and of ``dy * xhat`` (NCHW): the gradients of
+    beta and gamma, and what the input gradient needs (summed over ranks with
+    SyncBatchNorm)."""
+    return np.stack([dy.sum(axis=(0, 2, 3)), (dy * xhat).sum(axis=(0, 2, 3))])
+
+
+@_dispatch
+def bn_backward(dy: Any, xhat: Any, scale: Any, mean_dy: Any, mean_dy_xhat: Any) -> Any:
+    """Input gradient of batch normalization with batch statistics (NCHW):
+    ``dx = scale * (dy - mean_dy - xhat * mean_dy_xhat)`` per channel, with
+    ``scale = gamma * invstd`` and the means over the (global) batch."""
+    t = dy - mean_dy[None, :, None, None]
+    t -= xhat * mean_dy_xhat[None, :, None, None]
+    t *= scale[None, :, None, None]
+    return t
+
+
+@_dispatch
+def add_relu(a: Any, b: Any) -> Any:
+    """``max(a + b, 0)``: a residual block's sum and its ReLU (backward:
+    :func:`relu_backward` of the result)."""
+    s = a + b
+    return np.multiply(s, s > 0, out=s)
+
+
+@_dispatch
+def shortcut_forward(x: Any, channels: int, stride: int) -> Any:
+    """He et al.'s option-A shortcut: ``x`` subsampled by ``stride`` (every
+    ``stride``-th row and column, from the first), zero channels appended up to
+    ``channels``. No parameters."""
+    n, c, h, w = x.shape
+    sub = x[:, :, ::stride, ::stride]
+    y = np.zeros((n, channels, sub.shape[2], sub.shape[3]), dtype=x.dtype)
+    y[:, :c] = sub
+    return y
+
+
+@_dispatch
+def shortcut_backward(dy: Any, in_shape: Shape, stride: int) -> Any:
+    """The adjoint of :func:`shortcut_forward`: the first ``c`` channels of ``dy`` back
+    at the sampled positions of NCHW ``in_shape``, zero elsewhere."""
+    n, c, h, w = in_shape
+    dx = np.zeros(in_shape, dtype=dy.dtype)
+    dx[:, :, ::stride, ::stride] = dy[:, :c]
+    return dx
+
+
+@_dispatch
+def avgpool_forward(x: Any) -> Any:
+    """Global average pooling: (n, c, h, w) -> (n, c), the mean of each plane."""
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h * w).sum(axis=2) * (1.0 / (h * w))
+
+
+@_dispatch
+def avgpool_backward(dy: Any, hw: tuple[int, int]) -> Any:
+    """The adjoint of :func:`avgpool_forward`: each (n, c) gradient / (h*w) over its plane."""
+    h, w = hw
+    scaled = dy * (1.0 / (h * w))
+    return np.ascontiguousarray(np.broadcast_to(scaled[:, :, None, None], (*dy.shape, h, w)))
