@@ -152,6 +152,7 @@ from syncbench.algorithms.base import Algorithm, StepStats
 from syncbench.algorithms.device_buffers import HostMirror
 from syncbench.algorithms.flags import option
 from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
+from syncbench.kernels.zoo import has_batchnorm
 
 VERSION, CLAIMS, STARTED = 0, 1, 2
 #: :meth:`ASGD.pause_point` of a pause dropped because the run ended early.
@@ -192,6 +193,8 @@ class ASGD(Algorithm):
     supports_stop_at_target = False
     #: Which push a pull sees depends on the ranks' timing.
     deterministic = False
+    #: Ranks step independently (no ``--sync-bn``).
+    lock_step = False
 
     @dataclass(frozen=True)
     class Options:
@@ -229,6 +232,16 @@ class ASGD(Algorithm):
             raise ValueError("--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
 
     @classmethod
+    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
+        """Also: a BatchNorm model needs a host that trains (running statistics are not
+        pushed: each worker keeps its own, and rank 0 evaluates with its own)."""
+        super().validate(config, world_size)
+        if config.ps_layout == "dedicated" and has_batchnorm(config.model):
+            raise ValueError(f"asgd --ps-layout dedicated cannot train {config.model}: "
+                             "BatchNorm's running statistics stay on the workers, and rank 0, "
+                             "which evaluates, trains nothing (use sharded or single)")
+
+    @classmethod
     def data_shard(cls, config: argparse.Namespace, rank: int, size: int) -> tuple[int, int]:
         """Dedicated layout: the data is sharded over the N-1 workers (rank 0 never trains)."""
         if config.ps_layout == "dedicated" and size > 1:
@@ -239,6 +252,8 @@ class ASGD(Algorithm):
         super().__init__(*args, **kwargs)
         model, config, options = self.model, self.config, self.options
         self.layout: str = options.ps_layout
+        decay = self.optimizer.decay  # a number, or per element (--wd-exempt): host memory
+        self._decay = decay if np.isscalar(decay) else model.backend.to_numpy(decay)
         self.is_host = self.layout == "dedicated" and self.comm.rank == 0
         self.workers = self.comm.size - (1 if self.layout == "dedicated" else 0)
         self.total_pushes = self.budget.total_samples // self.budget.batch_size
@@ -459,9 +474,7 @@ class ASGD(Algorithm):
         self._velocity *= self.worker_momentum
         self._velocity += grads
         if self.config.weight_decay:
-            self._velocity += np.multiply(
-                self._pulled, self.config.weight_decay, out=self._scratch
-            )
+            self._velocity += np.multiply(self._pulled, self._decay, out=self._scratch)
         np.multiply(self._velocity, -self.worker_lr, out=self._delta)
 
     def push(self) -> tuple[int, int]:

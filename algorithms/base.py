@@ -134,6 +134,9 @@ class Algorithm(ABC):
     #: Same flags and seed give bit-identical parameters (no decision depends
     #: on timing or on the order in which ranks arrive).
     deterministic: ClassVar[bool] = True
+    #: Every rank takes the same number of steps, and step i of every rank runs
+    #: the same collectives: ``--sync-bn`` may reduce inside a step.
+    lock_step: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -282,6 +285,18 @@ class Algorithm(ABC):
         """The model to evaluate (called on every rank at an evaluation point)."""
         return self.model.params
 
+    def consensus_buffers(self) -> Any:
+        """The running statistics (BatchNorm) evaluated with :meth:`consensus_params`, called
+        right after it. The default: this rank's (rank 0 evaluates), per-rank statistics
+        unless ``--sync-bn`` makes them global, as DDP's ``broadcast_buffers`` uses rank
+        0's. Strategies that average models average them too."""
+        return self.model.buffers
+
+    def local_params(self) -> Any:
+        """This rank's own weights, for ``--eval-model local`` (the model's parameters; OD-SGD's
+        W_loc)."""
+        return self.model.params
+
     def state(self) -> dict[str, Any]:
         """This rank's resumable state (arrays and numbers), for ``--checkpoint-every``.
 
@@ -291,6 +306,7 @@ class Algorithm(ABC):
         """
         return {
             "params": self.model.backend.to_numpy(self.model.params).copy(),
+            "buffers": self.model.backend.to_numpy(self.model.buffers).copy(),
             "velocity": self._velocity_state(),
             "steps_taken": self.steps_taken,
         }
@@ -304,6 +320,8 @@ class Algorithm(ABC):
         """Restore what :meth:`state` saved (the inverse, on the same rank)."""
         self.model.params[...] = self.model.backend.asarray(state["params"])
         self.optimizer.velocity[...] = self.model.backend.asarray(state["velocity"])
+        if "buffers" in state and np.size(state["buffers"]):
+            self.model.buffers[...] = self.model.backend.asarray(state["buffers"])
         self.steps_taken = int(state["steps_taken"])
 
     def report_line(self) -> str | None:

@@ -112,6 +112,8 @@ class LocalSGD(Algorithm):
     def average(self) -> None:
         """Replace every replica by the uniform average (blocking Allreduce)."""
         average_over_ranks(self, self.model.params)
+        if self.model.buffers.size:  # BatchNorm's running statistics, with the weights
+            average_over_ranks(self, self.model.buffers)
         sync_momentum(self, self.options.momentum_sync)
 
     def step(self, x: Any, y: Any) -> StepStats:

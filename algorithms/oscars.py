@@ -58,7 +58,7 @@ from typing import Any
 
 from syncbench.algorithms.base import Algorithm, StepStats
 from syncbench.algorithms.flags import option
-from syncbench.algorithms.localsgd import LocalSGD, local_step, sync_momentum
+from syncbench.algorithms.localsgd import LocalSGD, average_over_ranks, local_step, sync_momentum
 from syncbench.kernels.ops import axpy_
 
 #: Slack for floor(T / c_k): T / c_max must give tau_0, not tau_0 - 1, after rounding.
@@ -293,6 +293,8 @@ class Oscars(Algorithm):
                 self.model.params += self.w_start
             else:
                 self.model.params[...] = self.w_start
+        if self.model.buffers.size:  # BatchNorm's running statistics: their uniform mean
+            average_over_ranks(self, self.model.buffers)
         sync_momentum(self, self.options.momentum_sync)
         self.consumed += sum_tau
         self.round_steps -= self.tau

@@ -217,6 +217,12 @@ EVAL_COLUMNS: dict[str, str] = {
     "accuracy": "f8",
 }
 
+#: ``--eval-model both``: every rank's own model on its shard of the test split
+#: (the same columns; absent otherwise). ``/summary`` then has
+#: ``final_local_accuracy``, its last accuracy.
+EVAL_LOCAL_GROUP = "eval_local"
+FINAL_LOCAL_ACCURACY = "final_local_accuracy"
+
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"
 SUMMARY_ATTRS: tuple[str, ...] = (

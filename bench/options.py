@@ -14,7 +14,7 @@ from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data import DATASETS
 from syncbench.bench.slowdown import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
-from syncbench.kernels.zoo import MODELS, model_name
+from syncbench.kernels.zoo import MODELS, has_batchnorm, model_name
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +55,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--momentum", type=float, default=0.9, help="momentum")
     opt.add_argument("--weight-decay", type=float, default=0.0,
                      help="L2 weight decay")
+    opt.add_argument("--wd-exempt", action="store_true",
+                     help="no weight decay on biases and BatchNorm betas (MXNet's rule: only "
+                     "weights and BatchNorm gammas decay), as the OD-SGD paper's scripts train")
+    opt.add_argument("--sync-bn", action="store_true",
+                     help="BatchNorm with the global batch's statistics: one Allreduce per "
+                     "BatchNorm layer in the forward pass and one in the backward pass "
+                     "(timed in comm), as PyTorch's SyncBatchNorm; default: each rank's own "
+                     "batch and running statistics")
     opt.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
 
     ev = parser.add_argument_group(
@@ -68,6 +76,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--eval-every", type=float, default=0.25,
                     help="evaluate the consensus model every this many epochs "
                     "(0 = only at the end)")
+    ev.add_argument("--eval-model", default="global", choices=("global", "local", "both"),
+                    help="global (default): the consensus model on the whole test split; "
+                    "local: every rank's own weights (OD-SGD: W_loc) and running statistics on "
+                    "its shard of the test split, accuracy over all shards, as the OD-SGD "
+                    "paper scores it; both: global in /eval, local in /eval_local")
     ev.add_argument("--target-accuracy", type=float, default=None,
                     help="record the training time (wall_s clock) of the first evaluation "
                     "whose test accuracy reaches this (time_to_target_s; resolution: "
@@ -172,6 +185,11 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
          "(--target-accuracy alone works)"),
         (cls.supports_checkpoint or not (config.checkpoint_every or config.resume),
          f"{cls.name} cannot --checkpoint-every or --resume"),
+        (has_batchnorm(config.model) or not getattr(config, "sync_bn", False),
+         f"--sync-bn: model {config.model} has no BatchNorm layer"),
+        (cls.lock_step or not getattr(config, "sync_bn", False),
+         f"{cls.name} cannot --sync-bn: its ranks do not take their steps together, and "
+         "SyncBatchNorm reduces inside every step"),
     ]
     checks += [
         (config.timeout >= 0, f"--timeout must be >= 0, got {config.timeout}"),

@@ -13,6 +13,7 @@ that leaves nothing behind. This works with every h5py build (PyPI's has no MPI)
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,6 +108,40 @@ class EvalRecorder:
         }
 
 
+def _write_ranks(f: h5py.File, rank_rows: Mapping[int, Mapping[str, np.ndarray]],
+                 rank_attrs: Mapping[int, Mapping[str, Any]]) -> None:
+    """One ``/ranks/RRRRR`` group per rank: its columns and attributes."""
+    for rank in sorted(rank_rows):
+        group = f.create_group(schema.rank_group(rank))
+        _write_table(group, rank_rows[rank], schema.RANK_COLUMNS)
+        for name in schema.RANK_ATTRS:
+            group.attrs[name] = _attr_value(rank_attrs.get(rank, {}).get(name))
+
+
+def _write_table(group: h5py.Group, table: Mapping[str, np.ndarray],
+                 columns: Mapping[str, str]) -> None:
+    for name, dtype in columns.items():
+        group.create_dataset(name, data=np.asarray(table[name], dtype=dtype))
+
+
+def _write_summary(group: h5py.Group, summary: Mapping[str, Any]) -> None:
+    """``/summary``: the numbers, the flags, complete, stopped_by, and (``--eval-model
+    both``) the local evaluation's final accuracy."""
+    for name in schema.SUMMARY_ATTRS:
+        group.attrs[name] = float(summary[name])
+    for name in schema.SUMMARY_FLAGS:
+        group.attrs[name] = bool(summary[name])
+    group.attrs[schema.COMPLETE_ATTR] = bool(summary[schema.COMPLETE_ATTR])
+    group.attrs[schema.STOPPED_BY_ATTR] = str(summary[schema.STOPPED_BY_ATTR])
+    if schema.FINAL_LOCAL_ACCURACY in summary:
+        group.attrs[schema.FINAL_LOCAL_ACCURACY] = float(summary[schema.FINAL_LOCAL_ACCURACY])
+
+
+def final_of(accuracy: np.ndarray) -> float:
+    """The last value of an accuracy column, NaN if it is empty."""
+    return float(accuracy[-1]) if len(accuracy) else math.nan
+
+
 def _attr_value(value: Any) -> Any:
     if value is None:
         return ""
@@ -149,6 +184,7 @@ def write_run_file(
     extra_attrs: Mapping[str, Any] | None = None,
     diverged: bool | None = None,
     stopped_by: str = "",
+    local_evals: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Write one ``syncbench/1`` file atomically; returns its summary attributes.
 
@@ -158,6 +194,9 @@ def write_run_file(
     given, is the flag instead of the verdict on the rows (a simulation trains nothing).
     ``complete`` and ``stopped_by`` (the signal that stopped the run, "" if none) go
     to ``/summary`` too (``schema.COMPLETE_ATTR``, ``schema.STOPPED_BY_ATTR``).
+    ``local_evals`` (``--eval-model both``): every rank's own model's evaluations,
+    written to ``/eval_local`` with their last accuracy as ``/summary``'s
+    ``final_local_accuracy``.
     """
     path = Path(path)
     summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes)
@@ -165,6 +204,8 @@ def write_run_file(
         summary["diverged"] = bool(diverged)
     summary[schema.COMPLETE_ATTR] = bool(complete)
     summary[schema.STOPPED_BY_ATTR] = str(stopped_by)
+    if local_evals is not None:
+        summary[schema.FINAL_LOCAL_ACCURACY] = final_of(local_evals["accuracy"])
 
     def build(f: h5py.File) -> None:
         f.attrs["schema"] = schema.SCHEMA
@@ -174,22 +215,12 @@ def write_run_file(
         f.attrs[schema.COMPLETE_ATTR] = bool(complete)
         for name, value in (extra_attrs or {}).items():
             f.attrs[name] = _attr_value(value)
-        for rank in sorted(rank_rows):
-            group = f.create_group(schema.rank_group(rank))
-            for name, dtype in schema.RANK_COLUMNS.items():
-                group.create_dataset(name, data=np.asarray(rank_rows[rank][name], dtype=dtype))
-            for name in schema.RANK_ATTRS:
-                group.attrs[name] = _attr_value(rank_attrs.get(rank, {}).get(name))
-        group = f.create_group(schema.EVAL_GROUP)
-        for name, dtype in schema.EVAL_COLUMNS.items():
-            group.create_dataset(name, data=np.asarray(eval_rows[name], dtype=dtype))
-        group = f.create_group(schema.SUMMARY_GROUP)
-        for name in schema.SUMMARY_ATTRS:
-            group.attrs[name] = float(summary[name])
-        for name in schema.SUMMARY_FLAGS:
-            group.attrs[name] = bool(summary[name])
-        group.attrs[schema.COMPLETE_ATTR] = bool(complete)
-        group.attrs[schema.STOPPED_BY_ATTR] = str(stopped_by)
+        _write_ranks(f, rank_rows, rank_attrs)
+        for group_name, table in ((schema.EVAL_GROUP, eval_rows),
+                                  (schema.EVAL_LOCAL_GROUP, local_evals)):
+            if table is not None:
+                _write_table(f.create_group(group_name), table, schema.EVAL_COLUMNS)
+        _write_summary(f.create_group(schema.SUMMARY_GROUP), summary)
 
     # built in memory, then written whole and renamed: a full disk or a read-only
     # folder is one WriteError, never a half-written file or an HDF5 library error

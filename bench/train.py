@@ -80,7 +80,13 @@ from syncbench.bench.hooks import (
     StrategyReport,
 )
 from syncbench.bench.options import validate_train_config
-from syncbench.bench.recorder import EvalRecorder, StepRecorder, run_summary, write_run_file
+from syncbench.bench.recorder import (
+    EvalRecorder,
+    StepRecorder,
+    final_of,
+    run_summary,
+    write_run_file,
+)
 from syncbench.bench.runtime import (
     SetupError,
     abort_on_exception,
@@ -198,6 +204,8 @@ class Run:
         self.steps_per_epoch = len(self.data.train_y) // self.size // config.batch_size
         steps = steps_per_rank(config.epochs, len(self.data.train_y), self.size, config.batch_size)
         self.budget = Budget(steps * config.batch_size * self.size, config.batch_size, self.size)
+        if getattr(config, "sync_bn", False):  # SyncBatchNorm: statistics of the global batch
+            self.model.sync_batchnorm(self.communicator.Allreduce)
         self.algorithm: Algorithm = cls(self.model, self.communicator, config, self.budget)
         self.slowdown_mode = resolve_mode(
             getattr(config, "slowdown_mode", "auto"), self.ranks_per_node)
@@ -233,24 +241,61 @@ class Run:
         self.eval_model = build_model(
             config.model, self.data.input_shape, self.data.num_classes, self.backend, dtype
         ) if self.rank == 0 else None
+        #: What is evaluated (``--eval-model``): the consensus model, every rank's own, or both.
+        self.eval_mode: str = getattr(config, "eval_model", "global")
+        #: Every rank's own model and test shard, for ``--eval-model local|both``.
+        self.local_eval_model = build_model(
+            config.model, self.data.input_shape, self.data.num_classes, self.backend, dtype
+        ) if self.eval_mode != "global" else None
+        #: This rank's own weights when training ended (before ``finish`` drains into them).
+        self.final_local_params: Any = None
 
     # -- training -----------------------------------------------------------
     def evaluate(self, t: float, step: int, samples_seen: int) -> float:
-        """Evaluate the consensus model (collective); returns the accuracy on all ranks."""
-        params = self.algorithm.consensus_params()
+        """Evaluate what ``--eval-model`` names (collective); returns the accuracy that the
+        run's ``/eval`` rows hold (the consensus model's, or the local one with ``local``)
+        on all ranks."""
         result = np.zeros(2)
-        if self.rank == 0:
-            result[:] = self.record_evaluation(params, t, step, samples_seen)
+        if self.eval_mode != "local":
+            params = self.algorithm.consensus_params()
+            buffers = self.algorithm.consensus_buffers()
+            if self.rank == 0:
+                result[:] = self.record_evaluation(params, t, step, samples_seen, buffers)
+        if self.eval_mode != "global":
+            local = self.evaluate_local()
+            if self.rank == 0:
+                rows = self.evals if self.eval_mode == "local" else self.local_evals
+                rows.append(t, step, samples_seen, *local)
+            if self.eval_mode == "local":
+                result[:] = local
         wait_politely(self.world.Ibcast(result, root=0))
         return float(result[1])
 
     def record_evaluation(self, params: Any, t: float, step: int,
-                          samples_seen: int) -> tuple[float, float]:
-        """Rank 0: test loss and accuracy of ``params``, appended as an eval row."""
+                          samples_seen: int, buffers: Any = None) -> tuple[float, float]:
+        """Rank 0: test loss and accuracy of ``params`` (with the running statistics
+        ``buffers``, else this rank's), appended as an eval row."""
         self.eval_model.params[...] = params
+        self.eval_model.buffers[...] = self.model.buffers if buffers is None else buffers
         loss, accuracy = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
         self.evals.append(t, step, samples_seen, float(loss), float(accuracy))
         return float(loss), float(accuracy)
+
+    def evaluate_local(self) -> tuple[float, float]:
+        """Every rank's own weights (:meth:`Algorithm.local_params`; when training has
+        ended, those it ended with) and running statistics on its contiguous shard of the
+        test split; the loss and accuracy over all shards (collective), as the OD-SGD
+        paper's workers score themselves (``base_module.py``, gluon ``data.py``)."""
+        model = self.local_eval_model
+        own = self.final_local_params
+        model.params[...] = self.algorithm.local_params() if own is None else own
+        model.buffers[...] = self.model.buffers
+        count = len(self.data.test_y)
+        lo, hi = self.rank * count // self.size, (self.rank + 1) * count // self.size
+        loss, accuracy = model.evaluate(self.data.test_x[lo:hi], self.data.test_y[lo:hi])
+        totals = np.array([loss * (hi - lo), accuracy * (hi - lo), hi - lo], dtype=np.float64)
+        wait_politely(self.world.Iallreduce(MPI.IN_PLACE, totals, op=MPI.SUM))
+        return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
     def train(self) -> dict[str, float] | None:
         """Train until the budget is consumed (or the target reached); write the run file.
@@ -271,6 +316,8 @@ class Run:
             self.take_step(ctx)
             if any(hook.after_step(ctx) for hook in hooks):  # stops at the first True
                 break
+        if self.eval_mode != "global":
+            self.final_local_params = self.algorithm.local_params().copy()
         self.algorithm.finish()
         ctx.train_end = ctx.now()
         self.cpu_end = cpu_sample(self.local_rank == 0)
@@ -294,7 +341,9 @@ class Run:
         config = self.config
         self.recorder = StepRecorder(self.budget.steps_per_rank + 1)
         self.evals = EvalRecorder()
-        self.snapshots: list[tuple[float, int, int, Any]] = []
+        #: ``--eval-model both``: the local evaluations (``/eval_local``).
+        self.local_evals = EvalRecorder()
+        self.snapshots: list[tuple[float, int, int, Any, Any]] = []
         loop = LoopState(
             eval_stride=int(config.eval_every * self.steps_per_epoch)
             * config.batch_size * self.size,
@@ -446,14 +495,15 @@ class Run:
         seen = self.algorithm.snapshot_point()
         if seen is None or seen < loop.next_eval:
             return
-        self.snapshots.append((t, loop.step, seen, self.model.params.copy()))
+        self.snapshots.append(
+            (t, loop.step, seen, self.model.params.copy(), self.model.buffers.copy()))
         while loop.next_eval <= seen:
             loop.next_eval += loop.eval_stride
 
     def evaluate_snapshots(self) -> None:
         """Evaluate the kept copies on rank 0 (after training: off the clock)."""
-        for t, step, seen, params in self.snapshots:
-            self.record_evaluation(params, t, step, seen)
+        for t, step, seen, params, buffers in self.snapshots:
+            self.record_evaluation(params, t, step, seen, buffers)
         self.snapshots = []
 
     # -- crash safety -------------------------------------------------------
@@ -582,6 +632,7 @@ class Run:
         }
         if self.rank == 0:
             state["evals"] = self.evals.columns()
+            state["evals_local"] = self.local_evals.columns()
         self.last_checkpoint_tag = tag
         try:
             save_state(self.parts, self.rank, tag, state)
@@ -604,6 +655,8 @@ class Run:
         self.recorder.extend(state["rows"])
         if self.rank == 0 and "evals" in state:
             self.evals.extend(state["evals"])
+        if self.rank == 0 and "evals_local" in state:
+            self.local_evals.extend(state["evals_local"])
 
     def save_model(self) -> None:
         """Rank 0 writes the final consensus parameters (``--save-model``, .npy; collective:
@@ -648,9 +701,12 @@ class Run:
         attrs = {r: g[1] for r, g in enumerate(gathered)}
         realised_into(attrs, rows, self.root)
         evals = self.evals.columns()
+        local_evals = self.local_evals.columns() if self.eval_mode == "both" else None
         classes = self.data.num_classes
         if config.out is None:
             summary = run_summary(rows, evals, wall_s, config.target_accuracy, classes)
+            if local_evals is not None:
+                summary[schema.FINAL_LOCAL_ACCURACY] = final_of(local_evals["accuracy"])
             summary.update({schema.COMPLETE_ATTR: not stopped_by,
                             schema.STOPPED_BY_ATTR: stopped_by})
         else:
@@ -664,7 +720,8 @@ class Run:
             summary = agree_on_write(self.world, lambda: write_run_file(
                 config.out, self.root, rows, attrs, evals,
                 wall_s, config.target_accuracy, num_classes=classes,
-                complete=not stopped_by, stopped_by=stopped_by), note=note)
+                complete=not stopped_by, stopped_by=stopped_by,
+                local_evals=local_evals), note=note)
             if not stopped_by:
                 remove_parts(config.out)
         # the reason, for the warning line; only a diverged run has one

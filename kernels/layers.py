@@ -75,6 +75,30 @@ class Layer:
         """Initial values (float64, host) for :meth:`param_shapes`."""
         return []
 
+    def param_decays(self) -> list[bool]:
+        """Per parameter of :meth:`param_shapes`: does weight decay apply under
+        ``--wd-exempt``? MXNet's rule (``Optimizer.set_wd_mult``): only names
+        ending in ``_weight`` or ``_gamma`` decay, so biases and BatchNorm's beta
+        do not. Default: the first parameter is a weight, the others biases."""
+        return [i == 0 for i in range(len(self.param_shapes()))]
+
+    def buffer_shapes(self) -> list[Shape]:
+        """Shapes of state that is not trained (BatchNorm's running statistics), in the
+        order of the model's flat ``buffers``."""
+        return []
+
+    def init_buffers(self) -> list[np.ndarray]:
+        """Initial values (float64, host) for :meth:`buffer_shapes`."""
+        return []
+
+    def bind_buffers(self, buffers: list[Any]) -> None:
+        """Attach views into the model's flat buffer of running statistics."""
+        self.buffers = buffers
+
+    def sublayers(self) -> list[Layer]:
+        """The layers inside this one (a residual block's), else none."""
+        return []
+
     def output_shape(self, input_shape: Shape) -> Shape:
         """Per-sample output shape for a per-sample ``input_shape``."""
         return input_shape
@@ -233,7 +257,7 @@ class Flatten(Layer):
 
 
 class Conv2d(Layer):
-    """2-D convolution (stride 1, zero padding) through im2col and one GEMM.
+    """2-D convolution (zero padding, stride 1 or more) through im2col and one GEMM.
 
     Weights have shape (out_channels, in_channels, k, k). The forward pass
     unfolds every k x k window into a column of a (C*k*k, n*oh*ow) matrix
@@ -242,24 +266,28 @@ class Conv2d(Layer):
     column gradient back (col2im) for the input gradient.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, padding: int = 0) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, padding: int = 0,
+                 stride: int = 1, bias: bool = True) -> None:
         super().__init__()
         self.cin, self.cout, self.k, self.pad = in_channels, out_channels, kernel, padding
+        self.stride, self.bias = stride, bias
 
     def param_shapes(self) -> list[Shape]:
-        return [(self.cout, self.cin, self.k, self.k), (self.cout,)]
+        weight = (self.cout, self.cin, self.k, self.k)
+        return [weight, (self.cout,)] if self.bias else [weight]
 
     def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
         fan_in = self.cin * self.k * self.k
         bound = math.sqrt(6.0 / fan_in)
-        return [rng.uniform(-bound, bound, size=self.param_shapes()[0]), np.zeros(self.cout)]
+        weight = rng.uniform(-bound, bound, size=self.param_shapes()[0])
+        return [weight, np.zeros(self.cout)] if self.bias else [weight]
 
     def output_shape(self, input_shape: Shape) -> Shape:
         c, h, w = input_shape
         if c != self.cin:
             raise ValueError(f"Conv2d expects {self.cin} input channels, got {c}")
-        oh, ow = h + 2 * self.pad - self.k + 1, w + 2 * self.pad - self.k + 1
-        if oh <= 0 or ow <= 0:
+        oh, ow = ops.conv_output_hw(h, w, self.k, self.pad, self.stride)
+        if h + 2 * self.pad < self.k or w + 2 * self.pad < self.k:
             raise ValueError(f"Conv2d kernel {self.k} does not fit input {h}x{w}")
         return (self.cout, oh, ow)
 
@@ -269,8 +297,8 @@ class Conv2d(Layer):
             return self._gpu_forward(xp, x)
         self.keep_buffers = train
         n, c, h, w = x.shape
-        p, k = self.pad, self.k
-        oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
+        p, k, s = self.pad, self.k, self.stride
+        oh, ow = ops.conv_output_hw(h, w, k, p, s)
         if p:  # zero border kept between calls; only the interior is rewritten
             padded = self.scratch("xpad", (n, c, h + 2 * p, w + 2 * p), x.dtype, zero=True)
             padded[:, :, p:-p, p:-p] = x
@@ -281,12 +309,13 @@ class Conv2d(Layer):
         xt = x.transpose(1, 0, 2, 3)
         for i in range(k):
             for j in range(k):
-                cols[:, i, j] = xt[:, :, i : i + oh, j : j + ow]
+                cols[:, i, j] = xt[:, :, i : i + (oh - 1) * s + 1 : s, j : j + (ow - 1) * s + 1 : s]
         cols = cols.reshape(c * k * k, n * oh * ow)
         self._cols, self._in_shape, self._out_hw = cols, (n, c, h, w), (oh, ow)
         y = self.scratch("y", (self.cout, n * oh * ow), x.dtype)
         xp.matmul(self.params[0].reshape(self.cout, -1), cols, out=y)  # (cout, n*oh*ow)
-        y += self.params[1][:, None]
+        if self.bias:
+            y += self.params[1][:, None]
         out = self.recycled("out", (n, self.cout, oh, ow), y.dtype)
         np.copyto(out, y.reshape(self.cout, n, oh, ow).transpose(1, 0, 2, 3))
         return out
@@ -301,9 +330,13 @@ class Conv2d(Layer):
         np.copyto(dy2, dy.transpose(1, 0, 2, 3))
         dy2 = dy2.reshape(self.cout, n * oh * ow)
         xp.matmul(dy2, self._cols.T, out=self.grads[0].reshape(self.cout, -1))
-        dy2.sum(axis=1, out=self.grads[1])
+        if self.bias:
+            dy2.sum(axis=1, out=self.grads[1])
         if not self.needs_input_grad:
             return None
+        if self.stride != 1:
+            dcols = np.matmul(self.params[0].reshape(self.cout, -1).T, dy2)
+            return ops.col2im(dcols, self._in_shape, self.k, self.pad, self.stride)
         return self._col2im_wide(dy2)
 
     def _col2im_wide(self, dy2: np.ndarray) -> np.ndarray:
@@ -345,11 +378,12 @@ class Conv2d(Layer):
     def _gpu_forward(self, xp: Any, x: Any) -> Any:
         """im2col kernel, one cuBLAS GEMM, bias kernel (the CPU path's layout)."""
         n, c, h, w = x.shape
-        oh, ow = ops.conv_output_hw(h, w, self.k, self.pad)
-        cols = ops.im2col(x, self.k, self.pad)  # (c*k*k, n*oh*ow)
+        oh, ow = ops.conv_output_hw(h, w, self.k, self.pad, self.stride)
+        cols = ops.im2col(x, self.k, self.pad, self.stride)  # (c*k*k, n*oh*ow)
         self._cols, self._in_shape, self._out_hw = cols, (n, c, h, w), (oh, ow)
         y = self.params[0].reshape(self.cout, -1) @ cols  # (cout, n*oh*ow)
-        ops.bias_add_(y, self.params[1], axis=0)
+        if self.bias:
+            ops.bias_add_(y, self.params[1], axis=0)
         return xp.ascontiguousarray(y.reshape(self.cout, n, oh, ow).transpose(1, 0, 2, 3))
 
     def _gpu_backward(self, xp: Any, dy: Any) -> Any:
@@ -357,14 +391,17 @@ class Conv2d(Layer):
         n, _, oh, ow = dy.shape
         dy2 = xp.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(self.cout, n * oh * ow)
         xp.matmul(dy2, self._cols.T, out=self.grads[0].reshape(self.cout, -1))
-        ops.bias_grad(dy2, out=self.grads[1], axis=0)
+        if self.bias:
+            ops.bias_grad(dy2, out=self.grads[1], axis=0)
         if not self.needs_input_grad:
             return None
         dcols = self.params[0].reshape(self.cout, -1).T @ dy2  # (c*k*k, n*oh*ow)
-        return ops.col2im(dcols, self._in_shape, self.k, self.pad)
+        return ops.col2im(dcols, self._in_shape, self.k, self.pad, self.stride)
 
     def __repr__(self) -> str:
-        return f"Conv2d({self.cin}, {self.cout}, k={self.k}, pad={self.pad})"
+        extra = (f", stride={self.stride}" if self.stride != 1 else "") + (
+            "" if self.bias else ", bias=False")
+        return f"Conv2d({self.cin}, {self.cout}, k={self.k}, pad={self.pad}{extra})"
 
 
 class MaxPool2d(Layer):
@@ -463,6 +500,202 @@ class MaxPool2d(Layer):
 
     def __repr__(self) -> str:
         return f"MaxPool2d({self.k})"
+
+
+class BatchNorm2d(Layer):
+    """Batch normalization of NCHW activations (Ioffe and Szegedy 2015), PyTorch's conventions.
+
+    Training normalizes with the batch's per-channel mean and biased variance
+    and updates the running statistics, ``running = (1 - momentum) * running
+    + momentum * batch`` with the unbiased variance (momentum 0.1, eps 1e-5,
+    as ``torch.nn.BatchNorm2d``); evaluation normalizes with the running
+    statistics. Parameters: gamma (initially 1) then beta (0); buffers (the
+    model's flat ``buffers``, not trained): running mean (0) then variance (1).
+
+    The statistics come from per-channel sums about a shift, the running mean
+    (:func:`~syncbench.kernels.ops.bn_sums`), so the variance
+    ``S2/n - (S1/n)**2`` does not cancel. ``sync`` (set by ``--sync-bn``; None:
+    this rank's batch only) sums a small array over every rank in place:
+    SyncBatchNorm, as PyTorch's and Horovod's. It is called once in the forward
+    pass (the sums and the count) and once in the backward pass (the sums of
+    ``dy`` and ``dy * xhat``), so the statistics and the input gradient are those
+    of the global batch; the gamma and beta gradients stay this rank's sums,
+    averaged over ranks with the other gradients. With ``sync`` the running
+    statistics, hence the shift, are the same on every rank.
+    """
+
+    def __init__(self, channels: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
+        super().__init__()
+        self.channels, self.eps, self.momentum = channels, eps, momentum
+        self.sync: Any = None
+        self.buffers: list[Any] = []
+
+    def param_shapes(self) -> list[Shape]:
+        return [(self.channels,), (self.channels,)]
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return [np.ones(self.channels), np.zeros(self.channels)]
+
+    def param_decays(self) -> list[bool]:
+        return [True, False]  # gamma decays, beta does not (MXNet's set_wd_mult)
+
+    def buffer_shapes(self) -> list[Shape]:
+        return [(self.channels,), (self.channels,)]
+
+    def init_buffers(self) -> list[np.ndarray]:
+        return [np.zeros(self.channels), np.ones(self.channels)]
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        if len(input_shape) != 3 or input_shape[0] != self.channels:
+            raise ValueError(f"BatchNorm2d({self.channels}) got input shape {input_shape}")
+        return input_shape
+
+    def _summed(self, sums: Any, count: int) -> tuple[Any, float]:
+        """``sums`` and ``count`` over every rank (``sync``), else as they are."""
+        if self.sync is None:
+            return sums, float(count)
+        xp = _xp(sums)
+        packed = xp.empty(sums.size + 1, dtype=sums.dtype)
+        packed[:-1] = sums.ravel()
+        packed[-1] = count
+        self.sync(packed)
+        return packed[:-1].reshape(sums.shape), float(packed[-1])
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        gamma, beta = self.params
+        running_mean, running_var = self.buffers
+        xp = _xp(x)
+        if not train:
+            invstd = 1.0 / xp.sqrt(running_var + self.eps)
+            return ops.bn_normalize(x, running_mean, invstd, gamma, beta)[0]
+        n, c, h, w = x.shape
+        shift = running_mean.copy()
+        sums, count = self._summed(ops.bn_sums(x, shift), n * h * w)
+        centred = sums[0] / count
+        var = xp.maximum(sums[1] / count - centred * centred, 0.0)
+        mean = shift + centred
+        invstd = 1.0 / xp.sqrt(var + self.eps)
+        m = self.momentum
+        running_mean *= 1.0 - m
+        running_mean += m * mean
+        running_var *= 1.0 - m
+        running_var += (m * count / max(count - 1.0, 1.0)) * var
+        y, self._xhat = ops.bn_normalize(x, mean, invstd, gamma, beta)
+        self._scale = gamma * invstd
+        self._count = count
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        local = ops.bn_grad_sums(dy, self._xhat)
+        self.grads[1][...] = local[0]  # beta
+        self.grads[0][...] = local[1]  # gamma
+        sums, count = self._summed(local, dy.shape[0] * dy.shape[2] * dy.shape[3])
+        if not self.needs_input_grad:
+            return None
+        return ops.bn_backward(dy, self._xhat, self._scale, sums[0] / count, sums[1] / count)
+
+    def __repr__(self) -> str:
+        return f"BatchNorm2d({self.channels})"
+
+
+class BasicBlock(Layer):
+    """A ResNet basic block (He et al. 2016): conv3x3(stride)-BN-ReLU-conv3x3-BN, plus the
+    shortcut, then ReLU of the sum.
+
+    The shortcut is the identity, or, where the block subsamples (stride 2) or
+    widens, the paper's option A for CIFAR: the input sampled every
+    ``stride``-th row and column with zero channels appended
+    (:func:`~syncbench.kernels.ops.shortcut_forward`), no parameters. The block
+    is one layer of the model: its parameters (conv1, bn1, conv2, bn2, in that
+    order) and buffers are contiguous in the flat buffers.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
+        super().__init__()
+        self.cin, self.cout, self.stride = in_channels, out_channels, stride
+        self.conv1 = Conv2d(in_channels, out_channels, 3, padding=1, stride=stride, bias=False)
+        self.bn1 = BatchNorm2d(out_channels)
+        self.relu = ReLU()
+        self.conv2 = Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
+        self.bn2 = BatchNorm2d(out_channels)
+        self.project = stride != 1 or in_channels != out_channels
+
+    def sublayers(self) -> list[Layer]:
+        return [self.conv1, self.bn1, self.relu, self.conv2, self.bn2]
+
+    def param_shapes(self) -> list[Shape]:
+        return [shape for layer in self.sublayers() for shape in layer.param_shapes()]
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return [value for layer in self.sublayers() for value in layer.init_params(rng)]
+
+    def param_decays(self) -> list[bool]:
+        return [d for layer in self.sublayers() for d in layer.param_decays()]
+
+    def buffer_shapes(self) -> list[Shape]:
+        return [shape for layer in self.sublayers() for shape in layer.buffer_shapes()]
+
+    def init_buffers(self) -> list[np.ndarray]:
+        return [value for layer in self.sublayers() for value in layer.init_buffers()]
+
+    def bind(self, params: list[Any], grads: list[Any]) -> None:
+        super().bind(params, grads)
+        start = 0
+        for layer in self.sublayers():
+            count = len(layer.param_shapes())
+            layer.bind(params[start : start + count], grads[start : start + count])
+            start += count
+
+    def bind_buffers(self, buffers: list[Any]) -> None:
+        super().bind_buffers(buffers)
+        start = 0
+        for layer in self.sublayers():
+            count = len(layer.buffer_shapes())
+            layer.bind_buffers(buffers[start : start + count])
+            start += count
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        shape = input_shape
+        for layer in self.sublayers():
+            shape = layer.output_shape(shape)
+        return shape
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        h = x
+        for layer in self.sublayers():
+            h = layer.forward(h, train)
+        shortcut = ops.shortcut_forward(x, self.cout, self.stride) if self.project else x
+        y = ops.add_relu(h, shortcut)
+        self._y, self._in_shape = y, x.shape
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        d = ops.relu_backward(dy, self._y)
+        dh = d
+        for layer in reversed(self.sublayers()):
+            dh = layer.backward(dh)
+        if not self.needs_input_grad:
+            return None
+        shortcut = ops.shortcut_backward(d, self._in_shape, self.stride) if self.project else d
+        ops.axpy_(dh, 1.0, shortcut)
+        return dh
+
+    def __repr__(self) -> str:
+        return f"BasicBlock({self.cin}, {self.cout}, stride={self.stride})"
+
+
+class GlobalAvgPool(Layer):
+    """(n, c, h, w) -> (n, c): the mean of each channel's plane."""
+
+    def output_shape(self, input_shape: Shape) -> Shape:
+        return (input_shape[0],)
+
+    def forward(self, x: Any, train: bool = True) -> Any:
+        self._hw = x.shape[2:]
+        return ops.avgpool_forward(x)
+
+    def backward(self, dy: Any) -> Any:
+        return ops.avgpool_backward(dy, self._hw)
 
 
 class SoftmaxCrossEntropy:

@@ -84,6 +84,60 @@ class Model:
         )
         self.layers[self.first_trained].needs_input_grad = False
         self.params[...] = self.backend.asarray(host_init, dtype=self.dtype)
+        self._bind_buffers()
+
+    def _bind_buffers(self) -> None:
+        """The flat :attr:`buffers` (running statistics, not trained), in layer order."""
+        xp = self.backend.xp
+        shapes = [layer.buffer_shapes() for layer in self.layers]
+        total = sum(int(np.prod(s)) for layer_shapes in shapes for s in layer_shapes)
+        #: Every layer's state that is not trained (BatchNorm's running statistics).
+        self.buffers = xp.zeros(total, dtype=self.dtype)
+        host = np.zeros(total, dtype=np.float64)
+        offset = 0
+        for layer, layer_shapes in zip(self.layers, shapes):
+            views = []
+            for shape, value in zip(layer_shapes, layer.init_buffers()):
+                size = int(np.prod(shape))
+                host[offset : offset + size] = value.ravel()
+                views.append(self.buffers[offset : offset + size].reshape(shape))
+                offset += size
+            layer.bind_buffers(views)
+        self.buffers[...] = self.backend.asarray(host, dtype=self.dtype)
+
+    def all_layers(self) -> list[Layer]:
+        """Every layer, those inside residual blocks included (depth first)."""
+        out: list[Layer] = []
+        stack = list(reversed(self.layers))
+        while stack:
+            layer = stack.pop()
+            out.append(layer)
+            stack.extend(reversed(layer.sublayers()))
+        return out
+
+    def batchnorm_layers(self) -> list[Any]:
+        """The BatchNorm layers, in forward order."""
+        from syncbench.kernels.layers import BatchNorm2d  # noqa: PLC0415 - avoids a cycle
+
+        return [layer for layer in self.all_layers() if isinstance(layer, BatchNorm2d)]
+
+    def sync_batchnorm(self, allreduce_sum: Callable[[Any], None] | None) -> None:
+        """``--sync-bn``: every BatchNorm layer sums its statistics over ranks through
+        ``allreduce_sum`` (in place); None: per-rank statistics."""
+        for layer in self.batchnorm_layers():
+            layer.sync = allreduce_sum
+
+    def decay_mask(self) -> Any:
+        """1 where weight decay applies under ``--wd-exempt``, 0 where it does not
+        (biases, BatchNorm's beta: :meth:`Layer.param_decays`), over :attr:`params`."""
+        host = np.zeros(self.size, dtype=np.float64)
+        offset = 0
+        for layer in self.layers:
+            for shape, decays in zip(layer.param_shapes(), layer.param_decays()):
+                size = int(np.prod(shape))
+                host[offset : offset + size] = 1.0 if decays else 0.0
+                offset += size
+        return self.backend.asarray(host, dtype=self.dtype)
 
     @property
     def size(self) -> int:
@@ -156,7 +210,13 @@ class Model:
         xp = self.backend.xp
         x = xp.zeros((batch_size, *self.input_shape), dtype=self.dtype)
         y = xp.zeros(batch_size, dtype=np.int64)
+        buffers = self.buffers.copy()  # the warm-up batch must not move running statistics
+        syncs = [layer.sync for layer in self.batchnorm_layers()]
+        self.sync_batchnorm(None)  # nor reduce anything: not every caller is collective
         self.loss_and_grad(x, y)
+        self.buffers[...] = buffers
+        for layer, sync in zip(self.batchnorm_layers(), syncs):
+            layer.sync = sync
         # the update and the compensations' arithmetic, on copies of this size and dtype
         w, g = self.params.copy(), self.grads.copy()
         v, scratch = w * 0, w * 0

@@ -1,4 +1,4 @@
-"""The model zoo: ``mlp`` and ``lenet``, built over flat buffers.
+"""The model zoo: ``mlp``, ``lenet``, ``resnet8`` and ``resnet20``, built over flat buffers.
 
 ``mlp:H1,H2,...`` is the perceptron with the given hidden widths (``mlp`` is
 ``mlp:256,128``): the model size is a knob, so communication/computation
@@ -14,7 +14,17 @@ from typing import Any
 import numpy as np
 
 from syncbench.kernels.backend import Backend
-from syncbench.kernels.layers import Conv2d, Flatten, Layer, Linear, MaxPool2d, ReLU
+from syncbench.kernels.layers import (
+    BasicBlock,
+    BatchNorm2d,
+    Conv2d,
+    Flatten,
+    GlobalAvgPool,
+    Layer,
+    Linear,
+    MaxPool2d,
+    ReLU,
+)
 from syncbench.kernels.model import Model
 
 Shape = tuple[int, ...]
@@ -83,10 +93,41 @@ def lenet_layers(input_shape: Shape, num_classes: int) -> list[Layer]:
     ]
 
 
+def resnet_layers(input_shape: Shape, num_classes: int, blocks: int) -> list[Layer]:
+    """The CIFAR ResNets of He et al. 2016 (section 4.2), 6 * ``blocks`` + 2 layers deep.
+
+    conv3x3(16)-BN-ReLU, three stages of ``blocks`` basic blocks with 16, 32
+    and 64 channels (the first block of stages 2 and 3 subsamples by 2, with
+    the paper's parameter-free option-A shortcut), global average pooling and
+    one linear layer. Convolutions have no bias (BatchNorm follows each).
+    28x28 inputs (MNIST, Fashion-MNIST) give planes of 28, 14 and 7; 32x32
+    (CIFAR-10) 32, 16 and 8.
+    """
+    channels, height, width = input_shape
+    if (height, width) not in ((28, 28), (32, 32)):
+        raise ValueError(f"resnet takes 28x28 or 32x32 inputs, got {height}x{width}")
+    layers: list[Layer] = [Conv2d(channels, 16, 3, padding=1, bias=False), BatchNorm2d(16),
+                           ReLU()]
+    width_in = 16
+    for stage, width_out in enumerate((16, 32, 64)):
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            layers.append(BasicBlock(width_in, width_out, stride))
+            width_in = width_out
+    return layers + [GlobalAvgPool(), Linear(64, num_classes)]
+
+
 MODELS: dict[str, Callable[[Shape, int], list[Layer]]] = {
     "mlp": mlp_layers,
     "lenet": lenet_layers,
+    "resnet8": lambda shape, classes: resnet_layers(shape, classes, 1),
+    "resnet20": lambda shape, classes: resnet_layers(shape, classes, 3),
 }
+
+
+def has_batchnorm(name: str) -> bool:
+    """Whether model ``name`` has BatchNorm layers (running statistics, ``--sync-bn``)."""
+    return name.startswith("resnet")
 
 
 def build_model(
