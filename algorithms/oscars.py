@@ -143,6 +143,8 @@ class Oscars(Algorithm):
                "one packed Iallreduce per round (--period from localsgd)")
     #: Local steps per round follow the measured speeds c_k (wall time).
     deterministic = False
+    #: Ranks take different numbers of local steps per round (no ``--sync-bn``).
+    lock_step = False
 
     @dataclass(frozen=True)
     class Options(LocalSGD.Options):

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .scenario import Condition, RunEntry, Scenario, ScenarioError
+from .scenario import Condition, RunEntry, Scenario, ScenarioError, resolve_dataset
 
 #: Flags that the runner sets per run and a user may not pass through to train.
 FORBIDDEN_EXTRA = ("--out", "--algorithm", "--slowdown", "--slowdown-mode",
@@ -48,7 +48,9 @@ def run_stem(entry: RunEntry, cond: Condition, repeat: int) -> str:
 def _train_args(scenario: Scenario, entry: RunEntry, cond: Condition, repeat: int,
                 target: float, extra: list[str], path: Path) -> tuple[str, ...]:
     """The flags of one run; the pass-through ``extra`` come last, so they win."""
-    return ("--algorithm", entry.algorithm, *scenario.flags, *entry.flags,
+    dataset = resolve_dataset(scenario.datasets)
+    preferred = ("--dataset", dataset) if dataset else ()
+    return ("--algorithm", entry.algorithm, *preferred, *scenario.flags, *entry.flags,
             *cond.train_flags(), "--target-accuracy", f"{target:g}",
             "--eval-every", f"{scenario.eval_every:g}", "--seed", str(repeat), *extra,
             "--out", str(path), "--overwrite", "--progress", "never")

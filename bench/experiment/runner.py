@@ -384,8 +384,10 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
 
 
 def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dict[str, Any]],
-               cells: list[dict[str, Any]], target: float) -> tuple[list[str], list[dict]]:
-    """Every table, and the per-configuration comparison facts for the results file."""
+               cells: list[dict[str, Any]], target: float,
+               world: int | None = None) -> tuple[list[str], list[dict]]:
+    """Every table, and the per-configuration comparison facts for the results file
+    (``world``: ranks per run, for the parity table's stability bounds)."""
     from syncbench.analysis.fairness import throughput_ceiling  # noqa: PLC0415
 
     from .aggregate import factor_spread  # noqa: PLC0415
@@ -407,6 +409,10 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
                             "realised_factor_spread": spread})
         lines += [""] + hetero_table(scenario.name, cond.title, these, ceiling,
                                      max(cond.nominal), spread, contexts)
+    if scenario.parity:
+        from .parity import parity_table  # noqa: PLC0415
+
+        lines += [""] + parity_table(scenario, records, world or scenario.np)
     return lines, comparisons
 
 
@@ -524,7 +530,8 @@ def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRu
     records, cells = results(scenario, done, target, runs, stopped)
     for record in records:
         record["elapsed_s"] = elapsed.get(record["run_id"])
-    lines, comparisons = format_all(scenario, done, records, cells, target)
+    lines, comparisons = format_all(scenario, done, records, cells, target,
+                                    getattr(args, "np", None) or scenario.np)
     print("\n".join(lines))
     from syncbench.analysis.context import format_contexts, merge_contexts  # noqa: PLC0415
 

@@ -20,7 +20,13 @@ required)::
     cluster = { link = "1gbit", ppn = 1 }   # the emulated cluster it is written for:
                                    # `run --cluster` checks the one that is up
     lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
+    datasets = ["mnist", "fashion-mnist"]   # the first whose files are found is --dataset
     flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
+
+    [[parity]]                     # a table of OD-SGD against SSGD, one row per pair:
+    name = "paper recipe"          # does the paper's parity claim hold? (parity.py)
+    ssgd = "paper-ssgd"            # the two run labels
+    odsgd = "paper-odsgd"
 
     [[run]]
     label = "odsgd"                # row name, unique
@@ -70,7 +76,9 @@ RESERVED_FLAGS = {
 }
 _TOP_KEYS = {"description", "np", "repeats", "target_accuracy", "headline", "baseline",
              "eval_every", "slowdowns", "slowdown_modes", "node_speeds", "cluster", "lr_grid",
-             "flags", "run"}
+             "datasets", "flags", "run", "parity"}
+#: Keys of a ``[[parity]]`` table.
+_PARITY_KEYS = {"name", "ssgd", "odsgd"}
 #: Keys of a scenario's ``cluster`` table.
 _CLUSTER_KEYS = {"link", "ppn"}
 _RUN_KEYS = {"label", "algorithm", "flags", "lr_grid"}
@@ -169,6 +177,10 @@ class Scenario:
     #: by ``syncbench run --cluster``; empty: any.
     cluster: dict[str, Any] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
+    #: Datasets in order of preference: the first whose files are found is trained on.
+    datasets: list[str] = field(default_factory=list)
+    #: ``[[parity]]`` pairs: ``{"name", "ssgd", "odsgd"}`` (run labels).
+    parity: list[dict[str, str]] = field(default_factory=list)
     #: The parsed TOML, for the results file.
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -384,9 +396,49 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
         headline=headline, baseline=baseline,
         eval_every=_number(data, "eval_every", 0.05, float, 0.0, 1e6),
         slowdowns=list(slowdowns), slowdown_modes=list(modes), node_speeds=list(speeds),
-        cluster=cluster, flags=flags_to_args(data.get("flags", {}), "flags"), raw=data)
+        cluster=cluster, flags=flags_to_args(data.get("flags", {}), "flags"),
+        datasets=_datasets(data.get("datasets", [])),
+        parity=_parity(data.get("parity", []), labels), raw=data)
     scenario.conditions(np_)  # checks every slowdown against np
     return scenario
+
+
+def _datasets(value: Any) -> list[str]:
+    """The checked ``datasets`` preference list."""
+    from syncbench.bench.data import DATASETS  # noqa: PLC0415
+
+    _require(isinstance(value, list) and all(v in DATASETS for v in value),
+             f"'datasets' must be a list of {', '.join(DATASETS)}, got {value!r}")
+    return list(value)
+
+
+def _parity(value: Any, labels: list[str]) -> list[dict[str, str]]:
+    """The checked ``[[parity]]`` tables: a name and two run labels each."""
+    _require(isinstance(value, list) and all(isinstance(t, dict) for t in value),
+             "'parity' must be [[parity]] tables of name, ssgd and odsgd")
+    for table in value:
+        _require(set(table) == _PARITY_KEYS,
+                 f"[[parity]] needs exactly the keys {', '.join(sorted(_PARITY_KEYS))}, "
+                 f"got {', '.join(sorted(table))}")
+        for key in ("ssgd", "odsgd"):
+            _require(table[key] in labels,
+                     f"[[parity]] {table['name']!r}: {key} = {table[key]!r} is not a run label")
+    return [dict(t) for t in value]
+
+
+def resolve_dataset(datasets: list[str]) -> str | None:
+    """The first of ``datasets`` whose files are found (the last one if none is), else None."""
+    if not datasets:
+        return None
+    from syncbench.bench.data import DatasetError, find_dataset_dir  # noqa: PLC0415
+
+    for name in datasets:
+        try:
+            find_dataset_dir(name)
+        except DatasetError:
+            continue
+        return name
+    return datasets[-1]
 
 
 def _cluster_table(table: Any) -> dict[str, Any]:

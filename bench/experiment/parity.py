@@ -1,0 +1,98 @@
+"""The parity table of a scenario's ``[[parity]]`` pairs: does OD-SGD match SSGD?
+
+The OD-SGD paper (Xu et al. 2020, arXiv 2005.06728) claims "similar or even
+slightly better accuracy than SSGD". For each pair of run labels (an SSGD
+run and an OD-SGD run of one recipe) the table puts the final test accuracy
+of both side by side, ``median (min–max)`` over the complete repeats, for the
+consensus model (``/summary`` ``final_accuracy``: W_g for OD-SGD) and, where
+the runs recorded it (``--eval-model both``), for every worker's own weights
+on its test shard (``final_local_accuracy``: W_loc, as the paper scores).
+
+The claim *holds* on a row when OD-SGD's median is at most
+:data:`PARITY_TOLERANCE` below SSGD's (or above it): "similar" read as
+within one point of accuracy. Each pair is followed by the stability bound
+of its recipe on a quadratic (:mod:`syncbench.analysis.stability`): the
+largest ``lr * h`` for which SSGD and OD-SGD's recurrence are stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from .aggregate import is_complete, spread
+from .scenario import Scenario
+from .tables import fmt_spread
+
+#: Largest shortfall of OD-SGD's median accuracy below SSGD's that still counts as parity.
+PARITY_TOLERANCE = 0.01
+#: The two evaluations: row name, and where a run record keeps its final accuracy.
+EVALUATIONS = (("global", "final_accuracy"), ("local", "final_local_accuracy"))
+
+
+def _accuracies(records: Sequence[dict[str, Any]], label: str, key: str) -> list[float]:
+    """The final accuracies (``key``) of the complete runs of ``label``."""
+    out = []
+    for record in records:
+        if record["label"] != label or not is_complete(record):
+            continue
+        value = record.get(key, record.get("summary", {}).get(key))
+        if value is not None:
+            out.append(float(value))
+    return out
+
+
+def verdict(ssgd_median: float | None, odsgd_median: float | None) -> str:
+    """``holds``, ``does not hold (-X.X points)`` or ``-`` (a side has no run)."""
+    if ssgd_median is None or odsgd_median is None:
+        return "-"
+    gap = odsgd_median - ssgd_median
+    if gap >= -PARITY_TOLERANCE:
+        return "holds" + (" (better)" if gap > PARITY_TOLERANCE else "")
+    return f"does not hold ({100 * gap:+.1f} points)"
+
+
+def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
+    """The train flags of run ``label`` as ``syncbench train`` parses them (defaults in)."""
+    from syncbench.bench.cli import build_parser  # noqa: PLC0415 - heavy import
+
+    entry = next(e for e in scenario.runs if e.label == label)
+    return build_parser("train").parse_args(
+        ["train", "--algorithm", entry.algorithm, *scenario.flags, *entry.flags])
+
+
+def stability_note(scenario: Scenario, pair: dict[str, str], world: int) -> str:
+    """The pair's stability line (its OD-SGD run's lr, momentum, lr_local and ranks)."""
+    from syncbench.analysis.stability import stability_line  # noqa: PLC0415
+
+    config = run_config(scenario, pair["odsgd"])
+    lr_local = config.lr_local if config.lr_local is not None else (
+        config.lr * (world if config.local_lookahead == "on" else 1))
+    return stability_line(lr=config.lr, momentum=config.momentum, lr_local=lr_local,
+                          world=world, lookahead=config.local_lookahead == "on",
+                          local_momentum=getattr(config, "local_momentum", 0.0))
+
+
+def parity_table(scenario: Scenario, records: Sequence[dict[str, Any]], world: int) -> list[str]:
+    """The table's lines (empty without ``[[parity]]`` pairs)."""
+    if not scenario.parity:
+        return []
+    width = max(len(p["name"]) for p in scenario.parity) + 2
+    lines = [f"# {scenario.name}: OD-SGD against SSGD, final test accuracy, median (min–max) "
+             f"over complete repeats; the paper's parity claim holds within "
+             f"{100 * PARITY_TOLERANCE:g} point",
+             f"# {'pair':<{width}}{'eval':<8}{'ssgd':>22}{'odsgd':>22}{'gap':>9}  paper's claim"]
+    for pair in scenario.parity:
+        for name, key in EVALUATIONS:
+            ssgd = spread(_accuracies(records, pair["ssgd"], key))
+            odsgd = spread(_accuracies(records, pair["odsgd"], key))
+            if not ssgd["n"] and not odsgd["n"]:
+                continue
+            gap = ("-" if ssgd["median"] is None or odsgd["median"] is None
+                   else f"{odsgd['median'] - ssgd['median']:+.3f}")
+            lines.append(f"  {pair['name']:<{width}}{name:<8}{fmt_spread(ssgd, 3):>22}"
+                         f"{fmt_spread(odsgd, 3):>22}{gap:>9}  "
+                         f"{verdict(ssgd['median'], odsgd['median'])}")
+        lines.append(f"    {stability_note(scenario, pair, world)}")
+    return lines

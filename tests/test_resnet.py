@@ -1,0 +1,217 @@
+"""The BatchNorm networks: resnet8/resnet20 layers against finite differences and direct
+formulas, their running statistics, weight-decay exemptions, and train's flags for them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from helpers import run_mpi
+from test_layers import bind_fresh, numeric_grad, sample_indices
+
+from syncbench.algorithms.base import Budget, MomentumSGD
+from syncbench.analysis import schema
+from syncbench.analysis.runfile import read_run
+from syncbench.kernels.layers import BasicBlock, BatchNorm2d, Conv2d, GlobalAvgPool
+from syncbench.kernels.zoo import build_model
+
+TOL = 1e-6
+SMALL = ["--dataset", "synthetic", "--synthetic-samples", "256", "--batch-size", "16"]
+
+
+def bind_buffers(layer):
+    """Fresh running statistics for a layer that has some (zeros and ones, as built)."""
+    values = [v.copy() for v in layer.init_buffers()]
+    layer.bind_buffers(values)
+    return values
+
+
+LAYERS = [
+    ("conv_stride2_pad1", lambda: Conv2d(2, 3, 3, padding=1, stride=2), (2, 2, 7, 6)),
+    ("conv_no_bias", lambda: Conv2d(2, 3, 3, padding=1, bias=False), (2, 2, 5, 5)),
+    ("batchnorm", lambda: BatchNorm2d(3), (4, 3, 5, 4)),
+    ("block", lambda: BasicBlock(3, 3), (2, 3, 6, 6)),
+    ("block_stride2_widen", lambda: BasicBlock(2, 4, stride=2), (2, 2, 7, 7)),
+    ("global_avgpool", GlobalAvgPool, (3, 4, 5, 2)),
+]
+
+
+@pytest.mark.parametrize("name,make,in_shape", LAYERS, ids=[x[0] for x in LAYERS])
+def test_layer_gradients_match_finite_differences(name, make, in_shape):
+    """Training-mode backward (batch statistics) of every new layer, input and parameters."""
+    rng = np.random.default_rng(1)
+    layer = make()
+    params, grads = bind_fresh(layer, rng)
+    saved = bind_buffers(layer)
+    start = [b.copy() for b in saved]
+    x = rng.standard_normal(in_shape)
+    weight = rng.standard_normal(layer.forward(x).shape)
+
+    def loss():
+        for b, s in zip(saved, start):  # running statistics move at each forward
+            b[...] = s
+        return float((layer.forward(x) * weight).sum())
+
+    out = layer.forward(x)
+    dx = layer.backward(np.ones_like(out) * weight)
+    assert dx.shape == x.shape
+    idx = sample_indices(x.shape, rng)
+    np.testing.assert_allclose([dx[i] for i in idx], numeric_grad(loss, x, idx), atol=TOL)
+    for p, g in zip(params, grads):
+        idx = sample_indices(p.shape, rng)
+        np.testing.assert_allclose([g[i] for i in idx], numeric_grad(loss, p, idx), atol=TOL)
+
+
+def test_batchnorm_statistics_are_pytorchs():
+    """Batch mean and biased variance normalise; the running statistics move by momentum
+    0.1 towards the mean and the UNBIASED variance; evaluation uses them."""
+    rng = np.random.default_rng(2)
+    bn = BatchNorm2d(3)
+    (gamma, beta), _ = bind_fresh(bn, rng)
+    mean0, var0 = bind_buffers(bn)
+    x = 3.0 + 2.0 * rng.standard_normal((5, 3, 4, 4))
+    y = bn.forward(x)
+    mu = x.mean(axis=(0, 2, 3))
+    var = x.var(axis=(0, 2, 3))
+    expected = (x - mu[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5)
+    expected = expected * gamma[:, None, None] + beta[:, None, None]
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mean0, 0.1 * mu, rtol=1e-12)
+    np.testing.assert_allclose(var0, 0.9 + 0.1 * x.var(axis=(0, 2, 3), ddof=1), rtol=1e-12)
+    evaluated = bn.forward(x, train=False)
+    manual = (x - mean0[:, None, None]) / np.sqrt(var0[:, None, None] + 1e-5)
+    np.testing.assert_allclose(evaluated, manual * gamma[:, None, None] + beta[:, None, None],
+                               rtol=0, atol=1e-12)
+
+
+def test_option_a_shortcut_subsamples_and_appends_zero_channels():
+    """A widening block's shortcut: x[:, :, ::2, ::2] in its first channels, zeros after."""
+    rng = np.random.default_rng(3)
+    block = BasicBlock(2, 4, stride=2)
+    bind_fresh(block, rng)
+    bind_buffers(block)
+    x = rng.standard_normal((2, 2, 7, 7))
+    for param in block.params:
+        param[...] = 0.0  # conv weights, gammas and betas 0: the main path adds nothing
+    y = block.forward(x)
+    assert y.shape == (2, 4, 4, 4)
+    np.testing.assert_array_equal(y[:, :2], np.maximum(x[:, :, ::2, ::2], 0))
+    np.testing.assert_array_equal(y[:, 2:], 0)
+
+
+@pytest.mark.parametrize("name,blocks", [("resnet8", 1), ("resnet20", 3)])
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+def test_resnets_shapes_and_parameter_counts(name, blocks, shape):
+    """He et al.'s CIFAR ResNets: 6n+2 layers with weights, 16/32/64 channels."""
+    m = build_model(name, shape, 10, dtype=np.float64)
+    convs = [layer for layer in m.all_layers() if isinstance(layer, Conv2d)]
+    assert len(convs) + 1 == 6 * blocks + 2  # + the linear layer
+    stage = [16 * 9 * 16 * 2 + 4 * 16, 16 * 9 * 32 + 32 * 9 * 32 + 4 * 32,
+             32 * 9 * 64 + 64 * 9 * 64 + 4 * 64]
+    repeat = [32 * 9 * 32 * 2 + 4 * 32, 64 * 9 * 64 * 2 + 4 * 64]
+    expected = shape[0] * 9 * 16 + 32 + sum(stage) + (blocks - 1) * (stage[0] + sum(repeat))
+    assert m.size == expected + 64 * 10 + 10
+    assert m.buffers.size == 2 * sum(layer.channels for layer in m.batchnorm_layers())
+    logits = m.forward(np.zeros((2, *shape)), train=False)
+    assert logits.shape == (2, 10)
+
+
+def test_resnet8_flat_gradient_matches_finite_differences():
+    rng = np.random.default_rng(4)
+    m = build_model("resnet8", (1, 28, 28), 10, dtype=np.float64, seed=1)
+    x = rng.standard_normal((3, 1, 28, 28))
+    y = rng.integers(0, 10, 3)
+    start = m.buffers.copy()
+    m.loss_and_grad(x, y)
+    analytic = m.grads.copy()
+    idx = [(int(i),) for i in rng.choice(m.size, 30, replace=False)]
+
+    def loss():
+        m.buffers[...] = start
+        return m.loss_and_grad(x, y)
+
+    np.testing.assert_allclose([analytic[i] for i in idx], numeric_grad(loss, m.params, idx),
+                               atol=TOL)
+
+
+def test_warm_up_leaves_the_running_statistics_alone():
+    m = build_model("resnet8", (1, 28, 28), 10, dtype=np.float64)
+    m.buffers[...] = np.random.default_rng(5).random(m.buffers.size)
+    before = m.buffers.copy()
+    m.warm_up(8)
+    np.testing.assert_array_equal(m.buffers, before)
+
+
+def test_decay_mask_exempts_biases_and_betas_as_mxnet():
+    """Only conv/linear weights and BatchNorm gammas decay (MXNet's set_wd_mult), and the
+    optimizer applies exactly that: an exempt element moves by its gradient alone."""
+    m = build_model("resnet8", (1, 28, 28), 10, dtype=np.float64)
+    mask = m.decay_mask()
+    gammas = sum(layer.channels for layer in m.batchnorm_layers())
+    assert mask.sum() == m.size - gammas - 10  # every beta and the linear bias
+    w = np.ones(m.size)
+    opt = MomentumSGD(w, lr=0.1, momentum=0.0, weight_decay=0.5, decay_mask=mask)
+    opt.step(w, np.zeros(m.size))
+    np.testing.assert_allclose(w, np.where(mask == 1, 1 - 0.1 * 0.5, 1.0), rtol=1e-15)
+
+
+def test_checkpoint_state_carries_the_running_statistics():
+    from helpers import train_config
+    from mpi4py import MPI
+
+    from syncbench.algorithms.communicator import Communicator
+    from syncbench.algorithms.registry import get_algorithm
+
+    def algorithm():
+        model = build_model("resnet8", (1, 28, 28), 10, dtype=np.float64)
+        return get_algorithm("ssgd")(model, Communicator(MPI.COMM_SELF), train_config(),
+                                     Budget(64, 8, 1))
+
+    first = algorithm()
+    first.model.buffers[...] = np.arange(first.model.buffers.size)
+    second = algorithm()
+    second.load_state(first.state())
+    np.testing.assert_array_equal(second.model.buffers, first.model.buffers)
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--model", "mlp", "--sync-bn"], "--sync-bn: model mlp has no BatchNorm layer"),
+        (["--model", "resnet8", "--sync-bn", "--algorithm", "asgd"], "asgd cannot --sync-bn"),
+        (["--model", "resnet8", "--sync-bn", "--algorithm", "oscars"],
+         "oscars cannot --sync-bn"),
+        (["--model", "resnet8", "--algorithm", "asgd", "--ps-layout", "dedicated"],
+         "asgd --ps-layout dedicated cannot train resnet8"),
+    ],
+)
+def test_batchnorm_flags_fail_in_one_line(flags, needle):
+    started = time.monotonic()
+    proc = run_mpi(2, "train", *SMALL, *flags, timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - started < 30
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("syncbench train: error: ")]
+    assert len(errors) == 1 and needle in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_local_evaluation_of_synchronised_ssgd_equals_the_global_one(tmp_path):
+    """SSGD with --sync-bn: every rank holds the consensus weights and the same running
+    statistics, so scoring each on its test shard and pooling gives exactly the global
+    accuracy; the run file keeps both (/eval and /eval_local, final_local_accuracy)."""
+    out = tmp_path / "run.h5"
+    proc = run_mpi(2, "train", *SMALL, "--model", "resnet8", "--sync-bn", "--epochs", "1",
+                   "--eval-every", "0.5", "--eval-model", "both", "--out", str(out),
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    run = read_run(out)
+    import h5py
+
+    with h5py.File(out) as f:
+        local = f[schema.EVAL_LOCAL_GROUP]["accuracy"][:]
+        local_loss = f[schema.EVAL_LOCAL_GROUP]["loss"][:]
+    assert len(local) == len(run.eval["accuracy"]) == 2
+    np.testing.assert_allclose(local, run.eval["accuracy"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(local_loss, run.eval["loss"], rtol=1e-5)
+    assert run.summary_extra[schema.FINAL_LOCAL_ACCURACY] == pytest.approx(local[-1])
