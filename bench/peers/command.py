@@ -1,6 +1,8 @@
 """``syncbench peers``: our strategies against PyTorch's, and SSGD against the bare Allreduce.
 
-For every rank count ``--np``, model ``--model`` and algorithm
+For every rank count ``--np``, model ``--model`` (``mlp``, ``lenet``,
+``resnet8``, ``resnet20``: :data:`syncbench.bench.peers.torch_runner.MODELS`)
+and algorithm
 ``--algorithms`` it launches, ``--repeats`` times and alternately (ours,
 peer, ours, peer, ...), ``syncbench train`` and its PyTorch peer
 (:mod:`syncbench.bench.peers.torch_runner`: ``ssgd`` <->
@@ -28,7 +30,18 @@ same loop in PyTorch with ``torch.set_num_threads(1)``
 (:func:`syncbench.bench.peers.torch_runner.step_throughput`), alternating,
 ``--repeats`` times, each measurement in a fresh process (so neither
 inherits the other's allocator state: both slow down when big arrays are
-page-faulted in every step).
+page-faulted in every step). Both sides take the input shape of
+:data:`syncbench.bench.speed.SHAPES` and train in training mode: the
+ResNets' BatchNorm normalises with each batch's statistics and updates its
+running ones, on both sides.
+
+BatchNorm in the distributed runs: per-rank batch statistics (no
+SyncBatchNorm), DDP without its per-forward broadcast of rank 0's buffers,
+Local SGD averaging the running statistics with the parameters (the rules of
+docs/ALGORITHMS.md; details in :mod:`syncbench.bench.peers.torch_runner`).
+Ours with ``--train-flags '--sync-bn'`` has no peer: PyTorch's SyncBatchNorm
+takes GPU inputs only, so the peer keeps per-rank statistics (a ``#`` note
+says so above the table).
 
 Rows (two leading spaces) are whitespace-separated, one token per column;
 lines starting with ``#`` are headers and notes.
@@ -77,7 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench peers``."""
     parser.add_argument("--np", type=_int_list, default=[2],
                         help="rank counts, comma-separated (default 2)")
-    parser.add_argument("--model", default="mlp", help="models, comma-separated (default mlp)")
+    parser.add_argument("--model", default="mlp",
+                        help="models, comma-separated (default mlp): mlp, lenet, resnet8, "
+                        "resnet20")
     parser.add_argument("--algorithms", default="ssgd,localsgd",
                         help="ssgd (vs DDP) and/or localsgd (vs PeriodicModelAverager)")
     parser.add_argument("--dataset", default="fashion-mnist",
@@ -174,7 +189,7 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b and b == b else float("nan")
 
 
-THROUGHPUT_HEADER = (f"# {'np':>3} {'model':<6} {'algorithm':<9} {'peer':<19}"
+THROUGHPUT_HEADER = (f"# {'np':>3} {'model':<8} {'algorithm':<9} {'peer':<19}"
                      f"{'ours[samples/s]':>16}{'peer[samples/s]':>16}{'ours/peer':>10}"
                      f"{'ours_min':>10}{'ours_max':>10}{'peer_min':>10}{'peer_max':>10}"
                      f"{'acc_ours':>9}{'acc_peer':>9}")
@@ -183,7 +198,7 @@ THROUGHPUT_NOTE = (
     "# throughput-only comparison at equal work (same data, ranks, per-rank batch, steps, "
     "seed and optimizer): samples/s, not time to accuracy; acc_ours / acc_peer are the "
     "final accuracies after that work, a check that both trained, not a convergence ranking")
-COMM_HEADER = (f"# {'np':>3} {'model':<6} {'bytes':>9}{'overlap[ms]':>13}{'blocking[ms]':>13}"
+COMM_HEADER = (f"# {'np':>3} {'model':<8} {'bytes':>9}{'overlap[ms]':>13}{'blocking[ms]':>13}"
                f"{'mpi[ms]':>10}{'tight[ms]':>11}{'overlap/mpi':>12}{'blocking/mpi':>13}"
                f"{'overlap/tight':>14}")
 
@@ -191,7 +206,7 @@ COMM_HEADER = (f"# {'np':>3} {'model':<6} {'bytes':>9}{'overlap[ms]':>13}{'block
 def throughput_row(np_: int, model: str, algorithm: str, s: Samples) -> str:
     """One fixed-column row: medians, the ratio of medians, min/max, accuracies."""
     ours, peer = _median(s.ours), _median(s.peer)
-    return (f"  {np_:>3} {model:<6} {algorithm:<9} {s.peer_name:<19}{ours:>16.1f}{peer:>16.1f}"
+    return (f"  {np_:>3} {model:<8} {algorithm:<9} {s.peer_name:<19}{ours:>16.1f}{peer:>16.1f}"
             f"{_ratio(ours, peer):>10.3f}{min(s.ours):>10.0f}{max(s.ours):>10.0f}"
             f"{min(s.peer):>10.0f}{max(s.peer):>10.0f}"
             f"{_median(s.accuracy):>9.4f}{_median(s.peer_accuracy):>9.4f}")
@@ -200,7 +215,7 @@ def throughput_row(np_: int, model: str, algorithm: str, s: Samples) -> str:
 def comm_row(np_: int, model: str, figures: dict) -> str:
     """One fixed-column row of SSGD's per-step MPI time against the bare Allreduce."""
     v = figures["variants"]
-    return (f"  {np_:>3} {model:<6} {figures['nbytes']:>9}{v['overlap']['last_ms']:>13.4f}"
+    return (f"  {np_:>3} {model:<8} {figures['nbytes']:>9}{v['overlap']['last_ms']:>13.4f}"
             f"{v['blocking']['last_ms']:>13.4f}{v['mpi']['last_ms']:>10.4f}"
             f"{v['tight']['last_ms']:>11.4f}{v['overlap']['last_over_mpi']:>12.3f}"
             f"{v['blocking']['last_over_mpi']:>13.3f}{v['overlap']['last_over_tight']:>14.3f}")
@@ -223,7 +238,7 @@ def measure_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
     return s
 
 
-SPEED_HEADER = (f"# {'model':<6}{'batch':>6}{'ours[samples/s]':>16}{'torch[samples/s]':>17}"
+SPEED_HEADER = (f"# {'model':<8}{'batch':>6}{'ours[samples/s]':>16}{'torch[samples/s]':>17}"
                 f"{'ours/torch':>11}{'ours_min':>10}{'ours_max':>10}{'torch_min':>10}"
                 f"{'torch_max':>10}")
 
@@ -258,24 +273,35 @@ def speed_table(args: argparse.Namespace, models: list[str]) -> list[str]:
             ours.append(speed_once(args, "ours", model))
             theirs.append(speed_once(args, "torch", model))
         o, t = _median(ours), _median(theirs)
-        rows.append(f"  {model:<6}{args.batch_size:>6}{o:>16.1f}{t:>17.1f}{_ratio(o, t):>11.3f}"
+        rows.append(f"  {model:<8}{args.batch_size:>6}{o:>16.1f}{t:>17.1f}{_ratio(o, t):>11.3f}"
                     f"{min(ours):>10.0f}{max(ours):>10.0f}{min(theirs):>10.0f}"
                     f"{max(theirs):>10.0f}")
     return rows
+
+
+def usage_error(args: argparse.Namespace, algorithms: list[str],
+                models: list[str]) -> str | None:
+    """What is wrong with the flags (None when nothing is)."""
+    from syncbench.bench.peers.torch_runner import MODELS  # noqa: PLC0415 - no torch import
+
+    if any(a not in ALGORITHMS for a in algorithms) or args.repeats < 1:
+        return (f"--algorithms takes {', '.join(ALGORITHMS)} and --repeats >= 1 "
+                f"(got {args.algorithms!r}, {args.repeats})")
+    if args.comm_blocks < 0 or args.comm_block_steps < 1:
+        return (f"--comm-blocks must be >= 0 and --comm-block-steps >= 1 "
+                f"(got {args.comm_blocks}, {args.comm_block_steps})")
+    if not models or any(m not in MODELS for m in models):
+        return f"--model takes {', '.join(MODELS)} (got {args.model!r})"
+    return None
 
 
 def main(args: argparse.Namespace) -> int:
     """Run every cell and print the two tables; exit status 0, or 1 if a run failed."""
     algorithms = [a for a in args.algorithms.split(",") if a]
     models = [m for m in args.model.split(",") if m]
-    bad = [a for a in algorithms if a not in ALGORITHMS]
-    if bad or args.repeats < 1:
-        print(f"syncbench peers: --algorithms takes {', '.join(ALGORITHMS)} and --repeats "
-              f">= 1 (got {args.algorithms!r}, {args.repeats})", file=sys.stderr)
-        return 2
-    if args.comm_blocks < 0 or args.comm_block_steps < 1:
-        print(f"syncbench peers: --comm-blocks must be >= 0 and --comm-block-steps >= 1 "
-              f"(got {args.comm_blocks}, {args.comm_block_steps})", file=sys.stderr)
+    error = usage_error(args, algorithms, models)
+    if error is not None:
+        print(f"syncbench peers: {error}", file=sys.stderr)
         return 2
     import torch  # noqa: PLC0415 - fail early with a clear message if the extra is missing
 
@@ -298,6 +324,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"# syncbench peers: {args.dataset}, epochs {args.epochs}, batch {args.batch_size}/rank, "
           f"period {args.period}, seed {args.seed}, {args.repeats} repeats alternating ours/peer; "
           f"torch {torch.__version__} gloo, OMP_NUM_THREADS={threads}", flush=True)
+    if "--sync-bn" in shlex.split(args.train_flags):
+        print("# ours with --sync-bn, the peer without: torch's SyncBatchNorm takes GPU "
+              "inputs only, the peer normalises with per-rank statistics", flush=True)
     table: list[str] = []
     comm: list[str] = []
     try:

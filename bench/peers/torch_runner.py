@@ -11,9 +11,13 @@ process group is ``gloo`` initialised from ``env://`` with ``MASTER_ADDR`` and
 Everything the throughput depends on matches ``syncbench train`` with the
 same flags:
 
-* the model: ``mlp`` (flatten, 784-256-128-10, ReLU) or ``lenet`` (conv5 with
-  padding 2 on 28x28 inputs, 2x2 max pool, conv5, pool, 120-84-classes), the
-  architectures of :mod:`syncbench.kernels.zoo`, in float32;
+* the model: ``mlp`` (flatten, 784-256-128-10, ReLU), ``lenet`` (conv5 with
+  padding 2 on 28x28 inputs, 2x2 max pool, conv5, pool, 120-84-classes), or
+  the CIFAR ResNets ``resnet8`` and ``resnet20`` of He et al. 2016 (Sec. 4.2:
+  a conv3x3-BN-ReLU stem, 3 stages of 1 or 3 basic blocks with 16, 32, 64
+  channels, option-A shortcuts, global average pooling, a linear head; see
+  :func:`build_torch_resnet`), the architectures of
+  :mod:`syncbench.kernels.zoo`, in float32;
 * the data: :func:`syncbench.bench.data.load_dataset` and each rank's shard
   and batches from :class:`syncbench.bench.stream.BatchStream` (same seed),
   fetched inside the timed loop as our driver does;
@@ -32,6 +36,20 @@ same flags:
   a last, shorter round is averaged too, as ours does. Momentum buffers stay
   local in both.
 
+BatchNorm (``resnet8``, ``resnet20``) follows the suite's rules for its
+buffers (docs/ALGORITHMS.md, "BatchNorm under each strategy": never reduced
+as gradients; per rank under SSGD, averaged with the weights in Local SGD):
+training normalises with each rank's own batch statistics (no SyncBatchNorm),
+DDP runs with ``broadcast_buffers=False`` (its default would broadcast rank
+0's running statistics before every forward: a per-step collective the rule
+does not have), and Local SGD averages the running means and variances in the same
+rounds as the parameters (one more Allreduce of those buffers after the
+averager's, which takes parameters with gradients only; ``num_batches_tracked``
+is equal on every rank and left alone). The running update is linear in the
+statistics, so the final ones equal a single average at the end; the
+per-round Allreduce is kept so that the peer pays what the rule costs.
+Rank 0's running statistics are the ones evaluated.
+
 Timing: a barrier, then the loop (data, forward, backward, communication,
 update) on every rank; the wall time is the slowest rank's, and samples/s is
 ``steps * batch * world / wall``, as the ``samples_per_s`` of our run files.
@@ -42,7 +60,9 @@ Rank 0 then evaluates on the test split (untimed) and prints one line
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import sys
 import time
@@ -57,6 +77,12 @@ from syncbench.bench.stream import BatchStream
 
 #: The peer each of our algorithms is compared with.
 PEERS = {"ssgd": "torch-ddp", "localsgd": "torch-periodic-avg"}
+#: Basic blocks per stage of the CIFAR ResNets (depth 6n + 2, He et al. 2016, Sec. 4.2).
+RESNET_BLOCKS = {"resnet8": 1, "resnet20": 3}
+#: The models the peer builds (:func:`build_torch_model`).
+MODELS = ("mlp", "lenet", *RESNET_BLOCKS)
+#: Channels of the three ResNet stages.
+RESNET_WIDTHS = (16, 32, 64)
 RESULT_PREFIX = "peer-result "
 
 #: (rank, size) environment variables of the launchers, tried in order.
@@ -99,10 +125,18 @@ def rank_and_size(environ: dict[str, str] | None = None) -> tuple[int, int]:
 
 
 def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -> Any:
-    """``mlp`` or ``lenet`` as a ``torch.nn.Sequential`` (the layers of kernels/zoo.py)."""
+    """One of :data:`MODELS` as a ``torch.nn.Sequential`` (the layers of kernels/zoo.py).
+
+    ``mlp`` and ``lenet`` keep PyTorch's default initialisation; the ResNets
+    are built by :func:`build_torch_resnet` with the suite's.
+    """
     from torch import nn  # noqa: PLC0415
 
     channels, height, width = input_shape
+    if name in RESNET_BLOCKS:
+        if (height, width) not in ((28, 28), (32, 32)):  # the zoo's rule
+            raise ValueError(f"resnet takes 28x28 or 32x32 inputs, got {height}x{width}")
+        return build_torch_resnet(RESNET_BLOCKS[name], channels, num_classes)
     if name == "mlp":
         return nn.Sequential(
             nn.Flatten(), nn.Linear(channels * height * width, 256), nn.ReLU(),
@@ -116,7 +150,98 @@ def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -
             nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
             nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
             nn.Linear(84, num_classes))
-    raise ValueError(f"unknown model {name!r}; choose mlp or lenet")
+    raise ValueError(f"unknown model {name!r}; choose {', '.join(MODELS)}")
+
+
+@functools.cache
+def _resnet_modules() -> tuple[type, type]:
+    """``(ShortcutA, BasicBlock)``, defined on first use (torch is imported lazily)."""
+    from torch import nn  # noqa: PLC0415
+    from torch.nn import functional as F  # noqa: N812, PLC0415
+
+    class ShortcutA(nn.Module):
+        """He et al.'s option A: ``x[:, :, ::s, ::s]``, zero channels appended after x's."""
+
+        def __init__(self, stride: int, extra_channels: int) -> None:
+            super().__init__()
+            self.stride, self.extra_channels = stride, extra_channels
+
+        def forward(self, x: Any) -> Any:
+            if self.stride != 1:
+                x = x[:, :, ::self.stride, ::self.stride]
+            # (left, right) pads of width, height, channels: zeros after the last channel
+            return F.pad(x, (0, 0, 0, 0, 0, self.extra_channels)) if self.extra_channels else x
+
+        def extra_repr(self) -> str:
+            return f"stride={self.stride}, extra_channels={self.extra_channels}"
+
+    class BasicBlock(nn.Module):
+        """conv3x3(stride) - BN - ReLU - conv3x3 - BN, plus the shortcut, then ReLU."""
+
+        def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(out_channels, eps=1e-5, momentum=0.1)
+            self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(out_channels, eps=1e-5, momentum=0.1)
+            same = stride == 1 and in_channels == out_channels
+            self.shortcut = (nn.Identity() if same
+                             else ShortcutA(stride, out_channels - in_channels))
+
+        def forward(self, x: Any) -> Any:
+            out = F.relu(self.bn1(self.conv1(x)))
+            return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+    return ShortcutA, BasicBlock
+
+
+def build_torch_resnet(blocks: int, in_channels: int, num_classes: int) -> Any:
+    """The CIFAR ResNet of depth ``6 * blocks + 2`` (He et al. 2016, Sec. 4.2), as the zoo's.
+
+    conv3x3(in -> 16, no bias) - BN - ReLU; three stages of ``blocks`` basic
+    blocks with 16, 32 and 64 channels, the first block of stages 2 and 3 with
+    stride 2 (28x28 inputs: planes 28, 14, 7; 32x32: 32, 16, 8); the shortcut
+    is the identity where the shape is kept, else option A (parameter-free);
+    global average pooling over the plane, then Linear(64 -> num_classes).
+    BatchNorm: eps 1e-5, momentum 0.1 (PyTorch's convention: running =
+    0.9 running + 0.1 batch), gamma 1, beta 0, running mean 0 and variance 1.
+    Convolution and linear weights are Kaiming-uniform with bound
+    ``sqrt(6 / fan_in)`` drawn from torch's generator (the suite's rule, not
+    PyTorch's default ``1 / sqrt(fan_in)``), the linear bias 0.
+
+    ``parameters()`` order (that of :func:`flat_params`) is module order: the
+    stem conv's weight, its BN's gamma and beta, then per block conv1 weight,
+    bn1 gamma, beta, conv2 weight, bn2 gamma, beta, and last the linear weight
+    and bias.
+    """
+    import torch  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+
+    _, BasicBlock = _resnet_modules()  # noqa: N806
+    width = RESNET_WIDTHS[0]
+    layers: list[Any] = [nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
+                         nn.BatchNorm2d(width, eps=1e-5, momentum=0.1), nn.ReLU()]
+    for stage, out_channels in enumerate(RESNET_WIDTHS):
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            layers.append(BasicBlock(width, out_channels, stride))
+            width = out_channels
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, num_classes)]
+    model = nn.Sequential(*layers)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                fan_in = module.weight[0].numel()
+                bound = math.sqrt(6.0 / fan_in)
+                module.weight.uniform_(-bound, bound)
+                if module.bias is not None:
+                    module.bias.zero_()
+    return model
+
+
+def _float_buffers(model: Any) -> list[Any]:
+    """BatchNorm's running means and variances (not ``num_batches_tracked``)."""
+    return [b for b in model.buffers() if b.is_floating_point()]
 
 
 def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any], float],
@@ -129,9 +254,12 @@ def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any]
     if args.algorithm == "ssgd":
         from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
 
-        net = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+        # per-rank BatchNorm statistics, as ours: no broadcast of rank 0's before each forward
+        net = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
+                                      broadcast_buffers=False)
     else:
         net = model
+    buffers = _float_buffers(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                           weight_decay=args.weight_decay)
     averager = None
@@ -150,13 +278,19 @@ def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any]
         loss.backward()
         opt.step()
         if averager is not None:
+            # warmup_steps = period - 1: the averager averages at 0-based steps k*period - 1
+            round_ends = (averager.step + 1) % args.period == 0
             averager.average_parameters(model.parameters())
+            if round_ends and buffers:
+                utils.average_parameters(iter(buffers), dist.group.WORLD)
         return float(loss.detach())
 
     def finish() -> None:
         """Average a last round shorter than the period (ours always ends averaged)."""
         if averager is not None and averager.step % args.period != 0:
             utils.average_parameters(iter(model.parameters()), dist.group.WORLD)
+            if buffers:
+                utils.average_parameters(iter(buffers), dist.group.WORLD)
 
     return step, finish
 
@@ -198,6 +332,7 @@ def train(args: argparse.Namespace) -> PeerResult | None:
         steps = max(1, int(args.epochs * stream.steps_per_epoch))
         torch.manual_seed(args.seed)  # the same initial model on every rank
         model = build_torch_model(args.model, data.input_shape, data.num_classes)
+        model.train()  # BatchNorm normalises with the batch's statistics while training
         step, finish = make_step(args, model)
         losses = np.empty(steps)
         dist.barrier()
@@ -233,18 +368,25 @@ def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
     """Samples/s of ``steps`` single-process training steps on random inputs.
 
     The PyTorch counterpart of :func:`syncbench.bench.speed.step_throughput`
-    (same shapes, momentum SGD, 3 warm-up steps, no data loading, no
-    communication), with ``torch.set_num_threads(threads)``.
+    (same input shape, from its ``SHAPES``; 10 classes; momentum SGD; 3
+    warm-up steps; no data loading, no communication), with
+    ``torch.set_num_threads(threads)``. The model is in training mode, so
+    BatchNorm normalises with each batch's statistics and updates its running
+    ones, as our training step does.
     """
     import torch  # noqa: PLC0415
     from torch.nn import functional as F  # noqa: N812, PLC0415
 
+    from syncbench.bench.speed import SHAPES  # noqa: PLC0415
+
+    shape = SHAPES.get(model_name, (1, 28, 28))
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    model = build_torch_model(model_name, (1, 28, 28), 10)
+    model = build_torch_model(model_name, shape, 10)
+    model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     rng = np.random.default_rng(seed)
-    x = torch.from_numpy(rng.random((batch, 1, 28, 28)).astype(np.float32))
+    x = torch.from_numpy(rng.random((batch, *shape)).astype(np.float32))
     y = torch.from_numpy(rng.integers(0, 10, batch))
 
     def one_step() -> None:
@@ -261,12 +403,21 @@ def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
 
 
 def flat_params(model: Any) -> np.ndarray:
-    """Every parameter of ``model`` in ``parameters()`` order, as one float32 vector."""
+    """Every parameter of ``model`` in ``parameters()`` order, as one float32 vector.
+
+    Module order, each tensor in PyTorch's layout: a Linear's weight then its
+    bias, the weight of shape (out, in), the TRANSPOSE of the suite's (in, out)
+    Linear weights; a Conv2d's weight (out, in, k, k), as the suite's, then its
+    bias if it has one (the ResNets' convolutions have none); a BatchNorm's
+    gamma then beta. BatchNorm's running statistics are buffers, not
+    parameters, and are not included. For the ResNets the order is spelled out
+    in :func:`build_torch_resnet`.
+    """
     return np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
 
 
 def save_params(model: Any, path: str) -> None:
-    """Write :func:`flat_params` to ``path`` (``.npy``), atomically."""
+    """Write :func:`flat_params` to ``path`` (``.npy``), atomically (no BatchNorm buffers)."""
     tmp = f"{path}.tmp.npy"
     np.save(tmp, flat_params(model))
     os.replace(tmp, path)
@@ -285,7 +436,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", choices=sorted(PEERS), default="ssgd",
                         help="ssgd (DistributedDataParallel) or localsgd "
                         "(PeriodicModelAverager)")
-    parser.add_argument("--model", choices=("mlp", "lenet"), default="mlp")
+    parser.add_argument("--model", choices=MODELS, default="mlp",
+                        help="the architecture (default mlp): " + ", ".join(MODELS))
     parser.add_argument("--dataset", choices=DATASETS, default="fashion-mnist")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--synthetic-samples", type=int, default=8192)
