@@ -9,12 +9,27 @@ element-wise kernels round exactly like their NumPy references; CuPy also
 adds ``-ftz=true``, which flushes float32 subnormals to zero, the one
 difference). GEMMs are not here: the layers call ``cupy.matmul`` (cuBLAS).
 
+Kernels by source: ``optim.cu`` (``sgd_momentum`` for a number decay,
+``sgd_momentum_array_decay`` for one decay per element, ``axpy``),
+``softmax_xent.cu``, ``dense.cu`` (ReLU, bias add, the bias-gradient
+reduction), ``conv.cu`` (im2col/col2im, any stride), ``pool.cu`` (max
+pooling), ``batchnorm.cu`` (BatchNorm's per-channel sums, normalization and
+input gradient) and ``resnet.cu`` (residual add + ReLU, option-A shortcut,
+global average pooling).
+
 Launch rules: 1-D grids of :data:`BLOCK` threads, at most :data:`MAX_BLOCKS`
 blocks; every kernel is a grid-stride loop whose elements are each written by
 one thread (no shared memory, atomics or barriers), so the result does not
-depend on the launch shape. Kernels run on CuPy's current stream, in order
-with CuPy's own operations; whoever hands a buffer to MPI synchronizes first
-(:mod:`syncbench.algorithms.device_buffers`).
+depend on the launch shape. Reductions over many elements per output
+(``bias_grad``, ``bn_sums``, ``bn_grad_sums``) take two passes: a partial
+kernel where one thread sums one chunk of one channel (:data:`BIAS_CHUNK`,
+:data:`BN_CHUNK` positions) and a finish kernel where one thread adds one
+output's chunks in order; the summation order is fixed, so the results are
+deterministic and the host emulator is exact for them too (they differ from
+NumPy's pairwise sums in the last bits, within :func:`tolerance`).
+``avgpool_forward`` sums each plane in one thread. Kernels run on CuPy's
+current stream, in order with CuPy's own operations; whoever hands a buffer
+to MPI synchronizes first (:mod:`syncbench.algorithms.device_buffers`).
 
 The launcher is pluggable (:func:`use_launcher`): the default compiles and
 launches with CuPy; the tests plug in a host emulator
@@ -49,6 +64,9 @@ BLOCK = 256
 MAX_BLOCKS = 4096
 #: Rows summed by one thread in the first pass of the bias-gradient reduction.
 BIAS_CHUNK = 256
+#: Positions (samples x pixels) of one channel summed by one thread in the first
+#: pass of BatchNorm's per-channel sums (``bn_sums``, ``bn_grad_sums``).
+BN_CHUNK = 256
 #: NVRTC/nvcc options shared by every build of the sources (plus -DSB_REAL).
 COMPILE_OPTIONS: tuple[str, ...] = ("--fmad=false",)
 #: Options ``cupy.RawModule`` adds by itself (CuPy 13/14, NVRTC backend);
@@ -262,11 +280,33 @@ def sgd_momentum_(
     weight_decay: float,
     scratch: Any = None,
 ) -> None:
-    """Kernel ``sgd_momentum`` (see :func:`syncbench.kernels.ops.sgd_momentum_`)."""
+    """Kernel ``sgd_momentum`` for a number ``weight_decay``, ``sgd_momentum_array_decay``
+    for an array of the params' shape and dtype (one decay per element; see
+    :func:`syncbench.kernels.ops.sgd_momentum_`).
+
+    Numbers and arrays are told apart as the reference does (``np.isscalar``);
+    a 0-d array is one decay for every element, added even where it is zero,
+    as the reference adds any array's product.
+    """
     dt, n = _real_dtype(params), params.size
     _check(dt, n, params=params, grads=grads, velocity=velocity)
-    _launch("sgd_momentum", dt, n, params, grads, velocity,
-            _real(dt, lr), _real(dt, momentum), _real(dt, weight_decay), _i64(n))
+    if np.isscalar(weight_decay):
+        _launch("sgd_momentum", dt, n, params, grads, velocity,
+                _real(dt, lr), _real(dt, momentum), _real(dt, weight_decay), _i64(n))
+        return
+    xp = _xp(params)
+    if _xp(weight_decay) is not xp:
+        raise TypeError(f"sgd_momentum_: weight_decay is a {type(weight_decay).__module__} "
+                        f"array, params a {type(params).__module__} one")
+    if weight_decay.ndim == 0:
+        weight_decay = xp.broadcast_to(weight_decay, params.shape)
+    if weight_decay.shape != params.shape:
+        raise ValueError(f"sgd_momentum_: weight_decay of shape {weight_decay.shape} for "
+                         f"params of shape {params.shape}")
+    weight_decay = xp.ascontiguousarray(weight_decay)
+    _check(dt, n, weight_decay=weight_decay)
+    _launch("sgd_momentum_array_decay", dt, n, params, grads, velocity, weight_decay,
+            _real(dt, lr), _real(dt, momentum), _i64(n))
 
 
 def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
@@ -391,29 +431,44 @@ def bias_grad(dy: Any, out: Any = None, axis: int = 1) -> Any:
     return out
 
 
-def im2col(x: Any, k: int, pad: int) -> Any:
-    """Kernel ``im2col``: (n, c, h, w) -> (c*k*k, n*oh*ow)."""
+def _conv_geometry(op: str, shape: tuple[int, ...], k: int, pad: int,
+                   stride: int) -> tuple[int, int]:
+    """(oh, ow) of a convolution of NCHW ``shape``; ``ValueError`` unless it fits."""
+    if len(shape) != 4:
+        raise ValueError(f"{op}: expected an NCHW shape, got {tuple(shape)}")
+    if k < 1 or pad < 0 or stride < 1:
+        raise ValueError(f"{op}: kernel {k}, pad {pad}, stride {stride} (need k, stride >= 1, "
+                         "pad >= 0)")
+    h, w = shape[2], shape[3]
+    if h + 2 * pad < k or w + 2 * pad < k:
+        raise ValueError(f"{op}: kernel {k} with pad {pad} does not fit {h}x{w}")
+    return ops.conv_output_hw(h, w, k, pad, stride)
+
+
+def im2col(x: Any, k: int, pad: int, stride: int = 1) -> Any:
+    """Kernel ``im2col``: (n, c, h, w) -> (c*k*k, n*oh*ow), windows ``stride`` apart."""
     xp = _xp(x)
     x = xp.ascontiguousarray(x)
     dt = _real_dtype(x)
+    oh, ow = _conv_geometry("im2col", x.shape, k, pad, stride)
     n, c, h, w = x.shape
-    oh, ow = ops.conv_output_hw(h, w, k, pad)
     cols = xp.empty((c * k * k, n * oh * ow), dtype=dt)
-    _launch("im2col", dt, cols.size, x, cols, *map(_i64, (n, c, h, w, k, pad)))
+    _launch("im2col", dt, cols.size, x, cols, *map(_i64, (n, c, h, w, k, pad, stride)))
     return cols
 
 
-def col2im(cols: Any, in_shape: tuple[int, ...], k: int, pad: int) -> Any:
+def col2im(cols: Any, in_shape: tuple[int, ...], k: int, pad: int, stride: int = 1) -> Any:
     """Kernel ``col2im``: (c*k*k, n*oh*ow) -> (n, c, h, w), the adjoint of :func:`im2col`."""
     xp = _xp(cols)
     cols = xp.ascontiguousarray(cols)
     dt = _real_dtype(cols)
+    oh, ow = _conv_geometry("col2im", tuple(in_shape), k, pad, stride)
     n, c, h, w = in_shape
-    oh, ow = ops.conv_output_hw(h, w, k, pad)
     if cols.shape != (c * k * k, n * oh * ow):
-        raise ValueError(f"col2im: columns of shape {cols.shape} do not match {in_shape}, k={k}")
+        raise ValueError(f"col2im: columns of shape {cols.shape} do not match {in_shape}, "
+                         f"k={k}, stride={stride}")
     dx = xp.empty((n, c, h, w), dtype=dt)
-    _launch("col2im", dt, dx.size, cols, dx, *map(_i64, (n, c, h, w, k, pad)))
+    _launch("col2im", dt, dx.size, cols, dx, *map(_i64, (n, c, h, w, k, pad, stride)))
     return dx
 
 
@@ -446,11 +501,185 @@ def maxpool_backward(dy: Any, argmax: Any, k: int) -> Any:
     return dx
 
 
+# -- BatchNorm, residual blocks, global average pooling (ResNets) -----------------------
+def _nchw(op: str, name: str, array: Any) -> tuple[Any, np.dtype]:
+    """``array`` C-contiguous, and its real dtype; ``ValueError`` unless it is 4-D."""
+    if array.ndim != 4:
+        raise ValueError(f"{op}: {name} must be NCHW (4-D), got shape {array.shape}")
+    array = _xp(array).ascontiguousarray(array)
+    return array, _real_dtype(array)
+
+
+def _same_shape(op: str, shape: tuple[int, ...], **arrays: Any) -> None:
+    for name, array in arrays.items():
+        if array.shape != shape:
+            raise ValueError(f"{op}: {name} of shape {array.shape}, expected {shape}")
+
+
+def _channel_vectors(op: str, dtype: np.dtype, channels: int, **vectors: Any) -> list[Any]:
+    """The per-channel vectors, C-contiguous; ``ValueError`` unless each has shape (C,)."""
+    out = []
+    for name, vector in vectors.items():
+        if vector.shape != (channels,):
+            raise ValueError(f"{op}: {name} of shape {vector.shape} for {channels} channels")
+        vector = _xp(vector).ascontiguousarray(vector)
+        _check(dtype, channels, **{name: vector})
+        out.append(vector)
+    return out
+
+
+def _channel_sums(partial_kernel: str, a: Any, b: Any) -> Any:
+    """The two per-channel sums of an NCHW pair: ``partial_kernel`` over chunks of
+    :data:`BN_CHUNK` positions, then ``bias_grad_finish`` over 2*C channels."""
+    xp = _xp(a)
+    n, c, h, w = a.shape
+    dt = _real_dtype(a)
+    chunks = max(1, math.ceil(n * h * w / BN_CHUNK))
+    partial = xp.empty(chunks * 2 * c, dtype=dt)
+    sums = xp.empty((2, c), dtype=dt)
+    _launch(partial_kernel, dt, chunks * c, a, b, partial,
+            *map(_i64, (n, c, h * w, BN_CHUNK)))
+    _launch("bias_grad_finish", dt, 2 * c, partial, sums, _i64(chunks), _i64(2 * c))
+    return sums
+
+
+def bn_sums(x: Any, shift: Any) -> Any:
+    """Kernels ``bn_sums_partial`` then ``bias_grad_finish``: the (2, C) sums of
+    ``x - shift`` and ``(x - shift)**2`` per channel.
+
+    Two passes without atomics: each thread of the first sums :data:`BN_CHUNK`
+    positions (samples x pixels) of one channel, one thread per channel adds
+    the chunks in order. Deterministic; NumPy's pairwise sums may differ in
+    the last bits.
+    """
+    x, dt = _nchw("bn_sums", "x", x)
+    (shift,) = _channel_vectors("bn_sums", dt, x.shape[1], shift=shift)
+    return _channel_sums("bn_sums_partial", x, shift)
+
+
+def bn_normalize(x: Any, mean: Any, invstd: Any, gamma: Any, beta: Any) -> tuple[Any, Any]:
+    """Kernel ``bn_normalize``: returns ``(y, xhat)``, both of ``x``'s shape."""
+    xp = _xp(x)
+    x, dt = _nchw("bn_normalize", "x", x)
+    n, c, h, w = x.shape
+    vectors = _channel_vectors("bn_normalize", dt, c, mean=mean, invstd=invstd, gamma=gamma,
+                               beta=beta)
+    y, xhat = xp.empty_like(x), xp.empty_like(x)
+    _launch("bn_normalize", dt, x.size, x, *vectors, y, xhat, *map(_i64, (n, c, h * w)))
+    return y, xhat
+
+
+def bn_grad_sums(dy: Any, xhat: Any) -> Any:
+    """Kernels ``bn_grad_sums_partial`` then ``bias_grad_finish``: the (2, C) sums of
+    ``dy`` and ``dy * xhat`` per channel (in chunks, as :func:`bn_sums`)."""
+    dy, dt = _nchw("bn_grad_sums", "dy", dy)
+    _same_shape("bn_grad_sums", dy.shape, xhat=xhat)
+    xhat = _xp(dy).ascontiguousarray(xhat)
+    _check(dt, None, xhat=xhat)
+    return _channel_sums("bn_grad_sums_partial", dy, xhat)
+
+
+def bn_backward(dy: Any, xhat: Any, scale: Any, mean_dy: Any, mean_dy_xhat: Any) -> Any:
+    """Kernel ``bn_backward``: the input gradient, of ``dy``'s shape."""
+    xp = _xp(dy)
+    dy, dt = _nchw("bn_backward", "dy", dy)
+    n, c, h, w = dy.shape
+    _same_shape("bn_backward", dy.shape, xhat=xhat)
+    xhat = xp.ascontiguousarray(xhat)
+    _check(dt, None, xhat=xhat)
+    vectors = _channel_vectors("bn_backward", dt, c, scale=scale, mean_dy=mean_dy,
+                               mean_dy_xhat=mean_dy_xhat)
+    dx = xp.empty_like(dy)
+    _launch("bn_backward", dt, dy.size, dy, xhat, *vectors, dx, *map(_i64, (n, c, h * w)))
+    return dx
+
+
+def add_relu(a: Any, b: Any) -> Any:
+    """Kernel ``add_relu``: ``max(a + b, 0)`` of two arrays of the same shape."""
+    xp = _xp(a)
+    _same_shape("add_relu", a.shape, b=b)
+    a, b = xp.ascontiguousarray(a), xp.ascontiguousarray(b)
+    dt = _real_dtype(a)
+    _check(dt, None, b=b)
+    y = xp.empty_like(a)
+    _launch("add_relu", dt, a.size, a, b, y, _i64(a.size))
+    return y
+
+
+def _shortcut_hw(op: str, h: int, w: int, stride: int) -> tuple[int, int]:
+    if stride < 1:
+        raise ValueError(f"{op}: stride {stride}, need >= 1")
+    return -(-h // stride), -(-w // stride)
+
+
+def shortcut_forward(x: Any, channels: int, stride: int) -> Any:
+    """Kernel ``shortcut_forward``: (n, c, h, w) -> (n, channels, ceil(h/stride),
+    ceil(w/stride)), zero channels appended."""
+    xp = _xp(x)
+    x, dt = _nchw("shortcut_forward", "x", x)
+    n, c, h, w = x.shape
+    oh, ow = _shortcut_hw("shortcut_forward", h, w, stride)
+    if channels < c:
+        raise ValueError(f"shortcut_forward: {channels} output channels for {c} input ones")
+    y = xp.empty((n, channels, oh, ow), dtype=dt)
+    _launch("shortcut_forward", dt, y.size, x, y, *map(_i64, (n, c, h, w, channels, stride)))
+    return y
+
+
+def shortcut_backward(dy: Any, in_shape: tuple[int, ...], stride: int) -> Any:
+    """Kernel ``shortcut_backward``: (n, channels, oh, ow) gradients -> NCHW ``in_shape``."""
+    xp = _xp(dy)
+    dy, dt = _nchw("shortcut_backward", "dy", dy)
+    if len(in_shape) != 4:
+        raise ValueError(f"shortcut_backward: in_shape must be NCHW, got {tuple(in_shape)}")
+    n, c, h, w = in_shape
+    oh, ow = _shortcut_hw("shortcut_backward", h, w, stride)
+    channels = dy.shape[1]
+    if channels < c or dy.shape != (n, channels, oh, ow):
+        raise ValueError(f"shortcut_backward: dy of shape {dy.shape} does not match {in_shape}, "
+                         f"stride={stride}")
+    dx = xp.empty((n, c, h, w), dtype=dt)
+    _launch("shortcut_backward", dt, dx.size, dy, dx,
+            *map(_i64, (n, c, h, w, channels, stride)))
+    return dx
+
+
+def avgpool_forward(x: Any) -> Any:
+    """Kernel ``avgpool_forward``: (n, c, h, w) -> (n, c), one thread per plane."""
+    xp = _xp(x)
+    x, dt = _nchw("avgpool_forward", "x", x)
+    n, c, h, w = x.shape
+    if h * w == 0:
+        raise ValueError(f"avgpool_forward: empty planes ({h}x{w})")
+    y = xp.empty((n, c), dtype=dt)
+    _launch("avgpool_forward", dt, y.size, x, y, _i64(n * c), _i64(h * w),
+            _real(dt, 1.0 / (h * w)))
+    return y
+
+
+def avgpool_backward(dy: Any, hw: tuple[int, int]) -> Any:
+    """Kernel ``avgpool_backward``: (n, c) gradients -> (n, c, h, w)."""
+    xp = _xp(dy)
+    if dy.ndim != 2:
+        raise ValueError(f"avgpool_backward: dy must be (n, c), got shape {dy.shape}")
+    h, w = hw
+    if h < 1 or w < 1:
+        raise ValueError(f"avgpool_backward: plane {h}x{w}")
+    dy = xp.ascontiguousarray(dy)
+    dt = _real_dtype(dy)
+    dx = xp.empty((*dy.shape, h, w), dtype=dt)
+    _launch("avgpool_backward", dt, dx.size, dy, dx, _i64(dy.size), _i64(h * w),
+            _real(dt, 1.0 / (h * w)))
+    return dx
+
+
 #: Every operation implemented here (the same names as the dispatched ones in ops).
 OPS: tuple[str, ...] = (
     "sgd_momentum_", "axpy_",
     "softmax_xent", "relu_forward", "relu_backward", "bias_add_", "bias_grad",
     "im2col", "col2im", "maxpool_forward", "maxpool_backward",
+    "bn_sums", "bn_normalize", "bn_grad_sums", "bn_backward",
+    "add_relu", "shortcut_forward", "shortcut_backward", "avgpool_forward", "avgpool_backward",
 )
 
 
@@ -519,6 +748,112 @@ def _col2im_case(rng, dtype, large):
     return (_image(rng, dtype, (c * k * k, n * oh * ow)), shape, k, pad)
 
 
+#: ResNet-8's stride-2 convolutions at batch 128 on 28x28 (k 3, pad 1): 16 channels
+#: at 28x28 into the 14x14 stage, 32 at 14x14 into the 7x7 one.
+RESNET_STRIDED = ((128, 16, 28, 28), (128, 32, 14, 14))
+
+
+def _strided_shape(side: int, large: bool) -> tuple[int, int, int, int]:
+    """Stride-2 inputs: ``side`` x ``side`` (7: odd, 6: even) small, ResNet-8's at size."""
+    return RESNET_STRIDED[side % 2 == 0] if large else (2, 3, side, side)
+
+
+def _strided_im2col_case(side: int):
+    def build(rng, dtype, large):
+        return (_image(rng, dtype, _strided_shape(side, large)), 3, 1, 2)
+    return build
+
+
+def _strided_col2im_case(side: int):
+    def build(rng, dtype, large):
+        shape = _strided_shape(side, large)
+        n, c, h, w = shape
+        oh, ow = ops.conv_output_hw(h, w, 3, 1, 2)
+        return (_image(rng, dtype, (c * 9, n * oh * ow)), shape, 3, 1, 2)
+    return build
+
+
+def _decay_array_case(rng, dtype, large):
+    """Momentum SGD with one decay per element, zero for about a third (exempt)."""
+    w, g, v = _flat(rng, dtype, large, 3)
+    decay = (1e-4 * (rng.random(w.size) < 0.7)).astype(dtype)
+    return (w, g, v, 0.05, 0.9, decay)
+
+
+#: ResNet-8's largest activation (batch 128, 16 channels at 28x28): BatchNorm, residual sums.
+RESNET_ACTIVATION = (128, 16, 28, 28)
+
+
+def _bn_shape(small: tuple[int, int, int, int], large: bool) -> tuple[int, int, int, int]:
+    return RESNET_ACTIVATION if large else small
+
+
+def _per_channel(rng, dtype, c, low=-1.0, high=1.0):
+    return rng.uniform(low, high, size=c).astype(dtype)
+
+
+def _bn_sums_case(small: tuple[int, int, int, int]):
+    """Activations with a per-channel offset; the shift is near (not at) the offset."""
+    def build(rng, dtype, large):
+        shape = _bn_shape(small, large)
+        offset = 3 * rng.standard_normal(shape[1])
+        x = (2 * rng.standard_normal(shape) + offset[None, :, None, None]).astype(dtype)
+        return (x, (offset + 0.1 * rng.standard_normal(shape[1])).astype(dtype))
+    return build
+
+
+def _bn_normalize_case(rng, dtype, large):
+    shape = _bn_shape((3, 4, 5, 6), large)
+    c = shape[1]
+    return (_image(rng, dtype, shape), _per_channel(rng, dtype, c),
+            _per_channel(rng, dtype, c, 0.2, 2.0), _per_channel(rng, dtype, c, 0.5, 1.5),
+            _per_channel(rng, dtype, c))
+
+
+def _bn_grad_sums_case(small: tuple[int, int, int, int]):
+    def build(rng, dtype, large):
+        shape = _bn_shape(small, large)
+        return (_image(rng, dtype, shape), _image(rng, dtype, shape))
+    return build
+
+
+def _bn_backward_case(rng, dtype, large):
+    shape = _bn_shape((3, 4, 5, 6), large)
+    c = shape[1]
+    return (_image(rng, dtype, shape), _image(rng, dtype, shape),
+            _per_channel(rng, dtype, c, 0.2, 2.0), _per_channel(rng, dtype, c, -0.1, 0.1),
+            _per_channel(rng, dtype, c, -0.1, 0.1))
+
+
+def _add_relu_case(rng, dtype, large):
+    shape = _bn_shape((2, 3, 5, 6), large)
+    a, b = _image(rng, dtype, shape), _image(rng, dtype, shape)
+    b.reshape(-1)[::7] = -a.reshape(-1)[::7]  # exact zero sums
+    return (a, b)
+
+
+def _shortcut_shapes(large: bool) -> tuple[tuple[int, ...], int]:
+    """(input shape, output channels) of a stride-2 option-A shortcut: odd 7x7 sides
+    small, ResNet-8's first stage transition (16 -> 32 channels, 28x28 -> 14x14) at size."""
+    return (RESNET_ACTIVATION, 32) if large else ((2, 3, 7, 7), 5)
+
+
+def _shortcut_forward_case(rng, dtype, large):
+    shape, channels = _shortcut_shapes(large)
+    return (_image(rng, dtype, shape), channels, 2)
+
+
+def _shortcut_backward_case(rng, dtype, large):
+    shape, channels = _shortcut_shapes(large)
+    n, _, h, w = shape
+    return (_image(rng, dtype, (n, channels, -(-h // 2), -(-w // 2))), shape, 2)
+
+
+def _avgpool_shape(large: bool) -> tuple[int, int, int, int]:
+    """ResNet-8's global pooling (batch 128, 64 channels at 7x7) at size."""
+    return (128, 64, 7, 7) if large else (2, 3, 5, 6)
+
+
 def _pool_input(rng, dtype, large):
     shape = (256, 6, 28, 28) if large else (2, 3, 6, 8)
     # few distinct values: many ties, so the first-maximum rule is exercised
@@ -564,6 +899,7 @@ CASES: tuple[Case, ...] = (
          lambda r, d, b: (*_flat(r, d, b, 3), 0.05, 0.9, 1e-4)),
     Case("sgd_momentum_/no-decay", "sgd_momentum_",
          lambda r, d, b: (*_flat(r, d, b, 3), 0.1, 0.0, 0.0)),
+    Case("sgd_momentum_/array-decay", "sgd_momentum_", _decay_array_case),
     Case("axpy_", "axpy_", lambda r, d, b: (_flat(r, d, b, 1)[0], 0.3, _flat(r, d, b, 1)[0])),
     Case("axpy_/alpha-1", "axpy_",
          lambda r, d, b: (_flat(r, d, b, 1)[0], 1.0, _flat(r, d, b, 1)[0])),
@@ -579,8 +915,26 @@ CASES: tuple[Case, ...] = (
     Case("im2col", "im2col", _im2col_case(None)),
     Case("im2col/no-pad", "im2col", _im2col_case(0)),
     Case("col2im", "col2im", _col2im_case),
+    Case("im2col/stride-2", "im2col", _strided_im2col_case(7)),
+    Case("im2col/stride-2-even", "im2col", _strided_im2col_case(6)),
+    Case("col2im/stride-2", "col2im", _strided_col2im_case(7)),
+    Case("col2im/stride-2-even", "col2im", _strided_col2im_case(6)),
     Case("maxpool_forward", "maxpool_forward", lambda r, d, b: (_pool_input(r, d, b), 2)),
     Case("maxpool_backward", "maxpool_backward", _pool_backward_case),
+    Case("bn_sums", "bn_sums", _bn_sums_case((3, 4, 5, 6)), exact=False),
+    Case("bn_sums/chunks", "bn_sums", _bn_sums_case((3, 4, 10, 9)), exact=False),
+    Case("bn_normalize", "bn_normalize", _bn_normalize_case),
+    Case("bn_grad_sums", "bn_grad_sums", _bn_grad_sums_case((3, 4, 5, 6)), exact=False),
+    Case("bn_grad_sums/chunks", "bn_grad_sums", _bn_grad_sums_case((3, 4, 10, 9)),
+         exact=False),
+    Case("bn_backward", "bn_backward", _bn_backward_case),
+    Case("add_relu", "add_relu", _add_relu_case),
+    Case("shortcut_forward", "shortcut_forward", _shortcut_forward_case),
+    Case("shortcut_backward", "shortcut_backward", _shortcut_backward_case),
+    Case("avgpool_forward", "avgpool_forward",
+         lambda r, d, b: (_image(r, d, _avgpool_shape(b)),), exact=False),
+    Case("avgpool_backward", "avgpool_backward",
+         lambda r, d, b: (_image(r, d, _avgpool_shape(b)[:2]), _avgpool_shape(b)[2:])),
 )
 
 

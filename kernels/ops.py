@@ -11,7 +11,9 @@ Update rules (``ALGORITHMS.md``; element-wise, in place, no allocation when a
 ``scratch`` buffer of the same shape is given):
 
 * ``sgd_momentum_``: ``v = mu * v + (g + wd * w)``; ``w = w - lr * v`` (PyTorch
-  momentum SGD with L2 weight decay).
+  momentum SGD with L2 weight decay); ``wd`` is a number or an array of the
+  parameters' shape (one decay per element: zero where a parameter is exempt,
+  ``MomentumSGD.decay``), each with a kernel of its own.
 * ``axpy_``: ``y += a * x`` (model averaging: Oscars' global step).
 
 OD-SGD's local step and DC-ASGD's compensation are plain array expressions
@@ -24,13 +26,22 @@ Layer kernels (the CPU layers in :mod:`syncbench.kernels.layers` compute the
 same thing with their own NumPy code; these references reproduce it):
 ``softmax_xent`` (fused forward + backward of the mean cross-entropy),
 ``relu_forward``/``relu_backward``, ``bias_add_``/``bias_grad``,
-``im2col``/``col2im`` (stride-1, zero-padded convolution as one GEMM) and
-``maxpool_forward``/``maxpool_backward`` (non-overlapping, first maximum wins).
+``im2col``/``col2im`` (zero-padded convolution as one GEMM, windows
+``stride`` apart) and ``maxpool_forward``/``maxpool_backward``
+(non-overlapping, first maximum wins). For ResNets: BatchNorm as the passes
+over the activations (``bn_sums``, the shifted per-channel sums of the batch
+statistics; ``bn_normalize``; ``bn_grad_sums``, the per-channel sums of the
+backward pass; ``bn_backward``), ``add_relu`` (a residual block's sum and
+ReLU), ``shortcut_forward``/``shortcut_backward`` (the option-A shortcut:
+subsample, zero channels) and ``avgpool_forward``/``avgpool_backward``
+(global average pooling).
 
 The NumPy bodies perform the same floating-point operations in the same order
 as the kernels (which are compiled with ``--fmad=false``), so element-wise
-results are bit-identical; reductions (sums over rows or classes) may differ
-in the last bits because the summation order differs.
+results are bit-identical; reductions (sums over rows, classes, a channel's
+samples and pixels, or a plane) may differ in the last bits because the
+summation order differs: the kernels sum in fixed chunks without atomics
+(deterministic), NumPy pairwise.
 """
 
 from __future__ import annotations
@@ -90,7 +101,9 @@ def sgd_momentum_(
 
     ``v = mu * v + (g + wd * w)``; ``w = w - lr * v``. With ``momentum == 0``
     the velocity buffer just holds the decayed gradient. ``grads`` is left
-    unchanged.
+    unchanged. ``weight_decay`` is a number (0: no decay term) or an array of
+    the params' shape and dtype, one decay per element (its product is added
+    even where it is 0).
     """
     velocity *= momentum
     velocity += grads

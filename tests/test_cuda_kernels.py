@@ -3,12 +3,19 @@
 * every ``kernels/cuda/*.cu`` compiles with NVRTC (else ``nvcc -ptx``) for
   float and double, and ``compile_check`` reports a broken source as a failure;
 * the NumPy references of :mod:`syncbench.kernels.ops` equal straightforward
-  formulas (loops, the update rules of ALGORITHMS.md) and the CPU layers;
+  formulas (loops, the update rules of ALGORITHMS.md, strided convolution
+  windows, BatchNorm's statistics and its input gradient by finite
+  differences, the shortcut's and pooling's adjoints) and the CPU layers;
 * the kernels themselves, built as C++ and run thread by thread by the host
   emulator through the real :mod:`syncbench.kernels.cuda_ops` launch code,
   equal the references (bit for bit where the operations are the same), also
   with a one-block grid (grid-stride loops), and at benchmark sizes with the
   exactness rules and tolerances the GPU test applies;
+* the wrappers reject mismatched shapes before any launch; ``sgd_momentum_``
+  launches the per-element-decay kernel for an array decay (``MomentumSGD``
+  with a decay mask, bit-identical); the reductions (bias gradient,
+  BatchNorm sums, average pooling) give the same bits for any launch shape,
+  and BatchNorm's sums add in the documented chunk order;
 * NaN and bad labels: the kernels propagate NaN as the CPU layers do and
   ``softmax_xent`` rejects labels outside ``[0, classes)``;
 * the compiled source carries the digest of ``common.cuh`` (CuPy's kernel
@@ -44,7 +51,8 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None,
 
 # -- compilation -----------------------------------------------------------------
 def test_sources_and_signatures_are_consistent():
-    assert {p.stem for p in SOURCES} == {"conv", "dense", "optim", "pool", "softmax_xent"}
+    assert {p.stem for p in SOURCES} == {"batchnorm", "conv", "dense", "optim", "pool",
+                                         "resnet", "softmax_xent"}
     table = cuda_ops.kernel_signatures()
     launched = set()
     text = inspect.getsource(cuda_ops)
@@ -54,6 +62,8 @@ def test_sources_and_signatures_are_consistent():
     assert launched == set(table), f"kernels never launched: {set(table) - launched}"
     assert table["sgd_momentum"].params == (
         "real*", "real*", "real*", "real", "real", "real", "long long")
+    assert table["sgd_momentum_array_decay"].params == (
+        "real*", "real*", "real*", "real*", "real", "real", "long long")
 
 
 def test_every_op_has_a_kernel_path_with_the_same_signature():
@@ -169,9 +179,9 @@ def test_relu_and_bias_references():
     np.testing.assert_allclose(ops.bias_grad(dy, axis=0), dy.sum(axis=1), rtol=1e-13)
 
 
-def _naive_im2col(x, k, pad):
+def _naive_im2col(x, k, pad, stride=1):
     n, c, h, w = x.shape
-    oh, ow = ops.conv_output_hw(h, w, k, pad)
+    oh, ow = ops.conv_output_hw(h, w, k, pad, stride)
     cols = np.zeros((c * k * k, n * oh * ow))
     for ch in range(c):
         for ki in range(k):
@@ -179,23 +189,107 @@ def _naive_im2col(x, k, pad):
                 for b in range(n):
                     for oy in range(oh):
                         for ox in range(ow):
-                            iy, ix = oy + ki - pad, ox + kj - pad
+                            iy, ix = oy * stride + ki - pad, ox * stride + kj - pad
                             if 0 <= iy < h and 0 <= ix < w:
                                 cols[(ch * k + ki) * k + kj, (b * oh + oy) * ow + ox] = \
                                     x[b, ch, iy, ix]
     return cols
 
 
+@pytest.mark.parametrize("stride", [1, 2, 3])
 @pytest.mark.parametrize("pad", [0, 1, 2])
-def test_im2col_col2im_references_against_loops_and_adjointness(pad):
+def test_im2col_col2im_references_against_loops_and_adjointness(pad, stride):
     rng = np.random.default_rng(6)
-    x, k = _rand(rng, 2, 3, 5, 6), 3
-    cols = ops.im2col(x, k, pad)
-    np.testing.assert_array_equal(cols, _naive_im2col(x, k, pad))
+    x, k = _rand(rng, 2, 3, 7, 6), 3  # an odd and an even side
+    cols = ops.im2col(x, k, pad, stride)
+    np.testing.assert_array_equal(cols, _naive_im2col(x, k, pad, stride))
     # col2im is the adjoint: <im2col(x), C> == <x, col2im(C)>
     c = _rand(rng, *cols.shape)
-    dx = ops.col2im(c, x.shape, k, pad)
+    dx = ops.col2im(c, x.shape, k, pad, stride)
     assert np.sum(cols * c) == pytest.approx(np.sum(x * dx), rel=1e-12)
+
+
+def test_sgd_momentum_reference_with_a_decay_per_element():
+    rng = np.random.default_rng(2)
+    w, g, v = _rand(rng, 50), _rand(rng, 50), _rand(rng, 50)
+    wd = 1e-3 * (rng.random(50) < 0.5)  # zero: exempt from decay
+    expected_v = 0.9 * v + (g + wd * w)
+    expected_w = w - 0.05 * expected_v
+    plain_v, plain_w = 0.9 * v + g, w - 0.05 * (0.9 * v + g)
+    ops.sgd_momentum_(w, g, v, 0.05, 0.9, wd)
+    np.testing.assert_allclose(v, expected_v, rtol=1e-13)
+    np.testing.assert_allclose(w, expected_w, rtol=1e-13)
+    exempt = wd == 0
+    np.testing.assert_array_equal(w[exempt], plain_w[exempt])
+    np.testing.assert_array_equal(v[exempt], plain_v[exempt])
+
+
+def _batch_norm(x, shift, gamma, beta, eps=1e-5):
+    """Training-mode BatchNorm through the references (batch statistics from shifted sums)."""
+    count = x.size // x.shape[1]
+    s1, s2 = ops.bn_sums(x, shift)
+    mean = shift + s1 / count
+    var = s2 / count - (s1 / count) ** 2
+    invstd = 1 / np.sqrt(var + eps)
+    y, xhat = ops.bn_normalize(x, mean, invstd, gamma, beta)
+    return y, xhat, mean, var, invstd
+
+
+def test_batchnorm_references_against_formulas_and_finite_differences():
+    rng = np.random.default_rng(9)
+    x = 2 * _rand(rng, 3, 4, 5, 6) + 1.5
+    shift, gamma, beta = _rand(rng, 4), 1 + 0.1 * _rand(rng, 4), _rand(rng, 4)
+    count = 3 * 5 * 6
+    sums = ops.bn_sums(x, shift)
+    assert sums.shape == (2, 4)
+    for ch in range(4):
+        d = [x[b, ch, i, j] - shift[ch] for b, i, j in np.ndindex(3, 5, 6)]
+        assert sums[0, ch] == pytest.approx(sum(d), rel=1e-12)
+        assert sums[1, ch] == pytest.approx(sum(e * e for e in d), rel=1e-12)
+    y, xhat, mean, var, invstd = _batch_norm(x, shift, gamma, beta)
+    np.testing.assert_allclose(mean, x.mean(axis=(0, 2, 3)), rtol=1e-12)
+    np.testing.assert_allclose(var, x.var(axis=(0, 2, 3)), rtol=1e-10)
+    for b, ch, i, j in np.ndindex(*x.shape):
+        assert xhat[b, ch, i, j] == (x[b, ch, i, j] - mean[ch]) * invstd[ch]
+        assert y[b, ch, i, j] == xhat[b, ch, i, j] * gamma[ch] + beta[ch]
+    dy = _rand(rng, *x.shape)
+    grad_sums = ops.bn_grad_sums(dy, xhat)
+    assert grad_sums.shape == (2, 4)
+    np.testing.assert_allclose(grad_sums[0], dy.sum(axis=(0, 2, 3)), rtol=1e-12)
+    np.testing.assert_allclose(grad_sums[1], (dy * xhat).sum(axis=(0, 2, 3)), rtol=1e-12)
+    # the input gradient of L(x) = sum(dy * BN(x)), batch statistics included
+    dx = ops.bn_backward(dy, xhat, gamma * invstd, grad_sums[0] / count, grad_sums[1] / count)
+    assert dx.shape == x.shape
+    eps = 1e-6
+    for index in [(0, 0, 0, 0), (1, 2, 3, 4), (2, 3, 4, 5)]:
+        up, down = x.copy(), x.copy()
+        up[index] += eps
+        down[index] -= eps
+        numeric = (np.sum(dy * _batch_norm(up, shift, gamma, beta)[0])
+                   - np.sum(dy * _batch_norm(down, shift, gamma, beta)[0])) / (2 * eps)
+        assert dx[index] == pytest.approx(numeric, rel=1e-6, abs=1e-8)
+
+
+def test_residual_references_against_loops_and_adjointness():
+    rng = np.random.default_rng(10)
+    a, b = _rand(rng, 2, 3, 7, 6), _rand(rng, 2, 3, 7, 6)
+    np.testing.assert_array_equal(ops.add_relu(a, b), np.maximum(a + b, 0))
+    y = ops.shortcut_forward(a, 5, 2)
+    assert y.shape == (2, 5, 4, 3)
+    for n, ch, oy, ox in np.ndindex(*y.shape):
+        assert y[n, ch, oy, ox] == (a[n, ch, 2 * oy, 2 * ox] if ch < 3 else 0.0)
+    dy = _rand(rng, *y.shape)
+    dx = ops.shortcut_backward(dy, a.shape, 2)
+    assert dx.shape == a.shape
+    assert np.sum(y * dy) == pytest.approx(np.sum(a * dx), rel=1e-12)
+    np.testing.assert_array_equal(ops.shortcut_forward(a, 3, 1), a)  # the identity
+    pooled = ops.avgpool_forward(a)
+    assert pooled.shape == (2, 3)
+    np.testing.assert_allclose(pooled, a.mean(axis=(2, 3)), rtol=1e-12)
+    dp = _rand(rng, 2, 3)
+    dxp = ops.avgpool_backward(dp, (7, 6))
+    assert dxp.shape == a.shape and dxp.flags.c_contiguous
+    assert np.sum(pooled * dp) == pytest.approx(np.sum(a * dxp), rel=1e-12)
 
 
 def test_maxpool_references_against_loops():
@@ -272,10 +366,10 @@ def assert_matches(case, expected, got, dtype):
     for e, g in zip(expected, got):
         e, g = np.asarray(e), np.asarray(g)
         assert e.shape == g.shape and e.dtype == g.dtype, (case.name, e.dtype, g.dtype)
-        if case.exact:
+        if case.is_exact(False):
             np.testing.assert_array_equal(g, e, err_msg=case.name)
-        else:
-            tol = 1e-5 if dtype == np.float32 else 1e-12
+        else:  # the GPU test's tolerance (tests/test_gpu.py)
+            tol = cuda_ops.tolerance(dtype, False)
             np.testing.assert_allclose(g, e, rtol=tol, atol=tol, err_msg=case.name)
 
 
@@ -345,6 +439,138 @@ def test_emulated_optimizer_step_is_bit_identical(emulated_gpu_path):
                                         opt_cpu.scratch)
     assert [n for n, _, _ in emulated_gpu_path.launches] == ["sgd_momentum"] * 3
     np.testing.assert_array_equal(w, w_cpu)
+
+
+@needs_gxx
+def test_emulated_optimizer_step_with_exempt_parameters_is_bit_identical(emulated_gpu_path):
+    """A decay mask makes the decay an array: the wrapper launches the per-element kernel."""
+    from syncbench.algorithms.base import MomentumSGD
+
+    rng = np.random.default_rng(17)
+    w, g = rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(np.float32)
+    mask = (rng.random(300) < 0.6).astype(np.float32)
+    w_cpu = w.copy()
+    opt_gpu = MomentumSGD(w, 0.05, 0.9, 1e-4, mask)
+    opt_cpu = MomentumSGD(w_cpu, 0.05, 0.9, 1e-4, mask)
+    assert opt_gpu.decay.shape == w.shape and (opt_gpu.decay == 0).any()
+    for _ in range(3):
+        opt_gpu.step(w, g)
+        ops.REFERENCES["sgd_momentum_"](w_cpu, g, opt_cpu.velocity, 0.05, 0.9, opt_cpu.decay,
+                                        opt_cpu.scratch)
+    assert [n for n, _, _ in emulated_gpu_path.launches] == ["sgd_momentum_array_decay"] * 3
+    np.testing.assert_array_equal(w, w_cpu)
+    np.testing.assert_array_equal(opt_gpu.velocity, opt_cpu.velocity)
+    # a 0-d array is one decay for all, added even when zero (as the reference adds it)
+    v = np.full(4, -0.0, np.float32)
+    w0, g0 = np.zeros(4, np.float32), np.full(4, -0.0, np.float32)
+    cuda_ops.sgd_momentum_(w0, g0, v, 0.1, 0.9, np.zeros((), np.float32))
+    assert emulated_gpu_path.launches[-1][0] == "sgd_momentum_array_decay"
+    assert not np.signbit(v).any()  # -0 + (0 * 0) = +0, as on the CPU
+
+
+def _bad_calls():
+    """(label, call, message) of wrapper calls with mismatched shapes."""
+    f32 = np.float32
+    x, v3, v4 = np.zeros((2, 4, 3, 3), f32), np.zeros(3, f32), np.zeros(4, f32)
+    flat = np.zeros(8, f32)
+    return [
+        ("bn_sums/shift", lambda: cuda_ops.bn_sums(x, v3), "shift of shape"),
+        ("bn_sums/2-d", lambda: cuda_ops.bn_sums(x.reshape(8, 9), v4), "NCHW"),
+        ("bn_normalize/invstd", lambda: cuda_ops.bn_normalize(x, v4, v3, v4, v4),
+         "invstd of shape"),
+        ("bn_grad_sums/xhat", lambda: cuda_ops.bn_grad_sums(x, x[:1]), "xhat of shape"),
+        ("bn_backward/mean_dy", lambda: cuda_ops.bn_backward(x, x, v4, v3, v4),
+         "mean_dy of shape"),
+        ("add_relu", lambda: cuda_ops.add_relu(x, x[:, :3]), "b of shape"),
+        ("shortcut_forward/channels", lambda: cuda_ops.shortcut_forward(x, 3, 2),
+         "3 output channels"),
+        ("shortcut_forward/stride", lambda: cuda_ops.shortcut_forward(x, 4, 0), "stride 0"),
+        ("shortcut_backward", lambda: cuda_ops.shortcut_backward(x, (2, 4, 3, 3), 2),
+         "does not match"),
+        ("avgpool_backward", lambda: cuda_ops.avgpool_backward(x, (3, 3)), r"\(n, c\)"),
+        ("im2col/stride", lambda: cuda_ops.im2col(x, 3, 1, 0), "stride 0"),
+        ("im2col/fit", lambda: cuda_ops.im2col(x, 5, 0, 2), "does not fit"),
+        ("col2im/columns", lambda: cuda_ops.col2im(np.zeros((36, 18), f32), x.shape, 3, 1, 2),
+         "do not match"),
+        ("sgd_momentum_/decay", lambda: cuda_ops.sgd_momentum_(flat, flat, flat, 0.1, 0.9,
+                                                               np.zeros(7, f32)),
+         "weight_decay of shape"),
+    ]
+
+
+@pytest.mark.parametrize("call, message", [c[1:] for c in _bad_calls()],
+                         ids=[c[0] for c in _bad_calls()])
+def test_wrappers_reject_mismatched_shapes_before_launch(call, message):
+    emulator = compile_check.HostEmulator()
+    with cuda_ops.use_launcher(emulator), pytest.raises(ValueError, match=message):
+        call()
+    assert emulator.launches == []
+
+
+REDUCTIONS = ["bias_grad/rows-chunks", "bias_grad/channels", "bn_sums/chunks",
+              "bn_grad_sums/chunks", "avgpool_forward"]
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_emulated_reductions_do_not_depend_on_the_launch_shape(name):
+    """No atomics: every partial sum has one thread and a fixed order, so the result is
+    the same bits for any grid (deterministic on a GPU, and what the emulator gives)."""
+    case = next(c for c in cuda_ops.CASES if c.name == name)
+    args = case.build(np.random.default_rng(18), np.dtype(np.float32), False)
+    results = []
+    for shape in ({}, {"max_blocks": 1, "block": 32}, {"max_blocks": 3, "block": 7}):
+        with cuda_ops.use_launcher(compile_check.HostEmulator(**shape)):
+            results.append(cuda_ops.run_case(getattr(cuda_ops, case.op), _copy(args)))
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(b, a)
+
+
+@needs_gxx
+@pytest.mark.parametrize("op", ["bn_sums", "bn_grad_sums"])
+def test_emulated_batchnorm_sums_add_in_the_documented_order(op):
+    """Chunks of BN_CHUNK positions (b * h * w + pixel) summed in order, then the chunks
+    in order: the kernels' result, bit for bit, computed here with float32 scalars."""
+    rng = np.random.default_rng(19)
+    shape = (3, 4, 10, 9)  # 270 positions per channel: two chunks, split inside a plane
+    a = (2 * rng.standard_normal(shape) + 1).astype(np.float32)
+    b = rng.standard_normal(shape[1] if op == "bn_sums" else shape).astype(np.float32)
+    if op == "bn_sums":
+        first = a - b[None, :, None, None]
+        second = first * first
+    else:
+        first, second = a, a * b
+    expected = np.empty((2, shape[1]), np.float32)
+    chunk = cuda_ops.BN_CHUNK
+    for row, terms in enumerate((first, second)):
+        for ch in range(shape[1]):
+            seq = terms[:, ch].reshape(-1)
+            total = np.float32(0)
+            for start in range(0, seq.size, chunk):
+                part = np.float32(0)
+                for t in seq[start : start + chunk]:
+                    part = part + t
+                total = total + part
+            expected[row, ch] = total
+    with cuda_ops.use_launcher(compile_check.HostEmulator()) as emulator:
+        got = getattr(cuda_ops, op)(a, b)
+    assert [n for n, _, _ in emulator.launches] == [f"{op}_partial", "bias_grad_finish"]
+    np.testing.assert_array_equal(got, expected)
+
+
+@needs_gxx
+def test_emulated_sums_of_an_empty_batch_are_zero():
+    """No positions: the first pass still writes one (zero) chunk per channel, so the
+    finish pass never reads an unwritten partial buffer."""
+    empty = np.zeros((0, 3, 4, 4), np.float32)
+    with cuda_ops.use_launcher(compile_check.HostEmulator()):
+        results = [cuda_ops.bias_grad(np.zeros((0, 5), np.float32)),
+                   cuda_ops.bias_grad(np.zeros((5, 0), np.float32), axis=0),
+                   cuda_ops.bn_sums(empty, np.ones(3, np.float32)),
+                   cuda_ops.bn_grad_sums(empty, empty)]
+    assert [r.shape for r in results] == [(5,), (5,), (2, 3), (2, 3)]
+    assert all(not r.any() for r in results)
 
 
 def test_cpu_path_never_imports_cupy():
@@ -477,7 +703,10 @@ def test_emulated_kernels_propagate_nan_like_the_cpu_layers(emulated_gpu_path):
     relu_gpu, pool_gpu = ReLU(), MaxPool2d(2)
     gpu = [relu_gpu.forward(x), relu_gpu.backward(dy)]
     gpu += [pool_gpu.forward(x), pool_gpu.backward(dy[:, :, ::2, ::2].copy())]
-    assert np.isnan(cpu[0]).any() and np.isnan(cpu[2]).any()
+    with np.errstate(invalid="ignore"):
+        cpu.append(ops.add_relu.reference(x, dy))
+    gpu.append(ops.add_relu(x, dy))  # the residual sum's ReLU keeps NaN like ReLU
+    assert np.isnan(cpu[0]).any() and np.isnan(cpu[2]).any() and np.isnan(cpu[4]).any()
     for c, g in zip(cpu, gpu):
         np.testing.assert_array_equal(g, c)
     logits, labels = rng.standard_normal((3, 10)), np.array([1, 2, 3])

@@ -27,6 +27,9 @@ extern "C" __global__ void bias_add(real* y, const real* b, long long outer, lon
     SB_GRID_LOOP(i, outer * channels * inner) { y[i] = y[i] + b[(i / inner) % channels]; }
 }
 
+// Per-channel sums in two passes, without atomics or shared memory: every partial
+// sum and every result is written by one thread, in a fixed order, so the result
+// is deterministic and the host emulator reproduces the GPU exactly.
 // First pass of db[c] = sum_{o, i} dy[o, c, i]: the (o, i) positions, in order
 // j = o * inner + i, are cut into chunks of `chunk`; thread (k, c) sums chunk k
 // of channel c sequentially into partial[k * channels + c].
@@ -34,7 +37,7 @@ extern "C" __global__ void bias_grad_partial(const real* dy, real* partial, long
                                              long long channels, long long inner,
                                              long long chunk) {
     long long positions = outer * inner;
-    long long chunks = (positions + chunk - 1) / chunk;
+    long long chunks = positions > 0 ? (positions + chunk - 1) / chunk : 1;  // empty: zeros
     SB_GRID_LOOP(t, chunks * channels) {
         long long c = t % channels;
         long long k = t / channels;
@@ -46,7 +49,8 @@ extern "C" __global__ void bias_grad_partial(const real* dy, real* partial, long
     }
 }
 
-// Second pass: db[c] = sum_k partial[k, c], in chunk order.
+// Second pass: db[c] = sum_k partial[k, c], in chunk order. BatchNorm's sums
+// (batchnorm.cu) finish with it too, as 2 * C channels.
 extern "C" __global__ void bias_grad_finish(const real* partial, real* db, long long chunks,
                                             long long channels) {
     SB_GRID_LOOP(c, channels) {
