@@ -405,7 +405,7 @@ def emulated_gpu_path(monkeypatch):
 
 
 @needs_gxx
-@pytest.mark.parametrize("model_name", ["mlp", "lenet"])
+@pytest.mark.parametrize("model_name", ["mlp", "lenet", "resnet8"])
 def test_emulated_gpu_layer_path_equals_cpu_path(model_name, emulated_gpu_path):
     rng = np.random.default_rng(12)
     x = rng.standard_normal((3, 1, 28, 28))
@@ -421,6 +421,11 @@ def test_emulated_gpu_layer_path_equals_cpu_path(model_name, emulated_gpu_path):
     assert {"softmax_xent", "relu_backward", "bias_grad_partial"} <= launched
     if model_name == "lenet":
         assert {"im2col", "col2im", "maxpool_forward", "maxpool_backward"} <= launched
+    if model_name == "resnet8":  # BatchNorm, the residual blocks, strided convolutions
+        assert {"bn_sums_partial", "bn_normalize", "bn_grad_sums_partial", "bn_backward",
+                "add_relu", "shortcut_forward", "shortcut_backward", "avgpool_forward",
+                "avgpool_backward", "im2col", "col2im"} <= launched
+        np.testing.assert_allclose(gpu.buffers, cpu.buffers, rtol=1e-12, atol=1e-14)
     assert gpu_loss == pytest.approx(cpu_loss, rel=1e-12)
     np.testing.assert_allclose(gpu.grads, cpu.grads, rtol=1e-10, atol=1e-12)
 
