@@ -21,7 +21,54 @@ from syncbench.kernels.zoo import build_model
 
 STEPS, WARMUP, BATCH, SEED = 8, 3, 8, 3
 FLAGS = ("--lr", "0.1", "--momentum", "0.9", "--weight-decay", "1e-4",
-         "--warmup-steps", str(WARMUP), "--lr-local", "0.07", "--dc-lambda", "0.5")
+         "--warmup-steps", str(WARMUP), "--lr-local", "0.07", "--dc-lambda", "0.5",
+         "--cadc-lambda", "20", "--cadc-m", "0.5")
+LOCAL_MOMENTUM = ("--local-momentum", "0.1")  # the paper's fit.py default
+# the compiled kernel's scalars: LAMBDA := D (per element: --wd-exempt), decay := 1/(b*N);
+# a larger weight decay so that the compensation term shows at the tolerance
+CADC_LAUNCHED = ("--cadc-args", "launched", "--weight-decay", "0.05", "--wd-exempt")
+
+
+class SerialLocalStep:
+    """One rank's local step of ALGORITHMS.md (float64), with its optimizer's state."""
+
+    def __init__(self, config, world, decay):
+        self.config, self.world, self.decay = config, world, decay  # decay: D
+        self.w_g_prev = self.mean_square = self.mom = None
+
+    def compensated(self, g_n, w_g):
+        """LocalOpt(g/N) and the decay coefficient of the local step."""
+        config, local_decay = self.config, self.decay
+        if config.local_opt == "dc":  # lambda*(g/N)^2*(W_g(t) - W_g(t-1)), as MXNet
+            if self.w_g_prev is None:
+                self.w_g_prev = w_g.copy()
+            local = g_n + config.dc_lambda * g_n * g_n * (w_g - self.w_g_prev)
+        elif config.local_opt == "cadc":  # CADCASGD: ms_update, then adc_sgd_update
+            if self.mean_square is None:
+                self.mean_square, self.w_g_prev = np.zeros_like(w_g), w_g.copy()
+            m, lam = config.cadc_m, config.cadc_lambda
+            self.mean_square = m * self.mean_square + (1 - m) * g_n * g_n + 1e-7
+            if config.cadc_args == "launched":  # the fork's launch order of the scalars
+                lam, local_decay = self.decay, 1.0 / (BATCH * self.world)
+            local = g_n + lam / np.sqrt(self.mean_square) * g_n * g_n * (w_g - self.w_g_prev)
+        else:
+            local = g_n
+        self.w_g_prev = w_g.copy()
+        return local, local_decay
+
+    def w_loc(self, g, w_g, velocity):
+        """W_loc after this rank's local step from the pulled W_g with its own gradient g."""
+        config = self.config
+        local, local_decay = self.compensated(g / self.world, w_g)  # g/N: rescaled by 1/(b*N)
+        if config.local_lookahead == "on":
+            step = -config.lr_local * local
+            extra = -config.lr * (config.momentum * velocity + self.decay * w_g)
+        else:  # the paper's: -lr_local * (LocalOpt(g/N) + D*W_g)
+            step, extra = -config.lr_local * (local + local_decay * w_g), 0.0
+        if config.local_momentum:  # MXNet SGD: mom = mu_l*mom + step, kept across steps
+            self.mom = step if self.mom is None else config.local_momentum * self.mom + step
+            step = self.mom
+        return w_g + step + extra
 
 
 def serial_odsgd(model_name, data, world, config, steps):
@@ -33,9 +80,11 @@ def serial_odsgd(model_name, data, world, config, steps):
     models = [build_model(model_name, data.input_shape, data.num_classes,
                           dtype=np.float64, seed=SEED) for _ in range(world)]
     w_g = models[0].params.copy()
-    global_opt = MomentumSGD(w_g, config.lr, config.momentum, config.weight_decay)
+    mask = models[0].decay_mask() if config.wd_exempt else None
+    global_opt = MomentumSGD(w_g, config.lr, config.momentum, config.weight_decay, mask)
+    decay = config.weight_decay if mask is None else config.weight_decay * mask
+    local_steps = [SerialLocalStep(config, world, decay) for _ in range(world)]
     streams = rank_streams(data.train_x, data.train_y, world, BATCH, SEED)
-    w_g_prev = [None] * world
     in_flight = None  # the averaged gradient of the previous step, not yet applied
     trajectory = []
     for t in range(steps):
@@ -52,20 +101,8 @@ def serial_odsgd(model_name, data, world, config, steps):
             if in_flight is not None:
                 global_opt.step(w_g, in_flight)
             in_flight = average
-            for k, (model, g) in enumerate(zip(models, grads)):
-                g_n = g / world  # the paper code rescales by 1/(b*N) before compensating
-                local = g_n
-                if config.local_opt == "dc":  # lambda*(g/N)^2*(W_g(t) - W_g(t-1)), as MXNet
-                    if w_g_prev[k] is None:
-                        w_g_prev[k] = w_g.copy()
-                    local = g_n + config.dc_lambda * g_n * g_n * (w_g - w_g_prev[k])
-                    w_g_prev[k] = w_g.copy()
-                if config.local_lookahead == "on":
-                    known = config.momentum * global_opt.velocity + config.weight_decay * w_g
-                    model.params[...] = w_g - config.lr_local * local - config.lr * known
-                else:  # the paper's: W_g - lr_local * (LocalOpt(g/N) + wd*W_g), momentum 0
-                    model.params[...] = w_g - config.lr_local * (
-                        local + config.weight_decay * w_g)
+            for model, g, local_step in zip(models, grads, local_steps):
+                model.params[...] = local_step.w_loc(g, w_g, global_opt.velocity)
         trajectory.append((w_g.copy(), [m.params.copy() for m in models]))
     if in_flight is not None:
         global_opt.step(w_g, in_flight)
@@ -73,18 +110,21 @@ def serial_odsgd(model_name, data, world, config, steps):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("model_name,local_opt,lookahead", [
-    ("mlp", "sgd", "off"), ("mlp", "dc", "off"), ("mlp", "sgd", "on"), ("mlp", "dc", "on"),
-    ("lenet", "sgd", "off"), ("lenet", "dc", "on"),
+@pytest.mark.parametrize("model_name,local_opt,lookahead,extra", [
+    ("mlp", "sgd", "off", ()), ("mlp", "dc", "off", ()), ("mlp", "sgd", "on", ()),
+    ("mlp", "dc", "on", ()), ("lenet", "sgd", "off", ()), ("lenet", "dc", "on", ()),
+    ("mlp", "sgd", "off", LOCAL_MOMENTUM), ("mlp", "sgd", "on", LOCAL_MOMENTUM),
+    ("mlp", "cadc", "off", ()), ("mlp", "cadc", "on", ()), ("lenet", "cadc", "off", ()),
+    ("mlp", "cadc", "off", CADC_LAUNCHED),
 ])
-def test_odsgd_trajectory_equals_serial_recurrence(model_name, local_opt, lookahead):
+def test_odsgd_trajectory_equals_serial_recurrence(model_name, local_opt, lookahead, extra):
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     data = make_synthetic(512, 64, (1, 28, 28), 10, seed=1)
     config = train_config("--algorithm", "odsgd", "--local-opt", local_opt,
-                          "--local-lookahead", lookahead, *FLAGS)
+                          "--local-lookahead", lookahead, *FLAGS, *extra)
     model = build_model(model_name, data.input_shape, 10, dtype=np.float64, seed=SEED)
     algo = get_algorithm("odsgd")(model, Communicator(world), config,
                                   Budget(STEPS * BATCH * size, BATCH, size))
@@ -136,14 +176,17 @@ def test_odsgd_without_warmup_and_float32_runs_in_lock_step():
 
 
 @pytest.mark.mpi(min_size=2)
-def test_odsgd_state_resumes_the_same_trajectory():
-    """A checkpoint taken with a reduction in flight resumes bit-identically."""
+@pytest.mark.parametrize("flags", [("--local-opt", "dc"), ("--local-opt", "cadc"),
+                                   ("--local-opt", "sgd", *LOCAL_MOMENTUM)])
+def test_odsgd_state_resumes_the_same_trajectory(flags):
+    """A checkpoint taken with a reduction in flight resumes bit-identically (the local
+    optimizer's state included: dc's W_g(t-1), cadc's MS and W_g(t-1), the local momentum)."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     data = make_synthetic(256, 32, (1, 28, 28), 10, seed=2)
-    config = train_config("--algorithm", "odsgd", "--local-opt", "dc", *FLAGS)
+    config = train_config("--algorithm", "odsgd", *FLAGS, *flags)
     budget = Budget(STEPS * BATCH * size, BATCH, size)
     batches = [rank_streams(data.train_x, data.train_y, size, BATCH, SEED)[rank].next()
                for _ in range(STEPS)]
@@ -158,6 +201,7 @@ def test_odsgd_state_resumes_the_same_trajectory():
         if t == WARMUP + 1:
             saved = straight.state()
     resumed.load_state(saved)
+    assert {"w_g_prev", "cadc_ms", "local_mom"} <= set(saved)
     for t in range(WARMUP + 2, STEPS):
         resumed.step(*batches[t])
     for algo in (straight, resumed):
@@ -168,12 +212,21 @@ def test_odsgd_state_resumes_the_same_trajectory():
 
 def test_odsgd_flags_are_validated():
     cls = get_algorithm("odsgd")
-    for flags in (("--warmup-steps", "-1"), ("--lr-local", "0"), ("--dc-lambda", "-1")):
+    for flags in (("--warmup-steps", "-1"), ("--lr-local", "0"), ("--dc-lambda", "-1"),
+                  ("--local-momentum", "-0.1"), ("--local-momentum", "1"),
+                  ("--local-momentum", "0.1", "--local-opt", "dc"),
+                  ("--local-momentum", "0.1", "--local-opt", "cadc"),
+                  ("--cadc-lambda", "-1"), ("--cadc-m", "1.5")):
         with pytest.raises(ValueError, match=flags[0]):
             cls.validate(train_config("--algorithm", "odsgd", *flags), 2)
+    with pytest.raises(SystemExit):
+        train_config("--algorithm", "odsgd", "--cadc-args", "other")
     config = train_config("--algorithm", "odsgd", "--lr", "0.3")
     assert config.warmup_steps == 50 and config.lr_local is None and config.local_opt == "sgd"
     assert config.local_lookahead == "off"  # the paper's recurrence is the default
+    # local momentum 0 (today's local step); CADCASGD's own defaults
+    assert config.local_momentum == 0.0
+    assert (config.cadc_lambda, config.cadc_m, config.cadc_args) == (2.0, 0.0, "named")
 
 
 @pytest.mark.mpi(min_size=2)
