@@ -48,7 +48,7 @@ def verdict(ssgd_median: float | None, odsgd_median: float | None) -> str:
     if ssgd_median is None or odsgd_median is None:
         return "-"
     gap = odsgd_median - ssgd_median
-    if gap >= -PARITY_TOLERANCE:
+    if gap >= -PARITY_TOLERANCE - 1e-9:  # exactly one point below still counts
         return "holds" + (" (better)" if gap > PARITY_TOLERANCE else "")
     return f"does not hold ({100 * gap:+.1f} points)"
 
@@ -70,7 +70,7 @@ def stability_note(scenario: Scenario, pair: dict[str, str], world: int) -> str:
     lr_local = config.lr_local if config.lr_local is not None else (
         config.lr * (world if config.local_lookahead == "on" else 1))
     return stability_line(lr=config.lr, momentum=config.momentum, lr_local=lr_local,
-                          world=world, lookahead=config.local_lookahead == "on",
+                          n=world, lookahead=config.local_lookahead == "on",
                           local_momentum=getattr(config, "local_momentum", 0.0))
 
 
@@ -84,15 +84,18 @@ def parity_table(scenario: Scenario, records: Sequence[dict[str, Any]], world: i
              f"{100 * PARITY_TOLERANCE:g} point",
              f"# {'pair':<{width}}{'eval':<8}{'ssgd':>22}{'odsgd':>22}{'gap':>9}  paper's claim"]
     for pair in scenario.parity:
+        rows = 0
         for name, key in EVALUATIONS:
             ssgd = spread(_accuracies(records, pair["ssgd"], key))
             odsgd = spread(_accuracies(records, pair["odsgd"], key))
             if not ssgd["n"] and not odsgd["n"]:
                 continue
+            rows += 1
             gap = ("-" if ssgd["median"] is None or odsgd["median"] is None
                    else f"{odsgd['median'] - ssgd['median']:+.3f}")
             lines.append(f"  {pair['name']:<{width}}{name:<8}{fmt_spread(ssgd, 3):>22}"
                          f"{fmt_spread(odsgd, 3):>22}{gap:>9}  "
                          f"{verdict(ssgd['median'], odsgd['median'])}")
-        lines.append(f"    {stability_note(scenario, pair, world)}")
+        if rows:
+            lines.append(f"    {stability_note(scenario, pair, world)}")
     return lines
