@@ -169,7 +169,13 @@ from . import fairness
 from .context import machine_context, overlapping_runs
 from .labels import run_label
 from .runfile import Run
-from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR, STRATEGY_FLAGS_ATTRS
+from .schema import (
+    FINAL_LOCAL_ACCURACY,
+    PHASES,
+    REPORT_KEYS,
+    SCALING_MODE_ATTR,
+    STRATEGY_FLAGS_ATTRS,
+)
 from .summary import run_diverged, time_to_target  # noqa: F401  (time_to_target: re-export)
 
 NAN = float("nan")
@@ -230,6 +236,8 @@ NEW_KEYS: tuple[str, ...] = (
     "sync_s_per_step", "overlapped", "overlaps_with", "series", "mpi_library", "backend",
     "scaling_mode", "cores", "ranks_per_core", "oversubscribed", "simulated", "loaded",
     "foreign_cpu_share",
+    # --eval-model both: every rank's own weights on its test shard (/summary; NaN without)
+    "final_local_accuracy",
 )
 
 #: Columns that get ``_min`` / ``_max`` companions in group rows.
@@ -576,6 +584,7 @@ def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any
         steps=steps,
         samples_per_s_per_rank=_ratio(row["samples_per_s"], run.world_size),
         final_loss=float(summary.get("final_loss", NAN)),
+        final_local_accuracy=float(run.summary_extra.get(FINAL_LOCAL_ACCURACY, NAN)),
         best_accuracy=float(np.nanmax(acc)) if acc.size and np.isfinite(acc).any() else NAN,
         target_accuracy=target,
         target_reached=None if target is None else int(_finite(row["time_to_target_s"])),
