@@ -66,7 +66,8 @@ def _widths(names: Sequence[str]) -> list[int]:
 
 def _row(label: str, width: int, cells: Sequence[str], widths: Sequence[int] = ()) -> str:
     widths = list(widths) + [VALUE_WIDTH] * (len(cells) - len(widths))
-    return f"  {label:<{width}}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+    # a cell wider than its column still gets one space before it ("340.35–inf)115.37")
+    return f"  {label:<{width}}" + "".join(f" {c:>{w - 1}}" for c, w in zip(cells, widths))
 
 
 def _header(width: int, names: Sequence[str]) -> str:
