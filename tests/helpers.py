@@ -31,6 +31,17 @@ def rank_streams(x, y, world_size: int, batch_size: int, seed: int, dtype=np.flo
             for r in range(world_size)]
 
 
+def train_global_batch(model, optimizer, streams, steps: int):
+    """One process, ``steps`` steps on the concatenation of every rank's batch (the serial
+    re-computation of SSGD); returns ``model``."""
+    for _ in range(steps):
+        parts = [s.next() for s in streams]
+        model.loss_and_grad(np.concatenate([p[0] for p in parts]),
+                            np.concatenate([p[1] for p in parts]))
+        optimizer.step(model.params, model.grads)
+    return model
+
+
 def run_mpi(np_: int, *args: str, timeout: float = 120, env: dict | None = None):
     """Run ``mpiexec -n np_ <python> -m syncbench <args>``; returns CompletedProcess."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}

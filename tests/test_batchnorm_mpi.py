@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config
+from helpers import rank_streams, train_config, train_global_batch
 
 from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.communicator import Communicator
@@ -28,13 +28,8 @@ def serial_global_batch(data, world, config, steps):
                         seed=SEED)
     opt = MomentumSGD(model.params, config.lr, config.momentum, config.weight_decay,
                       model.decay_mask())
-    streams = rank_streams(data.train_x, data.train_y, world, BATCH, SEED)
-    for _ in range(steps):
-        parts = [s.next() for s in streams]
-        model.loss_and_grad(np.concatenate([p[0] for p in parts]),
-                            np.concatenate([p[1] for p in parts]))
-        opt.step(model.params, model.grads)
-    return model
+    return train_global_batch(model, opt, rank_streams(data.train_x, data.train_y, world,
+                                                       BATCH, SEED), steps)
 
 
 def ssgd_resnet8(data, config, sync: bool):

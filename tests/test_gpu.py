@@ -28,7 +28,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config
+from helpers import rank_streams, train_config, train_global_batch
 
 from syncbench.algorithms import device_buffers
 from syncbench.algorithms.base import Budget, MomentumSGD
@@ -290,12 +290,8 @@ def test_ssgd_on_gpu_equals_large_batch_sgd(comm_mode):
 
     serial = build_model("lenet", data.input_shape, 10, dtype=np.float64, seed=seed)
     opt = MomentumSGD(serial.params, config.lr, config.momentum, config.weight_decay)
-    streams = rank_streams(data.train_x, data.train_y, size, batch, seed)
-    for _ in range(steps):
-        parts = [s.next() for s in streams]
-        serial.loss_and_grad(np.concatenate([p[0] for p in parts]),
-                             np.concatenate([p[1] for p in parts]))
-        opt.step(serial.params, serial.grads)
+    train_global_batch(serial, opt, rank_streams(data.train_x, data.train_y, size, batch, seed),
+                       steps)
     np.testing.assert_allclose(params, serial.params, rtol=0, atol=1e-9)
     for other in world.allgather(params):
         assert np.array_equal(other, params)  # replicas bit-identical

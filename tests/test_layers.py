@@ -56,17 +56,14 @@ LAYERS = [
 ]
 
 
-@pytest.mark.parametrize("name,make,in_shape", LAYERS, ids=[x[0] for x in LAYERS])
-def test_layer_gradients_match_finite_differences(name, make, in_shape):
-    rng = np.random.default_rng(1)
-    layer = make()
-    params, grads = bind_fresh(layer, rng)
-    x = rng.standard_normal(in_shape)
-    if name == "relu":  # keep inputs away from the kink
-        x += np.sign(x) * 0.1
+def assert_layer_gradients(layer, params, grads, x, rng, before_forward=lambda: None) -> None:
+    """The backward pass of ``layer`` (input and parameter gradients of a random linear
+    function of its output) against central differences; ``before_forward`` runs before
+    every forward (BatchNorm: put the running statistics back)."""
     weight = rng.standard_normal(layer.forward(x).shape)
 
     def loss():
+        before_forward()
         return float((layer.forward(x) * weight).sum())
 
     out = layer.forward(x)
@@ -77,6 +74,17 @@ def test_layer_gradients_match_finite_differences(name, make, in_shape):
     for p, g in zip(params, grads):
         idx = sample_indices(p.shape, rng)
         np.testing.assert_allclose([g[i] for i in idx], numeric_grad(loss, p, idx), atol=TOL)
+
+
+@pytest.mark.parametrize("name,make,in_shape", LAYERS, ids=[x[0] for x in LAYERS])
+def test_layer_gradients_match_finite_differences(name, make, in_shape):
+    rng = np.random.default_rng(1)
+    layer = make()
+    params, grads = bind_fresh(layer, rng)
+    x = rng.standard_normal(in_shape)
+    if name == "relu":  # keep inputs away from the kink
+        x += np.sign(x) * 0.1
+    assert_layer_gradients(layer, params, grads, x, rng)
 
 
 def test_softmax_cross_entropy_gradient():

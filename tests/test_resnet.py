@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 from helpers import run_mpi
-from test_layers import bind_fresh, numeric_grad, sample_indices
+from test_layers import assert_layer_gradients, bind_fresh, numeric_grad
 
 from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.analysis import schema
@@ -46,22 +46,12 @@ def test_layer_gradients_match_finite_differences(name, make, in_shape):
     params, grads = bind_fresh(layer, rng)
     saved = bind_buffers(layer)
     start = [b.copy() for b in saved]
-    x = rng.standard_normal(in_shape)
-    weight = rng.standard_normal(layer.forward(x).shape)
 
-    def loss():
-        for b, s in zip(saved, start):  # running statistics move at each forward
+    def reset() -> None:  # running statistics move at each forward
+        for b, s in zip(saved, start):
             b[...] = s
-        return float((layer.forward(x) * weight).sum())
 
-    out = layer.forward(x)
-    dx = layer.backward(np.ones_like(out) * weight)
-    assert dx.shape == x.shape
-    idx = sample_indices(x.shape, rng)
-    np.testing.assert_allclose([dx[i] for i in idx], numeric_grad(loss, x, idx), atol=TOL)
-    for p, g in zip(params, grads):
-        idx = sample_indices(p.shape, rng)
-        np.testing.assert_allclose([g[i] for i in idx], numeric_grad(loss, p, idx), atol=TOL)
+    assert_layer_gradients(layer, params, grads, rng.standard_normal(in_shape), rng, reset)
 
 
 def test_batchnorm_statistics_are_pytorchs():
