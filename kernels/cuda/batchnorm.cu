@@ -27,32 +27,62 @@ __device__ __forceinline__ long long sb_chunks(long long positions, long long ch
     return positions > 0 ? (positions + chunk - 1) / chunk : 1;
 }
 
+// What grid index t of a first pass sums: chunk k = t / c of channel ch = t % c, the
+// positions [begin, end) of that channel's n * hw (none for an empty batch's chunk).
+struct SbChunk {
+    long long ch, k, begin, end;
+};
+
+__device__ __forceinline__ SbChunk sb_chunk(long long t, long long c, long long positions,
+                                            long long chunk) {
+    SbChunk q;
+    q.ch = t % c;
+    q.k = t / c;
+    q.begin = q.k * chunk;
+    q.end = q.begin + chunk < positions ? q.begin + chunk : positions;
+    return q;
+}
+
+// The start of the plane of channel ch that holds position j (sample j / hw).
+__device__ __forceinline__ long long sb_plane(long long j, long long c, long long ch,
+                                              long long hw) {
+    return ((j / hw) * c + ch) * hw;
+}
+
+// The next position: pixel s + 1 of the plane, or pixel 0 of the next sample's plane.
+__device__ __forceinline__ void sb_step(long long& s, long long& plane, long long c,
+                                        long long hw) {
+    if (++s == hw) {
+        s = 0;
+        plane += c * hw;
+    }
+}
+
+// The chunk's two sums, at partial[(k * 2 + r) * c + ch].
+__device__ __forceinline__ void sb_store_pair(real* partial, SbChunk q, long long c, real s1,
+                                              real s2) {
+    partial[(q.k * 2) * c + q.ch] = s1;
+    partial[(q.k * 2 + 1) * c + q.ch] = s2;
+}
+
 // Thread (k, ch): S1 = sum (x - shift[ch]), S2 = sum (x - shift[ch])^2 over chunk k.
 extern "C" __global__ void bn_sums_partial(const real* x, const real* shift, real* partial,
                                            long long n, long long c, long long hw,
                                            long long chunk) {
-    long long positions = n * hw;
-    SB_GRID_LOOP(t, sb_chunks(positions, chunk) * c) {
-        long long ch = t % c, k = t / c;
-        long long j = k * chunk;
-        long long end = j + chunk < positions ? j + chunk : positions;
-        real sh = shift[ch];
+    SB_GRID_LOOP(t, sb_chunks(n * hw, chunk) * c) {
+        SbChunk q = sb_chunk(t, c, n * hw, chunk);
+        real sh = shift[q.ch];
         real s1 = (real)0, s2 = (real)0;
-        if (j < end) {
-            long long s = j % hw;
-            const real* plane = x + ((j / hw) * c + ch) * hw;
-            for (; j < end; ++j) {
-                real d = plane[s] - sh;
+        if (q.begin < q.end) {
+            long long s = q.begin % hw, plane = sb_plane(q.begin, c, q.ch, hw);
+            for (long long j = q.begin; j < q.end; ++j) {
+                real d = x[plane + s] - sh;
                 s1 = s1 + d;
                 s2 = s2 + d * d;
-                if (++s == hw) {  // next sample's plane of this channel
-                    s = 0;
-                    plane += c * hw;
-                }
+                sb_step(s, plane, c, hw);
             }
         }
-        partial[(k * 2) * c + ch] = s1;
-        partial[(k * 2 + 1) * c + ch] = s2;
+        sb_store_pair(partial, q, c, s1, s2);
     }
 }
 
@@ -60,26 +90,19 @@ extern "C" __global__ void bn_sums_partial(const real* x, const real* shift, rea
 extern "C" __global__ void bn_grad_sums_partial(const real* dy, const real* xhat, real* partial,
                                                 long long n, long long c, long long hw,
                                                 long long chunk) {
-    long long positions = n * hw;
-    SB_GRID_LOOP(t, sb_chunks(positions, chunk) * c) {
-        long long ch = t % c, k = t / c;
-        long long j = k * chunk;
-        long long end = j + chunk < positions ? j + chunk : positions;
+    SB_GRID_LOOP(t, sb_chunks(n * hw, chunk) * c) {
+        SbChunk q = sb_chunk(t, c, n * hw, chunk);
         real s1 = (real)0, s2 = (real)0;
-        if (j < end) {
-            long long s = j % hw, offset = ((j / hw) * c + ch) * hw;
-            for (; j < end; ++j) {
-                real g = dy[offset + s];
+        if (q.begin < q.end) {
+            long long s = q.begin % hw, plane = sb_plane(q.begin, c, q.ch, hw);
+            for (long long j = q.begin; j < q.end; ++j) {
+                real g = dy[plane + s];
                 s1 = s1 + g;
-                s2 = s2 + g * xhat[offset + s];
-                if (++s == hw) {
-                    s = 0;
-                    offset += c * hw;
-                }
+                s2 = s2 + g * xhat[plane + s];
+                sb_step(s, plane, c, hw);
             }
         }
-        partial[(k * 2) * c + ch] = s1;
-        partial[(k * 2 + 1) * c + ch] = s2;
+        sb_store_pair(partial, q, c, s1, s2);
     }
 }
 
