@@ -15,7 +15,10 @@ batch shape stays the same (:meth:`Layer.scratch`), and outputs reuse the
 previous step's array once no caller holds it any more
 (:meth:`Layer.recycled`). Fresh multi-megabyte arrays every step cost page
 faults that took a third of LeNet's step. ``forward(train=False)`` keeps
-nothing, so evaluating big batches holds no memory afterwards.
+nothing, so evaluating big batches holds no memory afterwards. The ResNet
+layers are the exception so far: BatchNorm, the residual sum and shortcut,
+global average pooling and a strided convolution's input gradient call the
+NumPy references of :mod:`syncbench.kernels.ops`, which allocate their outputs.
 """
 
 from __future__ import annotations
@@ -582,7 +585,6 @@ class BatchNorm2d(Layer):
         running_var += (m * count / max(count - 1.0, 1.0)) * var
         y, self._xhat = ops.bn_normalize(x, mean, invstd, gamma, beta)
         self._scale = gamma * invstd
-        self._count = count
         return y
 
     def backward(self, dy: Any) -> Any:
@@ -640,19 +642,15 @@ class BasicBlock(Layer):
 
     def bind(self, params: list[Any], grads: list[Any]) -> None:
         super().bind(params, grads)
-        start = 0
-        for layer in self.sublayers():
-            count = len(layer.param_shapes())
-            layer.bind(params[start : start + count], grads[start : start + count])
-            start += count
+        counts = [len(layer.param_shapes()) for layer in self.sublayers()]
+        for layer, p, g in zip(self.sublayers(), _split(params, counts), _split(grads, counts)):
+            layer.bind(p, g)
 
     def bind_buffers(self, buffers: list[Any]) -> None:
         super().bind_buffers(buffers)
-        start = 0
-        for layer in self.sublayers():
-            count = len(layer.buffer_shapes())
-            layer.bind_buffers(buffers[start : start + count])
-            start += count
+        counts = [len(layer.buffer_shapes()) for layer in self.sublayers()]
+        for layer, b in zip(self.sublayers(), _split(buffers, counts)):
+            layer.bind_buffers(b)
 
     def output_shape(self, input_shape: Shape) -> Shape:
         shape = input_shape
@@ -682,6 +680,26 @@ class BasicBlock(Layer):
 
     def __repr__(self) -> str:
         return f"BasicBlock({self.cin}, {self.cout}, stride={self.stride})"
+
+
+def _split(items: list[Any], counts: list[int]) -> list[list[Any]]:
+    """``items`` cut into consecutive runs of ``counts`` (one per sublayer)."""
+    out, start = [], 0
+    for count in counts:
+        out.append(items[start : start + count])
+        start += count
+    return out
+
+
+def all_layers(layers: list[Layer]) -> list[Layer]:
+    """Every layer of ``layers``, those inside residual blocks included (depth first)."""
+    out: list[Layer] = []
+    stack = list(reversed(layers))
+    while stack:
+        layer = stack.pop()
+        out.append(layer)
+        stack.extend(reversed(layer.sublayers()))
+    return out
 
 
 class GlobalAvgPool(Layer):

@@ -19,16 +19,44 @@ is read once, after it. :meth:`Model.warm_up` runs one untimed step first
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from syncbench.kernels.backend import Backend, numpy_backend
-from syncbench.kernels.layers import Layer, Shape, SoftmaxCrossEntropy
+from syncbench.kernels.layers import BatchNorm2d, Layer, Shape, SoftmaxCrossEntropy, all_layers
 
 Poll = Callable[[], None]
 GradsReady = Callable[[int], None]
+
+
+def _lay_out(shapes: list[list[Shape]], values: Iterable[list[np.ndarray]],
+             flats: Sequence[Any]) -> tuple[np.ndarray, list[int], list[list[list[Any]]]]:
+    """Every layer's arrays laid out one after another in flat buffers, in layer order.
+
+    ``shapes``: each layer's array shapes; ``values``: each layer's initial
+    values (float64, host; drawn layer by layer, in order). Returns the host
+    vector of all values, each layer's starting offset, and per layer one list
+    of views per array of ``flats`` (the same layout in each: parameters and
+    gradients share one).
+    """
+    total = sum(int(np.prod(s)) for layer_shapes in shapes for s in layer_shapes)
+    host = np.zeros(total, dtype=np.float64)
+    offsets: list[int] = []
+    views: list[list[list[Any]]] = []
+    offset = 0
+    for layer_shapes, layer_values in zip(shapes, values):
+        offsets.append(offset)
+        layer_views: list[list[Any]] = [[] for _ in flats]
+        for shape, value in zip(layer_shapes, layer_values):
+            size = int(np.prod(shape))
+            host[offset : offset + size] = value.ravel()
+            for flat, out in zip(flats, layer_views):
+                out.append(flat[offset : offset + size].reshape(shape))
+            offset += size
+        views.append(layer_views)
+    return host, offsets, views
 
 
 class Model:
@@ -58,25 +86,12 @@ class Model:
         if shape != (num_classes,):
             raise ValueError(f"{name}: output shape {shape} does not match {num_classes} classes")
 
-        sizes = [[int(np.prod(s)) for s in layer.param_shapes()] for layer in self.layers]
-        total = sum(sum(s) for s in sizes)
-        xp = self.backend.xp
-        self.params = xp.zeros(total, dtype=self.dtype)
-        self.grads = xp.zeros(total, dtype=self.dtype)
-        self.layer_offsets: list[int] = []
-        host_init = np.zeros(total, dtype=np.float64)
         rng = np.random.default_rng(seed)
-        offset = 0
-        for layer, layer_sizes in zip(self.layers, sizes):
-            self.layer_offsets.append(offset)
-            pviews, gviews = [], []
-            for pshape, size, value in zip(
-                layer.param_shapes(), layer_sizes, layer.init_params(rng)
-            ):
-                host_init[offset : offset + size] = value.ravel()
-                pviews.append(self.params[offset : offset + size].reshape(pshape))
-                gviews.append(self.grads[offset : offset + size].reshape(pshape))
-                offset += size
+        params = [layer.param_shapes() for layer in self.layers]
+        self.params, self.grads = self._flat(params, 2)
+        host_init, self.layer_offsets, views = _lay_out(
+            params, (layer.init_params(rng) for layer in self.layers), (self.params, self.grads))
+        for layer, (pviews, gviews) in zip(self.layers, views):
             layer.bind(pviews, gviews)
         # Backward stops at the first layer with parameters: no input gradient below it.
         self.first_trained = next(
@@ -84,41 +99,26 @@ class Model:
         )
         self.layers[self.first_trained].needs_input_grad = False
         self.params[...] = self.backend.asarray(host_init, dtype=self.dtype)
-        self._bind_buffers()
-
-    def _bind_buffers(self) -> None:
-        """The flat :attr:`buffers` (running statistics, not trained), in layer order."""
-        xp = self.backend.xp
-        shapes = [layer.buffer_shapes() for layer in self.layers]
-        total = sum(int(np.prod(s)) for layer_shapes in shapes for s in layer_shapes)
+        buffers = [layer.buffer_shapes() for layer in self.layers]
         #: Every layer's state that is not trained (BatchNorm's running statistics).
-        self.buffers = xp.zeros(total, dtype=self.dtype)
-        host = np.zeros(total, dtype=np.float64)
-        offset = 0
-        for layer, layer_shapes in zip(self.layers, shapes):
-            views = []
-            for shape, value in zip(layer_shapes, layer.init_buffers()):
-                size = int(np.prod(shape))
-                host[offset : offset + size] = value.ravel()
-                views.append(self.buffers[offset : offset + size].reshape(shape))
-                offset += size
-            layer.bind_buffers(views)
-        self.buffers[...] = self.backend.asarray(host, dtype=self.dtype)
+        (self.buffers,) = self._flat(buffers, 1)
+        host_init, _, views = _lay_out(
+            buffers, (layer.init_buffers() for layer in self.layers), (self.buffers,))
+        for layer, (bviews,) in zip(self.layers, views):
+            layer.bind_buffers(bviews)
+        self.buffers[...] = self.backend.asarray(host_init, dtype=self.dtype)
+
+    def _flat(self, shapes: list[list[Shape]], count: int) -> list[Any]:
+        """``count`` zero flat arrays on the backend, as long as ``shapes`` hold in all."""
+        total = sum(int(np.prod(s)) for layer_shapes in shapes for s in layer_shapes)
+        return [self.backend.xp.zeros(total, dtype=self.dtype) for _ in range(count)]
 
     def all_layers(self) -> list[Layer]:
         """Every layer, those inside residual blocks included (depth first)."""
-        out: list[Layer] = []
-        stack = list(reversed(self.layers))
-        while stack:
-            layer = stack.pop()
-            out.append(layer)
-            stack.extend(reversed(layer.sublayers()))
-        return out
+        return all_layers(self.layers)
 
-    def batchnorm_layers(self) -> list[Any]:
+    def batchnorm_layers(self) -> list[BatchNorm2d]:
         """The BatchNorm layers, in forward order."""
-        from syncbench.kernels.layers import BatchNorm2d  # noqa: PLC0415 - avoids a cycle
-
         return [layer for layer in self.all_layers() if isinstance(layer, BatchNorm2d)]
 
     def sync_batchnorm(self, allreduce_sum: Callable[[Any], None] | None) -> None:
@@ -130,13 +130,11 @@ class Model:
     def decay_mask(self) -> Any:
         """1 where weight decay applies under ``--wd-exempt``, 0 where it does not
         (biases, BatchNorm's beta: :meth:`Layer.param_decays`), over :attr:`params`."""
-        host = np.zeros(self.size, dtype=np.float64)
-        offset = 0
-        for layer in self.layers:
-            for shape, decays in zip(layer.param_shapes(), layer.param_decays()):
-                size = int(np.prod(shape))
-                host[offset : offset + size] = 1.0 if decays else 0.0
-                offset += size
+        shapes = [layer.param_shapes() for layer in self.layers]
+        values = ([np.full(shape, 1.0 if decays else 0.0)
+                   for shape, decays in zip(layer_shapes, layer.param_decays())]
+                  for layer_shapes, layer in zip(shapes, self.layers))
+        host, _, _ = _lay_out(shapes, values, ())
         return self.backend.asarray(host, dtype=self.dtype)
 
     @property

@@ -24,6 +24,7 @@ from syncbench.kernels.layers import (
     Linear,
     MaxPool2d,
     ReLU,
+    all_layers,
 )
 from syncbench.kernels.model import Model
 
@@ -125,9 +126,19 @@ MODELS: dict[str, Callable[[Shape, int], list[Layer]]] = {
 }
 
 
+def model_layers(name: str, input_shape: Shape, num_classes: int) -> list[Layer]:
+    """The layers of model ``name`` (of :data:`MODELS`, or ``mlp:H1,...``), unbound."""
+    hidden = parse_mlp_widths(name)
+    if hidden is not None:
+        return mlp_layers(tuple(input_shape), num_classes, hidden)
+    return MODELS[model_name(name)](tuple(input_shape), num_classes)
+
+
 def has_batchnorm(name: str) -> bool:
-    """Whether model ``name`` has BatchNorm layers (running statistics, ``--sync-bn``)."""
-    return name.startswith("resnet")
+    """Whether model ``name`` has BatchNorm layers (running statistics, ``--sync-bn``),
+    from its layers on 28x28 inputs (every model of the zoo takes those)."""
+    layers = all_layers(model_layers(name, (1, 28, 28), 10))
+    return any(isinstance(layer, BatchNorm2d) for layer in layers)
 
 
 def build_model(
@@ -139,9 +150,5 @@ def build_model(
     seed: int = 0,
 ) -> Model:
     """Build model ``name`` with deterministic initial parameters from ``seed``."""
-    hidden = parse_mlp_widths(name)
-    if hidden is not None:
-        layers = mlp_layers(tuple(input_shape), num_classes, hidden)
-    else:
-        layers = MODELS[model_name(name)](tuple(input_shape), num_classes)
+    layers = model_layers(name, input_shape, num_classes)
     return Model(name, layers, input_shape, num_classes, backend, dtype, seed)
