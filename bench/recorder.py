@@ -137,11 +137,6 @@ def _write_summary(group: h5py.Group, summary: Mapping[str, Any]) -> None:
         group.attrs[schema.FINAL_LOCAL_ACCURACY] = float(summary[schema.FINAL_LOCAL_ACCURACY])
 
 
-def final_of(accuracy: np.ndarray) -> float:
-    """The last value of an accuracy column, NaN if it is empty."""
-    return float(accuracy[-1]) if len(accuracy) else math.nan
-
-
 def _attr_value(value: Any) -> Any:
     if value is None:
         return ""
@@ -160,14 +155,21 @@ def run_summary(
     wall_s: float,
     target_accuracy: float | None,
     num_classes: int | None = None,
+    local_evals: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """The run's summary attributes (:func:`summarize`) and its ``diverged`` flag.
 
     ``diverged`` is :func:`divergence`'s verdict; without ``num_classes`` only a
-    non-finite training loss counts. What :func:`write_run_file` writes and returns.
+    non-finite training loss counts. With ``local_evals`` (``--eval-model both``)
+    also ``final_local_accuracy``, their last accuracy (NaN without rows). What
+    :func:`write_run_file` writes and returns.
     """
     summary: dict[str, Any] = dict(summarize(rank_rows, eval_rows, wall_s, target_accuracy))
     summary["diverged"] = divergence(rank_rows, eval_rows, num_classes) is not None
+    if local_evals is not None:
+        accuracy = local_evals["accuracy"]
+        summary[schema.FINAL_LOCAL_ACCURACY] = (
+            float(accuracy[-1]) if len(accuracy) else math.nan)
     return summary
 
 
@@ -199,13 +201,12 @@ def write_run_file(
     ``final_local_accuracy``.
     """
     path = Path(path)
-    summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes)
+    summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes,
+                          local_evals)
     if diverged is not None:
         summary["diverged"] = bool(diverged)
     summary[schema.COMPLETE_ATTR] = bool(complete)
     summary[schema.STOPPED_BY_ATTR] = str(stopped_by)
-    if local_evals is not None:
-        summary[schema.FINAL_LOCAL_ACCURACY] = final_of(local_evals["accuracy"])
 
     def build(f: h5py.File) -> None:
         f.attrs["schema"] = schema.SCHEMA

@@ -80,13 +80,7 @@ from syncbench.bench.hooks import (
     StrategyReport,
 )
 from syncbench.bench.options import validate_train_config
-from syncbench.bench.recorder import (
-    EvalRecorder,
-    StepRecorder,
-    final_of,
-    run_summary,
-    write_run_file,
-)
+from syncbench.bench.recorder import EvalRecorder, StepRecorder, run_summary, write_run_file
 from syncbench.bench.runtime import (
     SetupError,
     abort_on_exception,
@@ -272,11 +266,11 @@ class Run:
         return float(result[1])
 
     def record_evaluation(self, params: Any, t: float, step: int,
-                          samples_seen: int, buffers: Any = None) -> tuple[float, float]:
-        """Rank 0: test loss and accuracy of ``params`` (with the running statistics
-        ``buffers``, else this rank's), appended as an eval row."""
+                          samples_seen: int, buffers: Any) -> tuple[float, float]:
+        """Rank 0: test loss and accuracy of ``params`` with the running statistics
+        ``buffers``, appended as an eval row."""
         self.eval_model.params[...] = params
-        self.eval_model.buffers[...] = self.model.buffers if buffers is None else buffers
+        self.eval_model.buffers[...] = buffers
         loss, accuracy = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
         self.evals.append(t, step, samples_seen, float(loss), float(accuracy))
         return float(loss), float(accuracy)
@@ -704,9 +698,8 @@ class Run:
         local_evals = self.local_evals.columns() if self.eval_mode == "both" else None
         classes = self.data.num_classes
         if config.out is None:
-            summary = run_summary(rows, evals, wall_s, config.target_accuracy, classes)
-            if local_evals is not None:
-                summary[schema.FINAL_LOCAL_ACCURACY] = final_of(local_evals["accuracy"])
+            summary = run_summary(rows, evals, wall_s, config.target_accuracy, classes,
+                                  local_evals)
             summary.update({schema.COMPLETE_ATTR: not stopped_by,
                             schema.STOPPED_BY_ATTR: stopped_by})
         else:
