@@ -140,6 +140,14 @@ CADC_ARGS = ("named", "launched")
 CADC_EPS = 1e-7
 
 
+def local_learning_rate(options: Any, lr: float, world: int) -> float:
+    """The local step's learning rate: ``--lr-local``, else ``lr`` (the paper's scripts),
+    or ``world * lr`` with ``--local-lookahead on`` (W_loc then predicts the next W_g)."""
+    if options.lr_local is not None:
+        return float(options.lr_local)
+    return lr * (world if options.local_lookahead == "on" else 1)
+
+
 class ODSGD(Algorithm):
     """One-step-delay SGD: global weights lag one reduction, local weights compensate."""
 
@@ -205,11 +213,8 @@ class ODSGD(Algorithm):
         super().__init__(*args, **kwargs)
         params = self.model.params
         self.warmup_steps: int = self.options.warmup_steps
-        lr_local = self.options.lr_local
         self.lookahead: bool = self.options.local_lookahead == "on"
-        if lr_local is None:
-            lr_local = self.config.lr * (self.comm.size if self.lookahead else 1)
-        self.lr_local: float = lr_local
+        self.lr_local: float = local_learning_rate(self.options, self.config.lr, self.comm.size)
         self.local_opt: str = self.options.local_opt
         self.dc_lambda: float = self.options.dc_lambda
         self.local_momentum: float = self.options.local_momentum
@@ -323,14 +328,20 @@ class ODSGD(Algorithm):
         if self.lookahead:
             self._subtract_known_global_step(params)
 
-    def _dc_gradient(self, grads: Any, w_g: Any) -> Any:
-        """``g + N * LAMBDA * (g/N)^2 * (W_g(t) - W_g(t-1))`` in ``_scratch`` (then times 1/N)."""
+    def _squared_gradient_times_dw(self, grads: Any, w_g: Any) -> Any:
+        """``g^2 * (W_g(t) - W_g(t-1))`` in ``_scratch``, then W_g(t-1) := W_g(t) (the
+        ``previous_weight`` of DCASGD and CADCASGD: a copy at their first call, so 0 there)."""
         if self._w_g_prev is None:
             self._w_g_prev = w_g.copy()
         local = np.subtract(w_g, self._w_g_prev, out=self._scratch)
         self._w_g_prev[...] = w_g
         local *= grads
         local *= grads
+        return local
+
+    def _dc_gradient(self, grads: Any, w_g: Any) -> Any:
+        """``g + N * LAMBDA * (g/N)^2 * (W_g(t) - W_g(t-1))`` in ``_scratch`` (then times 1/N)."""
+        local = self._squared_gradient_times_dw(grads, w_g)
         # lambda * (g/N)^2 * dW_g, then (g + that * N) / N below: the paper code's
         # compensation of the rescaled gradient g/N, not N times it.
         local *= self.dc_lambda / self.comm.size
@@ -347,7 +358,7 @@ class ODSGD(Algorithm):
         size = self.comm.size
         if self._cadc_ms is None:  # CADCASGD's state at its first call
             self._cadc_ms = w_g * 0
-            self._w_g_prev = w_g.copy()
+        if self._scratch2 is None:
             self._scratch2 = w_g * 0
         ms, tmp, m = self._cadc_ms, self._scratch2, self.options.cadc_m
         ms *= m
@@ -355,10 +366,7 @@ class ODSGD(Algorithm):
         tmp *= (1.0 - m) / (size * size)
         ms += tmp
         ms += CADC_EPS
-        local = np.subtract(w_g, self._w_g_prev, out=self._scratch)
-        self._w_g_prev[...] = w_g
-        local *= grads
-        local *= grads
+        local = self._squared_gradient_times_dw(grads, w_g)
         local /= np.sqrt(ms, out=tmp)
         if self.cadc_launched:
             local = self.optimizer.decay_of(local, out=local)
@@ -425,8 +433,6 @@ class ODSGD(Algorithm):
         self._w_g_prev = restored("w_g_prev")
         self._cadc_ms = restored("cadc_ms")
         self._local_mom = restored("local_mom")
-        if self._cadc_ms is not None:
-            self._scratch2 = self.w_global * 0
 
     # -- end of training -------------------------------------------------------
     def consensus_params(self) -> Any:

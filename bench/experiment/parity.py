@@ -64,14 +64,14 @@ def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
 
 def stability_note(scenario: Scenario, pair: dict[str, str], world: int) -> str:
     """The pair's stability line (its OD-SGD run's lr, momentum, lr_local and ranks)."""
+    from syncbench.algorithms.odsgd import local_learning_rate  # noqa: PLC0415
     from syncbench.analysis.stability import stability_line  # noqa: PLC0415
 
     config = run_config(scenario, pair["odsgd"])
-    lr_local = config.lr_local if config.lr_local is not None else (
-        config.lr * (world if config.local_lookahead == "on" else 1))
-    return stability_line(lr=config.lr, momentum=config.momentum, lr_local=lr_local,
+    return stability_line(lr=config.lr, momentum=config.momentum,
+                          lr_local=local_learning_rate(config, config.lr, world),
                           n=world, lookahead=config.local_lookahead == "on",
-                          local_momentum=getattr(config, "local_momentum", 0.0))
+                          local_momentum=config.local_momentum)
 
 
 def parity_table(scenario: Scenario, records: Sequence[dict[str, Any]], world: int) -> list[str]:
