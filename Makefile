@@ -36,7 +36,7 @@ dataset:
 	       "'$(BIN)/syncbench data fetch fashion-mnist --dest DIR' and set SYNCBENCH_DATA=DIR"; \
 	fi
 
-# The demo scenario (bench/scenarios/demo.toml, 1 repeat); ends with where the run files
+# The demo scenario (bench/experiment/scenarios/demo.toml, 1 repeat); ends with where the run files
 # and plots are and the next two commands (a report with plots, a trace).
 demo: venv dataset
 	$(BIN)/syncbench run demo --np $(NP) --out-dir runs/demo --plots runs/plots

@@ -4,7 +4,7 @@
 imported (they are taken on PyPI).
 """
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 FOLDERS = ("kernels", "algorithms", "bench", "analysis")
 
@@ -14,12 +14,13 @@ setup(
     description="MPI benchmark suite for synchronization strategies in data-parallel training",
     python_requires=">=3.10",
     # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
+    # "syncbench" itself holds only __main__ (no __init__: it stays a namespace); every
+    # folder with an __init__.py under the four root folders is a package.
     packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS]
-    + ["syncbench.bench.peers", "syncbench.bench.experiment", "syncbench.bench.simulate",
-       "syncbench.bench.cluster"],
+    + [f"syncbench.{f}.{sub}" for f in FOLDERS for sub in find_packages(f)],
     package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
     package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"],
-                  "syncbench.bench": ["scenarios/*.toml"],
+                  "syncbench.bench.experiment": ["scenarios/*.toml"],
                   "syncbench.bench.simulate": ["profiles.toml"]},
     # tomli: scenario files on Python 3.10 (3.11+ has tomllib)
     install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8",

@@ -221,7 +221,7 @@ class Algorithm(ABC):
         """End every rank's training at its next step boundary; True if this cut the run.
 
         Only for strategies without evaluation points (the driver calls it on
-        the rank a signal reached; :mod:`syncbench.bench.stopping`): lock-step
+        the rank a signal reached; :mod:`syncbench.bench.train.stopping`): lock-step
         strategies stop at an agreed evaluation point instead, so the default
         does nothing and returns False.
         """
@@ -230,7 +230,7 @@ class Algorithm(ABC):
     @property
     def stop_vote_lag(self) -> int:
         """Evaluation points between posting a stop vote and completing it
-        (:mod:`syncbench.bench.stopping`); the same on every rank.
+        (:mod:`syncbench.bench.train.stopping`); the same on every rank.
 
         1 is enough where a blocking reduction of every rank lies between two
         points: a rank past point n+1 knows every rank posted vote n. The default,
@@ -241,7 +241,7 @@ class Algorithm(ABC):
 
     def stop_requested(self) -> bool:
         """True once a signal asked this rank to stop (the driver replaces it; see
-        :class:`~syncbench.bench.hooks.StopOnSignal`). A strategy without
+        :class:`~syncbench.bench.train.hooks.StopOnSignal`). A strategy without
         evaluation points checks it where it waits outside steps, and ends early."""
         return False
 

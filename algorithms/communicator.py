@@ -111,6 +111,6 @@ def make_communicator(
     """
     if not backend.is_gpu:
         return Communicator(comm, timer)
-    from syncbench.algorithms.device_buffers import DeviceCommunicator  # noqa: PLC0415
+    from syncbench.algorithms.device_buffers import DeviceCommunicator
 
     return DeviceCommunicator(comm, timer, backend, cuda_aware, nonblocking_direct)

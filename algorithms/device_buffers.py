@@ -136,7 +136,7 @@ def detect_cuda_aware(
 def host_empty(backend: Backend, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialized host array: page-locked (pinned) on the GPU backend."""
     if backend.is_gpu:
-        import cupyx  # noqa: PLC0415 - GPU path only
+        import cupyx
 
         return cupyx.empty_pinned(shape, dtype=dtype)
     return np.empty(shape, dtype=dtype)

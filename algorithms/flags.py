@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # noqa: A002
-           type: Callable[[str], Any] | None = None,  # noqa: A002
+def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
+           type: Callable[[str], Any] | None = None,
            metavar: str | None = None, flag: bool = False) -> Any:
     """A field of an ``Options`` dataclass with its flag's help and argparse details.
 

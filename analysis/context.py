@@ -476,7 +476,7 @@ def host_busy_cpu_s(path: str = "/proc/stat") -> float | None:
 
 def process_cpu_s() -> float:
     """User + system CPU seconds of this process, every thread included (``getrusage``)."""
-    import resource  # noqa: PLC0415  (POSIX only)
+    import resource
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -489,7 +489,7 @@ def cpu_sample(read_host: bool) -> dict[str, Any]:
     seconds (read only when ``read_host``: the host's first rank; None
     otherwise or where ``/proc/stat`` is missing); ``t``: ``time.monotonic()``.
     """
-    import time  # noqa: PLC0415
+    import time
 
     try:
         own: float | None = process_cpu_s()

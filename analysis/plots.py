@@ -62,17 +62,17 @@ MISSING_MATPLOTLIB = "matplotlib is needed for --plots: pip install syncbench[pl
 def require_matplotlib() -> None:
     """``ImportError`` with the install hint when matplotlib is missing."""
     try:
-        import matplotlib  # noqa: F401, PLC0415
+        import matplotlib  # noqa: F401
     except ImportError:
         raise ImportError(MISSING_MATPLOTLIB) from None
 
 
 def _pyplot() -> Any:
     require_matplotlib()
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     plt.rcParams.update({"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 10,
                          "axes.grid": True, "grid.alpha": 0.3})
@@ -80,7 +80,7 @@ def _pyplot() -> Any:
 
 
 def _integer_locator() -> Any:
-    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+    from matplotlib.ticker import MaxNLocator
 
     return MaxNLocator(integer=True)
 

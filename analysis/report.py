@@ -648,7 +648,7 @@ def report_main(args: argparse.Namespace) -> int:
     plots_dir = getattr(args, "plots", None)
     try:
         if plots_dir:
-            from .plots import require_matplotlib  # noqa: PLC0415
+            from .plots import require_matplotlib
 
             require_matplotlib()
         window = parse_steps(args.timeline_steps) if getattr(args, "timeline_steps", None) \
@@ -669,7 +669,7 @@ def report_main(args: argparse.Namespace) -> int:
         row["machine"] = format_contexts([by_path[p] for p in paths if p in by_path])
     print(format_tables(rows, args.format, by, getattr(args, "per_rank", False), context))
     if plots_dir:
-        from .plots import write_plots  # noqa: PLC0415
+        from .plots import write_plots
 
         per_run = rows if not by else table_rows(runs, by, target, series)
         written, notes = write_plots(runs, per_run, plots_dir, by=by, window=window)

@@ -1,6 +1,6 @@
 """Names of the ``syncbench/1`` run-file schema, defined once.
 
-The recorder (``syncbench.bench.recorder``) writes these names and the
+The recorder (``syncbench.bench.train.recorder``) writes these names and the
 analysis readers read them; nothing else spells them out.
 """
 
@@ -195,7 +195,7 @@ RANK_ATTRS: tuple[str, ...] = (
     "clock_uncertainty_end_s",
 )
 
-#: Rank attributes of the clock alignment (``syncbench.bench.clocks``), in seconds:
+#: Rank attributes of the clock alignment (``syncbench.bench.mpi.clocks``), in seconds:
 #: the rank's ``CLOCK_MONOTONIC`` minus rank 0's, measured by a minimum-round-trip
 #: ping-pong with rank 0 right after the start barrier (``clock_offset_s``; time 0 of
 #: the rank is rank 0's exit from that barrier mapped through it) and after training

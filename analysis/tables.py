@@ -176,7 +176,7 @@ from .schema import (
     SCALING_MODE_ATTR,
     STRATEGY_FLAGS_ATTRS,
 )
-from .summary import run_diverged, time_to_target  # noqa: F401  (time_to_target: re-export)
+from .summary import run_diverged, time_to_target
 
 NAN = float("nan")
 PATH_KEY = "path"

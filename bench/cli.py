@@ -17,16 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import os
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from importlib import metadata
-from pathlib import Path
-from typing import IO, NoReturn
+
+from syncbench.bench.mpi.errors import CommandParser, fail
+from syncbench.bench.mpi.provenance import package_version
 
 
 @dataclass(frozen=True)
@@ -40,143 +36,53 @@ class Command:
     passthrough: bool = False
     #: Module of the body ``run`` when it is not ``module`` (train: flags in options).
     body_module: str | None = None
+    #: The shipped scenario an old command name stands for (``syncbench run NAME``).
+    alias_of: str | None = None
+
+
+def _alias(scenario: str) -> Command:
+    """An old command kept as ``syncbench run SCENARIO`` (the runner's flags and body)."""
+    return Command("syncbench.bench.experiment.runner", "add_runner_arguments", "alias",
+                   f"alias of 'syncbench run {scenario}'", passthrough=True, alias_of=scenario)
 
 
 COMMANDS: dict[str, Command] = {
-    "train": Command("syncbench.bench.options", "add_train_arguments", "main",
+    "train": Command("syncbench.bench.train.options", "add_train_arguments", "main",
                      "one training run (launch under mpiexec -n N)",
-                     body_module="syncbench.bench.train"),
+                     body_module="syncbench.bench.train.driver"),
     "run": Command("syncbench.bench.experiment.runner", "add_arguments", "main",
                    "a comparison scenario (demo, hetero, overlap, asgd, peers or a .toml): "
                    "repeated, randomised runs, then tables", passthrough=True),
-    "compare": Command("syncbench.bench.compare", "add_arguments", "main",
+    "compare": Command("syncbench.bench.experiment.compare", "add_arguments", "main",
                        "the same training flags under several algorithms, then a table "
                        "(syncbench run with a scenario made of --algorithms)",
                        passthrough=True),
-    "sweep": Command("syncbench.bench.sweep", "add_arguments", "main",
+    "sweep": Command("syncbench.bench.experiment.sweep", "add_arguments", "main",
                      "strong or weak scaling sweep over rank counts", passthrough=True),
     "report": Command("syncbench.analysis.report", "add_report_arguments", "report_main",
                       "tables (and --plots) from run files"),
     "trace": Command("syncbench.analysis.trace", "add_trace_arguments", "trace_main",
                      "Chrome/Perfetto trace of every rank's phases"),
-    "recover": Command("syncbench.bench.checkpoint", "add_recover_arguments", "recover_main",
+    "recover": Command("syncbench.bench.train.checkpoint", "add_recover_arguments", "recover_main",
                        "rebuild a partial run file from the rows a crashed run flushed"),
-    "comm": Command("syncbench.bench.commbench", "add_arguments", "main",
+    "comm": Command("syncbench.bench.micro.comm", "add_arguments", "main",
                     "OSU-style communication micro-benchmarks (under mpiexec)"),
-    "ssgd-comm": Command("syncbench.bench.ssgd_comm", "add_arguments", "main",
+    "ssgd-comm": Command("syncbench.bench.micro.ssgd_comm", "add_arguments", "main",
                          "SSGD's time inside MPI per step vs a bare Allreduce (under mpiexec)"),
-    "speed": Command("syncbench.bench.speed", "add_arguments", "main",
+    "speed": Command("syncbench.bench.micro.speed", "add_arguments", "main",
                      "single-process training-step throughput of the models"),
-    "overlap": Command("syncbench.bench.overlap_bench", "add_arguments", "main",
-                       "alias of 'syncbench run overlap'", passthrough=True),
-    "hetero": Command("syncbench.bench.hetero_bench", "add_arguments", "main",
-                      "alias of 'syncbench run hetero'", passthrough=True),
-    "asgd-bench": Command("syncbench.bench.asgd_bench", "add_arguments", "main",
-                          "alias of 'syncbench run asgd'", passthrough=True),
-    "peers": Command("syncbench.bench.peers.command", "add_arguments", "main",
+    "overlap": _alias("overlap"),
+    "hetero": _alias("hetero"),
+    "asgd-bench": _alias("asgd"),
+    "peers": Command("syncbench.bench.experiment.peers.command", "add_arguments", "main",
                      "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"),
     "simulate": Command("syncbench.bench.simulate.cli", "add_arguments", "main",
                         "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"),
     "cluster": Command("syncbench.bench.cluster.command", "add_arguments", "main",
                        "an emulated cluster on this host (root): up, status, mpiexec, down"),
-    "data": Command("syncbench.bench.data_cli", "add_arguments", "main",
+    "data": Command("syncbench.bench.data.command", "add_arguments", "main",
                     "dataset files: info (what is found where) or fetch (download)"),
 }
-
-
-#: Variables through which launchers tell a process its rank before MPI starts, most
-#: specific first: MPICH's Hydra and ``srun --mpi=pmi2`` (PMI_RANK), Open MPI
-#: (OMPI_COMM_WORLD_RANK), PMIx launchers such as ``srun --mpi=pmix`` (PMIX_RANK), then
-#: any Slurm step (SLURM_PROCID; under Hydra inside an allocation it numbers proxies,
-#: not ranks, hence last).
-RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
-
-
-def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
-    """This process's rank as its launcher announced it; 0 when not started as a rank."""
-    for name in RANK_VARIABLES:
-        value = environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
-
-
-#: Seconds a rank that does not print an error waits before it exits 2: Open MPI's
-#: launcher ends the job at the first non-zero exit and would kill rank 0 before it
-#: printed the one error line.
-ERROR_EXIT_GRACE_S = 1.0
-
-
-def _exit_2_on_sigterm(signum: int, frame: object) -> None:
-    os._exit(2)
-
-
-def exit_after_grace() -> NoReturn:
-    """Exit 2 after :data:`ERROR_EXIT_GRACE_S` (a rank that does not print the error).
-
-    A launcher that ends the job at the first non-zero exit (``srun``, Open MPI's)
-    may terminate this rank during its grace: SIGTERM then exits 2 at once, so every
-    rank's status, and the job's, stays 2 (not 143).
-    """
-    signal.signal(signal.SIGTERM, _exit_2_on_sigterm)
-    time.sleep(ERROR_EXIT_GRACE_S)
-    raise SystemExit(2)
-
-
-def error_line(prog: str, message: str) -> str:
-    """``PROG: error: MESSAGE (see 'PROG --help')``, the message folded onto one line."""
-    text = " ".join(message.split())
-    return f"{prog}: error: {text} (see '{prog} --help')"
-
-
-def fail(prog: str, message: str, rank: int | None = None) -> NoReturn:
-    """End a bad command line: one line on stderr, from rank 0 only; status 2 on every rank.
-
-    The command line is parsed before MPI starts (:func:`main`), so the printing rank
-    comes from the launcher's variables, not from MPI. No collective is needed: every
-    rank parses the same argv, so every rank reaches the same error and exits. The
-    other ranks exit ``ERROR_EXIT_GRACE_S`` later, so that rank 0 has printed before a
-    launcher that kills the job at the first non-zero exit (Open MPI's) ends it.
-    ``rank`` overrides the launcher's rank (an agreed setup error passes MPI's).
-    """
-    if (launcher_rank() if rank is None else rank) != 0:
-        exit_after_grace()
-    print(error_line(prog, message), file=sys.stderr, flush=True)
-    raise SystemExit(2)
-
-
-class CommandParser(argparse.ArgumentParser):
-    """``ArgumentParser`` whose errors are :func:`fail`'s one line, not usage plus error,
-    and whose ``--help`` comes from rank 0 only.
-
-    ``add_subparsers`` builds the sub-commands' parsers with this class too.
-    """
-
-    def error(self, message: str) -> NoReturn:
-        fail(self.prog, message)
-
-    def print_help(self, file: IO[str] | None = None) -> None:
-        if launcher_rank() == 0:
-            super().print_help(file)
-
-
-def package_version() -> str:
-    """The installed distribution's version (what run files record), else ``unknown``."""
-    try:
-        return metadata.version("syncbench")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def git_sha() -> str:
-    """The commit of the source tree this package runs from (what run files record), else ``""``."""
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
@@ -192,7 +98,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
         module = importlib.import_module(command.module) if name == selected else None
-        doc = (module.__doc__ or "").strip() if module else ""
+        doc = (module.__doc__ or "").strip() if module and not command.alias_of else ""
         sp = sub.add_parser(name, help=command.help, description=doc or command.help,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         if module is not None:
@@ -209,7 +115,7 @@ def mpi_not_started() -> Iterator[None]:
     parsing. MPI commands start MPI in their body (``runtime.start_mpi``); mpi4py still
     finalizes at exit what they started. Later imports initialize at import as usual.
     """
-    import mpi4py  # noqa: PLC0415 - the package only; mpi4py.MPI is what starts MPI
+    import mpi4py
 
     saved = mpi4py.rc.initialize, mpi4py.rc.finalize
     mpi4py.rc.initialize, mpi4py.rc.finalize = False, True
@@ -234,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not command.passthrough:
         fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")
     body = getattr(importlib.import_module(command.body_module or command.module), command.run)
+    if command.alias_of is not None:
+        body = body(command.alias_of, f"{parser.prog} {args.command}")
     result = body(args, extra) if command.passthrough else body(args)
     return int(result or 0)
 

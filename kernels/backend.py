@@ -135,7 +135,7 @@ def _import_cupy() -> ModuleType | None:
         return None
     preload_cuda_wheels()
     try:
-        import cupy  # noqa: PLC0415 - optional dependency, GPU path only
+        import cupy
     except Exception:  # ImportError, or a broken CUDA install
         return None
     return cupy

@@ -171,7 +171,7 @@ class CupyLauncher:
         if fn is None:
             module = self._modules.get((source, dtype))
             if module is None:
-                import cupy  # noqa: PLC0415 - GPU path only
+                import cupy
 
                 module = cupy.RawModule(code=module_source(source),
                                         options=compile_options(dtype))
@@ -237,7 +237,7 @@ def _launch(kernel: str, dtype: np.dtype, work: int, *args: Any) -> None:
 def _xp(array: Any) -> Any:
     """The array module of ``array`` (CuPy on the GPU path, NumPy under the emulator)."""
     if type(array).__module__.startswith("cupy"):
-        import cupy  # noqa: PLC0415
+        import cupy
 
         return cupy
     return np
@@ -982,7 +982,7 @@ def benchmark(
     sizes) lets the tests run this code without a GPU.
     """
     if xp is None:
-        import cupy as xp  # noqa: PLC0415 - GPU only
+        import cupy as xp
     on_gpu = xp.__name__ == "cupy"
     sync = xp.cuda.get_current_stream().synchronize if on_gpu else (lambda: None)
     to_host = xp.asnumpy if on_gpu else np.asarray

@@ -37,7 +37,7 @@ Shape = tuple[int, ...]
 def _xp(array: Any):
     """The array module (NumPy or CuPy) that owns ``array``."""
     if type(array).__module__.startswith("cupy"):
-        import cupy  # noqa: PLC0415
+        import cupy
 
         return cupy
     return np

@@ -182,7 +182,7 @@ class Model:
         """The loss as a float; on the GPU after synchronizing the stream (and checking
         the label flags of the loss kernel)."""
         if self.backend.is_gpu:
-            from syncbench.kernels import cuda_ops  # noqa: PLC0415 - GPU path only
+            from syncbench.kernels import cuda_ops
 
             self.backend.synchronize()
             cuda_ops.raise_on_bad_labels()
@@ -199,10 +199,10 @@ class Model:
         use (subtract, multiply, add with ``out=``) compile their CuPy kernels on
         first use too. Parameters are not touched.
         """
-        from syncbench.kernels import ops  # noqa: PLC0415 - dispatches to the device
+        from syncbench.kernels import ops
 
         if self.backend.is_gpu:
-            from syncbench.kernels import cuda_ops  # noqa: PLC0415 - GPU path only
+            from syncbench.kernels import cuda_ops
 
             cuda_ops.precompile(self.dtype)
         xp = self.backend.xp

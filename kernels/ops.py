@@ -64,7 +64,7 @@ def on_device(array: Any) -> bool:
 
 
 def _device_ops() -> Any:
-    from syncbench.kernels import cuda_ops  # noqa: PLC0415 - GPU path only
+    from syncbench.kernels import cuda_ops
 
     return cuda_ops
 

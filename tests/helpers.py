@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from syncbench.bench.cli import build_parser
-from syncbench.bench.stream import BatchStream
+from syncbench.bench.train.stream import BatchStream
 
 VENV_BIN = Path(sys.executable).parent
 MPIEXEC = os.environ.get("MPIEXEC", str(VENV_BIN / "mpiexec"))
@@ -73,7 +73,7 @@ def rank_pids(marker: str) -> list[int]:
 def rank_pid(marker: str, rank: int, wait: float = 30.0) -> int:
     """The PID of MPI rank ``rank`` (MPICH's ``PMI_RANK``, Open MPI's
     ``OMPI_COMM_WORLD_RANK``) of the job whose command line holds ``marker``."""
-    import time  # noqa: PLC0415
+    import time
 
     wanted = {f"PMI_RANK={rank}".encode(), f"OMPI_COMM_WORLD_RANK={rank}".encode()}
     deadline = time.monotonic() + wait
@@ -88,7 +88,7 @@ def rank_pid(marker: str, rank: int, wait: float = 30.0) -> int:
 
 def report_cli(*argv: str, capsys) -> tuple[int, str, str]:
     """``syncbench report ARGV`` in this process: (exit status, stdout, stderr)."""
-    from syncbench.analysis.report import add_report_arguments, report_main  # noqa: PLC0415
+    from syncbench.analysis.report import add_report_arguments, report_main
 
     parser = argparse.ArgumentParser()
     add_report_arguments(parser)

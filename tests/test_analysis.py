@@ -30,7 +30,7 @@ from syncbench.analysis.report import (
 from syncbench.analysis.runfile import read_run
 from syncbench.analysis.tables import NEW_KEYS, aggregate, table_rows
 from syncbench.analysis.trace import add_trace_arguments, parse_steps, trace_events, trace_main
-from syncbench.bench.recorder import write_run_file
+from syncbench.bench.train.recorder import write_run_file
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BATCH = 64
@@ -360,7 +360,7 @@ def test_report_partial_and_bad_files(tmp_path, scaling_files, capsys):
     rc, out, err = _report(partial, capsys=capsys)
     assert rc == 0 and "| partial (recovered) |" in out
     other = tmp_path / "other.h5"
-    import h5py  # noqa: PLC0415
+    import h5py
 
     with h5py.File(other, "w") as f:
         f.attrs["schema"] = "syncbench/0"

@@ -18,7 +18,7 @@ from helpers import rank_streams, run_mpi, train_config
 
 from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.registry import get_algorithm
-from syncbench.bench.data import make_synthetic
+from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
 
 LOCKS = ("nocheck", "none")
@@ -350,7 +350,7 @@ def test_one_worker_resume_is_bit_identical(tmp_path, np_, layout):
                     "--inject-fault", f"{worker}:75", timeout=120)
     assert crash.returncode != 0 and not out.exists()
     from syncbench.analysis.runfile import read_run
-    from syncbench.bench.checkpoint import latest_checkpoint, load_state, parts_dir, read_rows
+    from syncbench.bench.train.checkpoint import latest_checkpoint, load_state, parts_dir, read_rows
 
     # the rows the crashed run saved at its checkpoint and flushed before dying
     parts = parts_dir(out)

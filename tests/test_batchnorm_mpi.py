@@ -13,7 +13,7 @@ from helpers import rank_streams, train_config, train_global_batch
 from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
-from syncbench.bench.data import make_synthetic
+from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
 
 STEPS = 3

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from helpers import MPIEXEC
 
-from syncbench.bench.cli import COMMANDS, launcher_rank
+from syncbench.bench.cli import COMMANDS
+from syncbench.bench.mpi.errors import launcher_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(sys.executable).parent.parent
@@ -105,7 +106,7 @@ def test_launcher_rank_prefers_the_launchers_own_variable():
 
 def test_a_rank_that_does_not_print_exits_after_rank_0_had_time_to(monkeypatch, capsys):
     """Open MPI's launcher kills the job at the first non-zero exit: the other ranks wait."""
-    from syncbench.bench import cli
+    from syncbench.bench.mpi import errors as cli
 
     for name in cli.RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)

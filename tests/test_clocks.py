@@ -1,4 +1,4 @@
-"""One run clock across ranks whose monotonic clocks differ (``bench/clocks.py``).
+"""One run clock across ranks whose monotonic clocks differ (``bench/mpi/clocks.py``).
 
 - serial: the linear drift correction;
 - in-process under ``mpiexec -n 2|4 ... --only-mpi``: the ping-pong recovers an
@@ -25,7 +25,7 @@ from helpers import MPIEXEC, run_mpi
 from syncbench.analysis.fairness import interference_ratio
 from syncbench.analysis.runfile import read_run
 from syncbench.analysis.trace import step_ends, trace_events
-from syncbench.bench.clocks import ClockOffset, drift_since
+from syncbench.bench.mpi.clocks import ClockOffset, drift_since
 
 UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
 #: The second rank's clock is this far ahead of the first's (the truth the estimate meets).
@@ -51,7 +51,7 @@ def test_ping_pong_recovers_each_ranks_offset():
 
     from mpi4py import MPI
 
-    from syncbench.bench.clocks import measure_offsets
+    from syncbench.bench.mpi.clocks import measure_offsets
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

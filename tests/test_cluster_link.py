@@ -23,7 +23,7 @@ import sys
 import pytest
 from cluster_helpers import TestCluster
 
-from syncbench.bench.commbench import read_results
+from syncbench.bench.micro.comm import read_results
 from syncbench.bench.simulate.collectives import allreduce_link_terms
 from syncbench.bench.simulate.engine import have_simgrid
 

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from helpers import MPIEXEC
 
-from syncbench.bench import commbench
+from syncbench.bench.micro import comm as commbench
 
 ITERATIONS = 20
 
 
 def run_comm(np_: int, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [MPIEXEC, "-n", str(np_), sys.executable, "-m", "syncbench.bench.commbench", *flags]
+    cmd = [MPIEXEC, "-n", str(np_), sys.executable, "-m", "syncbench.bench.micro.comm", *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 

@@ -1,4 +1,4 @@
-"""Tests for syncbench.bench.data: IDX/CIFAR readers, look-up, validation, synthetic data."""
+"""Tests for the dataset catalog: IDX/CIFAR readers, look-up, validation, synthetic data."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from syncbench.bench import data
-from syncbench.bench.data import DatasetError
+from syncbench.bench.data import catalog as data
+from syncbench.bench.data.catalog import DatasetError
 
 SYSTEM_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 

@@ -171,7 +171,7 @@ def test_phase_placement_follows_the_shared_step_order(monkeypatch):
 
 def test_rank_table_realised_factor_is_the_fairness_definition():
     from syncbench.analysis.tables import rank_table
-    from syncbench.bench.train import realised_into
+    from syncbench.bench.train.driver import realised_into
 
     fast = _rows(np.arange(5) * 4.0, np.full(5, 2.0))
     # own (compute + delay) / own compute would read 4; a preempted step adds noise

@@ -14,7 +14,7 @@ from helpers import MPIEXEC, rank_pid, train_config
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
-from syncbench.bench.checkpoint import RowsFile, read_rows, read_rows_file
+from syncbench.bench.train.checkpoint import RowsFile, read_rows, read_rows_file
 
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--batch-size", "16",
          "--progress", "never"]

@@ -15,7 +15,7 @@ import pytest
 from helpers import run_mpi
 
 from syncbench.analysis.runfile import read_run
-from syncbench.bench.slowdown import (
+from syncbench.bench.train.slowdown import (
     REFERENCE_WINDOW,
     ModelWork,
     Slowdown,
@@ -148,7 +148,7 @@ def test_auto_mode_works_when_ranks_share_a_node_and_sleeps_only_when_alone():
 @pytest.fixture
 def fake_clock(monkeypatch):
     """``time.perf_counter`` stands still except when a fake wait moves it."""
-    import syncbench.bench.slowdown as slowdown
+    import syncbench.bench.train.slowdown as slowdown
 
     now = [1000.0]
     monkeypatch.setattr(slowdown.time, "perf_counter", lambda: now[0])
@@ -273,7 +273,7 @@ def test_ranks_share_time_zero():
     from helpers import train_config
     from mpi4py import MPI
 
-    from syncbench.bench.train import Run
+    from syncbench.bench.train.driver import Run
 
     run = Run(train_config(), MPI.COMM_WORLD)
     if run.rank == 0:

@@ -36,7 +36,7 @@ from syncbench.bench.experiment import runner
 from syncbench.bench.experiment.aggregate import aggregate as aggregate_cells
 from syncbench.bench.experiment.scenario import parse_scenario
 from syncbench.bench.experiment.tables import comparison_table, fmt_spread
-from syncbench.bench.recorder import write_run_file
+from syncbench.bench.train.recorder import write_run_file
 
 BATCH = 64
 RATIO_KEYS = ("speedup", "efficiency", "speedup_wall", "efficiency_wall")

@@ -16,8 +16,8 @@ from syncbench.algorithms.base import Budget, MomentumSGD
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.oscars import fit_budget, schedule, uniform_schedule
 from syncbench.algorithms.registry import get_algorithm
-from syncbench.bench.data import make_synthetic
-from syncbench.bench.slowdown import make_slowdown, parse_slowdown, parse_slowdown_schedule
+from syncbench.bench.data.catalog import make_synthetic
+from syncbench.bench.train.slowdown import make_slowdown, parse_slowdown, parse_slowdown_schedule
 from syncbench.kernels.zoo import build_model
 
 BATCH, SEED = 8, 3

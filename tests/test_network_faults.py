@@ -25,8 +25,8 @@ import pytest
 from cluster_helpers import TestCluster, launchers
 
 from syncbench.analysis.runfile import read_run
-from syncbench.bench import reach
-from syncbench.bench.watchdog import Survey, Watchdog, _ranks
+from syncbench.bench.mpi import reach
+from syncbench.bench.mpi.watchdog import Survey, Watchdog, _ranks
 
 TC = TestCluster("tf", "10.81.0")
 SUBNET = TC.subnet

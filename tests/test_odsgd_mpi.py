@@ -16,7 +16,7 @@ from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.analysis.labels import run_label
 from syncbench.analysis.report import format_report, report_rows
-from syncbench.bench.data import make_synthetic
+from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
 
 STEPS, WARMUP, BATCH, SEED = 8, 3, 8, 3

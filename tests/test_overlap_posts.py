@@ -20,7 +20,7 @@ from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.ssgd import bucket_bytes, plan_buckets
-from syncbench.bench.data import make_synthetic
+from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
 
 
@@ -190,7 +190,7 @@ def test_a_slowed_ssgd_rank_delays_before_its_last_bucket():
 def test_a_slowed_rank_polls_its_requests_during_the_delay():
     """A slower processor polls between the layers it is still computing; the emulated
     delay must too, or the other ranks' reductions stall behind the straggler."""
-    from syncbench.bench.slowdown import Slowdown
+    from syncbench.bench.train.slowdown import Slowdown
 
     algo, comm, stream = _setup("ssgd", "lenet", "--comm", "overlap")
     slow = Slowdown(3.0, mode="spin")

@@ -35,10 +35,10 @@ torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed: pip install 'syncbench[peers]' (torch==2.13.0)")
 
 from helpers import MPIEXEC, rank_streams  # noqa: E402
-from torch.nn import functional as F  # noqa: E402, N812
+from torch.nn import functional as F  # noqa: E402
 
-from syncbench.bench.data import load_dataset  # noqa: E402
-from syncbench.bench.peers.torch_runner import (  # noqa: E402
+from syncbench.bench.data.catalog import load_dataset  # noqa: E402
+from syncbench.bench.experiment.peers.torch_runner import (  # noqa: E402
     MODELS,
     build_torch_model,
     evaluate,
@@ -62,7 +62,8 @@ def _free_port() -> int:
 def run_peer(algorithm: str, save: str, np_: int = 2, model: str = "mlp",
              samples: int = SAMPLES) -> dict:
     """The runner on ``np_`` ranks (synthetic data); its ``peer-result`` record."""
-    cmd = [MPIEXEC, "-n", str(np_), sys.executable, "-m", "syncbench.bench.peers.torch_runner",
+    cmd = [MPIEXEC, "-n", str(np_), sys.executable, "-m",
+           "syncbench.bench.experiment.peers.torch_runner",
            "--algorithm", algorithm, "--model", model, "--dataset", "synthetic",
            "--synthetic-samples", str(samples), "--epochs", str(EPOCHS), "--batch-size",
            str(BATCH), "--seed", str(SEED), "--period", str(PERIOD), "--lr", str(LR),

@@ -148,7 +148,7 @@ def _shared_tmp(comm) -> Path:
 def _train(name: str, out: Path, *extra: str) -> dict | None:
     from mpi4py import MPI
 
-    from syncbench.bench.train import run_training
+    from syncbench.bench.train.driver import run_training
 
     return run_training(train_config(*flags(name, "--out", str(out), *extra)), MPI.COMM_WORLD)
 

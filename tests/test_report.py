@@ -393,7 +393,7 @@ def test_new_analysis_modules_import_no_mpi_nor_matplotlib():
 
 def test_recorder_charges_late_work_to_the_last_step():
     from syncbench.algorithms.base import StepStats
-    from syncbench.bench.recorder import StepRecorder
+    from syncbench.bench.train.recorder import StepRecorder
 
     rec = StepRecorder(4)
     rec.add_to_last({"wait": 1.0})  # no row yet: nothing to charge
@@ -408,7 +408,7 @@ def test_recorder_charges_late_work_to_the_last_step():
 
 
 def test_machine_attrs_count_ranks_per_host_against_physical_cores():
-    from syncbench.bench.train import machine_attrs
+    from syncbench.bench.train.driver import machine_attrs
 
     info = {"host_cores": 2, "host_cpus": 4}
     two = machine_attrs(["a", "a"], [info, info], "weak")
@@ -433,7 +433,7 @@ def test_machine_attrs_count_ranks_per_host_against_physical_cores():
 
 def test_machine_attrs_nodes_of_one_kernel_share_its_cores():
     """Emulated nodes (namespaces of one 2-core host): 2 nodes x 2 ranks oversubscribe it."""
-    from syncbench.bench.train import machine_attrs
+    from syncbench.bench.train.driver import machine_attrs
 
     info = {"host_cores": 2, "host_cpus": 2, "machine": "boot-1"}
     four = machine_attrs(["n1", "n1", "n2", "n2"], [info] * 4, None)

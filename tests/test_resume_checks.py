@@ -9,7 +9,7 @@ import shutil
 import pytest
 from helpers import run_mpi, train_config
 
-from syncbench.bench.checkpoint import (
+from syncbench.bench.train.checkpoint import (
     IDENTITY,
     commit_checkpoint,
     latest_checkpoint,

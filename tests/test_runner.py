@@ -108,8 +108,8 @@ def test_a_node_speed_scenario_needs_the_cluster_and_its_layout(tmp_path, monkey
     no_cluster = syncbench("run", "cluster-hetero", "--dry-run")
     assert no_cluster.returncode == 2 and "--cluster" in no_cluster.stderr
     assert no_cluster.stderr.count("\n") == 1
-    from syncbench.bench.cluster import state  # noqa: PLC0415
-    from syncbench.bench.experiment.on_cluster import layout_problem  # noqa: PLC0415
+    from syncbench.bench.cluster import state
+    from syncbench.bench.experiment.on_cluster import layout_problem
 
     monkeypatch.setenv("SYNCBENCH_CLUSTER_DIR", str(tmp_path))
     sc = load_scenario("cluster-overlap")

@@ -2,7 +2,7 @@
 
 Each test launches its own job (``mpiexec -n 2``) and signals the launcher or
 one rank once training runs, with subprocess timeouts, so a hang fails the
-test. See ``bench/stopping.py``.
+test. See ``bench/train/stopping.py``.
 """
 
 from __future__ import annotations

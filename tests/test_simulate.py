@@ -125,7 +125,7 @@ def test_model_size_knob_for_real_runs():
 
 
 def test_calibration_recovers_latency_and_bandwidth(tmp_path):
-    from syncbench.bench.commbench import write_results
+    from syncbench.bench.micro.comm import write_results
     from syncbench.bench.simulate.platform import calibrate, calibrated_spec
 
     latency, bandwidth = 5e-6, 2e9
@@ -212,7 +212,7 @@ def test_fit_ignores_what_a_token_bucket_lets_through_unshaped():
 def test_calibration_on_two_nodes_fits_the_node_roots_allreduce(tmp_path):
     """4 ranks on 2 nodes: only the 2 node roots' allreduce crosses the links (ch4's
     composition alpha), nbytes each way, not a flat 4-rank allreduce's 1.5 x nbytes."""
-    from syncbench.bench.commbench import write_results
+    from syncbench.bench.micro.comm import write_results
     from syncbench.bench.simulate.platform import calibrate, describe_fit
 
     seconds = _model_seconds(LINK_LATENCY, LINK_BW, 4, nodes=2)

@@ -142,7 +142,7 @@ def test_simulated_push_applies_the_accumulate_rate(tmp_path):
 
 
 def test_calibrate_rma_fits_the_rate_of_comm_results(tmp_path):
-    from syncbench.bench.commbench import write_results
+    from syncbench.bench.micro.comm import write_results
 
     sizes = [4 << i for i in range(21)]
     rows = [{"size": s, "avg_us": (10e-6 + s / 2e9) * 1e6, "p50_us": (10e-6 + s / 2e9) * 1e6}

@@ -160,7 +160,7 @@ def test_a_ring_runs_its_stages_back_to_back_in_the_wait(free_polls):
 def _write_measured_run(path, rows_per_rank: int = 30) -> None:
     """A 2-rank mlp run: rank 0 computes 1.0-1.29 ms (a ramp), rank 1 the same ramp plus a
     2x delay of --slowdown 1,3 (as train records it)."""
-    from syncbench.bench.recorder import write_run_file
+    from syncbench.bench.train.recorder import write_run_file
 
     ramp = 1e-3 + 1e-5 * np.arange(rows_per_rank)
     ranks = {}

@@ -18,8 +18,8 @@ import pytest
 from helpers import run_mpi
 from test_ssgd_mpi import serial_large_batch
 
-from syncbench.bench import ssgd_comm
-from syncbench.bench.data import load_dataset
+from syncbench.bench.data.catalog import load_dataset
+from syncbench.bench.micro import ssgd_comm
 
 
 def test_block_figures_and_paired_ratio_by_hand():

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from syncbench.analysis.runfile import read_run
-from syncbench.bench import sweep
+from syncbench.bench.experiment import sweep
 
 SAMPLES = 512
 TRAIN = ["--dataset", "synthetic", "--synthetic-samples", str(SAMPLES), "--epochs", "1",
@@ -183,7 +183,7 @@ def _hand_made(path: Path, n: int, t0: float, t1: float) -> None:
     import numpy as np
 
     from syncbench.analysis import schema
-    from syncbench.bench.recorder import write_run_file
+    from syncbench.bench.train.recorder import write_run_file
 
     steps = 16
     rows = {r: {name: np.zeros(steps, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
@@ -264,7 +264,7 @@ def _hand_file(path: Path, wall: float, diverged: bool) -> str:
     import numpy as np
 
     from syncbench.analysis import schema
-    from syncbench.bench.recorder import write_run_file
+    from syncbench.bench.train.recorder import write_run_file
 
     def rank():
         cols = {name: np.zeros(8, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}

@@ -23,8 +23,8 @@ from helpers import run_mpi
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
-from syncbench.bench import checkpoint
-from syncbench.bench.checkpoint import (
+from syncbench.bench.train import checkpoint
+from syncbench.bench.train.checkpoint import (
     RowsFile,
     WriteError,
     read_rows,
@@ -32,7 +32,7 @@ from syncbench.bench.checkpoint import (
     write_atomic,
     write_meta,
 )
-from syncbench.bench.recorder import write_run_file
+from syncbench.bench.train.recorder import write_run_file
 
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--batch-size", "16",
          "--progress", "never"]

@@ -244,8 +244,8 @@ def teardown(cluster: Cluster) -> None:
 
 
 def _end_processes(namespace: str) -> None:
-    import signal  # noqa: PLC0415
-    import time  # noqa: PLC0415
+    import signal
+    import time
 
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
         inside = network.pids(namespace)

@@ -80,7 +80,7 @@ def find_launcher() -> str:
     beside = Path(sys.executable).parent / "mpiexec"
     if beside.exists():
         return str(beside)
-    from syncbench.bench.launch import find_mpiexec  # noqa: PLC0415
+    from syncbench.bench.experiment.launch import find_mpiexec
 
     return find_mpiexec()[0]
 
@@ -151,7 +151,7 @@ def launcher_for_runs() -> str:
     """The ``--mpiexec`` string that launches a run across the cluster that is up
     (``syncbench run --cluster``, ``sweep --cluster``): this Python's ``syncbench
     cluster mpiexec``, which takes ``-n N COMMAND`` as ``mpiexec`` does."""
-    from .state import load  # noqa: PLC0415
+    from .state import load
 
     if load() is None:
         raise ClusterError("--cluster: no emulated cluster is up (syncbench cluster up "

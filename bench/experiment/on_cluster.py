@@ -22,14 +22,14 @@ from .scenario import Scenario
 
 
 def _rate(text: str) -> float:
-    from syncbench.bench.cluster.command import rate_bytes_per_s  # noqa: PLC0415
+    from syncbench.bench.cluster.command import rate_bytes_per_s
 
     return rate_bytes_per_s(text) if text else 0.0
 
 
 def layout_problem(scenario: Scenario, np_: int) -> str | None:
     """Why the cluster that is up does not fit the scenario at ``np_`` ranks, else None."""
-    from syncbench.bench.cluster.state import load  # noqa: PLC0415
+    from syncbench.bench.cluster.state import load
 
     cluster = load()
     if cluster is None:
@@ -55,8 +55,8 @@ def layout_problem(scenario: Scenario, np_: int) -> str | None:
 
 def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
     """(before each run: set its configuration's node speeds, at the end: restore)."""
-    from syncbench.bench.cluster import cpu, launch  # noqa: PLC0415
-    from syncbench.bench.cluster.state import load  # noqa: PLC0415
+    from syncbench.bench.cluster import cpu, launch
+    from syncbench.bench.cluster.state import load
 
     cluster = load()
     if cluster is None:

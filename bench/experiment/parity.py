@@ -55,7 +55,7 @@ def verdict(ssgd_median: float | None, odsgd_median: float | None) -> str:
 
 def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
     """The train flags of run ``label`` as ``syncbench train`` parses them (defaults in)."""
-    from syncbench.bench.cli import build_parser  # noqa: PLC0415 - heavy import
+    from syncbench.bench.cli import build_parser
 
     entry = next(e for e in scenario.runs if e.label == label)
     return build_parser("train").parse_args(
@@ -64,8 +64,8 @@ def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
 
 def stability_note(scenario: Scenario, pair: dict[str, str], world: int) -> str:
     """The pair's stability line (its OD-SGD run's lr, momentum, lr_local and ranks)."""
-    from syncbench.algorithms.odsgd import local_learning_rate  # noqa: PLC0415
-    from syncbench.analysis.stability import stability_line  # noqa: PLC0415
+    from syncbench.algorithms.odsgd import local_learning_rate
+    from syncbench.analysis.stability import stability_line
 
     config = run_config(scenario, pair["odsgd"])
     return stability_line(lr=config.lr, momentum=config.momentum,

@@ -63,7 +63,7 @@ class _Raising(argparse.ArgumentParser):
 
 def train_parser() -> argparse.ArgumentParser:
     """``syncbench train``'s parser, raising :class:`ScenarioError` on a bad flag."""
-    from syncbench.bench.options import add_train_arguments  # noqa: PLC0415 - heavy import
+    from syncbench.bench.train.options import add_train_arguments
 
     parser = _Raising(prog="syncbench train", add_help=False)
     add_train_arguments(parser)

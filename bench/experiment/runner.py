@@ -70,8 +70,8 @@ from typing import Any
 
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
-from syncbench.bench.launch import run_train
-from syncbench.bench.stopping import stopped_by_status as stop_signal
+from syncbench.bench.experiment.launch import run_train
+from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
 from .on_cluster import layout_problem, speed_setter
 from .plan import PlannedRun, plan_runs
@@ -230,7 +230,7 @@ def _previous(path: Path) -> dict[str, Any] | None:
 
 def _readable(path: Path) -> Any:
     """The run file at ``path`` read (a ``Run``), or None when it is not a readable one."""
-    from syncbench.analysis.runfile import RunFileError, read_run  # noqa: PLC0415
+    from syncbench.analysis.runfile import RunFileError, read_run
 
     try:
         return read_run(path)
@@ -252,7 +252,7 @@ def _fresh(path: Path, since: float) -> Any:
 def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept: bool,
               left_s: float | None = None, stopped_by: str = "") -> str:
     """One line per finished run: its figures from the run file's summary (``run``, read)."""
-    from syncbench.analysis.summary import run_diverged  # noqa: PLC0415
+    from syncbench.analysis.summary import run_diverged
 
     s = run.summary
     ttt = s["time_to_target_s"]
@@ -339,7 +339,7 @@ def _ended(p: PlannedRun, proc: subprocess.CompletedProcess, launched: float
     """(the run's file read, the stop signal its exit status names): a run that exits 0
     is read (an unreadable file raises), one that exits 128 + a stop signal is read when
     it wrote its file since ``launched``; (None, name) for any other exit."""
-    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+    from syncbench.analysis.runfile import read_run
 
     if proc.returncode == 0:
         return read_run(p.path), ""
@@ -362,8 +362,8 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
     ``stopped``: run id -> the stop signal its exit status named (see :func:`execute`);
     such a run's record is incomplete whatever its file says.
     """
-    from .aggregate import aggregate  # noqa: PLC0415
-    from .measure import run_figures  # noqa: PLC0415
+    from .aggregate import aggregate
+    from .measure import run_figures
 
     records = []
     for p, run, figures in zip(plan, runs, run_figures(runs, target), strict=True):
@@ -388,10 +388,10 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
                world: int | None = None) -> tuple[list[str], list[dict]]:
     """Every table, and the per-configuration comparison facts for the results file
     (``world``: ranks per run, for the parity table's stability bounds)."""
-    from syncbench.analysis.fairness import throughput_ceiling  # noqa: PLC0415
+    from syncbench.analysis.fairness import throughput_ceiling
 
-    from .aggregate import factor_spread  # noqa: PLC0415
-    from .tables import comparison_table, hetero_table  # noqa: PLC0415
+    from .aggregate import factor_spread
+    from .tables import comparison_table, hetero_table
 
     lines: list[str] = []
     comparisons = []
@@ -410,7 +410,7 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
         lines += [""] + hetero_table(scenario.name, cond.title, these, ceiling,
                                      max(cond.nominal), spread, contexts)
     if scenario.parity:
-        from .parity import parity_table  # noqa: PLC0415
+        from .parity import parity_table
 
         lines += [""] + parity_table(scenario, records, world or scenario.np)
     return lines, comparisons
@@ -419,9 +419,9 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
 def _write_plots(runs: Sequence[Any], out: str, say: Callable[[str], None]) -> None:
     """The report's plots of every run, as ``syncbench report FILES --plots OUT`` writes
     them (the same rows, notes and stderr lines), from the runs already read."""
-    from syncbench.analysis.plots import require_matplotlib, write_plots  # noqa: PLC0415
-    from syncbench.analysis.report import partial_warning  # noqa: PLC0415
-    from syncbench.analysis.tables import table_rows  # noqa: PLC0415
+    from syncbench.analysis.plots import require_matplotlib, write_plots
+    from syncbench.analysis.report import partial_warning
+    from syncbench.analysis.tables import table_rows
 
     def err(message: str) -> None:
         print(f"syncbench report: {message}", file=sys.stderr)
@@ -533,9 +533,9 @@ def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRu
     lines, comparisons = format_all(scenario, done, records, cells, target,
                                     getattr(args, "np", None) or scenario.np)
     print("\n".join(lines))
-    from syncbench.analysis.context import format_contexts, merge_contexts  # noqa: PLC0415
+    from syncbench.analysis.context import format_contexts, merge_contexts
 
-    from .aggregate import is_complete  # noqa: PLC0415
+    from .aggregate import is_complete
 
     incomplete = [r for r in records if not is_complete(r)]
     contexts = [r["context"] for r in records]
@@ -557,7 +557,7 @@ def _last_line(stop: StopRequest, done: int, total: int, incomplete: list[dict[s
                say: Callable[[str], None]) -> int:
     """The runner's last line when it was stopped or some runs are incomplete; its exit
     status (128 + the signal, :data:`EXIT_INCOMPLETE`, or 0)."""
-    from syncbench.analysis.tables import incomplete_reason  # noqa: PLC0415
+    from syncbench.analysis.tables import incomplete_reason
 
     which = ", ".join(f"{r['run_id']} {incomplete_reason(False, r.get('stopped_by'))}"
                       for r in incomplete)
@@ -645,9 +645,8 @@ def main(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
     return run_scenario(scenario, args, extra or [])
 
 
-def alias(name: str, prog: str) -> tuple[Callable[[argparse.ArgumentParser], None],
-                                         Callable[..., int]]:
-    """``(add_arguments, main)`` of an old command that is now ``syncbench run NAME``."""
+def alias(name: str, prog: str) -> Callable[..., int]:
+    """The body of an old command that is now ``syncbench run NAME`` (``prog`` in its errors)."""
 
     def body(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
         try:
@@ -657,4 +656,4 @@ def alias(name: str, prog: str) -> tuple[Callable[[argparse.ArgumentParser], Non
             return _error(prog, str(exc))
         return run_scenario(scenario, args, extra or [], prog)
 
-    return add_runner_arguments, body
+    return body

@@ -1,8 +1,8 @@
 """Scenario files: what a comparison runs, as data.
 
 A scenario is a TOML file (read with :mod:`tomllib`, or the ``tomli``
-backport on Python 3.10). The shipped ones live in ``bench/scenarios/``
-(package data ``syncbench.bench/scenarios/*.toml``); ``syncbench run PATH``
+backport on Python 3.10). The shipped ones live in ``bench/experiment/scenarios/``
+(package data ``syncbench.bench.experiment/scenarios/*.toml``); ``syncbench run PATH``
 takes any other file. Keys (only ``np`` and at least one ``[[run]]`` are
 required)::
 
@@ -51,7 +51,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from syncbench.bench.slowdown import parse_factor
+from syncbench.bench.train.slowdown import parse_factor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -83,7 +83,7 @@ _PARITY_KEYS = {"name", "ssgd", "odsgd"}
 _CLUSTER_KEYS = {"link", "ppn"}
 _RUN_KEYS = {"label", "algorithm", "flags", "lr_grid"}
 #: Where the shipped scenarios live, inside the ``syncbench.bench`` package.
-SCENARIO_PACKAGE, SCENARIO_DIR = "syncbench.bench", "scenarios"
+SCENARIO_PACKAGE, SCENARIO_DIR = "syncbench.bench.experiment", "scenarios"
 
 
 class ScenarioError(ValueError):
@@ -325,7 +325,7 @@ def _lr_grid(value: Any, where: str) -> list[float]:
 
 
 def _entries(data: dict, top_grid: list[float] | None) -> list[RunEntry]:
-    from syncbench.algorithms.registry import ALGORITHMS  # noqa: PLC0415 - numpy import
+    from syncbench.algorithms.registry import ALGORITHMS
 
     runs = data.get("run")
     _require(isinstance(runs, list) and runs and all(isinstance(r, dict) for r in runs),
@@ -405,7 +405,7 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
 
 def _datasets(value: Any) -> list[str]:
     """The checked ``datasets`` preference list."""
-    from syncbench.bench.data import DATASETS  # noqa: PLC0415
+    from syncbench.bench.data.catalog import DATASETS
 
     _require(isinstance(value, list) and all(v in DATASETS for v in value),
              f"'datasets' must be a list of {', '.join(DATASETS)}, got {value!r}")
@@ -430,7 +430,7 @@ def resolve_dataset(datasets: list[str]) -> str | None:
     """The first of ``datasets`` whose files are found (the last one if none is), else None."""
     if not datasets:
         return None
-    from syncbench.bench.data import DatasetError, find_dataset_dir  # noqa: PLC0415
+    from syncbench.bench.data.catalog import DatasetError, find_dataset_dir
 
     for name in datasets:
         try:
@@ -448,7 +448,7 @@ def _cluster_table(table: Any) -> dict[str, Any]:
     _require(not unknown, f"cluster: unknown key(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(sorted(_CLUSTER_KEYS))}")
     if "link" in table:
-        from syncbench.bench.cluster.command import RATE  # noqa: PLC0415
+        from syncbench.bench.cluster.command import RATE
 
         _require(isinstance(table["link"], str) and RATE.match(table["link"]) is not None,
                  f"cluster: 'link' must be a rate such as \"1gbit\", got {table['link']!r}")

@@ -175,7 +175,7 @@ def calibrate_rma(path: str) -> tuple[float, dict[str, Any]]:
     R); :func:`.platform.fit_link` takes L from the small sizes' medians and R
     from the large sizes' means.
     """
-    from syncbench.bench.simulate.platform import comm_timings, fit_link  # noqa: PLC0415
+    from syncbench.bench.simulate.platform import comm_timings, fit_link
 
     attrs, sizes, mean, median, _, keep = comm_timings(path, "rma-accumulate", "--calibrate-rma")
     if keep.sum() < 2:
@@ -244,7 +244,7 @@ def asgd_phases(nbytes: float, n: int, layout: str,
 
 def epochs_per_access(params: int, n: int, layout: str) -> int:
     """Owners a pull or push locks, reads or updates and unlocks: ``len(shard_layout(...))``."""
-    from syncbench.algorithms.windows import shard_layout  # noqa: PLC0415
+    from syncbench.algorithms.windows import shard_layout
 
     return len(shard_layout(params, n, layout))
 
@@ -444,7 +444,7 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
 def _rows(run: CounterRun, n: int, batch: int) -> Any:
     """The records of :func:`counter_timeline` as per-rank rows (each rank's in step order):
     one block of :class:`.strategies.StepRows`, which fills the columns ASGD does not set."""
-    from syncbench.bench.simulate.strategies import StepRows  # noqa: PLC0415
+    from syncbench.bench.simulate.strategies import StepRows
 
     rows = StepRows(n)
     order = np.lexsort((run.step, run.worker))
@@ -456,7 +456,7 @@ def _rows(run: CounterRun, n: int, batch: int) -> Any:
 def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
          time_phase: PhaseTime) -> Timeline:
     """ASGD's timeline: ``steps`` x N pushes by the workers, each at its own pace."""
-    from syncbench.bench.simulate.strategies import Timeline  # noqa: PLC0415
+    from syncbench.bench.simulate.strategies import Timeline
 
     n = local.n
     workers = list(range(1, n)) if cfg.ps_layout == "dedicated" and n > 1 else list(range(n))

@@ -31,10 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ``syncbench``'s parser calls it with MPI not started (``bench.cli.mpi_not_started``),
     so importing the strategies' modules does not initialise MPI.
     """
-    from syncbench.algorithms.registry import ALGORITHMS  # noqa: PLC0415
-    from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS  # noqa: PLC0415
-    from syncbench.bench.simulate.platform import KINDS  # noqa: PLC0415
-    from syncbench.bench.simulate.strategies import SIMULATORS  # noqa: PLC0415
+    from syncbench.algorithms.registry import ALGORITHMS
+    from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS
+    from syncbench.bench.simulate.platform import KINDS
+    from syncbench.bench.simulate.strategies import SIMULATORS
 
     run = parser.add_argument_group("run")
     run.add_argument("--algorithm", default="ssgd", choices=tuple(SIMULATORS),
@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")
 
-    from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments  # noqa: PLC0415
+    from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments
 
     asgd_arguments(parser)  # ASGD's RMA costs (after strategies: asgd imports from it)
 
@@ -114,7 +114,7 @@ def _fail(message: str) -> int:
 
 def build_platform(args: argparse.Namespace) -> tuple[Any, str]:
     """(PlatformSpec, XML text) from the flags."""
-    from syncbench.bench.simulate import platform as pf  # noqa: PLC0415
+    from syncbench.bench.simulate import platform as pf
 
     if args.gpus_per_node < 1:
         raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
@@ -136,7 +136,7 @@ def build_platform(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def build_workload(args: argparse.Namespace) -> Any:
-    from syncbench.bench.simulate import workload as wl  # noqa: PLC0415
+    from syncbench.bench.simulate import workload as wl
 
     name = args.workload
     if name.endswith((".h5", ".hdf5")) or "/" in name:
@@ -157,7 +157,7 @@ def build_workload(args: argparse.Namespace) -> Any:
 
 def steps_per_rank(args: argparse.Namespace, workload: Any, n: int) -> int:
     """Steps per rank: ``--steps``, or ``--epochs`` over the workload's dataset as train counts."""
-    from syncbench.algorithms.base import steps_per_rank as epoch_steps  # noqa: PLC0415
+    from syncbench.algorithms.base import steps_per_rank as epoch_steps
 
     if args.steps is not None and args.epochs is not None:
         raise ValueError("give --steps or --epochs, not both")
@@ -172,8 +172,8 @@ def steps_per_rank(args: argparse.Namespace, workload: Any, n: int) -> int:
 
 
 def check_strategy(args: argparse.Namespace, n: int) -> None:
-    from syncbench.algorithms.registry import get_algorithm  # noqa: PLC0415
-    from syncbench.bench.slowdown import parse_slowdown  # noqa: PLC0415
+    from syncbench.algorithms.registry import get_algorithm
+    from syncbench.bench.train.slowdown import parse_slowdown
 
     get_algorithm(args.algorithm).validate(args, n)
     parse_slowdown(args.slowdown, n)
@@ -181,7 +181,7 @@ def check_strategy(args: argparse.Namespace, n: int) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Body of ``syncbench simulate``: 0 on success, 2 on bad input or without SimGrid."""
-    from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid  # noqa: PLC0415
+    from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid
 
     try:
         load_simgrid()
@@ -189,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     try:
         if args.validate:
-            from syncbench.bench.simulate.validate import validate_main  # noqa: PLC0415
+            from syncbench.bench.simulate.validate import validate_main
 
             return validate_main(args)
         return simulate_main(args)
@@ -198,10 +198,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def simulate_main(args: argparse.Namespace) -> int:
-    import os  # noqa: PLC0415
+    import os
 
-    from syncbench.bench.simulate.run import simulate  # noqa: PLC0415
-    from syncbench.bench.simulate.workload import parse_stragglers  # noqa: PLC0415
+    from syncbench.bench.simulate.run import simulate
+    from syncbench.bench.simulate.workload import parse_stragglers
 
     n = args.np
     if n < 1:

@@ -71,7 +71,7 @@ def load_simgrid() -> Any:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
             try:
-                import simgrid  # noqa: PLC0415
+                import simgrid
             except ImportError as exc:
                 raise SimGridMissing(INSTALL_HINT) from exc
     finally:

@@ -229,7 +229,7 @@ def comm_timings(path: str, op: str, flag: str) -> tuple[dict[str, Any], np.ndar
     """(attrs, sizes, mean s, P50 s, the statistic of the P50 column, usable sizes) of
     ``syncbench comm --op OP --out`` results; the P50 is the mean where the file has
     none. One-line ``ValueError`` naming ``flag`` if the file is not such results."""
-    from syncbench.bench.commbench import read_results  # noqa: PLC0415
+    from syncbench.bench.micro.comm import read_results
 
     try:
         data = read_results(path)
@@ -258,7 +258,7 @@ def calibrate(path: str) -> tuple[float, float, dict[str, Any]]:
     P50), the bandwidth of one node's link (payload bytes per second, each
     way) from the large sizes' means.
     """
-    from syncbench.bench.simulate.collectives import allreduce_link_terms  # noqa: PLC0415
+    from syncbench.bench.simulate.collectives import allreduce_link_terms
 
     attrs, sizes, seconds, small, statistic, keep = comm_timings(path, "allreduce",
                                                                  "--calibrate")

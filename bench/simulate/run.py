@@ -50,7 +50,7 @@ def simgrid_version(sg: Any) -> str:
 
 def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workload,
                   stragglers: Stragglers, network: Network) -> Timeline:
-    from syncbench.bench.slowdown import parse_slowdown  # noqa: PLC0415
+    from syncbench.bench.train.slowdown import parse_slowdown
 
     if n > network.capacity:
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
@@ -109,16 +109,16 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
 def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSpec,
            workload: Workload, simulation: dict[str, Any],
            host_names: list[str]) -> dict[str, Any]:
-    from syncbench.analysis.schema import EVAL_COLUMNS  # noqa: PLC0415
-    from syncbench.analysis.summary import summarize  # noqa: PLC0415
+    from syncbench.analysis.schema import EVAL_COLUMNS
+    from syncbench.analysis.summary import summarize
 
     rows = timeline.rows.arrays()
     if not cfg.out:
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
         empty = {name: np.zeros(0, dtype=d) for name, d in EVAL_COLUMNS.items()}
         return dict(summarize(rows, empty, timeline.wall_s, None))
-    from syncbench.bench.simulate.writer import write_simulated_run  # noqa: PLC0415
+    from syncbench.bench.simulate.writer import write_simulated_run
 
     # N is the root attribute world_size, not a flag of the series (as in train)
     config = {k: v for k, v in vars(cfg).items() if k not in ("func", "validate", "np")}

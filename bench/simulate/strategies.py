@@ -51,7 +51,7 @@ at a time: of the collectives in flight whose next stage is issued, the
 one posted first goes first. Each ``Testall`` with a request outstanding
 takes :data:`TESTALL_SECONDS` on the rank's clock between its layers,
 charged to ``comm`` as ``Communicator.poll`` charges it. The straggler's
-delay polls as ``bench/slowdown.py`` does in the mode ``--slowdown-mode
+delay polls as ``bench/train/slowdown.py`` does in the mode ``--slowdown-mode
 auto`` resolves to on the simulated nodes (:func:`resolve_mode` with
 ``--gpus-per-node`` ranks per node): ``sleep`` every ``PROGRESS_INTERVAL_S``,
 ``work`` at the hook calls of the passes it repeats.
@@ -363,13 +363,13 @@ def delay_polls(calendar: Calendar, cfg: argparse.Namespace, split: ComputeSplit
                 begin: np.ndarray, delay: np.ndarray, compute: np.ndarray) -> None:
     """Add the polls of the straggler's delay ``[begin, begin + delay]`` to ``calendar``.
 
-    ``bench/slowdown.py``: the mode is ``auto``'s (``resolve_mode`` with
+    ``bench/train/slowdown.py``: the mode is ``auto``'s (``resolve_mode`` with
     ``--gpus-per-node`` ranks per node); ``sleep`` (and ``spin``) call the
     progress hook every ``PROGRESS_INTERVAL_S`` and once at the deadline,
     ``work`` (``ModelWork``) before each pass of the model copy and at each
     of its hook calls (a pass takes the rank's compute time).
     """
-    from syncbench.bench.slowdown import PROGRESS_INTERVAL_S, resolve_mode  # noqa: PLC0415
+    from syncbench.bench.train.slowdown import PROGRESS_INTERVAL_S, resolve_mode
 
     end = begin + delay
     if resolve_mode("auto", int(getattr(cfg, "gpus_per_node", 1) or 1)) == "work":
@@ -396,7 +396,7 @@ def compute_polls(begin: np.ndarray, compute: np.ndarray, shares: np.ndarray,
 
 def bucket_plan(workload: Workload, bucket_mb: Any) -> list[tuple[int, int]]:
     """SSGD's buckets ``[start, end)`` in posting order, by SSGD's own functions."""
-    from syncbench.algorithms.ssgd import bucket_bytes, plan_buckets  # noqa: PLC0415
+    from syncbench.algorithms.ssgd import bucket_bytes, plan_buckets
 
     elems = max(1, bucket_bytes(bucket_mb, workload.params * workload.itemsize)
                 // workload.itemsize)
@@ -634,7 +634,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
            time_phase: PhaseTime) -> Timeline:
     """Oscars' timeline (``Oscars.step``), round by round, each local step one vector
     operation over the ranks still in the round; see the module docstring."""
-    from syncbench.algorithms.oscars import (  # noqa: PLC0415 - the strategy's own rules
+    from syncbench.algorithms.oscars import (
         Oscars,
         next_schedule,
         plan_round,

@@ -82,7 +82,7 @@ def nominal_slowdown(run: Any) -> str | None:
     included (``fairness.nominal_factors``: a rank on a node of speed 0.25 is nominally
     4x slower; the quota is no train flag, so the config does not hold it); None when
     every rank is at factor 1."""
-    from syncbench.analysis.fairness import nominal_factors  # noqa: PLC0415
+    from syncbench.analysis.fairness import nominal_factors
 
     factors = [f for _, f in sorted(nominal_factors(run).items())]
     if not factors or all(f == 1.0 for f in factors):
@@ -91,10 +91,10 @@ def nominal_slowdown(run: Any) -> str | None:
 
 
 def validate_main(args: argparse.Namespace) -> int:
-    from syncbench.analysis.runfile import RunFileError, read_run  # noqa: PLC0415
-    from syncbench.bench.simulate.cli import build_platform, build_workload  # noqa: PLC0415
-    from syncbench.bench.simulate.run import simulate  # noqa: PLC0415
-    from syncbench.bench.simulate.workload import parse_stragglers  # noqa: PLC0415
+    from syncbench.analysis.runfile import RunFileError, read_run
+    from syncbench.bench.simulate.cli import build_platform, build_workload
+    from syncbench.bench.simulate.run import simulate
+    from syncbench.bench.simulate.workload import parse_stragglers
 
     runs = []
     for path in args.validate:
@@ -139,7 +139,7 @@ def validate_main(args: argparse.Namespace) -> int:
 
 def run_load(run: Any) -> str:
     """The higher of the run's recorded load averages (``schema.LOAD_ATTRS``), or ``-``."""
-    from syncbench.analysis.schema import LOAD_ATTRS  # noqa: PLC0415
+    from syncbench.analysis.schema import LOAD_ATTRS
 
     values = []
     for name in LOAD_ATTRS:

@@ -137,7 +137,7 @@ def layer_flops(model: Any) -> tuple[list[float], list[float], float]:
     operation per element each way, Flatten nothing; the softmax
     cross-entropy about 5 per logit.
     """
-    from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU  # noqa: PLC0415
+    from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU
 
     forward, backward = [], []
     shape = tuple(model.input_shape)
@@ -276,7 +276,7 @@ class Workload:
 
 def build_zoo_model(model: str, dataset: str) -> Any:
     """``model`` on ``dataset``'s inputs, built once on the CPU (``kernels.zoo.build_model``)."""
-    from syncbench.kernels.zoo import build_model  # noqa: PLC0415
+    from syncbench.kernels.zoo import build_model
 
     shape, classes = DATASET_SHAPES.get(dataset, ((1, 28, 28), 10))
     return build_model(model, shape, classes)
@@ -290,7 +290,7 @@ def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
 
 def from_run(path: str) -> Workload:
     """The workload of a measured run file (see the module docstring)."""
-    from syncbench.analysis.runfile import RunFileError, read_run  # noqa: PLC0415
+    from syncbench.analysis.runfile import RunFileError, read_run
 
     try:
         run = read_run(path)

@@ -11,7 +11,7 @@ the name of host k // ranks_per_node (``node-<i>`` on the generated
 platforms) and its ``node`` the index of that name in the sorted names; the
 root attributes ``nodes`` and ``ranks_per_host`` count them, and
 ``hostnames`` / ``ranks_per_node`` list them as the recorder does
-(:func:`syncbench.bench.train.machine_attrs`) up to ``MAX_LISTED_NODES``
+(:func:`syncbench.bench.train.driver.machine_attrs`) up to ``MAX_LISTED_NODES``
 hosts: a root attribute lives in the object header, which holds 64 KiB
 (16,384 names do not fit), so larger runs leave both lists empty and readers
 count ``nodes`` (:func:`syncbench.analysis.context.machine_context`). There
@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 
 from syncbench.analysis import schema
-from syncbench.bench.cli import git_sha, package_version
+from syncbench.bench.mpi.provenance import git_sha, package_version
 
 #: Most hosts whose names (and rank counts) a run file lists in root attributes.
 MAX_LISTED_NODES = 2048
@@ -63,7 +63,7 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
                         ranks_per_node: int = 1,
                         host_names: Sequence[str] = ()) -> dict[str, Any]:
     """Write the run file atomically; returns its summary."""
-    from syncbench.bench.recorder import write_run_file  # noqa: PLC0415
+    from syncbench.bench.train.recorder import write_run_file
 
     hosts, names = node_attrs(world_size, ranks_per_node, host_names)
     root = {

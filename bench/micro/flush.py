@@ -16,7 +16,7 @@ one flush of 250 new rows (about a second of one rank's steps) into a rows file 
 1e3 to 1e6 rows, against rewriting all of them (``np.savez``, the flush before
 ``rows-RRRRR.bin``). Usage::
 
-    python -m syncbench.bench.flush_bench [--repeats 5] [--epochs 3] [--np 2]
+    python -m syncbench.bench.micro.flush [--repeats 5] [--epochs 3] [--np 2]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 def one_run(np_: int, epochs: int, flush_every: str, folder: Path) -> tuple[float, float]:
     """(samples/s of the run file, samples over the run's whole interval per second)."""
-    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+    from syncbench.analysis.runfile import read_run
 
     out = folder / f"run-{flush_every}.h5"
     mpiexec = os.environ.get("MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
@@ -54,12 +54,12 @@ def flush_costs(folder: Path, sizes: tuple[int, ...] = (1_000, 100_000, 1_000_00
                 new: int = 250, repeats: int = 20) -> list[tuple[int, float, float]]:
     """(rows in the file, seconds per incremental flush of ``new`` rows, seconds per
     full rewrite of every row), medians of ``repeats``."""
-    import time  # noqa: PLC0415
+    import time
 
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
-    from syncbench.analysis import schema  # noqa: PLC0415
-    from syncbench.bench.checkpoint import RowsFile  # noqa: PLC0415
+    from syncbench.analysis import schema
+    from syncbench.bench.train.checkpoint import RowsFile
 
     out = []
     for n in sizes:
@@ -85,7 +85,7 @@ def _stats(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.flush_bench",
+    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.micro.flush",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=3)

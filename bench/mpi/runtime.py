@@ -60,7 +60,7 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
     errors = comm.allgather(error)
     failed = [(rank, msg) for rank, msg in enumerate(errors) if msg]
     if failed:
-        from syncbench.bench.cli import fail  # noqa: PLC0415
+        from syncbench.bench.mpi.errors import fail
 
         sys.stdout.flush()
         rank, msg = failed[0]
@@ -81,7 +81,7 @@ def abort_on_exception(comm: MPI.Comm, body: Callable[[], T]) -> T:
         return body()
     except SystemExit:
         raise
-    except BaseException as exc:  # noqa: BLE001 - includes KeyboardInterrupt
+    except BaseException as exc:
         rank = comm.Get_rank()
         if not isinstance(exc, KeyboardInterrupt):
             traceback.print_exc()

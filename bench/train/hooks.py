@@ -1,6 +1,6 @@
 """What the training driver does around each step, as hooks (ChainerMN's extensions).
 
-The loop of :meth:`syncbench.bench.train.Run.train` only gets data, calls
+The loop of :meth:`syncbench.bench.train.driver.Run.train` only gets data, calls
 ``algorithm.step`` and records the row; everything else is a :class:`Hook`
 called at the start of training, before and after every step, and at its end:
 
@@ -14,7 +14,7 @@ called at the start of training, before and after every step, and at its end:
   (and joins a strategy's checkpoint pauses, :meth:`Algorithm.pause_point`);
 - :class:`StrategyReport` prints a strategy's own measurements after training;
 - :class:`StopOnSignal` ends training at an agreed step boundary after SIGTERM,
-  SIGINT or SIGUSR1 (:mod:`syncbench.bench.stopping`).
+  SIGINT or SIGUSR1 (:mod:`syncbench.bench.train.stopping`).
 
 The rule for hooks that make collective calls (Evaluator, Checkpointer): they
 act only on values every rank agrees on, the step's
@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 from mpi4py import MPI
 
 from syncbench.algorithms.base import StepStats
-from syncbench.bench.progress import Progress
-from syncbench.bench.stopping import SignalCatcher, StopVote, signal_name
+from syncbench.bench.train.progress import Progress
+from syncbench.bench.train.stopping import SignalCatcher, StopVote, signal_name
 
 if TYPE_CHECKING:
-    from syncbench.bench.train import LoopState, Run
-    from syncbench.bench.watchdog import Watchdog
+    from syncbench.bench.mpi.watchdog import Watchdog
+    from syncbench.bench.train.driver import LoopState, Run
 
 
 @dataclass
@@ -229,7 +229,7 @@ class StrategyReport(Hook):
 class StopOnSignal(Hook):
     """Ends training at a step boundary every rank agrees on once a signal arrived.
 
-    See :mod:`syncbench.bench.stopping`. It is the first hook: at an evaluation
+    See :mod:`syncbench.bench.train.stopping`. It is the first hook: at an evaluation
     point the rank votes (off the clock); when the vote of
     ``Algorithm.stop_vote_lag`` points ago carries a signal and the budget is
     not used up, every rank is at this same point: the stop checkpoint is

@@ -6,7 +6,7 @@ extra columns). At the end the rows are gathered to rank 0, which writes the
 ``syncbench/1`` file (names from :mod:`syncbench.analysis.schema`): built in
 memory, written to a temporary name in the target directory, synced and
 renamed, so a run file that exists is complete, and a failed write (a full
-disk, a read-only folder) is one :class:`~syncbench.bench.checkpoint.WriteError`
+disk, a read-only folder) is one :class:`~syncbench.bench.train.checkpoint.WriteError`
 that leaves nothing behind. This works with every h5py build (PyPI's has no MPI).
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from syncbench.algorithms.base import StepStats
 from syncbench.analysis import schema
 from syncbench.analysis.summary import divergence, summarize
-from syncbench.bench.checkpoint import hdf5_image, write_atomic
+from syncbench.bench.train.checkpoint import hdf5_image, write_atomic
 
 
 class StepRecorder:

@@ -66,7 +66,7 @@ def train_and_read(np_: int, train_args: list[str], out: Path, mpiexec: str | No
     A failed job raises ``RuntimeError`` with the exit status and the last
     lines of its stderr.
     """
-    from syncbench.analysis.runfile import read_run  # noqa: PLC0415
+    from syncbench.analysis.runfile import read_run
 
     proc = run_train(np_, [*train_args, "--progress", "never", "--out", str(out),
                            "--overwrite"], mpiexec, timeout=timeout, quiet=True)

@@ -1,6 +1,6 @@
 """Flags of ``syncbench train`` (shared with ``compare``), and their validation.
 
-The command's body is :func:`syncbench.bench.train.main`.
+The command's body is :func:`syncbench.bench.train.driver.main`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PHASES
-from syncbench.bench.data import DATASETS
-from syncbench.bench.slowdown import SLOWDOWN_MODES
+from syncbench.bench.data.catalog import DATASETS
+from syncbench.bench.train.slowdown import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
 from syncbench.kernels.zoo import MODELS, has_batchnorm, model_name
 

@@ -1,11 +1,11 @@
 """``syncbench peers``: our strategies against PyTorch's, and SSGD against the bare Allreduce.
 
 For every rank count ``--np``, model ``--model`` (``mlp``, ``lenet``,
-``resnet8``, ``resnet20``: :data:`syncbench.bench.peers.torch_runner.MODELS`)
+``resnet8``, ``resnet20``: :data:`syncbench.bench.experiment.peers.torch_runner.MODELS`)
 and algorithm
 ``--algorithms`` it launches, ``--repeats`` times and alternately (ours,
 peer, ours, peer, ...), ``syncbench train`` and its PyTorch peer
-(:mod:`syncbench.bench.peers.torch_runner`: ``ssgd`` <->
+(:mod:`syncbench.bench.experiment.peers.torch_runner`: ``ssgd`` <->
 DistributedDataParallel, ``localsgd`` <-> PeriodicModelAverager with the
 same ``--period``) with the same data, ranks, per-rank batch, steps, seed
 and optimizer, and prints in fixed columns the median samples/s of each
@@ -14,7 +14,7 @@ total samples over the slowest rank's training wall time) and the ratio
 ``ours / peer`` of the medians.
 
 Communication efficiency (SSGD only, ``np >= 2``): once per rank count and
-model, ``syncbench ssgd-comm`` (:mod:`syncbench.bench.ssgd_comm`) measures,
+model, ``syncbench ssgd-comm`` (:mod:`syncbench.bench.micro.ssgd_comm`) measures,
 in one job and interleaved in ``--comm-blocks`` rounds, SSGD's time inside
 MPI per step (``comm + wait`` of the last-arriving rank, ``--comm overlap``
 and ``--comm blocking``) and a bare ``Allreduce`` of the same gradient bytes
@@ -25,20 +25,20 @@ ratios: 1.0 means a training step's reduction costs what MPI alone needs.
 
 ``--speed`` instead compares one process's training step (forward,
 backward, momentum update; no data loading, no MPI) on random inputs of the
-model's shape: :func:`syncbench.bench.speed.step_throughput` against the
+model's shape: :func:`syncbench.bench.micro.speed.step_throughput` against the
 same loop in PyTorch with ``torch.set_num_threads(1)``
-(:func:`syncbench.bench.peers.torch_runner.step_throughput`), alternating,
+(:func:`syncbench.bench.experiment.peers.torch_runner.step_throughput`), alternating,
 ``--repeats`` times, each measurement in a fresh process (so neither
 inherits the other's allocator state: both slow down when big arrays are
 page-faulted in every step). Both sides take the input shape of
-:data:`syncbench.bench.speed.SHAPES` and train in training mode: the
+:data:`syncbench.bench.micro.speed.SHAPES` and train in training mode: the
 ResNets' BatchNorm normalises with each batch's statistics and updates its
 running ones, on both sides.
 
 BatchNorm in the distributed runs: per-rank batch statistics (no
 SyncBatchNorm), DDP without its per-forward broadcast of rank 0's buffers,
 Local SGD averaging the running statistics with the parameters (the rules of
-docs/ALGORITHMS.md; details in :mod:`syncbench.bench.peers.torch_runner`).
+docs/ALGORITHMS.md; details in :mod:`syncbench.bench.experiment.peers.torch_runner`).
 Ours with ``--train-flags '--sync-bn'`` has no peer: PyTorch's SyncBatchNorm
 takes GPU inputs only, so the peer keeps per-rank statistics (a ``#`` note
 says so above the table).
@@ -62,10 +62,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncbench.bench.launch import find_mpiexec, rank_env, train_and_read
+from syncbench.bench.experiment.launch import find_mpiexec, rank_env, train_and_read
 
 ALGORITHMS = ("ssgd", "localsgd")
-RUNNER = "syncbench.bench.peers.torch_runner"
+RUNNER = "syncbench.bench.experiment.peers.torch_runner"
 
 
 @dataclass
@@ -151,7 +151,7 @@ def run_ours(args: argparse.Namespace, np_: int, model: str, algorithm: str,
 
 def run_peer(args: argparse.Namespace, np_: int, model: str, algorithm: str) -> dict:
     """One PyTorch peer run under the same launcher; its ``peer-result`` record."""
-    from syncbench.bench.peers.torch_runner import parse_result  # noqa: PLC0415
+    from syncbench.bench.experiment.peers.torch_runner import parse_result
 
     cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", RUNNER,
            "--algorithm", algorithm, *common_flags(args, model)]
@@ -245,10 +245,10 @@ SPEED_HEADER = (f"# {'model':<8}{'batch':>6}{'ours[samples/s]':>16}{'torch[sampl
 
 #: ``python -c`` bodies measuring one single-process rate: argv = model, batch, steps, seed.
 SPEED_CHILD = {
-    "ours": "from syncbench.bench.speed import step_throughput as f\n"
+    "ours": "from syncbench.bench.micro.speed import step_throughput as f\n"
             "print(f(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), 1, "
             "seed=int(sys.argv[4]))[0])",
-    "torch": "from syncbench.bench.peers.torch_runner import step_throughput as f\n"
+    "torch": "from syncbench.bench.experiment.peers.torch_runner import step_throughput as f\n"
              "print(f(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), seed=int(sys.argv[4])))",
 }
 
@@ -282,7 +282,7 @@ def speed_table(args: argparse.Namespace, models: list[str]) -> list[str]:
 def usage_error(args: argparse.Namespace, algorithms: list[str],
                 models: list[str]) -> str | None:
     """What is wrong with the flags (None when nothing is)."""
-    from syncbench.bench.peers.torch_runner import MODELS  # noqa: PLC0415 - no torch import
+    from syncbench.bench.experiment.peers.torch_runner import MODELS
 
     if any(a not in ALGORITHMS for a in algorithms) or args.repeats < 1:
         return (f"--algorithms takes {', '.join(ALGORITHMS)} and --repeats >= 1 "
@@ -303,7 +303,7 @@ def main(args: argparse.Namespace) -> int:
     if error is not None:
         print(f"syncbench peers: {error}", file=sys.stderr)
         return 2
-    import torch  # noqa: PLC0415 - fail early with a clear message if the extra is missing
+    import torch
 
     threads = os.environ.get("OMP_NUM_THREADS", "1 (set per rank)")
     if args.speed:

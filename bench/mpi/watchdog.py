@@ -13,7 +13,7 @@ RMA epoch, or behind a network that no longer carries its messages), it
    those outside MPI (not in a ``comm`` or ``wait`` phase while the others wait
    for them), and those with no heartbeat at all;
 3. probes the other ranks' guards and the launcher's host
-   (:mod:`syncbench.bench.reach`): the nodes that cannot be reached (a network
+   (:mod:`syncbench.bench.mpi.reach`): the nodes that cannot be reached (a network
    fault), the ranks that are gone (their node answers, they do not);
 4. prints ONE line for the job and ends it.
 
@@ -48,8 +48,8 @@ from pathlib import Path
 from mpi4py import MPI
 
 from syncbench.algorithms.timing import PhaseTimer
-from syncbench.bench import reach
-from syncbench.bench.runtime import ABORT_GRACE_S
+from syncbench.bench.mpi import reach
+from syncbench.bench.mpi.runtime import ABORT_GRACE_S
 
 IN_MPI = ("comm", "wait")
 #: Seconds the guards give each other to write their heartbeats and rows.
@@ -81,7 +81,7 @@ class Watchdog:
     """Heartbeats plus a thread that ends the job after ``timeout`` s without progress.
 
     ``flush`` writes this rank's rows to the parts folder (called from the
-    guard's thread); ``peers`` are every rank's :class:`~syncbench.bench.reach.Peer`
+    guard's thread); ``peers`` are every rank's :class:`~syncbench.bench.mpi.reach.Peer`
     (gathered at the start), ``listener`` this rank's.
     """
 

@@ -126,7 +126,7 @@ class _quiet:
 
 def abort_on_write_error(comm: Any, error: WriteError) -> None:
     """End the job from a rank whose write failed mid-run: one line, then ``MPI_Abort``."""
-    from syncbench.bench.runtime import ABORT_GRACE_S  # noqa: PLC0415
+    from syncbench.bench.mpi.runtime import ABORT_GRACE_S
 
     sys.stdout.flush()
     print(f"syncbench: rank {comm.Get_rank()}: {error}; aborting the job", file=sys.stderr,
@@ -141,11 +141,11 @@ def agree_on_write(comm: Any, write: Callable[[], T] | None, command: str = "tra
 
     On a :class:`WriteError`, rank 0 prints ``syncbench COMMAND: error: cannot write
     PATH: CAUSE (errno N)`` and ``note``, and every rank exits with status 2 (the
-    others :func:`~syncbench.bench.cli.exit_after_grace` later). The other ranks
+    others :func:`~syncbench.bench.mpi.errors.exit_after_grace` later). The other ranks
     wait by polling, leaving rank 0 its core.
     """
-    from syncbench.bench.cli import exit_after_grace  # noqa: PLC0415
-    from syncbench.bench.runtime import wait_politely  # noqa: PLC0415
+    from syncbench.bench.mpi.errors import exit_after_grace
+    from syncbench.bench.mpi.runtime import wait_politely
 
     result: T | None = None
     failed = np.zeros(1, dtype=np.int64)
@@ -323,7 +323,7 @@ def flushed_ranks(folder: Path) -> list[int]:
 
 def recover(out: str | os.PathLike, overwrite: bool = False) -> dict[str, float]:
     """Rebuild a partial run file (``complete=False``) from ``out``'s parts folder."""
-    from syncbench.bench.recorder import write_run_file  # noqa: PLC0415
+    from syncbench.bench.train.recorder import write_run_file
 
     out = Path(out)
     folder = parts_dir(out)

@@ -48,8 +48,18 @@ from syncbench.analysis.context import (
     transport_env,
 )
 from syncbench.analysis.summary import divergence
-from syncbench.bench import reach
-from syncbench.bench.checkpoint import (
+from syncbench.bench.data.catalog import Dataset, DatasetError, load_dataset
+from syncbench.bench.mpi import reach
+from syncbench.bench.mpi.clocks import ClockOffset, drift_since, measure_offsets
+from syncbench.bench.mpi.provenance import git_sha, package_version
+from syncbench.bench.mpi.runtime import (
+    SetupError,
+    abort_on_exception,
+    agree_on_setup,
+    wait_politely,
+)
+from syncbench.bench.mpi.watchdog import Watchdog
+from syncbench.bench.train.checkpoint import (
     RowsFile,
     WriteError,
     abort_on_write_error,
@@ -64,10 +74,7 @@ from syncbench.bench.checkpoint import (
     write_atomic,
     write_meta,
 )
-from syncbench.bench.cli import git_sha, package_version
-from syncbench.bench.clocks import ClockOffset, drift_since, measure_offsets
-from syncbench.bench.data import Dataset, DatasetError, load_dataset
-from syncbench.bench.hooks import (
+from syncbench.bench.train.hooks import (
     Checkpointer,
     Evaluator,
     Heartbeat,
@@ -79,15 +86,9 @@ from syncbench.bench.hooks import (
     StopOnSignal,
     StrategyReport,
 )
-from syncbench.bench.options import validate_train_config
-from syncbench.bench.recorder import EvalRecorder, StepRecorder, run_summary, write_run_file
-from syncbench.bench.runtime import (
-    SetupError,
-    abort_on_exception,
-    agree_on_setup,
-    wait_politely,
-)
-from syncbench.bench.slowdown import (
+from syncbench.bench.train.options import validate_train_config
+from syncbench.bench.train.recorder import EvalRecorder, StepRecorder, run_summary, write_run_file
+from syncbench.bench.train.slowdown import (
     ModelWork,
     Slowdown,
     make_slowdown,
@@ -95,9 +96,8 @@ from syncbench.bench.slowdown import (
     parse_slowdown_schedule,
     resolve_mode,
 )
-from syncbench.bench.stopping import SignalCatcher, StopVote, exit_status
-from syncbench.bench.stream import BatchStream
-from syncbench.bench.watchdog import Watchdog
+from syncbench.bench.train.stopping import SignalCatcher, StopVote, exit_status
+from syncbench.bench.train.stream import BatchStream
 from syncbench.kernels.backend import Backend, BackendError, select_backend
 from syncbench.kernels.model import Model
 from syncbench.kernels.zoo import build_model
@@ -296,7 +296,7 @@ class Run:
 
         The loop only gets data, steps and records; evaluation, checkpoints,
         row flushes, snapshots, the heartbeat and progress are hooks
-        (:mod:`syncbench.bench.hooks`).
+        (:mod:`syncbench.bench.train.hooks`).
         """
         loop = self.open_records()
         hooks = self.make_hooks(loop)
@@ -466,7 +466,7 @@ class Run:
 
         Time 0 is the moment rank 0 left the start barrier, mapped onto this
         rank's ``CLOCK_MONOTONIC`` through its measured offset to rank 0
-        (:func:`~syncbench.bench.clocks.measure_offsets`): every rank's rows are on
+        (:func:`~syncbench.bench.mpi.clocks.measure_offsets`): every rank's rows are on
         rank 0's clock, within the offset's uncertainty, whatever node it runs
         on (monotonic clocks start at each node's boot) and however far apart the
         ranks left the barrier. ``MPI.Wtime`` is not used: its origin is per
@@ -506,7 +506,7 @@ class Run:
         temporary one, its listener's address to every rank."""
         folder = self.parts
         if folder is None:  # one folder for all ranks (shared only within a node)
-            import tempfile  # noqa: PLC0415
+            import tempfile
 
             name = tempfile.mkdtemp(prefix="syncbench-hb-") if self.rank == 0 else None
             folder = Path(self.world.bcast(name, root=0))
@@ -570,7 +570,7 @@ class Run:
                 self.rows_lock.release()
 
     def _flush(self) -> None:
-        """Append the rows since the last flush (:class:`~syncbench.bench.checkpoint.RowsFile`;
+        """Append the rows since the last flush (:class:`.checkpoint.RowsFile`;
         the first flush of this process writes the file afresh); raises ``WriteError``."""
         if getattr(self, "rows_file", None) is None:
             self.rows_file = RowsFile(self.parts, self.rank)
@@ -614,7 +614,7 @@ class Run:
         """Save every rank's resumable state at this evaluation point (collective).
 
         ``tag`` names the checkpoint and must be the same on every rank
-        (:class:`~syncbench.bench.hooks.Checkpointer` passes the global samples
+        (:class:`~syncbench.bench.train.hooks.Checkpointer` passes the global samples
         seen over the batch size).
         """
         loop.elapsed = elapsed
@@ -668,7 +668,7 @@ class Run:
         """Gather every rank's rows to rank 0, which writes the run file atomically.
 
         Each rank first moves its ``t_start`` onto rank 0's clock for the drift
-        between its two offset measurements (:func:`~syncbench.bench.clocks.drift_since`).
+        between its two offset measurements (:func:`~syncbench.bench.mpi.clocks.drift_since`).
         A run ``stopped_by`` a signal is written ``complete=False`` and keeps its parts
         folder (its rows and the checkpoint that ``--resume`` continues from).
         """
@@ -723,7 +723,7 @@ class Run:
 
     def root_attrs(self, hostnames: list[str], devices: list[str]) -> dict[str, Any]:
         config = self.config
-        import h5py  # noqa: PLC0415
+        import h5py
 
         return {
             "algorithm": config.algorithm,
@@ -848,8 +848,8 @@ def main(args: argparse.Namespace) -> int:
     then without initializing MPI); MPI starts here, after the GPU of this
     rank is made current (``backend.bind_before_mpi``).
     """
-    from syncbench.bench.runtime import start_mpi  # noqa: PLC0415
-    from syncbench.kernels import backend  # noqa: PLC0415
+    from syncbench.bench.mpi.runtime import start_mpi
+    from syncbench.kernels import backend
 
     backend.bind_before_mpi(args.device)
     run = train_run(args, start_mpi())
@@ -867,7 +867,7 @@ def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Run:
     ``stopped_by`` on every rank).
 
     SIGTERM, SIGINT and SIGUSR1 are caught from before the setup to the end
-    (:class:`~syncbench.bench.stopping.SignalCatcher`): training stops at an
+    (:class:`~syncbench.bench.train.stopping.SignalCatcher`): training stops at an
     agreed step boundary and the run file is written incomplete.
     """
     comm = comm or MPI.COMM_WORLD

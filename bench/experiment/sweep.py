@@ -277,7 +277,7 @@ def write_manifest(path: Path, args: argparse.Namespace, train_args: list[str],
 def launch(run: PlannedRun, train_args: list[str], mpiexec: str | None,
            timeout: float | None) -> None:
     """Run one point and record its status, exit code and duration in ``run``."""
-    from syncbench.bench.launch import run_train  # noqa: PLC0415 - spawns subprocesses
+    from syncbench.bench.experiment.launch import run_train
 
     flags = ["--algorithm", run.algorithm, "--batch-size", str(run.batch_size),
              "--scaling-mode", run.mode, "--out", run.path, "--overwrite", *train_args]
@@ -440,7 +440,7 @@ def _run_one(run: Any, counter: str, args: argparse.Namespace, train_args: list[
             print(f"{label}: {note}", flush=True)
         print(f"{label}: running -> {run.path}", flush=True)
         if getattr(args, "simulate", False):
-            from syncbench.bench.simulate.sweep import launch_simulated  # noqa: PLC0415
+            from syncbench.bench.simulate.sweep import launch_simulated
 
             launch_simulated(run, train_args, args.run_timeout, existing_is_complete)
         else:
@@ -468,7 +468,7 @@ def _report_text(runs: list, good: list, fmt: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser (``python -m syncbench.bench.sweep``)."""
+    """A stand-alone parser (``python -m syncbench.bench.experiment.sweep``)."""
     parser = argparse.ArgumentParser(
         prog="syncbench sweep",
         description="Strong or weak scaling sweep: one launch per (algorithm, np, repeat), "

@@ -31,7 +31,7 @@ any strategy:
   hands out the rest of the sample budget at once, and every rank finds it
   exhausted at its next claim.
 
-The driver (:class:`~syncbench.bench.hooks.StopOnSignal`) then writes a
+The driver (:class:`~syncbench.bench.train.hooks.StopOnSignal`) then writes a
 checkpoint where the strategy has one, flushes every rank's rows, writes the
 run file with ``/summary`` ``complete=False`` and ``stopped_by``, and exits
 with 128 + the signal's number.
@@ -172,7 +172,7 @@ class StopVote:
     """
 
     def __init__(self, comm: MPI.Comm, lag: int = VOTE_LAG) -> None:
-        from mpi4py import MPI  # noqa: PLC0415 - see the import at the top
+        from mpi4py import MPI
 
         self._max = MPI.MAX
         self.comm = comm.Dup()

@@ -1,7 +1,7 @@
 """PyTorch peer of ``syncbench train``: DDP (for SSGD) and periodic model averaging (Local SGD).
 
 Launched like our own runs, one process per rank under ``mpiexec``
-(``python -m syncbench.bench.peers.torch_runner ...``). The rank and world
+(``python -m syncbench.bench.experiment.peers.torch_runner ...``). The rank and world
 size come from the launcher's environment (``PMI_RANK``/``PMI_SIZE`` of
 MPICH's Hydra, ``OMPI_COMM_WORLD_RANK``/``_SIZE`` of Open MPI, ``PMIX_RANK``,
 ``SLURM_PROCID``/``SLURM_NTASKS``, or ``RANK``/``WORLD_SIZE``); PyTorch's
@@ -18,8 +18,8 @@ same flags:
   channels, option-A shortcuts, global average pooling, a linear head; see
   :func:`build_torch_resnet`), the architectures of
   :mod:`syncbench.kernels.zoo`, in float32;
-* the data: :func:`syncbench.bench.data.load_dataset` and each rank's shard
-  and batches from :class:`syncbench.bench.stream.BatchStream` (same seed),
+* the data: :func:`syncbench.bench.data.catalog.load_dataset` and each rank's shard
+  and batches from :class:`syncbench.bench.train.stream.BatchStream` (same seed),
   fetched inside the timed loop as our driver does;
 * the optimizer: momentum SGD with L2 weight decay (``torch.optim.SGD``,
   the convention of :class:`syncbench.algorithms.base.MomentumSGD`), mean
@@ -72,8 +72,8 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.bench.data import DATASETS, load_dataset
-from syncbench.bench.stream import BatchStream
+from syncbench.bench.data.catalog import DATASETS, load_dataset
+from syncbench.bench.train.stream import BatchStream
 
 #: The peer each of our algorithms is compared with.
 PEERS = {"ssgd": "torch-ddp", "localsgd": "torch-periodic-avg"}
@@ -130,7 +130,7 @@ def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -
     ``mlp`` and ``lenet`` keep PyTorch's default initialisation; the ResNets
     are built by :func:`build_torch_resnet` with the suite's.
     """
-    from torch import nn  # noqa: PLC0415
+    from torch import nn
 
     channels, height, width = input_shape
     if name in RESNET_BLOCKS:
@@ -156,8 +156,8 @@ def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -
 @functools.cache
 def _resnet_modules() -> tuple[type, type]:
     """``(ShortcutA, BasicBlock)``, defined on first use (torch is imported lazily)."""
-    from torch import nn  # noqa: PLC0415
-    from torch.nn import functional as F  # noqa: N812, PLC0415
+    from torch import nn
+    from torch.nn import functional as F
 
     class ShortcutA(nn.Module):
         """He et al.'s option A: ``x[:, :, ::s, ::s]``, zero channels appended after x's."""
@@ -214,10 +214,10 @@ def build_torch_resnet(blocks: int, in_channels: int, num_classes: int) -> Any:
     bn1 gamma, beta, conv2 weight, bn2 gamma, beta, and last the linear weight
     and bias.
     """
-    import torch  # noqa: PLC0415
-    from torch import nn  # noqa: PLC0415
+    import torch
+    from torch import nn
 
-    _, BasicBlock = _resnet_modules()  # noqa: N806
+    _, BasicBlock = _resnet_modules()
     width = RESNET_WIDTHS[0]
     layers: list[Any] = [nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
                          nn.BatchNorm2d(width, eps=1e-5, momentum=0.1), nn.ReLU()]
@@ -247,12 +247,12 @@ def _float_buffers(model: Any) -> list[Any]:
 def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any], float],
                                                               Callable[[], None]]:
     """``(step(x, y) -> loss, finish())`` of the chosen peer around ``model``."""
-    import torch  # noqa: PLC0415
-    import torch.distributed as dist  # noqa: PLC0415
-    from torch.nn import functional as F  # noqa: N812, PLC0415
+    import torch
+    import torch.distributed as dist
+    from torch.nn import functional as F
 
     if args.algorithm == "ssgd":
-        from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+        from torch.nn.parallel import DistributedDataParallel
 
         # per-rank BatchNorm statistics, as ours: no broadcast of rank 0's before each forward
         net = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
@@ -264,7 +264,7 @@ def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any]
                           weight_decay=args.weight_decay)
     averager = None
     if args.algorithm == "localsgd":
-        from torch.distributed.algorithms.model_averaging import (  # noqa: PLC0415
+        from torch.distributed.algorithms.model_averaging import (
             averagers,
             utils,
         )
@@ -297,8 +297,8 @@ def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any]
 
 def evaluate(model: Any, x: np.ndarray, y: np.ndarray, batch: int = 2000) -> tuple[float, float]:
     """(mean loss, accuracy) of ``model`` on a split."""
-    import torch  # noqa: PLC0415
-    from torch.nn import functional as F  # noqa: N812, PLC0415
+    import torch
+    from torch.nn import functional as F
 
     total, correct = 0.0, 0
     model.eval()
@@ -315,8 +315,8 @@ def evaluate(model: Any, x: np.ndarray, y: np.ndarray, batch: int = 2000) -> tup
 
 def train(args: argparse.Namespace) -> PeerResult | None:
     """Train on this rank; returns the result on rank 0 (None elsewhere)."""
-    import torch  # noqa: PLC0415
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch
+    import torch.distributed as dist
 
     rank, world = rank_and_size()
     torch.set_num_threads(args.threads)
@@ -367,17 +367,17 @@ def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
                     seed: int = 0) -> float:
     """Samples/s of ``steps`` single-process training steps on random inputs.
 
-    The PyTorch counterpart of :func:`syncbench.bench.speed.step_throughput`
+    The PyTorch counterpart of :func:`syncbench.bench.micro.speed.step_throughput`
     (same input shape, from its ``SHAPES``; 10 classes; momentum SGD; 3
     warm-up steps; no data loading, no communication), with
     ``torch.set_num_threads(threads)``. The model is in training mode, so
     BatchNorm normalises with each batch's statistics and updates its running
     ones, as our training step does.
     """
-    import torch  # noqa: PLC0415
-    from torch.nn import functional as F  # noqa: N812, PLC0415
+    import torch
+    from torch.nn import functional as F
 
-    from syncbench.bench.speed import SHAPES  # noqa: PLC0415
+    from syncbench.bench.micro.speed import SHAPES
 
     shape = SHAPES.get(model_name, (1, 28, 28))
     torch.set_num_threads(threads)
@@ -457,7 +457,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.peers.torch_runner",
+    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.experiment.peers.torch_runner",
                                      description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)

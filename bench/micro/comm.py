@@ -171,7 +171,7 @@ def make_buffers(kind: str, cuda_aware: bool, local_rank: int) -> Buffers:
     """NumPy buffers, or CuPy ones on device ``local_rank % count`` (else ``ValueError``)."""
     if kind == "numpy":
         return Buffers(np, staged=False)
-    from syncbench.kernels.backend import BackendError, select_backend  # noqa: PLC0415
+    from syncbench.kernels.backend import BackendError, select_backend
 
     try:
         backend = select_backend("gpu", local_rank)
@@ -193,7 +193,7 @@ def time_loop(comm: Any, iterations: int, skip: int, body: Callable[[], None],
     iteration i lasts from the end of i-1 to its own end: one ``Wtime`` per
     iteration, so the harness costs about what a bare loop does.
     """
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     wtime = MPI.Wtime
     total = skip + iterations
@@ -220,7 +220,7 @@ def time_loop(comm: Any, iterations: int, skip: int, body: Callable[[], None],
 
 def collective_body(op: str, comm: Any, bufs: Buffers, nbytes: int) -> Callable[[], None]:
     """One iteration of allreduce, iallreduce (post + wait) or bcast on ``nbytes``."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     dtype = element_type(op)
     send = bufs.array(nbytes // dtype.itemsize, dtype, 1)
@@ -257,7 +257,7 @@ def open_windows() -> int:
 @contextlib.contextmanager
 def rma_window(comm: Any, nbytes: int, disp_unit: int) -> Iterator[Any]:
     """A ``Win.Allocate`` window of ``nbytes``, freed (collectively) however the block ends."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     global _open_windows
     win = MPI.Win.Allocate(nbytes, disp_unit, comm=comm)
@@ -272,7 +272,7 @@ def rma_window(comm: Any, nbytes: int, disp_unit: int) -> Iterator[Any]:
 def rma_samples(op: str, comm: Any, win: Any, bufs: Buffers, nbytes: int, iterations: int,
                 skip: int) -> np.ndarray:
     """Per-iteration seconds of one RMA op + ``Flush`` to ``(rank + 1) % N``."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     dtype = element_type(op)
     count = nbytes // dtype.itemsize
@@ -333,7 +333,7 @@ def overlap_samples(comm: Any, bufs: Buffers, nbytes: int, iterations: int, skip
     ``compute`` excludes the time spent in ``Test`` (osu_iallreduce's
     ``tcomp - test_time``).
     """
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     dtype = element_type("iallreduce")
     send = bufs.array(nbytes // dtype.itemsize, dtype, 1)
@@ -367,7 +367,7 @@ def overlap_samples(comm: Any, bufs: Buffers, nbytes: int, iterations: int, skip
 
 def raw_allreduce_us(comm: Any, nbytes: int, iterations: int, skip: int) -> float:
     """Mean microseconds of a bare ``Allreduce`` loop (no per-iteration timers or barriers)."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     send = np.ones(nbytes // 4, np.float32)
     recv = np.zeros_like(send)
@@ -446,7 +446,7 @@ def gather(comm: Any, local: np.ndarray) -> np.ndarray | None:
 def write_results(path: str, attrs: dict[str, Any], rows: list[dict[str, float]],
                   samples: list[np.ndarray]) -> None:
     """Rows as 1-D datasets, raw latencies as ``/samples_us`` [size, rank, iteration]."""
-    import h5py  # noqa: PLC0415
+    import h5py
 
     tmp = f"{path}.tmp.{os.getpid()}"
     with h5py.File(tmp, "w") as f:
@@ -461,7 +461,7 @@ def write_results(path: str, attrs: dict[str, Any], rows: list[dict[str, float]]
 
 def read_results(path: str) -> dict[str, Any]:
     """``{"attrs": {...}, "<column>": array, ..., "samples_us": array}`` of a results file."""
-    import h5py  # noqa: PLC0415
+    import h5py
 
     out: dict[str, Any] = {}
     with h5py.File(path, "r") as f:
@@ -478,7 +478,7 @@ def read_results(path: str) -> dict[str, Any]:
 def measure_size(args: argparse.Namespace, comm: Any, bufs: Buffers, nbytes: int,
                  win: Any) -> tuple[dict[str, float] | None, np.ndarray | None]:
     """One row (on rank 0) and the gathered latencies for one message size."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     if args.op in RMA_OPS:
         local = rma_samples(args.op, comm, win, bufs, nbytes, args.iterations, args.skip)
@@ -508,7 +508,7 @@ def measure_size(args: argparse.Namespace, comm: Any, bufs: Buffers, nbytes: int
 
 def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
     """Flags and buffers, identically on every rank; ``ValueError`` with one line."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     if args.iterations < 1 or args.skip < 0:
         raise ValueError("--iterations must be >= 1 and --skip >= 0")
@@ -531,7 +531,7 @@ def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
 
 def node_count(comm: Any) -> int:
     """The nodes ``comm`` spans: its shared-memory groups (``MPI_COMM_TYPE_SHARED``)."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
@@ -542,9 +542,9 @@ def node_count(comm: Any) -> int:
 
 def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
     """Measure every size; rank 0 prints rows as they come and returns them."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
-    from syncbench.bench.runtime import agree_on_setup  # noqa: PLC0415
+    from syncbench.bench.mpi.runtime import agree_on_setup
 
     sizes, bufs = agree_on_setup(comm, lambda: validate(args, comm), "comm")
     rank = comm.Get_rank()
@@ -578,9 +578,9 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
 
 def result_attrs(args: argparse.Namespace, comm: Any, bufs: Buffers) -> dict[str, Any]:
     """Root attributes of the results file."""
-    from importlib import metadata  # noqa: PLC0415
+    from importlib import metadata
 
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     return {"schema": SCHEMA, "op": args.op, "world_size": comm.Get_size(),
             "buffer": args.buffer, "staged": bufs.staged,
@@ -593,14 +593,14 @@ def result_attrs(args: argparse.Namespace, comm: Any, bufs: Buffers) -> dict[str
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
-    from syncbench.bench.runtime import run_on_world  # noqa: PLC0415
+    from syncbench.bench.mpi.runtime import run_on_world
 
     return run_on_world(lambda comm: run(args, comm))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser (``python -m syncbench.bench.commbench``): one error line."""
-    from syncbench.bench.cli import CommandParser  # noqa: PLC0415
+    """A stand-alone parser (``python -m syncbench.bench.micro.comm``): one error line."""
+    from syncbench.bench.mpi.errors import CommandParser
 
     parser = CommandParser(
         prog="syncbench comm",

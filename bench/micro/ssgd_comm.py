@@ -91,8 +91,8 @@ def _variants(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench ssgd-comm``."""
-    from syncbench.algorithms.ssgd import bucket_mb_arg  # noqa: PLC0415
-    from syncbench.bench.options import add_model_and_data_arguments  # noqa: PLC0415
+    from syncbench.algorithms.ssgd import bucket_mb_arg
+    from syncbench.bench.train.options import add_model_and_data_arguments
 
     add_model_and_data_arguments(parser)
     parser.add_argument("--batch-size", type=_positive_int, default=64,
@@ -137,7 +137,7 @@ class Bench:
 
     def bare_allreduce(self, buf: np.ndarray) -> float:
         """Seconds of one in-place ``Allreduce`` of ``buf``, nothing else timed."""
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI
 
         t0 = MPI.Wtime()
         self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -145,7 +145,7 @@ class Bench:
 
     def mpi_step(self) -> float:
         """Forward, backward, a bare in-place Allreduce (timed alone), the update."""
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI
 
         x, y = self.stream.next()
         model = self.model
@@ -166,9 +166,9 @@ class Bench:
 
     def run_block(self, variant: str, steps: int) -> np.ndarray:
         """Seconds inside MPI of each of ``steps`` timed steps, after one untimed one."""
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI
 
-        from syncbench.bench.commbench import time_loop  # noqa: PLC0415
+        from syncbench.bench.micro.comm import time_loop
 
         buf = self.scratch
         if variant in ("tight", "osu"):  # time_loop's own timing, as syncbench comm
@@ -193,14 +193,14 @@ class Bench:
 
 def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
     """Data shard, model and the two SSGD instances; ``ValueError`` with one line."""
-    from syncbench.algorithms.base import Budget  # noqa: PLC0415
-    from syncbench.algorithms.communicator import Communicator  # noqa: PLC0415
-    from syncbench.algorithms.ssgd import SSGD  # noqa: PLC0415
-    from syncbench.algorithms.timing import PhaseTimer  # noqa: PLC0415
-    from syncbench.bench.data import DatasetError, load_dataset  # noqa: PLC0415
-    from syncbench.bench.stream import BatchStream  # noqa: PLC0415
-    from syncbench.kernels.backend import select_backend  # noqa: PLC0415
-    from syncbench.kernels.zoo import build_model  # noqa: PLC0415
+    from syncbench.algorithms.base import Budget
+    from syncbench.algorithms.communicator import Communicator
+    from syncbench.algorithms.ssgd import SSGD
+    from syncbench.algorithms.timing import PhaseTimer
+    from syncbench.bench.data.catalog import DatasetError, load_dataset
+    from syncbench.bench.train.stream import BatchStream
+    from syncbench.kernels.backend import select_backend
+    from syncbench.kernels.zoo import build_model
 
     if args.untimed_steps < 0:
         raise ValueError(f"--untimed-steps must be >= 0, got {args.untimed_steps}")
@@ -294,9 +294,9 @@ def format_row(variant: str, s: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
     """Measure on every rank; rank 0 prints the table and returns the figures."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
-    from syncbench.bench.runtime import agree_on_setup  # noqa: PLC0415
+    from syncbench.bench.mpi.runtime import agree_on_setup
 
     def setup() -> Bench:
         if args.json:
@@ -338,14 +338,14 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
-    from syncbench.bench.runtime import run_on_world  # noqa: PLC0415
+    from syncbench.bench.mpi.runtime import run_on_world
 
     return run_on_world(lambda comm: run(args, comm))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser (``python -m syncbench.bench.ssgd_comm``): one error line."""
-    from syncbench.bench.cli import CommandParser  # noqa: PLC0415
+    """A stand-alone parser (``python -m syncbench.bench.micro.ssgd_comm``): one error line."""
+    from syncbench.bench.mpi.errors import CommandParser
 
     parser = CommandParser(
         prog="syncbench ssgd-comm",

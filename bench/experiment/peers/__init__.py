@@ -1,6 +1,6 @@
 """Peer implementations that syncbench's strategies are measured against.
 
-:mod:`syncbench.bench.peers.torch_runner` trains the same architectures as
+:mod:`syncbench.bench.experiment.peers.torch_runner` trains the same architectures as
 :mod:`syncbench.kernels.zoo` (``mlp``, ``lenet``, and the BatchNorm ResNets
 ``resnet8`` and ``resnet20`` of He et al. 2016) with PyTorch (CPU, gloo), on
 the same data shards, batches and step counts as ``syncbench train``:
@@ -14,7 +14,7 @@ the same data shards, batches and step counts as ``syncbench train``:
 BatchNorm's running statistics stay per rank under DDP (no buffer broadcast)
 and are averaged with the parameters under Local SGD.
 
-:mod:`syncbench.bench.peers.command` (``syncbench peers``) runs ours and the
+:mod:`syncbench.bench.experiment.peers.command` (``syncbench peers``) runs ours and the
 peer alternately and prints the throughput ratios (``--speed``: one
 process's training step, ours against PyTorch's). PyTorch is an optional
 dependency (``pip install 'syncbench[peers]'``); nothing here imports it at

@@ -1,0 +1,1 @@
+"""syncbench.bench.data"""
