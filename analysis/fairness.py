@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .schema import SPLIT_PHASES, STEP_ORDERS
+from .schema import strategy_traits
 
 NAN = float("nan")
 
@@ -132,17 +132,16 @@ def realised_factor(run: RunLike, statistic: str = "mean") -> float:
 def _pre_phases(run: RunLike, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """(seconds from a step's start to its compute, to its delay) per step of ``rank``.
 
-    Derived from the one phase-order table, ``schema.STEP_ORDERS`` (the trace
+    Derived from the one phase-order table, the strategy's ``step_order`` trait (the trace
     draws from it too): the phases the strategy runs before ``compute`` come
     before it, and ``delay`` follows compute right away (``Algorithm.straggle``).
-    A phase run twice in a step around compute (``schema.SPLIT_PHASES``: ASGD's
+    A phase run twice in a step around compute (its ``split_phases`` trait: ASGD's
     pull and push, both charged to ``comm`` and moving the whole parameter
     vector) counts with its share before compute. Polls inside compute are
     charged to ``comm`` and are small; they are not placed.
     """
-    algorithm = str(run.attrs.get("algorithm"))
-    order = STEP_ORDERS.get(algorithm, STEP_ORDERS["default"])
-    split = SPLIT_PHASES.get(algorithm, {})
+    traits = strategy_traits(run.attrs)
+    order, split = traits.step_order, traits.split_phases
     before = np.zeros_like(_col(run, rank, "t_compute"))
     for phase in order[:order.index("compute")]:
         values = _col(run, rank, f"t_{phase}")

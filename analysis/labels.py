@@ -12,10 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-#: (algorithm, config flag, value that selects the variant, label suffix).
-VARIANTS: tuple[tuple[str, str, Any, str], ...] = (
-    ("odsgd", "local_lookahead", "on", "+la"),
-)
+from .schema import strategy_traits
 
 
 def _config(attrs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -37,7 +34,7 @@ def run_label(attrs: Mapping[str, Any]) -> str:
     """
     algorithm = str(attrs.get("algorithm") or "")
     config = _config(attrs)
-    for name, flag, value, suffix in VARIANTS:
-        if algorithm == name and config.get(flag) == value:
+    for flag, value, suffix in strategy_traits(attrs).label_variants:
+        if config.get(flag) == value:
             algorithm += suffix
     return algorithm

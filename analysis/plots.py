@@ -41,9 +41,9 @@ import numpy as np
 
 from .context import context_line, format_context, machine_context
 from .runfile import Run
-from .schema import PHASES
+from .schema import PHASES, strategy_traits
 from .tables import incomplete_reason
-from .trace import NS, SNAPSHOT_EVALUATIONS, in_window, phase_bounds_ns, step_ends, step_order
+from .trace import NS, in_window, phase_bounds_ns, step_ends, step_order
 
 #: One colour per phase, the same in every plot.
 PHASE_COLORS: dict[str, str] = {
@@ -363,7 +363,7 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     span = max(t_hi - t_lo, 1e-9)
     scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
     fig, ax = plt.subplots(figsize=(12.0, max(3.2, 1.6 + 0.6 * len(ranks))), dpi=_DPI)
-    order = step_order(run.algorithm)
+    order = step_order(run.attrs)
     for row, r in enumerate(ranks):
         cols = run.ranks[r]
         bounds = phase_bounds_ns(cols, order)[:, :] / NS
@@ -383,7 +383,7 @@ def plot_timeline(plt: Any, run: Run, path: Path,
         xs = [float(ends[np.flatnonzero(steps0 == int(s) - 1)[-1]])
               for s in run.eval["step"] if np.any(steps0 == int(s) - 1)]
         xs = [x * scale for x in xs if t_lo <= x <= t_hi]
-        if xs and run.algorithm in SNAPSHOT_EVALUATIONS:
+        if xs and strategy_traits(run.attrs).snapshot_evaluations:
             ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", markerfacecolor="none",
                     color="black", markersize=9, clip_on=False,
                     label="snapshot (no pause)")

@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -88,26 +89,17 @@ def in_window(step: np.ndarray, window: tuple[int, int | None] | None) -> np.nda
     return mask
 
 
-#: The order each strategy runs the phases of a step in (``schema.STEP_ORDERS``, shared
-#: with :mod:`~syncbench.analysis.fairness`). Phases that occur twice in a step (ASGD's
-#: pull and push ``comm``) are drawn once.
-STEP_ORDERS = schema.STEP_ORDERS
-
-#: Strategies whose evaluation rows come from parameter copies evaluated after
-#: training (no pause in the steps).
-SNAPSHOT_EVALUATIONS: frozenset[str] = frozenset({"asgd"})
-
 NS = 1_000_000_000  # nanoseconds per second
 
 
-def step_order(algorithm: str | None) -> tuple[str, ...]:
-    """The phases of ``schema.PHASES`` in the order ``algorithm`` runs them in a step."""
-    order = STEP_ORDERS.get(str(algorithm), STEP_ORDERS["default"])
+def step_order(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The phases of ``schema.PHASES`` in the order the run's strategy runs them in a step."""
+    order = schema.strategy_traits(attrs).step_order
     return (*order, *(p for p in PHASES if p not in order))
 
 
 def phase_bounds_ns(cols: dict[str, np.ndarray],
-                    order: tuple[str, ...] = STEP_ORDERS["default"]) -> np.ndarray:
+                    order: tuple[str, ...] = schema.LOCK_STEP_ORDER) -> np.ndarray:
     """Integer-ns boundaries of each step's phases, shape (rows, len(order) + 1).
 
     Column 0 is the step's start, column k + 1 the end of ``order[k]``: cumulative
@@ -156,7 +148,7 @@ def _metadata(run: Run, rank: int) -> list[dict[str, Any]]:
 
 def _rank_slices(rank: int, cols: dict[str, np.ndarray],
                  window: tuple[int, int | None] | None,
-                 order: tuple[str, ...] = STEP_ORDERS["default"]) -> list[dict[str, Any]]:
+                 order: tuple[str, ...] = schema.LOCK_STEP_ORDER) -> list[dict[str, Any]]:
     keep = np.flatnonzero(in_window(cols["step"], window))
     bounds = phase_bounds_ns(cols, order)
     events = []
@@ -185,7 +177,7 @@ def _eval_instants(run: Run, window: tuple[int, int | None] | None) -> list[dict
     cols = run.ranks[0]
     steps = np.asarray(cols["step"])
     ends = phase_bounds_ns(cols)[:, -1]
-    snapshot = run.algorithm in SNAPSHOT_EVALUATIONS
+    snapshot = schema.strategy_traits(run.attrs).snapshot_evaluations
     events = []
     for j in range(len(run.eval["step"])):
         after = int(run.eval["step"][j]) - 1  # the last step before the evaluation
@@ -214,7 +206,7 @@ def trace_events(run: Run, window: tuple[int, int | None] | None = None) -> dict
     for rank in sorted(run.ranks):
         events += _metadata(run, rank)
     for rank in sorted(run.ranks):
-        events += _rank_slices(rank, run.ranks[rank], window, step_order(run.algorithm))
+        events += _rank_slices(rank, run.ranks[rank], window, step_order(run.attrs))
     events += _eval_instants(run, window)
     return {
         "traceEvents": events,

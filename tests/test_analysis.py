@@ -417,7 +417,7 @@ def test_trace_layout_hand_made(tmp_path):
                                                    1: make_rank(4, PH1)})
     run = read_run(path)
     trace = trace_events(run)
-    order = step_order("odsgd")
+    order = step_order(run.attrs)
     assert order == ("data", "compute", "delay", "comm", "wait", "update")
     phases = [e for e in trace["traceEvents"] if e.get("cat") == "phase"]
     steps = [e for e in trace["traceEvents"] if e.get("cat") == "step"]

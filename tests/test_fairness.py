@@ -157,15 +157,16 @@ def test_interference_ratio_drops_the_first_step_of_every_round():
     assert interference_ratio(_round_based(1.3, local_steps=0)) == pytest.approx(1.0 / 1.15)
 
 
-def test_phase_placement_follows_the_shared_step_order(monkeypatch):
+def test_phase_placement_follows_the_strategys_step_order():
     from syncbench.analysis import schema
 
     slow = _rows([0.0], [1.0], [3.0], data=[0.5])
     slow["t_update"] = np.asarray([0.25])
     run = _run([_rows([0.0], [1.0]), slow], [1, 4], algorithm="custom")
     np.testing.assert_allclose(delay_intervals(run), [[1.5, 4.5]])  # default: update last
-    monkeypatch.setitem(schema.STEP_ORDERS, "custom",
-                        ("data", "update", "compute", "delay", "comm", "wait"))
+    traits = schema.StrategyTraits(step_order=("data", "update", "compute", "delay", "comm",
+                                               "wait"))
+    run.attrs[schema.TRAITS_ATTR] = traits.to_json()  # the run file's own, not a table
     np.testing.assert_allclose(delay_intervals(run), [[1.75, 4.75]])
 
 
