@@ -134,7 +134,7 @@ run "$T_MPI_TESTS" "$VENV/bin/mpiexec" -n 2 "$PY" -m pytest -q -p no:cacheprovid
     --with-mpi --only-mpi tests/test_gpu.py
 
 step "kernel timings: CUDA kernel vs NumPy reference (float32, benchmark sizes, medians)"
-run "$T_KERNELS" "$PY" -m syncbench.kernels.cuda_ops --dtype float32 --repeat 10
+run "$T_KERNELS" "$PY" -m syncbench.kernels.cuda_bench --dtype float32 --repeat 10
 
 step "syncbench comm: Allreduce and Iallreduce of device buffers (staged), 2 ranks"
 for op in allreduce iallreduce; do

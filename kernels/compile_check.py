@@ -1,7 +1,7 @@
 """Compile every CUDA source with NVRTC or ``nvcc -ptx``; exit non-zero on any error (CI).
 
 Each ``kernels/cuda/*.cu`` is built twice, as the GPU path builds it
-(:func:`syncbench.kernels.cuda_ops.compile_options` plus the options CuPy
+(:func:`syncbench.kernels.cuda_launch.compile_options` plus the options CuPy
 adds): ``-DSB_REAL=float`` and ``-DSB_REAL=double``, with ``--fmad=false``
 and ``-ftz=true``. No GPU is needed.
 
@@ -20,11 +20,11 @@ Compilers (``--compiler``):
 Exit status: 0 all built, 1 a source failed (its compiler log is printed),
 2 no requested compiler is available.
 
-:class:`HostEmulator` is a launcher for :mod:`syncbench.kernels.cuda_ops`
+:class:`HostEmulator` is a launcher (:mod:`syncbench.kernels.cuda_launch`)
 that runs a kernel on the CPU: every (block, thread) of the grid in turn,
 with NumPy arrays as device memory. The loop over the grid is C++ too (a
 ``sb_run_<kernel>`` wrapper generated from each kernel's signature), so the
-emulator runs the kernels at benchmark sizes in seconds. It is exact for these kernels because
+emulator can run the kernels at benchmark sizes. It is exact for these kernels because
 none uses shared memory, barriers or atomics, and each output element is
 written by one thread. It checks every argument against the kernel's C
 signature (the dtype of each scalar included), as a GPU would not.
@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels.cuda_ops import (
+from syncbench.kernels.cuda_launch import (
     CUPY_ADDED_OPTIONS,
     KERNEL_DIR,
     REAL_CTYPES,
@@ -306,7 +306,7 @@ _POINTEES = {"long long": np.int64, "int": np.int32}
 
 
 class HostEmulator:
-    """A :class:`syncbench.kernels.cuda_ops.Launcher` that runs kernels on the CPU.
+    """A :class:`syncbench.kernels.cuda_launch.Launcher` that runs kernels on the CPU.
 
     ``max_blocks`` caps the grid (e.g. 1) so the kernels' grid-stride loops
     are exercised; the result must not change.

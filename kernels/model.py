@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.kernels import ops
 from syncbench.kernels.backend import Backend, numpy_backend
 from syncbench.kernels.layers import BatchNorm2d, Layer, Shape, SoftmaxCrossEntropy, all_layers
 
@@ -182,7 +183,7 @@ class Model:
         """The loss as a float; on the GPU after synchronizing the stream (and checking
         the label flags of the loss kernel)."""
         if self.backend.is_gpu:
-            from syncbench.kernels import cuda_ops
+            from syncbench.kernels import cuda_ops  # lazy: the CPU path loads no CUDA code
 
             self.backend.synchronize()
             cuda_ops.raise_on_bad_labels()
@@ -199,12 +200,10 @@ class Model:
         use (subtract, multiply, add with ``out=``) compile their CuPy kernels on
         first use too. Parameters are not touched.
         """
-        from syncbench.kernels import ops
-
         if self.backend.is_gpu:
-            from syncbench.kernels import cuda_ops
+            from syncbench.kernels import cuda_launch  # lazy: the CPU path loads no CUDA code
 
-            cuda_ops.precompile(self.dtype)
+            cuda_launch.precompile(self.dtype)
         xp = self.backend.xp
         x = xp.zeros((batch_size, *self.input_shape), dtype=self.dtype)
         y = xp.zeros(batch_size, dtype=np.int64)

@@ -64,7 +64,8 @@ def on_device(array: Any) -> bool:
 
 
 def _device_ops() -> Any:
-    from syncbench.kernels import cuda_ops
+    """The GPU implementations (:mod:`syncbench.kernels.cuda_ops`)."""
+    from syncbench.kernels import cuda_ops  # lazy: it imports this module; GPU path only
 
     return cuda_ops
 

@@ -7,7 +7,7 @@
   windows, BatchNorm's statistics and its input gradient by finite
   differences, the shortcut's and pooling's adjoints) and the CPU layers;
 * the kernels themselves, built as C++ and run thread by thread by the host
-  emulator through the real :mod:`syncbench.kernels.cuda_ops` launch code,
+  emulator through the real wrappers (:mod:`syncbench.kernels.cuda_ops`) and launch code,
   equal the references (bit for bit where the operations are the same), also
   with a one-block grid (grid-stride loops), and at benchmark sizes with the
   exactness rules and tolerances the GPU test applies;
@@ -35,12 +35,20 @@ import textwrap
 import numpy as np
 import pytest
 
-from syncbench.kernels import compile_check, cuda_ops, layers, ops
+from syncbench.kernels import (
+    compile_check,
+    cuda_bench,
+    cuda_cases,
+    cuda_launch,
+    cuda_ops,
+    layers,
+    ops,
+)
 from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU, SoftmaxCrossEntropy
 from syncbench.kernels.zoo import build_model
 
 DTYPES = [np.float32, np.float64]
-SOURCES = cuda_ops.source_files()
+SOURCES = cuda_launch.source_files()
 GPU_COMPILERS = [c for c in ("nvrtc", "nvcc") if c in compile_check.available_compilers()]
 NO_COMPILER = ("neither NVRTC (pip install nvidia-cuda-nvrtc-cu12) nor nvcc is available: "
                "the CUDA sources cannot be compiled here")
@@ -53,7 +61,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None,
 def test_sources_and_signatures_are_consistent():
     assert {p.stem for p in SOURCES} == {"batchnorm", "conv", "dense", "optim", "pool",
                                          "resnet", "softmax_xent"}
-    table = cuda_ops.kernel_signatures()
+    table = cuda_launch.kernel_signatures()
     launched = set()
     text = inspect.getsource(cuda_ops)
     for name in table:
@@ -369,21 +377,21 @@ def assert_matches(case, expected, got, dtype):
         if case.is_exact(False):
             np.testing.assert_array_equal(g, e, err_msg=case.name)
         else:  # the GPU test's tolerance (tests/test_gpu.py)
-            tol = cuda_ops.tolerance(dtype, False)
+            tol = cuda_cases.tolerance(dtype, False)
             np.testing.assert_allclose(g, e, rtol=tol, atol=tol, err_msg=case.name)
 
 
 @needs_gxx
 @pytest.mark.parametrize("grid", ["full", "one-block"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float", "double"])
-@pytest.mark.parametrize("case", cuda_ops.CASES, ids=[c.name for c in cuda_ops.CASES])
+@pytest.mark.parametrize("case", cuda_cases.CASES, ids=[c.name for c in cuda_cases.CASES])
 def test_emulated_kernel_matches_reference(case, dtype, grid):
     args = case.build(np.random.default_rng(11), np.dtype(dtype), False)
-    expected = cuda_ops.run_case(ops.REFERENCES[case.op], _copy(args))
+    expected = cuda_cases.run_case(ops.REFERENCES[case.op], _copy(args))
     emulator = compile_check.HostEmulator(**({"max_blocks": 1, "block": 32}
                                              if grid == "one-block" else {}))
-    with cuda_ops.use_launcher(emulator):
-        got = cuda_ops.run_case(getattr(cuda_ops, case.op), _copy(args))
+    with cuda_launch.use_launcher(emulator):
+        got = cuda_cases.run_case(getattr(cuda_ops, case.op), _copy(args))
     assert emulator.launches, "no kernel was launched"
     assert_matches(case, expected, got, dtype)
 
@@ -391,8 +399,8 @@ def test_emulated_kernel_matches_reference(case, dtype, grid):
 @needs_gxx
 def test_emulator_rejects_a_scalar_of_the_wrong_type():
     y, x = np.zeros(8, np.float32), np.ones(8, np.float32)
-    with cuda_ops.use_launcher(compile_check.HostEmulator()), pytest.raises(TypeError):
-        cuda_ops._launch("axpy", np.dtype(np.float32), 8, y, np.float64(2.0), x, np.int64(8))
+    with cuda_launch.use_launcher(compile_check.HostEmulator()), pytest.raises(TypeError):
+        cuda_launch.launch("axpy", np.dtype(np.float32), 8, y, np.float64(2.0), x, np.int64(8))
 
 
 @pytest.fixture
@@ -400,7 +408,7 @@ def emulated_gpu_path(monkeypatch):
     """Route NumPy arrays through the layers' GPU path and cuda_ops, with emulated kernels."""
     monkeypatch.setattr(layers, "_on_gpu", lambda array: True)
     monkeypatch.setattr(ops, "on_device", lambda array: True)
-    with cuda_ops.use_launcher(compile_check.HostEmulator()) as emulator:
+    with cuda_launch.use_launcher(compile_check.HostEmulator()) as emulator:
         yield emulator
 
 
@@ -507,7 +515,7 @@ def _bad_calls():
                          ids=[c[0] for c in _bad_calls()])
 def test_wrappers_reject_mismatched_shapes_before_launch(call, message):
     emulator = compile_check.HostEmulator()
-    with cuda_ops.use_launcher(emulator), pytest.raises(ValueError, match=message):
+    with cuda_launch.use_launcher(emulator), pytest.raises(ValueError, match=message):
         call()
     assert emulator.launches == []
 
@@ -521,12 +529,12 @@ REDUCTIONS = ["bias_grad/rows-chunks", "bias_grad/channels", "bn_sums/chunks",
 def test_emulated_reductions_do_not_depend_on_the_launch_shape(name):
     """No atomics: every partial sum has one thread and a fixed order, so the result is
     the same bits for any grid (deterministic on a GPU, and what the emulator gives)."""
-    case = next(c for c in cuda_ops.CASES if c.name == name)
+    case = next(c for c in cuda_cases.CASES if c.name == name)
     args = case.build(np.random.default_rng(18), np.dtype(np.float32), False)
     results = []
     for shape in ({}, {"max_blocks": 1, "block": 32}, {"max_blocks": 3, "block": 7}):
-        with cuda_ops.use_launcher(compile_check.HostEmulator(**shape)):
-            results.append(cuda_ops.run_case(getattr(cuda_ops, case.op), _copy(args)))
+        with cuda_launch.use_launcher(compile_check.HostEmulator(**shape)):
+            results.append(cuda_cases.run_case(getattr(cuda_ops, case.op), _copy(args)))
     for other in results[1:]:
         for a, b in zip(results[0], other):
             np.testing.assert_array_equal(b, a)
@@ -558,7 +566,7 @@ def test_emulated_batchnorm_sums_add_in_the_documented_order(op):
                     part = part + t
                 total = total + part
             expected[row, ch] = total
-    with cuda_ops.use_launcher(compile_check.HostEmulator()) as emulator:
+    with cuda_launch.use_launcher(compile_check.HostEmulator()) as emulator:
         got = getattr(cuda_ops, op)(a, b)
     assert [n for n, _, _ in emulator.launches] == [f"{op}_partial", "bias_grad_finish"]
     np.testing.assert_array_equal(got, expected)
@@ -569,7 +577,7 @@ def test_emulated_sums_of_an_empty_batch_are_zero():
     """No positions: the first pass still writes one (zero) chunk per channel, so the
     finish pass never reads an unwritten partial buffer."""
     empty = np.zeros((0, 3, 4, 4), np.float32)
-    with cuda_ops.use_launcher(compile_check.HostEmulator()):
+    with cuda_launch.use_launcher(compile_check.HostEmulator()):
         results = [cuda_ops.bias_grad(np.zeros((0, 5), np.float32)),
                    cuda_ops.bias_grad(np.zeros((5, 0), np.float32), axis=0),
                    cuda_ops.bn_sums(empty, np.ones(3, np.float32)),
@@ -590,7 +598,7 @@ def test_cpu_path_never_imports_cupy():
         m.loss_and_grad(np.zeros((2, 1, 28, 28)), np.array([1, 2]))
         MomentumSGD(m.params, 0.1, 0.9, 0.0).step(m.params, m.grads)
         ops.axpy_(m.params, 0.5, m.grads)
-        bad = [n for n in sys.modules if n.startswith(("cupy", "syncbench.kernels.cuda_ops"))]
+        bad = [n for n in sys.modules if n.startswith(("cupy", "syncbench.kernels.cuda_"))]
         assert not bad, bad
         """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -600,16 +608,16 @@ def test_cpu_path_never_imports_cupy():
 
 @needs_gxx
 def test_benchmark_code_runs_on_emulated_kernels():
-    with cuda_ops.use_launcher(compile_check.HostEmulator()):
-        rows = cuda_ops.benchmark(np.float64, repeat=1, large=False, xp=np)
-    assert [r["case"] for r in rows] == [c.name for c in cuda_ops.CASES]
-    for row, case in zip(rows, cuda_ops.CASES):
+    with cuda_launch.use_launcher(compile_check.HostEmulator()):
+        rows = cuda_bench.benchmark(np.float64, repeat=1, large=False, xp=np)
+    assert [r["case"] for r in rows] == [c.name for c in cuda_cases.CASES]
+    for row, case in zip(rows, cuda_cases.CASES):
         assert row["exact"] == case.exact and row["ok"], row
         if case.exact:
             assert row["max_abs_diff"] == 0.0, row
         else:
             assert row["max_rel_diff"] < 1e-12, row
-    table = cuda_ops.format_table(rows)
+    table = cuda_bench.format_table(rows)
     assert table.count("\n") == len(rows) and "speedup" in table and "cuda GB/s" in table
     # bytes moved: every input read once, every output written once (8-byte floats)
     by_name = {r["case"]: r for r in rows}
@@ -628,26 +636,26 @@ def test_emulated_kernels_at_benchmark_size(dtype):
     """The GPU test's check (``test_kernels_at_benchmark_size_on_gpu``) on the emulator:
     the same inputs, exactness rules and tolerances, so a case that cannot pass on a GPU
     (a reduction marked exact whose order differs at this size) fails here first."""
-    with cuda_ops.use_launcher(compile_check.HostEmulator()):
-        rows = cuda_ops.benchmark(dtype, repeat=1, large=True, xp=np)
-    assert [r["case"] for r in rows] == [c.name for c in cuda_ops.CASES]
+    with cuda_launch.use_launcher(compile_check.HostEmulator()):
+        rows = cuda_bench.benchmark(dtype, repeat=1, large=True, xp=np)
+    assert [r["case"] for r in rows] == [c.name for c in cuda_cases.CASES]
     failed = [r for r in rows if not r["ok"]]
     assert not failed, failed
     by_name = {r["case"]: r for r in rows}
     assert by_name["bias_grad/rows"]["exact"] is False  # 200704 rows: chunked sums
-    assert by_name["bias_grad/rows"]["max_rel_diff"] <= cuda_ops.tolerance(dtype, True)
+    assert by_name["bias_grad/rows"]["max_rel_diff"] <= cuda_cases.tolerance(dtype, True)
     assert all(r["max_abs_diff"] == 0.0 for r in rows if r["exact"])
 
 
 def test_compiled_source_carries_the_header_digest(tmp_path):
     for name in ("common.cuh", "dense.cu"):
-        (tmp_path / name).write_text((cuda_ops.KERNEL_DIR / name).read_text())
-    before = cuda_ops.module_source("dense", tmp_path)
-    assert before.endswith((cuda_ops.KERNEL_DIR / "dense.cu").read_text())
-    assert cuda_ops.module_source("dense", tmp_path) == before  # stable
+        (tmp_path / name).write_text((cuda_launch.KERNEL_DIR / name).read_text())
+    before = cuda_launch.module_source("dense", tmp_path)
+    assert before.endswith((cuda_launch.KERNEL_DIR / "dense.cu").read_text())
+    assert cuda_launch.module_source("dense", tmp_path) == before  # stable
     header = tmp_path / "common.cuh"
     header.write_text(header.read_text().replace("SB_REAL float", "SB_REAL double"))
-    assert cuda_ops.module_source("dense", tmp_path) != before  # a new cache key
+    assert cuda_launch.module_source("dense", tmp_path) != before  # a new cache key
 
 
 # -- NaN and labels -------------------------------------------------------------------------
@@ -661,7 +669,7 @@ def test_softmax_xent_reference_rejects_out_of_range_labels():
 @needs_gxx
 def test_softmax_xent_kernel_rejects_host_labels_before_launch():
     emulator = compile_check.HostEmulator()
-    with cuda_ops.use_launcher(emulator), pytest.raises(ValueError, match="outside 0..3"):
+    with cuda_launch.use_launcher(emulator), pytest.raises(ValueError, match="outside 0..3"):
         cuda_ops.softmax_xent(np.zeros((3, 4), np.float32), np.array([0, 4, 1]))
     assert emulator.launches == []
 
@@ -672,8 +680,8 @@ def test_softmax_xent_kernel_never_indexes_with_a_bad_label():
     logits = np.random.default_rng(0).standard_normal((3, 4))
     labels = np.array([0, 7, -2], dtype=np.int64)
     dlogits, row_loss, bad = np.empty_like(logits), np.empty(3), np.zeros(1, np.int32)
-    with cuda_ops.use_launcher(compile_check.HostEmulator()):
-        cuda_ops._launch("softmax_xent", np.dtype(np.float64), 3, logits, labels, dlogits,
+    with cuda_launch.use_launcher(compile_check.HostEmulator()):
+        cuda_launch.launch("softmax_xent", np.dtype(np.float64), 3, logits, labels, dlogits,
                          row_loss, bad, np.int64(3), np.int64(4))
     assert bad[0] == 1
     assert np.isfinite(row_loss[0]) and np.isnan(row_loss[1:]).all()
@@ -728,8 +736,8 @@ def test_emulated_kernels_propagate_nan_like_the_cpu_layers(emulated_gpu_path):
 def test_every_kernel_is_launched_by_an_operation():
     """No kernel source without a caller: the cases of every operation launch them all."""
     emulator = compile_check.HostEmulator()
-    with cuda_ops.use_launcher(emulator):
-        for case in cuda_ops.CASES:
+    with cuda_launch.use_launcher(emulator):
+        for case in cuda_cases.CASES:
             args = case.build(np.random.default_rng(15), np.dtype(np.float32), False)
-            cuda_ops.run_case(getattr(cuda_ops, case.op), _copy(args))
-    assert {name for name, _, _ in emulator.launches} == set(cuda_ops.kernel_signatures())
+            cuda_cases.run_case(getattr(cuda_ops, case.op), _copy(args))
+    assert {name for name, _, _ in emulator.launches} == set(cuda_launch.kernel_signatures())

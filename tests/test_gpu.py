@@ -46,7 +46,7 @@ from syncbench.algorithms.timing import PhaseTimer
 from syncbench.bench.data.catalog import make_synthetic
 from syncbench.bench.train.stream import BatchStream
 from syncbench.kernels import backend as backend_module
-from syncbench.kernels import cuda_ops, ops
+from syncbench.kernels import cuda_bench, cuda_cases, ops
 from syncbench.kernels.backend import (
     Backend,
     BackendError,
@@ -201,11 +201,11 @@ def _copy(args, to_device: bool):
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float", "double"])
-@pytest.mark.parametrize("case", cuda_ops.CASES, ids=[c.name for c in cuda_ops.CASES])
+@pytest.mark.parametrize("case", cuda_cases.CASES, ids=[c.name for c in cuda_cases.CASES])
 def test_kernel_matches_reference_on_gpu(case, dtype):
     args = case.build(np.random.default_rng(21), np.dtype(dtype), False)
-    expected = cuda_ops.run_case(ops.REFERENCES[case.op], _copy(args, False))
-    got = cuda_ops.run_case(getattr(ops, case.op), _copy(args, True))  # dispatched by type
+    expected = cuda_cases.run_case(ops.REFERENCES[case.op], _copy(args, False))
+    got = cuda_cases.run_case(getattr(ops, case.op), _copy(args, True))  # dispatched by type
     for e, g in zip(expected, got):
         g = CUPY.asnumpy(g) if ops.on_device(g) else np.asarray(g)
         e = np.asarray(e)
@@ -213,7 +213,7 @@ def test_kernel_matches_reference_on_gpu(case, dtype):
         if case.is_exact(False):
             np.testing.assert_array_equal(g, e, err_msg=case.name)
         else:
-            tol = cuda_ops.tolerance(dtype, False)
+            tol = cuda_cases.tolerance(dtype, False)
             np.testing.assert_allclose(g, e, rtol=tol, atol=tol, err_msg=case.name)
 
 
@@ -221,11 +221,11 @@ def test_kernel_matches_reference_on_gpu(case, dtype):
 @needs_gpu
 def test_kernels_at_benchmark_size_on_gpu():
     """Large inputs: many blocks, grid-stride loops past MAX_BLOCKS * BLOCK elements."""
-    rows = cuda_ops.benchmark(np.float32, repeat=1)
-    assert len(rows) == len(cuda_ops.CASES)
-    for row, case in zip(rows, cuda_ops.CASES):
+    rows = cuda_bench.benchmark(np.float32, repeat=1)
+    assert len(rows) == len(cuda_cases.CASES)
+    for row, case in zip(rows, cuda_cases.CASES):
         assert row["exact"] == case.is_exact(True)
-        # exact: bit for bit; else within cuda_ops.tolerance (float32 sums in another order)
+        # exact: bit for bit; else within cuda_cases.tolerance (float32 sums in another order)
         assert row["ok"], row
 
 
