@@ -1,7 +1,7 @@
 // Shared by every kernel source: the precision of a build and the grid-stride loop.
 //
 // Each source is compiled once per precision with -DSB_REAL=float or
-// -DSB_REAL=double (syncbench.kernels.cuda_ops.compile_options, which also
+// -DSB_REAL=double (syncbench.kernels.cuda_launch.compile_options, which also
 // puts this folder on the include path for NVRTC).
 #ifndef SB_COMMON_CUH
 #define SB_COMMON_CUH
