@@ -13,8 +13,7 @@ to the CPU under ``--device auto`` (and fails with one clear line under
 the ``nvidia-*-cu12`` wheels of the ``[gpu]`` extra are loaded first
 (:func:`preload_cuda_wheels`): CuPy 13's extension modules link
 ``libnvrtc.so.12`` and ``libcublas.so.12`` by name, which the loader does not
-find under ``site-packages/nvidia`` (checked with CuPy 13.6: without the
-preload its NVRTC module fails to import; with it, it loads NVRTC 12.9).
+find under ``site-packages/nvidia``.
 
 The device is bound before MPI starts (:func:`bind_before_mpi`, called by
 the command line before ``mpi4py.MPI`` is imported): Open MPI's smcuda and
@@ -135,7 +134,7 @@ def _import_cupy() -> ModuleType | None:
         return None
     preload_cuda_wheels()
     try:
-        import cupy
+        import cupy  # lazy: after the preload, and only where a GPU is asked for
     except Exception:  # ImportError, or a broken CUDA install
         return None
     return cupy

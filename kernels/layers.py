@@ -13,9 +13,9 @@ The CPU path allocates nothing in a steady training loop: work arrays
 (im2col columns, padded inputs, pooling masks) are kept per layer while the
 batch shape stays the same (:meth:`Layer.scratch`), and outputs reuse the
 previous step's array once no caller holds it any more
-(:meth:`Layer.recycled`). Fresh multi-megabyte arrays every step cost page
-faults that took a third of LeNet's step. ``forward(train=False)`` keeps
-nothing, so evaluating big batches holds no memory afterwards. The ResNet
+(:meth:`Layer.recycled`), since fresh multi-megabyte arrays cost page faults
+every step. ``forward(train=False)`` keeps nothing, so evaluating big
+batches holds no memory afterwards. The ResNet
 layers are the exception so far: BatchNorm, the residual sum and shortcut,
 global average pooling and a strided convolution's input gradient call the
 NumPy references of :mod:`syncbench.kernels.ops`, which allocate their outputs.
@@ -37,7 +37,7 @@ Shape = tuple[int, ...]
 def _xp(array: Any):
     """The array module (NumPy or CuPy) that owns ``array``."""
     if type(array).__module__.startswith("cupy"):
-        import cupy
+        import cupy  # lazy: only the GPU path has CuPy
 
         return cupy
     return np
@@ -349,8 +349,8 @@ class Conv2d(Layer):
         ``wp`` (``k - 1`` extra zero columns of ``dy`` per output row), so the
         window (i, j)'s contribution to a whole (channel, sample) plane is
         ONE contiguous slice of the flat padded plane starting at
-        ``i * wp + j``, instead of ``oh`` short rows (about 1.5x faster on
-        LeNet's second convolution). The extra columns add exact zeros and
+        ``i * wp + j``, instead of ``oh`` short rows (fewer, longer slice
+        additions). The extra columns add exact zeros and
         each input element still receives its contributions in (i, j) order
         starting from zero, so the fold equals the plane-wise col2im
         (:func:`syncbench.kernels.ops.col2im`) of the same column gradient

@@ -1,47 +1,33 @@
 """Fused operations of the training hot loop: NumPy references, dispatched by backend.
 
-Every public operation here is ONE entry point for both backends. Called
-with NumPy arrays it runs its NumPy body, which is the CPU implementation and
-the oracle the CUDA kernels are tested against; called with CuPy arrays (its
-first argument decides) it runs the hand-written CUDA kernel of the same name
-in :mod:`syncbench.kernels.cuda_ops` (sources in ``kernels/cuda/*.cu``).
-CuPy is imported only on that GPU path. ``op.reference`` is the NumPy body.
+Every public operation is ONE entry point for both backends: with NumPy
+arrays it runs its NumPy body (the CPU implementation, and the oracle the
+CUDA kernels are tested against); with CuPy arrays (its first argument
+decides) the hand-written kernel of the same name in
+:mod:`syncbench.kernels.cuda_ops`. ``op.reference`` is the NumPy body.
 
 Update rules (``ALGORITHMS.md``; element-wise, in place, no allocation when a
-``scratch`` buffer of the same shape is given):
+``scratch`` buffer of the same shape is given): ``sgd_momentum_``,
+``v = mu * v + (g + wd * w)``; ``w = w - lr * v`` (PyTorch momentum SGD with
+L2 weight decay; ``wd`` a number or one decay per element, zero where a
+parameter is exempt, ``MomentumSGD.decay``); ``axpy_``, ``y += a * x``
+(Oscars' model averaging). OD-SGD's local step and DC-ASGD's compensation
+stay array expressions in their algorithms: ASGD updates in host memory (its
+RMA windows), and each OD-SGD variant would need a fused kernel of its own.
 
-* ``sgd_momentum_``: ``v = mu * v + (g + wd * w)``; ``w = w - lr * v`` (PyTorch
-  momentum SGD with L2 weight decay); ``wd`` is a number or an array of the
-  parameters' shape (one decay per element: zero where a parameter is exempt,
-  ``MomentumSGD.decay``), each with a kernel of its own.
-* ``axpy_``: ``y += a * x`` (model averaging: Oscars' global step).
+Layer operations (the references reproduce the CPU layers of
+:mod:`syncbench.kernels.layers`): ``softmax_xent`` (fused forward + backward
+of the mean cross-entropy), ``relu_*``, ``bias_add_``/``bias_grad``,
+``im2col``/``col2im`` (convolution as one GEMM, windows ``stride`` apart),
+``maxpool_*`` (non-overlapping, first maximum wins); for ResNets BatchNorm's
+passes (``bn_sums``, ``bn_normalize``, ``bn_grad_sums``, ``bn_backward``),
+``add_relu``, the option-A shortcut (``shortcut_*``) and global average
+pooling (``avgpool_*``).
 
-OD-SGD's local step and DC-ASGD's compensation are plain array expressions
-in their algorithms (``algorithms/odsgd.py``, ``algorithms/asgd.py``): ASGD
-updates in host memory (its RMA windows), and OD-SGD's variants (``sgd`` or
-``dc``, with or without the look-ahead and weight decay) would each need a
-fused kernel of their own, so none is kept here.
-
-Layer kernels (the CPU layers in :mod:`syncbench.kernels.layers` compute the
-same thing with their own NumPy code; these references reproduce it):
-``softmax_xent`` (fused forward + backward of the mean cross-entropy),
-``relu_forward``/``relu_backward``, ``bias_add_``/``bias_grad``,
-``im2col``/``col2im`` (zero-padded convolution as one GEMM, windows
-``stride`` apart) and ``maxpool_forward``/``maxpool_backward``
-(non-overlapping, first maximum wins). For ResNets: BatchNorm as the passes
-over the activations (``bn_sums``, the shifted per-channel sums of the batch
-statistics; ``bn_normalize``; ``bn_grad_sums``, the per-channel sums of the
-backward pass; ``bn_backward``), ``add_relu`` (a residual block's sum and
-ReLU), ``shortcut_forward``/``shortcut_backward`` (the option-A shortcut:
-subsample, zero channels) and ``avgpool_forward``/``avgpool_backward``
-(global average pooling).
-
-The NumPy bodies perform the same floating-point operations in the same order
-as the kernels (which are compiled with ``--fmad=false``), so element-wise
-results are bit-identical; reductions (sums over rows, classes, a channel's
-samples and pixels, or a plane) may differ in the last bits because the
-summation order differs: the kernels sum in fixed chunks without atomics
-(deterministic), NumPy pairwise.
+The NumPy bodies do the kernels' floating-point operations in the same
+order (the kernels are built with ``--fmad=false``): element-wise results are
+bit-identical; reductions may differ in the last bits, the kernels summing
+in fixed chunks without atomics (deterministic), NumPy pairwise.
 """
 
 from __future__ import annotations
