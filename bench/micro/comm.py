@@ -1,55 +1,34 @@
-"""``syncbench comm``: OSU-style communication micro-benchmarks (run under mpiexec).
+"""``syncbench comm``: OSU-style micro-benchmarks of the MPI operations the strategies use.
 
-The MPI operations the synchronization strategies are built from, timed
-alone, for message sizes doubling from ``--min-size`` to ``--max-size`` bytes:
+Run it under mpiexec. Each operation is timed alone, for message sizes
+doubling from --min-size to --max-size bytes: allreduce (SSGD --comm
+blocking), iallreduce (SSGD overlap, OD-SGD) and bcast on every rank; and
+rma-accumulate, rma-get and rma-get-accumulate (ASGD's parameter store in
+Win.Allocate windows, MPI-4.1 chapter 12): every rank targets (rank + 1) % N
+inside one passive-target Lock_all epoch, and one iteration is the operation
+plus Win.Flush (OSU's default flush synchronization).
 
-* ``allreduce`` (SSGD ``--comm blocking``), ``iallreduce`` (SSGD overlap,
-  OD-SGD), ``bcast``: float32 SUM reductions / bytes, every rank takes part;
-* ``rma-accumulate``, ``rma-get``, ``rma-get-accumulate`` (ASGD's
-  parameter store in ``Win.Allocate`` windows): every rank is an origin for
-  the target ``(rank + 1) % N`` inside one passive-target ``Lock_all``
-  epoch; one iteration is the operation plus ``Win.Flush`` (OSU's default
-  ``flush`` synchronization). Windows are always freed, also on errors.
+Timing follows the OSU micro-benchmarks (osu_allreduce): --iterations
+iterations after --skip untimed ones, on MPI_Wtime. Blocking collectives and
+RMA operations run back to back, one Wtime per iteration, as a training loop
+calls them; --barrier times each iteration alone and ends it with an untimed
+barrier as osu_allreduce does (adding the barrier's exit skew to every
+sample); iallreduce always does. Avg, Min and Max are the mean, smallest and
+largest over ranks of each rank's mean latency; P50 and P99 are percentiles
+of every rank's latencies pooled. BW is size / Avg in MB/s (10^6 B/s); BusBW
+is BW times the share of the buffer each rank must send and receive whatever
+the algorithm (nccl-tests, doc/PERFORMANCE.md): 2(N-1)/N for allreduce, 1 for
+bcast and RMA. With several ranks on each of M nodes, MPICH's node-aware
+allreduce moves 2(M-1)/M of the buffer through each link: the link's rate is
+BW x 2(M-1)/M there (M is printed in the header).
 
-Statistics follow the OSU micro-benchmarks (``osu_allreduce``): each rank
-times ``--iterations`` iterations after ``--skip`` warm-up ones with
-``MPI.Wtime``. Blocking collectives and RMA ops run back to back (one
-``Wtime`` per iteration, as a training loop calls them; measured within a few
-percent of a bare mpi4py loop); ``--barrier`` instead times each iteration
-alone and ends it with an untimed barrier, as osu_allreduce does (that adds
-the barrier's exit skew to every sample). ``iallreduce`` always does.
-*Avg*, *Min* and *Max* are the mean, smallest and largest over ranks of each
-rank's mean latency; *P50*/*P99* are percentiles of all ranks' per-iteration
-latencies pooled. Two bandwidths, in MB/s (10^6 B/s), as NCCL's tests define
-them (``nccl-tests/doc/PERFORMANCE.md``):
-
-* *BW* is the algorithm bandwidth, size / Avg (OSU's column);
-* *BusBW* is BW x the share of the buffer each rank must send and receive
-  whatever the algorithm: 2(N-1)/N for allreduce (a reduce-scatter and an
-  allgather, each moving (N-1)/N of it), 1 for bcast and the RMA ops. With one
-  rank per node it is the rate one node's link carried, each way, and on a
-  shaped link it reads off the link's rate directly (less TCP/IP's headers:
-  1448 payload bytes in every 1514-byte frame, so ~0.955 of a 1 Gbit/s link's
-  125 MB/s). With several ranks per node MPICH's node-aware allreduce
-  (ch4's composition alpha: reduce inside the node, allreduce among the M
-  node roots, bcast inside the node) moves only 2(M-1)/M x size through each
-  link, so BusBW exceeds the link's rate by (2(N-1)/N) / (2(M-1)/M): the link's
-  rate is BW x 2(M-1)/M there (M is printed in the header).
-
-``iallreduce`` also reports overlap as ``osu_iallreduce`` does: the pure
-communication time t_comm (Iallreduce + Wait) is measured first; then each
-iteration posts the Iallreduce, runs a NumPy busy loop calibrated to t_comm
-that calls ``Test`` between chunks, and waits. With t_overall the time of
-such an iteration and t_compute the busy loop's time less its ``Test``
-calls, overlap = max(0, 100 * (1 - (t_overall - t_compute) / t_comm)) %.
-Without an asynchronous progress thread the reduction advances only inside
-``Test``, so overlap measures how far polling hides the communication.
-
-``--buffer cupy`` puts the buffers on the GPU (rank -> device
-``local_rank % count``); unless ``--cuda-aware yes`` they are staged through
-host copies inside the timed region (the cost a non-CUDA-aware MPI adds).
-``--out`` writes every row and every raw latency to HDF5
-(:func:`read_results` reads it back).
+iallreduce also reports overlap as osu_iallreduce does: with t_comm the pure
+Iallreduce + Wait time, each iteration posts the Iallreduce, runs a NumPy
+busy loop calibrated to t_comm that calls Test between chunks, and waits;
+overlap = max(0, 100 (1 - (t_overall - t_compute) / t_comm)) %, t_compute
+without the Test calls. --buffer cupy puts the buffers on GPU local_rank %
+count, staged through host copies in the timed region unless --cuda-aware
+yes. --out writes every row and every raw latency to an HDF5 file.
 """
 
 from __future__ import annotations
@@ -64,9 +43,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from importlib import metadata
 from typing import Any
 
 import numpy as np
+
+from syncbench.bench.micro.output import check_writable_parent, written_atomically
+from syncbench.bench.mpi.errors import CommandParser
+from syncbench.kernels.backend import BackendError, select_backend
 
 OPS = ("allreduce", "iallreduce", "bcast", "rma-accumulate", "rma-get", "rma-get-accumulate")
 RMA_OPS = ("rma-accumulate", "rma-get", "rma-get-accumulate")
@@ -149,6 +133,14 @@ class Buffers:
     def array(self, count: int, dtype: np.dtype, fill: float) -> Any:
         return self.xp.full(count, fill, dtype=dtype)
 
+    def pair(self, op: str, nbytes: int) -> tuple[Any, Any]:
+        """``op``'s source (ones) and destination (zeros) of ``nbytes``, ready on the device."""
+        dtype = element_type(op)
+        source = self.array(nbytes // dtype.itemsize, dtype, 1)
+        destination = self.array(nbytes // dtype.itemsize, dtype, 0)
+        self.sync()
+        return source, destination
+
     def sync(self) -> None:
         if self.xp is not np:
             self.xp.cuda.get_current_stream().synchronize()
@@ -171,8 +163,6 @@ def make_buffers(kind: str, cuda_aware: bool, local_rank: int) -> Buffers:
     """NumPy buffers, or CuPy ones on device ``local_rank % count`` (else ``ValueError``)."""
     if kind == "numpy":
         return Buffers(np, staged=False)
-    from syncbench.kernels.backend import BackendError, select_backend
-
     try:
         backend = select_backend("gpu", local_rank)
     except BackendError:
@@ -193,7 +183,7 @@ def time_loop(comm: Any, iterations: int, skip: int, body: Callable[[], None],
     iteration i lasts from the end of i-1 to its own end: one ``Wtime`` per
     iteration, so the harness costs about what a bare loop does.
     """
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     wtime = MPI.Wtime
     total = skip + iterations
@@ -220,12 +210,9 @@ def time_loop(comm: Any, iterations: int, skip: int, body: Callable[[], None],
 
 def collective_body(op: str, comm: Any, bufs: Buffers, nbytes: int) -> Callable[[], None]:
     """One iteration of allreduce, iallreduce (post + wait) or bcast on ``nbytes``."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
-    dtype = element_type(op)
-    send = bufs.array(nbytes // dtype.itemsize, dtype, 1)
-    recv = bufs.array(nbytes // dtype.itemsize, dtype, 0)
-    bufs.sync()
+    send, recv = bufs.pair(op, nbytes)
     if not bufs.staged:  # the bare MPI call: no Python frames in the timed region
         return {"allreduce": partial(comm.Allreduce, send, recv, MPI.SUM),
                 "iallreduce": lambda: comm.Iallreduce(send, recv, op=MPI.SUM).Wait(),
@@ -257,7 +244,7 @@ def open_windows() -> int:
 @contextlib.contextmanager
 def rma_window(comm: Any, nbytes: int, disp_unit: int) -> Iterator[Any]:
     """A ``Win.Allocate`` window of ``nbytes``, freed (collectively) however the block ends."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     global _open_windows
     win = MPI.Win.Allocate(nbytes, disp_unit, comm=comm)
@@ -272,13 +259,9 @@ def rma_window(comm: Any, nbytes: int, disp_unit: int) -> Iterator[Any]:
 def rma_samples(op: str, comm: Any, win: Any, bufs: Buffers, nbytes: int, iterations: int,
                 skip: int) -> np.ndarray:
     """Per-iteration seconds of one RMA op + ``Flush`` to ``(rank + 1) % N``."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
-    dtype = element_type(op)
-    count = nbytes // dtype.itemsize
-    origin = bufs.array(count, dtype, 1)
-    result = bufs.array(count, dtype, 0)
-    bufs.sync()
+    origin, result = bufs.pair(op, nbytes)
     target = (comm.Get_rank() + 1) % comm.Get_size()
 
     def accumulate() -> None:
@@ -333,12 +316,9 @@ def overlap_samples(comm: Any, bufs: Buffers, nbytes: int, iterations: int, skip
     ``compute`` excludes the time spent in ``Test`` (osu_iallreduce's
     ``tcomp - test_time``).
     """
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
-    dtype = element_type("iallreduce")
-    send = bufs.array(nbytes // dtype.itemsize, dtype, 1)
-    recv = bufs.array(nbytes // dtype.itemsize, dtype, 0)
-    bufs.sync()
+    send, recv = bufs.pair("iallreduce", nbytes)
     work = np.ones(256)
     chunks = calibrate_chunks(target_s, work)
     overall = np.empty(iterations)
@@ -367,7 +347,7 @@ def overlap_samples(comm: Any, bufs: Buffers, nbytes: int, iterations: int, skip
 
 def raw_allreduce_us(comm: Any, nbytes: int, iterations: int, skip: int) -> float:
     """Mean microseconds of a bare ``Allreduce`` loop (no per-iteration timers or barriers)."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     send = np.ones(nbytes // 4, np.float32)
     recv = np.zeros_like(send)
@@ -446,22 +426,20 @@ def gather(comm: Any, local: np.ndarray) -> np.ndarray | None:
 def write_results(path: str, attrs: dict[str, Any], rows: list[dict[str, float]],
                   samples: list[np.ndarray]) -> None:
     """Rows as 1-D datasets, raw latencies as ``/samples_us`` [size, rank, iteration]."""
-    import h5py
+    import h5py  # lazy: only --out and readers of results need it, not the flags
 
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with h5py.File(tmp, "w") as f:
+    with written_atomically(path) as tmp, h5py.File(tmp, "w") as f:
         for key, value in attrs.items():
             f.attrs[key] = value
         for key in rows[0] if rows else ():
             f.create_dataset(key, data=np.array([r[key] for r in rows]))
         if samples:
             f.create_dataset("samples_us", data=np.stack(samples) * 1e6, compression="gzip")
-    os.replace(tmp, path)
 
 
 def read_results(path: str) -> dict[str, Any]:
     """``{"attrs": {...}, "<column>": array, ..., "samples_us": array}`` of a results file."""
-    import h5py
+    import h5py  # lazy: only --out and readers of results need it, not the flags
 
     out: dict[str, Any] = {}
     with h5py.File(path, "r") as f:
@@ -478,7 +456,7 @@ def read_results(path: str) -> dict[str, Any]:
 def measure_size(args: argparse.Namespace, comm: Any, bufs: Buffers, nbytes: int,
                  win: Any) -> tuple[dict[str, float] | None, np.ndarray | None]:
     """One row (on rank 0) and the gathered latencies for one message size."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     if args.op in RMA_OPS:
         local = rma_samples(args.op, comm, win, bufs, nbytes, args.iterations, args.skip)
@@ -508,7 +486,7 @@ def measure_size(args: argparse.Namespace, comm: Any, bufs: Buffers, nbytes: int
 
 def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
     """Flags and buffers, identically on every rank; ``ValueError`` with one line."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     if args.iterations < 1 or args.skip < 0:
         raise ValueError("--iterations must be >= 1 and --skip >= 0")
@@ -521,9 +499,7 @@ def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
         raise ValueError(f"--op {args.op} moves {itemsize}-byte elements: no size from "
                          f"{args.min_size} to {args.max_size} is a multiple of {itemsize}")
     if args.out:
-        parent = os.path.dirname(os.path.abspath(args.out))
-        if not os.access(parent, os.W_OK):
-            raise ValueError(f"--out {args.out}: directory {parent} is not writable")
+        check_writable_parent("--out", args.out)
     local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
     bufs = make_buffers(args.buffer, args.cuda_aware == "yes", local_rank)
     return kept, bufs
@@ -531,7 +507,7 @@ def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
 
 def node_count(comm: Any) -> int:
     """The nodes ``comm`` spans: its shared-memory groups (``MPI_COMM_TYPE_SHARED``)."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
@@ -542,21 +518,21 @@ def node_count(comm: Any) -> int:
 
 def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
     """Measure every size; rank 0 prints rows as they come and returns them."""
-    from mpi4py import MPI
-
-    from syncbench.bench.mpi.runtime import agree_on_setup
+    from syncbench.bench.mpi.runtime import (  # lazy: imports mpi4py.MPI
+        agree_on_setup,
+        library_version,
+    )
 
     sizes, bufs = agree_on_setup(comm, lambda: validate(args, comm), "comm")
     rank = comm.Get_rank()
     nodes = node_count(comm)
     cols = columns_of(args.op, args.check_raw)
     if rank == 0:
-        library = MPI.Get_library_version().strip().splitlines()[0]
         print(f"# syncbench comm: {args.op}, {comm.Get_size()} ranks on {nodes} "
               f"node{'s' if nodes > 1 else ''}, {args.buffer} buffers"
               f"{' (staged through host)' if bufs.staged else ''}, "
               f"{element_type(args.op).name}, {args.iterations} iterations (skip {args.skip})")
-        print(f"# MPI: {library}")
+        print(f"# MPI: {library_version()}")
         print(header(cols), flush=True)
     rows: list[dict[str, float]] = []
     samples: list[np.ndarray] = []
@@ -578,14 +554,12 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
 
 def result_attrs(args: argparse.Namespace, comm: Any, bufs: Buffers) -> dict[str, Any]:
     """Root attributes of the results file."""
-    from importlib import metadata
-
-    from mpi4py import MPI
+    from syncbench.bench.mpi.runtime import library_version  # lazy: imports mpi4py.MPI
 
     return {"schema": SCHEMA, "op": args.op, "world_size": comm.Get_size(),
             "buffer": args.buffer, "staged": bufs.staged,
             "dtype": element_type(args.op).name, "iterations": args.iterations,
-            "skip": args.skip, "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+            "skip": args.skip, "mpi_library": library_version(),
             "mpi4py_version": metadata.version("mpi4py"), "hostname": socket.gethostname(),
             "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
             "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -593,15 +567,13 @@ def result_attrs(args: argparse.Namespace, comm: Any, bufs: Buffers) -> dict[str
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
-    from syncbench.bench.mpi.runtime import run_on_world
+    from syncbench.bench.mpi.runtime import run_on_world  # lazy: imports mpi4py.MPI
 
     return run_on_world(lambda comm: run(args, comm))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """A stand-alone parser (``python -m syncbench.bench.micro.comm``): one error line."""
-    from syncbench.bench.mpi.errors import CommandParser
-
     parser = CommandParser(
         prog="syncbench comm",
         description="OSU-style MPI micro-benchmarks of the operations the strategies use; "

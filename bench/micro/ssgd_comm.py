@@ -1,58 +1,35 @@
 """``syncbench ssgd-comm``: SSGD's time inside MPI per step against a bare Allreduce.
 
-Run it under ``mpiexec -n N``. SSGD's communication overhead is the time a
-training step spends inside MPI (``comm`` + ``wait``: posting, polling and
-completing the gradient reduction) divided by what MPI itself needs to
-reduce the same bytes on the same ranks. Both are measured in one job,
-interleaved in rounds, so that they share the machine's conditions (on a
-shared machine the cost of one and the same Allreduce drifts by 2x within
-minutes: figures taken by separate jobs do not compare).
+Run it under mpiexec -n N. SSGD's communication overhead is the time a
+training step spends inside MPI (comm + wait: posting, polling and completing
+the gradient reduction) over what MPI itself needs to reduce the same bytes on
+the same ranks. Both are measured in one job, interleaved in rounds, so that
+they share the machine's conditions (the cost of one Allreduce drifts on a
+shared machine: figures of separate jobs do not compare). Variants, each run
+for --block-steps steps per round:
 
-Variants, each run for ``--block-steps`` steps (or iterations) per round:
+  mpi       the reference: SSGD's forward, backward and update on the same
+            batches, with one bare in-place MPI Allreduce of the gradient
+            between two MPI_Wtime calls where SSGD reduces it;
+  blocking  SSGD --comm blocking (one Allreduce through its communicator);
+  overlap   SSGD --comm overlap (an Iallreduce per --bucket-mb bucket, started
+            during backward and polled between layers);
+  tight     the bare Allreduce back to back (syncbench comm --check-raw's loop);
+  osu       the bare Allreduce timed alone, then an untimed barrier (OSU);
+  spin      the bare Allreduce after busy-waiting outside MPI for the median
+            forward and backward time of mpi so far: the rhythm, no memory traffic.
 
-``mpi``       the reference: the same forward and backward on the same
-              batches, then one bare ``MPI.Comm.Allreduce(IN_PLACE, grads)``
-              between two ``MPI.Wtime`` calls (no syncbench code inside the
-              timed region), then the same update. A bare Allreduce of the
-              gradient at the point of the step where SSGD reduces it.
-``blocking``  SSGD ``--comm blocking``: one Allreduce through the
-              communicator and its phase timers.
-``overlap``   SSGD ``--comm overlap``: ``Iallreduce`` per bucket of
-              ``--bucket-mb`` started during backward, polled between layers.
-``tight``     the bare Allreduce of the same bytes back to back, no compute
-              in between (the loop of ``syncbench comm --check-raw``).
-``osu``       the bare Allreduce timed alone and followed by an untimed
-              barrier (``osu_allreduce``).
-``spin``      the bare Allreduce of the same bytes after busy-waiting
-              outside MPI for as long as the reference's forward and
-              backward take (their median so far on this rank): the
-              step's rhythm without its memory traffic.
-
-All training variants share one model and one optimizer, so the run is one
-SSGD trajectory whatever the variant of a step. One round runs every variant
-once, in an order rotated from round to round, each block preceded by one
-untimed step; ``--blocks`` rounds follow ``--untimed-steps`` untimed steps of
-each variant.
-
-Statistics. Per step, *last* is the smallest time inside MPI of any rank:
-the rank that reaches a collective last waits for no one, so its time is the
-reduction's own cost, while earlier ranks also wait out the arrival skew
-(load imbalance, not communication). *mean* is over all ranks. A block's
-figure is the mean over its steps; a column is the median over rounds. The
-ratio ``last/mpi`` of a variant is the median over rounds of its block's
-*last* divided by the ``mpi`` block's *last* of the same round (paired: the
-two ran seconds apart); ``last/tight`` likewise against ``tight``.
-
-``tight`` and ``osu`` are shown but are not the reference: back-to-back
-calls pipeline (a rank leaves one Allreduce and starts the next while the
-others are still finishing it) and a barrier hands every rank to the
-Allreduce already inside MPI, whereas a training step reaches its reduction
-from compute. ``spin`` separates the two: if it costs what ``mpi`` does, the
-difference to ``tight`` comes from entering the collective from outside MPI,
-not from the cache traffic of compute.
-
-Rows (two leading spaces) are whitespace-separated, one token per column;
-lines starting with ``#`` are headers. ``--json`` writes every figure.
+Every training variant shares one model and optimizer (one SSGD trajectory).
+A round runs each variant once, in an order rotated from round to round, each
+block after one untimed step; --blocks rounds follow --untimed-steps untimed
+steps of each variant. Per step, last is the smallest time inside MPI of any
+rank (the last rank to arrive waits for no one: the reduction's own cost),
+mean the mean over ranks; a block's figure is the mean over its steps, a
+column the median over rounds, and last/mpi (last/tight) the median over
+rounds of the block's last over the same round's mpi (tight) block. tight and
+osu are no reference: back-to-back calls pipeline and a barrier hands every
+rank to MPI at once, while a step reaches its reduction from compute. Rows
+start with two spaces, one token per column; --json writes every figure.
 """
 
 from __future__ import annotations
@@ -67,6 +44,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from syncbench.algorithms.timing import PhaseTimer
+from syncbench.bench.data.catalog import DatasetError, load_dataset
+from syncbench.bench.micro.comm import time_loop
+from syncbench.bench.micro.output import check_writable_parent, written_atomically
+from syncbench.bench.mpi.errors import CommandParser
+from syncbench.bench.train.stream import BatchStream
+from syncbench.kernels.backend import select_backend
+from syncbench.kernels.zoo import build_model
 
 VARIANTS = ("mpi", "blocking", "overlap", "tight", "osu", "spin")
 REFERENCE = "mpi"
@@ -91,6 +77,7 @@ def _variants(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench ssgd-comm``."""
+    # lazy: both import mpi4py.MPI, which importing this module must not (cli.py)
     from syncbench.algorithms.ssgd import bucket_mb_arg
     from syncbench.bench.train.options import add_model_and_data_arguments
 
@@ -137,7 +124,7 @@ class Bench:
 
     def bare_allreduce(self, buf: np.ndarray) -> float:
         """Seconds of one in-place ``Allreduce`` of ``buf``, nothing else timed."""
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
         t0 = MPI.Wtime()
         self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -145,7 +132,7 @@ class Bench:
 
     def mpi_step(self) -> float:
         """Forward, backward, a bare in-place Allreduce (timed alone), the update."""
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
         x, y = self.stream.next()
         model = self.model
@@ -166,9 +153,7 @@ class Bench:
 
     def run_block(self, variant: str, steps: int) -> np.ndarray:
         """Seconds inside MPI of each of ``steps`` timed steps, after one untimed one."""
-        from mpi4py import MPI
-
-        from syncbench.bench.micro.comm import time_loop
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
         buf = self.scratch
         if variant in ("tight", "osu"):  # time_loop's own timing, as syncbench comm
@@ -193,14 +178,10 @@ class Bench:
 
 def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
     """Data shard, model and the two SSGD instances; ``ValueError`` with one line."""
+    # lazy: the three import mpi4py.MPI
     from syncbench.algorithms.base import Budget
     from syncbench.algorithms.communicator import Communicator
     from syncbench.algorithms.ssgd import SSGD
-    from syncbench.algorithms.timing import PhaseTimer
-    from syncbench.bench.data.catalog import DatasetError, load_dataset
-    from syncbench.bench.train.stream import BatchStream
-    from syncbench.kernels.backend import select_backend
-    from syncbench.kernels.zoo import build_model
 
     if args.untimed_steps < 0:
         raise ValueError(f"--untimed-steps must be >= 0, got {args.untimed_steps}")
@@ -294,22 +275,21 @@ def format_row(variant: str, s: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
     """Measure on every rank; rank 0 prints the table and returns the figures."""
-    from mpi4py import MPI
-
-    from syncbench.bench.mpi.runtime import agree_on_setup
+    from syncbench.bench.mpi.runtime import (  # lazy: imports mpi4py.MPI
+        agree_on_setup,
+        library_version,
+    )
 
     def setup() -> Bench:
         if args.json:
-            parent = Path(os.path.abspath(args.json)).parent
-            if not parent.is_dir() or not os.access(parent, os.W_OK):
-                raise ValueError(f"--json {args.json}: directory {parent} is not writable")
+            check_writable_parent("--json", args.json)
         return build_bench(args, comm)
 
     bench = agree_on_setup(comm, setup, "ssgd-comm")
     rank, size = comm.Get_rank(), comm.Get_size()
     nbytes = int(bench.model.grads.nbytes)
     if rank == 0:
-        library = MPI.Get_library_version().strip().splitlines()[0]
+        library = library_version()
         print(f"# syncbench ssgd-comm: {args.model} on {args.dataset}, {size} ranks, batch "
               f"{args.batch_size}/rank, {args.dtype} gradient of {nbytes} bytes, bucket "
               f"{args.bucket_mb} MB; {args.blocks} rounds x {args.block_steps} steps of "
@@ -329,24 +309,21 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
               "bucket_mb": args.bucket_mb, "blocks": args.blocks,
               "block_steps": args.block_steps, "mpi_library": library, "variants": figures}
     if args.json:
-        tmp = f"{args.json}.tmp.{os.getpid()}"
-        Path(tmp).write_text(json.dumps(result, indent=1))
-        os.replace(tmp, args.json)
+        with written_atomically(args.json) as tmp:
+            Path(tmp).write_text(json.dumps(result, indent=1))
         print(f"# figures -> {args.json}", flush=True)
     return result
 
 
 def main(args: argparse.Namespace) -> int:
     """Run on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
-    from syncbench.bench.mpi.runtime import run_on_world
+    from syncbench.bench.mpi.runtime import run_on_world  # lazy: imports mpi4py.MPI
 
     return run_on_world(lambda comm: run(args, comm))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """A stand-alone parser (``python -m syncbench.bench.micro.ssgd_comm``): one error line."""
-    from syncbench.bench.mpi.errors import CommandParser
-
     parser = CommandParser(
         prog="syncbench ssgd-comm",
         description="SSGD's time inside MPI per step against a bare Allreduce; run under "

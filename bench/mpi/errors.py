@@ -54,10 +54,14 @@ def exit_after_grace() -> NoReturn:
     raise SystemExit(2)
 
 
+def folded(text: str) -> str:
+    """``text`` on one line: every run of whitespace, newlines included, one space."""
+    return " ".join(text.split())
+
+
 def error_line(prog: str, message: str) -> str:
     """``PROG: error: MESSAGE (see 'PROG --help')``, the message folded onto one line."""
-    text = " ".join(message.split())
-    return f"{prog}: error: {text} (see '{prog} --help')"
+    return f"{prog}: error: {folded(message)} (see '{prog} --help')"
 
 
 def fail(prog: str, message: str, rank: int | None = None) -> NoReturn:

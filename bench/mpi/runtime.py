@@ -13,7 +13,7 @@ Two kinds of failure, two endings:
   ``python -m mpi4py`` does).
 
 A bad command line ends earlier still: ``syncbench`` parses it before MPI starts
-(``cli.fail``: one line from rank 0, status 2 everywhere); :func:`start_mpi` then
+(``errors.fail``: one line from rank 0, status 2 everywhere); :func:`start_mpi` then
 starts MPI for the MPI commands.
 """
 
@@ -27,6 +27,8 @@ from typing import TypeVar
 
 import mpi4py
 from mpi4py import MPI
+
+from syncbench.bench.mpi.errors import fail, folded
 
 T = TypeVar("T")
 
@@ -45,7 +47,7 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
     ``setup`` should raise :class:`SetupError` (or ``ValueError``/``OSError``)
     with a one-line message for user errors. Rank 0 prints ``syncbench COMMAND:
     error: ... (see 'syncbench COMMAND --help')``, the line of a bad command line
-    (``cli.fail`` with MPI's rank); the other ranks exit ``cli.ERROR_EXIT_GRACE_S``
+    (``errors.fail`` with MPI's rank); the other ranks exit ``errors.ERROR_EXIT_GRACE_S``
     later, so a launcher that kills the job at the first non-zero exit cannot swallow it.
     """
     result: T | None = None
@@ -60,8 +62,6 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
     errors = comm.allgather(error)
     failed = [(rank, msg) for rank, msg in enumerate(errors) if msg]
     if failed:
-        from syncbench.bench.mpi.errors import fail
-
         sys.stdout.flush()
         rank, msg = failed[0]
         where = "" if len(failed) == comm.Get_size() else f"rank {rank}: "
@@ -71,8 +71,7 @@ def agree_on_setup(comm: MPI.Comm, setup: Callable[[], T], command: str) -> T:
 
 def one_line(exc: BaseException) -> str:
     """The exception's message folded onto one line."""
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    return folded(str(exc) or type(exc).__name__)
 
 
 def abort_on_exception(comm: MPI.Comm, body: Callable[[], T]) -> T:
@@ -140,3 +139,8 @@ def wait_politely(request: MPI.Request, interval: float = 0.002) -> None:
     """
     while not request.Test():
         time.sleep(interval)
+
+
+def library_version() -> str:
+    """The first line of ``MPI_Get_library_version`` (which MPI, which release)."""
+    return MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]
