@@ -27,13 +27,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import numpy as np
+
+from syncbench.analysis import schema
+from syncbench.analysis.runfile import read_run
+from syncbench.bench.train.checkpoint import RowsFile
 
 
 def one_run(np_: int, epochs: int, flush_every: str, folder: Path) -> tuple[float, float]:
     """(samples/s of the run file, samples over the run's whole interval per second)."""
-    from syncbench.analysis.runfile import read_run
-
     out = folder / f"run-{flush_every}.h5"
     mpiexec = os.environ.get("MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
     cmd = [mpiexec, "-n", str(np_), sys.executable, "-m", "syncbench", "train",
@@ -54,13 +59,6 @@ def flush_costs(folder: Path, sizes: tuple[int, ...] = (1_000, 100_000, 1_000_00
                 new: int = 250, repeats: int = 20) -> list[tuple[int, float, float]]:
     """(rows in the file, seconds per incremental flush of ``new`` rows, seconds per
     full rewrite of every row), medians of ``repeats``."""
-    import time
-
-    import numpy as np
-
-    from syncbench.analysis import schema
-    from syncbench.bench.train.checkpoint import RowsFile
-
     out = []
     for n in sizes:
         total = n + new * repeats
@@ -85,6 +83,7 @@ def _stats(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Both benchmarks; the tables on stdout, each run's figures on stderr as they come."""
     parser = argparse.ArgumentParser(prog="python -m syncbench.bench.micro.flush",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)

@@ -21,10 +21,15 @@ from syncbench.kernels.zoo import build_model
 SHAPES = {"mlp": (1, 28, 28), "lenet": (1, 28, 28)}
 
 
+def input_shape(model_name: str) -> tuple[int, ...]:
+    """The input shape the model is timed on (28x28 greyscale unless SHAPES says otherwise)."""
+    return SHAPES.get(model_name, (1, 28, 28))
+
+
 def step_throughput(model_name: str, batch: int, steps: int, repeats: int,
                     dtype: str = "float32", seed: int = 0) -> list[float]:
     """Samples/s of each repeat of ``steps`` training steps."""
-    shape = SHAPES.get(model_name, (1, 28, 28))
+    shape = input_shape(model_name)
     model = build_model(model_name, shape, 10, dtype=np.dtype(dtype), seed=seed)
     opt = MomentumSGD(model.params, 0.01, 0.9, 0.0)
     rng = np.random.default_rng(seed)
@@ -52,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Time each model of ``--models``; one fixed-column row per model."""
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(f"# syncbench speed: batch {args.batch_size}, {args.steps} steps x {args.repeats} "
           f"repeats, {args.dtype}, OMP_NUM_THREADS={threads}")
@@ -60,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     for name in args.models.split(","):
         rates = step_throughput(name, args.batch_size, args.steps, args.repeats, args.dtype)
         med = statistics.median(rates)
-        size = build_model(name, SHAPES.get(name, (1, 28, 28)), 10).size
+        size = build_model(name, input_shape(name), 10).size
         print(f"  {name:<8}{size:>10}{med:>20.1f}{min(rates):>12.1f}{max(rates):>12.1f}"
               f"{1000 * args.batch_size / med:>10.3f}")
     return 0
