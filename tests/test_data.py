@@ -1,4 +1,4 @@
-"""Tests for the dataset catalog: IDX/CIFAR readers, look-up, validation, synthetic data."""
+"""Datasets: IDX/CIFAR readers and validation, look-up, loading, synthetic data, fetching."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from syncbench.bench.data import catalog as data
-from syncbench.bench.data.catalog import DatasetError
+from syncbench.bench.data import catalog, fetch, formats
+from syncbench.bench.data.dataset import DatasetError
 
 SYSTEM_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -99,7 +99,7 @@ def isolated_lookup(monkeypatch, tmp_path):
     monkeypatch.delenv("SYNCBENCH_DATA", raising=False)
     empty = tmp_path / "system-root"
     empty.mkdir()
-    monkeypatch.setattr(data, "SYSTEM_DATA_ROOT", empty)
+    monkeypatch.setattr(catalog, "SYSTEM_DATA_ROOT", empty)
 
 
 # --- real Fashion-MNIST --------------------------------------------------------------
@@ -110,8 +110,8 @@ def isolated_lookup(monkeypatch, tmp_path):
     reason=f"{SYSTEM_FMNIST} absent (apt-get install dataset-fashion-mnist)",
 )
 def test_real_fashion_mnist(monkeypatch):
-    monkeypatch.setattr(data, "SYSTEM_DATA_ROOT", SYSTEM_FMNIST.parent)
-    ds = data.load_dataset("fashion-mnist")
+    monkeypatch.setattr(catalog, "SYSTEM_DATA_ROOT", SYSTEM_FMNIST.parent)
+    ds = catalog.load_dataset("fashion-mnist")
     assert ds.name == "fashion-mnist"
     assert ds.source == str(SYSTEM_FMNIST)
     assert ds.train_x.shape == (60000, 1, 28, 28)
@@ -149,7 +149,7 @@ def test_real_fashion_mnist(monkeypatch):
 )
 def test_idx_round_trip(tmp_path, arr, gz):
     path = write_idx(tmp_path / ("x.idx" + (".gz" if gz else "")), arr, gz)
-    back = data.read_idx(path)
+    back = formats.read_idx(path)
     assert back.shape == arr.shape
     assert back.dtype == arr.dtype  # native byte order, same kind
     np.testing.assert_array_equal(back, arr)
@@ -160,8 +160,8 @@ def test_idx_gzip_detected_by_magic_not_suffix(tmp_path):
     gz_named_raw = write_idx(tmp_path / "labels.gz", arr, gz=False)
     raw_named_gz = tmp_path / "labels"
     raw_named_gz.write_bytes(gzip.compress(idx_bytes(arr)))
-    np.testing.assert_array_equal(data.read_idx(gz_named_raw), arr)
-    np.testing.assert_array_equal(data.read_idx(raw_named_gz), arr)
+    np.testing.assert_array_equal(formats.read_idx(gz_named_raw), arr)
+    np.testing.assert_array_equal(formats.read_idx(raw_named_gz), arr)
 
 
 GOOD = np.arange(2 * 28 * 28, dtype=np.int64).astype(np.uint8).reshape(2, 28, 28)
@@ -190,13 +190,13 @@ def test_idx_corruption(tmp_path, blob, needle):
     path = tmp_path / "train-images-idx3-ubyte.gz"
     path.write_bytes(blob)
     with pytest.raises(DatasetError) as exc:
-        data.read_idx(path)
+        formats.read_idx(path)
     assert_one_line_error(exc, str(path), needle)
 
 
 def test_idx_missing_file(tmp_path):
     with pytest.raises(DatasetError) as exc:
-        data.read_idx(tmp_path / "nope-idx1-ubyte")
+        formats.read_idx(tmp_path / "nope-idx1-ubyte")
     assert_one_line_error(exc, "nope-idx1-ubyte", "cannot read")
 
 
@@ -206,7 +206,7 @@ def test_idx_missing_file(tmp_path):
 @pytest.mark.parametrize("gz", [False, True])
 def test_load_mnist_from_data_dir(tmp_path, gz):
     arrays = make_mnist_dir(tmp_path / "mine", gz=gz)
-    ds = data.load_dataset("mnist", tmp_path / "mine")
+    ds = catalog.load_dataset("mnist", tmp_path / "mine")
     assert ds.source == str(tmp_path / "mine")
     assert ds.train_x.shape == (12, 1, 28, 28) and ds.test_x.shape == (5, 1, 28, 28)
     assert ds.train_x.dtype == np.float32 and ds.train_y.dtype == np.int64
@@ -229,7 +229,7 @@ def test_load_mixed_gz_and_raw_and_subdir(tmp_path):
     gz_file = root / "fashion-mnist" / (IDX_NAMES["test_labels"] + ".gz")
     gz_file.unlink()
     write_idx(root / "fashion-mnist" / IDX_NAMES["test_labels"], arrays["test_labels"], False)
-    ds = data.load_dataset("fashion-mnist", root)
+    ds = catalog.load_dataset("fashion-mnist", root)
     assert ds.source == str(root / "fashion-mnist")
     np.testing.assert_array_equal(ds.test_y, arrays["test_labels"])
 
@@ -238,29 +238,29 @@ def test_env_var_respected_and_data_dir_wins(tmp_path, monkeypatch):
     env_root = tmp_path / "env"
     make_mnist_dir(env_root / "mnist", n_train=4)
     monkeypatch.setenv("SYNCBENCH_DATA", str(env_root))
-    ds = data.load_dataset("mnist")
+    ds = catalog.load_dataset("mnist")
     assert ds.source == str(env_root / "mnist") and ds.train_x.shape[0] == 4
-    assert data.find_dataset_dir("mnist") == env_root / "mnist"
+    assert catalog.find_dataset_dir("mnist") == env_root / "mnist"
 
     make_mnist_dir(tmp_path / "explicit", n_train=6)
-    ds = data.load_dataset("mnist", tmp_path / "explicit")
+    ds = catalog.load_dataset("mnist", tmp_path / "explicit")
     assert ds.source == str(tmp_path / "explicit") and ds.train_x.shape[0] == 6
 
     # A --data-dir without the dataset falls through to $SYNCBENCH_DATA.
     (tmp_path / "empty").mkdir()
-    assert data.find_dataset_dir("mnist", tmp_path / "empty") == env_root / "mnist"
+    assert catalog.find_dataset_dir("mnist", tmp_path / "empty") == env_root / "mnist"
 
 
 def test_system_root_used_last(tmp_path, monkeypatch):
     system = tmp_path / "sys"
     make_mnist_dir(system / "mnist", n_train=3)
-    monkeypatch.setattr(data, "SYSTEM_DATA_ROOT", system)
-    assert data.find_dataset_dir("mnist") == system / "mnist"
+    monkeypatch.setattr(catalog, "SYSTEM_DATA_ROOT", system)
+    assert catalog.find_dataset_dir("mnist") == system / "mnist"
     # Files directly in the system root are not a dataset (only <root>/<name> is).
     shutil.rmtree(system / "mnist")
     make_mnist_dir(system, n_train=3)
     with pytest.raises(DatasetError) as exc:
-        data.find_dataset_dir("mnist")
+        catalog.find_dataset_dir("mnist")
     assert_one_line_error(exc, "not found")
 
 
@@ -268,7 +268,7 @@ def test_system_root_used_last(tmp_path, monkeypatch):
 def test_missing_dataset(tmp_path, monkeypatch, name):
     monkeypatch.setenv("SYNCBENCH_DATA", str(tmp_path / "envroot"))
     with pytest.raises(DatasetError) as exc:
-        data.load_dataset(name, tmp_path / "nowhere")
+        catalog.load_dataset(name, tmp_path / "nowhere")
     msg = assert_one_line_error(
         exc, name, "not found", str(tmp_path / "nowhere"), str(tmp_path / "envroot"),
         f"syncbench data fetch {name}", "--data-dir", "SYNCBENCH_DATA",
@@ -281,16 +281,16 @@ def test_incomplete_directory_names_missing_file(tmp_path):
     make_mnist_dir(tmp_path / "mnist")
     (tmp_path / "mnist" / (IDX_NAMES["test_images"] + ".gz")).unlink()
     with pytest.raises(DatasetError) as exc:
-        data.load_dataset("mnist", tmp_path)
+        catalog.load_dataset("mnist", tmp_path)
     assert_one_line_error(exc, "incomplete", IDX_NAMES["test_images"], "syncbench data fetch")
 
 
 def test_unknown_dataset_lists_valid_names():
     with pytest.raises(DatasetError) as exc:
-        data.load_dataset("imagenet")
-    assert_one_line_error(exc, "imagenet", *data.DATASETS)
+        catalog.load_dataset("imagenet")
+    assert_one_line_error(exc, "imagenet", *catalog.DATASETS)
     with pytest.raises(DatasetError):
-        data.find_dataset_dir("synthetic")
+        catalog.find_dataset_dir("synthetic")
 
 
 def _corrupt_labels_out_of_range(d: Path) -> str:
@@ -358,7 +358,7 @@ def test_corrupt_mnist_files(tmp_path, corrupt, needle):
     make_mnist_dir(tmp_path / "mnist")
     bad_file = corrupt(tmp_path / "mnist")
     with pytest.raises(DatasetError) as exc:
-        data.load_dataset("mnist", tmp_path)
+        catalog.load_dataset("mnist", tmp_path)
     assert_one_line_error(exc, bad_file, needle, "syncbench data fetch mnist")
 
 
@@ -371,7 +371,7 @@ def test_cifar_batch_round_trip(tmp_path):
     y = np.array([0, 9, 5, 3], dtype=np.uint8)
     path = tmp_path / "data_batch_1.bin"
     path.write_bytes(cifar_bytes(x, y))
-    images, labels = data.read_cifar10_batch(path)
+    images, labels = formats.read_cifar10_batch(path)
     assert images.shape == (4, 3, 32, 32) and images.dtype == np.uint8
     assert labels.shape == (4,) and labels.dtype == np.int64
     np.testing.assert_array_equal(images, x)
@@ -388,7 +388,7 @@ def test_load_cifar10(tmp_path, layout):
            "named/batches-bin": "cifar10/cifar-10-batches-bin"}[layout]
     directory = tmp_path / sub if sub else tmp_path
     train_x, train_y, test_x, test_y = make_cifar_dir(directory, per_batch=3)
-    ds = data.load_dataset("cifar10", tmp_path)
+    ds = catalog.load_dataset("cifar10", tmp_path)
     assert ds.source == str(directory)
     assert ds.train_x.shape == (15, 3, 32, 32) and ds.test_x.shape == (3, 3, 32, 32)
     assert ds.input_shape == (3, 32, 32) and ds.num_classes == 10
@@ -416,10 +416,10 @@ def test_cifar_corruption(tmp_path, size_or_label):
         blob[3073] = 10
     path.write_bytes(bytes(blob))
     with pytest.raises(DatasetError) as exc:
-        data.read_cifar10_batch(path)
+        formats.read_cifar10_batch(path)
     assert_one_line_error(exc, str(path))
     with pytest.raises(DatasetError) as exc:
-        data.load_dataset("cifar10", tmp_path)
+        catalog.load_dataset("cifar10", tmp_path)
     assert_one_line_error(exc, "data_batch_3.bin", "syncbench data fetch cifar10")
 
 
@@ -427,9 +427,9 @@ def test_cifar_corruption(tmp_path, size_or_label):
 
 
 def test_synthetic_deterministic_and_shaped():
-    a = data.load_dataset("synthetic", synthetic_train=300, synthetic_test=100, seed=3)
-    b = data.make_synthetic(300, 100, (1, 28, 28), 10, 3)
-    c = data.load_dataset("synthetic", synthetic_train=300, synthetic_test=100, seed=4)
+    a = catalog.load_dataset("synthetic", synthetic_train=300, synthetic_test=100, seed=3)
+    b = catalog.make_synthetic(300, 100, (1, 28, 28), 10, 3)
+    c = catalog.load_dataset("synthetic", synthetic_train=300, synthetic_test=100, seed=4)
     for field in ("train_x", "train_y", "test_x", "test_y"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     assert not np.array_equal(a.train_x, c.train_x)
@@ -439,7 +439,7 @@ def test_synthetic_deterministic_and_shaped():
     assert a.train_x.min() >= 0.0 and a.train_x.max() <= 1.0
     assert set(np.unique(a.train_y)) <= set(range(10))
 
-    rgb = data.make_synthetic(50, 20, (3, 16, 12), 4, 0)
+    rgb = catalog.make_synthetic(50, 20, (3, 16, 12), 4, 0)
     assert rgb.input_shape == (3, 16, 12) and rgb.num_classes == 4
     assert rgb.train_y.max() < 4 and rgb.test_x.shape == (20, 3, 16, 12)
 
@@ -453,11 +453,11 @@ def test_synthetic_deterministic_and_shaped():
 def test_synthetic_bad_arguments(kwargs):
     args = dict(n_train=10, n_test=10, shape=(1, 28, 28), classes=10, seed=0) | kwargs
     with pytest.raises(DatasetError) as exc:
-        data.make_synthetic(**args)
+        catalog.make_synthetic(**args)
     assert_one_line_error(exc, "synthetic")
 
 
-def softmax_regression_accuracy(ds: data.Dataset, steps: int = 300, lr: float = 0.5) -> float:
+def softmax_regression_accuracy(ds: catalog.Dataset, steps: int = 300, lr: float = 0.5) -> float:
     rng = np.random.default_rng(0)
     x = ds.train_x.reshape(ds.num_train, -1)
     xt = ds.test_x.reshape(ds.num_test, -1)
@@ -479,7 +479,7 @@ def softmax_regression_accuracy(ds: data.Dataset, steps: int = 300, lr: float = 
 
 
 def test_synthetic_is_learnable():
-    ds = data.load_dataset("synthetic")  # default size: 8192 train, 2048 test
+    ds = catalog.load_dataset("synthetic")  # default size: 8192 train, 2048 test
     assert ds.train_x.shape == (8192, 1, 28, 28) and ds.test_x.shape == (2048, 1, 28, 28)
     acc = softmax_regression_accuracy(ds)
     assert acc > 0.8, acc
@@ -536,7 +536,7 @@ def test_fuzz_readers_raise_only_dataset_error(tmp_path):
     for i, blob in enumerate(_fuzz_blobs(rng)):
         path = tmp_path / f"fuzz-{i}"
         path.write_bytes(blob)
-        for reader in (data.read_idx, data.read_cifar10_batch):
+        for reader in (formats.read_idx, formats.read_cifar10_batch):
             try:
                 result = reader(path)
             except DatasetError as e:
@@ -557,36 +557,37 @@ def test_md5_verification(tmp_path):
     payload = b"not really fashion-mnist" * 1000
     path.write_bytes(payload)
     good = hashlib.md5(payload).hexdigest()
-    assert data.file_md5(path) == good
-    data.verify_md5(path, good)
-    data.verify_md5(path, good.upper())
+    assert fetch.file_md5(path) == good
+    fetch.verify_md5(path, good)
+    fetch.verify_md5(path, good.upper())
     with pytest.raises(DatasetError) as exc:
-        data.verify_md5(path, data.OFFICIAL_MD5["fashion-mnist"][path.name])
+        fetch.verify_md5(path, catalog.OFFICIAL_MD5["fashion-mnist"][path.name])
     assert_one_line_error(exc, str(path), "checksum mismatch", good)
     with pytest.raises(DatasetError) as exc:
-        data.verify_md5(tmp_path / "absent.gz", good)
+        fetch.verify_md5(tmp_path / "absent.gz", good)
     assert_one_line_error(exc, "absent.gz")
 
 
 def test_official_checksum_table_is_complete():
     for name in ("fashion-mnist", "mnist"):
-        assert set(data.OFFICIAL_MD5[name]) == {n + ".gz" for n in IDX_NAMES.values()}
-    assert set(data.OFFICIAL_MD5["cifar10"]) == {"cifar-10-binary.tar.gz"}
-    for table in data.OFFICIAL_MD5.values():
+        assert set(catalog.OFFICIAL_MD5[name]) == {n + ".gz" for n in IDX_NAMES.values()}
+    assert set(catalog.OFFICIAL_MD5["cifar10"]) == {"cifar-10-binary.tar.gz"}
+    for table in catalog.OFFICIAL_MD5.values():
         for digest in table.values():
             assert len(digest) == 32 and int(digest, 16) >= 0
 
 
 def test_fetch_synthetic_and_unknown(tmp_path):
-    assert data.fetch_dataset("synthetic", tmp_path) == []
+    assert fetch.fetch_dataset("synthetic", tmp_path) == []
     with pytest.raises(DatasetError) as exc:
-        data.fetch_dataset("nope", tmp_path)
+        fetch.fetch_dataset("nope", tmp_path)
     assert_one_line_error(exc, "nope", "fashion-mnist")
 
 
 def _patch_spec(monkeypatch, name: str, **changes) -> None:
     """Point dataset *name*'s catalog entry at other mirrors or checksums for one test."""
-    monkeypatch.setitem(data.CATALOG, name, dataclasses.replace(data.CATALOG[name], **changes))
+    spec = dataclasses.replace(catalog.CATALOG[name], **changes)
+    monkeypatch.setitem(catalog.CATALOG, name, spec)
 
 
 def _serve_dir(directory: Path) -> str:
@@ -598,18 +599,18 @@ def test_fetch_mnist_offline_mirrors_and_checksums(tmp_path, monkeypatch):
     """fetch_dataset's real download path, fed from local file:// "mirrors"."""
     served = tmp_path / "served"
     make_mnist_dir(served, n_train=8, n_test=3, gz=True)
-    md5s = {name: data.file_md5(served / name) for name in data.OFFICIAL_MD5["mnist"]}
+    md5s = {name: fetch.file_md5(served / name) for name in catalog.OFFICIAL_MD5["mnist"]}
     dead = _serve_dir(tmp_path / "dead-mirror")  # does not exist: first mirror fails
     _patch_spec(monkeypatch, "mnist", md5=md5s, mirrors=(dead, _serve_dir(served)))
     dest = tmp_path / "dest"
-    paths = data.fetch_dataset("mnist", dest)
+    paths = fetch.fetch_dataset("mnist", dest)
     assert sorted(p.name for p in paths) == sorted(md5s)
     assert not list(dest.glob("*.part"))
-    ds = data.load_dataset("mnist", dest)
+    ds = catalog.load_dataset("mnist", dest)
     assert ds.train_x.shape == (8, 1, 28, 28)
     # Second run: files present with the right checksum are kept, not re-downloaded.
     _patch_spec(monkeypatch, "mnist", mirrors=(dead,))
-    assert data.fetch_dataset("mnist", dest) == paths
+    assert fetch.fetch_dataset("mnist", dest) == paths
 
     # A mirror serving different bytes fails the checksum and leaves no file behind.
     bad = dict(md5s)
@@ -617,7 +618,7 @@ def test_fetch_mnist_offline_mirrors_and_checksums(tmp_path, monkeypatch):
     _patch_spec(monkeypatch, "mnist", md5=bad, mirrors=(_serve_dir(served),))
     dest2 = tmp_path / "dest2"
     with pytest.raises(DatasetError) as exc:
-        data.fetch_dataset("mnist", dest2)
+        fetch.fetch_dataset("mnist", dest2)
     assert_one_line_error(exc, "t10k-labels-idx1-ubyte.gz", "checksum mismatch")
     assert not (dest2 / "t10k-labels-idx1-ubyte.gz").exists()
     assert not list(dest2.glob("*.part"))
@@ -625,7 +626,7 @@ def test_fetch_mnist_offline_mirrors_and_checksums(tmp_path, monkeypatch):
     # Every mirror unreachable: a network-style error naming the file.
     _patch_spec(monkeypatch, "mnist", mirrors=(dead,))
     with pytest.raises(DatasetError) as exc:
-        data.fetch_dataset("mnist", tmp_path / "dest3")
+        fetch.fetch_dataset("mnist", tmp_path / "dest3")
     assert_one_line_error(exc, "train-images-idx3-ubyte.gz", "download failed")
 
 
@@ -640,13 +641,13 @@ def test_fetch_cifar10_offline_extracts_binary_batches(tmp_path, monkeypatch):
         info = tarfile.TarInfo("cifar-10-batches-bin/readme.html")
         info.size = 5
         tar.addfile(info, io.BytesIO(b"hello"))
-    _patch_spec(monkeypatch, "cifar10", md5={"cifar-10-binary.tar.gz": data.file_md5(tarball)},
+    _patch_spec(monkeypatch, "cifar10", md5={"cifar-10-binary.tar.gz": fetch.file_md5(tarball)},
                 mirrors=(_serve_dir(served),))
     dest = tmp_path / "dest"
-    paths = data.fetch_dataset("cifar10", dest)
+    paths = fetch.fetch_dataset("cifar10", dest)
     assert [p.name for p in paths] == CIFAR_NAMES
     assert not (dest / "cifar-10-binary.tar.gz").exists()
     assert not (dest / "readme.html").exists()
-    ds = data.load_dataset("cifar10", dest)
+    ds = catalog.load_dataset("cifar10", dest)
     np.testing.assert_array_equal(np.rint(ds.test_x * 255).astype(np.uint8), test_x)
     np.testing.assert_array_equal(ds.train_y, train_y)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from syncbench.bench.data.catalog import DATASETS, DatasetError, fetch_dataset, load_dataset
+from syncbench.bench.data.catalog import DATASETS, DatasetError, load_dataset
+from syncbench.bench.data.fetch import fetch_dataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
