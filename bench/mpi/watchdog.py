@@ -1,37 +1,32 @@
 """The hang guard (``--timeout SECONDS``).
 
-Each rank writes a heartbeat (steps done, the phase it is in, the time) at
-most once a second. A daemon thread watches the main loop: if the rank has
-made no progress for ``timeout`` seconds (stuck in a collective, a wait, an
-RMA epoch, or behind a network that no longer carries its messages), it
+Each rank writes a heartbeat (steps done, its phase, the time) at most once a
+second. A daemon thread watches the main loop: after ``timeout`` seconds
+without progress (stuck in a collective, a wait, an RMA epoch, or behind a
+network that no longer carries its messages) it
 
-1. writes a fresh heartbeat and flushes its rows to the parts folder (the
-   run's ``flush``, safe beside the blocked main thread), so ``syncbench
-   recover`` keeps every step done before the fault;
-2. gives the other ranks' guards a moment to do the same, then names the
-   ranks that had not arrived: those with fewer steps than the furthest rank,
-   those outside MPI (not in a ``comm`` or ``wait`` phase while the others wait
-   for them), and those with no heartbeat at all;
-3. probes the other ranks' guards and the launcher's host
-   (:mod:`syncbench.bench.mpi.reach`): the nodes that cannot be reached (a network
-   fault), the ranks that are gone (their node answers, they do not);
+1. writes a fresh heartbeat and flushes its rows to the parts folder (safe
+   beside the blocked main thread), so ``syncbench recover`` keeps every step;
+2. lets the other guards do the same, then names the ranks that had not
+   arrived: fewer steps than the furthest rank, outside MPI (not in ``comm``
+   or ``wait``) while the others wait, or no heartbeat at all;
+3. probes the other guards and the launcher's host (``reach``): nodes that
+   cannot be reached (a network fault), ranks that are gone;
 4. prints ONE line for the job and ends it.
 
-Rank 0 prints. Another rank waits :data:`DEFER_S` longer and prints only if
-no lower rank answers its probe (rank 0's node is gone or cut off), so the
-job prints once, from the launcher's side. A rank that can reach neither the
-launcher's host nor any other node is cut off: it prints nothing (its output
-could not leave the node) and ends itself.
+Rank 0 prints; another rank waits :data:`DEFER_S` longer and prints only if
+no lower rank answers its probe, so the job prints once, from the launcher's
+side. A rank that reaches neither the launcher's host nor any other node is
+cut off: it prints nothing (its output could not leave the node) and ends.
 
-Ending the job: ``MPI_Abort``; and :data:`EXIT_AFTER_S` later ``os._exit``,
-whatever ``MPI_Abort`` did (MPICH's returns on a thread after telling its
-proxy, which cannot reach ``mpiexec`` from a cut-off node), so a rank never
-outlives its guard by much. Under Open MPI, when a node cannot be reached,
-``MPI_Abort`` would leave ``prterun`` waiting without end for the unreachable
-daemon to report its ranks (PRRTE has no timeout on a daemon, and TCP with
-data queued for a node whose link is down does not fail for a quarter of an
-hour); the printing rank kills the PRRTE daemon the launcher started on its
-node instead, which ``prterun`` takes for a failed daemon and ends the job at once.
+Ending the job: ``MPI_Abort``, then ``os._exit`` :data:`EXIT_AFTER_S` later
+whatever it did (MPICH's returns after telling its proxy, which cannot reach
+``mpiexec`` from a cut-off node). Under Open MPI, with a node unreachable,
+``MPI_Abort`` would leave ``prterun`` waiting for that node's daemon without
+end (PRRTE has no daemon timeout, and TCP with data queued on a dead link
+gives up after Linux's tcp_retries2, some 15 minutes): the printing rank kills
+its node's PRRTE daemon instead, which ``prterun`` takes for a failed daemon,
+ending the job at once.
 """
 
 from __future__ import annotations
@@ -287,15 +282,11 @@ def _exit_later(seconds: float) -> None:
 
 def _ranks(ranks: list[int]) -> str:
     """``rank 3``, ``ranks 1, 4-7``."""
-    spans: list[str] = []
-    start = prev = None
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive ranks
     for r in sorted(ranks):
-        if prev is not None and r == prev + 1:
-            prev = r
-            continue
-        if start is not None:
-            spans.append(f"{start}-{prev}" if prev != start else f"{start}")
-        start = prev = r
-    if start is not None:
-        spans.append(f"{start}-{prev}" if prev != start else f"{start}")
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    spans = [f"{first}-{last}" if last != first else f"{first}" for first, last in runs]
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(spans)}"
