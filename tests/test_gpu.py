@@ -43,7 +43,7 @@ from syncbench.algorithms.device_buffers import (
 )
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
-from syncbench.bench.data.catalog import make_synthetic
+from syncbench.bench.data.synthetic import make_synthetic
 from syncbench.bench.train.stream import BatchStream
 from syncbench.kernels import backend as backend_module
 from syncbench.kernels import cuda_bench, cuda_cases, ops
