@@ -53,10 +53,10 @@ def benchmark(
     and ``numpy_gb_s`` (``bytes`` over the time: the effective bandwidth, to
     compare with the device's memory peak), ``max_abs_diff``,
     ``max_rel_diff`` (relative to the largest output magnitude), ``exact``
-    (:meth:`Case.is_exact`) and ``ok`` (bit-identical if exact, else within
-    :func:`tolerance`). ``xp``
-    is CuPy by default; NumPy (with the host emulator as launcher, small
-    sizes) lets the tests run this code without a GPU.
+    (:meth:`~syncbench.kernels.cuda_cases.Case.is_exact`) and ``ok``
+    (bit-identical if exact, else within :func:`tolerance`). ``xp`` is CuPy
+    by default; NumPy (with the host emulator as launcher, small sizes) lets
+    the tests run this code without a GPU.
     """
     if xp is None:
         import cupy as xp  # lazy: only the GPU run has CuPy
