@@ -12,6 +12,6 @@ up and down (:mod:`.command`), launches across it with the venv's MPI
 
 What the emulation cannot show: one kernel and one memory bus serve every
 node; no latency is added to a link (the kernel has no ``netem``: a message's
-latency is the stack's, some 10-30 us); a node's CPU quota throttles in CFS
-periods (100 ms), not smoothly.
+latency is the network stack's); a node's CPU quota throttles in CFS periods,
+not smoothly (docs/CLUSTER.md).
 """

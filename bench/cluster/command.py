@@ -17,8 +17,10 @@ different one must be taken ``down`` first); ``down`` removes exactly what
 running inside the nodes. ``mpiexec`` is the active venv's launcher (MPICH's
 hydra or Open MPI's prterun) with what makes inter-node traffic cross the
 links; it can stand in for ``mpiexec`` anywhere (``MPIEXEC="syncbench
-cluster mpiexec"``, ``syncbench run SCENARIO --cluster``). See the package
-docstring for what the emulation cannot show.
+cluster mpiexec"``, ``syncbench run SCENARIO --cluster``). What it cannot
+show: the nodes share one kernel and one memory bus, a link adds no latency
+of its own, and a slow node's CPU quota throttles it in bursts, not evenly
+(docs/CLUSTER.md).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import argparse
 import math
 import os
 import re
+import signal
 import sys
+import time
 
 from . import cpu, launch, network, slurm
 from .host import ClusterError, require_root, require_tool, works
@@ -244,9 +248,7 @@ def teardown(cluster: Cluster) -> None:
 
 
 def _end_processes(namespace: str) -> None:
-    import signal
-    import time
-
+    """SIGTERM the processes inside a node's namespace, then SIGKILL those left after 3 s."""
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
         inside = network.pids(namespace)
         if not inside:
@@ -300,9 +302,7 @@ def run_in_node(args: argparse.Namespace) -> int:
 def set_link(args: argparse.Namespace) -> int:
     require_root()
     cluster = _loaded()
-    node = cluster.node(args.node)
-    if node is None:
-        raise ClusterError(f"no node {args.node!r}")
+    node = cluster.require_node(args.node)
     if args.state in ("up", "down"):
         network.set_link(node, args.state == "up")
     else:
@@ -317,10 +317,7 @@ def set_link(args: argparse.Namespace) -> int:
 def set_node_speed(args: argparse.Namespace) -> int:
     require_root()
     cluster = _loaded()
-    node = cluster.node(args.node)
-    if node is None:
-        raise ClusterError(f"no node {args.node!r} (nodes: "
-                           f"{', '.join(n.name for n in cluster.nodes)})")
+    node = cluster.require_node(args.node)
     try:
         speed = float(args.speed)
     except ValueError:

@@ -3,13 +3,12 @@
 A node of speed F gets ``cpu.cfs_quota_us = F x (its CPUs) x cpu.cfs_period_us``
 (cgroup v1; ``cpu.max`` under cgroup v2): the kernel lets its processes run F
 of each period, so a node 0.25 computes at a quarter of its core(s) whatever
-the suite does. CFS enforces the quota per period, so a step much shorter
-than the period runs at full speed until the quota is spent and then stalls:
-a 1.5 ms mlp step on a node 0.25 ran at a median 1x and a mean 2.4x, both
-with the kernel's default 100 ms period and with the shortest it allows
-(quota >= 1 ms: 4 ms at 0.25), the stalls landing inside MPI too
-(docs/CLUSTER.md). The period defaults to that shortest one, the finest
-grain the kernel offers.
+the suite does. CFS enforces the quota per period (the kernel's
+Documentation/scheduler/sched-bwc.rst), so a step much shorter than the period
+runs at full speed until the quota is spent and then stalls, inside MPI too:
+the slowdown comes in bursts, not evenly (measured in docs/CLUSTER.md). The
+period defaults to the shortest the kernel allows (a quota of at least 1 ms:
+4 ms at speed 0.25), the finest grain it offers.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import os
 from pathlib import Path
 
 from .host import ClusterError
-from .state import Cluster, Node, save
+from .state import Cluster, Node, record, save
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -61,8 +60,7 @@ def _mkdir(cluster: Cluster, path: Path) -> None:
         path.mkdir()
     except OSError as exc:
         raise ClusterError(f"cannot create cgroup {path}: {exc.strerror}") from exc
-    cluster.made.append({"kind": "cgroup", "name": str(path)})
-    save(cluster)
+    record(cluster, "cgroup", str(path))
 
 
 def make_cgroups(cluster: Cluster, node: Node) -> None:
@@ -113,8 +111,7 @@ def _controller(what: str) -> int:
 
 def _quota_us(node: Node, speed: float, period: int) -> int:
     """``speed`` x the node's CPUs x ``period`` (-1: no quota at speed 1)."""
-    ncpus = len(node.cpus.split(",")) if node.cpus else 1
-    return int(speed * ncpus * period) if speed < 1.0 else -1
+    return int(speed * node.cpu_count * period) if speed < 1.0 else -1
 
 
 def _write_quota(version: int, group: Path, node: Node, quota: int, period: int) -> None:

@@ -25,12 +25,17 @@ def require_tool(name: str, package: str) -> str:
     return path
 
 
+def complaint(proc: subprocess.CompletedProcess) -> str:
+    """What a failed tool said: its stderr, else its stdout, stripped."""
+    return (proc.stderr or proc.stdout).strip()
+
+
 def sh(args: Sequence[str], what: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``args``; on failure raise :class:`ClusterError` naming ``what`` and the tool's
     own first line of complaint."""
     proc = subprocess.run(list(args), capture_output=True, text=True)
     if check and proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).strip().splitlines()
+        said = complaint(proc).splitlines()
         raise ClusterError(f"{what} failed: {' '.join(args)}: "
                            f"{said[0] if said else f'exit {proc.returncode}'}")
     return proc

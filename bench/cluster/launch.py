@@ -9,12 +9,12 @@ network namespace with the node's hostname (``unshare --uts``) and clock
 hydra where its proxies call back (the host name resolves to 127.0.0.1).
 
 Traffic between nodes must cross the links: MPICH's UCX netmod otherwise
-detects one machine and uses shared memory between the namespaces (only
-13 kB crossed the veth for 440 MB of allreduce), so ``UCX_TLS=tcp,self`` is
-set; ranks of one node still use MPICH's own shared memory (hydra places
-them on one node). Open MPI gets ``pml ob1`` with the ``tcp``, ``sm`` and
-``self`` BTLs for the same reason (its UCX PML would detect one machine).
-A variable the user already set is left alone.
+detects one machine and uses shared memory between the namespaces (almost
+nothing crosses the veth), so ``UCX_TLS=tcp,self`` is set; ranks of one node
+still use MPICH's own shared memory (hydra places them on one node). Open MPI
+gets ``pml ob1`` with the ``tcp``, ``sm`` and ``self`` BTLs for the same
+reason (its UCX PML would detect one machine). A variable the user already
+set is left alone.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from syncbench.bench.experiment.launch import find_mpiexec
+
 from .host import ClusterError
-from .state import Cluster, state_dir
+from .state import Cluster, load, state_dir
 
 #: What makes inter-node traffic cross the links, per MPI flavour.
 TRANSPORT_ENV = {
@@ -80,8 +82,6 @@ def find_launcher() -> str:
     beside = Path(sys.executable).parent / "mpiexec"
     if beside.exists():
         return str(beside)
-    from syncbench.bench.experiment.launch import find_mpiexec
-
     return find_mpiexec()[0]
 
 
@@ -141,9 +141,7 @@ def launch_command(cluster: Cluster, command: list[str], ranks: int | None = Non
 
 def node_command(cluster: Cluster, node_name: str, command: list[str]) -> list[str]:
     """``command`` run inside one node (its namespace, hostname, clock and cgroups)."""
-    if cluster.node(node_name) is None:
-        raise ClusterError(f"no node {node_name!r} (nodes: "
-                           f"{', '.join(n.name for n in cluster.nodes)})")
+    cluster.require_node(node_name)
     return [str(shim_path()), node_name, shlex.join(command)]
 
 
@@ -151,8 +149,6 @@ def launcher_for_runs() -> str:
     """The ``--mpiexec`` string that launches a run across the cluster that is up
     (``syncbench run --cluster``, ``sweep --cluster``): this Python's ``syncbench
     cluster mpiexec``, which takes ``-n N COMMAND`` as ``mpiexec`` does."""
-    from .state import load
-
     if load() is None:
         raise ClusterError("--cluster: no emulated cluster is up (syncbench cluster up "
                            "--nodes N)")

@@ -1,10 +1,10 @@
 """Nodes' namespaces and links: a bridge in the root namespace, one veth pair per node.
 
-A link is shaped with a token bucket (``tc qdisc ... tbf``) on both ends, so
-traffic to and from the node is limited to the rate. ``burst 256kb`` reaches
-0.95 of the rate at 1 Gbit/s on this kind of host (64 kB only 0.64-0.74: the
-bucket empties faster than TCP refills it). The kernel has no ``netem``, so
-no latency is added; a link's latency is the network stack's.
+A link is shaped with a token bucket (``tc qdisc ... tbf``, tc-tbf(8)) on
+both ends, so traffic to and from the node is limited to the rate. The
+bucket (``--burst``, 256kb by default) must be large enough that TCP refills
+it before it empties, or a link carries less than its rate. The kernel has
+no ``netem``, so no latency is added; a link's latency is the network stack's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .host import ClusterError, sh, works
-from .state import BRIDGE, BRIDGE_ADDRESS, Cluster, Node, save
+from .state import BRIDGE, BRIDGE_ADDRESS, Cluster, Node, record
 
 
 def link_exists(name: str) -> bool:
@@ -38,8 +38,7 @@ def check_names_free(cluster: Cluster) -> None:
 
 def make_bridge(cluster: Cluster) -> None:
     sh(["ip", "link", "add", BRIDGE, "type", "bridge"], f"creating bridge {BRIDGE}")
-    cluster.made.append({"kind": "link", "name": BRIDGE})
-    save(cluster)
+    record(cluster, "link", BRIDGE)
     sh(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE], "addressing the bridge")
     sh(["ip", "link", "set", BRIDGE, "up"], "bringing the bridge up")
 
@@ -47,13 +46,11 @@ def make_bridge(cluster: Cluster) -> None:
 def make_node(cluster: Cluster, node: Node) -> None:
     """The node's namespace, its veth pair (``eth0`` inside) and address."""
     sh(["ip", "netns", "add", node.name], f"creating namespace {node.name}")
-    cluster.made.append({"kind": "netns", "name": node.name})
-    save(cluster)
+    record(cluster, "netns", node.name)
     peer = f"{node.veth}n"
     sh(["ip", "link", "add", node.veth, "type", "veth", "peer", "name", peer],
        f"creating the link of {node.name}")
-    cluster.made.append({"kind": "link", "name": node.veth})
-    save(cluster)
+    record(cluster, "link", node.veth)
     inside = ["ip", "-n", node.name]
     sh(["ip", "link", "set", peer, "netns", node.name], f"moving the link into {node.name}")
     sh(["ip", "link", "set", node.veth, "master", BRIDGE, "up"], "joining the bridge")
@@ -63,17 +60,23 @@ def make_node(cluster: Cluster, node: Node) -> None:
     sh([*inside, "link", "set", "lo", "up"], "bringing lo up")
 
 
+def _link_ends(node: Node) -> tuple[tuple[list[str], str], ...]:
+    """``(tc command, device)`` of both ends of a node's link: the host's veth, and
+    ``eth0`` inside the node's namespace."""
+    return (["tc"], node.veth), (["ip", "netns", "exec", node.name, "tc"], "eth0")
+
+
 def shape(node: Node, rate: str, burst: str) -> None:
     """Shape both ends of the node's link to ``rate`` (``tc`` units: 1gbit, 200mbit)."""
-    for prefix, dev in ((["tc"], node.veth), (["ip", "netns", "exec", node.name, "tc"], "eth0")):
-        sh([*prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+    for tc, dev in _link_ends(node):
+        sh([*tc, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
             "burst", burst, "latency", "50ms"], f"shaping the link of {node.name} to {rate}")
 
 
 def unshape(node: Node) -> None:
-    sh(["tc", "qdisc", "del", "dev", node.veth, "root"], "unshaping", check=False)
-    sh(["ip", "netns", "exec", node.name, "tc", "qdisc", "del", "dev", "eth0", "root"],
-       "unshaping", check=False)
+    """Remove the shaping from both ends (nothing to remove is no error)."""
+    for tc, dev in _link_ends(node):
+        sh([*tc, "qdisc", "del", "dev", dev, "root"], "unshaping", check=False)
 
 
 def tbf_available() -> bool:

@@ -23,9 +23,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from .host import ClusterError, sh
+from .host import ClusterError, complaint, sh
 from .launch import TRANSPORT_ENV, node_command
-from .state import BRIDGE_ADDRESS, Cluster, save, state_dir
+from .state import BRIDGE_ADDRESS, Cluster, record, state_dir
 
 PARTITION = "emulated"
 #: Slurm CPUs per CPU of a node (more than 1 lets small jobs share a node here).
@@ -45,7 +45,7 @@ def fragment(cluster: Cluster) -> str:
     """The lines appended to ``slurm.conf``."""
     lines = [f"TaskProlog={state_dir() / 'task-prolog'}"]
     for node in cluster.nodes:
-        cpus = (len(node.cpus.split(",")) if node.cpus else 1) * CPUS_PER_CPU
+        cpus = node.cpu_count * CPUS_PER_CPU
         lines.append(f"NodeName={node.name} NodeAddr={node.address} CPUs={cpus} State=UNKNOWN")
     names = ",".join(n.name for n in cluster.nodes)
     lines.append(f"PartitionName={PARTITION} Nodes={names} Default=NO MaxTime=INFINITE "
@@ -73,7 +73,7 @@ def _local_cluster(env_extra: dict[str, str]) -> None:
     proc = subprocess.run(["bash", str(local_cluster_script())], env=env, capture_output=True,
                           text=True)
     if proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).strip().splitlines()
+        said = complaint(proc).splitlines()
         raise ClusterError(f"the local Slurm cluster did not start: {said[-1] if said else ''}")
 
 
@@ -99,8 +99,7 @@ def add_nodes(cluster: Cluster) -> None:
     prolog = folder / "task-prolog"
     prolog.write_text(task_prolog(cluster))
     prolog.chmod(0o755)
-    cluster.made.append({"kind": "slurm-conf", "name": "slurm.conf"})
-    save(cluster)
+    record(cluster, "slurm-conf", "slurm.conf")
     _local_cluster({"SLURM_CTLD_ADDR": BRIDGE_ADDRESS,
                     "SLURM_EXTRA_CONF": str(folder / "slurm-nodes.conf")})
     conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
@@ -109,9 +108,8 @@ def add_nodes(cluster: Cluster) -> None:
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ClusterError(f"slurmd of {node.name} did not start: "
-                               f"{(proc.stderr or proc.stdout).strip()[-200:]}")
-        cluster.made.append({"kind": "slurmd", "name": node.name})
-        save(cluster)
+                               f"{complaint(proc)[-200:]}")
+        record(cluster, "slurmd", node.name)
     wait_idle(cluster)
 
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .host import ClusterError
+
 #: Names and addresses of the emulated cluster: one prefix, one private /24 subnet
 #: (``$SYNCBENCH_CLUSTER_PREFIX``, ``$SYNCBENCH_CLUSTER_SUBNET``: a second cluster can
 #: live beside the first under other names).
@@ -49,6 +51,11 @@ class Node:
     #: The rate ``cluster link NODE RATE`` set since ``up`` (else the cluster's ``link``).
     link: str = ""
 
+    @property
+    def cpu_count(self) -> int:
+        """The CPUs of its CPU set (1 when it has none and shares the host's)."""
+        return len(self.cpus.split(",")) if self.cpus else 1
+
 
 @dataclass
 class Cluster:
@@ -72,6 +79,14 @@ class Cluster:
             if host in (node.address, node.name) or host.split(".")[0] == node.name:
                 return node
         return None
+
+    def require_node(self, host: str) -> Node:
+        """:meth:`node`, or a :class:`ClusterError` that lists the nodes."""
+        node = self.node(host)
+        if node is None:
+            raise ClusterError(f"no node {host!r} (nodes: "
+                               f"{', '.join(n.name for n in self.nodes)})")
+        return node
 
     def layout(self) -> dict[str, Any]:
         """What ``up`` was asked for: two ``up`` with the same layout are one cluster."""
@@ -109,6 +124,13 @@ def save(cluster: Cluster) -> None:
     tmp = state_file().with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(cluster), indent=1) + "\n")
     tmp.replace(state_file())
+
+
+def record(cluster: Cluster, kind: str, name: str) -> None:
+    """Note an object ``up`` just made (``kind``: netns, link, cgroup, slurm-conf, slurmd)
+    in the state file at once, so that ``down`` removes it whatever happens next."""
+    cluster.made.append({"kind": kind, "name": name})
+    save(cluster)
 
 
 def forget() -> None:
