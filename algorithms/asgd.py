@@ -195,6 +195,13 @@ class ASGD(Algorithm):
     deterministic = False
     #: Ranks step independently (no ``--sync-bn``).
     lock_step = False
+    #: A step pulls the weights, computes, then pushes: its comm is split around compute,
+    #: half before it (drawn once, before compute).
+    step_order = ("data", "comm", "wait", "compute", "delay", "update")
+    split_phases = {"comm": 0.5}
+    #: Evaluations are of the pulled copies kept during training, evaluated after it.
+    snapshot_evaluations = True
+    simulation = "asgd"
 
     @dataclass(frozen=True)
     class Options:

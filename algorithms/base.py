@@ -138,6 +138,33 @@ class Algorithm(ABC):
     #: the same collectives: ``--sync-bn`` may reduce inside a step.
     lock_step: ClassVar[bool] = True
 
+    # Traits: what analysis and the simulator know of this strategy, from the run
+    # file (``syncbench.analysis.schema.StrategyTraits``, written from :meth:`traits`).
+    # A subclass inherits its parent's (one derived from SSGD simulates as SSGD).
+    #: The phases of a step in the order this strategy runs them (lock-step: compute,
+    #: then communicate; the same as ``schema.LOCK_STEP_ORDER``).
+    step_order: ClassVar[tuple[str, ...]] = ("data", "compute", "delay", "comm", "wait",
+                                             "update")
+    #: A phase run twice in a step around compute -> the share of its seconds before compute.
+    split_phases: ClassVar[dict[str, float]] = {}
+    #: The hidden-communication fraction against the blocking-Allreduce reference applies.
+    hides_comm: ClassVar[bool] = False
+    #: Evaluation rows come from parameter copies evaluated after training (no pauses).
+    snapshot_evaluations: ClassVar[bool] = False
+    #: (config flag, value, label suffix) of variants that are not the published algorithm.
+    label_variants: ClassVar[tuple[tuple[str, Any, str], ...]] = ()
+    #: The communication pattern the simulator models for this strategy ("": none).
+    simulation: ClassVar[str] = ""
+
+    @classmethod
+    def traits(cls) -> dict[str, Any]:
+        """This strategy's traits as plain data, keyed by ``StrategyTraits``' field names."""
+        return {"step_order": tuple(cls.step_order), "split_phases": dict(cls.split_phases),
+                "hides_comm": bool(cls.hides_comm),
+                "snapshot_evaluations": bool(cls.snapshot_evaluations),
+                "label_variants": tuple(tuple(v) for v in cls.label_variants),
+                "simulation": str(cls.simulation)}
+
     def __init__(
         self,
         model: Model,

@@ -75,6 +75,9 @@ class LocalSGD(Algorithm):
     stop_vote_lag = 1
     name = "localsgd"
     summary = "local SGD: --period local steps, then a blocking Allreduce average of the weights"
+    #: Each local step updates before a round's averaging communicates.
+    step_order = ("data", "compute", "delay", "update", "comm", "wait")
+    simulation = "localsgd"
 
     @dataclass(frozen=True)
     class Options:

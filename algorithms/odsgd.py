@@ -153,6 +153,10 @@ class ODSGD(Algorithm):
 
     name = "odsgd"
     summary = "one-step-delay SGD (gradient Iallreduce overlaps the next step's compute)"
+    hides_comm = True
+    #: ``--local-lookahead on`` is not the published algorithm: labelled ``odsgd+la``.
+    label_variants = (("local_lookahead", "on", "+la"),)
+    simulation = "odsgd"
 
     @dataclass(frozen=True)
     class Options:

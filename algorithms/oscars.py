@@ -141,6 +141,9 @@ class Oscars(Algorithm):
     name = "oscars"
     summary = ("Oscars: adaptive local steps per rank from a global view of speeds, "
                "one packed Iallreduce per round (--period from localsgd)")
+    #: Each local step updates before a round's reduction communicates.
+    step_order = ("data", "compute", "delay", "update", "comm", "wait")
+    simulation = "oscars"
     #: Local steps per round follow the measured speeds c_k (wall time).
     deterministic = False
     #: Ranks take different numbers of local steps per round (no ``--sync-bn``).

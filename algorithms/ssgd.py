@@ -96,6 +96,8 @@ class SSGD(Algorithm):
     stop_vote_lag = 1
     name = "ssgd"
     summary = "synchronous allreduce SGD (blocking, or bucketed Iallreduce overlapping backward)"
+    hides_comm = True
+    simulation = "ssgd"
 
     @dataclass(frozen=True)
     class Options:

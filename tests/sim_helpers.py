@@ -23,11 +23,12 @@ needs_simgrid = pytest.mark.skipif(
 _ENV = {"OMP_NUM_THREADS": "1"}
 
 
-def simulate(*flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``syncbench simulate FLAGS`` in a subprocess (one BLAS thread)."""
+def simulate(*flags: str, timeout: float = 300,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``syncbench simulate FLAGS`` in a subprocess (one BLAS thread; ``env`` added)."""
     return subprocess.run([sys.executable, "-m", "syncbench", "simulate", *flags],
                           capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **_ENV})
+                          env={**os.environ, **_ENV, **(env or {})})
 
 
 def python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -5,7 +5,11 @@ these loop over :data:`~syncbench.algorithms.registry.ALGORITHMS`: a new
 strategy is tested by registering it, with no edit here. :class:`Throwaway`
 below shows it: it is defined and registered in this module only, and every
 test runs on it as on the built-in strategies (in the ranks that ``mpiexec``
-starts, too: ``SYNCBENCH_STRATEGIES`` names this module there).
+starts, too: ``SYNCBENCH_STRATEGIES`` names this module there). What analysis and
+the simulator know of a strategy are its traits (``Algorithm.traits()``, written to
+the run file): Throwaway declares its own step order and label variant and inherits
+SSGD's simulation, and gets its trace, its table label and its simulation with no
+edit elsewhere.
 
 - in-process under ``mpiexec -n 2``/``-n 4 ... --only-mpi``: the exact sample
   budget, the run-file schema round-trip, determinism under a fixed seed (for
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -29,29 +34,44 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import run_mpi, train_config
+from sim_helpers import needs_simgrid, simulate
 
 from syncbench.algorithms.base import Algorithm, StepStats
 from syncbench.algorithms.flags import add_option_flags, option, options_from
 from syncbench.algorithms.registry import ALGORITHMS, PLUGINS_ENV, register
+from syncbench.algorithms.ssgd import SSGD
 from syncbench.analysis import schema
+from syncbench.analysis.report import report_rows
 from syncbench.analysis.runfile import read_run
 from syncbench.analysis.summary import summarize
+from syncbench.analysis.trace import trace_events
 
 
 @register
-class Throwaway(Algorithm):
-    """Synchronous SGD in a few lines (a blocking Allreduce of the gradient)."""
+class Throwaway(SSGD):
+    """Synchronous SGD in a few lines: a blocking Allreduce of the gradient, then the
+    straggler's delay (its own step order). As SSGD's subclass it simulates as SSGD."""
 
     name = "throwaway"
     summary = "test only: a strategy registered from a test module"
+    step_order = ("data", "compute", "comm", "wait", "delay", "update")
+    label_variants = (("sum_gradients", True, "+sum"),)
+
+    @dataclasses.dataclass(frozen=True)
+    class Options(SSGD.Options):
+        """SSGD's options (its step ignores them) and one of its own."""
+
+        sum_gradients: bool = option(
+            False, "throwaway: apply the sum of the gradients, not their mean", flag=True)
 
     def step(self, x: Any, y: Any) -> StepStats:
         with self.timer.phase("compute"):
             loss = self.model.loss_and_grad(x, y)
-        self.straggle()
         self.comm.Allreduce(self.model.grads)
+        self.straggle()
         with self.timer.phase("update"):
-            self.model.grads *= 1.0 / self.comm.size
+            if not self.options.sum_gradients:
+                self.model.grads *= 1.0 / self.comm.size
             self.optimizer.step(self.model.params, self.model.grads)
         self.steps_taken += 1
         return StepStats(loss=float(loss), samples=int(x.shape[0]))
@@ -103,6 +123,20 @@ def test_the_throwaway_strategy_is_registered_and_has_train_flags(capsys):
     assert train_config("--algorithm", "throwaway").algorithm == "throwaway"
     with pytest.raises(ValueError, match="taken"):
         register(type("Other", (Throwaway,), {}))
+
+
+@pytest.mark.parametrize("name", sorted(schema.LEGACY_TRAITS))
+def test_a_shipped_strategy_declares_the_traits_its_old_run_files_imply(name):
+    """Files written before ``strategy_traits`` existed read as new files do."""
+    assert schema.StrategyTraits(**ALGORITHMS[name].traits()) == schema.LEGACY_TRAITS[name]
+
+
+def test_traits_default_to_lock_step_and_are_inherited():
+    assert schema.StrategyTraits(**Algorithm.traits()) == schema.StrategyTraits()
+    traits = Throwaway.traits()
+    assert traits["simulation"] == SSGD.simulation and traits["hides_comm"]  # SSGD's
+    assert traits["step_order"] != SSGD.step_order
+    assert set(traits["step_order"]) == set(schema.PHASES)
 
 
 @pytest.mark.parametrize("name", STRATEGIES)
@@ -231,14 +265,17 @@ def test_stop_at_target_ends_every_rank_at_the_first_evaluation_that_reaches_it(
 # -- serial: each test launches its own job -----------------------------------------
 
 
-def _launch(np_: int, *args: str, timeout: float = 90):
-    """``run_mpi`` with this module imported in every rank (it registers Throwaway)."""
+def _plugin_env() -> dict[str, str]:
+    """The environment that imports this module in a ``syncbench`` process (it registers
+    Throwaway)."""
     here = str(Path(__file__).resolve().parent)
-    import os
-
     path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH", "")]))
-    return run_mpi(np_, *args, timeout=timeout,
-                   env={PLUGINS_ENV: Path(__file__).stem, "PYTHONPATH": path})
+    return {PLUGINS_ENV: Path(__file__).stem, "PYTHONPATH": path}
+
+
+def _launch(np_: int, *args: str, timeout: float = 90):
+    """``run_mpi`` with this module imported in every rank."""
+    return run_mpi(np_, *args, timeout=timeout, env=_plugin_env())
 
 
 @pytest.mark.mpi_skip
@@ -288,3 +325,25 @@ def test_resume_after_a_crash(tmp_path, name):
         np.testing.assert_array_equal(a.ranks[rank]["step"], b.ranks[rank]["step"])
         np.testing.assert_array_equal(a.ranks[rank]["loss"], b.ranks[rank]["loss"])
     np.testing.assert_array_equal(a.eval["accuracy"], b.eval["accuracy"])
+
+
+@needs_simgrid
+@pytest.mark.mpi_skip
+def test_the_throwaway_strategy_is_simulated_traced_and_labelled(tmp_path):
+    """``syncbench simulate --algorithm throwaway``: a run file with Throwaway's traits,
+    whose trace follows Throwaway's step order and whose tables carry its label."""
+    out = tmp_path / "throwaway.h5"
+    proc = simulate("--algorithm", "throwaway", "--np", "4", "--steps", "3",
+                    "--comm", "blocking", "--slowdown", "1,1,1,3", "--sum-gradients",
+                    "--out", str(out), env=_plugin_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = read_run(out)
+    assert run.attrs["algorithm"] == "throwaway"
+    assert run.attrs[schema.TRAITS_ATTR] == schema.StrategyTraits(**Throwaway.traits()).to_json()
+    events = [e for e in trace_events(run)["traceEvents"]
+              if e.get("cat") == "phase" and e["pid"] == 3 and e["args"]["step"] == 0]
+    ran = [e["name"] for e in sorted(events, key=lambda e: e["ts"])]
+    assert {"comm", "delay"} <= set(ran)  # the slowed rank waits for no one, then straggles
+    assert ran == [p for p in Throwaway.step_order if p in ran]
+    assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]
+

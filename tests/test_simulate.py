@@ -252,7 +252,7 @@ def test_epochs_give_the_steps_train_takes():
     from types import SimpleNamespace
 
     from syncbench.algorithms.base import steps_per_rank
-    from syncbench.bench.simulate.cli import steps_per_rank as simulated_steps
+    from syncbench.bench.simulate.inputs import steps_per_rank as simulated_steps
 
     assert steps_per_rank(1.5, 60000, 7, 64) == 199
     assert steps_per_rank(2, 60000, 7, 64) == 266 and steps_per_rank(1e-6, 60000, 7, 64) == 1

@@ -20,7 +20,6 @@ from sim_helpers import simulate as run_simulate
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
-from syncbench.bench.simulate import strategies  # noqa: F401 - before asgd, which it imports
 from syncbench.bench.simulate.asgd import (
     COUNTER_ATOMICS,
     DEFAULT_EPOCH_US,

@@ -2,7 +2,7 @@
 workloads that keep their structure (without SimGrid: phase durations are given).
 
 Each timeline is composed by ``bench/simulate/strategies.py`` from a workload with a
-known compute split and a stand-in for SimGrid's phase timer, so the expected times
+known compute split and a stand-in for SimGrid's phase clock, so the expected times
 are computed by hand in the tests.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from syncbench.analysis import schema
 from syncbench.bench.cli import build_parser
 from syncbench.bench.simulate import strategies
-from syncbench.bench.simulate.strategies import LocalTimes
+from syncbench.bench.simulate.timeline import LocalTimes
 from syncbench.bench.simulate.workload import (
     ComputeSplit,
     Stragglers,

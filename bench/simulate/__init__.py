@@ -15,10 +15,13 @@ slowdown parser of ``train``) and never copies them.
 Modules: :mod:`.engine` (loading SimGrid, the flow oracle), :mod:`.platform`
 (cluster descriptions, calibration), :mod:`.collectives` (the phases of each
 collective, MPICH's choice of algorithm), :mod:`.workload` (per-step compute
-times from a run file or a named profile, stragglers), :mod:`.strategies`
-(one timeline per strategy), :mod:`.run` (jobs in one SimGrid engine),
-:mod:`.writer` (the ``syncbench/1`` run file), :mod:`.validate` (measured vs
-predicted), :mod:`.sweep` (``syncbench sweep --simulate``), :mod:`.plots`
-(scaling on log axes), :mod:`.cli` (the command); ``profiles.toml`` holds
-the named workloads with their sources.
+times from a run file or a named profile, stragglers), :mod:`.timeline` (local
+step times and phase rows), :mod:`.progress` (how nonblocking collectives
+progress), :mod:`.strategies` (one timeline per communication pattern, a
+strategy's ``simulation`` trait), :mod:`.asgd` (ASGD's), :mod:`.run` (jobs in
+one SimGrid engine), :mod:`.writer` (the ``syncbench/1`` run file),
+:mod:`.inputs` (platform, workload and steps from the flags), :mod:`.validate`
+(measured vs predicted), :mod:`.sweep` (``syncbench sweep --simulate``),
+:mod:`.plots` (scaling on log axes), :mod:`.cli` (the command);
+``profiles.toml`` holds the named workloads with their sources.
 """

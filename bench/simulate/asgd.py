@@ -90,20 +90,20 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from syncbench.bench.simulate.collectives import (
     ALLTOALL_EXACT_MAX,
     Phase,
+    PhaseClock,
     _log_shifts,
     powers_of_two_upto,
     weighted_cost,
 )
-
-if TYPE_CHECKING:
-    from syncbench.bench.simulate.strategies import LocalTimes, PhaseTime, Timeline
+from syncbench.bench.simulate.platform import comm_timings, fit_link
+from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 
 #: Origin seconds per owner of one passive-target epoch (Lock, the operation,
 #: Unlock), serial: measured 1.4-2.8 us per owner (median over 5,000 pulls,
@@ -175,8 +175,6 @@ def calibrate_rma(path: str) -> tuple[float, dict[str, Any]]:
     R); :func:`.platform.fit_link` takes L from the small sizes' medians and R
     from the large sizes' means.
     """
-    from syncbench.bench.simulate.platform import comm_timings, fit_link
-
     attrs, sizes, mean, median, _, keep = comm_timings(path, "rma-accumulate", "--calibrate-rma")
     if keep.sum() < 2:
         raise ValueError(f"--calibrate-rma {path}: needs >= 2 message sizes")
@@ -244,7 +242,7 @@ def asgd_phases(nbytes: float, n: int, layout: str,
 
 def epochs_per_access(params: int, n: int, layout: str) -> int:
     """Owners a pull or push locks, reads or updates and unlocks: ``len(shard_layout(...))``."""
-    from syncbench.algorithms.windows import shard_layout
+    from syncbench.algorithms.windows import shard_layout  # lazy: starts MPI
 
     return len(shard_layout(params, n, layout))
 
@@ -408,7 +406,7 @@ class _Access:
 
 
 def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], costs: RmaCosts,
-              time_phase: PhaseTime) -> tuple[_Access, int, float]:
+              time_phase: PhaseClock) -> tuple[_Access, int, float]:
     """The mean-field fixed point of the transfers' concurrency; (access, E, one-way L)."""
     w, n = local.workload, local.n
     nbytes, count = w.param_bytes, len(workers)
@@ -443,9 +441,7 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
 
 def _rows(run: CounterRun, n: int, batch: int) -> Any:
     """The records of :func:`counter_timeline` as per-rank rows (each rank's in step order):
-    one block of :class:`.strategies.StepRows`, which fills the columns ASGD does not set."""
-    from syncbench.bench.simulate.strategies import StepRows
-
+    one block of :class:`.timeline.StepRows`, which fills the columns ASGD does not set."""
     rows = StepRows(n)
     order = np.lexsort((run.step, run.worker))
     rows.add(run.worker[order], step=run.step[order], samples=batch,
@@ -454,10 +450,8 @@ def _rows(run: CounterRun, n: int, batch: int) -> Any:
 
 
 def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
-         time_phase: PhaseTime) -> Timeline:
+         time_phase: PhaseClock) -> Timeline:
     """ASGD's timeline: ``steps`` x N pushes by the workers, each at its own pace."""
-    from syncbench.bench.simulate.strategies import Timeline
-
     n = local.n
     workers = list(range(1, n)) if cfg.ps_layout == "dedicated" and n > 1 else list(range(n))
     costs = costs_from(cfg)

@@ -21,23 +21,29 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
-from typing import Any
+
+# syncbench's parser imports this module with MPI not started
+# (``bench.cli.mpi_not_started``), so the strategies' modules do not initialise MPI.
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
+from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments
+from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS
+from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid
+from syncbench.bench.simulate.inputs import build_platform, build_workload, steps_per_rank
+from syncbench.bench.simulate.platform import KINDS
+from syncbench.bench.simulate.run import simulate
+from syncbench.bench.simulate.strategies import simulated_strategies
+from syncbench.bench.simulate.validate import validate_main
+from syncbench.bench.simulate.workload import parse_stragglers
+from syncbench.bench.train.slowdown import parse_slowdown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``syncbench simulate`` (the strategies' own flags come from the registry).
-
-    ``syncbench``'s parser calls it with MPI not started (``bench.cli.mpi_not_started``),
-    so importing the strategies' modules does not initialise MPI.
-    """
-    from syncbench.algorithms.registry import ALGORITHMS
-    from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS
-    from syncbench.bench.simulate.platform import KINDS
-    from syncbench.bench.simulate.strategies import SIMULATORS
-
+    """Flags of ``syncbench simulate`` (the strategies' own flags come from the registry;
+    ``--algorithm``: every registered strategy whose communication pattern is simulated)."""
     run = parser.add_argument_group("run")
-    run.add_argument("--algorithm", default="ssgd", choices=tuple(SIMULATORS),
+    run.add_argument("--algorithm", default="ssgd", choices=tuple(simulated_strategies()),
                      help="synchronization strategy (default ssgd)")
     run.add_argument("--np", type=int, default=8, help="simulated ranks (default 8)")
     run.add_argument("--steps", type=int, default=None,
@@ -92,9 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")
 
-    from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments
-
-    asgd_arguments(parser)  # ASGD's RMA costs (after strategies: asgd imports from it)
+    asgd_arguments(parser)  # ASGD's RMA costs
 
     val = parser.add_argument_group("validation")
     val.add_argument("--validate", nargs="+", default=None, metavar="RUN.h5",
@@ -112,85 +116,20 @@ def _fail(message: str) -> int:
     return 2
 
 
-def build_platform(args: argparse.Namespace) -> tuple[Any, str]:
-    """(PlatformSpec, XML text) from the flags."""
-    from syncbench.bench.simulate import platform as pf
-
-    if args.gpus_per_node < 1:
-        raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
-    if args.calibrate:
-        fit = pf.calibrate(args.calibrate)
-        print(pf.describe_fit(args.calibrate, fit), flush=True)
-        spec = pf.calibrated_spec(args.calibrate, args.gpus_per_node, fit)
-    elif args.platform_xml:
-        spec = pf.PlatformSpec(kind="xml", xml_file=args.platform_xml,
-                               gpus_per_node=args.gpus_per_node)
-        return spec, pf.read_platform_xml(args.platform_xml)
-    else:
-        if args.bandwidth <= 0 or args.latency < 0:
-            raise ValueError("--bandwidth must be > 0 and --latency >= 0")
-        spec = pf.PlatformSpec(kind=args.platform, hosts=args.hosts,
-                               bandwidth=args.bandwidth * 1e9, latency=args.latency * 1e-6,
-                               gpus_per_node=args.gpus_per_node)
-    return spec, ""
-
-
-def build_workload(args: argparse.Namespace) -> Any:
-    from syncbench.bench.simulate import workload as wl
-
-    name = args.workload
-    if name.endswith((".h5", ".hdf5")) or "/" in name:
-        w = wl.from_run(name)
-    else:
-        w = wl.from_profile(name, args.sim_device, args.device_flops, args.efficiency)
-    if args.batch_size is not None:
-        if args.batch_size < 1:
-            raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
-        scale = args.batch_size / w.batch_size
-        w.batch_size = args.batch_size
-        if w.rows is not None:
-            w.rows = w.rows * [1.0, scale, 1.0]
-        else:
-            w.mean_compute_s *= scale
-    return w
-
-
-def steps_per_rank(args: argparse.Namespace, workload: Any, n: int) -> int:
-    """Steps per rank: ``--steps``, or ``--epochs`` over the workload's dataset as train counts."""
-    from syncbench.algorithms.base import steps_per_rank as epoch_steps
-
-    if args.steps is not None and args.epochs is not None:
-        raise ValueError("give --steps or --epochs, not both")
-    if args.epochs is not None:
-        if args.epochs <= 0:
-            raise ValueError(f"--epochs must be > 0, got {args.epochs}")
-        return epoch_steps(args.epochs, workload.dataset_samples, n, workload.batch_size)
-    steps = 20 if args.steps is None else args.steps
-    if steps < 1:
-        raise ValueError(f"--steps must be >= 1, got {steps}")
-    return steps
-
-
 def check_strategy(args: argparse.Namespace, n: int) -> None:
-    from syncbench.algorithms.registry import get_algorithm
-    from syncbench.bench.train.slowdown import parse_slowdown
-
+    """The strategy's own checks of its flags at ``n`` ranks, and ``--slowdown``'s."""
     get_algorithm(args.algorithm).validate(args, n)
     parse_slowdown(args.slowdown, n)
 
 
 def main(args: argparse.Namespace) -> int:
     """Body of ``syncbench simulate``: 0 on success, 2 on bad input or without SimGrid."""
-    from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid
-
     try:
         load_simgrid()
     except SimGridMissing as exc:
         return _fail(str(exc))
     try:
         if args.validate:
-            from syncbench.bench.simulate.validate import validate_main
-
             return validate_main(args)
         return simulate_main(args)
     except ValueError as exc:
@@ -198,11 +137,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def simulate_main(args: argparse.Namespace) -> int:
-    import os
-
-    from syncbench.bench.simulate.run import simulate
-    from syncbench.bench.simulate.workload import parse_stragglers
-
+    """One simulation of the flags' strategy at ``--np`` ranks; prints its one-line summary."""
     n = args.np
     if n < 1:
         raise ValueError(f"--np must be >= 1, got {n}")

@@ -384,40 +384,41 @@ def allreduce_link_terms(nbytes: float, n: int, nodes: int = 0) -> tuple[float, 
     return allreduce_cost_terms(nbytes, ranks)
 
 
-PhaseTimer = Callable[[Phase], float]
+#: Simulated seconds of one phase (the network's clock, :meth:`.engine.Network.phase`).
+PhaseClock = Callable[[Phase], float]
 
 
-def cost(phases: Sequence[Phase], time_phase: PhaseTimer) -> float:
+def cost(phases: Sequence[Phase], time_phase: PhaseClock) -> float:
     """Simulated seconds of a list of phases run one after the other."""
     return float(sum(time_phase(p) * p.repeat for p in phases))
 
 
 @dataclass(frozen=True)
-class PlacedTimer:
-    """A phase timer that also says how ranks sit on nodes: ``ranks_per_node`` consecutive ranks.
+class PlacedClock:
+    """A phase clock that also says how ranks sit on nodes: ``ranks_per_node`` consecutive ranks.
 
     What :mod:`.run` hands to the strategies, so that :func:`allreduce_time`
     composes a node-aware allreduce without the strategies knowing the platform.
     """
 
-    time: PhaseTimer
+    time: PhaseClock
     ranks_per_node: int = 1
 
     def __call__(self, phase: Phase) -> float:
         return self.time(phase)
 
 
-def placed_phases(nbytes: float, n: int, algorithm: str, time_phase: PhaseTimer,
+def placed_phases(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
                   itemsize: int = 4, nonblocking: bool = False) -> list[Phase]:
     """The phases of an MPI_Allreduce (``nonblocking``: MPI_Iallreduce, whose algorithm
     MPICH chooses apart) of ``nbytes``, on the ranks per node of ``time_phase`` (a
-    :class:`PlacedTimer`; 1 for a plain function)."""
+    :class:`PlacedClock`; 1 for a plain function)."""
     ranks_per_node = int(getattr(time_phase, "ranks_per_node", 1) or 1)
     return allreduce_phases(nbytes, n, algorithm, itemsize, nonblocking=nonblocking,
                             ranks_per_node=ranks_per_node)
 
 
-def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseTimer,
+def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
                    itemsize: int = 4) -> float:
     """Simulated seconds of a blocking allreduce of ``nbytes``: its phases one after the
     other (:func:`placed_phases`)."""
@@ -440,7 +441,7 @@ def _log_shifts(n: int) -> list[int]:
     return sorted(set(powers) | {n - 1})
 
 
-def weighted_cost(phases: Sequence[tuple[Phase, float]], time_phase: PhaseTimer) -> float:
+def weighted_cost(phases: Sequence[tuple[Phase, float]], time_phase: PhaseClock) -> float:
     return float(sum(w * time_phase(p) * p.repeat for p, w in phases))
 
 

@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncbench.bench.simulate.collectives import PlacedTimer
+import numpy as np
+
+from syncbench.analysis.schema import EVAL_COLUMNS
+from syncbench.analysis.summary import summarize
+from syncbench.bench.simulate.collectives import PlacedClock
 from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
 from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
-from syncbench.bench.simulate.strategies import SIMULATORS, LocalTimes, Timeline
+from syncbench.bench.simulate.strategies import simulator_for
+from syncbench.bench.simulate.timeline import LocalTimes, Timeline
 from syncbench.bench.simulate.workload import Stragglers, Workload
+from syncbench.bench.simulate.writer import write_simulated_run
+from syncbench.bench.train.slowdown import parse_slowdown
 
 
 @dataclass
@@ -49,9 +57,8 @@ def simgrid_version(sg: Any) -> str:
 
 
 def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workload,
-                  stragglers: Stragglers, network: Network) -> Timeline:
-    from syncbench.bench.train.slowdown import parse_slowdown
-
+                  stragglers: Stragglers, network: Network,
+                  simulator: Callable[..., Timeline]) -> Timeline:
     if n > network.capacity:
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
     local = LocalTimes(workload, n, parse_slowdown(cfg.slowdown, n), stragglers, cfg.seed)
@@ -64,9 +71,9 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         in_phases[0] += time.perf_counter() - t0
         return seconds
 
-    timer = PlacedTimer(time_phase, network.ranks_per_host)
+    clock = PlacedClock(time_phase, network.ranks_per_host)
     t0 = time.perf_counter()
-    timeline = SIMULATORS[cfg.algorithm](cfg, local, steps, timer)
+    timeline = simulator(cfg, local, steps, clock)
     # wall seconds of SimGrid's phases, and of composing the timeline around them
     timeline.notes.update(phases_s=in_phases[0],
                           compose_s=time.perf_counter() - t0 - in_phases[0])
@@ -81,11 +88,12 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
     largest = max(n for _, n, _ in jobs)
     text = xml or platform_xml(spec, largest)
     timings: list[tuple[Timeline, float, int, int]] = []
+    simulators = [simulator_for(cfg.algorithm) for cfg, _, _ in jobs]
 
     def body(network: Network) -> None:
-        for cfg, n, steps in jobs:
+        for (cfg, n, steps), simulator in zip(jobs, simulators):
             t0, flows0, phases0 = time.perf_counter(), network.flows, network.phases
-            timeline = _simulate_one(cfg, n, steps, workload, stragglers, network)
+            timeline = _simulate_one(cfg, n, steps, workload, stragglers, network, simulator)
             timings.append((timeline, time.perf_counter() - t0, network.flows - flows0,
                             network.phases - phases0))
 
@@ -109,17 +117,10 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
 def _write(cfg: argparse.Namespace, n: int, timeline: Timeline, spec: PlatformSpec,
            workload: Workload, simulation: dict[str, Any],
            host_names: list[str]) -> dict[str, Any]:
-    from syncbench.analysis.schema import EVAL_COLUMNS
-    from syncbench.analysis.summary import summarize
-
     rows = timeline.rows.arrays()
     if not cfg.out:
-        import numpy as np
-
         empty = {name: np.zeros(0, dtype=d) for name, d in EVAL_COLUMNS.items()}
         return dict(summarize(rows, empty, timeline.wall_s, None))
-    from syncbench.bench.simulate.writer import write_simulated_run
-
     # N is the root attribute world_size, not a flag of the series (as in train)
     config = {k: v for k, v in vars(cfg).items() if k not in ("func", "validate", "np")}
     extra = {"warmup_steps": int(timeline.notes.get("warmup_steps", 0)),

@@ -26,6 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.analysis.fairness import nominal_factors
+from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.analysis.schema import LOAD_ATTRS
+from syncbench.bench.simulate.inputs import build_platform, build_workload
+from syncbench.bench.simulate.run import simulate
+from syncbench.bench.simulate.workload import parse_stragglers
+
 FIGURES = ("samples_per_s", "compute_ms", "sync_ms", "other_ms")
 
 
@@ -82,8 +89,6 @@ def nominal_slowdown(run: Any) -> str | None:
     included (``fairness.nominal_factors``: a rank on a node of speed 0.25 is nominally
     4x slower; the quota is no train flag, so the config does not hold it); None when
     every rank is at factor 1."""
-    from syncbench.analysis.fairness import nominal_factors
-
     factors = [f for _, f in sorted(nominal_factors(run).items())]
     if not factors or all(f == 1.0 for f in factors):
         return None
@@ -91,11 +96,7 @@ def nominal_slowdown(run: Any) -> str | None:
 
 
 def validate_main(args: argparse.Namespace) -> int:
-    from syncbench.analysis.runfile import RunFileError, read_run
-    from syncbench.bench.simulate.cli import build_platform, build_workload
-    from syncbench.bench.simulate.run import simulate
-    from syncbench.bench.simulate.workload import parse_stragglers
-
+    """Body of ``--validate``: one table row of measured vs predicted per run file."""
     runs = []
     for path in args.validate:
         try:
@@ -139,8 +140,6 @@ def validate_main(args: argparse.Namespace) -> int:
 
 def run_load(run: Any) -> str:
     """The higher of the run's recorded load averages (``schema.LOAD_ATTRS``), or ``-``."""
-    from syncbench.analysis.schema import LOAD_ATTRS
-
     values = []
     for name in LOAD_ATTRS:
         try:

@@ -5,7 +5,8 @@ columns, same summary), in one atomic write (a temporary name renamed into
 place, so a run file that exists is complete) that also holds the
 simulation's root attributes (``schema.SIMULATION_ATTRS``: ``simulated``,
 the platform, the workload, SimGrid's version, the wall time and flow
-count of the simulation). Ranks sit ``ranks_per_node`` to a simulated host,
+count of the simulation) and the strategy's traits (``schema.TRAITS_ATTR``).
+Ranks sit ``ranks_per_node`` to a simulated host,
 as :meth:`.engine.Network.host_of` places them: rank k's ``hostname`` is
 the name of host k // ranks_per_node (``node-<i>`` on the generated
 platforms) and its ``node`` the index of that name in the sorted names; the
@@ -62,7 +63,13 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
                         simulation: dict[str, Any], extra_root: dict[str, Any],
                         ranks_per_node: int = 1,
                         host_names: Sequence[str] = ()) -> dict[str, Any]:
-    """Write the run file atomically; returns its summary."""
+    """Write the run file atomically; returns its summary.
+
+    ``algorithm`` is a registered strategy's name: the file carries its traits
+    (``schema.TRAITS_ATTR``), as a trained run's does.
+    """
+    # lazy: both import syncbench.algorithms, whose modules import mpi4py.MPI (starts MPI)
+    from syncbench.algorithms.registry import get_algorithm
     from syncbench.bench.train.recorder import write_run_file
 
     hosts, names = node_attrs(world_size, ranks_per_node, host_names)
@@ -88,7 +95,9 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
                   for k in rows}
     empty_eval = {name: np.zeros(0, dtype=dtype) for name, dtype in schema.EVAL_COLUMNS.items()}
     sim_attrs = {schema.SIMULATED_ATTR: True, schema.SIM_PLATFORM_ATTR: _json(platform),
-                 schema.SIM_WORKLOAD_ATTR: _json(workload), schema.SIM_RUN_ATTR: _json(simulation)}
+                 schema.SIM_WORKLOAD_ATTR: _json(workload), schema.SIM_RUN_ATTR: _json(simulation),
+                 schema.TRAITS_ATTR: schema.StrategyTraits(**get_algorithm(algorithm).traits())
+                 .to_json()}
     return dict(write_run_file(path, root, rows, rank_attrs, empty_eval, wall_s, None,
                                extra_attrs=sim_attrs, diverged=False))
 

@@ -1,0 +1,120 @@
+"""The rows of a simulated run: each rank's local step times, and its per-step phase rows.
+
+:class:`LocalTimes` draws what a rank does alone (data, compute, update, and the
+straggler's delay from ``--slowdown`` and ``--stragglers``) in blocks for every
+rank at once; :class:`StepRows` collects the phase rows a strategy's timeline
+(:mod:`.strategies`, :mod:`.asgd`) adds, one block of ranks at a time, in the
+columns of ``schema.RANK_COLUMNS``; :class:`Timeline` is a timeline's result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from syncbench.analysis import schema
+from syncbench.bench.simulate.workload import Stragglers, Workload, delay_factors
+
+
+class LocalTimes:
+    """Per rank and step: data, compute, update and delay seconds (drawn in blocks).
+
+    The delay is the measured run's own (a ``--workload RUN.h5`` rank that
+    was slowed) plus compute x (factor - 1), the factor from ``--slowdown``
+    and ``--stragglers`` (:func:`.workload.delay_factors`, >= 1).
+    """
+
+    def __init__(self, workload: Workload, n: int, slowdown: list[float],
+                 stragglers: Stragglers, seed: int) -> None:
+        self.workload, self.n = workload, n
+        self.slowdown = np.asarray(slowdown, dtype=float)
+        self.stragglers = stragglers
+        self.rng = np.random.default_rng(seed)
+        self.offsets = workload.replay_offsets(self.rng, n)
+        self.cols = np.zeros((n, 0, 4))
+        if stragglers.persistent_share > 0:  # the same slow ranks for the whole run
+            only = Stragglers(persistent_share=stragglers.persistent_share,
+                              persistent_factor=stragglers.persistent_factor)
+            self.slowdown = self.slowdown * delay_factors(only, np.ones(n), self.rng, (n, 1))[:, 0]
+            self.stragglers = Stragglers(every_sigma=stragglers.every_sigma,
+                                         transient_share=stragglers.transient_share,
+                                         transient_sigma=stragglers.transient_sigma)
+
+    def ensure(self, steps: int) -> None:
+        """Draw every rank's local times up to step ``steps`` (exclusive)."""
+        have = self.cols.shape[1]
+        if steps <= have:
+            return
+        more = max(steps - have, have, 8)
+        block = self.workload.draw(self.rng, self.n, have, more, self.offsets)
+        factor = delay_factors(self.stragglers, self.slowdown, self.rng, (self.n, more))
+        block[..., 3] += block[..., 1] * (factor - 1.0)
+        self.cols = np.concatenate([self.cols, block], axis=1)
+
+    def step(self, j: int) -> tuple[np.ndarray, ...]:
+        """(data, compute, update, delay) of step ``j`` for every rank."""
+        self.ensure(j + 1)
+        c = self.cols[:, j]
+        return c[:, 0], c[:, 1], c[:, 2], c[:, 3]
+
+    def steps(self, ranks: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(data, compute, update, delay) of step ``js[i]`` of rank ``ranks[i]``."""
+        self.ensure(int(js.max()) + 1 if len(js) else 0)
+        c = self.cols[ranks, js]
+        return c[:, 0], c[:, 1], c[:, 2], c[:, 3]
+
+    def rank(self, k: int, j: int) -> np.ndarray:
+        self.ensure(j + 1)
+        return self.cols[k, j]
+
+
+class StepRows:
+    """Per-rank rows added as blocks: one row for each of a set of ranks at once.
+
+    The vectorised strategies add a block per step (every rank) or per
+    local step of a round (the ranks still in it); :meth:`arrays` sorts the
+    rows by rank, keeping each rank's rows in the order they were added.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.blocks: list[tuple[np.ndarray, dict[str, Any]]] = []
+
+    def add(self, ranks: np.ndarray | None = None, **values: Any) -> None:
+        """One row for each of ``ranks`` (None: every rank); arrays per rank, scalars shared."""
+        ranks = np.arange(self.n) if ranks is None else np.asarray(ranks, dtype=np.int64)
+        self.blocks.append((ranks, values))
+
+    add_all = add
+
+    def arrays(self) -> dict[int, dict[str, np.ndarray]]:
+        if not self.blocks:
+            return {k: {name: np.zeros(0, dtype=d) for name, d in schema.RANK_COLUMNS.items()}
+                    for k in range(self.n)}
+        ranks = np.concatenate([r for r, _ in self.blocks])
+        order = np.argsort(ranks, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(ranks, minlength=self.n))]).tolist()
+        spans = list(zip(bounds[:-1], bounds[1:]))
+        columns = {}
+        for name, dtype in schema.RANK_COLUMNS.items():
+            parts = [np.broadcast_to(np.asarray(v.get(name, _default(name)), dtype=dtype),
+                                     (len(r),)) for r, v in self.blocks]
+            column = np.concatenate(parts)[order]
+            columns[name] = [column[a:b] for a, b in spans]
+        return {k: {name: columns[name][k] for name in columns} for k in range(self.n)}
+
+
+def _default(name: str) -> Any:
+    return math.nan if name == "loss" else schema.RANK_COLUMN_DEFAULTS.get(name, 0)
+
+
+@dataclass
+class Timeline:
+    """A strategy's simulated run: its rows, its wall time and notes for the run file."""
+
+    rows: StepRows
+    wall_s: float
+    notes: dict[str, Any] = field(default_factory=dict)
