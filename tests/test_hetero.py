@@ -273,18 +273,18 @@ def test_ranks_share_time_zero():
     from helpers import train_config
     from mpi4py import MPI
 
-    from syncbench.bench.train.driver import Run
+    from syncbench.bench.train.driver import Training
 
-    run = Run(train_config(), MPI.COMM_WORLD)
-    if run.rank == 0:
+    training = Training(train_config(), MPI.COMM_WORLD)
+    if training.rank == 0:
         time.sleep(0.02)  # rank 0 leaves "the barrier" 20 ms after the others
-    origin = run.clock_origin()  # this rank's CLOCK_MONOTONIC at time 0
-    if len(set(run.host_names)) > 1:
+    origin = training.clock_origin()  # this rank's CLOCK_MONOTONIC at time 0
+    if len(set(training.host_names)) > 1:
         pytest.skip("on several nodes the monotonic clocks differ (tests/test_clocks.py)")
     # one node, one clock: the same instant on every rank, the 20 ms not in it
     instants = MPI.COMM_WORLD.allgather(origin)
     assert max(instants) - min(instants) < 1e-3, instants
-    assert abs(run.clock_start.offset_s) <= run.clock_start.uncertainty_s < 1e-3
+    assert abs(training.clock_start.offset_s) <= training.clock_start.uncertainty_s < 1e-3
 
 
 # -- end to end: the driver and the algorithms -----------------------------------

@@ -2,19 +2,13 @@
 
 Next to the run file ``RUN.h5`` a run keeps a folder ``RUN.h5.parts/``:
 
-* ``rows-RRRRR.bin``: rank R's step rows, append-only (:class:`RowsFile`): a
-  header line (``SYNCBENCH-ROWS 1`` and the columns' names and dtypes as
-  JSON), then one chunk per flush (every ``--flush-every`` seconds, default
-  1): the rows added since the last flush and the last flushed row again
-  (:meth:`StepRecorder.add_to_last` may have changed it), with a CRC. A
-  reader keeps the newest copy of each row and stops at a torn or corrupt
-  trailing chunk, so a flush costs its new rows, not the whole run. A
-  process's first flush starts the file afresh (a resumed run's rows come
-  from its checkpoint). ``attrs-RRRRR.json`` holds the rank's attributes and
-  ``evals.npz`` rank 0's evaluation rows, both replaced atomically when they
-  change; ``meta.json`` holds the root attributes. ``syncbench recover
-  RUN.h5`` rebuilds a partial run file from them, marked ``complete=False``;
-  it still reads the ``rows-RRRRR.npz`` files of older versions.
+* ``rows-RRRRR.bin``: rank R's step rows, append-only (:class:`RowsFile`),
+  flushed every ``--flush-every`` seconds (default 1) at the cost of the rows
+  added since the last flush; ``attrs-RRRRR.json`` holds the rank's attributes,
+  ``evals.npz`` rank 0's evaluation rows and ``meta.json`` the root attributes.
+  ``syncbench recover RUN.h5`` rebuilds a partial run file from them, marked
+  ``complete=False``; it still reads the ``rows-RRRRR.npz`` files of older
+  versions.
 * ``state-RRRRR-sSSSSSSSS.h5``: rank R's resumable state at step S
   (``--checkpoint-every``), and ``checkpoint.json`` naming the newest step
   for which EVERY rank's state was written (rank 0 writes it after a
@@ -54,6 +48,7 @@ import h5py
 import numpy as np
 
 from syncbench.analysis import schema
+from syncbench.bench.mpi.errors import exit_after_grace
 
 T = TypeVar("T")
 
@@ -126,7 +121,7 @@ class _quiet:
 
 def abort_on_write_error(comm: Any, error: WriteError) -> None:
     """End the job from a rank whose write failed mid-run: one line, then ``MPI_Abort``."""
-    from syncbench.bench.mpi.runtime import ABORT_GRACE_S
+    from syncbench.bench.mpi.runtime import ABORT_GRACE_S  # lazy: mpi4py.MPI starts MPI
 
     sys.stdout.flush()
     print(f"syncbench: rank {comm.Get_rank()}: {error}; aborting the job", file=sys.stderr,
@@ -144,8 +139,7 @@ def agree_on_write(comm: Any, write: Callable[[], T] | None, command: str = "tra
     others :func:`~syncbench.bench.mpi.errors.exit_after_grace` later). The other ranks
     wait by polling, leaving rank 0 its core.
     """
-    from syncbench.bench.mpi.errors import exit_after_grace
-    from syncbench.bench.mpi.runtime import wait_politely
+    from syncbench.bench.mpi.runtime import wait_politely  # lazy: mpi4py.MPI starts MPI
 
     result: T | None = None
     failed = np.zeros(1, dtype=np.int64)
@@ -197,10 +191,15 @@ def _rows_path(folder: Path, rank: int) -> Path:
 class RowsFile:
     """Rank ``rank``'s append-only rows file, ``rows-RRRRR.bin`` (see the module docstring).
 
-    :meth:`flush` writes the rows added since the previous flush (and the last
-    flushed row again); the first flush of the process writes the file afresh.
-    The rank's attributes and the evaluation rows are side files, rewritten
-    atomically only when they changed.
+    The file is a header line (``SYNCBENCH-ROWS 1`` and the columns' names and
+    dtypes as JSON), then one chunk per flush with a CRC. :meth:`flush` writes
+    the rows added since the previous flush and the last flushed row again
+    (:meth:`StepRecorder.add_to_last` may have changed it); the first flush of
+    the process writes the file afresh (a resumed run's rows come from its
+    checkpoint). A reader keeps the newest copy of each row and stops at a torn
+    or corrupt trailing chunk (:func:`read_rows_file`), so a flush costs its new
+    rows, not the whole run. The rank's attributes and the evaluation rows are
+    side files, rewritten atomically only when they changed.
     """
 
     def __init__(self, folder: Path, rank: int) -> None:
@@ -323,7 +322,7 @@ def flushed_ranks(folder: Path) -> list[int]:
 
 def recover(out: str | os.PathLike, overwrite: bool = False) -> dict[str, float]:
     """Rebuild a partial run file (``complete=False``) from ``out``'s parts folder."""
-    from syncbench.bench.train.recorder import write_run_file
+    from syncbench.bench.train.recorder import write_run_file  # lazy: recorder imports this
 
     out = Path(out)
     folder = parts_dir(out)

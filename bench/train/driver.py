@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import h5py
 import numpy as np
 from mpi4py import MPI
 
@@ -56,7 +58,7 @@ from syncbench.bench.mpi.runtime import (
     SetupError,
     abort_on_exception,
     agree_on_setup,
-    wait_politely,
+    start_mpi,
 )
 from syncbench.bench.mpi.watchdog import Watchdog
 from syncbench.bench.train.checkpoint import (
@@ -64,30 +66,26 @@ from syncbench.bench.train.checkpoint import (
     WriteError,
     abort_on_write_error,
     agree_on_write,
-    commit_checkpoint,
     latest_checkpoint,
-    load_state,
     parts_dir,
     remove_parts,
     run_identity,
-    save_state,
     write_atomic,
     write_meta,
 )
+from syncbench.bench.train.evaluation import Evaluator, SnapshotKeeper
 from syncbench.bench.train.hooks import (
     Checkpointer,
-    Evaluator,
     Heartbeat,
     Hook,
     ProgressLine,
     RowFlusher,
-    SnapshotKeeper,
     StepContext,
     StopOnSignal,
     StrategyReport,
 )
 from syncbench.bench.train.options import validate_train_config
-from syncbench.bench.train.recorder import EvalRecorder, StepRecorder, run_summary, write_run_file
+from syncbench.bench.train.recorder import StepRecorder, run_summary, write_run_file
 from syncbench.bench.train.slowdown import (
     ModelWork,
     Slowdown,
@@ -98,7 +96,7 @@ from syncbench.bench.train.slowdown import (
 )
 from syncbench.bench.train.stopping import SignalCatcher, StopVote, exit_status
 from syncbench.bench.train.stream import BatchStream
-from syncbench.kernels.backend import Backend, BackendError, select_backend
+from syncbench.kernels.backend import Backend, BackendError, bind_before_mpi, select_backend
 from syncbench.kernels.model import Model
 from syncbench.kernels.zoo import build_model
 
@@ -132,8 +130,9 @@ class LoopState:
             setattr(self, key, type(getattr(self, key))(value))
 
 
-class Run:
-    """Everything one rank holds for one training run."""
+class Training:
+    """One rank's live training run: its state (data, model, strategy, records, the
+    evaluator and checkpointer, clocks) and the step loop."""
 
     def __init__(self, config: argparse.Namespace, comm: MPI.Comm) -> None:
         self.config = config
@@ -151,10 +150,7 @@ class Run:
         #: This rank's clock offset to rank 0 at the start and at the end of training.
         self.clock_start: ClockOffset | None = None
         self.clock_end: ClockOffset | None = None
-        #: The tag of the last checkpoint saved, the samples of the stop checkpoint,
-        #: and the global samples at the end of training (None until known).
-        self.last_checkpoint_tag: int | None = None
-        self.stop_checkpoint_samples: int | None = None
+        #: The global samples at the end of training (None until known).
         self.final_seen: int | None = None
 
     # -- setup (no training communication; errors agreed on by all ranks) ---
@@ -213,10 +209,11 @@ class Run:
             self.algorithm.slowdown = slowdown
         self.parts = parts_dir(config.out) if config.out else None
         #: What a checkpoint of this run records, and --resume checks.
-        self.identity = run_identity(config, self.size, self.budget.total_samples)
+        identity = run_identity(config, self.size, self.budget.total_samples)
+        resume_step = None
         if config.resume:
-            self.resume_step = latest_checkpoint(  # of this very run, or a one-line error
-                self.parts, self.size, self.identity)
+            resume_step = latest_checkpoint(  # of this very run, or a one-line error
+                self.parts, self.size, identity)
         elif self.parts is not None and self.parts.exists() and not config.overwrite:
             raise SetupError(
                 f"{self.parts} holds rows of an earlier run of {config.out} that did not "
@@ -225,6 +222,9 @@ class Run:
             )
         elif self.parts is not None and self.parts.exists():
             remove_parts(config.out)
+        #: Saves and restores this rank's state (a run with a parts folder has one).
+        self.checkpointer = Checkpointer(self.parts, identity, resume_step) \
+            if self.parts is not None else None
         if config.inject_fault:
             fault_rank, *fault = config.inject_fault
             if fault_rank == self.rank:
@@ -232,71 +232,16 @@ class Run:
         self.watchdog: Watchdog | None = None
         #: Held while the rows change or are flushed (the hang guard flushes from its thread).
         self.rows_lock = threading.Lock()
-        self.eval_model = build_model(
-            config.model, self.data.input_shape, self.data.num_classes, self.backend, dtype
-        ) if self.rank == 0 else None
-        #: What is evaluated (``--eval-model``): the consensus model, every rank's own, or both.
-        self.eval_mode: str = getattr(config, "eval_model", "global")
-        #: Every rank's own model and test shard, for ``--eval-model local|both``.
-        self.local_eval_model = build_model(
-            config.model, self.data.input_shape, self.data.num_classes, self.backend, dtype
-        ) if self.eval_mode != "global" else None
-        #: This rank's own weights when training ended (before ``finish`` drains into them).
-        self.final_local_params: Any = None
+        #: Evaluates the run and holds its evaluation rows.
+        self.evaluator = Evaluator(config, self.data, self.backend, dtype, self.rank)
 
     # -- training -----------------------------------------------------------
-    def evaluate(self, t: float, step: int, samples_seen: int) -> float:
-        """Evaluate what ``--eval-model`` names (collective); returns the accuracy that the
-        run's ``/eval`` rows hold (the consensus model's, or the local one with ``local``)
-        on all ranks."""
-        result = np.zeros(2)
-        if self.eval_mode != "local":
-            params = self.algorithm.consensus_params()
-            buffers = self.algorithm.consensus_buffers()
-            if self.rank == 0:
-                result[:] = self.record_evaluation(params, t, step, samples_seen, buffers)
-        if self.eval_mode != "global":
-            local = self.evaluate_local()
-            if self.rank == 0:
-                rows = self.evals if self.eval_mode == "local" else self.local_evals
-                rows.append(t, step, samples_seen, *local)
-            if self.eval_mode == "local":
-                result[:] = local
-        wait_politely(self.world.Ibcast(result, root=0))
-        return float(result[1])
-
-    def record_evaluation(self, params: Any, t: float, step: int,
-                          samples_seen: int, buffers: Any) -> tuple[float, float]:
-        """Rank 0: test loss and accuracy of ``params`` with the running statistics
-        ``buffers``, appended as an eval row."""
-        self.eval_model.params[...] = params
-        self.eval_model.buffers[...] = buffers
-        loss, accuracy = self.eval_model.evaluate(self.data.test_x, self.data.test_y)
-        self.evals.append(t, step, samples_seen, float(loss), float(accuracy))
-        return float(loss), float(accuracy)
-
-    def evaluate_local(self) -> tuple[float, float]:
-        """Every rank's own weights (:meth:`Algorithm.local_params`; when training has
-        ended, those it ended with) and running statistics on its contiguous shard of the
-        test split; the loss and accuracy over all shards (collective), as the OD-SGD
-        paper's workers score themselves (``base_module.py``, gluon ``data.py``)."""
-        model = self.local_eval_model
-        own = self.final_local_params
-        model.params[...] = self.algorithm.local_params() if own is None else own
-        model.buffers[...] = self.model.buffers
-        count = len(self.data.test_y)
-        lo, hi = self.rank * count // self.size, (self.rank + 1) * count // self.size
-        loss, accuracy = model.evaluate(self.data.test_x[lo:hi], self.data.test_y[lo:hi])
-        totals = np.array([loss * (hi - lo), accuracy * (hi - lo), hi - lo], dtype=np.float64)
-        wait_politely(self.world.Iallreduce(MPI.IN_PLACE, totals, op=MPI.SUM))
-        return float(totals[0] / totals[2]), float(totals[1] / totals[2])
-
     def train(self) -> dict[str, float] | None:
         """Train until the budget is consumed (or the target reached); write the run file.
 
         The loop only gets data, steps and records; evaluation, checkpoints,
         row flushes, snapshots, the heartbeat and progress are hooks
-        (:mod:`syncbench.bench.train.hooks`).
+        (:mod:`syncbench.bench.train.hooks`, :mod:`syncbench.bench.train.evaluation`).
         """
         loop = self.open_records()
         hooks = self.make_hooks(loop)
@@ -310,8 +255,8 @@ class Run:
             self.take_step(ctx)
             if any(hook.after_step(ctx) for hook in hooks):  # stops at the first True
                 break
-        if self.eval_mode != "global":
-            self.final_local_params = self.algorithm.local_params().copy()
+        for hook in hooks:
+            hook.before_finish(ctx)  # the Evaluator keeps this rank's own final weights
         self.algorithm.finish()
         ctx.train_end = ctx.now()
         self.cpu_end = cpu_sample(self.local_rank == 0)
@@ -331,20 +276,17 @@ class Run:
         return self.write(self.recorder, wall, self.stopped_by)
 
     def open_records(self) -> LoopState:
-        """Empty (or, with ``--resume``, restored) rows, evaluations and loop position."""
+        """Empty (or, with ``--resume``, restored) rows, evaluations and loop position
+        (the evaluation rows are the evaluator's)."""
         config = self.config
         self.recorder = StepRecorder(self.budget.steps_per_rank + 1)
-        self.evals = EvalRecorder()
-        #: ``--eval-model both``: the local evaluations (``/eval_local``).
-        self.local_evals = EvalRecorder()
-        self.snapshots: list[tuple[float, int, int, Any, Any]] = []
         loop = LoopState(
             eval_stride=int(config.eval_every * self.steps_per_epoch)
             * config.batch_size * self.size,
             ckpt_stride=config.checkpoint_every * config.batch_size * self.size,
         )
         if config.resume:
-            self.restore(loop)
+            self.checkpointer.restore(self, loop)
             loop.resumes += 1
         self.resumes = loop.resumes
         return loop
@@ -354,18 +296,18 @@ class Run:
         config = self.config
         # first: a stop ends the step loop before any other hook acts on the point
         hooks: list[Hook] = [StopOnSignal(self.catcher, StopVote(
-            self.world, self.algorithm.stop_vote_lag))]
+            self.world, self.algorithm.stop_vote_lag), self.checkpointer)]
         if config.timeout > 0:
             self.watchdog = self.start_watchdog()
             hooks.append(Heartbeat(self.watchdog))
         if self.parts is not None:
             hooks.append(RowFlusher(config.flush_every))
-        hooks.append(SnapshotKeeper())
+        hooks.append(SnapshotKeeper(self.evaluator))
         hooks.append(ProgressLine(self.budget.total_samples,
                                   config.progress if self.rank == 0 else "never"))
-        hooks.append(Evaluator(config.target_accuracy, config.stop_at_target))
-        if loop.ckpt_stride > 0:
-            hooks.append(Checkpointer())
+        hooks.append(self.evaluator)
+        if loop.ckpt_stride > 0:  # validated: --checkpoint-every needs --out
+            hooks.append(self.checkpointer)
         hooks.append(StrategyReport())
         return hooks
 
@@ -447,19 +389,6 @@ class Run:
             seen = int(self.world.allreduce(int(self.recorder.columns()["samples"].sum())))
         return seen
 
-    def settle(self) -> None:
-        """Complete communication in flight before an evaluation, on the clock.
-
-        An overlapped reduction (Oscars ``--overlap``) would otherwise be waited
-        for inside the evaluation and vanish from ``wall_s``; here its wait and
-        update are charged to the last step's row instead.
-        """
-        self.timer.reset()
-        with self.timer.phase("wait"):
-            self.algorithm.consensus_params()
-        with self.rows_lock:
-            self.recorder.add_to_last(self.timer.totals)
-
     def clock_origin(self) -> float:
         """This rank's ``time.monotonic()`` at time 0 of the run (collective, after the
         start barrier).
@@ -477,37 +406,12 @@ class Run:
         start = self.world.bcast(exit_time if self.rank == 0 else None, root=0)
         return start + self.clock_start.offset_s
 
-    def snapshot_if_due(self, loop: LoopState, t: float) -> None:
-        """Rank 0 keeps a copy of parameters that crossed the next evaluation stride.
-
-        For algorithms without evaluation points (ASGD): the copy is evaluated
-        after training by :meth:`evaluate_snapshots`, with time ``t`` (the
-        start of the step whose parameters it is).
-        """
-        if self.rank != 0 or loop.next_eval == math.inf:
-            return
-        seen = self.algorithm.snapshot_point()
-        if seen is None or seen < loop.next_eval:
-            return
-        self.snapshots.append(
-            (t, loop.step, seen, self.model.params.copy(), self.model.buffers.copy()))
-        while loop.next_eval <= seen:
-            loop.next_eval += loop.eval_stride
-
-    def evaluate_snapshots(self) -> None:
-        """Evaluate the kept copies on rank 0 (after training: off the clock)."""
-        for t, step, seen, params, buffers in self.snapshots:
-            self.record_evaluation(params, t, step, seen, buffers)
-        self.snapshots = []
-
     # -- crash safety -------------------------------------------------------
     def start_watchdog(self) -> Watchdog:
         """The hang guard (collective); its heartbeats go to the parts folder or a
         temporary one, its listener's address to every rank."""
         folder = self.parts
         if folder is None:  # one folder for all ranks (shared only within a node)
-            import tempfile
-
             name = tempfile.mkdtemp(prefix="syncbench-hb-") if self.rank == 0 else None
             folder = Path(self.world.bcast(name, root=0))
         try:
@@ -574,23 +478,9 @@ class Run:
         the first flush of this process writes the file afresh); raises ``WriteError``."""
         if getattr(self, "rows_file", None) is None:
             self.rows_file = RowsFile(self.parts, self.rank)
-        evals = self.evals.columns() if self.rank == 0 else None
+        evals = self.evaluator.rows.columns() if self.rank == 0 else None
         rows = self.recorder.view()
         self.rows_file.flush(rows, self.rank_attrs(rows), evals)
-
-    def checkpoint_at_stop(self, ctx: StepContext, samples: int, at_end: bool = False) -> None:
-        """The stop checkpoint at global ``samples`` (collective; off the clock): an
-        evaluation point every rank is at, or (``at_end``) the point a strategy that
-        ended itself early agreed on right after ``Algorithm.finish``, when the run's
-        clock stands at the end of training. Without ``--out`` there is nowhere to
-        keep it; a tag saved at this point already is not saved again."""
-        if self.parts is None:
-            return
-        tag = samples // self.budget.batch_size
-        if tag != self.last_checkpoint_tag:
-            with ctx.off_clock() as now:
-                self.checkpoint(ctx.loop, ctx.train_end if at_end else now, tag=tag)
-        self.stop_checkpoint_samples = samples
 
     def stop_line(self) -> str:
         """Rank 0's line on a run stopped by a signal: where, what is kept, how to go on."""
@@ -601,7 +491,7 @@ class Run:
             return (f"syncbench train: stopped by {self.stopped_by} {where}; nothing is kept "
                     "(no --out)")
         kept = f"{config.out} is written incomplete (complete=False)"
-        at = self.stop_checkpoint_samples
+        at = self.checkpointer.stop_samples if self.checkpointer is not None else None
         if at is not None:
             return (f"syncbench train: stopped by {self.stopped_by} {where}; {kept}, with a "
                     f"checkpoint at {at:,} samples in {self.parts}: continue with the same "
@@ -610,54 +500,12 @@ class Run:
                 f"{config.algorithm} keeps no checkpoint at a stop (--resume continues from "
                 "its last --checkpoint-every pause, if any)")
 
-    def checkpoint(self, loop: LoopState, elapsed: float, tag: int) -> None:
-        """Save every rank's resumable state at this evaluation point (collective).
-
-        ``tag`` names the checkpoint and must be the same on every rank
-        (:class:`~syncbench.bench.train.hooks.Checkpointer` passes the global samples
-        seen over the batch size).
-        """
-        loop.elapsed = elapsed
-        state = {
-            "algorithm": self.algorithm.state(),
-            "loop": loop.as_dict(),
-            "stream_position": self.stream.position,
-            "rows": self.recorder.columns(),
-        }
-        if self.rank == 0:
-            state["evals"] = self.evals.columns()
-            state["evals_local"] = self.local_evals.columns()
-        self.last_checkpoint_tag = tag
-        try:
-            save_state(self.parts, self.rank, tag, state)
-        except WriteError as exc:
-            abort_on_write_error(self.world, exc)
-        self.flush()
-        self.world.Barrier()
-        if self.rank == 0:
-            try:  # with the run's identity, checked by --resume
-                commit_checkpoint(self.parts, tag, self.size, self.identity)
-            except WriteError as exc:
-                abort_on_write_error(self.world, exc)
-
-    def restore(self, loop: LoopState) -> None:
-        """Continue from the newest complete checkpoint (``--resume``)."""
-        state = load_state(self.parts, self.rank, self.resume_step)
-        self.algorithm.load_state(state["algorithm"])
-        loop.load(state["loop"])
-        self.stream.seek(int(state["stream_position"]))
-        self.recorder.extend(state["rows"])
-        if self.rank == 0 and "evals" in state:
-            self.evals.extend(state["evals"])
-        if self.rank == 0 and "evals_local" in state:
-            self.local_evals.extend(state["evals_local"])
-
     def save_model(self) -> None:
         """Rank 0 writes the final consensus parameters (``--save-model``, .npy; collective:
         a failed write is one line from rank 0 and status 2 on every rank)."""
         def write() -> None:
             buffer = io.BytesIO()
-            np.save(buffer, self.backend.to_numpy(self.eval_model.params))
+            np.save(buffer, self.backend.to_numpy(self.evaluator.consensus_model.params))
             write_atomic(self.config.save_model, buffer.getvalue())
 
         agree_on_write(self.world, write if self.rank == 0 else None)
@@ -694,8 +542,9 @@ class Run:
         rows = {r: g[0] for r, g in enumerate(gathered)}
         attrs = {r: g[1] for r, g in enumerate(gathered)}
         realised_into(attrs, rows, self.root)
-        evals = self.evals.columns()
-        local_evals = self.local_evals.columns() if self.eval_mode == "both" else None
+        evals = self.evaluator.rows.columns()
+        local_evals = (self.evaluator.local_rows.columns() if self.evaluator.mode == "both"
+                       else None)
         classes = self.data.num_classes
         if config.out is None:
             summary = run_summary(rows, evals, wall_s, config.target_accuracy, classes,
@@ -723,8 +572,6 @@ class Run:
 
     def root_attrs(self, hostnames: list[str], devices: list[str]) -> dict[str, Any]:
         config = self.config
-        import h5py
-
         return {
             "algorithm": config.algorithm,
             "model": config.model,
@@ -848,13 +695,10 @@ def main(args: argparse.Namespace) -> int:
     then without initializing MPI); MPI starts here, after the GPU of this
     rank is made current (``backend.bind_before_mpi``).
     """
-    from syncbench.bench.mpi.runtime import start_mpi
-    from syncbench.kernels import backend
-
-    backend.bind_before_mpi(args.device)
-    run = train_run(args, start_mpi())
+    bind_before_mpi(args.device)
+    training = train_run(args, start_mpi())
     # every rank: 128 + the signal that stopped the run, as if it had died of it
-    return exit_status(run.stopped_by)
+    return exit_status(training.stopped_by)
 
 
 def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> dict | None:
@@ -862,8 +706,8 @@ def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> di
     return train_run(config, comm).summary
 
 
-def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Run:
-    """Train once on every rank of ``comm``; the :class:`Run` (``summary`` on rank 0,
+def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Training:
+    """Train once on every rank of ``comm``; the :class:`Training` (``summary`` on rank 0,
     ``stopped_by`` on every rank).
 
     SIGTERM, SIGINT and SIGUSR1 are caught from before the setup to the end
@@ -871,32 +715,32 @@ def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Run:
     agreed step boundary and the run file is written incomplete.
     """
     comm = comm or MPI.COMM_WORLD
-    run = Run(config, comm)
-    run.started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    run.t_begin_unix = time.time()
-    run.catcher = SignalCatcher().install()
-    run.stopped_by, run.summary = "", None
+    training = Training(config, comm)
+    training.started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    training.t_begin_unix = time.time()
+    training.catcher = SignalCatcher().install()
+    training.stopped_by, training.summary = "", None
     try:
-        agree_on_setup(comm, run.setup, "train")
+        agree_on_setup(comm, training.setup, "train")
 
         def body() -> dict | None:
             try:
-                return run.train()
+                return training.train()
             finally:
-                run.algorithm.close()
+                training.algorithm.close()
 
-        run.summary = abort_on_exception(comm, body)
+        training.summary = abort_on_exception(comm, body)
     finally:
-        run.catcher.restore()
-    summary = run.summary
+        training.catcher.restore()
+    summary = training.summary
     if comm.Get_rank() == 0 and summary is not None:
         print(format_summary(config, comm.Get_size(), summary), flush=True)
-        if getattr(run, "divergence", None):
-            print(f"syncbench train: warning: run diverged ({run.divergence}); its timings "
-                  "are not a result", file=sys.stderr, flush=True)
-        if run.stopped_by:
-            print(run.stop_line(), file=sys.stderr, flush=True)
-    return run
+        if getattr(training, "divergence", None):
+            print(f"syncbench train: warning: run diverged ({training.divergence}); its "
+                  "timings are not a result", file=sys.stderr, flush=True)
+        if training.stopped_by:
+            print(training.stop_line(), file=sys.stderr, flush=True)
+    return training
 
 
 def format_summary(config: argparse.Namespace, world: int, s: dict[str, float]) -> str:

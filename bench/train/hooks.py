@@ -1,17 +1,20 @@
 """What the training driver does around each step, as hooks (ChainerMN's extensions).
 
-The loop of :meth:`syncbench.bench.train.driver.Run.train` only gets data, calls
+The loop of :meth:`syncbench.bench.train.driver.Training.train` only gets data, calls
 ``algorithm.step`` and records the row; everything else is a :class:`Hook`
-called at the start of training, before and after every step, and at its end:
+called at the start of training, before and after every step, when the steps
+end, and at the end, and each hook owns its logic:
 
 - :class:`Heartbeat` feeds the hang guard (``--timeout``);
 - :class:`RowFlusher` appends this rank's new rows for ``syncbench recover``;
-- :class:`SnapshotKeeper` keeps ASGD-style parameter copies at evaluation strides;
+- :class:`~syncbench.bench.train.evaluation.SnapshotKeeper` keeps ASGD-style
+  parameter copies at evaluation strides;
 - :class:`ProgressLine` drives rank 0's progress line;
-- :class:`Evaluator` evaluates the consensus model every ``--eval-every`` and stops
-  at ``--target-accuracy`` with ``--stop-at-target``;
+- :class:`~syncbench.bench.train.evaluation.Evaluator` evaluates every
+  ``--eval-every`` and stops at ``--target-accuracy`` with ``--stop-at-target``;
 - :class:`Checkpointer` saves resumable state every ``--checkpoint-every`` steps
-  (and joins a strategy's checkpoint pauses, :meth:`Algorithm.pause_point`);
+  (and joins a strategy's checkpoint pauses, :meth:`Algorithm.pause_point`),
+  writes the stop checkpoint and restores state for ``--resume``;
 - :class:`StrategyReport` prints a strategy's own measurements after training;
 - :class:`StopOnSignal` ends training at an agreed step boundary after SIGTERM,
   SIGINT or SIGUSR1 (:mod:`syncbench.bench.train.stopping`).
@@ -31,24 +34,32 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 from syncbench.algorithms.base import StepStats
+from syncbench.bench.train.checkpoint import (
+    WriteError,
+    abort_on_write_error,
+    commit_checkpoint,
+    load_state,
+    save_state,
+)
 from syncbench.bench.train.progress import Progress
 from syncbench.bench.train.stopping import SignalCatcher, StopVote, signal_name
 
 if TYPE_CHECKING:
     from syncbench.bench.mpi.watchdog import Watchdog
-    from syncbench.bench.train.driver import LoopState, Run
+    from syncbench.bench.train.driver import LoopState, Training
 
 
 @dataclass
 class StepContext:
-    """What hooks see: the run, the loop's position, and the step just taken."""
+    """What hooks see: the rank's training, the loop's position, and the step just taken."""
 
-    run: Run
+    training: Training
     loop: LoopState
     #: This rank's ``time.monotonic()`` at time 0 of the run (rank 0's start, mapped).
     t0: float
@@ -88,6 +99,9 @@ class Hook:
         """After each recorded step; True ends training."""
         return False
 
+    def before_finish(self, ctx: StepContext) -> None:
+        """After the last step, before the strategy drains its communication."""
+
     def on_end(self, ctx: StepContext) -> None:
         """After the strategy drained its communication (``Algorithm.finish``)."""
 
@@ -120,25 +134,9 @@ class RowFlusher(Hook):
     def after_step(self, ctx: StepContext) -> bool:
         if time.monotonic() - self.last >= self.every:
             with ctx.off_clock():
-                ctx.run.flush()
+                ctx.training.flush()
             self.last = time.monotonic()
         return False
-
-
-class SnapshotKeeper(Hook):
-    """Rank 0 keeps parameters that crossed an evaluation stride; evaluated at the end.
-
-    For strategies without evaluation points (ASGD): see
-    :meth:`~syncbench.algorithms.base.Algorithm.snapshot_point`.
-    """
-
-    def after_step(self, ctx: StepContext) -> bool:
-        if ctx.seen is None:
-            ctx.run.snapshot_if_due(ctx.loop, ctx.t_start - ctx.loop.eval_seconds)
-        return False
-
-    def on_end(self, ctx: StepContext) -> None:
-        ctx.run.evaluate_snapshots()
 
 
 class ProgressLine(Hook):
@@ -157,71 +155,108 @@ class ProgressLine(Hook):
         self.progress.close()
 
 
-class Evaluator(Hook):
-    """Evaluates the consensus model at every evaluation stride (collective).
-
-    ``target`` with ``stop``: training ends at the first evaluation whose
-    accuracy reaches it (the accuracy is broadcast, so every rank stops).
-    At the end, the final model is evaluated unless the last evaluation was
-    at the same samples.
-    """
-
-    def __init__(self, target: float | None, stop: bool) -> None:
-        self.target, self.stop = target, stop
-
-    def after_step(self, ctx: StepContext) -> bool:
-        loop, seen = ctx.loop, ctx.seen
-        if seen is None or seen < loop.next_eval:
-            return False
-        ctx.run.settle()
-        with ctx.off_clock() as t:
-            accuracy = ctx.run.evaluate(t - loop.eval_seconds, loop.step, seen)
-        loop.last_eval_seen = seen
-        loop.next_eval += loop.eval_stride
-        return self.stop and self.target is not None and accuracy >= self.target
-
-    def on_end(self, ctx: StepContext) -> None:
-        if ctx.seen != ctx.loop.last_eval_seen:  # the same on every rank
-            ctx.run.evaluate(ctx.train_end - ctx.loop.eval_seconds, ctx.loop.step, ctx.seen)
-
-
 class Checkpointer(Hook):
-    """Saves every rank's resumable state every checkpoint stride (collective).
+    """Saves every rank's resumable state (collective) and restores it (``--resume``).
 
-    Lock-step strategies checkpoint at an evaluation point past the stride;
-    a strategy without evaluation points (ASGD) announces a pause that every
-    rank joins (:meth:`~syncbench.algorithms.base.Algorithm.pause_point`,
-    checked before each step). Checkpoints are tagged by global samples over
-    the batch size, the same on every rank even where step counts differ.
+    Every checkpoint stride: lock-step strategies checkpoint at an evaluation
+    point past the stride; a strategy without evaluation points (ASGD)
+    announces a pause that every rank joins
+    (:meth:`~syncbench.algorithms.base.Algorithm.pause_point`, checked before
+    each step). Checkpoints are tagged by global samples over the batch size,
+    the same on every rank even where step counts differ. A run with a parts
+    folder has one, which also writes the stop checkpoint
+    (:class:`StopOnSignal`); it is a hook only with ``--checkpoint-every``.
     """
+
+    def __init__(self, folder: Path, identity: dict[str, Any],
+                 resume_step: int | None = None) -> None:
+        #: The run's parts folder, and what its checkpoints record (``--resume`` checks it).
+        self.folder, self.identity = folder, identity
+        #: ``--resume``: the tag of the checkpoint to continue from.
+        self.resume_step = resume_step
+        #: The tag of the last checkpoint saved, and the samples of the stop checkpoint.
+        self.last_tag: int | None = None
+        self.stop_samples: int | None = None
 
     def before_step(self, ctx: StepContext) -> bool:
-        pause = ctx.run.algorithm.pause_point()
+        pause = ctx.training.algorithm.pause_point()
         if pause is None:
             return False
         if pause < 0:  # dropped (the run ended early): the loop checks done() again
             return True
         ctx.loop.next_ckpt = pause + ctx.loop.ckpt_stride
-        self._save(ctx, pause)
+        self._save_off_clock(ctx, pause)
         return True
 
     def after_step(self, ctx: StepContext) -> bool:
         if ctx.seen is not None and ctx.seen >= ctx.loop.next_ckpt:
             ctx.loop.next_ckpt += ctx.loop.ckpt_stride
-            self._save(ctx, ctx.seen)
+            self._save_off_clock(ctx, ctx.seen)
         return False
 
-    @staticmethod
-    def _save(ctx: StepContext, seen: int) -> None:
+    def _save_off_clock(self, ctx: StepContext, seen: int) -> None:
         with ctx.off_clock() as t:
-            ctx.run.checkpoint(ctx.loop, t, tag=seen // ctx.run.budget.batch_size)
+            self.save(ctx.training, ctx.loop, t, tag=seen // ctx.training.budget.batch_size)
+
+    def save_at_stop(self, ctx: StepContext, samples: int, at_end: bool = False) -> None:
+        """The stop checkpoint at global ``samples`` (collective; off the clock): an
+        evaluation point every rank is at, or (``at_end``) the point a strategy that
+        ended itself early agreed on right after ``Algorithm.finish``, when the run's
+        clock stands at the end of training. A tag saved at this point already is not
+        saved again."""
+        tag = samples // ctx.training.budget.batch_size
+        if tag != self.last_tag:
+            with ctx.off_clock() as now:
+                self.save(ctx.training, ctx.loop, ctx.train_end if at_end else now, tag=tag)
+        self.stop_samples = samples
+
+    def save(self, training: Training, loop: LoopState, elapsed: float, tag: int) -> None:
+        """Save every rank's resumable state at this evaluation point (collective).
+
+        ``tag`` names the checkpoint and must be the same on every rank. After every
+        rank saved and flushed its rows (a barrier), rank 0 commits it.
+        """
+        loop.elapsed = elapsed
+        state = {
+            "algorithm": training.algorithm.state(),
+            "loop": loop.as_dict(),
+            "stream_position": training.stream.position,
+            "rows": training.recorder.columns(),
+        }
+        if training.rank == 0:
+            state["evals"] = training.evaluator.rows.columns()
+            state["evals_local"] = training.evaluator.local_rows.columns()
+        self.last_tag = tag
+        try:
+            save_state(self.folder, training.rank, tag, state)
+        except WriteError as exc:
+            abort_on_write_error(training.world, exc)
+        training.flush()
+        training.world.Barrier()
+        if training.rank == 0:
+            try:  # with the run's identity, checked by --resume
+                commit_checkpoint(self.folder, tag, training.size, self.identity)
+            except WriteError as exc:
+                abort_on_write_error(training.world, exc)
+
+    def restore(self, training: Training, loop: LoopState) -> None:
+        """Continue from the newest complete checkpoint (``--resume``)."""
+        state = load_state(self.folder, training.rank, self.resume_step)
+        training.algorithm.load_state(state["algorithm"])
+        loop.load(state["loop"])
+        training.stream.seek(int(state["stream_position"]))
+        training.recorder.extend(state["rows"])
+        if training.rank == 0 and "evals" in state:
+            training.evaluator.rows.extend(state["evals"])
+        if training.rank == 0 and "evals_local" in state:
+            training.evaluator.local_rows.extend(state["evals_local"])
 
 
 class StrategyReport(Hook):
     """Rank 0 prints the strategy's own measurements (collective, after the clock)."""
 
     def on_end(self, ctx: StepContext) -> None:
-        line: Any = ctx.run.algorithm.report_line()
+        line: Any = ctx.training.algorithm.report_line()
         if line:
             print(line, flush=True)
 
@@ -233,45 +268,50 @@ class StopOnSignal(Hook):
     point the rank votes (off the clock); when the vote of
     ``Algorithm.stop_vote_lag`` points ago carries a signal and the budget is
     not used up, every rank is at this same point: the stop checkpoint is
-    written there (collective) and training ends before the other hooks act
-    on the point (the final evaluation follows in ``Evaluator.on_end``). A
-    strategy without evaluation points is asked to end early instead
+    written there (``checkpointer``, collective; None without ``--out``: nowhere
+    to keep one) and training ends before the other hooks act on the point (the
+    final evaluation follows in ``Evaluator.on_end``). A strategy without
+    evaluation points is asked to end early instead
     (:meth:`~syncbench.algorithms.base.Algorithm.end_early`, also where it
     waits: :meth:`~syncbench.algorithms.base.Algorithm.stop_requested`); at the
     end the ranks agree on its stop point, which is checkpointed before
     anything else runs. Every rank learns the signal that stopped the run
-    (``run.stopped_by``), or "" when the budget was consumed all the same.
+    (``training.stopped_by``), or "" when the budget was consumed all the same.
     """
 
-    def __init__(self, catcher: SignalCatcher, vote: StopVote) -> None:
-        self.catcher, self.vote = catcher, vote
+    def __init__(self, catcher: SignalCatcher, vote: StopVote,
+                 checkpointer: Checkpointer | None = None) -> None:
+        self.catcher, self.vote, self.checkpointer = catcher, vote, checkpointer
         self.stopped = 0
 
     def on_start(self, ctx: StepContext) -> None:
-        ctx.run.algorithm.stop_requested = lambda: bool(self.catcher.signum)
+        ctx.training.algorithm.stop_requested = lambda: bool(self.catcher.signum)
 
     def after_step(self, ctx: StepContext) -> bool:
         if ctx.seen is None:
             if self.catcher.signum:
-                ctx.run.algorithm.end_early()  # once: later calls return False
+                ctx.training.algorithm.end_early()  # once: later calls return False
             return False
         with ctx.off_clock():
             agreed = self.vote.post(self.catcher.signum)
-        if not agreed or ctx.run.algorithm.done():  # done: the same on every rank
+        if not agreed or ctx.training.algorithm.done():  # done: the same on every rank
             return False
         self.stopped = agreed
-        ctx.run.checkpoint_at_stop(ctx, ctx.seen)
+        if self.checkpointer is not None:
+            self.checkpointer.save_at_stop(ctx, ctx.seen)
         return True
 
     def on_end(self, ctx: StepContext) -> None:
         self.vote.free()  # completes the votes in flight: every rank posted as many
-        run = ctx.run
+        training = ctx.training
         if self.stopped:
-            run.stopped_by = signal_name(self.stopped)
+            training.stopped_by = signal_name(self.stopped)
             return
-        point = run.algorithm.early_end_point()  # collective where it is not None
+        point = training.algorithm.early_end_point()  # collective where it is not None
         if point is None:
-            run.stopped_by = ""
+            training.stopped_by = ""
             return
-        run.stopped_by = signal_name(int(run.world.allreduce(self.catcher.signum, op=MPI.MAX)))
-        run.checkpoint_at_stop(ctx, point, at_end=True)
+        training.stopped_by = signal_name(
+            int(training.world.allreduce(self.catcher.signum, op=MPI.MAX)))
+        if self.checkpointer is not None:
+            self.checkpointer.save_at_stop(ctx, point, at_end=True)

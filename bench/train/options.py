@@ -1,6 +1,8 @@
-"""Flags of ``syncbench train`` (shared with ``compare``), and their validation.
+"""Flags of syncbench train (shared with syncbench compare), and their validation.
 
-The command's body is :func:`syncbench.bench.train.driver.main`.
+syncbench train is one training run on every rank of the job: launch it under
+mpiexec -n N. The flags are parsed before MPI starts; the command's body is
+main in bench/train/driver.py.
 """
 
 from __future__ import annotations

@@ -5,43 +5,27 @@ phase the rank spends ``(f - 1)`` times a *reference* compute time, the
 running median of its last :data:`REFERENCE_WINDOW` compute phases (one
 step's noise does not move it). The injected time is charged to the
 ``delay`` phase, apart from real compute (see ALGORITHMS.md,
-"Heterogeneity emulation").
+"Heterogeneity emulation"). ``--slowdown-schedule`` changes factors during
+training, to test how a strategy adapts (:func:`parse_slowdown_schedule`).
 
 How the rank spends it (``--slowdown-mode``) decides whether the emulated
 straggler gives anything away to the other ranks:
 
 * ``work``: repeats forward/backward passes of a private copy of the model
-  on a scratch batch of the same shape (own parameter, gradient and
-  activation buffers, its own seeded generator), up to the deadline. The
-  rank occupies its core, caches and memory bandwidth as a slower processor
-  would; the training trajectory is untouched.
+  (:class:`ModelWork`), occupying its core, caches and memory bandwidth as a
+  slower processor would; the training trajectory is untouched.
 * ``spin``: busy-waits to the deadline (occupies the core, not the caches).
 * ``sleep``: sleeps to the deadline; it frees the core, so it is fair only
   when every rank has a node to itself.
 * ``auto`` (the default): ``work`` when two or more ranks share a node,
   ``sleep`` only when none do (:func:`resolve_mode`).
 
-In every mode the time spent beyond a step's deadline (a sleep's wake-up
-latency, the tail of a pass in ``work``) is carried as a debt into the next
-step and taken off its delay, so the mean delay matches the asked-for one.
-Only into the next step: the part of a long overshoot (the rank preempted by
-another job across its deadline) that the next delay cannot absorb is
-forgiven, or the straggler would run at full speed for several steps to pay
-it back, a burstiness no slow processor has.
-
-During the delay the rank keeps driving MPI progress of its outstanding
-requests (:attr:`Slowdown.progress`, the algorithm's ``progress``): a slower
-processor runs the same layers and polls between them, and MPI progresses
-nonblocking collectives only inside MPI calls, so a delay that never enters
-MPI would stall the other ranks' reductions behind the straggler.
-
-``--slowdown-schedule`` changes factors during training, to test how a
-strategy adapts: ``"20s:3=1,2=3"`` sets rank 3's factor to 1 and rank 2's to
-3 twenty seconds after the start of training (the driver's start barrier);
-several changes are separated by ``;``, e.g. ``"10s:3=1;25s:3=4,0=2"``.
-Times take the unit ``s`` or ``ms`` (a bare number is seconds). A rank not
-named in a change keeps its factor. Every malformed spec is a ``ValueError``
-with a one-line message.
+In every mode time spent past a deadline is taken off the next delay only
+(:class:`Slowdown`). During the delay the rank keeps driving MPI progress of
+its outstanding requests (:attr:`Slowdown.progress`): a slower processor runs
+the same layers and polls between them, and MPI progresses nonblocking
+collectives only inside MPI calls, so a delay that never enters MPI would
+stall the other ranks' reductions behind the straggler.
 """
 
 from __future__ import annotations
@@ -135,7 +119,12 @@ def _assignment(text: str, spec: str, world_size: int) -> tuple[int, float]:
 def parse_slowdown_schedule(spec: str | None, world_size: int) -> list[SlowdownChange]:
     """Changes of ``"20s:3=1,2=3;40s:0=2"``, sorted by time (``None``/empty: none).
 
-    Changes at the same time apply in the order written.
+    ``"20s:3=1,2=3"`` sets rank 3's factor to 1 and rank 2's to 3 twenty seconds
+    after the start of training (the driver's start barrier); several changes
+    are separated by ``;``, e.g. ``"10s:3=1;25s:3=4,0=2"``. Times take the unit
+    ``s`` or ``ms`` (a bare number is seconds). A rank not named in a change
+    keeps its factor. Changes at the same time apply in the order written.
+    Every malformed spec is a ``ValueError`` with a one-line message.
     """
     if not spec or not spec.strip():
         return []
@@ -284,7 +273,12 @@ class Slowdown:
 
     The reference is the running median of this rank's last
     :data:`REFERENCE_WINDOW` compute phases (including the current one).
-    Time spent past a step's deadline is a debt taken off the next delay.
+    Time spent past a step's deadline (a sleep's wake-up latency, the tail of a
+    pass in ``work``) is a debt taken off the next delay, so the mean delay
+    matches the asked-for one. Only off the next: the part of a long overshoot
+    (the rank preempted by another job across its deadline) that the next delay
+    cannot absorb is forgiven, or the straggler would run at full speed for
+    several steps to pay it back, a burstiness no slow processor has.
 
     With a ``timeline`` (see :func:`rank_timeline`) the factor follows it,
     on a clock that :meth:`start` sets to zero (the driver calls it right

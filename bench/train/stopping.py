@@ -3,12 +3,11 @@
 Jobs on shared clusters are stopped by others all the time. Slurm sends
 SIGTERM to every task at the time limit, on ``scancel`` and on preemption,
 then SIGKILL after ``KillWait`` (30 s by default); ``--signal=USR1@60`` warns
-every task a minute before the end. MPICH's Hydra ``mpiexec`` forwards
-SIGTERM, SIGINT and SIGUSR1 to every rank and exits with the highest exit
-status of its ranks. Open MPI's ``prterun`` forwards SIGUSR1, but kills its
-ranks about a quarter of a second after forwarding SIGTERM or SIGINT (measured
-on this machine), too soon for any clean ending: send it SIGUSR1, or signal the
-ranks themselves.
+every task a minute before the end. MPICH's Hydra ``mpiexec`` forwards all
+three to every rank and exits with the highest exit status of its ranks. Open
+MPI's ``prterun`` forwards SIGUSR1, but kills its ranks too soon after
+forwarding SIGTERM or SIGINT for any clean ending (docs/DESIGN.md): send it
+SIGUSR1, or signal the ranks themselves.
 
 :class:`SignalCatcher` only records the first of those signals; another one
 two seconds or more later ends the rank at once with 128 + its number (Ctrl-C
@@ -19,22 +18,16 @@ any strategy:
 * Lock-step strategies (SSGD, OD-SGD) and round-based ones (Local SGD,
   Oscars) have *evaluation points*, where every rank is at the same step
   (:meth:`~syncbench.algorithms.base.Algorithm.evaluation_point`). At each one
-  :class:`StopVote` posts an 8-byte ``Iallreduce(MAX)`` of this rank's signal
-  on a duplicate of the run's communicator, and completes the vote it posted
-  ``Algorithm.stop_vote_lag`` points earlier (1 where every step or round
-  ends with a blocking reduction, else 2). Every rank has posted that older vote by
-  then (the strategy's own reductions in between required every rank to get
-  past it), so the wait is only the vote's delivery, and every rank reads the
-  same result at the same point: all stop there, or none does.
+  every rank posts a vote and completes an older one (:class:`StopVote`), so
+  all stop at the same point, or none does.
 * Strategies without evaluation points (ASGD) end themselves
   (:meth:`~syncbench.algorithms.base.Algorithm.end_early`): the signalled rank
   hands out the rest of the sample budget at once, and every rank finds it
   exhausted at its next claim.
 
 The driver (:class:`~syncbench.bench.train.hooks.StopOnSignal`) then writes a
-checkpoint where the strategy has one, flushes every rank's rows, writes the
-run file with ``/summary`` ``complete=False`` and ``stopped_by``, and exits
-with 128 + the signal's number.
+checkpoint where the strategy has one, every rank's rows and the run file
+(``complete=False``, ``stopped_by``), and exits with 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -55,7 +48,7 @@ if TYPE_CHECKING:  # imported where a vote is made: the scenario runner reads th
 #: The signals that stop a run at a step boundary.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
-#: Evaluation points between posting a vote and completing it (see the module doc).
+#: Evaluation points between posting a vote and completing it (:class:`StopVote`).
 VOTE_LAG = 2
 
 
@@ -167,12 +160,20 @@ class SignalCatcher:
 class StopVote:
     """Agreement on a stop at evaluation points, with no wait of its own (module doc).
 
+    At each point :meth:`post` posts an 8-byte ``Iallreduce(MAX)`` of this rank's
+    signal on a duplicate of the run's communicator, and completes the vote it
+    posted ``lag`` points earlier (``Algorithm.stop_vote_lag``: 1 where every
+    step or round ends with a blocking reduction, else 2). Every rank has posted
+    that older vote by then (the strategy's own reductions in between required
+    every rank to get past it), so the wait is only the vote's delivery, and
+    every rank reads the same result at the same point.
+
     Each :meth:`post` is collective in the nonblocking sense: every rank posts
     the same number of votes, at the same evaluation points.
     """
 
     def __init__(self, comm: MPI.Comm, lag: int = VOTE_LAG) -> None:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: it starts MPI; the runner reads only the signal names
 
         self._max = MPI.MAX
         self.comm = comm.Dup()
