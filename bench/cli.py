@@ -53,11 +53,12 @@ COMMANDS: dict[str, Command] = {
     "run": Command("syncbench.bench.experiment.runner", "add_arguments", "main",
                    "a comparison scenario (demo, hetero, overlap, asgd, peers or a .toml): "
                    "repeated, randomised runs, then tables", passthrough=True),
-    "compare": Command("syncbench.bench.experiment.compare", "add_arguments", "main",
+    "compare": Command("syncbench.bench.experiment.commands", "add_compare_arguments",
+                       "compare_main",
                        "the same training flags under several algorithms, then a table "
                        "(syncbench run with a scenario made of --algorithms)",
                        passthrough=True),
-    "sweep": Command("syncbench.bench.experiment.sweep", "add_arguments", "main",
+    "sweep": Command("syncbench.bench.experiment.commands", "add_sweep_arguments", "sweep_main",
                      "strong or weak scaling sweep over rank counts", passthrough=True),
     "report": Command("syncbench.analysis.report", "add_report_arguments", "report_main",
                       "tables (and --plots) from run files"),

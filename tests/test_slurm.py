@@ -154,7 +154,7 @@ def test_strong_scaling_sweep_through_slurm(tmp_path):
     wait_for(jobs, out_dir)
     report_log = out_dir / f"syncbench-sweep-report-{jobs[-1]}.out"
     manifest = json.loads((out_dir / "manifest.json").read_text())
-    assert manifest["mode"] == "strong" and manifest["np"] == [1, 2]
+    assert manifest["scenario"]["scaling"] == "strong" and manifest["scenario"]["np"] == [1, 2]
     # The report job collects what the task-count jobs ran.
     assert [(r["np"], r["batch_size"], r["status"]) for r in manifest["runs"]] == [
         (1, 64, "skipped"), (2, 32, "skipped")], report_log.read_text()

@@ -5,7 +5,8 @@ bounded by ``--run-timeout``. Invariants checked exactly against a serial
 re-computation of the plan: strong scaling keeps the global batch B (per-rank
 batch B / N, the same number of steps at every N), weak scaling keeps the
 per-rank batch b and the budget per rank (``--epochs`` times N: the same
-number of steps per rank at every N).
+number of steps per rank at every N). ``syncbench run`` of the same scaling
+scenario as a file keeps the sweep's run files and prints the same table.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ import pytest
 
 from syncbench.analysis.runfile import read_run
 from syncbench.bench.experiment import sweep
+from syncbench.bench.experiment.commands import add_sweep_arguments, sweep_main, sweep_scenario
+from syncbench.bench.experiment.plan import plan_scaling
+from syncbench.bench.experiment.scaling_table import _report_text
+from syncbench.bench.experiment.scenario import parse_scenario
 
 SAMPLES = 512
 TRAIN = ["--dataset", "synthetic", "--synthetic-samples", str(SAMPLES), "--epochs", "1",
@@ -30,13 +35,13 @@ TRAIN = ["--dataset", "synthetic", "--synthetic-samples", str(SAMPLES), "--epoch
 
 def parse(*flags: str) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser()
-    sweep.add_arguments(parser)
+    add_sweep_arguments(parser)
     return parser.parse_known_args(list(flags))
 
 
 def run_sweep(capsys, *flags: str) -> tuple[int, str, dict]:
     args, extra = parse(*flags, "--run-timeout", "60")
-    code = sweep.main(args, extra)
+    code = sweep_main(args, extra)
     out = capsys.readouterr().out
     manifest = Path(re.search(r"manifest (\S+)$", out.strip()).group(1))
     return code, out, json.loads(manifest.read_text())
@@ -47,7 +52,7 @@ def strong(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("strong")
     args, extra = parse("--mode", "strong", "--np", "1,2", "--global-batch", "64",
                         "--out-dir", str(out_dir), "--run-timeout", "60", *TRAIN)
-    code = sweep.main(args, extra)
+    code = sweep_main(args, extra)
     return code, out_dir
 
 
@@ -100,11 +105,26 @@ def test_resume_skips_complete_files_and_reruns_broken_ones(strong, capsys):
     assert (out_dir / "ssgd-strong-np1-r0.h5").stat().st_mtime_ns == before[
         "ssgd-strong-np1-r0.h5"]
     assert "re-running" in out and read_run(np2).complete
+    assert sorted(manifest["order"]) == ["ssgd-strong-np1-r0", "ssgd-strong-np2-r0"]
+    assert manifest["scenario"]["scaling"] == "strong" and manifest["scenario"]["np"] == [1, 2]
     # Everything complete now: nothing is launched at all.
     code, out, manifest = run_sweep(capsys, "--mode", "strong", "--np", "1,2",
                                     "--global-batch", "64", "--out-dir", str(out_dir), *TRAIN)
     assert code == 0 and "running ->" not in out
     assert [r["status"] for r in manifest["runs"]] == ["skipped", "skipped"]
+    table = out[out.index("# strong scaling"):out.index("\nsweep: ")]
+    # the same points as a scenario file: syncbench run keeps the files, prints the table
+    scenario = out_dir / "scaling.toml"
+    scenario.write_text('np = [1, 2]\nscaling = "strong"\nglobal_batch = 64\nrepeats = 1\n'
+                        '[[run]]\nlabel = "ssgd"\nalgorithm = "ssgd"\n')
+    proc = subprocess.run([sys.executable, "-m", "syncbench", "run", str(scenario),
+                           "--out-dir", str(out_dir), *TRAIN], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "running ->" not in proc.stdout and table in proc.stdout
+    assert f"results {out_dir / 'results.json'}" in proc.stdout
+    results = json.loads((out_dir / "results.json").read_text())
+    assert [r["status"] for r in results["runs"]] == ["skipped", "skipped"]
 
 
 def test_no_run_reports_missing_points(tmp_path, capsys):
@@ -128,22 +148,34 @@ def test_no_run_reports_missing_points(tmp_path, capsys):
 ])
 def test_bad_requests_fail_before_launching(flags, message, tmp_path, capsys):
     args, extra = parse("--out-dir", str(tmp_path), *flags)
-    assert sweep.main(args, extra) == 2
+    assert sweep_main(args, extra) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not os.listdir(tmp_path)
 
 
-def test_plan_batches_and_names():
+def test_plan_batches_names_and_a_seeded_order_within_each_repeat():
     args, _ = parse("--mode", "strong", "--np", "1,2,4", "--global-batch", "128",
                     "--algorithms", "ssgd,odsgd", "--repeats", "2", "--out-dir", "d")
-    runs = sweep.plan(args)
+    scenario = parse_scenario(sweep_scenario(args), "sweep", "test")
+
+    def plan(seed: int, only: int | None = None):
+        return plan_scaling(scenario, 2, seed, Path("d"), [], check=False, only_repeat=only)
+
+    runs = plan(7)
     assert len(runs) == 12
-    assert [(r.repeat, r.np, r.algorithm) for r in runs[:3]] == [
+    canonical = sorted(runs, key=lambda r: (r.repeat, r.cell))
+    assert [(r.repeat, r.np, r.algorithm) for r in canonical[:3]] == [
         (0, 1, "ssgd"), (0, 1, "odsgd"), (0, 2, "ssgd")]
     assert {(r.np, r.batch_size) for r in runs} == {(1, 128), (2, 64), (4, 32)}
-    assert runs[-1].path == os.path.join("d", "odsgd-strong-np4-r1.h5")
+    assert str(canonical[-1].path) == os.path.join("d", "odsgd-strong-np4-r1.h5")
+    # the runner's shuffle: every point once per repeat, repeats in turn, seeded
+    assert [r.repeat for r in runs] == [0] * 6 + [1] * 6
+    assert [r.run_id for r in runs] == [r.run_id for r in plan(7)] != [
+        r.run_id for r in plan(8)]
+    assert [r.run_id for r in plan(7, only=1)] == [r.run_id for r in runs[6:]]
     assert sweep.report_path(Path("d/manifest-np2.json"), "md") == Path("d/report-np2.md")
+    assert sweep.report_path(Path("d/results.json"), "md") == Path("d/report.md")
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,7 +238,7 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
     _hand_made(tmp_path / "ssgd-weak-np2-r0.h5", 2, 105.0, 115.0)  # started side by side
     args, extra = parse("--mode", "weak", "--np", "1,2", "--batch-size", "32",
                         "--out-dir", str(tmp_path), "--no-run", "--epochs", "1")
-    assert sweep.main(args, extra) == 0
+    assert sweep_main(args, extra) == 0
     out = capsys.readouterr()
     table = out.out[out.out.index("# weak scaling"):]
     for n in (1, 2):
@@ -218,7 +250,7 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
     assert "overlapped another run on the same host" in out.err
     # run one after the other: weak efficiency = wall(N0) / wall(N) = 1 here
     _hand_made(tmp_path / "ssgd-weak-np2-r0.h5", 2, 120.0, 130.0)
-    assert sweep.main(args, extra) == 0
+    assert sweep_main(args, extra) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines()
                 if ln.startswith("| ssgd       |   2 |"))
     assert [c.strip() for c in line.strip("|").split("|")][7:9] == ["2.000", "1.000"]
@@ -286,15 +318,16 @@ def _hand_file(path: Path, wall: float, diverged: bool) -> str:
 
 def test_sweep_report_is_the_reports_tables_and_leaves_diverged_speed_out(tmp_path):
     # the diverged run is four times faster; it must not raise the samples/s median
-    runs = [sweep.PlannedRun("ssgd", 2, i, 64, _hand_file(tmp_path / f"r{i}.h5", w, d))
+    runs = [sweep.PointOutcome(f"r{i}", "ssgd", "ssgd", 2, i, 64,
+                               _hand_file(tmp_path / f"r{i}.h5", w, d))
             for i, (w, d) in enumerate(((0.5, True), (2.0, False), (4.0, False)))]
-    text = sweep._report_text(runs, runs, "md")
+    text = _report_text(runs, runs, "md")
     assert "| algorithm | world_size | samples_per_s |" not in text  # no raw summary table
     assert "## Runs" in text and "## Stragglers" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| ssgd "))
     assert f"{(1024 / 2.0 + 1024 / 4.0) / 2:.1f}" in row  # median of the non-diverged
-    all_diverged = [sweep.PlannedRun("ssgd", 2, 0, 64, _hand_file(tmp_path / "d.h5", 1.0,
-                                                                    True))]
-    text = sweep._report_text(all_diverged, all_diverged, "md")
+    all_diverged = [sweep.PointOutcome("d", "ssgd", "ssgd", 2, 0, 64,
+                                       _hand_file(tmp_path / "d.h5", 1.0, True))]
+    text = _report_text(all_diverged, all_diverged, "md")
     row = next(ln for ln in text.splitlines() if ln.startswith("| ssgd "))
     assert "diverged" in row

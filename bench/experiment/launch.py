@@ -1,6 +1,9 @@
-"""Launching ``syncbench train`` under ``mpiexec`` from a driver process.
+"""Launching ``syncbench train`` (or a peer program) under ``mpiexec`` from a driver process.
 
-Used by ``compare`` and the side-by-side benchmarks. The launcher is
+The one launch of the runner (``syncbench run``, ``compare``, ``sweep``) and
+of ``syncbench peers``. A command that runs past its timeout is killed and
+comes back as a :class:`TimedOut` result (exit status -SIGKILL, what
+:func:`subprocess.run` leaves), never as an exception. The launcher is
 ``--mpiexec``, else ``$MPIEXEC``, else the ``mpiexec`` next to this Python
 (the MPICH wheel installs one in the virtual environment), else the one on
 ``PATH``. Every rank gets ``OMP_NUM_THREADS=1`` (and the BLAS equivalents)
@@ -12,10 +15,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from syncbench.analysis.runfile import read_run
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -49,14 +56,36 @@ def train_command(np_: int, train_args: list[str], mpiexec: str | None = None) -
             "train", *train_args]
 
 
-def run_train(np_: int, train_args: list[str], mpiexec: str | None = None,
-              timeout: float | None = None, quiet: bool = False) -> subprocess.CompletedProcess:
-    """Run one training job; its output streams through unless ``quiet``."""
-    cmd = train_command(np_, train_args, mpiexec)
+class TimedOut(subprocess.CompletedProcess):
+    """A command killed at its timeout (``timeout``: the seconds it was allowed)."""
+
+    def __init__(self, args: Sequence[str], timeout: float, stdout: Any, stderr: Any) -> None:
+        super().__init__(list(args), -int(signal.SIGKILL), stdout or "", stderr or "")
+        self.timeout = timeout
+
+
+def timed_out(proc: subprocess.CompletedProcess) -> bool:
+    """Whether ``proc`` ran past its timeout (:class:`TimedOut`)."""
+    return isinstance(proc, TimedOut)
+
+
+def run_command(cmd: Sequence[str], timeout: float | None = None, quiet: bool = False,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` with the ranks' environment (``env``: replaces it); its output streams
+    through unless ``quiet`` (then it is captured); :class:`TimedOut` past ``timeout``."""
     if not quiet:
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    return subprocess.run(cmd, env=rank_env(), timeout=timeout, text=True,
-                          capture_output=quiet)
+    try:
+        return subprocess.run(list(cmd), env=env or rank_env(), timeout=timeout, text=True,
+                              capture_output=quiet)
+    except subprocess.TimeoutExpired as exc:
+        return TimedOut(cmd, exc.timeout, exc.stdout, exc.stderr)
+
+
+def run_train(np_: int, train_args: list[str], mpiexec: str | None = None,
+              timeout: float | None = None, quiet: bool = False) -> subprocess.CompletedProcess:
+    """Run one training job (see :func:`run_command`)."""
+    return run_command(train_command(np_, train_args, mpiexec), timeout, quiet)
 
 
 def train_and_read(np_: int, train_args: list[str], out: Path, mpiexec: str | None = None,
@@ -64,12 +93,12 @@ def train_and_read(np_: int, train_args: list[str], out: Path, mpiexec: str | No
     """Run one training job quietly into ``out`` and return its :class:`Run`.
 
     A failed job raises ``RuntimeError`` with the exit status and the last
-    lines of its stderr.
+    lines of its stderr, one past ``timeout`` :class:`subprocess.TimeoutExpired`.
     """
-    from syncbench.analysis.runfile import read_run
-
     proc = run_train(np_, [*train_args, "--progress", "never", "--out", str(out),
                            "--overwrite"], mpiexec, timeout=timeout, quiet=True)
+    if timed_out(proc):
+        raise subprocess.TimeoutExpired(proc.args, timeout or 0.0)
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"syncbench train {' '.join(train_args[:2])} failed "

@@ -1,6 +1,7 @@
 """The runs of a scenario, in a seeded random order within each repeat.
 
-Every (run entry, slowdown configuration) cell runs once per repeat. Within
+Every (run entry, slowdown configuration) cell, and in a scaling scenario
+every (task count, run entry) cell, runs once per repeat. Within
 a repeat the cells are shuffled by ``random.Random(seed)`` (one generator,
 shuffled once per repeat in turn), so slow drifts of the machine (thermal
 state, other jobs) do not always hit the same strategy first or last; the
@@ -8,6 +9,13 @@ seed and the resulting order are written to the results file, and the same
 seed gives the same order. Repeat ``r`` trains with ``--seed r`` for every
 cell, so the cells of one repeat differ only in the strategy and the
 slowdown and form the pairs that the per-repeat ratios compare.
+
+A scaling scenario (an ``np`` list) passes its flags as they are and sets
+per run only ``--algorithm``, ``--batch-size``, ``--scaling-mode``, ``--out``
+and, in weak mode, ``--epochs``: strong scaling keeps the global batch B
+(per-rank b = B / N, an error unless N divides B) and the sample budget;
+weak scaling keeps b and the budget per rank (``--epochs E`` on N ranks is
+``--epochs E*N``). Its run files are ``<label>-<mode>-np<N>-r<repeat>.h5``.
 """
 
 from __future__ import annotations
@@ -16,28 +24,50 @@ import argparse
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from syncbench.analysis.runfile import RunFileError, read_run
 
 from .scenario import Condition, RunEntry, Scenario, ScenarioError, resolve_dataset
 
 #: Flags that the runner sets per run and a user may not pass through to train.
 FORBIDDEN_EXTRA = ("--out", "--algorithm", "--slowdown", "--slowdown-mode",
                    "--target-accuracy", "--seed", "--resume")
+#: The same for a scaling scenario.
+SCALING_RESERVED = ("--out", "--algorithm", "--batch-size", "--scaling-mode")
+#: Why the comparison runner refuses a flag of :data:`FORBIDDEN_EXTRA`.
+RUNNER_SETS = ("is set by the runner for every run and cannot be passed through (see "
+               "syncbench run --help)")
+#: ``syncbench train``'s default ``--epochs``.
+DEFAULT_EPOCHS = 1.0
 
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One ``mpiexec ... syncbench train`` of the plan."""
+    """One ``mpiexec -n np ... syncbench train`` of the plan."""
 
     repeat: int
     entry: RunEntry
     condition: Condition
     path: Path
     args: tuple[str, ...]
+    np: int
+    #: Scaling scenarios: the per-rank batch, ``--scaling-mode`` and (weak) ``--epochs``
+    #: the run is planned with (None: the flags decide); a kept run file must match them.
+    batch_size: int | None = None
+    mode: str | None = None
+    epochs: float | None = None
+    #: Position of its cell in the scenario's order (before the shuffle).
+    cell: int = 0
 
     @property
     def run_id(self) -> str:
-        """Unique name within a scenario, e.g. ``oscars-s1-4-work-r2``."""
-        return run_stem(self.entry, self.condition, self.repeat)
+        """Unique name within a scenario, e.g. ``oscars-s1-4-work-r2`` (the file's stem)."""
+        return self.path.stem
+
+    @property
+    def algorithm(self) -> str:
+        return self.entry.algorithm
 
 
 def run_stem(entry: RunEntry, cond: Condition, repeat: int) -> str:
@@ -80,18 +110,146 @@ def check_train_args(args: tuple[str, ...], where: str,
         raise ScenarioError(f"{where}: syncbench train does not know {' '.join(unknown)}")
 
 
-def check_extra(extra: list[str]) -> None:
-    """Refuse pass-through flags that the runner sets itself."""
+def check_extra(extra: list[str], reserved: tuple[str, ...] = FORBIDDEN_EXTRA,
+                why: str = RUNNER_SETS) -> None:
+    """Refuse pass-through flags that the plan sets itself (``reserved``): ``NAME why``."""
     for flag in extra:
         name = flag.split("=", 1)[0]
-        if name in FORBIDDEN_EXTRA:
-            raise ScenarioError(f"{name} is set by the runner for every run and cannot be "
-                                f"passed through (see syncbench run --help)")
+        if name in reserved:
+            raise ScenarioError(f"{name} {why}")
+
+
+def per_rank_batch(mode: str, np_: int, global_batch: int, batch_size: int) -> int:
+    """The per-rank batch of a scaling run on ``np_`` ranks (module docstring)."""
+    if mode == "weak":
+        if batch_size < 1:
+            raise ScenarioError(f"--batch-size must be >= 1, got {batch_size}")
+        return batch_size
+    if global_batch < 1:
+        raise ScenarioError(f"--global-batch must be >= 1, got {global_batch}")
+    if global_batch % np_:
+        raise ScenarioError(f"--global-batch {global_batch} is not divisible by {np_} ranks "
+                            "(strong scaling splits it evenly)")
+    return global_batch // np_
+
+
+def run_epochs(mode: str, np_: int, epochs: float | None) -> float | None:
+    """``--epochs`` of a scaling run on ``np_`` ranks: weak mode scales the budget with N."""
+    if mode != "weak":
+        return epochs
+    return round((DEFAULT_EPOCHS if epochs is None else epochs) * np_, 12)
+
+
+def split_epochs(train_args: list[str]) -> tuple[float | None, list[str]]:
+    """The ``--epochs`` value among the train flags (None if absent) and the other flags."""
+    rest, value, i = [], None, 0
+    while i < len(train_args):
+        flag = train_args[i]
+        if flag == "--epochs" and i + 1 < len(train_args):
+            value, i = train_args[i + 1], i + 2
+            continue
+        if flag.startswith("--epochs="):
+            value, i = flag.split("=", 1)[1], i + 1
+            continue
+        rest.append(flag)
+        i += 1
+    if value is None:
+        return None, rest
+    try:
+        epochs = float(value)
+    except ValueError:
+        raise ScenarioError(f"--epochs {value!r}: expected a number") from None
+    if not epochs > 0:
+        raise ScenarioError(f"--epochs must be > 0, got {value}")
+    return epochs, rest
+
+
+def kept_run(p: PlannedRun) -> tuple[Any, str]:
+    """(the run file of ``p`` read, "") when it is complete and of this point
+    (:func:`mismatch`); else (None, why it is run again, "" when there is no file)."""
+    if not p.path.exists():
+        return None, ""
+    try:
+        run = read_run(p.path)
+    except RunFileError as exc:
+        return None, f"re-running: {exc}"
+    if not run.complete:
+        return None, "re-running: run file is marked incomplete"
+    why = mismatch(p, run)
+    return (None, why) if why else (run, "")
+
+
+def mismatch(p: PlannedRun, run: Any) -> str:
+    """Why the run file ``run`` (read) is not one of ``p``: its algorithm and ranks, and
+    what a scaling plan fixes (batch, mode, ``--epochs``); "" when it is."""
+    n = 4 if p.mode else 2
+    found = (run.algorithm, run.world_size, run.config.get("batch_size"),
+             run.attrs.get("scaling_mode") or None)[:n]
+    wanted = (p.algorithm, p.np, p.batch_size, p.mode)[:n]
+    if found != wanted:
+        what = "algorithm/np/batch/mode" if p.mode else "algorithm/np"
+        return f"re-running: file has {what} {found}, planned {wanted}"
+    if p.epochs is not None and run.config.get("epochs") != p.epochs:
+        return (f"re-running: file has --epochs {run.config.get('epochs')}, planned "
+                f"{p.epochs:g}")
+    return ""
+
+
+def scaling_name(label: str, mode: str, np_: int, repeat: int) -> str:
+    """The run file name of one scaling point: ``<label>-<mode>-np<N>-r<repeat>.h5``."""
+    return f"{label}-{mode}-np{np_}-r{repeat}.h5"
+
+
+def _shuffled(cells: list, repeats: int, seed: int) -> list[tuple[int, Any]]:
+    """(repeat, cell) in execution order: one ``random.Random(seed)`` shuffles the
+    cells once per repeat in turn."""
+    rng = random.Random(seed)
+    order = []
+    for repeat in range(repeats):
+        cells_r = list(cells)
+        rng.shuffle(cells_r)
+        order += [(repeat, cell) for cell in cells_r]
+    return order
+
+
+def plan_scaling(scenario: Scenario, repeats: int, seed: int, out_dir: Path,
+                 extra: list[str], check: bool = True,
+                 only_repeat: int | None = None) -> list[PlannedRun]:
+    """Every run of a scaling scenario in execution order; ``only_repeat``: that repeat's
+    runs alone, in the order a full plan gives them."""
+    check_extra(extra, SCALING_RESERVED, "is set per run by the plan of a scaling scenario")
+    mode = scenario.scaling
+    flags = [*scenario.flags, *extra]
+    epochs = None
+    if mode == "weak":  # the plan sets --epochs per run (budget per rank x N)
+        epochs, flags = split_epochs(flags)
+    batches = {n: per_rank_batch(mode, n, scenario.global_batch, scenario.batch_size)
+               for n in scenario.nps}
+    cells = [(n, entry) for n in scenario.nps for entry in scenario.runs]
+    parser = train_parser() if check else None
+
+    def planned(repeat: int, n: int, entry: RunEntry) -> PlannedRun:
+        path = out_dir / scaling_name(entry.label.replace("@lr=", "-lr"), mode, n, repeat)
+        run_epochs_ = run_epochs(mode, n, epochs)
+        args = ("--algorithm", entry.algorithm, "--batch-size", str(batches[n]),
+                "--scaling-mode", mode, "--out", str(path), "--overwrite", *entry.flags,
+                *flags, *(("--epochs", repr(run_epochs_)) if run_epochs_ is not None else ()))
+        return PlannedRun(repeat, entry, Condition(None, None), path, args, n, batches[n],
+                          mode, run_epochs_, cells.index((n, entry)))
+
+    if parser is not None:
+        for n, entry in cells:
+            check_train_args(planned(0, n, entry).args, f"run {entry.label!r} (np {n})",
+                             parser)
+    return [planned(repeat, n, entry) for repeat, (n, entry) in
+            _shuffled(cells, repeats, seed) if only_repeat in (None, repeat)]
 
 
 def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Path,
               extra: list[str], target: float, check: bool = True) -> list[PlannedRun]:
     """Every run of the scenario in execution order (see the module docstring)."""
+    if scenario.scaling:
+        return plan_scaling(scenario, repeats, seed, out_dir, extra, check)
     check_extra(extra)
     conditions = scenario.conditions(np_)
     cells = [(entry, cond) for cond in conditions for entry in scenario.runs]
@@ -100,13 +258,10 @@ def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Pa
         for entry, cond in cells:
             args = _train_args(scenario, entry, cond, 0, target, extra, out_dir / "x.h5")
             check_train_args(args, f"run {entry.label!r} ({cond.title})", parser)
-    rng = random.Random(seed)
     plan = []
-    for repeat in range(repeats):
-        order = list(cells)
-        rng.shuffle(order)
-        for entry, cond in order:
-            path = out_dir / f"{run_stem(entry, cond, repeat)}.h5"
-            args = _train_args(scenario, entry, cond, repeat, target, extra, path)
-            plan.append(PlannedRun(repeat, entry, cond, path, args))
+    for repeat, (entry, cond) in _shuffled(cells, repeats, seed):
+        path = out_dir / f"{run_stem(entry, cond, repeat)}.h5"
+        args = _train_args(scenario, entry, cond, repeat, target, extra, path)
+        plan.append(PlannedRun(repeat, entry, cond, path, args, np_,
+                               cell=cells.index((entry, cond))))
     return plan

@@ -1,51 +1,33 @@
 """``syncbench run SCENARIO``: one experiment runner for every side-by-side comparison.
 
-A scenario file names the runs (label, algorithm, their own flags, an
-optional lr grid), the flags they share, the slowdowns (the homogeneous
-configuration is added to every heterogeneous scenario), the ranks, the
-repeats, the target accuracy and the headline metric (see
-``syncbench.bench.experiment.scenario`` for the format; copy a shipped file
-to write your own and pass its path).
+A scenario file names the runs (label, algorithm, flags, an optional lr
+grid), the shared flags, the slowdowns (the homogeneous configuration is
+added to every heterogeneous scenario), the ranks, the repeats, the target
+accuracy and the headline metric (``syncbench.bench.experiment.scenario``;
+copy a shipped file to write your own). An ``np`` list makes it a scaling
+scenario (strong or weak, as ``syncbench sweep``: ``.sweep``).
 
 The runner launches one ``mpiexec -n NP syncbench train`` per run, one at a
-time, in a seeded random order within each repeat (the seed and the order
-are recorded), prints one progress line per run, and writes the run files
-and one results file, ``results.json`` (scenario, seed, order, machine
-context, every run's figures, and per label and configuration the medians
-with min–max), into ``--out-dir``. Then it prints, per configuration, the
-machine context and a fixed-column table: time to the target accuracy
-against the baseline (the headline), samples/s against the baseline, the
-sync share, time to target beside the evaluation interval, samples/s and
-accuracy, as median (min–max) over repeats; diverged runs show as
-"diverged", are left out of the samples/s medians and never count as
-faster; overlapped and loaded runs are flagged, and an lr grid's best lr is
-said to be chosen on the repeats it is reported on. Heterogeneous
-configurations add each strategy's het/hom throughput next to the ceiling
-sum(1/f)/N, the realised slowdown factor (per-step medians) and the
-interference ratio, flag realised factors that
-differ by more than 10%, and label oversubscribed runs.
+time, in a seeded random order within each repeat (seed and order are
+recorded), prints one line per run, and writes the run files and
+``results.json`` (scenario, seed, order, machine context, every run's
+figures, per label and configuration the medians with min-max) into
+``--out-dir``. Then it prints, per configuration, the machine context and a
+table: time to the target accuracy and samples/s against the baseline, the
+sync share, accuracy, as median (min-max) over repeats; diverged runs are
+left out of the samples/s medians and never count as faster, overlapped and
+loaded runs are flagged. Heterogeneous configurations add the het/hom
+throughput beside the ceiling sum(1/f)/N and the realised slowdown factor.
 
-Timing claims need at least 5 repeats (the shipped timing scenarios default
-to 5); ``--repeats 1`` is for a quick look. Flags the runner does not know
-go to every ``syncbench train`` and come last, so they override the
-scenario's (``--seed``, ``--out``, ``--algorithm``, ``--slowdown``,
-``--slowdown-mode`` and ``--target-accuracy`` are the runner's to set:
-repeat r trains with ``--seed r``). ``--resume`` keeps the run files a
-stopped invocation of the same plan already wrote (complete ones: an
-incomplete run file is run again).
-
-A run that is stopped (it exits 128 + SIGTERM, SIGINT or SIGUSR1 and leaves
-a run file, or its run file says ``complete=False``) did not consume its
-sample budget: its progress line says "STOPPED by SIGTERM", the tables count
-it (``2 (1 inc)``) and name it in a note, and no figure or ratio is computed
-from it (see ``aggregate``). The runner goes on with the next run; at the end
-its last line counts the incomplete runs and it exits 3. When the runner
-itself receives SIGINT or SIGTERM it starts no new run, waits for the current
-one (which stops itself if it got the signal too, as a Ctrl-C to the
-terminal's process group does; the runner does not forward it), prints the
-tables of the runs that ended, writes them to the results file (``complete``
-false, ``stopped_by``) and exits 128 + the signal; a second signal ends it at
-once.
+Timing claims need at least 5 repeats. Flags the runner does not know go to
+every ``syncbench train`` and come last (``--seed``, ``--out``,
+``--algorithm``, ``--slowdown*`` and ``--target-accuracy`` are the
+runner's: repeat r trains with ``--seed r``). ``--resume`` keeps the complete
+run files of a stopped invocation of the same plan. A run stopped by a
+signal (``complete=False``) is counted but gives no figure; the runner goes
+on and exits 3. SIGINT or SIGTERM to the runner starts no new run, waits for
+the current one, prints and records the tables of the runs that ended and
+exits 128 + the signal; a second signal ends it at once.
 """
 
 from __future__ import annotations
@@ -68,13 +50,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
-from syncbench.bench.experiment.launch import run_train
+from syncbench.bench.experiment.launch import run_train, timed_out
 from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
+from . import sweep as scaling
 from .on_cluster import layout_problem, speed_setter
-from .plan import PlannedRun, plan_runs
+from .plan import PlannedRun, kept_run, plan_runs, plan_scaling
 from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
 
 RESULTS_NAME = "results.json"
@@ -202,8 +186,11 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _scenario_json(scenario: Scenario, np_: int, repeats: int, target: float) -> dict[str, Any]:
-    return {
+def _scenario_json(scenario: Scenario, np_: int | list[int], repeats: int,
+                   target: float) -> dict[str, Any]:
+    scaling = {"scaling": scenario.scaling, "global_batch": scenario.global_batch,
+               "batch_size": scenario.batch_size} if scenario.scaling else {}
+    return {**scaling,
         "name": scenario.name, "source": scenario.source, "description": scenario.description,
         "np": np_, "repeats": repeats, "target_accuracy": target,
         "headline": scenario.headline, "baseline": scenario.baseline,
@@ -230,8 +217,6 @@ def _previous(path: Path) -> dict[str, Any] | None:
 
 def _readable(path: Path) -> Any:
     """The run file at ``path`` read (a ``Run``), or None when it is not a readable one."""
-    from syncbench.analysis.runfile import RunFileError, read_run
-
     try:
         return read_run(path)
     except RunFileError:
@@ -271,67 +256,93 @@ def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept:
             f"accuracy {s['final_accuracy']:.4f}  {state}  ({how})")
 
 
-def execute(plan: Sequence[PlannedRun], mpiexec: str | None, timeout: float, np_: int,
-            resume: bool, say: Callable[[str], None],
-            elapsed: dict[str, float] | None = None,
+class ComparisonProgress:
+    """The runner's line per run (:func:`_progress`); a failed run ends the runner."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    def kept(self, i: int, total: int, p: PlannedRun, run: Any) -> None:
+        self.say(_progress(i, total, p, run, 0.0, kept=True))
+
+    def starting(self, i: int, total: int, p: PlannedRun, why: str) -> bool:
+        """Whether to launch ``p`` (``why``: why its file is not kept)."""
+        return True
+
+    def ended(self, i: int, total: int, p: PlannedRun, run: Any,
+              proc: subprocess.CompletedProcess, seconds: float, left_s: float,
+              stopped_by: str) -> None:
+        self.say(_progress(i, total, p, run, seconds, kept=False, left_s=left_s,
+                           stopped_by=stopped_by))
+
+    def failed(self, i: int, total: int, p: PlannedRun, proc: subprocess.CompletedProcess,
+               seconds: float) -> str | None:
+        """The one-line failure that ends the runner (None: go on with the next run)."""
+        if timed_out(proc):
+            return f"run {p.run_id} took longer than --run-timeout {proc.timeout:g}s"
+        tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
+        return f"run {p.run_id} failed (exit {proc.returncode}): {tail}"
+
+
+def execute(plan: Sequence[PlannedRun], launch: Callable[[PlannedRun], Any], resume: bool,
+            view: Any, elapsed: dict[str, float] | None = None,
             runs: dict[str, Any] | None = None,
             before: Callable[[PlannedRun], None] | None = None,
             stopped: dict[str, str] | None = None,
             stop: StopRequest | None = None) -> str | None:
-    """Run the plan in order; None on success, else a one-line failure.
+    """Run the plan in order; None on success, else the one-line failure ``view`` gave.
 
-    ``elapsed`` collects each launched run's seconds (launch to exit) by run id,
-    ``runs`` each finished or kept run file, read once, by run id; ``before``
-    prepares each run that is launched (the emulated nodes' speeds). A run that
-    exits 128 + a stop signal and leaves its run file is no failure: ``stopped``
-    gets the signal's name by run id. Once ``stop`` has a signal no new run starts
-    (a run that then ends without a run file is no failure either); a kept
-    incomplete run file (``resume``) is run again.
+    With ``resume`` the complete run files of the plan (:func:`kept_run`) are kept and
+    listed first, in the scenario's order; the others are launched (``launch``: one
+    ``mpiexec``, a :class:`subprocess.CompletedProcess`) in the plan's order.
+    ``view`` prints a line per run (:class:`ComparisonProgress`). ``elapsed``
+    collects each launched run's seconds by run id, ``runs`` each finished or kept
+    run file, read once, by run id; ``before`` prepares each run that is launched
+    (the emulated nodes' speeds). A run that exits 128 + a stop signal and leaves
+    its run file is no failure: ``stopped`` gets the signal's name by run id. Once
+    ``stop`` has a signal no new run starts (a run that then ends without a run file
+    is no failure either).
     """
+    runs = {} if runs is None else runs
+    why: dict[str, str] = {}
+    todo = []
+    for p in sorted(plan, key=lambda p: (p.repeat, p.cell)) if resume else []:
+        kept, why[p.run_id] = kept_run(p)
+        if kept is not None:
+            runs[p.run_id] = kept
+            view.kept(len(runs), len(plan), p, kept)
+    todo = [p for p in plan if p.run_id not in runs]
     spent: list[float] = []
-    for i, p in enumerate(plan, 1):
+    for i, p in enumerate(todo, len(plan) - len(todo) + 1):
         if stop is not None and stop.signum:
             break
-        kept = _kept(p.path) if resume else None
-        if kept is not None:
-            if runs is not None:
-                runs[p.run_id] = kept
-            say(_progress(i, len(plan), p, kept, 0.0, kept=True))
+        if not view.starting(i, len(plan), p, why.get(p.run_id, "")):
             continue
         if before is not None:
             before(p)
         start = time.perf_counter()
         launched = time.time() - 1.0  # file times may be whole seconds
-        try:
-            proc = run_train(np_, list(p.args), mpiexec, timeout=timeout, quiet=True)
-        except subprocess.TimeoutExpired:
-            return f"run {p.run_id} took longer than --run-timeout {timeout:g}s"
+        proc = launch(p)
+        seconds = time.perf_counter() - start
         run, name = _ended(p, proc, launched)
         if run is None:
             if stop is not None and stop.signum:
-                say(f"# {p.run_id} ended without a run file (exit {proc.returncode}) "
-                    f"after {stop.name}")
+                view.say(f"# {p.run_id} ended without a run file (exit {proc.returncode}) "
+                         f"after {stop.name}")
                 break
-            tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
-            return f"run {p.run_id} failed (exit {proc.returncode}): {tail}"
+            failure = view.failed(i, len(plan), p, proc, seconds)
+            if failure:
+                return failure
+            continue
         if name and stopped is not None:
             stopped[p.run_id] = name
-        spent.append(time.perf_counter() - start)
+        spent.append(seconds)
         if elapsed is not None:
-            elapsed[p.run_id] = spent[-1]
-        left = sum(spent) / len(spent) * (len(plan) - i)
-        if runs is not None:
-            runs[p.run_id] = run
-        say(_progress(i, len(plan), p, run, spent[-1], kept=False, left_s=left,
-                      stopped_by=name))
+            elapsed[p.run_id] = seconds
+        runs[p.run_id] = run
+        view.ended(i, len(plan), p, run, proc, seconds,
+                   sum(spent) / len(spent) * (len(plan) - i), name)
     return None
-
-
-def _kept(path: Path) -> Any:
-    """The complete run file at ``path`` read, for ``--resume``; else None (an absent,
-    unreadable or incomplete file: that run is run again)."""
-    kept = _readable(path) if path.exists() else None
-    return kept if kept is not None and kept.complete else None
 
 
 def _ended(p: PlannedRun, proc: subprocess.CompletedProcess, launched: float
@@ -339,10 +350,8 @@ def _ended(p: PlannedRun, proc: subprocess.CompletedProcess, launched: float
     """(the run's file read, the stop signal its exit status names): a run that exits 0
     is read (an unreadable file raises), one that exits 128 + a stop signal is read when
     it wrote its file since ``launched``; (None, name) for any other exit."""
-    from syncbench.analysis.runfile import read_run
-
     if proc.returncode == 0:
-        return read_run(p.path), ""
+        return _readable(p.path), ""
     name = stop_signal(proc.returncode)
     return (_fresh(p.path, launched) if name else None), name
 
@@ -452,9 +461,78 @@ def _command_name() -> str:
     return str(script)
 
 
+def run_scaling(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str],
+                results_path: Path | None = None, word: str = "results") -> int:
+    """Plan, run (keeping every complete run file) and report a scaling scenario
+    (:mod:`.sweep`); the exit status. A bad request raises :class:`ScenarioError`
+    before anything is written. ``args``: the runner's flags or the sweep's
+    (``--repeat-index``, ``--no-run``, ``--simulate``, ``--format``); ``results_path``
+    (default OUT_DIR/results.json) gets ``-rK`` before ``.json`` with ``--repeat-index K``;
+    ``word`` names it in the closing line."""
+    repeats = args.repeats or scenario.repeats
+    only = getattr(args, "repeat_index", None)
+    if only is not None and not 0 <= only < repeats:
+        raise ScenarioError(f"--repeat-index {only} is outside 0..{repeats - 1}")
+    out_dir = Path(args.out_dir or Path("runs") / scenario.name)
+    results_path = results_path or out_dir / RESULTS_NAME
+    if only is not None:  # array tasks run side by side
+        results_path = results_path.with_name(
+            f"{results_path.stem}-r{only}{results_path.suffix}")
+    previous = _previous(results_path)
+    seed = getattr(args, "seed", None)
+    if seed is None:
+        seed = previous["seed"] if previous and "seed" in previous else secrets.randbelow(2**31)
+    simulate = getattr(args, "simulate", False)
+    plan = plan_scaling(scenario, repeats, seed, out_dir, list(extra), check=not simulate,
+                        only_repeat=only)
+    if getattr(args, "dry_run", False):
+        for p in plan:
+            print(" ".join(shlex.quote(a) for a in ["syncbench", "train", *p.args]))
+        return 0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {"schema": RESULTS_SCHEMA, "complete": False,
+             "scenario": _scenario_json(scenario, list(scenario.nps), repeats,
+                                        scenario.target_accuracy),
+             "extra_train_args": list(extra), "seed": seed,
+             "order": [p.run_id for p in plan], "plan": _plan_json(plan),
+             "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+    def save() -> None:
+        write_json(results_path, {**state, "runs": scaling.records(view)})
+
+    view = scaling.ScalingProgress(plan, getattr(args, "no_run", False), save)
+    save()
+    if simulate:
+        launch = scaling.simulated_launch(view, [*scenario.flags, *extra], args.run_timeout)
+    else:
+        def launch(p: PlannedRun) -> subprocess.CompletedProcess:
+            return run_train(p.np, list(p.args), args.mpiexec, timeout=args.run_timeout,
+                             quiet=True)
+    execute(plan, launch, True, view)
+    runs, code = scaling.finish(view, results_path, getattr(args, "format", "md"), word)
+    state.update(complete=True, runs=runs,
+                 finished_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    write_json(results_path, state)
+    return code
+
+
+def _scaling_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str],
+                      prog: str) -> int:
+    """``syncbench run`` of a scaling scenario (:func:`run_scaling`)."""
+    if args.np:
+        return _error(prog, f"--np: scenario {scenario.name} sets its task counts "
+                      f"(np = {list(scenario.nps)})")
+    try:
+        return run_scaling(scenario, args, extra)
+    except ScenarioError as exc:
+        return _error(prog, str(exc))
+
+
 def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str],
                  prog: str = "syncbench run") -> int:
     """Plan, run, aggregate and print one scenario; the exit status."""
+    if scenario.scaling:
+        return _scaling_scenario(scenario, args, extra, prog)
     np_ = args.np or scenario.np
     repeats = args.repeats or scenario.repeats
     target = args.target_accuracy or scenario.target_accuracy
@@ -583,9 +661,13 @@ def _execute_scenario(scenario: Scenario, args: argparse.Namespace, plan: list[P
     (a scenario's ``node_speeds``) and the speeds found put back at the end."""
     before, restore = (speed_setter() if scenario.node_speeds and getattr(args, "cluster", False)
                        else (None, None))
+    def launch(p: PlannedRun) -> subprocess.CompletedProcess:
+        return run_train(p.np, list(p.args), args.mpiexec, timeout=args.run_timeout,
+                         quiet=True)
+
     try:
-        return execute(plan, args.mpiexec, args.run_timeout, np_, args.resume, say, elapsed,
-                       read, before, stopped, stop)
+        return execute(plan, launch, args.resume, ComparisonProgress(say), elapsed, read,
+                       before, stopped, stop)
     finally:
         if restore is not None:
             restore()

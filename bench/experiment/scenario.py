@@ -22,6 +22,8 @@ required)::
     lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
     datasets = ["mnist", "fashion-mnist"]   # the first whose files are found is --dataset
     flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
+    # A scaling scenario: an np list, a mode, the batch rule (plan.py); no slowdowns
+    # np = [1, 2, 4]; scaling = "strong"; global_batch = 256 (weak: batch_size = 64)
 
     [[parity]]                     # a table of OD-SGD against SSGD, one row per pair:
     name = "paper recipe"          # does the paper's parity claim hold? (parity.py)
@@ -76,7 +78,12 @@ RESERVED_FLAGS = {
 }
 _TOP_KEYS = {"description", "np", "repeats", "target_accuracy", "headline", "baseline",
              "eval_every", "slowdowns", "slowdown_modes", "node_speeds", "cluster", "lr_grid",
-             "datasets", "flags", "run", "parity"}
+             "datasets", "flags", "run", "parity", "scaling", "global_batch", "batch_size"}
+#: Scaling modes of a scenario with an ``np`` list.
+SCALING_MODES = ("strong", "weak")
+#: Train flags a scaling scenario sets per run, and the key that sets each instead.
+SCALING_FLAGS = {"batch_size": "'global_batch' (strong) or 'batch_size' (weak)",
+                 "scaling_mode": "'scaling'"}
 #: Keys of a ``[[parity]]`` table.
 _PARITY_KEYS = {"name", "ssgd", "odsgd"}
 #: Keys of a scenario's ``cluster`` table.
@@ -183,6 +190,13 @@ class Scenario:
     parity: list[dict[str, str]] = field(default_factory=list)
     #: The parsed TOML, for the results file.
     raw: dict[str, Any] = field(default_factory=dict)
+    #: A scaling scenario's task counts (``np = [1, 2, 4]``); empty: one count, ``np``.
+    nps: tuple[int, ...] = ()
+    #: ``strong`` or ``weak`` for a scaling scenario, else "".
+    scaling: str = ""
+    #: Strong scaling's global batch, weak scaling's per-rank batch.
+    global_batch: int = 256
+    batch_size: int = 64
 
     @property
     def heterogeneous(self) -> bool:
@@ -367,7 +381,8 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
     _require(not unknown, f"unknown key(s) {', '.join(unknown)}; "
                           f"valid: {', '.join(sorted(_TOP_KEYS))}")
     _require("np" in data, "'np' (ranks per run) is required")
-    np_ = _number(data, "np", None, int, 1, 4096)
+    nps = _task_counts(data["np"])
+    np_ = nps[0] if isinstance(data["np"], list) else _number(data, "np", None, int, 1, 4096)
     top_grid = _lr_grid(data["lr_grid"], "top level") if "lr_grid" in data else None
     entries = _entries(data, top_grid)
     headline = data.get("headline", "time_to_target")
@@ -399,8 +414,37 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
         cluster=cluster, flags=flags_to_args(data.get("flags", {}), "flags"),
         datasets=_datasets(data.get("datasets", [])),
         parity=_parity(data.get("parity", []), labels), raw=data)
+    if isinstance(data["np"], list) or "scaling" in data:
+        _scaling(scenario, data, nps)
     scenario.conditions(np_)  # checks every slowdown against np
     return scenario
+
+
+def _task_counts(value: Any) -> tuple[int, ...]:
+    """``np``: one whole number, or a list of distinct ones (a scaling scenario)."""
+    values = value if isinstance(value, list) else [value]
+    _require(bool(values) and all(isinstance(v, int) and not isinstance(v, bool)
+                                  and 1 <= v <= 4096 for v in values),
+             f"'np' must be a whole number in [1, 4096] or a list of them, got {value!r}")
+    _require(len(set(values)) == len(values), f"'np' {value!r}: task counts repeat")
+    return tuple(values)
+
+
+def _scaling(scenario: Scenario, data: dict[str, Any], nps: tuple[int, ...]) -> None:
+    """Check and set the keys of a scaling scenario (an ``np`` list)."""
+    mode = data.get("scaling", "strong")
+    _require(mode in SCALING_MODES,
+             f"'scaling' must be one of {', '.join(SCALING_MODES)}, got {mode!r}")
+    _require(not (scenario.heterogeneous or scenario.parity),
+             "a scaling scenario (an 'np' list) takes no slowdowns, node_speeds or parity")
+    for flags in (scenario.flags, *(e.flags for e in scenario.runs)):
+        for name, key in SCALING_FLAGS.items():
+            _require("--" + name.replace("_", "-") not in flags,
+                     f"flag '{name}' is set per run by a scaling scenario; use {key}")
+    scenario.nps, scenario.scaling = nps, mode
+    # the batch of the other mode is not used; a value below 1 is refused by the plan
+    scenario.global_batch = _number(data, "global_batch", 256, int, -(1 << 30), 1 << 30)
+    scenario.batch_size = _number(data, "batch_size", 64, int, -(1 << 30), 1 << 30)
 
 
 def _datasets(value: Any) -> list[str]:

@@ -21,5 +21,5 @@ NP=${NP:-1,2,4}
 MODE=${MODE:-strong}
 REPEATS=${REPEATS:-1}
 OUT_DIR=${OUT_DIR:-runs/sweep-$MODE}
-exec "$PY" -m syncbench.bench.experiment.sweep --mode "$MODE" --np "$NP" --repeats "$REPEATS" \
+exec "$PY" -m syncbench sweep --mode "$MODE" --np "$NP" --repeats "$REPEATS" \
     --out-dir "$OUT_DIR" --mpiexec "$LAUNCHER" "$@"
