@@ -36,36 +36,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .context import LOADED_SHARE, format_contexts, loaded_text, machine_context
+from . import columns
+from .columns import PATH_KEY, RANK_TABLE, format_spec
+from .completeness import incomplete_reason
+from .context import format_contexts, machine_context
 from .labels import run_label
+from .repeats import group_rows
 from .runfile import Run, RunFileError, read_run
-from .schema import PHASES, REPORT_KEYS
-from .tables import (
-    NEW_KEYS,
-    ROOT_GROUP_KEYS,
-    SPREAD_KEYS,
-    aggregate,
-    incomplete_reason,
-    table_rows,
-)
+from .schema import REPORT_KEYS
+from .tables import ROOT_GROUP_KEYS, table_rows
 from .trace import parse_steps
-
-#: Extra key of every row: the run file it came from (a column of JSON only).
-PATH_KEY = "path"
-
-# Markdown number formats by key; a key not listed is shown as is.
-_MD_FORMATS: dict[str, str] = {
-    "world_size": "{:d}",
-    "samples_per_s": "{:.1f}",
-    "wall_s": "{:.2f}",
-    "final_accuracy": "{:.4f}",
-    "time_to_target_s": "{:.2f}",
-    "comm_fraction": "{:.3f}",
-    "wait_fraction": "{:.3f}",
-    "resumes": "{:d}",
-}
-if not _MD_FORMATS.keys() <= set(REPORT_KEYS):  # pragma: no cover - guards a schema edit
-    raise ImportError("syncbench.analysis.report is out of step with schema.REPORT_KEYS")
 
 
 def report_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -104,11 +84,16 @@ def _plain(value: Any) -> Any:
     return None if _missing(value) else value
 
 
+def _summary_format(key: str) -> str | None:
+    entry = columns.column(key)
+    return entry.fmt if entry is not None else None
+
+
 def _md_cell(key: str, value: Any) -> str:
     value = _plain(value)
     if value is None:
         return "-"
-    spec = _MD_FORMATS.get(key)
+    spec = _summary_format(key)
     if spec is not None and isinstance(value, int | float) and not isinstance(value, bool):
         try:
             return spec.format(value)
@@ -127,7 +112,7 @@ def _format_md(rows: list[dict[str, Any]]) -> str:
     cells = [[_md_cell(k, row.get(k)) for k in keys] for row in rows]
     # Text columns are left-aligned, numeric columns right-aligned.
     numeric = [
-        k in _MD_FORMATS
+        _summary_format(k) is not None
         and all(isinstance(_plain(row.get(k)), int | float | None) for row in rows)
         for k in keys
     ]
@@ -227,9 +212,9 @@ def partial_warning(run: Run) -> str:
 
 def check_by_keys(runs: Sequence[Run], by: Sequence[str], flag: str = "--by") -> None:
     """``ValueError`` naming a ``flag`` key that is neither a column nor a config flag."""
-    columns = {*REPORT_KEYS, *NEW_KEYS, *ROOT_GROUP_KEYS}
+    known = {*columns.row_keys(), *ROOT_GROUP_KEYS}
     for key in by:
-        if key in columns or any(key in run.config for run in runs):
+        if key in known or any(key in run.config for run in runs):
             continue
         raise ValueError(
             f"{flag} key {key!r} is neither a report column ({', '.join(ROOT_GROUP_KEYS)}, ...) "
@@ -242,49 +227,18 @@ def report_tables(runs: Sequence[Run], by: Sequence[str] = (),
                   series: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The tidy rows of ``syncbench report``: one per run, or one per ``by`` group.
 
-    Per-run rows hold ``schema.REPORT_KEYS``, ``path``, ``tables.NEW_KEYS`` and
-    ``ranks`` (the per-rank table of :func:`~syncbench.analysis.tables.rank_table`);
-    group rows hold the medians, ``<key>_min``/``<key>_max`` of
-    ``tables.SPREAD_KEYS``, ``path`` as a list of files, and the ``by`` keys.
-    ``series`` adds keys that split scaling series (see ``tables.add_scaling``).
+    Per-run rows hold every registered column (``columns.row_keys``) and ``ranks``
+    (the per-rank table of :func:`~syncbench.analysis.run_metrics.rank_table`);
+    group rows (:func:`~syncbench.analysis.repeats.group_rows`) hold the medians,
+    ``<key>_min``/``<key>_max`` of the columns with a spread, ``path`` as a list of
+    files, and the ``by`` keys. ``series`` adds keys that split scaling series.
     """
     rows = table_rows(runs, by, target_accuracy, series)
     if by:
-        return aggregate(rows, by)
+        return group_rows(rows, by)
     for row in rows:
-        row["ranks"] = row["_ranks"]  # computed once, by tables.run_metrics
+        row["ranks"] = row["_ranks"]  # computed once, by run_metrics.run_metrics
     return rows
-
-
-# Markdown formats of the columns beyond REPORT_KEYS (by key, or by suffix).
-_MD_EXTRA: dict[str, str] = {
-    "repeats": "{:d}", "speedup": "{:.2f}", "efficiency": "{:.2f}",
-    "speedup_wall": "{:.2f}", "efficiency_wall": "{:.2f}",
-    "hidden_comm_fraction": "{:.3f}", "step_max_over_median": "{:.2f}",
-    "busy_max_over_median": "{:.2f}", "slowest_rank": "{:d}", "rank": "{:d}",
-    "steps": "{:d}", "samples": "{:d}", "baseline_world_size": "{:d}",
-    "best_accuracy": "{:.4f}", "final_loss": "{:.4f}", "slowdown": "{:g}",
-    "exposed_comm_s_per_round": "{:.5f}", "rounds": "{:.1f}",
-    "steady_step_s": "{:.5f}", "eval_interval_s": "{:.2f}", "ranks_per_core": "{:.1f}",
-    "warmup_steps": "{:d}", "cores": "{:d}", "slowdown_realised": "{:.2f}",
-}
-_MD_SUFFIX: tuple[tuple[str, str], ...] = (
-    ("_fraction", "{:.3f}"), ("_share", "{:.3f}"), ("_share_max", "{:.3f}"),
-    ("_s_per_step", "{:.5f}"), ("_s_median", "{:.5f}"), ("_s_max", "{:.5f}"),
-    ("_s_mean", "{:.5f}"), ("_s", "{:.3f}"), ("_per_s", "{:.1f}"),
-)
-
-
-def _md_spec(key: str) -> str | None:
-    base = key[:-4] if key.endswith(("_min", "_max")) and key[:-4] in SPREAD_KEYS else key
-    if base in _MD_FORMATS:
-        return _MD_FORMATS[base]
-    if base in _MD_EXTRA:
-        return _MD_EXTRA[base]
-    for suffix, spec in _MD_SUFFIX:
-        if base.endswith(suffix):
-            return spec
-    return None
 
 
 def _md_value(key: str, value: Any) -> str:
@@ -295,7 +249,7 @@ def _md_value(key: str, value: Any) -> str:
         return "-"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
-    spec = _md_spec(key)
+    spec = format_spec(key)
     if spec is not None and isinstance(value, int | float) and not isinstance(value, bool):
         try:
             return spec.format(value)
@@ -304,23 +258,25 @@ def _md_value(key: str, value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _value_cell(row: dict[str, Any], key: str) -> str:
+    return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+
+
 def md_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]],
              cell: Callable[[dict[str, Any], str], str] | None = None) -> str:
     """A fixed-width GitHub table; ``columns`` are (key, header) pairs.
 
     Cells come from ``cell(row, key)`` (default: the key's number format,
-    ``-`` for missing/NaN); columns whose cells are all numbers are right-aligned.
+    ``-`` for missing/NaN); columns whose cells are all numbers are right-aligned
+    (never a registered column that asks to be left-aligned).
     """
-    def default(row: dict[str, Any], key: str) -> str:
-        return _md_value(key, row.get(PATH_KEY if key == "run" else key))
-
-    cell = cell or default
+    cell = cell or _value_cell
     cells = [[cell(row, key) for key, _ in columns] for row in rows]
     numeric = [
         all(_plain(row.get(key)) is None or
             (isinstance(_plain(row.get(key)), int | float)
              and not isinstance(_plain(row.get(key)), bool)) for row in rows)
-        and _md_spec(key) is not None
+        and format_spec(key) is not None and not _left(key)
         for key, _ in columns
     ]
     widths = [max([len(h), 3, *(len(c[i]) for c in cells)]) for i, (_, h) in enumerate(columns)]
@@ -337,22 +293,9 @@ def md_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]],
                                         for cs in cells)])
 
 
-_PHASE_COL = "phase:"  # column keys of the phase table (a --by key may be named "comm")
-
-
-def _phase_cell(row: dict[str, Any], key: str) -> str:
-    """``0.01234 (45.6%)``: seconds per step and share of wall time of one phase."""
-    if not key.startswith(_PHASE_COL) and key != "untracked_fraction":
-        return _md_value(key, row.get(PATH_KEY if key == "run" else key))
-    key = key.removeprefix(_PHASE_COL)
-    if key == "untracked_fraction":
-        value = _plain(row.get(key))
-        return "-" if value is None else f"{100 * value:.1f}%"
-    seconds = _plain(row.get(f"{key}_s_per_step"))
-    share = _plain(row.get(f"{key}_fraction"))
-    if seconds is None:
-        return "-"
-    return f"{seconds:.5f}" + ("" if share is None else f" ({100 * share:.1f}%)")
+def _left(key: str) -> bool:
+    entry = columns.column(key)
+    return entry is not None and entry.left
 
 
 def _label_columns(by: Sequence[str]) -> list[tuple[str, str]]:
@@ -363,44 +306,6 @@ def _label_columns(by: Sequence[str]) -> list[tuple[str, str]]:
     return [(k, k) for k in keys]
 
 
-def _count_note(row: dict[str, Any], key: str, word: str) -> str:
-    """``word`` for a run (or every run of a group) flagged ``key``, ``k/n word`` for some."""
-    value = row.get(key)
-    if isinstance(value, bool) or value is None:
-        return word if value else ""
-    repeats = int(row.get("repeats", 1) or 1)
-    return "" if not value else word if value >= repeats else f"{value}/{repeats} {word}"
-
-
-def _incomplete_note(row: dict[str, Any]) -> str:
-    """Why a run is incomplete ("stopped by SIGTERM", "partial (recovered)"); for a
-    group, each reason with its count when not every run has it ("1/3 stopped by ...")."""
-    if "_incomplete" not in row:  # a per-run row
-        return incomplete_reason(row.get("complete", True), row.get("stopped_by"))
-    reasons = list(row["_incomplete"])
-    repeats = int(row.get("repeats", 1) or 1)
-    parts = []
-    for reason in dict.fromkeys(reasons):
-        k = reasons.count(reason)
-        parts.append(reason if k >= repeats else f"{k}/{repeats} {reason}")
-    return ", ".join(parts)
-
-
-def _note(row: dict[str, Any]) -> str:
-    notes = [_incomplete_note(row),
-             _count_note(row, "diverged", "diverged"),
-             _count_note(row, "overlapped", "overlapped"),
-             _count_note(row, "loaded", "loaded")]
-    resumes = _plain(row.get("resumes"))
-    if isinstance(resumes, int) and not isinstance(resumes, bool) and resumes > 0:
-        notes.append(f"resumed {resumes}x")
-    if row.get("oversubscribed") is True:
-        notes.append("oversubscribed")
-    if row.get("simulated") is True:
-        notes.append("simulated")
-    return ", ".join(n for n in notes if n)
-
-
 def _all_flagged(row: dict[str, Any], key: str) -> bool:
     value = row.get(key)
     if isinstance(value, bool) or value is None:
@@ -408,159 +313,84 @@ def _all_flagged(row: dict[str, Any], key: str) -> bool:
     return value >= int(row.get("repeats", 1) or 1)
 
 
-#: Columns a diverged run shows "diverged" in, and an overlapped one "overlapped".
-_RATIO_KEYS = frozenset({"speedup", "efficiency", "speedup_wall", "efficiency_wall"})
-
-
-def _flagged_cell(row: dict[str, Any], key: str) -> str | None:
+def _flagged_cell(row: dict[str, Any], entry: columns.Column | None) -> str | None:
     """"diverged" / "overlapped" instead of a ratio that must not be read; else None."""
-    if _all_flagged(row, "diverged") and key in (*_RATIO_KEYS, "time_to_target_s",
-                                                  "hidden_comm_fraction", "samples_per_s"):
+    if entry is None:
+        return None
+    if entry.flag_diverged and _all_flagged(row, "diverged"):
         return "diverged"
-    if _all_flagged(row, "overlapped") and key in _RATIO_KEYS:
+    if entry.flag_overlapped and _all_flagged(row, "overlapped"):
         return "overlapped"
     return None
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
-    if key == "note":
-        return _note(row)
-    flagged = _flagged_cell(row, key)
+    """A registered column's cell (its own cell, a flag, or its formatted value);
+    a label's value."""
+    entry = columns.column(key)
+    if entry is not None and entry.cell is not None:
+        return entry.cell(row)
+    flagged = _flagged_cell(row, entry)
     if flagged is not None:
         return flagged
-    return _md_value(key, row.get(PATH_KEY if key == "run" else key))
+    return _value_cell(row, key)
 
 
-#: The leading metric columns of every table: the sync share (comm + wait).
-_SYNC = ("sync_fraction", "sync")
+def _spread_cell(row: dict[str, Any], key: str) -> str:
+    """``min - max`` of a column with a spread (``- never``: a time to target missed)."""
+    entry = columns.column(key)
+    if entry is None or not entry.spread:
+        return _value_cell(row, key)
+    flagged = _flagged_cell(row, entry)
+    if flagged is not None:
+        return flagged
+    lo, hi = row.get(f"{key}_min"), row.get(f"{key}_max")
+    if _plain(lo) is None and _plain(hi) is None:
+        return "-"
+    if entry.missing_is_slow and _plain(hi) is None:
+        return f"{_md_value(key, lo)} - never"
+    return f"{_md_value(key, lo)} - {_md_value(key, hi)}"
+
+
+def _registered(name: str, by: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """(key, header) of the registered columns of report table ``name``."""
+    return [(c.key, header) for c, header in columns.table(name)
+            if not (c.key == "repeats" and not by)]
 
 
 def format_tables_md(rows: Sequence[dict[str, Any]], by: Sequence[str] = (),
                      per_rank: bool = False, context: str | None = None) -> str:
     """The Markdown report: summary, time per phase, stragglers (and per-rank tables).
 
-    Every table leads with the sync share (comm + wait, see
-    :mod:`syncbench.analysis.tables`) and is preceded by the machine
-    ``context`` line (:func:`~syncbench.analysis.context.context_line`); the
-    summary then shows time to target and the evaluation interval that bounds
-    its resolution.
+    Every table leads with the sync share (comm + wait) and is preceded by the
+    machine ``context`` line (:func:`~syncbench.analysis.context.context_line`);
+    the columns, their headers and their order are the registry's
+    (:mod:`syncbench.analysis.columns`), the footnotes too.
     """
     labels = _label_columns(by)
     extra_labels = [c for c in labels if c[0] not in REPORT_KEYS]
     lead = [*extra_labels, ("algorithm", "algorithm"), ("world_size", "world_size")]
-    main = [*lead, _SYNC, ("time_to_target_s", "time_to_target_s"),
-            ("eval_interval_s", "eval every s"),
-            *((k, k) for k in REPORT_KEYS if k not in ("algorithm", "world_size",
-                                                       "time_to_target_s", "stopped_by",
-                                                       "resumes"))]
-    if by:
-        main.append(("repeats", "repeats"))
-    main += [("speedup", "speedup"), ("efficiency", "efficiency"),
-             ("hidden_comm_fraction", "hidden_comm"), ("note", "note")]
     ctx = [context, ""] if context else []
 
     title = f"## Runs grouped by {', '.join(by)} (medians)" if by else "## Runs"
-    parts = [title, "", *ctx, md_table(rows, main, _cell)]
+    parts = [title, "", *ctx, md_table(rows, [*lead, *_registered("runs", by)], _cell)]
     if by and any(r.get("repeats", 1) > 1 for r in rows):
-        spread_keys = ("sync_fraction", "time_to_target_s", "samples_per_s", "wall_s",
-                       "final_accuracy", "speedup", "efficiency")
-
-        def spread_cell(row: dict[str, Any], key: str) -> str:
-            if key not in spread_keys:
-                return _md_value(key, row.get(PATH_KEY if key == "run" else key))
-            flagged = _flagged_cell(row, key)
-            if flagged is not None:
-                return flagged
-            lo, hi = row.get(f"{key}_min"), row.get(f"{key}_max")
-            if _plain(lo) is None and _plain(hi) is None:
-                return "-"
-            if key == "time_to_target_s" and _plain(hi) is None:
-                return f"{_md_value(key, lo)} - never"
-            return f"{_md_value(key, lo)} - {_md_value(key, hi)}"
-
-        cols = [*labels, ("repeats", "repeats"), *((k, f"{k} min - max") for k in spread_keys)]
+        cols = [*labels, ("repeats", "repeats"), *_registered("spread", by)]
         parts += ["", "## Spread over repeats (min - max)", "", *ctx,
-                  md_table(rows, cols, spread_cell)]
-    phase_cols = [*labels, _SYNC, ("step_s_mean", "step s"),
-                  *((_PHASE_COL + p, p) for p in PHASES), ("untracked_fraction", "untracked")]
-    parts += ["", "## Time per phase (mean s/step, share of wall time)", "", *ctx,
-              md_table(rows, phase_cols, _phase_cell)]
-    strag = [*labels, _SYNC, ("step_s_median", "step s median"), ("step_s_max", "step s max"),
-             ("step_max_over_median", "max/median"),
-             ("busy_max_over_median", "busy max/median of others"),
-             ("slowest_rank", "slowest rank"),
-             ("wait_share_max", "wait share max"), ("idle_share_max", "idle share max")]
-    parts += ["", "## Stragglers", "", *ctx, md_table(rows, strag)]
-    scal = [*labels, _SYNC, ("series", "series"), ("scaling", "scaling"),
-            ("baseline_world_size", "N0"),
-            ("speedup", "speedup"), ("efficiency", "efficiency"),
-            ("speedup_wall", "speedup (wall)"), ("efficiency_wall", "efficiency (wall)"),
-            ("steady_step_s", "step s (steady)"), ("sync_s_per_step", "sync s/step"),
-            ("hidden_comm_fraction", "hidden comm"), ("best_accuracy", "best accuracy"),
-            ("note", "note")]
-    parts += ["", "## Scaling and communication", "", *ctx, md_table(rows, scal, _cell)]
+                  md_table(rows, cols, _spread_cell)]
+    sections = (("phase", "## Time per phase (mean s/step, share of wall time)"),
+                ("stragglers", "## Stragglers"), ("scaling", "## Scaling and communication"))
+    for name, heading in sections:
+        parts += ["", heading, "", *ctx,
+                  md_table(rows, [*labels, *_registered(name, by)], _cell)]
     if per_rank:
-        rank_cols = [("rank", "rank"), ("hostname", "host"), ("slowdown", "slowdown"),
-                     ("slowdown_mode", "mode"), ("slowdown_realised", "realised (median)"),
-                     ("steps", "steps"), ("busy_s_per_step", "busy s/step"),
-                     *((f"{p}_fraction", p) for p in PHASES),
-                     ("wait_share", "wait share"), ("idle_share", "idle share"),
-                     ("step_s_median", "step s median"), ("step_s_max", "step s max")]
+        rank_cols = [(key, header) for key, header, _ in RANK_TABLE]
         for row in rows:
             if "ranks" in row:
                 parts += ["", f"## Per rank: {row[PATH_KEY]} (phase shares of wall time)", "",
                           *ctx, md_table(row["ranks"], rank_cols)]
-    parts += ["", *_footnotes(rows)]
+    parts += ["", *columns.footnotes(rows), "Definitions: pydoc syncbench.analysis.tables"]
     return "\n".join(parts)
-
-
-def _footnotes(rows: Sequence[dict[str, Any]]) -> list[str]:
-    notes = []
-    incomplete = [r for r in rows if not r.get("complete", True)]
-    if any(r.get("stopped_by") for r in incomplete):
-        signals = sorted({s for r in incomplete for s in str(r.get("stopped_by") or "").split(",")
-                          if s})
-        notes.append(f"stopped by {'/'.join(signals)}: the run was stopped by that signal at "
-                     "a step boundary before it consumed its sample budget (complete=False).")
-    if any(_incomplete_note(r) and "partial (recovered)" in _incomplete_note(r)
-           for r in incomplete):
-        notes.append("partial (recovered): rebuilt by syncbench recover from the per-rank "
-                     "parts of a job that died (complete=False).")
-    if incomplete:
-        notes.append("incomplete runs get no speedup: a run with complete=False did not "
-                     "consume its sample budget, so its accuracy, time to target and samples/s "
-                     "are not comparable with complete runs; it gets no speedup, efficiency or "
-                     "hidden communication ('-'), is no baseline or reference, and a group "
-                     "with an incomplete run gets none either.")
-    if any(r.get("diverged") for r in rows):
-        notes.append("diverged: non-finite training loss or final accuracy at most 1.5x "
-                     "chance; no time to target, speedup, efficiency or hidden communication "
-                     "is shown for it, and its samples/s are left out of group medians.")
-    shares = [float(r.get("foreign_cpu_share", math.nan)) for r in rows if r.get("loaded")]
-    if shares:
-        worst = max((s for s in shares if math.isfinite(s)), default=math.nan)
-        used = (f"{loaded_text(worst)}" if math.isfinite(worst)
-                else "other processes used the cores during the run")
-        notes.append(f"loaded: {used}{' (the most of any loaded run)' if len(shares) > 1 else ''}"
-                     f", above {100 * LOADED_SHARE:.0f}%; something outside the run competed "
-                     "for the CPUs, timings contaminated.")
-    overlapped = [r for r in rows if r.get("overlapped")]
-    if overlapped:
-        pairs = sorted({f"{os.path.basename(str(p))}" for r in overlapped
-                        for p in (r.get("overlaps_with") or [])})
-        notes.append("overlapped: ran at the same time as another run on the same host ("
-                     + ", ".join(pairs) + "); timings not comparable, no speedup or "
-                     "efficiency computed from them.")
-    if any(r.get("oversubscribed") for r in rows):
-        notes.append("oversubscribed: more ranks than physical cores on a node; timings "
-                     "include time-sharing of cores.")
-    notes.append("sync = comm + wait (shares of all ranks' wall time). The split depends on "
-                 "the MPI call: time blocked inside a blocking collective counts as comm, "
-                 "time in Wait/Waitall as wait.")
-    notes.append("time_to_target_s can only take evaluation times: its resolution is the "
-                 "evaluation interval ('eval every s').")
-    notes.append("Definitions: pydoc syncbench.analysis.tables")
-    return notes
 
 
 def _table_keys(rows: Sequence[dict[str, Any]], nested: bool) -> list[str]:

@@ -23,12 +23,14 @@ import pytest
 from helpers import report_cli, run_mpi
 
 from syncbench.analysis import plots, schema
+from syncbench.analysis.columns import row_keys
+from syncbench.analysis.repeats import group_rows
 from syncbench.analysis.report import (
     format_report,
     report_rows,
 )
 from syncbench.analysis.runfile import read_run
-from syncbench.analysis.tables import NEW_KEYS, aggregate, table_rows
+from syncbench.analysis.tables import table_rows
 from syncbench.analysis.trace import add_trace_arguments, parse_steps, trace_events, trace_main
 from syncbench.bench.train.recorder import write_run_file
 
@@ -206,7 +208,7 @@ def test_series_split_by_a_config_flag(tmp_path):
 
 def test_aggregation_over_repeats(scaling_files):
     rows = _rows(scaling_files, by=("algorithm", "world_size"))
-    groups = aggregate(rows, ("algorithm", "world_size"))
+    groups = group_rows(rows, ("algorithm", "world_size"))
     assert [(g["algorithm"], g["world_size"], g["repeats"]) for g in groups] == [
         ("asgd", 1, 1), ("asgd", 2, 1), ("asgd", 4, 1),
         ("ssgd", 1, 1), ("ssgd", 2, 3), ("ssgd", 4, 1)]
@@ -231,7 +233,7 @@ def test_aggregation_time_to_target_counts_misses_as_slow(tmp_path):
     rows = _rows(paths, by=("algorithm",), target=0.8)
     assert [r["time_to_target_s"] for r in rows[:2]] == [1.0, 2.0]
     assert math.isnan(rows[2]["time_to_target_s"])
-    (g,) = aggregate(rows, ("algorithm",))
+    (g,) = group_rows(rows, ("algorithm",))
     assert g["time_to_target_s"] == 2.0 and g["time_to_target_s_min"] == 1.0
     assert math.isnan(g["time_to_target_s_max"])
     assert g["target_reached"] == 2 and g["target_accuracy"] == 0.8
@@ -317,7 +319,7 @@ def test_report_json_keeps_old_keys_and_adds(scaling_files, capsys):
     for obj, before in zip(data, old, strict=True):
         assert list(obj)[: len(schema.REPORT_KEYS) + 1] == [*schema.REPORT_KEYS, "path"]
         assert {k: obj[k] for k in before} == before  # old keys, old values
-        assert set(NEW_KEYS) <= set(obj)
+        assert set(row_keys()) <= set(obj)
         assert isinstance(obj["ranks"], list) and len(obj["ranks"]) == obj["world_size"]
     rc, out, err = _report(*scaling_files, "--format", "json", "--by", "algorithm,world_size",
                            capsys=capsys)
@@ -639,7 +641,7 @@ def test_overlapping_runs_need_a_shared_host_and_intersecting_intervals():
     ([1.0], math.nan),
 ])
 def test_straggler_ratio_is_max_over_median_of_the_others(busy, expected):
-    from syncbench.analysis.tables import straggler_ratio
+    from syncbench.analysis.run_metrics import straggler_ratio
 
     value = straggler_ratio(busy)
     assert (math.isnan(value) and math.isnan(expected)) or value == pytest.approx(expected)
@@ -656,7 +658,7 @@ def test_straggler_ratio_of_a_run_at_two_ranks(tmp_path):
 
 
 def test_hidden_comm_from_step_time_excludes_warmup(tmp_path):
-    from syncbench.analysis.tables import hidden_communication, steady_step_times
+    from syncbench.analysis.hidden_comm import hidden_communication, steady_step_times
 
     # OD-SGD: 2 blocking warm-up steps (1.0 s, 0.5 s of it sync) then 4 steps of 0.7 s
     # whose compute slowed under overlap; the blocking reference steps in 0.8 s (0.4 sync).
@@ -841,7 +843,7 @@ def test_group_time_to_target_counts_a_diverged_run_as_never(tmp_path):
              for i in range(2)]
     with h5py.File(paths[0], "r+") as f:  # reached the target at t=1, then diverged
         f["summary"].attrs["diverged"] = True
-    (g,) = aggregate(_rows(paths, by=("algorithm",)), ("algorithm",))
+    (g,) = group_rows(_rows(paths, by=("algorithm",)), ("algorithm",))
     assert g["diverged"] == 1 and g["repeats"] == 2
     assert math.isnan(g["time_to_target_s"]) and math.isnan(g["time_to_target_s_max"])
     assert g["time_to_target_s_min"] == 1.0
@@ -895,13 +897,13 @@ def test_group_samples_per_s_leave_diverged_runs_out(tmp_path):
     paths = [write_file(tmp_path / f"r{i}.h5", algorithm="oscars", world_size=2, wall=w,
                         steps_per_rank=8) for i, w in enumerate((1.0, 2.0, 4.0))]
     _flag_diverged(paths[0], True)
-    (g,) = aggregate(_rows(paths), ("algorithm",))
+    (g,) = group_rows(_rows(paths), ("algorithm",))
     assert g["diverged"] == 1
     assert g["samples_per_s"] == pytest.approx(2 * 8 * BATCH * (1 / 2 + 1 / 4) / 2)
     assert g["samples_per_s_max"] == pytest.approx(2 * 8 * BATCH / 2.0)
     for p in paths[1:]:
         _flag_diverged(p, True)
-    (g,) = aggregate(_rows(paths), ("algorithm",))
+    (g,) = group_rows(_rows(paths), ("algorithm",))
     assert math.isnan(g["samples_per_s"])
     from syncbench.analysis.report import _cell
     assert _cell(g, "samples_per_s") == "diverged"

@@ -171,7 +171,7 @@ def test_phase_placement_follows_the_strategys_step_order():
 
 
 def test_rank_table_realised_factor_is_the_fairness_definition():
-    from syncbench.analysis.tables import rank_table
+    from syncbench.analysis.run_metrics import rank_table
     from syncbench.bench.train.driver import realised_into
 
     fast = _rows(np.arange(5) * 4.0, np.full(5, 2.0))

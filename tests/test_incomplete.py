@@ -26,16 +26,18 @@ import pytest
 from helpers import report_cli
 
 from syncbench.analysis import schema
+from syncbench.analysis.completeness import incomplete_reason
+from syncbench.analysis.repeats import format_spread, group_rows
 from syncbench.analysis.report import (
     format_report,
     report_rows,
 )
 from syncbench.analysis.runfile import read_run
-from syncbench.analysis.tables import aggregate, incomplete_reason, table_rows
+from syncbench.analysis.tables import table_rows
 from syncbench.bench.experiment import runner
-from syncbench.bench.experiment.aggregate import aggregate as aggregate_cells
+from syncbench.bench.experiment.aggregate import scenario_cells
+from syncbench.bench.experiment.print_tables import comparison_table
 from syncbench.bench.experiment.scenario import parse_scenario
-from syncbench.bench.experiment.tables import comparison_table, fmt_spread
 from syncbench.bench.train.recorder import write_run_file
 
 BATCH = 64
@@ -187,7 +189,7 @@ def test_an_incomplete_run_is_no_baseline_and_does_not_make_a_series_mixed(tmp_p
 
 def test_a_group_with_an_incomplete_run_gets_no_speedup(strong, capsys):
     rows = table_rows([read_run(p) for p in strong], by=("world_size",))
-    groups = {g["world_size"]: g for g in aggregate(rows, ("world_size",))}
+    groups = {g["world_size"]: g for g in group_rows(rows, ("world_size",))}
     assert groups[1]["speedup"] == 1.0 and groups[1]["complete"] is True
     for n in (2, 4):  # each has a complete run with a finite speedup and an incomplete one
         g = groups[n]
@@ -257,7 +259,7 @@ def test_runner_cells_leave_incomplete_runs_out_of_every_figure_and_ratio():
                _record("x", 0, 200.0, ttt=0.5), _record("x", 1, 150.0),
                _record("x", 2, 999.0, ttt=0.1, complete=False),
                _record("gone", 0, 500.0, complete=False, stopped_by="SIGINT")]
-    cells = {c["label"]: c for c in aggregate_cells(records, ["base", "x", "gone"], ["hom"],
+    cells = {c["label"]: c for c in scenario_cells(records, ["base", "x", "gone"], ["hom"],
                                                     "base")}
     x = cells["x"]
     # repeat 1: the baseline is incomplete; repeat 2: x is; only repeat 0 gives ratios
@@ -269,7 +271,7 @@ def test_runner_cells_leave_incomplete_runs_out_of_every_figure_and_ratio():
     assert cells["base"]["samples_per_s"]["min"] == 100.0
     gone = cells["gone"]
     assert gone["incomplete"] == gone["runs"] == 1
-    assert fmt_spread(gone["samples_per_s"]) == fmt_spread(gone["sps_ratio"]) == "incomplete"
+    assert format_spread(gone["samples_per_s"]) == format_spread(gone["sps_ratio"]) == "incomplete"
     assert gone["time_to_target_s"]["status"] == "incomplete"
     lines = comparison_table("s", "homogeneous", list(cells.values()), "base", 0.8,
                              "time_to_target", [{}])

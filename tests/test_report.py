@@ -381,7 +381,9 @@ def test_new_analysis_modules_import_no_mpi_nor_matplotlib():
 
     code = (
         "import sys, syncbench.analysis.tables, syncbench.analysis.trace, "
-        "syncbench.analysis.plots, syncbench.analysis.report\n"
+        "syncbench.analysis.plots, syncbench.analysis.report, syncbench.analysis.columns, "
+        "syncbench.analysis.repeats, syncbench.analysis.scaling, "
+        "syncbench.analysis.hidden_comm, syncbench.analysis.run_metrics\n"
         "bad = [m for m in sys.modules if m == 'mpi4py' or m.startswith('mpi4py.') "
         "or m.split('.')[0] == 'matplotlib' "
         "or m.split('.')[:2] in (['syncbench', 'bench'], ['syncbench', 'algorithms'], "

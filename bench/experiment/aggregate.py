@@ -11,12 +11,13 @@ per (configuration, label). Rules, stated once:
   the run and as the baseline (or homogeneous) run of its repeat. A label
   whose runs are all incomplete shows ``incomplete`` everywhere.
 
-- Every figure is the median over the label's repeats with the min and max
-  (NaN values left out). Time to target counts a run that missed the target
-  or diverged as infinitely slow. Samples/s and hidden communication (the
-  report's ``tables.DIVERGED_EXCLUDED_KEYS``) are medians over the runs that
-  did not diverge (a diverged run's speed is no result): a label whose runs
-  all diverged shows ``diverged`` there.
+- Every figure (``columns.runner_statistics``) is the median over the
+  label's repeats with the min and max (NaN values left out;
+  ``analysis.repeats.spread``). Time to target counts a run that missed the
+  target or diverged as infinitely slow. Samples/s and hidden communication
+  (the registry's columns that leave diverged runs out, ``analysis.columns``)
+  are medians over the runs that did not diverge (a diverged run's speed is no
+  result): a label whose runs all diverged shows ``diverged`` there.
 - Ratios against the baseline label are taken per repeat, between the two
   runs of that repeat in the same slowdown configuration (they ran next to
   each other, so they share the machine's state), then the median and
@@ -45,39 +46,18 @@ per (configuration, label). Rules, stated once:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from syncbench.analysis.tables import DIVERGED_EXCLUDED_KEYS, incomplete_reason
+from syncbench.analysis.columns import runner_statistics
+from syncbench.analysis.completeness import incomplete_reason
+from syncbench.analysis.repeats import spread
 
 #: Relative spread of realised factors above which a comparison is flagged, and the
 #: largest relative distance of a realised factor from the nominal one that is not.
 FACTOR_TOLERANCE = 0.10
 #: Largest distance of the interference ratio from 1 that is not flagged.
 INTERFERENCE_TOLERANCE = 0.07
-STAT_KEYS = ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
-             "interference_ratio", "hidden_comm_fraction", "buckets", "sync_fraction",
-             "eval_interval_s", "comm_compute_ratio")
-
-
-def spread(values: Iterable[float], keep_inf: bool = False) -> dict[str, Any]:
-    """``{"median", "min", "max", "n"}`` of the values (NaN dropped; inf kept if asked).
-
-    Empty -> every statistic None. Infinite results stay ``math.inf`` here;
-    the results file writes them as null.
-    """
-    arr = np.array([float(v) for v in values if v is not None], dtype=np.float64)
-    arr = arr[~np.isnan(arr)]
-    if not keep_inf:
-        arr = arr[np.isfinite(arr)]
-    if not arr.size:
-        return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": float(np.median(arr)), "min": float(arr.min()),
-            "max": float(arr.max()), "n": int(arr.size)}
-
-
 def _ttt(record: dict[str, Any]) -> float:
     """Time to target, inf when the run diverged or never reached it."""
     t = record["time_to_target_s"]
@@ -135,7 +115,7 @@ def _ratios(runs: Sequence[dict[str, Any]], at: dict[tuple, dict[str, Any]], con
     return ttt, sps, het
 
 
-def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
+def scenario_cells(records: Sequence[dict[str, Any]], labels: Sequence[str],
               conditions: Sequence[str], baseline: str, homogeneous: str = "hom",
               groups: dict[str, str] | None = None,
               headline: str = "time_to_target") -> list[dict[str, Any]]:
@@ -168,11 +148,11 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
                     default=math.nan),
                 "time_to_target_s": spread((_ttt(r) for r in runs), keep_inf=True),
             }
-            for key in STAT_KEYS:
-                ok_only = key in DIVERGED_EXCLUDED_KEYS
-                cell[key] = spread(r.get(key) for r in (ok if ok_only else runs))
+            for column in runner_statistics():
+                ok_only = column.diverged_excluded
+                cell[column.key] = spread(r.get(column.key) for r in (ok if ok_only else runs))
                 if ok_only and not ok:
-                    cell[key]["status"] = "diverged"
+                    cell[column.key]["status"] = "diverged"
             ttt, sps, het = _ratios(runs, at, cond, baseline, homogeneous, label)
             cell["ttt_ratio"] = spread(ttt, keep_inf=True)
             cell["ttt_ratio"]["status"] = _status(cell["ttt_ratio"], n_div, len(ok))
@@ -190,6 +170,9 @@ def aggregate(records: Sequence[dict[str, Any]], labels: Sequence[str],
             cells.append(cell)
     mark_best(cells, headline)
     return cells
+
+
+aggregate = scenario_cells  # the old name, which tests/test_runner.py imports
 
 
 def _headline_key(cell: dict[str, Any], headline: str) -> tuple[float, float]:

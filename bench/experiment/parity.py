@@ -21,9 +21,10 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from .aggregate import is_complete, spread
+from syncbench.analysis.repeats import format_spread, spread
+
+from .aggregate import is_complete
 from .scenario import Scenario
-from .tables import fmt_spread
 
 #: Largest shortfall of OD-SGD's median accuracy below SSGD's that still counts as parity.
 PARITY_TOLERANCE = 0.01
@@ -93,8 +94,8 @@ def parity_table(scenario: Scenario, records: Sequence[dict[str, Any]], world: i
             rows += 1
             gap = ("-" if ssgd["median"] is None or odsgd["median"] is None
                    else f"{odsgd['median'] - ssgd['median']:+.3f}")
-            lines.append(f"  {pair['name']:<{width}}{name:<8}{fmt_spread(ssgd, 3):>22}"
-                         f"{fmt_spread(odsgd, 3):>22}{gap:>9}  "
+            lines.append(f"  {pair['name']:<{width}}{name:<8}{format_spread(ssgd, 3):>22}"
+                         f"{format_spread(odsgd, 3):>22}{gap:>9}  "
                          f"{verdict(ssgd['median'], odsgd['median'])}")
         if rows:
             lines.append(f"    {stability_note(scenario, pair, world)}")

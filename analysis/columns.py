@@ -1,0 +1,607 @@
+"""Every column of every table, defined once: the column registry.
+
+A :class:`Column` says how a value is computed from a run (``compute``, on a
+:class:`~syncbench.analysis.run_metrics.RunFacts`; cross-run columns start from
+it and are filled by :mod:`.scaling`, :mod:`.hidden_comm` and the overlap
+pass), how a group of repeats combines it (``merge``; default: the median,
+with ``<key>_min`` / ``<key>_max`` when ``spread``), whether a diverged run is
+left out, its Markdown format, the tables that show it (``tables``: table
+name -> header) and its footnote. ``syncbench report`` (md, csv, json) and the
+runner's tables (:mod:`syncbench.bench.experiment.print_tables`) print from
+it. The definitions of the figures are in docs/DESIGN.md.
+
+The registry's order is the order of the keys of a report row (and of the CSV
+and JSON columns): ``schema.REPORT_KEYS``, ``path``, then the later columns in
+the order they were added, so old readers see the same prefix. The order of
+the columns *within* a table is :data:`TABLE_ORDER`; a registered column that a
+table's order does not list is shown at that order's ``*``.
+
+Adding a metric to every table is one :func:`register`\\ ed entry naming
+:data:`EVERY_TABLE` (a runner figure must be a number: its repeats get a
+median (min–max)).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import fairness, hidden_comm
+from .completeness import incomplete_reason
+from .context import LOADED_SHARE, loaded_text
+from .numbers import NAN, finite, ratio, sum_finite
+from .schema import FINAL_LOCAL_ACCURACY, PHASES, REPORT_KEYS
+
+if TYPE_CHECKING:
+    from .run_metrics import RunFacts
+
+PATH_KEY = "path"
+
+#: Statistic of the realised slowdown factor in every table (per-step medians: robust to
+#: the preemption noise of a shared machine, see fairness.realised_factors).
+REALISED_STATISTIC = "median"
+
+#: The tables a new metric shows up in: the report's first table, and the runner's
+#: comparison table (which needs its per-run figure and its median over repeats).
+EVERY_TABLE: tuple[str, ...] = ("runs", "runner")
+
+Row = dict[str, Any]
+
+
+# ---------------------------------------------------------------- group merges
+
+
+def merge_labels(values: list[Any]) -> Any:
+    """The common value; strings that differ joined with ``|``; else None."""
+    unique: list[Any] = []
+    for v in values:
+        if v not in unique:
+            unique.append(v)
+    if len(unique) == 1:
+        return unique[0]
+    if all(isinstance(v, str) for v in unique):
+        return "|".join(sorted(unique))
+    return None
+
+
+def _merge_count_flagged(values: list[Any]) -> int:
+    return sum(bool(v) for v in values)
+
+
+def _merge_signals(values: list[Any]) -> str:
+    return ",".join(sorted({str(v) for v in values if v}))
+
+
+def _merge_reached(values: list[Any]) -> int | None:
+    return None if all(v is None for v in values) else sum(v or 0 for v in values)
+
+
+def _merge_files(values: list[Any]) -> list[str]:
+    return sorted({f for v in values for f in (v or ())}) or None  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- the entry
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: how it is computed, combined over repeats, formatted and shown."""
+
+    key: str
+    #: The value of one run (None: a cell of the printed tables only, such as ``note``).
+    compute: Callable[[RunFacts], Any] | None = None
+    #: Markdown number format (``"{:.3f}"``); None: shown as it is, never right-aligned.
+    fmt: str | None = None
+    #: How a group row combines its runs' values; None: the median (NaN left out).
+    merge: Callable[[list[Any]], Any] | None = None
+    #: Group rows also get ``<key>_min`` / ``<key>_max``.
+    spread: bool = False
+    #: A diverged run is left out of the group's median (a diverged run's speed is no
+    #: result); ``missing_is_slow``: a missing value counts as infinitely slow instead.
+    diverged_excluded: bool = False
+    missing_is_slow: bool = False
+    #: A ratio to a baseline or reference run: NaN for a group with an incomplete run.
+    baseline_ratio: bool = False
+    #: Markdown shows "diverged" / "overlapped" instead of the value when every run was.
+    flag_diverged: bool = False
+    flag_overlapped: bool = False
+    #: Table name -> header. Report tables: ``runs``, ``spread``, ``phase``,
+    #: ``stragglers``, ``scaling``; the runner: ``runner`` (comparison table; the
+    #: header may name ``{target}``), ``record`` (its results file's per-run figures),
+    #: ``cell`` (the figures that get a median (min–max) over repeats).
+    tables: Mapping[str, str] = field(default_factory=dict)
+    #: A row value of the report (False: a figure of the runner only).
+    report: bool = True
+    #: Digits of the runner's ``median (min–max)``; the runner hides an ``optional``
+    #: column when no cell has a value.
+    digits: int = 2
+    optional: bool = False
+    #: The runner's per-run record of the value (e.g. ``float``); None: as it is.
+    record: Callable[[Any], Any] | None = None
+    #: A Markdown cell other than the formatted value (``cell(row)``).
+    cell: Callable[[Row], str] | None = None
+    #: Markdown alignment: None = right when every value is a number and ``fmt`` is set.
+    left: bool = False
+    #: Footnote lines under the report's Markdown for these rows (empty: none).
+    footnote: Callable[[Sequence[Row]], list[str]] | None = None
+
+    def figure(self, facts: RunFacts) -> Any:
+        """The runner's per-run figure: the report row's value, or computed here."""
+        value = facts.row[self.key] if self.report else self.compute(facts)  # type: ignore
+        return self.record(value) if self.record is not None else value
+
+
+def _summary(key: str) -> Callable[[RunFacts], float]:
+    return lambda f: float(f.run.summary.get(key, NAN))
+
+
+def _float_or_nan(value: Any) -> float:
+    return float(NAN if value is None else value)
+
+
+def _nan_if_none(value: Any) -> Any:
+    return NAN if value is None else value
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
+# ---------------------------------------------------------------- footnotes
+
+
+def _incomplete_rows(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if not r.get("complete", True)]
+
+
+def _note_stopped(rows: Sequence[Row]) -> list[str]:
+    incomplete = _incomplete_rows(rows)
+    if not any(r.get("stopped_by") for r in incomplete):
+        return []
+    signals = sorted({s for r in incomplete for s in str(r.get("stopped_by") or "").split(",")
+                      if s})
+    return [f"stopped by {'/'.join(signals)}: the run was stopped by that signal at "
+            "a step boundary before it consumed its sample budget (complete=False)."]
+
+
+def _note_incomplete(rows: Sequence[Row]) -> list[str]:
+    incomplete = _incomplete_rows(rows)
+    notes = []
+    if any("partial (recovered)" in incomplete_note(r) for r in incomplete):
+        notes.append("partial (recovered): rebuilt by syncbench recover from the per-rank "
+                     "parts of a job that died (complete=False).")
+    if incomplete:
+        notes.append("incomplete runs get no speedup: a run with complete=False did not "
+                     "consume its sample budget, so its accuracy, time to target and samples/s "
+                     "are not comparable with complete runs; it gets no speedup, efficiency or "
+                     "hidden communication ('-'), is no baseline or reference, and a group "
+                     "with an incomplete run gets none either.")
+    return notes
+
+
+def _note_diverged(rows: Sequence[Row]) -> list[str]:
+    if not any(r.get("diverged") for r in rows):
+        return []
+    return ["diverged: non-finite training loss or final accuracy at most 1.5x "
+            "chance; no time to target, speedup, efficiency or hidden communication "
+            "is shown for it, and its samples/s are left out of group medians."]
+
+
+def _note_loaded(rows: Sequence[Row]) -> list[str]:
+    shares = [float(r.get("foreign_cpu_share", math.nan)) for r in rows if r.get("loaded")]
+    if not shares:
+        return []
+    worst = max((s for s in shares if math.isfinite(s)), default=math.nan)
+    used = (f"{loaded_text(worst)}" if math.isfinite(worst)
+            else "other processes used the cores during the run")
+    return [f"loaded: {used}{' (the most of any loaded run)' if len(shares) > 1 else ''}"
+            f", above {100 * LOADED_SHARE:.0f}%; something outside the run competed "
+            "for the CPUs, timings contaminated."]
+
+
+def _note_overlapped(rows: Sequence[Row]) -> list[str]:
+    overlapped = [r for r in rows if r.get("overlapped")]
+    if not overlapped:
+        return []
+    pairs = sorted({f"{os.path.basename(str(p))}" for r in overlapped
+                    for p in (r.get("overlaps_with") or [])})
+    return ["overlapped: ran at the same time as another run on the same host ("
+            + ", ".join(pairs) + "); timings not comparable, no speedup or "
+            "efficiency computed from them."]
+
+
+def _note_oversubscribed(rows: Sequence[Row]) -> list[str]:
+    if not any(r.get("oversubscribed") for r in rows):
+        return []
+    return ["oversubscribed: more ranks than physical cores on a node; timings "
+            "include time-sharing of cores."]
+
+
+def _note_sync(rows: Sequence[Row]) -> list[str]:
+    return ["sync = comm + wait (shares of all ranks' wall time). The split depends on "
+            "the MPI call: time blocked inside a blocking collective counts as comm, "
+            "time in Wait/Waitall as wait."]
+
+
+def _note_time_to_target(rows: Sequence[Row]) -> list[str]:
+    return ["time_to_target_s can only take evaluation times: its resolution is the "
+            "evaluation interval ('eval every s')."]
+
+
+# ---------------------------------------------------------------- the note cell
+
+
+def _count_note(row: Row, key: str, word: str) -> str:
+    """``word`` for a run (or every run of a group) flagged ``key``, ``k/n word`` for some."""
+    value = row.get(key)
+    if isinstance(value, bool) or value is None:
+        return word if value else ""
+    repeats = int(row.get("repeats", 1) or 1)
+    return "" if not value else word if value >= repeats else f"{value}/{repeats} {word}"
+
+
+def incomplete_note(row: Row) -> str:
+    """Why a run is incomplete ("stopped by SIGTERM", "partial (recovered)"); for a
+    group, each reason with its count when not every run has it ("1/3 stopped by ...")."""
+    if "_incomplete" not in row:  # a per-run row
+        return incomplete_reason(row.get("complete", True), row.get("stopped_by"))
+    reasons = list(row["_incomplete"])
+    repeats = int(row.get("repeats", 1) or 1)
+    parts = []
+    for reason in dict.fromkeys(reasons):
+        k = reasons.count(reason)
+        parts.append(reason if k >= repeats else f"{k}/{repeats} {reason}")
+    return ", ".join(parts)
+
+
+def _note_cell(row: Row) -> str:
+    notes = [incomplete_note(row),
+             _count_note(row, "diverged", "diverged"),
+             _count_note(row, "overlapped", "overlapped"),
+             _count_note(row, "loaded", "loaded")]
+    resumes = row.get("resumes")
+    if hasattr(resumes, "item"):
+        resumes = resumes.item()
+    if isinstance(resumes, int) and not isinstance(resumes, bool) and resumes > 0:
+        notes.append(f"resumed {resumes}x")
+    if row.get("oversubscribed") is True:
+        notes.append("oversubscribed")
+    if row.get("simulated") is True:
+        notes.append("simulated")
+    return ", ".join(n for n in notes if n)
+
+
+def _phase_cell(phase: str) -> Callable[[Row], str]:
+    """``0.01234 (45.6%)``: seconds per step and share of wall time of one phase."""
+    def cell(row: Row) -> str:
+        seconds = _present(row.get(f"{phase}_s_per_step"))
+        share = _present(row.get(f"{phase}_fraction"))
+        if seconds is None:
+            return "-"
+        return f"{seconds:.5f}" + ("" if share is None else f" ({100 * share:.1f}%)")
+    return cell
+
+
+def _percent_cell(key: str) -> Callable[[Row], str]:
+    def cell(row: Row) -> str:
+        value = _present(row.get(key))
+        return "-" if value is None else f"{100 * value:.1f}%"
+    return cell
+
+
+def _present(value: Any) -> Any:
+    """The value, None when missing or NaN (NumPy scalars unwrapped)."""
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        value = value.item()
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row order
+    cols: list[Column] = []
+    add = cols.append
+    flags = {"flag_diverged": True, "flag_overlapped": True}
+    # schema.REPORT_KEYS: the stored /summary and root attributes
+    add(Column("algorithm", lambda f: f.label, merge=merge_labels))
+    add(Column("world_size", lambda f: f.run.world_size, "{:d}", merge=merge_labels))
+    add(Column("samples_per_s", _summary("samples_per_s"), "{:.1f}", spread=True,
+               diverged_excluded=True, flag_diverged=True, digits=0, record=float,
+               tables={"runs": "samples_per_s", "spread": "samples_per_s min - max",
+                       "runner": "samples/s", "record": "", "cell": ""}))
+    add(Column("wall_s", _summary("wall_s"), "{:.2f}", spread=True, record=float,
+               tables={"runs": "wall_s", "spread": "wall_s min - max", "record": "",
+                       "cell": ""}))
+    add(Column("final_accuracy", _summary("final_accuracy"), "{:.4f}", spread=True, digits=3,
+               record=float, tables={"runs": "final_accuracy",
+                                     "spread": "final_accuracy min - max",
+                                     "runner": "accuracy", "record": "", "cell": ""}))
+    add(Column("time_to_target_s", lambda f: f.time_to_target, "{:.2f}", spread=True,
+               missing_is_slow=True, flag_diverged=True, footnote=_note_time_to_target,
+               tables={"runs": "time_to_target_s", "spread": "time_to_target_s min - max",
+                       "runner": "time to {target:g} [s]", "record": ""}))
+    add(Column("comm_fraction", _summary("comm_fraction"), "{:.3f}", spread=True,
+               tables={"runs": "comm_fraction"}))
+    add(Column("wait_fraction", _summary("wait_fraction"), "{:.3f}", spread=True,
+               tables={"runs": "wait_fraction"}))
+    add(Column("stopped_by", lambda f: f.run.stopped_by, merge=_merge_signals,
+               footnote=_note_stopped, record=lambda v: str(v or ""), tables={"record": ""}))
+    add(Column("resumes", lambda f: f.run.resumes, "{:d}", record=lambda v: int(v or 0),
+               merge=lambda vs: int(sum(int(v or 0) for v in vs)), tables={"record": ""}))
+    add(Column(PATH_KEY, lambda f: f.run.path, merge=list))
+    # the columns added since, in the order they were added
+    add(Column("complete", lambda f: bool(f.run.complete), merge=all, record=bool,
+               footnote=_note_incomplete, tables={"record": ""}))
+    add(Column("repeats", lambda f: 1, "{:d}", merge=len, tables={"runs": "repeats"}))
+    add(Column("model", lambda f: f.run.model, merge=merge_labels))
+    add(Column("dataset", lambda f: f.run.dataset, merge=merge_labels))
+    add(Column("samples", lambda f: f.samples, "{:d}"))
+    add(Column("steps", lambda f: f.steps, "{:d}"))
+    add(Column("samples_per_s_per_rank",
+               lambda f: ratio(f.row["samples_per_s"], f.run.world_size),
+               diverged_excluded=True))
+    add(Column("final_loss", _summary("final_loss"), "{:.4f}"))
+    add(Column("best_accuracy", lambda f: f.best_accuracy, "{:.4f}",
+               tables={"scaling": "best accuracy"}))
+    add(Column("target_accuracy", lambda f: f.target, merge=merge_labels))
+    add(Column("target_reached", lambda f: None if f.target is None
+               else int(finite(f.row["time_to_target_s"])), merge=_merge_reached))
+    add(Column("step_s_mean", lambda f: f.phases["step_s_mean"], "{:.5f}",
+               tables={"phase": "step s"}))
+    for p in PHASES:
+        add(Column(f"{p}_s_per_step", lambda f, p=p: f.phases[f"{p}_s_per_step"], "{:.5f}",
+                   cell=_phase_cell(p), left=True, tables={"phase": p}))
+    for p in PHASES:
+        if f"{p}_fraction" not in REPORT_KEYS:
+            add(Column(f"{p}_fraction", lambda f, p=p: f.phases[f"{p}_fraction"], "{:.3f}"))
+    add(Column("untracked_fraction", lambda f: f.phases["untracked_fraction"], "{:.3f}",
+               cell=_percent_cell("untracked_fraction"), tables={"phase": "untracked"}))
+    add(Column("rounds", lambda f: f.comm["rounds"], "{:.1f}"))
+    add(Column("exposed_comm_s_per_round", lambda f: f.comm["exposed_comm_s_per_round"],
+               "{:.5f}"))
+    add(Column("hidden_comm_fraction", lambda f: NAN, "{:.3f}", spread=True,
+               diverged_excluded=True, baseline_ratio=True, flag_diverged=True,
+               optional=True, record=_float_or_nan,
+               tables={"runs": "hidden_comm", "scaling": "hidden comm",
+                       "runner": "hidden comm", "record": "", "cell": ""}))
+    add(Column("step_s_median", lambda f: f.stragglers["step_s_median"], "{:.5f}", spread=True,
+               tables={"stragglers": "step s median"}))
+    add(Column("step_s_max", lambda f: f.stragglers["step_s_max"], "{:.5f}",
+               tables={"stragglers": "step s max"}))
+    add(Column("step_max_over_median", lambda f: f.stragglers["step_max_over_median"],
+               "{:.2f}", spread=True, tables={"stragglers": "max/median"}))
+    add(Column("busy_max_over_median", lambda f: f.stragglers["busy_max_over_median"],
+               "{:.2f}", tables={"stragglers": "busy max/median of others"}))
+    add(Column("slowest_rank", lambda f: f.stragglers["slowest_rank"], "{:d}",
+               merge=merge_labels, tables={"stragglers": "slowest rank"}))
+    add(Column("wait_share_max", lambda f: f.stragglers["wait_share_max"], "{:.3f}",
+               tables={"stragglers": "wait share max"}))
+    add(Column("idle_share_max", lambda f: f.stragglers["idle_share_max"], "{:.3f}",
+               tables={"stragglers": "idle share max"}))
+    # filled by scaling.add_scaling
+    add(Column("scaling", lambda f: None, merge=merge_labels, tables={"scaling": "scaling"}))
+    add(Column("baseline_world_size", lambda f: None, "{:d}", merge=merge_labels,
+               tables={"scaling": "N0"}))
+    add(Column("speedup", lambda f: NAN, "{:.2f}", spread=True, baseline_ratio=True, **flags,
+               tables={"runs": "speedup", "spread": "speedup min - max",
+                       "scaling": "speedup"}))
+    add(Column("efficiency", lambda f: NAN, "{:.2f}", spread=True, baseline_ratio=True,
+               **flags, tables={"runs": "efficiency", "spread": "efficiency min - max",
+                                "scaling": "efficiency"}))
+    add(Column("speedup_wall", lambda f: NAN, "{:.2f}", baseline_ratio=True, **flags,
+               tables={"scaling": "speedup (wall)"}))
+    add(Column("efficiency_wall", lambda f: NAN, "{:.2f}", baseline_ratio=True, **flags,
+               tables={"scaling": "efficiency (wall)"}))
+    # added later (after every older key, so old readers see the same prefix)
+    sync_tables = {"runs": "sync", "spread": "sync_fraction min - max", "phase": "sync",
+                   "stragglers": "sync", "scaling": "sync", "runner": "sync share",
+                   "record": "", "cell": ""}
+    add(Column("sync_fraction", lambda f: sum_finite(f.row["comm_fraction"],
+                                                     f.row["wait_fraction"]),
+               "{:.3f}", spread=True, record=_float_or_nan, footnote=_note_sync,
+               tables=sync_tables))
+    add(Column("diverged", lambda f: f.diverged, merge=_merge_count_flagged,
+               footnote=_note_diverged, tables={"record": ""}))
+    add(Column("eval_interval_s", lambda f: f.eval_interval, "{:.2f}", record=_float_or_nan,
+               tables={"runs": "eval every s", "runner": "eval every [s]", "record": "",
+                       "cell": ""}))
+    add(Column("warmup_steps", lambda f: fairness.warmup_steps(f.run), "{:d}",
+               merge=merge_labels))
+    add(Column("steady_step_s", lambda f: f.steady[0], "{:.5f}",
+               tables={"scaling": "step s (steady)"}))
+    add(Column("sync_s_per_step", lambda f: f.steady[1], "{:.5f}",
+               tables={"scaling": "sync s/step"}))
+    add(Column("overlapped", lambda f: False, merge=_merge_count_flagged,
+               footnote=_note_overlapped, tables={"record": ""}))
+    add(Column("overlaps_with", lambda f: None, merge=_merge_files))
+    add(Column("series", lambda f: None, merge=merge_labels, tables={"scaling": "series"}))
+    add(Column("mpi_library", lambda f: f.run.attrs.get("mpi_library"), merge=merge_labels))
+    add(Column("backend", lambda f: f.run.attrs.get("backend"), merge=merge_labels))
+    add(Column("scaling_mode", lambda f: f.scaling_mode, merge=merge_labels))
+    add(Column("cores", lambda f: f.context["cores"], "{:d}", merge=merge_labels))
+    add(Column("ranks_per_core", lambda f: f.context["ranks_per_core"], "{:.1f}",
+               merge=merge_labels))
+    add(Column("oversubscribed", lambda f: f.context["oversubscribed"], merge=merge_labels,
+               footnote=_note_oversubscribed, tables={"record": ""}))
+    add(Column("simulated", lambda f: f.context["simulated"], merge=merge_labels))
+    add(Column("loaded", lambda f: f.context["loaded"], merge=_merge_count_flagged,
+               footnote=_note_loaded, tables={"record": ""}))
+    add(Column("foreign_cpu_share", lambda f: _nan_if_none(f.context["foreign_cpu_share"]),
+               "{:.3f}", record=_float_or_nan, tables={"record": ""}))
+    # --eval-model both: every rank's own weights on its test shard (/summary; NaN without)
+    add(Column(FINAL_LOCAL_ACCURACY,
+               lambda f: float(f.run.summary_extra.get(FINAL_LOCAL_ACCURACY, NAN))))
+    # cells of the printed tables only
+    add(Column("note", report=False, cell=_note_cell, tables={"runs": "note", "scaling": "note"}))
+    # figures of the runner only (its results file and tables)
+    add(Column("realised_factor", lambda f: fairness.realised_factor(f.run, REALISED_STATISTIC),
+               report=False, tables={"record": "", "cell": ""}))
+    add(Column("interference_ratio", lambda f: fairness.interference_ratio(f.run),
+               report=False, tables={"record": "", "cell": ""}))
+    add(Column("comm_compute_ratio", lambda f: hidden_comm.blocking_comm_compute_ratio(f.row),
+               report=False,
+               tables={"record": "", "cell": ""}))
+    add(Column("buckets", lambda f: _int_or_none(f.run.attrs.get("buckets")), report=False,
+               tables={"record": "", "cell": ""}))
+    return cols
+
+
+_COLUMNS: list[Column] = _registry()
+
+#: The order of the columns within each table (``*``: where registered columns that the
+#: order does not list go). ``footnotes``: the order of the report's footnotes.
+TABLE_ORDER: dict[str, tuple[str, ...]] = {
+    "runs": ("sync_fraction", "time_to_target_s", "eval_interval_s", "samples_per_s",
+             "wall_s", "final_accuracy", "comm_fraction", "wait_fraction", "repeats",
+             "speedup", "efficiency", "hidden_comm_fraction", "*", "note"),
+    "spread": ("sync_fraction", "time_to_target_s", "samples_per_s", "wall_s",
+               "final_accuracy", "speedup", "efficiency", "*"),
+    "phase": ("sync_fraction", "step_s_mean", *(f"{p}_s_per_step" for p in PHASES),
+              "untracked_fraction", "*"),
+    "stragglers": ("sync_fraction", "*"),
+    "scaling": ("sync_fraction", "series", "scaling", "baseline_world_size", "speedup",
+                "efficiency", "speedup_wall", "efficiency_wall", "steady_step_s",
+                "sync_s_per_step", "hidden_comm_fraction", "best_accuracy", "*", "note"),
+    "runner": ("sync_fraction", "time_to_target_s", "eval_interval_s", "samples_per_s",
+               "final_accuracy", "hidden_comm_fraction", "*"),
+    "record": ("samples_per_s", "wall_s", "final_accuracy", "time_to_target_s", "diverged",
+               "realised_factor", "interference_ratio", "hidden_comm_fraction",
+               "comm_compute_ratio", "buckets", "oversubscribed", "overlapped",
+               "sync_fraction", "eval_interval_s", "loaded", "foreign_cpu_share", "complete",
+               "stopped_by", "resumes", "*"),
+    "cell": ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
+             "interference_ratio", "hidden_comm_fraction", "buckets", "sync_fraction",
+             "eval_interval_s", "comm_compute_ratio", "*"),
+    "footnotes": ("stopped_by", "complete", "diverged", "loaded", "overlapped",
+                  "oversubscribed", "sync_fraction", "time_to_target_s", "*"),
+}
+
+
+def columns() -> tuple[Column, ...]:
+    """Every registered column, in row order."""
+    return tuple(_COLUMNS)
+
+
+def column(key: str) -> Column | None:
+    """The registered column ``key`` (None if there is none)."""
+    return next((c for c in _COLUMNS if c.key == key), None)
+
+
+def row_columns() -> tuple[Column, ...]:
+    """The columns of a report row, in row order (``schema.REPORT_KEYS``, ``path`` first)."""
+    return tuple(c for c in _COLUMNS if c.report)
+
+
+def row_keys() -> tuple[str, ...]:
+    """The keys of a report row, in order."""
+    return tuple(c.key for c in row_columns())
+
+
+def _placed(name: str, chosen: list[Column]) -> list[Column]:
+    order = TABLE_ORDER.get(name, ("*",))
+    rest = order.index("*") if "*" in order else len(order)
+    return sorted(chosen, key=lambda c: order.index(c.key) if c.key in order else rest)
+
+
+def table_columns(name: str) -> list[Column]:
+    """The columns table ``name`` shows, in its order (:data:`TABLE_ORDER`)."""
+    return _placed(name, [c for c in _COLUMNS if name in c.tables])
+
+
+def table(name: str) -> list[tuple[Column, str]]:
+    """(column, header) of table ``name``, in its order."""
+    return [(c, c.tables[name]) for c in table_columns(name)]
+
+
+def runner_figures() -> list[Column]:
+    """The runner's per-run figures (its results file's record), in order: the
+    ``record`` table, then the ``runner`` table's columns it does not list."""
+    listed = table_columns("record")
+    return listed + [c for c in table_columns("runner") if c not in listed]
+
+
+def runner_statistics() -> list[Column]:
+    """The figures that get a median (min–max) over a label's repeats in the runner's
+    cells: the ``cell`` table, then the ``runner`` table's other columns (not time to
+    target, whose misses the runner counts as infinitely slow itself)."""
+    listed = table_columns("cell")
+    return listed + [c for c in table_columns("runner")
+                     if c not in listed and not c.missing_is_slow]
+
+
+def keys_where(test: Callable[[Column], bool]) -> frozenset[str]:
+    """The keys of the registered columns that pass ``test``."""
+    return frozenset(c.key for c in _COLUMNS if test(c))
+
+
+def footnotes(rows: Sequence[Row]) -> list[str]:
+    """The report's footnote lines for ``rows``, in :data:`TABLE_ORDER`'s order."""
+    with_notes = _placed("footnotes", [c for c in _COLUMNS if c.footnote is not None])
+    return [line for c in with_notes for line in c.footnote(rows)]  # type: ignore[misc]
+
+
+@contextlib.contextmanager
+def registered(entry: Column) -> Iterator[Column]:
+    """Add ``entry`` to the registry for the ``with`` block (after every other column)."""
+    if column(entry.key) is not None:
+        raise ValueError(f"column {entry.key!r} is registered already")
+    _COLUMNS.append(entry)
+    try:
+        yield entry
+    finally:
+        _COLUMNS.remove(entry)
+
+
+def register(entry: Column) -> Column:
+    """Add ``entry`` to the registry for good (after every other column)."""
+    if column(entry.key) is not None:
+        raise ValueError(f"column {entry.key!r} is registered already")
+    _COLUMNS.append(entry)
+    return entry
+
+
+# ---------------------------------------------------------------- per-rank table
+
+#: The report's per-rank table (``--per-rank``): (key of a rank row, header, format).
+RANK_TABLE: tuple[tuple[str, str, str | None], ...] = (
+    ("rank", "rank", "{:d}"), ("hostname", "host", None), ("slowdown", "slowdown", "{:g}"),
+    ("slowdown_mode", "mode", None), ("slowdown_realised", "realised (median)", "{:.2f}"),
+    ("steps", "steps", "{:d}"), ("busy_s_per_step", "busy s/step", "{:.5f}"),
+    *((f"{p}_fraction", p, "{:.3f}") for p in PHASES),
+    ("wait_share", "wait share", "{:.3f}"), ("idle_share", "idle share", "{:.3f}"),
+    ("step_s_median", "step s median", "{:.5f}"), ("step_s_max", "step s max", "{:.5f}"),
+)
+
+# Formats of keys that are no column (``--by`` keys that are train flags), by suffix.
+_SUFFIX_FORMATS: tuple[tuple[str, str], ...] = (
+    ("_fraction", "{:.3f}"), ("_share", "{:.3f}"), ("_share_max", "{:.3f}"),
+    ("_s_per_step", "{:.5f}"), ("_s_median", "{:.5f}"), ("_s_max", "{:.5f}"),
+    ("_s_mean", "{:.5f}"), ("_s", "{:.3f}"), ("_per_s", "{:.1f}"),
+)
+_RANK_FORMATS = {key: spec for key, _, spec in RANK_TABLE}
+
+
+def format_spec(key: str) -> str | None:
+    """The Markdown number format of ``key``: a column's, ``<key>_min``/``_max`` of a
+    spread column its column's, a per-rank key's, else by the key's suffix; else None."""
+    base = key
+    if key.endswith(("_min", "_max")):
+        spread_column = column(key[:-4])
+        if spread_column is not None and spread_column.spread:
+            base = key[:-4]
+    entry = column(base)
+    if entry is not None and entry.report:
+        return entry.fmt
+    if base in _RANK_FORMATS:
+        return _RANK_FORMATS[base]
+    for suffix, spec in _SUFFIX_FORMATS:
+        if base.endswith(suffix):
+            return spec
+    return None

@@ -1,0 +1,320 @@
+"""The figures of one run: its row of every table, and its per-rank table.
+
+:func:`run_metrics` computes every per-run column of the registry
+(:mod:`.columns`) from a :class:`RunFacts`, which holds what several columns
+share (phase sums, the per-rank table, steady step times, the machine context)
+so that each is computed once. Everything comes from the recorded per-rank step
+rows (``t_<phase>`` seconds, ``samples``, ``local_steps``, ``round``), the
+evaluation rows and the ``/summary`` attributes (no MPI). The columns that need
+the other runs (scaling, hidden communication, overlaps) start as NaN / None
+here. Definitions: docs/DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from . import fairness
+from .columns import REALISED_STATISTIC, row_columns
+from .context import machine_context
+from .hidden_comm import steady_step_times
+from .labels import run_label
+from .numbers import NAN, finite, ratio
+from .runfile import Run
+from .scaling import SERIES_ROOT_KEYS
+from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR, STRATEGY_FLAGS_ATTRS, TRAITS_ATTR
+from .summary import run_diverged, time_to_target
+
+#: Phases counted as a rank's own work: not ``wait``, and not ``comm`` either, since a
+#: blocking Allreduce charges the time spent waiting for a slow rank to ``comm``.
+BUSY_PHASES: tuple[str, ...] = ("data", "compute", "update", "delay")
+
+
+def _concat(run: Run, name: str) -> np.ndarray:
+    cols = [np.asarray(c[name], dtype=np.float64) for c in run.ranks.values()]
+    return np.concatenate(cols) if cols else np.zeros(0)
+
+
+def step_durations(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Duration of each step row of one rank: the sum of its six phases (s)."""
+    return np.sum([np.asarray(cols[f"t_{p}"], dtype=np.float64) for p in PHASES], axis=0)
+
+
+def rounds_of(cols: dict[str, np.ndarray]) -> int:
+    """Synchronisation rounds of one rank: its values of ``round`` when it took local
+    steps, else one per step."""
+    local = np.asarray(cols["local_steps"])
+    if local.size and np.any(local > 0):
+        return int(np.unique(np.asarray(cols["round"])).size)
+    return int(np.asarray(cols["step"]).size)
+
+
+def straggler_ratio(busy: Sequence[float] | np.ndarray) -> float:
+    """Busy seconds per step of the slowest rank over the median of the OTHER ranks.
+
+    1 = balanced, 4 = one rank four times slower than the others, at any N
+    (with 2 ranks a median over all ranks would be the mean and stay below 2).
+    NaN with fewer than two finite values or a zero median.
+    """
+    values = np.asarray([v for v in busy if finite(float(v))], dtype=np.float64)
+    if values.size < 2:
+        return NAN
+    slowest = int(np.argmax(values))
+    return ratio(float(values[slowest]), float(np.median(np.delete(values, slowest))))
+
+
+def _nan_if_inf(values: np.ndarray) -> np.ndarray:
+    """NaN where not finite (a ratio with a zero or non-finite operand, as ``ratio``)."""
+    return np.where(np.isfinite(values), values, NAN)
+
+
+def rank_vectors(run: Run, order: Sequence[int]) -> dict[str, np.ndarray]:
+    """Per-rank figures of ``order``'s ranks as arrays (one entry per rank).
+
+    ``steps``, ``samples`` (totals), one entry per phase (total seconds),
+    ``step_s_median`` / ``step_s_max`` (of :func:`step_durations`; NaN for a
+    rank without rows). When every rank has the same number of rows (a
+    lock-step run) the columns are stacked into one ranks x steps array and
+    reduced along the rows, a few vectorised operations for any number of ranks.
+    """
+    cols = [run.ranks[r] for r in order]
+    lengths = np.array([np.asarray(c["step"]).size for c in cols], dtype=np.int64)
+    out: dict[str, np.ndarray] = {"steps": lengths}
+    if cols and lengths.min() == lengths.max() and lengths[0] > 0:
+        stack = {p: np.array([c[f"t_{p}"] for c in cols], dtype=np.float64) for p in PHASES}
+        out["samples"] = np.array([c["samples"] for c in cols]).sum(axis=1).astype(np.int64)
+        for p in PHASES:
+            out[p] = stack[p].sum(axis=1)
+        durations = np.sum([stack[p] for p in PHASES], axis=0)
+        out["step_s_median"] = np.median(durations, axis=1)
+        out["step_s_max"] = durations.max(axis=1)
+        return out
+    out["samples"] = np.array([int(np.sum(c["samples"])) for c in cols], dtype=np.int64)
+    for p in PHASES:
+        out[p] = np.array([float(np.sum(c[f"t_{p}"], dtype=np.float64)) for c in cols])
+    durations = [step_durations(c) for c in cols]
+    out["step_s_median"] = np.array([float(np.median(d)) if d.size else NAN for d in durations])
+    out["step_s_max"] = np.array([float(np.max(d)) if d.size else NAN for d in durations])
+    return out
+
+
+def rank_table(run: Run) -> list[dict[str, Any]]:
+    """One row per recorded rank: phase seconds and shares, busy/idle, step times.
+
+    Keys: ``rank``, ``hostname``, ``slowdown``, ``slowdown_mode``,
+    ``slowdown_realised`` (:func:`syncbench.analysis.fairness.realised_factors`
+    with ``REALISED_STATISTIC``, computed from the rows; 1.0 for an unslowed
+    rank), ``steps``, ``samples``, ``<phase>_s`` (total seconds),
+    ``<phase>_fraction`` (total / wall), ``busy_s`` (data + compute + update +
+    delay), ``busy_s_per_step``, ``wait_share``, ``idle_share`` (1 - busy_s /
+    wall), ``step_s_median``, ``step_s_max``.
+    """
+    wall = float(run.summary.get("wall_s", NAN))
+    realised = fairness.realised_factors(run, REALISED_STATISTIC)
+    order = sorted(run.ranks)
+    v = rank_vectors(run, order)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok_wall = finite(wall) and wall != 0
+        fraction = {p: (v[p] / wall if ok_wall else np.full(len(order), NAN)) for p in PHASES}
+        busy = np.sum([v[p] for p in BUSY_PHASES], axis=0) if order else np.zeros(0)
+        per_step = np.where(v["steps"] > 0, busy / np.where(v["steps"] > 0, v["steps"], 1), NAN)
+    busy_frac = busy / wall if ok_wall else np.full(len(order), NAN)
+    columns = {
+        "steps": v["steps"].tolist(), "samples": v["samples"].tolist(),
+        **{f"{p}_s": v[p].tolist() for p in PHASES},
+        **{f"{p}_fraction": _nan_if_inf(fraction[p]).tolist() for p in PHASES},
+        "busy_s": busy.tolist(), "busy_s_per_step": _nan_if_inf(per_step).tolist(),
+        "wait_share": _nan_if_inf(fraction["wait"]).tolist(),
+        "idle_share": (1.0 - _nan_if_inf(busy_frac)).tolist(),
+        "step_s_median": v["step_s_median"].tolist(), "step_s_max": v["step_s_max"].tolist(),
+    }
+    rows = []
+    for i, rank in enumerate(order):
+        attrs = run.rank_attrs.get(rank, {})
+        row: dict[str, Any] = {
+            "rank": rank,
+            "hostname": attrs.get("hostname"),
+            "slowdown": attrs.get("slowdown"),
+            "slowdown_mode": attrs.get("slowdown_mode"),
+            "slowdown_realised": realised.get(rank, 1.0 if attrs.get("slowdown") is not None
+                                              else None),
+        }
+        for key, values in columns.items():
+            row[key] = values[i]
+        rows.append(row)
+    return rows
+
+
+def scaling_mode(run: Run) -> str | None:
+    """The recorded ``scaling_mode`` root attribute ("strong" or "weak"), else None."""
+    value = run.attrs.get(SCALING_MODE_ATTR)
+    return value if value in ("strong", "weak") else None
+
+
+class RunFacts:
+    """One run and what its columns share, each computed once, on first use.
+
+    ``row`` is the run's row as far as it is computed (columns come in registry
+    order, so a column may read the ones before it); ``target`` the target accuracy
+    of its time to target (``target_accuracy``, else the run's own flag).
+    """
+
+    def __init__(self, run: Run, target_accuracy: float | None = None,
+                 row: dict[str, Any] | None = None) -> None:
+        self.run = run
+        self.target_accuracy = target_accuracy
+        self.row: dict[str, Any] = {} if row is None else row
+
+    @cached_property
+    def label(self) -> str:
+        return run_label(self.run.attrs)
+
+    @cached_property
+    def target(self) -> float | None:
+        if self.target_accuracy is not None:
+            return self.target_accuracy
+        cfg_target = self.run.config.get("target_accuracy")
+        return float(cfg_target) if finite(cfg_target) else None
+
+    @cached_property
+    def time_to_target(self) -> float:
+        if self.target_accuracy is not None:
+            return time_to_target(self.run.eval, self.target_accuracy)
+        return float(self.run.summary.get("time_to_target_s", NAN))
+
+    @cached_property
+    def samples(self) -> int:
+        return int(sum(int(np.sum(c["samples"])) for c in self.run.ranks.values()))
+
+    @cached_property
+    def steps(self) -> int:
+        return sum(int(np.asarray(c["step"]).size) for c in self.run.ranks.values())
+
+    @cached_property
+    def best_accuracy(self) -> float:
+        acc = np.asarray(self.run.eval.get("accuracy", ()), dtype=np.float64)
+        return float(np.nanmax(acc)) if acc.size and np.isfinite(acc).any() else NAN
+
+    @cached_property
+    def ranks(self) -> list[dict[str, Any]]:
+        return rank_table(self.run)
+
+    @cached_property
+    def phases(self) -> dict[str, float]:
+        """``step_s_mean``, ``<phase>_s_per_step``, ``<phase>_fraction``, ``untracked_fraction``."""
+        run = self.run
+        wall = float(run.summary.get("wall_s", NAN))
+        n_rows = sum(int(np.asarray(c["step"]).size) for c in run.ranks.values())
+        sums = {p: float(np.sum(_concat(run, f"t_{p}"))) for p in PHASES}
+        per_step = {p: ratio(sums[p], n_rows) for p in PHASES}
+        out: dict[str, float] = {"step_s_mean": float(sum(per_step.values())) if n_rows else NAN}
+        for p in PHASES:
+            out[f"{p}_s_per_step"] = per_step[p]
+        fractions = {p: ratio(sums[p], len(run.ranks) * wall) for p in PHASES}
+        for p in PHASES:
+            out[f"{p}_fraction"] = fractions[p]
+        out["untracked_fraction"] = 1.0 - sum(fractions.values())
+        return out
+
+    @cached_property
+    def comm(self) -> dict[str, float]:
+        """``rounds`` (mean over ranks) and ``exposed_comm_s_per_round``."""
+        run = self.run
+        cols = list(run.ranks.values())
+        lengths = np.array([np.asarray(c["step"]).size for c in cols], dtype=np.int64)
+        if cols and lengths.min() > 0 and not np.any(_concat(run, "local_steps") > 0):
+            # lock-step (no rank ran local steps): one round per row, sums by segment
+            rounds = lengths.tolist()
+            starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+            exposed = (np.add.reduceat(_concat(run, "t_comm"), starts)
+                       + np.add.reduceat(_concat(run, "t_wait"), starts))
+            per_round = (exposed / lengths).tolist()
+        else:
+            rounds, per_round = [], []
+            for c in cols:
+                n = rounds_of(c)
+                rounds.append(n)
+                per_round.append(ratio(float(np.sum(c["t_comm"], dtype=np.float64)
+                                             + np.sum(c["t_wait"], dtype=np.float64)), n))
+        finite_rounds = [v for v in per_round if math.isfinite(v)]
+        return {"rounds": float(np.mean(rounds)) if rounds else NAN,
+                "exposed_comm_s_per_round": (float(np.mean(finite_rounds)) if finite_rounds
+                                             else NAN)}
+
+    @cached_property
+    def stragglers(self) -> dict[str, Any]:
+        """Step-time tail, busy max over the others' median, slowest rank, share maxima."""
+        ranks, run = self.ranks, self.run
+        durations = np.concatenate([step_durations(c) for c in run.ranks.values()]) \
+            if run.ranks else np.zeros(0)
+        median = float(np.median(durations)) if durations.size else NAN
+        biggest = float(np.max(durations)) if durations.size else NAN
+        busy = np.array([r["busy_s_per_step"] for r in ranks], dtype=np.float64)
+        ok = np.isfinite(busy)
+        out: dict[str, Any] = {
+            "step_s_median": median,
+            "step_s_max": biggest,
+            "step_max_over_median": ratio(biggest, median),
+            "busy_max_over_median": straggler_ratio(busy[ok]),
+            "slowest_rank": int(ranks[int(np.nanargmax(np.where(ok, busy, -np.inf)))]["rank"])
+            if ok.any() else None,
+        }
+        for key in ("wait_share", "idle_share"):
+            values = [r[key] for r in ranks if finite(r[key])]
+            out[f"{key}_max"] = float(max(values)) if values else NAN
+        return out
+
+    @cached_property
+    def steady(self) -> tuple[float, float, int]:
+        return steady_step_times(self.run)
+
+    @cached_property
+    def diverged(self) -> bool:
+        return run_diverged(self.run)
+
+    @cached_property
+    def eval_interval(self) -> float:
+        t_eval = np.asarray(self.run.eval.get("t", ()), dtype=np.float64)
+        return float(np.median(np.diff(t_eval))) if t_eval.size > 1 else NAN
+
+    @cached_property
+    def scaling_mode(self) -> str | None:
+        return scaling_mode(self.run)
+
+    @cached_property
+    def context(self) -> dict[str, Any]:
+        return machine_context(self.run)
+
+
+#: Root attributes a row keeps for the passes over every run (overlaps, series,
+#: hidden communication): formatters drop them (keys starting with "_").
+ROW_ATTRS: tuple[str, ...] = (*SERIES_ROOT_KEYS, "hostnames", "t_begin_unix", "t_end_unix",
+                              *STRATEGY_FLAGS_ATTRS, TRAITS_ATTR)
+
+
+def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any]:
+    """Every per-run column of the registry (``schema.REPORT_KEYS`` and ``path`` first).
+
+    The ``REPORT_KEYS`` values are the stored ``/summary``'s, except
+    ``time_to_target_s`` when ``target_accuracy`` is given (recomputed from the
+    evaluation rows). Private keys (``_config``, ``_attrs``, ``_context``,
+    ``_ranks``, ``_nominal``) carry what the passes over every run need.
+    """
+    facts = RunFacts(run, target_accuracy)
+    for entry in row_columns():
+        facts.row[entry.key] = entry.compute(facts)  # type: ignore[misc]
+    row = facts.row
+    row["_config"] = run.config  # dropped by the formatters (keys starting with "_")
+    row["_attrs"] = {k: run.attrs.get(k) for k in ROW_ATTRS}
+    row["_context"] = facts.context
+    row["_ranks"] = facts.ranks  # the report's per-rank table (report.report_tables)
+    # each rank's nominal slowdown, --slowdown's and its node's CPU quota's (reference_key)
+    row["_nominal"] = tuple(round(f, 6) for _, f in sorted(fairness.nominal_factors(run).items()))
+    if tuple(row)[:len(REPORT_KEYS)] != REPORT_KEYS:  # pragma: no cover - a registry edit
+        raise RuntimeError("the column registry does not start with schema.REPORT_KEYS")
+    return row
