@@ -371,7 +371,7 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
     ``stopped``: run id -> the stop signal its exit status named (see :func:`execute`);
     such a run's record is incomplete whatever its file says.
     """
-    from .aggregate import aggregate
+    from .aggregate import scenario_cells
     from .measure import run_figures
 
     records = []
@@ -387,7 +387,7 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
     labels = [e.label for e in scenario.runs]
     conditions = [c.key for c in _conditions(plan)]
     groups = {e.label: e.group for e in scenario.runs}
-    cells = aggregate(records, labels, conditions, scenario.baseline, groups=groups,
+    cells = scenario_cells(records, labels, conditions, scenario.baseline, groups=groups,
                       headline=scenario.headline)
     return records, cells
 
@@ -400,7 +400,7 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
     from syncbench.analysis.fairness import throughput_ceiling
 
     from .aggregate import factor_spread
-    from .tables import comparison_table, hetero_table
+    from .print_tables import comparison_table, hetero_table
 
     lines: list[str] = []
     comparisons = []
@@ -635,7 +635,7 @@ def _last_line(stop: StopRequest, done: int, total: int, incomplete: list[dict[s
                say: Callable[[str], None]) -> int:
     """The runner's last line when it was stopped or some runs are incomplete; its exit
     status (128 + the signal, :data:`EXIT_INCOMPLETE`, or 0)."""
-    from syncbench.analysis.tables import incomplete_reason
+    from syncbench.analysis.completeness import incomplete_reason
 
     which = ", ".join(f"{r['run_id']} {incomplete_reason(False, r.get('stopped_by'))}"
                       for r in incomplete)
