@@ -580,8 +580,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     read: dict[str, Any] = {}
     stopped: dict[str, str] = {}
     with StopRequest(prog) as stop:
-        failure = _execute_scenario(scenario, args, plan, np_, say, elapsed, read, stopped,
-                                    stop)
+        failure = _execute_scenario(scenario, args, plan, say, elapsed, read, stopped, stop)
     if failure:
         print(f"{prog}: error: {failure} (rerun with --resume to keep the finished runs)",
               file=sys.stderr)
@@ -654,7 +653,7 @@ def _last_line(stop: StopRequest, done: int, total: int, incomplete: list[dict[s
 
 
 def _execute_scenario(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRun],
-                      np_: int, say: Callable[[str], None], elapsed: dict[str, float],
+                      say: Callable[[str], None], elapsed: dict[str, float],
                       read: dict[str, Any], stopped: dict[str, str] | None = None,
                       stop: StopRequest | None = None) -> str | None:
     """:func:`execute`, with each configuration's node speeds set on the emulated cluster

@@ -62,7 +62,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncbench.bench.experiment.launch import find_mpiexec, rank_env, train_and_read
+from syncbench.bench.experiment.launch import (
+    find_mpiexec,
+    rank_env,
+    run_command,
+    timed_out,
+    train_and_read,
+)
 
 ALGORITHMS = ("ssgd", "localsgd")
 RUNNER = "syncbench.bench.experiment.peers.torch_runner"
@@ -139,6 +145,13 @@ def common_flags(args: argparse.Namespace, model: str) -> list[str]:
             "--synthetic-samples", str(args.synthetic_samples), "--period", str(args.period)]
 
 
+def _ended(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``proc``, or :class:`subprocess.TimeoutExpired` when it ran past its timeout."""
+    if timed_out(proc):
+        raise subprocess.TimeoutExpired(proc.args, proc.timeout)
+    return proc
+
+
 def run_ours(args: argparse.Namespace, np_: int, model: str, algorithm: str,
              path: Path) -> dict[str, float]:
     """One ``syncbench train`` run: its samples/s and final accuracy."""
@@ -156,7 +169,7 @@ def run_peer(args: argparse.Namespace, np_: int, model: str, algorithm: str) -> 
     cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", RUNNER,
            "--algorithm", algorithm, *common_flags(args, model)]
     env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.run_timeout)
+    proc = _ended(run_command(cmd, args.run_timeout, quiet=True, env=env))
     if proc.returncode != 0:
         raise RuntimeError(f"peer ({algorithm}, np={np_}) failed (exit {proc.returncode}):\n"
                            f"{proc.stderr.strip()[-2000:]}")
@@ -171,8 +184,7 @@ def ssgd_comm(args: argparse.Namespace, np_: int, model: str, path: Path) -> dic
            "--batch-size", str(args.batch_size), "--seed", str(args.seed),
            "--blocks", str(args.comm_blocks), "--block-steps", str(args.comm_block_steps),
            "--variants", "mpi,overlap,blocking,tight", "--json", str(path)]
-    proc = subprocess.run(cmd, env=rank_env(), capture_output=True, text=True,
-                          timeout=args.run_timeout)
+    proc = _ended(run_command(cmd, args.run_timeout, quiet=True))
     if proc.returncode != 0:
         raise RuntimeError(f"syncbench ssgd-comm (np={np_}) failed (exit {proc.returncode}):\n"
                            f"{proc.stderr.strip()[-2000:]}")
@@ -256,9 +268,8 @@ SPEED_CHILD = {
 def speed_once(args: argparse.Namespace, which: str, model: str) -> float:
     """One single-process rate (samples/s) of ``which`` (ours or torch), in a fresh process."""
     code = "import sys\n" + SPEED_CHILD[which]
-    proc = subprocess.run([sys.executable, "-c", code, model, str(args.batch_size),
-                           str(args.steps), str(args.seed)], env=rank_env(),
-                          capture_output=True, text=True, timeout=args.run_timeout)
+    proc = _ended(run_command([sys.executable, "-c", code, model, str(args.batch_size),
+                               str(args.steps), str(args.seed)], args.run_timeout, quiet=True))
     if proc.returncode != 0:
         raise RuntimeError(f"{which} speed of {model} failed: {proc.stderr.strip()[-2000:]}")
     return float(proc.stdout.split()[-1])
