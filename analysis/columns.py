@@ -45,9 +45,10 @@ PATH_KEY = "path"
 #: the preemption noise of a shared machine, see fairness.realised_factors).
 REALISED_STATISTIC = "median"
 
-#: The tables a new metric shows up in: the report's first table, and the runner's
-#: comparison table (which needs its per-run figure and its median over repeats).
-EVERY_TABLE: tuple[str, ...] = ("runs", "runner")
+#: The tables a new metric shows up in: the report's first table, the runner's
+#: comparison table (which records its per-run figure and its median over repeats)
+#: and a sweep's scaling table.
+EVERY_TABLE: tuple[str, ...] = ("runs", "runner", "sweep")
 
 Row = dict[str, Any]
 
@@ -88,6 +89,16 @@ def _merge_files(values: list[Any]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Shown:
+    """How one table shows a column: its header, and where the table needs them, its
+    own number format and (fixed-width tables) width."""
+
+    header: str
+    fmt: str | None = None
+    width: int = 0
+
+
+@dataclass(frozen=True)
 class Column:
     """One column: how it is computed, combined over repeats, formatted and shown."""
 
@@ -109,11 +120,16 @@ class Column:
     #: Markdown shows "diverged" / "overlapped" instead of the value when every run was.
     flag_diverged: bool = False
     flag_overlapped: bool = False
-    #: Table name -> header. Report tables: ``runs``, ``spread``, ``phase``,
-    #: ``stragglers``, ``scaling``; the runner: ``runner`` (comparison table; the
-    #: header may name ``{target}``), ``record`` (its results file's per-run figures),
-    #: ``cell`` (the figures that get a median (min–max) over repeats).
-    tables: Mapping[str, str] = field(default_factory=dict)
+    #: Table name -> header (or :class:`Shown`). Report tables: ``runs``, ``spread``,
+    #: ``phase``, ``stragglers``, ``scaling``; the runner: ``runner`` (comparison table;
+    #: the header may name ``{target}``), ``record`` (its results file's per-run
+    #: figures), ``cell`` (the figures that get a median (min–max) over repeats);
+    #: ``sweep``: the scaling table of a sweep (medians per series and N).
+    tables: Mapping[str, str | Shown] = field(default_factory=dict)
+    #: A value computed from a report row (for a column that is no row value), and a
+    #: group's value computed from its rows (default: the median of the values).
+    of_row: Callable[[Row], Any] | None = None
+    of_rows: Callable[[list[Row]], Any] | None = None
     #: A row value of the report (False: a figure of the runner only).
     report: bool = True
     #: Digits of the runner's ``median (min–max)``; the runner hides an ``optional``
@@ -315,7 +331,8 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     add(Column("samples_per_s", _summary("samples_per_s"), "{:.1f}", spread=True,
                diverged_excluded=True, flag_diverged=True, digits=0, record=float,
                tables={"runs": "samples_per_s", "spread": "samples_per_s min - max",
-                       "runner": "samples/s", "record": "", "cell": ""}))
+                       "runner": "samples/s", "record": "", "cell": "",
+                       "sweep": Shown("samples/s", "{:.1f}", 10)}))
     add(Column("wall_s", _summary("wall_s"), "{:.2f}", spread=True, record=float,
                tables={"runs": "wall_s", "spread": "wall_s min - max", "record": "",
                        "cell": ""}))
@@ -391,10 +408,11 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                tables={"scaling": "N0"}))
     add(Column("speedup", lambda f: NAN, "{:.2f}", spread=True, baseline_ratio=True, **flags,
                tables={"runs": "speedup", "spread": "speedup min - max",
-                       "scaling": "speedup"}))
+                       "scaling": "speedup", "sweep": Shown("speedup", "{:.3f}", 10)}))
     add(Column("efficiency", lambda f: NAN, "{:.2f}", spread=True, baseline_ratio=True,
                **flags, tables={"runs": "efficiency", "spread": "efficiency min - max",
-                                "scaling": "efficiency"}))
+                                "scaling": "efficiency",
+                                "sweep": Shown("efficiency", "{:.3f}", 10)}))
     add(Column("speedup_wall", lambda f: NAN, "{:.2f}", baseline_ratio=True, **flags,
                tables={"scaling": "speedup (wall)"}))
     add(Column("efficiency_wall", lambda f: NAN, "{:.2f}", baseline_ratio=True, **flags,
@@ -402,7 +420,7 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     # added later (after every older key, so old readers see the same prefix)
     sync_tables = {"runs": "sync", "spread": "sync_fraction min - max", "phase": "sync",
                    "stragglers": "sync", "scaling": "sync", "runner": "sync share",
-                   "record": "", "cell": ""}
+                   "record": "", "cell": "", "sweep": Shown("sync", "{:.3f}", 5)}
     add(Column("sync_fraction", lambda f: sum_finite(f.row["comm_fraction"],
                                                      f.row["wait_fraction"]),
                "{:.3f}", spread=True, record=_float_or_nan, footnote=_note_sync,
@@ -440,6 +458,14 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                lambda f: float(f.run.summary_extra.get(FINAL_LOCAL_ACCURACY, NAN))))
     # cells of the printed tables only
     add(Column("note", report=False, cell=_note_cell, tables={"runs": "note", "scaling": "note"}))
+    # figures of a sweep's scaling table only (medians per series and N)
+    add(Column("batch_per_rank", report=False,
+               of_row=lambda r: float(r["samples"]) / max(1, r["steps"]),
+               tables={"sweep": Shown("batch/rank", "{:.0f}", 10)}))
+    add(Column("steps_per_rank", report=False, of_row=lambda r: r["steps"] / r["world_size"],
+               tables={"sweep": Shown("steps/rank", "{:.0f}", 10)}))
+    add(Column("run_count", report=False, of_rows=len,
+               tables={"sweep": Shown("runs", "{:d}", 4)}))
     # figures of the runner only (its results file and tables)
     add(Column("realised_factor", lambda f: fairness.realised_factor(f.run, REALISED_STATISTIC),
                report=False, tables={"record": "", "cell": ""}))
@@ -479,6 +505,8 @@ TABLE_ORDER: dict[str, tuple[str, ...]] = {
     "cell": ("samples_per_s", "final_accuracy", "wall_s", "realised_factor",
              "interference_ratio", "hidden_comm_fraction", "buckets", "sync_fraction",
              "eval_interval_s", "comm_compute_ratio", "*"),
+    "sweep": ("sync_fraction", "batch_per_rank", "steps_per_rank", "run_count", "samples_per_s",
+              "speedup", "efficiency", "*"),
     "footnotes": ("stopped_by", "complete", "diverged", "loaded", "overlapped",
                   "oversubscribed", "sync_fraction", "time_to_target_s", "*"),
 }
@@ -515,9 +543,13 @@ def table_columns(name: str) -> list[Column]:
     return _placed(name, [c for c in _COLUMNS if name in c.tables])
 
 
-def table(name: str) -> list[tuple[Column, str]]:
-    """(column, header) of table ``name``, in its order."""
-    return [(c, c.tables[name]) for c in table_columns(name)]
+def table(name: str) -> list[tuple[Column, Shown]]:
+    """(column, how it is shown) of table ``name``, in its order."""
+    out = []
+    for c in table_columns(name):
+        shown = c.tables[name]
+        out.append((c, shown if isinstance(shown, Shown) else Shown(shown)))
+    return out
 
 
 def runner_figures() -> list[Column]:

@@ -354,7 +354,7 @@ def _spread_cell(row: dict[str, Any], key: str) -> str:
 
 def _registered(name: str, by: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(key, header) of the registered columns of report table ``name``."""
-    return [(c.key, header) for c, header in columns.table(name)
+    return [(c.key, shown.header) for c, shown in columns.table(name)
             if not (c.key == "repeats" and not by)]
 
 

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,9 +24,11 @@ from syncbench.analysis.columns import Column, registered
 from syncbench.analysis.hidden_comm import is_blocking_reference
 from syncbench.analysis.repeats import column_spread, format_spread, spread
 from syncbench.analysis.runfile import read_run
+from syncbench.analysis.tables import table_rows
 from syncbench.bench.experiment.aggregate import scenario_cells
 from syncbench.bench.experiment.measure import run_figures
 from syncbench.bench.experiment.print_tables import comparison_table
+from syncbench.bench.experiment.scaling_table import scaling_table
 from syncbench.bench.train.recorder import write_run_file
 
 BATCH = 64
@@ -114,6 +117,19 @@ def test_a_registered_column_is_in_the_runners_records_cells_and_table(run_files
         row = next(ln for ln in lines if ln.startswith("  np2 "))
         assert "1.50 (1.00–2.00)" in row
     assert KEY not in run_figures(runs, 0.8)[0]
+
+
+def test_a_registered_column_is_in_a_sweeps_scaling_table(run_files):
+    runs = [read_run(p) for p in run_files]
+    points = [SimpleNamespace(algorithm="ssgd", np=run.world_size, path=run.path)
+              for run in runs]
+    with registered(_probe()):
+        lines = scaling_table(points, table_rows(runs), "machine: test").splitlines()
+        header = next(ln for ln in lines if ln.startswith("| series"))
+        assert f"| {HEADER} | note |" in header
+        rows = [ln for ln in lines if ln.startswith("| ssgd")]
+        assert [ln.split("|")[-3].strip() for ln in rows] == ["0.750", "1.500"]
+    assert HEADER not in scaling_table(points, table_rows(runs), "machine: test")
 
 
 def test_a_column_is_registered_once():

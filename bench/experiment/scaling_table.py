@@ -1,12 +1,10 @@
 """The scaling table of a sweep: medians per (series, np), speedup and efficiency.
 
 With X(N) the samples/s of a run and X0 the median at the smallest N0 of its
-series, the table gives the medians over repeats of
-
-* strong: speedup S = X / X0 (= T(N0) / T(N), the same work), efficiency
-  E = S * N0 / N;
-* weak: efficiency E = (X / N) / (X0 / N0) (throughput per rank, = T(N0) /
-  T(N) for the same work per rank), and the scaled speedup S = X / X0.
+series, the table gives the medians over repeats (``analysis.repeats.spread``)
+of the speedup and efficiency of :mod:`syncbench.analysis.scaling` (its
+``FORMULAS`` head the table). The columns, their headers, widths and formats are
+the column registry's ``sweep`` table (:mod:`syncbench.analysis.columns`).
 
 Runs that overlapped on a host (``analysis.context``: their wall-clock
 intervals intersect) are flagged "overlapped" and get no speedup or
@@ -18,17 +16,16 @@ The report printed before it is ``syncbench report``'s tables.
 
 from __future__ import annotations
 
-import math
 import os
-import statistics
 import sys
 from typing import Any, Protocol
 
+from syncbench.analysis import columns
 from syncbench.analysis.context import context_line
+from syncbench.analysis.repeats import spread
 from syncbench.analysis.report import format_tables, report_tables
 from syncbench.analysis.runfile import read_run
-
-NAN = float("nan")
+from syncbench.analysis.scaling import FORMULAS
 
 
 class ScalingPoint(Protocol):
@@ -39,10 +36,21 @@ class ScalingPoint(Protocol):
     path: str
 
 
-def _cell(value: float, spec: str, flag: str = "") -> str:
-    if flag:
+def _value(column: columns.Column, members: list[dict[str, Any]]) -> Any:
+    """A point's value of one column: from its rows, else the median of the runs' values
+    (a diverged run left out where the column says so); None when there is none."""
+    if column.of_rows is not None:
+        return column.of_rows(members)
+    values = [column.of_row(r) if column.of_row is not None else r[column.key]
+              for r in members if not (column.diverged_excluded and r.get("diverged"))]
+    return spread(values)["median"]
+
+
+def _cell(column: columns.Column, fmt: str, value: Any, flag: str) -> str:
+    """The point's flag in a ratio (and in a figure without a value), else the value."""
+    if flag and (column.flag_overlapped or (column.diverged_excluded and value is None)):
         return flag
-    return "-" if not isinstance(value, float) or not math.isfinite(value) else spec.format(value)
+    return "-" if value is None else fmt.format(value)
 
 
 def scaling_table(runs: list[ScalingPoint], rows: list[dict[str, Any]], context: str) -> str:
@@ -64,14 +72,13 @@ def scaling_table(runs: list[ScalingPoint], rows: list[dict[str, Any]], context:
     header = (f"# {', '.join(kinds)} scaling (run files record scaling_mode="
               f"{','.join(recorded) or 'none'}): medians over repeats; speedup and "
               "efficiency vs the smallest np of each series; sync = comm + wait share")
-    formulas = ("# strong: speedup S = X/X0 = T(N0)/T(N), efficiency E = S*N0/N; "
-                "weak: E = (X/N)/(X0/N0) = T(N0)/T(N), scaled speedup S = X/X0")
-    lines = [header, formulas, f"# {context}",
-             f"| {'series':<10} | {'np':>3} | {'sync':>5} | {'batch/rank':>10} | "
-             f"{'steps/rank':>10} | {'runs':>4} | {'samples/s':>10} | {'speedup':>10} | "
-             f"{'efficiency':>10} | note |",
-             f"| {'-' * 10} | {'-' * 2}: | {'-' * 4}: | {'-' * 9}: | {'-' * 9}: | {'-' * 3}: | "
-             f"{'-' * 9}: | {'-' * 9}: | {'-' * 9}: | ---- |"]
+    shown = [(c, how, how.fmt or c.fmt or "{}", how.width or max(len(how.header), 5))
+             for c, how in columns.table("sweep")]
+    lines = [header, f"# {FORMULAS}", f"# {context}",
+             f"| {'series':<10} | {'np':>3} | "
+             + "".join(f"{how.header:>{w}} | " for _, how, _, w in shown) + "note |",
+             f"| {'-' * 10} | {'-' * 2}: | "
+             + "".join(f"{'-' * (w - 1)}: | " for *_, w in shown) + "---- |"]
     order = {a: i for i, a in enumerate(dict.fromkeys(r.algorithm for r in runs))}
 
     def sort_key(key: tuple[str, int]) -> tuple:
@@ -79,17 +86,6 @@ def scaling_table(runs: list[ScalingPoint], rows: list[dict[str, Any]], context:
 
     for series, np_ in sorted(points, key=sort_key):
         members = points[(series, np_)]
-        # a diverged run's throughput is no result: samples/s over the others
-        speeds = [float(r["samples_per_s"]) for r in members if not r.get("diverged")]
-        x = statistics.median(speeds) if speeds else NAN
-        syncs = [r["sync_fraction"] for r in members if math.isfinite(r["sync_fraction"])]
-        sync = statistics.median(syncs) if syncs else NAN
-        steps = statistics.median(r["steps"] / r["world_size"] for r in members)
-        batch = statistics.median(
-            float(r["samples"]) / max(1, r["steps"]) for r in members)
-        finite = [r for r in members if math.isfinite(r["speedup"])]
-        speedup = statistics.median(r["speedup"] for r in finite) if finite else NAN
-        eff = statistics.median(r["efficiency"] for r in finite) if finite else NAN
         flag = ("overlapped" if all(r.get("overlapped") for r in members) else
                 "diverged" if all(r.get("diverged") for r in members) else "")
         notes = [n for n, k in (("overlapped", "overlapped"), ("diverged", "diverged"))
@@ -98,11 +94,9 @@ def scaling_table(runs: list[ScalingPoint], rows: list[dict[str, Any]], context:
             notes.append("mixed work")
         if any(r.get("oversubscribed") for r in members):
             notes.append("oversubscribed")
-        lines.append(f"| {series:<10} | {np_:>3} | {_cell(sync, '{:.3f}'):>5} | "
-                     f"{batch:>10.0f} | {steps:>10.0f} | "
-                     f"{len(members):>4} | {_cell(x, '{:.1f}', flag if not speeds else ''):>10} | "
-                     f"{_cell(speedup, '{:.3f}', flag):>10} | "
-                     f"{_cell(eff, '{:.3f}', flag):>10} | {', '.join(notes)} |")
+        cells = "".join(f"{_cell(c, fmt, _value(c, members), flag):>{w}} | "
+                        for c, _, fmt, w in shown)
+        lines.append(f"| {series:<10} | {np_:>3} | {cells}{', '.join(notes)} |")
     overlapped = sorted({os.path.basename(r["path"]) for r in rows if r.get("overlapped")})
     if overlapped:
         lines.append(f"# overlapped: {', '.join(overlapped)} ran at the same time as another "
