@@ -1,139 +1,32 @@
 """ASGD: asynchronous SGD with the global parameters in MPI one-sided windows.
 
-The rule (ALGORITHMS.md, "ASGD"; the parameter-server ASGD of Dean et al.
-2012 without a server loop): the global weights W live in MPI RMA windows.
-Each worker k repeatedly
+The rule (ALGORITHMS.md, "ASGD"; the parameter-server ASGD of Dean et al. 2012
+without a server loop): each worker k repeatedly pulls (v_pre = version; W_k = W;
+s_post = started), computes g_k on W_k, applies worker-side momentum
+(u = mu_w * u + g_k + wd * W_k, ``MomentumSGD``'s convention) and pushes
+(started++; W += -lr_w * u; v_push = version++), three epochs in turn. It records
+``staleness`` = v_push - v_pre, an upper bound of the pushes between its pull and
+its push (a push counts itself only after its Accumulate completed), and
+``staleness_min`` = max(0, v_push - s_post), a true lower bound (``started``
+counts a push before its Accumulate begins); both are 0 with one worker, where
+ASGD is serial momentum SGD. Accumulate is element-wise atomic, so no push is
+lost, and the pull reads with ``Get_accumulate(NO_OP)``: MPI-3.1/4.1 section 12.7
+leave a ``Get`` racing an ``Accumulate`` undefined, only accumulate-type calls are
+atomic with each other (the windows' ``accumulate_ops=same_op_no_op`` hint).
 
-1. pulls:   v_pre = version; W_k = W; s_post = started   (Fetch_and_op NO_OP;
-            Get_accumulate NO_OP, an atomic read; Fetch_and_op NO_OP)
-2. computes g_k on W_k with its mini-batch
-3. applies worker-side momentum (the PyTorch convention of ``MomentumSGD``):
-   u = mu_w * u + g_k + wd * W_k
-4. pushes:  started++; W += -lr_w * u; v_push = version++
-            (Fetch_and_op SUM; Accumulate SUM; Fetch_and_op SUM, three epochs in turn)
+Step size: W workers that each take a full momentum step move the weights W
+times as far per SSGD-equivalent step, and asynchrony adds an implicit momentum
+of its own (Mitliagkas et al. 2016, arXiv 1605.09774), so ``--worker-momentum``
+defaults to 0.5 (a push's memory is two pushes, not ten), stable under MPICH
+and Open MPI alike (docs/RESULTS.md, "ASGD's defaults on two MPI libraries");
+``--async-lr-scale workers`` divides the effective step among the workers
+(:func:`worker_learning_rate`). ``--delay-compensation LAMBDA`` (DC-ASGD, Zheng
+et al. 2017, eq. 10) pushes g + LAMBDA * g*g*(W_now - W_k), with W_now fetched
+in the push's own epoch, not approximated.
 
-and records ``staleness`` = v_push - v_pre and ``staleness_min`` =
-max(0, v_push - s_post). A push counts itself in ``version`` only after its
-Accumulate completed, so W_k may already contain pushes that v_pre does not
-count: v_push - v_pre is an upper bound of the number of other pushes
-between the pull and the push. ``started`` counts a push before its
-Accumulate begins, so at most s_post of the v_push pushes counted before
-ours can be in W_k, and every other one started after the pull ended: a true
-lower bound (a version read after the pull would count pushes that landed
-before the pull but were counted after it). Both are 0 with one worker,
-where ASGD is exactly serial momentum SGD. Accumulate is element-wise
-atomic, so no push is lost however many workers push at once, and the
-pull reads with ``Get_accumulate(NO_OP)``:
-MPI-3.1/4.1 section 12.7 leave a ``Get`` that races an ``Accumulate`` on the
-same memory undefined, only accumulate-type calls are atomic with each other
-(the windows' ``accumulate_ops=same_op_no_op`` hint allows it; measured no
-slower here than ``Get``).
-
-Defaults stable on every MPI (our choice; ALGORITHMS.md asks for one): W
-workers that each apply a full momentum step at ``--lr`` move the weights W
-times as far per SSGD-equivalent step as SSGD does, and asynchrony adds an
-implicit momentum of its own (Mitliagkas et al. 2016, arXiv 1605.09774): a
-worker's velocity (memory 1/(1 - mu_w) pushes) holds gradients of weights
-many pushes old. With MPICH's slow Accumulate the same flags as SSGD trained
-(0.76-0.83); with Open MPI's fast one they diverged (0.10-0.65, 4 ranks, mlp,
-Fashion-MNIST, 1 epoch, lr 0.05, mu 0.9; no push was lost). So
-``--worker-momentum`` defaults to 0.5: a push's effective step lr / (1 -
-mu_w) is 0.1 at lr 0.05 (SSGD's is 0.5 per 4 x 64 samples, 0.125 per 64) and
-its memory two pushes instead of ten. Measured at 4 ranks, 5 seeds, twice:
-MPICH 0.816-0.846, Open MPI 0.787-0.836 (ALGORITHMS.md; under Open MPI
-every push is W-1 versions stale, which costs about 0.02 of accuracy). ``--async-lr-scale
-workers`` divides the step among the W workers instead, lr_w = lr * (1 -
-mu_w) / ((1 - mu) * W) (lr / W at equal momenta): it keeps the effective step
-fixed as W grows, but at 4 ranks (lr_w 0.0625) one Open MPI seed in five
-ended at 0.78, so it is not the default. ``--async-lr-scale none
---worker-momentum 0.9`` gives the old behaviour.
-
-``--delay-compensation LAMBDA`` (DC-ASGD, Zheng et al. 2017, eq. 10) pushes
-g + LAMBDA * g*g*(W_now - W_k) instead of g. W_now is FETCHED, not
-approximated: the push epoch first reads the current weights
-(``Get_accumulate`` NO_OP), flushes, builds the compensated update and then
-Accumulates it, all inside the same SHARED lock epoch (one more transfer of
-the parameters per step). ``push_seconds`` leaves the compensation's compute
-out (it is charged to ``update``).
-
-Windows and locks (module :mod:`syncbench.algorithms.windows`):
-
-* parameters: one ``Win.Allocate`` window of the model's dtype. ``--ps-layout
-  sharded`` (default): rank r hosts the r-th contiguous 1/N slice;
-  ``single``: rank 0 hosts everything and also trains; ``dedicated``: rank 0
-  hosts everything and only drives MPI progress until the job is done (it
-  takes no steps and records no rows), the other N-1 ranks are workers and
-  the training data is sharded over them (:meth:`ASGD.data_shard`).
-* counters: a second, int64 ``Win.Allocate`` window on rank 0 with
-  [version, claims, started]. ``version`` counts completed pushes,
-  ``started`` pushes whose Accumulate has begun (the staleness lower bound);
-  ``claims`` hands
-  out step tickets: a worker claims its first ticket in ``done()`` and the
-  next one with each push (same epoch as the version increment), and stops
-  when its ticket reaches ``Budget.total_samples // batch_size``. So exactly
-  the sample budget is pushed, however the ranks' speeds differ.
-* every access is ``Lock(owner, LOCK_SHARED)`` per owner, the operations,
-  then ``Unlock`` per owner (locking all owners first lets the shards move
-  concurrently). Only shared locks are ever taken, so ``MPI_MODE_NOCHECK`` is
-  valid and is the default (``--rma-assert nocheck``): it removes the lock
-  handshake that otherwise waits for the target to enter MPI.
-* the windows are allocated (collectively) in :meth:`ASGD.prepare`, before
-  the barrier that starts the training clock, and the run's latency report
-  is gathered in :meth:`ASGD.close`, after the clock stopped, so ``wall_s``
-  covers only the steps.
-
-Progress: where the transport needs the target inside MPI (MPICH without
-NOCHECK, or an active-message accumulate between nodes), the worker enters
-MPI between layers (``Iprobe`` on a private communicator in the model's
-``poll``/``on_grads_ready`` hooks), and a rank that is done keeps doing so
-(an ``Ibarrier`` tested with 100 us sleeps) until every rank is done. The
-straggler's injected delay does not poll: use ``--ps-layout dedicated`` when
-the transport needs target progress and a host rank is slowed.
-
-Measured (2-core VM shared with other jobs, 4 ranks oversubscribed, MLP of
-235k float32 = 0.94 MB, fashion-mnist, ``--rma-assert nocheck``, per-step
-figures over all ranks, p50/p90):
-
-=====================  ===================  ========================
-library, layout        pull (ms)            push (ms)
-=====================  ===================  ========================
-MPICH 5.0.2, sharded   0.14 / 0.2 .. 3      2 .. 14 / 3 .. 25 (load)
-MPICH, single          0.13 / 0.2           8 / 15
-MPICH, dedicated       0.13 / 1.3           6 / 16
-Open MPI 5.0.11, all   0.12 / 0.17          0.17 / 0.3
-MPICH, ``none`` assert 26 / 48              35 / 55
-=====================  ===================  ========================
-
-MPICH applies an Accumulate to shared-memory targets at the call, through
-its generic reduce path (about 1 GB/s; 0.3-1 ms for 0.94 MB even on one
-rank; ``Unlock`` then only completes the epoch), and its tail grows with the
-machine's load; Open MPI's osc/sm is 5-50x faster. A microbenchmark with the
-target asleep outside MPI: 60k-float Get/Accumulate complete in 0.09/0.04 ms
-with NOCHECK but block until the target wakes up without it (MPICH's lock
-request needs the target). Rank 0 prints the pull and push latencies and the
-staleness bounds of every run at the end (one ``asgd:`` line on stdout); the
-staleness bounds are also run-file columns.
-
-Checkpoints (``--checkpoint-every S``): the workers pause at every multiple
-of S * N global pushes (tickets). A worker whose next ticket is at or past the
-pause point, a worker that is done and the dedicated host stop there
-(:meth:`ASGD.pause_point`), every push before the point is complete when they
-meet (an ``Ibarrier`` that drives progress), the driver saves the window
-shards, the counters and every rank's state off the training clock, and
-training continues. With one worker a resumed run is bit-identical to an
-uninterrupted one; with more, the interleaving of pushes differs, as it does
-between any two runs.
-
-Evaluation: ranks are never at the same point, so :meth:`evaluation_point`
-is None during training. Instead :meth:`snapshot_point` tells the driver how
-many samples the weights this rank pulled last include (the version at the
-pull times the batch); rank 0 keeps a copy of its pulled weights each time
-that crosses an evaluation stride and evaluates the copies after training,
-with the times at which they were pulled (so the accuracy curve costs the
-run nothing but a copy). With ``--ps-layout dedicated`` rank 0 does not
-train and only the final evaluation is made. The final model,
-:meth:`consensus_params` (after :meth:`finish`'s barrier), reads every shard
-with ``Allgatherv`` of the owners' window memory.
+Windows, locks, progress, checkpoints and evaluation: :class:`ASGD` and
+:mod:`syncbench.algorithms.windows`; the pull and push latencies measured per
+MPI library are in docs/RESULTS.md ("ASGD's pull and push latencies").
 """
 
 from __future__ import annotations
@@ -185,6 +78,34 @@ def worker_learning_rate(lr: float, momentum: float, worker_momentum: float, wor
 
 
 class ASGD(Algorithm):
+    """ASGD over two windows (:mod:`syncbench.algorithms.windows`).
+
+    Parameters: one ``Win.Allocate`` window of the model's dtype; ``--ps-layout
+    sharded`` (default): rank r hosts the r-th contiguous 1/N slice; ``single``:
+    rank 0 hosts everything and trains; ``dedicated``: rank 0 hosts everything and
+    only drives MPI progress (no steps, no rows), the data sharded over the N-1
+    workers (:meth:`data_shard`). Counters: an int64 window on rank 0 with
+    [version, claims, started]; ``claims`` hands out step tickets (the first in
+    :meth:`done`, the next with each push), and a worker stops when its ticket
+    reaches ``Budget.total_samples // batch_size``, so exactly the sample budget is
+    pushed however the ranks' speeds differ. Every access is ``Lock(owner,
+    LOCK_SHARED)`` per owner, the operations, then ``Unlock`` per owner (the shards
+    move concurrently); only shared locks are taken, so ``MPI_MODE_NOCHECK``
+    (``--rma-assert nocheck``, the default) is valid and removes the lock handshake.
+    The windows are allocated in :meth:`prepare`, before the clock starts, and the
+    latency report gathered in :meth:`close`, after it stops.
+
+    Progress: where the transport needs the target inside MPI, a worker enters MPI
+    between layers (``Iprobe`` in the model's hooks) and a rank that is done keeps
+    doing so (an ``Ibarrier`` tested every :data:`POLL_INTERVAL_S`); the straggler's
+    injected delay does not poll (use ``dedicated`` when a host rank is slowed).
+
+    Checkpoints pause every worker at each multiple of S * N tickets
+    (:meth:`pause_point`); evaluations are of the weights rank 0 pulled, kept when
+    they cross an evaluation stride (:meth:`snapshot_point`) and evaluated after
+    training; the final model is every shard gathered (:meth:`consensus_params`).
+    """
+
     name = "asgd"
     summary = ("asynchronous SGD: parameters in MPI RMA windows, atomic "
                "Get_accumulate/Accumulate pull/push")

@@ -111,6 +111,7 @@ def make_communicator(
     """
     if not backend.is_gpu:
         return Communicator(comm, timer)
+    # lazy: device_buffers subclasses Communicator (an import cycle at the top)
     from syncbench.algorithms.device_buffers import DeviceCommunicator
 
     return DeviceCommunicator(comm, timer, backend, cuda_aware, nonblocking_direct)

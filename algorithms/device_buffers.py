@@ -1,46 +1,31 @@
 """GPU buffers at the MPI boundary: CUDA-aware pass-through or pinned host staging.
 
 The rule (``DESIGN.md``, "Key decisions"): on the GPU backend a model's flat
-buffers are CuPy arrays. When the MPI library is CUDA-aware, blocking
-collectives get them as they are (mpi4py reads
-``__cuda_array_interface__``); otherwise every MPI call goes through a
-pinned host mirror of the buffer: device -> host copy, the MPI call on the
-mirror, host -> device copy when the data is final (at once for blocking
-calls, when the request completes for nonblocking ones). Direct calls
-synchronize the current CUDA stream first, because kernels are asynchronous
-and MPI knows nothing of streams.
+buffers are CuPy arrays. A CUDA-aware MPI library gets them as they are in
+blocking collectives (mpi4py reads ``__cuda_array_interface__``); otherwise
+every MPI call goes through a pinned host mirror (device -> host copy, the call
+on the mirror, host -> device copy when the data is final). Direct calls
+synchronize the current CUDA stream first: kernels are asynchronous and MPI
+knows nothing of streams. Nonblocking collectives are staged even with a
+CUDA-aware library, unless ``--cuda-aware-nonblocking yes``: Open MPI's
+(``coll/libnbc``) reduce on the CPU and may crash on device memory
+(open-mpi/ompi issues 9845, 12045).
 
-Nonblocking collectives are staged even with a CUDA-aware library, unless
-``--cuda-aware-nonblocking yes``: Open MPI supports device buffers in
-blocking collectives only; its nonblocking ones (``coll/libnbc``) reduce on
-the CPU and may crash on device memory (open-mpi/ompi issues 9845, 12045).
-
-A staged ``Iallreduce`` does not stall the GPU: it records an event after
-the kernels queued so far, copies the buffer into its pinned mirror
-asynchronously on a copy stream that waits for that event, and posts the MPI
-call once the copy has completed. Inside the ``compute`` phase (SSGD's
-buckets during backward) the post is deferred to the next :meth:`poll`,
-``Test`` or ``Wait`` that finds the copy done, so backward keeps running;
-elsewhere ``Iallreduce`` waits for its copy and posts at once. Posts keep
-the program's order (first in, first out), and every other collective of
-the communicator first posts what is deferred, so all ranks issue their
-collectives in the same order. The copy time counted in
-:class:`Staging` is the time a rank waited for a copy, not the copy's
-duration on the GPU.
+A staged ``Iallreduce`` does not stall the GPU: it records an event after the
+kernels queued so far, copies into its mirror on a copy stream that waits for
+that event, and posts the MPI call once the copy completed; inside ``compute``
+(SSGD's buckets during backward) the post waits for the next :meth:`poll`,
+``Test`` or ``Wait`` that finds the copy done. Posts keep the program's order,
+and every other collective first posts what is deferred, so all ranks issue
+their collectives in the same order. :class:`Staging` counts the time a rank
+waited for a copy, not the copy's duration on the GPU.
 
 ``--cuda-aware yes|no|auto`` (:func:`detect_cuda_aware`): ``auto`` asks the
-library (``MPIX_Query_cuda_support()``, through mpi4py if it exposes it, else
-the symbol in the MPI library mpi4py loaded; Open MPI and MPICH >= 4 have it),
-and only where the library has no such query, known settings in the
-environment (``MPICH_GPU_SUPPORT_ENABLED=1`` on Cray MPICH, ``MV2_USE_CUDA=1``
-on MVAPICH2, ``OMPI_MCA_opal_cuda_support=true``). Otherwise: no (staging),
-which always works; the PyPI MPI wheels are not CUDA-aware.
-
-One-sided windows stay in host memory: :class:`HostMirror` copies device
-parameters to and from a host buffer (a window's memory, say) and counts the
-copy time. Nothing here imports CuPy on the CPU backend, and the CPU path
-keeps the plain :class:`~syncbench.algorithms.communicator.Communicator`
-(:func:`~syncbench.algorithms.communicator.make_communicator`), so it pays nothing for any of this.
+library (``MPIX_Query_cuda_support()``), else known environment settings
+(Cray MPICH, MVAPICH2, Open MPI); otherwise no (staging), which always works.
+One-sided windows stay in host memory (:class:`HostMirror`). Nothing here
+imports CuPy on the CPU backend, whose plain
+:class:`~syncbench.algorithms.communicator.Communicator` pays nothing for this.
 """
 
 from __future__ import annotations
@@ -136,7 +121,7 @@ def detect_cuda_aware(
 def host_empty(backend: Backend, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialized host array: page-locked (pinned) on the GPU backend."""
     if backend.is_gpu:
-        import cupyx
+        import cupyx  # lazy: CuPy exists only where the GPU backend runs
 
         return cupyx.empty_pinned(shape, dtype=dtype)
     return np.empty(shape, dtype=dtype)

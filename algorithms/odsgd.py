@@ -1,10 +1,10 @@
 """OD-SGD: one-step-delay SGD (Xu, Dong, Xu, Liao 2020, arXiv 2005.06728).
 
 Every rank keeps two copies of the weights: ``W_g``, the global weights,
-identical on every rank (a second flat buffer, :attr:`ODSGD.w_global`), and
-``W_loc``, the weights it computes on (the model's own flat ``params``). The
-recurrence is the one of ``ALGORITHMS.md`` (section "OD-SGD"), which is the
-paper's Alg. 1 as its public MXNet code runs it (CynthiaProtector/OD-SGD)::
+identical on every rank (:attr:`ODSGD.w_global`), and ``W_loc``, the weights it
+computes on (the model's ``params``). The recurrence is ALGORITHMS.md's
+("OD-SGD"), the paper's Alg. 1 as its public MXNet code runs it
+(CynthiaProtector/OD-SGD)::
 
     W_g = W_loc = W0
     t < warmup:   g = grad(W_loc); gsum = Allreduce(g)                # SSGD
@@ -15,111 +15,20 @@ paper's Alg. 1 as its public MXNet code runs it (CynthiaProtector/OD-SGD)::
                   W_loc = W_g + LocalStep(W_g, g / N)
     finish():     Wait(req_last); W_g = GlobalOpt(W_g, gsum_last / N)
 
-* GlobalOpt is momentum SGD (``--lr``, ``--momentum``, ``--weight-decay``) on
-  ``W_g`` with the averaged gradient; every rank applies the same update to
-  the same reduced vector, so ``W_g`` stays identical everywhere.
-* LocalStep is the paper code's local optimizer (``--optimizer-local`` of its
-  ``example/image-classification/common/fit.py``), an MXNet optimizer the worker
-  registers as its kvstore updater (``python/mxnet/kvstore.py``,
-  ``KVStore.set_optimizer``: ``self._set_updater(opt.get_updater(optimizer_local))``).
-  ``src/kvstore/kvstore_dist.h``, ``KVStoreDist::Push_``, calls it once per
-  step after the warm-up (``pull_first_time/parameter_count > 200``) as
-  ``updater_(key, send_buf, &update_local)``: the worker's own gradient on
-  ``comm_buf_copy``, which ``PullBroadImpl`` reset to the pulled ``W_g``
-  (``CopyFromTo(comm_buf_[key], &comm_buf_copy[key])``) after broadcasting the
-  previous result to the devices. The gradient is rescaled by
-  ``rescale_grad = 1/(b*N)`` (``python/mxnet/module/module.py``,
-  ``Module.init_optimizer``); our ``g`` is already the batch mean, hence ``g/N``.
-  ``D`` below is the weight decay (``MomentumSGD.decay``: ``--weight-decay``, per
-  element with ``--wd-exempt``, as MXNet's ``wd_mult`` exempts biases). The
-  optimizer's state is created by ``Updater.__call__`` at its first call (the
-  first delayed step) and kept across steps; no pull resets it.
+GlobalOpt is momentum SGD (``--lr``, ``--momentum``, ``--weight-decay``) on W_g,
+the same update of the same reduced vector on every rank. LocalStep is the
+paper code's local optimizer (``--local-opt``: MXNet's ``SGD``, the fork's
+``DCASGD`` or ``CADCASGD``; :class:`ODSGD` gives each formula and the source it
+follows). ``--warmup-steps`` plain SSGD steps come first (root attribute
+``warmup_steps``). ``--local-lookahead on`` is our variant, not the paper's
+(labelled ``odsgd+la``): W_loc predicts the next W_g, which restores SSGD's
+stability where the paper's recurrence needs a far smaller step (:class:`ODSGD`).
 
-  ``--local-opt sgd`` (MXNet ``SGD``, ``python/mxnet/optimizer.py``): with
-  ``--local-momentum 0`` (default) ``sgd_update``,
-  ``W_loc = W_g - lr_local * (g/N + D*W_g)``; with ``--local-momentum mu_l > 0``
-  ``sgd_mom_update`` (``src/operator/optimizer_op-inl.h``, ``SGDMomKernel``:
-  ``mom = momentum*mom - lr*wd*weight - lr*rescale_grad*grad``;
-  ``weight + mom``)::
-
-      mom = mu_l * mom - lr_local * (g/N + D*W_g)       # mom = 0 at the first delayed step
-      W_loc = W_g + mom                                 # mom kept; W_g is the new pull
-
-  The paper's ``fit.py`` defaults ``--mom-local`` to 0.1; its CIFAR scripts
-  (``example/image-classification/cifar.sh``, ``example/gluon/run.sh``) pass 0.
-  ``--local-momentum`` is only allowed with ``sgd``: MXNet's ``DCASGD`` takes a
-  momentum and ignores it, ``CADCASGD`` passes it to ``adc_sgd_update``, which
-  has no such parameter (dmlc rejects an unknown argument).
-
-  ``--local-opt dc`` (the fork's ``DCASGD.update``, ``dc_sgd_update``)::
-
-      W_loc = W_g - lr_local * (g/N + LAMBDA*(g/N)**2 * (W_g(t) - W_g(t-1)) + D*W_g)
-
-  with ``W_g(t)`` the global weights this local step starts from and
-  ``W_g(t-1)`` those the previous local step started from (its state
-  ``previous_weight``, a copy of the weights at its first call: the
-  compensation is zero at the first delayed step). ``--dc-lambda`` defaults to
-  0.04, ``DCASGD``'s ``lamda``.
-
-  ``--local-opt cadc`` (the fork's ``CADCASGD.update``: ``ms_update`` then
-  ``adc_sgd_update``, kernels ``MSKernel`` and ``ADCKernel``; the local
-  optimizer of ``cifar.sh`` and ``example/gluon/run.sh``)::
-
-      MS = m*MS + (1 - m)*(g/N)**2 + 1e-7               # MS = 0 before the first delayed step
-      W_loc = W_g - lr_local * (g/N + LAMBDA/sqrt(MS) * (g/N)**2 * (W_g(t) - W_g(t-1)) + D*W_g)
-
-  ``--cadc-lambda`` (LAMBDA) defaults to 2 and ``--cadc-m`` (m) to 0.0, the
-  defaults of ``CADCASGD.__init__`` (the scripts set neither); its state is
-  ``MS`` (``self.MS[index]``, zeros at the first call) and ``previous_weight``
-  (as ``dc``); the 1e-7 is ``MSKernel``'s. Momentum: none (see above).
-  That is the kernel's formula with each parameter bound by its name
-  (``--cadc-args named``, default). The fork's ``ADCUpdate`` launches
-  ``ADCKernel`` with its scalars in another order than ``ADCKernel::Map``
-  declares them (launch: ``clip_gradient, lr, wd, rescale_grad, lam``; Map:
-  ``clip_gradient, lr, lam, wd, rescale_grad``), so the compiled code computes
-  ``g/N + wd/sqrt(MS) * (g/N)**2 * dW_g + rescale_grad*W_g``
-  (``dW_g = W_g(t) - W_g(t-1)``): LAMBDA is the
-  weight decay and the decay is 1/(b*N) on every element; ``--cadc-args
-  launched`` runs that (D as LAMBDA, ``1/(batch_size*N)`` as the decay).
-  (``DCUpdate`` swaps ``lam`` and ``wd`` the same way; ``dc`` here keeps the
-  named reading.)
-* ``--lr-local`` defaults to ``--lr``; the paper's scripts tune it separately
-  (0.1 with lr 0.1 on 4 workers, 0.5 with lr 0.1 on 8), so comparisons show
-  OD-SGD at the best lr of a small grid.
-* ``--warmup-steps`` (default 50) plain SSGD steps (one blocking
-  ``Allreduce``) come first. The paper's code warms up for 201 iterations
-  (``count_pull > 199`` in ``python/mxnet/model.py``); ours is shorter because
-  the runs here are short. The number is recorded as
-  the run file's root attribute ``warmup_steps``.
-* ``--local-lookahead on`` (opt-in, NOT the paper's algorithm; recorded in
-  the config and labelled ``odsgd+la`` in tables) replaces the local weight
-  decay term by the part of the next global step that is already known,
-  ``W_loc = W_g - lr_local * LocalOpt(g / N) - lr * (mu * v + D * W_g)``
-  (``v``: GlobalOpt's velocity; with local momentum the buffer takes
-  ``-lr_local * g/N`` only and ``W_loc = W_g + mom - lr * (mu * v + D * W_g)``),
-  with ``--lr-local`` defaulting to N * lr, so W_loc is the next W_g with the
-  own gradient standing in for the average (close to DANA, arXiv 1907.11612).
-  Why it exists: W_g applies gradients one step stale. On a quadratic of
-  curvature h whose gradient is the same on every rank
-  (:mod:`syncbench.analysis.stability`), SSGD with heavy-ball momentum mu is
-  stable for ``lr*h < 2*(1 + mu)`` (3.8 at mu = 0.9), the one-step-delayed
-  global update without a local step for ``lr*h < 1 - mu`` (0.1), the
-  paper's recurrence for ``lr*h < 0.105`` (N = 4, lr_local = lr; 0.125 with
-  lr_local = N*lr; local momentum 0.1: 0.106), and the look-ahead with
-  lr_local = N*lr for ``lr*h < 3.8``, SSGD's bound. Measured on
-  Fashion-MNIST/mlp, 4 ranks, 1 epoch, lr 0.05, mu 0.9: SSGD 0.843, the
-  paper's recurrence 0.683, the look-ahead 0.839. The benchmark reports the
-  paper's algorithm's instability rather than hiding it.
-
-Communication: the gradient of step t is copied to one of two receive
-buffers (the next backward overwrites ``model.grads``, and step t+1's
-request starts before step t's is waited on) and reduced in place with a
-nonblocking ``Iallreduce``. MPI progresses it only inside MPI calls, so the
-next step's forward and backward poll it between layers (``Testall``,
-charged to ``comm``); the blocking part of the ``Wait`` is the exposed
-``wait``. Every step is a lock-step point (each rank takes the same steps),
-so :meth:`Algorithm.evaluation_point` keeps its default, and the consensus
-model is ``W_g`` (one gradient behind until :meth:`ODSGD.finish`).
+Communication: step t's gradient is copied to one of two receive buffers and
+reduced in place by an ``Iallreduce``, which the next step's forward and
+backward poll between layers (``Testall``, charged to ``comm``); the blocking
+part of the ``Wait`` is ``wait``. Every step is a lock-step point, and the
+consensus model is W_g (one gradient behind until :meth:`ODSGD.finish`).
 """
 
 from __future__ import annotations
@@ -149,7 +58,99 @@ def local_learning_rate(options: Any, lr: float, world: int) -> float:
 
 
 class ODSGD(Algorithm):
-    """One-step-delay SGD: global weights lag one reduction, local weights compensate."""
+    """One-step-delay SGD: global weights lag one reduction, local weights compensate.
+
+    LocalStep is the paper code's local optimizer (``--optimizer-local`` of its
+    ``example/image-classification/common/fit.py``), an MXNet optimizer the worker
+    registers as its kvstore updater (``python/mxnet/kvstore.py``,
+    ``KVStore.set_optimizer``: ``self._set_updater(opt.get_updater(optimizer_local))``).
+    ``src/kvstore/kvstore_dist.h``, ``KVStoreDist::Push_``, calls it once per
+    step after the warm-up (``pull_first_time/parameter_count > 200``) as
+    ``updater_(key, send_buf, &update_local)``: the worker's own gradient on
+    ``comm_buf_copy``, which ``PullBroadImpl`` reset to the pulled ``W_g``
+    (``CopyFromTo(comm_buf_[key], &comm_buf_copy[key])``) after broadcasting the
+    previous result to the devices. The gradient is rescaled by
+    ``rescale_grad = 1/(b*N)`` (``python/mxnet/module/module.py``,
+    ``Module.init_optimizer``); our ``g`` is already the batch mean, hence ``g/N``.
+    ``D`` below is the weight decay (``MomentumSGD.decay``: ``--weight-decay``, per
+    element with ``--wd-exempt``, as MXNet's ``wd_mult`` exempts biases). The
+    optimizer's state is created by ``Updater.__call__`` at its first call (the
+    first delayed step) and kept across steps; no pull resets it.
+
+    ``--local-opt sgd`` (MXNet ``SGD``, ``python/mxnet/optimizer.py``): with
+    ``--local-momentum 0`` (default) ``sgd_update``,
+    ``W_loc = W_g - lr_local * (g/N + D*W_g)``; with ``--local-momentum mu_l > 0``
+    ``sgd_mom_update`` (``src/operator/optimizer_op-inl.h``, ``SGDMomKernel``:
+    ``mom = momentum*mom - lr*wd*weight - lr*rescale_grad*grad``;
+    ``weight + mom``)::
+
+        mom = mu_l * mom - lr_local * (g/N + D*W_g)       # mom = 0 at the first delayed step
+        W_loc = W_g + mom                                 # mom kept; W_g is the new pull
+
+    The paper's ``fit.py`` defaults ``--mom-local`` to 0.1; its CIFAR scripts
+    (``example/image-classification/cifar.sh``, ``example/gluon/run.sh``) pass 0.
+    ``--local-momentum`` is only allowed with ``sgd``: MXNet's ``DCASGD`` takes a
+    momentum and ignores it, ``CADCASGD`` passes it to ``adc_sgd_update``, which
+    has no such parameter (dmlc rejects an unknown argument).
+
+    ``--local-opt dc`` (the fork's ``DCASGD.update``, ``dc_sgd_update``)::
+
+        W_loc = W_g - lr_local * (g/N + LAMBDA*(g/N)**2 * (W_g(t) - W_g(t-1)) + D*W_g)
+
+    with ``W_g(t)`` the global weights this local step starts from and
+    ``W_g(t-1)`` those the previous local step started from (its state
+    ``previous_weight``, a copy of the weights at its first call: the
+    compensation is zero at the first delayed step). ``--dc-lambda`` defaults to
+    0.04, ``DCASGD``'s ``lamda``.
+
+    ``--local-opt cadc`` (the fork's ``CADCASGD.update``: ``ms_update`` then
+    ``adc_sgd_update``, kernels ``MSKernel`` and ``ADCKernel``; the local
+    optimizer of ``cifar.sh`` and ``example/gluon/run.sh``)::
+
+        MS = m*MS + (1 - m)*(g/N)**2 + 1e-7               # MS = 0 before the first delayed step
+        W_loc = W_g - lr_local * (g/N + LAMBDA/sqrt(MS) * (g/N)**2 * (W_g(t) - W_g(t-1)) + D*W_g)
+
+    ``--cadc-lambda`` (LAMBDA) defaults to 2 and ``--cadc-m`` (m) to 0.0, the
+    defaults of ``CADCASGD.__init__`` (the scripts set neither); its state is
+    ``MS`` (``self.MS[index]``, zeros at the first call) and ``previous_weight``
+    (as ``dc``); the 1e-7 is ``MSKernel``'s. Momentum: none (see above).
+    That is the kernel's formula with each parameter bound by its name
+    (``--cadc-args named``, default). The fork's ``ADCUpdate`` launches
+    ``ADCKernel`` with its scalars in another order than ``ADCKernel::Map``
+    declares them (launch: ``clip_gradient, lr, wd, rescale_grad, lam``; Map:
+    ``clip_gradient, lr, lam, wd, rescale_grad``), so the compiled code computes
+    ``g/N + wd/sqrt(MS) * (g/N)**2 * dW_g + rescale_grad*W_g``
+    (``dW_g = W_g(t) - W_g(t-1)``): LAMBDA is the
+    weight decay and the decay is 1/(b*N) on every element; ``--cadc-args
+    launched`` runs that (D as LAMBDA, ``1/(batch_size*N)`` as the decay).
+    (``DCUpdate`` swaps ``lam`` and ``wd`` the same way; ``dc`` here keeps the
+    named reading.)
+
+    ``--lr-local`` defaults to ``--lr``; the paper's scripts tune it separately
+    (0.1 with lr 0.1 on 4 workers, 0.5 with lr 0.1 on 8), so comparisons show
+    OD-SGD at the best lr of a small grid.
+
+    ``--warmup-steps`` (default 50): the paper's code warms up for 201 iterations
+    (``count_pull > 199`` in ``python/mxnet/model.py``); ours is shorter because the
+    runs here are short.
+
+    ``--local-lookahead on`` replaces the local weight decay term by the part of
+    the next global step that is already known,
+    ``W_loc = W_g - lr_local * LocalOpt(g / N) - lr * (mu * v + D * W_g)``
+    (``v``: GlobalOpt's velocity; with local momentum the buffer takes
+    ``-lr_local * g/N`` only and ``W_loc = W_g + mom - lr * (mu * v + D * W_g)``),
+    with ``--lr-local`` defaulting to N * lr, so W_loc is the next W_g with the own
+    gradient standing in for the average (close to DANA, arXiv 1907.11612). Why it
+    exists: W_g applies gradients one step stale. On a quadratic of curvature h
+    whose gradient is the same on every rank (:mod:`syncbench.analysis.stability`),
+    SSGD with heavy-ball momentum mu is stable for ``lr*h < 2*(1 + mu)`` (3.8 at
+    mu = 0.9), the one-step-delayed global update without a local step for
+    ``lr*h < 1 - mu`` (0.1), the paper's recurrence for ``lr*h < 0.105`` (N = 4,
+    lr_local = lr; 0.125 with lr_local = N*lr; local momentum 0.1: 0.106), and the
+    look-ahead with lr_local = N*lr for ``lr*h < 3.8``, SSGD's bound (the accuracies
+    measured: docs/RESULTS.md, "OD-SGD's look-ahead"). The benchmark reports the
+    paper's algorithm's instability rather than hiding it.
+    """
 
     name = "odsgd"
     summary = "one-step-delay SGD (gradient Iallreduce overlaps the next step's compute)"

@@ -1,52 +1,30 @@
 """Oscars: adaptive semi-synchronous local SGD with a global view of rank speeds.
 
-Training runs in rounds of local SGD (Haddadpour et al. 2019, arXiv
-1910.13598, Alg. 1; Oscars, arXiv 2102.08550; ALGORITHMS.md, "Oscars"). In
-round r rank k takes tau_k local momentum-SGD steps from the common W_start,
-then ONE packed ``Iallreduce`` of ``[w_k * delta_k | onehot_k * c_k | tau_k]``
-(delta_k = W_k - W_start; w_k = tau_k, or 1 with ``--averaging uniform``)
-gives every rank the same reduced vector, from which it updates
-``W_start += global_lr * sum_k w_k delta_k / sum_k w_k`` (the sample-weighted
-average; uniform divides by N) and computes the next schedule (eq. in
-ALGORITHMS.md)::
+Training runs in rounds of local SGD (Haddadpour et al. 2019, arXiv 1910.13598,
+Alg. 1; Oscars, arXiv 2102.08550; ALGORITHMS.md, "Oscars"). In round r rank k
+takes tau_k local momentum-SGD steps from the common W_start, then ONE packed
+``Iallreduce`` of ``[w_k * delta_k | onehot_k * c_k | tau_k]`` (delta_k = W_k -
+W_start; w_k = tau_k, or 1 with ``--averaging uniform``) gives every rank the
+same vector, from which it updates ``W_start += global_lr * sum_k w_k delta_k /
+sum_k w_k`` and computes the next schedule (ALGORITHMS.md)::
 
     T     = tau_0(r) * max_k c_k           # the slowest rank takes tau_0 steps
     tau_k = clamp(floor(T / c_k), 1, tau_max)
 
-with c_k rank k's measured seconds per local step: its data, compute,
-injected delay and update phases (so an emulated straggler, ``--slowdown``,
-really is slow, while time blocked in communication is left out), averaged
-over the round and smoothed across rounds by an exponential moving average
-(``--speed-ema``, the weight of the old value). Averaging within the round
-first keeps one preempted step on an oversubscribed host from swinging the
-schedule, and a speed change still shows within a few rounds. Every rank computes the whole schedule
-from the same reduced vector: the global view needs no coordinator.
-``--adaptive off`` gives every rank tau_0, which is exactly Local SGD with
-period tau_0. ``--period-growth ALPHA`` makes tau_0(r) = tau_0 * (1 + ALPHA*r)
-(the adaptive period of 1910.13598). Momentum buffers stay local across
-averaging by default (only the parameters are reset to W_start);
-``--momentum-sync zero|average`` (defined by Local SGD) restarts or averages
-them at every averaging. Every step records the c_k its round's schedule was
-computed from (rank dataset ``speed``; 0 in round 0, before any measurement),
-so a schedule can be checked against its inputs.
+with c_k rank k's seconds per local step (data, compute, injected delay and
+update: an emulated straggler is slow, time blocked in communication is left
+out), averaged over the round and smoothed across rounds (``--speed-ema``). So
+the global view needs no coordinator. ``--adaptive off`` is Local SGD with
+period tau_0; ``--period-growth ALPHA`` makes tau_0(r) = tau_0 * (1 + ALPHA*r)
+(the adaptive period of 1910.13598); ``--momentum-sync`` is Local SGD's. Every
+step records the c_k its schedule came from (rank dataset ``speed``).
 
-``--overlap``: after a round's last step the rank starts the Iallreduce and
-takes the FIRST step of the next round while it is in flight (polling it
-between layers), then waits and sets W_k = W_start_new + (W_k - W_k_at_sync).
-Only one step overlaps because every rank's tau is >= 1 in every round, so
-that step is inside the next round whatever its schedule turns out to be;
-the sample budget stays exact. An evaluation or checkpoint at a round boundary
-completes the in-flight reduction first (the consensus is W_start_new), so
-the step after it is not overlapped.
-
-Sample budget (equal work for every algorithm): the global number of local
-steps is ``Budget.total_samples / batch``. Each round's schedule is known to
-every rank, so so is the number of steps left. When a full round would leave
-fewer than N steps (or overshoot), that round is the last one and is fitted
-to exactly the steps left (:func:`fit_budget`): every rank keeps one step and
-the rest is shared in proportion to ``tau_k - 1`` by largest remainder (ties
-to the lower rank). Every rank therefore stops after the same round, and the
-global sample count is exactly the budget.
+``--overlap``: the rank takes the FIRST step of the next round while the
+Iallreduce is in flight (every tau is >= 1, so that step is in the next round
+whatever its schedule), then sets W_k = W_start_new + (W_k - W_k_at_sync).
+The sample budget is exact: a round that would leave fewer than N steps, or
+overshoot, is the last and is fitted to the steps left (:func:`fit_budget`), so
+every rank stops after the same round.
 """
 
 from __future__ import annotations
@@ -229,7 +207,12 @@ class Oscars(Algorithm):
         self._window[1] += 1
 
     def _update_speed(self) -> None:
-        """c_k <- EMA over rounds of the window's mean seconds per local step."""
+        """c_k <- EMA over rounds of the window's mean seconds per local step.
+
+        Averaging within the round first keeps one preempted step on an
+        oversubscribed host from swinging the schedule, and a speed change still
+        shows within a few rounds (``--speed-ema``: the weight of the old value).
+        """
         seconds, steps = self._window
         if steps == 0:
             return

@@ -1,39 +1,30 @@
 """MPI RMA windows that hold ASGD's global parameters and its update counters.
 
 Two windows, both made with ``MPI.Win.Allocate`` (the MPI library owns the
-memory, so it may place it in shared memory and do accesses without the
-target; Open MPI's passive-target Accumulate on a ``Create``'d window waits
-for the target):
+memory, so it may place it in shared memory and do accesses without the target;
+Open MPI's passive-target Accumulate on a ``Create``'d window waits for it):
 
-* :class:`ParamWindow` holds the flat parameter vector, cut into contiguous
-  shards (:func:`shard_layout`): one per rank (``sharded``) or all on rank 0
-  (``single``, ``dedicated``). Every access is a passive-target epoch with a
-  SHARED lock per owner: ``Lock(owner, LOCK_SHARED)``, ``Get_accumulate``
-  with ``NO_OP`` (a read) or ``Accumulate(SUM)``, ``Unlock``. An epoch locks
-  every owner first and unlocks them after all operations are posted, so the
-  shards are transferred concurrently instead of one round trip after
-  another. Accumulate-type calls are element-wise atomic with each other
-  (MPI-3.1 section 11.7.1): concurrent pushes are never lost, and a read
-  sees each element either before or after a concurrent push (different
-  elements may differ: Hogwild-style, which asynchronous SGD tolerates). A
-  plain ``Get`` would not do: its outcome when it races an ``Accumulate``
-  on the same memory is undefined.
+* :class:`ParamWindow` holds the flat parameter vector in contiguous shards
+  (:func:`shard_layout`): one per rank (``sharded``) or all on rank 0
+  (``single``, ``dedicated``). An access is one passive-target epoch that locks
+  every owner SHARED, posts ``Get_accumulate(NO_OP)`` (a read) or
+  ``Accumulate(SUM)`` on every shard, then unlocks them all, so the shards move
+  concurrently. Accumulate-type calls are element-wise atomic with each other
+  (MPI-3.1 section 11.7.1): concurrent pushes are never lost, and a read sees
+  each element before or after a push (Hogwild-style, which asynchronous SGD
+  tolerates); a plain ``Get`` racing an ``Accumulate`` is undefined.
 * :class:`Counters` holds a few int64 counters on rank 0, changed only with
   ``Fetch_and_op`` (atomic: ``SUM`` to add, ``NO_OP`` to read).
 
-Every lock is SHARED, so no process ever requests a conflicting lock and
-``MPI_MODE_NOCHECK`` is a valid assertion (``lock_assert``, the default of
-the algorithms that use this module). It matters: without it MPICH sends a
-lock request that the target grants only when it enters the MPI library; with
-it, and with ``Allocate``'d windows on one node, MPICH and Open MPI complete
-Get/Accumulate/Fetch_and_op without the target (see ``asgd.py`` for figures).
-Methods that make one kind of MPI call on buffers are named after it, as in
-mpi4py (``Get_accumulate``, ``Accumulate``, ``Flush``, ``Fetch_and_op``,
-``Free``; lowercase names in mpi4py mean pickled objects); the lowercase
-ones (``pull``, ``push``, ``gather``, ``fetch_add``, ``read``) are whole
-operations built from them. The windows' info hints ``accumulate_ordering=none`` and
-``accumulate_ops=same_op_no_op`` say that only SUM and NO_OP are used and
-that accumulates need not be ordered.
+Every lock is SHARED, so ``MPI_MODE_NOCHECK`` is a valid assertion
+(``lock_assert``): without it MPICH sends a lock request that the target grants
+only inside MPI; with it, on ``Allocate``'d windows on one node, MPICH and Open
+MPI complete the accesses without the target (docs/RESULTS.md, "ASGD's pull and
+push latencies"). Methods named after one MPI call are capitalised as in mpi4py
+(``Get_accumulate``, ``Accumulate``, ``Flush``, ``Fetch_and_op``, ``Free``); the
+lowercase ones (``pull``, ``push``, ``gather``, ``fetch_add``, ``read``) are
+whole operations. The info hints ``accumulate_ordering=none`` and
+``accumulate_ops=same_op_no_op`` say that only SUM and NO_OP are used, unordered.
 """
 
 from __future__ import annotations

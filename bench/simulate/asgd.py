@@ -1,86 +1,36 @@
 """ASGD's simulated traffic and timeline: the code's RMA epochs, its counter, its accumulates.
 
-What one step of a worker does (``algorithms/asgd.py``: ``ASGD.done`` line
-327, ``pull`` 355, ``push`` 395, ``start_push`` 409, ``land_push`` 413,
-``count_push`` 427; on ``algorithms/windows.py``'s ``ParamWindow.epoch``
-line 144 and ``Counters.Fetch_and_op`` line 228), and how each part is
-costed here:
+What one step of a worker does is ``ASGD.step``'s (``algorithms/asgd.py``: the
+pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` and
+``Counters.Fetch_and_op``), costed in three parts:
 
-* **Four epochs on rank 0's counter window** (``Counters.Fetch_and_op``: one
-  ``Lock(0, SHARED)``, the ``Fetch_and_op`` s, ``Unlock(0)`` each):
-  ``read(VERSION)`` before the pull, ``read(STARTED)`` after it,
-  ``fetch_add(STARTED)`` before the Accumulate, and one epoch of two ops
-  (``VERSION`` += 1, ``CLAIMS`` += 1) after it; plus one ``fetch_add(CLAIMS)``
-  per worker in ``done()`` before its first step. That is 4 round trips and 5
-  atomics per step (:data:`COUNTER_EPOCHS`). MPI makes accumulate-type calls
-  on the same location atomic with respect to each other (MPI 4.1 section
-  12.7.1, "Atomicity"), so rank 0 applies them one at a time: a NIC's atomic
-  unit, an active-message handler of rank 0's progress engine, or the mutex
-  of MPICH's shared-memory window all serialise them. They are simulated
-  exactly, as one FIFO queue at rank 0 that serves each atomic in
-  ``--counter-service-us`` (:func:`counter_timeline`, an event simulation of
-  every request): with W workers the job can make at most
-  1 / (5 x service) steps per second, however many ranks it has
-  (:func:`counter_bound`). Each epoch also costs the origin one per-epoch
-  overhead and one round trip (2 x the one-way latency to rank 0).
-* **A pull and a push are one epoch per owner** (``ParamWindow.epoch``: a
-  ``Lock(owner, SHARED)`` for every shard, then a ``Get_accumulate(NO_OP)``
-  or ``Accumulate(SUM)`` for every shard, then an ``Unlock`` for every
-  shard): ``len(shard_layout(...))`` epochs, N with ``--ps-layout sharded``
-  (the code's own :func:`~syncbench.algorithms.windows.shard_layout` is
-  called). With ``MPI_MODE_NOCHECK`` (``--rma-assert nocheck``, the
-  default) MPICH's ``MPIDIG_mpi_win_lock`` (``src/mpid/ch4/src/mpidig_win.h``)
-  sends no lock request (it only marks the target locked), and
-  ``MPIDIG_mpi_win_unlock`` sends no unlock message: it completes the
-  target's operations (the netmod's and shared memory's ``target_cmpl_hook``,
-  an endpoint flush, then a progress loop until the target's completion
-  counters are zero) and returns. As every operation is posted before the
-  first ``Unlock``, the round trips to different owners overlap; what adds up
-  is the origin's own work per owner (three MPI calls, a message and its
-  completion), ``--rma-epoch-us`` each, serial. Without NOCHECK
-  (``--rma-assert none``) each ``Lock`` waits for the target's grant and each
-  ``Unlock`` for its acknowledgement, one owner after the other: two serial
-  round trips per owner more. An access therefore takes
-  ``max(E x per-owner + L, T_bw) + L`` (:func:`access_seconds`: E epochs, L
-  the one-way latency, T_bw the bytes' time on the network). Simulating the
-  N x E per-owner messages flow by flow is out of reach at 16,384 ranks
-  (2.7e8 epochs for one pull by every worker), so the per-owner part is this
-  closed form; the bandwidth part T_bw is still SimGrid's
-  (:func:`asgd_phases`: the all-to-all flow by flow up to 64 ranks, sampled
-  shift permutations above).
-* **The owners' accumulate rate**: a target reduces an Accumulate into its
-  window at ``--accumulate-rate`` bytes/s (measured with ``syncbench comm
-  --op rma-accumulate``; ``--calibrate-rma`` fits it to such a file). Each
-  push leaves P/E bytes at each of its E owners, so an owner does P/(E R)
-  seconds of reduction per step of any worker, and the job makes at most
-  E R / P steps per second; a push takes at least that long at its owner
-  and, once the owners are saturated, the closed loop's W x P/(E R) less
-  the rest of the step (:func:`accumulate_seconds`). With ``single`` and
-  ``dedicated`` (one owner) that is R / P steps per second for the job.
-* ``--delay-compensation`` adds the push epoch's second read of the weights
-  (a ``Get_accumulate`` per owner and a ``Flush`` per owner) to the push.
+* **Rank 0's counter**: four epochs per step (``read(VERSION)``,
+  ``read(STARTED)``, ``fetch_add(STARTED)``, ``version`` and ``claims`` += 1),
+  five atomics (:data:`COUNTER_EPOCHS`, :data:`COUNTER_ATOMICS`). MPI makes
+  accumulate-type calls on one location atomic with each other (MPI 4.1 section
+  12.7.1, "Atomicity"), so rank 0 serves them one at a time: simulated exactly,
+  as one FIFO queue of every request (:func:`counter_timeline`), which bounds the
+  job at 1 / (5 x service) steps per second however many ranks it has
+  (:func:`counter_bound`).
+* **A pull and a push are one epoch per owner** (``len(shard_layout(...))``, the
+  code's own function): with ``MPI_MODE_NOCHECK`` MPICH sends no lock or unlock
+  message, so the round trips to different owners overlap and what adds up is
+  the origin's work per owner, serial (:meth:`RmaCosts.per_owner`); an access
+  takes ``max(E x per-owner + L, T_bw) + L`` (:func:`access_seconds`), the
+  per-owner part in closed form (N x E messages flow by flow are out of reach at
+  16,384 ranks), the bandwidth part T_bw SimGrid's (:func:`asgd_phases`).
+* **The owners' accumulate rate**: a target reduces an Accumulate at
+  ``--accumulate-rate`` bytes/s (``--calibrate-rma`` fits it to ``syncbench comm
+  --op rma-accumulate``), which bounds the job at E R / P steps per second
+  (:func:`accumulate_seconds`). ``--delay-compensation`` adds the push's second
+  read of the weights.
 
-Staleness is the code's: ``staleness = v_push - v_pre`` and
-``staleness_min = max(0, v_push - s_post)``, with v_pre the version read
-before the pull, s_post the ``started`` counter read after it and v_push the
-version before the push's own increment, all read from the simulated counter
-at the moment rank 0 serves the request.
-
-The concurrency of the transfers (how many workers' bytes share the network
-at once) comes from a mean-field fixed point, m = W x T_bw(m) / cycle, with
-T_bw simulated on SimGrid for m spread-out workers and the cycle bounded
-below by the counter's and the owners' rates.
-
-Assumptions: rank 0 serves queued atomics back to back, and owners serve
-pulls and pushes as they arrive (native atomics and RDMA, or a progress
-engine that keeps up). In the code rank 0 also trains (``sharded``,
-``single``) and, where MPICH handles an atomic with an active message, serves
-it only inside its own MPI calls and its polls (``ASGD._progress``, at most
-every ``POLL_MIN_GAP_S`` during compute); with ``dedicated`` it polls with
-100 us sleeps between tests. So the counter's bound here is optimistic. The
-per-owner overhead and the service time default to figures measured on one
-2-core machine through shared memory (MPICH 5.0.2): on a network each
-message and its completion cost the origin at least as much.
+Staleness is the code's, read from the simulated counter when rank 0 serves the
+request. The transfers' concurrency is a mean-field fixed point (:func:`_accesses`).
+Assumptions: rank 0 serves queued atomics back to back and owners serve accesses
+as they arrive (native atomics, or a progress engine that keeps up), so the
+counter's bound is optimistic; the default costs are one machine's
+(docs/RESULTS.md, "ASGD's simulated RMA costs").
 """
 
 from __future__ import annotations
@@ -105,21 +55,16 @@ from syncbench.bench.simulate.collectives import (
 from syncbench.bench.simulate.platform import comm_timings, fit_link
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 
-#: Origin seconds per owner of one passive-target epoch (Lock, the operation,
-#: Unlock), serial: measured 1.4-2.8 us per owner (median over 5,000 pulls,
-#: 2-8 ranks on this 2-core machine, MPICH 5.0.2 shared memory, NOCHECK:
-#: a pull of 8 floats per owner from N owners less one from a single owner,
-#: over N - 1).
+# The defaults below are measured on one machine through shared memory (MPICH 5.0.2;
+# docs/RESULTS.md, "ASGD's simulated RMA costs"); on a network each message and its
+# completion cost the origin at least as much.
+#: Origin microseconds per owner of one passive-target epoch (Lock, the operation,
+#: Unlock), serial.
 DEFAULT_EPOCH_US = 2.0
-#: Rank 0's seconds per atomic on the counter: measured 1.5-2.2 us as what a
-#: second ``Fetch_and_op`` adds to ``count_push``'s epoch (2.9-4.2 us for one)
-#: on the same machine, an upper bound of the part that rank 0's window
-#: serialises.
+#: Rank 0's microseconds per atomic on the counter (an upper bound of the part that
+#: rank 0's window serialises).
 DEFAULT_SERVICE_US = 1.5
-#: Bytes per second a target reduces an ``Accumulate(SUM)`` of float32 into its
-#: window: 2.69e9 fitted (``--calibrate-rma``) to ``mpiexec -n 2 syncbench comm
-#: --op rma-accumulate --max-size 4194304 --iterations 200 --skip 10``
-#: (MPICH 5.0.2, 2 ranks on this 2-core machine; 2.52-2.75 GB/s at 512 KiB-4 MiB).
+#: Bytes per second a target reduces an ``Accumulate(SUM)`` of float32 into its window.
 DEFAULT_ACCUMULATE_RATE = 2.7e9
 #: Bytes of one counter request or reply.
 COUNTER_BYTES = 8
@@ -146,7 +91,20 @@ class RmaCosts:
 
     def per_owner(self, one_way: float) -> float:
         """Serial origin seconds per owner: the overhead, and without NOCHECK the
-        lock's and the unlock's handshakes (two round trips)."""
+        lock's and the unlock's handshakes (two round trips).
+
+        With ``MPI_MODE_NOCHECK`` (``--rma-assert nocheck``, the default) MPICH's
+        ``MPIDIG_mpi_win_lock`` (``src/mpid/ch4/src/mpidig_win.h``) sends no lock
+        request (it only marks the target locked), and ``MPIDIG_mpi_win_unlock``
+        sends no unlock message: it completes the target's operations (the
+        netmod's and shared memory's ``target_cmpl_hook``, an endpoint flush, then
+        a progress loop until the target's completion counters are zero). As every
+        operation is posted before the first ``Unlock``, the round trips to
+        different owners overlap; what adds up is the origin's own work per owner
+        (three MPI calls, a message and its completion). Without NOCHECK each
+        ``Lock`` waits for the target's grant and each ``Unlock`` for its
+        acknowledgement, one owner after the other.
+        """
         return self.epoch_s + (0.0 if self.nocheck else 4.0 * one_way)
 
 

@@ -16,23 +16,16 @@ in as ``src/mpi/coll/coll_selection.json``: ``avg_msg_size<=8`` or
 messages up to 8 bytes or fewer elements than the largest power of two
 <= N, Rabenseifner's reduce-scatter (recursive halving) + allgather
 (recursive doubling) otherwise (MPICH 3's ``MPIR_Allreduce_intra_auto``
-switched at ``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE`` = 2048 bytes). Measured
-with MPICH 5.0.2 across two emulated nodes: 8 bytes take one exchange
-(P50 11 us), 16 bytes two (21 us). The ring (2(N-1) steps of S/N bytes to the
-next rank) is selectable, as with ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring``.
-For N not a power of two both fold the first 2r ranks in pairs
-(r = N - pof2) before and unfold them after, as MPICH does. MPI_Iallreduce
-has its own entry in the same tree (``avg_msg_size<=2048`` or ``count<pow2``
--> recursive doubling): :func:`choose_iallreduce`, ``allreduce_phases(...,
-nonblocking=True)``. ``tests/test_simulate_network.py`` reads the trees
-compiled into the installed MPICH's ``libmpi.so`` and checks every choice
-made here against them.
-
-With several ranks on each of several nodes a blocking allreduce is
-node-aware, as ch4 composes it (:func:`node_aware_phases`): a reduce inside
-each node, the node roots' allreduce across the network, a bcast inside each
-node; the node-local steps are :class:`Phase` with ``block`` (the node's
-ranks), the roots' with ``stride`` (ranks 0, G, 2G, ...).
+switched at ``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE`` = 2048 bytes; the switch
+measured: docs/RESULTS.md, "MPICH's allreduce switch"). The ring is selectable,
+as with ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring``. For N not a power of two
+both fold the first 2r ranks in pairs (r = N - pof2) before and unfold them
+after, as MPICH does. MPI_Iallreduce has its own entry in the same tree
+(:func:`choose_iallreduce`); ``tests/test_simulate_network.py`` checks every
+choice made here against the trees compiled into the installed ``libmpi.so``.
+With several ranks on each of several nodes a blocking allreduce is node-aware,
+as ch4 composes it (:func:`node_aware_phases`): a reduce inside each node, the
+node roots' allreduce across the network, a bcast inside each node.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ simulation (or a whole validation table) runs inside ONE driver actor:
 :func:`run_in_simgrid` loads the platform, starts the actor and calls the
 given function with a :class:`Network`. ``Network.phase`` starts one flow
 per (source, destination) pair with ``Comm.sendto_async`` (no mailboxes, no
-per-rank actors: the prototype of this design ran 16,384 ranks x 20 steps of
-one flow each in 190 s this way), waits for all of them, and returns the
-simulated time the phase took. On an otherwise idle network a phase always
+per-rank actors, which is what makes 16,384 ranks tractable), waits for all of
+them, and returns the simulated time the phase took. On an otherwise idle network a phase always
 takes the same time, so durations are cached by the phase's description.
 
 Network model: CM02 (max-min fair sharing, latency + size / bandwidth per
@@ -23,9 +22,8 @@ bandwidth B takes exactly L + S/B alone: the parameters a user gives (or
 ``--calibrate`` fits) are the ones the simulation uses. SimGrid bounds every
 flow's rate by ``network/TCP-gamma`` / (2 L) (``src/surf/network_cm02.cpp``,
 ``NetworkCm02Model::comm_action_set_variable``; default 4 MiB, the largest
-TCP window), which at 250 us per link held a 12.5 GB/s flow to 4.2 GB/s and
-made an 8-rank ring of 553 MB take 237.9 ms instead of the 84.5 ms of the
-closed form. ``network/TCP-gamma:0`` turns the bound off: in SimGrid 3.32
+TCP window), far below the links' rate at high latency (docs/RESULTS.md,
+"SimGrid's TCP window bound"). ``network/TCP-gamma:0`` turns the bound off: in SimGrid 3.32
 the bound is then 0, and the max-min solver bounds only variables with a
 bound > 0 (``src/kernel/lmm/maxmin.cpp``); later releases document 0 as
 "disable the TCP windowing mechanism" (``docs/source/Configuring_SimGrid.rst``).
@@ -71,7 +69,7 @@ def load_simgrid() -> Any:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
             try:
-                import simgrid
+                import simgrid  # lazy: SimGrid is optional (make sim), errors silenced
             except ImportError as exc:
                 raise SimGridMissing(INSTALL_HINT) from exc
     finally:

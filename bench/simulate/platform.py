@@ -4,8 +4,7 @@ Every kind is one SimGrid ``<cluster>`` (SimGrid's XML reference, "cluster"
 with ``topology`` FAT_TREE, DRAGONFLY or TORUS), hosts named ``node-<i>``,
 one private link per host of ``--bandwidth`` and ``--latency`` (each hop of a
 route adds the latency), ``--gpus-per-node`` ranks per host talking through
-a loopback link (NVLink-like by default). Sizes are chosen from the host
-count:
+a loopback link (NVLink-like by default), sized from the host count:
 
 * ``fat-tree``: one switch up to 32 hosts, else a 2-level tree with full
   bisection (``2;A,B;1,A;1,1``: B leaf switches of A hosts, A top switches);
@@ -28,9 +27,8 @@ collective phases the simulator uses (:mod:`.collectives`, MPICH 4-5's
 choice of algorithm; with several ranks per node only the node roots'
 allreduce crosses the links) as ``k_L * L + k_B * S / B``; L is fitted to the
 latency-bound sizes and B to the bandwidth-bound ones (:func:`fit_link`).
-B is payload bytes per second through one node's link, each way: on a
-shaped 1 Gbit/s link (125e6 B/s of Ethernet frames) TCP carries 1448 of
-every 1514 bytes, about 119.5e6 B/s.
+B is payload bytes per second through one node's link, each way (TCP carries
+1448 of every 1514 bytes of Ethernet frames).
 """
 
 from __future__ import annotations
@@ -41,6 +39,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from syncbench.bench.micro.comm import read_results
+from syncbench.bench.simulate.collectives import allreduce_link_terms
 
 KINDS = ("fat-tree", "dragonfly", "torus", "crossbar")
 
@@ -229,8 +230,6 @@ def comm_timings(path: str, op: str, flag: str) -> tuple[dict[str, Any], np.ndar
     """(attrs, sizes, mean s, P50 s, the statistic of the P50 column, usable sizes) of
     ``syncbench comm --op OP --out`` results; the P50 is the mean where the file has
     none. One-line ``ValueError`` naming ``flag`` if the file is not such results."""
-    from syncbench.bench.micro.comm import read_results
-
     try:
         data = read_results(path)
     except (OSError, KeyError) as exc:
@@ -258,8 +257,6 @@ def calibrate(path: str) -> tuple[float, float, dict[str, Any]]:
     P50), the bandwidth of one node's link (payload bytes per second, each
     way) from the large sizes' means.
     """
-    from syncbench.bench.simulate.collectives import allreduce_link_terms
-
     attrs, sizes, seconds, small, statistic, keep = comm_timings(path, "allreduce",
                                                                  "--calibrate")
     n = int(attrs.get("world_size", 2))

@@ -49,10 +49,10 @@ def efficiency(series: list[tuple[int, float]]) -> list[float]:
 
 
 def plot(points: dict[tuple[str, str], list[tuple[int, float]]], out: str, title: str) -> None:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib is optional (only drawing needs it)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the Agg backend
 
     modes = sorted({m for m, _ in points})
     fig, axes = plt.subplots(len(modes), 2, figsize=(11, 4.2 * len(modes)), squeeze=False)

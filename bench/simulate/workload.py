@@ -1,72 +1,26 @@
 """What a rank computes per step: from a measured run file, or a named profile.
 
-A :class:`Workload` gives the parameter count (what is communicated), the
-batch size, the per-step local seconds of the ``data``, ``compute`` and
-``update`` phases (and a measured run's own ``delay``) of every simulated
-rank, and where the model's hook calls fall in a step's compute
-(:class:`ComputeSplit`):
+A :class:`Workload` gives the parameter count (what is communicated), the batch
+size, the per-step local seconds of the ``data``, ``compute`` and ``update``
+phases (and a measured run's own ``delay``) of every simulated rank, and where
+the model's hook calls fall in a step's compute (:class:`ComputeSplit`):
 
-* ``--workload RUN.h5``: the rows of a measured run (leaving out the first
-  two steps of each rank, and OD-SGD's warm-up) are replayed rank by rank
-  (:meth:`Workload.draw`): simulated rank k replays measured rank k mod R's
-  rows in their order, cycling, from a random starting row of its own. A
-  measured rank's rows carry its persistent speed (a slowed rank, a slower
-  core) and their order the run's bursts (another job's load, a garbage
-  collection); pooling them over ranks and resampling each step on its own
-  would spread one slow rank's steps over every simulated rank as
-  independent noise, so no simulated rank would stay slow. The random start
-  keeps the simulated ranks that replay the same measured rank from slowing
-  down in lock step. The measured ``delay`` (``--slowdown`` in train) is
-  replayed as its ratio to the row's compute, so ``--batch-size`` scales it
-  with the compute. The model's parameter count and layers are rebuilt from
-  the run's ``--model`` and dataset shape; batch and dataset come from its
-  config.
+* ``--workload RUN.h5``: the rows of a measured run are replayed rank by rank,
+  each measured rank's in their order (:meth:`Workload.draw`), so a slow rank
+  stays slow; the model is rebuilt from the run's ``--model`` and dataset.
 * ``--workload NAME``: a profile of ``profiles.toml``. ``mlp`` and ``lenet``
-  carry the median seconds per step measured on this machine and the spread
-  of the compute (lognormal: median and sigma of its logarithm); the others
-  carry parameter counts and training FLOPs per sample from their papers,
-  and need a device (``--device-flops``, or ``--device h100|a100|v100`` at a
-  stated efficiency).
+  carry the median seconds per step measured on one machine and the spread of
+  the compute (lognormal); the others carry parameter counts and training FLOPs
+  per sample from their papers, and need a device (``--device-flops``, or
+  ``--device h100|a100|v100`` at a stated efficiency).
 
-Compute split (:func:`model_split`): ``Model.loss_and_grad``
-(``kernels/model.py``) calls ``poll`` after every layer's forward and
-``on_grads_ready(layer_offsets[i])`` after every layer's backward, last
-layer first; these calls are where SSGD posts its buckets and where every
-strategy's ``Testall`` advances a nonblocking collective. For models the
-zoo builds (``mlp``, ``mlp:H1,...``, ``lenet``: profiles and run files) the
-share of a step's compute before each call comes from the FLOPs of each
-layer's forward and backward (:func:`layer_flops`), computed from the model
-definition of ``syncbench.kernels.zoo.build_model``. FLOPs and not measured
-per-layer times, because they exist for every model the zoo builds
-(``mlp:4096,4096`` as well as ``lenet``) and for a run file from any machine,
-which records no per-layer times, and because timings of layers of 0.01-1
-ms on this shared 2-core machine move with the other jobs' load. Measured
-per-layer medians (NumPy, 1 thread, batch 64) are within about 0.1 of the
-compute of the FLOP shares: lenet's forward is 0.41 of the compute
-measured and 0.37 by FLOPs, its second convolution's backward 0.37 and
-0.42; mlp's forward 0.466 both, its first layer's backward 0.28 and 0.40
-(elementwise layers and memory-bound steps take a little more time than
-their FLOPs say). The paper profiles (``resnet50`` ...) have no
-buildable model: they keep the assumption of :data:`PROFILE_LAYERS` layers
-of equal size, with the backward pass :data:`BACKWARD_SHARE` of the
-compute (a backward costs about twice its forward: Kaplan et al. 2020, Sec.
-2.1) and the hook calls evenly spread in each pass.
-
-Stragglers (:func:`parse_stragglers`), on top of ``--slowdown`` (train's
-per-rank factors, parsed by train's own parser), never speed a step up (a
-factor >= 1): ``lognormal:SIGMA`` scales every rank's every step by
-exp(|N(0, SIGMA^2)|); ``P/Q:Fx`` slows round(N*P/Q) randomly chosen ranks
-by F for the whole run; ``P/Q:lognormal:SIGMA`` slows each step of each
-rank with probability P/Q by exp(|N(0, SIGMA^2)|) (a transient straggler:
-OS noise, a garbage collection, a throttled GPU). One-sided (the logarithm
-of the factor is half-normal) rather than clipped at 1, so the factor has
-no atom at 1 and the same rule serves both: its median is
-exp(0.6745 SIGMA) (1.96x at SIGMA 1, 1.40x at 0.5) and SIGMA 0 means no
-slowdown. (The factor before, 1 + exp(N(0, SIGMA^2)) for the transient,
-had a median of 2x whatever SIGMA, and exp(N(0, SIGMA^2)) on every step
-sped half the steps up.) The extra time is the ``delay`` phase, as
-``--slowdown`` records it in train; where a step spends it is each
-strategy's own (:mod:`.strategies`).
+The compute split comes from each layer's FLOPs for the models the zoo builds
+(:func:`model_split`), and from equal layers for the paper profiles.
+Stragglers (:func:`parse_stragglers`, :func:`delay_factors`), on top of
+``--slowdown`` (train's per-rank factors, parsed by train's own parser), never
+speed a step up; the extra time is the ``delay`` phase, as ``--slowdown``
+records it in train, and where a step spends it is each strategy's own
+(:mod:`.strategies`).
 """
 
 from __future__ import annotations
@@ -78,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU
+from syncbench.kernels.zoo import build_model
 
 try:
     import tomllib
@@ -137,8 +95,6 @@ def layer_flops(model: Any) -> tuple[list[float], list[float], float]:
     operation per element each way, Flatten nothing; the softmax
     cross-entropy about 5 per logit.
     """
-    from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU
-
     forward, backward = [], []
     shape = tuple(model.input_shape)
     for index, layer in enumerate(model.layers):
@@ -160,7 +116,22 @@ def layer_flops(model: Any) -> tuple[list[float], list[float], float]:
 
 
 def model_split(model: Any) -> ComputeSplit:
-    """The compute split of a built model, from :func:`layer_flops` (module docstring)."""
+    """The compute split of a built model, from :func:`layer_flops`.
+
+    ``Model.loss_and_grad`` (``kernels/model.py``) calls ``poll`` after every
+    layer's forward and ``on_grads_ready(layer_offsets[i])`` after every layer's
+    backward, last layer first: where SSGD posts its buckets and where every
+    strategy's ``Testall`` advances a nonblocking collective. The share of a
+    step's compute before each call is from FLOPs, not measured per-layer times:
+    FLOPs exist for every model the zoo builds and for a run file from any
+    machine (which records no per-layer times), and timings of sub-millisecond
+    layers on a shared machine move with the other jobs' load; measured
+    per-layer medians are within about 0.1 of the FLOP shares (docs/RESULTS.md,
+    "Per-layer compute shares"). The paper profiles (``resnet50`` ...) have no
+    buildable model: :data:`PROFILE_LAYERS` layers of equal size, the backward
+    :data:`BACKWARD_SHARE` of the compute (a backward costs about twice its
+    forward: Kaplan et al. 2020, Sec. 2.1), the hook calls evenly spread.
+    """
     forward, backward, loss = layer_flops(model)
     total = sum(forward) + sum(backward) + loss
     fwd = np.cumsum(forward) / total
@@ -248,8 +219,18 @@ class Workload:
         """Local seconds of steps ``start .. start+count-1`` of ``n`` ranks, shape
         ``(n, count, 4)``: data, compute, update and the measured delay of each step.
 
-        A run file's rows are replayed (module docstring; ``offsets`` from
-        :meth:`replay_offsets`); a profile's compute is lognormal, each step
+        A run file's rows are replayed (``offsets`` from :meth:`replay_offsets`):
+        simulated rank k replays measured rank k mod R's rows (the first two steps
+        of each rank and OD-SGD's warm-up left out) in their order, cycling, from a
+        random starting row of its own. A measured rank's rows carry its persistent
+        speed (a slowed rank, a slower core) and their order the run's bursts
+        (another job's load, a garbage collection); pooling them over ranks and
+        resampling each step would spread one slow rank's steps over every
+        simulated rank as independent noise. The random start keeps the ranks that
+        replay the same measured rank from slowing down in lock step. The measured
+        ``delay`` is replayed as its ratio to the row's compute, so
+        ``--batch-size`` scales it with the compute. A profile's compute is
+        lognormal, each step
         drawn on its own.
         """
         out = np.zeros((n, count, 4))
@@ -276,8 +257,6 @@ class Workload:
 
 def build_zoo_model(model: str, dataset: str) -> Any:
     """``model`` on ``dataset``'s inputs, built once on the CPU (``kernels.zoo.build_model``)."""
-    from syncbench.kernels.zoo import build_model
-
     shape, classes = DATASET_SHAPES.get(dataset, ((1, 28, 28), 10))
     return build_model(model, shape, classes)
 
@@ -289,9 +268,9 @@ def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
 
 
 def from_run(path: str) -> Workload:
-    """The workload of a measured run file (see the module docstring)."""
-    from syncbench.analysis.runfile import RunFileError, read_run
-
+    """The workload of a measured run file: its rows (replayed by :meth:`Workload.draw`),
+    its model rebuilt from ``--model`` and the dataset shape, batch and dataset from its
+    config."""
     try:
         run = read_run(path)
     except RunFileError as exc:
@@ -403,7 +382,19 @@ class Stragglers:
 
 
 def parse_stragglers(spec: str | None) -> Stragglers:
-    """``lognormal:SIGMA``, ``P/Q:Fx`` or ``P/Q:lognormal:SIGMA``, comma-separated."""
+    """``lognormal:SIGMA``, ``P/Q:Fx`` or ``P/Q:lognormal:SIGMA``, comma-separated.
+
+    ``lognormal:SIGMA`` scales every rank's every step by exp(|N(0, SIGMA^2)|);
+    ``P/Q:Fx`` slows round(N*P/Q) randomly chosen ranks by F for the whole run;
+    ``P/Q:lognormal:SIGMA`` slows each step of each rank with probability P/Q by
+    exp(|N(0, SIGMA^2)|) (a transient straggler: OS noise, a garbage collection,
+    a throttled GPU). One-sided (the logarithm of the factor is half-normal)
+    rather than clipped at 1, so the factor has no atom at 1 and one rule serves
+    both: its median is exp(0.6745 SIGMA) (1.96x at SIGMA 1, 1.40x at 0.5) and
+    SIGMA 0 means no slowdown. (The factor before, 1 + exp(N(0, SIGMA^2)) for the
+    transient, had a median of 2x whatever SIGMA, and exp(N(0, SIGMA^2)) on every
+    step sped half the steps up.)
+    """
     if not spec:
         return Stragglers()
     fields: dict[str, Any] = {"spec": spec}
@@ -441,8 +432,8 @@ def delay_factors(model: Stragglers, base: np.ndarray, rng: np.random.Generator,
                   shape: tuple[int, int]) -> np.ndarray:
     """Per rank and step, the factor compute is stretched by (>= 1; ``base``: --slowdown).
 
-    Every random factor is one-sided (:func:`one_sided_lognormal`, see the
-    module docstring), so a straggler never speeds a step up.
+    Every random factor is one-sided (:func:`one_sided_lognormal`, see
+    :func:`parse_stragglers`), so a straggler never speeds a step up.
     """
     n, steps = shape
     factor = np.repeat(np.asarray(base, dtype=float)[:, None], steps, axis=1)
