@@ -338,3 +338,29 @@ def test_peers_speed_prints_single_process_ratios():
         ours, theirs, ratio = (float(v) for v in row[2:5])
         assert ours > 0 and theirs > 0
         assert math.isclose(ratio, ours / theirs, rel_tol=2e-3)
+
+
+def test_peers_plan_alternates_ours_and_the_peer_and_keeps_complete_peer_records(tmp_path):
+    import argparse
+    import json
+
+    from syncbench.bench.experiment.peers.command import add_arguments, plan_cell
+    from syncbench.bench.experiment.plan import kept_run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--repeats", "2", "--train-flags", "--comm blocking"])
+    plan = plan_cell(args, 2, "mlp", "ssgd", tmp_path)
+    assert [(p.repeat, p.program) for p in plan] == [
+        (0, "train"), (0, "torch"), (1, "train"), (1, "torch")]
+    ours, peer = plan[:2]
+    assert ours.args[:2] == ("--algorithm", "ssgd") and "blocking" in ours.args
+    assert "--comm" not in peer.args and peer.args[-2:] == ("--out", str(peer.path))
+    # the runner's resume check reads a peer's record as the run file of its point
+    assert kept_run(peer) == (None, "")
+    record = {"peer": "torch-ddp", "algorithm": "ssgd", "world_size": 2,
+              "samples_per_s": 1.0, "accuracy": 0.5}
+    peer.path.write_text(json.dumps(record))
+    assert kept_run(peer) == (record, "")
+    peer.path.write_text(json.dumps({**record, "world_size": 4}))
+    assert kept_run(peer)[0] is None

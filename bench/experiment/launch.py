@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -80,6 +81,22 @@ def run_command(cmd: Sequence[str], timeout: float | None = None, quiet: bool = 
                               capture_output=quiet)
     except subprocess.TimeoutExpired as exc:
         return TimedOut(cmd, exc.timeout, exc.stdout, exc.stderr)
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (a peer's ``MASTER_PORT``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_peer(np_: int, module: str, peer_args: list[str], mpiexec: str | None = None,
+             timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run a peer program (``python -m module``) on ``np_`` ranks under the same launcher,
+    quietly; its process group meets at 127.0.0.1 on a free port."""
+    cmd = [*find_mpiexec(mpiexec), "-n", str(np_), sys.executable, "-m", module, *peer_args]
+    env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    return run_command(cmd, timeout, quiet=True, env=env)
 
 
 def run_train(np_: int, train_args: list[str], mpiexec: str | None = None,

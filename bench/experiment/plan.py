@@ -21,6 +21,7 @@ weak scaling keeps b and the budget per rank (``--epochs E`` on N ranks is
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ SCALING_RESERVED = ("--out", "--algorithm", "--batch-size", "--scaling-mode")
 #: Why the comparison runner refuses a flag of :data:`FORBIDDEN_EXTRA`.
 RUNNER_SETS = ("is set by the runner for every run and cannot be passed through (see "
                "syncbench run --help)")
+#: Peer programs a planned run may launch instead of ``syncbench train`` (their module).
+PEER_PROGRAMS = {"torch": "syncbench.bench.experiment.peers.torch_runner"}
 #: ``syncbench train``'s default ``--epochs``.
 DEFAULT_EPOCHS = 1.0
 
@@ -59,6 +62,9 @@ class PlannedRun:
     epochs: float | None = None
     #: Position of its cell in the scenario's order (before the shuffle).
     cell: int = 0
+    #: What is launched: ``train`` (``syncbench train``) or a peer program of
+    #: :data:`PEER_PROGRAMS`, whose run file is its result record (JSON).
+    program: str = "train"
 
     @property
     def run_id(self) -> str:
@@ -164,15 +170,29 @@ def split_epochs(train_args: list[str]) -> tuple[float | None, list[str]]:
     return epochs, rest
 
 
+def read_result(p: PlannedRun) -> Any:
+    """The run file of ``p`` read: a ``Run``, or a peer program's record (a dict);
+    :class:`RunFileError` or ``ValueError`` when it cannot be read."""
+    if p.program == "train":
+        return read_run(p.path)
+    try:
+        return json.loads(p.path.read_text())
+    except OSError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def kept_run(p: PlannedRun) -> tuple[Any, str]:
     """(the run file of ``p`` read, "") when it is complete and of this point
     (:func:`mismatch`); else (None, why it is run again, "" when there is no file)."""
     if not p.path.exists():
         return None, ""
     try:
-        run = read_run(p.path)
-    except RunFileError as exc:
+        run = read_result(p)
+    except (RunFileError, ValueError) as exc:
         return None, f"re-running: {exc}"
+    if p.program != "train":
+        same = (run.get("algorithm"), run.get("world_size")) == (p.algorithm, p.np)
+        return (run, "") if same else (None, "re-running: a peer record of another point")
     if not run.complete:
         return None, "re-running: run file is marked incomplete"
     why = mismatch(p, run)
@@ -200,7 +220,7 @@ def scaling_name(label: str, mode: str, np_: int, repeat: int) -> str:
     return f"{label}-{mode}-np{np_}-r{repeat}.h5"
 
 
-def _shuffled(cells: list, repeats: int, seed: int) -> list[tuple[int, Any]]:
+def shuffled(cells: list, repeats: int, seed: int) -> list[tuple[int, Any]]:
     """(repeat, cell) in execution order: one ``random.Random(seed)`` shuffles the
     cells once per repeat in turn."""
     rng = random.Random(seed)
@@ -242,7 +262,7 @@ def plan_scaling(scenario: Scenario, repeats: int, seed: int, out_dir: Path,
             check_train_args(planned(0, n, entry).args, f"run {entry.label!r} (np {n})",
                              parser)
     return [planned(repeat, n, entry) for repeat, (n, entry) in
-            _shuffled(cells, repeats, seed) if only_repeat in (None, repeat)]
+            shuffled(cells, repeats, seed) if only_repeat in (None, repeat)]
 
 
 def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Path,
@@ -259,7 +279,7 @@ def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Pa
             args = _train_args(scenario, entry, cond, 0, target, extra, out_dir / "x.h5")
             check_train_args(args, f"run {entry.label!r} ({cond.title})", parser)
     plan = []
-    for repeat, (entry, cond) in _shuffled(cells, repeats, seed):
+    for repeat, (entry, cond) in shuffled(cells, repeats, seed):
         path = out_dir / f"{run_stem(entry, cond, repeat)}.h5"
         args = _train_args(scenario, entry, cond, repeat, target, extra, path)
         plan.append(PlannedRun(repeat, entry, cond, path, args, np_,

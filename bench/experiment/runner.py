@@ -50,15 +50,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.analysis.runfile import RunFileError
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
-from syncbench.bench.experiment.launch import run_train, timed_out
+from syncbench.bench.experiment.launch import run_peer, run_train, timed_out
 from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
 from . import sweep as scaling
 from .on_cluster import layout_problem, speed_setter
-from .plan import PlannedRun, kept_run, plan_runs, plan_scaling
+from .plan import (
+    PEER_PROGRAMS,
+    PlannedRun,
+    kept_run,
+    plan_runs,
+    plan_scaling,
+    read_result,
+)
 from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
 
 RESULTS_NAME = "results.json"
@@ -215,23 +222,24 @@ def _previous(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _readable(path: Path) -> Any:
-    """The run file at ``path`` read (a ``Run``), or None when it is not a readable one."""
+def _readable(p: PlannedRun) -> Any:
+    """The run file of ``p`` read (:func:`read_result`), or None when it is not a
+    readable one."""
     try:
-        return read_run(path)
-    except RunFileError:
+        return read_result(p)
+    except (RunFileError, ValueError):
         return None
 
 
-def _fresh(path: Path, since: float) -> Any:
-    """The run file at ``path`` read, when it was written at or after ``since`` (Unix s);
+def _fresh(p: PlannedRun, since: float) -> Any:
+    """The run file of ``p`` read, when it was written at or after ``since`` (Unix s);
     else None (absent, unreadable, or left by an earlier invocation)."""
     try:
-        if path.stat().st_mtime < since:
+        if p.path.stat().st_mtime < since:
             return None
     except OSError:
         return None
-    return _readable(path)
+    return _readable(p)
 
 
 def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept: bool,
@@ -348,12 +356,20 @@ def execute(plan: Sequence[PlannedRun], launch: Callable[[PlannedRun], Any], res
 def _ended(p: PlannedRun, proc: subprocess.CompletedProcess, launched: float
            ) -> tuple[Any, str]:
     """(the run's file read, the stop signal its exit status names): a run that exits 0
-    is read (an unreadable file raises), one that exits 128 + a stop signal is read when
-    it wrote its file since ``launched``; (None, name) for any other exit."""
+    is read, one that exits 128 + a stop signal is read when it wrote its file since
+    ``launched``; (None, name) for any other exit or an unreadable file."""
     if proc.returncode == 0:
-        return _readable(p.path), ""
+        return _readable(p), ""
     name = stop_signal(proc.returncode)
-    return (_fresh(p.path, launched) if name else None), name
+    return (_fresh(p, launched) if name else None), name
+
+
+def launch_planned(p: PlannedRun, mpiexec: str | None,
+                   timeout: float | None) -> subprocess.CompletedProcess:
+    """The launch of one planned run, quietly: ``syncbench train``, or its peer program."""
+    if p.program == "train":
+        return run_train(p.np, list(p.args), mpiexec, timeout=timeout, quiet=True)
+    return run_peer(p.np, PEER_PROGRAMS[p.program], list(p.args), mpiexec, timeout)
 
 
 def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
@@ -506,8 +522,7 @@ def run_scaling(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
         launch = scaling.simulated_launch(view, [*scenario.flags, *extra], args.run_timeout)
     else:
         def launch(p: PlannedRun) -> subprocess.CompletedProcess:
-            return run_train(p.np, list(p.args), args.mpiexec, timeout=args.run_timeout,
-                             quiet=True)
+            return launch_planned(p, args.mpiexec, args.run_timeout)
     execute(plan, launch, True, view)
     runs, code = scaling.finish(view, results_path, getattr(args, "format", "md"), word)
     state.update(complete=True, runs=runs,
@@ -661,8 +676,7 @@ def _execute_scenario(scenario: Scenario, args: argparse.Namespace, plan: list[P
     before, restore = (speed_setter() if scenario.node_speeds and getattr(args, "cluster", False)
                        else (None, None))
     def launch(p: PlannedRun) -> subprocess.CompletedProcess:
-        return run_train(p.np, list(p.args), args.mpiexec, timeout=args.run_timeout,
-                         quiet=True)
+        return launch_planned(p, args.mpiexec, args.run_timeout)
 
     try:
         return execute(plan, launch, args.resume, ComparisonProgress(say), elapsed, read,

@@ -1,50 +1,32 @@
 """``syncbench peers``: our strategies against PyTorch's, and SSGD against the bare Allreduce.
 
-For every rank count ``--np``, model ``--model`` (``mlp``, ``lenet``,
-``resnet8``, ``resnet20``: :data:`syncbench.bench.experiment.peers.torch_runner.MODELS`)
-and algorithm
-``--algorithms`` it launches, ``--repeats`` times and alternately (ours,
-peer, ours, peer, ...), ``syncbench train`` and its PyTorch peer
-(:mod:`syncbench.bench.experiment.peers.torch_runner`: ``ssgd`` <->
-DistributedDataParallel, ``localsgd`` <-> PeriodicModelAverager with the
-same ``--period``) with the same data, ranks, per-rank batch, steps, seed
-and optimizer, and prints in fixed columns the median samples/s of each
-(ours: the run file's ``samples_per_s``; peer: its ``samples_per_s``, both
-total samples over the slowest rank's training wall time) and the ratio
-``ours / peer`` of the medians.
+For every model ``--model`` (:data:`.torch_runner.MODELS`), rank count
+``--np`` and algorithm ``--algorithms`` it plans ``--repeats`` rounds of
+``syncbench train`` then its PyTorch peer (:mod:`.torch_runner`: ``ssgd`` <->
+DistributedDataParallel, ``localsgd`` <-> PeriodicModelAverager with the same
+``--period``), with the same data, ranks, per-rank batch, steps, seed and
+optimizer, and runs them with the experiment runner's loop and launch (a
+planned run's program is ``train`` or the peer's ``torch``; each writes its
+run file, the peer a JSON record). It prints in fixed columns the median
+samples/s of each (both: total samples over the slowest rank's training wall
+time) and the ratio ``ours / peer`` of the medians.
 
-Communication efficiency (SSGD only, ``np >= 2``): once per rank count and
-model, ``syncbench ssgd-comm`` (:mod:`syncbench.bench.micro.ssgd_comm`) measures,
-in one job and interleaved in ``--comm-blocks`` rounds, SSGD's time inside
-MPI per step (``comm + wait`` of the last-arriving rank, ``--comm overlap``
-and ``--comm blocking``) and a bare ``Allreduce`` of the same gradient bytes
-on the same ranks: at the same point of the same training step (``mpi``,
-the reference), and back to back with no compute in between (``tight``, the
-``syncbench comm --check-raw`` loop). The ratios are medians of per-round
-ratios: 1.0 means a training step's reduction costs what MPI alone needs.
+Communication efficiency (SSGD, ``np >= 2``): once per rank count and model,
+``syncbench ssgd-comm`` measures, interleaved in ``--comm-blocks`` rounds,
+SSGD's time inside MPI per step (``comm + wait`` of the last-arriving rank,
+``--comm overlap`` and ``blocking``) against a bare ``Allreduce`` of the same
+bytes at the same point of the step (``mpi``) and back to back (``tight``);
+ratios are medians of per-round ratios, 1.0: what MPI alone needs.
 
-``--speed`` instead compares one process's training step (forward,
-backward, momentum update; no data loading, no MPI) on random inputs of the
-model's shape: :func:`syncbench.bench.micro.speed.step_throughput` against the
-same loop in PyTorch with ``torch.set_num_threads(1)``
-(:func:`syncbench.bench.experiment.peers.torch_runner.step_throughput`), alternating,
-``--repeats`` times, each measurement in a fresh process (so neither
-inherits the other's allocator state: both slow down when big arrays are
-page-faulted in every step). Both sides take the input shape of
-:data:`syncbench.bench.micro.speed.SHAPES` and train in training mode: the
-ResNets' BatchNorm normalises with each batch's statistics and updates its
-running ones, on both sides.
+``--speed`` compares one process's training step instead (no data loading,
+no MPI), ours (:func:`syncbench.bench.micro.speed.step_throughput`) against
+PyTorch with one thread, alternating, each measurement in a fresh process.
 
-BatchNorm in the distributed runs: per-rank batch statistics (no
-SyncBatchNorm), DDP without its per-forward broadcast of rank 0's buffers,
-Local SGD averaging the running statistics with the parameters (the rules of
-docs/ALGORITHMS.md; details in :mod:`syncbench.bench.experiment.peers.torch_runner`).
-Ours with ``--train-flags '--sync-bn'`` has no peer: PyTorch's SyncBatchNorm
-takes GPU inputs only, so the peer keeps per-rank statistics (a ``#`` note
-says so above the table).
-
-Rows (two leading spaces) are whitespace-separated, one token per column;
-lines starting with ``#`` are headers and notes.
+BatchNorm follows docs/ALGORITHMS.md on both sides (per-rank statistics, DDP
+without its buffer broadcast, Local SGD averaging the running statistics);
+ours with ``--train-flags '--sync-bn'`` has no peer (PyTorch's SyncBatchNorm
+takes GPU inputs only): a ``#`` note says so. Rows (two leading spaces) are
+whitespace-separated, one token per column; ``#`` lines are headers and notes.
 """
 
 from __future__ import annotations
@@ -53,7 +35,6 @@ import argparse
 import json
 import os
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -61,17 +42,15 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from syncbench.bench.experiment.launch import (
-    find_mpiexec,
-    rank_env,
-    run_command,
-    timed_out,
-    train_and_read,
-)
+from syncbench.bench.experiment.launch import find_mpiexec, run_command, timed_out
+from syncbench.bench.experiment.plan import PlannedRun
+from syncbench.bench.experiment.runner import execute, launch_planned
+from syncbench.bench.experiment.scenario import Condition, RunEntry
 
 ALGORITHMS = ("ssgd", "localsgd")
-RUNNER = "syncbench.bench.experiment.peers.torch_runner"
+HOMOGENEOUS = Condition(None, None)
 
 
 @dataclass
@@ -131,13 +110,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # -- one run of each kind -----------------------------------------------------
 
-def free_port() -> int:
-    """A TCP port that was free a moment ago (for the peer's MASTER_PORT)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def common_flags(args: argparse.Namespace, model: str) -> list[str]:
     """Flags both ours and the peer take, with the same meaning."""
     return ["--model", model, "--dataset", args.dataset, "--epochs", str(args.epochs),
@@ -145,35 +117,105 @@ def common_flags(args: argparse.Namespace, model: str) -> list[str]:
             "--synthetic-samples", str(args.synthetic_samples), "--period", str(args.period)]
 
 
-def _ended(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
+              tmp: Path) -> list[PlannedRun]:
+    """``--repeats`` rounds of ours (``syncbench train``) then the peer (its ``torch``
+    program), each writing its run file into ``tmp``."""
+    common = common_flags(args, model)
+    ours = RunEntry(algorithm, algorithm, (*common, "--eval-every", "0",
+                                           *shlex.split(args.train_flags)), algorithm)
+    peer = RunEntry(f"{algorithm}-peer", algorithm, tuple(common), algorithm)
+    plan = []
+    for repeat in range(args.repeats):
+        stem = tmp / f"{algorithm}-{model}-np{np_}-r{repeat}"
+        path = stem.with_suffix(".h5")
+        plan.append(PlannedRun(repeat, ours, HOMOGENEOUS, path, (
+            "--algorithm", algorithm, *ours.flags, "--progress", "never", "--out", str(path),
+            "--overwrite"), np_))
+        path = Path(f"{stem}-peer.json")
+        plan.append(PlannedRun(repeat, peer, HOMOGENEOUS, path, (
+            "--algorithm", algorithm, *peer.flags, "--out", str(path)), np_, cell=1,
+            program="torch"))
+    return plan
+
+
+class PairProgress:
+    """The line of each (ours, peer) round; a failed run ends the command."""
+
+    def __init__(self, model: str, repeats: int) -> None:
+        self.model, self.repeats = model, repeats
+        self.runs: dict[str, Any] = {}
+
+    @staticmethod
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def kept(self, i: int, total: int, p: PlannedRun, run: Any) -> None:
+        self.runs[p.run_id] = run
+
+    def starting(self, i: int, total: int, p: PlannedRun, why: str) -> bool:
+        return True
+
+    def ended(self, i: int, total: int, p: PlannedRun, run: Any,
+              proc: subprocess.CompletedProcess, seconds: float, left_s: float,
+              stopped_by: str) -> None:
+        if proc.returncode != 0:
+            raise RuntimeError(self.failed(i, total, p, proc, seconds))
+        self.runs[p.run_id] = run
+        if p.program == "train":
+            return
+        ours = self.runs[p.run_id.removesuffix("-peer")].summary["samples_per_s"]
+        self.say(f"# np={p.np} {self.model} {p.algorithm} repeat {p.repeat + 1}/"
+                 f"{self.repeats}: ours {ours:.0f}, {run['peer']} "
+                 f"{float(run['samples_per_s']):.0f} samples/s")
+
+    def failed(self, i: int, total: int, p: PlannedRun, proc: subprocess.CompletedProcess,
+               seconds: float) -> str:
+        """The one-line failure of ``p`` (as :func:`train_and_read` words it for ours)."""
+        if timed_out(proc):
+            return str(subprocess.TimeoutExpired(proc.args, proc.timeout))
+        if p.program == "train":
+            tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
+            return (f"syncbench train --algorithm {p.algorithm} failed "
+                    f"(exit {proc.returncode}): {tail}")
+        if proc.returncode == 0:
+            return "no 'peer-result' line in the peer's output"
+        return (f"peer ({p.algorithm}, np={p.np}) failed (exit {proc.returncode}):\n"
+                f"{(proc.stderr or '').strip()[-2000:]}")
+
+
+def samples(plan: list[PlannedRun], runs: dict[str, Any]) -> Samples:
+    """The per-repeat figures of one cell's plan (:func:`plan_cell`), from its run files."""
+    s = Samples()
+    for p in plan:
+        run = runs[p.run_id]
+        if p.program == "train":
+            s.ours.append(float(run.summary["samples_per_s"]))
+            s.accuracy.append(float(run.summary["final_accuracy"]))
+        else:
+            s.peer.append(float(run["samples_per_s"]))
+            s.peer_accuracy.append(float(run["accuracy"]))
+            s.peer_name = str(run["peer"])
+    return s
+
+
+def measure_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
+                 tmp: Path) -> Samples:
+    """``--repeats`` rounds of ours then the peer, run by the experiment runner's loop."""
+    plan = plan_cell(args, np_, model, algorithm, tmp)
+    view = PairProgress(model, args.repeats)
+    failure = execute(plan, lambda p: launch_planned(p, args.mpiexec, args.run_timeout),
+                      False, view, runs=view.runs)
+    if failure:
+        raise RuntimeError(failure)
+    return samples(plan, view.runs)
+
+
+def _checked(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     """``proc``, or :class:`subprocess.TimeoutExpired` when it ran past its timeout."""
     if timed_out(proc):
         raise subprocess.TimeoutExpired(proc.args, proc.timeout)
     return proc
-
-
-def run_ours(args: argparse.Namespace, np_: int, model: str, algorithm: str,
-             path: Path) -> dict[str, float]:
-    """One ``syncbench train`` run: its samples/s and final accuracy."""
-    flags = ["--algorithm", algorithm, *common_flags(args, model), "--eval-every", "0",
-             *shlex.split(args.train_flags)]
-    run = train_and_read(np_, flags, path, args.mpiexec, timeout=args.run_timeout)
-    return {"samples_per_s": float(run.summary["samples_per_s"]),
-            "accuracy": float(run.summary["final_accuracy"])}
-
-
-def run_peer(args: argparse.Namespace, np_: int, model: str, algorithm: str) -> dict:
-    """One PyTorch peer run under the same launcher; its ``peer-result`` record."""
-    from syncbench.bench.experiment.peers.torch_runner import parse_result
-
-    cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", RUNNER,
-           "--algorithm", algorithm, *common_flags(args, model)]
-    env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    proc = _ended(run_command(cmd, args.run_timeout, quiet=True, env=env))
-    if proc.returncode != 0:
-        raise RuntimeError(f"peer ({algorithm}, np={np_}) failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr.strip()[-2000:]}")
-    return parse_result(proc.stdout)
 
 
 def ssgd_comm(args: argparse.Namespace, np_: int, model: str, path: Path) -> dict:
@@ -184,7 +226,7 @@ def ssgd_comm(args: argparse.Namespace, np_: int, model: str, path: Path) -> dic
            "--batch-size", str(args.batch_size), "--seed", str(args.seed),
            "--blocks", str(args.comm_blocks), "--block-steps", str(args.comm_block_steps),
            "--variants", "mpi,overlap,blocking,tight", "--json", str(path)]
-    proc = _ended(run_command(cmd, args.run_timeout, quiet=True))
+    proc = _checked(run_command(cmd, args.run_timeout, quiet=True))
     if proc.returncode != 0:
         raise RuntimeError(f"syncbench ssgd-comm (np={np_}) failed (exit {proc.returncode}):\n"
                            f"{proc.stderr.strip()[-2000:]}")
@@ -233,23 +275,6 @@ def comm_row(np_: int, model: str, figures: dict) -> str:
             f"{v['blocking']['last_over_mpi']:>13.3f}{v['overlap']['last_over_tight']:>14.3f}")
 
 
-def measure_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
-                 tmp: Path) -> Samples:
-    """``--repeats`` rounds of ours then the peer."""
-    s = Samples()
-    for repeat in range(args.repeats):
-        ours = run_ours(args, np_, model, algorithm, tmp / f"{algorithm}-{np_}-{model}.h5")
-        s.ours.append(ours["samples_per_s"])
-        s.accuracy.append(ours["accuracy"])
-        peer = run_peer(args, np_, model, algorithm)
-        s.peer.append(float(peer["samples_per_s"]))
-        s.peer_accuracy.append(float(peer["accuracy"]))
-        s.peer_name = str(peer["peer"])
-        print(f"# np={np_} {model} {algorithm} repeat {repeat + 1}/{args.repeats}: ours "
-              f"{s.ours[-1]:.0f}, {s.peer_name} {s.peer[-1]:.0f} samples/s", flush=True)
-    return s
-
-
 SPEED_HEADER = (f"# {'model':<8}{'batch':>6}{'ours[samples/s]':>16}{'torch[samples/s]':>17}"
                 f"{'ours/torch':>11}{'ours_min':>10}{'ours_max':>10}{'torch_min':>10}"
                 f"{'torch_max':>10}")
@@ -268,7 +293,7 @@ SPEED_CHILD = {
 def speed_once(args: argparse.Namespace, which: str, model: str) -> float:
     """One single-process rate (samples/s) of ``which`` (ours or torch), in a fresh process."""
     code = "import sys\n" + SPEED_CHILD[which]
-    proc = _ended(run_command([sys.executable, "-c", code, model, str(args.batch_size),
+    proc = _checked(run_command([sys.executable, "-c", code, model, str(args.batch_size),
                                str(args.steps), str(args.seed)], args.run_timeout, quiet=True))
     if proc.returncode != 0:
         raise RuntimeError(f"{which} speed of {model} failed: {proc.stderr.strip()[-2000:]}")

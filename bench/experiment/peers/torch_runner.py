@@ -54,7 +54,8 @@ Timing: a barrier, then the loop (data, forward, backward, communication,
 update) on every rank; the wall time is the slowest rank's, and samples/s is
 ``steps * batch * world / wall``, as the ``samples_per_s`` of our run files.
 Rank 0 then evaluates on the test split (untimed) and prints one line
-``peer-result {json}``.
+``peer-result {json}`` (with ``--out PATH`` also written there, atomically:
+the peer's run file, which the experiment runner reads and keeps).
 """
 
 from __future__ import annotations
@@ -454,6 +455,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rank 0 writes the final parameters (flat float32 .npy) here")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads per rank (default 1, as OMP_NUM_THREADS=1)")
+    parser.add_argument("--out", default=None, metavar="PATH",
+                        help="rank 0 also writes the peer-result JSON here")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -466,6 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = train(args)
     if result is not None:
         print(RESULT_PREFIX + json.dumps(asdict(result)), flush=True)
+        if args.out:
+            tmp = f"{args.out}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(asdict(result), f)
+            os.replace(tmp, args.out)
         print(f"{result.peer} {result.model} np={result.world_size}: accuracy "
               f"{result.accuracy:.4f}  loss {result.test_loss:.4f}  "
               f"{result.samples_per_s:.1f} samples/s  wall {result.wall_s:.2f}s", flush=True)
