@@ -1,1 +1,1 @@
-"""syncbench.bench.train"""
+"""The in-rank side of ``syncbench train``: the driver, its hooks and what a rank records."""

@@ -208,7 +208,7 @@ class Training:
             slowdown.progress = self.algorithm.drive_progress  # polls during the delay
             self.algorithm.slowdown = slowdown
         self.parts = parts_dir(config.out) if config.out else None
-        #: What a checkpoint of this run records, and --resume checks.
+        # what a checkpoint of this run records, and --resume checks
         identity = run_identity(config, self.size, self.budget.total_samples)
         resume_step = None
         if config.resume:
@@ -223,8 +223,8 @@ class Training:
         elif self.parts is not None and self.parts.exists():
             remove_parts(config.out)
         #: Saves and restores this rank's state (a run with a parts folder has one).
-        self.checkpointer = Checkpointer(self.parts, identity, resume_step) \
-            if self.parts is not None else None
+        self.checkpointer = (Checkpointer(self.parts, identity, resume_step)
+                             if self.parts is not None else None)
         if config.inject_fault:
             fault_rank, *fault = config.inject_fault
             if fault_rank == self.rank:
