@@ -35,6 +35,7 @@ from .completeness import incomplete_reason
 from .context import LOADED_SHARE, loaded_text
 from .numbers import NAN, finite, ratio, sum_finite
 from .schema import FINAL_LOCAL_ACCURACY, PHASES, REPORT_KEYS
+from .summary import DIVERGED_CHANCE_MULTIPLE
 
 if TYPE_CHECKING:
     from .run_metrics import RunFacts
@@ -202,9 +203,10 @@ def _note_incomplete(rows: Sequence[Row]) -> list[str]:
 def _note_diverged(rows: Sequence[Row]) -> list[str]:
     if not any(r.get("diverged") for r in rows):
         return []
-    return ["diverged: non-finite training loss or final accuracy at most 1.5x "
-            "chance; no time to target, speedup, efficiency or hidden communication "
-            "is shown for it, and its samples/s are left out of group medians."]
+    return [f"diverged: non-finite training loss or final accuracy at most "
+            f"{DIVERGED_CHANCE_MULTIPLE:g}x chance; no time to target, speedup, efficiency or "
+            "hidden communication is shown for it, and its samples/s are left out of group "
+            "medians."]
 
 
 def _note_loaded(rows: Sequence[Row]) -> list[str]:

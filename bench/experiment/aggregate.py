@@ -1,46 +1,28 @@
-"""Repeats -> medians with min-max, and per-repeat ratios against the baseline.
+"""A scenario's cells: medians with min-max over repeats, and ratios to the baseline.
 
 Input: one record per run (``label``, ``group``, ``condition``, ``repeat`` and
-the figures of :mod:`syncbench.bench.experiment.measure`). Output: one cell
-per (configuration, label). Rules, stated once:
+the figures of :mod:`.measure`). Output: one cell per (configuration, label)
+(:func:`scenario_cells`). The rules, in short (in full: docs/DESIGN.md):
 
-- An incomplete run (``complete`` False: stopped by a signal, its exit status
-  128 + the signal, or its run file written ``complete=False``) did not
-  consume its sample budget: it is counted (``runs``, ``incomplete``,
-  ``incomplete_reasons``) and left out of every figure and ratio below, as
-  the run and as the baseline (or homogeneous) run of its repeat. A label
-  whose runs are all incomplete shows ``incomplete`` everywhere.
-
-- Every figure (``columns.runner_statistics``) is the median over the
-  label's repeats with the min and max (NaN values left out;
-  ``analysis.repeats.spread``). Time to target counts a run that missed the
-  target or diverged as infinitely slow. Samples/s and hidden communication
-  (the registry's columns that leave diverged runs out, ``analysis.columns``)
-  are medians over the runs that did not diverge (a diverged run's speed is no
-  result): a label whose runs all diverged shows ``diverged`` there.
-- Ratios against the baseline label are taken per repeat, between the two
-  runs of that repeat in the same slowdown configuration (they ran next to
-  each other, so they share the machine's state), then the median and
-  min-max of those ratios are given. A baseline run that overlapped another
-  run on its host (its timing is contaminated) gives no ratio for its repeat.
-  - ``ttt_ratio`` = time to target / the baseline's. A diverged or missed
-    run is infinitely slow (ratio inf), so it never counts as faster; a repeat
-    whose baseline missed the target gives no ratio.
-  - ``sps_ratio`` = samples/s / the baseline's, over the label's runs that
-    did not diverge (a diverged run's throughput is no result).
-  - ``het_hom`` = samples/s in this configuration / the same label's in the
-    homogeneous configuration of the same repeat (non-diverged runs only).
-- ``status`` says why a ratio is missing: ``diverged`` when every run of the
-  label diverged (or the median is infinite and a run diverged), ``not
-  reached`` when the median is infinite without divergence, ``-`` when no
-  repeat gives a ratio (the baseline missed the target or diverged).
-- Within a group expanded from an lr grid, ``best_lr`` marks the label with
-  the best median headline per configuration (time to target, ties broken by
-  samples/s; or the reverse when samples/s is the scenario's headline). It is
-  chosen on the same repeats it is reported on (no held-out repeats), so the
-  best lr's figures are optimistic, and the tables say so.
-- ``factor_spread``: per configuration, max/min of the realised factors of
-  all its complete runs; flagged when above :data:`FACTOR_TOLERANCE`.
+- An incomplete run (stopped by a signal, or written ``complete=False``) is
+  counted (``runs``, ``incomplete``, ``incomplete_reasons``) and left out of
+  every figure and ratio, as the run and as a baseline; a label with no
+  complete run shows ``incomplete`` everywhere.
+- Every figure (``columns.runner_statistics``) is the median with min and max
+  over the label's repeats (``analysis.repeats.spread``); time to target
+  counts a missed or diverged run as infinitely slow, the columns that leave
+  diverged runs out do so (``diverged`` when none is left).
+- Ratios to the baseline label are taken per repeat, between the two runs of
+  that repeat in the same slowdown configuration (they ran next to each other),
+  then summarised the same way; a baseline run that overlapped another gives
+  none. ``ttt_ratio``: time to target (a miss is inf, never faster);
+  ``sps_ratio``: samples/s (non-diverged runs); ``het_hom``: samples/s over the
+  same label's in the homogeneous configuration of the repeat. ``status`` says
+  why a ratio is missing (``diverged``, ``not reached``, ``-``).
+- ``best_lr`` marks an lr grid's best label per configuration by the median
+  headline, chosen on the repeats it is reported on (optimistic; the tables
+  say so). ``factor_spread``: max/min of a configuration's realised factors,
+  flagged above :data:`FACTOR_TOLERANCE`.
 """
 
 from __future__ import annotations

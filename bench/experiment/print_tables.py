@@ -30,6 +30,7 @@ from typing import Any
 from syncbench.analysis import columns
 from syncbench.analysis.context import format_contexts, loaded_text, merge_contexts
 from syncbench.analysis.repeats import format_spread, format_value
+from syncbench.analysis.summary import DIVERGED_CHANCE_MULTIPLE
 
 from .aggregate import FACTOR_TOLERANCE, INTERFERENCE_TOLERANCE
 
@@ -160,8 +161,8 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
             + ", chosen on the same repeats it is reported on: its figures are optimistic "
             "(selection bias; confirm with a fresh set of repeats at that lr)")
     if any(c["diverged"] for c in cells):
-        notes.append("  diverged: non-finite training loss or final accuracy <= 1.5x chance; "
-                     "never counted as faster")
+        notes.append("  diverged: non-finite training loss or final accuracy <= "
+                     f"{DIVERGED_CHANCE_MULTIPLE:g}x chance; never counted as faster")
     return lines + notes
 
 
