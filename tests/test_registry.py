@@ -139,6 +139,22 @@ def test_traits_default_to_lock_step_and_are_inherited():
     assert set(traits["step_order"]) == set(schema.PHASES)
 
 
+def test_the_simulator_finds_a_strategy_by_its_simulation_pattern(monkeypatch):
+    from syncbench.bench.simulate.strategies import (
+        SIMULATORS,
+        simulated_strategies,
+        simulator_for,
+    )
+
+    assert simulator_for("throwaway") is SIMULATORS["ssgd"]
+    assert simulated_strategies() == list(ALGORITHMS)  # every one here has a known pattern
+    plain = type("Plain", (Throwaway,), {"name": "plain", "simulation": ""})
+    monkeypatch.setitem(ALGORITHMS, "plain", plain)
+    assert "plain" not in simulated_strategies()
+    with pytest.raises(ValueError, match="no simulated communication pattern"):
+        simulator_for("plain")
+
+
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_train_flag_defaults_are_the_options_defaults(name):
     cls = ALGORITHMS[name]
@@ -327,6 +343,33 @@ def test_resume_after_a_crash(tmp_path, name):
     np.testing.assert_array_equal(a.eval["accuracy"], b.eval["accuracy"])
 
 
+def _phases_of_step(run: Any, rank: int, step: int) -> list[str]:
+    """The phases ``syncbench trace`` draws for one step of one rank, in time order."""
+    events = [e for e in trace_events(run)["traceEvents"]
+              if e.get("cat") == "phase" and e["pid"] == rank and e["args"]["step"] == step]
+    return [e["name"] for e in sorted(events, key=lambda e: e["ts"])]
+
+
+@pytest.mark.mpi_skip
+def test_a_run_file_carries_its_strategys_traits_to_trace_and_tables(tmp_path):
+    """Without SimGrid: the simulator's writer, given rows, writes Throwaway's traits."""
+    from syncbench.bench.simulate.timeline import StepRows
+    from syncbench.bench.simulate.writer import write_simulated_run
+
+    rows = StepRows(2)
+    for j in range(2):
+        rows.add(step=j, t_start=np.full(2, 0.5 * j), t_data=0.01, t_compute=0.1,
+                 t_comm=0.05, t_delay=np.array([0.0, 0.2]), t_update=0.01, samples=16)
+    out = tmp_path / "throwaway.h5"
+    write_simulated_run(str(out), algorithm="throwaway", world_size=2,
+                        config={"sum_gradients": True}, rows=rows.arrays(), wall_s=1.0,
+                        platform={}, workload={}, simulation={}, extra_root={})
+    run = read_run(out)
+    assert schema.strategy_traits(run.attrs) == schema.StrategyTraits(**Throwaway.traits())
+    assert _phases_of_step(run, 1, 1) == ["data", "compute", "comm", "delay", "update"]
+    assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]
+
+
 @needs_simgrid
 @pytest.mark.mpi_skip
 def test_the_throwaway_strategy_is_simulated_traced_and_labelled(tmp_path):
@@ -340,9 +383,7 @@ def test_the_throwaway_strategy_is_simulated_traced_and_labelled(tmp_path):
     run = read_run(out)
     assert run.attrs["algorithm"] == "throwaway"
     assert run.attrs[schema.TRAITS_ATTR] == schema.StrategyTraits(**Throwaway.traits()).to_json()
-    events = [e for e in trace_events(run)["traceEvents"]
-              if e.get("cat") == "phase" and e["pid"] == 3 and e["args"]["step"] == 0]
-    ran = [e["name"] for e in sorted(events, key=lambda e: e["ts"])]
+    ran = _phases_of_step(run, 3, 0)
     assert {"comm", "delay"} <= set(ran)  # the slowed rank waits for no one, then straggles
     assert ran == [p for p in Throwaway.step_order if p in ran]
     assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]
