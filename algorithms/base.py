@@ -4,7 +4,10 @@ The training driver owns the data, the timers, evaluation and the run file;
 an algorithm owns how one step of one rank computes, communicates and
 updates. One call to :meth:`Algorithm.step` consumes exactly one mini-batch
 of this rank. A strategy is one module that subclasses :class:`Algorithm`
-plus one line in :mod:`syncbench.algorithms.registry`.
+plus one line in :mod:`syncbench.algorithms.registry`; its traits
+(:meth:`Algorithm.traits`) tell analysis and the simulator, through the run file,
+what they need to know of it, so that nothing outside the strategy is keyed by
+its name.
 """
 
 from __future__ import annotations

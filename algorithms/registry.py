@@ -5,7 +5,8 @@ The built-in strategies are registered below. A strategy defined elsewhere
 when its module is imported; ``SYNCBENCH_STRATEGIES`` (comma-separated module
 names) imports such modules in every process of a run, so that ranks started
 by ``mpiexec`` know them too. Everything that lists strategies (the flags of
-``syncbench train``, the registry-wide tests) reads :data:`ALGORITHMS`.
+``syncbench train``, ``syncbench simulate --algorithm``, the registry-wide
+tests) reads :data:`ALGORITHMS`.
 """
 
 from __future__ import annotations
