@@ -41,6 +41,7 @@ from .columns import PATH_KEY, RANK_TABLE, format_spec
 from .completeness import incomplete_reason
 from .context import format_contexts, machine_context
 from .labels import run_label
+from .plots import require_matplotlib, write_plots
 from .repeats import group_rows
 from .runfile import Run, RunFileError, read_run
 from .schema import REPORT_KEYS
@@ -478,8 +479,6 @@ def report_main(args: argparse.Namespace) -> int:
     plots_dir = getattr(args, "plots", None)
     try:
         if plots_dir:
-            from .plots import require_matplotlib
-
             require_matplotlib()
         window = parse_steps(args.timeline_steps) if getattr(args, "timeline_steps", None) \
             else None
@@ -499,8 +498,6 @@ def report_main(args: argparse.Namespace) -> int:
         row["machine"] = format_contexts([by_path[p] for p in paths if p in by_path])
     print(format_tables(rows, args.format, by, getattr(args, "per_rank", False), context))
     if plots_dir:
-        from .plots import write_plots
-
         per_run = rows if not by else table_rows(runs, by, target, series)
         written, notes = write_plots(runs, per_run, plots_dir, by=by, window=window)
         for note in notes:

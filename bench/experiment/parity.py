@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from syncbench.analysis.repeats import format_spread, spread
+from syncbench.analysis.stability import stability_line
+from syncbench.bench.cli import build_parser
 
 from .aggregate import is_complete
 from .scenario import Scenario
@@ -56,8 +58,6 @@ def verdict(ssgd_median: float | None, odsgd_median: float | None) -> str:
 
 def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
     """The train flags of run ``label`` as ``syncbench train`` parses them (defaults in)."""
-    from syncbench.bench.cli import build_parser
-
     entry = next(e for e in scenario.runs if e.label == label)
     return build_parser("train").parse_args(
         ["train", "--algorithm", entry.algorithm, *scenario.flags, *entry.flags])
@@ -65,8 +65,7 @@ def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
 
 def stability_note(scenario: Scenario, pair: dict[str, str], world: int) -> str:
     """The pair's stability line (its OD-SGD run's lr, momentum, lr_local and ranks)."""
-    from syncbench.algorithms.odsgd import local_learning_rate
-    from syncbench.analysis.stability import stability_line
+    from syncbench.algorithms.odsgd import local_learning_rate  # lazy: starts MPI
 
     config = run_config(scenario, pair["odsgd"])
     return stability_line(lr=config.lr, momentum=config.momentum,
