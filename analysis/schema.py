@@ -59,6 +59,8 @@ ROOT_ATTRS: tuple[str, ...] = (
     # registered strategy's options (see STRATEGY_FLAGS_ATTRS)
     "strategy_flags",
     "option_flags",
+    # JSON of the run's strategy's StrategyTraits (TRAITS_ATTR)
+    "strategy_traits",
     # times the run was continued with --resume (see RESUMES_ATTR)
     "resumes",
     # nodes of the run and the ranks on each (see NODE_ATTRS), and the environment

@@ -609,14 +609,17 @@ def strategy_flag_attrs(algorithm: str) -> dict[str, str]:
 
     The run's own strategy's ``Options`` fields, and every registered
     strategy's, so that analysis (which imports no strategy) can tell the
-    shared train flags and the run's own options from another strategy's.
+    shared train flags and the run's own options from another strategy's; and
+    the strategy's traits (``schema.TRAITS_ATTR``), which analysis reads instead of
+    keying tables by the strategy's name.
     """
     def names(cls: type) -> list[str]:
         return [f.name for f in dataclasses.fields(cls.Options)]
 
     every = sorted({n for cls in ALGORITHMS.values() for n in names(cls)})
+    traits = schema.StrategyTraits(**get_algorithm(algorithm).traits())
     return {"strategy_flags": json.dumps(sorted(names(get_algorithm(algorithm)))),
-            "option_flags": json.dumps(every)}
+            "option_flags": json.dumps(every), schema.TRAITS_ATTR: traits.to_json()}
 
 
 def realised_into(attrs: dict[int, dict[str, Any]], rows: dict[int, dict[str, Any]],
