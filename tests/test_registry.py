@@ -221,6 +221,8 @@ def test_budget_and_run_file_round_trip(name):
     # every schema name is written and read back
     assert set(schema.ROOT_ATTRS) <= set(run.attrs)
     assert run.attrs["algorithm"] == name and run.world_size == size
+    # the strategy's own traits travel in the file (a registered Throwaway's too)
+    assert schema.strategy_traits(run.attrs) == schema.StrategyTraits(**ALGORITHMS[name].traits())
     assert sorted(run.ranks) == list(range(size))
     for rank, rows in run.ranks.items():
         assert set(schema.RANK_COLUMNS) <= set(rows)
