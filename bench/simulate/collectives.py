@@ -34,7 +34,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-ALLREDUCE_ALGORITHMS = ("auto", "ring", "recursive-doubling", "rabenseifner")
 #: Largest message MPICH 4-5 reduce by recursive doubling whatever N (``avg_msg_size<=8``).
 SHORT_MSG_BYTES = 8
 #: The same for MPI_Iallreduce (``collective=iallreduce``: ``avg_msg_size<=2048``).
@@ -263,26 +262,52 @@ def allreduce_phases(nbytes: float, n: int, algorithm: str = "auto", itemsize: i
     return flat_allreduce_phases(nbytes, n, algorithm)
 
 
+def _ring(nbytes: float, n: int, stride: int) -> list[Phase]:
+    """MPICH's ring: a reduce-scatter then an allgather, 2 (n - 1) shifts of nbytes / n."""
+    return [Phase("shift", 1, n, nbytes / n, repeat=2 * (n - 1), stride=stride)]
+
+
+def _recursive_doubling(nbytes: float, n: int, stride: int) -> list[Phase]:
+    """log2(pof2) exchanges of the whole vector with the partner at distance 2^i."""
+    steps = _pof2(n).bit_length() - 1
+    return [Phase("xor", 1 << i, n, nbytes, stride=stride) for i in range(steps)]
+
+
+def _rabenseifner(nbytes: float, n: int, stride: int) -> list[Phase]:
+    """Reduce-scatter by recursive halving, then allgather by recursive doubling."""
+    steps = _pof2(n).bit_length() - 1
+    halving = [Phase("xor", 1 << i, n, nbytes / (2 << i), stride=stride) for i in range(steps)]
+    return halving + halving[::-1]
+
+
+#: The flat allreduce algorithms simulated, by name: the phases on the power-of-two
+#: ranks (recursive ones) or all ranks (ring). A new one is a function and a line here;
+#: ``--allreduce`` offers every key, and :data:`MPICH_NAMES` maps MPICH's leaf to it.
+FLAT_ALLREDUCE: dict[str, Callable[[float, int, int], list[Phase]]] = {
+    "ring": _ring, "recursive-doubling": _recursive_doubling, "rabenseifner": _rabenseifner,
+}
+#: Algorithms that run on all n ranks (no fold to a power of two first).
+ALL_RANKS_ALLREDUCE = frozenset({"ring"})
+ALLREDUCE_ALGORITHMS = ("auto", *FLAT_ALLREDUCE)
+
+
 def flat_allreduce_phases(nbytes: float, n: int, algorithm: str, stride: int = 1) -> list[Phase]:
-    """``algorithm`` (not ``auto``) on ``n`` ranks numbered 0, stride, 2 stride, ..."""
+    """``algorithm`` (not ``auto``) on ``n`` ranks numbered 0, stride, 2 stride, ...
+
+    Off a power of two, the recursive algorithms first fold the n - pof2 extra
+    ranks into partners and unfold them at the end, as MPICH's recursive-doubling
+    and reduce-scatter-allgather allreduces do.
+    """
     if n <= 1 or nbytes <= 0:
         return []
-    if algorithm == "ring":
-        return [Phase("shift", 1, n, nbytes / n, repeat=2 * (n - 1), stride=stride)]
-    pof2 = _pof2(n)
-    fold = [Phase("fold", 0, n, nbytes, stride=stride)] if n != pof2 else []
-    unfold = [Phase("unfold", 0, n, nbytes, stride=stride)] if n != pof2 else []
-    steps = pof2.bit_length() - 1
-    if algorithm == "recursive-doubling":
-        body = [Phase("xor", 1 << i, n, nbytes, stride=stride) for i in range(steps)]
-    elif algorithm == "rabenseifner":
-        halving = [Phase("xor", 1 << i, n, nbytes / (2 << i), stride=stride)
-                   for i in range(steps)]
-        body = halving + halving[::-1]
-    else:
+    body = FLAT_ALLREDUCE.get(algorithm)
+    if body is None:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}; choose one of "
                          f"{', '.join(ALLREDUCE_ALGORITHMS)}")
-    return fold + body + unfold
+    if algorithm in ALL_RANKS_ALLREDUCE or n == _pof2(n):
+        return body(nbytes, n, stride)
+    return ([Phase("fold", 0, n, nbytes, stride=stride)] + body(nbytes, n, stride)
+            + [Phase("unfold", 0, n, nbytes, stride=stride)])
 
 
 def node_aware_phases(nbytes: float, n: int, algorithm: str, itemsize: int,
