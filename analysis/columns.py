@@ -6,9 +6,10 @@ it and are filled by :mod:`.scaling`, :mod:`.hidden_comm` and the overlap
 pass), how a group of repeats combines it (``merge``; default: the median,
 with ``<key>_min`` / ``<key>_max`` when ``spread``), whether a diverged run is
 left out, its Markdown format, the tables that show it (``tables``: table
-name -> header) and its footnote. ``syncbench report`` (md, csv, json) and the
-runner's tables (:mod:`syncbench.bench.experiment.print_tables`) print from
-it. The definitions of the figures are in docs/DESIGN.md.
+name -> header) and its footnote (:mod:`.cells`). ``syncbench report`` (md,
+csv, json), the runner's tables (:mod:`syncbench.bench.experiment.print_tables`)
+and a sweep's scaling table print from it. The definitions of the figures are
+in docs/DESIGN.md.
 
 The registry's order is the order of the keys of a report row (and of the CSV
 and JSON columns): ``schema.REPORT_KEYS``, ``path``, then the later columns in
@@ -16,26 +17,21 @@ the order they were added, so old readers see the same prefix. The order of
 the columns *within* a table is :data:`TABLE_ORDER`; a registered column that a
 table's order does not list is shown at that order's ``*``.
 
-Adding a metric to every table is one :func:`register`\\ ed entry naming
-:data:`EVERY_TABLE` (a runner figure must be a number: its repeats get a
-median (min–max)).
+Adding a metric to every table is one entry (in :func:`_registry`, or
+:func:`register`) naming :data:`EVERY_TABLE`; a runner figure must be a number
+(its repeats get a median (min–max)).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import fairness, hidden_comm
-from .completeness import incomplete_reason
-from .context import LOADED_SHARE, loaded_text
+from . import cells, fairness, hidden_comm
 from .numbers import NAN, finite, ratio, sum_finite
 from .schema import FINAL_LOCAL_ACCURACY, PHASES, REPORT_KEYS
-from .summary import DIVERGED_CHANCE_MULTIPLE
 
 if TYPE_CHECKING:
     from .run_metrics import RunFacts
@@ -168,158 +164,6 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
-# ---------------------------------------------------------------- footnotes
-
-
-def _incomplete_rows(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if not r.get("complete", True)]
-
-
-def _note_stopped(rows: Sequence[Row]) -> list[str]:
-    incomplete = _incomplete_rows(rows)
-    if not any(r.get("stopped_by") for r in incomplete):
-        return []
-    signals = sorted({s for r in incomplete for s in str(r.get("stopped_by") or "").split(",")
-                      if s})
-    return [f"stopped by {'/'.join(signals)}: the run was stopped by that signal at "
-            "a step boundary before it consumed its sample budget (complete=False)."]
-
-
-def _note_incomplete(rows: Sequence[Row]) -> list[str]:
-    incomplete = _incomplete_rows(rows)
-    notes = []
-    if any("partial (recovered)" in incomplete_note(r) for r in incomplete):
-        notes.append("partial (recovered): rebuilt by syncbench recover from the per-rank "
-                     "parts of a job that died (complete=False).")
-    if incomplete:
-        notes.append("incomplete runs get no speedup: a run with complete=False did not "
-                     "consume its sample budget, so its accuracy, time to target and samples/s "
-                     "are not comparable with complete runs; it gets no speedup, efficiency or "
-                     "hidden communication ('-'), is no baseline or reference, and a group "
-                     "with an incomplete run gets none either.")
-    return notes
-
-
-def _note_diverged(rows: Sequence[Row]) -> list[str]:
-    if not any(r.get("diverged") for r in rows):
-        return []
-    return [f"diverged: non-finite training loss or final accuracy at most "
-            f"{DIVERGED_CHANCE_MULTIPLE:g}x chance; no time to target, speedup, efficiency or "
-            "hidden communication is shown for it, and its samples/s are left out of group "
-            "medians."]
-
-
-def _note_loaded(rows: Sequence[Row]) -> list[str]:
-    shares = [float(r.get("foreign_cpu_share", math.nan)) for r in rows if r.get("loaded")]
-    if not shares:
-        return []
-    worst = max((s for s in shares if math.isfinite(s)), default=math.nan)
-    used = (f"{loaded_text(worst)}" if math.isfinite(worst)
-            else "other processes used the cores during the run")
-    return [f"loaded: {used}{' (the most of any loaded run)' if len(shares) > 1 else ''}"
-            f", above {100 * LOADED_SHARE:.0f}%; something outside the run competed "
-            "for the CPUs, timings contaminated."]
-
-
-def _note_overlapped(rows: Sequence[Row]) -> list[str]:
-    overlapped = [r for r in rows if r.get("overlapped")]
-    if not overlapped:
-        return []
-    pairs = sorted({f"{os.path.basename(str(p))}" for r in overlapped
-                    for p in (r.get("overlaps_with") or [])})
-    return ["overlapped: ran at the same time as another run on the same host ("
-            + ", ".join(pairs) + "); timings not comparable, no speedup or "
-            "efficiency computed from them."]
-
-
-def _note_oversubscribed(rows: Sequence[Row]) -> list[str]:
-    if not any(r.get("oversubscribed") for r in rows):
-        return []
-    return ["oversubscribed: more ranks than physical cores on a node; timings "
-            "include time-sharing of cores."]
-
-
-def _note_sync(rows: Sequence[Row]) -> list[str]:
-    return ["sync = comm + wait (shares of all ranks' wall time). The split depends on "
-            "the MPI call: time blocked inside a blocking collective counts as comm, "
-            "time in Wait/Waitall as wait."]
-
-
-def _note_time_to_target(rows: Sequence[Row]) -> list[str]:
-    return ["time_to_target_s can only take evaluation times: its resolution is the "
-            "evaluation interval ('eval every s')."]
-
-
-# ---------------------------------------------------------------- the note cell
-
-
-def _count_note(row: Row, key: str, word: str) -> str:
-    """``word`` for a run (or every run of a group) flagged ``key``, ``k/n word`` for some."""
-    value = row.get(key)
-    if isinstance(value, bool) or value is None:
-        return word if value else ""
-    repeats = int(row.get("repeats", 1) or 1)
-    return "" if not value else word if value >= repeats else f"{value}/{repeats} {word}"
-
-
-def incomplete_note(row: Row) -> str:
-    """Why a run is incomplete ("stopped by SIGTERM", "partial (recovered)"); for a
-    group, each reason with its count when not every run has it ("1/3 stopped by ...")."""
-    if "_incomplete" not in row:  # a per-run row
-        return incomplete_reason(row.get("complete", True), row.get("stopped_by"))
-    reasons = list(row["_incomplete"])
-    repeats = int(row.get("repeats", 1) or 1)
-    parts = []
-    for reason in dict.fromkeys(reasons):
-        k = reasons.count(reason)
-        parts.append(reason if k >= repeats else f"{k}/{repeats} {reason}")
-    return ", ".join(parts)
-
-
-def _note_cell(row: Row) -> str:
-    notes = [incomplete_note(row),
-             _count_note(row, "diverged", "diverged"),
-             _count_note(row, "overlapped", "overlapped"),
-             _count_note(row, "loaded", "loaded")]
-    resumes = row.get("resumes")
-    if hasattr(resumes, "item"):
-        resumes = resumes.item()
-    if isinstance(resumes, int) and not isinstance(resumes, bool) and resumes > 0:
-        notes.append(f"resumed {resumes}x")
-    if row.get("oversubscribed") is True:
-        notes.append("oversubscribed")
-    if row.get("simulated") is True:
-        notes.append("simulated")
-    return ", ".join(n for n in notes if n)
-
-
-def _phase_cell(phase: str) -> Callable[[Row], str]:
-    """``0.01234 (45.6%)``: seconds per step and share of wall time of one phase."""
-    def cell(row: Row) -> str:
-        seconds = _present(row.get(f"{phase}_s_per_step"))
-        share = _present(row.get(f"{phase}_fraction"))
-        if seconds is None:
-            return "-"
-        return f"{seconds:.5f}" + ("" if share is None else f" ({100 * share:.1f}%)")
-    return cell
-
-
-def _percent_cell(key: str) -> Callable[[Row], str]:
-    def cell(row: Row) -> str:
-        value = _present(row.get(key))
-        return "-" if value is None else f"{100 * value:.1f}%"
-    return cell
-
-
-def _present(value: Any) -> Any:
-    """The value, None when missing or NaN (NumPy scalars unwrapped)."""
-    if hasattr(value, "item") and not isinstance(value, str | bytes):
-        value = value.item()
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return None
-    return value
-
-
 # ---------------------------------------------------------------- the registry
 
 
@@ -343,7 +187,7 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                                      "spread": "final_accuracy min - max",
                                      "runner": "accuracy", "record": "", "cell": ""}))
     add(Column("time_to_target_s", lambda f: f.time_to_target, "{:.2f}", spread=True,
-               missing_is_slow=True, flag_diverged=True, footnote=_note_time_to_target,
+               missing_is_slow=True, flag_diverged=True, footnote=cells.note_time_to_target,
                tables={"runs": "time_to_target_s", "spread": "time_to_target_s min - max",
                        "runner": "time to {target:g} [s]", "record": ""}))
     add(Column("comm_fraction", _summary("comm_fraction"), "{:.3f}", spread=True,
@@ -351,13 +195,13 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     add(Column("wait_fraction", _summary("wait_fraction"), "{:.3f}", spread=True,
                tables={"runs": "wait_fraction"}))
     add(Column("stopped_by", lambda f: f.run.stopped_by, merge=_merge_signals,
-               footnote=_note_stopped, record=lambda v: str(v or ""), tables={"record": ""}))
+               footnote=cells.note_stopped, record=lambda v: str(v or ""), tables={"record": ""}))
     add(Column("resumes", lambda f: f.run.resumes, "{:d}", record=lambda v: int(v or 0),
                merge=lambda vs: int(sum(int(v or 0) for v in vs)), tables={"record": ""}))
     add(Column(PATH_KEY, lambda f: f.run.path, merge=list))
     # the columns added since, in the order they were added
     add(Column("complete", lambda f: bool(f.run.complete), merge=all, record=bool,
-               footnote=_note_incomplete, tables={"record": ""}))
+               footnote=cells.note_incomplete, tables={"record": ""}))
     add(Column("repeats", lambda f: 1, "{:d}", merge=len, tables={"runs": "repeats"}))
     add(Column("model", lambda f: f.run.model, merge=merge_labels))
     add(Column("dataset", lambda f: f.run.dataset, merge=merge_labels))
@@ -376,12 +220,12 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                tables={"phase": "step s"}))
     for p in PHASES:
         add(Column(f"{p}_s_per_step", lambda f, p=p: f.phases[f"{p}_s_per_step"], "{:.5f}",
-                   cell=_phase_cell(p), left=True, tables={"phase": p}))
+                   cell=cells.phase_cell(p), left=True, tables={"phase": p}))
     for p in PHASES:
         if f"{p}_fraction" not in REPORT_KEYS:
             add(Column(f"{p}_fraction", lambda f, p=p: f.phases[f"{p}_fraction"], "{:.3f}"))
     add(Column("untracked_fraction", lambda f: f.phases["untracked_fraction"], "{:.3f}",
-               cell=_percent_cell("untracked_fraction"), tables={"phase": "untracked"}))
+               cell=cells.percent_cell("untracked_fraction"), tables={"phase": "untracked"}))
     add(Column("rounds", lambda f: f.comm["rounds"], "{:.1f}"))
     add(Column("exposed_comm_s_per_round", lambda f: f.comm["exposed_comm_s_per_round"],
                "{:.5f}"))
@@ -425,10 +269,10 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                    "record": "", "cell": "", "sweep": Shown("sync", "{:.3f}", 5)}
     add(Column("sync_fraction", lambda f: sum_finite(f.row["comm_fraction"],
                                                      f.row["wait_fraction"]),
-               "{:.3f}", spread=True, record=_float_or_nan, footnote=_note_sync,
+               "{:.3f}", spread=True, record=_float_or_nan, footnote=cells.note_sync,
                tables=sync_tables))
     add(Column("diverged", lambda f: f.diverged, merge=_merge_count_flagged,
-               footnote=_note_diverged, tables={"record": ""}))
+               footnote=cells.note_diverged, tables={"record": ""}))
     add(Column("eval_interval_s", lambda f: f.eval_interval, "{:.2f}", record=_float_or_nan,
                tables={"runs": "eval every s", "runner": "eval every [s]", "record": "",
                        "cell": ""}))
@@ -439,7 +283,7 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     add(Column("sync_s_per_step", lambda f: f.steady[1], "{:.5f}",
                tables={"scaling": "sync s/step"}))
     add(Column("overlapped", lambda f: False, merge=_merge_count_flagged,
-               footnote=_note_overlapped, tables={"record": ""}))
+               footnote=cells.note_overlapped, tables={"record": ""}))
     add(Column("overlaps_with", lambda f: None, merge=_merge_files))
     add(Column("series", lambda f: None, merge=merge_labels, tables={"scaling": "series"}))
     add(Column("mpi_library", lambda f: f.run.attrs.get("mpi_library"), merge=merge_labels))
@@ -449,17 +293,18 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     add(Column("ranks_per_core", lambda f: f.context["ranks_per_core"], "{:.1f}",
                merge=merge_labels))
     add(Column("oversubscribed", lambda f: f.context["oversubscribed"], merge=merge_labels,
-               footnote=_note_oversubscribed, tables={"record": ""}))
+               footnote=cells.note_oversubscribed, tables={"record": ""}))
     add(Column("simulated", lambda f: f.context["simulated"], merge=merge_labels))
     add(Column("loaded", lambda f: f.context["loaded"], merge=_merge_count_flagged,
-               footnote=_note_loaded, tables={"record": ""}))
+               footnote=cells.note_loaded, tables={"record": ""}))
     add(Column("foreign_cpu_share", lambda f: _nan_if_none(f.context["foreign_cpu_share"]),
                "{:.3f}", record=_float_or_nan, tables={"record": ""}))
     # --eval-model both: every rank's own weights on its test shard (/summary; NaN without)
     add(Column(FINAL_LOCAL_ACCURACY,
                lambda f: float(f.run.summary_extra.get(FINAL_LOCAL_ACCURACY, NAN))))
     # cells of the printed tables only
-    add(Column("note", report=False, cell=_note_cell, tables={"runs": "note", "scaling": "note"}))
+    add(Column("note", report=False, cell=cells.note_cell,
+               tables={"runs": "note", "scaling": "note"}))
     # figures of a sweep's scaling table only (medians per series and N)
     add(Column("batch_per_rank", report=False,
                of_row=lambda r: float(r["samples"]) / max(1, r["steps"]),

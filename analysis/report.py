@@ -5,10 +5,12 @@ run file: values come from each file's ``/summary`` attributes and its root
 attributes (``algorithm``, ``world_size``); nothing is recomputed there.
 
 :func:`report_main` (the ``syncbench report`` command) adds the tidy columns of
-:mod:`syncbench.analysis.tables` (time per phase, hidden communication,
-stragglers, accuracy, speedup and efficiency, all defined there), optional
-aggregation over repeats (``--by``) and plots (``--plots``, see
-:mod:`syncbench.analysis.plots`). Every Markdown table is headed by the machine
+:func:`syncbench.analysis.tables.table_rows` (time per phase, hidden
+communication, stragglers, accuracy, speedup and efficiency), optional
+aggregation over repeats (``--by``, :mod:`syncbench.analysis.repeats`) and
+plots (``--plots``, see :mod:`syncbench.analysis.plots`). Every column, its
+format, header and footnote is an entry of :mod:`syncbench.analysis.columns`,
+which the Markdown, CSV and JSON outputs print from. Every Markdown table is headed by the machine
 context (:mod:`syncbench.analysis.context`) and leads with the sync share
 (comm + wait); the summary shows time to target beside the evaluation interval
 that bounds its resolution, and "diverged" / "overlapped" instead of ratios
@@ -21,7 +23,7 @@ is read with a warning on stderr and noted with its reason, "stopped by
 SIGTERM" (``stopped_by``: a signal stopped it at a step boundary) or "partial
 (recovered)" (rebuilt by ``syncbench recover``); it gets no speedup,
 efficiency or hidden communication ("-"), is no baseline, and a ``--by``
-group with one gets none either (see :mod:`syncbench.analysis.tables`).
+group with one gets none either.
 """
 
 from __future__ import annotations
