@@ -440,7 +440,7 @@ def test_emulated_gpu_layer_path_equals_cpu_path(model_name, emulated_gpu_path):
 
 @needs_gxx
 def test_emulated_optimizer_step_is_bit_identical(emulated_gpu_path):
-    from syncbench.algorithms.base import MomentumSGD
+    from syncbench.algorithms.optimizer import MomentumSGD
 
     rng = np.random.default_rng(13)
     w, g = rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(np.float32)
@@ -457,7 +457,7 @@ def test_emulated_optimizer_step_is_bit_identical(emulated_gpu_path):
 @needs_gxx
 def test_emulated_optimizer_step_with_exempt_parameters_is_bit_identical(emulated_gpu_path):
     """A decay mask makes the decay an array: the wrapper launches the per-element kernel."""
-    from syncbench.algorithms.base import MomentumSGD
+    from syncbench.algorithms.optimizer import MomentumSGD
 
     rng = np.random.default_rng(17)
     w, g = rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(np.float32)
@@ -593,7 +593,7 @@ def test_cpu_path_never_imports_cupy():
         from syncbench.kernels.zoo import build_model
         from syncbench.kernels import ops
         from syncbench.algorithms import device_buffers
-        from syncbench.algorithms.base import MomentumSGD
+        from syncbench.algorithms.optimizer import MomentumSGD
         m = build_model("lenet", (1, 28, 28), 10, dtype=np.float64)
         m.loss_and_grad(np.zeros((2, 1, 28, 28)), np.array([1, 2]))
         MomentumSGD(m.params, 0.1, 0.9, 0.0).step(m.params, m.grads)

@@ -31,7 +31,7 @@ import pytest
 from helpers import rank_streams, train_config, train_global_batch
 
 from syncbench.algorithms import device_buffers
-from syncbench.algorithms.base import Budget, MomentumSGD
+from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import (
     DeviceCommunicator,
@@ -41,6 +41,7 @@ from syncbench.algorithms.device_buffers import (
     copy_to_device,
     detect_cuda_aware,
 )
+from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.bench.data.synthetic import make_synthetic

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from helpers import rank_streams, run_mpi, train_config
 
-from syncbench.algorithms.base import Budget, MomentumSGD
+from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.analysis.labels import run_label
 from syncbench.analysis.report import format_report, report_rows

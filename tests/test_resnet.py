@@ -11,7 +11,8 @@ import pytest
 from helpers import run_mpi
 from test_layers import assert_layer_gradients, bind_fresh, numeric_grad
 
-from syncbench.algorithms.base import Budget, MomentumSGD
+from syncbench.algorithms.base import Budget
+from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
 from syncbench.kernels.layers import BasicBlock, BatchNorm2d, Conv2d, GlobalAvgPool

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from helpers import rank_streams, train_config
 
-from syncbench.algorithms.base import Budget, MomentumSGD
+from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model

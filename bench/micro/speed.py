@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from syncbench.algorithms.base import MomentumSGD
+from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.kernels.zoo import build_model
 
 SHAPES = {"mlp": (1, 28, 28), "lenet": (1, 28, 28)}
