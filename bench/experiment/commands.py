@@ -33,7 +33,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.analysis.report import FORMATS
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
@@ -62,6 +61,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compare_main(args: argparse.Namespace, train_args: Sequence[str] | None = None) -> int:
     """Body of ``syncbench compare``."""
+    from syncbench.algorithms.registry import ALGORITHMS  # lazy: imports mpi4py.MPI
+
     names = list(dict.fromkeys(a.strip() for a in args.algorithms.split(",") if a.strip()))
     missing = [a for a in names if a not in ALGORITHMS]
     if missing:

@@ -15,22 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from syncbench.bench.cluster import cpu, launch
+from syncbench.bench.cluster.command import rate_bytes_per_s
 from syncbench.bench.cluster.host import ClusterError
+from syncbench.bench.cluster.state import load
 
 from .plan import PlannedRun
 from .scenario import Scenario
 
 
 def _rate(text: str) -> float:
-    from syncbench.bench.cluster.command import rate_bytes_per_s
-
     return rate_bytes_per_s(text) if text else 0.0
 
 
 def layout_problem(scenario: Scenario, np_: int) -> str | None:
     """Why the cluster that is up does not fit the scenario at ``np_`` ranks, else None."""
-    from syncbench.bench.cluster.state import load
-
     cluster = load()
     if cluster is None:
         return "--cluster: no emulated cluster is up (syncbench cluster up --nodes N)"
@@ -55,9 +54,6 @@ def layout_problem(scenario: Scenario, np_: int) -> str | None:
 
 def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
     """(before each run: set its configuration's node speeds, at the end: restore)."""
-    from syncbench.bench.cluster import cpu, launch
-    from syncbench.bench.cluster.state import load
-
     cluster = load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up (syncbench cluster up --nodes N)")

@@ -99,7 +99,7 @@ class _Raising(argparse.ArgumentParser):
 
 def train_parser() -> argparse.ArgumentParser:
     """``syncbench train``'s parser, raising :class:`ScenarioError` on a bad flag."""
-    from syncbench.bench.train.options import add_train_arguments
+    from syncbench.bench.train.options import add_train_arguments  # lazy: imports mpi4py.MPI
 
     parser = _Raising(prog="syncbench train", add_help=False)
     add_train_arguments(parser)

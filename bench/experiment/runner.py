@@ -50,14 +50,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from syncbench.analysis.completeness import incomplete_reason
+from syncbench.analysis.context import format_contexts, merge_contexts
+from syncbench.analysis.fairness import throughput_ceiling
+from syncbench.analysis.plots import require_matplotlib, write_plots
+from syncbench.analysis.report import partial_warning
 from syncbench.analysis.runfile import RunFileError
+from syncbench.analysis.summary import run_diverged
+from syncbench.analysis.tables import table_rows
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
 from syncbench.bench.experiment.launch import run_peer, run_train, timed_out
 from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
 from . import sweep as scaling
+from .aggregate import factor_spread, is_complete, scenario_cells
+from .measure import run_figures
 from .on_cluster import layout_problem, speed_setter
+from .parity import parity_table
 from .plan import (
     PEER_PROGRAMS,
     PlannedRun,
@@ -66,6 +76,7 @@ from .plan import (
     plan_scaling,
     read_result,
 )
+from .print_tables import comparison_table, hetero_table
 from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
 
 RESULTS_NAME = "results.json"
@@ -245,8 +256,6 @@ def _fresh(p: PlannedRun, since: float) -> Any:
 def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept: bool,
               left_s: float | None = None, stopped_by: str = "") -> str:
     """One line per finished run: its figures from the run file's summary (``run``, read)."""
-    from syncbench.analysis.summary import run_diverged
-
     s = run.summary
     ttt = s["time_to_target_s"]
     state = ("DIVERGED" if run_diverged(run) else
@@ -387,9 +396,6 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
     ``stopped``: run id -> the stop signal its exit status named (see :func:`execute`);
     such a run's record is incomplete whatever its file says.
     """
-    from .aggregate import scenario_cells
-    from .measure import run_figures
-
     records = []
     for p, run, figures in zip(plan, runs, run_figures(runs, target), strict=True):
         name = (stopped or {}).get(p.run_id, "")
@@ -413,11 +419,6 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
                world: int | None = None) -> tuple[list[str], list[dict]]:
     """Every table, and the per-configuration comparison facts for the results file
     (``world``: ranks per run, for the parity table's stability bounds)."""
-    from syncbench.analysis.fairness import throughput_ceiling
-
-    from .aggregate import factor_spread
-    from .print_tables import comparison_table, hetero_table
-
     lines: list[str] = []
     comparisons = []
     for cond in _conditions(plan):
@@ -435,8 +436,6 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
         lines += [""] + hetero_table(scenario.name, cond.title, these, ceiling,
                                      max(cond.nominal), spread, contexts)
     if scenario.parity:
-        from .parity import parity_table
-
         lines += [""] + parity_table(scenario, records, world or scenario.np)
     return lines, comparisons
 
@@ -444,10 +443,6 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
 def _write_plots(runs: Sequence[Any], out: str, say: Callable[[str], None]) -> None:
     """The report's plots of every run, as ``syncbench report FILES --plots OUT`` writes
     them (the same rows, notes and stderr lines), from the runs already read."""
-    from syncbench.analysis.plots import require_matplotlib, write_plots
-    from syncbench.analysis.report import partial_warning
-    from syncbench.analysis.tables import table_rows
-
     def err(message: str) -> None:
         print(f"syncbench report: {message}", file=sys.stderr)
 
@@ -625,10 +620,6 @@ def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRu
     lines, comparisons = format_all(scenario, done, records, cells, target,
                                     getattr(args, "np", None) or scenario.np)
     print("\n".join(lines))
-    from syncbench.analysis.context import format_contexts, merge_contexts
-
-    from .aggregate import is_complete
-
     incomplete = [r for r in records if not is_complete(r)]
     contexts = [r["context"] for r in records]
     state.update(complete=not stop.signum, stopped_by=stop.name,
@@ -649,8 +640,6 @@ def _last_line(stop: StopRequest, done: int, total: int, incomplete: list[dict[s
                say: Callable[[str], None]) -> int:
     """The runner's last line when it was stopped or some runs are incomplete; its exit
     status (128 + the signal, :data:`EXIT_INCOMPLETE`, or 0)."""
-    from syncbench.analysis.completeness import incomplete_reason
-
     which = ", ".join(f"{r['run_id']} {incomplete_reason(False, r.get('stopped_by'))}"
                       for r in incomplete)
     count = (f"{len(incomplete)} of them incomplete ({which}), "

@@ -3,45 +3,17 @@
 A scenario is a TOML file (read with :mod:`tomllib`, or the ``tomli``
 backport on Python 3.10). The shipped ones live in ``bench/experiment/scenarios/``
 (package data ``syncbench.bench.experiment/scenarios/*.toml``); ``syncbench run PATH``
-takes any other file. Keys (only ``np`` and at least one ``[[run]]`` are
-required)::
-
-    description = "one line shown above the tables"
-    np = 2                         # ranks per run (--np overrides)
-    repeats = 5                    # repeats of every run (--repeats overrides)
-    target_accuracy = 0.80         # test accuracy whose wall time is the headline
-    headline = "time_to_target"    # or "samples_per_s": the first ratio column
-    baseline = "ssgd"              # label the ratios are taken against (default: first run)
-    eval_every = 0.05              # evaluation interval in epochs (finer = sharper time to target)
-    slowdowns = ["last:4"]         # heterogeneous configurations: "1,4" or "last:4"
-    slowdown_modes = ["work"]      # --slowdown-mode of each; omitted: train's default
-    node_speeds = ["last:0.25"]    # emulated cluster only: node speeds (CPU quotas), each a
-                                   # configuration the runner sets live before its runs
-    cluster = { link = "1gbit", ppn = 1 }   # the emulated cluster it is written for:
-                                   # `run --cluster` checks the one that is up
-    lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
-    datasets = ["mnist", "fashion-mnist"]   # the first whose files are found is --dataset
-    flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
-    # A scaling scenario: an np list, a mode, the batch rule (plan.py); no slowdowns
-    # np = [1, 2, 4]; scaling = "strong"; global_batch = 256 (weak: batch_size = 64)
-
-    [[parity]]                     # a table of OD-SGD against SSGD, one row per pair:
-    name = "paper recipe"          # does the paper's parity claim hold? (parity.py)
-    ssgd = "paper-ssgd"            # the two run labels
-    odsgd = "paper-odsgd"
-
-    [[run]]
-    label = "odsgd"                # row name, unique
-    algorithm = "odsgd"
-    flags = { warmup_steps = 50 }  # this entry's flags
-    lr_grid = [0.01, 0.02, 0.05]   # one row per lr; the best by the headline is marked
+takes any other file. Only ``np`` and at least one ``[[run]]`` are required;
+:class:`Scenario` lists every key with an example.
 
 A flag table maps ``name = value`` to ``--name value`` (underscores become
 hyphens; ``true`` is a bare switch, ``false`` leaves it out, a list is
 comma-joined). A heterogeneous scenario always gets the homogeneous
 configuration (every factor 1) added: the baseline of the het/hom throughput
 and of the ceiling sum(1/f)/N. ``"last:F"`` slows the last rank by F at any
-rank count; an explicit list must have ``np`` factors. Every problem is a
+rank count; an explicit list must have ``np`` factors. An ``np`` list makes a
+scaling scenario (``scaling`` strong or weak, and its batch rule:
+:mod:`.plan`), which takes no slowdowns. Every problem is a
 :class:`ScenarioError` whose message is one line.
 """
 
@@ -53,6 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from syncbench.bench.cluster.command import RATE
+from syncbench.bench.data.catalog import DATASETS, DatasetError, find_dataset_dir
 from syncbench.bench.train.slowdown import parse_factor
 
 if sys.version_info >= (3, 11):
@@ -164,7 +138,38 @@ class Condition:
 
 @dataclass
 class Scenario:
-    """A checked scenario (see the module docstring for the keys)."""
+    """A checked scenario. The keys of its file::
+
+    description = "one line shown above the tables"
+    np = 2                         # ranks per run (--np overrides)
+    repeats = 5                    # repeats of every run (--repeats overrides)
+    target_accuracy = 0.80         # test accuracy whose wall time is the headline
+    headline = "time_to_target"    # or "samples_per_s": the first ratio column
+    baseline = "ssgd"              # label the ratios are taken against (default: first run)
+    eval_every = 0.05              # evaluation interval in epochs (finer = sharper time to target)
+    slowdowns = ["last:4"]         # heterogeneous configurations: "1,4" or "last:4"
+    slowdown_modes = ["work"]      # --slowdown-mode of each; omitted: train's default
+    node_speeds = ["last:0.25"]    # emulated cluster only: node speeds (CPU quotas), each a
+                                   # configuration the runner sets live before its runs
+    cluster = { link = "1gbit", ppn = 1 }   # the emulated cluster it is written for:
+                                   # `run --cluster` checks the one that is up
+    lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
+    datasets = ["mnist", "fashion-mnist"]   # the first whose files are found is --dataset
+    flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
+    # A scaling scenario: an np list, a mode, the batch rule (plan.py); no slowdowns
+    # np = [1, 2, 4]; scaling = "strong"; global_batch = 256 (weak: batch_size = 64)
+
+    [[parity]]                     # a table of OD-SGD against SSGD, one row per pair:
+    name = "paper recipe"          # does the paper's parity claim hold? (parity.py)
+    ssgd = "paper-ssgd"            # the two run labels
+    odsgd = "paper-odsgd"
+
+    [[run]]
+    label = "odsgd"                # row name, unique
+    algorithm = "odsgd"
+    flags = { warmup_steps = 50 }  # this entry's flags
+    lr_grid = [0.01, 0.02, 0.05]   # one row per lr; the best by the headline is marked
+    """
 
     name: str
     source: str
@@ -339,7 +344,7 @@ def _lr_grid(value: Any, where: str) -> list[float]:
 
 
 def _entries(data: dict, top_grid: list[float] | None) -> list[RunEntry]:
-    from syncbench.algorithms.registry import ALGORITHMS
+    from syncbench.algorithms.registry import ALGORITHMS  # lazy: imports mpi4py.MPI
 
     runs = data.get("run")
     _require(isinstance(runs, list) and runs and all(isinstance(r, dict) for r in runs),
@@ -449,8 +454,6 @@ def _scaling(scenario: Scenario, data: dict[str, Any], nps: tuple[int, ...]) -> 
 
 def _datasets(value: Any) -> list[str]:
     """The checked ``datasets`` preference list."""
-    from syncbench.bench.data.catalog import DATASETS
-
     _require(isinstance(value, list) and all(v in DATASETS for v in value),
              f"'datasets' must be a list of {', '.join(DATASETS)}, got {value!r}")
     return list(value)
@@ -474,8 +477,6 @@ def resolve_dataset(datasets: list[str]) -> str | None:
     """The first of ``datasets`` whose files are found (the last one if none is), else None."""
     if not datasets:
         return None
-    from syncbench.bench.data.catalog import DatasetError, find_dataset_dir
-
     for name in datasets:
         try:
             find_dataset_dir(name)
@@ -492,8 +493,6 @@ def _cluster_table(table: Any) -> dict[str, Any]:
     _require(not unknown, f"cluster: unknown key(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(sorted(_CLUSTER_KEYS))}")
     if "link" in table:
-        from syncbench.bench.cluster.command import RATE
-
         _require(isinstance(table["link"], str) and RATE.match(table["link"]) is not None,
                  f"cluster: 'link' must be a rate such as \"1gbit\", got {table['link']!r}")
     ppn = table.get("ppn", 1)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from syncbench.bench.experiment.launch import find_mpiexec, run_command, timed_out
+from syncbench.bench.experiment.peers.torch_runner import MODELS
 from syncbench.bench.experiment.plan import PlannedRun
 from syncbench.bench.experiment.runner import execute, launch_planned
 from syncbench.bench.experiment.scenario import Condition, RunEntry
@@ -318,8 +319,6 @@ def speed_table(args: argparse.Namespace, models: list[str]) -> list[str]:
 def usage_error(args: argparse.Namespace, algorithms: list[str],
                 models: list[str]) -> str | None:
     """What is wrong with the flags (None when nothing is)."""
-    from syncbench.bench.experiment.peers.torch_runner import MODELS
-
     if any(a not in ALGORITHMS for a in algorithms) or args.repeats < 1:
         return (f"--algorithms takes {', '.join(ALGORITHMS)} and --repeats >= 1 "
                 f"(got {args.algorithms!r}, {args.repeats})")
@@ -339,7 +338,7 @@ def main(args: argparse.Namespace) -> int:
     if error is not None:
         print(f"syncbench peers: {error}", file=sys.stderr)
         return 2
-    import torch
+    import torch  # lazy: PyTorch is optional (syncbench[peers])
 
     threads = os.environ.get("OMP_NUM_THREADS", "1 (set per rank)")
     if args.speed:

@@ -1,54 +1,25 @@
 """PyTorch peer of ``syncbench train``: DDP (for SSGD) and periodic model averaging (Local SGD).
 
 Launched like our own runs, one process per rank under ``mpiexec``
-(``python -m syncbench.bench.experiment.peers.torch_runner ...``). The rank and world
-size come from the launcher's environment (``PMI_RANK``/``PMI_SIZE`` of
-MPICH's Hydra, ``OMPI_COMM_WORLD_RANK``/``_SIZE`` of Open MPI, ``PMIX_RANK``,
-``SLURM_PROCID``/``SLURM_NTASKS``, or ``RANK``/``WORLD_SIZE``); PyTorch's
-process group is ``gloo`` initialised from ``env://`` with ``MASTER_ADDR`` and
-``MASTER_PORT`` (the caller picks a free port). No MPI call is made here.
+(``python -m syncbench.bench.experiment.peers.torch_runner ...``, the
+runner's ``torch`` program). The rank and world size come from the
+launcher's environment (Hydra's ``PMI_RANK``/``PMI_SIZE``, Open MPI's
+``OMPI_COMM_WORLD_RANK``/``_SIZE``, ``PMIX_RANK``, ``SLURM_PROCID``/
+``SLURM_NTASKS``, or ``RANK``/``WORLD_SIZE``); PyTorch's process group is
+``gloo`` from ``env://`` with ``MASTER_ADDR`` and ``MASTER_PORT`` (the caller
+picks a free port). No MPI call is made here.
 
 Everything the throughput depends on matches ``syncbench train`` with the
-same flags:
-
-* the model: ``mlp`` (flatten, 784-256-128-10, ReLU), ``lenet`` (conv5 with
-  padding 2 on 28x28 inputs, 2x2 max pool, conv5, pool, 120-84-classes), or
-  the CIFAR ResNets ``resnet8`` and ``resnet20`` of He et al. 2016 (Sec. 4.2:
-  a conv3x3-BN-ReLU stem, 3 stages of 1 or 3 basic blocks with 16, 32, 64
-  channels, option-A shortcuts, global average pooling, a linear head; see
-  :func:`build_torch_resnet`), the architectures of
-  :mod:`syncbench.kernels.zoo`, in float32;
-* the data: :func:`syncbench.bench.data.catalog.load_dataset` and each rank's shard
-  and batches from :class:`syncbench.bench.train.stream.BatchStream` (same seed),
-  fetched inside the timed loop as our driver does;
-* the optimizer: momentum SGD with L2 weight decay (``torch.optim.SGD``,
-  the convention of :class:`syncbench.algorithms.base.MomentumSGD`), mean
-  cross-entropy loss;
-* the steps: ``max(1, int(epochs * steps_per_epoch))`` per rank;
-* ``ssgd``: ``DistributedDataParallel`` averages the gradients (buckets of
-  ``bucket_cap_mb``, allreduce overlapped with backward), every rank applies
-  the same update (Goyal et al. 2017; Li et al. 2020, "PyTorch Distributed",
-  Sec. 3);
-* ``localsgd``: ``PeriodicModelAverager(period, warmup_steps=period - 1)``
-  averages the parameters after every ``period``-th local step (steps
-  ``period-1, 2*period-1, ...``, 0-based: the rounds of
-  :class:`syncbench.algorithms.localsgd.LocalSGD`, Lin et al. 2020, eq. (2));
-  a last, shorter round is averaged too, as ours does. Momentum buffers stay
-  local in both.
-
-BatchNorm (``resnet8``, ``resnet20``) follows the suite's rules for its
-buffers (docs/ALGORITHMS.md, "BatchNorm under each strategy": never reduced
-as gradients; per rank under SSGD, averaged with the weights in Local SGD):
-training normalises with each rank's own batch statistics (no SyncBatchNorm),
-DDP runs with ``broadcast_buffers=False`` (its default would broadcast rank
-0's running statistics before every forward: a per-step collective the rule
-does not have), and Local SGD averages the running means and variances in the same
-rounds as the parameters (one more Allreduce of those buffers after the
-averager's, which takes parameters with gradients only; ``num_batches_tracked``
-is equal on every rank and left alone). The running update is linear in the
-statistics, so the final ones equal a single average at the end; the
-per-round Allreduce is kept so that the peer pays what the rule costs.
-Rank 0's running statistics are the ones evaluated.
+same flags: the model (the architectures of :mod:`syncbench.kernels.zoo`:
+``mlp``, ``lenet``, and the CIFAR ResNets of He et al. 2016, Sec. 4.2), the
+data and each rank's shard and batches (the same ``BatchStream``, fetched
+inside the timed loop), the optimizer (momentum SGD with L2 weight decay,
+mean cross-entropy) and the steps (``max(1, int(epochs * steps_per_epoch))``
+per rank); :func:`train` gives the details. ``ssgd`` is
+``DistributedDataParallel`` (Li et al. 2020, "PyTorch Distributed", Sec. 3),
+``localsgd`` ``PeriodicModelAverager`` (Lin et al. 2020, eq. (2)); BatchNorm
+follows docs/ALGORITHMS.md (per-rank statistics, averaged with the weights
+under Local SGD).
 
 Timing: a barrier, then the loop (data, forward, backward, communication,
 update) on every rank; the wall time is the slowest rank's, and samples/s is
@@ -131,7 +102,7 @@ def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -
     ``mlp`` and ``lenet`` keep PyTorch's default initialisation; the ResNets
     are built by :func:`build_torch_resnet` with the suite's.
     """
-    from torch import nn
+    from torch import nn  # lazy: PyTorch is optional
 
     channels, height, width = input_shape
     if name in RESNET_BLOCKS:
@@ -157,7 +128,7 @@ def build_torch_model(name: str, input_shape: Sequence[int], num_classes: int) -
 @functools.cache
 def _resnet_modules() -> tuple[type, type]:
     """``(ShortcutA, BasicBlock)``, defined on first use (torch is imported lazily)."""
-    from torch import nn
+    from torch import nn  # lazy: PyTorch is optional
     from torch.nn import functional as F
 
     class ShortcutA(nn.Module):
@@ -215,7 +186,7 @@ def build_torch_resnet(blocks: int, in_channels: int, num_classes: int) -> Any:
     bn1 gamma, beta, conv2 weight, bn2 gamma, beta, and last the linear weight
     and bias.
     """
-    import torch
+    import torch  # lazy: PyTorch is optional
     from torch import nn
 
     _, BasicBlock = _resnet_modules()
@@ -248,7 +219,7 @@ def _float_buffers(model: Any) -> list[Any]:
 def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any], float],
                                                               Callable[[], None]]:
     """``(step(x, y) -> loss, finish())`` of the chosen peer around ``model``."""
-    import torch
+    import torch  # lazy: PyTorch is optional
     import torch.distributed as dist
     from torch.nn import functional as F
 
@@ -298,7 +269,7 @@ def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any]
 
 def evaluate(model: Any, x: np.ndarray, y: np.ndarray, batch: int = 2000) -> tuple[float, float]:
     """(mean loss, accuracy) of ``model`` on a split."""
-    import torch
+    import torch  # lazy: PyTorch is optional
     from torch.nn import functional as F
 
     total, correct = 0.0, 0
@@ -315,8 +286,36 @@ def evaluate(model: Any, x: np.ndarray, y: np.ndarray, batch: int = 2000) -> tup
 
 
 def train(args: argparse.Namespace) -> PeerResult | None:
-    """Train on this rank; returns the result on rank 0 (None elsewhere)."""
-    import torch
+    """Train on this rank; returns the result on rank 0 (None elsewhere).
+
+    * the model: ``mlp`` (flatten, 784-256-128-10, ReLU), ``lenet`` (conv5 with
+      padding 2 on 28x28 inputs, 2x2 max pool, conv5, pool, 120-84-classes), or
+      ``resnet8`` / ``resnet20`` (a conv3x3-BN-ReLU stem, 3 stages of 1 or 3 basic
+      blocks with 16, 32, 64 channels, option-A shortcuts, global average pooling,
+      a linear head: :func:`build_torch_resnet`), in float32;
+    * the data: :func:`syncbench.bench.data.catalog.load_dataset` and each rank's
+      shard and batches from :class:`syncbench.bench.train.stream.BatchStream`
+      (same seed), fetched inside the timed loop as our driver does;
+    * the optimizer: ``torch.optim.SGD`` with momentum and L2 weight decay (the
+      convention of :class:`syncbench.algorithms.optimizer.MomentumSGD`);
+    * ``ssgd``: ``DistributedDataParallel`` averages the gradients (buckets of
+      ``bucket_cap_mb``, allreduce overlapped with backward), every rank applies
+      the same update (Goyal et al. 2017);
+    * ``localsgd``: ``PeriodicModelAverager(period, warmup_steps=period - 1)``
+      averages the parameters after every ``period``-th local step (the rounds of
+      :class:`syncbench.algorithms.localsgd.LocalSGD`); a last, shorter round is
+      averaged too, as ours does. Momentum buffers stay local in both.
+
+    BatchNorm's buffers are never reduced as gradients: training normalises with
+    each rank's own batch statistics (no SyncBatchNorm), DDP runs with
+    ``broadcast_buffers=False`` (its default broadcasts rank 0's running
+    statistics before every forward: a per-step collective the rule does not
+    have), and Local SGD averages the running means and variances in the same
+    rounds as the parameters (one more Allreduce after the averager's, which takes
+    parameters with gradients only; ``num_batches_tracked`` is equal everywhere).
+    Rank 0's running statistics are the ones evaluated.
+    """
+    import torch  # lazy: PyTorch is optional (syncbench[peers])
     import torch.distributed as dist
 
     rank, world = rank_and_size()
@@ -375,10 +374,10 @@ def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
     BatchNorm normalises with each batch's statistics and updates its running
     ones, as our training step does.
     """
-    import torch
+    import torch  # lazy: PyTorch is optional (syncbench[peers])
     from torch.nn import functional as F
 
-    from syncbench.bench.micro.speed import SHAPES
+    from syncbench.bench.micro.speed import SHAPES  # lazy: imports mpi4py.MPI
 
     shape = SHAPES.get(model_name, (1, 28, 28))
     torch.set_num_threads(threads)
