@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from syncbench.analysis.runfile import read_run
-
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -103,21 +101,3 @@ def run_train(np_: int, train_args: list[str], mpiexec: str | None = None,
               timeout: float | None = None, quiet: bool = False) -> subprocess.CompletedProcess:
     """Run one training job (see :func:`run_command`)."""
     return run_command(train_command(np_, train_args, mpiexec), timeout, quiet)
-
-
-def train_and_read(np_: int, train_args: list[str], out: Path, mpiexec: str | None = None,
-                   timeout: float | None = None) -> Any:
-    """Run one training job quietly into ``out`` and return its :class:`Run`.
-
-    A failed job raises ``RuntimeError`` with the exit status and the last
-    lines of its stderr, one past ``timeout`` :class:`subprocess.TimeoutExpired`.
-    """
-    proc = run_train(np_, [*train_args, "--progress", "never", "--out", str(out),
-                           "--overwrite"], mpiexec, timeout=timeout, quiet=True)
-    if timed_out(proc):
-        raise subprocess.TimeoutExpired(proc.args, timeout or 0.0)
-    if proc.returncode != 0:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"syncbench train {' '.join(train_args[:2])} failed "
-                           f"(exit {proc.returncode}): {tail}")
-    return read_run(out)

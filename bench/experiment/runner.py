@@ -75,6 +75,7 @@ from .plan import (
     plan_runs,
     plan_scaling,
     read_result,
+    split_epochs,
 )
 from .print_tables import comparison_table, hetero_table
 from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
@@ -514,7 +515,10 @@ def run_scaling(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
     view = scaling.ScalingProgress(plan, getattr(args, "no_run", False), save)
     save()
     if simulate:
-        launch = scaling.simulated_launch(view, [*scenario.flags, *extra], args.run_timeout)
+        sim_args = [*scenario.flags, *extra]
+        if scenario.scaling == "weak":  # each point's --epochs is the plan's (budget x N)
+            sim_args = split_epochs(sim_args)[1]
+        launch = scaling.simulated_launch(view, sim_args, args.run_timeout)
     else:
         def launch(p: PlannedRun) -> subprocess.CompletedProcess:
             return launch_planned(p, args.mpiexec, args.run_timeout)

@@ -172,7 +172,7 @@ class PairProgress:
 
     def failed(self, i: int, total: int, p: PlannedRun, proc: subprocess.CompletedProcess,
                seconds: float) -> str:
-        """The one-line failure of ``p`` (as :func:`train_and_read` words it for ours)."""
+        """The one-line failure of ``p``."""
         if timed_out(proc):
             return str(subprocess.TimeoutExpired(proc.args, proc.timeout))
         if p.program == "train":
