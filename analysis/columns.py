@@ -121,7 +121,8 @@ class Column:
     #: ``phase``, ``stragglers``, ``scaling``; the runner: ``runner`` (comparison table;
     #: the header may name ``{target}``), ``record`` (its results file's per-run
     #: figures), ``cell`` (the figures that get a median (min–max) over repeats);
-    #: ``sweep``: the scaling table of a sweep (medians per series and N).
+    #: ``hetero``: its table of a heterogeneous configuration; ``sweep``: the scaling
+    #: table of a sweep (medians per series and N).
     tables: Mapping[str, str | Shown] = field(default_factory=dict)
     #: A value computed from a report row (for a column that is no row value), and a
     #: group's value computed from its rows (default: the median of the values).
@@ -139,8 +140,10 @@ class Column:
     cell: Callable[[Row], str] | None = None
     #: Markdown alignment: None = right when every value is a number and ``fmt`` is set.
     left: bool = False
-    #: Footnote lines under the report's Markdown for these rows (empty: none).
+    #: Footnote lines under the report's Markdown for these rows (empty: none), and
+    #: the line under a runner table that shows the column.
     footnote: Callable[[Sequence[Row]], list[str]] | None = None
+    runner_footnote: str | None = None
 
     def figure(self, facts: RunFacts) -> Any:
         """The runner's per-run figure: the report row's value, or computed here."""
@@ -315,9 +318,13 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                tables={"sweep": Shown("runs", "{:d}", 4)}))
     # figures of the runner only (its results file and tables)
     add(Column("realised_factor", lambda f: fairness.realised_factor(f.run, REALISED_STATISTIC),
-               report=False, tables={"record": "", "cell": ""}))
+               report=False, tables={"record": "", "cell": "", "hetero": "realised (median)"},
+               runner_footnote="realised factor: slowed rank's median per-step (compute + "
+               "delay) / the median of the unslowed ranks' per-step compute"))
     add(Column("interference_ratio", lambda f: fairness.interference_ratio(f.run),
-               report=False, tables={"record": "", "cell": ""}))
+               report=False, digits=3, tables={"record": "", "cell": "", "hetero": "interference"},
+               runner_footnote="interference: fast ranks' compute while a slowed rank is in its "
+               "delay / their compute otherwise (1 = gives nothing away; - = never overlapped)"))
     add(Column("comm_compute_ratio", lambda f: hidden_comm.blocking_comm_compute_ratio(f.row),
                report=False,
                tables={"record": "", "cell": ""}))

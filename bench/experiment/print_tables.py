@@ -169,23 +169,22 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
 def hetero_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
                  ceiling: float, nominal: float, factors: dict[str, Any],
                  contexts: Sequence[dict[str, Any]]) -> list[str]:
-    """Het/hom throughput vs the ceiling, realised factor, interference (lines)."""
+    """Het/hom throughput vs the ceiling, then the registry's ``hetero`` columns (the
+    realised factor, interference) and their notes (lines)."""
     width = max([12, *(len(c["label"]) + 2 for c in cells)])
     over = oversubscribed(contexts)
+    shown = columns.table("hetero")
     lines = [format_contexts(list(contexts)),
              f"# {scenario}: {title} against homogeneous{' | OVERSUBSCRIBED' if over else ''}"
              f" | ceiling sum(1/f)/N = {ceiling:.3f}, nominal factor {nominal:g}",
-             _header(width, ["het/hom samples/s", "ceiling", "realised (median)",
-                             "interference"])]
+             _header(width, ["het/hom samples/s", "ceiling",
+                             *(how.header for _, how in shown)])]
     for c in cells:
         lines.append(_row(c["label"] + (" <" if c.get("best_lr") else ""), width, [
-            format_spread(c["het_hom"], 3), f"{ceiling:.3f}", format_spread(c["realised_factor"]),
-            format_spread(c["interference_ratio"], 3)]))
+            format_spread(c["het_hom"], 3), f"{ceiling:.3f}",
+            *(_figure(c, column) for column, _ in shown)]))
     lines += [note for note in map(incomplete_note, cells) if note]
-    lines.append("  realised factor: slowed rank's median per-step (compute + delay) / the "
-                 "median of the unslowed ranks' per-step compute")
-    lines.append("  interference: fast ranks' compute while a slowed rank is in its delay / "
-                 "their compute otherwise (1 = gives nothing away; - = never overlapped)")
+    lines += [f"  {column.runner_footnote}" for column, _ in shown if column.runner_footnote]
     off = [c["label"] for c in cells if c["realised_factor"]["median"] is not None
            and abs(c["realised_factor"]["median"] / nominal - 1) > FACTOR_TOLERANCE]
     if off:
