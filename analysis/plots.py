@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from .completeness import incomplete_reason
 from .context import context_line, format_context, machine_context
 from .runfile import Run
 from .schema import PHASES, strategy_traits
-from .tables import incomplete_reason
 from .trace import NS, in_window, phase_bounds_ns, step_ends, step_order
 
 #: One colour per phase, the same in every plot.

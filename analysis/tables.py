@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from .columns import PATH_KEY
-from .completeness import incomplete_reason as incomplete_reason  # plots.py reads it here
 from .context import overlapping_runs
 from .hidden_comm import add_hidden_comm
 from .run_metrics import run_metrics

@@ -335,7 +335,7 @@ def test_make_demo_runs_the_demo_scenario_with_plots_in_runs_plots():
 
 
 def test_ratio_of_a_missed_target_is_infinite_never_faster():
-    from syncbench.bench.experiment.aggregate import aggregate
+    from syncbench.bench.experiment.aggregate import scenario_cells
 
     def rec(label, repeat, ttt, diverged=False):
         return {"label": label, "condition": "hom", "repeat": repeat, "time_to_target_s": ttt,
@@ -345,7 +345,7 @@ def test_ratio_of_a_missed_target_is_infinite_never_faster():
 
     records = [rec("base", 0, 2.0), rec("base", 1, 2.0), rec("base", 2, 2.0),
                rec("x", 0, 1.0), rec("x", 1, math.nan), rec("x", 2, 0.5, diverged=True)]
-    cells = {c["label"]: c for c in aggregate(records, ["base", "x"], ["hom"], "base")}
+    cells = {c["label"]: c for c in scenario_cells(records, ["base", "x"], ["hom"], "base")}
     x = cells["x"]["ttt_ratio"]
     # 0.5 (faster), inf (missed), inf (diverged, although its time was shorter)
     assert x["median"] == math.inf and x["min"] == 0.5 and x["status"] == "diverged"
@@ -368,7 +368,7 @@ def _cell(label, group=None, ttt=1.0, sps=100.0, factor=4.0, interference=1.0, r
 
 
 def test_hetero_table_labels_oversubscription_and_flags_unfair_stragglers():
-    from syncbench.bench.experiment.tables import hetero_table
+    from syncbench.bench.experiment.print_tables import hetero_table
 
     ctx = {"cores": 2, "cpus": 2, "world_size": 4, "hosts": 1, "ranks_per_host": 4,
            "ranks_per_core": 2.0, "oversubscribed": True, "slowdown_mode": "work"}
@@ -400,7 +400,7 @@ def test_best_lr_of_a_grid_is_marked_by_time_to_target():
 
 
 def test_a_diverged_baseline_gives_no_ratio_and_a_diverged_label_says_so():
-    from syncbench.bench.experiment.aggregate import aggregate
+    from syncbench.bench.experiment.aggregate import scenario_cells
 
     def rec(label, repeat, diverged):
         return {"label": label, "condition": "hom", "repeat": repeat,
@@ -410,13 +410,13 @@ def test_a_diverged_baseline_gives_no_ratio_and_a_diverged_label_says_so():
                 "hidden_comm_fraction": math.nan}
 
     records = [rec(lab, r, lab != "ok") for lab in ("base", "ok", "bad") for r in (0, 1)]
-    cells = {c["label"]: c for c in aggregate(records, ["base", "ok", "bad"], ["hom"], "base")}
+    cells = {c["label"]: c for c in scenario_cells(records, ["base", "ok", "bad"], ["hom"], "base")}
     assert cells["base"]["ttt_ratio"]["status"] == "diverged"
     assert cells["bad"]["ttt_ratio"]["status"] == "diverged"
     assert cells["bad"]["sps_ratio"]["status"] == "diverged"
     assert cells["ok"]["ttt_ratio"]["status"] == "-"  # nothing to compare against
     records = [{**r, "diverged": False} if r["label"] == "base" else r for r in records]
-    cells = {c["label"]: c for c in aggregate(records, ["base", "ok"], ["hom"], "base")}
+    cells = {c["label"]: c for c in scenario_cells(records, ["base", "ok"], ["hom"], "base")}
     assert cells["base"]["ttt_ratio"]["status"] == "not reached"  # NaN time, not diverged
     assert cells["ok"]["sps_ratio"]["median"] == 1.0
 
@@ -439,14 +439,14 @@ def _record(label, repeat, sps, diverged=False, overlapped=False, ttt=1.0):
 
 
 def test_a_diverged_run_never_makes_a_label_look_faster():
-    from syncbench.bench.experiment.aggregate import aggregate
-    from syncbench.bench.experiment.tables import fmt_spread
+    from syncbench.analysis.repeats import format_spread as fmt_spread
+    from syncbench.bench.experiment.aggregate import scenario_cells
 
     records = [_record("base", r, 100.0) for r in range(3)]
     records += [_record("x", 0, 900.0, diverged=True), _record("x", 1, 110.0),
                 _record("x", 2, 120.0)]
     records += [_record("bad", r, 900.0, diverged=True) for r in range(3)]
-    cells = {c["label"]: c for c in aggregate(records, ["base", "x", "bad"], ["hom"], "base")}
+    cells = {c["label"]: c for c in scenario_cells(records, ["base", "x", "bad"], ["hom"], "base")}
     assert cells["x"]["samples_per_s"]["median"] == pytest.approx(115.0)
     assert cells["x"]["samples_per_s"]["max"] == 120.0 and cells["x"]["samples_per_s"]["n"] == 2
     assert cells["x"]["hidden_comm_fraction"]["n"] == 2
@@ -455,29 +455,29 @@ def test_a_diverged_run_never_makes_a_label_look_faster():
 
 
 def test_an_lr_grid_is_not_won_by_a_diverged_runs_throughput():
-    from syncbench.bench.experiment.aggregate import aggregate
+    from syncbench.bench.experiment.aggregate import scenario_cells
 
     # equal time to target; lr 0.1's samples/s median would win only with its diverged run
     records = [{**_record("g@lr=0.1", r, s, diverged=d), "time_to_target_s": 1.0}
                for r, (s, d) in enumerate(((900.0, True), (900.0, True), (100.0, False)))]
     records += [_record("g@lr=0.2", r, 200.0) for r in range(3)]
-    cells = aggregate(records, ["g@lr=0.1", "g@lr=0.2"], ["hom"], "g@lr=0.2",
+    cells = scenario_cells(records, ["g@lr=0.1", "g@lr=0.2"], ["hom"], "g@lr=0.2",
                       groups={"g@lr=0.1": "g", "g@lr=0.2": "g"}, headline="samples_per_s")
     assert [c["best_lr"] for c in cells] == [False, True]
 
 
 def test_an_overlapped_baseline_run_gives_no_ratio_for_its_repeat():
-    from syncbench.bench.experiment.aggregate import aggregate
+    from syncbench.bench.experiment.aggregate import scenario_cells
 
     records = [_record("base", 0, 50.0, overlapped=True), _record("base", 1, 100.0),
                _record("x", 0, 100.0), _record("x", 1, 150.0)]
-    (_, x) = aggregate(records, ["base", "x"], ["hom"], "base")
+    (_, x) = scenario_cells(records, ["base", "x"], ["hom"], "base")
     assert x["sps_ratio"]["n"] == 1 and x["sps_ratio"]["median"] == 1.5
     assert x["ttt_ratio"]["n"] == 1
 
 
 def test_comparison_table_shows_sync_share_eval_interval_and_the_lr_caveat():
-    from syncbench.bench.experiment.tables import comparison_table
+    from syncbench.bench.experiment.print_tables import comparison_table
 
     def stats(v):
         return {"median": v, "min": v, "max": v, "n": 5}

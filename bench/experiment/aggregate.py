@@ -154,7 +154,6 @@ def scenario_cells(records: Sequence[dict[str, Any]], labels: Sequence[str],
     return cells
 
 
-aggregate = scenario_cells  # the old name, which tests/test_runner.py imports
 
 
 def _headline_key(cell: dict[str, Any], headline: str) -> tuple[float, float]:
