@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncbench.analysis.repeats import spread
 from syncbench.bench.experiment.launch import find_mpiexec, run_command, timed_out
 from syncbench.bench.experiment.peers.torch_runner import MODELS
 from syncbench.bench.experiment.plan import PlannedRun
@@ -236,10 +236,6 @@ def ssgd_comm(args: argparse.Namespace, np_: int, model: str, path: Path) -> dic
 
 # -- the table -------------------------------------------------------------------
 
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def _ratio(a: float, b: float) -> float:
     return a / b if b and b == b else float("nan")
 
@@ -260,11 +256,20 @@ COMM_HEADER = (f"# {'np':>3} {'model':<8} {'bytes':>9}{'overlap[ms]':>13}{'block
 
 def throughput_row(np_: int, model: str, algorithm: str, s: Samples) -> str:
     """One fixed-column row: medians, the ratio of medians, min/max, accuracies."""
-    ours, peer = _median(s.ours), _median(s.peer)
-    return (f"  {np_:>3} {model:<8} {algorithm:<9} {s.peer_name:<19}{ours:>16.1f}{peer:>16.1f}"
-            f"{_ratio(ours, peer):>10.3f}{min(s.ours):>10.0f}{max(s.ours):>10.0f}"
-            f"{min(s.peer):>10.0f}{max(s.peer):>10.0f}"
-            f"{_median(s.accuracy):>9.4f}{_median(s.peer_accuracy):>9.4f}")
+    ours, peer = _spread(s.ours), _spread(s.peer)
+    acc, peer_acc = _spread(s.accuracy)["median"], _spread(s.peer_accuracy)["median"]
+    return (f"  {np_:>3} {model:<8} {algorithm:<9} {s.peer_name:<19}"
+            f"{ours['median']:>16.1f}{peer['median']:>16.1f}"
+            f"{_ratio(ours['median'], peer['median']):>10.3f}"
+            f"{ours['min']:>10.0f}{ours['max']:>10.0f}{peer['min']:>10.0f}{peer['max']:>10.0f}"
+            f"{acc:>9.4f}{peer_acc:>9.4f}")
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, min and max over repeats (:func:`syncbench.analysis.repeats.spread`), NaN
+    for none."""
+    stats = spread(values)
+    return {k: float("nan") if stats[k] is None else stats[k] for k in ("median", "min", "max")}
 
 
 def comm_row(np_: int, model: str, figures: dict) -> str:
@@ -309,10 +314,10 @@ def speed_table(args: argparse.Namespace, models: list[str]) -> list[str]:
         for _ in range(args.repeats):
             ours.append(speed_once(args, "ours", model))
             theirs.append(speed_once(args, "torch", model))
-        o, t = _median(ours), _median(theirs)
-        rows.append(f"  {model:<8}{args.batch_size:>6}{o:>16.1f}{t:>17.1f}{_ratio(o, t):>11.3f}"
-                    f"{min(ours):>10.0f}{max(ours):>10.0f}{min(theirs):>10.0f}"
-                    f"{max(theirs):>10.0f}")
+        o, t = _spread(ours), _spread(theirs)
+        rows.append(f"  {model:<8}{args.batch_size:>6}{o['median']:>16.1f}{t['median']:>17.1f}"
+                    f"{_ratio(o['median'], t['median']):>11.3f}"
+                    f"{o['min']:>10.0f}{o['max']:>10.0f}{t['min']:>10.0f}{t['max']:>10.0f}")
     return rows
 
 
