@@ -31,15 +31,6 @@ compensations of ``--local-opt dc``/``cadc`` add terms of second order in
 ``(w, dW_g)`` (``(g/N)**2 * dW_g``; cadc's ``(g/N)**2/sqrt(MS)`` is
 ``|g/N| * dW_g`` for m = 0), so their linearisation at the minimum is the
 ``sgd`` map: the bounds here are theirs for small perturbations too.
-
-How the boundary is found (:func:`stable_limit`): the spectral radius is
-evaluated on a geometric grid of ``x`` from ``x_max * 1e-5`` to ``x_max``
-(at ``x -> 0`` the radius tends to 1 from below: ``W_g`` is then constant);
-the first grid point where it is ``>= 1`` and the grid point before it
-bracket the boundary, which bisection narrows to ``tol``. An unstable window
-narrower than the grid's spacing (0.6 % of ``x`` by default) between two
-stable points would be missed; the simulations in ``tests/test_stability.py``
-check the bounds by iterating the recurrences just below and just above them.
 """
 
 from __future__ import annotations
@@ -91,6 +82,10 @@ def stable_limit(matrix_of: Callable[[float], np.ndarray], x_max: float, *,
     point, then bisection between it and the stable point before it, to a
     relative width ``tol``. ``math.inf`` if the whole grid is stable; 0.0 if
     its first point is already unstable.
+    An unstable window narrower than the grid's spacing (0.6 % of ``x`` by
+    default) between two stable points would be missed;
+    ``tests/test_stability.py`` checks the bounds by iterating the recurrences
+    just below and just above them.
     """
     xs = np.geomspace(x_max * 1e-5, x_max, grid)
     unstable = spectral_radius(np.stack([matrix_of(float(x)) for x in xs])) >= 1.0

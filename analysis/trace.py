@@ -6,27 +6,18 @@ The output is the Chrome *Trace Event Format* (a JSON object with
 - one process per rank: ``pid`` = rank, ``tid`` = 0, with ``process_name``
   ("rank R (host)"), ``process_sort_index`` and ``thread_name`` metadata
   (``"ph": "M"``) events;
-- per step per rank, one enclosing complete slice (``"ph": "X"``,
-  ``"cat": "step"``, name ``step N``) from the step's ``t_start`` to the end
-  of its last phase, and inside it one slice (``"cat": "phase"``) per phase
-  that lasted longer than 0 ns. The run file stores only seconds per phase
-  per step, not when inside the step each phase ran (phases interleave: a
-  ``comm`` poll between layers pauses ``compute``), so the phases of a step
-  are drawn back to back from ``t_start`` in the order the strategy runs them
-  (:func:`step_order`: ``delay`` right after ``compute``; round-based
-  strategies update before they communicate, ASGD pulls before it computes).
-  Boundaries are integer nanoseconds from cumulative sums, so adjacent slices
-  share exact boundaries and never overlap; ``ts`` and ``dur`` are those
-  nanoseconds / 1000. A step that ran into the next step's recorded start is
-  clipped there. ``args`` hold the step's ``step``, ``loss``, ``samples``,
-  ``staleness``, ``local_steps`` and ``round``;
+- per step per rank, one enclosing complete slice (``"cat": "step"``, name
+  ``step N``) and inside it one slice (``"cat": "phase"``) per phase that
+  lasted longer than 0 ns. The run file stores seconds per phase per step, not
+  when inside the step each phase ran, so the phases of a step are drawn back
+  to back from ``t_start`` in the order the run's strategy runs them (its
+  ``step_order`` trait), on integer-nanosecond boundaries that never overlap
+  (:func:`phase_bounds_ns`); ``args`` hold the step's row;
 - one global instant event (``"ph": "i"``, ``"s": "g"``) per evaluation, on
   rank 0's track at the end of rank 0's step ``eval.step - 1``: ``"cat":
-  "eval"`` where training paused for it, ``"cat": "snapshot"`` (name
-  ``snapshot eval``) for strategies that evaluate copies of the parameters
-  after training (ASGD: no pause happened); ``args`` hold ``accuracy``,
-  ``loss``, ``samples_seen`` and ``t`` (training seconds, evaluation time
-  excluded, while ``ts`` is on the step clock, which includes it).
+  "eval"`` where training paused for it, ``"cat": "snapshot"`` where the
+  strategy evaluates copies of the parameters after training (its
+  ``snapshot_evaluations`` trait); ``args`` hold the evaluation's row.
 
 ``--steps A:B`` keeps the steps with ``A <= step < B`` (either bound may be
 omitted) and the evaluations that followed one of them. Timestamps are on the
