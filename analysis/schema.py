@@ -1,7 +1,10 @@
 """Names of the ``syncbench/1`` run-file schema, defined once.
 
 The recorder (``syncbench.bench.train.recorder``) writes these names and the
-analysis readers read them; nothing else spells them out.
+analysis readers read them; nothing else spells them out. Every dataset's unit
+and one-line description are here too (``DATASET_INFO``), written beside it as
+the ``units`` and ``description`` attributes (the attribute names of the
+NetCDF / CF conventions), so a file explains itself to h5dump or HDFView.
 """
 
 from __future__ import annotations
@@ -243,6 +246,39 @@ RANK_COLUMNS: dict[str, str] = {
 #: seconds per local step that the step's round schedule was computed from.
 RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0}
 
+#: Attributes of every dataset: its unit and a one-line description (from the
+#: ``*_COLUMN_INFO`` tables below). Units are UDUNITS-2 strings as the CF conventions
+#: use them (``s``; ``1`` for a count or another dimensionless number, the
+#: description says of what). Absent from older files (every time is in seconds).
+UNITS_ATTR = "units"
+DESCRIPTION_ATTR = "description"
+
+#: (units, description) of every dataset of a rank group, the keys of RANK_COLUMNS.
+RANK_COLUMN_INFO: dict[str, tuple[str, str]] = {
+    "step": ("1", "index of the rank's step, from 0 (a resumed run continues it)"),
+    "t_start": ("s", "start of the step, since rank 0 left the start barrier, on rank 0's "
+                "clock (rank attributes clock_offset_s, clock_offset_end_s)"),
+    "t_data": ("s", "time the step spent taking its batch from the data stream"),
+    "t_compute": ("s", "time of the step's forward and backward pass"),
+    "t_comm": ("s", "time in the step's communication calls (a blocking reduction, the "
+               "posting of a non-blocking one, RMA pushes and pulls)"),
+    "t_wait": ("s", "time the step waited for communication posted earlier to complete"),
+    "t_update": ("s", "time of the step's parameter update"),
+    "t_delay": ("s", "emulated slowdown added after compute (0 on a rank not slowed)"),
+    "loss": ("1", "training loss of the step's batch (mean cross-entropy, nats)"),
+    "samples": ("1", "training samples in the step's batch on this rank"),
+    "staleness": ("1", "ASGD: upper bound of the push's staleness in model versions "
+                  "(0 for the other strategies)"),
+    "staleness_min": ("1", "ASGD: lower bound of the push's staleness in model versions "
+                      "(0 for the other strategies)"),
+    "local_steps": ("1", "Oscars and Local SGD: local steps of the step's round "
+                    "(0 for the other strategies)"),
+    "round": ("1", "Oscars and Local SGD: index of the step's synchronisation round "
+              "(0 for the other strategies)"),
+    "speed": ("s", "Oscars: the speed estimate c_k, seconds per local step, the round's "
+              "schedule was computed from (0 for the other strategies)"),
+}
+
 #: Attributes of every rank group.
 RANK_ATTRS: tuple[str, ...] = (
     "hostname",
@@ -293,11 +329,49 @@ EVAL_COLUMNS: dict[str, str] = {
     "accuracy": "f8",
 }
 
+#: (units, description) of every dataset of /eval and /eval_local (EVAL_COLUMNS' keys).
+EVAL_COLUMN_INFO: dict[str, tuple[str, str]] = {
+    "t": ("s", "time of the evaluation, since rank 0 left the start barrier"),
+    "step": ("1", "rank 0's step count at the evaluation"),
+    "samples_seen": ("1", "training samples all ranks had consumed before the evaluation"),
+    "loss": ("1", "mean cross-entropy (nats) on the held-out split"),
+    "accuracy": ("1", "fraction of the held-out split classified correctly"),
+}
+
 #: ``--eval-model both``: every rank's own model on its shard of the test split
 #: (the same columns; absent otherwise). ``/summary`` then has
 #: ``final_local_accuracy``, its last accuracy.
 EVAL_LOCAL_GROUP = "eval_local"
 FINAL_LOCAL_ACCURACY = "final_local_accuracy"
+
+#: (units, description) of every dataset, by the group that holds it: a rank group
+#: (``RANKS_GROUP``, for every ``/ranks/<r>/``), ``/eval``, ``/eval_local``. A writer
+#: gives each dataset these as its ``units`` and ``description`` attributes; a new
+#: dataset or group gets its entry here.
+DATASET_INFO: dict[str, dict[str, tuple[str, str]]] = {
+    RANKS_GROUP: RANK_COLUMN_INFO,
+    EVAL_GROUP: EVAL_COLUMN_INFO,
+    EVAL_LOCAL_GROUP: {
+        **EVAL_COLUMN_INFO,
+        "loss": ("1", "mean cross-entropy (nats) of every rank's own model on its shard of "
+                 "the held-out split, pooled over the shards"),
+        "accuracy": ("1", "fraction of the held-out split that every rank's own model "
+                     "classified correctly on its shard, pooled over the shards"),
+    },
+}
+
+#: Root and rank attributes that are floats: an unknown value is NaN. Any other
+#: attribute whose value is unknown or empty (``cupy_version`` without CuPy,
+#: ``slurm_job_id`` outside Slurm, ``git_sha`` outside a checkout, ``scaling_mode``
+#: outside a scaling study, ``/summary``'s ``stopped_by`` of a run that ended by
+#: itself) is absent, never ``""``; ``read_run`` reads an ``""`` of an older file as
+#: absent too.
+FLOAT_ATTRS: frozenset[str] = frozenset({
+    "t_begin_unix", "t_end_unix", "load_begin", "load_end", "foreign_cpu_s",
+    "foreign_cpu_share", "slowdown", "slowdown_reference_s", "slowdown_realised",
+    "node_speed", "clock_offset_s", "clock_uncertainty_s", "clock_offset_end_s",
+    "clock_uncertainty_end_s",
+})
 
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"
@@ -322,8 +396,8 @@ SUMMARY_FLAGS: tuple[str, ...] = ("diverged",)
 COMPLETE_ATTR = "complete"
 
 #: ``/summary`` attribute (str): the signal's name (``SIGTERM``, ``SIGINT``,
-#: ``SIGUSR1``) that stopped the run at a step boundary; "" for a run that ended
-#: by itself or was rebuilt by ``recover``. Absent from older files (read as "").
+#: ``SIGUSR1``) that stopped the run at a step boundary; absent from a run that ended
+#: by itself or was rebuilt by ``recover`` (older files: "" or absent; read as "").
 STOPPED_BY_ATTR = "stopped_by"
 
 #: Root attribute (int): how many times the run was continued with ``--resume``
