@@ -8,6 +8,9 @@ memory, written to a temporary name in the target directory, synced and
 renamed, so a run file that exists is complete, and a failed write (a full
 disk, a read-only folder) is one :class:`~syncbench.bench.train.checkpoint.WriteError`
 that leaves nothing behind. This works with every h5py build (PyPI's has no MPI).
+Every dataset carries its ``units`` and ``description`` (``schema.DATASET_INFO``,
+:func:`describe`); an attribute whose value is unknown is NaN when it is a float
+(``schema.FLOAT_ATTRS``) and absent otherwise, never ``""``.
 """
 
 from __future__ import annotations
@@ -113,15 +116,26 @@ def _write_ranks(f: h5py.File, rank_rows: Mapping[int, Mapping[str, np.ndarray]]
     """One ``/ranks/RRRRR`` group per rank: its columns and attributes."""
     for rank in sorted(rank_rows):
         group = f.create_group(schema.rank_group(rank))
-        _write_table(group, rank_rows[rank], schema.RANK_COLUMNS)
+        _write_table(group, rank_rows[rank], schema.RANK_COLUMNS,
+                     schema.DATASET_INFO[schema.RANKS_GROUP])
         for name in schema.RANK_ATTRS:
-            group.attrs[name] = _attr_value(rank_attrs.get(rank, {}).get(name))
+            _set_attr(group, name, rank_attrs.get(rank, {}).get(name))
 
 
 def _write_table(group: h5py.Group, table: Mapping[str, np.ndarray],
-                 columns: Mapping[str, str]) -> None:
+                 columns: Mapping[str, str], info: Mapping[str, tuple[str, str]]) -> None:
+    """The ``columns`` of ``table`` as 1-D datasets, each with its ``units`` and
+    ``description`` from ``info`` (``schema.DATASET_INFO``)."""
     for name, dtype in columns.items():
-        group.create_dataset(name, data=np.asarray(table[name], dtype=dtype))
+        dataset = group.create_dataset(name, data=np.asarray(table[name], dtype=dtype))
+        describe(dataset, info[name])
+
+
+def describe(dataset: h5py.Dataset, info: tuple[str, str]) -> None:
+    """Give ``dataset`` its unit and description (``schema.DATASET_INFO``'s entry)."""
+    units, description = info
+    dataset.attrs[schema.UNITS_ATTR] = units
+    dataset.attrs[schema.DESCRIPTION_ATTR] = description
 
 
 def _write_summary(group: h5py.Group, summary: Mapping[str, Any]) -> None:
@@ -132,14 +146,22 @@ def _write_summary(group: h5py.Group, summary: Mapping[str, Any]) -> None:
     for name in schema.SUMMARY_FLAGS:
         group.attrs[name] = bool(summary[name])
     group.attrs[schema.COMPLETE_ATTR] = bool(summary[schema.COMPLETE_ATTR])
-    group.attrs[schema.STOPPED_BY_ATTR] = str(summary[schema.STOPPED_BY_ATTR])
+    _set_attr(group, schema.STOPPED_BY_ATTR, str(summary[schema.STOPPED_BY_ATTR]))
     if schema.FINAL_LOCAL_ACCURACY in summary:
         group.attrs[schema.FINAL_LOCAL_ACCURACY] = float(summary[schema.FINAL_LOCAL_ACCURACY])
 
 
+def _set_attr(obj: h5py.HLObject, name: str, value: Any) -> None:
+    """Set attribute ``name``; an unknown value (None, "") is NaN for a float attribute
+    (``schema.FLOAT_ATTRS``) and leaves any other attribute absent."""
+    if value is None or (isinstance(value, str) and not value):
+        if name not in schema.FLOAT_ATTRS:
+            return
+        value = math.nan
+    obj.attrs[name] = _attr_value(value)
+
+
 def _attr_value(value: Any) -> Any:
-    if value is None:
-        return ""
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return np.asarray(value, dtype=np.int64)  # e.g. ranks_per_node
@@ -212,15 +234,16 @@ def write_run_file(
         f.attrs["schema"] = schema.SCHEMA
         for name in schema.ROOT_ATTRS:
             if name != "schema":
-                f.attrs[name] = _attr_value(root_attrs.get(name))
+                _set_attr(f, name, root_attrs.get(name))
         f.attrs[schema.COMPLETE_ATTR] = bool(complete)
         for name, value in (extra_attrs or {}).items():
-            f.attrs[name] = _attr_value(value)
+            _set_attr(f, name, value)
         _write_ranks(f, rank_rows, rank_attrs)
         for group_name, table in ((schema.EVAL_GROUP, eval_rows),
                                   (schema.EVAL_LOCAL_GROUP, local_evals)):
             if table is not None:
-                _write_table(f.create_group(group_name), table, schema.EVAL_COLUMNS)
+                _write_table(f.create_group(group_name), table, schema.EVAL_COLUMNS,
+                             schema.DATASET_INFO[group_name])
         _write_summary(f.create_group(schema.SUMMARY_GROUP), summary)
 
     # built in memory, then written whole and renamed: a full disk or a read-only
