@@ -319,6 +319,41 @@ CLOCK_ATTRS: tuple[str, ...] = (
     "clock_offset_s", "clock_uncertainty_s", "clock_offset_end_s", "clock_uncertainty_end_s",
 )
 
+#: ``--events on``: a subgroup of every rank group (``/ranks/<r>/events``) with one row
+#: per collective call the rank made (``syncbench.algorithms.events``); absent otherwise.
+EVENTS_GROUP = "events"
+#: The calls an event records; the ``kind`` column is the position here, and the group's
+#: ``names`` attribute lists these names. ``rma_pull`` / ``rma_push``: one
+#: passive-target epoch of ASGD's parameter window (Get_accumulate / Accumulate).
+EVENT_KINDS: tuple[str, ...] = ("allreduce", "iallreduce", "bcast", "barrier",
+                                "rma_pull", "rma_push")
+EVENT_COLUMNS: dict[str, str] = {
+    "step": "i8",
+    "kind": "i1",
+    "index": "i4",
+    "t_post": "f8",
+    "t_done": "f8",
+    "bytes": "i8",
+    "wait_s": "f8",
+}
+#: (units, description) of every dataset of an events group (EVENT_COLUMNS' keys).
+EVENT_COLUMN_INFO: dict[str, tuple[str, str]] = {
+    "step": ("1", "the rank's step during which the call was posted"),
+    "kind": ("1", "the call: a position in the group's names attribute"),
+    "index": ("1", "the call's place among its step's calls of that kind, from 0 "
+              "(SSGD overlap: the bucket)"),
+    "t_post": ("s", "when the call was posted, on the clock of t_start"),
+    "t_done": ("s", "when the rank saw the call complete (a blocking call's return), on the "
+               "clock of t_start; NaN if it never did"),
+    "bytes": ("By", "bytes of the buffer the call reduced, sent or read"),
+    "wait_s": ("s", "time the rank blocked in Wait/Waitall/Barrier for it (0: blocking "
+               "calls, and requests a test found complete)"),
+}
+#: Attributes of an events group: the kind names, the buffer's size in events, the step
+#: stride of the sample it kept (1: every step; a full buffer doubles it and keeps the
+#: steps that are multiples), events posted while recording, and those not kept.
+EVENT_ATTRS: tuple[str, ...] = ("names", "capacity", "stride", "recorded", "dropped")
+
 #: Group of evaluation rows (of the consensus model on the held-out split).
 EVAL_GROUP = "eval"
 EVAL_COLUMNS: dict[str, str] = {
@@ -358,6 +393,7 @@ DATASET_INFO: dict[str, dict[str, tuple[str, str]]] = {
         "accuracy": ("1", "fraction of the held-out split that every rank's own model "
                      "classified correctly on its shard, pooled over the shards"),
     },
+    EVENTS_GROUP: EVENT_COLUMN_INFO,
 }
 
 #: Root and rank attributes that are floats: an unknown value is NaN. Any other
