@@ -17,6 +17,9 @@ that bounds its resolution, and "diverged" / "overlapped" instead of ratios
 that must not be read. Its JSON rows keep the keys of ``schema.REPORT_KEYS``
 plus ``path`` first and only add keys after them (``machine``: the context
 line of the row's runs).
+``--format steps`` and ``--format eval`` write instead one tidy table of
+every rank's steps or of every evaluation (:mod:`syncbench.analysis.steps`:
+CSV on stdout or ``-o FILE``, Parquet for ``-o FILE.parquet``).
 
 An incomplete run (``complete`` False: it did not consume its sample budget)
 is read with a warning on stderr and noted with its reason, "stopped by
@@ -47,6 +50,7 @@ from .plots import require_matplotlib, write_plots
 from .repeats import group_rows
 from .runfile import Run, RunFileError, read_run
 from .schema import REPORT_KEYS
+from .steps import TABLES, write_table
 from .tables import ROOT_GROUP_KEYS, table_rows
 from .trace import parse_steps
 
@@ -447,8 +451,12 @@ def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``syncbench report`` (for ``bench/cli.py``)."""
     parser.add_argument("runs", nargs="+", metavar="RUN.h5", help="run files (syncbench/1)")
-    parser.add_argument("--format", default="md", choices=FORMATS,
-                        help="output format (default md)")
+    parser.add_argument("--format", default="md", choices=(*FORMATS, *TABLES),
+                        help="output format (default md); steps: one tidy row per rank and "
+                        "step of every run, eval: one per evaluation (CSV, see -o)")
+    parser.add_argument("-o", "--output", default=None, metavar="FILE",
+                        help="--format steps/eval: write the table to FILE (CSV; Parquet "
+                        "when FILE ends in .parquet, needs pyarrow) instead of stdout")
     parser.add_argument("--by", default=None, metavar="KEY,...",
                         help="aggregate repeats: one row per distinct value of these keys "
                         "(columns such as algorithm, world_size, model, or any train flag "
@@ -476,6 +484,8 @@ def report_main(args: argparse.Namespace) -> int:
     def err(message: str) -> None:
         print(f"syncbench report: {message}", file=sys.stderr)
 
+    if args.format in TABLES or getattr(args, "output", None):
+        return _tidy_main(args, err)
     by = _by_keys(getattr(args, "by", None))
     series = _by_keys(getattr(args, "series", None))
     plots_dir = getattr(args, "plots", None)
@@ -505,4 +515,18 @@ def report_main(args: argparse.Namespace) -> int:
         for note in notes:
             err(f"note: {note}")
         err(f"wrote {len(written)} plots to {plots_dir}")
+    return 0
+
+
+def _tidy_main(args: argparse.Namespace, err: Callable[[str], None]) -> int:
+    """``--format steps|eval`` (:mod:`syncbench.analysis.steps`): the tidy table of the
+    runs on stdout or in ``-o FILE``; 2 on a bad file or flag."""
+    if args.format not in TABLES:
+        err(f"-o/--output writes the --format {' or '.join(TABLES)} table, not {args.format}")
+        return 2
+    try:
+        write_table(load_runs(args.runs, warn=err), args.format, args.output)
+    except (RunFileError, ValueError, OSError) as exc:
+        err(str(exc))
+        return 2
     return 0

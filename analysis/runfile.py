@@ -2,7 +2,10 @@
 
 Only h5py and NumPy: no MPI, so run files can be read on a laptop. Every
 problem with a file is a :class:`RunFileError` whose one-line message names
-the file.
+the file. An attribute that an older file stores as ``""`` (an unknown value:
+``cupy_version``, ``slurm_job_id``, ``scaling_mode``, ...) is read as absent,
+as newer files write it (``schema.FLOAT_ATTRS``). :meth:`Run.to_frame` gives
+the rows as one tidy pandas table (:mod:`syncbench.analysis.steps`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .schema import (
     COMPLETE_ATTR,
     EVAL_COLUMNS,
     EVAL_GROUP,
+    EVAL_LOCAL_GROUP,
     RANK_COLUMN_DEFAULTS,
     RANK_COLUMNS,
     RANKS_GROUP,
@@ -69,6 +73,17 @@ class Run:
     complete: bool = True
     #: Attributes of ``/summary`` beyond ``schema.SUMMARY_ATTRS``, if any.
     summary_extra: dict[str, Any] = field(default_factory=dict)
+    #: ``/eval_local`` (``--eval-model both``): the columns of ``eval``; None without it.
+    eval_local: dict[str, np.ndarray] | None = None
+
+    def to_frame(self, table: str = "steps") -> Any:
+        """One tidy pandas ``DataFrame``: ``"steps"``, a row per rank and step (run,
+        algorithm, world_size, rank, node, hostname and every rank column);
+        ``"eval"``, a row per evaluation of ``/eval`` and ``/eval_local``. Needs
+        pandas (``ImportError`` naming it otherwise); see :mod:`.steps`."""
+        from .steps import to_frame  # lazy: steps imports this module
+
+        return to_frame([self], table)
 
     @property
     def stopped_by(self) -> str:
@@ -128,8 +143,13 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def _known(attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` without the ``""`` values (an unknown value, as older files wrote it)."""
+    return {k: v for k, v in attrs.items() if not (isinstance(v, str) and not v)}
+
+
 def _attrs(obj: h5py.HLObject) -> dict[str, Any]:
-    return {str(k): _decode(v) for k, v in obj.attrs.items()}
+    return _known({str(k): _decode(v) for k, v in obj.attrs.items()})
 
 
 def _columns(
@@ -183,7 +203,7 @@ def _fast_attrs(oid: Any) -> dict[str, Any]:
         arr = np.zeros(attr.shape, dtype=dtype)
         attr.read(arr, mtype=h5t.py_create(dtype))
         out[attr.name.decode("utf-8", errors="replace")] = _decode(arr)
-    return out
+    return _known(out)
 
 
 def _fast_group(parent: Any, name: str, names: dict[str, str]
@@ -298,6 +318,8 @@ def _read(path: str, f: h5py.File) -> Run:
     complete = bool(summary_extra.get(COMPLETE_ATTR, attrs.get(COMPLETE_ATTR, True)))
     ranks, rank_attrs = _ranks(path, f, attrs.get("world_size"), complete)
     eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
+    eval_local = (_columns(path, f, EVAL_LOCAL_GROUP, EVAL_COLUMNS)
+                  if EVAL_LOCAL_GROUP in f else None)
     return Run(
         path=path,
         attrs=attrs,
@@ -307,6 +329,7 @@ def _read(path: str, f: h5py.File) -> Run:
         summary=summary,
         complete=complete,
         summary_extra=summary_extra,
+        eval_local=eval_local,
     )
 
 
