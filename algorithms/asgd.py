@@ -240,7 +240,8 @@ class ASGD(Algorithm):
             return
         self._mpi = self.comm.mpi_comm.Dup()
         self.windows = ParamWindow(
-            self._mpi, self.model.size, self.model.dtype, self.layout, self._lock_assert
+            self._mpi, self.model.size, self.model.dtype, self.layout, self._lock_assert,
+            events=getattr(self.comm, "events", None), timer=self.timer,
         )
         self.counters = Counters(self._mpi, 3, self._lock_assert)
         restored = self._restored

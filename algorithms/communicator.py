@@ -14,49 +14,106 @@ phase; on a GPU its buffers pass through pinned host mirrors.
 Nonblocking collectives progress only while a rank is inside MPI (no
 asynchronous progress thread by default): code that overlaps communication
 with compute calls :meth:`Communicator.poll` between layers.
+
+With an :class:`~syncbench.algorithms.events.EventLog` (``--events on``) every
+call is also recorded where it is made, for every strategy at once: its post,
+the completion the rank saw, its bytes and its blocked time. To see each
+request complete, ``poll`` then tests with ``Testsome`` and ``Waitall`` waits
+with ``Waitsome`` until all are done (each return's blocked time goes to the
+requests it completed); without a log the calls are ``Testall`` and ``Waitall``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from syncbench.algorithms.events import KIND, EventLog
 from syncbench.algorithms.timing import PhaseTimer
+
+ALLREDUCE, IALLREDUCE, BCAST, BARRIER = (KIND[k] for k in ("allreduce", "iallreduce", "bcast",
+                                                          "barrier"))
 
 
 class Communicator:
     """Wraps an ``MPI.Comm`` and charges its calls to a :class:`PhaseTimer`."""
 
-    def __init__(self, comm: MPI.Comm, timer: PhaseTimer | None = None) -> None:
+    def __init__(self, comm: MPI.Comm, timer: PhaseTimer | None = None,
+                 events: EventLog | None = None) -> None:
         #: The wrapped ``MPI.Comm`` (a strategy's ``self.comm`` is this Communicator).
         self.mpi_comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.timer = timer or PhaseTimer()
         self.outstanding: list[MPI.Request] = []
+        #: The calls' events (``--events on``), else None.
+        self.events = events
+
+    # -- events ----------------------------------------------------------------
+    def _recording(self) -> EventLog | None:
+        events = self.events
+        return events if events is not None and events.recording else None
+
+    def _blocking(self, kind: int, nbytes: int, t_post: float, wait: bool = False) -> None:
+        """Record a blocking call posted at ``t_post`` that returned now."""
+        events = self._recording()
+        if events is not None:
+            now = time.monotonic()
+            events.post(kind, nbytes, self.timer.step, t_post, t_done=now,
+                        wait_s=now - t_post if wait else 0.0)
+
+    def _posted(self, req: Any, nbytes: int, t_post: float) -> None:
+        """Record a nonblocking reduction posted at ``t_post`` (completed by ``_seen``)."""
+        events = self._recording()
+        if events is not None:
+            events.post(IALLREDUCE, nbytes, self.timer.step, t_post, key=id(req))
+
+    def _seen(self, reqs: list[Any], t_enter: float, done: list[int] | None = None) -> None:
+        """Requests ``reqs`` (those at ``done`` only) seen complete now after a call entered
+        at ``t_enter`` (its blocked time shared by them; a Test has ``t_enter`` = now)."""
+        events = self.events
+        if events is None:
+            return
+        now = time.monotonic()
+        picked = reqs if done is None else [reqs[i] for i in done]
+        share = (now - t_enter) / len(picked) if picked else 0.0
+        for req in picked:
+            events.complete(id(req), now, share)
+
+    def _clock(self) -> float:
+        return time.monotonic() if self.events is not None else 0.0
 
     # -- blocking collectives ------------------------------------------------
     def Allreduce(self, buf: Any) -> None:
         """In-place sum of ``buf`` over all ranks."""
+        t = self._clock()
         with self.timer.phase("comm"):
             self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        self._blocking(ALLREDUCE, buf.nbytes, t)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
+        t = self._clock()
         with self.timer.phase("comm"):
             self.mpi_comm.Bcast(buf, root=root)
+        self._blocking(BCAST, buf.nbytes, t)
 
     def Barrier(self) -> None:
+        t = self._clock()
         with self.timer.phase("wait"):
             self.mpi_comm.Barrier()
+        self._blocking(BARRIER, 0, t, wait=True)
 
     # -- nonblocking ---------------------------------------------------------
     def Iallreduce(self, buf: Any) -> MPI.Request:
         """Start an in-place sum of ``buf``; the request is also tracked for :meth:`poll`."""
+        t = self._clock()
         with self.timer.phase("comm"):
             req = self.mpi_comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         self.outstanding.append(req)
+        self._posted(req, buf.nbytes, t)
         return req
 
     def Test(self, req: MPI.Request) -> bool:
@@ -65,24 +122,46 @@ class Communicator:
             done = bool(req.Test())
         if done:
             self._forget(req)
+            if self.events is not None:
+                self._seen([req], time.monotonic())
         return done
 
     def Wait(self, req: MPI.Request) -> None:
+        t = self._clock()
         with self.timer.phase("wait"):
             req.Wait()
         self._forget(req)
+        self._seen([req], t)
 
     def Waitall(self, reqs: list[MPI.Request]) -> None:
         with self.timer.phase("wait"):
-            MPI.Request.Waitall(reqs)
+            if self.events is None:
+                MPI.Request.Waitall(reqs)
+            else:
+                self._wait_each(reqs)
         for req in reqs:
             self._forget(req)
 
+    def _wait_each(self, reqs: list[MPI.Request]) -> None:
+        """``Waitall`` as ``Waitsome`` calls, each completion stamped as it returns."""
+        while True:
+            t = time.monotonic()
+            done = MPI.Request.Waitsome(reqs)
+            if done is None:  # every request was already complete (MPI_UNDEFINED)
+                return
+            self._seen(reqs, t, done)
+
     def poll(self) -> None:
-        """Drive progress of every outstanding request (one ``Testall``, cheap)."""
+        """Drive progress of every outstanding request (one ``Testall``, cheap; with an
+        event log one ``Testsome``, which stamps the requests it finds complete)."""
         if self.outstanding:
             with self.timer.phase("comm"):
-                MPI.Request.Testall(self.outstanding)
+                if self.events is None:
+                    MPI.Request.Testall(self.outstanding)
+                else:
+                    done = MPI.Request.Testsome(self.outstanding)
+                    if done:
+                        self._seen(self.outstanding, time.monotonic(), done)
 
     def _forget(self, req: MPI.Request) -> None:
         self.outstanding = [r for r in self.outstanding if r is not req]
@@ -101,6 +180,7 @@ def make_communicator(
     backend: Any,
     cuda_aware: bool = False,
     nonblocking_direct: bool = False,
+    events: EventLog | None = None,
 ) -> Communicator:
     """The communicator a run's strategy gets: this class on the CPU, the GPU one on a GPU.
 
@@ -108,10 +188,11 @@ def make_communicator(
     :class:`~syncbench.algorithms.device_buffers.DeviceCommunicator`, which
     hands device buffers to MPI (``cuda_aware``; ``nonblocking_direct`` for
     nonblocking collectives too) or stages them through pinned host memory.
+    ``events``: the log every call is recorded in (``--events on``).
     """
     if not backend.is_gpu:
-        return Communicator(comm, timer)
+        return Communicator(comm, timer, events)
     # lazy: device_buffers subclasses Communicator (an import cycle at the top)
     from syncbench.algorithms.device_buffers import DeviceCommunicator
 
-    return DeviceCommunicator(comm, timer, backend, cuda_aware, nonblocking_direct)
+    return DeviceCommunicator(comm, timer, backend, cuda_aware, nonblocking_direct, events)

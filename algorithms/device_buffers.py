@@ -40,7 +40,8 @@ from typing import Any, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.communicator import ALLREDUCE, BCAST, Communicator
+from syncbench.algorithms.events import EventLog
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.kernels.backend import Backend
 
@@ -316,8 +317,9 @@ class DeviceCommunicator(Communicator):
         backend: Backend,
         cuda_aware: bool,
         nonblocking_direct: bool = False,
+        events: EventLog | None = None,
     ) -> None:
-        super().__init__(comm, timer)
+        super().__init__(comm, timer, events)
         self.backend, self.cuda_aware = backend, cuda_aware
         self.nonblocking_direct = cuda_aware and nonblocking_direct
         self.staging = Staging(backend)
@@ -340,8 +342,10 @@ class DeviceCommunicator(Communicator):
 
     # -- posting staged requests in order ---------------------------------------
     def _post(self, staged: StagedRequest) -> None:
+        t = self._clock()  # an event's post is the MPI call's, after the staging copy
         staged.request = self.mpi_comm.Iallreduce(MPI.IN_PLACE, staged.host, op=MPI.SUM)
         self.outstanding.append(staged.request)
+        self._posted(staged.request, staged.host.nbytes, t)
 
     def _post_ready(self) -> None:
         """Post the deferred requests whose copies are done, oldest first, stopping at
@@ -366,18 +370,22 @@ class DeviceCommunicator(Communicator):
     def Allreduce(self, buf: Any) -> None:
         """In-place sum of ``buf`` over all ranks."""
         self._flush()
+        t = self._clock()
         with self.timer.phase("comm"):
             wire = self._wire(buf)
             self.mpi_comm.Allreduce(MPI.IN_PLACE, wire, op=MPI.SUM)
             self._land(buf, wire)
+        self._blocking(ALLREDUCE, buf.nbytes, t)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         self._flush()
+        t = self._clock()
         with self.timer.phase("comm"):
             wire = self._wire(buf, send=self.rank == root)
             self.mpi_comm.Bcast(wire, root=root)
             if self.rank != root:
                 self._land(buf, wire)
+        self._blocking(BCAST, buf.nbytes, t)
 
     def Barrier(self) -> None:
         self._flush()
@@ -393,10 +401,12 @@ class DeviceCommunicator(Communicator):
         defer = self.timer.current == "compute"
         if self.nonblocking_direct:
             self._flush()
+            t = self._clock()
             with self.timer.phase("comm"):
                 self.backend.synchronize()
                 req = self.mpi_comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
             self.outstanding.append(req)
+            self._posted(req, buf.nbytes, t)
             return req
         with self.timer.phase("comm"):
             host = self.staging.mirror(buf, tuple(s.host for s in self._landing))

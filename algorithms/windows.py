@@ -25,16 +25,23 @@ push latencies"). Methods named after one MPI call are capitalised as in mpi4py
 lowercase ones (``pull``, ``push``, ``gather``, ``fetch_add``, ``read``) are
 whole operations. The info hints ``accumulate_ordering=none`` and
 ``accumulate_ops=same_op_no_op`` say that only SUM and NO_OP are used, unordered.
+With an :class:`~syncbench.algorithms.events.EventLog` (``--events on``) every
+epoch of the parameter window is an event: ``rma_push`` if it accumulates,
+else ``rma_pull``, from before its locks to after its unlocks.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
+
+from syncbench.algorithms.events import KIND, EventLog
+from syncbench.algorithms.timing import PhaseTimer
 
 LAYOUTS = ("sharded", "single", "dedicated")
 
@@ -99,8 +106,12 @@ class ParamWindow:
     """A flat vector spread over the ranks of ``comm`` as :class:`Shard` s (collective)."""
 
     def __init__(
-        self, comm: MPI.Comm, n: int, dtype: np.dtype, layout: str, lock_assert: int
+        self, comm: MPI.Comm, n: int, dtype: np.dtype, layout: str, lock_assert: int,
+        events: EventLog | None = None, timer: PhaseTimer | None = None,
     ) -> None:
+        #: Where the epochs are recorded (and the timer whose step they belong to).
+        self.events, self.timer = events, timer
+        self._epoch_kind, self._epoch_bytes = KIND["rma_pull"], 0
         self.comm = comm
         self.rank = comm.Get_rank()
         self.n = n
@@ -137,6 +148,8 @@ class ParamWindow:
 
         ``Unlock`` completes the epoch's operations at origin and target.
         """
+        t_post = time.monotonic() if self.events is not None else 0.0
+        self._epoch_kind, self._epoch_bytes = KIND["rma_pull"], 0
         for shard in self.shards:
             self.win.Lock(shard.owner, MPI.LOCK_SHARED, self.lock_assert)
         try:
@@ -144,6 +157,10 @@ class ParamWindow:
         finally:
             for shard in self.shards:
                 self.win.Unlock(shard.owner)
+            if self.events is not None and self.events.recording:
+                self.events.post(self._epoch_kind, self._epoch_bytes,
+                                 self.timer.step if self.timer is not None else 0, t_post,
+                                 t_done=time.monotonic())
 
     def Get_accumulate(self, out: np.ndarray) -> None:
         """Post an atomic read of every shard into ``out`` (inside :meth:`epoch`).
@@ -151,6 +168,7 @@ class ParamWindow:
         ``Get_accumulate`` with ``NO_OP``: the origin buffer is ignored (none
         is passed), the target's elements land in ``out``.
         """
+        self._epoch_bytes += out.nbytes
         for shard in self.shards:
             count = shard.hi - shard.lo
             self.win.Get_accumulate([None, 0, self._mpi_type], out[shard.lo : shard.hi],
@@ -159,6 +177,8 @@ class ParamWindow:
 
     def Accumulate(self, delta: np.ndarray) -> None:
         """Post ``window += delta`` on every shard (``Accumulate`` SUM, inside :meth:`epoch`)."""
+        self._epoch_kind = KIND["rma_push"]
+        self._epoch_bytes += delta.nbytes
         for shard in self.shards:
             self.win.Accumulate(delta[shard.lo : shard.hi], shard.owner, op=MPI.SUM)
 

@@ -138,6 +138,17 @@ def describe(dataset: h5py.Dataset, info: tuple[str, str]) -> None:
     dataset.attrs[schema.DESCRIPTION_ATTR] = description
 
 
+def write_events(rank: h5py.Group, columns: Mapping[str, np.ndarray],
+                 attrs: Mapping[str, Any]) -> None:
+    """A rank's ``events`` subgroup: its columns (``schema.EVENT_COLUMNS``) and attributes
+    (``schema.EVENT_ATTRS``; ``names`` are ``schema.EVENT_KINDS``)."""
+    group = rank.create_group(schema.EVENTS_GROUP)
+    _write_table(group, columns, schema.EVENT_COLUMNS, schema.DATASET_INFO[schema.EVENTS_GROUP])
+    group.attrs["names"] = _attr_value(list(schema.EVENT_KINDS))
+    for name in schema.EVENT_ATTRS[1:]:
+        group.attrs[name] = int(attrs[name])
+
+
 def _write_summary(group: h5py.Group, summary: Mapping[str, Any]) -> None:
     """``/summary``: the numbers, the flags, complete, stopped_by, and (``--eval-model
     both``) the local evaluation's final accuracy."""
@@ -209,6 +220,7 @@ def write_run_file(
     diverged: bool | None = None,
     stopped_by: str = "",
     local_evals: Mapping[str, np.ndarray] | None = None,
+    events: Mapping[int, tuple[Mapping[str, np.ndarray], Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Write one ``syncbench/1`` file atomically; returns its summary attributes.
 
@@ -220,7 +232,8 @@ def write_run_file(
     to ``/summary`` too (``schema.COMPLETE_ATTR``, ``schema.STOPPED_BY_ATTR``).
     ``local_evals`` (``--eval-model both``): every rank's own model's evaluations,
     written to ``/eval_local`` with their last accuracy as ``/summary``'s
-    ``final_local_accuracy``.
+    ``final_local_accuracy``. ``events`` (``--events on``): per rank, its collective
+    events' columns and attributes, written to ``/ranks/<r>/events`` (:func:`write_events`).
     """
     path = Path(path)
     summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes,
@@ -239,6 +252,8 @@ def write_run_file(
         for name, value in (extra_attrs or {}).items():
             _set_attr(f, name, value)
         _write_ranks(f, rank_rows, rank_attrs)
+        for rank, (columns, attrs) in sorted((events or {}).items()):
+            write_events(f[schema.rank_group(rank)], columns, attrs)
         for group_name, table in ((schema.EVAL_GROUP, eval_rows),
                                   (schema.EVAL_LOCAL_GROUP, local_evals)):
             if table is not None:
