@@ -78,6 +78,7 @@ from .plan import (
     split_epochs,
 )
 from .print_tables import comparison_table, hetero_table
+from .results_paths import relative_paths, same_plan
 from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
 
 RESULTS_NAME = "results.json"
@@ -199,9 +200,11 @@ def _plain(value: Any) -> Any:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` through a temporary file (a file that exists is whole)."""
+    """Write the results ``data`` to ``path`` through a temporary file (a file that exists
+    is whole), its run-file paths relative to ``path``'s folder (:mod:`.results_paths`)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_plain(data), indent=2, allow_nan=False) + "\n")
+    stored = relative_paths(_plain(data), path.parent)
+    tmp.write_text(json.dumps(stored, indent=2, allow_nan=False) + "\n")
     tmp.replace(path)
 
 
@@ -684,7 +687,7 @@ def _resume_problem(resume: bool, previous: dict | None, plan: list,
     """Why ``--resume`` cannot continue from ``results_path``, else None."""
     if resume and previous is None:
         return f"--resume: no readable {results_path} (nothing to resume there)"
-    if previous and previous.get("plan") != _plan_json(plan):
+    if previous and not same_plan(previous.get("plan"), _plan_json(plan), results_path.parent):
         return (f"--resume: {results_path} was written for another plan (scenario, flags, "
                 "--np, --repeats or --seed differ); use another --out-dir or drop --resume")
     return None
