@@ -1,22 +1,19 @@
 """``syncbench report``: tables of run files, as Markdown, CSV or JSON, and plots.
 
-:func:`report_rows` / :func:`format_report` give the summary table, one row per
-run file: values come from each file's ``/summary`` attributes and its root
-attributes (``algorithm``, ``world_size``); nothing is recomputed there.
-
-:func:`report_main` (the ``syncbench report`` command) adds the tidy columns of
-:func:`syncbench.analysis.tables.table_rows` (time per phase, hidden
-communication, stragglers, accuracy, speedup and efficiency), optional
-aggregation over repeats (``--by``, :mod:`syncbench.analysis.repeats`) and
-plots (``--plots``, see :mod:`syncbench.analysis.plots`). Every column, its
-format, header and footnote is an entry of :mod:`syncbench.analysis.columns`,
-which the Markdown, CSV and JSON outputs print from. Every Markdown table is headed by the machine
-context (:mod:`syncbench.analysis.context`) and leads with the sync share
-(comm + wait); the summary shows time to target beside the evaluation interval
-that bounds its resolution, and "diverged" / "overlapped" instead of ratios
-that must not be read. Its JSON rows keep the keys of ``schema.REPORT_KEYS``
-plus ``path`` first and only add keys after them (``machine``: the context
-line of the row's runs).
+The summary table has one row per run file, with what the run recorded (its
+``/summary`` and root attributes; nothing is recomputed there). The tables
+after it add the time per phase, hidden communication, stragglers, accuracy,
+speedup and efficiency; ``--by KEYS`` folds repeats into one row per group
+(median and min-max), ``--plots DIR`` writes the plots. Every Markdown table
+is headed by the machine context (cores, ranks per core, oversubscribed or
+loaded runs) and leads with the sync share (comm + wait); the summary shows time to
+target beside the evaluation interval that bounds its resolution, and
+"diverged" / "overlapped" instead of ratios that must not be read. The
+columns' definitions: docs/DESIGN.md, "Table definitions". JSON rows start
+with ``path`` and the summary's keys, in a fixed order; new keys only come
+after them (``machine``: the context line of the row's runs). Every column,
+its format, header and footnote is one entry of the column registry
+(analysis/columns.py), which the Markdown, CSV and JSON outputs print from.
 ``--format steps`` and ``--format eval`` write instead one tidy table of
 every rank's steps or of every evaluation (:mod:`syncbench.analysis.steps`:
 CSV on stdout or ``-o FILE``, Parquet for ``-o FILE.parquet``).
@@ -27,6 +24,11 @@ SIGTERM" (``stopped_by``: a signal stopped it at a step boundary) or "partial
 (recovered)" (rebuilt by ``syncbench recover``); it gets no speedup,
 efficiency or hidden communication ("-"), is no baseline, and a ``--by``
 group with one gets none either.
+
+``--compare A B`` compares two sets of runs instead (two results files, folders
+of run files or globs): per label and configuration the ratio of medians B/A
+and a Mann-Whitney U test, flagging significant changes beyond a threshold
+(:mod:`syncbench.analysis.compare`).
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ from typing import Any
 
 from . import columns
 from .columns import PATH_KEY, RANK_TABLE, format_spec
+from .compare import add_compare_arguments, compare_main
 from .completeness import incomplete_reason
 from .context import format_contexts, machine_context
 from .labels import run_label
-from .plots import require_matplotlib, write_plots
+from .plot_style import add_plot_arguments, plot_flags_problem, plot_output, require_matplotlib
+from .plots import write_plots
 from .repeats import group_rows
 from .runfile import Run, RunFileError, read_run
 from .schema import REPORT_KEYS
@@ -462,8 +466,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         "(columns such as algorithm, world_size, model, or any train flag "
                         "such as comm), median with min/max")
     parser.add_argument("--plots", default=None, metavar="DIR",
-                        help="also write PNG plots to DIR (needs matplotlib: "
-                        "pip install syncbench[plot])")
+                        help="also write the figures to DIR: headline (time to target and "
+                        "samples/s against the baseline), scaling, convergence (needs "
+                        "matplotlib: pip install syncbench[plot])")
+    add_plot_arguments(parser)
     parser.add_argument("--series", default=None, metavar="KEY,...",
                         help="more keys that split scaling series (a series already shares "
                         "algorithm, model, dataset, MPI library, backend, dtype, batch, "
@@ -473,10 +479,12 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="recompute time to target for this test accuracy "
                         "(default: the runs' own --target-accuracy)")
     parser.add_argument("--timeline-steps", default=None, metavar="A:B",
-                        help="steps shown in the per-rank timeline plots (default: up to 8 "
+                        help="steps shown in the per-run timeline plots (--per-run-plots; "
+                        "default: up to 8 "
                         "steps from the middle of each run)")
     parser.add_argument("--per-rank", action="store_true",
                         help="Markdown: add one per-rank table per run")
+    add_compare_arguments(parser)
 
 
 def report_main(args: argparse.Namespace) -> int:
@@ -484,11 +492,17 @@ def report_main(args: argparse.Namespace) -> int:
     def err(message: str) -> None:
         print(f"syncbench report: {message}", file=sys.stderr)
 
+    if getattr(args, "compare", False):  # two sets of runs A B (analysis.compare)
+        return compare_main(args, err)
     if args.format in TABLES or getattr(args, "output", None):
         return _tidy_main(args, err)
     by = _by_keys(getattr(args, "by", None))
     series = _by_keys(getattr(args, "series", None))
     plots_dir = getattr(args, "plots", None)
+    problem = plot_flags_problem(args)
+    if problem:
+        err(problem)
+        return 2
     try:
         if plots_dir:
             require_matplotlib()
@@ -511,7 +525,9 @@ def report_main(args: argparse.Namespace) -> int:
     print(format_tables(rows, args.format, by, getattr(args, "per_rank", False), context))
     if plots_dir:
         per_run = rows if not by else table_rows(runs, by, target, series)
-        written, notes = write_plots(runs, per_run, plots_dir, by=by, window=window)
+        written, notes = write_plots(runs, per_run, plots_dir, by=by, window=window,
+                                     output=plot_output(args),
+                                     per_run=getattr(args, "per_run_plots", False))
         for note in notes:
             err(f"note: {note}")
         err(f"wrote {len(written)} plots to {plots_dir}")
