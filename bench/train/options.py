@@ -18,6 +18,9 @@ from syncbench.bench.train.slowdown import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
 from syncbench.kernels.zoo import MODELS, has_batchnorm, model_name
 
+#: ``--events``: recording the collectives costs a few microseconds per call.
+EVENTS_DEFAULT = "off"
+
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Every flag of one training run; algorithm-specific flags come from the registry."""
@@ -44,6 +47,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                      help="parameter and activation precision")
     run.add_argument("--progress", default="auto", choices=("auto", "always", "never"),
                      help="progress line on rank 0: auto shows it only on a terminal")
+    run.add_argument("--events", default=EVENTS_DEFAULT, choices=("on", "off"),
+                     help="record every collective call (post, completion, bytes, time "
+                     "blocked) in the run file's /ranks/<r>/events: syncbench trace draws "
+                     "them, report counts them; a full per-rank buffer keeps a stride sample "
+                     f"of whole steps (default {EVENTS_DEFAULT})")
     run.add_argument("--scaling-mode", default=None, choices=("strong", "weak"),
                      help="label the run as a point of a strong (fixed total work) or weak "
                      "(fixed work per rank) scaling study; recorded as the root attribute "
