@@ -37,6 +37,7 @@ from mpi4py import MPI
 from syncbench.algorithms.base import Algorithm, Budget, steps_per_rank
 from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware
+from syncbench.algorithms.events import EventLog, on_run_clock
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis import fairness, schema
@@ -170,7 +171,8 @@ class Training:
         #: The strategy's timed communicator (built once, for this backend).
         self.communicator: Communicator = make_communicator(
             self.world, self.timer, self.backend, self.cuda_aware,
-            getattr(config, "cuda_aware_nonblocking", "no") == "yes")
+            getattr(config, "cuda_aware_nonblocking", "no") == "yes",
+            EventLog() if getattr(config, "events", "off") == "on" else None)
         try:
             self.data: Dataset = load_dataset(
                 config.dataset, config.data_dir,
@@ -341,6 +343,8 @@ class Training:
         self.algorithm.prepare()  # collective set-up (ASGD's windows) stays off the clock
         self.world.Barrier()
         t0 = self.t0 = self.clock_origin() - loop.elapsed
+        if self.communicator.events is not None:
+            self.communicator.events.start()  # the collectives of training, from time 0
         # the offset measurement is not training: off the clock, like an evaluation
         loop.eval_seconds += max(0.0, time.monotonic() - t0 - loop.elapsed)
         # the run's interval, set-up included (it loads the CPU too): overlap detection
@@ -532,7 +536,8 @@ class Training:
         if self.clock_start is not None:
             own["t_start"] = own["t_start"] - drift_since(
                 own["t_start"] + self.t0, self.clock_start, self.clock_end)
-        gathered = self.world.gather((own, self.rank_attrs(own), kept), root=0)
+        gathered = self.world.gather((own, self.rank_attrs(own), kept, self.own_events()),
+                                     root=0)
         if self.rank != 0:
             if config.out is not None:  # rank 0's outcome: a failed write ends every rank
                 agree_on_write(self.world, None)
@@ -541,6 +546,7 @@ class Training:
             shutil.rmtree(self.watchdog.folder, ignore_errors=True)
         rows = {r: g[0] for r, g in enumerate(gathered)}
         attrs = {r: g[1] for r, g in enumerate(gathered)}
+        events = {r: g[3] for r, g in enumerate(gathered) if g[3] is not None} or None
         realised_into(attrs, rows, self.root)
         evals = self.evaluator.rows.columns()
         local_evals = (self.evaluator.local_rows.columns() if self.evaluator.mode == "both"
@@ -563,12 +569,28 @@ class Training:
                 config.out, self.root, rows, attrs, evals,
                 wall_s, config.target_accuracy, num_classes=classes,
                 complete=not stopped_by, stopped_by=stopped_by,
-                local_evals=local_evals), note=note)
+                local_evals=local_evals, events=events), note=note)
             if not stopped_by:
                 remove_parts(config.out)
         # the reason, for the warning line; only a diverged run has one
         self.divergence = divergence(rows, evals, classes) if summary["diverged"] else None
         return summary
+
+    def own_events(self) -> tuple[dict[str, np.ndarray], dict[str, int]] | None:
+        """This rank's collective events on the run's clock (as its ``t_start``), and their
+        attributes; None without ``--events on``."""
+        log = self.communicator.events
+        if log is None:
+            return None
+        def drift(local: np.ndarray) -> np.ndarray:
+            if self.clock_start is None:
+                return np.zeros_like(local)
+            return drift_since(local, self.clock_start, self.clock_end)
+
+        cols = log.columns()
+        for name in ("t_post", "t_done"):
+            cols[name] = on_run_clock(cols[name], self.t0, drift)
+        return cols, log.attrs()
 
     def root_attrs(self, hostnames: list[str], devices: list[str]) -> dict[str, Any]:
         config = self.config
