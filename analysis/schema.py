@@ -409,6 +409,12 @@ FLOAT_ATTRS: frozenset[str] = frozenset({
     "clock_uncertainty_end_s",
 })
 
+#: Root attributes that a measured run lacks where their value is unknown (no git
+#: checkout, no CuPy, not a Slurm job, not a scaling study); every other name of
+#: ROOT_ATTRS is always written.
+OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "slurm_job_id",
+                                        "scaling_mode")
+
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"
 SUMMARY_ATTRS: tuple[str, ...] = (
