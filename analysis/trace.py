@@ -1,6 +1,6 @@
 """``syncbench trace``: every rank's per-step phases as a Chrome trace (Perfetto, chrome://tracing).
 
-The output is the Chrome *Trace Event Format* (a JSON object with
+The output is the Chrome Trace Event Format (a JSON object with
 ``"traceEvents"``; times in microseconds):
 
 - one process per rank: ``pid`` = rank, ``tid`` = 0, with ``process_name``
@@ -11,8 +11,8 @@ The output is the Chrome *Trace Event Format* (a JSON object with
   lasted longer than 0 ns. The run file stores seconds per phase per step, not
   when inside the step each phase ran, so the phases of a step are drawn back
   to back from ``t_start`` in the order the run's strategy runs them (its
-  ``step_order`` trait), on integer-nanosecond boundaries that never overlap
-  (:func:`phase_bounds_ns`); ``args`` hold the step's row;
+  ``step_order`` trait), on integer-nanosecond boundaries that never
+  overlap; ``args`` hold the step's row;
 - one global instant event (``"ph": "i"``, ``"s": "g"``) per evaluation, on
   rank 0's track at the end of rank 0's step ``eval.step - 1``: ``"cat":
   "eval"`` where training paused for it, ``"cat": "snapshot"`` where the

@@ -6,6 +6,12 @@ run is imported, so ``syncbench report`` works without MPI and ``--help``
 is instant. Commands marked *passthrough* hand flags they do not know to
 ``syncbench train`` (one set of training flags for every launcher).
 
+A command's ``--help`` is its module's docstring, so that docstring is written
+for the command's users; it is shown in plain words (:func:`plain`: no
+reStructuredText markup), and every flag's help ends with its default
+(:class:`HelpFormatter`). The old command names (aliases of ``syncbench run
+SCENARIO``) are listed apart from the commands.
+
 The command line is parsed before MPI starts (importing a command's flags
 does not initialize MPI; MPI commands start it in their body), so a bad flag
 under ``mpiexec`` is one line from the rank its launcher numbered 0 and exit
@@ -17,12 +23,56 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from syncbench.bench.mpi.errors import CommandParser, fail
 from syncbench.bench.mpi.provenance import package_version
+
+#: reStructuredText markup in module docstrings: a role (``:func:`x` ``, ``:mod:`~a.b` ``)
+#: and inline literals (double or single backquotes); help shows the text alone.
+_ROLE = re.compile(r":[a-z]+:`~?\.?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``|`([^`\n]+)`")
+#: Help that already states its default (hand-written "(default 4)", "auto (default)").
+_STATES_DEFAULT = re.compile(r"\bdefault|%\(default\)", re.IGNORECASE)
+
+
+def plain(text: str) -> str:
+    """Help text in plain words: reStructuredText roles and literals become their text,
+    a literal block's ``::`` one colon."""
+    text = _ROLE.sub(lambda m: m.group(1), text)
+    text = _LITERAL.sub(lambda m: m.group(1) or m.group(2), text)
+    return re.sub(r"::$", ":", text, flags=re.MULTILINE)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written (their line breaks kept); every flag's help in plain words
+    ending with its default, unless it states one, has none (None, "", SUPPRESS) or is a
+    switch (``store_true``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if not action.help or action.help == argparse.SUPPRESS:
+            return action.help
+        text = plain(action.help)
+        default = action.default
+        takes_value = action.nargs != 0 and (
+            action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))
+        if (not takes_value or default is None or default == "" or default is argparse.SUPPRESS
+                or _STATES_DEFAULT.search(text)):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, list | tuple) else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})"
+
+
+class HelpParser(CommandParser):
+    """:class:`CommandParser` with :class:`HelpFormatter`; ``add_subparsers`` makes every
+    sub-command's parser, nested ones (``cluster up``) too, of this class."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -86,22 +136,32 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+def _aliases_epilog() -> str:
+    """The old command names, listed apart from the commands: what each one runs."""
+    aliases = {name: c.alias_of for name, c in COMMANDS.items() if c.alias_of}
+    width = max(map(len, aliases), default=0)
+    return "aliases (old command names, each a scenario of syncbench run):\n" + "\n".join(
+        f"  {name:<{width}}  syncbench run {scenario}" for name, scenario in aliases.items())
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``selected``'s module is imported to add its flags."""
-    parser = CommandParser(
+    parser = HelpParser(
         prog="syncbench",
         description="Benchmark synchronization strategies of data-parallel training under "
-        "MPI: train (under mpiexec), run (a comparison scenario), compare, sweep, report, "
-        "trace.",
+        "MPI:\ntrain (under mpiexec), run (a comparison scenario), compare, sweep, report, "
+        "trace.\n'syncbench COMMAND --help' tells what a command does and its flags.",
+        epilog=_aliases_epilog(),
     )
     parser.add_argument("--version", action="version", version=f"syncbench {package_version()}")
     # Not required: with no command, main prints this help (the command list) instead.
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, command in COMMANDS.items():
         module = importlib.import_module(command.module) if name == selected else None
         doc = (module.__doc__ or "").strip() if module and not command.alias_of else ""
-        sp = sub.add_parser(name, help=command.help, description=doc or command.help,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        # An alias gets no help=: argparse then leaves it out of the command list.
+        listed = {} if command.alias_of else {"help": command.help}
+        sp = sub.add_parser(name, description=plain(doc) or command.help, **listed)
         if module is not None:
             getattr(module, command.add)(sp)
     return parser
@@ -135,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         if extra:
             fail(parser.prog, f"unrecognized arguments: {' '.join(extra)}")
-        parser.print_help(sys.stderr)
-        return 2
+        parser.print_help()  # asked for nothing: the command list, on stdout
+        return 0
     command = COMMANDS[args.command]
     if extra and not command.passthrough:
         fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")

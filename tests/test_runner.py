@@ -220,13 +220,15 @@ def test_run_order_is_randomised_per_repeat_and_seeded():
         first[cells:2 * cells])
 
 
-def test_dry_run_prints_one_train_command_per_run_with_the_repeat_seed():
+def test_dry_run_prints_one_launch_line_per_run_with_the_repeat_seed():
     proc = syncbench("run", "asgd", "--np", "2", "--repeats", "2", "--seed", "1",
-                     "--dry-run", "--batch-size", "32", timeout=60)
+                     "--dry-run", "--batch-size", "32", "--mpiexec", "launch --bind", timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 2 * 4 * 2  # (ssgd + 3 asgd lrs) x (hom, 1,4) x 2 repeats
-    assert all(line.startswith("syncbench train --algorithm ") for line in lines)
+    # The whole launch line: the launcher, its rank count, this Python, train's flags.
+    head = f"launch --bind -n 2 {sys.executable} -m syncbench train --algorithm "
+    assert all(line.startswith(head) for line in lines), lines[0]
     assert all(line.count("--batch-size 32") == 1 for line in lines)  # pass-through, once
     assert sum("--seed 1 " in line for line in lines) == 8
     assert sum("--slowdown 1,4 " in line for line in lines) == 8

@@ -87,7 +87,7 @@ def test_stragglers_parse_and_reject():
 
 
 def test_flop_profiles_need_a_device():
-    with pytest.raises(ValueError, match="--device"):
+    with pytest.raises(ValueError, match="--hardware"):
         from_profile("resnet50")
     w = from_profile("resnet50", device="h100")
     # 32 samples x 24.54 GFLOP at 40% of 989.4 TFLOP/s

@@ -8,7 +8,7 @@ runner's tables (time to ``--target-accuracy`` first). Algorithms that are
 not registered are skipped with a note. For slowdowns, lr grids and
 per-algorithm flags, write a scenario file and use ``syncbench run``.
 
-``sweep``: a scaling scenario (``syncbench.bench.experiment.sweep``), one
+``sweep``: a scaling scenario (as a scenario file with an ``np`` list), one
 run per (repeat, task count of ``--np``, algorithm of ``--algorithms``),
 each ``mpiexec -n N syncbench train`` (or ``--mpiexec``, e.g. ``srun
 --mpi=pmi2``; ``--simulate``: ``syncbench simulate``) writing

@@ -55,6 +55,12 @@ def train_command(np_: int, train_args: list[str], mpiexec: str | None = None) -
             "train", *train_args]
 
 
+def peer_command(np_: int, module: str, peer_args: list[str],
+                 mpiexec: str | None = None) -> list[str]:
+    """``mpiexec -n NP python -m MODULE ARGS`` (a peer program)."""
+    return [*find_mpiexec(mpiexec), "-n", str(np_), sys.executable, "-m", module, *peer_args]
+
+
 class TimedOut(subprocess.CompletedProcess):
     """A command killed at its timeout (``timeout``: the seconds it was allowed)."""
 
@@ -92,7 +98,7 @@ def run_peer(np_: int, module: str, peer_args: list[str], mpiexec: str | None = 
              timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run a peer program (``python -m module``) on ``np_`` ranks under the same launcher,
     quietly; its process group meets at 127.0.0.1 on a free port."""
-    cmd = [*find_mpiexec(mpiexec), "-n", str(np_), sys.executable, "-m", module, *peer_args]
+    cmd = peer_command(np_, module, peer_args, mpiexec)
     env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     return run_command(cmd, timeout, quiet=True, env=env)
 

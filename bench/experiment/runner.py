@@ -3,13 +3,14 @@
 A scenario file names the runs (label, algorithm, flags, an optional lr
 grid), the shared flags, the slowdowns (the homogeneous configuration is
 added to every heterogeneous scenario), the ranks, the repeats, the target
-accuracy and the headline metric (``syncbench.bench.experiment.scenario``;
-copy a shipped file to write your own). An ``np`` list makes it a scaling
-scenario (strong or weak, as ``syncbench sweep``: ``.sweep``).
+accuracy and the headline metric (README.md, "Scenario files"; copy a
+shipped file to write your own). An ``np`` list makes it a scaling scenario
+(strong or weak, as ``syncbench sweep``).
 
 The runner launches one ``mpiexec -n NP syncbench train`` per run, one at a
 time, in a seeded random order within each repeat (seed and order are
-recorded), prints one line per run, and writes the run files and
+recorded; ``--dry-run`` prints each run's launch line and launches nothing),
+prints one line per run, and writes the run files and
 ``results.json`` (scenario, seed, order, machine context, every run's
 figures, per label and configuration the medians with min-max) into
 ``--out-dir``. Then it prints, per configuration, the machine context and a
@@ -60,7 +61,13 @@ from syncbench.analysis.summary import run_diverged
 from syncbench.analysis.tables import table_rows
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
-from syncbench.bench.experiment.launch import run_peer, run_train, timed_out
+from syncbench.bench.experiment.launch import (
+    peer_command,
+    run_peer,
+    run_train,
+    timed_out,
+    train_command,
+)
 from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
 from . import sweep as scaling
@@ -162,7 +169,8 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the run files of a stopped invocation with the same plan")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan (one train command per run) and exit")
+                        help="print the plan, one launch line per run (mpiexec -n N ... "
+                        "syncbench train ...), and exit")
     parser.add_argument("--plots", default=None, metavar="DIR",
                         help="also write the report's plots of every run to DIR")
 
@@ -385,6 +393,24 @@ def launch_planned(p: PlannedRun, mpiexec: str | None,
     return run_peer(p.np, PEER_PROGRAMS[p.program], list(p.args), mpiexec, timeout)
 
 
+def launch_line(p: PlannedRun, mpiexec: str | None) -> list[str]:
+    """What :func:`launch_planned` runs for ``p``, launcher included."""
+    if p.program == "train":
+        return train_command(p.np, list(p.args), mpiexec)
+    return peer_command(p.np, PEER_PROGRAMS[p.program], list(p.args), mpiexec)
+
+
+def print_plan(plan: Sequence[PlannedRun], mpiexec: str | None) -> None:
+    """``--dry-run``: one launch line per planned run, in launch order, as it would run.
+
+    Raises :class:`ScenarioError` when no launcher is found."""
+    try:
+        lines = [shlex.join(launch_line(p, mpiexec)) for p in plan]
+    except FileNotFoundError as exc:
+        raise ScenarioError(str(exc)) from None
+    print("\n".join(lines))
+
+
 def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
     """The plan's slowdown configurations: homogeneous first, then by factors and mode."""
     seen = list(dict.fromkeys(p.condition for p in plan))
@@ -501,8 +527,7 @@ def run_scaling(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
     plan = plan_scaling(scenario, repeats, seed, out_dir, list(extra), check=not simulate,
                         only_repeat=only)
     if getattr(args, "dry_run", False):
-        for p in plan:
-            print(" ".join(shlex.quote(a) for a in ["syncbench", "train", *p.args]))
+        print_plan(plan, args.mpiexec)
         return 0
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {"schema": RESULTS_SCHEMA, "complete": False,
@@ -568,8 +593,10 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         return _error(prog, str(exc))
     head = _scenario_json(scenario, np_, repeats, target)
     if args.dry_run:
-        for p in plan:
-            print(" ".join(shlex.quote(a) for a in ["syncbench", "train", *p.args]))
+        try:
+            print_plan(plan, args.mpiexec)
+        except ScenarioError as exc:
+            return _error(prog, str(exc))
         return 0
     problem = _resume_problem(args.resume, previous, plan, results_path)
     if problem:

@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="batch per step")
     parser.add_argument("--steps", type=int, default=50, help="steps per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is shown")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                        help="parameter and activation precision")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@
 Examples::
 
     syncbench simulate --algorithm ssgd --np 1024 --steps 20 --out sim.h5
-    syncbench simulate --algorithm oscars --np 4096 --workload resnet50 --device h100 \\
+    syncbench simulate --algorithm oscars --np 4096 --workload resnet50 --hardware h100 \\
         --platform dragonfly --stragglers 1/64:lognormal:1 --out osc.h5
     syncbench simulate --validate run-np2.h5 run-np4.h5 --workload one-rank.h5 \\
         --calibrate comm.h5
@@ -14,7 +14,8 @@ or this machine fitted from ``syncbench comm --op allreduce`` results
 (``--calibrate``). The output is a ``syncbench/1`` run file with
 ``simulated=True``: ``report``, ``trace`` and the plots read it unchanged.
 The strategy flags are train's (``--period``, ``--bucket-mb``, ``--comm``,
-``--ps-layout``, ...). See ``bench/simulate/__init__.py`` for the model.
+``--ps-layout``, ...). How time is modelled: README.md, "Beyond one machine:
+simulation".
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import math
 import os
 import sys
+from typing import Any
 
 # syncbench's parser imports this module with MPI not started
 # (``bench.cli.mpi_not_started``), so the strategies' modules do not initialise MPI.
@@ -37,6 +39,21 @@ from syncbench.bench.simulate.strategies import simulated_strategies
 from syncbench.bench.simulate.validate import validate_main
 from syncbench.bench.simulate.workload import parse_stragglers
 from syncbench.bench.train.slowdown import parse_slowdown
+
+
+class Renamed(argparse.Action):
+    """A flag's old spelling: stores the value as the new one does, and says in one line
+    on stderr that the flag is renamed."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is renamed {self.new} (train's --device is the "
+              "compute device); the old spelling still works", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,12 +81,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     wl.add_argument("--workload", default="mlp",
                     help="a measured run file (RUN.h5) or a profile: mlp (default), lenet, "
                     "resnet50, vgg16, bert-base, gpt2-small")
-    wl.add_argument("--device", default=None, dest="sim_device",
-                    help="named device for FLOP-based profiles (h100, a100, v100)")
-    wl.add_argument("--device-flops", type=float, default=None,
-                    help="sustained device FLOP/s for FLOP-based profiles")
+    wl.add_argument("--hardware", default=None, dest="sim_device", metavar="NAME",
+                    help="hardware whose peak FLOP/s runs a FLOP-based profile (h100, a100, "
+                    "v100)")
+    wl.add_argument("--hardware-flops", type=float, default=None, dest="device_flops",
+                    metavar="FLOPS", help="sustained FLOP/s of the hardware for FLOP-based "
+                    "profiles (instead of --hardware)")
     wl.add_argument("--efficiency", type=float, default=None,
-                    help="share of the named device's peak reached (default: the profile's)")
+                    help="share of the named hardware's peak reached (default: the profile's)")
+    # The old spellings: --device is train's compute device (cpu, gpu), not hardware.
+    wl.add_argument("--device", dest="sim_device", action=Renamed, new="--hardware",
+                    help=argparse.SUPPRESS)
+    wl.add_argument("--device-flops", type=float, dest="device_flops", action=Renamed,
+                    new="--hardware-flops", help=argparse.SUPPRESS)
 
     pf = parser.add_argument_group("platform")
     pf.add_argument("--platform", default="fat-tree", choices=KINDS,

@@ -11,8 +11,8 @@ the model's hook calls fall in a step's compute (:class:`ComputeSplit`):
 * ``--workload NAME``: a profile of ``profiles.toml``. ``mlp`` and ``lenet``
   carry the median seconds per step measured on one machine and the spread of
   the compute (lognormal); the others carry parameter counts and training FLOPs
-  per sample from their papers, and need a device (``--device-flops``, or
-  ``--device h100|a100|v100`` at a stated efficiency).
+  per sample from their papers, and need hardware (``--hardware-flops``, or
+  ``--hardware h100|a100|v100`` at a stated efficiency).
 
 The compute split comes from each layer's FLOPs for the models the zoo builds
 (:func:`model_split`), and from equal layers for the paper profiles.
@@ -355,10 +355,11 @@ def _flop_compute_seconds(name: str, p: dict[str, Any], devices: dict[str, Any],
     """A FLOP profile's compute seconds per step on the chosen device (notes in ``extra``)."""
     if device_flops is None:
         if device is None:
-            raise ValueError(f"--workload {name}: needs --device-flops F or --device "
+            raise ValueError(f"--workload {name}: needs --hardware-flops F or --hardware "
                              f"({', '.join(sorted(devices))})")
         if device not in devices:
-            raise ValueError(f"--device {device!r}: choose one of {', '.join(sorted(devices))}")
+            raise ValueError(f"--hardware {device!r}: choose one of "
+                             f"{', '.join(sorted(devices))}")
         d = devices[device]
         eff = float(efficiency if efficiency is not None else d["efficiency"])
         device_flops = float(d["peak_flops"]) * eff

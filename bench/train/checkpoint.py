@@ -1,8 +1,8 @@
-"""Crash safety: per-rank row files, resumable state, recovery, and write errors.
+"""Crash safety (``syncbench recover``): per-rank row files, resumable state, write errors.
 
 Next to the run file ``RUN.h5`` a run keeps a folder ``RUN.h5.parts/``:
 
-* ``rows-RRRRR.bin``: rank R's step rows, append-only (:class:`RowsFile`),
+* ``rows-RRRRR.bin``: rank R's step rows, append-only,
   flushed every ``--flush-every`` seconds (default 1) at the cost of the rows
   added since the last flush; ``attrs-RRRRR.json`` holds the rank's attributes,
   ``evals.npz`` rank 0's evaluation rows and ``meta.json`` the root attributes.
@@ -13,7 +13,7 @@ Next to the run file ``RUN.h5`` a run keeps a folder ``RUN.h5.parts/``:
   (``--checkpoint-every``), and ``checkpoint.json`` naming the newest step
   for which EVERY rank's state was written (rank 0 writes it after a
   barrier), so ``--resume`` never mixes generations. It also records the
-  run's identity (:func:`run_identity`: strategy, model, dataset, world size,
+  run's identity (strategy, model, dataset, world size,
   batch size, seed, sample budget); ``--resume`` refuses a checkpoint of
   another run, naming what differs.
 * ``heartbeat-RRRRR``: the rank's last step and time, read by the hang guard.
@@ -24,7 +24,7 @@ exactly what was flushed.
 Every file is written whole to a temporary name beside it (HDF5 files are
 built in memory first, so the HDF5 library never meets a disk error), then
 synced and renamed. A failed write (a full disk, a quota, a read-only
-folder, an I/O error) raises :class:`WriteError`, one line naming the path
+folder, an I/O error) ends the run with one line naming the path
 and the cause, and leaves no temporary file and the previous version intact
 (a failed append is cut back to the last whole chunk).
 """

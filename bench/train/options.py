@@ -1,8 +1,19 @@
-"""Flags of syncbench train (shared with syncbench compare), and their validation.
+"""``syncbench train``: one training run on every rank of the job (its flags, checked).
 
-syncbench train is one training run on every rank of the job: launch it under
-mpiexec -n N. The flags are parsed before MPI starts; the command's body is
-main in bench/train/driver.py.
+Launch it under ``mpiexec -n N`` (or ``srun``). Every rank trains the model of
+``--model`` on its shard of ``--dataset`` with the synchronization strategy of
+``--algorithm`` until the sample budget (``--epochs`` passes over the training
+set) is consumed, timing every step by phase (compute, communication, waiting);
+the consensus model is evaluated on the test split every ``--eval-every``
+epochs. Rank 0 writes every rank's timings and the evaluations to one HDF5 run
+file (``--out``), which ``syncbench report`` and ``syncbench trace`` read.
+
+``--slowdown`` slows chosen ranks (a heterogeneous cluster on one machine);
+``--timeout`` ends a job whose ranks stop making progress; a crashed run keeps
+its rows next to ``--out`` (``syncbench recover``), and ``--checkpoint-every``
+with ``--resume`` continues it. A bad flag ends every rank before MPI starts,
+with one line and exit status 2. ``run``, ``compare`` and ``sweep`` hand the
+flags they do not know to every ``syncbench train`` they launch.
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run file to write (HDF5, syncbench/1 schema)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     run.add_argument("--device", default="auto", choices=DEVICES,
-                     help="compute device")
+                     help="compute device: auto takes a CUDA GPU once a probe kernel ran on "
+                     "it, else the CPU")
     run.add_argument("--cuda-aware", default="auto", choices=("auto", "yes", "no"),
                      help="GPU only: hand device buffers to MPI's BLOCKING collectives "
                      "directly (yes) or stage them through pinned host memory (no); auto asks "

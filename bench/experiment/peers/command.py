@@ -1,8 +1,8 @@
 """``syncbench peers``: our strategies against PyTorch's, and SSGD against the bare Allreduce.
 
-For every model ``--model`` (:data:`.torch_runner.MODELS`), rank count
+For every model ``--model`` (those PyTorch's side builds too), rank count
 ``--np`` and algorithm ``--algorithms`` it plans ``--repeats`` rounds of
-``syncbench train`` then its PyTorch peer (:mod:`.torch_runner`: ``ssgd`` <->
+``syncbench train`` then its PyTorch peer (``ssgd`` <->
 DistributedDataParallel, ``localsgd`` <-> PeriodicModelAverager with the same
 ``--period``), with the same data, ranks, per-rank batch, steps, seed and
 optimizer, and runs them with the experiment runner's loop and launch (a
@@ -19,7 +19,7 @@ bytes at the same point of the step (``mpi``) and back to back (``tight``);
 ratios are medians of per-round ratios, 1.0: what MPI alone needs.
 
 ``--speed`` compares one process's training step instead (no data loading,
-no MPI), ours (:func:`syncbench.bench.micro.speed.step_throughput`) against
+no MPI), ours (as ``syncbench speed`` measures it) against
 PyTorch with one thread, alternating, each measurement in a fresh process.
 
 BatchNorm follows docs/ALGORITHMS.md on both sides (per-rank statistics, DDP
