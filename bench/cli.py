@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from syncbench.bench.mpi.errors import CommandParser, fail
 from syncbench.bench.mpi.provenance import package_version
+from syncbench.bench.mpi.threads import announce, limit_threads
 
 #: reStructuredText markup in module docstrings: a role (``:func:`x` ``, ``:mod:`~a.b` ``)
 #: and inline literals (double or single backquotes); help shows the text alone.
@@ -133,6 +134,9 @@ COMMANDS: dict[str, Command] = {
                        "an emulated cluster on this host (root): up, status, mpiexec, down"),
     "data": Command("syncbench.bench.data.command", "add_arguments", "main",
                     "dataset files: info (what is found where) or fetch (download)"),
+    "env": Command("syncbench.bench.mpi.environment", "add_arguments", "main",
+                   "what this environment gives a run (MPI library, GPU, datasets, SimGrid, "
+                   "Slurm, threads) and what train would miss"),
 }
 
 
@@ -189,6 +193,8 @@ def mpi_not_started() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = argv[0] if argv and argv[0] in COMMANDS else None
+    # before NumPy loads (train's flags import it): the BLAS/OpenMP threads of each rank
+    threads = limit_threads() if selected == "train" else None
     with mpi_not_started():
         parser = build_parser(selected)
         args, extra = parser.parse_known_args(argv)
@@ -200,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS[args.command]
     if extra and not command.passthrough:
         fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")
+    if threads is not None:
+        announce(threads)
     body = getattr(importlib.import_module(command.body_module or command.module), command.run)
     if command.alias_of is not None:
         body = body(command.alias_of, f"{parser.prog} {args.command}")
