@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import columns
+from .collectives import collective_rows, format_collectives_md
 from .columns import PATH_KEY, RANK_TABLE, format_spec
 from .compare import add_compare_arguments, compare_main
 from .completeness import incomplete_reason
@@ -513,6 +514,9 @@ def report_main(args: argparse.Namespace) -> int:
         check_by_keys(runs, series, "--series")
         target = getattr(args, "target_accuracy", None)
         rows = report_tables(runs, by, target, series)
+        # runs recorded with --events on: count, bytes and time per collective (md only)
+        collectives = format_collectives_md(collective_rows(runs)) if args.format == "md" \
+            else ""
     except (RunFileError, ValueError, ImportError) as exc:
         err(str(exc))
         return 2
@@ -523,6 +527,8 @@ def report_main(args: argparse.Namespace) -> int:
         paths = row[PATH_KEY] if isinstance(row[PATH_KEY], list) else [row[PATH_KEY]]
         row["machine"] = format_contexts([by_path[p] for p in paths if p in by_path])
     print(format_tables(rows, args.format, by, getattr(args, "per_rank", False), context))
+    if collectives:
+        print(f"\n{collectives}")
     if plots_dir:
         per_run = rows if not by else table_rows(runs, by, target, series)
         written, notes = write_plots(runs, per_run, plots_dir, by=by, window=window,
