@@ -6,8 +6,8 @@ after it add the time per phase, hidden communication, stragglers, accuracy,
 speedup and efficiency; ``--by KEYS`` folds repeats into one row per group
 (median and min-max), ``--plots DIR`` writes the plots. Every Markdown table
 is headed by the machine context (cores, ranks per core, oversubscribed or
-loaded runs) and leads with the sync share (comm + wait); the summary shows time to
-target beside the evaluation interval that bounds its resolution, and
+loaded runs) and leads with the sync share (comm + wait); the summary shows
+time to target beside the evaluation interval that bounds its resolution, and
 "diverged" / "overlapped" instead of ratios that must not be read. The
 columns' definitions: docs/DESIGN.md, "Table definitions". JSON rows start
 with ``path`` and the summary's keys, in a fixed order; new keys only come
@@ -15,8 +15,8 @@ after them (``machine``: the context line of the row's runs). Every column,
 its format, header and footnote is one entry of the column registry
 (analysis/columns.py), which the Markdown, CSV and JSON outputs print from.
 ``--format steps`` and ``--format eval`` write instead one tidy table of
-every rank's steps or of every evaluation (:mod:`syncbench.analysis.steps`:
-CSV on stdout or ``-o FILE``, Parquet for ``-o FILE.parquet``).
+every rank's steps or of every evaluation (CSV on stdout or ``-o FILE``,
+Parquet for ``-o FILE.parquet``).
 
 An incomplete run (``complete`` False: it did not consume its sample budget)
 is read with a warning on stderr and noted with its reason, "stopped by
@@ -28,7 +28,7 @@ group with one gets none either.
 ``--compare A B`` compares two sets of runs instead (two results files, folders
 of run files or globs): per label and configuration the ratio of medians B/A
 and a Mann-Whitney U test, flagging significant changes beyond a threshold
-(:mod:`syncbench.analysis.compare`).
+(``--threshold``).
 """
 
 from __future__ import annotations

@@ -114,6 +114,8 @@ def test_every_help_is_in_plain_words(words):
     for markup in (":func:", ":mod:", ":class:", ":data:", ":meth:", "``", "pydoc",
                    "command's body", "::"):
         assert markup not in text, (markup, text)
+    # Module paths are for the code's readers (pydoc), not for a command's users.
+    assert not re.search(r"syncbench\.(analysis|bench|algorithms|kernels)\.", text), text
 
 
 def test_every_flag_ends_with_its_default_once():
