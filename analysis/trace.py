@@ -17,7 +17,13 @@ The output is the Chrome Trace Event Format (a JSON object with
   rank 0's track at the end of rank 0's step ``eval.step - 1``: ``"cat":
   "eval"`` where training paused for it, ``"cat": "snapshot"`` where the
   strategy evaluates copies of the parameters after training (its
-  ``snapshot_evaluations`` trait); ``args`` hold the evaluation's row.
+  ``snapshot_evaluations`` trait); ``args`` hold the evaluation's row;
+- for a run recorded with ``--events on``, the collectives as they happened:
+  per rank one slice (``"cat": "collective"``, named after its kind) per call,
+  from its post to the completion the rank saw, at the recorded times (not laid
+  out), on tracks ``tid`` >= 1 named "collectives" (overlapping calls, such as
+  SSGD's buckets in flight together, go on further tracks of the rank, first
+  fit); ``args`` hold its step, index (SSGD's bucket), bytes and wait.
 
 ``--steps A:B`` keeps the steps with ``A <= step < B`` (either bound may be
 omitted) and the evaluations that followed one of them. Timestamps are on the
@@ -39,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from . import schema
+from .collectives import RankEvents, kind_names, read_events
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES
 
@@ -191,6 +198,46 @@ def _eval_instants(run: Run, window: tuple[int, int | None] | None) -> list[dict
     return events
 
 
+def _lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """First-fit track of each interval (sorted by start) so that a track's intervals
+    never overlap: the Trace Event Format needs a thread's slices properly nested."""
+    last: list[int] = []  # end of each track's last slice
+    lanes = np.zeros(len(starts), dtype=np.int64)
+    for i in np.argsort(starts, kind="stable"):
+        lane = next((k for k, end in enumerate(last) if end <= starts[i]), len(last))
+        if lane == len(last):
+            last.append(0)
+        last[lane] = int(ends[i])
+        lanes[i] = lane
+    return lanes
+
+
+def collective_slices(rank: int, events: RankEvents,
+                      window: tuple[int, int | None] | None = None) -> list[dict[str, Any]]:
+    """The rank's recorded collectives as slices from post to completion (module docstring),
+    with their tracks' ``thread_name`` metadata first."""
+    cols = events.columns
+    done = np.isfinite(cols["t_done"]) & in_window(cols["step"], window)
+    keep = np.flatnonzero(done)
+    starts = np.rint(cols["t_post"][keep] * NS).astype(np.int64)
+    ends = np.maximum(np.rint(cols["t_done"][keep] * NS).astype(np.int64), starts)
+    lanes = _lanes(starts, ends)
+    names = kind_names(events)[keep]
+    out: list[dict[str, Any]] = [
+        {"name": "thread_name", "ph": "M", "pid": rank, "tid": 1 + lane,
+         "args": {"name": "collectives" if lane == 0 else f"collectives {lane + 1}"}}
+        for lane in range(int(lanes.max()) + 1 if len(lanes) else 0)]
+    for j, i in enumerate(keep):
+        out.append({
+            "name": str(names[j]), "cat": "collective", "ph": "X", "pid": rank,
+            "tid": 1 + int(lanes[j]), "ts": int(starts[j]) / 1000,
+            "dur": int(ends[j] - starts[j]) / 1000,
+            "args": {"step": int(cols["step"][i]), "index": int(cols["index"][i]),
+                     "bytes": int(cols["bytes"][i]), "wait_s": float(cols["wait_s"][i])},
+        })
+    return out
+
+
 def trace_events(run: Run, window: tuple[int, int | None] | None = None) -> dict[str, Any]:
     """The Chrome trace of one run (see the module docstring)."""
     events: list[dict[str, Any]] = []
@@ -198,6 +245,9 @@ def trace_events(run: Run, window: tuple[int, int | None] | None = None) -> dict
         events += _metadata(run, rank)
     for rank in sorted(run.ranks):
         events += _rank_slices(rank, run.ranks[rank], window, step_order(run.attrs))
+    recorded = read_events(run.path)  # --events on; empty for other files
+    for rank in sorted(recorded):
+        events += collective_slices(rank, recorded[rank], window)
     events += _eval_instants(run, window)
     return {
         "traceEvents": events,
@@ -243,6 +293,9 @@ def trace_main(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         slices = write_trace(run, args.out, window)
+    except RunFileError as exc:  # its events (--events on) could not be read
+        print(f"syncbench trace: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"syncbench trace: cannot write {args.out}: {exc}", file=sys.stderr)
         return 2
