@@ -1,29 +1,35 @@
-"""PNG plots of run files (matplotlib, Agg backend, imported only when plotting).
+"""The report's figures of run files (matplotlib, imported only when plotting).
 
-:func:`write_plots` writes, into one directory:
+:func:`write_plots` writes, into one directory, in the ``--plot-format``
+(png, pdf, svg; :mod:`.plot_style`) at ``--dpi``, the summary figures:
 
-- ``scaling.png``: speedup (samples/s ratio to the smallest N of the series,
+- ``headline``: time to target and samples/s of every strategy against the
+  baseline per slowdown configuration, median with min-max whiskers
+  (:mod:`.headline`); skipped with a note without a configuration that has
+  the baseline and another strategy.
+- ``scaling``: speedup (samples/s ratio to the smallest N of the series,
   see :mod:`syncbench.analysis.tables`) against N with the ideal line N/N0,
   and parallel efficiency against N with the ideal 1; points are medians over
   repeats, bars span min to max. Only series with a speedup at two or more
   world sizes are drawn; with none the figure is skipped with a note.
-- ``convergence.png``: test accuracy of the consensus model against training
+- ``convergence``: test accuracy of the consensus model against training
   time (the ``wall_s`` clock) and against samples seen, one curve per series
   and N: the median over repeats (accuracy held from one evaluation to the
   next) with a band from the lowest to the highest repeat; legend outside
   the axes.
-- ``<run>_phases.png``: per-rank stacked bars of seconds per phase over the
+
+and, only when asked (``--per-run-plots``), three figures per run:
+
+- ``<run>_phases``: per-rank stacked bars of seconds per phase over the
   run, with the run's wall time as a dashed line.
-- ``<run>_timeline.png``: per-rank Gantt chart of a window of steps (default:
+- ``<run>_timeline``: per-rank Gantt chart of a window of steps (default:
   up to 8 steps from the middle of the run); each step's phases are drawn back
   to back from its ``t_start`` in the order the strategy runs them
   (``trace.step_order``), as in ``syncbench trace``; evaluations that paused
-  training are marked on rank 0, ASGD's parameter snapshots (evaluated after
-  training) with hollow markers.
-- ``<run>_local_steps.png``: the local steps per round (tau_k, the
-  ``local_steps`` column: Oscars' adaptive schedule, Local SGD's fixed period)
-  of every rank against time; skipped with a note for runs without non-zero
-  ``local_steps`` and at N = 1 (a flat line).
+  training are marked on rank 0, ASGD's parameter snapshots with hollow markers.
+- ``<run>_local_steps``: the local steps per round (tau_k, ``local_steps``:
+  Oscars' adaptive schedule, Local SGD's fixed period) of every rank against
+  time; skipped with a note without non-zero ``local_steps`` and at N = 1.
 
 Every figure carries the machine context line (``analysis.context``) along
 its bottom edge.
@@ -41,6 +47,8 @@ import numpy as np
 
 from .completeness import incomplete_reason
 from .context import context_line, format_context, machine_context
+from .headline import Headline, headline_from_rows, plot_headline
+from .plot_style import FIGSIZE, MARKERS, PlotOutput, pyplot, save
 from .runfile import Run
 from .schema import PHASES, strategy_traits
 from .trace import NS, in_window, phase_bounds_ns, step_ends, step_order
@@ -50,51 +58,14 @@ PHASE_COLORS: dict[str, str] = {
     "data": "#9e9e9e", "compute": "#1f77b4", "comm": "#ff7f0e",
     "wait": "#d62728", "update": "#2ca02c", "delay": "#9467bd",
 }
-_MARKERS = "osD^v<>px*"
-_FIGSIZE = (11.0, 4.8)
-_DPI = 100
 #: Steps of the default timeline window.
 TIMELINE_STEPS = 8
-
-MISSING_MATPLOTLIB = "matplotlib is needed for --plots: pip install syncbench[plot]"
-
-
-def require_matplotlib() -> None:
-    """``ImportError`` with the install hint when matplotlib is missing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ImportError(MISSING_MATPLOTLIB) from None
-
-
-def _pyplot() -> Any:
-    require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 10,
-                         "axes.grid": True, "grid.alpha": 0.3})
-    return plt
 
 
 def _integer_locator() -> Any:
     from matplotlib.ticker import MaxNLocator
 
     return MaxNLocator(integer=True)
-
-
-def _save(plt: Any, fig: Any, path: Path, context: str | None = None) -> str:
-    """Write ``fig``, with the machine ``context`` line along its bottom edge."""
-    if context:
-        fig.text(0.005, 0.005, context, fontsize=8, color="0.3", ha="left", va="bottom")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-    else:
-        fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
-    plt.close(fig)
-    return str(path)
 
 
 def _stems(runs: Sequence[Run]) -> list[str]:
@@ -144,7 +115,7 @@ def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path,
     series = scaling_series(rows) if series is None else series
     rows = [r for members in series.values() for r in members]
     labels = [label for label, _ in series]
-    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=_FIGSIZE, dpi=_DPI)
+    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=FIGSIZE)
     all_n: set[int] = set()
     kinds = sorted({str(r.get("scaling")) for r in rows})
     ordered = sorted(series.items(), key=lambda kv: str(kv[0]))
@@ -153,7 +124,7 @@ def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path,
         all_n.update(ns)
         if labels.count(label) > 1:  # same label, other model/dataset
             label = f"{label} {members[0].get('model')} {members[0].get('dataset')}"
-        marker = _MARKERS[i % len(_MARKERS)]
+        marker = MARKERS[i % len(MARKERS)]
         for ax, col in ((ax_s, "speedup"), (ax_e, "efficiency")):
             med, lo, hi = [], [], []
             for n in ns:
@@ -189,7 +160,7 @@ def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path,
     ax_s.set_ylim(bottom=0)
     ax_s.set_title("Speedup (" + ", ".join(kinds) + " scaling)")
     ax_e.set_title("Parallel efficiency")
-    return _save(plt, fig, path, context)
+    return save(plt, fig, path, context)
 
 
 # ---------------------------------------------------------------- convergence
@@ -249,10 +220,10 @@ def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any
     names = sorted({name for name, _, _ in groups})
     sizes = sorted({n for _, n, _ in groups})
     cmap = plt.get_cmap("tab10")
-    fig, (ax_t, ax_n) = plt.subplots(1, 2, figsize=(_FIGSIZE[0] + 3.0, _FIGSIZE[1]), dpi=_DPI)
+    fig, (ax_t, ax_n) = plt.subplots(1, 2, figsize=(FIGSIZE[0] + 3.0, FIGSIZE[1]))
     for name, n, members in groups:
         color = cmap(names.index(name) % 10)
-        marker = _MARKERS[sizes.index(n) % len(_MARKERS)]
+        marker = MARKERS[sizes.index(n) % len(MARKERS)]
         partial = "" if all(r.complete for r in members) else " (incomplete)"
         label = f"{name} N={n}" + (f" (median of {len(members)}, band min-max)"
                                    if len(members) > 1 else "") + partial
@@ -279,7 +250,7 @@ def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any
     ax_n.set_title("Test accuracy vs samples")
     ax_n.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0),
                 fontsize=8 if len(groups) > 6 else 9)
-    return _save(plt, fig, path, context)
+    return save(plt, fig, path, context)
 
 
 # ---------------------------------------------------------------- per run
@@ -288,7 +259,7 @@ def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any
 def plot_phases(plt: Any, run: Run, path: Path) -> str:
     """Per-rank stacked bars: seconds spent in each phase over the whole run."""
     ranks = sorted(run.ranks)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 + 0.9 * len(ranks) + 2.5), 4.8), dpi=_DPI)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 + 0.9 * len(ranks) + 2.5), 4.8))
     bottom = np.zeros(len(ranks))
     for p in PHASES:
         seconds = np.array([float(np.sum(run.ranks[r][f"t_{p}"])) for r in ranks])
@@ -306,7 +277,7 @@ def plot_phases(plt: Any, run: Run, path: Path) -> str:
     ax.set_ylabel("time over the run (s)")
     ax.set_title(f"{_title(run)}: time per phase per rank")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(plt, fig, path, format_context(machine_context(run)))
+    return save(plt, fig, path, format_context(machine_context(run)))
 
 
 def _rank_label(run: Run, rank: int) -> str:
@@ -362,7 +333,7 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     t_lo, t_hi = timeline_interval(run, window)
     span = max(t_hi - t_lo, 1e-9)
     scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
-    fig, ax = plt.subplots(figsize=(12.0, max(3.2, 1.6 + 0.6 * len(ranks))), dpi=_DPI)
+    fig, ax = plt.subplots(figsize=(12.0, max(3.2, 1.6 + 0.6 * len(ranks))))
     order = step_order(run.attrs)
     for row, r in enumerate(ranks):
         cols = run.ranks[r]
@@ -402,7 +373,7 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", visible=False)
-    return _save(plt, fig, path, format_context(machine_context(run)))
+    return save(plt, fig, path, format_context(machine_context(run)))
 
 
 def has_local_steps(run: Run) -> bool:
@@ -412,7 +383,7 @@ def has_local_steps(run: Run) -> bool:
 
 def plot_local_steps(plt: Any, run: Run, path: Path) -> str:
     """Local steps per round of every rank against time (step plot)."""
-    fig, ax = plt.subplots(figsize=_FIGSIZE, dpi=_DPI)
+    fig, ax = plt.subplots(figsize=FIGSIZE)
     top = 1
     for r in sorted(run.ranks):
         cols = run.ranks[r]
@@ -421,7 +392,7 @@ def plot_local_steps(plt: Any, run: Run, path: Path) -> str:
         top = max(top, int(tau.max()) if tau.size else 1)
         label = f"rank {r}" + _rank_label(run, r)[len(str(r)):].replace("\n", " ")
         ax.step(t, tau, where="post", label=label, linewidth=1.8,
-                marker=_MARKERS[r % len(_MARKERS)], markersize=3)
+                marker=MARKERS[r % len(MARKERS)], markersize=3)
     ax.set_xlabel("time since the start of the run (s, evaluation pauses included)")
     ax.set_ylabel("local steps per round (tau_k)")
     ax.yaxis.set_major_locator(_integer_locator())
@@ -429,50 +400,53 @@ def plot_local_steps(plt: Any, run: Run, path: Path) -> str:
     ax.set_xlim(left=0)
     ax.set_title(f"{_title(run)}: local-step schedule")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(plt, fig, path, format_context(machine_context(run)))
+    return save(plt, fig, path, format_context(machine_context(run)))
 
 
 # ---------------------------------------------------------------- all
 
 
-def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
-                out_dir: str | os.PathLike[str], by: Sequence[str] = (),
-                window: tuple[int, int | None] | None = None) -> tuple[list[str], list[str]]:
-    """Write every plot of the module docstring; returns (files written, notes).
-
-    ``rows`` are the per-run rows of :func:`~syncbench.analysis.tables.table_rows`
-    (same order as ``runs``); ``window`` the timeline's steps (``A <= step < B``).
-    ``by`` is accepted for symmetry with the report (the series are already
-    in the rows' scaling columns). A figure with nothing to show is skipped
-    with a one-line note: scaling when no series has a speedup at two world
-    sizes, convergence when no run has an accuracy curve, the local-step
-    schedule for runs without local steps or at N = 1 (a flat line).
-    """
-    plt = _pyplot()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def _summary_plots(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]], out: Path,
+                   output: PlotOutput, headline: Headline | None
+                   ) -> tuple[list[str], list[str]]:
+    """The headline, scaling and convergence figures; (files written, notes)."""
     context = context_line(runs)
     written: list[str] = []
     notes: list[str] = []
+    why = ""
+    if headline is None:
+        headline, why = headline_from_rows(rows)
+    if headline is not None:
+        written.append(plot_headline(plt, headline, output.path(out, "headline"), context))
+    else:
+        notes.append(why)
     series = scaling_series(rows)
     if series:
-        written.append(plot_scaling(plt, rows, out / "scaling.png", context, series))
+        written.append(plot_scaling(plt, rows, output.path(out, "scaling"), context, series))
     else:
         notes.append("scaling plot skipped: no series has a speedup at two or more world "
                      "sizes (one N per series, or runs mixed, overlapped or diverged)")
     groups = convergence_groups(runs, rows)
     if groups:
-        written.append(plot_convergence(plt, runs, rows, out / "convergence.png", context,
-                                        groups))
+        written.append(plot_convergence(plt, runs, rows, output.path(out, "convergence"),
+                                        context, groups))
     else:
         notes.append("convergence plot skipped: no run has a finite accuracy curve")
+    return written, notes
+
+
+def _per_run_plots(plt: Any, runs: Sequence[Run], out: Path, output: PlotOutput,
+                   window: tuple[int, int | None] | None) -> tuple[list[str], list[str]]:
+    """The three figures of every run; (files written, notes)."""
+    written: list[str] = []
+    notes: list[str] = []
     flat = []
     local = [has_local_steps(run) for run in runs]
     for run, stem, has_local in zip(runs, _stems(runs), local, strict=True):
-        written.append(plot_phases(plt, run, out / f"{stem}_phases.png"))
-        written.append(plot_timeline(plt, run, out / f"{stem}_timeline.png", window))
+        written.append(plot_phases(plt, run, output.path(out, f"{stem}_phases")))
+        written.append(plot_timeline(plt, run, output.path(out, f"{stem}_timeline"), window))
         if has_local and run.world_size > 1:
-            written.append(plot_local_steps(plt, run, out / f"{stem}_local_steps.png"))
+            written.append(plot_local_steps(plt, run, output.path(out, f"{stem}_local_steps")))
         elif has_local:
             flat.append(Path(run.path).name)
     if not any(local):
@@ -481,4 +455,32 @@ def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
     if flat:
         notes.append("local-step schedule plot skipped at N=1 (one rank: a flat line): "
                      + ", ".join(flat))
+    return written, notes
+
+
+def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
+                out_dir: str | os.PathLike[str], by: Sequence[str] = (),
+                window: tuple[int, int | None] | None = None,
+                output: PlotOutput | None = None, per_run: bool = False,
+                headline: Headline | None = None) -> tuple[list[str], list[str]]:
+    """Write the figures of the module docstring; returns (files written, notes).
+
+    ``rows`` are the per-run rows of :func:`~syncbench.analysis.tables.table_rows`
+    (same order as ``runs``); ``output`` the format and dpi (default PNG, 100 dpi);
+    ``per_run`` adds the three figures of every run (``window``: the timeline's
+    steps, ``A <= step < B``); ``headline`` the runner's headline
+    (:func:`~syncbench.analysis.headline.headline_from_cells`; default: from
+    ``rows``). ``by`` is accepted for symmetry with the report (the series are
+    already in the rows' scaling columns). A figure with nothing to show is
+    skipped with a one-line note.
+    """
+    output = output or PlotOutput()
+    plt = pyplot(output.dpi)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written, notes = _summary_plots(plt, runs, rows, out, output, headline)
+    if per_run:
+        more, more_notes = _per_run_plots(plt, runs, out, output, window)
+        written += more
+        notes += more_notes
     return written, notes

@@ -24,6 +24,7 @@ from helpers import report_cli, run_mpi
 
 from syncbench.analysis import plots, schema
 from syncbench.analysis.columns import row_keys
+from syncbench.analysis.plot_style import pyplot
 from syncbench.analysis.repeats import group_rows
 from syncbench.analysis.report import (
     format_report,
@@ -393,7 +394,7 @@ def test_local_step_plot_of_hand_made_oscars(tmp_path):
                       steps_per_rank=0, rank_rows=rows)
     run = read_run(path)
     assert plots.has_local_steps(run)
-    png = Path(plots.plot_local_steps(plots._pyplot(), run, tmp_path / "osc_local_steps.png"))
+    png = Path(plots.plot_local_steps(pyplot(), run, tmp_path / "osc_local_steps.png"))
     assert png.read_bytes().startswith(PNG_MAGIC)
     assert plots.default_window(run) == (2, 10)  # 8 steps from the middle of rank 0's 12
 
@@ -494,8 +495,8 @@ def real_runs(tmp_path_factory):
 def test_real_runs_every_plot_is_a_png(real_runs, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     plots = tmp_path / "plots"
-    rc, out, err = _report(*real_runs, "--plots", str(plots), "--timeline-steps", "1:3",
-                           capsys=capsys)
+    rc, out, err = _report(*real_runs, "--plots", str(plots), "--per-run-plots",
+                           "--timeline-steps", "1:3", capsys=capsys)
     assert rc == 0, err
     expected = {"scaling.png", "convergence.png"}
     for path in real_runs:
@@ -506,6 +507,7 @@ def test_real_runs_every_plot_is_a_png(real_runs, tmp_path, capsys):
         data = (plots / name).read_bytes()
         assert len(data) > 1000 and data.startswith(PNG_MAGIC), name
     assert "no run has non-zero local_steps" in err and "local-step schedule plot skipped" in err
+    assert "headline plot skipped: no configuration has the baseline (ssgd)" in err
     assert f"wrote {len(expected)} plots" in err
 
 
