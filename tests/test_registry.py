@@ -219,7 +219,7 @@ def test_budget_and_run_file_round_trip(name):
     assert sum(int(rows["samples"].sum()) for rows in run.ranks.values()) == budget
     assert run.eval["samples_seen"][-1] == budget
     # every schema name is written and read back
-    assert set(schema.ROOT_ATTRS) <= set(run.attrs)
+    assert set(schema.ROOT_ATTRS) - set(schema.OPTIONAL_ROOT_ATTRS) <= set(run.attrs)
     assert run.attrs["algorithm"] == name and run.world_size == size
     # the strategy's own traits travel in the file (a registered Throwaway's too)
     assert schema.strategy_traits(run.attrs) == schema.StrategyTraits(**ALGORITHMS[name].traits())

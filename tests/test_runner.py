@@ -19,6 +19,7 @@ import pytest
 
 from syncbench.analysis.runfile import read_run
 from syncbench.bench.experiment.plan import plan_runs
+from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.experiment.scenario import (
     ScenarioError,
     load_scenario,
@@ -267,7 +268,7 @@ def test_tiny_scenario_end_to_end(tmp_path):
     proc = syncbench("run", str(scenario), "--out-dir", str(out), "--seed", "5",
                      "--plots", str(plots), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads((out / "results.json").read_text())
+    results = read_results(out / "results.json")  # run-file paths resolved
     assert results["complete"] and results["seed"] == 5
     assert results["schema"] == "syncbench-results/1"
 

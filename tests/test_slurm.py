@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from syncbench.analysis.runfile import read_run
+from syncbench.bench.experiment.results_paths import read_results
 
 pytestmark = pytest.mark.slurm
 
@@ -153,7 +154,7 @@ def test_strong_scaling_sweep_through_slurm(tmp_path):
     assert len(jobs) == 3, proc.stdout  # np=1, np=2, report
     wait_for(jobs, out_dir)
     report_log = out_dir / f"syncbench-sweep-report-{jobs[-1]}.out"
-    manifest = json.loads((out_dir / "manifest.json").read_text())
+    manifest = read_results(out_dir / "manifest.json")
     assert manifest["scenario"]["scaling"] == "strong" and manifest["scenario"]["np"] == [1, 2]
     # The report job collects what the task-count jobs ran.
     assert [(r["np"], r["batch_size"], r["status"]) for r in manifest["runs"]] == [

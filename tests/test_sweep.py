@@ -25,6 +25,7 @@ from syncbench.analysis.runfile import read_run
 from syncbench.bench.experiment import sweep
 from syncbench.bench.experiment.commands import add_sweep_arguments, sweep_main, sweep_scenario
 from syncbench.bench.experiment.plan import plan_scaling
+from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.experiment.scaling_table import _report_text
 from syncbench.bench.experiment.scenario import parse_scenario
 
@@ -44,7 +45,7 @@ def run_sweep(capsys, *flags: str) -> tuple[int, str, dict]:
     code = sweep_main(args, extra)
     out = capsys.readouterr().out
     manifest = Path(re.search(r"manifest (\S+)$", out.strip()).group(1))
-    return code, out, json.loads(manifest.read_text())
+    return code, out, read_results(manifest)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def strong(tmp_path_factory):
 def test_sweep_runs_every_point_with_the_planned_batch(mode, strong, tmp_path, capsys):
     if mode == "strong":
         code, out_dir = strong
-        manifest = json.loads((out_dir / "manifest.json").read_text())
+        manifest = read_results(out_dir / "manifest.json")
     else:
         out_dir = tmp_path
         code, out, manifest = run_sweep(capsys, "--mode", "weak", "--np", "1,2",
