@@ -73,6 +73,10 @@ ROOT_ATTRS: tuple[str, ...] = (
     "mpi_transport_env",
     # the most ranks on one machine (one kernel: the emulated cluster's nodes are one)
     "ranks_per_machine",
+    # what the environment gave the run (ENVIRONMENT_ATTR) and the BLAS/OpenMP threads
+    # of each rank (THREADS_ATTR)
+    "environment",
+    "threads_per_rank",
 )
 
 #: Root attributes with the host's 1-minute load average at the start and the end of
@@ -126,6 +130,19 @@ MACHINE_ATTR = "ranks_per_machine"
 #: name whose value differs between ranks maps to a list, one entry per rank (null
 #: where unset). ``{}`` when none is set.
 TRANSPORT_ATTR = "mpi_transport_env"
+
+#: Root attribute: JSON object of what the environment gave the run, the facts that
+#: ``syncbench env`` prints (``{name: {"value": ..., "how": ...}}``): the MPI library
+#: loaded (its path, version, vendor, the MPI wheels installed), mpi4py, CUDA awareness
+#: and why, the device, the dataset's source, SimGrid, Slurm, the emulated cluster,
+#: PyTorch, and the threads (with what the loaded OpenBLAS reports). Rank 0's view.
+#: Absent from older files.
+ENVIRONMENT_ATTR = "environment"
+
+#: Root attribute: BLAS/OpenMP threads per rank (rank 0's): the user's OMP_NUM_THREADS
+#: (or OPENBLAS_NUM_THREADS...), else what ``syncbench train`` set, its node's cores over
+#: the ranks there; 0 where left to the libraries. Absent from older files.
+THREADS_ATTR = "threads_per_rank"
 
 #: Root attribute: "strong" or "weak" when the run belongs to a scaling study
 #: (``syncbench train --scaling-mode``, set by ``syncbench sweep``); absent or

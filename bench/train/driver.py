@@ -52,7 +52,7 @@ from syncbench.analysis.context import (
 )
 from syncbench.analysis.summary import divergence
 from syncbench.bench.data.catalog import Dataset, DatasetError, load_dataset
-from syncbench.bench.mpi import reach
+from syncbench.bench.mpi import environment, reach, threads
 from syncbench.bench.mpi.clocks import ClockOffset, drift_since, measure_offsets
 from syncbench.bench.mpi.provenance import git_sha, package_version
 from syncbench.bench.mpi.runtime import (
@@ -328,6 +328,11 @@ class Training:
                                        getattr(config, "scaling_mode", None)))
         self.root[schema.TRANSPORT_ATTR] = json.dumps(
             merge_transport_env([env for _, _, _, env in ranks]), sort_keys=True)
+        self.root[schema.THREADS_ATTR] = threads.current().threads
+        if self.rank == 0:  # the writer's view, from what is known (no subprocess, no probe)
+            self.root[schema.ENVIRONMENT_ATTR] = json.dumps(environment.run_facts(
+                self.backend.device, self.data.source, getattr(config, "cuda_aware", "auto")),
+                sort_keys=True)
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
                 Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
