@@ -54,9 +54,16 @@ from typing import Any
 from syncbench.analysis.completeness import incomplete_reason
 from syncbench.analysis.context import format_contexts, merge_contexts
 from syncbench.analysis.fairness import throughput_ceiling
-from syncbench.analysis.plots import require_matplotlib, write_plots
+from syncbench.analysis.headline import Headline, headline_from_cells
+from syncbench.analysis.plot_style import (
+    add_plot_arguments,
+    plot_flags_problem,
+    plot_output,
+    require_matplotlib,
+)
+from syncbench.analysis.plots import write_plots
 from syncbench.analysis.report import partial_warning
-from syncbench.analysis.runfile import RunFileError
+from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.summary import run_diverged
 from syncbench.analysis.tables import table_rows
 from syncbench.bench.cluster.host import ClusterError
@@ -172,7 +179,10 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the plan, one launch line per run (mpiexec -n N ... "
                         "syncbench train ...), and exit")
     parser.add_argument("--plots", default=None, metavar="DIR",
-                        help="also write the report's plots of every run to DIR")
+                        help="also write the figures to DIR: the headline (time to target and "
+                        "samples/s of every label against the baseline, per configuration), "
+                        "convergence and scaling")
+    add_plot_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -470,9 +480,12 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
     return lines, comparisons
 
 
-def _write_plots(runs: Sequence[Any], out: str, say: Callable[[str], None]) -> None:
-    """The report's plots of every run, as ``syncbench report FILES --plots OUT`` writes
-    them (the same rows, notes and stderr lines), from the runs already read."""
+def _write_plots(runs: Sequence[Any], args: argparse.Namespace, say: Callable[[str], None],
+                 headline: Headline | None = None) -> None:
+    """The figures of ``syncbench report FILES --plots DIR`` (the same rows, notes and
+    stderr lines, ``--plot-format``, ``--dpi``, ``--per-run-plots``) from the runs already
+    read, with the headline of the runner's cells (``headline``) when given."""
+    out = args.plots
     def err(message: str) -> None:
         print(f"syncbench report: {message}", file=sys.stderr)
 
@@ -485,7 +498,9 @@ def _write_plots(runs: Sequence[Any], out: str, say: Callable[[str], None]) -> N
     for run in runs:
         if not run.complete:
             err(partial_warning(run))
-    written, notes = write_plots(runs, table_rows(runs), out)
+    written, notes = write_plots(runs, table_rows(runs), out, output=plot_output(args),
+                                 per_run=getattr(args, "per_run_plots", False),
+                                 headline=headline)
     for note in notes:
         err(f"note: {note}")
     err(f"wrote {len(written)} plots to {out}")
@@ -555,7 +570,22 @@ def run_scaling(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
     state.update(complete=True, runs=runs,
                  finished_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     write_json(results_path, state)
+    if getattr(args, "plots", None):
+        _scaling_plots([r["path"] for r in runs if r["status"] in (scaling.RAN, scaling.SKIPPED)],
+                       args)
     return code
+
+
+def _scaling_plots(paths: Sequence[str], args: argparse.Namespace) -> None:
+    """``--plots`` of a scaling scenario: the figures of its complete run files."""
+    runs = []
+    for path in paths:
+        try:
+            runs.append(read_run(path))
+        except RunFileError as exc:
+            print(f"syncbench report: {exc}", file=sys.stderr)
+    if runs:
+        _write_plots(runs, args, print)
 
 
 def _scaling_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str],
@@ -665,7 +695,10 @@ def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRu
     say("")
     say(f"run files: {out_dir}/ ({len(done)} files); results: {results_path}")
     if args.plots:
-        _write_plots(runs, args.plots, say)
+        titles = {r["condition"]: r["condition_title"] for r in records}
+        _write_plots(runs, args, say, headline_from_cells(
+            cells, scenario.baseline, titles, scenario.name, target,
+            max(p.repeat for p in done) + 1))
     _say_next(scenario, done, out_dir, args.plots, say)
     return _last_line(stop, len(done), len(plan), incomplete, say)
 
@@ -725,6 +758,8 @@ def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repe
     """What is wrong with the run's settings, else None; applies ``--slowdown-modes``."""
     if np_ < 1 or repeats < 1 or not 0 < target <= 1:
         return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
+    if plot_flags_problem(args):
+        return plot_flags_problem(args)
     on_cluster = getattr(args, "cluster", False)
     if scenario.node_speeds and not on_cluster:
         return (f"scenario {scenario.name} slows emulated nodes (node_speeds): run it with "
