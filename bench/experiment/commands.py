@@ -56,7 +56,11 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated algorithms, the first is the baseline; those "
                         "not available are skipped with a note")
     add_runner_arguments(parser)
-    parser.set_defaults(np=4, repeats=1, out_dir="runs/compare", target_accuracy=0.80)
+    defaults = {"np": 4, "repeats": 1, "out_dir": "runs/compare", "target_accuracy": 0.80}
+    parser.set_defaults(**defaults)
+    for action in parser._actions:  # no scenario's value: the help shows compare's default
+        if action.dest in defaults and action.help:
+            action.help = action.help.split(" (default")[0]
 
 
 def compare_main(args: argparse.Namespace, train_args: Sequence[str] | None = None) -> int:
