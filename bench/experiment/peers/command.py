@@ -5,9 +5,8 @@ For every model ``--model`` (those PyTorch's side builds too), rank count
 ``syncbench train`` then its PyTorch peer (``ssgd`` <->
 DistributedDataParallel, ``localsgd`` <-> PeriodicModelAverager with the same
 ``--period``), with the same data, ranks, per-rank batch, steps, seed and
-optimizer, and runs them with the experiment runner's loop and launch (a
-planned run's program is ``train`` or the peer's ``torch``; each writes its
-run file, the peer a JSON record). It prints in fixed columns the median
+optimizer, and runs them one at a time under the same launcher as ``syncbench
+run`` (ours writes its run file, the peer a JSON record). It prints in fixed columns the median
 samples/s of each (both: total samples over the slowest rank's training wall
 time) and the ratio ``ours / peer`` of the medians.
 
