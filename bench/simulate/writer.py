@@ -1,7 +1,8 @@
 """A simulated run as a ``syncbench/1`` run file, read by ``report`` and ``trace`` unchanged.
 
 The rows go through the recorder's own :func:`write_run_file` (same
-columns, same summary), in one atomic write (a temporary name renamed into
+columns with the same units and descriptions, same summary; no MPI library,
+so no ``mpi_library`` attribute), in one atomic write (a temporary name renamed into
 place, so a run file that exists is complete) that also holds the
 simulation's root attributes (``schema.SIMULATION_ATTRS``: ``simulated``,
 the platform, the workload, SimGrid's version, the wall time and flow
@@ -82,7 +83,6 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "syncbench_version": package_version(),
         "git_sha": git_sha(),
-        "mpi_library": "",
         "numpy_version": np.__version__,
         "h5py_version": h5py.__version__,
         "backend": "simgrid",
