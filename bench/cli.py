@@ -50,8 +50,8 @@ def plain(text: str) -> str:
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions as written (their line breaks kept); every flag's help in plain words
-    ending with its default, unless it states one, has none (None, "", SUPPRESS) or is a
-    switch (``store_true``)."""
+    ending with its default, unless it states one, has none (None, "", [], SUPPRESS) or is
+    a switch (``store_true``)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if not action.help or action.help == argparse.SUPPRESS:
@@ -60,10 +60,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         default = action.default
         takes_value = action.nargs != 0 and (
             action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))
-        if (not takes_value or default is None or default == "" or default is argparse.SUPPRESS
+        shown = ",".join(map(str, default)) if isinstance(default, list | tuple) else default
+        if (not takes_value or shown is None or shown == "" or shown is argparse.SUPPRESS
                 or _STATES_DEFAULT.search(text)):
             return text
-        shown = ",".join(map(str, default)) if isinstance(default, list | tuple) else default
         return f"{text} (default: {str(shown).replace('%', '%%')})"
 
 

@@ -132,7 +132,7 @@ def test_every_flag_ends_with_its_default_once():
             assert shown.count("(default: ") <= 1, shown
             if action.nargs == 0:  # a switch: off unless given
                 assert "(default: False)" not in shown, (words, action.option_strings)
-            elif action.default not in (None, ""):
+            elif action.default not in (None, "", []):
                 assert "default" in shown.lower(), (words, action.option_strings, shown)
             if "default" in action.help.lower():  # stated by hand: nothing appended
                 assert "(default: " not in shown or "(default: " in action.help, shown
