@@ -15,7 +15,7 @@ Nonblocking collectives progress only while a rank is inside MPI (no
 asynchronous progress thread by default): code that overlaps communication
 with compute calls :meth:`Communicator.poll` between layers.
 
-With an :class:`~syncbench.algorithms.events.EventLog` (``--events on``) every
+With an :class:`EventSink` (``--events on``: ``bench/train/events.py``'s log) every
 call is also recorded where it is made, for every strategy at once: its post,
 the completion the rank saw, its bytes and its blocked time. To see each
 request complete, ``poll`` then tests with ``Testsome`` and ``Waitall`` waits
@@ -26,23 +26,33 @@ requests it completed); without a log the calls are ``Testall`` and ``Waitall``.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.events import KIND, EventLog
 from syncbench.algorithms.timing import PhaseTimer
 
-ALLREDUCE, IALLREDUCE, BCAST, BARRIER = (KIND[k] for k in ("allreduce", "iallreduce", "bcast",
-                                                          "barrier"))
+
+class EventSink(Protocol):
+    """Where calls are recorded: ``kind`` is a name of the run file's event kinds
+    (``allreduce``, ``iallreduce``, ``bcast``, ``barrier``, ``rma_pull``, ``rma_push``);
+    ``key`` identifies a nonblocking call's request until :meth:`complete`."""
+
+    #: False before time 0 of the run (calls then are not recorded).
+    recording: bool
+
+    def post(self, kind: str, nbytes: int, step: int, t_post: float, key: int | None = None,
+             t_done: float = float("nan"), wait_s: float = 0.0) -> int: ...
+
+    def complete(self, key: int, t_done: float, wait_s: float = 0.0) -> None: ...
 
 
 class Communicator:
     """Wraps an ``MPI.Comm`` and charges its calls to a :class:`PhaseTimer`."""
 
     def __init__(self, comm: MPI.Comm, timer: PhaseTimer | None = None,
-                 events: EventLog | None = None) -> None:
+                 events: EventSink | None = None) -> None:
         #: The wrapped ``MPI.Comm`` (a strategy's ``self.comm`` is this Communicator).
         self.mpi_comm = comm
         self.rank = comm.Get_rank()
@@ -53,11 +63,11 @@ class Communicator:
         self.events = events
 
     # -- events ----------------------------------------------------------------
-    def _recording(self) -> EventLog | None:
+    def _recording(self) -> EventSink | None:
         events = self.events
         return events if events is not None and events.recording else None
 
-    def _blocking(self, kind: int, nbytes: int, t_post: float, wait: bool = False) -> None:
+    def _blocking(self, kind: str, nbytes: int, t_post: float, wait: bool = False) -> None:
         """Record a blocking call posted at ``t_post`` that returned now."""
         events = self._recording()
         if events is not None:
@@ -69,7 +79,7 @@ class Communicator:
         """Record a nonblocking reduction posted at ``t_post`` (completed by ``_seen``)."""
         events = self._recording()
         if events is not None:
-            events.post(IALLREDUCE, nbytes, self.timer.step, t_post, key=id(req))
+            events.post("iallreduce", nbytes, self.timer.step, t_post, key=id(req))
 
     def _seen(self, reqs: list[Any], t_enter: float, done: list[int] | None = None) -> None:
         """Requests ``reqs`` (those at ``done`` only) seen complete now after a call entered
@@ -92,19 +102,19 @@ class Communicator:
         t = self._clock()
         with self.timer.phase("comm"):
             self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        self._blocking(ALLREDUCE, buf.nbytes, t)
+        self._blocking("allreduce", buf.nbytes, t)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         t = self._clock()
         with self.timer.phase("comm"):
             self.mpi_comm.Bcast(buf, root=root)
-        self._blocking(BCAST, buf.nbytes, t)
+        self._blocking("bcast", buf.nbytes, t)
 
     def Barrier(self) -> None:
         t = self._clock()
         with self.timer.phase("wait"):
             self.mpi_comm.Barrier()
-        self._blocking(BARRIER, 0, t, wait=True)
+        self._blocking("barrier", 0, t, wait=True)
 
     # -- nonblocking ---------------------------------------------------------
     def Iallreduce(self, buf: Any) -> MPI.Request:
@@ -180,7 +190,7 @@ def make_communicator(
     backend: Any,
     cuda_aware: bool = False,
     nonblocking_direct: bool = False,
-    events: EventLog | None = None,
+    events: EventSink | None = None,
 ) -> Communicator:
     """The communicator a run's strategy gets: this class on the CPU, the GPU one on a GPU.
 

@@ -40,8 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.communicator import ALLREDUCE, BCAST, Communicator
-from syncbench.algorithms.events import EventLog
+from syncbench.algorithms.communicator import Communicator, EventSink
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.kernels.backend import Backend
 
@@ -317,7 +316,7 @@ class DeviceCommunicator(Communicator):
         backend: Backend,
         cuda_aware: bool,
         nonblocking_direct: bool = False,
-        events: EventLog | None = None,
+        events: EventSink | None = None,
     ) -> None:
         super().__init__(comm, timer, events)
         self.backend, self.cuda_aware = backend, cuda_aware
@@ -375,7 +374,7 @@ class DeviceCommunicator(Communicator):
             wire = self._wire(buf)
             self.mpi_comm.Allreduce(MPI.IN_PLACE, wire, op=MPI.SUM)
             self._land(buf, wire)
-        self._blocking(ALLREDUCE, buf.nbytes, t)
+        self._blocking("allreduce", buf.nbytes, t)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         self._flush()
@@ -385,7 +384,7 @@ class DeviceCommunicator(Communicator):
             self.mpi_comm.Bcast(wire, root=root)
             if self.rank != root:
                 self._land(buf, wire)
-        self._blocking(BCAST, buf.nbytes, t)
+        self._blocking("bcast", buf.nbytes, t)
 
     def Barrier(self) -> None:
         self._flush()

@@ -25,7 +25,7 @@ push latencies"). Methods named after one MPI call are capitalised as in mpi4py
 lowercase ones (``pull``, ``push``, ``gather``, ``fetch_add``, ``read``) are
 whole operations. The info hints ``accumulate_ordering=none`` and
 ``accumulate_ops=same_op_no_op`` say that only SUM and NO_OP are used, unordered.
-With an :class:`~syncbench.algorithms.events.EventLog` (``--events on``) every
+With an :class:`~syncbench.algorithms.communicator.EventSink` (``--events on``) every
 epoch of the parameter window is an event: ``rma_push`` if it accumulates,
 else ``rma_pull``, from before its locks to after its unlocks.
 """
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.events import KIND, EventLog
+from syncbench.algorithms.communicator import EventSink
 from syncbench.algorithms.timing import PhaseTimer
 
 LAYOUTS = ("sharded", "single", "dedicated")
@@ -107,11 +107,11 @@ class ParamWindow:
 
     def __init__(
         self, comm: MPI.Comm, n: int, dtype: np.dtype, layout: str, lock_assert: int,
-        events: EventLog | None = None, timer: PhaseTimer | None = None,
+        events: EventSink | None = None, timer: PhaseTimer | None = None,
     ) -> None:
         #: Where the epochs are recorded (and the timer whose step they belong to).
         self.events, self.timer = events, timer
-        self._epoch_kind, self._epoch_bytes = KIND["rma_pull"], 0
+        self._epoch_kind, self._epoch_bytes = "rma_pull", 0
         self.comm = comm
         self.rank = comm.Get_rank()
         self.n = n
@@ -149,7 +149,7 @@ class ParamWindow:
         ``Unlock`` completes the epoch's operations at origin and target.
         """
         t_post = time.monotonic() if self.events is not None else 0.0
-        self._epoch_kind, self._epoch_bytes = KIND["rma_pull"], 0
+        self._epoch_kind, self._epoch_bytes = "rma_pull", 0
         for shard in self.shards:
             self.win.Lock(shard.owner, MPI.LOCK_SHARED, self.lock_assert)
         try:
@@ -177,7 +177,7 @@ class ParamWindow:
 
     def Accumulate(self, delta: np.ndarray) -> None:
         """Post ``window += delta`` on every shard (``Accumulate`` SUM, inside :meth:`epoch`)."""
-        self._epoch_kind = KIND["rma_push"]
+        self._epoch_kind = "rma_push"
         self._epoch_bytes += delta.nbytes
         for shard in self.shards:
             self.win.Accumulate(delta[shard.lo : shard.hi], shard.owner, op=MPI.SUM)

@@ -37,7 +37,6 @@ from mpi4py import MPI
 from syncbench.algorithms.base import Algorithm, Budget, steps_per_rank
 from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware
-from syncbench.algorithms.events import EventLog, on_run_clock
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis import fairness, schema
@@ -75,6 +74,7 @@ from syncbench.bench.train.checkpoint import (
     write_meta,
 )
 from syncbench.bench.train.evaluation import Evaluator, SnapshotKeeper
+from syncbench.bench.train.events import EventLog, on_run_clock
 from syncbench.bench.train.hooks import (
     Checkpointer,
     Heartbeat,

@@ -2,20 +2,21 @@
 
 Phase sums say how long a step communicated, not when each reduction ran.
 :class:`EventLog` records every collective a strategy makes through the
-communicator (and ASGD's RMA epochs): the step, the kind (a small code into
-``schema.EVENT_KINDS``), its position among the step's calls of that kind (SSGD's
-bucket), the clock at the post and at the completion the rank observed, the bytes,
-and the seconds the rank blocked waiting for it, as Horovod's timeline and
-torch.profiler record per-operation events and DeepSpeed's comms logger counts
-calls, sizes and latencies per operation.
+communicator (and ASGD's RMA epochs), which calls it as its
+:class:`~syncbench.algorithms.communicator.EventSink`: the step, the kind (a
+name of ``schema.EVENT_KINDS``, stored as its position), its place among the
+step's calls of that kind (SSGD's bucket), the clock at the post and at the
+completion the rank observed, the bytes, and the seconds the rank blocked
+waiting for it, as Horovod's timeline and torch.profiler record per-operation
+events and DeepSpeed's comms logger counts calls, sizes and latencies.
 
 The log is a fixed set of preallocated NumPy columns (``capacity`` events): a
-post or a completion writes a few slots and reads the clock once, nothing is
-allocated per event. When the buffer is full the log keeps a stride sample of
-whole steps: it keeps the steps that are multiples of ``stride``, and on filling
-up it doubles the stride and compacts itself in place (the steps that are not
-multiples of the new stride go), so every kept step holds all its events and the
-sample spans the whole run. :meth:`EventLog.attrs` says what was kept (``stride``,
+post or a completion writes a few slots and reads the clock once; nothing but
+a request in flight's dict entry is allocated per event. When the buffer is
+full the log keeps a stride sample of whole steps: it keeps the steps that are
+multiples of ``stride``, and on filling up it doubles the stride and compacts
+itself in place (the steps that are not multiples of the new stride go), so
+every kept step holds all its events and the sample spans the whole run. :meth:`EventLog.attrs` says what was kept (``stride``,
 ``recorded``, ``dropped``). Times are ``time.monotonic``, the clock of the step
 rows; the driver maps them onto the run's clock as it does ``t_start``.
 """
@@ -32,7 +33,7 @@ from syncbench.analysis import schema
 #: Events kept per rank (about 45 bytes each).
 DEFAULT_CAPACITY = 1 << 16
 #: Codes of the event kinds (``schema.EVENT_KINDS``'s positions).
-KIND = {name: code for code, name in enumerate(schema.EVENT_KINDS)}
+KIND: dict[str, int] = {name: code for code, name in enumerate(schema.EVENT_KINDS)}
 
 
 class EventLog:
@@ -66,9 +67,9 @@ class EventLog:
         """Record from now on (the driver calls it at time 0 of the run)."""
         self.recording = True
 
-    def post(self, kind: int, nbytes: int, step: int, t_post: float, key: int | None = None,
+    def post(self, kind: str, nbytes: int, step: int, t_post: float, key: int | None = None,
              t_done: float = float("nan"), wait_s: float = 0.0) -> int:
-        """Record a call posted at ``t_post``; returns its slot (-1 when not kept).
+        """Record a ``kind`` call posted at ``t_post``; returns its slot (-1 when not kept).
 
         A nonblocking call passes ``key`` (its request's ``id``) and is completed by
         :meth:`complete`; a blocking one passes ``t_done`` (and ``wait_s``).
@@ -76,8 +77,9 @@ class EventLog:
         if step != self._ordinal_step:
             self._ordinal[:] = 0
             self._ordinal_step = step
-        index = self._ordinal[kind]
-        self._ordinal[kind] = index + 1
+        code = KIND[kind]
+        index = self._ordinal[code]
+        self._ordinal[code] = index + 1
         self.recorded += 1
         if step % self.stride:
             self.dropped += 1
@@ -86,7 +88,7 @@ class EventLog:
             self.dropped += 1
             return -1
         i = self.count
-        self._step[i], self._kind[i], self._index[i] = step, kind, index
+        self._step[i], self._kind[i], self._index[i] = step, code, index
         self._bytes[i], self._t_post[i] = nbytes, t_post
         self._t_done[i], self._wait[i] = t_done, wait_s
         self.count = i + 1
