@@ -81,15 +81,16 @@ class Communicator:
         if events is not None:
             events.post("iallreduce", nbytes, self.timer.step, t_post, key=id(req))
 
-    def _seen(self, reqs: list[Any], t_enter: float, done: list[int] | None = None) -> None:
-        """Requests ``reqs`` (those at ``done`` only) seen complete now after a call entered
-        at ``t_enter`` (its blocked time shared by them; a Test has ``t_enter`` = now)."""
+    def _seen(self, reqs: list[Any], t_enter: float | None,
+              done: list[int] | None = None) -> None:
+        """Requests ``reqs`` (those at ``done`` only) seen complete now, by a Wait entered at
+        ``t_enter`` (its blocked time shared by them) or a test (``t_enter`` None)."""
         events = self.events
         if events is None:
             return
         now = time.monotonic()
         picked = reqs if done is None else [reqs[i] for i in done]
-        share = (now - t_enter) / len(picked) if picked else 0.0
+        share = (now - t_enter) / len(picked) if picked and t_enter is not None else 0.0
         for req in picked:
             events.complete(id(req), now, share)
 
@@ -132,8 +133,7 @@ class Communicator:
             done = bool(req.Test())
         if done:
             self._forget(req)
-            if self.events is not None:
-                self._seen([req], time.monotonic())
+            self._seen([req], None)
         return done
 
     def Wait(self, req: MPI.Request) -> None:
@@ -171,7 +171,7 @@ class Communicator:
                 else:
                     done = MPI.Request.Testsome(self.outstanding)
                     if done:
-                        self._seen(self.outstanding, time.monotonic(), done)
+                        self._seen(self.outstanding, None, done)
 
     def _forget(self, req: MPI.Request) -> None:
         self.outstanding = [r for r in self.outstanding if r is not req]
