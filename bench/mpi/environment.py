@@ -8,7 +8,7 @@ CUDA-aware and how that was decided (``--cuda-aware auto``:
 ``algorithms.device_buffers.detect_cuda_aware``), the GPU probe's answer
 (``kernels.backend.probe_gpu``), where each dataset is found (``train``'s look-up),
 SimGrid, Slurm, the emulated cluster, PyTorch for ``syncbench peers``, and the
-BLAS/OpenMP threads ``train`` gives a rank (:mod:`.threads`).
+BLAS/OpenMP threads ``train`` gives a rank (``bench/mpi/threads.py``).
 
 mpi4py 4.1's binary wheel loads the first ``libmpi`` it finds, the virtual
 environment's ``lib/`` before the system's search path (mpi4py's documentation,
@@ -16,8 +16,8 @@ environment's ``lib/`` before the system's search path (mpi4py's documentation,
 one to check on a cluster. MPI (mpi4py and a library it loads), NumPy and h5py are
 what ``train`` needs: each one missing is one line on stderr and the exit status is
 1. A missing dataset is reported but is not missing: ``--dataset synthetic`` always
-works. The same facts, those that cost no subprocess, go into every run file
-(:func:`run_facts`, root attribute ``schema.ENVIRONMENT_ATTR``).
+works. The same facts, those that cost no subprocess, go into every run file (root
+attribute ``environment``, written by :func:`run_facts`).
 """
 
 from __future__ import annotations
