@@ -13,14 +13,14 @@ iterations after --skip untimed ones, on MPI_Wtime. Blocking collectives and
 RMA operations run back to back, one Wtime per iteration, as a training loop
 calls them; --barrier times each iteration alone and ends it with an untimed
 barrier as osu_allreduce does (adding the barrier's exit skew to every
-sample); iallreduce always does. Avg, Min and Max are the mean, smallest and
-largest over ranks of each rank's mean latency; P50 and P99 are percentiles
-of every rank's latencies pooled. BW is size / Avg in MB/s (10^6 B/s); BusBW
-is BW times the share of the buffer each rank must send and receive whatever
-the algorithm (nccl-tests, doc/PERFORMANCE.md): 2(N-1)/N for allreduce, 1 for
-bcast and RMA. With several ranks on each of M nodes, MPICH's node-aware
-allreduce moves 2(M-1)/M of the buffer through each link: the link's rate is
-BW x 2(M-1)/M there (M is printed in the header).
+sample); iallreduce always does. The columns are OSU's (``-f``): Avg, Min and
+Max Latency(us) are the mean, smallest and largest over ranks of each rank's
+mean latency; P50 and P99 are percentiles of every rank's latencies pooled.
+AlgBW and BusBW are nccl-tests' (doc/PERFORMANCE.md), in MB/s (10^6 B/s):
+AlgBW = size / Avg, BusBW = AlgBW x :func:`bus_factor` (2(N-1)/N for allreduce
+and iallreduce, 1 for bcast and the point-to-point RMA operations). With
+several ranks on each of M nodes, MPICH's node-aware allreduce moves 2(M-1)/M
+of the buffer through each link: the link's rate is AlgBW x 2(M-1)/M there.
 
 iallreduce also reports overlap as osu_iallreduce does: with t_comm the pure
 Iallreduce + Wait time, each iteration posts the Iallreduce, runs a NumPy
@@ -28,7 +28,8 @@ busy loop calibrated to t_comm that calls Test between chunks, and waits;
 overlap = max(0, 100 (1 - (t_overall - t_compute) / t_comm)) %, t_compute
 without the Test calls. --buffer cupy puts the buffers on GPU local_rank %
 count, staged through host copies in the timed region unless --cuda-aware
-yes. --out writes every row and every raw latency to an HDF5 file.
+yes. --out writes every row and every raw latency to an HDF5 file (AlgBW also
+as ``bw_mbps``, its name before, for older readers).
 """
 
 from __future__ import annotations
@@ -60,13 +61,20 @@ SCHEMA = "syncbench-comm/1"
 #: Element type of every op: float32 for reductions, bytes for pure data movement.
 _FLOAT_OPS = ("allreduce", "iallreduce", "rma-accumulate", "rma-get-accumulate")
 
-#: Column names (HDF5 datasets) and their printed headers, in order.
-COLUMNS = {"size": "Size [B]", "avg_us": "Avg [us]", "min_us": "Min [us]",
-           "max_us": "Max [us]", "p50_us": "P50 [us]", "p99_us": "P99 [us]",
-           "bw_mbps": "BW [MB/s]", "busbw_mbps": "BusBW [MB/s]"}
-OVERLAP_COLUMNS = {"compute_us": "Compute [us]", "overall_us": "Overall [us]",
-                   "overlap_pct": "Overlap [%]"}
-RAW_COLUMNS = {"raw_us": "Raw [us]", "ratio": "Ratio"}
+#: Column names (HDF5 datasets) and their printed headers (OSU's names), in order.
+COLUMNS = {"size": "Size", "avg_us": "Avg Latency(us)", "min_us": "Min Latency(us)",
+           "max_us": "Max Latency(us)", "iterations": "Iterations",
+           "p50_us": "P50 Latency(us)", "p99_us": "P99 Latency(us)",
+           "algbw_mbps": "AlgBW(MB/s)", "busbw_mbps": "BusBW(MB/s)"}
+OVERLAP_COLUMNS = {"overall_us": "Overall(us)", "compute_us": "Compute(us)",
+                   "overlap_pct": "Overlap(%)"}
+RAW_COLUMNS = {"raw_us": "Raw Latency(us)", "ratio": "Ratio"}
+#: Integer columns (printed without decimals).
+INTEGER_COLUMNS = ("size", "iterations")
+#: Dataset names kept for readers of files written before: old name -> column.
+OLD_NAMES = {"bw_mbps": "algbw_mbps"}
+#: OSU's widths: the size in 10 characters (``# Size`` above it), each field in 18.
+SIZE_WIDTH, FIELD_WIDTH = 10, 18
 
 _open_windows = 0
 
@@ -364,23 +372,35 @@ def raw_allreduce_us(comm: Any, nbytes: int, iterations: int, skip: int) -> floa
 # -- statistics and output -----------------------------------------------------
 
 def bus_factor(op: str, n: int) -> float:
-    """NCCL tests' busbw / algbw: 2(N-1)/N for an allreduce, 1 for bcast and RMA."""
+    """nccl-tests' busbw / algbw of ``op`` on ``n`` ranks (doc/PERFORMANCE.md): the share
+    of the buffer each rank must send and receive, whatever the algorithm.
+
+    - allreduce, iallreduce: 2(n-1)/n (a reduce-scatter and an allgather, each
+      (n-1)/n); iallreduce's bandwidths are of its pure Iallreduce + Wait.
+    - bcast: 1 (nccl-tests' broadcast).
+    - rma-accumulate, rma-get, rma-get-accumulate: 1. Each rank has one target,
+      (rank + 1) % n: point-to-point, as nccl-tests' sendrecv (get-accumulate's
+      size is its origin buffer; the result that comes back is as large).
+    """
+    if op not in OPS:
+        raise ValueError(f"no bus factor for op {op!r}")
     return 2.0 * (n - 1) / n if op in ("allreduce", "iallreduce") else 1.0
 
 
 def latency_stats(samples: np.ndarray, nbytes: int, factor: float = 1.0) -> dict[str, float]:
     """OSU statistics of gathered latencies ``samples[rank, iteration]`` (seconds).
 
-    ``factor`` is :func:`bus_factor`: BusBW = BW x factor.
+    AlgBW = size / Avg (MB/s); ``factor`` is :func:`bus_factor`: BusBW = AlgBW x factor.
     """
     per_rank = samples.mean(axis=1) * 1e6
     avg = float(per_rank.mean())
     pooled = samples.ravel() * 1e6
-    bw = nbytes / avg if avg > 0 else math.nan
+    algbw = nbytes / avg if avg > 0 else math.nan
     return {"size": nbytes, "avg_us": avg, "min_us": float(per_rank.min()),
-            "max_us": float(per_rank.max()), "p50_us": float(np.percentile(pooled, 50)),
+            "max_us": float(per_rank.max()), "iterations": samples.shape[1],
+            "p50_us": float(np.percentile(pooled, 50)),
             "p99_us": float(np.percentile(pooled, 99)),
-            "bw_mbps": bw, "busbw_mbps": bw * factor}
+            "algbw_mbps": algbw, "busbw_mbps": algbw * factor}
 
 
 def overlap_stats(pure_us: float, overall: np.ndarray, compute: np.ndarray) -> dict[str, float]:
@@ -393,10 +413,10 @@ def overlap_stats(pure_us: float, overall: np.ndarray, compute: np.ndarray) -> d
 
 
 def columns_of(op: str, check_raw: bool) -> dict[str, str]:
-    """The printed columns of ``op``."""
+    """The printed columns of ``op`` (iallreduce: its bandwidths are of the pure
+    Iallreduce + Wait, then osu_iallreduce's overlap columns)."""
     cols = dict(COLUMNS)
     if op == "iallreduce":
-        del cols["bw_mbps"], cols["busbw_mbps"]
         cols.update(OVERLAP_COLUMNS)
     if check_raw:
         cols.update(RAW_COLUMNS)
@@ -404,15 +424,19 @@ def columns_of(op: str, check_raw: bool) -> dict[str, str]:
 
 
 def header(cols: dict[str, str]) -> str:
-    """``# Size [B]      Avg [us] ...``: the size in 12 characters, then 14 each."""
+    """OSU's header, ``# Size       Avg Latency(us) ...``: the size in 10 characters,
+    then 18 each."""
     names = list(cols.values())
-    return f"# {names[0]:<10}" + "".join(f"{h:>14}" for h in names[1:])
+    return f"{'# ' + names[0]:<{SIZE_WIDTH}}" + "".join(f"{h:>{FIELD_WIDTH}}"
+                                                        for h in names[1:])
 
 
 def format_row(row: dict[str, float], cols: dict[str, str]) -> str:
-    """One fixed-column row: the size as an integer, the rest with two decimals."""
-    cells = [f"{int(row['size']):<12d}"]
-    cells += [f"{row[k]:>14.2f}" for k in cols if k != "size"]
+    """One fixed-column row as OSU prints it: integers (size, iterations) as such, the
+    rest with two decimals."""
+    cells = [f"{int(row['size']):<{SIZE_WIDTH}d}"]
+    cells += [f"{int(row[k]):>{FIELD_WIDTH}d}" if k in INTEGER_COLUMNS
+              else f"{row[k]:>{FIELD_WIDTH}.2f}" for k in cols if k != "size"]
     return "".join(cells)
 
 
@@ -425,20 +449,25 @@ def gather(comm: Any, local: np.ndarray) -> np.ndarray | None:
 
 def write_results(path: str, attrs: dict[str, Any], rows: list[dict[str, float]],
                   samples: list[np.ndarray]) -> None:
-    """Rows as 1-D datasets, raw latencies as ``/samples_us`` [size, rank, iteration]."""
+    """Rows as 1-D datasets (and each :data:`OLD_NAMES` name of a column they have),
+    raw latencies as ``/samples_us`` [size, rank, iteration]."""
     import h5py  # lazy: only --out and readers of results need it, not the flags
 
     with written_atomically(path) as tmp, h5py.File(tmp, "w") as f:
         for key, value in attrs.items():
             f.attrs[key] = value
-        for key in rows[0] if rows else ():
-            f.create_dataset(key, data=np.array([r[key] for r in rows]))
+        keys = list(rows[0]) if rows else []
+        keys += [old for old, new in OLD_NAMES.items() if new in keys]
+        for key in keys:
+            column = OLD_NAMES.get(key, key)
+            f.create_dataset(key, data=np.array([r[column] for r in rows]))
         if samples:
             f.create_dataset("samples_us", data=np.stack(samples) * 1e6, compression="gzip")
 
 
 def read_results(path: str) -> dict[str, Any]:
-    """``{"attrs": {...}, "<column>": array, ..., "samples_us": array}`` of a results file."""
+    """``{"attrs": {...}, "<column>": array, ..., "samples_us": array}`` of a results file;
+    a file written before a column was renamed (:data:`OLD_NAMES`) gets it too."""
     import h5py  # lazy: only --out and readers of results need it, not the flags
 
     out: dict[str, Any] = {}
@@ -448,6 +477,9 @@ def read_results(path: str) -> dict[str, Any]:
                         for k, v in f.attrs.items()}
         for key in f:
             out[key] = f[key][()]
+    for old, new in OLD_NAMES.items():
+        if old in out and new not in out:
+            out[new] = out[old]
     return out
 
 
