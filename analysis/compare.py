@@ -50,6 +50,8 @@ from .tables import table_rows
 RESULTS_SCHEMAS = ("syncbench-results/1", "syncbench-sweep/1")
 #: The headline figures, first in the table.
 HEADLINE = ("samples_per_s", "time_to_target_s")
+#: A sweep's statuses of a run whose run file is there (it ran, or was kept from before).
+RAN = ("ran", "skipped")
 #: Sample sizes up to which the p-value is exact (asv's switch), if there are no ties.
 EXACT_MAX = 20
 DEFAULT_ALPHA = 0.05
@@ -151,7 +153,7 @@ class RunSet:
     source: str
     values: dict[Key, dict[str, list[float]]] = field(default_factory=dict)
     runs: int = 0
-    #: Incomplete runs, left out.
+    #: Incomplete runs (and a sweep's failed or pending ones), left out.
     left_out: int = 0
 
 
@@ -257,7 +259,10 @@ def _from_results(path: Path, target: float | None) -> RunSet:
         figures_of = {**(record.get("summary") or {}), **record}
         _add(run_set, _record_key(record), figures_of, bool(record.get("diverged")),
              record.get("complete"))
-    files = [r for r in records if r not in recorded and r.get("status") != "pending"]
+    files = [r for r in records if r not in recorded and r.get("status") in RAN]
+    missed = len(records) - len(recorded) - len(files)  # a sweep's failed or pending runs
+    run_set.runs += missed
+    run_set.left_out += missed
     if files:
         paths = [_record_path(r, path) for r in files]
         for record, row in zip(files, _read_runs(paths, target), strict=True):
@@ -310,9 +315,11 @@ class Change:
 
 
 def _ratio(num: float, den: float) -> float:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = float(np.float64(num) / np.float64(den))
-    return value if not math.isnan(value) else math.nan
+    """num / den; infinite for a figure that became infinite (a target B never reached),
+    NaN for a zero denominator or infinity on both sides."""
+    if den == 0 or math.isnan(num) or math.isnan(den) or (math.isinf(num) and math.isinf(den)):
+        return math.nan
+    return num / den
 
 
 def _verdict(ratio: float, test: UTest, m: int, n: int, alpha: float, threshold: float) -> str:
@@ -357,13 +364,18 @@ class Comparison:
         return [c for c in self.changes if c.verdict == "changed"]
 
 
+def check_levels(alpha: float, threshold: float) -> None:
+    """``ValueError`` unless 0 < ``alpha`` < 1 and ``threshold`` >= 0."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"--alpha must be between 0 and 1, got {alpha:g}")
+    if not threshold >= 0:
+        raise ValueError(f"--threshold must be >= 0, got {threshold:g}")
+
+
 def compare_sets(a: RunSet, b: RunSet, alpha: float = DEFAULT_ALPHA,
                  threshold: float = DEFAULT_THRESHOLD) -> Comparison:
     """Each figure of each (label, configuration) that both sets have values of."""
-    if not 0 < alpha < 1:
-        raise ValueError(f"--alpha must be between 0 and 1, got {alpha:g}")
-    if threshold < 0:
-        raise ValueError(f"--threshold must be >= 0, got {threshold:g}")
+    check_levels(alpha, threshold)
     changes = []
     for key in sorted(set(a.values) & set(b.values)):
         for name in figures():
@@ -413,7 +425,8 @@ def _fixed(rows: list[list[str]]) -> list[str]:
 
 
 def _describe(run_set: RunSet, side: str) -> str:
-    left = f", {run_set.left_out} incomplete left out" if run_set.left_out else ""
+    left = (f", {run_set.left_out} incomplete or not run, left out" if run_set.left_out
+            else "")
     return f"{side} = {run_set.source} ({run_set.runs} runs{left})"
 
 
@@ -424,7 +437,7 @@ def format_text(comparison: Comparison) -> str:
              "# B/A: ratio of the medians over repeats (min–max: of every pairwise b/a); "
              "p: two-sided Mann-Whitney U",
              f"# changed: p < {c.alpha:g} and |B/A - 1| > {c.threshold:g}; n too small: "
-             f"no {c.alpha:g} is reachable with these runs"]
+             f"so few runs cannot reach p < {c.alpha:g}"]
     if c.changes:
         lines += _fixed([list(HEADERS), *(_cells(ch) for ch in c.changes)])
     else:
@@ -476,7 +489,10 @@ def format_comparison(comparison: Comparison, fmt: str = "md") -> str:
 
 #: ``syncbench report`` flags that do not apply to ``--compare`` (attribute, flag).
 NOT_WITH_COMPARE = (("by", "--by"), ("series", "--series"), ("plots", "--plots"),
-                    ("per_rank", "--per-rank"), ("timeline_steps", "--timeline-steps"))
+                    ("per_rank", "--per-rank"), ("timeline_steps", "--timeline-steps"),
+                    ("per_run_plots", "--per-run-plots"), ("output", "--output"))
+#: Output formats of ``--compare``.
+COMPARE_FORMATS = ("md", "csv", "json")
 
 
 def compare_main(args: argparse.Namespace, err: Callable[[str], None]) -> int:
@@ -486,9 +502,13 @@ def compare_main(args: argparse.Namespace, err: Callable[[str], None]) -> int:
         refused = [flag for attr, flag in NOT_WITH_COMPARE if getattr(args, attr, None)]
         if refused:
             raise CompareError(f"{refused[0]} does not apply to --compare")
+        if args.format not in COMPARE_FORMATS:
+            raise CompareError(f"--format {args.format} does not apply to --compare "
+                               f"({', '.join(COMPARE_FORMATS)})")
         if len(args.runs) != 2:
             raise CompareError(f"--compare takes two sets, A and B (a results file, a "
                                f"folder of run files or a quoted glob), got {len(args.runs)}")
+        check_levels(args.alpha, args.threshold)
         target = getattr(args, "target_accuracy", None)
         sets = [load_set(spec, target) for spec in args.runs]
         comparison = compare_sets(*sets, alpha=args.alpha, threshold=args.threshold)
