@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .completeness import is_incomplete
-from .plot_style import save
+from .plot_style import CAPTION_INCHES, save
 from .repeats import group_rows
 
 #: The baseline of a report when the runs include it (else the first strategy).
@@ -45,6 +45,8 @@ METRICS: tuple[tuple[str, str], ...] = (("time_to_target", "ttt_ratio"),
                                          ("samples_per_s", "sps_ratio"))
 RUNNER_BASIS = "ratios per repeat, to the baseline's run of the same repeat and configuration"
 REPORT_BASIS = "ratios to the baseline's median in the same configuration"
+#: Height of one row of the legend below the panels.
+LEGEND_ROW_INCHES = 0.26
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,8 @@ def _draw_panel(ax: Any, head: Headline, metric: str, colors: Sequence[Any]) -> 
 
 
 def _legend(plt: Any, fig: Any, head: Headline, colors: Sequence[Any], never: bool) -> None:
-    """Below the panels: each configuration with the baseline's figures, the 1.0 line."""
+    """Below the panels, above the caption: each configuration with the baseline's
+    figures, the 1.0 line; the layout leaves room for both."""
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", linewidth=0.5)
                for c in colors]
     names = [_legend_label(head, c) for c in head.configurations]
@@ -297,8 +300,12 @@ def _legend(plt: Any, fig: Any, head: Headline, colors: Sequence[Any], never: bo
     if never:
         handles.append(plt.Line2D([], [], marker="^", color="black", linestyle="none"))
         names.append("whisker to the top: a repeat never reached the target")
-    fig.legend(handles, names, loc="outside lower center", ncol=min(2, len(names)),
-               fontsize=9, frameon=False)
+    height = fig.get_figheight()
+    rows = math.ceil(len(names) / 2)
+    fig.legend(handles, names, loc="lower center", ncol=min(2, len(names)), fontsize=9,
+               frameon=False, bbox_to_anchor=(0.5, CAPTION_INCHES / height))
+    bottom = (CAPTION_INCHES + 0.12 + LEGEND_ROW_INCHES * rows) / height
+    fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))  # (x, y, w, h)
 
 
 def headline_figure(plt: Any, head: Headline) -> Any:
@@ -307,14 +314,14 @@ def headline_figure(plt: Any, head: Headline) -> Any:
     colors = [cmap(j % 10) for j in range(len(head.configurations))]
     width = max(11.0, 4.0 + 0.55 * len(head.labels) * max(1, len(head.configurations)))
     rows = math.ceil((len(head.configurations) + 2) / 2)
-    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(width, 4.8 + 0.3 * rows),
+    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(width, 5.0 + LEGEND_ROW_INCHES * rows),
                                      layout="constrained")
     never = [_draw_panel(ax, head, metric, colors)
              for ax, metric in ((ax_t, "time_to_target"), (ax_s, "samples_per_s"))]
     target = f" {head.target:g}" if head.target is not None else ""
     ax_t.set_ylabel(f"time to target accuracy{target} / {head.baseline}'s\n"
-                    "(ratio, x; lower is better)")
-    ax_s.set_ylabel(f"samples/s / {head.baseline}'s\n(ratio, x; higher is better)")
+                    "(ratio ×, lower is better)")
+    ax_s.set_ylabel(f"samples/s / {head.baseline}'s\n(ratio ×, higher is better)")
     ax_t.set_title("Time to target accuracy")
     ax_s.set_title("Training throughput (samples/s)")
     _legend(plt, fig, head, colors, any(never))

@@ -27,6 +27,8 @@ PLOT_FORMATS: tuple[str, ...] = ("png", "pdf", "svg")
 DEFAULT_DPI = 100
 MARKERS = "osD^v<>px*"
 FIGSIZE = (11.0, 4.8)
+#: Height of the strip along the bottom edge that the machine context line takes.
+CAPTION_INCHES = 0.22
 
 MISSING_MATPLOTLIB = "matplotlib is needed for --plots: pip install syncbench[plot]"
 
@@ -75,16 +77,15 @@ def pyplot(dpi: int = DEFAULT_DPI) -> Any:
 def save(plt: Any, fig: Any, path: Path, context: str | None = None) -> str:
     """Write ``fig`` (format from the suffix, resolution from :func:`pyplot`), with the
     machine ``context`` line along its bottom edge; the path written. A figure made with
-    ``layout="constrained"`` keeps its layout (the caption's strip reserved)."""
+    ``layout="constrained"`` keeps its layout (it reserves the caption's strip itself:
+    :data:`CAPTION_INCHES`)."""
     from matplotlib.layout_engine import ConstrainedLayoutEngine  # lazy: as pyplot()
 
     engine = fig.get_layout_engine()
     constrained = isinstance(engine, ConstrainedLayoutEngine)
     if context:
         fig.text(0.005, 0.005, context, fontsize=8, color="0.3", ha="left", va="bottom")
-        if constrained:
-            engine.set(rect=(0, 0.035, 1, 0.965))
-        else:
+        if not constrained:
             fig.tight_layout(rect=(0, 0.04, 1, 1))
     elif not constrained:
         fig.tight_layout()
