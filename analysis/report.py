@@ -455,7 +455,8 @@ def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``syncbench report`` (for ``bench/cli.py``)."""
-    parser.add_argument("runs", nargs="+", metavar="RUN.h5", help="run files (syncbench/1)")
+    parser.add_argument("runs", nargs="+", metavar="RUN.h5",
+                        help="run files (syncbench/1); with --compare: the two sets A B")
     parser.add_argument("--format", default="md", choices=(*FORMATS, *TABLES),
                         help="output format (default md); steps: one tidy row per rank and "
                         "step of every run, eval: one per evaluation (CSV, see -o)")
