@@ -3,14 +3,15 @@
 Only h5py and NumPy: no MPI, so run files can be read on a laptop. Every
 problem with a file is a :class:`RunFileError` whose one-line message names
 the file. An attribute that an older file stores as ``""`` (an unknown value:
-``cupy_version``, ``slurm_job_id``, ``scaling_mode``, ...) is read as absent,
-as newer files write it (``schema.FLOAT_ATTRS``). :meth:`Run.to_frame` gives
+``cupy_version``, ``slurm_job_id``, ``scaling_mode``, ...) is read as newer
+files write it: absent, or NaN for a float (``schema.FLOAT_ATTRS``). :meth:`Run.to_frame` gives
 the rows as one tidy pandas table (:mod:`syncbench.analysis.steps`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .schema import (
     EVAL_COLUMNS,
     EVAL_GROUP,
     EVAL_LOCAL_GROUP,
+    FLOAT_ATTRS,
     RANK_COLUMN_DEFAULTS,
     RANK_COLUMNS,
     RANKS_GROUP,
@@ -144,8 +146,16 @@ def _decode(value: Any) -> Any:
 
 
 def _known(attrs: dict[str, Any]) -> dict[str, Any]:
-    """``attrs`` without the ``""`` values (an unknown value, as older files wrote it)."""
-    return {k: v for k, v in attrs.items() if not (isinstance(v, str) and not v)}
+    """``attrs`` as newer files write an unknown value, which older files wrote ``""``:
+    NaN for a float attribute (``schema.FLOAT_ATTRS``), else absent."""
+    out = {}
+    for key, value in attrs.items():
+        if isinstance(value, str) and not value:
+            if key not in FLOAT_ATTRS:
+                continue
+            value = math.nan
+        out[key] = value
+    return out
 
 
 def _attrs(obj: h5py.HLObject) -> dict[str, Any]:
