@@ -1,0 +1,247 @@
+"""Recorded collective events (``--events on``): the bounded log, the run file, trace, report.
+
+The log's bounds are serial. Under ``mpiexec -n 2`` real runs record every call
+where the communicator makes it: SSGD overlap posts one ``Iallreduce`` per bucket
+per step whose bytes add up to the gradient, in bucket order, each completing
+after its post and inside its step; blocking SSGD one ``Allreduce``; ASGD one pull
+and one push epoch; Oscars and Local SGD one reduction per round, at its last
+step. The trace draws them at the recorded times and the report's table counts
+them. A run without the flag has no events, so nothing changes for it (the old
+outputs are compared byte for byte elsewhere).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import train_config
+
+from syncbench.analysis import schema
+from syncbench.bench.train.events import KIND, EventLog
+
+ALLREDUCE, IALLREDUCE = KIND["allreduce"], KIND["iallreduce"]  # the stored codes
+
+
+# -- the bounded log (serial) ---------------------------------------------------------
+def _fill(log: EventLog, steps: range, per_step: int) -> None:
+    for step in steps:
+        for k in range(per_step):
+            log.post("allreduce", 100, step, float(step) + k / 10, t_done=float(step) + 0.05)
+
+
+def test_a_full_log_keeps_a_stride_sample_of_whole_steps():
+    log = EventLog(capacity=8)
+    log.start()
+    _fill(log, range(10), per_step=2)  # 20 events into 8 slots
+    cols = log.columns()
+    assert log.stride == 4 and log.attrs()["stride"] == 4
+    assert sorted(set(cols["step"].tolist())) == [0, 4, 8]
+    assert all(np.count_nonzero(cols["step"] == s) == 2 for s in (0, 4, 8))  # whole steps
+    assert log.recorded == 20 and log.dropped == 20 - len(cols["step"])
+    assert np.all(np.diff(cols["t_post"]) > 0)  # still in post order
+    assert cols["index"].tolist() == [0, 1] * 3  # place among the step's calls of a kind
+
+
+def test_a_pending_request_keeps_its_event_across_a_compaction():
+    log = EventLog(capacity=4)
+    log.start()
+    _fill(log, range(2), per_step=1)
+    log.post("iallreduce", 8, 2, 2.0, key=1234)  # in flight while the buffer fills
+    _fill(log, range(3, 4), per_step=1)
+    _fill(log, range(4, 5), per_step=1)  # full: compacts to steps 0, 2, 4
+    assert log.stride == 2 and log.is_pending(1234)
+    log.complete(1234, 2.5, wait_s=0.25)
+    cols = log.columns()
+    assert cols["step"].tolist() == [0, 2, 4]
+    assert cols["t_done"][1] == 2.5 and cols["wait_s"][1] == 0.25
+    assert cols["kind"][1] == IALLREDUCE
+    # a request of a step the sample leaves out is not kept, and its completion is ignored
+    log.post("iallreduce", 8, 5, 5.0, key=99)
+    assert not log.is_pending(99)
+    log.complete(99, 6.0)
+    assert 5 not in log.columns()["step"]
+
+
+def test_one_step_larger_than_the_buffer_keeps_its_first_events():
+    log = EventLog(capacity=3)
+    log.start()
+    _fill(log, range(1), per_step=5)
+    assert len(log.columns()["step"]) == 3 and log.dropped == 2 and log.stride == 1
+
+
+def test_nothing_is_recorded_before_start():
+    from mpi4py import MPI
+
+    from syncbench.algorithms.communicator import Communicator
+
+    log = EventLog(capacity=4)
+    comm = Communicator(MPI.COMM_SELF, events=log)
+    buf = np.ones(3)
+    comm.Allreduce(buf)
+    assert log.recorded == 0
+    log.start()
+    comm.Allreduce(buf)
+    comm.Wait(comm.Iallreduce(buf))
+    cols = log.columns()
+    assert cols["kind"].tolist() == [ALLREDUCE, IALLREDUCE]
+    assert cols["bytes"].tolist() == [buf.nbytes] * 2
+    assert np.all(cols["t_done"] >= cols["t_post"])
+
+
+# -- real runs (mpiexec -n 2) ---------------------------------------------------------
+SMALL = ["--dataset", "synthetic", "--synthetic-samples", "512", "--batch-size", "16",
+         "--progress", "never", "--eval-every", "0"]
+
+
+def _shared_tmp(comm) -> Path:
+    import tempfile
+
+    name = tempfile.mkdtemp(prefix="syncbench-events-") if comm.Get_rank() == 0 else None
+    return Path(comm.bcast(name, root=0))
+
+
+def _train(out: Path, *flags: str):
+    """Train with ``flags`` on every rank; rank 0 returns the run and its events."""
+    from mpi4py import MPI
+
+    from syncbench.analysis.collectives import read_events
+    from syncbench.analysis.runfile import read_run
+    from syncbench.bench.train.driver import run_training
+
+    run_training(train_config(*SMALL, "--out", str(out), *flags), MPI.COMM_WORLD)
+    MPI.COMM_WORLD.Barrier()
+    return read_run(out), read_events(out)
+
+
+def _grad_nbytes() -> int:
+    from syncbench.kernels.zoo import build_model
+
+    return build_model("mlp", (1, 28, 28), 10, dtype=np.float32).grads.nbytes
+
+
+def _within_steps(rows: dict, cols: dict) -> None:
+    """Every event was posted in its step and completed before the next step began."""
+    starts = dict(zip(rows["step"].tolist(), rows["t_start"].tolist()))
+    for step, post, done in zip(cols["step"], cols["t_post"], cols["t_done"]):
+        assert starts[int(step)] <= post < done, (step, post, done)
+        if int(step) + 1 in starts:
+            assert done <= starts[int(step) + 1]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ssgd_overlap_records_every_bucket_of_every_step_and_trace_and_report_show_them(
+        capsys):
+    from mpi4py import MPI
+
+    from syncbench.analysis.collectives import collective_rows
+    from syncbench.analysis.report import add_report_arguments, report_main
+    from syncbench.analysis.trace import trace_events
+
+    out = _shared_tmp(MPI.COMM_WORLD) / "overlap.h5"
+    run, events = _train(out, "--algorithm", "ssgd", "--comm", "overlap", "--events", "on")
+    buckets = int(run.attrs["buckets"])
+    assert buckets >= 2 and sorted(events) == sorted(run.ranks)
+    for rank, rank_events in events.items():
+        cols, rows = rank_events.columns, run.ranks[rank]
+        assert rank_events.stride == 1 and rank_events.attrs["dropped"] == 0
+        assert set(cols["kind"].tolist()) == {IALLREDUCE}
+        steps = rows["step"].tolist()
+        assert len(cols["step"]) == len(steps) * buckets
+        for step in steps:
+            mine = cols["step"] == step
+            assert cols["index"][mine].tolist() == list(range(buckets))  # bucket order
+            assert int(cols["bytes"][mine].sum()) == _grad_nbytes()
+            assert np.all(np.diff(cols["t_post"][mine]) > 0)  # posted one after another
+        _within_steps(rows, cols)
+        assert np.all(cols["wait_s"] >= 0)
+        assert cols["wait_s"].sum() <= rows["t_wait"].sum() + 1e-6  # the wait phase holds it
+
+    # the trace: one collective slice per event, at the recorded post and completion
+    trace = trace_events(run)["traceEvents"]
+    for rank, rank_events in events.items():
+        slices = [e for e in trace if e.get("cat") == "collective" and e["pid"] == rank]
+        cols = rank_events.columns
+        assert len(slices) == len(cols["step"])
+        got = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices)
+        want = sorted(zip(np.rint(cols["t_post"] * 1e9) / 1000,
+                          np.rint(cols["t_done"] * 1e9) / 1000))
+        assert np.allclose(got, want, rtol=0, atol=1e-3)
+        assert {e["args"]["index"] for e in slices} == set(range(buckets))
+        # slices of one track never overlap (the format needs them nested)
+        for tid in {e["tid"] for e in slices}:
+            spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["tid"] == tid)
+            assert all(a[1] <= b[0] + 1e-3 for a, b in zip(spans, spans[1:]))
+
+    # the report's table: steps x buckets calls per rank
+    (row,) = collective_rows([run])
+    total_steps = sum(len(rows["step"]) for rows in run.ranks.values())
+    assert row["kind"] == "iallreduce" and row["calls"] == total_steps * buckets
+    assert row["per_step"] == buckets and row["bytes"] == total_steps * _grad_nbytes()
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_report_arguments(parser)
+    assert report_main(parser.parse_args([str(out)])) == 0
+    text = capsys.readouterr().out
+    line = next(t for t in text.splitlines() if "| iallreduce |" in t)
+    assert f"| {total_steps * buckets} |" in line and "## Collectives" in text
+
+
+@pytest.mark.mpi(min_size=2)
+def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothing():
+    from mpi4py import MPI
+
+    folder = _shared_tmp(MPI.COMM_WORLD)
+    run, events = _train(folder / "blocking.h5", "--algorithm", "ssgd", "--comm", "blocking",
+                         "--events", "on")
+    for rank, rank_events in events.items():
+        cols, rows = rank_events.columns, run.ranks[rank]
+        assert cols["kind"].tolist() == [ALLREDUCE] * len(rows["step"])
+        assert cols["step"].tolist() == rows["step"].tolist()
+        assert set(cols["bytes"].tolist()) == {_grad_nbytes()}
+        assert np.all(cols["wait_s"] == 0)
+        _within_steps(rows, cols)
+    _, none = _train(folder / "plain.h5", "--algorithm", "ssgd", "--comm", "blocking")
+    assert none == {}
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        import h5py
+
+        with h5py.File(folder / "plain.h5") as f:
+            assert schema.EVENTS_GROUP not in f[schema.rank_group(0)]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_asgd_records_a_pull_and_a_push_epoch_per_step():
+    from mpi4py import MPI
+
+    out = _shared_tmp(MPI.COMM_WORLD) / "asgd.h5"
+    run, events = _train(out, "--algorithm", "asgd", "--events", "on")
+    pull, push = KIND["rma_pull"], KIND["rma_push"]
+    for rank, rank_events in events.items():
+        cols, rows = rank_events.columns, run.ranks[rank]
+        for step in rows["step"].tolist():
+            kinds = cols["kind"][cols["step"] == step].tolist()
+            assert kinds == [pull, push], (step, kinds)  # pull, compute, push
+        assert set(cols["bytes"].tolist()) == {_grad_nbytes()}  # the whole parameter vector
+        _within_steps(rows, cols)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize(("algorithm", "kind", "period"),
+                         [("oscars", IALLREDUCE, "2"), ("localsgd", ALLREDUCE, "4")])
+def test_a_round_strategy_records_one_reduction_per_round_at_its_last_step(
+        algorithm, kind, period):
+    from mpi4py import MPI
+
+    out = _shared_tmp(MPI.COMM_WORLD) / f"{algorithm}.h5"
+    run, events = _train(out, "--algorithm", algorithm, "--period", period, "--events", "on")
+    for rank, rank_events in events.items():
+        cols, rows = rank_events.columns, run.ranks[rank]
+        rounds, steps = rows["round"], rows["step"]
+        last = [int(steps[rounds == r][-1]) for r in sorted(set(rounds.tolist()))]
+        assert cols["step"].tolist() == last, (rounds.tolist(), cols["step"].tolist())
+        assert set(cols["kind"].tolist()) == {kind}
+        (size,) = set(cols["bytes"].tolist())  # the weights (Oscars: with its speeds packed)
+        assert size == _grad_nbytes() if algorithm == "localsgd" else size > _grad_nbytes()
