@@ -203,13 +203,20 @@ def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothin
         assert set(cols["bytes"].tolist()) == {_grad_nbytes()}
         assert np.all(cols["wait_s"] == 0)
         _within_steps(rows, cols)
-    _, none = _train(folder / "plain.h5", "--algorithm", "ssgd", "--comm", "blocking")
+    plain, none = _train(folder / "plain.h5", "--algorithm", "ssgd", "--comm", "blocking")
     assert none == {}
     if MPI.COMM_WORLD.Get_rank() == 0:
         import h5py
 
+        from syncbench.analysis.collectives import collective_rows, format_collectives_md
+        from syncbench.analysis.trace import trace_events
+
         with h5py.File(folder / "plain.h5") as f:
             assert schema.EVENTS_GROUP not in f[schema.rank_group(0)]
+        # no table and no slices: a report or trace of such a file is what it was
+        assert format_collectives_md(collective_rows([plain])) == ""
+        assert not any(e.get("cat") == "collective" or e.get("tid", 0) > 0
+                       for e in trace_events(plain)["traceEvents"])
 
 
 @pytest.mark.mpi(min_size=2)
