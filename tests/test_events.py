@@ -252,3 +252,33 @@ def test_a_round_strategy_records_one_reduction_per_round_at_its_last_step(
         assert set(cols["kind"].tolist()) == {kind}
         (size,) = set(cols["bytes"].tolist())  # the weights (Oscars: with its speeds packed)
         assert size == _grad_nbytes() if algorithm == "localsgd" else size > _grad_nbytes()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize(("cuda_aware", "nonblocking"), [(False, False), (True, True)],
+                         ids=["staged", "direct"])
+def test_the_device_communicator_records_its_calls_staged_or_direct(cuda_aware, nonblocking):
+    """The GPU path's communicator (host arrays here): staged requests are recorded when
+    MPI gets them, and complete through Wait and Waitall as on the CPU."""
+    from mpi4py import MPI
+
+    from syncbench.algorithms.device_buffers import DeviceCommunicator
+    from syncbench.algorithms.timing import PhaseTimer
+    from syncbench.kernels.backend import numpy_backend
+
+    log = EventLog(capacity=16)
+    comm = DeviceCommunicator(MPI.COMM_WORLD, PhaseTimer(), numpy_backend(), cuda_aware,
+                              nonblocking, events=log)
+    log.start()
+    a, b, c = np.ones(5), np.ones(7), np.ones(11)
+    comm.Allreduce(a)
+    comm.Bcast(b)
+    comm.Wait(comm.Iallreduce(c))
+    comm.Waitall([comm.Iallreduce(a), comm.Iallreduce(b)])
+    cols = log.columns()
+    names = [schema.EVENT_KINDS[k] for k in cols["kind"]]
+    assert names == ["allreduce", "bcast", "iallreduce", "iallreduce", "iallreduce"]
+    assert cols["bytes"].tolist() == [a.nbytes, b.nbytes, c.nbytes, a.nbytes, b.nbytes]
+    assert cols["index"].tolist() == [0, 0, 0, 1, 2]
+    assert np.all(np.isfinite(cols["t_done"])) and np.all(cols["t_done"] >= cols["t_post"])
+    assert np.all(c == MPI.COMM_WORLD.Get_size())  # the reductions still reduced
