@@ -120,8 +120,10 @@ def mpi_facts(environ: Mapping[str, str]) -> list[Fact]:
     try:
         from mpi4py import MPI  # lazy: loading the MPI library is what is checked
     except Exception as exc:  # mpi4py raises RuntimeError when no libmpi loads
-        return [*facts, Fact("MPI library", "none loads", folded(str(exc)),
-                             missing=f"no MPI library loads ({folded(str(exc))}): {MPI_HINT}")]
+        said = folded(str(exc))
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [*facts, Fact("MPI library", "none loads", said,
+                             missing=f"no MPI library loads (mpi4py: {first}): {MPI_HINT}")]
     paths = mapped_libraries("libmpi")
     origin = library_origin(paths[0], environ) if paths else "not found in /proc/self/maps"
     vendor, version = MPI.get_vendor()
