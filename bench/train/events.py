@@ -16,9 +16,10 @@ a request in flight's dict entry is allocated per event. When the buffer is
 full the log keeps a stride sample of whole steps: it keeps the steps that are
 multiples of ``stride``, and on filling up it doubles the stride and compacts
 itself in place (the steps that are not multiples of the new stride go), so
-every kept step holds all its events and the sample spans the whole run. :meth:`EventLog.attrs` says what was kept (``stride``,
-``recorded``, ``dropped``). Times are ``time.monotonic``, the clock of the step
-rows; the driver maps them onto the run's clock as it does ``t_start``.
+every kept step holds all its events and the sample spans the whole run.
+:meth:`EventLog.attrs` says what was kept (``stride``, ``recorded``,
+``dropped``). Times are ``time.monotonic``, the clock of the step rows; the
+driver maps them onto the run's clock as it does ``t_start``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class EventLog:
         #: False until :meth:`start` (set-up traffic before time 0 is not recorded).
         self.recording = False
         self._pending: dict[int, int] = {}  # id(request) -> slot, until completed
-        self._ordinal = np.zeros(len(schema.EVENT_KINDS), dtype=np.int64)
+        self._ordinal = [0] * len(schema.EVENT_KINDS)  # a list: cheaper than NumPy scalars
         self._ordinal_step = -1
 
     def start(self) -> None:
@@ -75,7 +76,7 @@ class EventLog:
         :meth:`complete`; a blocking one passes ``t_done`` (and ``wait_s``).
         """
         if step != self._ordinal_step:
-            self._ordinal[:] = 0
+            self._ordinal = [0] * len(schema.EVENT_KINDS)
             self._ordinal_step = step
         code = KIND[kind]
         index = self._ordinal[code]
