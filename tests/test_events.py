@@ -5,7 +5,7 @@ where the communicator makes it: SSGD overlap posts one ``Iallreduce`` per bucke
 per step whose bytes add up to the gradient, in bucket order, each completing
 after its post and inside its step; blocking SSGD one ``Allreduce``; ASGD one pull
 and one push epoch; Oscars and Local SGD one reduction per round, at its last
-step. The trace draws them at the recorded times and the report's table counts
+step; OD-SGD's reduction completes in the next step. The trace draws them at the recorded times and the report's table counts
 them. A run without the flag has no events, so nothing changes for it (the old
 outputs are compared byte for byte elsewhere).
 """
@@ -282,3 +282,24 @@ def test_the_device_communicator_records_its_calls_staged_or_direct(cuda_aware, 
     assert cols["index"].tolist() == [0, 0, 0, 1, 2]
     assert np.all(np.isfinite(cols["t_done"])) and np.all(cols["t_done"] >= cols["t_post"])
     assert np.all(c == MPI.COMM_WORLD.Get_size())  # the reductions still reduced
+
+
+@pytest.mark.mpi(min_size=2)
+def test_odsgd_reductions_complete_in_the_next_step_as_its_one_step_delay_says():
+    from mpi4py import MPI
+
+    warmup = 2
+    out = _shared_tmp(MPI.COMM_WORLD) / "odsgd.h5"
+    run, events = _train(out, "--algorithm", "odsgd", "--warmup-steps", str(warmup),
+                         "--events", "on")
+    for rank, rank_events in events.items():
+        cols, rows = rank_events.columns, run.ranks[rank]
+        steps = rows["step"].tolist()
+        starts = dict(zip(steps, rows["t_start"].tolist()))
+        kinds = dict(zip(cols["step"].tolist(), cols["kind"].tolist()))  # one call a step
+        assert len(cols["step"]) == len(steps) == len(kinds)
+        assert all(kinds[s] == (ALLREDUCE if s < warmup else IALLREDUCE) for s in steps)
+        for step, kind, done in zip(cols["step"], cols["kind"], cols["t_done"]):
+            if kind == IALLREDUCE and int(step) + 1 in starts:  # waited on by the next step
+                assert starts[int(step) + 1] <= done
+                assert int(step) + 2 not in starts or done <= starts[int(step) + 2]
