@@ -5,9 +5,10 @@ where the communicator makes it: SSGD overlap posts one ``Iallreduce`` per bucke
 per step whose bytes add up to the gradient, in bucket order, each completing
 after its post and inside its step; blocking SSGD one ``Allreduce``; ASGD one pull
 and one push epoch; Oscars and Local SGD one reduction per round, at its last
-step; OD-SGD's reduction completes in the next step. The trace draws them at the recorded times and the report's table counts
-them. A run without the flag has no events, so nothing changes for it (the old
-outputs are compared byte for byte elsewhere).
+step; OD-SGD's reduction completes in the next step. The trace draws them at the
+recorded times and the report's table counts them. A run without the flag has no
+events, so nothing changes for it (the old outputs are compared byte for byte
+elsewhere).
 """
 
 from __future__ import annotations
