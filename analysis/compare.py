@@ -218,7 +218,9 @@ def _from_run_files(source: str, paths: Sequence[str], target: float | None) -> 
 
 def _record_path(record: dict[str, Any], results: Path) -> str:
     path = Path(str(record.get("path") or ""))
-    if not path.is_absolute() and not path.exists():
+    # results files name their run files relative to their own folder (older ones: to
+    # where the runner was started, tried second)
+    if not path.is_absolute() and (results.parent / path).exists():
         path = results.parent / path
     if not path.is_file():
         raise CompareError(f"{results}: run {record.get('run_id', path.stem)}: "
