@@ -162,8 +162,6 @@ def _labels_of(keys: list[tuple]) -> dict[tuple, str]:
         parts = [str(d.get("algorithm"))]
         for name in varying:
             value = d.get(name, "-")
-            if value is None:  # recorded as unknown (older files: "")
-                value = ""
             if name == "mpi_library" and isinstance(value, str):
                 value = " ".join(value.split()[:3]).rstrip(",")
             parts.append(f"{name.removeprefix('by:')}={value}")
