@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from syncbench.bench.mpi.errors import CommandParser, fail
+from syncbench.bench.mpi.errors import CommandParser, fail, folded
 from syncbench.bench.mpi.provenance import package_version
 from syncbench.bench.mpi.threads import announce, limit_threads
 
@@ -148,6 +148,16 @@ def _aliases_epilog() -> str:
         f"  {name:<{width}}  syncbench run {scenario}" for name, scenario in aliases.items())
 
 
+def import_command(name: str, module: str) -> object:
+    """A command's module; what it cannot load (mpi4py finding no MPI library, a missing
+    package) ends the command with one line instead of a traceback."""
+    try:
+        return importlib.import_module(module)
+    except (ImportError, RuntimeError, OSError) as exc:
+        fail(f"syncbench {name}", f"cannot load what it needs: {folded(str(exc))} "
+             "('syncbench env' lists what is missing)")
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``selected``'s module is imported to add its flags."""
     parser = HelpParser(
@@ -161,7 +171,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     # Not required: with no command, main prints this help (the command list) instead.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, command in COMMANDS.items():
-        module = importlib.import_module(command.module) if name == selected else None
+        module = import_command(name, command.module) if name == selected else None
         doc = (module.__doc__ or "").strip() if module and not command.alias_of else ""
         # An alias gets no help=: argparse then leaves it out of the command list.
         listed = {} if command.alias_of else {"help": command.help}
@@ -208,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")
     if threads is not None:
         announce(threads)
-    body = getattr(importlib.import_module(command.body_module or command.module), command.run)
+    body = getattr(import_command(args.command, command.body_module or command.module),
+                   command.run)
     if command.alias_of is not None:
         body = body(command.alias_of, f"{parser.prog} {args.command}")
     result = body(args, extra) if command.passthrough else body(args)

@@ -68,6 +68,18 @@ def test_no_mpi_library_is_one_line_and_a_non_zero_exit(tmp_path):
     assert fact_line(proc.stdout, "MPI library").split()[2:4] == ["none", "loads"]
 
 
+def test_train_without_an_mpi_library_is_one_line_not_a_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "syncbench", "train", "--algorithm", "ssgd",
+                           "--model", "mlp", "--dataset", "synthetic", "--epochs", "0.1"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MPI4PY_LIBMPI": str(tmp_path / "libmpi.so.12")})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncbench train: error: cannot load what "
+                                                   "it needs: cannot load MPI library"), lines
+    assert "syncbench env" in lines[0]
+
+
 def test_every_missing_piece_has_its_own_line(tmp_path):
     broken = tmp_path / "h5py"
     broken.mkdir()
