@@ -10,8 +10,7 @@ hydra where its proxies call back (the host name resolves to 127.0.0.1).
 
 Traffic between nodes must cross the links: MPICH's UCX netmod otherwise
 detects one machine and uses shared memory between the namespaces (almost
-nothing crosses the veth), so ``UCX_TLS=tcp,self`` is set, on the node's link
-only (``UCX_NET_DEVICES=eth0``); ranks of one node
+nothing crosses the veth), so ``UCX_TLS=tcp,self`` is set; ranks of one node
 still use MPICH's own shared memory (hydra places them on one node). Open MPI
 gets ``pml ob1`` with the ``tcp``, ``sm`` and ``self`` BTLs for the same
 reason (its UCX PML would detect one machine). A variable the user already
@@ -33,11 +32,7 @@ from .state import Cluster, load, state_dir
 
 #: What makes inter-node traffic cross the links, per MPI flavour.
 TRANSPORT_ENV = {
-    # UCX_NET_DEVICES: the node's link only (without it UCX also offers lo, and MPICH's
-    # address is longer). Under srun --mpi=pmi2, MPI_Init then failed on some builds of
-    # this package with slurmstepd reading stale memory in a PMI2 put ("mpi/pmi2: value
-    # not properly terminated in client request"); with eth0 alone it did not.
-    "mpich": {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0"},
+    "mpich": {"UCX_TLS": "tcp,self"},
     "openmpi": {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "tcp,sm,self",
                 "OMPI_MCA_btl_tcp_if_include": "eth0", "OMPI_MCA_osc": "^ucx"},
 }
