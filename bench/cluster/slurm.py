@@ -53,9 +53,19 @@ def fragment(cluster: Cluster) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: MPICH under ``srun --mpi=pmi2`` on the nodes takes the OFI netmod (libfabric's tcp,
+#: across the links: 442 MB crossed each veth for the 440 MB an epoch of mlp allreduces).
+#: With UCX its address is split over several PMI2 values, and with this MPICH wheel and
+#: Slurm 22.05 that exchange failed for some command lines and not for others
+#: (slurmstepd: "mpi/pmi2: value not properly terminated in client request", then
+#: MPI_Init: "MPIDI_UCX_comm_addr_exchange ... Destination is unreachable"); with OFI's
+#: short address it did not fail. Launches through mpiexec (Hydra's PMI) keep UCX.
+SRUN_MPICH_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi"}
+
+
 def task_prolog(cluster: Cluster) -> str:
     """Exports for tasks on the emulated nodes (Slurm reads ``export NAME=VALUE`` lines)."""
-    settings = {**TRANSPORT_ENV["mpich"], **TRANSPORT_ENV["openmpi"]}
+    settings = {**TRANSPORT_ENV["mpich"], **SRUN_MPICH_ENV, **TRANSPORT_ENV["openmpi"]}
     exports = "\n".join(f'  [ -n "${{{name}:-}}" ] || echo "export {name}={value}"'
                         for name, value in settings.items())
     names = "|".join(n.name for n in cluster.nodes)
