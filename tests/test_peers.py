@@ -364,3 +364,28 @@ def test_peers_plan_alternates_ours_and_the_peer_and_keeps_complete_peer_records
     assert kept_run(peer) == (record, "")
     peer.path.write_text(json.dumps({**record, "world_size": 4}))
     assert kept_run(peer)[0] is None
+
+
+def test_peers_out_dir_keeps_the_runs_and_resume_reruns_none(tmp_path):
+    """--out-dir keeps both sides' run files; --resume of the same plan launches nothing
+    (the files are untouched and the table is the same); another plan is refused."""
+    out = tmp_path / "peers"
+    cmd = [sys.executable, "-m", "syncbench", "peers", "--np", "2", "--model", "mlp",
+           "--algorithms", "ssgd", "--dataset", "synthetic", "--synthetic-samples", "2048",
+           "--repeats", "1", "--comm-blocks", "0", "--out-dir", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPIEXEC": MPIEXEC}
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    files = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert {"ssgd-mlp-np2-r0.h5", "ssgd-mlp-np2-r0-peer.json", "peers-plan.json"} <= set(files)
+    again = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300,
+                           env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()
+            if p.name != "peers-plan.json"} == {k: v for k, v in files.items()
+                                                if k != "peers-plan.json"}
+    assert _rows(again.stdout) == _rows(first.stdout)
+    other = subprocess.run([*cmd, "--resume", "--epochs", "2"], capture_output=True,
+                           text=True, timeout=300, env=env)
+    assert other.returncode == 2 and "another plan" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1

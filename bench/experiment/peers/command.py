@@ -31,6 +31,7 @@ whitespace-separated, one token per column; ``#`` lines are headers and notes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -106,6 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="launcher (default: $MPIEXEC, else mpiexec next to this Python)")
     parser.add_argument("--run-timeout", type=float, default=900,
                         help="seconds allowed per run (default 900)")
+    parser.add_argument("--out-dir", default=None, metavar="DIR",
+                        help="keep every run's file (ours: HDF5, the peer's: JSON) and the "
+                        "plan in DIR (default: a temporary folder, removed at the end)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --out-dir: keep the complete run files a stopped "
+                        "invocation of the same plan left there, run the others")
 
 
 # -- one run of each kind -----------------------------------------------------
@@ -201,14 +208,49 @@ def samples(plan: list[PlannedRun], runs: dict[str, Any]) -> Samples:
 
 def measure_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
                  tmp: Path) -> Samples:
-    """``--repeats`` rounds of ours then the peer, run by the experiment runner's loop."""
+    """``--repeats`` rounds of ours then the peer, run by the experiment runner's loop
+    (with ``--resume``, its resume: complete run files of the plan are kept)."""
     plan = plan_cell(args, np_, model, algorithm, tmp)
     view = PairProgress(model, args.repeats)
     failure = execute(plan, lambda p: launch_planned(p, args.mpiexec, args.run_timeout),
-                      False, view, runs=view.runs)
+                      bool(getattr(args, "resume", False)), view, runs=view.runs)
     if failure:
         raise RuntimeError(failure)
     return samples(plan, view.runs)
+
+
+#: The flags that do not change what a run computes (left out of the plan record).
+UNPLANNED = ("out_dir", "resume", "mpiexec", "run_timeout", "speed", "steps")
+PLAN_NAME = "peers-plan.json"
+
+
+def plan_record(args: argparse.Namespace) -> dict[str, Any]:
+    """What the runs of this invocation are, as ``--resume`` compares it."""
+    return {k: v for k, v in sorted(vars(args).items())
+            if k not in UNPLANNED and not k.startswith("_") and k != "command"}
+
+
+def prepare_out_dir(args: argparse.Namespace) -> str | None:
+    """Create ``--out-dir`` and record the plan in it; the one-line problem, else None.
+
+    ``--resume`` requires the recorded plan to be this one (the run files of another
+    ``--epochs`` or ``--model`` must not be kept), as ``syncbench run --resume`` does."""
+    out = Path(args.out_dir)
+    record, path = plan_record(args), Path(args.out_dir) / PLAN_NAME
+    if args.resume and path.exists():
+        try:
+            previous = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            return f"--resume: cannot read {path}: {exc}"
+        if previous != json.loads(json.dumps(record)):
+            return (f"--resume: {path} was written for another plan (flags differ); use "
+                    "another --out-dir or drop --resume")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+    except OSError as exc:
+        return f"--out-dir {out}: {exc.strerror or exc}"
+    return None
 
 
 def _checked(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -331,6 +373,8 @@ def usage_error(args: argparse.Namespace, algorithms: list[str],
                 f"(got {args.comm_blocks}, {args.comm_block_steps})")
     if not models or any(m not in MODELS for m in models):
         return f"--model takes {', '.join(MODELS)} (got {args.model!r})"
+    if getattr(args, "resume", False) and not getattr(args, "out_dir", None):
+        return "--resume needs --out-dir (the folder whose run files it keeps)"
     return None
 
 
@@ -346,30 +390,49 @@ def main(args: argparse.Namespace) -> int:
 
     threads = os.environ.get("OMP_NUM_THREADS", "1 (set per rank)")
     if args.speed:
-        print(f"# syncbench peers --speed: one process, batch {args.batch_size}, {args.steps} "
-              f"steps x {args.repeats} repeats alternating ours/torch (a fresh process each), "
-              f"float32, torch "
-              f"{torch.__version__} with 1 thread, OMP_NUM_THREADS={threads}", flush=True)
-        try:
-            rows = speed_table(args, models)
-        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
-            print(f"syncbench peers: {exc}", file=sys.stderr)
-            return 1
-        print("# throughput-only comparison: one process's training step at equal work "
-              "(same model, batch, steps); no accuracy")
-        print(SPEED_HEADER)
-        print("\n".join(rows))
-        return 0
+        return _speed_main(args, models, torch.__version__, threads)
+    return _pairs_main(args, models, algorithms, torch.__version__, threads)
+
+
+def _speed_main(args: argparse.Namespace, models: list[str], torch_version: str,
+                threads: str) -> int:
+    """``--speed``: the one-process step table."""
+    print(f"# syncbench peers --speed: one process, batch {args.batch_size}, {args.steps} "
+          f"steps x {args.repeats} repeats alternating ours/torch (a fresh process each), "
+          f"float32, torch "
+          f"{torch_version} with 1 thread, OMP_NUM_THREADS={threads}", flush=True)
+    try:
+        rows = speed_table(args, models)
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+        print(f"syncbench peers: {exc}", file=sys.stderr)
+        return 1
+    print("# throughput-only comparison: one process's training step at equal work "
+          "(same model, batch, steps); no accuracy")
+    print(SPEED_HEADER)
+    print("\n".join(rows))
+    return 0
+
+
+def _pairs_main(args: argparse.Namespace, models: list[str], algorithms: list[str],
+                torch_version: str, threads: str) -> int:
+    """The throughput table of ours against the peer (and SSGD's communication table)."""
     print(f"# syncbench peers: {args.dataset}, epochs {args.epochs}, batch {args.batch_size}/rank, "
           f"period {args.period}, seed {args.seed}, {args.repeats} repeats alternating ours/peer; "
-          f"torch {torch.__version__} gloo, OMP_NUM_THREADS={threads}", flush=True)
+          f"torch {torch_version} gloo, OMP_NUM_THREADS={threads}", flush=True)
     if "--sync-bn" in shlex.split(args.train_flags):
         print("# ours with --sync-bn, the peer without: torch's SyncBatchNorm takes GPU "
               "inputs only, the peer normalises with per-rank statistics", flush=True)
     table: list[str] = []
     comm: list[str] = []
+    if args.out_dir:
+        problem = prepare_out_dir(args)
+        if problem:
+            print(f"syncbench peers: {problem}", file=sys.stderr)
+            return 2
+    folder = (contextlib.nullcontext(args.out_dir) if args.out_dir
+              else tempfile.TemporaryDirectory(prefix="syncbench-peers-"))
     try:
-        with tempfile.TemporaryDirectory(prefix="syncbench-peers-") as tmp:
+        with folder as tmp:
             for model in models:
                 for np_ in args.np:
                     for algorithm in algorithms:
