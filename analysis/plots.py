@@ -7,29 +7,21 @@
   baseline per slowdown configuration, median with min-max whiskers
   (:mod:`.headline`); skipped with a note without a configuration that has
   the baseline and another strategy.
-- ``scaling``: speedup (samples/s ratio to the smallest N of the series,
-  see :mod:`syncbench.analysis.tables`) against N with the ideal line N/N0,
-  and parallel efficiency against N with the ideal 1; points are medians over
-  repeats, bars span min to max. Only series with a speedup at two or more
-  world sizes are drawn; with none the figure is skipped with a note.
+- ``scaling``: speedup and parallel efficiency against N, with the ideal
+  lines; medians over repeats, bars min to max; series with a speedup at two
+  or more world sizes only (else skipped with a note).
 - ``convergence``: test accuracy of the consensus model against training
-  time (the ``wall_s`` clock) and against samples seen, one curve per series
-  and N: the median over repeats (accuracy held from one evaluation to the
-  next) with a band from the lowest to the highest repeat; legend outside
-  the axes.
+  time and against samples seen, per series and N: the median over repeats
+  with a band from the lowest to the highest repeat.
 
 and, only when asked (``--per-run-plots``), three figures per run:
 
-- ``<run>_phases``: per-rank stacked bars of seconds per phase over the
-  run, with the run's wall time as a dashed line.
-- ``<run>_timeline``: per-rank Gantt chart of a window of steps (default:
-  up to 8 steps from the middle of the run); each step's phases are drawn back
-  to back from its ``t_start`` in the order the strategy runs them
-  (``trace.step_order``), as in ``syncbench trace``; evaluations that paused
-  training are marked on rank 0, ASGD's parameter snapshots with hollow markers.
-- ``<run>_local_steps``: the local steps per round (tau_k, ``local_steps``:
-  Oscars' adaptive schedule, Local SGD's fixed period) of every rank against
-  time; skipped with a note without non-zero ``local_steps`` and at N = 1.
+- ``<run>_phases``: per-rank stacked bars of seconds per phase.
+- ``<run>_timeline``: per-rank Gantt chart of a window of steps, phases drawn
+  as ``syncbench trace`` draws them (the strategy's step order); evaluations
+  and ASGD's parameter snapshots marked on rank 0.
+- ``<run>_local_steps``: Oscars' and Local SGD's local steps per round of
+  every rank against time (skipped without them and at N = 1).
 
 Every figure carries the machine context line (``analysis.context``) along
 its bottom edge.
