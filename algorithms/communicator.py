@@ -103,19 +103,22 @@ class Communicator:
         t = self._clock()
         with self.timer.phase("comm"):
             self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        self._blocking("allreduce", buf.nbytes, t)
+        if self.events is not None:
+            self._blocking("allreduce", buf.nbytes, t)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         t = self._clock()
         with self.timer.phase("comm"):
             self.mpi_comm.Bcast(buf, root=root)
-        self._blocking("bcast", buf.nbytes, t)
+        if self.events is not None:
+            self._blocking("bcast", buf.nbytes, t)
 
     def Barrier(self) -> None:
         t = self._clock()
         with self.timer.phase("wait"):
             self.mpi_comm.Barrier()
-        self._blocking("barrier", 0, t, wait=True)
+        if self.events is not None:
+            self._blocking("barrier", 0, t, wait=True)
 
     # -- nonblocking ---------------------------------------------------------
     def Iallreduce(self, buf: Any) -> MPI.Request:
@@ -124,7 +127,8 @@ class Communicator:
         with self.timer.phase("comm"):
             req = self.mpi_comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         self.outstanding.append(req)
-        self._posted(req, buf.nbytes, t)
+        if self.events is not None:
+            self._posted(req, buf.nbytes, t)
         return req
 
     def Test(self, req: MPI.Request) -> bool:
@@ -133,7 +137,8 @@ class Communicator:
             done = bool(req.Test())
         if done:
             self._forget(req)
-            self._seen([req], None)
+            if self.events is not None:
+                self._seen([req], None)
         return done
 
     def Wait(self, req: MPI.Request) -> None:
@@ -141,7 +146,8 @@ class Communicator:
         with self.timer.phase("wait"):
             req.Wait()
         self._forget(req)
-        self._seen([req], t)
+        if self.events is not None:
+            self._seen([req], t)
 
     def Waitall(self, reqs: list[MPI.Request]) -> None:
         with self.timer.phase("wait"):

@@ -67,7 +67,7 @@ def _rank_events(path: str, group: h5py.Group) -> RankEvents:
         cols[name] = np.asarray(group[name][()], dtype=dtype)
     names = tuple(n.decode() if isinstance(n, bytes) else str(n)
                   for n in group.attrs.get("names", schema.EVENT_KINDS))
-    attrs = {k: int(group.attrs[k]) for k in schema.EVENT_ATTRS[1:] if k in group.attrs}
+    attrs = {k: int(group.attrs[k]) for k in schema.EVENT_COUNT_ATTRS if k in group.attrs}
     return RankEvents(cols, names, attrs)
 
 

@@ -422,11 +422,6 @@ def runner_statistics() -> list[Column]:
                      if c not in listed and not c.missing_is_slow]
 
 
-def keys_where(test: Callable[[Column], bool]) -> frozenset[str]:
-    """The keys of the registered columns that pass ``test``."""
-    return frozenset(c.key for c in _COLUMNS if test(c))
-
-
 def footnotes(rows: Sequence[Row]) -> list[str]:
     """The report's footnote lines for ``rows``, in :data:`TABLE_ORDER`'s order."""
     with_notes = _placed("footnotes", [c for c in _COLUMNS if c.footnote is not None])

@@ -35,7 +35,8 @@ REFERENCE_FLAGS: tuple[str, ...] = (
 )
 
 
-def _concat(run: Run, name: str) -> np.ndarray:
+def all_ranks(run: Run, name: str) -> np.ndarray:
+    """Column ``name`` of every rank's rows, one float64 array (rank by rank)."""
     cols = [np.asarray(c[name], dtype=np.float64) for c in run.ranks.values()]
     return np.concatenate(cols) if cols else np.zeros(0)
 
@@ -49,11 +50,11 @@ def steady_step_times(run: Run) -> tuple[float, float, int]:
     """
     if not run.ranks:
         return NAN, NAN, 0
-    keep = _concat(run, "step") >= fairness.warmup_steps(run)  # every rank's rows at once
+    keep = all_ranks(run, "step") >= fairness.warmup_steps(run)  # every rank's rows at once
     rows = int(np.count_nonzero(keep))
     if not rows:
         return NAN, NAN, 0
-    phases = {p: _concat(run, f"t_{p}")[keep] for p in PHASES}
+    phases = {p: all_ranks(run, f"t_{p}")[keep] for p in PHASES}
     total = float(np.sum(np.sum([phases[p] for p in PHASES], axis=0)))
     sync = float(np.sum(phases["comm"]) + np.sum(phases["wait"]))
     return total / rows, sync / rows, rows

@@ -77,11 +77,6 @@ def _title(run: Run) -> str:
         f"{', ' + reason if reason else ''})"
 
 
-def _series_label(row: dict[str, Any], vary: Sequence[str]) -> str:
-    extra = [f"{row.get(k)}" for k in vary]
-    return " ".join([str(row.get("algorithm")), *extra])
-
-
 # ---------------------------------------------------------------- scaling
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import Column, column, row_columns
+from .columns import Column, row_columns
 from .completeness import incomplete_reason, is_incomplete
 from .numbers import NAN, finite
 from .scaling import group_value
@@ -131,7 +131,3 @@ def group_rows(rows: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[s
     return out
 
 
-def has_spread(key: str) -> bool:
-    """Whether group rows carry ``<key>_min`` / ``<key>_max``."""
-    entry = column(key)
-    return entry is not None and entry.spread

@@ -22,7 +22,7 @@ import numpy as np
 from . import fairness
 from .columns import REALISED_STATISTIC, row_columns
 from .context import machine_context
-from .hidden_comm import steady_step_times
+from .hidden_comm import all_ranks, steady_step_times
 from .labels import run_label
 from .numbers import NAN, finite, ratio
 from .runfile import Run
@@ -33,11 +33,6 @@ from .summary import run_diverged, time_to_target
 #: Phases counted as a rank's own work: not ``wait``, and not ``comm`` either, since a
 #: blocking Allreduce charges the time spent waiting for a slow rank to ``comm``.
 BUSY_PHASES: tuple[str, ...] = ("data", "compute", "update", "delay")
-
-
-def _concat(run: Run, name: str) -> np.ndarray:
-    cols = [np.asarray(c[name], dtype=np.float64) for c in run.ranks.values()]
-    return np.concatenate(cols) if cols else np.zeros(0)
 
 
 def step_durations(cols: dict[str, np.ndarray]) -> np.ndarray:
@@ -209,8 +204,8 @@ class RunFacts:
         """``step_s_mean``, ``<phase>_s_per_step``, ``<phase>_fraction``, ``untracked_fraction``."""
         run = self.run
         wall = float(run.summary.get("wall_s", NAN))
-        n_rows = sum(int(np.asarray(c["step"]).size) for c in run.ranks.values())
-        sums = {p: float(np.sum(_concat(run, f"t_{p}"))) for p in PHASES}
+        n_rows = self.steps
+        sums = {p: float(np.sum(all_ranks(run, f"t_{p}"))) for p in PHASES}
         per_step = {p: ratio(sums[p], n_rows) for p in PHASES}
         out: dict[str, float] = {"step_s_mean": float(sum(per_step.values())) if n_rows else NAN}
         for p in PHASES:
@@ -227,12 +222,12 @@ class RunFacts:
         run = self.run
         cols = list(run.ranks.values())
         lengths = np.array([np.asarray(c["step"]).size for c in cols], dtype=np.int64)
-        if cols and lengths.min() > 0 and not np.any(_concat(run, "local_steps") > 0):
+        if cols and lengths.min() > 0 and not np.any(all_ranks(run, "local_steps") > 0):
             # lock-step (no rank ran local steps): one round per row, sums by segment
             rounds = lengths.tolist()
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-            exposed = (np.add.reduceat(_concat(run, "t_comm"), starts)
-                       + np.add.reduceat(_concat(run, "t_wait"), starts))
+            exposed = (np.add.reduceat(all_ranks(run, "t_comm"), starts)
+                       + np.add.reduceat(all_ranks(run, "t_wait"), starts))
             per_round = (exposed / lengths).tolist()
         else:
             rounds, per_round = [], []

@@ -9,6 +9,7 @@ NetCDF / CF conventions), so a file explains itself to h5dump or HDFView.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -226,6 +227,13 @@ LEGACY_TRAITS: dict[str, StrategyTraits] = {
 }
 
 
+@functools.lru_cache(maxsize=256)
+def _traits_of(text: str | bytes) -> StrategyTraits:
+    """The parsed attribute, once per distinct text: traces, fairness and the tables ask
+    for a run's traits once per rank and per row."""
+    return StrategyTraits.from_json(text)
+
+
 def strategy_traits(attrs: Mapping[str, Any]) -> StrategyTraits:
     """A run's :class:`StrategyTraits` from its root attributes.
 
@@ -235,7 +243,7 @@ def strategy_traits(attrs: Mapping[str, Any]) -> StrategyTraits:
     text = attrs.get(TRAITS_ATTR)
     if text:
         try:
-            return StrategyTraits.from_json(text)
+            return _traits_of(text)
         except (ValueError, TypeError):
             pass
     return LEGACY_TRAITS.get(str(attrs.get("algorithm") or ""), StrategyTraits())
@@ -369,7 +377,8 @@ EVENT_COLUMN_INFO: dict[str, tuple[str, str]] = {
 #: Attributes of an events group: the kind names, the buffer's size in events, the step
 #: stride of the sample it kept (1: every step; a full buffer doubles it and keeps the
 #: steps that are multiples), events posted while recording, and those not kept.
-EVENT_ATTRS: tuple[str, ...] = ("names", "capacity", "stride", "recorded", "dropped")
+EVENT_COUNT_ATTRS: tuple[str, ...] = ("capacity", "stride", "recorded", "dropped")
+EVENT_ATTRS: tuple[str, ...] = ("names", *EVENT_COUNT_ATTRS)
 
 #: Group of evaluation rows (of the consensus model on the held-out split).
 EVAL_GROUP = "eval"

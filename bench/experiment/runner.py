@@ -758,8 +758,8 @@ def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repe
     """What is wrong with the run's settings, else None; applies ``--slowdown-modes``."""
     if np_ < 1 or repeats < 1 or not 0 < target <= 1:
         return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
-    if plot_flags_problem(args):
-        return plot_flags_problem(args)
+    if problem := plot_flags_problem(args):
+        return problem
     on_cluster = getattr(args, "cluster", False)
     if scenario.node_speeds and not on_cluster:
         return (f"scenario {scenario.name} slows emulated nodes (node_speeds): run it with "

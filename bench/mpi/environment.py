@@ -127,12 +127,14 @@ def mpi_facts(environ: Mapping[str, str]) -> list[Fact]:
     paths = mapped_libraries("libmpi")
     origin = library_origin(paths[0], environ) if paths else "not found in /proc/self/maps"
     vendor, version = MPI.get_vendor()
-    wheels = [f"{name} {installed(name)}" for name in MPI_WHEELS if installed(name)]
+    wheels = [f"{name} {version}" for name in MPI_WHEELS if (version := installed(name))]
+    from syncbench.bench.mpi.runtime import library_version  # lazy: runtime loads mpi4py.MPI
+
     return [
         *facts,
         Fact("MPI library", ", ".join(paths) or MPI.__file__,
              f"{origin}; mpi4py's module {os.path.basename(MPI.__file__)}"),
-        Fact("MPI version", MPI.Get_library_version().replace("\0", "").strip().splitlines()[0],
+        Fact("MPI version", library_version(),
              f"MPI_Get_library_version; MPI standard {'.'.join(map(str, MPI.Get_version()))}"),
         Fact("MPI vendor", f"{vendor} {'.'.join(map(str, version))}", "mpi4py.MPI.get_vendor()"),
         Fact("MPI wheels", ", ".join(wheels) or "none",

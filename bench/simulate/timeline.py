@@ -88,8 +88,6 @@ class StepRows:
         ranks = np.arange(self.n) if ranks is None else np.asarray(ranks, dtype=np.int64)
         self.blocks.append((ranks, values))
 
-    add_all = add
-
     def arrays(self) -> dict[int, dict[str, np.ndarray]]:
         if not self.blocks:
             return {k: {name: np.zeros(0, dtype=d) for name, d in schema.RANK_COLUMNS.items()}

@@ -58,6 +58,7 @@ from syncbench.bench.mpi.runtime import (
     SetupError,
     abort_on_exception,
     agree_on_setup,
+    library_version,
     start_mpi,
 )
 from syncbench.bench.mpi.watchdog import Watchdog
@@ -608,7 +609,7 @@ class Training:
             "started_utc": self.started_utc,
             "syncbench_version": package_version(),
             "git_sha": git_sha(),
-            "mpi_library": MPI.Get_library_version().replace("\0", "").strip().splitlines()[0],
+            "mpi_library": library_version(),
             "mpi4py_version": metadata.version("mpi4py"),
             "numpy_version": np.__version__,
             "cupy_version": _optional_version("cupy-cuda12x") or _optional_version("cupy"),

@@ -11,7 +11,7 @@ waiting for it, as Horovod's timeline and torch.profiler record per-operation
 events and DeepSpeed's comms logger counts calls, sizes and latencies.
 
 The log is a fixed set of preallocated NumPy columns (``capacity`` events): a
-post or a completion writes a few slots and reads the clock once; nothing but
+post or a completion writes a few slots (the caller reads the clock); nothing but
 a request in flight's dict entry is allocated per event. When the buffer is
 full the log keeps a stride sample of whole steps: it keeps the steps that are
 multiples of ``stride``, and on filling up it doubles the stride and compacts
@@ -24,7 +24,6 @@ driver maps them onto the run's clock as it does ``t_start``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -40,12 +39,10 @@ KIND: dict[str, int] = {name: code for code, name in enumerate(schema.EVENT_KIND
 class EventLog:
     """One rank's collective events in preallocated columns (``schema.EVENT_COLUMNS``)."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         if capacity < 1:
             raise ValueError(f"event capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self.clock = clock
         self._cols = {name: np.zeros(capacity, dtype=dtype)
                       for name, dtype in schema.EVENT_COLUMNS.items()}
         self._step, self._index = self._cols["step"], self._cols["index"]

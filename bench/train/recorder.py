@@ -145,7 +145,7 @@ def write_events(rank: h5py.Group, columns: Mapping[str, np.ndarray],
     group = rank.create_group(schema.EVENTS_GROUP)
     _write_table(group, columns, schema.EVENT_COLUMNS, schema.DATASET_INFO[schema.EVENTS_GROUP])
     group.attrs["names"] = _attr_value(list(schema.EVENT_KINDS))
-    for name in schema.EVENT_ATTRS[1:]:
+    for name in schema.EVENT_COUNT_ATTRS:
         group.attrs[name] = int(attrs[name])
 
 

@@ -38,12 +38,11 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncbench.analysis.repeats import spread
+from syncbench.analysis.repeats import column_spread
 from syncbench.bench.experiment.launch import find_mpiexec, run_command, timed_out
 from syncbench.bench.experiment.peers.torch_runner import MODELS
 from syncbench.bench.experiment.plan import PlannedRun
@@ -158,7 +157,7 @@ class PairProgress:
         print(line, flush=True)
 
     def kept(self, i: int, total: int, p: PlannedRun, run: Any) -> None:
-        self.runs[p.run_id] = run
+        """A kept run says nothing (``execute`` has put it in :attr:`runs`)."""
 
     def starting(self, i: int, total: int, p: PlannedRun, why: str) -> bool:
         return True
@@ -168,7 +167,6 @@ class PairProgress:
               stopped_by: str) -> None:
         if proc.returncode != 0:
             raise RuntimeError(self.failed(i, total, p, proc, seconds))
-        self.runs[p.run_id] = run
         if p.program == "train":
             return
         ours = self.runs[p.run_id.removesuffix("-peer")].summary["samples_per_s"]
@@ -297,20 +295,13 @@ COMM_HEADER = (f"# {'np':>3} {'model':<8} {'bytes':>9}{'overlap[ms]':>13}{'block
 
 def throughput_row(np_: int, model: str, algorithm: str, s: Samples) -> str:
     """One fixed-column row: medians, the ratio of medians, min/max, accuracies."""
-    ours, peer = _spread(s.ours), _spread(s.peer)
-    acc, peer_acc = _spread(s.accuracy)["median"], _spread(s.peer_accuracy)["median"]
+    (ours, ours_min, ours_max), (peer, peer_min, peer_max) = (column_spread(s.ours),
+                                                               column_spread(s.peer))
+    acc, peer_acc = column_spread(s.accuracy)[0], column_spread(s.peer_accuracy)[0]
     return (f"  {np_:>3} {model:<8} {algorithm:<9} {s.peer_name:<19}"
-            f"{ours['median']:>16.1f}{peer['median']:>16.1f}"
-            f"{_ratio(ours['median'], peer['median']):>10.3f}"
-            f"{ours['min']:>10.0f}{ours['max']:>10.0f}{peer['min']:>10.0f}{peer['max']:>10.0f}"
+            f"{ours:>16.1f}{peer:>16.1f}{_ratio(ours, peer):>10.3f}"
+            f"{ours_min:>10.0f}{ours_max:>10.0f}{peer_min:>10.0f}{peer_max:>10.0f}"
             f"{acc:>9.4f}{peer_acc:>9.4f}")
-
-
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    """Median, min and max over repeats (:func:`syncbench.analysis.repeats.spread`), NaN
-    for none."""
-    stats = spread(values)
-    return {k: float("nan") if stats[k] is None else stats[k] for k in ("median", "min", "max")}
 
 
 def comm_row(np_: int, model: str, figures: dict) -> str:
@@ -355,10 +346,9 @@ def speed_table(args: argparse.Namespace, models: list[str]) -> list[str]:
         for _ in range(args.repeats):
             ours.append(speed_once(args, "ours", model))
             theirs.append(speed_once(args, "torch", model))
-        o, t = _spread(ours), _spread(theirs)
-        rows.append(f"  {model:<8}{args.batch_size:>6}{o['median']:>16.1f}{t['median']:>17.1f}"
-                    f"{_ratio(o['median'], t['median']):>11.3f}"
-                    f"{o['min']:>10.0f}{o['max']:>10.0f}{t['min']:>10.0f}{t['max']:>10.0f}")
+        (o, o_min, o_max), (t, t_min, t_max) = column_spread(ours), column_spread(theirs)
+        rows.append(f"  {model:<8}{args.batch_size:>6}{o:>16.1f}{t:>17.1f}{_ratio(o, t):>11.3f}"
+                    f"{o_min:>10.0f}{o_max:>10.0f}{t_min:>10.0f}{t_max:>10.0f}")
     return rows
 
 
