@@ -4,21 +4,43 @@ Times forward + backward + momentum update of one process (no MPI) on random
 inputs of the model's shape, ``--steps`` steps per repeat, and prints the
 median over ``--repeats`` in fixed columns, so later changes can be compared
 against it. Run it with ``OMP_NUM_THREADS=1`` for the per-rank figure.
+
+Each row also gives the step's FLOPs, counted from the layers (the GEMMs of
+forward and backward, a multiply-add being 2 FLOP, plus 4 FLOP per parameter
+for the update; element-wise layers are not counted), the rate they make at
+the median (FLOP per step x steps per second) and that rate's fraction of
+the GEMM rate. The GEMM rate is measured in the same process before the
+models, with the same threads and dtype: NumPy's BLAS on one ``--gemm-size``
+square product, the best of 5. A nominal peak of one core from
+``/proc/cpuinfo`` (vector width, FMA, clock) is printed beside it as an
+estimate only; the fraction's denominator stays the measured GEMM.
+``--json PATH`` writes every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from syncbench.algorithms.optimizer import MomentumSGD
+from syncbench.bench.micro.output import check_writable_parent, written_atomically
+from syncbench.kernels.flops import StepFlops, step_flops
 from syncbench.kernels.zoo import build_model
 
 SHAPES = {"mlp": (1, 28, 28), "lenet": (1, 28, 28)}
+
+#: Timed GEMMs (after one untimed); the fastest gives the rate.
+GEMM_REPEATS = 5
+
+CPUINFO = Path("/proc/cpuinfo")
 
 
 def input_shape(model_name: str) -> tuple[int, ...]:
@@ -47,6 +69,125 @@ def step_throughput(model_name: str, batch: int, steps: int, repeats: int,
     return rates
 
 
+def model_step_flops(model_name: str, batch: int) -> StepFlops:
+    """FLOPs of one step of :func:`step_throughput` (momentum update without weight decay)."""
+    shape = input_shape(model_name)
+    return step_flops(build_model(model_name, shape, 10).layers, shape, batch, weight_decay=False)
+
+
+# -- the GEMM rate and the nominal peak ------------------------------------------------
+
+def gemm_rate(n: int, dtype: str = "float32", repeats: int = GEMM_REPEATS,
+              seed: int = 0) -> tuple[float, float]:
+    """(FLOP/s, seconds) of the fastest of ``repeats`` ``numpy.matmul`` of two n x n
+    matrices of ``dtype`` (2 n^3 FLOP each), after one untimed product."""
+    rng = np.random.default_rng(seed)
+    a, b = (rng.random((n, n)).astype(dtype) for _ in range(2))
+    out = np.empty((n, n), dtype=dtype)
+    np.matmul(a, b, out=out)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / best, best
+
+
+def blas_name() -> str:
+    """NumPy's BLAS as its build configuration names it ("" when it does not say)."""
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except Exception:  # older NumPy: no mode="dicts"
+        return ""
+    return f"{blas.get('name', '')} {blas.get('version', '')}".strip()
+
+
+@dataclass(frozen=True)
+class PeakEstimate:
+    """A nominal peak of one core from ``/proc/cpuinfo``: vector bits, FMA, clock.
+
+    Two FLOP per lane per FMA, ``units`` FMA instructions per cycle. How many
+    FMA units the core has is not in ``/proc/cpuinfo`` (AVX-512 parts have
+    one or two; AVX2 cores since Haswell and Zen 2 two), so both figures are
+    given; ``cpu MHz`` is the clock when the file was read, not the clock
+    under vector load.
+    """
+
+    vector_bits: int
+    flags: tuple[str, ...]
+    mhz: float
+    lanes: int
+
+    def flop_per_cycle(self, units: int) -> int:
+        return self.lanes * 2 * units
+
+    def flops(self, units: int) -> float:
+        return self.flop_per_cycle(units) * self.mhz * 1e6
+
+    def as_dict(self) -> dict:
+        return {"vector_bits": self.vector_bits, "flags": list(self.flags), "mhz": self.mhz,
+                "lanes": self.lanes, "flop_per_cycle": {"1": self.flop_per_cycle(1),
+                                                        "2": self.flop_per_cycle(2)},
+                "flops": {"1": self.flops(1), "2": self.flops(2)}}
+
+
+def peak_estimate(cpuinfo: str, dtype: str = "float32") -> PeakEstimate | str:
+    """The estimate from the text of ``/proc/cpuinfo`` (its first processor), or why there
+    is none (one phrase)."""
+    flags: set[str] = set()
+    mhz = 0.0
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "flags" and not flags:
+            flags = set(value.split())
+        elif key == "cpu MHz" and not mhz:
+            try:
+                mhz = float(value)
+            except ValueError:
+                pass
+    if not flags:
+        return "no flags line in /proc/cpuinfo"
+    if "fma" not in flags:
+        return "no fma flag in /proc/cpuinfo"
+    if mhz <= 0:
+        return "no cpu MHz in /proc/cpuinfo"
+    bits, named = (512, ("avx512f", "fma")) if "avx512f" in flags else (256, ("avx2", "fma"))
+    if bits == 256 and "avx2" not in flags:
+        named = ("avx", "fma")
+    lanes = bits // (8 * np.dtype(dtype).itemsize)
+    return PeakEstimate(bits, named, mhz, lanes)
+
+
+def read_peak_estimate(dtype: str) -> PeakEstimate | str:
+    """:func:`peak_estimate` of this machine's ``/proc/cpuinfo``."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return "no /proc/cpuinfo"
+    return peak_estimate(text, dtype)
+
+
+def peak_line(peak: PeakEstimate | str, dtype: str) -> str:
+    """The header line of the estimate."""
+    if isinstance(peak, str):
+        return f"# nominal peak: not estimated ({peak})"
+    return (f"# nominal peak of one core, an estimate (not measured): {peak.vector_bits}-bit FMA "
+            f"({', '.join(peak.flags)}), {peak.lanes} {dtype} lanes x 2 FLOP x FMA units x "
+            f"{peak.mhz:.0f} MHz (cpu MHz now) = {peak.flops(2) / 1e9:.1f} GFLOP/s with 2 FMA "
+            f"units ({peak.flop_per_cycle(2)} FLOP/cycle), {peak.flops(1) / 1e9:.1f} with 1 "
+            f"({peak.flop_per_cycle(1)}); the unit count is not in /proc/cpuinfo")
+
+
+# -- the command -------------------------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench speed``."""
     parser.add_argument("--models", default="mlp,lenet", help="comma-separated models")
@@ -55,19 +196,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is shown")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                         help="parameter and activation precision")
+    parser.add_argument("--gemm-size", type=_positive_int, default=1024, metavar="N",
+                        help=f"the reference GEMM is N x N times N x N in --dtype, best of "
+                        f"{GEMM_REPEATS}")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write every figure to PATH (JSON)")
+
+
+HEADER = (f"# {'model':<8}{'params':>10}{'median [samples/s]':>20}{'min':>12}{'max':>12}"
+          f"{'ms/step':>10}{'MFLOP/step':>12}{'GFLOP/s':>10}{'of GEMM':>9}")
 
 
 def main(args: argparse.Namespace) -> int:
     """Time each model of ``--models``; one fixed-column row per model."""
+    if args.json:
+        try:
+            check_writable_parent("--json", args.json)
+        except ValueError as exc:
+            print(f"syncbench speed: {exc}", file=sys.stderr)
+            return 2
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(f"# syncbench speed: batch {args.batch_size}, {args.steps} steps x {args.repeats} "
           f"repeats, {args.dtype}, OMP_NUM_THREADS={threads}")
-    print(f"# {'model':<8}{'params':>10}{'median [samples/s]':>20}{'min':>12}{'max':>12}"
-          f"{'ms/step':>10}")
+    gemm, gemm_s = gemm_rate(args.gemm_size, args.dtype)
+    blas = blas_name()
+    n = args.gemm_size
+    print(f"# GEMM (measured, this process): numpy.matmul {n}x{n}x{n} {args.dtype}"
+          f"{f' ({blas})' if blas else ''}, best of {GEMM_REPEATS}: {gemm / 1e9:.2f} GFLOP/s; "
+          "'of GEMM' is each model's GFLOP/s over it")
+    peak = read_peak_estimate(args.dtype)
+    print(peak_line(peak, args.dtype))
+    print("# MFLOP/step: forward and backward GEMMs + momentum update (kernels/flops.py)")
+    print(HEADER)
+    rows = []
     for name in args.models.split(","):
         rates = step_throughput(name, args.batch_size, args.steps, args.repeats, args.dtype)
         med = statistics.median(rates)
-        size = build_model(name, input_shape(name), 10).size
-        print(f"  {name:<8}{size:>10}{med:>20.1f}{min(rates):>12.1f}{max(rates):>12.1f}"
-              f"{1000 * args.batch_size / med:>10.3f}")
+        flops = model_step_flops(name, args.batch_size)
+        achieved = flops.total * med / args.batch_size
+        print(f"  {name:<8}{flops.params:>10}{med:>20.1f}{min(rates):>12.1f}{max(rates):>12.1f}"
+              f"{1000 * args.batch_size / med:>10.3f}{flops.total / 1e6:>12.3f}"
+              f"{achieved / 1e9:>10.3f}{achieved / gemm:>9.4f}", flush=True)
+        rows.append({"model": name, "params": flops.params, "samples_per_s": rates,
+                     "median_samples_per_s": med, "ms_per_step": 1000 * args.batch_size / med,
+                     "flops": flops.as_dict(), "flops_per_s": achieved,
+                     "fraction_of_gemm": achieved / gemm})
+    if args.json:
+        result = {"batch_size": args.batch_size, "steps": args.steps, "repeats": args.repeats,
+                  "dtype": args.dtype, "omp_num_threads": threads,
+                  "gemm": {"n": n, "repeats": GEMM_REPEATS, "best_s": gemm_s,
+                           "flops_per_s": gemm, "blas": blas},
+                  "peak_estimate": peak.as_dict() if not isinstance(peak, str) else None,
+                  "peak_estimate_missing": peak if isinstance(peak, str) else "",
+                  "models": rows}
+        with written_atomically(args.json) as tmp:
+            Path(tmp).write_text(json.dumps(result, indent=1))
+        print(f"# figures -> {args.json}", flush=True)
     return 0
