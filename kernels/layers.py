@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels import ops
+from syncbench.kernels import cpu_conv, cpu_norm, ops
 
 Shape = tuple[int, ...]
 
@@ -53,9 +53,33 @@ _BOOL = np.dtype(np.bool_)
 RECYCLE_MIN_BYTES = 128 * 1024
 
 
+def _stored(x: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``x`` in its memory order: the (C, N, H, W) view of a channel-major 4-D array
+    (what the CPU convolution hands on, :mod:`syncbench.kernels.cpu_conv`) and True,
+    else ``x`` itself and False. Element-wise layers and pooling work on this view so
+    that they read and write memory in order and hand the layout on."""
+    if x.ndim == 4 and not x.flags.c_contiguous:
+        stored = x.transpose(1, 0, 2, 3)
+        if stored.flags.c_contiguous:
+            return stored, True
+    return x, False
+
+
+def _as_stored(x: np.ndarray, channel_major: bool) -> np.ndarray:
+    """``x`` viewed in the memory order :func:`_stored` chose (a no-op when not channel-major)."""
+    return x.transpose(1, 0, 2, 3) if channel_major else x
+
+
 def _int_view_type(dtype: Any) -> np.dtype:
     """The signed integer type of the same width (for branch-free bitwise selects)."""
     return np.dtype(f"i{np.dtype(dtype).itemsize}")
+
+
+def _relu_in_place(y: np.ndarray, mask: np.ndarray) -> None:
+    """``y = y * (y > 0)`` in place, keeping the mask (ReLU's own formula, so NaN stays
+    NaN and negatives become -0 exactly as :class:`ReLU` gives them)."""
+    np.greater(y, 0, out=mask)
+    np.multiply(y, mask, out=y)
 
 
 class Layer:
@@ -63,6 +87,9 @@ class Layer:
 
     #: CPU path: keep work and output arrays between calls (set by ``forward(x, train)``).
     keep_buffers: bool = True
+
+    #: CPU path: this layer also applies the ReLU that follows it (:func:`fuse_relus`).
+    fused_relu: bool = False
 
     def __init__(self) -> None:
         self.params: list[Any] = []
@@ -191,12 +218,17 @@ class Linear(Layer):
         self.keep_buffers = train
         y = np.matmul(x, self.params[0], out=self._big_output("out", x, self.out_features))
         y += self.params[1]
+        if self.fused_relu:
+            self._mask = self.scratch("relu_mask", y.shape, _BOOL)
+            _relu_in_place(y, self._mask)
         return y
 
     def backward(self, dy: Any) -> Any:
         xp = _xp(dy)
         if _on_gpu(dy):
             return self._gpu_backward(xp, dy)
+        if self.fused_relu:
+            dy = np.multiply(dy, self._mask, out=self.scratch("relu_dy", dy.shape, dy.dtype))
         xp.matmul(self._x.T, dy, out=self.grads[0])
         dy.sum(axis=0, out=self.grads[1])
         if not self.needs_input_grad:
@@ -226,23 +258,36 @@ class Linear(Layer):
 class ReLU(Layer):
     """``max(x, 0)``; the gradient passes where the input was positive."""
 
+    #: CPU path: the layer before applies this ReLU (:func:`fuse_relus`); this one passes.
+    absorbed: bool = False
+
     def forward(self, x: Any, train: bool = True) -> Any:
         if _on_gpu(x):
             self._y = ops.relu_forward(x)  # the backward kernel reads y > 0
             return self._y
+        if self.absorbed:
+            return x
         self.keep_buffers = train
+        x, self._channel_major = _stored(x)
         if x.nbytes < RECYCLE_MIN_BYTES:  # small: malloc's free lists beat the bookkeeping
             self._mask = x > 0
-            return x * self._mask
-        self._mask = np.greater(x, 0, out=self.scratch("mask", x.shape, _BOOL))
-        return np.multiply(x, self._mask, out=self.recycled("out", x.shape, x.dtype))
+            y = x * self._mask
+        else:
+            self._mask = np.greater(x, 0, out=self.scratch("mask", x.shape, _BOOL))
+            y = np.multiply(x, self._mask, out=self.recycled("out", x.shape, x.dtype))
+        return _as_stored(y, self._channel_major)
 
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return ops.relu_backward(dy, self._y)
+        if self.absorbed:
+            return dy
+        dy = _as_stored(dy, self._channel_major)
         if dy.nbytes < RECYCLE_MIN_BYTES:
-            return dy * self._mask
-        return np.multiply(dy, self._mask, out=self.recycled("dx", dy.shape, dy.dtype))
+            dx = dy * self._mask
+        else:
+            dx = np.multiply(dy, self._mask, out=self.recycled("dx", dy.shape, dy.dtype))
+        return _as_stored(dx, self._channel_major)
 
 
 class Flatten(Layer):
@@ -295,88 +340,70 @@ class Conv2d(Layer):
         return (self.cout, oh, ow)
 
     def forward(self, x: Any, train: bool = True) -> Any:
-        xp = _xp(x)
         if _on_gpu(x):
-            return self._gpu_forward(xp, x)
+            return self._gpu_forward(_xp(x), x)
         self.keep_buffers = train
         n, c, h, w = x.shape
-        p, k, s = self.pad, self.k, self.stride
-        oh, ow = ops.conv_output_hw(h, w, k, p, s)
-        if p:  # zero border kept between calls; only the interior is rewritten
-            padded = self.scratch("xpad", (n, c, h + 2 * p, w + 2 * p), x.dtype, zero=True)
-            padded[:, :, p:-p, p:-p] = x
-            x = padded
-        # im2col into a (c, k, k, n, oh, ow) matrix: k*k block copies, each of
-        # whole (n, oh, ow) planes, instead of one gather over tiny windows.
-        cols = self.scratch("cols", (c, k, k, n, oh, ow), x.dtype)
-        xt = x.transpose(1, 0, 2, 3)
-        for i in range(k):
-            for j in range(k):
-                cols[:, i, j] = xt[:, :, i : i + (oh - 1) * s + 1 : s, j : j + (ow - 1) * s + 1 : s]
-        cols = cols.reshape(c * k * k, n * oh * ow)
-        self._cols, self._in_shape, self._out_hw = cols, (n, c, h, w), (oh, ow)
-        y = self.scratch("y", (self.cout, n * oh * ow), x.dtype)
-        xp.matmul(self.params[0].reshape(self.cout, -1), cols, out=y)  # (cout, n*oh*ow)
-        if self.bias:
-            y += self.params[1][:, None]
-        out = self.recycled("out", (n, self.cout, oh, ow), y.dtype)
-        np.copyto(out, y.reshape(self.cout, n, oh, ow).transpose(1, 0, 2, 3))
-        return out
+        g = cpu_conv.ConvGeometry(n, c, h, w, self.k, self.pad, self.stride)
+        planes = self.scratch("planes", g.planes_shape, x.dtype, zero=True)
+        cpu_conv.fill_planes(planes, x, g)
+        self._planes, self._geometry = planes, g
+        weight = self.params[0].reshape(self.cout, -1)
+        out = self.recycled("out", (self.cout, n, g.oh, g.ow), x.dtype)  # channel-major
+        chunk = g.chunk(x.dtype.itemsize)
+        cols = self.scratch("cols", (g.rows, chunk * g.per_sample), x.dtype)
+        prod = self.scratch("prod", (self.cout, chunk * g.per_sample), x.dtype)
+        for first in range(0, n, chunk):
+            count = min(chunk, n - first)
+            y = np.matmul(weight, cpu_conv.columns(cols, planes, g, first, count),
+                          out=prod[:, : count * g.per_sample])
+            valid = y.reshape(self.cout, count, g.oh, g.pitch)[..., : g.ow]
+            dest = out[:, first : first + count]
+            if self.bias:
+                np.add(valid, self.params[1][:, None, None, None], out=dest)
+            else:
+                np.copyto(dest, valid)
+        if self.fused_relu:
+            self._mask = self.scratch("relu_mask", out.shape, _BOOL)
+            _relu_in_place(out, self._mask)
+        return out.transpose(1, 0, 2, 3)
 
     def backward(self, dy: Any) -> Any:
-        xp = _xp(dy)
         if _on_gpu(dy):
-            return self._gpu_backward(xp, dy)
-        n, c, h, w = self._in_shape
-        oh, ow = self._out_hw
-        dy2 = self.scratch("dy2", (self.cout, n, oh, ow), dy.dtype)
-        np.copyto(dy2, dy.transpose(1, 0, 2, 3))
-        dy2 = dy2.reshape(self.cout, n * oh * ow)
-        xp.matmul(dy2, self._cols.T, out=self.grads[0].reshape(self.cout, -1))
+            return self._gpu_backward(_xp(dy), dy)
+        g, planes, cout = self._geometry, self._planes, self.cout
+        wide = self.scratch("dy_wide", (cout, g.n, g.oh, g.pitch), dy.dtype, zero=True)
+        if self.fused_relu:  # discarded columns stay 0
+            np.multiply(cpu_conv.channel_major(dy), self._mask, out=wide[..., : g.ow])
+        else:
+            np.copyto(wide[..., : g.ow], cpu_conv.channel_major(dy))
+        wide = wide.reshape(cout, g.n * g.per_sample)
         if self.bias:
-            dy2.sum(axis=1, out=self.grads[1])
+            wide.sum(axis=1, out=self.grads[1])
+        chunk = g.chunk(dy.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
+        cols = self.scratch("dcols", (g.rows, chunk * g.per_sample), dy.dtype)
+        dweight = self.grads[0].reshape(cout, -1)
+        part = self.scratch("dweight_part", dweight.shape, dy.dtype)
+        for first in range(0, g.n, chunk):
+            count = min(chunk, g.n - first)
+            block = wide[:, first * g.per_sample : (first + count) * g.per_sample]
+            cols_t = cpu_conv.columns(cols, planes, g, first, count).T
+            if first == 0:
+                np.matmul(block, cols_t, out=dweight)
+            else:
+                dweight += np.matmul(block, cols_t, out=part)
         if not self.needs_input_grad:
             return None
-        if self.stride != 1:
-            dcols = np.matmul(self.params[0].reshape(self.cout, -1).T, dy2)
-            return ops.col2im(dcols, self._in_shape, self.k, self.pad, self.stride)
-        return self._col2im_wide(dy2)
-
-    def _col2im_wide(self, dy2: np.ndarray) -> np.ndarray:
-        """Input gradient: ``W^T @ dy`` folded back onto the input (col2im), CPU.
-
-        The column gradient is computed over rows of the full padded width
-        ``wp`` (``k - 1`` extra zero columns of ``dy`` per output row), so the
-        window (i, j)'s contribution to a whole (channel, sample) plane is
-        ONE contiguous slice of the flat padded plane starting at
-        ``i * wp + j``, instead of ``oh`` short rows (fewer, longer slice
-        additions). The extra columns add exact zeros and
-        each input element still receives its contributions in (i, j) order
-        starting from zero, so the fold equals the plane-wise col2im
-        (:func:`syncbench.kernels.ops.col2im`) of the same column gradient
-        bit for bit. The wider GEMM itself may round differently in the last
-        bit in float32 (BLAS picks other edge kernels); float64 is identical.
-        """
-        n, c, h, w = self._in_shape
-        oh, ow = self._out_hw
-        p, k, cout = self.pad, self.k, self.cout
-        hp, wp = h + 2 * p, w + 2 * p
-        wide = self.scratch("dy_wide", (cout, n, oh, wp), dy2.dtype, zero=True)
-        wide[:, :, :, :ow] = dy2.reshape(cout, n, oh, ow)
-        dcols = self.scratch("dcols", (c * k * k, n * oh * wp), dy2.dtype)
-        np.matmul(self.params[0].reshape(cout, -1).T, wide.reshape(cout, -1), out=dcols)
-        dcols = dcols.reshape(c, k, k, n, oh * wp)
-        span = (oh - 1) * wp + ow  # last valid column of the last output row, + 1
-        dx = self.recycled("dx", (c, n, hp * wp), dy2.dtype)
-        dx.fill(0)
-        for i in range(k):  # col2im: fold the k*k planes back, summing overlaps
-            for j in range(k):
-                start = i * wp + j
-                dx[:, :, start : start + span] += dcols[:, i, j, :, :span]
-        dx = dx.reshape(c, n, hp, wp).transpose(1, 0, 2, 3)
-        if p:
-            dx = dx[:, :, p:-p, p:-p]
-        return dx
+        dplanes = self.recycled("dplanes", g.planes_shape, dy.dtype)
+        dplanes.fill(0)
+        weight_t = self.params[0].reshape(cout, -1).T
+        dcols = cols  # the same chunk size: the weight gradient is done with it
+        for first in range(0, g.n, chunk):
+            count = min(chunk, g.n - first)
+            block = wide[:, first * g.per_sample : (first + count) * g.per_sample]
+            part_cols = np.matmul(weight_t, block, out=dcols[:, : count * g.per_sample])
+            cpu_conv.fold(dplanes, part_cols, g, first, count)
+        return cpu_conv.interior(dplanes, g)
 
     def _gpu_forward(self, xp: Any, x: Any) -> Any:
         """im2col kernel, one cuBLAS GEMM, bias kernel (the CPU path's layout)."""
@@ -425,7 +452,8 @@ class MaxPool2d(Layer):
             y, self._arg = ops.maxpool_forward(x, self.k)
             return y
         self.keep_buffers = train
-        n, c, h, w = x.shape
+        x, self._channel_major = _stored(x)  # pooling acts on the last two axes only
+        n, c, h, w = x.shape  # (c, n, h, w) when channel-major
         k = self.k
         itype = _int_view_type(x.dtype)
         # Stage 1, along each row: the first maximum of every k columns.
@@ -443,7 +471,7 @@ class MaxPool2d(Layer):
         for i in range(1, k):
             self._take_first_max(y, self._row_arg, row_best[:, :, i::k], i, "rows")
         self._in_shape = x.shape
-        return y
+        return _as_stored(y, self._channel_major)
 
     def _take_first_max(self, best: np.ndarray, arg: np.ndarray, cand: Any, index: int,
                         stage: str) -> None:
@@ -479,6 +507,7 @@ class MaxPool2d(Layer):
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return ops.maxpool_backward(dy, self._arg, self.k)
+        dy = _as_stored(dy, self._channel_major)
         n, c, h, w = self._in_shape
         k = self.k
         itype = self._col_arg.dtype
@@ -488,7 +517,7 @@ class MaxPool2d(Layer):
         self._route(dy, self._row_arg, k, lambda i: rows[:, :, i::k].view(itype), "rows")
         dx = self.recycled("dx", (n, c, h, w), dy.dtype)
         self._route(rows, self._col_arg, k, lambda j: dx[..., j::k].view(itype), "cols")
-        return dx
+        return _as_stored(dx, self._channel_major)
 
     def _route(self, g: np.ndarray, arg: np.ndarray, k: int, dest: Any, stage: str) -> None:
         """``dest(i)[...] = g where arg == i else +0``, for every ``i < k``."""
@@ -565,6 +594,8 @@ class BatchNorm2d(Layer):
         return packed[:-1].reshape(sums.shape), float(packed[-1])
 
     def forward(self, x: Any, train: bool = True) -> Any:
+        if not _on_gpu(x):
+            return self._cpu_forward(x, train)
         gamma, beta = self.params
         running_mean, running_var = self.buffers
         xp = _xp(x)
@@ -574,20 +605,58 @@ class BatchNorm2d(Layer):
         n, c, h, w = x.shape
         shift = running_mean.copy()
         sums, count = self._summed(ops.bn_sums(x, shift), n * h * w)
+        mean, invstd = self._statistics(sums, count, xp)
+        y, self._xhat = ops.bn_normalize(x, mean, invstd, gamma, beta)
+        self._scale = gamma * invstd
+        return y
+
+    def _statistics(self, sums: Any, count: float, xp: Any) -> tuple[Any, Any]:
+        """The batch mean and 1/std from the sums about the running mean, and the running
+        statistics' update (PyTorch's: the unbiased variance)."""
+        running_mean, running_var = self.buffers
         centred = sums[0] / count
         var = xp.maximum(sums[1] / count - centred * centred, 0.0)
-        mean = shift + centred
+        mean = running_mean + centred
         invstd = 1.0 / xp.sqrt(var + self.eps)
         m = self.momentum
         running_mean *= 1.0 - m
         running_mean += m * mean
         running_var *= 1.0 - m
         running_var += (m * count / max(count - 1.0, 1.0)) * var
-        y, self._xhat = ops.bn_normalize(x, mean, invstd, gamma, beta)
-        self._scale = gamma * invstd
-        return y
+        return mean, invstd
+
+    def _cpu_forward(self, x: np.ndarray, train: bool) -> np.ndarray:
+        """The CPU path: :mod:`syncbench.kernels.cpu_norm` on channel-major rows, into kept
+        work arrays; a ReLU that follows is applied here when fused (:func:`fuse_relus`)."""
+        self.keep_buffers = train
+        gamma, beta = self.params
+        running_mean, running_var = self.buffers
+        n, c, h, w = x.shape
+        stored, channel_major = _stored(x)
+        if channel_major:
+            rows = stored.reshape(c, -1)
+        else:  # an NCHW input (a model's first layer): one transposing copy
+            rows = self.scratch("rows", (c, n * h * w), x.dtype)
+            np.copyto(rows.reshape(c, n, h, w), x.transpose(1, 0, 2, 3))
+        y = self.recycled("out", rows.shape, x.dtype)
+        if not train:
+            invstd = 1.0 / np.sqrt(running_var + self.eps)
+            cpu_norm.normalize(rows, running_mean, invstd, gamma, beta, None, y)
+        else:
+            work = self.scratch("work", rows.shape, x.dtype)
+            sums, count = self._summed(cpu_norm.sums_about(rows, running_mean, work), rows.shape[1])
+            mean, invstd = self._statistics(sums, count, np)
+            self._xhat = work  # the centred rows are not needed any more
+            cpu_norm.normalize(rows, mean, invstd, gamma, beta, work, y)
+            self._scale = gamma * invstd
+        if self.fused_relu:
+            self._mask = self.scratch("relu_mask", y.shape, _BOOL)
+            _relu_in_place(y, self._mask)
+        return y.reshape(c, n, h, w).transpose(1, 0, 2, 3)
 
     def backward(self, dy: Any) -> Any:
+        if not _on_gpu(dy):
+            return self._cpu_backward(dy)
         local = ops.bn_grad_sums(dy, self._xhat)
         self.grads[1][...] = local[0]  # beta
         self.grads[0][...] = local[1]  # gamma
@@ -595,6 +664,25 @@ class BatchNorm2d(Layer):
         if not self.needs_input_grad:
             return None
         return ops.bn_backward(dy, self._xhat, self._scale, sums[0] / count, sums[1] / count)
+
+    def _cpu_backward(self, dy: np.ndarray) -> np.ndarray | None:
+        n, c, h, w = dy.shape
+        rows = self.scratch("dy", (c, n * h * w), dy.dtype)
+        if self.fused_relu:
+            np.multiply(dy.transpose(1, 0, 2, 3), self._mask.reshape(c, n, h, w),
+                        out=rows.reshape(c, n, h, w))
+        else:
+            np.copyto(rows.reshape(c, n, h, w), dy.transpose(1, 0, 2, 3))
+        local = cpu_norm.grad_sums(rows, self._xhat)
+        self.grads[1][...] = local[0]  # beta
+        self.grads[0][...] = local[1]  # gamma
+        sums, count = self._summed(local, rows.shape[1])
+        if not self.needs_input_grad:
+            return None
+        dx = self.recycled("dx", rows.shape, dy.dtype)
+        cpu_norm.input_grad(rows, self._xhat, self._scale, sums[0] / count, sums[1] / count, dx,
+                            self.scratch("dwork", rows.shape, dy.dtype))
+        return dx.reshape(c, n, h, w).transpose(1, 0, 2, 3)
 
     def __repr__(self) -> str:
         return f"BatchNorm2d({self.channels})"
@@ -662,12 +750,53 @@ class BasicBlock(Layer):
         h = x
         for layer in self.sublayers():
             h = layer.forward(h, train)
+        if not _on_gpu(x):
+            return self._cpu_sum(x, h, train)
         shortcut = ops.shortcut_forward(x, self.cout, self.stride) if self.project else x
         y = ops.add_relu(h, shortcut)
         self._y, self._in_shape = y, x.shape
         return y
 
+    def _cpu_sum(self, x: np.ndarray, h: np.ndarray, train: bool) -> np.ndarray:
+        """``relu(h + shortcut(x))`` into a kept channel-major array, with the mask kept for
+        the backward pass (the formulas of ``ops.add_relu`` and ``ops.shortcut_forward``;
+        the option-A shortcut is added where it is non-zero instead of being built)."""
+        self.keep_buffers = train
+        n, c, oh, ow = h.shape
+        out = self.recycled("out", (c, n, oh, ow), h.dtype)
+        hm, xm = h.transpose(1, 0, 2, 3), x.transpose(1, 0, 2, 3)
+        if self.project:
+            s, cin = self.stride, x.shape[1]
+            np.copyto(out, hm)
+            sampled = out[:cin]
+            np.add(sampled, xm[:, :, ::s, ::s], out=sampled)
+        else:
+            np.add(hm, xm, out=out)
+        self._mask = self.scratch("relu_mask", out.shape, _BOOL)
+        _relu_in_place(out, self._mask)
+        self._in_shape = x.shape
+        return out.transpose(1, 0, 2, 3)
+
+    def _cpu_backward(self, dy: np.ndarray) -> np.ndarray | None:
+        n, c, oh, ow = dy.shape
+        d = self.recycled("d", (c, n, oh, ow), dy.dtype)
+        np.multiply(dy.transpose(1, 0, 2, 3), self._mask, out=d)
+        dh = d.transpose(1, 0, 2, 3)
+        for layer in reversed(self.sublayers()):
+            dh = layer.backward(dh)
+        if not self.needs_input_grad:
+            return None
+        if self.project:  # the shortcut's gradient: d's first channels at the sampled places
+            s, cin = self.stride, self._in_shape[1]
+            target = dh[:, :, ::s, ::s]
+            np.add(target, d[:cin].transpose(1, 0, 2, 3), out=target)
+        else:
+            np.add(dh, d.transpose(1, 0, 2, 3), out=dh)
+        return dh
+
     def backward(self, dy: Any) -> Any:
+        if not _on_gpu(dy):
+            return self._cpu_backward(dy)
         d = ops.relu_backward(dy, self._y)
         dh = d
         for layer in reversed(self.sublayers()):
@@ -700,6 +829,25 @@ def all_layers(layers: list[Layer]) -> list[Layer]:
         out.append(layer)
         stack.extend(reversed(layer.sublayers()))
     return out
+
+
+def fuse_relus(layers: list[Layer]) -> None:
+    """Let every Conv2d, Linear or BatchNorm2d directly followed by a ReLU apply it (CPU path).
+
+    The fused layer rectifies its output while writing it (no separate pass
+    and output array) and masks the incoming gradient while copying it; the
+    ReLU layer then passes arrays through. Same formula as :class:`ReLU`
+    (``x * (x > 0)``), so outputs and gradients are the same bits. The GPU
+    path is unchanged (the ReLU kernel runs as before). Residual blocks are
+    searched too (their first BatchNorm and ReLU).
+    """
+    for before, after in zip(layers, layers[1:]):
+        if isinstance(before, (Conv2d, Linear, BatchNorm2d)) and type(after) is ReLU:
+            before.fused_relu = True
+            after.absorbed = True
+    for layer in layers:
+        if layer.sublayers():
+            fuse_relus(layer.sublayers())
 
 
 class GlobalAvgPool(Layer):

@@ -26,7 +26,14 @@ import numpy as np
 
 from syncbench.kernels import ops
 from syncbench.kernels.backend import Backend, numpy_backend
-from syncbench.kernels.layers import BatchNorm2d, Layer, Shape, SoftmaxCrossEntropy, all_layers
+from syncbench.kernels.layers import (
+    BatchNorm2d,
+    Layer,
+    Shape,
+    SoftmaxCrossEntropy,
+    all_layers,
+    fuse_relus,
+)
 
 Poll = Callable[[], None]
 GradsReady = Callable[[int], None]
@@ -75,6 +82,7 @@ class Model:
     ) -> None:
         self.name = name
         self.layers = list(layers)
+        fuse_relus(self.layers)
         self.input_shape = tuple(input_shape)
         self.num_classes = num_classes
         self.backend = backend or numpy_backend()

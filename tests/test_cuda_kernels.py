@@ -329,12 +329,19 @@ def test_references_reproduce_the_cpu_layers():
     weight, bias = _bind(conv, rng)
     x = _rand(rng, 2, 3, 6, 5)
     y = conv.forward(x)
-    np.testing.assert_array_equal(conv._cols, ops.im2col(x, 3, 1))
+    # The CPU layer sums its GEMMs by chunks of samples over wide rows (kernels/cpu_conv.py):
+    # the same products, summed in another order, so equal to rounding.
+    expected = weight.reshape(4, -1) @ ops.im2col(x, 3, 1)
+    ops.bias_add_(expected, bias, axis=0)
+    np.testing.assert_allclose(y, expected.reshape(4, 2, 6, 5).transpose(1, 0, 2, 3), rtol=1e-13)
     dy = _rand(rng, *y.shape)
     dx = conv.backward(dy)
     dy2 = np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(4, -1)
-    np.testing.assert_array_equal(dx, ops.col2im(weight.reshape(4, -1).T @ dy2, x.shape, 3, 1))
-    np.testing.assert_array_equal(conv.grads[1], ops.bias_grad(dy2, axis=0))
+    np.testing.assert_allclose(dx, ops.col2im(weight.reshape(4, -1).T @ dy2, x.shape, 3, 1),
+                               rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(conv.grads[1], ops.bias_grad(dy2, axis=0), rtol=1e-13)
+    np.testing.assert_allclose(conv.grads[0].reshape(4, -1), dy2 @ ops.im2col(x, 3, 1).T,
+                               rtol=1e-13, atol=1e-15)
 
     pool = MaxPool2d(2)
     xp = rng.integers(-2, 2, size=(2, 3, 4, 6)).astype(np.float64)
