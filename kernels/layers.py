@@ -453,6 +453,11 @@ class MaxPool2d(Layer):
             return y
         self.keep_buffers = train
         x, self._channel_major = _stored(x)  # pooling acts on the last two axes only
+        if self.k == 2:
+            y = self._max_of_four(x, train)
+            if y is not None:
+                return _as_stored(y, self._channel_major)
+        self._quad_input = None
         n, c, h, w = x.shape  # (c, n, h, w) when channel-major
         k = self.k
         itype = _int_view_type(x.dtype)
@@ -472,6 +477,57 @@ class MaxPool2d(Layer):
             self._take_first_max(y, self._row_arg, row_best[:, :, i::k], i, "rows")
         self._in_shape = x.shape
         return _as_stored(y, self._channel_major)
+
+    @staticmethod
+    def _quads(x: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The four elements of every 2 x 2 window, in row-major order, as strided views."""
+        return x[..., 0::2, 0::2], x[..., 0::2, 1::2], x[..., 1::2, 0::2], x[..., 1::2, 1::2]
+
+    def _max_of_four(self, x: np.ndarray, train: bool) -> np.ndarray | None:
+        """2 x 2 pooling as three ``np.maximum`` passes over the window's strided views,
+        the window's first maximum found again in the backward pass by comparison; None
+        (the general path then runs) if a window is NaN, where ``argmax``'s first-NaN
+        rule must be followed exactly. Without NaN the values are the general path's
+        (a tie of -0 and +0 may keep either sign)."""
+        a, b, c, d = self._quads(x)
+        y = self.recycled("out", a.shape, x.dtype)
+        upper = self.scratch("upper", a.shape, x.dtype)
+        np.maximum(a, b, out=upper)
+        np.maximum(c, d, out=y)
+        np.maximum(upper, y, out=y)
+        if np.isnan(y).any():
+            return None
+        # Read again by backward, then let go (a kept reference would make the layers
+        # that own these arrays allocate new ones: Layer.recycled).
+        self._quad_input, self._last_out = (x, y) if train else (None, None)
+        return y
+
+    def _route_quads(self, dy: np.ndarray) -> np.ndarray:
+        """The backward pass of :meth:`_max_of_four`: each gradient to its window's first
+        element equal to the maximum, +0 to the others (selected on the bits, so every
+        value of ``dy``, NaN included, is copied, never multiplied)."""
+        x, y = self._quad_input, self._last_out
+        self._quad_input = self._last_out = None
+        quads = self._quads(x)
+        dx = self.recycled("dx", x.shape, dy.dtype)
+        itype = _int_view_type(dy.dtype)
+        taken = self.scratch("taken", y.shape, _BOOL)
+        hit = self.scratch("hit", y.shape, _BOOL)
+        mask = self.scratch("bits", y.shape, itype)
+        bits = np.ascontiguousarray(dy).view(itype)
+        for index, (quad, target) in enumerate(zip(quads, self._quads(dx))):
+            if index == 0:
+                np.equal(quad, y, out=taken)
+                np.copyto(hit, taken)
+            elif index < 3:
+                np.equal(quad, y, out=hit)
+                np.greater(hit, taken, out=hit)  # equal to the maximum, none before it
+                np.logical_or(taken, hit, out=taken)
+            else:
+                np.logical_not(taken, out=hit)
+            np.negative(hit.view(np.int8), out=mask, casting="unsafe")
+            np.bitwise_and(bits, mask, out=target.view(itype))
+        return dx
 
     def _take_first_max(self, best: np.ndarray, arg: np.ndarray, cand: Any, index: int,
                         stage: str) -> None:
@@ -508,6 +564,8 @@ class MaxPool2d(Layer):
         if _on_gpu(dy):
             return ops.maxpool_backward(dy, self._arg, self.k)
         dy = _as_stored(dy, self._channel_major)
+        if self._quad_input is not None:
+            return _as_stored(self._route_quads(dy), self._channel_major)
         n, c, h, w = self._in_shape
         k = self.k
         itype = self._col_arg.dtype
