@@ -15,10 +15,14 @@ batch shape stays the same (:meth:`Layer.scratch`), and outputs reuse the
 previous step's array once no caller holds it any more
 (:meth:`Layer.recycled`), since fresh multi-megabyte arrays cost page faults
 every step. ``forward(train=False)`` keeps nothing, so evaluating big
-batches holds no memory afterwards. The ResNet
-layers are the exception so far: BatchNorm, the residual sum and shortcut,
-global average pooling and a strided convolution's input gradient call the
-NumPy references of :mod:`syncbench.kernels.ops`, which allocate their outputs.
+batches holds no memory afterwards. Global average pooling still calls its
+NumPy reference (small outputs).
+
+CPU activations are channel-major in memory, handed on as NCHW-indexed
+views (:mod:`syncbench.kernels.cpu_conv` says why); element-wise layers and
+pooling work in memory order (:func:`_stored`) and keep that layout. A ReLU
+after a Conv2d, Linear or BatchNorm2d is applied by that layer
+(:func:`fuse_relus`).
 """
 
 from __future__ import annotations
