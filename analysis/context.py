@@ -17,7 +17,10 @@ the start of its set-up, data loading included, to the end of its training and
 last evaluation: another run's set-up loads the CPU too), and
 ``foreign_cpu_share`` (the share of the hosts' cores that processes outside
 the run used during its training, :func:`foreign_cpu`; a run is
-:func:`loaded` above :data:`LOADED_SHARE`). Files written
+:func:`loaded` above :data:`LOADED_SHARE`), and on the GPU ``gpu_count``,
+``ranks_per_gpu`` and ``gpu_shared`` (``schema.GPU_ATTRS``: ranks that share
+one GPU time-slice it, which "not oversubscribed", a statement about cores,
+does not say; the line names the GPUs from ``devices``). Files written
 before these attributes existed give ``None`` for them, and are never flagged
 as overlapping (nothing says when they ran). :func:`host_info` measures the
 first two on the machine it is called on (Linux ``/sys`` topology, else
@@ -39,6 +42,7 @@ from typing import Any
 CONTEXT_KEYS: tuple[str, ...] = (
     "cores", "cpus", "smt", "world_size", "hosts", "ranks_per_host", "ranks_per_core",
     "oversubscribed", "slowdown_mode", "simulated", "loaded", "shared_machine",
+    "gpus", "ranks_per_gpu", "gpu_shared",
 )
 
 
@@ -124,7 +128,11 @@ def machine_context(attrs: Mapping[str, Any] | Any,
     ``simulated`` (the root attr, False if absent) and ``loaded``
     (:func:`loaded`: other processes used more than :data:`LOADED_SHARE` of
     the hosts' cores during the run; None in older files) with
-    ``foreign_cpu_share`` (that share; None when not recorded).
+    ``foreign_cpu_share`` (that share; None when not recorded). GPU runs
+    (``backend`` cupy) add ``gpus`` (``"1 GPU (NVIDIA H200)"``: the distinct GPUs,
+    root attr ``gpu_count``, else the distinct ``devices``, and their names),
+    ``ranks_per_gpu`` and ``gpu_shared`` (recorded, else ranks_per_gpu > 1); all
+    three None on the CPU and in older files that do not say.
     ``rank_attrs`` defaults to the run's own when a ``Run`` is given.
     """
     if rank_attrs is None:
@@ -157,7 +165,37 @@ def machine_context(attrs: Mapping[str, Any] | Any,
         "simulated": bool(_flag(attrs.get("simulated"))),
         "loaded": loaded(attrs),
         "foreign_cpu_share": foreign_share(attrs),
+        **gpu_context(attrs),
     }
+
+
+def _devices(attrs: Mapping[str, Any]) -> list[str]:
+    value = attrs.get("devices")
+    if isinstance(value, str):
+        value = [value] if value else []
+    return [str(d) for d in value or () if str(d)]
+
+
+def gpu_context(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """``gpus``, ``ranks_per_gpu`` and ``gpu_shared`` of :func:`machine_context` (None
+    for all three without a GPU)."""
+    none = {"gpus": None, "ranks_per_gpu": None, "gpu_shared": None}
+    devices = [d for d in _devices(attrs) if d.startswith("cuda")]
+    if str(attrs.get("backend", "")) != "cupy" and not devices:
+        return none
+    # "cuda:0 NVIDIA H200" -> "NVIDIA H200"
+    names = sorted({d.split(" ", 1)[1] if " " in d else d for d in devices})
+    count = _int(attrs.get("gpu_count")) or len(devices) or None
+    per_gpu = _int(attrs.get("ranks_per_gpu"))
+    world = _int(attrs.get("world_size"))
+    if per_gpu is None and count and world:
+        per_gpu = -(-world // count)  # older files: the ranks spread evenly
+    shared = _flag(attrs.get("gpu_shared"))
+    if shared is None and per_gpu is not None:
+        shared = per_gpu > 1
+    label = (f"{_count(count, 'GPU')}" if count else "GPUs unknown") + (
+        f" ({', '.join(names)})" if names else "")
+    return {"gpus": label, "ranks_per_gpu": per_gpu, "gpu_shared": shared}
 
 
 def _count(value: Any, noun: str) -> str:
@@ -204,6 +242,12 @@ def format_context(ctx: Mapping[str, Any]) -> str:
     over = ctx.get("oversubscribed")
     parts.append("oversubscribed" if over is True else "not oversubscribed" if over is False
                  else str(over) if over else "oversubscription unknown")
+    if ctx.get("gpus"):
+        rpg = ctx.get("ranks_per_gpu")
+        part = str(ctx["gpus"]) + (f", {_count(rpg, 'rank')}/GPU" if rpg is not None else "")
+        shared = ctx.get("gpu_shared")
+        parts.append(part + (", GPU SHARED (ranks time-slice one GPU)" if shared is True
+                             else f", {shared}" if isinstance(shared, str) else ""))
     if ctx.get("slowdown_mode"):
         parts.append(f"slowdown mode {ctx['slowdown_mode']}")
     if ctx.get("simulated"):
@@ -244,6 +288,11 @@ def merge_contexts(contexts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         "some runs loaded" if any(known) else False)
         elif key in ("smt", "simulated", "shared_machine"):
             out[key] = any(known) if known else (False if key == "simulated" else None)
+        elif key == "gpu_shared":
+            out[key] = (None if not known else True if all(known) else
+                        "some GPUs shared" if any(known) else False)
+        elif key == "gpus":
+            out[key] = " | ".join(str(v) for v in distinct) or None
         elif key == "slowdown_mode":
             modes = sorted({m for v in distinct for m in str(v).split("|")})
             out[key] = "|".join(modes) or None

@@ -32,6 +32,8 @@ ROOT_ATTRS: tuple[str, ...] = (
     "mpi4py_version",
     "numpy_version",
     "cupy_version",
+    # the CuPy distribution: cupy-cuda12x (CUDA 12) or cupy-cuda13x (CUDA 13)
+    "cupy_package",
     "h5py_version",
     "backend",
     "devices",
@@ -45,6 +47,10 @@ ROOT_ATTRS: tuple[str, ...] = (
     "oversubscribed",
     "t_begin_unix",
     "t_end_unix",
+    # the GPUs of the run and the ranks sharing one (see GPU_ATTRS)
+    "gpu_count",
+    "ranks_per_gpu",
+    "gpu_shared",
     "scaling_mode",
     # leading warm-up steps per rank (OD-SGD's plain SSGD steps; 0 otherwise)
     "warmup_steps",
@@ -111,6 +117,13 @@ STRATEGY_FLAGS_ATTRS: tuple[str, ...] = ("strategy_flags", "option_flags")
 CONTEXT_ATTRS: tuple[str, ...] = (
     "host_cores", "host_cpus", "ranks_per_host", "oversubscribed", "t_begin_unix", "t_end_unix",
 )
+
+#: Root attributes of a run's GPUs: ``gpu_count``, the distinct GPUs its ranks computed
+#: on (a GPU is one ``Backend.device_id``, its PCI bus id, on one machine; 0 on the
+#: CPU), ``ranks_per_gpu``, the most ranks on one of them (0 on the CPU), and
+#: ``gpu_shared``, whether some GPU computed for several ranks (they time-slice it,
+#: however many cores the host has). Absent from older files and simulations.
+GPU_ATTRS: tuple[str, ...] = ("gpu_count", "ranks_per_gpu", "gpu_shared")
 
 #: Root attributes of a run's nodes: ``nodes``, the number of nodes (a node is a
 #: host name: the ``hostname`` rank attribute), and ``ranks_per_node``, the ranks on
@@ -436,10 +449,11 @@ FLOAT_ATTRS: frozenset[str] = frozenset({
 })
 
 #: Root attributes that a measured run lacks where their value is unknown (no git
-#: checkout, no CuPy, not a Slurm job, not a scaling study); every other name of
-#: ROOT_ATTRS is always written.
-OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "slurm_job_id",
-                                        "scaling_mode")
+#: checkout, no CuPy, not a Slurm job, not a scaling study), and the GPU_ATTRS, which
+#: files written before them and simulations lack; every other name of ROOT_ATTRS is
+#: always written.
+OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "cupy_package",
+                                        "slurm_job_id", "scaling_mode", *GPU_ATTRS)
 
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"

@@ -9,11 +9,16 @@ A GPU is chosen only after it has run something (:func:`probe_gpu`): a
 trivial kernel compiled with NVRTC and a tiny ``cupy.matmul`` (cuBLAS), so a
 machine whose driver works but whose NVRTC or cuBLAS does not load falls back
 to the CPU under ``--device auto`` (and fails with one clear line under
-``--device gpu``) instead of failing at the first step. CUDA libraries from
-the ``nvidia-*-cu12`` wheels of the ``[gpu]`` extra are loaded first
-(:func:`preload_cuda_wheels`): CuPy 13's extension modules link
-``libnvrtc.so.12`` and ``libcublas.so.12`` by name, which the loader does not
-find under ``site-packages/nvidia``.
+``--device gpu``) instead of failing at the first step.
+
+CuPy 13 and 14 are supported, as ``cupy-cuda12x`` (CUDA 12, the ``[gpu]``
+extra) or ``cupy-cuda13x`` (CUDA 13, ``[gpu-cuda13]``); :func:`cupy_distribution`
+names the one installed (what run files record as ``cupy_package`` and
+``cupy_version``). CUDA libraries from the NVIDIA wheels of that CUDA major
+are loaded first (:func:`preload_cuda_wheels`): CuPy 13's extension modules
+link ``libnvrtc.so.12`` and ``libcublas.so.12`` by name, which the loader
+does not find under ``site-packages/nvidia``; CuPy 14 finds them itself
+(``cuda-pathfinder``), and the preload changes nothing there.
 
 The device is bound before MPI starts (:func:`bind_before_mpi`, called by
 the command line before ``mpi4py.MPI`` is imported): Open MPI's smcuda and
@@ -28,9 +33,11 @@ import functools
 import glob
 import importlib.util
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from types import ModuleType
 from typing import Any
 
@@ -39,13 +46,23 @@ import numpy as np
 DEVICES = ("auto", "cpu", "gpu")
 #: Launcher variables that give a rank's index on its node, in the order they are read.
 LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
-#: Libraries of the ``nvidia-*-cu12`` wheels CuPy needs, in load order (dependencies first).
-CUDA_WHEEL_LIBRARIES = (
-    "nvidia/cuda_runtime/lib/libcudart.so.12",
-    "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
-    "nvidia/cublas/lib/libcublasLt.so.12",
-    "nvidia/cublas/lib/libcublas.so.12",
-)
+#: Libraries of the NVIDIA wheels CuPy needs, per CUDA major, in load order (dependencies
+#: first): the ``nvidia-*-cu12`` wheels (one folder per library) and the CUDA 13 ones
+#: (``nvidia-cuda-runtime``, ``nvidia-cuda-nvrtc``, ``nvidia-cublas`` 13.x: ``nvidia/cu13``).
+CUDA_WHEEL_LIBRARIES_BY_MAJOR: dict[int, tuple[str, ...]] = {
+    12: ("nvidia/cuda_runtime/lib/libcudart.so.12",
+         "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+         "nvidia/cublas/lib/libcublasLt.so.12",
+         "nvidia/cublas/lib/libcublas.so.12"),
+    13: ("nvidia/cu13/lib/libcudart.so.13",
+         "nvidia/cu13/lib/libnvrtc.so.13",
+         "nvidia/cu13/lib/libcublasLt.so.13",
+         "nvidia/cu13/lib/libcublas.so.13"),
+}
+#: The CUDA 12 set (CuPy 13's ``cupy-cuda12x``), under its former name.
+CUDA_WHEEL_LIBRARIES = CUDA_WHEEL_LIBRARIES_BY_MAJOR[12]
+#: ``cupy-cuda12x``, ``cupy-cuda13x``...: CuPy's binary distributions, one per CUDA major.
+_CUPY_WHEEL = re.compile(r"cupy[-_.]cuda(\d+)x")
 
 
 class BackendError(RuntimeError):
@@ -59,6 +76,9 @@ class Backend:
     name: str  # "numpy" or "cupy"
     xp: ModuleType
     device: str  # human-readable device description
+    #: The physical GPU on its host (``pci:<bus id>``, else ``cuda:<index>``); "" on the CPU.
+    #: Ranks of one host with the same id share one GPU (the machine context flags it).
+    device_id: str = ""
 
     @property
     def is_gpu(self) -> bool:
@@ -100,17 +120,68 @@ def env_local_rank(environ: Mapping[str, str] | None = None) -> int | None:
     return None
 
 
-def preload_cuda_wheels(paths: list[str] | None = None) -> list[str]:
-    """Load the CUDA libraries of installed ``nvidia-*-cu12`` wheels (global symbols).
+def cupy_cuda_major(dist: str) -> int | None:
+    """The CUDA major a CuPy distribution is built for (``cupy-cuda13x`` -> 13), else None
+    (``cupy`` built from source, ``cupy-rocm-*``)."""
+    match = _CUPY_WHEEL.fullmatch(dist.strip().lower())
+    return int(match.group(1)) if match else None
+
+
+def cupy_distribution(
+    module: Any = None,
+    owners: Mapping[str, Sequence[str]] | None = None,
+    version_of: Callable[[str], str] | None = None,
+) -> tuple[str, str]:
+    """``(distribution, version)`` of the installed CuPy, e.g. ``("cupy-cuda13x", "14.2.0")``;
+    ``("", "")`` without one.
+
+    The distributions that install the ``cupy`` package (``owners``: what
+    ``importlib.metadata.packages_distributions()`` maps ``"cupy"`` to) whatever
+    their name (``cupy-cuda12x``, ``cupy-cuda13x``, ``cupy``, ``cupy-rocm-*``).
+    With the imported ``module``, the one whose version is its ``__version__``
+    wins (two installed side by side: the one Python imports); a module no
+    distribution installed (a source tree on the path) is ``("cupy", its version)``.
+    ``version_of`` is ``importlib.metadata.version`` unless given (tests).
+    """
+    version_of = version_of or metadata.version
+    if owners is None:
+        try:
+            owners = metadata.packages_distributions()
+        except Exception:  # a broken distribution's metadata: say nothing rather than fail
+            owners = {}
+    found: list[tuple[str, str]] = []
+    for name in sorted(dict.fromkeys(owners.get("cupy", ()))):
+        try:
+            found.append((name, version_of(name)))
+        except metadata.PackageNotFoundError:
+            continue
+    imported = str(getattr(module, "__version__", "") or "") if module is not None else ""
+    if imported:
+        return next(((n, v) for n, v in found if v == imported), ("cupy", imported))
+    # binary wheels before a source build, the newest CUDA first: what an import would
+    # most likely find when several are installed
+    found.sort(key=lambda nv: -(cupy_cuda_major(nv[0]) or 0))
+    return found[0] if found else ("", "")
+
+
+def preload_cuda_wheels(paths: list[str] | None = None, major: int | None = None) -> list[str]:
+    """Load the CUDA libraries of installed NVIDIA wheels (global symbols).
 
     CuPy 13 opens ``libnvrtc.so.12`` and ``libcublas.so.12`` by name; the
-    wheels put them under ``site-packages/nvidia/*/lib``, off the loader's
-    path. A library already loaded under the same name is what a later
-    ``dlopen`` by name returns. Returns the files loaded (none without the
-    wheels: CuPy then finds a system CUDA toolkit as usual).
+    wheels put them under ``site-packages/nvidia/*/lib`` (CUDA 13's under
+    ``nvidia/cu13/lib``), off the loader's path. A library already loaded under
+    the same name is what a later ``dlopen`` by name returns. ``major``: the
+    CUDA major of the installed CuPy (:func:`cupy_cuda_major` of
+    :func:`cupy_distribution`) unless given; both sets when unknown. Returns
+    the files loaded (none without the wheels: CuPy then finds a system CUDA
+    toolkit as usual).
     """
+    if major is None:
+        major = cupy_cuda_major(cupy_distribution()[0])
+    sets = [CUDA_WHEEL_LIBRARIES_BY_MAJOR[major]] if major in CUDA_WHEEL_LIBRARIES_BY_MAJOR \
+        else list(CUDA_WHEEL_LIBRARIES_BY_MAJOR.values())
     loaded = []
-    for relative in CUDA_WHEEL_LIBRARIES:
+    for relative in (lib for libs in sets for lib in libs):
         for site in paths if paths is not None else sys.path:
             found = glob.glob(os.path.join(site or ".", relative))
             if found:
@@ -239,4 +310,14 @@ def select_backend(device: str = "auto", local_rank: int = 0) -> Backend:
     name = cupy.cuda.runtime.getDeviceProperties(index)["name"]
     if isinstance(name, bytes):
         name = name.decode()
-    return Backend("cupy", cupy, f"cuda:{index} {name}")
+    return Backend("cupy", cupy, f"cuda:{index} {name}", gpu_identity(cupy, index))
+
+
+def gpu_identity(cupy: Any, index: int) -> str:
+    """The physical GPU ``index`` is on this host: ``pci:<bus id>`` (the same GPU whatever
+    ``CUDA_VISIBLE_DEVICES`` numbers it), else ``cuda:<index>``."""
+    try:
+        bus = cupy.cuda.Device(index).pci_bus_id
+    except Exception:  # an older CuPy, or a driver that does not say
+        bus = ""
+    return f"pci:{str(bus).lower()}" if bus else f"cuda:{index}"

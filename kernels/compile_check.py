@@ -17,6 +17,13 @@ Compilers (``--compiler``):
   ``__global__``, ``threadIdx``...), the build :class:`HostEmulator` runs.
 * ``auto`` (default): NVRTC if found, else nvcc; ``all``: every one found.
 
+Besides the portable PTX, each source is built to machine code for every
+``--arch`` (default ``sm_90``, the H100/H200; ``--arch none`` skips it):
+NVRTC with ``--gpu-architecture=sm_90`` (a CUBIN, no GPU needed), and
+``nvcc -cubin -arch=sm_90`` whenever ``nvcc`` is on ``PATH`` (with any
+``--compiler`` but ``host``), so ptxas checks the kernels for that chip
+(registers, instructions), which PTX alone does not. Builds run in parallel.
+
 Exit status: 0 all built, 1 a source failed (its compiler log is printed),
 2 no requested compiler is available.
 
@@ -43,6 +50,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,17 +71,25 @@ from syncbench.kernels.cuda_launch import (
 
 COMPILERS = ("auto", "nvrtc", "nvcc", "host", "all")
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: Machine-code targets built besides the PTX (``--arch``): the H100/H200 (Hopper).
+DEFAULT_ARCHS: tuple[str, ...] = ("sm_90",)
 
 
 @dataclass
 class BuildResult:
-    """One source built by one compiler for one dtype."""
+    """One source built by one compiler for one dtype (and one ``arch``: machine code)."""
 
     source: Path
     compiler: str
     dtype: np.dtype
     ok: bool
     log: str
+    arch: str = ""
+
+    @property
+    def label(self) -> str:
+        """``nvrtc``, ``nvcc:sm_90``...: the compiler, and the target of a machine-code build."""
+        return f"{self.compiler}:{self.arch}" if self.arch else self.compiler
 
 
 # -- NVRTC through ctypes ---------------------------------------------------------------
@@ -126,8 +142,10 @@ def nvrtc_version(lib: ctypes.CDLL) -> tuple[int, int]:
     return major.value, minor.value
 
 
-def compile_nvrtc(text: str, name: str, options: tuple[str, ...]) -> tuple[bool, str]:
-    """Compile ``text`` to PTX with NVRTC; returns (ok, log)."""
+def compile_nvrtc(text: str, name: str, options: tuple[str, ...],
+                  arch: str = "") -> tuple[bool, str]:
+    """Compile ``text`` to PTX with NVRTC, or to a CUBIN for ``arch`` (``sm_90``); returns
+    (ok, log)."""
     lib = load_nvrtc()
     if lib is None:
         raise RuntimeError("NVRTC not found")
@@ -137,6 +155,8 @@ def compile_nvrtc(text: str, name: str, options: tuple[str, ...]) -> tuple[bool,
                                     None, None)
     if status:
         return False, f"nvrtcCreateProgram: {lib.nvrtcGetErrorString(status).decode()}"
+    if arch:
+        options = (*options, f"--gpu-architecture={arch}")
     try:
         opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         status = lib.nvrtcCompileProgram(prog, len(options), opts)
@@ -147,20 +167,31 @@ def compile_nvrtc(text: str, name: str, options: tuple[str, ...]) -> tuple[bool,
         log = buf.value.decode(errors="replace").strip()
         if status:
             return False, f"{lib.nvrtcGetErrorString(status).decode()}\n{log}".strip()
-        ptx_size = ctypes.c_size_t()
-        lib.nvrtcGetPTXSize(prog, ctypes.byref(ptx_size))
-        if ptx_size.value <= 1:
-            return False, f"NVRTC produced no PTX\n{log}".strip()
+        size_of, what = (lib.nvrtcGetCUBINSize, f"{arch} CUBIN") if arch \
+            else (lib.nvrtcGetPTXSize, "PTX")
+        out_size = ctypes.c_size_t()
+        status = size_of(prog, ctypes.byref(out_size))
+        if status or out_size.value <= 1:
+            return False, f"NVRTC produced no {what}\n{log}".strip()
         return True, log
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 # -- nvcc and g++ --------------------------------------------------------------------------
-def compile_nvcc(path: Path, options: tuple[str, ...]) -> tuple[bool, str]:
-    """``nvcc -ptx`` of ``path``; returns (ok, log)."""
+def nvcc_command(path: Path, options: tuple[str, ...], output: str,
+                 arch: str = "") -> list[str]:
+    """``nvcc -ptx`` of ``path`` (portable PTX, no target), or ``nvcc -cubin -arch=<arch>``
+    (machine code for that chip: ptxas runs too)."""
+    target = ["-cubin", f"-arch={arch}"] if arch else ["-ptx"]
+    return ["nvcc", *target, *options, "-o", output, str(path)]
+
+
+def compile_nvcc(path: Path, options: tuple[str, ...], arch: str = "") -> tuple[bool, str]:
+    """:func:`nvcc_command` of ``path``; returns (ok, log)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = ["nvcc", "-ptx", *options, "-o", os.path.join(tmp, "out.ptx"), str(path)]
+        cmd = nvcc_command(path, options, os.path.join(tmp, "out.cubin" if arch else "out.ptx"),
+                           arch)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
@@ -239,25 +270,45 @@ def resolve_compilers(choice: str) -> list[str]:
     return [choice] if choice in available else []
 
 
-def build(path: Path, compiler: str, dtype: np.dtype) -> BuildResult:
-    """Build one source with one compiler for one dtype."""
+def build(path: Path, compiler: str, dtype: np.dtype, arch: str = "") -> BuildResult:
+    """Build one source with one compiler for one dtype (machine code for ``arch``)."""
     options = compile_options(dtype)
     if compiler == "nvrtc":
         text = module_source(path.stem, path.parent)  # what CupyLauncher compiles
-        ok, log = compile_nvrtc(text, path.name, options + CUPY_ADDED_OPTIONS)
+        ok, log = compile_nvrtc(text, path.name, options + CUPY_ADDED_OPTIONS, arch)
     elif compiler == "nvcc":
-        ok, log = compile_nvcc(path, (*options, "-ftz=true"))
+        ok, log = compile_nvcc(path, (*options, "-ftz=true"), arch)
     else:
         ok, log = compile_host(path, dtype)
     if ok and not parse_signatures(path.read_text(), path.stem):
         ok, log = False, f"no extern \"C\" __global__ kernel found\n{log}".strip()
-    return BuildResult(path, compiler, dtype, ok, log)
+    return BuildResult(path, compiler, dtype, ok, log, arch)
 
 
-def check(sources: list[Path], compilers: list[str]) -> list[BuildResult]:
-    """Build every source with every compiler, for float and double."""
-    return [build(path, compiler, dtype)
-            for path in sources for compiler in compilers for dtype in DTYPES]
+def arch_builds(compilers: list[str], archs: tuple[str, ...],
+                nvcc_found: bool | None = None) -> list[tuple[str, str]]:
+    """The ``(compiler, arch)`` machine-code builds: every arch with NVRTC when it is among
+    ``compilers``, and with nvcc when it is or ``nvcc`` is on ``PATH`` (``nvcc_found``),
+    unless only the host build was asked for."""
+    if not archs or compilers == ["host"]:
+        return []
+    found = shutil.which("nvcc") is not None if nvcc_found is None else nvcc_found
+    gpu = [c for c in ("nvrtc", "nvcc") if c in compilers or (c == "nvcc" and found)]
+    return [(compiler, arch) for compiler in gpu for arch in archs]
+
+
+def check(sources: list[Path], compilers: list[str],
+          archs: tuple[str, ...] = ()) -> list[BuildResult]:
+    """Build every source with every compiler (and every arch: :func:`arch_builds`), for
+    float and double, in parallel; results in that order."""
+    jobs = [(path, compiler, dtype, "") for path in sources for compiler in compilers
+            for dtype in DTYPES]
+    jobs += [(path, compiler, dtype, arch) for path in sources
+             for compiler, arch in arch_builds(compilers, archs) for dtype in DTYPES]
+    if "nvrtc" in compilers or any(job[1] == "nvrtc" for job in jobs):
+        load_nvrtc()  # once, before the threads
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        return list(pool.map(lambda job: build(*job), jobs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +320,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="sources to check (default: every kernels/cuda/*.cu)")
     parser.add_argument("--compiler", choices=COMPILERS, default="auto",
                         help="auto: NVRTC, else nvcc; all: every available, g++ included")
+    parser.add_argument("--arch", default=",".join(DEFAULT_ARCHS),
+                        help="machine-code targets besides the PTX, comma-separated (NVRTC, "
+                        "and nvcc when on PATH); 'none' for PTX only (default: %(default)s)")
     config = parser.parse_args(argv)
+    archs = tuple(a.strip() for a in config.arch.split(",")
+                  if a.strip() and a.strip() != "none")
     sources = config.sources or source_files()
     missing = [s for s in sources if not s.is_file()]
     if missing or not sources:
@@ -286,14 +342,16 @@ def main(argv: list[str] | None = None) -> int:
         major, minor = nvrtc_version(lib)
         print(f"nvrtc {major}.{minor}: {lib._syncbench_path}")  # type: ignore[attr-defined]
     failures = 0
-    for result in check(sources, compilers):
+    results = check(sources, compilers, archs)
+    for result in results:
         status = "ok" if result.ok else "FAILED"
-        print(f"{status:<6} {result.compiler:<5} {result.dtype.name:<7} {result.source}")
+        print(f"{status:<6} {result.label:<11} {result.dtype.name:<7} {result.source}")
         if result.log and (not result.ok or result.compiler != "host"):
             print("  " + result.log.replace("\n", "\n  "))
         failures += not result.ok
-    print(f"compile_check: {len(sources)} sources x {len(compilers)} compilers x 2 dtypes, "
-          f"{failures} failed")
+    labels = list(dict.fromkeys(r.label for r in results))
+    print(f"compile_check: {len(sources)} sources x {len(labels)} builds "
+          f"({', '.join(labels)}) x 2 dtypes, {failures} failed")
     return 1 if failures else 0
 
 

@@ -4,10 +4,15 @@ Every :data:`syncbench.kernels.cuda_cases.CASES` entry at benchmark size is
 run through its NumPy reference (:data:`syncbench.kernels.ops.REFERENCES`)
 and through its kernel (:mod:`syncbench.kernels.cuda_ops`); the table gives
 both medians, the speedup, the least memory traffic of the operation
-(:func:`bytes_moved`) over the kernel's time (the effective bandwidth, to
-set against the device's memory peak) and whether the outputs agree by the
+(:func:`bytes_moved`) over the kernel's time (the effective bandwidth at the
+model's sizes, most of whose arrays fit in the GPU's L2: the HBM figures are
+:mod:`syncbench.kernels.gpu_measure`'s, on 1 GiB arrays beside a
+device-to-device copy) and whether the outputs agree by the
 cases' rules (bit for bit, or within
-:func:`~syncbench.kernels.cuda_cases.tolerance`). The tests run the same
+:func:`~syncbench.kernels.cuda_cases.tolerance`). The kernel's time is taken
+with CUDA events around ``repeat`` launches queued back to back
+(:func:`~syncbench.kernels.gpu_measure.event_seconds`), not per call with a
+stream synchronization, whose ~7 µs launch cost would dominate small calls. The tests run the same
 code on NumPy arrays through the host emulator, without a GPU. CuPy is
 imported only when no array module is given (the GPU run).
 """
@@ -48,7 +53,7 @@ def benchmark(
     """Time every :data:`CASES` entry: NumPy reference vs CUDA kernel.
 
     Returns rows with ``case``, ``numpy_ms``, ``cuda_ms`` (medians; the GPU
-    time includes the launch and a stream synchronization), ``bytes`` (the
+    time is one call's of ``repeat`` queued back to back between CUDA events), ``bytes`` (the
     least memory traffic of the operation, :func:`bytes_moved`), ``cuda_gb_s``
     and ``numpy_gb_s`` (``bytes`` over the time: the effective bandwidth, to
     compare with the device's memory peak), ``max_abs_diff``,
@@ -60,6 +65,8 @@ def benchmark(
     """
     if xp is None:
         import cupy as xp  # lazy: only the GPU run has CuPy
+    from syncbench.kernels.gpu_measure import event_seconds  # imports cuda_ops, like this
+
     on_gpu = xp.__name__ == "cupy"
     sync = xp.cuda.get_current_stream().synchronize if on_gpu else (lambda: None)
     to_host = xp.asnumpy if on_gpu else np.asarray
@@ -73,7 +80,9 @@ def benchmark(
         got = run_case(kernel, _copies(device))
         diff, rel = _differences(expected, [to_host(g) for g in got])
         numpy_s = _median_seconds(lambda r=reference, a=host: r(*a), repeat, lambda: None)
-        cuda_s = _median_seconds(lambda k=kernel, a=device: k(*a), repeat, sync)
+        cuda_s = (event_seconds(lambda k=kernel, a=device: k(*a), xp, launches=repeat, repeat=3)
+                  if on_gpu else
+                  _median_seconds(lambda k=kernel, a=device: k(*a), repeat, sync))
         exact = case.is_exact(large)
         ok = diff == 0.0 if exact else rel <= tolerance(dtype, large)
         moved = bytes_moved(reference, host)
@@ -142,9 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
     config = parser.parse_args(argv)
-    print(format_table(benchmark(config.dtype, config.repeat)))
-    return 0
+    rows = benchmark(config.dtype, config.repeat)
+    print(format_table(rows))
+    if config.json:
+        import json  # lazy: only --json
+
+        with open(config.json, "w") as f:
+            json.dump({"dtype": config.dtype, "repeat": config.repeat,
+                       "rows": [{k: (v.item() if hasattr(v, "item") else v)
+                                 for k, v in row.items()} for row in rows]}, f, indent=1)
+    return 0 if all(row["ok"] for row in rows) else 1
 
 
 if __name__ == "__main__":

@@ -416,7 +416,8 @@ def test_machine_attrs_count_ranks_per_host_against_physical_cores():
     two = machine_attrs(["a", "a"], [info, info], "weak")
     assert two == {"host_cores": 2, "host_cpus": 4, "ranks_per_host": 2, "nodes": 1,
                    "ranks_per_node": [2], "oversubscribed": False, "scaling_mode": "weak",
-                   "ranks_per_machine": 2}
+                   "ranks_per_machine": 2, "gpu_count": 0, "ranks_per_gpu": 0,
+                   "gpu_shared": False}
     four = machine_attrs(["a", "a", "a", "b"], [info] * 4, None)
     assert four["ranks_per_host"] == 3 and four["oversubscribed"] is True
     assert four["nodes"] == 2 and four["ranks_per_node"] == [3, 1]  # sorted host names

@@ -27,8 +27,15 @@ Iallreduce + Wait time, each iteration posts the Iallreduce, runs a NumPy
 busy loop calibrated to t_comm that calls Test between chunks, and waits;
 overlap = max(0, 100 (1 - (t_overall - t_compute) / t_comm)) %, t_compute
 without the Test calls. --buffer cupy puts the buffers on GPU local_rank %
-count, staged through host copies in the timed region unless --cuda-aware
-yes. --out writes every row and every raw latency to an HDF5 file (AlgBW also
+count and hands the collectives to MPI as training does, through the
+communicator of train's GPU backend, in place: staged through its pinned host
+mirror (device -> pinned host copy,
+the MPI call on the mirror, the copy back, all in the timed region; a staged
+Iallreduce copies on a copy stream and is posted once the copy is done), or
+the device buffer itself when the MPI is CUDA-aware (--cuda-aware yes, or auto
+and the library says so). RMA operations stage through pinned buffers too,
+copying to the host only what MPI reads and back only what it wrote.
+--out writes every row and every raw latency to an HDF5 file (AlgBW also
 as ``bw_mbps``, its name before, for older readers).
 """
 
@@ -51,7 +58,7 @@ import numpy as np
 
 from syncbench.bench.micro.output import check_writable_parent, written_atomically
 from syncbench.bench.mpi.errors import CommandParser
-from syncbench.kernels.backend import BackendError, select_backend
+from syncbench.kernels.backend import Backend, BackendError, select_backend
 
 OPS = ("allreduce", "iallreduce", "bcast", "rma-accumulate", "rma-get", "rma-get-accumulate")
 RMA_OPS = ("rma-accumulate", "rma-get", "rma-get-accumulate")
@@ -76,6 +83,10 @@ OLD_NAMES = {"bw_mbps": "algbw_mbps"}
 #: OSU's widths: the size in 10 characters (``# Size`` above it), each field in 18.
 SIZE_WIDTH, FIELD_WIDTH = 10, 18
 
+#: The header's words for :attr:`Buffers.staging`.
+STAGING_WORDS = {"": "", "pinned": " (staged through pinned host memory, as training)",
+                 "direct": " (device pointers to MPI: CUDA-aware)"}
+
 _open_windows = 0
 
 
@@ -92,10 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="warm-up iterations per size, not timed (default 20)")
     parser.add_argument("--buffer", choices=BUFFERS, default="numpy",
                         help="host (numpy) or GPU (cupy) buffers")
-    parser.add_argument("--cuda-aware", choices=("no", "yes"), default="no",
+    parser.add_argument("--cuda-aware", choices=("no", "yes", "auto"), default="no",
                         help="cupy buffers: hand device pointers to MPI (yes) or stage them "
-                        "through host copies (no, default; the PyPI MPI wheels are not "
-                        "CUDA-aware)")
+                        "through pinned host memory as training does (no, default; the PyPI "
+                        "MPI wheels are not CUDA-aware); auto asks the library as train's "
+                        "--cuda-aware auto does")
     parser.add_argument("--barrier", action="store_true",
                         help="blocking collectives: an untimed barrier after every iteration "
                         "(as osu_allreduce does; it adds the barrier's exit skew to each "
@@ -129,14 +141,30 @@ def element_type(op: str) -> np.dtype:
 class Buffers:
     """Allocates the benchmark's arrays on the host or the GPU.
 
-    ``mpi(a)`` is what to hand to MPI for array ``a`` and ``back(a, m)`` copies
-    a received host staging buffer ``m`` back to the device; both are no-ops for
-    NumPy buffers and for CUDA-aware MPI.
+    ``backend`` is the GPU backend of device buffers (None: host buffers).
+    Collectives on device buffers go through :meth:`communicator` (training's
+    :class:`~syncbench.algorithms.device_buffers.DeviceCommunicator`): staged
+    through its pinned mirrors when ``staged``, direct when not (CUDA-aware).
+    For RMA, ``mpi(a, send)`` is what to hand to MPI for array ``a`` (a pinned
+    host buffer filled from ``a`` when ``send``) and ``back(a, m)`` copies a
+    received host buffer ``m`` back to the device; both are no-ops for host
+    buffers and for CUDA-aware MPI.
     """
 
     xp: Any
     staged: bool
+    backend: Backend | None = None
     _host: dict[int, np.ndarray] = field(default_factory=dict)
+    _comms: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def on_device(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def staging(self) -> str:
+        """How device buffers reach MPI: ``pinned`` (staged), ``direct``; "" for host ones."""
+        return "" if not self.on_device else "pinned" if self.staged else "direct"
 
     def array(self, count: int, dtype: np.dtype, fill: float) -> Any:
         return self.xp.full(count, fill, dtype=dtype)
@@ -150,34 +178,62 @@ class Buffers:
         return source, destination
 
     def sync(self) -> None:
-        if self.xp is not np:
-            self.xp.cuda.get_current_stream().synchronize()
+        if self.backend is not None:
+            self.backend.synchronize()
 
-    def mpi(self, a: Any) -> Any:
+    def communicator(self, comm: Any) -> Any:
+        """Training's GPU communicator over ``comm`` (one per communicator), untimed:
+        staged through pinned mirrors unless direct (CUDA-aware, nonblocking calls too)."""
+        from syncbench.algorithms.device_buffers import (  # lazy: imports mpi4py.MPI
+            DeviceCommunicator,
+        )
+        from syncbench.algorithms.timing import NullTimer
+
+        if id(comm) not in self._comms:
+            direct = not self.staged
+            self._comms[id(comm)] = DeviceCommunicator(comm, NullTimer(), self.backend,
+                                                       cuda_aware=direct,
+                                                       nonblocking_direct=direct)
+        return self._comms[id(comm)]
+
+    def mpi(self, a: Any, send: bool = True) -> Any:
         if not self.staged:
             return a
+        from syncbench.algorithms.device_buffers import (  # lazy: imports mpi4py.MPI
+            copy_to_host,
+            host_empty,
+        )
+
         host = self._host.get(id(a))
         if host is None:
-            host = self._host[id(a)] = np.empty(a.shape, a.dtype)
-        a.get(out=host)
+            host = self._host[id(a)] = host_empty(self.backend, a.shape, a.dtype)
+        if send:
+            copy_to_host(self.backend, a, host)
         return host
 
     def back(self, a: Any, host: Any) -> None:
         if self.staged:
-            a.set(host)
+            from syncbench.algorithms.device_buffers import (  # lazy: imports mpi4py.MPI
+                copy_to_device,
+            )
+
+            copy_to_device(self.backend, host, a)
 
 
-def make_buffers(kind: str, cuda_aware: bool, local_rank: int) -> Buffers:
-    """NumPy buffers, or CuPy ones on device ``local_rank % count`` (else ``ValueError``)."""
-    if kind == "numpy":
+def make_buffers(kind: str, cuda_aware: bool, local_rank: int,
+                 backend: Backend | None = None) -> Buffers:
+    """NumPy buffers, or CuPy ones on device ``local_rank % count`` (else ``ValueError``);
+    ``backend`` replaces the GPU one (tests: NumPy arrays through the device path)."""
+    if kind == "numpy" and backend is None:
         return Buffers(np, staged=False)
-    try:
-        backend = select_backend("gpu", local_rank)
-    except BackendError:
-        raise ValueError("--buffer cupy needs CuPy and a CUDA GPU, and this rank has none "
-                         "(pip install 'syncbench[gpu]' on a GPU machine, or use "
-                         "--buffer numpy)") from None
-    return Buffers(backend.xp, staged=not cuda_aware)
+    if backend is None:
+        try:
+            backend = select_backend("gpu", local_rank)
+        except BackendError:
+            raise ValueError("--buffer cupy needs CuPy and a CUDA GPU, and this rank has none "
+                             "(pip install 'syncbench[gpu]' on a GPU machine, or use "
+                             "--buffer numpy)") from None
+    return Buffers(backend.xp, staged=not cuda_aware, backend=backend)
 
 
 # -- timing ------------------------------------------------------------------
@@ -221,27 +277,19 @@ def collective_body(op: str, comm: Any, bufs: Buffers, nbytes: int) -> Callable[
     from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     send, recv = bufs.pair(op, nbytes)
-    if not bufs.staged:  # the bare MPI call: no Python frames in the timed region
+    if not bufs.on_device:  # the bare MPI call: no Python frames in the timed region
         return {"allreduce": partial(comm.Allreduce, send, recv, MPI.SUM),
                 "iallreduce": lambda: comm.Iallreduce(send, recv, op=MPI.SUM).Wait(),
                 "bcast": partial(comm.Bcast, send, 0)}[op]
-
-    def allreduce() -> None:
-        host = bufs.mpi(recv)
-        comm.Allreduce(bufs.mpi(send), host, op=MPI.SUM)
-        bufs.back(recv, host)
+    # device buffers as training hands them over: in place, through its communicator
+    # (zeros: a sum in place stays finite however many iterations run)
+    device = bufs.communicator(comm)
 
     def iallreduce() -> None:
-        host = bufs.mpi(recv)
-        comm.Iallreduce(bufs.mpi(send), host, op=MPI.SUM).Wait()
-        bufs.back(recv, host)
+        device.Wait(device.Iallreduce(recv))
 
-    def bcast() -> None:
-        host = bufs.mpi(send)
-        comm.Bcast(host, root=0)
-        bufs.back(send, host)
-
-    return {"allreduce": allreduce, "iallreduce": iallreduce, "bcast": bcast}[op]
+    return {"allreduce": partial(device.Allreduce, recv), "iallreduce": iallreduce,
+            "bcast": partial(device.Bcast, recv, 0)}[op]
 
 
 def open_windows() -> int:
@@ -277,13 +325,13 @@ def rma_samples(op: str, comm: Any, win: Any, bufs: Buffers, nbytes: int, iterat
         win.Flush(target)
 
     def get() -> None:
-        host = bufs.mpi(result)
+        host = bufs.mpi(result, send=False)  # MPI writes it: nothing to copy out first
         win.Get(host, target)
         win.Flush(target)
         bufs.back(result, host)
 
     def get_accumulate() -> None:
-        host = bufs.mpi(result)
+        host = bufs.mpi(result, send=False)
         win.Get_accumulate(bufs.mpi(origin), host, target, op=MPI.SUM)
         win.Flush(target)
         bufs.back(result, host)
@@ -331,21 +379,30 @@ def overlap_samples(comm: Any, bufs: Buffers, nbytes: int, iterations: int, skip
     chunks = calibrate_chunks(target_s, work)
     overall = np.empty(iterations)
     compute = np.empty(iterations)
+    if bufs.on_device:  # as training: in place, through the GPU backend's communicator
+        device = bufs.communicator(comm)
+        post, test, wait = (lambda: device.Iallreduce(recv)), device.Test, device.Wait
+    else:
+        post = partial(comm.Iallreduce, send, recv, op=MPI.SUM)
+
+        def test(req: Any) -> None:
+            req.Test()
+
+        def wait(req: Any) -> None:
+            req.Wait()
     comm.Barrier()
     for i in range(skip + iterations):
         t0 = MPI.Wtime()
-        host = bufs.mpi(recv)
-        req = comm.Iallreduce(bufs.mpi(send), host, op=MPI.SUM)
+        req = post()
         tc = MPI.Wtime()
         in_test = 0.0
         for _ in range(chunks):
             busy_chunk(work)
             tt = MPI.Wtime()
-            req.Test()
+            test(req)
             in_test += MPI.Wtime() - tt
         tc = MPI.Wtime() - tc - in_test
-        req.Wait()
-        bufs.back(recv, host)
+        wait(req)
         if i >= skip:
             overall[i - skip] = MPI.Wtime() - t0
             compute[i - skip] = tc
@@ -533,7 +590,12 @@ def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
     if args.out:
         check_writable_parent("--out", args.out)
     local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
-    bufs = make_buffers(args.buffer, args.cuda_aware == "yes", local_rank)
+    aware = args.cuda_aware == "yes"
+    if args.cuda_aware == "auto" and args.buffer == "cupy":
+        from syncbench.algorithms.device_buffers import detect_cuda_aware  # lazy: mpi4py.MPI
+
+        aware = detect_cuda_aware("auto").enabled
+    bufs = make_buffers(args.buffer, aware, local_rank)
     return kept, bufs
 
 
@@ -562,7 +624,7 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
     if rank == 0:
         print(f"# syncbench comm: {args.op}, {comm.Get_size()} ranks on {nodes} "
               f"node{'s' if nodes > 1 else ''}, {args.buffer} buffers"
-              f"{' (staged through host)' if bufs.staged else ''}, "
+              f"{STAGING_WORDS[bufs.staging]}, "
               f"{element_type(args.op).name}, {args.iterations} iterations (skip {args.skip})")
         print(f"# MPI: {library_version()}")
         print(header(cols), flush=True)
@@ -589,7 +651,7 @@ def result_attrs(args: argparse.Namespace, comm: Any, bufs: Buffers) -> dict[str
     from syncbench.bench.mpi.runtime import library_version  # lazy: imports mpi4py.MPI
 
     return {"schema": SCHEMA, "op": args.op, "world_size": comm.Get_size(),
-            "buffer": args.buffer, "staged": bufs.staged,
+            "buffer": args.buffer, "staged": bufs.staged, "staging": bufs.staging,
             "dtype": element_type(args.op).name, "iterations": args.iterations,
             "skip": args.skip, "mpi_library": library_version(),
             "mpi4py_version": metadata.version("mpi4py"), "hostname": socket.gethostname(),

@@ -153,10 +153,21 @@ def cuda_fact(choice: str = "auto") -> Fact:
                 "then the environment: algorithms.device_buffers.detect_cuda_aware")
 
 
+def cupy_fact() -> Fact:
+    """The installed CuPy distribution (``cupy-cuda12x``, ``cupy-cuda13x``...), not imported."""
+    from syncbench.kernels.backend import cupy_distribution  # lazy: no CuPy import
+
+    name, version = cupy_distribution()
+    return Fact("CuPy", f"{name} {version}" if name else "not installed",
+                "the distribution that installed the cupy package" if name else
+                "pip install -e '.[gpu]' (CUDA 12) or '.[gpu-cuda13]' (CUDA 13)")
+
+
 def gpu_fact() -> Fact:
     """The GPU probe's answer (``--device auto`` takes the GPU only if it passes)."""
     if importlib.util.find_spec("cupy") is None:
-        return Fact("GPU", "none", "CuPy is not installed (pip install -e '.[gpu]')")
+        return Fact("GPU", "none", "CuPy is not installed (pip install -e '.[gpu]' for "
+                    "CUDA 12, '.[gpu-cuda13]' for CUDA 13)")
     from syncbench.kernels.backend import probe_gpu  # lazy: loads CuPy and CUDA
 
     cupy, reason = probe_gpu()
@@ -288,7 +299,8 @@ def collect(data_dir: str | None, environ: Mapping[str, str]) -> list[Fact]:
     facts = [*package_facts(), *mpi_facts(environ)]
     if any(fact.name == "MPI library" and not fact.missing for fact in facts):
         facts.append(cuda_fact())  # MPI loaded (and initialized by the import)
-    facts += [gpu_fact(), *dataset_facts(data_dir), simgrid_fact(), slurm_fact(environ),
+    facts += [cupy_fact(), gpu_fact(), *dataset_facts(data_dir), simgrid_fact(),
+              slurm_fact(environ),
               cluster_fact(), torch_fact(),
               thread_fact(threads.decide(environ), this_process=False)]
     return facts

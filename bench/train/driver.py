@@ -98,7 +98,13 @@ from syncbench.bench.train.slowdown import (
 )
 from syncbench.bench.train.stopping import SignalCatcher, StopVote, exit_status
 from syncbench.bench.train.stream import BatchStream
-from syncbench.kernels.backend import Backend, BackendError, bind_before_mpi, select_backend
+from syncbench.kernels.backend import (
+    Backend,
+    BackendError,
+    bind_before_mpi,
+    cupy_distribution,
+    select_backend,
+)
 from syncbench.kernels.model import Model
 from syncbench.kernels.zoo import build_model
 
@@ -167,6 +173,8 @@ class Training:
             self.backend: Backend = select_backend(config.device, self.local_rank)
         except BackendError as exc:
             raise SetupError(str(exc)) from None
+        # the update phase ends when its kernels have run, not when they are queued
+        self.timer.device_sync = self.backend.synchronize if self.backend.is_gpu else None
         self.cuda_aware = self.backend.is_gpu and detect_cuda_aware(
             getattr(config, "cuda_aware", "auto")).enabled
         #: The strategy's timed communicator (built once, for this backend).
@@ -318,7 +326,8 @@ class Training:
         """Root attributes (every rank's node, device and MPI transport settings) and the
         parts folder's metadata."""
         config = self.config
-        ranks = self.world.allgather((self.backend.device, self.cuda_aware, host_info(),
+        ranks = self.world.allgather((self.backend.device, self.cuda_aware,
+                                      {**host_info(), "gpu": self.backend.device_id},
                                       transport_env()))
         infos = [info for _, _, info, _ in ranks]
         self.host_cores_by_rank = [info.get("host_cores") for info in infos]
@@ -600,6 +609,8 @@ class Training:
 
     def root_attrs(self, hostnames: list[str], devices: list[str]) -> dict[str, Any]:
         config = self.config
+        cupy_package, cupy_version = cupy_distribution(
+            self.backend.xp if self.backend.is_gpu else None)
         return {
             "algorithm": config.algorithm,
             "model": config.model,
@@ -612,7 +623,9 @@ class Training:
             "mpi_library": library_version(),
             "mpi4py_version": metadata.version("mpi4py"),
             "numpy_version": np.__version__,
-            "cupy_version": _optional_version("cupy-cuda12x") or _optional_version("cupy"),
+            # the CuPy installed (imported, on the GPU backend): cupy-cuda12x or -cuda13x
+            "cupy_version": cupy_version,
+            "cupy_package": cupy_package,
             "h5py_version": h5py.__version__,
             "backend": self.backend.name,
             "devices": sorted(set(devices)),
@@ -692,12 +705,18 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
     ``info["machine"]``: the nodes of the emulated cluster are one) is
     oversubscribed when its ranks outnumber its physical cores (its own
     count, not rank 0's); ``ranks_per_node`` follows the sorted ``hostnames``.
+    ``info["gpu"]`` (``Backend.device_id``, "" on the CPU) gives ``schema.GPU_ATTRS``:
+    the distinct GPUs of the run (a GPU is one id on one machine), the most ranks on
+    one of them, and whether some GPU is shared by several ranks (they time-slice it:
+    a timing of its own, whatever the cores say).
     """
     per_host = Counter(hostnames)
     # cores are a kernel's: nodes that are namespaces of one host share its cores
     machines = [machine_key(host, info.get("machine")) for host, info in zip(hostnames, infos)]
     per_machine = Counter(machines)
     cores = {machine: info.get("host_cores") for machine, info in zip(machines, infos)}
+    per_gpu = Counter((machine, info["gpu"]) for machine, info in zip(machines, infos)
+                      if info.get("gpu"))
     return {
         "host_cores": infos[0].get("host_cores") or 0,
         "host_cpus": infos[0].get("host_cpus") or 0,
@@ -709,14 +728,10 @@ def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],
         "oversubscribed": None if None in cores.values()
         else any(per_machine[m] > c for m, c in cores.items()),
         "scaling_mode": scaling_mode or "",
+        "gpu_count": len(per_gpu),
+        "ranks_per_gpu": max(per_gpu.values(), default=0),
+        "gpu_shared": any(count > 1 for count in per_gpu.values()),
     }
-
-
-def _optional_version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return ""
 
 
 def main(args: argparse.Namespace) -> int:
