@@ -20,13 +20,14 @@ core's L2 cache (:data:`CHUNK_BYTES`), so the copy writes and the GEMM reads
 cache rather than memory; the bias is added while the valid columns are
 copied out.
 
-Backward. The output gradient goes into wide rows whose discarded columns
-are zero. The weight gradient re-builds each chunk's columns (cheaper than
-keeping a matrix of C*k*k x N*OH*OW per layer between forward and backward)
-and sums the chunks' GEMMs; the input gradient is ``W^T @ dy`` folded back
-(col2im): k*k in-place additions per chunk, each of one contiguous run per
-(channel, sample) for stride 1. The discarded columns contribute exact
-zeros.
+Backward. Training keeps the forward pass's column matrix (the chunks are
+written into one array, each still in cache when its GEMM reads it), so the
+weight gradient is one GEMM of the output gradient, laid out like those
+columns with zeros in the discarded ones, by that matrix. The input
+gradient is ``W^T @ dy`` over wide rows whenever the stride is 1 (even where
+the forward pass used compact columns), folded back (col2im) by chunks: k*k
+in-place additions per chunk, each of one contiguous run per (channel,
+sample). The discarded columns contribute exact zeros.
 
 The arithmetic is the textbook im2col convolution's (Chellapilla et al.
 2006, "High performance convolutional neural networks for document
@@ -36,7 +37,7 @@ from one big GEMM, so float32 results can differ in the last bits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -63,6 +64,8 @@ class ConvGeometry:
     k: int
     pad: int
     stride: int
+    #: Wide rows or compact columns; None: the rule of :attr:`wide`.
+    wide_rows: bool | None = None
 
     @property
     def hp(self) -> int:
@@ -83,7 +86,14 @@ class ConvGeometry:
     @property
     def wide(self) -> bool:
         """Wide rows: stride 1 and few discarded columns (``OW / Wp`` at least :data:`WIDE_MIN`)."""
+        if self.wide_rows is not None:
+            return self.wide_rows and self.stride == 1
         return self.stride == 1 and self.ow >= WIDE_MIN * self.wp
+
+    def folding(self) -> ConvGeometry:
+        """The geometry of the input gradient's fold: wide rows whenever the stride is 1
+        (each window offset one contiguous run, whatever the forward pass used)."""
+        return replace(self, wide_rows=self.stride == 1)
 
     @property
     def pitch(self) -> int:

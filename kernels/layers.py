@@ -355,11 +355,13 @@ class Conv2d(Layer):
         weight = self.params[0].reshape(self.cout, -1)
         out = self.recycled("out", (self.cout, n, g.oh, g.ow), x.dtype)  # channel-major
         chunk = g.chunk(x.dtype.itemsize)
-        cols = self.scratch("cols", (g.rows, chunk * g.per_sample), x.dtype)
+        # Training keeps every chunk's columns for the weight gradient; evaluation one chunk.
+        cols = self.scratch("cols", (g.rows, (n if train else chunk) * g.per_sample), x.dtype)
         prod = self.scratch("prod", (self.cout, chunk * g.per_sample), x.dtype)
         for first in range(0, n, chunk):
             count = min(chunk, n - first)
-            y = np.matmul(weight, cpu_conv.columns(cols, planes, g, first, count),
+            where = cols[:, first * g.per_sample :] if train else cols
+            y = np.matmul(weight, cpu_conv.columns(where, planes, g, first, count),
                           out=prod[:, : count * g.per_sample])
             valid = y.reshape(self.cout, count, g.oh, g.pitch)[..., : g.ow]
             dest = out[:, first : first + count]
@@ -367,6 +369,7 @@ class Conv2d(Layer):
                 np.add(valid, self.params[1][:, None, None, None], out=dest)
             else:
                 np.copyto(dest, valid)
+        self._cols = cols if train else None
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", out.shape, _BOOL)
             _relu_in_place(out, self._mask)
@@ -375,39 +378,36 @@ class Conv2d(Layer):
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return self._gpu_backward(_xp(dy), dy)
-        g, planes, cout = self._geometry, self._planes, self.cout
-        wide = self.scratch("dy_wide", (cout, g.n, g.oh, g.pitch), dy.dtype, zero=True)
-        if self.fused_relu:  # discarded columns stay 0
-            np.multiply(cpu_conv.channel_major(dy), self._mask, out=wide[..., : g.ow])
-        else:
-            np.copyto(wide[..., : g.ow], cpu_conv.channel_major(dy))
-        wide = wide.reshape(cout, g.n * g.per_sample)
+        g, cout = self._geometry, self.cout
+        laid = self._output_grad(dy, g, "dy_cols")
         if self.bias:
-            wide.sum(axis=1, out=self.grads[1])
-        chunk = g.chunk(dy.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
-        cols = self.scratch("dcols", (g.rows, chunk * g.per_sample), dy.dtype)
-        dweight = self.grads[0].reshape(cout, -1)
-        part = self.scratch("dweight_part", dweight.shape, dy.dtype)
-        for first in range(0, g.n, chunk):
-            count = min(chunk, g.n - first)
-            block = wide[:, first * g.per_sample : (first + count) * g.per_sample]
-            cols_t = cpu_conv.columns(cols, planes, g, first, count).T
-            if first == 0:
-                np.matmul(block, cols_t, out=dweight)
-            else:
-                dweight += np.matmul(block, cols_t, out=part)
+            laid.sum(axis=1, out=self.grads[1])
+        np.matmul(laid, self._cols.T, out=self.grads[0].reshape(cout, -1))
         if not self.needs_input_grad:
             return None
-        dplanes = self.recycled("dplanes", g.planes_shape, dy.dtype)
+        fold = g.folding()
+        wide = laid if fold.pitch == g.pitch else self._output_grad(dy, fold, "dy_wide")
+        dplanes = self.recycled("dplanes", fold.planes_shape, dy.dtype)
         dplanes.fill(0)
         weight_t = self.params[0].reshape(cout, -1).T
-        dcols = cols  # the same chunk size: the weight gradient is done with it
-        for first in range(0, g.n, chunk):
-            count = min(chunk, g.n - first)
-            block = wide[:, first * g.per_sample : (first + count) * g.per_sample]
-            part_cols = np.matmul(weight_t, block, out=dcols[:, : count * g.per_sample])
-            cpu_conv.fold(dplanes, part_cols, g, first, count)
-        return cpu_conv.interior(dplanes, g)
+        chunk = fold.chunk(dy.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
+        dcols = self.scratch("dcols", (fold.rows, chunk * fold.per_sample), dy.dtype)
+        for first in range(0, fold.n, chunk):
+            count = min(chunk, fold.n - first)
+            block = wide[:, first * fold.per_sample : (first + count) * fold.per_sample]
+            part = np.matmul(weight_t, block, out=dcols[:, : count * fold.per_sample])
+            cpu_conv.fold(dplanes, part, fold, first, count)
+        return cpu_conv.interior(dplanes, fold)
+
+    def _output_grad(self, dy: np.ndarray, g: cpu_conv.ConvGeometry, name: str) -> np.ndarray:
+        """``dy`` (masked by the fused ReLU) laid out as the (cout, n * per_sample) columns of
+        ``g``, the discarded columns of wide rows zero."""
+        laid = self.scratch(name, (self.cout, g.n, g.oh, g.pitch), dy.dtype, zero=True)
+        if self.fused_relu:
+            np.multiply(cpu_conv.channel_major(dy), self._mask, out=laid[..., : g.ow])
+        else:
+            np.copyto(laid[..., : g.ow], cpu_conv.channel_major(dy))
+        return laid.reshape(self.cout, g.n * g.per_sample)
 
     def _gpu_forward(self, xp: Any, x: Any) -> Any:
         """im2col kernel, one cuBLAS GEMM, bias kernel (the CPU path's layout)."""
