@@ -20,10 +20,12 @@ core's L2 cache (:data:`CHUNK_BYTES`), so the copy writes and the GEMM reads
 cache rather than memory; the bias is added while the valid columns are
 copied out.
 
-Backward. Training keeps the forward pass's column matrix (the chunks are
-written into one array, each still in cache when its GEMM reads it), so the
-weight gradient is one GEMM of the output gradient, laid out like those
-columns with zeros in the discarded ones, by that matrix. The input
+Backward. Training keeps the forward pass's column matrix when it is small
+(:data:`KEEP_COLUMNS_BYTES`; the chunks are written into one array, each
+still in cache when its GEMM reads it), so the weight gradient is one GEMM
+of the output gradient, laid out like those columns with zeros in the
+discarded ones, by that matrix; a larger one is built again chunk by chunk
+and the chunks' GEMMs summed. The input
 gradient is ``W^T @ dy`` over wide rows whenever the stride is 1 (even where
 the forward pass used compact columns), folded back (col2im) by chunks: k*k
 in-place additions per chunk, each of one contiguous run per (channel,
@@ -44,6 +46,9 @@ from numpy.lib.stride_tricks import as_strided
 
 #: Bytes of one chunk's column matrix (about half of this machine's 1 MiB L2 per core).
 CHUNK_BYTES = 512 * 1024
+#: Training keeps a convolution's column matrix up to this size for the weight
+#: gradient; a larger one (a ResNet's first stage: 31 MB) is built again by chunks.
+KEEP_COLUMNS_BYTES = 8 * 1024 * 1024
 #: Narrower outputs than this fraction of the padded width get compact columns: the
 #: discarded columns of wide rows would cost more GEMM work than the strided copy saves.
 WIDE_MIN = 0.75

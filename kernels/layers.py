@@ -355,12 +355,14 @@ class Conv2d(Layer):
         weight = self.params[0].reshape(self.cout, -1)
         out = self.recycled("out", (self.cout, n, g.oh, g.ow), x.dtype)  # channel-major
         chunk = g.chunk(x.dtype.itemsize)
-        # Training keeps every chunk's columns for the weight gradient; evaluation one chunk.
-        cols = self.scratch("cols", (g.rows, (n if train else chunk) * g.per_sample), x.dtype)
+        # Training keeps every chunk's columns for the weight gradient if they are few
+        # (cpu_conv.KEEP_COLUMNS_BYTES); else backward builds them again, chunk by chunk.
+        keep = train and g.rows * n * g.per_sample * x.dtype.itemsize <= cpu_conv.KEEP_COLUMNS_BYTES
+        cols = self.scratch("cols", (g.rows, (n if keep else chunk) * g.per_sample), x.dtype)
         prod = self.scratch("prod", (self.cout, chunk * g.per_sample), x.dtype)
         for first in range(0, n, chunk):
             count = min(chunk, n - first)
-            where = cols[:, first * g.per_sample :] if train else cols
+            where = cols[:, first * g.per_sample :] if keep else cols
             y = np.matmul(weight, cpu_conv.columns(where, planes, g, first, count),
                           out=prod[:, : count * g.per_sample])
             valid = y.reshape(self.cout, count, g.oh, g.pitch)[..., : g.ow]
@@ -369,7 +371,7 @@ class Conv2d(Layer):
                 np.add(valid, self.params[1][:, None, None, None], out=dest)
             else:
                 np.copyto(dest, valid)
-        self._cols = cols if train else None
+        self._cols = cols if keep else None
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", out.shape, _BOOL)
             _relu_in_place(out, self._mask)
@@ -382,7 +384,7 @@ class Conv2d(Layer):
         laid = self._output_grad(dy, g, "dy_cols")
         if self.bias:
             laid.sum(axis=1, out=self.grads[1])
-        np.matmul(laid, self._cols.T, out=self.grads[0].reshape(cout, -1))
+        self._weight_grad(laid, g)
         if not self.needs_input_grad:
             return None
         fold = g.folding()
@@ -398,6 +400,25 @@ class Conv2d(Layer):
             part = np.matmul(weight_t, block, out=dcols[:, : count * fold.per_sample])
             cpu_conv.fold(dplanes, part, fold, first, count)
         return cpu_conv.interior(dplanes, fold)
+
+    def _weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
+        """``dW = dy @ cols^T``: one GEMM on the kept columns, else a sum of GEMMs on the
+        columns built again chunk by chunk."""
+        dweight = self.grads[0].reshape(self.cout, -1)
+        if self._cols is not None:
+            np.matmul(laid, self._cols.T, out=dweight)
+            return
+        chunk = g.chunk(laid.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
+        cols = self.scratch("cols", (g.rows, chunk * g.per_sample), laid.dtype)
+        part = self.scratch("dweight_part", dweight.shape, laid.dtype)
+        for first in range(0, g.n, chunk):
+            count = min(chunk, g.n - first)
+            block = laid[:, first * g.per_sample : (first + count) * g.per_sample]
+            cols_t = cpu_conv.columns(cols, self._planes, g, first, count).T
+            if first == 0:
+                np.matmul(block, cols_t, out=dweight)
+            else:
+                dweight += np.matmul(block, cols_t, out=part)
 
     def _output_grad(self, dy: np.ndarray, g: cpu_conv.ConvGeometry, name: str) -> np.ndarray:
         """``dy`` (masked by the fused ReLU) laid out as the (cout, n * per_sample) columns of
