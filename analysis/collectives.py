@@ -1,9 +1,10 @@
 """A run's recorded collective events (``--events on``): reading them, and per-kind totals.
 
-``/ranks/<r>/events`` holds one row per collective call of rank r (its step,
+``/ranks/events`` (packed layout; ``/ranks/<r>/events`` in the groups layout of
+older files) holds one row per collective call of each rank (its step,
 kind, place in the step, post and completion on the run's clock, bytes, time
-blocked; ``schema.EVENT_COLUMNS``). :func:`read_events` reads them back (an empty
-dict for a file without them: every older file); :func:`collective_rows` sums
+blocked; ``schema.EVENT_COLUMNS``). :func:`read_events` reads them back, from
+either layout (an empty dict for a file without them); :func:`collective_rows` sums
 them per run and kind as DeepSpeed's communication logger does per operation
 (count, message size, latency), and :func:`format_collectives_md` prints the
 table ``syncbench report`` adds when some run has events.
@@ -26,7 +27,7 @@ import h5py
 import numpy as np
 
 from . import schema
-from .runfile import Run, RunFileError
+from .runfile import Run, RunFileError, packed_columns, packed_index
 
 
 @dataclass
@@ -50,6 +51,9 @@ def read_events(path: str | os.PathLike[str]) -> dict[int, RankEvents]:
     try:
         with h5py.File(path, "r") as f:
             ranks = f.get(schema.RANKS_GROUP)
+            if _text(f.attrs.get(schema.RANK_LAYOUT_ATTR, "")) == schema.RANK_LAYOUT_PACKED:
+                group = ranks.get(schema.EVENTS_GROUP) if ranks is not None else None
+                return _packed_events(path, group) if group is not None else {}
             first = ranks.get(f"{0:05d}") if ranks is not None else None
             if first is None or schema.EVENTS_GROUP not in first:
                 return {}
@@ -57,6 +61,29 @@ def read_events(path: str | os.PathLike[str]) -> dict[int, RankEvents]:
                     for name in sorted(ranks) if schema.EVENTS_GROUP in ranks[name]}
     except (OSError, KeyError, ValueError, TypeError) as exc:
         raise RunFileError(path, f"has unreadable events ({exc})") from None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _packed_events(path: str, group: h5py.Group) -> dict[int, RankEvents]:
+    """The packed layout's ``/ranks/events``: every rank's events (empty when rank 0 has
+    none, as the groups layout reads them)."""
+    order, counts = packed_index(path, group)
+    if 0 not in order.tolist():
+        return {}
+    cols = packed_columns(path, group, schema.EVENT_COLUMNS, int(counts.sum()))
+    names = tuple(_text(n) for n in group.attrs.get("names", schema.EVENT_KINDS))
+    counters = {k: v.tolist() for k, v in packed_columns(
+        path, group, {k: "i8" for k in schema.EVENT_COUNT_ATTRS if k in group},
+        len(order)).items()}
+    ends = np.cumsum(counts).tolist()
+    out = {}
+    for i, (rank, start, end) in enumerate(zip(order.tolist(), [0, *ends[:-1]], ends)):
+        out[rank] = RankEvents({k: c[start:end] for k, c in cols.items()}, names,
+                               {k: int(v[i]) for k, v in counters.items()})
+    return out
 
 
 def _rank_events(path: str, group: h5py.Group) -> RankEvents:

@@ -15,7 +15,8 @@ perfectly balancing strategy can keep, as a fraction of the homogeneous one
 ALGORITHMS.md, "Heterogeneity emulation").
 
 Only NumPy: a run is anything with the ``ranks``, ``rank_attrs`` and
-``attrs`` of :class:`syncbench.analysis.runfile.Run`.
+``attrs`` of :class:`syncbench.analysis.runfile.Run` (its ``packed`` table
+too, else one is built from ``ranks``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .packed import PackedRows
 from .schema import strategy_traits
 
 NAN = float("nan")
@@ -79,6 +81,13 @@ def _col(run: RunLike, rank: int, name: str) -> np.ndarray:
     return np.asarray(rows[name], dtype=np.float64)[warmup_steps(run):]
 
 
+def _table(run: RunLike) -> PackedRows:
+    """The run's rows as one table: ``Run.packed``, else built from ``ranks`` (the
+    driver's gathered rows)."""
+    table = getattr(run, "packed", None)
+    return table if isinstance(table, PackedRows) else PackedRows.from_ranks(run.ranks)
+
+
 def _mean(values: np.ndarray) -> float:
     return float(np.mean(values)) if values.size else NAN
 
@@ -103,17 +112,24 @@ def realised_factors(run: RunLike, statistic: str = "mean") -> dict[int, float]:
     reads (f*c + n)/(c + n), below f, even for a perfect emulation; the
     median-based one is the check that is robust to that.
     """
-    stat = _STATISTICS[statistic]
+    if statistic not in _STATISTICS:
+        raise KeyError(statistic)
     factors = nominal_factors(run)
-    normal = [stat(_col(run, r, "t_compute")) for r, f in factors.items() if f <= 1.0]
-    normal = [v for v in normal if math.isfinite(v)]
-    reference = float(np.median(normal)) if normal else NAN
-    out = {}
-    for rank, factor in factors.items():
-        if factor > 1.0:
-            busy = stat(_col(run, rank, "t_compute") + _col(run, rank, "t_delay"))
-            out[rank] = busy / reference if reference > 0 else NAN
-    return out
+    if not any(f > 1.0 for f in factors.values()):
+        return {}
+    # every rank at once (one per-rank statistic over the rows past the warm-up)
+    table = _table(run)
+    stat = table.mean if statistic == "mean" else table.median
+    keep = table.position >= warmup_steps(run)
+    compute = table.column("t_compute")
+    own = stat(compute, keep)
+    busy = stat(compute + table.column("t_delay"), keep)
+    where = {rank: i for i, rank in enumerate(table.ranks.tolist())}
+    normal = np.array([own[where[r]] for r, f in factors.items() if f <= 1.0])
+    normal = normal[np.isfinite(normal)]
+    reference = float(np.median(normal)) if normal.size else NAN
+    return {rank: float(busy[where[rank]]) / reference if reference > 0 else NAN
+            for rank, factor in factors.items() if factor > 1.0}
 
 
 def realised_factor(run: RunLike, statistic: str = "mean") -> float:

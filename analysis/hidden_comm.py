@@ -36,9 +36,11 @@ REFERENCE_FLAGS: tuple[str, ...] = (
 
 
 def all_ranks(run: Run, name: str) -> np.ndarray:
-    """Column ``name`` of every rank's rows, one float64 array (rank by rank)."""
-    cols = [np.asarray(c[name], dtype=np.float64) for c in run.ranks.values()]
-    return np.concatenate(cols) if cols else np.zeros(0)
+    """Column ``name`` of every rank's rows, one float64 array (rank by rank, ranks
+    ascending: ``Run.packed``'s column, not a copy when stored as float64, so not to be
+    modified)."""
+    table = run.packed
+    return table.column(name) if table.rows or name in table.columns else np.zeros(0)
 
 
 def steady_step_times(run: Run) -> tuple[float, float, int]:

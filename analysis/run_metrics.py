@@ -35,20 +35,6 @@ from .summary import run_diverged, time_to_target
 BUSY_PHASES: tuple[str, ...] = ("data", "compute", "update", "delay")
 
 
-def step_durations(cols: dict[str, np.ndarray]) -> np.ndarray:
-    """Duration of each step row of one rank: the sum of its six phases (s)."""
-    return np.sum([np.asarray(cols[f"t_{p}"], dtype=np.float64) for p in PHASES], axis=0)
-
-
-def rounds_of(cols: dict[str, np.ndarray]) -> int:
-    """Synchronisation rounds of one rank: its values of ``round`` when it took local
-    steps, else one per step."""
-    local = np.asarray(cols["local_steps"])
-    if local.size and np.any(local > 0):
-        return int(np.unique(np.asarray(cols["round"])).size)
-    return int(np.asarray(cols["step"]).size)
-
-
 def straggler_ratio(busy: Sequence[float] | np.ndarray) -> float:
     """Busy seconds per step of the slowest rank over the median of the OTHER ranks.
 
@@ -56,7 +42,8 @@ def straggler_ratio(busy: Sequence[float] | np.ndarray) -> float:
     (with 2 ranks a median over all ranks would be the mean and stay below 2).
     NaN with fewer than two finite values or a zero median.
     """
-    values = np.asarray([v for v in busy if finite(float(v))], dtype=np.float64)
+    values = np.asarray(busy, dtype=np.float64)
+    values = values[np.isfinite(values)]
     if values.size < 2:
         return NAN
     slowest = int(np.argmax(values))
@@ -68,37 +55,69 @@ def _nan_if_inf(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), values, NAN)
 
 
-def rank_vectors(run: Run, order: Sequence[int]) -> dict[str, np.ndarray]:
-    """Per-rank figures of ``order``'s ranks as arrays (one entry per rank).
+def row_durations(run: Run) -> np.ndarray:
+    """Duration of every step row of every rank, the sum of its six phases (s), flat in
+    ``Run.packed``'s order."""
+    table = run.packed
+    if not table.rows:
+        return np.zeros(0)
+    return np.sum([table.column(f"t_{p}") for p in PHASES], axis=0)
+
+
+def rank_vectors(run: Run) -> dict[str, np.ndarray]:
+    """Per-rank figures as arrays, one entry per rank of ``Run.packed`` (ranks ascending).
 
     ``steps``, ``samples`` (totals), one entry per phase (total seconds),
-    ``step_s_median`` / ``step_s_max`` (of :func:`step_durations`; NaN for a
-    rank without rows). When every rank has the same number of rows (a
-    lock-step run) the columns are stacked into one ranks x steps array and
-    reduced along the rows, a few vectorised operations for any number of ranks.
+    ``step_s_median`` / ``step_s_max`` (of :func:`row_durations`; NaN for a
+    rank without rows). A few vectorised operations over every rank's rows at once
+    (:class:`~.packed.PackedRows`), for any number of ranks and rows per rank.
     """
-    cols = [run.ranks[r] for r in order]
-    lengths = np.array([np.asarray(c["step"]).size for c in cols], dtype=np.int64)
-    out: dict[str, np.ndarray] = {"steps": lengths}
-    if cols and lengths.min() == lengths.max() and lengths[0] > 0:
-        stack = {p: np.array([c[f"t_{p}"] for c in cols], dtype=np.float64) for p in PHASES}
-        out["samples"] = np.array([c["samples"] for c in cols]).sum(axis=1).astype(np.int64)
-        for p in PHASES:
-            out[p] = stack[p].sum(axis=1)
-        durations = np.sum([stack[p] for p in PHASES], axis=0)
-        out["step_s_median"] = np.median(durations, axis=1)
-        out["step_s_max"] = durations.max(axis=1)
-        return out
-    out["samples"] = np.array([int(np.sum(c["samples"])) for c in cols], dtype=np.int64)
+    table = run.packed
+    out: dict[str, np.ndarray] = {"steps": table.counts.copy()}
+    out["samples"] = table.sum(table.column("samples", np.int64)).astype(np.int64)
     for p in PHASES:
-        out[p] = np.array([float(np.sum(c[f"t_{p}"], dtype=np.float64)) for c in cols])
-    durations = [step_durations(c) for c in cols]
-    out["step_s_median"] = np.array([float(np.median(d)) if d.size else NAN for d in durations])
-    out["step_s_max"] = np.array([float(np.max(d)) if d.size else NAN for d in durations])
+        out[p] = table.sum(table.column(f"t_{p}"))
+    durations = row_durations(run)
+    out["step_s_median"] = table.median(durations)
+    out["step_s_max"] = table.max(durations)
     return out
 
 
-def rank_table(run: Run) -> list[dict[str, Any]]:
+def rank_columns(run: Run) -> dict[str, np.ndarray]:
+    """The per-rank figures of :func:`rank_table` as arrays (one entry per rank, ranks
+    ascending), without the rank attributes: what the straggler columns reduce."""
+    wall = float(run.summary.get("wall_s", NAN))
+    v = rank_vectors(run)
+    n = v["steps"].size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok_wall = finite(wall) and wall != 0
+        fraction = {p: (v[p] / wall if ok_wall else np.full(n, NAN)) for p in PHASES}
+        busy = np.sum([v[p] for p in BUSY_PHASES], axis=0) if n else np.zeros(0)
+        per_step = np.where(v["steps"] > 0, busy / np.where(v["steps"] > 0, v["steps"], 1), NAN)
+        busy_frac = busy / wall if ok_wall else np.full(n, NAN)
+    return {
+        "steps": v["steps"], "samples": v["samples"],
+        **{f"{p}_s": v[p] for p in PHASES},
+        **{f"{p}_fraction": _nan_if_inf(fraction[p]) for p in PHASES},
+        "busy_s": busy, "busy_s_per_step": _nan_if_inf(per_step),
+        "wait_share": _nan_if_inf(fraction["wait"]),
+        "idle_share": 1.0 - _nan_if_inf(busy_frac),
+        "step_s_median": v["step_s_median"], "step_s_max": v["step_s_max"],
+    }
+
+
+def slowest_rank(run: Run, columns: dict[str, np.ndarray] | None = None) -> int | None:
+    """The rank with the most busy seconds per step (the report's ``slowest_rank``:
+    data + compute + update + delay over its steps); None when no rank has a finite
+    value. ``columns``: :func:`rank_columns` of the run, if already computed."""
+    busy = (columns if columns is not None else rank_columns(run))["busy_s_per_step"]
+    ok = np.isfinite(busy)
+    if not ok.any():
+        return None
+    return int(run.packed.ranks[int(np.nanargmax(np.where(ok, busy, -np.inf)))])
+
+
+def rank_table(run: Run, columns: dict[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
     """One row per recorded rank: phase seconds and shares, busy/idle, step times.
 
     Keys: ``rank``, ``hostname``, ``slowdown``, ``slowdown_mode``,
@@ -107,40 +126,25 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
     rank), ``steps``, ``samples``, ``<phase>_s`` (total seconds),
     ``<phase>_fraction`` (total / wall), ``busy_s`` (data + compute + update +
     delay), ``busy_s_per_step``, ``wait_share``, ``idle_share`` (1 - busy_s /
-    wall), ``step_s_median``, ``step_s_max``.
+    wall), ``step_s_median``, ``step_s_max``. ``columns``: :func:`rank_columns` of
+    the run, if already computed.
     """
-    wall = float(run.summary.get("wall_s", NAN))
     realised = fairness.realised_factors(run, REALISED_STATISTIC)
-    order = sorted(run.ranks)
-    v = rank_vectors(run, order)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ok_wall = finite(wall) and wall != 0
-        fraction = {p: (v[p] / wall if ok_wall else np.full(len(order), NAN)) for p in PHASES}
-        busy = np.sum([v[p] for p in BUSY_PHASES], axis=0) if order else np.zeros(0)
-        per_step = np.where(v["steps"] > 0, busy / np.where(v["steps"] > 0, v["steps"], 1), NAN)
-    busy_frac = busy / wall if ok_wall else np.full(len(order), NAN)
-    columns = {
-        "steps": v["steps"].tolist(), "samples": v["samples"].tolist(),
-        **{f"{p}_s": v[p].tolist() for p in PHASES},
-        **{f"{p}_fraction": _nan_if_inf(fraction[p]).tolist() for p in PHASES},
-        "busy_s": busy.tolist(), "busy_s_per_step": _nan_if_inf(per_step).tolist(),
-        "wait_share": _nan_if_inf(fraction["wait"]).tolist(),
-        "idle_share": (1.0 - _nan_if_inf(busy_frac)).tolist(),
-        "step_s_median": v["step_s_median"].tolist(), "step_s_max": v["step_s_max"].tolist(),
-    }
+    columns = columns if columns is not None else rank_columns(run)
+    keys = list(columns)
     rows = []
-    for i, rank in enumerate(order):
+    for rank, values in zip(run.packed.ranks.tolist(),
+                            zip(*(columns[k].tolist() for k in keys))):
         attrs = run.rank_attrs.get(rank, {})
+        slowdown = attrs.get("slowdown")
         row: dict[str, Any] = {
             "rank": rank,
             "hostname": attrs.get("hostname"),
-            "slowdown": attrs.get("slowdown"),
+            "slowdown": slowdown,
             "slowdown_mode": attrs.get("slowdown_mode"),
-            "slowdown_realised": realised.get(rank, 1.0 if attrs.get("slowdown") is not None
-                                              else None),
+            "slowdown_realised": realised.get(rank, 1.0 if slowdown is not None else None),
         }
-        for key, values in columns.items():
-            row[key] = values[i]
+        row.update(zip(keys, values))
         rows.append(row)
     return rows
 
@@ -184,11 +188,12 @@ class RunFacts:
 
     @cached_property
     def samples(self) -> int:
-        return int(sum(int(np.sum(c["samples"])) for c in self.run.ranks.values()))
+        table = self.run.packed
+        return int(table.column("samples", np.int64).sum()) if table.rows else 0
 
     @cached_property
     def steps(self) -> int:
-        return sum(int(np.asarray(c["step"]).size) for c in self.run.ranks.values())
+        return self.run.packed.rows
 
     @cached_property
     def best_accuracy(self) -> float:
@@ -196,8 +201,12 @@ class RunFacts:
         return float(np.nanmax(acc)) if acc.size and np.isfinite(acc).any() else NAN
 
     @cached_property
+    def rank_columns(self) -> dict[str, np.ndarray]:
+        return rank_columns(self.run)
+
+    @cached_property
     def ranks(self) -> list[dict[str, Any]]:
-        return rank_table(self.run)
+        return rank_table(self.run, self.rank_columns)
 
     @cached_property
     def phases(self) -> dict[str, float]:
@@ -218,24 +227,26 @@ class RunFacts:
 
     @cached_property
     def comm(self) -> dict[str, float]:
-        """``rounds`` (mean over ranks) and ``exposed_comm_s_per_round``."""
+        """``rounds`` (mean over ranks) and ``exposed_comm_s_per_round``.
+
+        A rank's synchronisation rounds are its distinct values of ``round`` when it
+        took local steps, else one per step."""
         run = self.run
-        cols = list(run.ranks.values())
-        lengths = np.array([np.asarray(c["step"]).size for c in cols], dtype=np.int64)
-        if cols and lengths.min() > 0 and not np.any(all_ranks(run, "local_steps") > 0):
+        table = run.packed
+        lengths = table.counts
+        local = table.column("local_steps", np.int64) > 0 if table.rows else np.zeros(0, bool)
+        if lengths.size and lengths.min() > 0 and not np.any(local):
             # lock-step (no rank ran local steps): one round per row, sums by segment
             rounds = lengths.tolist()
-            starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-            exposed = (np.add.reduceat(all_ranks(run, "t_comm"), starts)
-                       + np.add.reduceat(all_ranks(run, "t_wait"), starts))
+            exposed = (np.add.reduceat(all_ranks(run, "t_comm"), table.starts)
+                       + np.add.reduceat(all_ranks(run, "t_wait"), table.starts))
             per_round = (exposed / lengths).tolist()
         else:
-            rounds, per_round = [], []
-            for c in cols:
-                n = rounds_of(c)
-                rounds.append(n)
-                per_round.append(ratio(float(np.sum(c["t_comm"], dtype=np.float64)
-                                             + np.sum(c["t_wait"], dtype=np.float64)), n))
+            counts = np.where(table.any(local), table.distinct(table.column("round", np.int64)),
+                              lengths) if table.rows else lengths
+            exposed = table.sum(table.column("t_comm")) + table.sum(table.column("t_wait"))
+            rounds = counts.tolist()
+            per_round = [ratio(e, n) for e, n in zip(exposed.tolist(), rounds)]
         finite_rounds = [v for v in per_round if math.isfinite(v)]
         return {"rounds": float(np.mean(rounds)) if rounds else NAN,
                 "exposed_comm_s_per_round": (float(np.mean(finite_rounds)) if finite_rounds
@@ -244,24 +255,22 @@ class RunFacts:
     @cached_property
     def stragglers(self) -> dict[str, Any]:
         """Step-time tail, busy max over the others' median, slowest rank, share maxima."""
-        ranks, run = self.ranks, self.run
-        durations = np.concatenate([step_durations(c) for c in run.ranks.values()]) \
-            if run.ranks else np.zeros(0)
+        columns, run = self.rank_columns, self.run
+        durations = row_durations(run)
         median = float(np.median(durations)) if durations.size else NAN
         biggest = float(np.max(durations)) if durations.size else NAN
-        busy = np.array([r["busy_s_per_step"] for r in ranks], dtype=np.float64)
+        busy = columns["busy_s_per_step"]
         ok = np.isfinite(busy)
         out: dict[str, Any] = {
             "step_s_median": median,
             "step_s_max": biggest,
             "step_max_over_median": ratio(biggest, median),
             "busy_max_over_median": straggler_ratio(busy[ok]),
-            "slowest_rank": int(ranks[int(np.nanargmax(np.where(ok, busy, -np.inf)))]["rank"])
-            if ok.any() else None,
+            "slowest_rank": slowest_rank(run, columns),
         }
         for key in ("wait_share", "idle_share"):
-            values = [r[key] for r in ranks if finite(r[key])]
-            out[f"{key}_max"] = float(max(values)) if values else NAN
+            values = columns[key][np.isfinite(columns[key])]
+            out[f"{key}_max"] = float(values.max()) if values.size else NAN
         return out
 
     @cached_property

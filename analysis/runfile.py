@@ -6,6 +6,13 @@ the file. An attribute that an older file stores as ``""`` (an unknown value:
 ``cupy_version``, ``slurm_job_id``, ``scaling_mode``, ...) is read as newer
 files write it: absent, or NaN for a float (``schema.FLOAT_ATTRS``). :meth:`Run.to_frame` gives
 the rows as one tidy pandas table (:mod:`syncbench.analysis.steps`).
+
+Both rank layouts (``schema.RANK_LAYOUT_ATTR``) give the same :class:`Run`: the
+packed one (one dataset per column across ranks, what the recorder writes) and
+the groups one of older files (a group per rank). ``Run.ranks`` holds per-rank
+columns either way (views into the packed columns for a packed file) and
+:attr:`Run.packed` the rows of all ranks as one table (:mod:`.packed`), which
+the tables reduce per rank without a Python loop over ranks.
 """
 
 from __future__ import annotations
@@ -21,14 +28,22 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5g, h5s, h5t
 
+from .packed import PackedRows
 from .schema import (
     COMPLETE_ATTR,
     EVAL_COLUMNS,
     EVAL_GROUP,
     EVAL_LOCAL_GROUP,
     FLOAT_ATTRS,
+    RANK_ATTR_DTYPES,
+    RANK_ATTR_UNKNOWN,
+    RANK_ATTRS,
     RANK_COLUMN_DEFAULTS,
     RANK_COLUMNS,
+    RANK_LAYOUT_ATTR,
+    RANK_LAYOUT_GROUPS,
+    RANK_LAYOUT_PACKED,
+    RANK_LAYOUTS,
     RANKS_GROUP,
     RESUMES_ATTR,
     SCHEMA,
@@ -65,7 +80,8 @@ class Run:
     attrs: dict[str, Any]
     #: rank -> every column of ``schema.RANK_COLUMNS`` (1-D, one row per step).
     ranks: dict[int, dict[str, np.ndarray]]
-    #: rank -> that rank group's attributes (``hostname``, ``device``, ``slowdown``).
+    #: rank -> its attributes (``hostname``, ``device``, ``slowdown``, ...: its rank
+    #: group's attributes, or its entries of the packed per-rank datasets).
     rank_attrs: dict[int, dict[str, Any]]
     #: Every column of ``schema.EVAL_COLUMNS`` (1-D, one row per evaluation).
     eval: dict[str, np.ndarray]
@@ -77,6 +93,20 @@ class Run:
     summary_extra: dict[str, Any] = field(default_factory=dict)
     #: ``/eval_local`` (``--eval-model both``): the columns of ``eval``; None without it.
     eval_local: dict[str, np.ndarray] | None = None
+    #: How the file stored its ranks (``schema.RANK_LAYOUTS``): storage, not part of the
+    #: run, so not compared; the root attribute is not in ``attrs`` either.
+    rank_layout: str = field(default=RANK_LAYOUT_GROUPS, compare=False)
+    #: :attr:`packed`, once built (the reader of a packed file gives it as stored).
+    _packed: PackedRows | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def packed(self) -> PackedRows:
+        """Every rank's rows as one table (:class:`~.packed.PackedRows`: flat columns,
+        ranks ascending, a row count per rank), built from :attr:`ranks` on first use
+        and kept: the rows of a read run are not meant to change."""
+        if self._packed is None:
+            self._packed = PackedRows.from_ranks(self.ranks)
+        return self._packed
 
     def to_frame(self, table: str = "steps") -> Any:
         """One tidy pandas ``DataFrame``: ``"steps"``, a row per rank and step (run,
@@ -102,7 +132,7 @@ class Run:
 
     @property
     def world_size(self) -> int:
-        """The ``world_size`` root attribute, else the number of rank groups."""
+        """The ``world_size`` root attribute, else the number of ranks recorded."""
         value = self.attrs.get("world_size")
         return int(value) if value is not None else len(self.ranks)
 
@@ -301,6 +331,94 @@ def _ranks(path: str, f: h5py.File, world_size: Any, complete: bool
     return ranks, rank_attrs
 
 
+def _packed_dataset(path: str, group: h5py.Group, name: str, dtype: Any,
+                    length: int | None) -> np.ndarray:
+    """A 1-D dataset of a packed ``group`` read as ``dtype``, ``length`` long if given."""
+    obj = group.get(name)
+    if not isinstance(obj, h5py.Dataset):
+        raise RunFileError(path, f"is incomplete: missing {group.name}/{name}")
+    if obj.ndim != 1 or (length is not None and obj.shape[0] != length):
+        expected = "1-D" if length is None else f"({length},)"
+        raise RunFileError(path, f"is malformed: {group.name}/{name} has shape {obj.shape}, "
+                           f"expected {expected}")
+    if dtype == "str":
+        return np.asarray(obj.asstr()[()], dtype=object) if obj.dtype.kind == "O" \
+            else np.char.decode(obj[()].astype(bytes), "utf-8", errors="replace")
+    data = np.empty(obj.shape, dtype=dtype)
+    if obj.shape[0]:
+        obj.read_direct(data)
+    return data
+
+
+def packed_index(path: str, group: h5py.Group) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks, rows per rank) of a packed group (``/ranks``, ``/ranks/events``), checked:
+    the same length, ranks ascending and distinct, no negative count."""
+    ranks = _packed_dataset(path, group, "rank", np.int64, None)
+    counts = _packed_dataset(path, group, "rows", np.int64, len(ranks))
+    if ranks.size and (ranks.min() < 0 or np.any(np.diff(ranks) <= 0)):
+        raise RunFileError(path, f"is malformed: {group.name}/rank is not ascending distinct "
+                           "ranks >= 0")
+    if np.any(counts < 0):
+        raise RunFileError(path, f"is malformed: {group.name}/rows has a negative count")
+    return ranks, counts
+
+
+def packed_columns(path: str, group: h5py.Group, names: dict[str, str], rows: int,
+                   defaults: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+    """Every column ``names`` (name -> dtype) of a packed group, ``rows`` long; a column
+    missing from the file with a ``defaults`` value (a column newer than the file) is
+    filled with it."""
+    cols = {}
+    for name, dtype in names.items():
+        if name not in group and defaults and name in defaults:
+            cols[name] = np.full(rows, defaults[name], dtype=dtype)
+        else:
+            cols[name] = _packed_dataset(path, group, name, dtype, rows)
+    return cols
+
+
+def _packed_rank_attrs(path: str, group: h5py.Group, n: int) -> list[dict[str, Any]]:
+    """Each rank's attributes from the per-rank datasets (``schema.RANK_ATTR_DTYPES``), as
+    the groups layout reads them: an unknown string or integer absent, a float NaN."""
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for name in sorted(RANK_ATTRS):  # the groups layout's order (HDF5's, by name)
+        if name not in group:
+            continue
+        kind = RANK_ATTR_DTYPES.get(name, "f8")
+        values = _packed_dataset(path, group, name,
+                                 {"str": "str", "i8": np.int64}.get(kind, np.float64), n)
+        unknown = RANK_ATTR_UNKNOWN.get(kind)
+        for attrs, value in zip(out, values.tolist()):
+            if value != unknown:
+                attrs[name] = value
+    return out
+
+
+def _ranks_packed(path: str, f: h5py.File, world_size: Any, complete: bool
+                  ) -> tuple[dict[int, dict[str, np.ndarray]], dict[int, dict[str, Any]],
+                             PackedRows]:
+    """The packed layout's ranks: per-rank columns (views into the packed ones), per-rank
+    attributes, and the table itself."""
+    group = f.get(RANKS_GROUP)
+    if not isinstance(group, h5py.Group):
+        raise RunFileError(path, f"is incomplete: missing /{RANKS_GROUP}")
+    ranks, counts = packed_index(path, group)
+    cols = packed_columns(path, group, RANK_COLUMNS, int(counts.sum()), RANK_COLUMN_DEFAULTS)
+    table = PackedRows(ranks, counts, cols)
+    ends = np.cumsum(counts).tolist()
+    starts = [0, *ends[:-1]]
+    by_rank: dict[int, dict[str, np.ndarray]] = {}
+    for rank, start, end in zip(ranks.tolist(), starts, ends):
+        by_rank[rank] = {name: col[start:end] for name, col in cols.items()}
+    attrs = dict(zip(ranks.tolist(), _packed_rank_attrs(path, group, len(ranks))))
+    if complete and world_size is not None:
+        missing = sorted(set(range(int(world_size))) - set(by_rank))
+        if missing:
+            raise RunFileError(path, f"is incomplete: rank {missing[0]} missing from "
+                               f"/{RANKS_GROUP}/rank")
+    return by_rank, attrs, table
+
+
 def _summary(path: str, f: h5py.File) -> tuple[dict[str, float], dict[str, Any]]:
     """The ``SUMMARY_ATTRS`` as floats, and the group's other attributes."""
     if SUMMARY_GROUP not in f:
@@ -323,10 +441,18 @@ def _summary(path: str, f: h5py.File) -> tuple[dict[str, float], dict[str, Any]]
 
 def _read(path: str, f: h5py.File) -> Run:
     attrs = _root_attrs(path, f)
+    layout = attrs.pop(RANK_LAYOUT_ATTR, RANK_LAYOUT_GROUPS)
+    if layout not in RANK_LAYOUTS:
+        raise RunFileError(path, f"has rank_layout '{layout}', expected one of "
+                           f"{', '.join(RANK_LAYOUTS)}")
     summary, summary_extra = _summary(path, f)
     # /summary's flag (this round's files), else the root attribute (older files)
     complete = bool(summary_extra.get(COMPLETE_ATTR, attrs.get(COMPLETE_ATTR, True)))
-    ranks, rank_attrs = _ranks(path, f, attrs.get("world_size"), complete)
+    packed = None
+    if layout == RANK_LAYOUT_PACKED:
+        ranks, rank_attrs, packed = _ranks_packed(path, f, attrs.get("world_size"), complete)
+    else:
+        ranks, rank_attrs = _ranks(path, f, attrs.get("world_size"), complete)
     eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
     eval_local = (_columns(path, f, EVAL_LOCAL_GROUP, EVAL_COLUMNS)
                   if EVAL_LOCAL_GROUP in f else None)
@@ -340,6 +466,8 @@ def _read(path: str, f: h5py.File) -> Run:
         complete=complete,
         summary_extra=summary_extra,
         eval_local=eval_local,
+        rank_layout=layout,
+        _packed=packed,
     )
 
 

@@ -163,8 +163,24 @@ THREADS_ATTR = "threads_per_rank"
 #: "" otherwise, and the report then infers the kind from the sample counts.
 SCALING_MODE_ATTR = "scaling_mode"
 
-#: Group that holds one sub-group per rank, named by :func:`rank_group`.
+#: Group of every rank's rows and attributes: one sub-group per rank, named by
+#: :func:`rank_group` (the groups layout), or one dataset per column across ranks
+#: (the packed layout, :data:`RANK_LAYOUT_ATTR`).
 RANKS_GROUP = "ranks"
+
+#: Root attribute (str): how ``/ranks`` stores the ranks. ``"packed"``
+#: (:data:`RANK_LAYOUT_PACKED`, what the recorder and the simulator write): one 1-D
+#: dataset per column holding every rank's rows rank after rank, ``rank`` and ``rows``
+#: (:data:`RANK_INDEX_INFO`) saying whose rows they are, and one per-rank dataset per
+#: rank attribute (:data:`RANK_ATTR_DTYPES`); the events the same way in
+#: ``/ranks/events``. Absent (every file written before it): ``"groups"``, one
+#: ``/ranks/<rank:05d>/`` group per rank with 1-D datasets and attributes. A file of
+#: 16,384 ranks holds ~40 HDF5 objects instead of ~300,000; ``read_run`` reads both
+#: into the same ``Run``.
+RANK_LAYOUT_ATTR = "rank_layout"
+RANK_LAYOUT_PACKED = "packed"
+RANK_LAYOUT_GROUPS = "groups"
+RANK_LAYOUTS: tuple[str, ...] = (RANK_LAYOUT_PACKED, RANK_LAYOUT_GROUPS)
 
 #: Per-step timing phases (the column order of the run file). A step runs
 #: ``delay`` right after ``compute``; ``syncbench.analysis.trace.step_order``
@@ -357,8 +373,47 @@ CLOCK_ATTRS: tuple[str, ...] = (
     "clock_offset_s", "clock_uncertainty_s", "clock_offset_end_s", "clock_uncertainty_end_s",
 )
 
-#: ``--events on``: a subgroup of every rank group (``/ranks/<r>/events``) with one row
-#: per collective call the rank made (``syncbench.algorithms.events``); absent otherwise.
+#: Packed layout: per-rank datasets of ``/ranks``, one per rank attribute
+#: (``RANK_ATTRS``), with dtype: ``"str"`` (UTF-8, variable length), ``"i8"`` or
+#: ``"f8"``. An unknown value is ``""``, -1 (:data:`RANK_ATTR_UNKNOWN`) or NaN, read as
+#: the groups layout reads it (absent, absent, NaN); a string or integer attribute no
+#: rank knows is left out.
+RANK_ATTR_DTYPES: dict[str, str] = {
+    "hostname": "str", "node": "i8", "device": "str", "slowdown": "f8",
+    "slowdown_mode": "str", "slowdown_reference_s": "f8", "slowdown_realised": "f8",
+    "node_speed": "f8", **{name: "f8" for name in CLOCK_ATTRS},
+}
+#: The packed layout's unknown value of a per-rank dataset, by dtype (floats: NaN).
+RANK_ATTR_UNKNOWN: dict[str, Any] = {"str": "", "i8": -1}
+
+#: (units, description) of the packed layout's per-rank attribute datasets.
+RANK_ATTR_INFO: dict[str, tuple[str, str]] = {
+    "hostname": ("1", "text: host name of the rank's node (\"\": unknown)"),
+    "node": ("1", "index of the rank's node in the sorted host names (-1: unknown)"),
+    "device": ("1", "text: the device the rank computed on (\"\": unknown)"),
+    "slowdown": ("1", "nominal slowdown factor of the rank (--slowdown; 1: not slowed)"),
+    "slowdown_mode": ("1", "text: how the slowdown was emulated: none, work, spin or sleep"),
+    "slowdown_reference_s": ("s", "mean reference compute seconds the delays were scaled "
+                             "from (NaN if not slowed)"),
+    "slowdown_realised": ("1", "realised slowdown factor of a slowed rank (1 if not slowed)"),
+    "node_speed": ("1", "CPU share of the rank's node as its launcher set it (1 elsewhere)"),
+    "clock_offset_s": ("s", "the rank's clock minus rank 0's, after the start barrier"),
+    "clock_uncertainty_s": ("s", "uncertainty of clock_offset_s (half the minimum round trip)"),
+    "clock_offset_end_s": ("s", "the rank's clock minus rank 0's, after training (NaN: not "
+                           "measured)"),
+    "clock_uncertainty_end_s": ("s", "uncertainty of clock_offset_end_s"),
+}
+
+#: (units, description) of the packed layout's index datasets of ``/ranks``.
+RANK_INDEX_INFO: dict[str, tuple[str, str]] = {
+    "rank": ("1", "the rank of each entry of the per-rank datasets, ascending"),
+    "rows": ("1", "step rows of each rank in the row datasets, which hold the ranks' rows "
+             "one rank after the other, in the order of rank"),
+}
+
+#: ``--events on``: a subgroup of every rank group (``/ranks/<r>/events``; packed layout:
+#: one ``/ranks/events`` for all ranks, as ``/ranks`` itself) with one row per collective
+#: call the rank made (``syncbench.algorithms.events``); absent otherwise.
 EVENTS_GROUP = "events"
 #: The calls an event records; the ``kind`` column is the position here, and the group's
 #: ``names`` attribute lists these names. ``rma_pull`` / ``rma_push``: one
@@ -392,6 +447,18 @@ EVENT_COLUMN_INFO: dict[str, tuple[str, str]] = {
 #: steps that are multiples), events posted while recording, and those not kept.
 EVENT_COUNT_ATTRS: tuple[str, ...] = ("capacity", "stride", "recorded", "dropped")
 EVENT_ATTRS: tuple[str, ...] = ("names", *EVENT_COUNT_ATTRS)
+#: (units, description) of the packed layout's datasets of ``/ranks/events`` beyond the
+#: columns: whose events the rows are, and each rank's counters (``EVENT_COUNT_ATTRS``,
+#: per-rank datasets there; ``names`` stays an attribute of the group).
+EVENT_PACKED_INFO: dict[str, tuple[str, str]] = {
+    "rank": ("1", "the rank of each entry of the per-rank datasets, ascending"),
+    "rows": ("1", "events of each rank in the event columns, which hold the ranks' events "
+             "one rank after the other, in the order of rank"),
+    "capacity": ("1", "size of the rank's event buffer, in events"),
+    "stride": ("1", "step stride of the sample the rank kept (1: every step)"),
+    "recorded": ("1", "events the rank posted while recording"),
+    "dropped": ("1", "events the rank did not keep (its buffer was full)"),
+}
 
 #: Group of evaluation rows (of the consensus model on the held-out split).
 EVAL_GROUP = "eval"
@@ -419,11 +486,12 @@ EVAL_LOCAL_GROUP = "eval_local"
 FINAL_LOCAL_ACCURACY = "final_local_accuracy"
 
 #: (units, description) of every dataset, by the group that holds it: a rank group
-#: (``RANKS_GROUP``, for every ``/ranks/<r>/``), ``/eval``, ``/eval_local``. A writer
+#: (``RANKS_GROUP``, for every ``/ranks/<r>/``, and the packed ``/ranks`` with its
+#: index and attribute datasets), ``/eval``, ``/eval_local``, an events group. A writer
 #: gives each dataset these as its ``units`` and ``description`` attributes; a new
 #: dataset or group gets its entry here.
 DATASET_INFO: dict[str, dict[str, tuple[str, str]]] = {
-    RANKS_GROUP: RANK_COLUMN_INFO,
+    RANKS_GROUP: {**RANK_COLUMN_INFO, **RANK_INDEX_INFO, **RANK_ATTR_INFO},
     EVAL_GROUP: EVAL_COLUMN_INFO,
     EVAL_LOCAL_GROUP: {
         **EVAL_COLUMN_INFO,
@@ -432,7 +500,7 @@ DATASET_INFO: dict[str, dict[str, tuple[str, str]]] = {
         "accuracy": ("1", "fraction of the held-out split that every rank's own model "
                      "classified correctly on its shard, pooled over the shards"),
     },
-    EVENTS_GROUP: EVENT_COLUMN_INFO,
+    EVENTS_GROUP: {**EVENT_COLUMN_INFO, **EVENT_PACKED_INFO},
 }
 
 #: Root and rank attributes that are floats: an unknown value is NaN. Any other

@@ -1,8 +1,9 @@
 """Run files as one tidy table: a row per rank and step, or a row per evaluation.
 
-A run file nests its rows as one HDF5 group per rank (``/ranks/<r>/``), which
-h5py reads and pandas does not (``pandas.read_hdf`` reads PyTables' layout
-only). This module flattens them into one long table, one observation per row
+A run file keeps its rows in h5py's datasets (one per column across ranks, or in
+older files one HDF5 group per rank, ``/ranks/<r>/``), which pandas does not read
+(``pandas.read_hdf`` reads PyTables' layout only). This module flattens them into
+one long table, one observation per row
 and one variable per column ("tidy data": H. Wickham, J. Stat. Softw. 59(10),
 2014), which pandas, polars, R or a spreadsheet read directly:
 

@@ -26,7 +26,13 @@ The output is the Chrome Trace Event Format (a JSON object with
   fit); ``args`` hold its step, index (SSGD's bucket), bytes and wait.
 
 ``--steps A:B`` keeps the steps with ``A <= step < B`` (either bound may be
-omitted) and the evaluations that followed one of them. Timestamps are on the
+omitted) and the evaluations that followed one of them. A run of more ranks
+than ``--max-ranks`` (default :data:`DEFAULT_MAX_RANKS`; 0: no limit) is traced
+for a sample of that many (:func:`sample_ranks`: evenly spaced over the ranks,
+always with the first rank and the slowest one, the report's ``slowest_rank``):
+a trace of every rank of a 16,384-rank run is ~600,000 slices, more than a
+browser opens. The command says so in a line, and ``otherData["ranks_sampled"]``
+records the sample (which ranks, of how many, why). Timestamps are on the
 run's one clock: rank 0's ``CLOCK_MONOTONIC`` from its exit of the barrier that
 starts the run, each rank's rows mapped onto it through the rank's measured
 offset (rank attributes ``clock_offset_s`` / ``clock_uncertainty_s``), so ranks on
@@ -48,6 +54,9 @@ from . import schema
 from .collectives import RankEvents, kind_names, read_events
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES
+
+#: Ranks traced at most by default (``--max-ranks``); a larger run is sampled.
+DEFAULT_MAX_RANKS = 256
 
 #: Per-step columns copied into every phase slice's ``args``.
 STEP_ARGS: tuple[str, ...] = ("step", "loss", "samples", "staleness", "staleness_min",
@@ -238,35 +247,78 @@ def collective_slices(rank: int, events: RankEvents,
     return out
 
 
-def trace_events(run: Run, window: tuple[int, int | None] | None = None) -> dict[str, Any]:
-    """The Chrome trace of one run (see the module docstring)."""
+def sample_ranks(run: Run, max_ranks: int = DEFAULT_MAX_RANKS) -> dict[str, Any] | None:
+    """Which ranks to trace when the run holds more than ``max_ranks`` (0: no limit);
+    None when every rank fits.
+
+    ``max_ranks`` ranks evenly spaced over the recorded ones (by position, so the
+    sample spans nodes and the whole rank range), always with the first recorded rank
+    (rank 0, whose track holds the evaluations) and the slowest
+    (:func:`~syncbench.analysis.run_metrics.slowest_rank`, the report's: most busy
+    seconds per step), so the straggler of a large run is in its trace. Returns the
+    record written to ``otherData["ranks_sampled"]``: ``ranks`` (sorted), ``of`` (the
+    ranks recorded), ``max_ranks``, ``slowest`` and ``how``.
+    """
+    from .run_metrics import slowest_rank  # lazy: the tables' module, only for a sample
+
+    recorded = sorted(run.ranks)
+    if max_ranks <= 0 or len(recorded) <= max_ranks:
+        return None
+    slowest = slowest_rank(run)
+    # the first rank always; the slowest too where there is room for two
+    required = {recorded[0]} if slowest is None or max_ranks == 1 else {recorded[0], slowest}
+    # the largest evenly spaced grid (it starts at the first rank) that leaves room for
+    # the slowest: with n <= len(recorded) points, rounding keeps them distinct
+    for n in range(max_ranks, 0, -1):
+        grid = np.rint(np.linspace(0, len(recorded) - 1, n)).astype(np.int64)
+        chosen = required | {recorded[int(i)] for i in grid}
+        if len(chosen) <= max_ranks:
+            break
+    return {"ranks": sorted(chosen), "of": len(recorded), "max_ranks": int(max_ranks),
+            "slowest": slowest,
+            "how": "evenly spaced over the recorded ranks, with the first and the slowest "
+                   "(most busy seconds per step)"}
+
+
+def trace_events(run: Run, window: tuple[int, int | None] | None = None,
+                 max_ranks: int = 0) -> dict[str, Any]:
+    """The Chrome trace of one run (see the module docstring); of a sample of
+    ``max_ranks`` ranks (:func:`sample_ranks`) when it holds more (0: every rank)."""
+    sample = sample_ranks(run, max_ranks)
+    ranks = sample["ranks"] if sample is not None else sorted(run.ranks)
     events: list[dict[str, Any]] = []
-    for rank in sorted(run.ranks):
+    for rank in ranks:
         events += _metadata(run, rank)
-    for rank in sorted(run.ranks):
-        events += _rank_slices(rank, run.ranks[rank], window, step_order(run.attrs))
+    order = step_order(run.attrs)
+    for rank in ranks:
+        events += _rank_slices(rank, run.ranks[rank], window, order)
     recorded = read_events(run.path)  # --events on; empty for other files
+    traced = set(ranks)
     for rank in sorted(recorded):
-        events += collective_slices(rank, recorded[rank], window)
+        if rank in traced:
+            events += collective_slices(rank, recorded[rank], window)
     events += _eval_instants(run, window)
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "source": run.path, "algorithm": run.algorithm, "world_size": run.world_size,
-            "model": run.model, "dataset": run.dataset, "complete": run.complete,
-            "steps": None if window is None else f"{window[0]}:{_bound(window[1])}",
-        },
+    other: dict[str, Any] = {
+        "source": run.path, "algorithm": run.algorithm, "world_size": run.world_size,
+        "model": run.model, "dataset": run.dataset, "complete": run.complete,
+        "steps": None if window is None else f"{window[0]}:{_bound(window[1])}",
     }
+    if sample is not None:
+        other["ranks_sampled"] = sample
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
 def write_trace(run: Run, out: str | os.PathLike[str],
-                window: tuple[int, int | None] | None = None) -> int:
-    """Write the trace of ``run`` to ``out``; returns the number of phase slices."""
-    trace = trace_events(run, window)
+                window: tuple[int, int | None] | None = None,
+                max_ranks: int = 0) -> dict[str, Any]:
+    """Write the trace of ``run`` to ``out`` (of a sample of ``max_ranks`` ranks when it
+    holds more; 0: every rank); returns its ``otherData`` with ``phase_slices``, the
+    number of phase slices."""
+    trace = trace_events(run, window, max_ranks)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(trace, f, allow_nan=False)
-    return sum(1 for e in trace["traceEvents"] if e.get("cat") == "phase")
+    slices = sum(1 for e in trace["traceEvents"] if e.get("cat") == "phase")
+    return {**trace["otherData"], "phase_slices": slices}
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
@@ -277,11 +329,18 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
                         "or chrome://tracing)")
     parser.add_argument("--steps", default=None, metavar="A:B",
                         help="only steps A <= step < B (A: or :B for open ends)")
+    parser.add_argument("--max-ranks", type=int, default=DEFAULT_MAX_RANKS, metavar="N",
+                        help=f"trace at most N ranks (default {DEFAULT_MAX_RANKS}; 0: every "
+                        "rank): a larger run is traced for N of them, evenly spaced, "
+                        "with the first and the slowest, and the output says so")
 
 
 def trace_main(args: argparse.Namespace) -> int:
     """Run ``syncbench trace``; returns the exit status (2 on a bad file or flag)."""
+    max_ranks = int(getattr(args, "max_ranks", DEFAULT_MAX_RANKS))
     try:
+        if max_ranks < 0:
+            raise ValueError(f"--max-ranks {max_ranks}: need N >= 0 (0: every rank)")
         window = parse_steps(args.steps)
         run = read_run(args.run)
     except (RunFileError, ValueError) as exc:
@@ -292,14 +351,22 @@ def trace_main(args: argparse.Namespace) -> int:
               f"tracing the {len(run.ranks)} of {run.world_size} ranks it holds",
               file=sys.stderr)
     try:
-        slices = write_trace(run, args.out, window)
+        info = write_trace(run, args.out, window, max_ranks)
     except RunFileError as exc:  # its events (--events on) could not be read
         print(f"syncbench trace: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"syncbench trace: cannot write {args.out}: {exc}", file=sys.stderr)
         return 2
-    steps = sum(int(np.count_nonzero(in_window(c["step"], window))) for c in run.ranks.values())
-    print(f"syncbench trace: {steps} steps, {slices} phase slices (zero-length phases left "
-          f"out) of {len(run.ranks)} ranks -> {args.out}", file=sys.stderr)
+    sample = info.get("ranks_sampled")
+    if sample is not None:
+        print(f"syncbench trace: {sample['of']} ranks, more than --max-ranks "
+              f"{sample['max_ranks']}: tracing a sample of {len(sample['ranks'])} ranks "
+              f"(evenly spaced, with rank {sample['ranks'][0]} and the slowest, rank "
+              f"{sample['slowest']}; --max-ranks 0 traces every rank; the trace's "
+              "otherData.ranks_sampled lists them)", file=sys.stderr)
+    traced = sample["ranks"] if sample is not None else list(run.ranks)
+    steps = sum(int(np.count_nonzero(in_window(run.ranks[r]["step"], window))) for r in traced)
+    print(f"syncbench trace: {steps} steps, {info['phase_slices']} phase slices (zero-length "
+          f"phases left out) of {len(traced)} ranks -> {args.out}", file=sys.stderr)
     return 0

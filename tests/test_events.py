@@ -212,8 +212,12 @@ def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothin
         from syncbench.analysis.collectives import collective_rows, format_collectives_md
         from syncbench.analysis.trace import trace_events
 
-        with h5py.File(folder / "plain.h5") as f:
-            assert schema.EVENTS_GROUP not in f[schema.rank_group(0)]
+        with h5py.File(folder / "plain.h5") as f:  # packed: no /ranks/events
+            assert f.attrs[schema.RANK_LAYOUT_ATTR] == schema.RANK_LAYOUT_PACKED
+            assert schema.EVENTS_GROUP not in f[schema.RANKS_GROUP]
+        with h5py.File(folder / "blocking.h5") as f:
+            assert set(f[schema.RANKS_GROUP][schema.EVENTS_GROUP]["rank"][()].tolist()) == \
+                set(run.ranks)
         # no table and no slices: a report or trace of such a file is what it was
         assert format_collectives_md(collective_rows([plain])) == ""
         assert not any(e.get("cat") == "collective" or e.get("tid", 0) > 0

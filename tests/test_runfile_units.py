@@ -54,9 +54,12 @@ def run_file(tmp_path_factory):
 
 
 def _info_key(dataset: h5py.Dataset) -> str:
-    """The DATASET_INFO key of a dataset's group: a rank group's, or the group's name."""
+    """The DATASET_INFO key of a dataset's group: an events group's (``/ranks/events``,
+    ``/ranks/<r>/events``), the ranks' (``/ranks``, ``/ranks/<r>``), or the group's name."""
     parent = dataset.parent.name.strip("/").split("/")
-    if len(parent) == 2 and parent[0] == schema.RANKS_GROUP:
+    if parent[-1] == schema.EVENTS_GROUP:
+        return schema.EVENTS_GROUP
+    if parent[0] == schema.RANKS_GROUP:
         return schema.RANKS_GROUP
     return parent[-1]
 
@@ -70,7 +73,12 @@ def _empty_strings(value) -> bool:
 
 
 def test_schema_describes_every_column_once():
-    assert set(schema.DATASET_INFO[schema.RANKS_GROUP]) == set(schema.RANK_COLUMNS)
+    packed_index = {"rank", "rows"}
+    assert set(schema.DATASET_INFO[schema.RANKS_GROUP]) == \
+        set(schema.RANK_COLUMNS) | set(schema.RANK_ATTRS) | packed_index
+    assert set(schema.RANK_ATTR_DTYPES) == set(schema.RANK_ATTRS)
+    assert set(schema.DATASET_INFO[schema.EVENTS_GROUP]) == \
+        set(schema.EVENT_COLUMNS) | set(schema.EVENT_COUNT_ATTRS) | packed_index
     for group in (schema.EVAL_GROUP, schema.EVAL_LOCAL_GROUP):
         assert set(schema.DATASET_INFO[group]) == set(schema.EVAL_COLUMNS)
     for table in schema.DATASET_INFO.values():
@@ -91,14 +99,20 @@ def test_every_dataset_has_units_and_description_and_no_attribute_is_empty(run_f
             units, description = schema.DATASET_INFO[_info_key(obj)][name.rsplit("/", 1)[1]]
             assert obj.attrs[schema.UNITS_ATTR] == units, name
             assert obj.attrs[schema.DESCRIPTION_ATTR] == description, name
+            if obj.dtype.kind in "OS" and _empty_strings(obj[()]):  # a rank's unknown value
+                empty.append(name)
 
     with h5py.File(run_file, "r") as f:
+        assert f.attrs[schema.RANK_LAYOUT_ATTR] == schema.RANK_LAYOUT_PACKED
         visit("/", f)
         f.visititems(visit)
+        assert f["ranks/rank"][()].tolist() == [0, 1]
     assert not empty, empty
-    # every rank column of both ranks and every column of /eval and /eval_local
-    assert {"/ranks/00001/t_comm", "/eval/accuracy", "/eval_local/accuracy"} <= set(datasets)
-    assert len(datasets) >= 2 * len(schema.RANK_COLUMNS) + 2 * len(schema.EVAL_COLUMNS)
+    # the packed ranks: every rank column, the index, every rank attribute, and every
+    # column of /eval and /eval_local
+    assert {"/ranks/t_comm", "/ranks/rows", "/ranks/hostname", "/ranks/clock_offset_s",
+            "/eval/accuracy", "/eval_local/accuracy"} <= set(datasets)
+    assert len(datasets) >= len(schema.RANK_COLUMNS) + 2 + 2 * len(schema.EVAL_COLUMNS)
     run = read_run(run_file)
     assert set(schema.ROOT_ATTRS) - set(run.attrs) <= set(schema.OPTIONAL_ROOT_ATTRS)
     assert run.eval_local is not None and len(run.eval_local["t"]) == len(run.eval["t"])
@@ -109,18 +123,33 @@ def test_unknown_attributes_are_nan_or_absent_and_old_empty_strings_read_as_abse
 
     rows = {name: np.zeros(2, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
     evals = {name: np.zeros(0, dtype=dtype) for name, dtype in schema.EVAL_COLUMNS.items()}
+    root = {"algorithm": "ssgd", "world_size": 2, "cupy_version": None, "slurm_job_id": "",
+            "config": "{}"}
+    attrs = {0: {"hostname": "h", "slowdown": None}, 1: {"slowdown": 2.0, "node": 0}}
     out = tmp_path / "unknown.h5"
-    write_run_file(out, {"algorithm": "ssgd", "world_size": 1, "cupy_version": None,
-                         "slurm_job_id": "", "config": "{}"},
-                   {0: rows}, {0: {"hostname": "h", "slowdown": None}}, evals, 1.0, None)
+    write_run_file(out, root, {0: rows, 1: rows}, attrs, evals, 1.0, None)
     with h5py.File(out, "r") as f:
         for name in ("cupy_version", "slurm_job_id", "git_sha", "scaling_mode"):
             assert name not in f.attrs, name
         assert math.isnan(f.attrs["load_begin"]) and math.isnan(f.attrs["t_end_unix"])
+        ranks = f[schema.RANKS_GROUP]  # packed: an unknown float NaN, string "", integer -1
+        assert math.isnan(ranks["slowdown"][0]) and ranks["slowdown"][1] == 2.0
+        assert ranks["hostname"].asstr()[()].tolist() == ["h", ""]
+        assert ranks["node"][()].tolist() == [-1, 0]
+        assert "device" not in ranks and "slowdown_mode" not in ranks  # no rank knows them
+        assert schema.STOPPED_BY_ATTR not in f[schema.SUMMARY_GROUP].attrs
+    run = read_run(out)
+    assert run.rank_attrs[0]["hostname"] == "h" and "node" not in run.rank_attrs[0]
+    assert "hostname" not in run.rank_attrs[1] and run.rank_attrs[1]["node"] == 0
+    assert math.isnan(run.rank_attrs[0]["slowdown"]) and "device" not in run.rank_attrs[1]
+    # the groups layout of older files: unknown attributes NaN or absent too
+    out = tmp_path / "unknown-groups.h5"
+    write_run_file(out, root, {0: rows, 1: rows}, attrs, evals, 1.0, None, layout="groups")
+    with h5py.File(out, "r") as f:
+        assert schema.RANK_LAYOUT_ATTR not in f.attrs
         rank = f[schema.rank_group(0)]
         assert math.isnan(rank.attrs["slowdown"]) and rank.attrs["hostname"] == "h"
         assert "device" not in rank.attrs and "node" not in rank.attrs
-        assert schema.STOPPED_BY_ATTR not in f[schema.SUMMARY_GROUP].attrs
     # an older file's "" is read as missing
     with h5py.File(out, "a") as f:
         f.attrs["cupy_version"] = ""

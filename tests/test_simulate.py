@@ -349,6 +349,7 @@ def test_simulated_run_file_is_a_run_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "flows/s" in proc.stdout
     run = read_run(out)  # the same checks as a measured run
+    assert run.rank_layout == schema.RANK_LAYOUT_PACKED  # the recorder's writer's layout
     assert run.attrs[schema.SIMULATED_ATTR] is True
     assert json.loads(run.attrs[schema.SIM_PLATFORM_ATTR])["kind"] == "dragonfly"
     assert json.loads(run.attrs[schema.SIM_WORKLOAD_ATTR])["params"] == 235146

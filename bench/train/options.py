@@ -61,7 +61,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                      help="progress line on rank 0: auto shows it only on a terminal")
     run.add_argument("--events", default=EVENTS_DEFAULT, choices=("on", "off"),
                      help="record every collective call (post, completion, bytes, time "
-                     "blocked) in the run file's /ranks/<r>/events: syncbench trace draws "
+                     "blocked) in the run file's /ranks/events: syncbench trace draws "
                      "them, report counts them; a full per-rank buffer keeps a stride sample "
                      f"of whole steps (default {EVENTS_DEFAULT})")
     run.add_argument("--scaling-mode", default=None, choices=("strong", "weak"),

@@ -10,7 +10,16 @@ disk, a read-only folder) is one :class:`~syncbench.bench.train.checkpoint.Write
 that leaves nothing behind. This works with every h5py build (PyPI's has no MPI).
 Every dataset carries its ``units`` and ``description`` (``schema.DATASET_INFO``,
 :func:`describe`); an attribute whose value is unknown is NaN when it is a float
-(``schema.FLOAT_ATTRS``) and absent otherwise, never ``""``.
+(``schema.FLOAT_ATTRS``) and absent otherwise, never ``""`` (in a per-rank dataset
+of the packed layout, where one rank's value cannot be absent, it is ``""`` or -1:
+``schema.RANK_ATTR_UNKNOWN``).
+
+The ranks are written packed (``schema.RANK_LAYOUT_PACKED``, root attribute
+``rank_layout``): one dataset per column across all ranks and one per rank
+attribute, whatever the number of ranks, because HDF5's cost is per object (a
+group per rank made a 16,384-rank file 160 MB and ~25 s to read; docs/RESULTS.md).
+The one-group-per-rank layout of older files (``layout="groups"``) is still written
+on request, for tests and tools that want files as older versions wrote them.
 """
 
 from __future__ import annotations
@@ -113,13 +122,98 @@ class EvalRecorder:
 
 def _write_ranks(f: h5py.File, rank_rows: Mapping[int, Mapping[str, np.ndarray]],
                  rank_attrs: Mapping[int, Mapping[str, Any]]) -> None:
-    """One ``/ranks/RRRRR`` group per rank: its columns and attributes."""
+    """The groups layout: one ``/ranks/RRRRR`` group per rank, its columns and attributes."""
     for rank in sorted(rank_rows):
         group = f.create_group(schema.rank_group(rank))
         _write_table(group, rank_rows[rank], schema.RANK_COLUMNS,
                      schema.DATASET_INFO[schema.RANKS_GROUP])
         for name in schema.RANK_ATTRS:
             _set_attr(group, name, rank_attrs.get(rank, {}).get(name))
+
+
+def _row_counts(tables: Mapping[int, Mapping[str, np.ndarray]], order: list[int],
+                columns: Mapping[str, str], what: str) -> np.ndarray:
+    """Rows of each rank's table (every column as long as ``step``); ValueError otherwise,
+    since packed rows of unequal columns would be given to the wrong rank."""
+    counts = np.zeros(len(order), dtype=np.int64)
+    for i, rank in enumerate(order):
+        table = tables[rank]
+        n = len(table["step"])
+        for name in columns:
+            if len(table[name]) != n:
+                raise ValueError(f"rank {rank}'s {what} column {name} has {len(table[name])} "
+                                 f"rows, its step column {n}")
+        counts[i] = n
+    return counts
+
+
+def _write_packed_table(group: h5py.Group, tables: Mapping[int, Mapping[str, np.ndarray]],
+                        columns: Mapping[str, str], info: Mapping[str, tuple[str, str]],
+                        what: str) -> list[int]:
+    """``rank``, ``rows`` and every column of ``tables`` (rank -> its table), the ranks'
+    rows one rank after the other in the order of rank; returns that order."""
+    order = sorted(tables)
+    counts = _row_counts(tables, order, columns, what)
+    _dataset(group, "rank", np.asarray(order, dtype=np.int64), info)
+    _dataset(group, "rows", counts, info)
+    for name, dtype in columns.items():
+        parts = [np.asarray(tables[rank][name], dtype=dtype) for rank in order]
+        _dataset(group, name, np.concatenate(parts) if parts else np.zeros(0, dtype=dtype),
+                 info)
+    return order
+
+
+def _write_ranks_packed(f: h5py.File, rank_rows: Mapping[int, Mapping[str, np.ndarray]],
+                        rank_attrs: Mapping[int, Mapping[str, Any]],
+                        events: Mapping[int, tuple[Mapping[str, np.ndarray],
+                                                   Mapping[str, Any]]] | None) -> None:
+    """The packed layout (``schema.RANK_LAYOUT_PACKED``): ``/ranks`` holds every rank's
+    rows in one dataset per column, and its attributes in one per-rank dataset each
+    (``schema.RANK_ATTR_DTYPES``); the events likewise in ``/ranks/events``."""
+    group = f.create_group(schema.RANKS_GROUP)
+    info = schema.DATASET_INFO[schema.RANKS_GROUP]
+    order = _write_packed_table(group, rank_rows, schema.RANK_COLUMNS, info, "step")
+    for name in schema.RANK_ATTRS:
+        values = _per_rank_values(name, [rank_attrs.get(rank, {}).get(name) for rank in order])
+        if values is not None:
+            _dataset(group, name, values, info)
+    if events:
+        write_events_packed(group, events)
+
+
+def _unknown(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value)
+
+
+def _number(value: Any, kind: type) -> Any:
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _per_rank_values(name: str, values: list[Any]) -> np.ndarray | None:
+    """One rank attribute of every rank as a per-rank dataset's data (its dtype from
+    ``schema.RANK_ATTR_DTYPES``, an unknown value ``schema.RANK_ATTR_UNKNOWN``'s or NaN);
+    None for a string or integer attribute that no rank knows (left out, as the groups
+    layout leaves out the attribute)."""
+    kind = schema.RANK_ATTR_DTYPES.get(name, "f8" if name in schema.FLOAT_ATTRS else "str")
+    if kind == "f8":
+        numbers = [None if _unknown(v) else _number(v, float) for v in values]
+        return np.array([math.nan if v is None else v for v in numbers], dtype=np.float64)
+    if all(_unknown(v) for v in values):
+        return None
+    if kind == "i8":
+        numbers = [None if _unknown(v) else _number(v, int) for v in values]
+        return np.array([schema.RANK_ATTR_UNKNOWN["i8"] if v is None else v for v in numbers],
+                        dtype=np.int64)
+    return np.array([schema.RANK_ATTR_UNKNOWN["str"] if _unknown(v) else str(v)
+                     for v in values], dtype=h5py.string_dtype())
+
+
+def _dataset(group: h5py.Group, name: str, data: np.ndarray,
+             info: Mapping[str, tuple[str, str]]) -> None:
+    describe(group.create_dataset(name, data=data), info[name])
 
 
 def _write_table(group: h5py.Group, table: Mapping[str, np.ndarray],
@@ -140,13 +234,31 @@ def describe(dataset: h5py.Dataset, info: tuple[str, str]) -> None:
 
 def write_events(rank: h5py.Group, columns: Mapping[str, np.ndarray],
                  attrs: Mapping[str, Any]) -> None:
-    """A rank's ``events`` subgroup: its columns (``schema.EVENT_COLUMNS``) and attributes
-    (``schema.EVENT_ATTRS``; ``names`` are ``schema.EVENT_KINDS``)."""
+    """The groups layout: a rank's ``events`` subgroup, its columns
+    (``schema.EVENT_COLUMNS``) and attributes (``schema.EVENT_ATTRS``; ``names`` are
+    ``schema.EVENT_KINDS``)."""
     group = rank.create_group(schema.EVENTS_GROUP)
     _write_table(group, columns, schema.EVENT_COLUMNS, schema.DATASET_INFO[schema.EVENTS_GROUP])
     group.attrs["names"] = _attr_value(list(schema.EVENT_KINDS))
     for name in schema.EVENT_COUNT_ATTRS:
         group.attrs[name] = int(attrs[name])
+
+
+def write_events_packed(ranks: h5py.Group,
+                        events: Mapping[int, tuple[Mapping[str, np.ndarray],
+                                                   Mapping[str, Any]]]) -> None:
+    """The packed layout: ``/ranks/events`` holds the events of every rank that has some,
+    one dataset per column (``schema.EVENT_COLUMNS``) rank after rank, ``rank`` and
+    ``rows``, and the counters (``schema.EVENT_COUNT_ATTRS``) as per-rank datasets;
+    ``names`` (``schema.EVENT_KINDS``) is the group's attribute."""
+    group = ranks.create_group(schema.EVENTS_GROUP)
+    info = schema.DATASET_INFO[schema.EVENTS_GROUP]
+    columns = {rank: cols for rank, (cols, _) in events.items()}
+    order = _write_packed_table(group, columns, schema.EVENT_COLUMNS, info, "event")
+    for name in schema.EVENT_COUNT_ATTRS:
+        _dataset(group, name, np.array([int(events[r][1][name]) for r in order],
+                                       dtype=np.int64), info)
+    group.attrs["names"] = _attr_value(list(schema.EVENT_KINDS))
 
 
 def _write_summary(group: h5py.Group, summary: Mapping[str, Any]) -> None:
@@ -221,6 +333,7 @@ def write_run_file(
     stopped_by: str = "",
     local_evals: Mapping[str, np.ndarray] | None = None,
     events: Mapping[int, tuple[Mapping[str, np.ndarray], Mapping[str, Any]]] | None = None,
+    layout: str = schema.RANK_LAYOUT_PACKED,
 ) -> dict[str, Any]:
     """Write one ``syncbench/1`` file atomically; returns its summary attributes.
 
@@ -233,8 +346,14 @@ def write_run_file(
     ``local_evals`` (``--eval-model both``): every rank's own model's evaluations,
     written to ``/eval_local`` with their last accuracy as ``/summary``'s
     ``final_local_accuracy``. ``events`` (``--events on``): per rank, its collective
-    events' columns and attributes, written to ``/ranks/<r>/events`` (:func:`write_events`).
+    events' columns and attributes, written to ``/ranks/events`` (:func:`write_events_packed`).
+    ``layout``: ``schema.RANK_LAYOUT_PACKED`` (the root attribute ``rank_layout`` says so),
+    or ``schema.RANK_LAYOUT_GROUPS`` for the layout of older files (a group per rank, its
+    events in ``/ranks/<r>/events``; no ``rank_layout`` attribute, as they had none).
     """
+    if layout not in schema.RANK_LAYOUTS:
+        raise ValueError(f"unknown rank layout {layout!r}; layouts: "
+                         f"{', '.join(schema.RANK_LAYOUTS)}")
     path = Path(path)
     summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes,
                           local_evals)
@@ -251,9 +370,13 @@ def write_run_file(
         f.attrs[schema.COMPLETE_ATTR] = bool(complete)
         for name, value in (extra_attrs or {}).items():
             _set_attr(f, name, value)
-        _write_ranks(f, rank_rows, rank_attrs)
-        for rank, (columns, attrs) in sorted((events or {}).items()):
-            write_events(f[schema.rank_group(rank)], columns, attrs)
+        if layout == schema.RANK_LAYOUT_PACKED:
+            f.attrs[schema.RANK_LAYOUT_ATTR] = layout
+            _write_ranks_packed(f, rank_rows, rank_attrs, events)
+        else:
+            _write_ranks(f, rank_rows, rank_attrs)
+            for rank, (columns, attrs) in sorted((events or {}).items()):
+                write_events(f[schema.rank_group(rank)], columns, attrs)
         for group_name, table in ((schema.EVAL_GROUP, eval_rows),
                                   (schema.EVAL_LOCAL_GROUP, local_evals)):
             if table is not None:
