@@ -156,3 +156,86 @@ def test_held_outputs_are_never_overwritten_by_later_steps():
         m.loss_and_grad(x2, np.arange(8) % 10)
         m.forward(x2)
     np.testing.assert_array_equal(held, kept)
+
+
+# -- the CPU convolution's chunks and layouts (kernels/cpu_conv.py) ----------------------
+@pytest.mark.parametrize("n,c,h,w,cout,k,pad,stride", [
+    (3, 2, 7, 6, 4, 3, 1, 1),     # wide rows
+    (7, 6, 14, 14, 16, 5, 0, 1),  # LeNet's second convolution: compact columns
+    (4, 1, 28, 28, 6, 5, 2, 1),   # LeNet's first
+    (5, 3, 8, 8, 4, 3, 1, 2),     # a stride-2 ResNet convolution
+    (2, 3, 9, 7, 5, 3, 0, 2),
+])
+@pytest.mark.parametrize("budget", ["default", "one sample per chunk"])
+@pytest.mark.parametrize("kept", [True, False])
+def test_cpu_convolution_equals_the_im2col_references(monkeypatch, n, c, h, w, cout, k, pad,
+                                                      stride, budget, kept):
+    """Forward, weight, bias and input gradients equal W @ im2col and col2im (float64, to
+    rounding), whatever the chunks, the column layout and whether the columns are kept."""
+    from syncbench.kernels import cpu_conv, ops
+
+    if budget != "default":
+        monkeypatch.setattr(cpu_conv, "CHUNK_BYTES", 1)
+        monkeypatch.setattr(cpu_conv, "BACKWARD_CHUNK_BYTES", 1)
+    if not kept:
+        monkeypatch.setattr(cpu_conv, "KEEP_COLUMNS_BYTES", 0)
+    rng = np.random.default_rng(n * 100 + k)
+    conv = Conv2d(c, cout, k, padding=pad, stride=stride)
+    (weight, bias), grads = bind_fresh(conv, rng)
+    x = rng.standard_normal((n, c, h, w))
+    y = conv.forward(x)
+    cols = ops.im2col(x, k, pad, stride)
+    oh, ow = ops.conv_output_hw(h, w, k, pad, stride)
+    expected = (weight.reshape(cout, -1) @ cols + bias[:, None]).reshape(cout, n, oh, ow)
+    np.testing.assert_allclose(y, expected.transpose(1, 0, 2, 3), rtol=1e-12, atol=1e-12)
+    assert y.transpose(1, 0, 2, 3).flags.c_contiguous  # handed on channel-major
+    dy = rng.standard_normal(y.shape)
+    dx = conv.backward(dy)
+    dy2 = np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(cout, -1)
+    np.testing.assert_allclose(grads[0].reshape(cout, -1), dy2 @ cols.T, rtol=1e-12, atol=1e-11)
+    np.testing.assert_allclose(grads[1], dy2.sum(axis=1), rtol=1e-12, atol=1e-11)
+    dcols = weight.reshape(cout, -1).T @ dy2
+    np.testing.assert_allclose(dx, ops.col2im(dcols, x.shape, k, pad, stride),
+                               rtol=1e-12, atol=1e-11)
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "lenet", "resnet8"])
+def test_fused_relus_give_the_unfused_models_bits(model_name):
+    """A ReLU applied by the layer before it (fuse_relus) gives the same loss, gradient
+    and running statistics as the ReLU layers on their own, bit for bit."""
+    from syncbench.kernels.layers import all_layers
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 5)
+    fused = build_model(model_name, (1, 28, 28), 10, seed=1)
+    plain = build_model(model_name, (1, 28, 28), 10, seed=1)
+    layers = all_layers(plain.layers)
+    assert any(layer.fused_relu for layer in all_layers(fused.layers))
+    for layer in layers:
+        layer.fused_relu = False
+        if isinstance(layer, ReLU):
+            layer.absorbed = False
+    assert fused.loss_and_grad(x, y) == plain.loss_and_grad(x, y)
+    np.testing.assert_array_equal(fused.grads, plain.grads)
+    np.testing.assert_array_equal(fused.buffers, plain.buffers)
+    np.testing.assert_array_equal(fused.forward(x, train=False), plain.forward(x, train=False))
+
+
+def test_two_by_two_pooling_routes_ties_and_nans_like_argmax():
+    """The 2 x 2 fast path (maximum of four views) and the general path agree with
+    ops.maxpool_*: ties go to the first maximum; a window with NaN takes the general
+    path (its first NaN)."""
+    from syncbench.kernels import ops
+
+    rng = np.random.default_rng(4)
+    for with_nan in (False, True):
+        x = rng.integers(-2, 3, size=(3, 4, 6, 8)).astype(np.float64)  # many ties
+        if with_nan:
+            x[1, 2, 3, 5] = np.nan
+        pool = MaxPool2d(2)
+        y = pool.forward(x)
+        ref_y, arg = ops.maxpool_forward.reference(x, 2)
+        np.testing.assert_array_equal(y, ref_y)
+        dy = rng.standard_normal(y.shape)
+        np.testing.assert_array_equal(pool.backward(dy), ops.maxpool_backward.reference(dy, arg, 2))
