@@ -456,3 +456,20 @@ def test_validate_measures_samples_per_s_on_the_clock_of_wall_s(tmp_path):
     run = read_run(out)
     assert measured_samples_per_s(run) == pytest.approx(run.summary["samples_per_s"])
     assert row_figures(run.ranks)["samples_per_s"] < 0.95 * run.summary["samples_per_s"]
+
+
+def test_residual_blocks_carry_their_layers_flops_in_the_compute_split():
+    """A ResNet's basic blocks cost their convolutions (the block's FLOPs are its layers'),
+    so the simulated compute split is not all stem and head."""
+    from syncbench.bench.simulate.workload import layer_flops
+    from syncbench.kernels.layers import BasicBlock, all_layers
+    from syncbench.kernels.zoo import build_model
+
+    model = build_model("resnet8", (1, 28, 28), 10)
+    forward, backward, _ = layer_flops(model)
+    blocks = [i for i, layer in enumerate(model.layers) if isinstance(layer, BasicBlock)]
+    # the first block: two 3x3 16->16 convolutions at 28x28, 2 FLOP per multiply-add
+    convs = 2 * 2 * 16 * 16 * 9 * 28 * 28
+    assert forward[blocks[0]] >= convs and backward[blocks[0]] >= 2 * convs
+    assert sum(forward[i] for i in blocks) > 0.9 * sum(forward)
+    assert len(all_layers(model.layers)) > len(model.layers)

@@ -34,7 +34,15 @@ from typing import Any
 import numpy as np
 
 from syncbench.analysis.runfile import RunFileError, read_run
-from syncbench.kernels.layers import Conv2d, Linear, MaxPool2d, ReLU
+from syncbench.kernels.layers import (
+    BasicBlock,
+    BatchNorm2d,
+    Conv2d,
+    GlobalAvgPool,
+    Linear,
+    MaxPool2d,
+    ReLU,
+)
 from syncbench.kernels.zoo import build_model
 
 try:
@@ -83,35 +91,53 @@ class ComputeSplit:
         return np.asarray(self.forward + self.backward, dtype=float)
 
 
+def _layer_cost(layer: Any, shape: tuple[int, ...], input_grad: bool
+                ) -> tuple[float, float, tuple[int, ...]]:
+    """(forward FLOPs, backward FLOPs, output shape) of one layer for one sample."""
+    out = tuple(layer.output_shape(shape))
+    if isinstance(layer, (Linear, Conv2d)):
+        macs = float(np.prod(out)) * (layer.in_features if isinstance(layer, Linear)
+                                      else layer.cin * layer.k * layer.k)
+        has_bias = isinstance(layer, Linear) or layer.bias
+        bias = float(out[0] if isinstance(layer, Linear) else np.prod(out)) if has_bias else 0.0
+        return 2 * macs + bias, 2 * macs + bias + (2 * macs if input_grad else 0.0), out
+    if isinstance(layer, BasicBlock):  # its layers (all with input gradients), the sum, ReLU
+        fwd = bwd = 0.0
+        inner = shape
+        for sub in layer.sublayers():
+            f, b, inner = _layer_cost(sub, inner, True)
+            fwd, bwd = fwd + f, bwd + b
+        elems = float(np.prod(out))
+        return fwd + 2 * elems, bwd + 2 * elems, out
+    elems = float(np.prod(shape))
+    if isinstance(layer, BatchNorm2d):  # normalize and scale; sums and the input gradient
+        return 4 * elems, 6 * elems, out
+    if isinstance(layer, (ReLU, MaxPool2d, GlobalAvgPool)):
+        return elems, elems, out
+    return 0.0, 0.0, out  # Flatten (a view) and layers without arithmetic
+
+
 def layer_flops(model: Any) -> tuple[list[float], list[float], float]:
     """(forward FLOPs per layer, backward FLOPs per layer, loss FLOPs) for one sample.
 
     From the model definition (``kernels/layers.py``): a Linear or Conv2d
-    costs 2 FLOPs per multiply-accumulate and one per bias element; its
-    backward computes the weight gradient (as many FLOPs) and the input
-    gradient (again as many) except in the first layer with parameters
-    (``needs_input_grad`` False, ``Model.first_trained``), and the layers
-    below that one run no backward at all. ReLU and MaxPool2d cost one
-    operation per element each way, Flatten nothing; the softmax
-    cross-entropy about 5 per logit.
+    costs 2 FLOPs per multiply-accumulate and one per bias element (if it
+    has a bias); its backward computes the weight gradient (as many FLOPs)
+    and the input gradient (again as many) except in the first layer with
+    parameters (``needs_input_grad`` False, ``Model.first_trained``), and the
+    layers below that one run no backward at all. A residual block costs its
+    layers plus 2 operations per output element for the sum and its ReLU
+    (each way); BatchNorm 4 per element forward, 6 backward; ReLU, MaxPool2d
+    and global average pooling one per element each way; Flatten nothing;
+    the softmax cross-entropy about 5 per logit. (``kernels/flops.py`` counts
+    GEMMs only, for the roofline; this split needs every layer's share.)
     """
     forward, backward = [], []
     shape = tuple(model.input_shape)
     for index, layer in enumerate(model.layers):
-        out = tuple(layer.output_shape(shape))
-        if isinstance(layer, (Linear, Conv2d)):
-            macs = float(np.prod(out)) * (layer.in_features if isinstance(layer, Linear)
-                                          else layer.cin * layer.k * layer.k)
-            bias = float(out[0] if isinstance(layer, Linear) else np.prod(out))
-            fwd = 2 * macs + bias
-            bwd = 2 * macs + bias + (2 * macs if layer.needs_input_grad else 0.0)
-        elif isinstance(layer, (ReLU, MaxPool2d)):
-            fwd = bwd = float(np.prod(shape))
-        else:  # Flatten (a view) and layers without arithmetic
-            fwd = bwd = 0.0
+        fwd, bwd, shape = _layer_cost(layer, shape, layer.needs_input_grad)
         forward.append(fwd)
         backward.append(bwd if index >= model.first_trained else 0.0)
-        shape = out
     return forward, backward, 5.0 * model.num_classes
 
 
