@@ -39,6 +39,7 @@ from one big GEMM, so float32 results can differ in the last bits.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -132,6 +133,12 @@ class ConvGeometry:
         :data:`CHUNK_BYTES`; at least 1)."""
         budget = CHUNK_BYTES if budget is None else budget
         return max(1, min(self.n, budget // (self.rows * self.per_sample * itemsize)))
+
+
+def chunks(n: int, size: int) -> Iterator[tuple[int, int]]:
+    """(first sample, sample count) of each chunk of ``size`` samples out of ``n``."""
+    for first in range(0, n, size):
+        yield first, min(size, n - first)
 
 
 def fill_planes(planes: np.ndarray, x: np.ndarray, g: ConvGeometry) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from syncbench.kernels.layers import BasicBlock, Conv2d, Layer, Linear
+from syncbench.kernels.layers import BasicBlock, Conv2d, Layer, Linear, first_trained
 
 Shape = tuple[int, ...]
 
@@ -99,11 +99,6 @@ class StepFlops:
                 "layers": [{"layer": e.layer, "name": e.name, "forward": e.forward,
                             "weight_grad": e.weight_grad, "input_grad": e.input_grad}
                            for e in self.layers]}
-
-
-def first_trained(layers: Sequence[Layer]) -> int:
-    """Index of the first layer with parameters (0 if none): ``Model.first_trained``'s rule."""
-    return next((i for i, layer in enumerate(layers) if layer.param_shapes()), 0)
 
 
 def param_count(layers: Sequence[Layer]) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,7 @@ def _stored(x: np.ndarray) -> tuple[np.ndarray, bool]:
 
 def _as_stored(x: np.ndarray, channel_major: bool) -> np.ndarray:
     """``x`` viewed in the memory order :func:`_stored` chose (a no-op when not channel-major)."""
-    return x.transpose(1, 0, 2, 3) if channel_major else x
+    return cpu_conv.channel_major(x) if channel_major else x
 
 
 def _int_view_type(dtype: Any) -> np.dtype:
@@ -360,8 +361,7 @@ class Conv2d(Layer):
         keep = train and g.rows * n * g.per_sample * x.dtype.itemsize <= cpu_conv.KEEP_COLUMNS_BYTES
         cols = self.scratch("cols", (g.rows, (n if keep else chunk) * g.per_sample), x.dtype)
         prod = self.scratch("prod", (self.cout, chunk * g.per_sample), x.dtype)
-        for first in range(0, n, chunk):
-            count = min(chunk, n - first)
+        for first, count in cpu_conv.chunks(n, chunk):
             where = cols[:, first * g.per_sample :] if keep else cols
             y = np.matmul(weight, cpu_conv.columns(where, planes, g, first, count),
                           out=prod[:, : count * g.per_sample])
@@ -394,8 +394,7 @@ class Conv2d(Layer):
         weight_t = self.params[0].reshape(cout, -1).T
         chunk = fold.chunk(dy.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
         dcols = self.scratch("dcols", (fold.rows, chunk * fold.per_sample), dy.dtype)
-        for first in range(0, fold.n, chunk):
-            count = min(chunk, fold.n - first)
+        for first, count in cpu_conv.chunks(fold.n, chunk):
             block = wide[:, first * fold.per_sample : (first + count) * fold.per_sample]
             part = np.matmul(weight_t, block, out=dcols[:, : count * fold.per_sample])
             cpu_conv.fold(dplanes, part, fold, first, count)
@@ -411,8 +410,7 @@ class Conv2d(Layer):
         chunk = g.chunk(laid.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
         cols = self.scratch("cols", (g.rows, chunk * g.per_sample), laid.dtype)
         part = self.scratch("dweight_part", dweight.shape, laid.dtype)
-        for first in range(0, g.n, chunk):
-            count = min(chunk, g.n - first)
+        for first, count in cpu_conv.chunks(g.n, chunk):
             block = laid[:, first * g.per_sample : (first + count) * g.per_sample]
             cols_t = cpu_conv.columns(cols, self._planes, g, first, count).T
             if first == 0:
@@ -912,6 +910,12 @@ def all_layers(layers: list[Layer]) -> list[Layer]:
         out.append(layer)
         stack.extend(reversed(layer.sublayers()))
     return out
+
+
+def first_trained(layers: Sequence[Layer]) -> int:
+    """Index of the first layer with parameters (0 if none): backward stops there, and that
+    layer computes no input gradient (``Model.first_trained``)."""
+    return next((i for i, layer in enumerate(layers) if layer.param_shapes()), 0)
 
 
 def fuse_relus(layers: list[Layer]) -> None:

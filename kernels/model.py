@@ -32,6 +32,7 @@ from syncbench.kernels.layers import (
     Shape,
     SoftmaxCrossEntropy,
     all_layers,
+    first_trained,
     fuse_relus,
 )
 
@@ -103,9 +104,7 @@ class Model:
         for layer, (pviews, gviews) in zip(self.layers, views):
             layer.bind(pviews, gviews)
         # Backward stops at the first layer with parameters: no input gradient below it.
-        self.first_trained = next(
-            (i for i, layer in enumerate(self.layers) if layer.param_shapes()), 0
-        )
+        self.first_trained = first_trained(self.layers)
         self.layers[self.first_trained].needs_input_grad = False
         self.params[...] = self.backend.asarray(host_init, dtype=self.dtype)
         buffers = [layer.buffer_shapes() for layer in self.layers]

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.kernels.flops import gemm_forward_per_sample
 from syncbench.kernels.layers import (
     BasicBlock,
     BatchNorm2d,
@@ -96,11 +97,10 @@ def _layer_cost(layer: Any, shape: tuple[int, ...], input_grad: bool
     """(forward FLOPs, backward FLOPs, output shape) of one layer for one sample."""
     out = tuple(layer.output_shape(shape))
     if isinstance(layer, (Linear, Conv2d)):
-        macs = float(np.prod(out)) * (layer.in_features if isinstance(layer, Linear)
-                                      else layer.cin * layer.k * layer.k)
+        gemm = float(gemm_forward_per_sample(layer, shape))  # 2 FLOPs per multiply-add
         has_bias = isinstance(layer, Linear) or layer.bias
         bias = float(out[0] if isinstance(layer, Linear) else np.prod(out)) if has_bias else 0.0
-        return 2 * macs + bias, 2 * macs + bias + (2 * macs if input_grad else 0.0), out
+        return gemm + bias, gemm + bias + (gemm if input_grad else 0.0), out
     if isinstance(layer, BasicBlock):  # its layers (all with input gradients), the sum, ReLU
         fwd = bwd = 0.0
         inner = shape
