@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from syncbench.algorithms.optimizer import MomentumSGD
+from syncbench.analysis.repeats import column_spread
 from syncbench.bench.micro.output import check_writable_parent, written_atomically
 from syncbench.kernels.flops import StepFlops, step_flops
 from syncbench.kernels.zoo import build_model
@@ -231,10 +231,10 @@ def main(args: argparse.Namespace) -> int:
     rows = []
     for name in args.models.split(","):
         rates = step_throughput(name, args.batch_size, args.steps, args.repeats, args.dtype)
-        med = statistics.median(rates)
+        med, low, high = column_spread(rates)
         flops = model_step_flops(name, args.batch_size)
         achieved = flops.total * med / args.batch_size
-        print(f"  {name:<8}{flops.params:>10}{med:>20.1f}{min(rates):>12.1f}{max(rates):>12.1f}"
+        print(f"  {name:<8}{flops.params:>10}{med:>20.1f}{low:>12.1f}{high:>12.1f}"
               f"{1000 * args.batch_size / med:>10.3f}{flops.total / 1e6:>12.3f}"
               f"{achieved / 1e9:>10.3f}{achieved / gemm:>9.4f}", flush=True)
         rows.append({"model": name, "params": flops.params, "samples_per_s": rates,
