@@ -40,21 +40,37 @@ TRAIN = ["train", "--algorithm", "ssgd", "--model", "mlp", "--dataset", "synthet
 
 
 # -- the guard's probes and line (no root, no MPI job) ------------------------------
+def _silent_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A loopback port that never answers: listening with a backlog of 0 and its accept
+    queue filled by one connection nobody accepts, so Linux drops every further SYN
+    (``tcp_conn_request``: a full accept queue drops the SYN, no RST) and a connect only
+    times out, as to a host that is gone from the network. An unrouted address (TEST-NET)
+    is not silent everywhere: a host's transparent proxy may answer for any address."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    queued = socket.create_connection(server.getsockname(), timeout=1)
+    return server, [queued]
+
+
 def test_probe_tells_a_live_rank_from_a_gone_one_and_a_silent_address():
     listener = reach.Listener()
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     gone_port = closed.getsockname()[1]
     closed.close()  # bound, never listening: the port refuses
+    silent, held = _silent_listener()
+    quiet = silent.getsockname()
     try:
         found = reach.probe({"live": [("127.0.0.1", listener.port)],
                              "gone": [("127.0.0.1", gone_port)],
-                             # TEST-NET-2 (RFC 5737) is never routed: no answer
-                             "silent": [("198.51.100.1", listener.port)],
-                             "either": [("198.51.100.1", 9), ("127.0.0.1", listener.port)]},
+                             "silent": [quiet],
+                             "either": [quiet, ("127.0.0.1", listener.port)]},
                             timeout=0.5)
     finally:
         listener.close()
+        for sock in [silent, *held]:
+            sock.close()
     assert found == {"live": reach.ANSWERS, "gone": reach.REFUSED,
                      "silent": reach.UNREACHABLE, "either": reach.ANSWERS}
 
