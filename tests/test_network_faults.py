@@ -40,7 +40,7 @@ TRAIN = ["train", "--algorithm", "ssgd", "--model", "mlp", "--dataset", "synthet
 
 
 # -- the guard's probes and line (no root, no MPI job) ------------------------------
-def _silent_listener() -> tuple[socket.socket, list[socket.socket]]:
+def _silent_listener() -> tuple[socket.socket, socket.socket]:
     """A loopback port that never answers: listening with a backlog of 0 and its accept
     queue filled by one connection nobody accepts, so Linux drops every further SYN
     (``tcp_conn_request``: a full accept queue drops the SYN, no RST) and a connect only
@@ -49,8 +49,7 @@ def _silent_listener() -> tuple[socket.socket, list[socket.socket]]:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(0)
-    queued = socket.create_connection(server.getsockname(), timeout=1)
-    return server, [queued]
+    return server, socket.create_connection(server.getsockname(), timeout=1)
 
 
 def test_probe_tells_a_live_rank_from_a_gone_one_and_a_silent_address():
@@ -59,8 +58,8 @@ def test_probe_tells_a_live_rank_from_a_gone_one_and_a_silent_address():
     closed.bind(("127.0.0.1", 0))
     gone_port = closed.getsockname()[1]
     closed.close()  # bound, never listening: the port refuses
-    silent, held = _silent_listener()
-    quiet = silent.getsockname()
+    silent = _silent_listener()
+    quiet = silent[0].getsockname()
     try:
         found = reach.probe({"live": [("127.0.0.1", listener.port)],
                              "gone": [("127.0.0.1", gone_port)],
@@ -69,7 +68,7 @@ def test_probe_tells_a_live_rank_from_a_gone_one_and_a_silent_address():
                             timeout=0.5)
     finally:
         listener.close()
-        for sock in [silent, *held]:
+        for sock in silent:
             sock.close()
     assert found == {"live": reach.ANSWERS, "gone": reach.REFUSED,
                      "silent": reach.UNREACHABLE, "either": reach.ANSWERS}
