@@ -1,4 +1,4 @@
-"""BatchNorm's passes on the CPU, over channel-major (C, N*H*W) rows, in place.
+"""BatchNorm's passes on the CPU, over one contiguous row per channel, (C, H*W*N), in place.
 
 The NumPy references of :mod:`syncbench.kernels.ops` (``bn_sums``,
 ``bn_normalize``, ``bn_grad_sums``, ``bn_backward``) take NCHW arrays and

@@ -18,11 +18,12 @@ every step. ``forward(train=False)`` keeps nothing, so evaluating big
 batches holds no memory afterwards. Global average pooling still calls its
 NumPy reference (small outputs).
 
-CPU activations are channel-major in memory, handed on as NCHW-indexed
-views (:mod:`syncbench.kernels.cpu_conv` says why); element-wise layers and
-pooling work in memory order (:func:`_stored`) and keep that layout. A ReLU
-after a Conv2d, Linear or BatchNorm2d is applied by that layer
-(:func:`fuse_relus`).
+CPU activations are batch-innermost in memory, (C, H, W, N), handed on as
+NCHW-indexed views (:mod:`syncbench.kernels.cpu_conv` says why); element-wise
+layers, pooling and BatchNorm work in memory order (:func:`_stored`) and keep
+that layout, and Flatten hands a dense layer the transposed (C*H*W, N) matrix
+as its (N, C*H*W) view. A ReLU after a Conv2d, Linear or BatchNorm2d is
+applied by that layer (:func:`fuse_relus`).
 """
 
 from __future__ import annotations
@@ -59,20 +60,24 @@ RECYCLE_MIN_BYTES = 128 * 1024
 
 
 def _stored(x: np.ndarray) -> tuple[np.ndarray, bool]:
-    """``x`` in its memory order: the (C, N, H, W) view of a channel-major 4-D array
-    (what the CPU convolution hands on, :mod:`syncbench.kernels.cpu_conv`) and True,
-    else ``x`` itself and False. Element-wise layers and pooling work on this view so
-    that they read and write memory in order and hand the layout on."""
-    if x.ndim == 4 and not x.flags.c_contiguous:
-        stored = x.transpose(1, 0, 2, 3)
-        if stored.flags.c_contiguous:
-            return stored, True
+    """``x`` in the CPU layers' memory order: the (C, H, W, N) view of a 4-D array
+    (:func:`cpu_conv.stored`; contiguous when a CPU layer made it) and True, else ``x``
+    itself and False. Element-wise layers and pooling work on this view so that they
+    read and write memory in order and hand the layout on."""
+    if x.ndim == 4:
+        return cpu_conv.stored(x), True
     return x, False
 
 
-def _as_stored(x: np.ndarray, channel_major: bool) -> np.ndarray:
-    """``x`` viewed in the memory order :func:`_stored` chose (a no-op when not channel-major)."""
-    return cpu_conv.channel_major(x) if channel_major else x
+def _as_stored(x: np.ndarray, four_d: bool) -> np.ndarray:
+    """An incoming NCHW-indexed array (a gradient) in the memory order :func:`_stored`
+    chose for the layer's input: its (C, H, W, N) view when 4-D, else ``x``."""
+    return cpu_conv.stored(x) if four_d else x
+
+
+def _handed_on(x: np.ndarray, four_d: bool) -> np.ndarray:
+    """A (C, H, W, N) result as the NCHW-indexed view layers exchange (when 4-D)."""
+    return cpu_conv.nchw(x) if four_d else x
 
 
 def _int_view_type(dtype: Any) -> np.dtype:
@@ -238,15 +243,24 @@ class Linear(Layer):
         dy.sum(axis=0, out=self.grads[1])
         if not self.needs_input_grad:
             return None
+        if not self._x.flags.c_contiguous and self._x.T.flags.c_contiguous:
+            # A transposed input (Flatten's view of (C, H, W, N) memory): dx^T = W @ dy^T,
+            # so the gradient has the input's orientation (and Flatten needs no copy).
+            dx_t = self._big_output("dx_t", dy.T, self.in_features, rows=dy.shape[0])
+            return np.matmul(self.params[0], dy.T, out=dx_t).T
         dx = self._big_output("dx", dy, self.in_features)
         return np.matmul(dy, self.params[0].T, out=dx)
 
-    def _big_output(self, name: str, x: Any, features: int) -> np.ndarray | None:
-        """A recycled (rows, features) output array if it is big, else None (numpy allocates)."""
+    def _big_output(self, name: str, x: Any, features: int,
+                    rows: int | None = None) -> np.ndarray | None:
+        """A recycled (x's rows, features) output array if it is big, else None (numpy
+        allocates); ``rows`` given: a (features, rows) array (a transposed output)."""
         dtype = np.result_type(x, self.params[0])
-        if x.shape[0] * features * dtype.itemsize < RECYCLE_MIN_BYTES:
+        count = x.shape[0] if rows is None else rows
+        if count * features * dtype.itemsize < RECYCLE_MIN_BYTES:
             return None
-        return self.recycled(name, (x.shape[0], features), dtype)
+        shape = (count, features) if rows is None else (features, rows)
+        return self.recycled(name, shape, dtype)
 
     def _gpu_backward(self, xp: Any, dy: Any) -> Any:
         """cuBLAS GEMMs and the bias-gradient kernel."""
@@ -273,39 +287,53 @@ class ReLU(Layer):
         if self.absorbed:
             return x
         self.keep_buffers = train
-        x, self._channel_major = _stored(x)
+        x, self._four_d = _stored(x)
         if x.nbytes < RECYCLE_MIN_BYTES:  # small: malloc's free lists beat the bookkeeping
             self._mask = x > 0
             y = x * self._mask
         else:
             self._mask = np.greater(x, 0, out=self.scratch("mask", x.shape, _BOOL))
             y = np.multiply(x, self._mask, out=self.recycled("out", x.shape, x.dtype))
-        return _as_stored(y, self._channel_major)
+        return _handed_on(y, self._four_d)
 
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return ops.relu_backward(dy, self._y)
         if self.absorbed:
             return dy
-        dy = _as_stored(dy, self._channel_major)
+        dy = _as_stored(dy, self._four_d)
         if dy.nbytes < RECYCLE_MIN_BYTES:
             dx = dy * self._mask
         else:
             dx = np.multiply(dy, self._mask, out=self.recycled("dx", dy.shape, dy.dtype))
-        return _as_stored(dx, self._channel_major)
+        return _handed_on(dx, self._four_d)
 
 
 class Flatten(Layer):
-    """(n, ...) -> (n, prod(...))."""
+    """(n, ...) -> (n, prod(...)).
+
+    On the CPU a 4-D input kept (C, H, W, N) in memory is handed on without a
+    copy, as the (N, C*H*W) view of its (C*H*W, N) matrix; :class:`Linear`
+    multiplies that transposed operand in place (BLAS's transpose flag) and
+    returns the input gradient in the same orientation, which is then this
+    layer's (C, H, W, N) gradient, again without a copy.
+    """
 
     def output_shape(self, input_shape: Shape) -> Shape:
         return (int(np.prod(input_shape)),)
 
     def forward(self, x: Any, train: bool = True) -> Any:
         self._shape = x.shape
+        if x.ndim == 4 and not _on_gpu(x):
+            planes = cpu_conv.stored(x)
+            if planes.flags.c_contiguous:
+                return planes.reshape(-1, x.shape[0]).T
         return x.reshape(x.shape[0], -1)
 
     def backward(self, dy: Any) -> Any:
+        if len(self._shape) == 4 and not _on_gpu(dy):
+            n, c, h, w = self._shape
+            return cpu_conv.nchw(np.ascontiguousarray(dy.T).reshape(c, h, w, n))
         return dy.reshape(self._shape)
 
 
@@ -354,51 +382,48 @@ class Conv2d(Layer):
         cpu_conv.fill_planes(planes, x, g)
         self._planes, self._geometry = planes, g
         weight = self.params[0].reshape(self.cout, -1)
-        out = self.recycled("out", (self.cout, n, g.oh, g.ow), x.dtype)  # channel-major
+        out = self.recycled("out", (self.cout, g.oh, g.ow, n), x.dtype)  # (C, H, W, N)
+        rows = out.reshape(self.cout, -1)
         chunk = g.chunk(x.dtype.itemsize)
         # Training keeps every chunk's columns for the weight gradient if they are few
         # (cpu_conv.KEEP_COLUMNS_BYTES); else backward builds them again, chunk by chunk.
-        keep = train and g.rows * n * g.per_sample * x.dtype.itemsize <= cpu_conv.KEEP_COLUMNS_BYTES
-        cols = self.scratch("cols", (g.rows, (n if keep else chunk) * g.per_sample), x.dtype)
-        prod = self.scratch("prod", (self.cout, chunk * g.per_sample), x.dtype)
-        for first, count in cpu_conv.chunks(n, chunk):
-            where = cols[:, first * g.per_sample :] if keep else cols
-            y = np.matmul(weight, cpu_conv.columns(where, planes, g, first, count),
-                          out=prod[:, : count * g.per_sample])
-            valid = y.reshape(self.cout, count, g.oh, g.pitch)[..., : g.ow]
-            dest = out[:, first : first + count]
-            if self.bias:
-                np.add(valid, self.params[1][:, None, None, None], out=dest)
-            else:
-                np.copyto(dest, valid)
-        self._cols = cols if keep else None
+        keep = train and g.rows * g.oh * g.per_row * x.dtype.itemsize <= cpu_conv.KEEP_COLUMNS_BYTES
+        cols = self.scratch("cols", (g.rows, (g.oh if keep else chunk) * g.per_row), x.dtype)
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", out.shape, _BOOL)
-            _relu_in_place(out, self._mask)
-        return out.transpose(1, 0, 2, 3)
+            mask = self._mask.reshape(self.cout, -1)
+        for first, count in cpu_conv.chunks(g.oh, chunk):
+            span = slice(first * g.per_row, (first + count) * g.per_row)
+            where = cols[:, span.start :] if keep else cols
+            y = np.matmul(weight, cpu_conv.columns(where, planes, g, first, count),
+                          out=rows[:, span])
+            if self.bias:
+                y += self.params[1][:, None]
+            if self.fused_relu:
+                _relu_in_place(y, mask[:, span])
+        self._cols = cols if keep else None
+        return cpu_conv.nchw(out)
 
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return self._gpu_backward(_xp(dy), dy)
-        g, cout = self._geometry, self.cout
-        laid = self._output_grad(dy, g, "dy_cols")
+        g = self._geometry
+        laid = self._output_grad(dy)
         if self.bias:
             laid.sum(axis=1, out=self.grads[1])
         self._weight_grad(laid, g)
         if not self.needs_input_grad:
             return None
-        fold = g.folding()
-        wide = laid if fold.pitch == g.pitch else self._output_grad(dy, fold, "dy_wide")
-        dplanes = self.recycled("dplanes", fold.planes_shape, dy.dtype)
+        dplanes = self.recycled("dplanes", g.planes_shape, dy.dtype)
         dplanes.fill(0)
-        weight_t = self.params[0].reshape(cout, -1).T
-        chunk = fold.chunk(dy.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
-        dcols = self.scratch("dcols", (fold.rows, chunk * fold.per_sample), dy.dtype)
-        for first, count in cpu_conv.chunks(fold.n, chunk):
-            block = wide[:, first * fold.per_sample : (first + count) * fold.per_sample]
-            part = np.matmul(weight_t, block, out=dcols[:, : count * fold.per_sample])
-            cpu_conv.fold(dplanes, part, fold, first, count)
-        return cpu_conv.interior(dplanes, fold)
+        weight_t = self.params[0].reshape(self.cout, -1).T
+        chunk = g.chunk(dy.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
+        dcols = self.scratch("dcols", (g.rows, chunk * g.per_row), dy.dtype)
+        for first, count in cpu_conv.chunks(g.oh, chunk):
+            block = laid[:, first * g.per_row : (first + count) * g.per_row]
+            part = np.matmul(weight_t, block, out=dcols[:, : count * g.per_row])
+            cpu_conv.fold(dplanes, part, g, first, count)
+        return cpu_conv.interior(dplanes, g)
 
     def _weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
         """``dW = dy @ cols^T``: one GEMM on the kept columns, else a sum of GEMMs on the
@@ -408,25 +433,28 @@ class Conv2d(Layer):
             np.matmul(laid, self._cols.T, out=dweight)
             return
         chunk = g.chunk(laid.dtype.itemsize, cpu_conv.BACKWARD_CHUNK_BYTES)
-        cols = self.scratch("cols", (g.rows, chunk * g.per_sample), laid.dtype)
+        cols = self.scratch("cols", (g.rows, chunk * g.per_row), laid.dtype)
         part = self.scratch("dweight_part", dweight.shape, laid.dtype)
-        for first, count in cpu_conv.chunks(g.n, chunk):
-            block = laid[:, first * g.per_sample : (first + count) * g.per_sample]
+        for first, count in cpu_conv.chunks(g.oh, chunk):
+            block = laid[:, first * g.per_row : (first + count) * g.per_row]
             cols_t = cpu_conv.columns(cols, self._planes, g, first, count).T
             if first == 0:
                 np.matmul(block, cols_t, out=dweight)
             else:
                 dweight += np.matmul(block, cols_t, out=part)
 
-    def _output_grad(self, dy: np.ndarray, g: cpu_conv.ConvGeometry, name: str) -> np.ndarray:
-        """``dy`` (masked by the fused ReLU) laid out as the (cout, n * per_sample) columns of
-        ``g``, the discarded columns of wide rows zero."""
-        laid = self.scratch(name, (self.cout, g.n, g.oh, g.pitch), dy.dtype, zero=True)
+    def _output_grad(self, dy: np.ndarray) -> np.ndarray:
+        """``dy`` (masked by the fused ReLU) as the (cout, OH*OW*N) rows of the output's
+        layout: the caller's array itself when it already is (C, H, W, N) and unmasked."""
+        planes = cpu_conv.stored(dy)
+        if not self.fused_relu and planes.flags.c_contiguous:
+            return planes.reshape(self.cout, -1)
+        laid = self.scratch("dy_rows", planes.shape, dy.dtype)
         if self.fused_relu:
-            np.multiply(cpu_conv.channel_major(dy), self._mask, out=laid[..., : g.ow])
+            np.multiply(planes, self._mask, out=laid)
         else:
-            np.copyto(laid[..., : g.ow], cpu_conv.channel_major(dy))
-        return laid.reshape(self.cout, g.n * g.per_sample)
+            np.copyto(laid, planes)
+        return laid.reshape(self.cout, -1)
 
     def _gpu_forward(self, xp: Any, x: Any) -> Any:
         """im2col kernel, one cuBLAS GEMM, bias kernel (the CPU path's layout)."""
@@ -475,36 +503,37 @@ class MaxPool2d(Layer):
             y, self._arg = ops.maxpool_forward(x, self.k)
             return y
         self.keep_buffers = train
-        x, self._channel_major = _stored(x)  # pooling acts on the last two axes only
+        x, self._four_d = _stored(x)  # (C, H, W, N): pooling acts on axes 1 and 2
         if self.k == 2:
             y = self._max_of_four(x, train)
             if y is not None:
-                return _as_stored(y, self._channel_major)
+                return _handed_on(y, self._four_d)
         self._quad_input = None
-        n, c, h, w = x.shape  # (c, n, h, w) when channel-major
+        c, h, w, n = x.shape
         k = self.k
         itype = _int_view_type(x.dtype)
         # Stage 1, along each row: the first maximum of every k columns.
-        row_best = self.scratch("row_best", (n, c, h, w // k), x.dtype)
-        np.copyto(row_best, x[..., 0::k])
+        row_best = self.scratch("row_best", (c, h, w // k, n), x.dtype)
+        np.copyto(row_best, x[:, :, 0::k])
         self._col_arg = self.scratch("col_arg", row_best.shape, itype)
         self._col_arg.fill(0)
         for j in range(1, k):
-            self._take_first_max(row_best, self._col_arg, x[..., j::k], j, "cols")
+            self._take_first_max(row_best, self._col_arg, x[:, :, j::k], j, "cols")
         # Stage 2, down each window: the first maximum of those k row maxima.
-        y = self.recycled("out", (n, c, h // k, w // k), x.dtype)
-        np.copyto(y, row_best[:, :, 0::k])
+        y = self.recycled("out", (c, h // k, w // k, n), x.dtype)
+        np.copyto(y, row_best[:, 0::k])
         self._row_arg = self.scratch("row_arg", y.shape, itype)
         self._row_arg.fill(0)
         for i in range(1, k):
-            self._take_first_max(y, self._row_arg, row_best[:, :, i::k], i, "rows")
+            self._take_first_max(y, self._row_arg, row_best[:, i::k], i, "rows")
         self._in_shape = x.shape
-        return _as_stored(y, self._channel_major)
+        return _handed_on(y, self._four_d)
 
     @staticmethod
     def _quads(x: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The four elements of every 2 x 2 window, in row-major order, as strided views."""
-        return x[..., 0::2, 0::2], x[..., 0::2, 1::2], x[..., 1::2, 0::2], x[..., 1::2, 1::2]
+        """The four elements of every 2 x 2 window of (C, H, W, N) ``x``, in row-major
+        order, as strided views."""
+        return x[:, 0::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 0::2], x[:, 1::2, 1::2]
 
     def _max_of_four(self, x: np.ndarray, train: bool) -> np.ndarray | None:
         """2 x 2 pooling as three ``np.maximum`` passes over the window's strided views,
@@ -586,19 +615,19 @@ class MaxPool2d(Layer):
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return ops.maxpool_backward(dy, self._arg, self.k)
-        dy = _as_stored(dy, self._channel_major)
+        dy = _as_stored(dy, self._four_d)
         if self._quad_input is not None:
-            return _as_stored(self._route_quads(dy), self._channel_major)
-        n, c, h, w = self._in_shape
+            return _handed_on(self._route_quads(dy), self._four_d)
+        c, h, w, n = self._in_shape
         k = self.k
         itype = self._col_arg.dtype
         # Route each gradient to its window's row (+0 elsewhere), then to its column:
         # ``g & -(arg == i)`` selects on the bits (exact, branch-free).
-        rows = self.scratch("rows", (n, c, h, w // k), dy.dtype)
-        self._route(dy, self._row_arg, k, lambda i: rows[:, :, i::k].view(itype), "rows")
-        dx = self.recycled("dx", (n, c, h, w), dy.dtype)
-        self._route(rows, self._col_arg, k, lambda j: dx[..., j::k].view(itype), "cols")
-        return _as_stored(dx, self._channel_major)
+        rows = self.scratch("rows", (c, h, w // k, n), dy.dtype)
+        self._route(dy, self._row_arg, k, lambda i: rows[:, i::k].view(itype), "rows")
+        dx = self.recycled("dx", (c, h, w, n), dy.dtype)
+        self._route(rows, self._col_arg, k, lambda j: dx[:, :, j::k].view(itype), "cols")
+        return _handed_on(dx, self._four_d)
 
     def _route(self, g: np.ndarray, arg: np.ndarray, k: int, dest: Any, stage: str) -> None:
         """``dest(i)[...] = g where arg == i else +0``, for every ``i < k``."""
@@ -707,18 +736,19 @@ class BatchNorm2d(Layer):
         return mean, invstd
 
     def _cpu_forward(self, x: np.ndarray, train: bool) -> np.ndarray:
-        """The CPU path: :mod:`syncbench.kernels.cpu_norm` on channel-major rows, into kept
-        work arrays; a ReLU that follows is applied here when fused (:func:`fuse_relus`)."""
+        """The CPU path: :mod:`syncbench.kernels.cpu_norm` on each channel's row of the
+        (C, H, W, N) layout, into kept work arrays; a ReLU that follows is applied here
+        when fused (:func:`fuse_relus`)."""
         self.keep_buffers = train
         gamma, beta = self.params
         running_mean, running_var = self.buffers
         n, c, h, w = x.shape
-        stored, channel_major = _stored(x)
-        if channel_major:
-            rows = stored.reshape(c, -1)
+        planes = cpu_conv.stored(x)
+        if planes.flags.c_contiguous:
+            rows = planes.reshape(c, -1)
         else:  # an NCHW input (a model's first layer): one transposing copy
-            rows = self.scratch("rows", (c, n * h * w), x.dtype)
-            np.copyto(rows.reshape(c, n, h, w), x.transpose(1, 0, 2, 3))
+            rows = self.scratch("rows", (c, h * w * n), x.dtype)
+            np.copyto(rows.reshape(c, h, w, n), planes)
         y = self.recycled("out", rows.shape, x.dtype)
         if not train:
             invstd = 1.0 / np.sqrt(running_var + self.eps)
@@ -733,7 +763,7 @@ class BatchNorm2d(Layer):
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", y.shape, _BOOL)
             _relu_in_place(y, self._mask)
-        return y.reshape(c, n, h, w).transpose(1, 0, 2, 3)
+        return cpu_conv.nchw(y.reshape(c, h, w, n))
 
     def backward(self, dy: Any) -> Any:
         if not _on_gpu(dy):
@@ -748,12 +778,15 @@ class BatchNorm2d(Layer):
 
     def _cpu_backward(self, dy: np.ndarray) -> np.ndarray | None:
         n, c, h, w = dy.shape
-        rows = self.scratch("dy", (c, n * h * w), dy.dtype)
+        planes = cpu_conv.stored(dy)
         if self.fused_relu:
-            np.multiply(dy.transpose(1, 0, 2, 3), self._mask.reshape(c, n, h, w),
-                        out=rows.reshape(c, n, h, w))
+            rows = self.scratch("dy", (c, h * w * n), dy.dtype)
+            np.multiply(planes, self._mask.reshape(planes.shape), out=rows.reshape(planes.shape))
+        elif planes.flags.c_contiguous:  # read only: the caller's array serves as it is
+            rows = planes.reshape(c, -1)
         else:
-            np.copyto(rows.reshape(c, n, h, w), dy.transpose(1, 0, 2, 3))
+            rows = self.scratch("dy", (c, h * w * n), dy.dtype)
+            np.copyto(rows.reshape(planes.shape), planes)
         local = cpu_norm.grad_sums(rows, self._xhat)
         self.grads[1][...] = local[0]  # beta
         self.grads[0][...] = local[1]  # gamma
@@ -763,7 +796,7 @@ class BatchNorm2d(Layer):
         dx = self.recycled("dx", rows.shape, dy.dtype)
         cpu_norm.input_grad(rows, self._xhat, self._scale, sums[0] / count, sums[1] / count, dx,
                             self.scratch("dwork", rows.shape, dy.dtype))
-        return dx.reshape(c, n, h, w).transpose(1, 0, 2, 3)
+        return cpu_conv.nchw(dx.reshape(c, h, w, n))
 
     def __repr__(self) -> str:
         return f"BatchNorm2d({self.channels})"
@@ -839,30 +872,30 @@ class BasicBlock(Layer):
         return y
 
     def _cpu_sum(self, x: np.ndarray, h: np.ndarray, train: bool) -> np.ndarray:
-        """``relu(h + shortcut(x))`` into a kept channel-major array, with the mask kept for
+        """``relu(h + shortcut(x))`` into a kept (C, H, W, N) array, with the mask kept for
         the backward pass (the formulas of ``ops.add_relu`` and ``ops.shortcut_forward``;
         the option-A shortcut is added where it is non-zero instead of being built)."""
         self.keep_buffers = train
         n, c, oh, ow = h.shape
-        out = self.recycled("out", (c, n, oh, ow), h.dtype)
-        hm, xm = h.transpose(1, 0, 2, 3), x.transpose(1, 0, 2, 3)
+        out = self.recycled("out", (c, oh, ow, n), h.dtype)
+        hm, xm = cpu_conv.stored(h), cpu_conv.stored(x)
         if self.project:
             s, cin = self.stride, x.shape[1]
             np.copyto(out, hm)
             sampled = out[:cin]
-            np.add(sampled, xm[:, :, ::s, ::s], out=sampled)
+            np.add(sampled, xm[:, ::s, ::s], out=sampled)
         else:
             np.add(hm, xm, out=out)
         self._mask = self.scratch("relu_mask", out.shape, _BOOL)
         _relu_in_place(out, self._mask)
         self._in_shape = x.shape
-        return out.transpose(1, 0, 2, 3)
+        return cpu_conv.nchw(out)
 
     def _cpu_backward(self, dy: np.ndarray) -> np.ndarray | None:
         n, c, oh, ow = dy.shape
-        d = self.recycled("d", (c, n, oh, ow), dy.dtype)
-        np.multiply(dy.transpose(1, 0, 2, 3), self._mask, out=d)
-        dh = d.transpose(1, 0, 2, 3)
+        d = self.recycled("d", (c, oh, ow, n), dy.dtype)
+        np.multiply(cpu_conv.stored(dy), self._mask, out=d)
+        dh = cpu_conv.nchw(d)
         for layer in reversed(self.sublayers()):
             dh = layer.backward(dh)
         if not self.needs_input_grad:
@@ -870,9 +903,9 @@ class BasicBlock(Layer):
         if self.project:  # the shortcut's gradient: d's first channels at the sampled places
             s, cin = self.stride, self._in_shape[1]
             target = dh[:, :, ::s, ::s]
-            np.add(target, d[:cin].transpose(1, 0, 2, 3), out=target)
+            np.add(target, cpu_conv.nchw(d[:cin]), out=target)
         else:
-            np.add(dh, d.transpose(1, 0, 2, 3), out=dh)
+            np.add(dh, cpu_conv.nchw(d), out=dh)
         return dh
 
     def backward(self, dy: Any) -> Any:
@@ -945,10 +978,23 @@ class GlobalAvgPool(Layer):
 
     def forward(self, x: Any, train: bool = True) -> Any:
         self._hw = x.shape[2:]
-        return ops.avgpool_forward(x)
+        if _on_gpu(x):
+            return ops.avgpool_forward(x)
+        # The CPU path, on the (C, H, W, N) layout: the (C, N) means, handed on as their
+        # (N, C) view; the formula of ops.avgpool_forward (a sum, then one scaling).
+        self.keep_buffers = train
+        c, h, w, n = cpu_conv.stored(x).shape
+        planes = np.ascontiguousarray(cpu_conv.stored(x)).reshape(c, h * w, n)
+        return (planes.sum(axis=1) * (1.0 / (h * w))).T
 
     def backward(self, dy: Any) -> Any:
-        return ops.avgpool_backward(dy, self._hw)
+        if _on_gpu(dy):
+            return ops.avgpool_backward(dy, self._hw)
+        h, w = self._hw
+        n, c = dy.shape
+        dx = self.recycled("dx", (c, h, w, n), dy.dtype)
+        np.copyto(dx, (dy.T * (1.0 / (h * w)))[:, None, None, :])
+        return cpu_conv.nchw(dx)
 
 
 class SoftmaxCrossEntropy:

@@ -329,7 +329,7 @@ def test_references_reproduce_the_cpu_layers():
     weight, bias = _bind(conv, rng)
     x = _rand(rng, 2, 3, 6, 5)
     y = conv.forward(x)
-    # The CPU layer sums its GEMMs by chunks of samples over wide rows (kernels/cpu_conv.py):
+    # The CPU layer sums its GEMMs by chunks of output rows (kernels/cpu_conv.py):
     # the same products, summed in another order, so equal to rounding.
     expected = weight.reshape(4, -1) @ ops.im2col(x, 3, 1)
     ops.bias_add_(expected, bias, axis=0)

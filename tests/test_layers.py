@@ -160,13 +160,13 @@ def test_held_outputs_are_never_overwritten_by_later_steps():
 
 # -- the CPU convolution's chunks and layouts (kernels/cpu_conv.py) ----------------------
 @pytest.mark.parametrize("n,c,h,w,cout,k,pad,stride", [
-    (3, 2, 7, 6, 4, 3, 1, 1),     # wide rows
-    (7, 6, 14, 14, 16, 5, 0, 1),  # LeNet's second convolution: compact columns
+    (3, 2, 7, 6, 4, 3, 1, 1),
+    (7, 6, 14, 14, 16, 5, 0, 1),  # LeNet's second convolution
     (4, 1, 28, 28, 6, 5, 2, 1),   # LeNet's first
     (5, 3, 8, 8, 4, 3, 1, 2),     # a stride-2 ResNet convolution
     (2, 3, 9, 7, 5, 3, 0, 2),
 ])
-@pytest.mark.parametrize("budget", ["default", "one sample per chunk"])
+@pytest.mark.parametrize("budget", ["default", "one output row per chunk"])
 @pytest.mark.parametrize("kept", [True, False])
 def test_cpu_convolution_equals_the_im2col_references(monkeypatch, n, c, h, w, cout, k, pad,
                                                       stride, budget, kept):
@@ -188,7 +188,7 @@ def test_cpu_convolution_equals_the_im2col_references(monkeypatch, n, c, h, w, c
     oh, ow = ops.conv_output_hw(h, w, k, pad, stride)
     expected = (weight.reshape(cout, -1) @ cols + bias[:, None]).reshape(cout, n, oh, ow)
     np.testing.assert_allclose(y, expected.transpose(1, 0, 2, 3), rtol=1e-12, atol=1e-12)
-    assert y.transpose(1, 0, 2, 3).flags.c_contiguous  # handed on channel-major
+    assert y.transpose(1, 2, 3, 0).flags.c_contiguous  # handed on as (C, H, W, N)
     dy = rng.standard_normal(y.shape)
     dx = conv.backward(dy)
     dy2 = np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(cout, -1)
