@@ -15,11 +15,10 @@ flattening for a dense layer is a free transpose: (C*H*W, N) is ``x^T``.
 
 Forward. The input is copied once into zero-padded planes of shape
 (C, Hp, Wp, N). The column matrix (C*k*k, OH*OW*N) is built and multiplied
-by chunks of output rows sized to stay in the core's L2 cache
-(:data:`CHUNK_BYTES`): each chunk is one ``np.copyto`` from an
-``as_strided`` view of the planes, and its GEMM writes straight into the
-output's rows for those output rows, where the bias (and a fused ReLU) is
-applied while they are still in cache.
+by chunks of output rows (:data:`CHUNK_BYTES`): each chunk is one
+``np.copyto`` from an ``as_strided`` view of the planes, and its GEMM writes
+straight into the output's rows for those output rows, where the bias (and
+a fused ReLU) is applied while they are still in cache.
 
 Backward. Training keeps the forward pass's column matrix when it is small
 (:data:`KEEP_COLUMNS_BYTES`), so the weight gradient is one GEMM of the
@@ -43,8 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-#: Bytes of one chunk's column matrix (about half of this machine's 1 MiB L2 per core).
-CHUNK_BYTES = 512 * 1024
+#: Bytes of one chunk's column matrix. With runs of OW*N elements a GEMM over more
+#: columns gains more than an L2-sized chunk (512 KiB) saves (docs/RESULTS.md).
+CHUNK_BYTES = 4 * 1024 * 1024
 #: Training keeps a convolution's column matrix up to this size for the weight
 #: gradient; a larger one (a ResNet's first stage: 29 MB) is built again by chunks.
 KEEP_COLUMNS_BYTES = 8 * 1024 * 1024
