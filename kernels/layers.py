@@ -414,6 +414,8 @@ class Conv2d(Layer):
         self._weight_grad(laid, g)
         if not self.needs_input_grad:
             return None
+        if self._grad_as_convolution(g):
+            return self._input_grad_by_convolution(laid, g)
         dplanes = self.recycled("dplanes", g.planes_shape, dy.dtype)
         dplanes.fill(0)
         weight_t = self.params[0].reshape(self.cout, -1).T
@@ -424,6 +426,39 @@ class Conv2d(Layer):
             part = np.matmul(weight_t, block, out=dcols[:, : count * g.per_row])
             cpu_conv.fold(dplanes, part, g, first, count)
         return cpu_conv.interior(dplanes, g)
+
+    def _grad_as_convolution(self, g: cpu_conv.ConvGeometry) -> bool:
+        """Whether the input gradient is computed as a convolution (stride 1, padding at
+        most k - 1, and its column matrix no larger than col2im's: a ResNet's 3 x 3
+        convolutions, not LeNet's, whose padded 10 x 10 gradient would be 5x larger)."""
+        return (g.stride == 1 and g.pad <= g.k - 1
+                and self.cout * g.h * g.w <= self.cin * g.oh * g.ow)
+
+    def _input_grad_by_convolution(self, laid: np.ndarray,
+                                   g: cpu_conv.ConvGeometry) -> np.ndarray:
+        """``dx`` of a stride-1 convolution as the convolution of the output gradient,
+        padded by ``k - 1 - pad``, with the kernel flipped in both axes and its channel
+        axes swapped (Dumoulin and Visin 2016, "A guide to convolution arithmetic for deep
+        learning", section 4.1): im2col and GEMMs by chunks as in the forward pass, each
+        chunk's GEMM writing the gradient's rows, instead of ``W^T @ dy`` and col2im's
+        k*k read-modify-write passes. Same sums, in another order."""
+        n, k = g.n, self.k
+        back = cpu_conv.ConvGeometry(n, self.cout, g.oh, g.ow, k, k - 1 - self.pad, 1)
+        planes = self.scratch("grad_planes", back.planes_shape, laid.dtype, zero=True)
+        p = back.pad
+        np.copyto(planes[:, p : p + g.oh, p : p + g.ow], laid.reshape(self.cout, g.oh, g.ow, n))
+        flipped = self.scratch("flipped", (self.cin, self.cout, k, k), laid.dtype)
+        np.copyto(flipped, self.params[0].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        weight = flipped.reshape(self.cin, -1)
+        dx = self.recycled("dx", (self.cin, g.h, g.w, n), laid.dtype)
+        rows = dx.reshape(self.cin, -1)
+        chunk = back.chunk(laid.dtype.itemsize)
+        cols = self.scratch("grad_cols", (back.rows, chunk * back.per_row), laid.dtype)
+        for first, count in cpu_conv.chunks(back.oh, chunk):
+            span = slice(first * back.per_row, (first + count) * back.per_row)
+            np.matmul(weight, cpu_conv.columns(cols, planes, back, first, count),
+                      out=rows[:, span])
+        return cpu_conv.nchw(dx)
 
     def _weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
         """``dW = dy @ cols^T``: one GEMM on the kept columns, else a sum of GEMMs on the

@@ -165,6 +165,8 @@ def test_held_outputs_are_never_overwritten_by_later_steps():
     (4, 1, 28, 28, 6, 5, 2, 1),   # LeNet's first
     (5, 3, 8, 8, 4, 3, 1, 2),     # a stride-2 ResNet convolution
     (2, 3, 9, 7, 5, 3, 0, 2),
+    (3, 4, 7, 6, 4, 3, 1, 1),     # the input gradient as a convolution (a ResNet's 3 x 3)
+    (2, 5, 6, 6, 3, 3, 2, 1),     # the same with padding k - 1
 ])
 @pytest.mark.parametrize("budget", ["default", "one output row per chunk"])
 @pytest.mark.parametrize("kept", [True, False])
