@@ -1,0 +1,145 @@
+"""Settings of the CPU convolution side by side in one process, and each layer's time.
+
+Usage:
+    python jobs/conv_ab.py MODEL SETTING [SETTING ...] [--blocks 11] [--steps N]
+    python jobs/conv_ab.py MODEL --layers [--steps 60]
+
+A SETTING is ``FORWARD,BACKWARD[,col2im]``: the bytes of a chunk of columns in
+the forward and the backward pass (``kernels/cpu_conv.py``: ``CHUNK_BYTES``,
+``BACKWARD_CHUNK_BYTES``; ``4M``, ``512k`` or a number), and ``col2im`` to fold
+every input gradient back instead of computing it as a convolution where
+``Conv2d`` would. One model per setting is built (the same seed and batch, so
+each keeps its own work arrays) and they run in blocks of steps, in a shuffled
+order per block, so a drift of the machine falls on all of them alike. Printed
+per setting: the median (min-max) ms per step and the median of its per-block
+ratio to the first setting. ``--layers`` prints each layer's forward and backward
+ms per step instead (``time.perf_counter`` around every layer, residual blocks'
+layers included). Batch 64, float32, 28 x 28 inputs; run with OMP_NUM_THREADS=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+import numpy as np
+
+from syncbench.kernels import cpu_conv
+from syncbench.kernels.layers import Conv2d, all_layers
+from syncbench.kernels.zoo import build_model
+
+BATCH = 64
+
+
+def _bytes(text: str) -> int:
+    scale = {"k": 1024, "m": 1024 * 1024}.get(text[-1].lower(), 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def _setting(text: str) -> tuple[int, int, bool]:
+    parts = text.split(",")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "col2im"):
+        raise argparse.ArgumentTypeError(f"a setting is FORWARD,BACKWARD[,col2im], got {text!r}")
+    return _bytes(parts[0]), _bytes(parts[1]), len(parts) == 3
+
+
+def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((BATCH, 1, 28, 28)).astype(np.float32),
+            rng.integers(0, 10, BATCH))
+
+
+def compare(model: str, settings: list[tuple[int, int, bool]], blocks: int, steps: int) -> None:
+    x, y = _batch()
+    models = []
+    for _forward, _backward, col2im in settings:
+        m = build_model(model, (1, 28, 28), 10)
+        if col2im:
+            for layer in all_layers(m.layers):
+                if isinstance(layer, Conv2d):
+                    layer._grad_as_convolution = lambda g: False
+        models.append(m)
+
+    def use(index: int) -> None:
+        cpu_conv.CHUNK_BYTES, cpu_conv.BACKWARD_CHUNK_BYTES = settings[index][:2]
+
+    for index, m in enumerate(models):
+        use(index)
+        for _ in range(3):
+            m.loss_and_grad(x, y)
+    times = np.zeros((len(settings), blocks))
+    for block in range(blocks):
+        for index in np.random.default_rng(block).permutation(len(settings)):
+            use(index)
+            start = time.perf_counter()
+            for _ in range(steps):
+                models[index].loss_and_grad(x, y)
+            times[index, block] = (time.perf_counter() - start) / steps * 1e3
+    print(f"# {model}: {blocks} blocks of {steps} steps, batch {BATCH}, ms per step")
+    for (forward, backward, col2im), row in zip(settings, times):
+        ratio = row / times[0]
+        print(f"  forward {forward:>9} backward {backward:>9} {'col2im' if col2im else 'auto  '}"
+              f"  {np.median(row):8.3f} ({row.min():.3f}-{row.max():.3f})"
+              f"  vs first {np.median(ratio):.3f} ({ratio.min():.3f}-{ratio.max():.3f})")
+
+
+def layer_times(model: str, steps: int) -> None:
+    m = build_model(model, (1, 28, 28), 10)
+    spent: dict[tuple[str, str], float] = collections.defaultdict(float)
+    names = []
+    for index, layer in enumerate(all_layers(m.layers)):
+        name = f"{index:2d} {layer!r}"
+        names.append(name)
+        forward, backward = layer.forward, layer.backward
+
+        def timed_forward(x, train=True, _f=forward, _n=name):
+            start = time.perf_counter()
+            out = _f(x, train)
+            spent[_n, "fw"] += time.perf_counter() - start
+            return out
+
+        def timed_backward(dy, _b=backward, _n=name):
+            start = time.perf_counter()
+            out = _b(dy)
+            spent[_n, "bw"] += time.perf_counter() - start
+            return out
+
+        layer.forward, layer.backward = timed_forward, timed_backward
+    x, y = _batch()
+    for _ in range(3):
+        m.loss_and_grad(x, y)
+    spent.clear()
+    start = time.perf_counter()
+    for _ in range(steps):
+        m.loss_and_grad(x, y)
+    step = (time.perf_counter() - start) / steps * 1e3
+    print(f"# {model}: {steps} steps, batch {BATCH}, ms per step of each layer "
+          "(a residual block's time includes its layers')")
+    for name in names:
+        print(f"  {name:48.48s} forward {spent[name, 'fw'] / steps * 1e3:7.3f}"
+              f"  backward {spent[name, 'bw'] / steps * 1e3:7.3f}")
+    print(f"  step (forward, loss, backward) {step:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("settings", nargs="*", type=_setting)
+    parser.add_argument("--blocks", type=int, default=11)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps per block (default: 20 for lenet, 3 otherwise; "
+                        "60 with --layers)")
+    parser.add_argument("--layers", action="store_true")
+    args = parser.parse_args()
+    if args.layers:
+        layer_times(args.model, args.steps or 60)
+    elif not args.settings:
+        parser.error("give at least one SETTING, or --layers")
+    else:
+        compare(args.model, args.settings, args.blocks,
+                args.steps or (20 if args.model == "lenet" else 3))
+
+
+if __name__ == "__main__":
+    main()
