@@ -3,6 +3,7 @@
 Usage:
     python jobs/conv_ab.py MODEL SETTING [SETTING ...] [--blocks 11] [--steps N]
     python jobs/conv_ab.py MODEL --layers [--steps 60]
+    python jobs/conv_ab.py MODEL --gemms
 
 A SETTING is ``FORWARD,BACKWARD[,col2im]``: the bytes of a chunk of columns in
 the forward and the backward pass (``kernels/cpu_conv.py``: ``CHUNK_BYTES``,
@@ -14,7 +15,11 @@ order per block, so a drift of the machine falls on all of them alike. Printed
 per setting: the median (min-max) ms per step and the median of its per-block
 ratio to the first setting. ``--layers`` prints each layer's forward and backward
 ms per step instead (``time.perf_counter`` around every layer, residual blocks'
-layers included). Batch 64, float32, 28 x 28 inputs; run with OMP_NUM_THREADS=1.
+layers included). ``--gemms`` prints the GFLOP/s of ``numpy.matmul`` (into ``out=``)
+at the three GEMM shapes of each distinct convolution of the model (forward, input
+gradient, weight gradient), over a chunk of N columns for a few N and over all of
+them, beside a 1024^3 product: how far each shape is from BLAS's best.
+Batch 64, float32, 28 x 28 inputs; run with OMP_NUM_THREADS=1.
 """
 
 from __future__ import annotations
@@ -122,6 +127,41 @@ def layer_times(model: str, steps: int) -> None:
     print(f"  step (forward, loss, backward) {step:.3f}")
 
 
+def _rate(a: np.ndarray, b: np.ndarray, repeats: int = 20) -> float:
+    """GFLOP/s of ``a @ b`` into a kept output, the best of ``repeats``."""
+    out = np.empty((a.shape[0], b.shape[1]), np.float32)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best / 1e9
+
+
+def gemm_shapes(model: str) -> None:
+    rng = np.random.default_rng(0)
+    square = rng.random((1024, 1024), dtype=np.float32)
+    print(f"# {model}: numpy.matmul GFLOP/s, float32; 1024^3: {_rate(square, square, 5):.1f}")
+    shape, seen = (1, 28, 28), set()
+    m = build_model(model, shape, 10)
+    for layer in all_layers(m.layers):
+        if not isinstance(layer, Conv2d):
+            continue
+        rows = layer.cin * layer.k * layer.k
+        key = (layer.cout, rows)
+        if key in seen:
+            continue
+        seen.add(key)
+        total = BATCH * 28 * 28  # the most columns a layer has: a first stage's
+        for n in (1792, 7168, total):
+            w = rng.random((layer.cout, rows), dtype=np.float32)
+            cols = rng.random((rows, n), dtype=np.float32)
+            dy = rng.random((layer.cout, n), dtype=np.float32)
+            print(f"  {layer!r:40.40s} N {n:6d}: forward {_rate(w, cols):6.1f}"
+                  f"  input gradient {_rate(w.T, dy):6.1f}"
+                  f"  weight gradient {_rate(dy, cols.T):6.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -131,8 +171,11 @@ def main() -> None:
                         help="steps per block (default: 20 for lenet, 3 otherwise; "
                         "60 with --layers)")
     parser.add_argument("--layers", action="store_true")
+    parser.add_argument("--gemms", action="store_true")
     args = parser.parse_args()
-    if args.layers:
+    if args.gemms:
+        gemm_shapes(args.model)
+    elif args.layers:
         layer_times(args.model, args.steps or 60)
     elif not args.settings:
         parser.error("give at least one SETTING, or --layers")
