@@ -5,9 +5,11 @@ Usage:
     python jobs/conv_ab.py MODEL --layers [--steps 60]
     python jobs/conv_ab.py MODEL --gemms
 
-A SETTING is ``FORWARD,BACKWARD[,col2im]``: the bytes of a chunk of columns in
-the forward and the backward pass (``kernels/cpu_conv.py``: ``CHUNK_BYTES``,
-``BACKWARD_CHUNK_BYTES``; ``4M``, ``512k`` or a number), and ``col2im`` to fold
+A SETTING is ``FORWARD,BACKWARD[,KEEP][,col2im]``: the bytes of a chunk of
+columns in the forward and the backward pass and the most column bytes training
+keeps for the weight gradient (``kernels/cpu_conv.py``: ``CHUNK_BYTES``,
+``BACKWARD_CHUNK_BYTES``, ``KEEP_COLUMNS_BYTES``; ``4M``, ``512k`` or a number;
+KEEP defaults to the module's), and ``col2im`` to fold
 every input gradient back instead of computing it as a convolution where
 ``Conv2d`` would. One model per setting is built (the same seed and batch, so
 each keeps its own work arrays) and they run in blocks of steps, in a shuffled
@@ -42,11 +44,16 @@ def _bytes(text: str) -> int:
     return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
-def _setting(text: str) -> tuple[int, int, bool]:
+def _setting(text: str) -> tuple[int, int, int, bool]:
     parts = text.split(",")
-    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "col2im"):
-        raise argparse.ArgumentTypeError(f"a setting is FORWARD,BACKWARD[,col2im], got {text!r}")
-    return _bytes(parts[0]), _bytes(parts[1]), len(parts) == 3
+    col2im = parts[-1] == "col2im"
+    if col2im:
+        parts = parts[:-1]
+    if len(parts) not in (2, 3):
+        raise argparse.ArgumentTypeError(
+            f"a setting is FORWARD,BACKWARD[,KEEP][,col2im], got {text!r}")
+    keep = _bytes(parts[2]) if len(parts) == 3 else cpu_conv.KEEP_COLUMNS_BYTES
+    return _bytes(parts[0]), _bytes(parts[1]), keep, col2im
 
 
 def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -55,10 +62,11 @@ def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
             rng.integers(0, 10, BATCH))
 
 
-def compare(model: str, settings: list[tuple[int, int, bool]], blocks: int, steps: int) -> None:
+def compare(model: str, settings: list[tuple[int, int, int, bool]], blocks: int,
+            steps: int) -> None:
     x, y = _batch()
     models = []
-    for _forward, _backward, col2im in settings:
+    for *_sizes, col2im in settings:
         m = build_model(model, (1, 28, 28), 10)
         if col2im:
             for layer in all_layers(m.layers):
@@ -67,7 +75,8 @@ def compare(model: str, settings: list[tuple[int, int, bool]], blocks: int, step
         models.append(m)
 
     def use(index: int) -> None:
-        cpu_conv.CHUNK_BYTES, cpu_conv.BACKWARD_CHUNK_BYTES = settings[index][:2]
+        (cpu_conv.CHUNK_BYTES, cpu_conv.BACKWARD_CHUNK_BYTES,
+         cpu_conv.KEEP_COLUMNS_BYTES) = settings[index][:3]
 
     for index, m in enumerate(models):
         use(index)
@@ -82,9 +91,10 @@ def compare(model: str, settings: list[tuple[int, int, bool]], blocks: int, step
                 models[index].loss_and_grad(x, y)
             times[index, block] = (time.perf_counter() - start) / steps * 1e3
     print(f"# {model}: {blocks} blocks of {steps} steps, batch {BATCH}, ms per step")
-    for (forward, backward, col2im), row in zip(settings, times):
+    for (forward, backward, keep, col2im), row in zip(settings, times):
         ratio = row / times[0]
-        print(f"  forward {forward:>9} backward {backward:>9} {'col2im' if col2im else 'auto  '}"
+        print(f"  forward {forward:>9} backward {backward:>9} keep {keep:>9}"
+              f" {'col2im' if col2im else 'auto  '}"
               f"  {np.median(row):8.3f} ({row.min():.3f}-{row.max():.3f})"
               f"  vs first {np.median(ratio):.3f} ({ratio.min():.3f}-{ratio.max():.3f})")
 
