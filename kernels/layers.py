@@ -239,11 +239,14 @@ class Linear(Layer):
             return self._gpu_backward(xp, dy)
         if self.fused_relu:
             dy = np.multiply(dy, self._mask, out=self.scratch("relu_dy", dy.shape, dy.dtype))
-        xp.matmul(self._x.T, dy, out=self.grads[0])
+        # Let go of the input (the layer before owns it: Layer.recycled reuses it only
+        # when no one else holds it, and Flatten's view holds the pooling's output).
+        x, self._x = self._x, None
+        xp.matmul(x.T, dy, out=self.grads[0])
         dy.sum(axis=0, out=self.grads[1])
         if not self.needs_input_grad:
             return None
-        if not self._x.flags.c_contiguous and self._x.T.flags.c_contiguous:
+        if not x.flags.c_contiguous and x.T.flags.c_contiguous:
             # A transposed input (Flatten's view of (C, H, W, N) memory): dx^T = W @ dy^T,
             # so the gradient has the input's orientation (and Flatten needs no copy).
             dx_t = self._big_output("dx_t", dy.T, self.in_features, rows=dy.shape[0])
