@@ -128,7 +128,9 @@ def test_rows_of_shifted_ranks_line_up_on_one_clock(shifted_run):
     ends = [step_ends(shifted_run.ranks[r]) for r in (0, 1)]
     gap = np.abs(ends[0] - ends[1])
     assert len(gap) == 2 * (1024 // 2 // 16)
-    assert np.median(gap) < 1e-3, np.median(gap)  # old code: 1000 s
+    # old code: 1000 s. A rank descheduled between the allreduce and its step's end (2
+    # ranks on 2 cores and anything else running) adds up to about a step (~1 ms here).
+    assert np.median(gap) < 10e-3, np.median(gap)
     assert gap.max() < 0.1, gap.max()
     assert shifted_run.summary["wall_s"] < 60  # every rank measured its own time
     # the trace draws both ranks on one timeline: their first and last steps meet
