@@ -159,6 +159,19 @@ def columns(cols: np.ndarray, planes: np.ndarray, g: ConvGeometry, first: int,
     return out
 
 
+def convolve(weight: np.ndarray, planes: np.ndarray, g: ConvGeometry, cols: np.ndarray,
+             out: np.ndarray, keep: bool = False) -> Iterator[tuple[slice, np.ndarray]]:
+    """``out = weight @ im2col(planes)`` by chunks of output rows (:meth:`ConvGeometry.chunk`),
+    yielding each chunk's columns of ``out`` (a (rows, OH*OW*N) matrix) and that block
+    right after its GEMM, so the caller can finish it (bias, ReLU) while it is in cache.
+    ``cols`` holds one chunk's columns, or every chunk's (``keep``: at their place, for
+    the weight gradient)."""
+    for first, count in chunks(g.oh, g.chunk(planes.itemsize)):
+        span = slice(first * g.per_row, (first + count) * g.per_row)
+        where = cols[:, span.start :] if keep else cols
+        yield span, np.matmul(weight, columns(where, planes, g, first, count), out=out[:, span])
+
+
 def fold(dplanes: np.ndarray, dcols: np.ndarray, g: ConvGeometry, first: int,
          count: int) -> None:
     """col2im: add a (rows, count*per_row) column gradient onto ``dplanes``, in (ki, kj)

@@ -188,6 +188,20 @@ class Layer:
             buf = self._scratch[name] = np.empty(shape, dtype=dtype)
         return buf
 
+    def channel_rows(self, x: np.ndarray, name: str, mask: np.ndarray | None = None) -> np.ndarray:
+        """The (C, H*W*N) rows of 4-D ``x``'s (C, H, W, N) memory, one per channel: a view
+        of ``x`` itself when it is laid out so and no ``mask`` is given (callers only read
+        it), else a kept copy, multiplied by ``mask`` (a fused ReLU's, of that shape)."""
+        planes = cpu_conv.stored(x)
+        if mask is None and planes.flags.c_contiguous:
+            return planes.reshape(planes.shape[0], -1)
+        rows = self.scratch(name, (planes.shape[0], planes[0].size), x.dtype)
+        if mask is None:
+            np.copyto(rows.reshape(planes.shape), planes)
+        else:
+            np.multiply(planes, mask.reshape(planes.shape), out=rows.reshape(planes.shape))
+        return rows
+
     def forward(self, x: Any, train: bool = True) -> Any:
         raise NotImplementedError
 
@@ -395,11 +409,7 @@ class Conv2d(Layer):
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", out.shape, _BOOL)
             mask = self._mask.reshape(self.cout, -1)
-        for first, count in cpu_conv.chunks(g.oh, chunk):
-            span = slice(first * g.per_row, (first + count) * g.per_row)
-            where = cols[:, span.start :] if keep else cols
-            y = np.matmul(weight, cpu_conv.columns(where, planes, g, first, count),
-                          out=rows[:, span])
+        for span, y in cpu_conv.convolve(weight, planes, g, cols, rows, keep):
             if self.bias:
                 y += self.params[1][:, None]
             if self.fused_relu:
@@ -454,13 +464,10 @@ class Conv2d(Layer):
         np.copyto(flipped, self.params[0].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         weight = flipped.reshape(self.cin, -1)
         dx = self.recycled("dx", (self.cin, g.h, g.w, n), laid.dtype)
-        rows = dx.reshape(self.cin, -1)
         chunk = back.chunk(laid.dtype.itemsize)
         cols = self.scratch("grad_cols", (back.rows, chunk * back.per_row), laid.dtype)
-        for first, count in cpu_conv.chunks(back.oh, chunk):
-            span = slice(first * back.per_row, (first + count) * back.per_row)
-            np.matmul(weight, cpu_conv.columns(cols, planes, back, first, count),
-                      out=rows[:, span])
+        for _ in cpu_conv.convolve(weight, planes, back, cols, dx.reshape(self.cin, -1)):
+            pass  # each chunk's GEMM writes its rows of dx
         return cpu_conv.nchw(dx)
 
     def _weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
@@ -483,16 +490,8 @@ class Conv2d(Layer):
 
     def _output_grad(self, dy: np.ndarray) -> np.ndarray:
         """``dy`` (masked by the fused ReLU) as the (cout, OH*OW*N) rows of the output's
-        layout: the caller's array itself when it already is (C, H, W, N) and unmasked."""
-        planes = cpu_conv.stored(dy)
-        if not self.fused_relu and planes.flags.c_contiguous:
-            return planes.reshape(self.cout, -1)
-        laid = self.scratch("dy_rows", planes.shape, dy.dtype)
-        if self.fused_relu:
-            np.multiply(planes, self._mask, out=laid)
-        else:
-            np.copyto(laid, planes)
-        return laid.reshape(self.cout, -1)
+        layout (:meth:`Layer.channel_rows`)."""
+        return self.channel_rows(dy, "dy_rows", self._mask if self.fused_relu else None)
 
     def _gpu_forward(self, xp: Any, x: Any) -> Any:
         """im2col kernel, one cuBLAS GEMM, bias kernel (the CPU path's layout)."""
@@ -781,12 +780,7 @@ class BatchNorm2d(Layer):
         gamma, beta = self.params
         running_mean, running_var = self.buffers
         n, c, h, w = x.shape
-        planes = cpu_conv.stored(x)
-        if planes.flags.c_contiguous:
-            rows = planes.reshape(c, -1)
-        else:  # an NCHW input (a model's first layer): one transposing copy
-            rows = self.scratch("rows", (c, h * w * n), x.dtype)
-            np.copyto(rows.reshape(c, h, w, n), planes)
+        rows = self.channel_rows(x, "rows")  # a copy only of an NCHW input (a first layer)
         y = self.recycled("out", rows.shape, x.dtype)
         if not train:
             invstd = 1.0 / np.sqrt(running_var + self.eps)
@@ -816,15 +810,7 @@ class BatchNorm2d(Layer):
 
     def _cpu_backward(self, dy: np.ndarray) -> np.ndarray | None:
         n, c, h, w = dy.shape
-        planes = cpu_conv.stored(dy)
-        if self.fused_relu:
-            rows = self.scratch("dy", (c, h * w * n), dy.dtype)
-            np.multiply(planes, self._mask.reshape(planes.shape), out=rows.reshape(planes.shape))
-        elif planes.flags.c_contiguous:  # read only: the caller's array serves as it is
-            rows = planes.reshape(c, -1)
-        else:
-            rows = self.scratch("dy", (c, h * w * n), dy.dtype)
-            np.copyto(rows.reshape(planes.shape), planes)
+        rows = self.channel_rows(dy, "dy", self._mask if self.fused_relu else None)
         local = cpu_norm.grad_sums(rows, self._xhat)
         self.grads[1][...] = local[0]  # beta
         self.grads[0][...] = local[1]  # gamma
@@ -1021,9 +1007,9 @@ class GlobalAvgPool(Layer):
         # The CPU path, on the (C, H, W, N) layout: the (C, N) means, handed on as their
         # (N, C) view; the formula of ops.avgpool_forward (a sum, then one scaling).
         self.keep_buffers = train
-        c, h, w, n = cpu_conv.stored(x).shape
-        planes = np.ascontiguousarray(cpu_conv.stored(x)).reshape(c, h * w, n)
-        return (planes.sum(axis=1) * (1.0 / (h * w))).T
+        planes = np.ascontiguousarray(cpu_conv.stored(x))
+        c, h, w, n = planes.shape
+        return (planes.reshape(c, h * w, n).sum(axis=1) * (1.0 / (h * w))).T
 
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
