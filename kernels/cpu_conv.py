@@ -25,7 +25,9 @@ Backward. Training keeps the forward pass's column matrix when it is small
 output gradient by that matrix; a larger one is built again chunk by chunk
 and the chunks' GEMMs summed. The input gradient is ``W^T @ dy`` by chunks
 of output rows, folded back (col2im) with k*k in-place additions per chunk,
-each over runs of ``OW * N`` elements.
+each over runs of ``OW * N`` elements; a stride-1 convolution whose gradient
+columns are no larger (a ResNet's 3 x 3) instead convolves the padded output
+gradient with the flipped kernel (:func:`convolve`, ``Conv2d``).
 
 The arithmetic is the textbook im2col convolution's (Chellapilla et al.
 2006, "High performance convolutional neural networks for document

@@ -458,8 +458,7 @@ class Conv2d(Layer):
         n, k = g.n, self.k
         back = cpu_conv.ConvGeometry(n, self.cout, g.oh, g.ow, k, k - 1 - self.pad, 1)
         planes = self.scratch("grad_planes", back.planes_shape, laid.dtype, zero=True)
-        p = back.pad
-        np.copyto(planes[:, p : p + g.oh, p : p + g.ow], laid.reshape(self.cout, g.oh, g.ow, n))
+        cpu_conv.fill_planes(planes, cpu_conv.nchw(laid.reshape(self.cout, g.oh, g.ow, n)), back)
         flipped = self.scratch("flipped", (self.cin, self.cout, k, k), laid.dtype)
         np.copyto(flipped, self.params[0].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         weight = flipped.reshape(self.cin, -1)
