@@ -5,9 +5,10 @@ Usage:
     python jobs/conv_ab.py MODEL --layers [--steps 60]
     python jobs/conv_ab.py MODEL --gemms
 
-A SETTING is ``FORWARD,BACKWARD[,KEEP][,col2im]``: the bytes of a chunk of
-columns in the forward and the backward pass and the most column bytes training
-keeps for the weight gradient (``kernels/cpu_conv.py``: ``CHUNK_BYTES``,
+A SETTING is ``KEPT,STREAMED,FOLD[,KEEP][,col2im]``: the bytes of a chunk of
+columns written into a kept column matrix, of one reused chunk buffer, and of
+col2im's column gradient, and the most column bytes training keeps for the weight
+gradient (``kernels/cpu_conv.py``: ``CHUNK_BYTES``, ``STREAMED_CHUNK_BYTES``,
 ``BACKWARD_CHUNK_BYTES``, ``KEEP_COLUMNS_BYTES``; ``4M``, ``512k`` or a number;
 KEEP defaults to the module's), and ``col2im`` to fold
 every input gradient back instead of computing it as a convolution where
@@ -44,16 +45,16 @@ def _bytes(text: str) -> int:
     return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
-def _setting(text: str) -> tuple[int, int, int, bool]:
+def _setting(text: str) -> tuple[int, int, int, int, bool]:
     parts = text.split(",")
     col2im = parts[-1] == "col2im"
     if col2im:
         parts = parts[:-1]
-    if len(parts) not in (2, 3):
+    if len(parts) not in (3, 4):
         raise argparse.ArgumentTypeError(
-            f"a setting is FORWARD,BACKWARD[,KEEP][,col2im], got {text!r}")
-    keep = _bytes(parts[2]) if len(parts) == 3 else cpu_conv.KEEP_COLUMNS_BYTES
-    return _bytes(parts[0]), _bytes(parts[1]), keep, col2im
+            f"a setting is KEPT,STREAMED,FOLD[,KEEP][,col2im], got {text!r}")
+    keep = _bytes(parts[3]) if len(parts) == 4 else cpu_conv.KEEP_COLUMNS_BYTES
+    return _bytes(parts[0]), _bytes(parts[1]), _bytes(parts[2]), keep, col2im
 
 
 def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +63,7 @@ def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
             rng.integers(0, 10, BATCH))
 
 
-def compare(model: str, settings: list[tuple[int, int, int, bool]], blocks: int,
+def compare(model: str, settings: list[tuple[int, int, int, int, bool]], blocks: int,
             steps: int) -> None:
     x, y = _batch()
     models = []
@@ -75,8 +76,8 @@ def compare(model: str, settings: list[tuple[int, int, int, bool]], blocks: int,
         models.append(m)
 
     def use(index: int) -> None:
-        (cpu_conv.CHUNK_BYTES, cpu_conv.BACKWARD_CHUNK_BYTES,
-         cpu_conv.KEEP_COLUMNS_BYTES) = settings[index][:3]
+        (cpu_conv.CHUNK_BYTES, cpu_conv.STREAMED_CHUNK_BYTES, cpu_conv.BACKWARD_CHUNK_BYTES,
+         cpu_conv.KEEP_COLUMNS_BYTES) = settings[index][:4]
 
     for index, m in enumerate(models):
         use(index)
@@ -91,9 +92,9 @@ def compare(model: str, settings: list[tuple[int, int, int, bool]], blocks: int,
                 models[index].loss_and_grad(x, y)
             times[index, block] = (time.perf_counter() - start) / steps * 1e3
     print(f"# {model}: {blocks} blocks of {steps} steps, batch {BATCH}, ms per step")
-    for (forward, backward, keep, col2im), row in zip(settings, times):
+    for (kept, streamed, fold, keep, col2im), row in zip(settings, times):
         ratio = row / times[0]
-        print(f"  forward {forward:>9} backward {backward:>9} keep {keep:>9}"
+        print(f"  kept {kept:>8} streamed {streamed:>8} fold {fold:>8} keep {keep:>8}"
               f" {'col2im' if col2im else 'auto  '}"
               f"  {np.median(row):8.3f} ({row.min():.3f}-{row.max():.3f})"
               f"  vs first {np.median(ratio):.3f} ({ratio.min():.3f}-{ratio.max():.3f})")

@@ -15,7 +15,7 @@ flattening for a dense layer is a free transpose: (C*H*W, N) is ``x^T``.
 
 Forward. The input is copied once into zero-padded planes of shape
 (C, Hp, Wp, N). The column matrix (C*k*k, OH*OW*N) is built and multiplied
-by chunks of output rows (:data:`CHUNK_BYTES`): each chunk is one
+by chunks of output rows (:func:`chunk_budget`): each chunk is one
 ``np.copyto`` from an ``as_strided`` view of the planes, and its GEMM writes
 straight into the output's rows for those output rows, where the bias (and
 a fused ReLU) is applied while they are still in cache.
@@ -44,15 +44,21 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-#: Bytes of one chunk's column matrix. With runs of OW*N elements a GEMM over more
-#: columns gains more than an L2-sized chunk (512 KiB) saves (docs/RESULTS.md).
+#: Bytes of one chunk's column matrix where the chunks land in a column matrix training
+#: keeps whole: with runs of OW*N elements a GEMM over more columns gains more than an
+#: L2-sized chunk (512 KiB) saves (docs/RESULTS.md).
 CHUNK_BYTES = 4 * 1024 * 1024
+#: Bytes of one chunk where one chunk-sized buffer is filled and multiplied again and
+#: again (a column matrix too large to keep, built in the forward pass and again for
+#: the weight gradient; the convolution-shaped input gradient's): a chunk that stays in
+#: the core's L2 cache between its copy and its GEMM. 1 MiB made a ResNet-8 step 0.87x
+#: as long as 4 MiB on a core with 2 MiB of L2 (docs/RESULTS.md).
+STREAMED_CHUNK_BYTES = 1024 * 1024
 #: Training keeps a convolution's column matrix up to this size for the weight
 #: gradient; a larger one (a ResNet's first stage: 29 MB) is built again by chunks.
 KEEP_COLUMNS_BYTES = 8 * 1024 * 1024
-#: Bytes of one chunk of the backward pass's column matrices: the weight gradient's
-#: GEMM and the col2im additions run per chunk, and both lose more to short calls
-#: than they gain from the cache below a few MiB.
+#: Bytes of one chunk of col2im's column gradient (``W^T @ dy`` by chunks, each folded
+#: back with k*k additions): LeNet's step lost 5 % with 1 MiB (docs/RESULTS.md).
 BACKWARD_CHUNK_BYTES = 4 * 1024 * 1024
 
 
@@ -117,6 +123,12 @@ class ConvGeometry:
         return max(1, min(self.oh, budget // (self.rows * self.per_row * itemsize)))
 
 
+def chunk_budget(kept: bool) -> int:
+    """Bytes of one chunk of columns: :data:`CHUNK_BYTES` for chunks written into a kept
+    column matrix, :data:`STREAMED_CHUNK_BYTES` for one buffer reused per chunk."""
+    return CHUNK_BYTES if kept else STREAMED_CHUNK_BYTES
+
+
 def chunks(total: int, size: int) -> Iterator[tuple[int, int]]:
     """(first, count) of each chunk of ``size`` out of ``total`` (output rows)."""
     for first in range(0, total, size):
@@ -168,7 +180,7 @@ def convolve(weight: np.ndarray, planes: np.ndarray, g: ConvGeometry, cols: np.n
     right after its GEMM, so the caller can finish it (bias, ReLU) while it is in cache.
     ``cols`` holds one chunk's columns, or every chunk's (``keep``: at their place, for
     the weight gradient)."""
-    for first, count in chunks(g.oh, g.chunk(planes.itemsize)):
+    for first, count in chunks(g.oh, g.chunk(planes.itemsize, chunk_budget(keep))):
         span = slice(first * g.per_row, (first + count) * g.per_row)
         where = cols[:, span.start :] if keep else cols
         yield span, np.matmul(weight, columns(where, planes, g, first, count), out=out[:, span])

@@ -179,6 +179,7 @@ def test_cpu_convolution_equals_the_im2col_references(monkeypatch, n, c, h, w, c
     if budget != "default":
         monkeypatch.setattr(cpu_conv, "CHUNK_BYTES", 1)
         monkeypatch.setattr(cpu_conv, "BACKWARD_CHUNK_BYTES", 1)
+        monkeypatch.setattr(cpu_conv, "STREAMED_CHUNK_BYTES", 1)
     if not kept:
         monkeypatch.setattr(cpu_conv, "KEEP_COLUMNS_BYTES", 0)
     rng = np.random.default_rng(n * 100 + k)
