@@ -777,27 +777,28 @@ class BatchNorm2d(Layer):
 
     def _cpu_forward(self, x: np.ndarray, train: bool) -> np.ndarray:
         """The CPU path: :mod:`syncbench.kernels.cpu_norm` on each channel's row of the
-        (C, H, W, N) layout, into kept work arrays; a ReLU that follows is applied here
-        when fused (:func:`fuse_relus`)."""
+        (C, H, W, N) layout, into kept work arrays, by blocks that stay in cache; a ReLU
+        that follows is applied in the same blocks when fused (:func:`fuse_relus`)."""
         self.keep_buffers = train
         gamma, beta = self.params
         running_mean, running_var = self.buffers
         n, c, h, w = x.shape
         rows = self.channel_rows(x, "rows")  # a copy only of an NCHW input (a first layer)
         y = self.recycled("out", rows.shape, x.dtype)
+        self._mask = self.scratch("relu_mask", y.shape, _BOOL) if self.fused_relu else None
         if not train:
-            invstd = 1.0 / np.sqrt(running_var + self.eps)
-            cpu_norm.normalize(rows, running_mean, invstd, gamma, beta, None, y)
+            scale = gamma / np.sqrt(running_var + self.eps)
+            cpu_norm.affine(rows, scale, beta - running_mean * scale, y, self._mask)
         else:
+            # The rows about the running mean (the shift) are kept for the backward pass
+            # in place of xhat (cpu_norm's docstring).
             work = self.scratch("work", rows.shape, x.dtype)
             sums, count = self._summed(cpu_norm.sums_about(rows, running_mean, work), rows.shape[1])
-            mean, invstd = self._statistics(sums, count, np)
-            self._xhat = work  # the centred rows are not needed any more
-            cpu_norm.normalize(rows, mean, invstd, gamma, beta, work, y)
-            self._scale = gamma * invstd
-        if self.fused_relu:
-            self._mask = self.scratch("relu_mask", y.shape, _BOOL)
-            _relu_in_place(y, self._mask)
+            centred = sums[0] / count  # batch mean - shift, before the running mean moves
+            _, invstd = self._statistics(sums, count, np)
+            self._work, self._centred, self._invstd = work, centred, invstd
+            self._scale = cpu_norm.normalize_centred(work, centred, invstd, gamma, beta, y,
+                                                     self._mask)
         return cpu_conv.nchw(y.reshape(c, h, w, n))
 
     def backward(self, dy: Any) -> Any:
@@ -813,16 +814,17 @@ class BatchNorm2d(Layer):
 
     def _cpu_backward(self, dy: np.ndarray) -> np.ndarray | None:
         n, c, h, w = dy.shape
-        rows = self.channel_rows(dy, "dy", self._mask if self.fused_relu else None)
-        local = cpu_norm.grad_sums(rows, self._xhat)
+        rows = self.channel_rows(dy, "dy")  # the fused ReLU's mask is applied by blocks
+        tmp = self.scratch("dwork", (c, cpu_norm.block_width(rows)), dy.dtype)
+        local = cpu_norm.grad_sums(rows, self._work, self._centred, self._invstd, self._mask, tmp)
         self.grads[1][...] = local[0]  # beta
         self.grads[0][...] = local[1]  # gamma
         sums, count = self._summed(local, rows.shape[1])
         if not self.needs_input_grad:
             return None
         dx = self.recycled("dx", rows.shape, dy.dtype)
-        cpu_norm.input_grad(rows, self._xhat, self._scale, sums[0] / count, sums[1] / count, dx,
-                            self.scratch("dwork", rows.shape, dy.dtype))
+        cpu_norm.input_grad(rows, self._work, self._centred, self._invstd, self._scale,
+                            sums[0] / count, sums[1] / count, dx, tmp, self._mask)
         return cpu_conv.nchw(dx.reshape(c, h, w, n))
 
     def __repr__(self) -> str:

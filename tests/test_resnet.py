@@ -77,6 +77,39 @@ def test_batchnorm_statistics_are_pytorchs():
                                rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-11), (np.float32, 2e-5)])
+def test_cpu_batchnorm_equals_the_numpy_references_about_a_far_running_mean(dtype, tol):
+    """The CPU layer's folded passes (cpu_norm: rows about the running mean kept instead of
+    xhat, y as one affine, dx as a * dy + k1 * work + k0) against ops' references, in a
+    step whose running mean (the shift) is far from the batch's, so every term matters."""
+    from syncbench.kernels import ops
+
+    rng = np.random.default_rng(7)
+    bn = BatchNorm2d(3)
+    params = [rng.uniform(0.5, 1.5, 3).astype(dtype), rng.standard_normal(3).astype(dtype)]
+    grads = [np.zeros(3, dtype), np.zeros(3, dtype)]
+    bn.bind(params, grads)
+    running = [np.array([40.0, -7.0, 0.5], dtype), np.array([4.0, 1.0, 9.0], dtype)]
+    bn.bind_buffers(running)
+    x = (5.0 + 3.0 * rng.standard_normal((6, 3, 5, 4))).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    y = bn.forward(x)
+    dx = bn.backward(dy)
+    mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    invstd = 1.0 / np.sqrt(var + 1e-5)
+    y_ref, xhat = ops.bn_normalize(x, mean, invstd, params[0], params[1])
+    sums = ops.bn_grad_sums(dy, xhat)
+    count = x.size // 3
+    dx_ref = ops.bn_backward(dy, xhat, params[0] * invstd, sums[0] / count, sums[1] / count)
+    for got, want in [(y, y_ref), (dx, dx_ref), (grads[1], sums[0]), (grads[0], sums[1])]:
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    evaluated = bn.forward(x, train=False)
+    scale = params[0] / np.sqrt(running[1] + 1e-5)
+    manual = (x - running[0][:, None, None]) * scale[:, None, None] + params[1][:, None, None]
+    np.testing.assert_allclose(evaluated, manual, rtol=tol, atol=tol * np.abs(manual).max())
+
+
 def test_option_a_shortcut_subsamples_and_appends_zero_channels():
     """A widening block's shortcut: x[:, :, ::2, ::2] in its first channels, zeros after."""
     rng = np.random.default_rng(3)
