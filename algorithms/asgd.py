@@ -44,6 +44,7 @@ from mpi4py import MPI
 from syncbench.algorithms.base import Algorithm, StepStats
 from syncbench.algorithms.device_buffers import HostMirror
 from syncbench.algorithms.flags import option
+from syncbench.algorithms.optimizer import SubnormalFlush
 from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
 from syncbench.kernels.zoo import has_batchnorm
 
@@ -202,6 +203,7 @@ class ASGD(Algorithm):
         self._velocity = np.zeros(n, dtype)
         self._delta = np.zeros(n, dtype)
         self._scratch = np.zeros(n, dtype)
+        self._flush = SubnormalFlush()
         self._g = np.zeros(n, dtype) if self.dc else None
         self._w_now = np.zeros(n, dtype) if self.dc else None
         # MPI resources are made in prepare() (collective): the driver agrees on
@@ -404,6 +406,7 @@ class ASGD(Algorithm):
         self._velocity += grads
         if self.config.weight_decay:
             self._velocity += np.multiply(self._pulled, self._decay, out=self._scratch)
+        self._flush(self._velocity, self._scratch)
         np.multiply(self._velocity, -self.worker_lr, out=self._delta)
 
     def push(self) -> tuple[int, int]:

@@ -13,7 +13,27 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels.ops import sgd_momentum_
+from syncbench.kernels.ops import flush_subnormals_, sgd_momentum_
+
+#: Steps between two flushes of a velocity's subnormal elements (:class:`SubnormalFlush`).
+FLUSH_SUBNORMALS_EVERY = 16
+
+
+class SubnormalFlush:
+    """Every :data:`FLUSH_SUBNORMALS_EVERY` calls, zero a CPU velocity's subnormal elements
+    (:func:`~syncbench.kernels.ops.flush_subnormals_`: decayed momentum otherwise sticks
+    there and slows every later update). Three passes every 16 steps instead of every
+    step; a GPU array is left alone (its float32 units take subnormals at full speed).
+    The count is not checkpointed: after a resume the flushes fall on other steps, which
+    can change only values below ``finfo.tiny``."""
+
+    def __init__(self, every: int = FLUSH_SUBNORMALS_EVERY) -> None:
+        self.every, self.calls = every, 0
+
+    def __call__(self, velocity: Any, scratch: Any) -> None:
+        self.calls += 1
+        if self.calls % self.every == 0 and isinstance(velocity, np.ndarray):
+            flush_subnormals_(velocity, scratch)
 
 
 class MomentumSGD:
@@ -29,6 +49,7 @@ class MomentumSGD:
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.velocity = like * 0
         self.scratch = like * 0
+        self._flush = SubnormalFlush()
         #: What multiplies the weights in the decay term: a number, or one per element.
         self.decay: Any = weight_decay
         if decay_mask is not None and weight_decay:
@@ -39,7 +60,8 @@ class MomentumSGD:
         return np.multiply(weights, self.decay, out=out)
 
     def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
-        """``params -= lr * (mu * v + g + wd * params)``, in place."""
+        """``params -= lr * (mu * v + g + wd * params)``, in place (and every 16 steps the
+        velocity's subnormal elements zeroed: :class:`SubnormalFlush`)."""
         sgd_momentum_(
             params,
             grads,
@@ -49,3 +71,4 @@ class MomentumSGD:
             self.decay,
             self.scratch,
         )
+        self._flush(self.velocity, self.scratch)
