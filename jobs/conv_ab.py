@@ -170,7 +170,7 @@ def gemm_shapes(model: str) -> None:
             dy = rng.random((layer.cout, n), dtype=np.float32)
             print(f"  {layer!r:40.40s} N {n:6d}: forward {_rate(w, cols):6.1f}"
                   f"  input gradient {_rate(w.T, dy):6.1f}"
-                  f"  weight gradient {_rate(dy, cols.T):6.1f}")
+                  f"  weight gradient {_rate(cols, dy.T):6.1f}")
 
 
 def main() -> None:
