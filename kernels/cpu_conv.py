@@ -57,6 +57,12 @@ STREAMED_CHUNK_BYTES = 1024 * 1024
 #: Training keeps a convolution's column matrix up to this size for the weight
 #: gradient; a larger one (a ResNet's first stage: 29 MB) is built again by chunks.
 KEEP_COLUMNS_BYTES = 8 * 1024 * 1024
+#: OpenBLAS multiplies without packing ("small matrix" kernels) when M*N*K is at most
+#: 100^3 (kernel/x86_64/sgemm_small_kernel_permit_skylakex.c, used on AVX-512 cores):
+#: for a first layer's GEMMs (6 x 25 by 1,792 columns per output row in LeNet) that
+#: ran 2.5x the packed rate, so such a convolution multiplies by chunks of at most
+#: this many multiply-adds (docs/RESULTS.md).
+SMALL_GEMM_MNK = 1_000_000
 #: Bytes of one chunk of col2im's column gradient (``W^T @ dy`` by chunks, each folded
 #: back with k*k additions): LeNet's step lost 5 % with 1 MiB (docs/RESULTS.md).
 BACKWARD_CHUNK_BYTES = 4 * 1024 * 1024
@@ -123,6 +129,15 @@ class ConvGeometry:
         return max(1, min(self.oh, budget // (self.rows * self.per_row * itemsize)))
 
 
+def gemm_chunk(g: ConvGeometry, outputs: int, itemsize: int, budget: int) -> int:
+    """Output rows per chunk of a GEMM of ``outputs`` rows by the column matrix: those
+    ``budget`` bytes of columns hold, and no more than keep the product within
+    :data:`SMALL_GEMM_MNK` when one output row does."""
+    rows = g.chunk(itemsize, budget)
+    small = SMALL_GEMM_MNK // (outputs * g.rows * g.per_row)
+    return min(rows, small) if small >= 1 else rows
+
+
 def chunk_budget(kept: bool) -> int:
     """Bytes of one chunk of columns: :data:`CHUNK_BYTES` for chunks written into a kept
     column matrix, :data:`STREAMED_CHUNK_BYTES` for one buffer reused per chunk."""
@@ -180,7 +195,8 @@ def convolve(weight: np.ndarray, planes: np.ndarray, g: ConvGeometry, cols: np.n
     right after its GEMM, so the caller can finish it (bias, ReLU) while it is in cache.
     ``cols`` holds one chunk's columns, or every chunk's (``keep``: at their place, for
     the weight gradient)."""
-    for first, count in chunks(g.oh, g.chunk(planes.itemsize, chunk_budget(keep))):
+    size = gemm_chunk(g, weight.shape[0], planes.itemsize, chunk_budget(keep))
+    for first, count in chunks(g.oh, size):
         span = slice(first * g.per_row, (first + count) * g.per_row)
         where = cols[:, span.start :] if keep else cols
         yield span, np.matmul(weight, columns(where, planes, g, first, count), out=out[:, span])

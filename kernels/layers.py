@@ -404,7 +404,7 @@ class Conv2d(Layer):
         # Training keeps every chunk's columns for the weight gradient if they are few
         # (cpu_conv.KEEP_COLUMNS_BYTES); else backward builds them again, chunk by chunk.
         keep = train and g.rows * g.oh * g.per_row * x.dtype.itemsize <= cpu_conv.KEEP_COLUMNS_BYTES
-        chunk = g.chunk(x.dtype.itemsize, cpu_conv.chunk_budget(keep))
+        chunk = cpu_conv.gemm_chunk(g, self.cout, x.dtype.itemsize, cpu_conv.chunk_budget(keep))
         cols = self.scratch("cols", (g.rows, (g.oh if keep else chunk) * g.per_row), x.dtype)
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", out.shape, _BOOL)
@@ -463,7 +463,8 @@ class Conv2d(Layer):
         np.copyto(flipped, self.params[0].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         weight = flipped.reshape(self.cin, -1)
         dx = self.recycled("dx", (self.cin, g.h, g.w, n), laid.dtype)
-        chunk = back.chunk(laid.dtype.itemsize, cpu_conv.chunk_budget(False))
+        chunk = cpu_conv.gemm_chunk(back, self.cin, laid.dtype.itemsize,
+                                    cpu_conv.chunk_budget(False))
         cols = self.scratch("grad_cols", (back.rows, chunk * back.per_row), laid.dtype)
         for _ in cpu_conv.convolve(weight, planes, back, cols, dx.reshape(self.cin, -1)):
             pass  # each chunk's GEMM writes its rows of dx
@@ -473,18 +474,25 @@ class Conv2d(Layer):
         """``dW = dy @ cols^T``, computed as its transpose ``cols @ dy^T`` into a (rows, cout)
         work array: BLAS runs that orientation 1.5-1.7x faster at a ResNet's shapes (a few
         output channels by tens of thousands of columns; docs/RESULTS.md). One GEMM on the
-        kept columns, else a sum of GEMMs on the columns built again chunk by chunk."""
+        kept columns (a sum over chunks that keep it a small GEMM where one output row
+        does: :func:`cpu_conv.gemm_chunk`), else a sum of GEMMs on the columns built again
+        chunk by chunk."""
         dweight = self.grads[0].reshape(self.cout, -1)
         dweight_t = self.scratch("dweight_t", (g.rows, self.cout), laid.dtype)
-        if self._cols is not None:
+        kept = self._cols is not None
+        chunk = cpu_conv.gemm_chunk(g, self.cout, laid.dtype.itemsize,
+                                    cpu_conv.chunk_budget(False) if not kept else 1 << 62)
+        if kept and chunk >= g.oh:
             np.matmul(self._cols, laid.T, out=dweight_t)
         else:
-            chunk = g.chunk(laid.dtype.itemsize, cpu_conv.chunk_budget(False))
-            cols = self.scratch("cols", (g.rows, chunk * g.per_row), laid.dtype)
+            cols = self._cols if kept else self.scratch("cols", (g.rows, chunk * g.per_row),
+                                                        laid.dtype)
             part = self.scratch("dweight_part", dweight_t.shape, laid.dtype)
             for first, count in cpu_conv.chunks(g.oh, chunk):
-                block_t = laid[:, first * g.per_row : (first + count) * g.per_row].T
-                chunk_cols = cpu_conv.columns(cols, self._planes, g, first, count)
+                span = slice(first * g.per_row, (first + count) * g.per_row)
+                block_t = laid[:, span].T
+                chunk_cols = (cols[:, span] if kept
+                              else cpu_conv.columns(cols, self._planes, g, first, count))
                 if first == 0:
                     np.matmul(chunk_cols, block_t, out=dweight_t)
                 else:

@@ -168,7 +168,8 @@ def test_held_outputs_are_never_overwritten_by_later_steps():
     (3, 4, 7, 6, 4, 3, 1, 1),     # the input gradient as a convolution (a ResNet's 3 x 3)
     (2, 5, 6, 6, 3, 3, 2, 1),     # the same with padding k - 1
 ])
-@pytest.mark.parametrize("budget", ["default", "one output row per chunk"])
+@pytest.mark.parametrize("budget", ["default", "one output row per chunk",
+                                    "small GEMMs of one output row"])
 @pytest.mark.parametrize("kept", [True, False])
 def test_cpu_convolution_equals_the_im2col_references(monkeypatch, n, c, h, w, cout, k, pad,
                                                       stride, budget, kept):
@@ -176,7 +177,10 @@ def test_cpu_convolution_equals_the_im2col_references(monkeypatch, n, c, h, w, c
     rounding), whatever the chunks, the column layout and whether the columns are kept."""
     from syncbench.kernels import cpu_conv, ops
 
-    if budget != "default":
+    if budget == "small GEMMs of one output row":  # kept columns multiplied by chunks too
+        ow = ops.conv_output_hw(h, w, k, pad, stride)[1]
+        monkeypatch.setattr(cpu_conv, "SMALL_GEMM_MNK", max(cout, c) * c * k * k * ow * n)
+    elif budget != "default":
         monkeypatch.setattr(cpu_conv, "CHUNK_BYTES", 1)
         monkeypatch.setattr(cpu_conv, "BACKWARD_CHUNK_BYTES", 1)
         monkeypatch.setattr(cpu_conv, "STREAMED_CHUNK_BYTES", 1)
