@@ -112,8 +112,17 @@ def flush_subnormals_(x: np.ndarray, scratch: np.ndarray) -> None:
     Zeroing them is what ``torch.set_flush_denormal(True)`` does for every operation;
     here it touches only values below ``finfo.tiny``, every element above it unchanged.
     """
-    np.abs(x, out=scratch)
-    np.putmask(x, scratch < np.finfo(x.dtype).tiny, 0)
+    # On the bit patterns: |x| - 1 < the mantissa's mask exactly for subnormals (zero wraps
+    # around to the largest unsigned value), so zeros, which a dead velocity has many of,
+    # do not count, and the usual flush (none found) writes nothing.
+    info = np.finfo(x.dtype)
+    unsigned = np.dtype(f"u{x.itemsize}")
+    magnitude = np.bitwise_and(x.view(unsigned), unsigned.type((1 << (info.bits - 1)) - 1),
+                               out=scratch.view(unsigned))
+    magnitude -= unsigned.type(1)
+    subnormal = magnitude < unsigned.type((1 << info.nmant) - 1)
+    if subnormal.any():
+        np.putmask(x, subnormal, 0)
 
 
 @_dispatch
