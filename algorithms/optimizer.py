@@ -16,13 +16,13 @@ import numpy as np
 from syncbench.kernels.ops import flush_subnormals_, sgd_momentum_
 
 #: Steps between two flushes of a velocity's subnormal elements (:class:`SubnormalFlush`).
-FLUSH_SUBNORMALS_EVERY = 16
+FLUSH_SUBNORMALS_EVERY = 64
 
 
 class SubnormalFlush:
     """Every :data:`FLUSH_SUBNORMALS_EVERY` calls, zero a CPU velocity's subnormal elements
     (:func:`~syncbench.kernels.ops.flush_subnormals_`: decayed momentum otherwise sticks
-    there and slows every later update). Three passes every 16 steps instead of every
+    there and slows every later update). Three passes every 64 steps instead of every
     step; a GPU array is left alone (its float32 units take subnormals at full speed).
     The count is not checkpointed: after a resume the flushes fall on other steps, which
     can change only values below ``finfo.tiny``."""
@@ -60,7 +60,7 @@ class MomentumSGD:
         return np.multiply(weights, self.decay, out=out)
 
     def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
-        """``params -= lr * (mu * v + g + wd * params)``, in place (and every 16 steps the
+        """``params -= lr * (mu * v + g + wd * params)``, in place (and every 64 steps the
         velocity's subnormal elements zeroed: :class:`SubnormalFlush`)."""
         sgd_momentum_(
             params,
