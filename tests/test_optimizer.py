@@ -43,4 +43,4 @@ def test_a_velocity_whose_gradient_died_decays_to_zero_not_to_a_stuck_subnormal(
     # The elements above tiny went through the same arithmetic bit for bit.
     np.testing.assert_array_equal(opt.velocity[: n // 2], plain_v[: n // 2])
     np.testing.assert_array_equal(params, plain_w)
-    assert steps > 50 * FLUSH_SUBNORMALS_EVERY
+    assert steps > 1000 + FLUSH_SUBNORMALS_EVERY  # about 1000 steps from 1.0 to stuck
