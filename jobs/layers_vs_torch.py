@@ -2,6 +2,7 @@
 
 Usage (PyTorch importable, e.g. ``PYTHONPATH`` on an install of it):
     OMP_NUM_THREADS=1 python jobs/layers_vs_torch.py [MODEL] [--blocks 7] [--reps 10]
+    OMP_NUM_THREADS=1 python jobs/layers_vs_torch.py mlp --linear
 
 For every distinct convolution and BatchNorm of MODEL (default resnet8; batch 64,
 28 x 28 inputs) the forward plus backward time of one call, ours (the CPU layer, on
@@ -16,7 +17,10 @@ convolutions: their FLOPs (forward, weight and input gradient) at the rate
 the chunk the convolutions stream), the time BLAS alone needs however the rest of
 the layer is written. Set beside PyTorch's whole step (``syncbench peers
 --speed``): where the floor is above it divided by a target ratio, no
-im2col-and-BLAS convolution reaches that ratio. Measured in docs/RESULTS.md.
+im2col-and-BLAS convolution reaches that ratio. ``--linear`` times instead
+the GEMMs of MODEL's dense layers (forward, weight gradient, and the input
+gradient where the layer computes one), ``numpy.matmul`` against ``torch.mm``
+on the same arrays, median of 300 calls each. Measured in docs/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 import torch
 
 from syncbench.kernels import cpu_conv
-from syncbench.kernels.layers import BatchNorm2d, Conv2d, all_layers
+from syncbench.kernels.layers import BatchNorm2d, Conv2d, Linear, all_layers
 from syncbench.kernels.zoo import build_model
 
 BATCH = 64
@@ -106,13 +110,57 @@ def _gemm_floor(layer: Conv2d, shape: tuple[int, ...]) -> float:
     return passes * flops / (2.0 * layer.cout * g.rows * g.per_row / best) * 1e3
 
 
+def _median_ms(call, repeats: int = 300) -> float:
+    call()
+    spent = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        spent.append(time.perf_counter() - start)
+    return float(np.median(spent)) * 1e3
+
+
+def linear_gemms(model_name: str) -> None:
+    """numpy.matmul against torch.mm at the GEMM shapes of the model's dense layers."""
+    m = build_model(model_name, (1, 28, 28), 10)
+    shapes = []
+    dense = [layer for layer in all_layers(m.layers) if isinstance(layer, Linear)]
+    for index, layer in enumerate(dense):
+        i, o = layer.in_features, layer.out_features
+        shapes += [(f"{layer!r} forward", BATCH, i, o), (f"{layer!r} weight gradient", i, BATCH, o)]
+        if index > 0:  # the first dense layer of a model computes no input gradient
+            shapes.append((f"{layer!r} input gradient", BATCH, o, i))
+    rng = np.random.default_rng(0)
+    print(f"# {model_name}: dense layers' GEMMs, batch {BATCH}, float32, ms (median of 300); "
+          f"torch {torch.__version__}, 1 thread")
+    ours_total = theirs_total = 0.0
+    for name, rows, inner, cols in shapes:
+        a = rng.random((rows, inner), dtype=np.float32)
+        b = rng.random((inner, cols), dtype=np.float32)
+        out = np.empty((rows, cols), np.float32)
+        ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.empty(rows, cols)
+        ours = _median_ms(lambda a=a, b=b, out=out: np.matmul(a, b, out=out))
+        theirs = _median_ms(lambda ta=ta, tb=tb, tout=tout: torch.mm(ta, tb, out=tout))
+        ours_total, theirs_total = ours_total + ours, theirs_total + theirs
+        flops = 2.0 * rows * inner * cols / 1e6
+        print(f"  {name:40.40s} {rows:5d} x {inner:5d} x {cols:5d}  numpy {ours:7.4f} "
+              f"({flops / ours:6.1f} GFLOP/s)  torch {theirs:7.4f} ({flops / theirs:6.1f})")
+    print(f"  all {'':36s} {'':21s}  numpy {ours_total:7.4f}  torch {theirs_total:7.4f}"
+          f"  numpy/torch {ours_total / theirs_total:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="resnet8")
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--linear", action="store_true",
+                        help="the dense layers' GEMMs, numpy.matmul against torch.mm")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.linear:
+        linear_gemms(args.model)
+        return
     counts: collections.Counter = collections.Counter()
     cases = {}
     for layer, shape in _captured(args.model):

@@ -472,8 +472,8 @@ class Conv2d(Layer):
 
     def _weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
         """``dW = dy @ cols^T``, computed as its transpose ``cols @ dy^T`` into a (rows, cout)
-        work array: BLAS runs that orientation 1.5-1.7x faster at a ResNet's shapes (a few
-        output channels by tens of thousands of columns; docs/RESULTS.md). One GEMM on the
+        work array: BLAS runs that orientation faster at a ResNet's shapes (16 output
+        channels: 72-73 against 54-58 GFLOP/s here; docs/RESULTS.md). One GEMM on the
         kept columns (a sum over chunks that keep it a small GEMM where one output row
         does: :func:`cpu_conv.gemm_chunk`), else a sum of GEMMs on the columns built again
         chunk by chunk."""
