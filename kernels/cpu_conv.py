@@ -129,13 +129,17 @@ class ConvGeometry:
         return max(1, min(self.oh, budget // (self.rows * self.per_row * itemsize)))
 
 
+def small_gemm_rows(g: ConvGeometry, outputs: int) -> int:
+    """The most output rows whose GEMM of ``outputs`` rows by the column matrix stays within
+    :data:`SMALL_GEMM_MNK`, when one output row does; else every output row (no limit)."""
+    small = SMALL_GEMM_MNK // (outputs * g.rows * g.per_row)
+    return min(g.oh, small) if small >= 1 else g.oh
+
+
 def gemm_chunk(g: ConvGeometry, outputs: int, itemsize: int, budget: int) -> int:
     """Output rows per chunk of a GEMM of ``outputs`` rows by the column matrix: those
-    ``budget`` bytes of columns hold, and no more than keep the product within
-    :data:`SMALL_GEMM_MNK` when one output row does."""
-    rows = g.chunk(itemsize, budget)
-    small = SMALL_GEMM_MNK // (outputs * g.rows * g.per_row)
-    return min(rows, small) if small >= 1 else rows
+    ``budget`` bytes of columns hold, and no more than :func:`small_gemm_rows`."""
+    return min(g.chunk(itemsize, budget), small_gemm_rows(g, outputs))
 
 
 def chunk_budget(kept: bool) -> int:
@@ -189,13 +193,12 @@ def columns(cols: np.ndarray, planes: np.ndarray, g: ConvGeometry, first: int,
 
 
 def convolve(weight: np.ndarray, planes: np.ndarray, g: ConvGeometry, cols: np.ndarray,
-             out: np.ndarray, keep: bool = False) -> Iterator[tuple[slice, np.ndarray]]:
-    """``out = weight @ im2col(planes)`` by chunks of output rows (:meth:`ConvGeometry.chunk`),
-    yielding each chunk's columns of ``out`` (a (rows, OH*OW*N) matrix) and that block
-    right after its GEMM, so the caller can finish it (bias, ReLU) while it is in cache.
-    ``cols`` holds one chunk's columns, or every chunk's (``keep``: at their place, for
-    the weight gradient)."""
-    size = gemm_chunk(g, weight.shape[0], planes.itemsize, chunk_budget(keep))
+             out: np.ndarray, size: int, keep: bool = False) -> Iterator[tuple[slice, np.ndarray]]:
+    """``out = weight @ im2col(planes)`` by chunks of ``size`` output rows (the caller's
+    :func:`gemm_chunk`, which sized ``cols``), yielding each chunk's columns of ``out`` (a
+    (rows, OH*OW*N) matrix) and that block right after its GEMM, so the caller can finish
+    it (bias, ReLU) while it is in cache. ``cols`` holds one chunk's columns, or every
+    chunk's (``keep``: at their place, for the weight gradient)."""
     for first, count in chunks(g.oh, size):
         span = slice(first * g.per_row, (first + count) * g.per_row)
         where = cols[:, span.start :] if keep else cols

@@ -409,7 +409,7 @@ class Conv2d(Layer):
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", out.shape, _BOOL)
             mask = self._mask.reshape(self.cout, -1)
-        for span, y in cpu_conv.convolve(weight, planes, g, cols, rows, keep):
+        for span, y in cpu_conv.convolve(weight, planes, g, cols, rows, chunk, keep):
             if self.bias:
                 y += self.params[1][:, None]
             if self.fused_relu:
@@ -466,7 +466,7 @@ class Conv2d(Layer):
         chunk = cpu_conv.gemm_chunk(back, self.cin, laid.dtype.itemsize,
                                     cpu_conv.chunk_budget(False))
         cols = self.scratch("grad_cols", (back.rows, chunk * back.per_row), laid.dtype)
-        for _ in cpu_conv.convolve(weight, planes, back, cols, dx.reshape(self.cin, -1)):
+        for _ in cpu_conv.convolve(weight, planes, back, cols, dx.reshape(self.cin, -1), chunk):
             pass  # each chunk's GEMM writes its rows of dx
         return cpu_conv.nchw(dx)
 
@@ -475,13 +475,14 @@ class Conv2d(Layer):
         work array: BLAS runs that orientation faster at a ResNet's shapes (16 output
         channels: 72-73 against 54-58 GFLOP/s here; docs/RESULTS.md). One GEMM on the
         kept columns (a sum over chunks that keep it a small GEMM where one output row
-        does: :func:`cpu_conv.gemm_chunk`), else a sum of GEMMs on the columns built again
+        does: :func:`cpu_conv.small_gemm_rows`), else a sum of GEMMs on the columns built again
         chunk by chunk."""
         dweight = self.grads[0].reshape(self.cout, -1)
         dweight_t = self.scratch("dweight_t", (g.rows, self.cout), laid.dtype)
         kept = self._cols is not None
-        chunk = cpu_conv.gemm_chunk(g, self.cout, laid.dtype.itemsize,
-                                    cpu_conv.chunk_budget(False) if not kept else 1 << 62)
+        chunk = (cpu_conv.small_gemm_rows(g, self.cout) if kept else
+                 cpu_conv.gemm_chunk(g, self.cout, laid.dtype.itemsize,
+                                     cpu_conv.chunk_budget(False)))
         if kept and chunk >= g.oh:
             np.matmul(self._cols, laid.T, out=dweight_t)
         else:
