@@ -138,7 +138,7 @@ def layer_times(model: str, steps: int) -> None:
     print(f"  step (forward, loss, backward) {step:.3f}")
 
 
-def _rate(a: np.ndarray, b: np.ndarray, repeats: int = 20) -> float:
+def matmul_rate(a: np.ndarray, b: np.ndarray, repeats: int = 20) -> float:
     """GFLOP/s of ``a @ b`` into a kept output, the best of ``repeats``."""
     out = np.empty((a.shape[0], b.shape[1]), np.float32)
     best = float("inf")
@@ -152,7 +152,7 @@ def _rate(a: np.ndarray, b: np.ndarray, repeats: int = 20) -> float:
 def gemm_shapes(model: str) -> None:
     rng = np.random.default_rng(0)
     square = rng.random((1024, 1024), dtype=np.float32)
-    print(f"# {model}: numpy.matmul GFLOP/s, float32; 1024^3: {_rate(square, square, 5):.1f}")
+    print(f"# {model}: numpy.matmul GFLOP/s, float32; 1024^3: {matmul_rate(square, square, 5):.1f}")
     shape, seen = (1, 28, 28), set()
     m = build_model(model, shape, 10)
     for layer in all_layers(m.layers):
@@ -168,9 +168,9 @@ def gemm_shapes(model: str) -> None:
             w = rng.random((layer.cout, rows), dtype=np.float32)
             cols = rng.random((rows, n), dtype=np.float32)
             dy = rng.random((layer.cout, n), dtype=np.float32)
-            print(f"  {layer!r:40.40s} N {n:6d}: forward {_rate(w, cols):6.1f}"
-                  f"  input gradient {_rate(w.T, dy):6.1f}"
-                  f"  weight gradient {_rate(cols, dy.T):6.1f}")
+            print(f"  {layer!r:40.40s} N {n:6d}: forward {matmul_rate(w, cols):6.1f}"
+                  f"  input gradient {matmul_rate(w.T, dy):6.1f}"
+                  f"  weight gradient {matmul_rate(cols, dy.T):6.1f}")
 
 
 def main() -> None:

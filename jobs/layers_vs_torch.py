@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 import torch
+from conv_ab import matmul_rate  # this folder's script: the same GEMM timing
 
 from syncbench.kernels import cpu_conv
 from syncbench.kernels.layers import BatchNorm2d, Conv2d, Linear, all_layers
@@ -92,22 +93,16 @@ def _theirs(layer: object, shape: tuple[int, ...]):
 
 
 def _gemm_floor(layer: Conv2d, shape: tuple[int, ...]) -> float:
-    """ms of the convolution's three GEMMs' FLOPs at numpy.matmul's rate on one output
-    row of its forward GEMM (the best of 20)."""
+    """ms of the convolution's GEMMs' FLOPs (forward, weight gradient and, where it has one,
+    input gradient) at numpy.matmul's rate on one output row of its forward GEMM
+    (:func:`conv_ab.matmul_rate`, the best of 20)."""
     n, c, h, w = shape
     g = cpu_conv.ConvGeometry(n, c, h, w, layer.k, layer.pad, layer.stride)
     rng = np.random.default_rng(2)
-    a = rng.random((layer.cout, g.rows), dtype=np.float32)
-    b = rng.random((g.rows, g.per_row), dtype=np.float32)
-    out = np.empty((layer.cout, g.per_row), np.float32)
-    best = float("inf")
-    for _ in range(21):
-        start = time.perf_counter()
-        np.matmul(a, b, out=out)
-        best = min(best, time.perf_counter() - start)
-    flops = 2.0 * layer.cout * g.rows * g.oh * g.per_row
+    rate = matmul_rate(rng.random((layer.cout, g.rows), dtype=np.float32),
+                       rng.random((g.rows, g.per_row), dtype=np.float32))
     passes = 3 if layer.needs_input_grad else 2
-    return passes * flops / (2.0 * layer.cout * g.rows * g.per_row / best) * 1e3
+    return passes * 2.0 * layer.cout * g.rows * g.oh * g.per_row / (rate * 1e9) * 1e3
 
 
 def _median_ms(call, repeats: int = 300) -> float:
