@@ -37,6 +37,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from syncbench.kernels.ops import relu_in_place
+
 #: Bytes of one block of columns of one (C, width) array: several such blocks (input,
 #: work, output, mask, scratch) stay in a core's L2 cache together.
 BLOCK_BYTES = 512 * 1024
@@ -75,15 +77,14 @@ def sums_about(x: np.ndarray, shift: np.ndarray, work: np.ndarray) -> np.ndarray
 
 def affine(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, y: np.ndarray,
            mask: np.ndarray | None = None) -> None:
-    """``y = x * scale + offset`` per row, then a ReLU keeping its ``mask`` if one is given
-    (ReLU's own formula ``y * (y > 0)``, so NaN stays NaN and negatives become -0)."""
+    """``y = x * scale + offset`` per row, then the fused ReLU keeping its ``mask`` if one is
+    given (:func:`~syncbench.kernels.ops.relu_in_place`)."""
     scale, offset = scale[:, None], offset[:, None]
     for b in blocks(x):
         yb = np.multiply(x[:, b], scale, out=y[:, b])
         yb += offset
         if mask is not None:
-            mb = np.greater(yb, 0, out=mask[:, b])
-            np.multiply(yb, mb, out=yb)
+            relu_in_place(yb, mask[:, b])
 
 
 def normalize_centred(work: np.ndarray, centred: np.ndarray, invstd: np.ndarray,

@@ -85,13 +85,6 @@ def _int_view_type(dtype: Any) -> np.dtype:
     return np.dtype(f"i{np.dtype(dtype).itemsize}")
 
 
-def _relu_in_place(y: np.ndarray, mask: np.ndarray) -> None:
-    """``y = y * (y > 0)`` in place, keeping the mask (ReLU's own formula, so NaN stays
-    NaN and negatives become -0 exactly as :class:`ReLU` gives them)."""
-    np.greater(y, 0, out=mask)
-    np.multiply(y, mask, out=y)
-
-
 class Layer:
     """Base class: a differentiable function with optional parameters."""
 
@@ -244,7 +237,7 @@ class Linear(Layer):
         y += self.params[1]
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", y.shape, _BOOL)
-            _relu_in_place(y, self._mask)
+            ops.relu_in_place(y, self._mask)
         return y
 
     def backward(self, dy: Any) -> Any:
@@ -413,7 +406,7 @@ class Conv2d(Layer):
             if self.bias:
                 y += self.params[1][:, None]
             if self.fused_relu:
-                _relu_in_place(y, mask[:, span])
+                ops.relu_in_place(y, mask[:, span])
         self._cols = cols if keep else None
         return cpu_conv.nchw(out)
 
@@ -925,7 +918,7 @@ class BasicBlock(Layer):
         else:
             np.add(hm, xm, out=out)
         self._mask = self.scratch("relu_mask", out.shape, _BOOL)
-        _relu_in_place(out, self._mask)
+        ops.relu_in_place(out, self._mask)
         self._in_shape = x.shape
         return cpu_conv.nchw(out)
 

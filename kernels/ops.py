@@ -179,6 +179,14 @@ def relu_backward(dy: Any, y: Any, out: Any = None) -> Any:
     return np.multiply(dy, y > 0, out=out)
 
 
+def relu_in_place(y: np.ndarray, mask: np.ndarray) -> None:
+    """CPU: ``y = y * (y > 0)`` in place, keeping the mask in ``mask`` (ReLU's own formula,
+    so NaN stays NaN and negatives become -0 exactly as :func:`relu_forward` gives them):
+    the ReLU a CPU layer fuses into its output (``layers.fuse_relus``, ``cpu_norm``)."""
+    np.greater(y, 0, out=mask)
+    np.multiply(y, mask, out=y)
+
+
 @_dispatch
 def bias_add_(y: Any, bias: Any, axis: int = 1) -> None:
     """Add ``bias`` along ``axis`` of a 2-D ``y``, in place.
