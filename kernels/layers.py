@@ -466,9 +466,9 @@ class Conv2d(Layer):
     def _weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
         """``dW = dy @ cols^T``, computed as its transpose ``cols @ dy^T`` into a (rows, cout)
         work array: BLAS runs that orientation faster at a ResNet's shapes (16 output
-        channels: 72-73 against 54-58 GFLOP/s here; docs/RESULTS.md). One GEMM on the
-        kept columns (a sum over chunks that keep it a small GEMM where one output row
-        does: :func:`cpu_conv.small_gemm_rows`), else a sum of GEMMs on the columns built again
+        channels: 72-73 against 54-58 GFLOP/s here; docs/RESULTS.md). On kept columns one
+        GEMM, or a sum over chunks where that keeps each a small GEMM
+        (:func:`cpu_conv.small_gemm_rows`); else a sum of GEMMs on the columns built again
         chunk by chunk."""
         dweight = self.grads[0].reshape(self.cout, -1)
         dweight_t = self.scratch("dweight_t", (g.rows, self.cout), laid.dtype)
@@ -476,21 +476,18 @@ class Conv2d(Layer):
         chunk = (cpu_conv.small_gemm_rows(g, self.cout) if kept else
                  cpu_conv.gemm_chunk(g, self.cout, laid.dtype.itemsize,
                                      cpu_conv.chunk_budget(False)))
-        if kept and chunk >= g.oh:
-            np.matmul(self._cols, laid.T, out=dweight_t)
-        else:
-            cols = self._cols if kept else self.scratch("cols", (g.rows, chunk * g.per_row),
-                                                        laid.dtype)
-            part = self.scratch("dweight_part", dweight_t.shape, laid.dtype)
-            for first, count in cpu_conv.chunks(g.oh, chunk):
-                span = slice(first * g.per_row, (first + count) * g.per_row)
-                block_t = laid[:, span].T
-                chunk_cols = (cols[:, span] if kept
-                              else cpu_conv.columns(cols, self._planes, g, first, count))
-                if first == 0:
-                    np.matmul(chunk_cols, block_t, out=dweight_t)
-                else:
-                    dweight_t += np.matmul(chunk_cols, block_t, out=part)
+        cols = self._cols if kept else self.scratch("cols", (g.rows, chunk * g.per_row),
+                                                    laid.dtype)
+        for first, count in cpu_conv.chunks(g.oh, chunk):
+            span = slice(first * g.per_row, (first + count) * g.per_row)
+            block_t = laid[:, span].T
+            chunk_cols = (cols[:, span] if kept
+                          else cpu_conv.columns(cols, self._planes, g, first, count))
+            if first == 0:
+                np.matmul(chunk_cols, block_t, out=dweight_t)
+            else:
+                part = self.scratch("dweight_part", dweight_t.shape, laid.dtype)
+                dweight_t += np.matmul(chunk_cols, block_t, out=part)
         np.copyto(dweight, dweight_t.T)
 
     def _output_grad(self, dy: np.ndarray) -> np.ndarray:
