@@ -49,7 +49,8 @@ class MomentumSGD:
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.velocity = like * 0
         self.scratch = like * 0
-        self._flush = SubnormalFlush()
+        #: Zeroes the velocity's subnormal elements every few steps (its ``every``).
+        self.subnormal_flush = SubnormalFlush()
         #: What multiplies the weights in the decay term: a number, or one per element.
         self.decay: Any = weight_decay
         if decay_mask is not None and weight_decay:
@@ -71,4 +72,4 @@ class MomentumSGD:
             self.decay,
             self.scratch,
         )
-        self._flush(self.velocity, self.scratch)
+        self.subnormal_flush(self.velocity, self.scratch)

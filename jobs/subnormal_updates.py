@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     model = build_model(args.model, (1, 28, 28), 10, dtype=np.float32)
     opt = MomentumSGD(model.params, 0.01, 0.9, 0.0)
-    opt._flush.every = args.flush_every if args.flush_every > 0 else 1 << 62
+    opt.subnormal_flush.every = args.flush_every if args.flush_every > 0 else 1 << 62
     rng = np.random.default_rng(0)
     x = rng.random((64, 1, 28, 28)).astype(np.float32)
     y = rng.integers(0, 10, 64)
