@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels import cpu_conv, cpu_norm, ops
+from syncbench.kernels import cpu_conv, cpu_native, cpu_norm, ops
 
 Shape = tuple[int, ...]
 
@@ -391,9 +391,13 @@ class Conv2d(Layer):
         planes = self.scratch("planes", g.planes_shape, x.dtype, zero=True)
         cpu_conv.fill_planes(planes, x, g)
         self._planes, self._geometry = planes, g
-        weight = self.params[0].reshape(self.cout, -1)
         out = self.recycled("out", (self.cout, g.oh, g.ow, n), x.dtype)  # (C, H, W, N)
         rows = out.reshape(self.cout, -1)
+        self._direct = cpu_native.usable(n, x.dtype)
+        if self._direct:
+            self._direct_forward(planes, out, rows)
+            return cpu_conv.nchw(out)
+        weight = self.params[0].reshape(self.cout, -1)
         # Training keeps every chunk's columns for the weight gradient if they are few
         # (cpu_conv.KEEP_COLUMNS_BYTES); else backward builds them again, chunk by chunk.
         keep = train and g.rows * g.oh * g.per_row * x.dtype.itemsize <= cpu_conv.KEEP_COLUMNS_BYTES
@@ -410,6 +414,20 @@ class Conv2d(Layer):
         self._cols = cols if keep else None
         return cpu_conv.nchw(out)
 
+    def _direct_forward(self, planes: np.ndarray, out: np.ndarray, rows: np.ndarray) -> None:
+        """The forward pass by the compiled direct convolution (:mod:`cpu_native`): the
+        windows are read where they lie in ``planes``, no column matrix is built; the
+        fused ReLU is one pass over the output."""
+        weight = self.params[0]
+        packed = self.scratch("packed", cpu_native.packed_shape(weight.shape), weight.dtype)
+        taps = self.scratch("taps", (self.cin * self.k * self.k,), np.uintp)
+        cpu_native.conv_forward(planes, cpu_native.pack_weights(weight, packed),
+                                self.params[1] if self.bias else None, out, taps, self.stride)
+        if self.fused_relu:
+            self._mask = self.scratch("relu_mask", out.shape, _BOOL)
+            ops.relu_in_place(rows, self._mask.reshape(self.cout, -1))
+        self._cols = None
+
     def backward(self, dy: Any) -> Any:
         if _on_gpu(dy):
             return self._gpu_backward(_xp(dy), dy)
@@ -417,7 +435,10 @@ class Conv2d(Layer):
         laid = self._output_grad(dy)
         if self.bias:
             laid.sum(axis=1, out=self.grads[1])
-        self._weight_grad(laid, g)
+        if self._direct:
+            self._direct_weight_grad(laid, g)
+        else:
+            self._weight_grad(laid, g)
         if not self.needs_input_grad:
             return None
         if self._grad_as_convolution(g):
@@ -456,6 +477,13 @@ class Conv2d(Layer):
         np.copyto(flipped, self.params[0].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         weight = flipped.reshape(self.cin, -1)
         dx = self.recycled("dx", (self.cin, g.h, g.w, n), laid.dtype)
+        if self._direct:
+            packed = self.scratch("packed_flipped", cpu_native.packed_shape(flipped.shape),
+                                  laid.dtype)
+            taps = self.scratch("grad_taps", (back.rows,), np.uintp)
+            cpu_native.conv_forward(planes, cpu_native.pack_weights(flipped, packed), None, dx,
+                                    taps, 1)
+            return cpu_conv.nchw(dx)
         chunk = cpu_conv.gemm_chunk(back, self.cin, laid.dtype.itemsize,
                                     cpu_conv.chunk_budget(False))
         cols = self.scratch("grad_cols", (back.rows, chunk * back.per_row), laid.dtype)
@@ -489,6 +517,21 @@ class Conv2d(Layer):
                 part = self.scratch("dweight_part", dweight_t.shape, laid.dtype)
                 dweight_t += np.matmul(chunk_cols, block_t, out=part)
         np.copyto(dweight, dweight_t.T)
+
+    def _direct_weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
+        """``dW`` by the compiled kernel (:mod:`cpu_native`): for each output channel block,
+        every window tap's product with ``dy`` summed over pixels and samples in vector
+        lanes, from the forward pass's padded planes (no column matrix)."""
+        dweight = self.grads[0]
+        if not dweight.flags.c_contiguous:
+            dweight = self.scratch("dweight", dweight.shape, laid.dtype)
+        work_shape, tap_shape = cpu_native.weight_grad_work(self.cin, self.k)
+        cpu_native.conv_weight_grad(self._planes, laid.reshape(self.cout, g.oh, g.ow, g.n),
+                                    dweight, self.scratch("dweight_lanes", work_shape,
+                                                          laid.dtype),
+                                    self.scratch("taps", tap_shape, np.uintp), self.stride)
+        if dweight is not self.grads[0]:
+            np.copyto(self.grads[0], dweight)
 
     def _output_grad(self, dy: np.ndarray) -> np.ndarray:
         """``dy`` (masked by the fused ReLU) as the (cout, OH*OW*N) rows of the output's

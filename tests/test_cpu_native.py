@@ -1,0 +1,155 @@
+"""The compiled direct convolution (kernels/cpu/conv.c) against float64 references and the
+NumPy path: kernels alone, the Conv2d layer, whole models' gradients, the fall-back and
+the build cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from syncbench.kernels import cpu_native, ops
+from syncbench.kernels.layers import Conv2d
+from syncbench.kernels.zoo import build_model
+
+pytestmark = pytest.mark.skipif(cpu_native.library() is None,
+                                reason=f"no compiled kernels: {cpu_native.status()}")
+
+#: (n, c, h, K, k, pad, stride): every remainder of the register blocks (K mod 4, n / 16
+#: mod 4, C*k*k mod 6), a ResNet's shapes, LeNet's, a 1 x 1 and a stride-2 convolution.
+GEOMETRIES = [
+    (64, 16, 12, 16, 3, 1, 1),
+    (16, 3, 9, 5, 3, 1, 1),
+    (32, 6, 10, 6, 5, 0, 1),
+    (48, 1, 11, 7, 5, 2, 1),
+    (80, 4, 7, 3, 1, 0, 1),
+    (64, 16, 10, 32, 3, 1, 2),
+    (16, 2, 9, 9, 3, 0, 2),
+]
+
+
+def float64_reference(x, w, pad, stride):
+    """The convolution and its column matrix, by ops' im2col in float64."""
+    n, _, h, width = x.shape
+    cols = ops.im2col(x.astype(np.float64), w.shape[2], pad, stride)
+    oh, ow = ops.conv_output_hw(h, width, w.shape[2], pad, stride)
+    y = (w.reshape(w.shape[0], -1).astype(np.float64) @ cols).reshape(w.shape[0], n, oh, ow)
+    return y, cols
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_kernels_equal_the_float64_im2col_convolution(geometry):
+    n, c, h, k_out, k, pad, stride = geometry
+    rng = np.random.default_rng(sum(geometry))
+    x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+    w = rng.standard_normal((k_out, c, k, k)).astype(np.float32)
+    bias = rng.standard_normal(k_out).astype(np.float32)
+    planes = np.zeros((c, h + 2 * pad, h + 2 * pad, n), np.float32)
+    planes[:, pad : pad + h, pad : pad + h] = x.transpose(1, 2, 3, 0)
+    y, cols = float64_reference(x, w, pad, stride)
+    oh = y.shape[2]
+    out = np.full((k_out, oh, oh, n), np.nan, np.float32)
+    packed = cpu_native.pack_weights(w, np.empty(cpu_native.packed_shape(w.shape), np.float32))
+    cpu_native.conv_forward(planes, packed, bias, out, np.empty(c * k * k, np.uintp), stride)
+    expect = y.transpose(0, 2, 3, 1) + bias[:, None, None, None]
+    np.testing.assert_allclose(out, expect, rtol=0, atol=2e-6 * np.abs(expect).max())
+
+    dy = rng.standard_normal(out.shape).astype(np.float32)
+    dweight = np.full(w.shape, np.nan, np.float32)
+    work, tap = (np.empty(s, t) for s, t in zip(cpu_native.weight_grad_work(c, k),
+                                                 (np.float32, np.uintp), strict=True))
+    cpu_native.conv_weight_grad(planes, dy, dweight, work, tap, stride)
+    expect_dw = (dy.transpose(0, 3, 1, 2).reshape(k_out, -1).astype(np.float64)
+                 @ cols.T).reshape(w.shape)
+    np.testing.assert_allclose(dweight, expect_dw, rtol=0,
+                               atol=2e-6 * np.abs(expect_dw).max())
+
+
+def test_packed_weights_put_four_output_channels_of_one_tap_together():
+    w = np.arange(6 * 2 * 3 * 3, dtype=np.float32).reshape(6, 2, 3, 3)
+    packed = cpu_native.pack_weights(w, np.full(cpu_native.packed_shape(w.shape), -1.0,
+                                                np.float32))
+    assert packed.shape == (2, 2, 3, 3, 4)
+    assert list(packed[0, 1, 2, 0]) == [w[a, 1, 2, 0] for a in range(4)]
+    assert list(packed[1, 0, 0, 1]) == [w[4, 0, 0, 1], w[5, 0, 0, 1], 0.0, 0.0]
+
+
+def layer_pass(make, x, dy, params, direct, monkeypatch):
+    """Forward and backward of a fresh layer with ``params``, by the direct kernels or not."""
+    with monkeypatch.context() as patch:
+        if not direct:
+            patch.setattr(cpu_native, "usable", lambda n, dtype: False)
+        layer = make()
+        grads = [np.zeros_like(p) for p in params]
+        layer.bind([p.copy() for p in params], grads)
+        y = np.array(layer.forward(x))
+        assert layer._direct is direct
+        dx = layer.backward(dy)
+    return y, (None if dx is None else np.array(dx)), grads
+
+
+@pytest.mark.parametrize("make, in_shape", [
+    (lambda: Conv2d(16, 16, 3, padding=1, bias=False), (64, 16, 8, 8)),
+    (lambda: Conv2d(16, 32, 3, padding=1, stride=2, bias=False), (32, 16, 8, 8)),
+    (lambda: Conv2d(6, 16, 5), (16, 6, 12, 12)),
+    (lambda: Conv2d(1, 6, 5, padding=2), (48, 1, 10, 10)),
+])
+def test_conv2d_layer_equals_its_numpy_path(make, in_shape, monkeypatch):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(in_shape).astype(np.float32)
+    params = [rng.standard_normal(s).astype(np.float32) for s in make().param_shapes()]
+    out_shape = (in_shape[0], *make().output_shape(in_shape[1:]))
+    dy = rng.standard_normal(out_shape).astype(np.float32)
+    fast = layer_pass(make, x, dy, params, True, monkeypatch)
+    slow = layer_pass(make, x, dy, params, False, monkeypatch)
+    for a, b in zip([fast[0], fast[1], *fast[2]], [slow[0], slow[1], *slow[2]], strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("name, shape", [("resnet8", (3, 32, 32)), ("lenet", (1, 28, 28))])
+def test_a_models_flat_gradient_equals_the_numpy_paths(name, shape, monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((32, *shape)).astype(np.float32)
+    labels = rng.integers(0, 10, size=32)
+
+    def gradient(direct):
+        with monkeypatch.context() as patch:
+            if not direct:
+                patch.setattr(cpu_native, "usable", lambda n, dtype: False)
+            model = build_model(name, shape, 10, seed=1)
+            loss = model.loss_and_grad(x, labels)
+            return loss, model.grads.copy()
+
+    (loss_fast, fast), (loss_slow, slow) = gradient(True), gradient(False)
+    assert abs(loss_fast - loss_slow) < 1e-5 * abs(loss_slow)
+    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-4 * np.abs(slow).max())
+
+
+def test_a_batch_the_kernels_do_not_take_runs_the_numpy_path():
+    assert not cpu_native.usable(10, np.dtype(np.float32))
+    assert not cpu_native.usable(64, np.dtype(np.float64))
+    layer = Conv2d(2, 3, 3, padding=1)
+    layer.bind([np.ones((3, 2, 3, 3), np.float32), np.zeros(3, np.float32)],
+               [np.zeros((3, 2, 3, 3), np.float32), np.zeros(3, np.float32)])
+    y = layer.forward(np.ones((10, 2, 4, 4), np.float32))
+    assert not layer._direct and float(y[0, 0, 1, 1]) == 18.0
+
+
+def test_the_library_is_built_once_into_the_cache_and_can_be_turned_off(tmp_path):
+    env = {**os.environ, "SYNCBENCH_CACHE": str(tmp_path)}
+    probe = ("from syncbench.kernels import cpu_native as c; print(c.status()); "
+             "import glob; print(len(glob.glob(str(c.cache_dir() / '*.so'))))")
+    first = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    assert first[0].startswith("native") and first[1] == "1"
+    (built,) = (tmp_path / "cpu-kernels").glob("*.so")
+    stamp = built.stat().st_mtime_ns
+    subprocess.run([sys.executable, "-c", probe], env=env, check=True, capture_output=True)
+    assert built.stat().st_mtime_ns == stamp
+    off = subprocess.run([sys.executable, "-c", probe],
+                         env={**env, cpu_native.MODE_VARIABLE: "numpy"},
+                         capture_output=True, text=True, check=True).stdout
+    assert off.startswith(f"numpy ({cpu_native.MODE_VARIABLE}=numpy)")
