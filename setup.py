@@ -21,7 +21,7 @@ setup(
     packages=["syncbench"] + [f"syncbench.{f}" for f in FOLDERS]
     + [f"syncbench.{f}.{sub}" for f in FOLDERS for sub in find_packages(f)],
     package_dir={"syncbench": "bench/entry", **{f"syncbench.{f}": f for f in FOLDERS}},
-    package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh"],
+    package_data={"syncbench.kernels": ["cuda/*.cu", "cuda/*.cuh", "cpu/*.c"],
                   "syncbench.bench.experiment": ["scenarios/*.toml"],
                   "syncbench.bench.simulate": ["profiles.toml"]},
     # tomli: scenario files on Python 3.10 (3.11+ has tomllib). No MPI library: mpi4py 4.1's

@@ -24,11 +24,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -71,23 +73,25 @@ def _cpu_id() -> str:
     return "\n".join(lines[:2])
 
 
-def _build(source: Path, cc: str) -> Path:
-    """Compile ``source`` into the cache (if not there yet) and return the library."""
+def _build(sources: list[Path], cc: str) -> Path:
+    """Compile ``sources`` into one library in the cache (if not there yet); its path."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                              check=False).stdout
-    key = hashlib.sha256("\0".join([source.read_text(), " ".join(FLAGS), version,
+    texts = [f"{src.name}\0{src.read_text()}" for src in sources]
+    key = hashlib.sha256("\0".join([*texts, " ".join(FLAGS), version,
                                     _cpu_id()]).encode()).hexdigest()[:16]
-    target = cache_dir() / f"{source.stem}-{key}.so"
+    target = cache_dir() / f"cpu-{key}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=f".{source.stem}-", suffix=".so", dir=target.parent)
+    fd, partial = tempfile.mkstemp(prefix=".cpu-", suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([cc, *FLAGS, "-o", partial, str(source)], capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run([cc, *FLAGS, "-o", partial, *map(str, sources)],
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise OSError(f"{cc} failed on {source.name}: {proc.stderr.strip()[:500]}")
+            raise OSError(f"{cc} failed on {', '.join(s.name for s in sources)}: "
+                          f"{proc.stderr.strip()[:500]}")
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
@@ -95,9 +99,25 @@ def _build(source: Path, cc: str) -> Path:
     return target
 
 
+def _declare(lib: ctypes.CDLL) -> None:
+    """Argument types of every kernel (kernels/cpu/*.c)."""
+    signatures = {
+        "sb_correlate": [_PTR, _SIZE, _SIZE, _PTR, _INT, _PTR, _PTR, _PTR] + [_SIZE] * 3
+        + [_INT] * 4,
+        "sb_conv_weight_grad": [_PTR] * 5 + [_INT] * 9,
+        "sb_bn_sums_about": [_PTR] * 4 + [_INT, _SIZE],
+        "sb_bn_affine": [_PTR] * 5 + [_INT, _SIZE],
+        "sb_bn_grad_sums": [_PTR] * 4 + [_INT, _SIZE],
+        "sb_bn_input_grad": [_PTR] * 7 + [_INT, _SIZE],
+    }
+    for name, argtypes in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, None
+
+
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
-    """``kernels/cpu/conv.c`` built and loaded, or ``None`` (NumPy path; :func:`status`)."""
+    """``kernels/cpu/*.c`` built and loaded, or ``None`` (NumPy path; :func:`status`)."""
     global _reason
     if os.environ.get(MODE_VARIABLE, "native") == "numpy":
         _reason = f"{MODE_VARIABLE}=numpy"
@@ -107,14 +127,11 @@ def library() -> ctypes.CDLL | None:
         _reason = "no C compiler (cc, gcc or $CC) on PATH"
         return None
     try:
-        lib = ctypes.CDLL(str(_build(SOURCES / "conv.c", cc)))
+        lib = ctypes.CDLL(str(_build(sorted(SOURCES.glob("*.c")), cc)))
     except OSError as err:
         _reason = str(err)
         return None
-    lib.sb_conv_forward.argtypes = [_PTR] * 5 + [_INT] * 9
-    lib.sb_conv_forward.restype = None
-    lib.sb_conv_weight_grad.argtypes = [_PTR] * 5 + [_INT] * 9
-    lib.sb_conv_weight_grad.restype = None
+    _declare(lib)
     _reason = f"compiled with {cc} {' '.join(FLAGS[:2])}"
     return lib
 
@@ -123,6 +140,13 @@ def status() -> str:
     """Which convolution path the CPU layers take, and why: ``native (...)`` or ``numpy (...)``."""
     lib = library()
     return f"{'native' if lib is not None else 'numpy'} ({_reason})"
+
+
+def rows_usable(*rows: np.ndarray | None) -> bool:
+    """Whether the BatchNorm kernels take these (C, M) arrays: contiguous float32 (masks:
+    bool) and the library built."""
+    return all(r is None or (r.flags.c_contiguous and r.dtype in (np.float32, np.bool_))
+               for r in rows) and library() is not None
 
 
 def usable(n: int, dtype: np.dtype) -> bool:
@@ -136,37 +160,86 @@ def _ptr(a: np.ndarray | None) -> int | None:
 
 
 def pack_weights(weight: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """(K, C, k, k) weights into ``out``, ((K + 3) // 4, C, k, k, 4), zero past K: the layout
-    the forward kernel broadcasts from (4 output channels' weights of one tap together)."""
+    """(K, ...) weights, each output channel's taps flattened, into ``out``, ((K + 3) // 4,
+    taps, 4), zero past K: the layout the kernel broadcasts from (4 output channels'
+    weights of one tap together)."""
     k_out, taps = weight.shape[0], weight[0].size
     full = k_out // 4 * 4
     blocks = out.reshape(out.shape[0], taps, 4)
+    flat = weight.reshape(k_out, taps)
     if full:
-        np.copyto(blocks[: full // 4], weight[:full].reshape(full // 4, 4, taps).transpose(0, 2, 1))
+        np.copyto(blocks[: full // 4], flat[:full].reshape(full // 4, 4, taps).transpose(0, 2, 1))
     if full < k_out:
         blocks[-1].fill(0)
-        np.copyto(blocks[-1][:, : k_out - full], weight[full:].reshape(k_out - full, taps).T)
+        np.copyto(blocks[-1][:, : k_out - full], flat[full:].T)
     return out
 
 
-def packed_shape(weight_shape: tuple[int, int, int, int]) -> tuple[int, ...]:
-    k_out, c, k, _ = weight_shape
-    return ((k_out + 3) // 4, c, k, k, 4)
+def packed_shape(weight_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """The shape :func:`pack_weights` packs (K, ...) weights into."""
+    return ((weight_shape[0] + 3) // 4, math.prod(weight_shape[1:]), 4)
+
+
+def window_taps(channels: int, hp: int, wp: int, n: int, k: int,
+                rows: Sequence[int] | None = None, cols: Sequence[int] | None = None
+                ) -> np.ndarray:
+    """Offsets (uintp, in elements) of the taps (channel, row, column) of a window in
+    zero-padded planes (channels, hp, wp, n), channel-major as a (K, C, k, k) weight's
+    taps: rows and columns ``range(k)`` unless given."""
+    rows = range(k) if rows is None else rows
+    cols = range(k) if cols is None else cols
+    c, i, j = np.meshgrid(np.arange(channels), np.asarray(rows), np.asarray(cols),
+                          indexing="ij")
+    return (((c * hp + i) * wp + j) * n).astype(np.uintp).ravel()
+
+
+def correlate(x: np.ndarray, steps: tuple[int, int], taps: np.ndarray, packed: np.ndarray,
+              bias: np.ndarray | None, y: np.ndarray) -> None:
+    """``y[a, oy, ox, :] = bias[a] + sum_q w[a, q] * x.flat[taps[q] + oy*steps[0] +
+    ox*steps[1] + :]`` for ``y`` (K, OH, OW, N), a view with contiguous samples (any
+    strides else), contiguous ``x``, and ``packed`` the :func:`pack_weights` of the
+    (K, taps) weights ``w``. Every read is checked to fall inside ``x``."""
+    k_out, oh, ow, n = y.shape
+    for a in (x, packed) + ((bias,) if bias is not None else ()):
+        assert a.flags.c_contiguous and a.dtype == np.float32
+    assert y.dtype == np.float32 and y.strides[3] == 4 and packed.shape[1] == taps.size
+    assert taps.dtype == np.uintp and packed.shape[0] * 4 >= k_out
+    last = int(taps.max()) + steps[0] * (oh - 1) + steps[1] * (ow - 1) + n
+    assert last <= x.size, "correlate: a tap reads past its planes"
+    chan, row, col = (st // 4 for st in y.strides[:3])
+    library().sb_correlate(_ptr(x), steps[0], steps[1], _ptr(taps), taps.size, _ptr(packed),
+                           _ptr(bias), _ptr(y), chan, row, col, k_out, oh, ow, n)
 
 
 def conv_forward(planes: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
-                 out: np.ndarray, tap: np.ndarray, stride: int) -> None:
+                 out: np.ndarray, taps: np.ndarray, stride: int) -> None:
     """``out`` (K, OH, OW, N) = the convolution of zero-padded ``planes`` (C, Hp, Wp, N) by
     the :func:`pack_weights` of the (K, C, k, k) weights (+ ``bias``), stride ``stride``;
-    ``tap`` holds C*k*k uintp window offsets (filled by the kernel)."""
-    c, hp, wp, n = planes.shape
-    k_out, oh, ow, _ = out.shape
-    k = packed.shape[2]
-    for a in (planes, packed, out) + ((bias,) if bias is not None else ()):
-        assert a.flags.c_contiguous and a.dtype == np.float32
-    assert tap.dtype == np.uintp and tap.size >= c * k * k
-    library().sb_conv_forward(_ptr(planes), _ptr(packed), _ptr(bias), _ptr(out), _ptr(tap),
-                              c, hp, wp, n, k_out, k, stride, oh, ow)
+    ``taps``: :func:`window_taps` of the planes."""
+    _, hp, wp, n = planes.shape
+    correlate(planes, (stride * wp * n, stride * n), taps, packed, bias, out)
+
+
+def input_grad_phases(size: int, out_size: int, k: int, pad: int, stride: int
+                      ) -> tuple[int, int, list[tuple[int, list[int], list[int]]]]:
+    """How a strided convolution's input gradient along one axis splits into ``stride``
+    correlations of the output gradient (the "phases": input pixels ``phase``,
+    ``phase + stride``, ...). Input pixel ``stride * m + phase`` takes kernel tap ``i``
+    from output pixel ``m + (phase + pad - i) / stride`` wherever that is whole, so each
+    phase is a stride-1 correlation with those taps: the sub-pixel decomposition of a
+    transposed convolution (Shi et al. 2016, "Real-time single image and video
+    super-resolution using an efficient sub-pixel convolutional neural network"). Same
+    multiply-adds as col2im, no column matrix. Returns the zero rows the output gradient
+    needs before and after, and per phase (phase, taps i, their shifts d + before)."""
+    phases = []
+    for phase in range(stride):
+        taps = [i for i in range(k) if (phase + pad - i) % stride == 0]
+        phases.append((phase, taps, [(phase + pad - i) // stride for i in taps]))
+    shifts = [d for _, _, ds in phases for d in ds] or [0]
+    before = max(0, -min(shifts))
+    counts = {phase: len(range(phase, size, stride)) for phase in range(stride)}
+    after = max([0] + [counts[p] - 1 + max(ds) - (out_size - 1) for p, _, ds in phases if ds])
+    return before, after, [(p, t, [d + before for d in ds]) for p, t, ds in phases]
 
 
 def weight_grad_work(c: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -189,3 +262,40 @@ def conv_weight_grad(planes: np.ndarray, dy: np.ndarray, dweight: np.ndarray,
     assert tap.dtype == np.uintp and tap.size >= c * k * k
     library().sb_conv_weight_grad(_ptr(planes), _ptr(dy), _ptr(dweight), _ptr(work),
                                   _ptr(tap), c, hp, wp, n, k_out, k, stride, oh, ow)
+
+
+def _f32(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.float32)
+
+
+def bn_sums_about(x: np.ndarray, shift: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """kernels/cpu_norm.py's ``sums_about`` (the (2, C) sums, ``work = x - shift``), in one
+    pass per row; the sums are added in double and returned as float32."""
+    sums = np.empty((2, x.shape[0]), np.float64)
+    library().sb_bn_sums_about(_ptr(x), _ptr(_f32(shift)), _ptr(work), _ptr(sums),
+                               x.shape[0], x.shape[1])
+    return sums.astype(x.dtype)
+
+
+def bn_affine(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, y: np.ndarray,
+              mask: np.ndarray | None) -> None:
+    """kernels/cpu_norm.py's ``affine``: ``y = x * scale + offset`` per row, then the fused
+    ReLU keeping ``mask``."""
+    library().sb_bn_affine(_ptr(x), _ptr(_f32(scale)), _ptr(_f32(offset)), _ptr(y),
+                           _ptr(mask), x.shape[0], x.shape[1])
+
+
+def bn_grad_sums(dy: np.ndarray, work: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """(2, C): per row ``sum(g)`` and ``sum(g * work)`` of ``g = dy * mask``, as float32."""
+    sums = np.empty((2, dy.shape[0]), np.float64)
+    library().sb_bn_grad_sums(_ptr(dy), _ptr(work), _ptr(mask), _ptr(sums), dy.shape[0],
+                              dy.shape[1])
+    return sums.astype(dy.dtype)
+
+
+def bn_input_grad(dy: np.ndarray, work: np.ndarray, mask: np.ndarray | None,
+                  scale: np.ndarray, k1: np.ndarray, k0: np.ndarray, out: np.ndarray) -> None:
+    """``out = scale * g + k1 * work + k0`` per row of ``g = dy * mask``."""
+    library().sb_bn_input_grad(_ptr(dy), _ptr(work), _ptr(mask), _ptr(_f32(scale)),
+                               _ptr(_f32(k1)), _ptr(_f32(k0)), _ptr(out), dy.shape[0],
+                               dy.shape[1])

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from syncbench.kernels import cpu_native
 from syncbench.kernels.ops import relu_in_place
 
 #: Bytes of one block of columns of one (C, width) array: several such blocks (input,
@@ -66,6 +67,8 @@ def _masked(dy: np.ndarray, mask: np.ndarray | None, tmp: np.ndarray) -> np.ndar
 def sums_about(x: np.ndarray, shift: np.ndarray, work: np.ndarray) -> np.ndarray:
     """(2, C): per row ``sum(x - shift)`` and ``sum((x - shift)**2)``, leaving ``x - shift``
     in ``work`` (x's shape) for :func:`normalize_centred` and the backward pass."""
+    if cpu_native.rows_usable(x, work):
+        return cpu_native.bn_sums_about(x, shift, work)
     sums = np.zeros((2, x.shape[0]), dtype=x.dtype)
     shift = shift[:, None]
     for b in blocks(x):
@@ -79,6 +82,9 @@ def affine(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, y: np.ndarray,
            mask: np.ndarray | None = None) -> None:
     """``y = x * scale + offset`` per row, then the fused ReLU keeping its ``mask`` if one is
     given (:func:`~syncbench.kernels.ops.relu_in_place`)."""
+    if cpu_native.rows_usable(x, y, mask):
+        cpu_native.bn_affine(x, scale, offset, y, mask)
+        return
     scale, offset = scale[:, None], offset[:, None]
     for b in blocks(x):
         yb = np.multiply(x[:, b], scale, out=y[:, b])
@@ -102,6 +108,10 @@ def grad_sums(dy: np.ndarray, work: np.ndarray, centred: np.ndarray, invstd: np.
     """(2, C): per row ``sum(g)`` and ``sum(g * xhat)`` of ``g = dy * mask`` (``dy`` without
     a mask), with ``xhat = (work - centred) * invstd`` (``xhat`` is not formed; ``tmp``:
     scratch of one block or more)."""
+    if cpu_native.rows_usable(dy, work, mask):
+        sums = cpu_native.bn_grad_sums(dy, work, mask)
+        sums[1] = invstd * (sums[1] - centred * sums[0])
+        return sums
     sums = np.zeros((2, dy.shape[0]), dtype=dy.dtype)
     for b in blocks(dy):
         g = _masked(dy[:, b], None if mask is None else mask[:, b], tmp[:, : b.stop - b.start])
@@ -119,6 +129,9 @@ def input_grad(dy: np.ndarray, work: np.ndarray, centred: np.ndarray, invstd: np
     scratch of one block or more)."""
     k1 = -scale * invstd * mean_dy_xhat
     k0 = (-scale * mean_dy - k1 * centred)[:, None]
+    if cpu_native.rows_usable(dy, work, out, mask):
+        cpu_native.bn_input_grad(dy, work, mask, scale, k1, k0[:, 0], out)
+        return out
     k1, scale = k1[:, None], scale[:, None]
     for b in blocks(dy):
         t = tmp[:, : b.stop - b.start]

@@ -420,7 +420,8 @@ class Conv2d(Layer):
         fused ReLU is one pass over the output."""
         weight = self.params[0]
         packed = self.scratch("packed", cpu_native.packed_shape(weight.shape), weight.dtype)
-        taps = self.scratch("taps", (self.cin * self.k * self.k,), np.uintp)
+        taps = self._kept("taps", planes.shape, lambda: cpu_native.window_taps(
+            self.cin, *planes.shape[1:], self.k))
         cpu_native.conv_forward(planes, cpu_native.pack_weights(weight, packed),
                                 self.params[1] if self.bias else None, out, taps, self.stride)
         if self.fused_relu:
@@ -441,6 +442,8 @@ class Conv2d(Layer):
             self._weight_grad(laid, g)
         if not self.needs_input_grad:
             return None
+        if self._direct and self._grad_as_convolution(g, direct=True):
+            return self._direct_input_grad(laid, g)
         if self._grad_as_convolution(g):
             return self._input_grad_by_convolution(laid, g)
         dplanes = self.recycled("dplanes", g.planes_shape, dy.dtype)
@@ -454,10 +457,14 @@ class Conv2d(Layer):
             cpu_conv.fold(dplanes, part, g, first, count)
         return cpu_conv.interior(dplanes, g)
 
-    def _grad_as_convolution(self, g: cpu_conv.ConvGeometry) -> bool:
+    def _grad_as_convolution(self, g: cpu_conv.ConvGeometry, direct: bool = False) -> bool:
         """Whether the input gradient is computed as a convolution (stride 1, padding at
         most k - 1, and its column matrix no larger than col2im's: a ResNet's 3 x 3
-        convolutions, not LeNet's, whose padded 10 x 10 gradient would be 5x larger)."""
+        convolutions, not LeNet's, whose padded 10 x 10 gradient would be 5x larger).
+        The compiled kernels (``direct``) take any stride by phases, and their
+        correlation the full k x k taps per input pixel, so they need only the padding."""
+        if direct:
+            return g.pad <= g.k - 1
         return (g.stride == 1 and g.pad <= g.k - 1
                 and self.cout * g.h * g.w <= self.cin * g.oh * g.ow)
 
@@ -477,13 +484,6 @@ class Conv2d(Layer):
         np.copyto(flipped, self.params[0].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         weight = flipped.reshape(self.cin, -1)
         dx = self.recycled("dx", (self.cin, g.h, g.w, n), laid.dtype)
-        if self._direct:
-            packed = self.scratch("packed_flipped", cpu_native.packed_shape(flipped.shape),
-                                  laid.dtype)
-            taps = self.scratch("grad_taps", (back.rows,), np.uintp)
-            cpu_native.conv_forward(planes, cpu_native.pack_weights(flipped, packed), None, dx,
-                                    taps, 1)
-            return cpu_conv.nchw(dx)
         chunk = cpu_conv.gemm_chunk(back, self.cin, laid.dtype.itemsize,
                                     cpu_conv.chunk_budget(False))
         cols = self.scratch("grad_cols", (back.rows, chunk * back.per_row), laid.dtype)
@@ -517,6 +517,45 @@ class Conv2d(Layer):
                 part = self.scratch("dweight_part", dweight_t.shape, laid.dtype)
                 dweight_t += np.matmul(chunk_cols, block_t, out=part)
         np.copyto(dweight, dweight_t.T)
+
+    def _kept(self, name: str, key: Any, make: Any) -> Any:
+        """``make()``, kept under ``name`` while ``key`` (a geometry) holds."""
+        cache = self.__dict__.setdefault("_kept_values", {})
+        if name not in cache or cache[name][0] != key:
+            cache[name] = (key, make())
+        return cache[name][1]
+
+    def _direct_input_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> np.ndarray:
+        """``dx`` by the compiled kernel: for each of the stride x stride phases of the
+        input pixels (:func:`cpu_native.input_grad_phases`), a stride-1 correlation of the
+        zero-bordered output gradient with the kernel taps that reach that phase, written
+        to every stride-th pixel of ``dx``. Stride 1 is one phase: the correlation with
+        the flipped kernel. The same multiply-adds as col2im's GEMM, no column matrix."""
+        n, k, s = g.n, self.k, self.stride
+        rows = self._kept("phases", g, lambda: cpu_native.input_grad_phases(
+            g.h, g.oh, k, self.pad, s))
+        cols = self._kept("col_phases", g, lambda: cpu_native.input_grad_phases(
+            g.w, g.ow, k, self.pad, s))
+        hq, wq = rows[0] + g.oh + rows[1], cols[0] + g.ow + cols[1]
+        planes = self.scratch("grad_planes", (self.cout, hq, wq, n), laid.dtype, zero=True)
+        np.copyto(planes[:, rows[0] : rows[0] + g.oh, cols[0] : cols[0] + g.ow],
+                  laid.reshape(self.cout, g.oh, g.ow, n))
+        dx = self.recycled("dx", (self.cin, g.h, g.w, n), laid.dtype)
+        by_input = self.params[0].transpose(1, 0, 2, 3)  # (C, K, k, k)
+        for py, taps_i, shifts_i in rows[2]:
+            for px, taps_j, shifts_j in cols[2]:
+                out = dx[:, py::s, px::s]
+                if not taps_i or not taps_j:
+                    out.fill(0)
+                    continue
+                weight = by_input[:, :, taps_i][:, :, :, taps_j]
+                packed = self.scratch(f"packed_phase{py}_{px}",
+                                      cpu_native.packed_shape(weight.shape), laid.dtype)
+                taps = self._kept(f"taps_phase{py}_{px}", g, lambda ti=shifts_i, tj=shifts_j:
+                                  cpu_native.window_taps(self.cout, hq, wq, n, k, ti, tj))
+                cpu_native.correlate(planes, (wq * n, n), taps,
+                                     cpu_native.pack_weights(weight, packed), None, out)
+        return cpu_conv.nchw(dx)
 
     def _direct_weight_grad(self, laid: np.ndarray, g: cpu_conv.ConvGeometry) -> None:
         """``dW`` by the compiled kernel (:mod:`cpu_native`): for each output channel block,

@@ -53,7 +53,8 @@ def test_kernels_equal_the_float64_im2col_convolution(geometry):
     oh = y.shape[2]
     out = np.full((k_out, oh, oh, n), np.nan, np.float32)
     packed = cpu_native.pack_weights(w, np.empty(cpu_native.packed_shape(w.shape), np.float32))
-    cpu_native.conv_forward(planes, packed, bias, out, np.empty(c * k * k, np.uintp), stride)
+    cpu_native.conv_forward(planes, packed, bias, out,
+                            cpu_native.window_taps(c, *planes.shape[1:], k), stride)
     expect = y.transpose(0, 2, 3, 1) + bias[:, None, None, None]
     np.testing.assert_allclose(out, expect, rtol=0, atol=2e-6 * np.abs(expect).max())
 
@@ -72,9 +73,19 @@ def test_packed_weights_put_four_output_channels_of_one_tap_together():
     w = np.arange(6 * 2 * 3 * 3, dtype=np.float32).reshape(6, 2, 3, 3)
     packed = cpu_native.pack_weights(w, np.full(cpu_native.packed_shape(w.shape), -1.0,
                                                 np.float32))
-    assert packed.shape == (2, 2, 3, 3, 4)
-    assert list(packed[0, 1, 2, 0]) == [w[a, 1, 2, 0] for a in range(4)]
-    assert list(packed[1, 0, 0, 1]) == [w[4, 0, 0, 1], w[5, 0, 0, 1], 0.0, 0.0]
+    assert packed.shape == (2, 18, 4)
+    assert list(packed[0, 9 + 6]) == [w[a, 1, 2, 0] for a in range(4)]
+    assert list(packed[1, 1]) == [w[4, 0, 0, 1], w[5, 0, 0, 1], 0.0, 0.0]
+
+
+def test_input_gradient_phases_of_a_stride_2_convolution():
+    # 3 x 3, padding 1, stride 2, 14 -> 7: even input pixels take tap 1 of the same
+    # output pixel, odd ones taps 0 and 2 of the next and the same (one zero row after).
+    before, after, phases = cpu_native.input_grad_phases(14, 7, 3, 1, 2)
+    assert (before, after) == (0, 1)
+    assert phases == [(0, [1], [0]), (1, [0, 2], [1, 0])]
+    # stride 1 is one phase: the flipped kernel over the gradient padded by k - 1 - pad
+    assert cpu_native.input_grad_phases(10, 10, 3, 1, 1) == (1, 1, [(0, [0, 1, 2], [2, 1, 0])])
 
 
 def layer_pass(make, x, dy, params, direct, monkeypatch):
@@ -96,6 +107,9 @@ def layer_pass(make, x, dy, params, direct, monkeypatch):
     (lambda: Conv2d(16, 32, 3, padding=1, stride=2, bias=False), (32, 16, 8, 8)),
     (lambda: Conv2d(6, 16, 5), (16, 6, 12, 12)),
     (lambda: Conv2d(1, 6, 5, padding=2), (48, 1, 10, 10)),
+    (lambda: Conv2d(8, 4, 3, padding=1, stride=2, bias=False), (16, 8, 7, 9)),
+    (lambda: Conv2d(5, 6, 1, stride=2), (16, 5, 6, 6)),
+    (lambda: Conv2d(3, 5, 4, padding=2, stride=3), (32, 3, 11, 10)),
 ])
 def test_conv2d_layer_equals_its_numpy_path(make, in_shape, monkeypatch):
     rng = np.random.default_rng(7)

@@ -32,6 +32,7 @@ import numpy as np
 from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.analysis.repeats import column_spread
 from syncbench.bench.micro.output import check_writable_parent, written_atomically
+from syncbench.kernels import cpu_native
 from syncbench.kernels.flops import StepFlops, step_flops
 from syncbench.kernels.zoo import build_model
 
@@ -226,6 +227,7 @@ def main(args: argparse.Namespace) -> int:
           "'of GEMM' is each model's GFLOP/s over it")
     peak = read_peak_estimate(args.dtype)
     print(peak_line(peak, args.dtype))
+    print(f"# CPU convolutions: {cpu_native.status()} (kernels/cpu_native.py)")
     print("# MFLOP/step: forward and backward GEMMs + momentum update (kernels/flops.py)")
     print(HEADER)
     rows = []
@@ -244,6 +246,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         result = {"batch_size": args.batch_size, "steps": args.steps, "repeats": args.repeats,
                   "dtype": args.dtype, "omp_num_threads": threads,
+                  "cpu_convolutions": cpu_native.status(),
                   "gemm": {"n": n, "repeats": GEMM_REPEATS, "best_s": gemm_s,
                            "flops_per_s": gemm, "blas": blas},
                   "peak_estimate": peak.as_dict() if not isinstance(peak, str) else None,

@@ -29,6 +29,7 @@ typedef float v16 __attribute__((vector_size(64)));
 #define KB 4  /* output channels per register block (forward) */
 #define NBMAX 4 /* sample vectors per register block (forward): 64 samples */
 #define QB 6  /* window taps per register block (weight gradient) */
+#define TILE_PIXELS 32 /* output pixels at least per pass of the weight gradient's blocks */
 
 static inline v16 load(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
 static inline void store(float *p, v16 v) { memcpy(p, &v, sizeof v); }
@@ -101,31 +102,31 @@ static void window_taps(size_t *tap, int c_in, int hp, int wp, int n, int k)
                 tap[(c * k + i) * k + j] = ((size_t)c * hp + i) * wp * n + (size_t)j * n;
 }
 
-/* out (K, OH, OW, N) = conv(planes (C, Hp, Wp, N), weights) + bias, stride ``s``.
- * ``wpack`` holds the weights packed by channel block: ((K + 3) / 4, C, k, k, 4), zero
- * where K runs out. ``bias`` is K values or NULL; ``tap`` C*k*k offsets (filled here).
- * Pixels outermost, so the window rows of one pixel (C*k*k runs of 64 bytes per vector)
- * stay in cache across the channel blocks. */
-void sb_conv_forward(const float *planes, const float *wpack, const float *bias, float *out,
-                     size_t *tap, int c_in, int hp, int wp, int n, int k_out, int k, int s,
-                     int oh, int ow)
+/* The general form: y[a, oy, ox, :] = bias[a] + sum over q of w[a, q] * x[tap[q] +
+ * oy * x_row + ox * x_col + :], for K output channels, an oh x ow grid of output pixels
+ * and n samples. A convolution is the case of taps (c, i, j) and steps of ``stride``
+ * pixels; each phase of a strided convolution's input gradient is another (the output
+ * gradient's taps that reach one residue class of input pixels, written to every
+ * stride-th pixel: kernels/cpu_native.py). ``wpack`` holds w packed by channel block,
+ * ((K + 3) / 4, taps, 4), zero where K runs out; ``bias`` is K values or NULL; ``y``'s
+ * strides are in floats (samples contiguous). Pixels outermost, so the taps' runs of one
+ * pixel stay in cache across the channel blocks. */
+void sb_correlate(const float *x, size_t x_row, size_t x_col, const size_t *tap, int taps,
+                  const float *wpack, const float *bias, float *y, size_t y_chan,
+                  size_t y_row, size_t y_col, int k_out, int oh, int ow, int n)
 {
-    const size_t x_row = (size_t)wp * n, x_col = n;
-    const size_t y_chan = (size_t)oh * ow * n;
-    const int taps = c_in * k * k;
     const size_t w_block = (size_t)taps * KB;
     const int vectors = n / VL;
-    window_taps(tap, c_in, hp, wp, n, k);
     for (int oy = 0; oy < oh; oy++) {
         for (int ox = 0; ox < ow; ox++) {
-            const float *x = planes + (size_t)oy * s * x_row + (size_t)ox * s * x_col;
-            float *y = out + ((size_t)oy * ow + ox) * n;
+            const float *xp = x + oy * x_row + ox * x_col;
+            float *yp = y + oy * y_row + ox * y_col;
             for (int kb = 0; kb < k_out; kb += KB) {
                 const int kbn = k_out - kb < KB ? k_out - kb : KB;
                 for (int v0 = 0; v0 < vectors; v0 += NBMAX) {
                     const int nb = vectors - v0 < NBMAX ? vectors - v0 : NBMAX;
-                    FORWARD_TABLE[kbn][nb](x + v0 * VL, wpack + (kb / KB) * w_block,
-                                           y + kb * y_chan + v0 * VL, y_chan, tap, taps,
+                    FORWARD_TABLE[kbn][nb](xp + v0 * VL, wpack + (kb / KB) * w_block,
+                                           yp + kb * y_chan + v0 * VL, y_chan, tap, taps,
                                            bias ? bias + kb : 0);
                 }
             }
@@ -139,16 +140,17 @@ void sb_conv_forward(const float *planes, const float *wpack, const float *bias,
  * every pixel of the row. ``acc`` is kept in memory between rows, (QB, KB, 16). */
 static inline __attribute__((always_inline)) void weight_block(
     const float *restrict x, const float *restrict dy, float *restrict acc_mem,
-    const size_t *restrict tap, size_t dy_chan, int ow, size_t x_col_step, int vectors,
-    const int kbn, const int qbn)
+    const size_t *restrict tap, size_t dy_chan, int rows, int ow, size_t x_row_step,
+    size_t x_col_step, int vectors, const int kbn, const int qbn)
 {
     v16 acc[QB][KB];
     for (int q = 0; q < qbn; q++)
         for (int a = 0; a < kbn; a++)
             acc[q][a] = load(acc_mem + (q * KB + a) * VL);
+    for (int r = 0; r < rows; r++)
     for (int ox = 0; ox < ow; ox++) {
-        const float *xp = x + ox * x_col_step;
-        const float *dp = dy + (size_t)ox * vectors * VL;
+        const float *xp = x + r * x_row_step + ox * x_col_step;
+        const float *dp = dy + ((size_t)r * ow + ox) * vectors * VL;
         for (int v = 0; v < vectors; v++) {
             v16 d[KB];
             for (int a = 0; a < kbn; a++)
@@ -166,15 +168,16 @@ static inline __attribute__((always_inline)) void weight_block(
 }
 
 typedef void (*weight_fn)(const float *restrict, const float *restrict, float *restrict,
-                          const size_t *restrict, size_t, int, size_t, int);
+                          const size_t *restrict, size_t, int, int, size_t, size_t, int);
 
 #define WEIGHT(KBN, QBN)                                                                  \
     static void weight_##KBN##_##QBN(const float *restrict x, const float *restrict dy,   \
                                      float *restrict acc, const size_t *restrict tap,     \
-                                     size_t dy_chan, int ow, size_t x_col_step,           \
-                                     int vectors)                                         \
+                                     size_t dy_chan, int rows, int ow, size_t x_row_step, \
+                                     size_t x_col_step, int vectors)                      \
     {                                                                                     \
-        weight_block(x, dy, acc, tap, dy_chan, ow, x_col_step, vectors, KBN, QBN);        \
+        weight_block(x, dy, acc, tap, dy_chan, rows, ow, x_row_step, x_col_step, vectors, \
+                     KBN, QBN);                                                           \
     }
 #define WEIGHT_ROW(KBN)                                                                   \
     WEIGHT(KBN, 1) WEIGHT(KBN, 2) WEIGHT(KBN, 3) WEIGHT(KBN, 4) WEIGHT(KBN, 5)            \
@@ -195,8 +198,9 @@ static const weight_fn WEIGHT_TABLE[KB + 1][QB + 1] = {
 /* dweight (K, C, k, k) = sum over pixels and samples of dy (K, OH, OW, N) times the
  * window of planes (C, Hp, Wp, N), stride ``s``. ``work`` holds ((C*k*k + 5) / 6 * 6)
  * * 4 * 16 floats of lane partial sums; ``tap`` C*k*k offsets (filled here). Channel
- * blocks outermost, then output rows: one row of dy for 4 channels (4 * OW * N floats)
- * stays in L1 while every tap block passes over it. */
+ * blocks outermost, then tiles of whole output rows, at least TILE_PIXELS pixels (a
+ * 7-pixel row alone would load and store the accumulators every 28 vectors): a tile of
+ * dy for 4 channels stays in cache while every tap block passes over it. */
 void sb_conv_weight_grad(const float *planes, const float *dy, float *dweight, float *work,
                          size_t *tap, int c_in, int hp, int wp, int n, int k_out, int k,
                          int s, int oh, int ow)
@@ -204,17 +208,19 @@ void sb_conv_weight_grad(const float *planes, const float *dy, float *dweight, f
     const size_t x_row = (size_t)wp * n;
     const size_t dy_chan = (size_t)oh * ow * n;
     const int taps = c_in * k * k, vectors = n / VL;
+    const int tile = (TILE_PIXELS + ow - 1) / ow;
     window_taps(tap, c_in, hp, wp, n, k);
     for (int kb = 0; kb < k_out; kb += KB) {
         const int kbn = k_out - kb < KB ? k_out - kb : KB;
         memset(work, 0, sizeof(float) * (size_t)((taps + QB - 1) / QB * QB) * KB * VL);
-        for (int oy = 0; oy < oh; oy++) {
+        for (int oy = 0; oy < oh; oy += tile) {
+            const int rows = oh - oy < tile ? oh - oy : tile;
             const float *x = planes + (size_t)oy * s * x_row;
             const float *d = dy + kb * dy_chan + (size_t)oy * ow * n;
             for (int q0 = 0; q0 < taps; q0 += QB) {
                 const int qbn = taps - q0 < QB ? taps - q0 : QB;
                 WEIGHT_TABLE[kbn][qbn](x, d, work + (size_t)q0 * KB * VL, tap + q0, dy_chan,
-                                       ow, (size_t)s * n, vectors);
+                                       rows, ow, (size_t)s * x_row, (size_t)s * n, vectors);
             }
         }
         for (int q = 0; q < taps; q++) {

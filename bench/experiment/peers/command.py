@@ -48,6 +48,7 @@ from syncbench.bench.experiment.peers.torch_runner import MODELS
 from syncbench.bench.experiment.plan import PlannedRun
 from syncbench.bench.experiment.runner import execute, launch_planned
 from syncbench.bench.experiment.scenario import Condition, RunEntry
+from syncbench.kernels import cpu_native
 
 ALGORITHMS = ("ssgd", "localsgd")
 HOMOGENEOUS = Condition(None, None)
@@ -390,7 +391,8 @@ def _speed_main(args: argparse.Namespace, models: list[str], torch_version: str,
     print(f"# syncbench peers --speed: one process, batch {args.batch_size}, {args.steps} "
           f"steps x {args.repeats} repeats alternating ours/torch (a fresh process each), "
           f"float32, torch "
-          f"{torch_version} with 1 thread, OMP_NUM_THREADS={threads}", flush=True)
+          f"{torch_version} with 1 thread, OMP_NUM_THREADS={threads}; our convolutions: "
+          f"{cpu_native.status()}", flush=True)
     try:
         rows = speed_table(args, models)
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
