@@ -5,7 +5,8 @@ Usage:
     python jobs/conv_ab.py MODEL --layers [--steps 60]
     python jobs/conv_ab.py MODEL --gemms
 
-A SETTING is ``KEPT,STREAMED,FOLD[,KEEP][,col2im]``: the bytes of a chunk of
+A SETTING is ``native`` (the compiled kernels, kernels/cpu_native.py) or
+``KEPT,STREAMED,FOLD[,KEEP][,col2im]`` (the NumPy path): the bytes of a chunk of
 columns written into a kept column matrix, of one reused chunk buffer, and of
 col2im's column gradient, and the most column bytes training keeps for the weight
 gradient (``kernels/cpu_conv.py``: ``CHUNK_BYTES``, ``STREAMED_CHUNK_BYTES``,
@@ -33,7 +34,7 @@ import time
 
 import numpy as np
 
-from syncbench.kernels import cpu_conv
+from syncbench.kernels import cpu_conv, cpu_native
 from syncbench.kernels.layers import Conv2d, all_layers
 from syncbench.kernels.zoo import build_model
 
@@ -45,7 +46,9 @@ def _bytes(text: str) -> int:
     return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
-def _setting(text: str) -> tuple[int, int, int, int, bool]:
+def _setting(text: str) -> tuple[int, int, int, int, bool, bool]:
+    if text == "native":
+        return (0, 0, 0, 0, False, True)
     parts = text.split(",")
     col2im = parts[-1] == "col2im"
     if col2im:
@@ -54,7 +57,7 @@ def _setting(text: str) -> tuple[int, int, int, int, bool]:
         raise argparse.ArgumentTypeError(
             f"a setting is KEPT,STREAMED,FOLD[,KEEP][,col2im], got {text!r}")
     keep = _bytes(parts[3]) if len(parts) == 4 else cpu_conv.KEEP_COLUMNS_BYTES
-    return _bytes(parts[0]), _bytes(parts[1]), _bytes(parts[2]), keep, col2im
+    return _bytes(parts[0]), _bytes(parts[1]), _bytes(parts[2]), keep, col2im, False
 
 
 def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -63,19 +66,22 @@ def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
             rng.integers(0, 10, BATCH))
 
 
-def compare(model: str, settings: list[tuple[int, int, int, int, bool]], blocks: int,
+def compare(model: str, settings: list[tuple[int, int, int, int, bool, bool]], blocks: int,
             steps: int) -> None:
     x, y = _batch()
     models = []
-    for *_sizes, col2im in settings:
+    for *_sizes, col2im, _native in settings:
         m = build_model(model, (1, 28, 28), 10)
         if col2im:
             for layer in all_layers(m.layers):
                 if isinstance(layer, Conv2d):
-                    layer._grad_as_convolution = lambda g: False
+                    layer._grad_as_convolution = lambda g, direct=False: False
         models.append(m)
 
     def use(index: int) -> None:
+        cpu_native.numpy_only = not settings[index][5]
+        if settings[index][5]:
+            return
         (cpu_conv.CHUNK_BYTES, cpu_conv.STREAMED_CHUNK_BYTES, cpu_conv.BACKWARD_CHUNK_BYTES,
          cpu_conv.KEEP_COLUMNS_BYTES) = settings[index][:4]
 
@@ -92,10 +98,18 @@ def compare(model: str, settings: list[tuple[int, int, int, int, bool]], blocks:
                 models[index].loss_and_grad(x, y)
             times[index, block] = (time.perf_counter() - start) / steps * 1e3
     print(f"# {model}: {blocks} blocks of {steps} steps, batch {BATCH}, ms per step")
-    for (kept, streamed, fold, keep, col2im), row in zip(settings, times):
+    print_comparison(settings, times)
+
+
+def print_comparison(settings: list[tuple[int, int, int, int, bool, bool]],
+                     times: np.ndarray) -> None:
+    """One line per setting: its ms per step, median (min-max), and per-block ratio."""
+    for (kept, streamed, fold, keep, col2im, native), row in zip(settings, times):
         ratio = row / times[0]
-        print(f"  kept {kept:>8} streamed {streamed:>8} fold {fold:>8} keep {keep:>8}"
-              f" {'col2im' if col2im else 'auto  '}"
+        label = (f"{'native (' + cpu_native.status() + ')':<64.64s}" if native else
+                 f"kept {kept:>8} streamed {streamed:>8} fold {fold:>8} keep {keep:>8}"
+                 f" {'col2im' if col2im else 'auto  '}")
+        print(f"  {label}"
               f"  {np.median(row):8.3f} ({row.min():.3f}-{row.max():.3f})"
               f"  vs first {np.median(ratio):.3f} ({ratio.min():.3f}-{ratio.max():.3f})")
 

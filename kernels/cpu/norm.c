@@ -8,8 +8,12 @@
  * lanes over runs of SUM_RUN elements, each run's lanes added into a double, so their
  * error does not grow with the row (a ResNet's first stage: 50,176 elements per
  * channel). The ReLU is ``y * (y > 0)``, as kernels/ops.py's relu_in_place, so NaN and
- * -0 come out as there; the mask is one byte (NumPy's bool) per element.
+ * -0 come out as there; the mask is one byte (NumPy's bool) per element. Products are
+ * not contracted into FMAs here, so the element-wise passes (the affine, the input
+ * gradient) round as the NumPy path's separate multiplies and adds do and equal it bit
+ * for bit: a fused rounding can move a value next to 0 across the ReLU's kink.
  */
+#pragma GCC optimize("fp-contract=off")
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
