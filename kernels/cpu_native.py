@@ -112,6 +112,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "sb_bn_affine": [_PTR] * 5 + [_INT, _SIZE],
         "sb_bn_grad_sums": [_PTR] * 4 + [_INT, _SIZE],
         "sb_bn_input_grad": [_PTR] * 7 + [_INT, _SIZE],
+        "sb_sgd_momentum_f32": [_PTR] * 3 + [_SIZE] + [ctypes.c_float] * 2 + [_PTR]
+        + [ctypes.c_float],
+        "sb_sgd_momentum_f64": [_PTR] * 3 + [_SIZE] + [ctypes.c_double] * 2 + [_PTR]
+        + [ctypes.c_double],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
@@ -303,3 +307,35 @@ def bn_input_grad(dy: np.ndarray, work: np.ndarray, mask: np.ndarray | None,
     library().sb_bn_input_grad(_ptr(dy), _ptr(work), _ptr(mask), _ptr(_f32(scale)),
                                _ptr(_f32(k1)), _ptr(_f32(k0)), _ptr(out), dy.shape[0],
                                dy.shape[1])
+
+
+def sgd_momentum_(params: np.ndarray, grads: np.ndarray, velocity: np.ndarray, lr: float,
+                  momentum: float, weight_decay: float | np.ndarray) -> bool:
+    """kernels/ops.py's ``sgd_momentum_`` in one pass (kernels/cpu/optim.c), equal to it to
+    the bit, where the library is built and the buffers are contiguous float32 or float64
+    host arrays of one dtype (``weight_decay`` a number or such an array); returns whether
+    it ran (False: the caller runs the reference)."""
+    dtype = params.dtype
+    wd_array = None if np.isscalar(weight_decay) else weight_decay
+    arrays = [params, grads, velocity] + ([] if wd_array is None else [wd_array])
+    scalars = [_weak(v, dtype) for v in (lr, momentum, 0 if wd_array is not None
+                                          else weight_decay)]
+    if (numpy_only or not isinstance(params, np.ndarray)
+            or dtype not in (np.float32, np.float64) or None in scalars or library() is None
+            or not all(isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous
+                       and a.size == params.size for a in arrays)):
+        return False
+    lib = library()
+    kernel = lib.sb_sgd_momentum_f32 if dtype == np.float32 else lib.sb_sgd_momentum_f64
+    kernel(_ptr(params), _ptr(grads), _ptr(velocity), params.size, scalars[0], scalars[1],
+           _ptr(wd_array), scalars[2])
+    return True
+
+
+def _weak(value: object, dtype: np.dtype) -> object:
+    """``value`` as the array's dtype where NumPy would compute in that dtype with it (a
+    Python number, or a NumPy scalar of that dtype), else None: a float64 scalar with
+    float32 arrays computes in float64, which the float32 kernel would not reproduce."""
+    if type(value) in (int, float) or (isinstance(value, np.generic) and value.dtype == dtype):
+        return dtype.type(value)
+    return None

@@ -55,6 +55,19 @@ def _on_gpu(array: Any) -> bool:
 
 
 _BOOL = np.dtype(np.bool_)
+#: Work arrays start on a cache line: NumPy aligns to 16 bytes only, and the compiled
+#: kernels' 64-byte vector loads from a misaligned array each touch two lines.
+CACHE_LINE = 64
+
+
+def aligned_array(shape: Shape, dtype: Any, zero: bool = False) -> np.ndarray:
+    """An uninitialised (``zero``: zeroed) C-contiguous array whose data starts on a
+    :data:`CACHE_LINE` boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = (np.zeros if zero else np.empty)(nbytes + CACHE_LINE, dtype=np.uint8)
+    skip = -raw.ctypes.data % CACHE_LINE
+    return raw[skip : skip + nbytes].view(dtype).reshape(shape)
 #: Outputs smaller than this (glibc's default mmap threshold) are not recycled.
 RECYCLE_MIN_BYTES = 128 * 1024
 
@@ -157,7 +170,7 @@ class Layer:
             buf = cache.get(name)
             if buf is not None and buf.shape == shape and buf.dtype == dtype:
                 return buf
-        buf = (np.zeros if zero else np.empty)(shape, dtype=dtype)
+        buf = aligned_array(shape, dtype, zero)
         if self.keep_buffers:
             cache[name] = buf
         return buf
@@ -178,7 +191,7 @@ class Layer:
         buf = self.scratch(name, shape, dtype)
         # References: the cache, ``buf`` and getrefcount's argument; any more is a user.
         if self.keep_buffers and sys.getrefcount(buf) > 3:
-            buf = self._scratch[name] = np.empty(shape, dtype=dtype)
+            buf = self._scratch[name] = aligned_array(shape, dtype)
         return buf
 
     def channel_rows(self, x: np.ndarray, name: str, mask: np.ndarray | None = None) -> np.ndarray:

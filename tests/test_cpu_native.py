@@ -218,3 +218,18 @@ def test_batchnorm_element_wise_passes_equal_the_numpy_paths_bit_for_bit(monkeyp
 
 def mask_has_both(mask):
     return bool(mask.any()) and not bool(mask.all())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("decay", ["none", "scalar", "array"])
+def test_momentum_update_equals_the_reference_to_the_bit(dtype, decay):
+    rng = np.random.default_rng(11)
+    w, g, v = (rng.standard_normal(10_001).astype(dtype) for _ in range(3))
+    wd = {"none": 0.0, "scalar": 5e-4, "array": (rng.random(w.size) < 0.5).astype(dtype) * 5e-4}
+    wd = wd[decay]
+    expect_w, expect_v = w.copy(), v.copy()
+    ops.sgd_momentum_(expect_w, g, expect_v, 0.1, 0.9, wd, np.empty_like(w))
+    assert cpu_native.sgd_momentum_(w, g, v, 0.1, 0.9, wd)
+    assert np.array_equal(w, expect_w) and np.array_equal(v, expect_v)
+    # a float64 scalar with float32 buffers computes in float64 in NumPy: the reference's
+    assert cpu_native.sgd_momentum_(w, g, v, np.float64(0.1), 0.9, wd) == (dtype == np.float64)
