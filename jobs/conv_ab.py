@@ -4,6 +4,7 @@ Usage:
     python jobs/conv_ab.py MODEL SETTING [SETTING ...] [--blocks 11] [--steps N]
     python jobs/conv_ab.py MODEL --layers [--steps 60]
     python jobs/conv_ab.py MODEL --gemms
+    python jobs/conv_ab.py MODEL --kernels
 
 A SETTING is ``native`` (the compiled kernels, kernels/cpu_native.py) or
 ``KEPT,STREAMED,FOLD[,KEEP][,col2im]`` (the NumPy path): the bytes of a chunk of
@@ -22,7 +23,10 @@ ms per step instead (``time.perf_counter`` around every layer, residual blocks'
 layers included). ``--gemms`` prints the GFLOP/s of ``numpy.matmul`` (into ``out=``)
 at the three GEMM shapes of each distinct convolution of the model (forward, input
 gradient, weight gradient), over a chunk of N columns for a few N and over all of
-them, beside a 1024^3 product: how far each shape is from BLAS's best.
+them, beside a 1024^3 product: how far each shape is from BLAS's best. ``--kernels``
+prints the GFLOP/s of the compiled kernels (kernels/cpu_native.py) on each distinct
+convolution instead: forward, weight gradient and input gradient, as the layer calls
+them, caches warm.
 Batch 64, float32, 28 x 28 inputs; run with OMP_NUM_THREADS=1.
 """
 
@@ -187,6 +191,53 @@ def gemm_shapes(model: str) -> None:
                   f"  weight gradient {matmul_rate(cols, dy.T):6.1f}")
 
 
+def best_time(run, repeats: int = 20) -> float:
+    """Seconds of ``run()``, the best of ``repeats`` after one untimed call."""
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def kernel_rates(model: str) -> None:
+    """GFLOP/s of the compiled kernels (forward, weight gradient, input gradient) on each
+    distinct convolution of ``model``, timed as its layer's calls on the layer's own arrays,
+    beside a 1024^3 numpy.matmul: how near the core's limit each runs, caches warm."""
+    rng = np.random.default_rng(0)
+    square = rng.random((1024, 1024), dtype=np.float32)
+    print(f"# {model}: compiled kernels ({cpu_native.status()}), GFLOP/s, float32, batch "
+          f"{BATCH}, best of 20, warm caches; numpy.matmul 1024^3: "
+          f"{matmul_rate(square, square, 5):.1f}")
+    m = build_model(model, (1, 28, 28), 10)
+    x, y = _batch()
+    m.loss_and_grad(x, y)
+    seen = set()
+    for layer in all_layers(m.layers):
+        if isinstance(layer, Conv2d) and repr(layer) not in seen and layer._direct:
+            seen.add(repr(layer))
+            print(_layer_kernel_rates(layer, rng))
+
+
+def _layer_kernel_rates(layer: Conv2d, rng: np.random.Generator) -> str:
+    """One line of :func:`kernel_rates`: ``layer``'s three compiled passes, GFLOP/s."""
+    g = layer._geometry
+    flops = 2.0 * layer.cout * layer.cin * layer.k ** 2 * g.oh * g.ow * g.n
+    dy = rng.standard_normal((layer.cout, g.oh * g.ow * g.n), np.float32)
+    out = np.empty((layer.cout, g.oh, g.ow, g.n), np.float32)
+    planes = layer._planes.copy()
+    forward = best_time(lambda: layer._direct_forward(planes, out, out.reshape(layer.cout, -1)))
+    weight = best_time(lambda: layer._direct_weight_grad(dy, g))
+    line = (f"  {layer!r:44.44s} forward {flops / forward / 1e9:6.1f}"
+            f"  weight gradient {flops / weight / 1e9:6.1f}")
+    if layer.needs_input_grad:
+        grad = best_time(lambda: layer._direct_input_grad(dy, g))
+        line += f"  input gradient {flops / grad / 1e9:6.1f}"
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -197,9 +248,12 @@ def main() -> None:
                         "60 with --layers)")
     parser.add_argument("--layers", action="store_true")
     parser.add_argument("--gemms", action="store_true")
+    parser.add_argument("--kernels", action="store_true")
     args = parser.parse_args()
     if args.gemms:
         gemm_shapes(args.model)
+    elif args.kernels:
+        kernel_rates(args.model)
     elif args.layers:
         layer_times(args.model, args.steps or 60)
     elif not args.settings:
