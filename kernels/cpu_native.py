@@ -107,7 +107,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     signatures = {
         "sb_correlate": [_PTR, _SIZE, _SIZE, _PTR, _INT, _PTR, _PTR, _PTR] + [_SIZE] * 3
         + [_INT] * 4,
-        "sb_conv_weight_grad": [_PTR] * 5 + [_INT] * 9,
+        "sb_conv_weight_grad": [_PTR] * 5 + [_INT] * 8,
         "sb_bn_sums_about": [_PTR] * 4 + [_INT, _SIZE],
         "sb_bn_affine": [_PTR] * 5 + [_INT, _SIZE],
         "sb_bn_grad_sums": [_PTR] * 4 + [_INT, _SIZE],
@@ -250,26 +250,25 @@ def input_grad_phases(size: int, out_size: int, k: int, pad: int, stride: int
     return before, after, [(p, t, [d + before for d in ds]) for p, t, ds in phases]
 
 
-def weight_grad_work(c: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Shapes of the float32 lane sums and the size_t tap offsets :func:`conv_weight_grad`
-    needs for ``c`` input channels and a k x k kernel."""
-    taps = c * k * k
-    return ((taps + 5) // 6 * 6 * 4 * LANES,), (taps,)
+def weight_grad_work(c: int, k: int) -> tuple[int]:
+    """The shape of the float32 lane sums :func:`conv_weight_grad` needs for ``c`` input
+    channels and a k x k kernel."""
+    return ((c * k * k + 5) // 6 * 6 * 4 * LANES,)
 
 
 def conv_weight_grad(planes: np.ndarray, dy: np.ndarray, dweight: np.ndarray,
-                     work: np.ndarray, tap: np.ndarray, stride: int) -> None:
+                     work: np.ndarray, taps: np.ndarray, stride: int) -> None:
     """``dweight`` (K, C, k, k) = the sum over pixels and samples of ``dy`` (K, OH, OW, N)
-    times the windows of ``planes`` (C, Hp, Wp, N); ``work`` and ``tap`` as
-    :func:`weight_grad_work` says (float32, uintp)."""
-    c, hp, wp, n = planes.shape
+    times the windows of ``planes`` (C, Hp, Wp, N); ``work`` of :func:`weight_grad_work`'s
+    shape, ``taps`` the :func:`window_taps` of the planes (the forward pass's)."""
+    c, _, wp, n = planes.shape
     k_out, oh, ow, _ = dy.shape
     k = dweight.shape[2]
     for a in (planes, dy, dweight, work):
         assert a.flags.c_contiguous and a.dtype == np.float32
-    assert tap.dtype == np.uintp and tap.size >= c * k * k
+    assert taps.dtype == np.uintp and taps.size == c * k * k
     library().sb_conv_weight_grad(_ptr(planes), _ptr(dy), _ptr(dweight), _ptr(work),
-                                  _ptr(tap), c, hp, wp, n, k_out, k, stride, oh, ow)
+                                  _ptr(taps), c, wp, n, k_out, k, stride, oh, ow)
 
 
 def _f32(values: np.ndarray) -> np.ndarray:

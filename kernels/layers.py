@@ -433,10 +433,9 @@ class Conv2d(Layer):
         fused ReLU is one pass over the output."""
         weight = self.params[0]
         packed = self.scratch("packed", cpu_native.packed_shape(weight.shape), weight.dtype)
-        taps = self._kept("taps", planes.shape, lambda: cpu_native.window_taps(
-            self.cin, *planes.shape[1:], self.k))
         cpu_native.conv_forward(planes, cpu_native.pack_weights(weight, packed),
-                                self.params[1] if self.bias else None, out, taps, self.stride)
+                                self.params[1] if self.bias else None, out,
+                                self._window_taps(planes), self.stride)
         if self.fused_relu:
             self._mask = self.scratch("relu_mask", out.shape, _BOOL)
             ops.relu_in_place(rows, self._mask.reshape(self.cout, -1))
@@ -531,6 +530,12 @@ class Conv2d(Layer):
                 dweight_t += np.matmul(chunk_cols, block_t, out=part)
         np.copyto(dweight, dweight_t.T)
 
+    def _window_taps(self, planes: np.ndarray) -> np.ndarray:
+        """The window's tap offsets in ``planes`` (:func:`cpu_native.window_taps`), kept
+        while their shape holds: the forward pass's and the weight gradient's."""
+        return self._kept("taps", planes.shape, lambda: cpu_native.window_taps(
+            self.cin, *planes.shape[1:], self.k))
+
     def _kept(self, name: str, key: Any, make: Any) -> Any:
         """``make()``, kept under ``name`` while ``key`` (a geometry) holds."""
         cache = self.__dict__.setdefault("_kept_values", {})
@@ -577,11 +582,10 @@ class Conv2d(Layer):
         dweight = self.grads[0]
         if not dweight.flags.c_contiguous:
             dweight = self.scratch("dweight", dweight.shape, laid.dtype)
-        work_shape, tap_shape = cpu_native.weight_grad_work(self.cin, self.k)
+        work = self.scratch("dweight_lanes", cpu_native.weight_grad_work(self.cin, self.k),
+                            laid.dtype)
         cpu_native.conv_weight_grad(self._planes, laid.reshape(self.cout, g.oh, g.ow, g.n),
-                                    dweight, self.scratch("dweight_lanes", work_shape,
-                                                          laid.dtype),
-                                    self.scratch("taps", tap_shape, np.uintp), self.stride)
+                                    dweight, work, self._window_taps(self._planes), self.stride)
         if dweight is not self.grads[0]:
             np.copyto(self.grads[0], dweight)
 

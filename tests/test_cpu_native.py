@@ -53,16 +53,15 @@ def test_kernels_equal_the_float64_im2col_convolution(geometry):
     oh = y.shape[2]
     out = np.full((k_out, oh, oh, n), np.nan, np.float32)
     packed = cpu_native.pack_weights(w, np.empty(cpu_native.packed_shape(w.shape), np.float32))
-    cpu_native.conv_forward(planes, packed, bias, out,
-                            cpu_native.window_taps(c, *planes.shape[1:], k), stride)
+    taps = cpu_native.window_taps(c, *planes.shape[1:], k)
+    cpu_native.conv_forward(planes, packed, bias, out, taps, stride)
     expect = y.transpose(0, 2, 3, 1) + bias[:, None, None, None]
     np.testing.assert_allclose(out, expect, rtol=0, atol=2e-6 * np.abs(expect).max())
 
     dy = rng.standard_normal(out.shape).astype(np.float32)
     dweight = np.full(w.shape, np.nan, np.float32)
-    work, tap = (np.empty(s, t) for s, t in zip(cpu_native.weight_grad_work(c, k),
-                                                 (np.float32, np.uintp), strict=True))
-    cpu_native.conv_weight_grad(planes, dy, dweight, work, tap, stride)
+    work = np.empty(cpu_native.weight_grad_work(c, k), np.float32)
+    cpu_native.conv_weight_grad(planes, dy, dweight, work, taps, stride)
     expect_dw = (dy.transpose(0, 3, 1, 2).reshape(k_out, -1).astype(np.float64)
                  @ cols.T).reshape(w.shape)
     np.testing.assert_allclose(dweight, expect_dw, rtol=0,

@@ -112,14 +112,6 @@ static const forward_fn FORWARD_TABLE[KB + 1][NBMAX + 1] = {
     {0, forward_4_1, forward_4_2, forward_4_3, forward_4_4},
 };
 
-/* tap[(c*k + i)*k + j]: the offset of window tap (c, i, j) in planes (C, Hp, Wp, N). */
-static void window_taps(size_t *tap, int c_in, int hp, int wp, int n, int k)
-{
-    for (int c = 0; c < c_in; c++)
-        for (int i = 0; i < k; i++)
-            for (int j = 0; j < k; j++)
-                tap[(c * k + i) * k + j] = ((size_t)c * hp + i) * wp * n + (size_t)j * n;
-}
 
 /* The general form: y[a, oy, ox, :] = bias[a] + sum over q of w[a, q] * x[tap[q] +
  * oy * x_row + ox * x_col + :], for K output channels, an oh x ow grid of output pixels
@@ -221,19 +213,19 @@ static const weight_fn WEIGHT_TABLE[KB + 1][QB + 1] = {
 
 /* dweight (K, C, k, k) = sum over pixels and samples of dy (K, OH, OW, N) times the
  * window of planes (C, Hp, Wp, N), stride ``s``. ``work`` holds ((C*k*k + 5) / 6 * 6)
- * * 4 * 16 floats of lane partial sums; ``tap`` C*k*k offsets (filled here). Channel
+ * * 4 * 16 floats of lane partial sums; ``tap`` the C*k*k offsets of the window's taps
+ * (c, i, j) in the planes, the forward pass's (kernels/cpu_native.py window_taps). Channel
  * blocks outermost, then tiles of whole output rows, at least TILE_PIXELS pixels (a
  * 7-pixel row alone would load and store the accumulators every 28 vectors): a tile of
  * dy for 4 channels stays in cache while every tap block passes over it. */
 void sb_conv_weight_grad(const float *planes, const float *dy, float *dweight, float *work,
-                         size_t *tap, int c_in, int hp, int wp, int n, int k_out, int k,
-                         int s, int oh, int ow)
+                         const size_t *tap, int c_in, int wp, int n, int k_out, int k, int s,
+                         int oh, int ow)
 {
     const size_t x_row = (size_t)wp * n;
     const size_t dy_chan = (size_t)oh * ow * n;
     const int taps = c_in * k * k, vectors = n / VL;
     const int tile = (TILE_PIXELS + ow - 1) / ow;
-    window_taps(tap, c_in, hp, wp, n, k);
     for (int kb = 0; kb < k_out; kb += KB) {
         const int kbn = k_out - kb < KB ? k_out - kb : KB;
         memset(work, 0, sizeof(float) * (size_t)((taps + QB - 1) / QB * QB) * KB * VL);
