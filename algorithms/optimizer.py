@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels import cpu_native
 from syncbench.kernels.ops import flush_subnormals_, sgd_momentum_
 
 #: Steps between two flushes of a velocity's subnormal elements (:class:`SubnormalFlush`).
@@ -64,11 +63,13 @@ class MomentumSGD:
     def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
         """``params -= lr * (mu * v + g + wd * params)``, in place (and every 64 steps the
         velocity's subnormal elements zeroed: :class:`SubnormalFlush`)."""
-        lr = self.lr if lr is None else lr
-        # One compiled pass on the CPU (equal to the reference to the bit), else the
-        # reference (GPU arrays, no compiler).
-        if not cpu_native.sgd_momentum_(params, grads, self.velocity, lr, self.momentum,
-                                        self.decay):
-            sgd_momentum_(params, grads, self.velocity, lr, self.momentum, self.decay,
-                          self.scratch)
+        sgd_momentum_(
+            params,
+            grads,
+            self.velocity,
+            self.lr if lr is None else lr,
+            self.momentum,
+            self.decay,
+            self.scratch,
+        )
         self.subnormal_flush(self.velocity, self.scratch)

@@ -309,11 +309,13 @@ def bn_input_grad(dy: np.ndarray, work: np.ndarray, mask: np.ndarray | None,
 
 
 def sgd_momentum_(params: np.ndarray, grads: np.ndarray, velocity: np.ndarray, lr: float,
-                  momentum: float, weight_decay: float | np.ndarray) -> bool:
+                  momentum: float, weight_decay: float | np.ndarray,
+                  scratch: np.ndarray | None = None) -> bool:
     """kernels/ops.py's ``sgd_momentum_`` in one pass (kernels/cpu/optim.c), equal to it to
     the bit, where the library is built and the buffers are contiguous float32 or float64
     host arrays of one dtype (``weight_decay`` a number or such an array); returns whether
-    it ran (False: the caller runs the reference)."""
+    it ran (False: the reference runs). The dispatcher of ``ops.sgd_momentum_`` calls it
+    with the reference's arguments (``scratch``: unused, one pass needs none)."""
     dtype = params.dtype
     wd_array = None if np.isscalar(weight_decay) else weight_decay
     arrays = [params, grads, velocity] + ([] if wd_array is None else [wd_array])

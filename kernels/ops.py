@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.kernels import cpu_native
+
 Shape = tuple[int, ...]
 
 #: name -> NumPy reference body, for every dispatched operation.
@@ -56,8 +58,13 @@ def _device_ops() -> Any:
     return cuda_ops
 
 
-def _dispatch(reference: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``cuda_ops.<name>`` for CuPy arrays, else the NumPy ``reference``."""
+def _dispatch(reference: Callable[..., Any] | None = None, *,
+              host: Callable[..., bool] | None = None) -> Any:
+    """Run ``cuda_ops.<name>`` for CuPy arrays, else the NumPy ``reference``; with ``host``
+    (``@_dispatch(host=...)``), host arrays first go to ``host``, which returns whether it
+    ran (a compiled CPU kernel equal to the reference, :mod:`cpu_native`)."""
+    if reference is None:
+        return functools.partial(_dispatch, host=host)
     name = reference.__name__
     first_name = reference.__code__.co_varnames[0]
 
@@ -66,6 +73,8 @@ def _dispatch(reference: Callable[..., Any]) -> Callable[..., Any]:
         first = args[0] if args else kwargs.get(first_name)
         if on_device(first):
             return getattr(_device_ops(), name)(*args, **kwargs)
+        if host is not None and host(*args, **kwargs):
+            return None
         return reference(*args, **kwargs)
 
     op.reference = reference  # type: ignore[attr-defined]
@@ -74,7 +83,7 @@ def _dispatch(reference: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # -- optimizer updates over flat buffers -------------------------------------
-@_dispatch
+@_dispatch(host=cpu_native.sgd_momentum_)
 def sgd_momentum_(
     params: Any,
     grads: Any,
