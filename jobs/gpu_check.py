@@ -10,7 +10,9 @@ each step gets its full limit even when every one before it used all of its own.
 
 Everything comes back in ``--out`` (at most :data:`MAX_OUT_FILES` files, see
 :data:`OUT_FILES`): the full log, ``figures.json``, ``report.md``, the plots and
-the run files. Run files and scratch live in ``--work``.
+the run files. Run files and scratch live in ``--work``: by default a folder
+``tempfile.mkdtemp`` makes (mode 0700, a name nobody can predict), removed at
+the end once the run files are archived into ``--out``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -713,8 +716,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for everything that must come back (default $OUT_DIR, "
                         "else $OUT)")
     parser.add_argument("--work", default=None,
-                        help="scratch: run files, JSON of each step (default: a new folder "
-                        "under $TMPDIR)")
+                        help="scratch: run files, JSON of each step (default: a new private "
+                        "folder under $TMPDIR, removed at the end)")
     parser.add_argument("--venv", default=os.environ.get("VENV", str(ROOT / ".venv-gpu")))
     parser.add_argument("--wheels", default=os.environ.get("WHEELS", str(ROOT / ".whl")),
                         help="the carried wheels (default <repo>/.whl)")
@@ -732,11 +735,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: the steps' limits ({worst_case(steps)} s) exceed the budget",
               file=sys.stderr)
         return 2
-    if config.work is None:
-        config.work = os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                                   f"syncbench-gpu-check-{os.getpid()}")
     if config.dry_run:
         config.out = config.out or "<--out>"
+        config.work = config.work or os.path.join(tempfile.gettempdir(),
+                                                  "syncbench-gpu-check-XXXXXXXX")
         check = Check(config)
         check.steps = steps
         print(f"dry run: nothing is run. --out {config.out}, --work {config.work}, "
@@ -753,6 +755,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not config.out:
         parser.error("--out DIR is required (or $OUT_DIR / $OUT)")
+    if config.work is not None:
+        return _check(config, steps)
+    # a folder only this user can enter, under a name nobody could predict (mkdtemp):
+    # a fixed or pid-based name under a shared /tmp could be made in advance by another
+    # user, who would then own the scratch the run files go to
+    config.work = tempfile.mkdtemp(prefix="syncbench-gpu-check-")
+    try:
+        return _check(config, steps)
+    finally:
+        shutil.rmtree(config.work, ignore_errors=True)
+
+
+def _check(config: argparse.Namespace, steps: list[Step]) -> int:
+    """Run ``steps`` with ``config`` (``--out`` and ``--work`` given): :func:`main`'s exit
+    status."""
     check = Check(config)
     check.steps = steps
     check.out.mkdir(parents=True, exist_ok=True)

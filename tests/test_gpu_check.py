@@ -182,6 +182,34 @@ def test_steps_are_independent_and_at_most_eight_files_come_back(tmp_path, monke
     assert "| on-gpu | skipped |" in report and "none in this test" in report
 
 
+def test_default_work_folder_is_private_unpredictable_and_removed(tmp_path, monkeypatch):
+    """Without --work the scratch is a new folder of mkdtemp's (mode 0700, a random name,
+    not ``syncbench-gpu-check-<pid>`` that another user could make first), removed at the
+    end; the run files it held come back archived in --out."""
+    seen: list[tuple[Path, int, bool]] = []
+
+    def records(check, step):
+        seen.append((check.work, check.work.stat().st_mode & 0o777,
+                     check.work.stat().st_uid == os.getuid()))
+        (check.work / "train-x.h5").write_bytes(b"run")
+
+    monkeypatch.setattr(gpu_check, "plan", lambda with_bodies=True: [
+        gpu_check.Step("probe", 5, False, "records the folder", records)])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(gpu_check.tempfile, "tempdir", str(scratch))
+    planted = scratch / f"syncbench-gpu-check-{os.getpid()}"
+    planted.mkdir(mode=0o777)
+    out = tmp_path / "out"
+    gpu_check.main(["--out", str(out), "--venv", str(tmp_path / "venv"), "--wheels",
+                    str(tmp_path / "wheels"), "--allow-no-gpu"])
+    [(work, mode, mine)] = seen
+    assert work.parent == scratch and work != planted and mode == 0o700 and mine
+    assert work.name.startswith("syncbench-gpu-check-") and not work.exists()
+    assert list(scratch.iterdir()) == [planted] and not any(planted.iterdir())
+    assert (out / "runs.tar.gz").is_file()
+
+
 def test_probe_output_parsers():
     out = "noise\nGPUCHECK-JSON {\"ok\": true}\nGPUCHECK-JSON {\"ok\": false, \"x\": 1}\n"
     assert gpu_check.parse_json_line(out) == {"ok": False, "x": 1}

@@ -40,6 +40,8 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from syncbench.bench.files import write_atomic
+
 #: How to get SimGrid, for the one-line error when it is missing.
 INSTALL_HINT = (
     "SimGrid's Python module is not installed: run 'make sim' (Debian: apt-get install "
@@ -165,15 +167,13 @@ def load_phase_cache(path: str | None, platform_xml: str, ranks_per_host: int
 
 def save_phase_cache(path: str | None, platform_xml: str, ranks_per_host: int,
                      network: Network) -> None:
-    """Add ``network``'s phase durations under its platform (temporary name, then rename)."""
+    """Add ``network``'s phase durations under its platform (``write_atomic``: a temporary
+    name nobody can predict, then a rename; ``WriteError`` naming ``path``)."""
     if not path:
         return
     doc = _read_cache(path)
     doc[_platform_digest(platform_xml, ranks_per_host)] = network.known
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(doc, f)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(doc).encode())
 
 
 def _read_cache(path: str | None) -> dict[str, Any]:

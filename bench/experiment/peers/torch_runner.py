@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import math
 import os
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.bench.data.catalog import DATASETS, load_dataset
+from syncbench.bench.files import write_atomic
 from syncbench.bench.train.stream import BatchStream
 
 #: The peer each of our algorithms is compared with.
@@ -417,10 +419,11 @@ def flat_params(model: Any) -> np.ndarray:
 
 
 def save_params(model: Any, path: str) -> None:
-    """Write :func:`flat_params` to ``path`` (``.npy``), atomically (no BatchNorm buffers)."""
-    tmp = f"{path}.tmp.npy"
-    np.save(tmp, flat_params(model))
-    os.replace(tmp, path)
+    """Write :func:`flat_params` to ``path`` (``.npy`` bytes, under that exact name),
+    atomically (``write_atomic``; no BatchNorm buffers)."""
+    buf = io.BytesIO()
+    np.save(buf, flat_params(model))
+    write_atomic(path, buf.getvalue())
 
 
 def parse_result(stdout: str) -> dict[str, Any]:
@@ -469,10 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result is not None:
         print(RESULT_PREFIX + json.dumps(asdict(result)), flush=True)
         if args.out:
-            tmp = f"{args.out}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(asdict(result), f)
-            os.replace(tmp, args.out)
+            write_atomic(args.out, json.dumps(asdict(result)).encode())
         print(f"{result.peer} {result.model} np={result.world_size}: accuracy "
               f"{result.accuracy:.4f}  loss {result.test_loss:.4f}  "
               f"{result.samples_per_s:.1f} samples/s  wall {result.wall_s:.2f}s", flush=True)
