@@ -48,6 +48,7 @@ import h5py
 import numpy as np
 
 from syncbench.analysis import schema
+from syncbench.bench.files import WriteError, write_atomic
 from syncbench.bench.mpi.errors import exit_after_grace
 
 T = TypeVar("T")
@@ -57,48 +58,6 @@ def parts_dir(out: str | os.PathLike) -> Path:
     """The side folder of run file ``out``."""
     out = Path(out)
     return out.with_name(out.name + ".parts")
-
-
-class WriteError(OSError):
-    """A file could not be written; ``str()`` is one line naming the path and the cause."""
-
-    def __init__(self, path: str | os.PathLike, cause: OSError) -> None:
-        code = cause.errno or 0
-        reason = (cause.strerror or os.strerror(code)) if code else (str(cause) or "write failed")
-        super().__init__(code, reason, str(path))
-        self.path = Path(path)
-
-    def __str__(self) -> str:
-        suffix = f" (errno {self.errno})" if self.errno else ""
-        return f"cannot write {self.path}: {self.strerror}{suffix}"
-
-
-def _tmp_name(final: Path) -> Path:
-    return final.with_name(f".{final.name}.tmp.{os.getpid()}")
-
-
-def write_atomic(final: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``final`` whole or not at all: a temporary name beside it,
-    ``fsync``, rename. Raises :class:`WriteError` and leaves no temporary file."""
-    final = Path(final)
-    tmp = _tmp_name(final)
-    try:
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-        except BaseException:
-            with _quiet():
-                tmp.unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise WriteError(final, exc) from None
 
 
 def hdf5_image(build: Callable[[h5py.File], None]) -> bytes:
