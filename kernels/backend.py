@@ -194,6 +194,29 @@ def preload_cuda_wheels(paths: list[str] | None = None, major: int | None = None
     return loaded
 
 
+def cupy_cache_untrusted() -> str:
+    """Why CuPy's kernel disk cache (``$CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``)
+    could hold kernels another user planted, else "": the folder (or, before CuPy makes
+    it, its parent) belongs to another user or others may write to it. CuPy loads a
+    cached kernel by a hash of public inputs (source, options, GPU), checking only its
+    own checksum, as :mod:`.cpu_native` would a library (its docstring)."""
+    if os.environ.get("CUPY_CACHE_IN_MEMORY", "").strip() == "1":  # CuPy's test
+        return ""
+    folder = os.environ.get("CUPY_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cupy", "kernel_cache")
+    for path in (folder, os.path.dirname(os.path.abspath(folder))):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_uid != os.geteuid():
+            return f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+        if st.st_mode & 0o022:
+            return f"{path} is writable by its group or others (mode {st.st_mode & 0o7777:04o})"
+        return ""
+    return ""
+
+
 @functools.lru_cache(maxsize=1)
 def _import_cupy() -> ModuleType | None:
     """CuPy, imported after the wheels' CUDA libraries; None (nothing loaded) without it.
@@ -204,6 +227,11 @@ def _import_cupy() -> ModuleType | None:
     if importlib.util.find_spec("cupy") is None:
         return None
     preload_cuda_wheels()
+    untrusted = cupy_cache_untrusted()
+    if untrusted:  # kernels in memory only (one line)
+        os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
+        print(f"syncbench: CuPy's kernel cache not used: {untrusted}", file=sys.stderr,
+              flush=True)
     try:
         import cupy  # lazy: after the preload, and only where a GPU is asked for
     except Exception:  # ImportError, or a broken CUDA install

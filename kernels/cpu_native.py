@@ -12,6 +12,20 @@ library is kept under ``$SYNCBENCH_CACHE`` (default ``~/.cache/syncbench``),
 named by a hash of all four, written to a temporary name and renamed into
 place, so ranks starting together never load half a file.
 
+The cache is trusted only as far as it is private (:func:`library`'s loader):
+its folder (``cpu-kernels``) is made 0700; a library is loaded only if that
+folder and the file belong to this user and neither is writable by its group
+or others, and if the file's bytes have the SHA-256 that the builder recorded
+beside it (``cpu-<key>.so.sha256``). The checks and the load are made on one
+open file (``O_NOFOLLOW``; the owner, mode and hash from the descriptor, then
+``dlopen`` of ``/proc/self/fd/N``), so the file cannot be swapped in between. A
+library that fails them is not loaded, but rebuilt (one line on stderr, once);
+a folder that fails them is not used: the kernels are built in a private
+temporary folder for this process only (one line). The key is a hash of public
+inputs, so without these checks anyone who could write to the folder (a shared
+``$SYNCBENCH_CACHE``, another user's ``~/.cache`` under ``sudo -E``) could
+plant a library whose constructor runs as whoever loads it.
+
 Where no compiler works, or ``SYNCBENCH_CPU_KERNELS=numpy`` is set (an A/B
 of the two paths, the equivalence tests), :func:`library` returns ``None``
 and the layers use the NumPy path; :func:`status` says which and why (the
@@ -27,8 +41,11 @@ import hashlib
 import math
 import os
 import platform
+import secrets
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,7 +63,15 @@ _SIZE = ctypes.c_size_t
 _PTR = ctypes.c_void_p
 _INT = ctypes.c_int
 
+#: The file beside each cached library holding the SHA-256 (hex) of the bytes built.
+DIGEST_SUFFIX = ".sha256"
+
 _reason = "not loaded yet"
+#: Lines already printed (each at most once a process).
+_said: set[str] = set()
+#: Descriptors of the loaded libraries' files, kept open: ``dlopen`` knows each library
+#: by its ``/proc/self/fd/N`` name, which must not come to name another file.
+_held_fds: list[int] = []
 #: True: this process's layers take the NumPy path (an in-process A/B of the two,
 #: jobs/conv_ab.py ``native``); :data:`MODE_VARIABLE` does the same for a whole run.
 numpy_only = False
@@ -76,30 +101,222 @@ def _cpu_id() -> str:
     return "\n".join(lines[:2])
 
 
-def _build(sources: list[Path], cc: str) -> Path:
-    """Compile ``sources`` into one library in the cache (if not there yet); its path."""
+def library_name(sources: list[Path], cc: str) -> str:
+    """The cached library's file name: ``cpu-<key>.so``, ``key`` a hash of the sources,
+    the flags, the compiler's version and the core."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                              check=False).stdout
     texts = [f"{src.name}\0{src.read_text()}" for src in sources]
     key = hashlib.sha256("\0".join([*texts, " ".join(FLAGS), version,
                                     _cpu_id()]).encode()).hexdigest()[:16]
-    target = cache_dir() / f"cpu-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=".cpu-", suffix=".so", dir=target.parent)
-    os.close(fd)
+    return f"cpu-{key}.so"
+
+
+class Untrusted(OSError):
+    """A cache folder or file that could hold code another user planted; ``str()`` is
+    one line naming it and why."""
+
+
+def _say(line: str) -> None:
+    """Print ``line`` on stderr, once a process."""
+    if line not in _said:
+        _said.add(line)
+        print(f"syncbench: compiled CPU kernels: {line}", file=sys.stderr, flush=True)
+
+
+def _check_private(st: os.stat_result, path: Path, kind: str) -> None:
+    """Raise :class:`Untrusted` unless ``st`` (of ``path``) is a ``kind`` ("folder" or
+    "file") of this user that neither its group nor others can write."""
+    if not (stat.S_ISDIR if kind == "folder" else stat.S_ISREG)(st.st_mode):
+        raise Untrusted(f"{path} is not a {'folder' if kind == 'folder' else 'regular file'}")
+    if st.st_uid != os.geteuid():
+        raise Untrusted(f"{kind} {path} belongs to uid {st.st_uid}, not to this user "
+                        f"(uid {os.geteuid()})")
+    if st.st_mode & 0o022:
+        raise Untrusted(f"{kind} {path} is writable by its group or others "
+                        f"(mode {stat.S_IMODE(st.st_mode):04o})")
+
+
+def open_cache_dir(folder: Path | None = None) -> int:
+    """The cache folder (:func:`cache_dir`), made 0700 where missing, opened (a descriptor
+    to close) once checked: this user's, not a symbolic link, nobody else may write to it
+    (:class:`Untrusted` otherwise). A folder of this user's that others may read is made
+    0700."""
+    folder = cache_dir() if folder is None else folder
+    folder.parent.parent.mkdir(parents=True, exist_ok=True)
+    for part in (folder.parent, folder):
+        try:
+            os.mkdir(part, 0o700)
+        except FileExistsError:
+            pass
     try:
-        proc = subprocess.run([cc, *FLAGS, "-o", partial, *map(str, sources)],
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        if os.path.islink(folder):
+            raise Untrusted(f"folder {folder} is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        _check_private(st, folder, "folder")
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_private(dir_fd: int, folder: Path, name: str) -> tuple[int, bytes] | None:
+    """(descriptor, bytes) of the file ``name`` of the folder ``dir_fd`` once checked
+    (:func:`_check_private`; not a symbolic link), None if there is none."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise Untrusted(f"{folder / name} cannot be opened ({err.strerror})") from None
+    try:
+        _check_private(os.fstat(fd), folder / name, "file")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return fd, b"".join(chunks)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _dlopen(fd: int, data: bytes) -> ctypes.CDLL:
+    """Load the library open as ``fd`` (whose bytes are ``data``): that very file, through
+    ``/proc/self/fd``, the descriptor then kept; without ``/proc``, a private copy of
+    ``data``. Takes ``fd`` over."""
+    proc = f"/proc/self/fd/{fd}"
+    if os.path.exists(proc):
+        try:
+            lib = ctypes.CDLL(proc)
+        except BaseException:
+            os.close(fd)
+            raise
+        _held_fds.append(fd)
+        return lib
+    os.close(fd)
+    with tempfile.TemporaryDirectory(prefix="syncbench-cpu-") as private:
+        copy = Path(private) / "cpu.so"
+        copy.write_bytes(data)
+        return ctypes.CDLL(str(copy))
+
+
+def _load_cached(dir_fd: int, folder: Path, name: str) -> ctypes.CDLL | None:
+    """The cached library ``name``, checked (module docstring); None if there is none,
+    :class:`Untrusted` if it fails a check."""
+    found = _read_private(dir_fd, folder, name)
+    if found is None:
+        return None
+    fd, data = found
+    try:
+        digest = _read_private(dir_fd, folder, name + DIGEST_SUFFIX)
+        if digest is None:
+            raise Untrusted(f"{folder / name} has no recorded SHA-256 "
+                            f"({name}{DIGEST_SUFFIX})")
+        os.close(digest[0])
+        if digest[1].strip() != hashlib.sha256(data).hexdigest().encode():
+            raise Untrusted(f"{folder / name} does not match its recorded SHA-256")
+    except BaseException:
+        os.close(fd)
+        raise
+    return _dlopen(fd, data)
+
+
+def _compile(sources: list[Path], cc: str) -> bytes:
+    """The library built from ``sources`` (in a private temporary folder): its bytes."""
+    with tempfile.TemporaryDirectory(prefix="syncbench-cpu-build-") as private:
+        out = os.path.join(private, "cpu.so")
+        proc = subprocess.run([cc, *FLAGS, "-o", out, *map(str, sources)],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise OSError(f"{cc} failed on {', '.join(s.name for s in sources)}: "
                           f"{proc.stderr.strip()[:500]}")
-        os.replace(partial, target)
+        return Path(out).read_bytes()
+
+
+def _write_new(dir_fd: int, name: str, data: bytes, mode: int) -> tuple[int, str]:
+    """``data`` in a new file of the folder ``dir_fd`` under a name nobody can predict
+    (``O_EXCL``, ``mode``), synced: (a read-only descriptor of it, its name)."""
+    partial = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode, dir_fd=dir_fd)
+    try:
+        try:
+            os.fchmod(fd, mode)  # whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return os.open(partial, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=dir_fd), partial
+    except BaseException:
+        os.unlink(partial, dir_fd=dir_fd)
+        raise
+
+
+def _publish(dir_fd: int, name: str, data: bytes) -> int:
+    """Put ``data`` in the cache as ``name``, its SHA-256 beside it first (each written
+    under a temporary name, then renamed): a read-only descriptor of the library's file."""
+    digest = hashlib.sha256(data).hexdigest().encode() + b"\n"
+    fds = []
+    try:
+        for target, payload, mode in ((name + DIGEST_SUFFIX, digest, 0o644),
+                                      (name, data, 0o755)):
+            fd, partial = _write_new(dir_fd, target, payload, mode)
+            fds.append(fd)
+            try:
+                os.replace(partial, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                os.unlink(partial, dir_fd=dir_fd)
+                raise
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    os.close(fds[0])
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    return fds[1]
+
+
+def _load_or_build(sources: list[Path], cc: str) -> tuple[ctypes.CDLL, str]:
+    """The library of ``sources``: from the cache if it passes the checks, else built
+    (into the cache; in a private folder if the cache is not usable). Also a word on
+    where it came from for :func:`status` ("" for the cache)."""
+    name = library_name(sources, cc)
+    folder = cache_dir()
+    try:
+        dir_fd = open_cache_dir(folder)
+    except Untrusted as err:
+        _say(f"{err}: cache not used, the kernels are built for this process only")
+        data = _compile(sources, cc)
+        with tempfile.TemporaryDirectory(prefix="syncbench-cpu-") as private:
+            path = Path(private) / name
+            path.write_bytes(data)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            return _dlopen(fd, data), f"; not cached: {err}"
+    try:
+        try:
+            lib = _load_cached(dir_fd, folder, name)
+        except Untrusted as err:
+            _say(f"{err}: not loaded, rebuilt")
+            lib = None
+        if lib is not None:
+            return lib, ""
+        data = _compile(sources, cc)
+        return _dlopen(_publish(dir_fd, name, data), data), ""
     finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
-    return target
+        os.close(dir_fd)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -134,12 +351,12 @@ def library() -> ctypes.CDLL | None:
         _reason = "no C compiler (cc, gcc or $CC) on PATH"
         return None
     try:
-        lib = ctypes.CDLL(str(_build(sorted(SOURCES.glob("*.c")), cc)))
-    except OSError as err:
-        _reason = str(err)
+        lib, where = _load_or_build(sorted(SOURCES.glob("*.c")), cc)
+        _declare(lib)
+    except (OSError, AttributeError) as err:  # AttributeError: a kernel missing
+        _reason = " ".join(str(err).split())
         return None
-    _declare(lib)
-    _reason = f"compiled with {cc} {' '.join(FLAGS[:2])}"
+    _reason = f"compiled with {cc} {' '.join(FLAGS[:2])}{where}"
     return lib
 
 
