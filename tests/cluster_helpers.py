@@ -72,15 +72,30 @@ class TestCluster:
             return "time namespaces are unavailable (unshare --time)"
         return None
 
-    @contextlib.contextmanager
-    def up(self, *flags: str, time_namespaces: bool = False) -> Iterator[dict]:
-        """Bring the cluster up (or skip), yield its state file, take it down and check
-        that its namespaces and bridge are gone."""
-        reason = self.why_not(time_namespaces)
+    @classmethod
+    def require(cls, time_namespaces: bool = False) -> None:
+        """Skip (or, under ``SYNCBENCH_REQUIRE_CLUSTER=1``, fail) where no cluster can be
+        made here."""
+        reason = cls.why_not(time_namespaces)
         if reason:
             if os.environ.get("SYNCBENCH_REQUIRE_CLUSTER") == "1":
                 pytest.fail(f"SYNCBENCH_REQUIRE_CLUSTER=1 but {reason}")
             pytest.skip(reason)
+
+    def leftovers(self) -> list[str]:
+        """This prefix's namespaces, links and node cgroups that exist now."""
+        found = [f"netns {p.name}" for p in Path("/run/netns").glob(f"{self.prefix}*")]
+        found += [f"link {p.name}" for p in Path("/sys/class/net").glob(f"{self.prefix}*")]
+        root = Path("/sys/fs/cgroup")
+        for node in self.nodes:
+            found += [f"cgroup {p}" for p in (root / node, *root.glob(f"*/{node}")) if p.is_dir()]
+        return found
+
+    @contextlib.contextmanager
+    def up(self, *flags: str, time_namespaces: bool = False) -> Iterator[dict]:
+        """Bring the cluster up (or skip), yield its state file, take it down and check
+        that its namespaces, links and cgroups are gone."""
+        self.require(time_namespaces)
         started = self.syncbench("cluster", "up", "--nodes", str(len(self.nodes)), *flags)
         try:
             assert started.returncode == 0, started.stdout + started.stderr
@@ -89,8 +104,7 @@ class TestCluster:
         finally:
             down = self.syncbench("cluster", "down")
             assert down.returncode == 0, down.stderr
-            assert not any(Path("/run/netns", n).exists() for n in self.nodes)
-            assert not Path(f"/sys/class/net/{self.prefix}br0").exists()
+            assert self.leftovers() == []
 
     def link_bytes(self) -> list[tuple[int, int]]:
         """(rx, tx) bytes of each node's host-side veth so far (rx: what the node sent)."""

@@ -18,7 +18,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,6 +28,8 @@ from cluster_helpers import REPO, TestCluster, launchers
 
 from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.analysis.runfile import read_run
+from syncbench.bench.cluster import launch, state
+from syncbench.bench.experiment.on_cluster import speed_setter
 from syncbench.kernels.zoo import build_model
 
 pytestmark = pytest.mark.cluster
@@ -193,3 +197,242 @@ def test_no_cluster_is_one_line(tmp_path):
     assert proc.stderr.strip().count("\n") == 0
     run = TC.syncbench("run", "demo", "--cluster", "--dry-run", env=env)
     assert run.returncode == 2 and "no emulated cluster is up" in run.stderr
+
+
+def test_the_runners_speed_changes_keep_what_was_changed_meanwhile(cluster, monkeypatch):
+    """The runner changes node speeds by a read-modify-write of the state under its lock:
+    a ``cluster link`` and a ``cluster speed`` made after the runner started stay in the
+    state (and so in what ``down`` removes), and ``node-ssh`` is a new file each time, so
+    a launcher's ``sh`` part-way through the old one reads it whole."""
+    monkeypatch.setenv("SYNCBENCH_CLUSTER_DIR", str(TC.state_dir))
+    before, restore = speed_setter()
+    shim = TC.state_dir / "node-ssh"
+    text = shim.read_bytes()
+    path = TC.state_dir / "state.json"
+    try:
+        with shim.open("rb") as reading:  # as sh reads a script: a part, the rest later
+            head = reading.read(64)
+            for args in (("link", NODES[0], "500mbit"), ("speed", NODES[0], "0.5")):
+                meanwhile = TC.syncbench("cluster", *args)
+                assert meanwhile.returncode == 0, meanwhile.stderr
+            before(SimpleNamespace(condition=SimpleNamespace(speeds=(1.0, 0.5))))
+            state = json.loads(path.read_text())
+            assert head + reading.read() == text
+            assert os.fstat(reading.fileno()).st_ino != shim.stat().st_ino
+        assert state["nodes"][0]["link"] == "500mbit"
+        assert [n["speed"] for n in state["nodes"]] == [1.0, 0.5]
+        recorded = {o["name"] for o in state["made"] if o["kind"] == "cgroup"}
+        root = Path("/sys/fs/cgroup")
+        for node in NODES:  # every cgroup of a node is one down will remove
+            for group in (root / node, *root.glob(f"*/{node}")):
+                assert not group.is_dir() or str(group) in recorded, (group, recorded)
+        restore()
+        assert [n["speed"] for n in json.loads(path.read_text())["nodes"]] == [1.0, 1.0]
+    finally:
+        TC.syncbench("cluster", "link", NODES[0], "1gbit")
+        for node in NODES:
+            TC.syncbench("cluster", "speed", node, "1")
+
+
+# -- the state folder: trusted only when it is root's; down removes only what up made --
+TS = TestCluster("ts", "10.84.0", nodes=1)
+NODE_JSON = {"index": 1, "name": "tsnode1", "address": "10.84.0.1", "veth": "tsv1"}
+
+
+@pytest.fixture
+def ts(tmp_path):
+    """A state folder of the test's own (root's, 0755) and ``syncbench`` with its names;
+    whatever ``ts`` names are left at the end are taken down and make the test fail."""
+    TS.require()
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    env = {"SYNCBENCH_CLUSTER_DIR": str(folder)}
+
+    def run(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return TS.syncbench(*args, env={**env, **extra}, timeout=60)
+
+    yield folder, run
+    if folder.is_dir() and not folder.is_symlink():
+        os.chown(folder, 0, 0)
+        folder.chmod(0o755)
+    run("cluster", "down")
+    left = TS.leftovers()
+    for what in left:
+        kind, name = what.split(" ", 1)
+        if kind == "cgroup":
+            os.rmdir(name)
+        else:
+            subprocess.run(["ip", *(["netns", "del"] if kind == "netns" else ["link", "del"]),
+                            name], capture_output=True)
+    assert left == [], left
+
+
+def _one_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert all(w in proc.stderr for w in words), proc.stderr
+
+
+def _first_cgroup(node: str) -> Path:
+    """The cgroup ``up --node-speed 0.5`` makes first for ``node``."""
+    root = Path("/sys/fs/cgroup")
+    if (root / "cpu" / "cpu.cfs_quota_us").exists():
+        return root / ("cpuset" if (root / "cpuset").is_dir() else "cpu") / node
+    return root / node
+
+
+def test_down_and_a_failed_up_remove_only_the_files_they_wrote(ts):
+    folder, run = ts
+    (folder / "my-notes.txt").write_text("mine\n")
+    started = run("cluster", "up", "--nodes", "1")
+    assert started.returncode == 0, started.stderr
+    assert {p.name for p in folder.iterdir()} == {"my-notes.txt", "node-ssh", "state.json"}
+    down = run("cluster", "down")
+    assert down.returncode == 0, down.stderr
+    assert [p.name for p in folder.iterdir()] == ["my-notes.txt"]
+    assert (folder / "my-notes.txt").read_text() == "mine\n"
+    # an up that fails half-way (a cgroup of its node's name exists) removes what it
+    # made, and neither that cgroup nor the folder's other file
+    group = _first_cgroup("tsnode1")
+    group.mkdir()
+    try:
+        _one_line(run("cluster", "up", "--nodes", "1", "--node-speed", "0.5"),
+                  f"cgroup {group} already exists")
+        assert group.is_dir()
+    finally:
+        group.rmdir()
+    assert [p.name for p in folder.iterdir()] == ["my-notes.txt"]
+
+
+@pytest.mark.parametrize("unsafe", ["group-writable", "other-owned", "symlink"])
+def test_a_state_folder_only_root_controls_is_required(ts, tmp_path, unsafe):
+    folder, run = ts
+    (folder / "state.json").write_text(json.dumps({"nodes": [NODE_JSON]}))
+    if unsafe == "group-writable":
+        folder.chmod(0o775)
+    elif unsafe == "other-owned":
+        os.chown(folder, 65534, 65534)
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    where = {"SYNCBENCH_CLUSTER_DIR": str(link)} if unsafe == "symlink" else {}
+    for action in (["status"], ["down"], ["up", "--nodes", "1"], ["exec", "tsnode1", "true"]):
+        _one_line(run("cluster", *action, **where), "refused")
+    assert TS.leftovers() == []
+
+
+def test_a_launcher_shim_or_state_file_root_did_not_write_is_not_used(ts, tmp_path):
+    """``cluster exec``/``mpiexec`` execute ``node-ssh`` as root: one others can write is
+    refused, as is a state file whose names would reach shell text."""
+    folder, run = ts
+    (folder / "state.json").write_text(json.dumps({"nodes": [NODE_JSON]}))
+    marker = tmp_path / "ran"
+    shim = folder / "node-ssh"
+    shim.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    shim.chmod(0o777)
+    _one_line(run("cluster", "exec", "tsnode1", "--", "true"), "node-ssh", "refused")
+    os.chown(shim, 65534, 65534)
+    shim.chmod(0o755)
+    _one_line(run("cluster", "mpiexec", "-n", "1", "--", "true"), "node-ssh", "refused")
+    assert not marker.exists()
+    bad = {**NODE_JSON, "name": f"ts;touch {marker}"}
+    (folder / "state.json").write_text(json.dumps({"nodes": [bad]}))
+    _one_line(run("cluster", "status"), "refused")
+    shim.unlink()
+    (folder / "state.json").unlink()
+
+
+def test_symlinks_in_the_state_folder_are_replaced_not_followed(ts, tmp_path, monkeypatch):
+    folder, run = ts
+    victim = tmp_path / "victim"
+    victim.write_text("victim\n")
+    victim.chmod(0o600)
+    for name in ("state.tmp", "state.json.tmp", "node-ssh"):
+        (folder / name).symlink_to(victim)
+    # up refuses a folder that holds a file of its own names it did not write
+    _one_line(run("cluster", "up", "--nodes", "1"), "node-ssh")
+    monkeypatch.setenv("SYNCBENCH_CLUSTER_DIR", str(folder))
+    cluster = state.Cluster(nodes=[state.Node(**NODE_JSON)])
+    state.save(cluster)
+    launch.write_shim(cluster)
+    assert victim.read_text() == "victim\n" and victim.stat().st_mode & 0o777 == 0o600
+    assert not (folder / "node-ssh").is_symlink() and not (folder / "state.json").is_symlink()
+    assert (folder / "state.tmp").is_symlink()  # not the cluster's: left as it is
+    for name in ("state.tmp", "state.json.tmp", "node-ssh", "state.json"):
+        (folder / name).unlink()
+
+
+@pytest.mark.parametrize("case", ["identity", "reboot"])
+def test_down_leaves_alone_what_up_did_not_make(ts, case):
+    """A state file lists objects whose identity is not the recorded one (made by someone
+    else under the cluster's names, or the host rebooted since): ``down`` leaves each
+    alone, in one line, and removes nothing."""
+    folder, run = ts
+    group = _first_cgroup("tsnode1")
+    made = []
+    try:
+        subprocess.run(["ip", "link", "add", "tsbr0", "type", "bridge"], check=True)
+        subprocess.run(["ip", "link", "add", "tsx", "type", "bridge"], check=True)
+        subprocess.run(["ip", "netns", "add", "tsnode1"], check=True)
+        group.mkdir()
+        real = {"tsbr0": int(Path("/sys/class/net/tsbr0/ifindex").read_text()),
+                "tsnode1": os.stat("/run/netns/tsnode1").st_ino, "group": group.stat().st_ino}
+        shift = 0 if case == "reboot" else 100_000
+        made = [{"kind": "link", "name": "tsbr0", "ifindex": real["tsbr0"] + shift},
+                {"kind": "netns", "name": "tsnode1", "inode": real["tsnode1"] + shift},
+                {"kind": "cgroup", "name": str(group), "inode": real["group"] + shift},
+                {"kind": "link", "name": "tsv1", "ifindex": 1},  # gone: nothing to say
+                {"kind": "link", "name": "tsx"}]  # not a name of this cluster
+        (folder / "state.json").write_text(json.dumps(
+            {"nodes": [NODE_JSON], "bridge": "tsbr0", "bridge_address": "10.84.0.254",
+             "made": made, **({"boot_id": "another boot"} if case == "reboot" else {})}))
+        down = run("cluster", "down")
+        assert down.returncode == 0, down.stderr
+        lines = [ln for ln in down.stderr.splitlines() if " alone: " in ln]
+        assert len(lines) == 4, down.stderr
+        assert all(Path("/sys/class/net", n).exists() for n in ("tsbr0", "tsx"))
+        assert Path("/run/netns/tsnode1").exists() and group.is_dir()
+        assert not (folder / "state.json").exists()
+    finally:
+        for link in ("tsbr0", "tsx"):
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+        subprocess.run(["ip", "netns", "del", "tsnode1"], capture_output=True)
+        if group.is_dir():
+            group.rmdir()
+
+
+def test_a_subnet_the_host_routes_already_is_refused(ts):
+    folder, run = ts
+    try:
+        for args in (["link", "add", "tsx", "type", "bridge"],
+                     ["addr", "add", "10.84.0.1/24", "dev", "tsx"], ["link", "set", "tsx", "up"]):
+            subprocess.run(["ip", *args], check=True)
+        _one_line(run("cluster", "up", "--nodes", "1"), "10.84.0.0/24 overlaps",
+                  "10.84.0.0/24 dev tsx")
+        assert not Path("/sys/class/net/tsbr0").exists() and not (folder / "state.json").exists()
+    finally:
+        subprocess.run(["ip", "link", "del", "tsx"], capture_output=True)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("SYNCBENCH_CLUSTER_PREFIX", "a;b"), ("SYNCBENCH_CLUSTER_PREFIX", "toolongprefix"),
+    ("SYNCBENCH_CLUSTER_SUBNET", "10.84.0;true"), ("SYNCBENCH_CLUSTER_SUBNET", "8.8.8"),
+    ("SYNCBENCH_CLUSTER_SUBNET", "10.84.300")])
+def test_bad_names_and_subnets_are_refused_before_anything_is_made(ts, name, value):
+    folder, run = ts
+    try:
+        _one_line(run("cluster", "up", "--nodes", "1", **{name: value}), name)
+        assert not (folder / "state.json").exists()
+        assert not [p for p in Path("/sys/class/net").iterdir() if p.name.startswith("a;b")]
+    finally:
+        run("cluster", "down", **{name: value})
+
+
+def test_a_second_up_fails_at_once_naming_the_holder(ts, monkeypatch):
+    folder, run = ts
+    monkeypatch.setenv("SYNCBENCH_CLUSTER_DIR", str(folder))
+    with state.locked():
+        started = time.monotonic()
+        _one_line(run("cluster", "up", "--nodes", "1"), "in use by another process",
+                  f"pid {os.getpid()}")
+        assert time.monotonic() - started < 10
+    assert TS.leftovers() == [] and not (folder / "state.json").exists()

@@ -79,8 +79,10 @@ def test_the_shim_enters_each_node_with_its_clock_cgroups_and_speed(tmp_path):
     assert out.returncode == 255 and "no node '10.9.9.9'" in out.stderr
 
 
-def test_launch_commands_force_the_links_for_either_mpi(monkeypatch):
+def test_launch_commands_force_the_links_for_either_mpi(monkeypatch, tmp_path):
     cluster = _cluster(2)
+    monkeypatch.setenv("SYNCBENCH_CLUSTER_DIR", str(tmp_path))
+    (tmp_path / "node-ssh").write_text(launch.shim_text(cluster))
     monkeypatch.delenv("UCX_TLS", raising=False)
     monkeypatch.setattr(launch, "mpi_flavour", lambda mpiexec: "mpich")
     argv, env = launch.launch_command(cluster, ["prog"], 4, None, mpiexec="mpiexec")

@@ -26,6 +26,7 @@ of its own, and a slow node's CPU quota throttles it in bursts, not evenly
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -33,7 +34,7 @@ import signal
 import sys
 import time
 
-from . import cpu, launch, network, slurm
+from . import cpu, launch, network, slurm, state
 from .host import ClusterError, require_root, require_tool, works
 from .state import (
     MAX_NODES,
@@ -177,28 +178,59 @@ def build(cluster: Cluster) -> None:
         save(cluster)
     launch.write_shim(cluster)
     if cluster.slurm:
+        for name in ("slurm-nodes.conf", "task-prolog"):  # what slurm.add_nodes writes
+            state.record_file(cluster, name)
         slurm.add_nodes(cluster)
 
 
 def up(args: argparse.Namespace) -> int:
+    """Make the cluster: refused (one line, nothing made) where its names, subnet or state
+    folder are taken; a second ``up`` on the folder fails at once, naming the holder of its
+    lock or the cluster that is up."""
     require_root()
+    state.check_names()
     cluster = requested(args)
     existing = load()
     if existing is not None:
-        if existing.layout() == cluster.layout():
-            print("syncbench cluster: already up")
-            return status(existing)
-        raise ClusterError("a cluster with other settings is up: run 'syncbench cluster down' "
-                           "first")
+        return _already_up(existing, cluster)
     check_features(cluster)
     network.check_names_free(cluster)
+    network.check_subnet_free(SUBNET)
+    made_folder = state.prepare_folder()
     try:
-        build(cluster)
-    except (ClusterError, OSError):
-        teardown(cluster)
+        with state.locked(wait_s=0):
+            existing = load()  # made meanwhile by an 'up' that has ended
+            if existing is not None:
+                return _already_up(existing, cluster)
+            foreign = state.foreign_files()
+            if foreign:
+                raise ClusterError(f"{state.state_dir()} already holds {', '.join(foreign)}, "
+                                   "which no cluster that is up wrote: remove them or pick "
+                                   "another SYNCBENCH_CLUSTER_DIR")
+            cluster.made_folder, cluster.boot_id = made_folder, state.boot_id()
+            try:
+                build(cluster)
+            except (ClusterError, OSError):
+                teardown(cluster)
+                raise
+            save(cluster)
+    except BaseException:
+        if made_folder:
+            state.remove_folder(dataclasses.replace(cluster, made_folder=True))
         raise
-    save(cluster)
     return status(cluster)
+
+
+def _already_up(existing: Cluster, asked: Cluster) -> int:
+    """``up`` where a state file is: the same layout is a no-op, anything else is refused."""
+    if existing.rebooted():
+        raise ClusterError(f"{state.state_file()} is from before the host rebooted: run "
+                           "'syncbench cluster down' (it forgets it) first")
+    if existing.layout() == asked.layout():
+        print("syncbench cluster: already up")
+        return status(existing)
+    raise ClusterError(f"a cluster with other settings is up ({existing.describe()}, "
+                       f"{state.state_file()}): run 'syncbench cluster down' first")
 
 
 def status(cluster: Cluster | None = None) -> int:
@@ -225,26 +257,83 @@ def status(cluster: Cluster | None = None) -> int:
     return 0
 
 
+def identity(cluster: Cluster, obj: dict) -> tuple[str, str]:
+    """Whether a recorded object is the one ``up`` made: ``("ours", "")``, ``("gone",
+    "")`` (nothing of that name left), or ``("foreign", why)``: a name that is not the
+    cluster's, or an object whose identity (interface index, namespace inode, cgroup
+    inode, boot) is not the recorded one. Slurm's entries are ``("slurm", "")``."""
+    kind, name = obj.get("kind"), str(obj.get("name"))
+    nodes = {n.name for n in cluster.nodes}
+    if kind in ("slurm-conf", "slurmd"):
+        return ("slurm", "") if kind == "slurm-conf" or name in nodes else \
+            ("foreign", "not a node of this cluster")
+    if kind == "link":
+        names, key, now = {cluster.bridge, *(n.veth for n in cluster.nodes)}, "ifindex", \
+            (network.link_index(name) if state.NAME_RE.match(name) else None)
+        said = "interface index"
+    elif kind == "netns":
+        names, key, now = nodes, "inode", \
+            (network.netns_inode(name) if state.NAME_RE.match(name) else None)
+        said = "namespace inode"
+    elif kind == "cgroup":
+        match = state.CGROUP_RE.match(name)
+        names = {name} if match and match.group(1) in nodes else set()
+        key, now, said = "inode", (cpu.cgroup_inode(name) if names else None), "inode"
+    else:
+        return "foreign", "not a kind of object the cluster makes"
+    if name not in names:
+        return "foreign", "not a name of this cluster"
+    if now is None:
+        return "gone", ""
+    if cluster.rebooted():
+        return "foreign", "the host rebooted since 'up'"
+    if obj.get(key) != now:
+        return "foreign", f"its {said} is {now}, 'up' recorded {obj.get(key)}"
+    return "ours", ""
+
+
+def _ours(cluster: Cluster, kind: str, name: str) -> bool:
+    return any(o.get("kind") == kind and o.get("name") == name and
+               identity(cluster, o)[0] == "ours" for o in cluster.made)
+
+
+def _require_ours(cluster: Cluster, node: Node) -> None:
+    """Refuse to touch a node whose link or namespace is not the one ``up`` made."""
+    for kind, name in (("link", node.veth), ("netns", node.name)):
+        if not _ours(cluster, kind, name):
+            raise ClusterError(f"{kind} {name} is not the one 'up' made (gone, made again, or "
+                               "the host rebooted): left alone; take the cluster down and up")
+
+
 def teardown(cluster: Cluster) -> None:
-    """Remove what the state lists, newest first; processes inside the nodes end first."""
+    """Remove what the state lists, newest first, each only if it is the object ``up``
+    made (:func:`identity`; any other is left alone, with one line); processes inside
+    the nodes end first. Then the files the cluster wrote, and no other."""
     for node in cluster.nodes:
-        if network.netns_exists(node.name):
+        if _ours(cluster, "netns", node.name):
             _end_processes(node.name)
     if cluster.slurm:
-        slurm.remove_nodes(cluster)
+        slurm.remove_nodes(dataclasses.replace(
+            cluster, made=[o for o in cluster.made if identity(cluster, o)[0] == "slurm"]))
     errors = []
     for obj in reversed(cluster.made):
+        verdict, why = identity(cluster, obj)
+        if verdict == "foreign":
+            print(f"syncbench cluster: left {obj.get('kind')} {obj.get('name')!r} alone: "
+                  f"{why} (not the object 'up' made)", file=sys.stderr)
+        if verdict != "ours":
+            continue
         try:
             if obj["kind"] == "cgroup":
                 cpu.remove_cgroup(obj["name"])
-            elif obj["kind"] in ("link", "netns"):
+            else:
                 network.remove(obj["kind"], obj["name"])
         except ClusterError as exc:
             errors.append(str(exc))
     if errors:
         save(cluster)
         raise ClusterError("; ".join(errors))
-    forget()
+    forget(cluster)
 
 
 def _end_processes(namespace: str) -> None:
@@ -265,11 +354,16 @@ def _end_processes(namespace: str) -> None:
 
 def down() -> int:
     require_root()
-    cluster = load()
-    if cluster is None:
+    if load() is None:
         print("syncbench cluster: no emulated cluster is up")
         return 0
-    teardown(cluster)
+    with state.locked():
+        cluster = load()  # afresh, under the lock
+        if cluster is None:
+            print("syncbench cluster: no emulated cluster is up")
+            return 0
+        teardown(cluster)
+    state.remove_folder(cluster)
     print(f"syncbench cluster: removed {len(cluster.nodes)} nodes and bridge {cluster.bridge}")
     return 0
 
@@ -278,6 +372,9 @@ def _loaded() -> Cluster:
     cluster = load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up: syncbench cluster up --nodes N")
+    if cluster.rebooted():
+        raise ClusterError(f"the host rebooted since 'up' ({state.state_file()}): the "
+                           "cluster is gone; 'syncbench cluster down' forgets it")
     return cluster
 
 
@@ -301,35 +398,51 @@ def run_in_node(args: argparse.Namespace) -> int:
 
 def set_link(args: argparse.Namespace) -> int:
     require_root()
-    cluster = _loaded()
-    node = cluster.require_node(args.node)
-    if args.state in ("up", "down"):
-        network.set_link(node, args.state == "up")
-    else:
-        rate_bytes_per_s(args.state)
-        network.shape(node, args.state, cluster.burst)
-        node.link = args.state
-        save(cluster)
+    with state.changing() as cluster:
+        node = cluster.require_node(args.node)
+        _require_ours(cluster, node)
+        if args.state in ("up", "down"):
+            network.set_link(node, args.state == "up")
+        else:
+            rate_bytes_per_s(args.state)
+            network.shape(node, args.state, cluster.burst)
+            node.link = args.state
     print(f"syncbench cluster: link of {node.name} {args.state}")
     return 0
 
 
+def set_speeds(speeds: dict[str, float]) -> list[str]:
+    """Give nodes (by name) new speeds, live, in one read-modify-write of the state under
+    its lock (``cluster speed``, the runner's ``node_speeds``); the nodes changed."""
+    with state.changing() as cluster:
+        changed = []
+        for name, speed in speeds.items():
+            node = cluster.require_node(name)
+            if node.speed != speed:
+                cpu.set_speed(cluster, node, speed)
+                changed.append(node.name)
+        if changed:
+            launch.write_shim(cluster)
+    return changed
+
+
 def set_node_speed(args: argparse.Namespace) -> int:
     require_root()
-    cluster = _loaded()
-    node = cluster.require_node(args.node)
     try:
         speed = float(args.speed)
     except ValueError:
         raise ClusterError(f"speed {args.speed!r} is not a number in [0.01, 1]") from None
-    cpu.set_speed(cluster, node, speed)
-    launch.write_shim(cluster)
-    print(f"syncbench cluster: {node.name} speed {speed:g}")
+    if not 0.01 <= speed <= 1.0:
+        raise ClusterError(f"node speed {speed:g}: must be in [0.01, 1]")
+    name = _loaded().require_node(args.node).name
+    set_speeds({name: speed})
+    print(f"syncbench cluster: {name} speed {speed:g}")
     return 0
 
 
 def main(args: argparse.Namespace) -> int:
     try:
+        state.check_names()
         if args.action == "up":
             return up(args)
         if args.action == "status":

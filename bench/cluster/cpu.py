@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 
 from .host import ClusterError
@@ -53,14 +54,31 @@ def _write(path: Path, value: str, what: str) -> None:
         raise ClusterError(f"{what}: cannot write {value!r} to {path}: {exc.strerror}") from exc
 
 
+def cgroup_inode(path: str | Path) -> int | None:
+    """A cgroup folder's inode (with its path, its identity), or None if it is gone."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino if stat.S_ISDIR(st.st_mode) else None
+
+
+def made_here(cluster: Cluster, path: Path) -> bool:
+    """Whether the cgroup at ``path`` is one this cluster made (path and inode recorded)."""
+    inode = cgroup_inode(path)
+    return inode is not None and any(
+        o.get("kind") == "cgroup" and o.get("name") == str(path) and o.get("inode") == inode
+        for o in cluster.made)
+
+
 def _mkdir(cluster: Cluster, path: Path) -> None:
-    if path.exists():
+    if os.path.lexists(path):
         raise ClusterError(f"cgroup {path} already exists and syncbench cluster did not make it")
     try:
         path.mkdir()
     except OSError as exc:
         raise ClusterError(f"cannot create cgroup {path}: {exc.strerror}") from exc
-    record(cluster, "cgroup", str(path))
+    record(cluster, "cgroup", str(path), inode=cgroup_inode(path))
 
 
 def make_cgroups(cluster: Cluster, node: Node) -> None:
@@ -142,19 +160,25 @@ def set_speed(cluster: Cluster, node: Node, speed: float) -> None:
     period on; the launcher shim is rewritten so that ranks started from now
     on read the new ``$SYNCBENCH_NODE_SPEED``. ``syncbench run`` sets the
     speeds of each configuration this way (a scenario's ``node_speeds``).
+    ``cluster`` is the state read under its lock (``state.changing``); a cgroup of
+    the node's name that this cluster did not make is refused, never written.
     """
     if not 0.01 <= speed <= 1.0:
         raise ClusterError(f"node speed {speed:g}: must be in [0.01, 1]")
     version = _controller("a node speed")
     group = (CGROUP_ROOT / "cpu" / node.name) if version == 1 else (CGROUP_ROOT / node.name)
     procs = str(group / "cgroup.procs")
+    if os.path.lexists(group) and not made_here(cluster, group):
+        raise ClusterError(f"cgroup {group} exists and syncbench cluster did not make it "
+                           "(or it was made again since 'up'): its quota is left alone")
     if not group.is_dir():
         if speed >= 1.0:
             node.speed = 1.0
             save(cluster)
             return
         _mkdir(cluster, group)
-        node.cgroup_procs.append(procs)
+        if procs not in node.cgroup_procs:
+            node.cgroup_procs.append(procs)
     period = period_for(cluster, speed)
     _write_quota(version, group, node, _quota_us(node, speed, period), period)
     node.speed = float(speed)
@@ -162,9 +186,10 @@ def set_speed(cluster: Cluster, node: Node, speed: float) -> None:
 
 
 def remove_cgroup(path: str) -> None:
-    """Remove a made cgroup; its remaining processes move to the parent first."""
+    """Remove a made cgroup (the caller checked its identity); its remaining processes move
+    to the parent first."""
     group = Path(path)
-    if not group.is_dir():
+    if CGROUP_ROOT not in group.parents or not group.is_dir() or group.is_symlink():
         return
     parent = group.parent / "cgroup.procs"
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from syncbench.bench.experiment.launch import find_mpiexec
 
 from .host import ClusterError
-from .state import Cluster, load, state_dir
+from .state import Cluster, check_file, load, state_dir, write_file
 
 #: What makes inter-node traffic cross the links, per MPI flavour.
 TRANSPORT_ENV = {
@@ -49,7 +49,7 @@ def shim_text(cluster: Cluster) -> str:
         procs = " ".join(n.cgroup_procs)
         offset = f"{n.clock_offset_s:g}"
         speed = f" export SYNCBENCH_NODE_SPEED={n.speed:g};" if n.speed < 1 else ""
-        cases.append(f'  {n.address}|{n.name}|{n.name}.*) ns={n.name}; procs="{procs}"; '
+        cases.append(f"  {n.address}|{n.name}|{n.name}.*) ns={n.name}; procs={shlex.quote(procs)}; "
                      f"offset={offset};{speed};")
     names = ", ".join(n.name for n in cluster.nodes)
     return "\n".join([
@@ -70,11 +70,15 @@ def shim_text(cluster: Cluster) -> str:
 
 
 def write_shim(cluster: Cluster) -> Path:
-    path = shim_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(shim_text(cluster))
-    path.chmod(0o755)
-    return path
+    """Write ``node-ssh`` as a new file renamed into place: a launcher's ``sh`` that is
+    reading the old one (sh reads a script as it runs it) reads it whole."""
+    return write_file(cluster, "node-ssh", shim_text(cluster), 0o755)
+
+
+def checked_shim() -> str:
+    """``node-ssh``'s path, once it is a regular file of root's, mode 0755 or less (root
+    executes it)."""
+    return str(check_file(shim_path()))
 
 
 def find_launcher() -> str:
@@ -124,7 +128,7 @@ def launch_command(cluster: Cluster, command: list[str], ranks: int | None = Non
     n, per_node = placement(cluster, ranks, ppn)
     used = cluster.nodes[:-(-n // per_node)]
     hosts = ",".join(f"{node.address}:{per_node}" for node in used)
-    shim = str(shim_path())
+    shim = checked_shim()
     env = dict(os.environ)
     for name, value in TRANSPORT_ENV[flavour].items():
         env.setdefault(name, value)
@@ -142,7 +146,7 @@ def launch_command(cluster: Cluster, command: list[str], ranks: int | None = Non
 def node_command(cluster: Cluster, node_name: str, command: list[str]) -> list[str]:
     """``command`` run inside one node (its namespace, hostname, clock and cgroups)."""
     cluster.require_node(node_name)
-    return [str(shim_path()), node_name, shlex.join(command)]
+    return [checked_shim(), node_name, shlex.join(command)]
 
 
 def launcher_for_runs() -> str:

@@ -9,10 +9,13 @@ no ``netem``, so no latency is added; a link's latency is the network stack's.
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import os
 from pathlib import Path
 
 from .host import ClusterError, sh, works
-from .state import BRIDGE, BRIDGE_ADDRESS, Cluster, Node, record
+from .state import BRIDGE, Cluster, Node, record, subnet_network
 
 
 def link_exists(name: str) -> bool:
@@ -23,9 +26,25 @@ def netns_exists(name: str) -> bool:
     return Path("/run/netns", name).exists()
 
 
+def link_index(name: str) -> int | None:
+    """A link's interface index in the root namespace (its identity), or None if none."""
+    try:
+        return int(Path("/sys/class/net", name, "ifindex").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def netns_inode(name: str) -> int | None:
+    """The inode of a named namespace (``st_ino`` of /run/netns/NAME: its identity)."""
+    try:
+        return os.stat(Path("/run/netns", name)).st_ino
+    except OSError:
+        return None
+
+
 def check_names_free(cluster: Cluster) -> None:
     """Refuse names already taken by something this cluster did not make."""
-    taken = [f"link {BRIDGE}"] if link_exists(BRIDGE) else []
+    taken = [f"link {cluster.bridge}"] if link_exists(cluster.bridge) else []
     for node in cluster.nodes:
         if netns_exists(node.name):
             taken.append(f"network namespace {node.name}")
@@ -36,24 +55,57 @@ def check_names_free(cluster: Cluster) -> None:
                            "make them (no state file): remove them or pick other names")
 
 
+def host_routes() -> list[dict]:
+    """The host's IPv4 routes, every table (``ip -4 -j route show table all``)."""
+    proc = sh(["ip", "-4", "-j", "route", "show", "table", "all"], "listing the host's routes")
+    try:
+        routes = json.loads(proc.stdout or "[]")
+    except ValueError:
+        raise ClusterError("cannot read the host's routes (ip -j route: iproute2 without "
+                           "JSON output)") from None
+    return [r for r in routes if isinstance(r, dict)]
+
+
+def check_subnet_free(subnet: str) -> None:
+    """Refuse a subnet that overlaps a route the host already has (one line, naming it)."""
+    ours = subnet_network(subnet)
+    clashes = []
+    for route in host_routes():
+        dst = str(route.get("dst", ""))
+        if dst in ("", "default"):
+            continue
+        try:
+            net = ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            continue
+        if net.version == 4 and net.overlaps(ours) and net.prefixlen > 0:
+            clashes.append(f"{dst} dev {route.get('dev', '?')}"
+                           + (f" table {route['table']}" if route.get("table") else ""))
+    if clashes:
+        raise ClusterError(f"subnet {ours} overlaps the host's route(s) {', '.join(clashes)}: "
+                           "pick another with SYNCBENCH_CLUSTER_SUBNET")
+
+
 def make_bridge(cluster: Cluster) -> None:
-    sh(["ip", "link", "add", BRIDGE, "type", "bridge"], f"creating bridge {BRIDGE}")
-    record(cluster, "link", BRIDGE)
-    sh(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE], "addressing the bridge")
-    sh(["ip", "link", "set", BRIDGE, "up"], "bringing the bridge up")
+    bridge = cluster.bridge
+    sh(["ip", "link", "add", bridge, "type", "bridge"], f"creating bridge {bridge}")
+    record(cluster, "link", bridge, ifindex=link_index(bridge))
+    sh(["ip", "addr", "add", f"{cluster.bridge_address}/24", "dev", bridge],
+       "addressing the bridge")
+    sh(["ip", "link", "set", bridge, "up"], "bringing the bridge up")
 
 
 def make_node(cluster: Cluster, node: Node) -> None:
     """The node's namespace, its veth pair (``eth0`` inside) and address."""
     sh(["ip", "netns", "add", node.name], f"creating namespace {node.name}")
-    record(cluster, "netns", node.name)
+    record(cluster, "netns", node.name, inode=netns_inode(node.name))
     peer = f"{node.veth}n"
     sh(["ip", "link", "add", node.veth, "type", "veth", "peer", "name", peer],
        f"creating the link of {node.name}")
-    record(cluster, "link", node.veth)
+    record(cluster, "link", node.veth, ifindex=link_index(node.veth))
     inside = ["ip", "-n", node.name]
     sh(["ip", "link", "set", peer, "netns", node.name], f"moving the link into {node.name}")
-    sh(["ip", "link", "set", node.veth, "master", BRIDGE, "up"], "joining the bridge")
+    sh(["ip", "link", "set", node.veth, "master", cluster.bridge, "up"], "joining the bridge")
     sh([*inside, "link", "set", peer, "name", "eth0"], "naming eth0")
     sh([*inside, "addr", "add", f"{node.address}/24", "dev", "eth0"], "addressing eth0")
     sh([*inside, "link", "set", "eth0", "up"], "bringing eth0 up")
@@ -119,7 +171,8 @@ def byte_counters(node: Node) -> dict[str, int]:
 
 
 def remove(kind: str, name: str) -> None:
-    """Remove one made object if it still exists (a veth removes its peer with it)."""
+    """Remove one made object if it still exists (a veth removes its peer with it); the
+    caller checked that it is the one ``up`` made (``command.teardown``)."""
     if kind == "link" and link_exists(name):
         sh(["ip", "link", "del", name], f"removing link {name}")
     elif kind == "netns" and netns_exists(name):

@@ -6,17 +6,19 @@ command to fix it, a cluster with another number of nodes or another link
 rate, since the comparison would then be made in another regime than the
 one its header states. A scenario's ``node_speeds`` configurations slow
 nodes by a CPU quota; the runner sets each run's speeds live
-(:func:`syncbench.bench.cluster.cpu.set_speed`, what ``syncbench cluster
+(:func:`syncbench.bench.cluster.command.set_speeds`, what ``syncbench cluster
 speed`` does) so that quota, ``--slowdown-mode work`` and homogeneous runs
 interleave on one cluster, and puts back the speeds it found when it ends.
+Each change reads the state afresh under its lock and writes it back there
+(never a copy read when the runner started), so a ``cluster link`` or
+``cluster speed`` made meanwhile stays in the state ``down`` works from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from syncbench.bench.cluster import cpu, launch
-from syncbench.bench.cluster.command import rate_bytes_per_s
+from syncbench.bench.cluster.command import rate_bytes_per_s, set_speeds
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.state import load
 
@@ -57,20 +59,14 @@ def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
     cluster = load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up (syncbench cluster up --nodes N)")
-    found = [n.speed for n in cluster.nodes]
-
-    def apply(speeds: list[float]) -> None:
-        changed = [(node, s) for node, s in zip(cluster.nodes, speeds) if node.speed != s]
-        for node, speed in changed:
-            cpu.set_speed(cluster, node, speed)
-        if changed:
-            launch.write_shim(cluster)
+    names = [n.name for n in cluster.nodes]
+    found = {n.name: n.speed for n in cluster.nodes}
 
     def before(p: PlannedRun) -> None:
-        speeds = list(p.condition.speeds or [1.0] * len(cluster.nodes))
-        apply(speeds + [1.0] * (len(cluster.nodes) - len(speeds)))
+        speeds = list(p.condition.speeds or [1.0] * len(names))
+        set_speeds(dict(zip(names, speeds + [1.0] * (len(names) - len(speeds)))))
 
     def restore() -> None:
-        apply(found)
+        set_speeds(found)
 
     return before, restore
