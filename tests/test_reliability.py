@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,11 +52,19 @@ def test_a_killed_rank_ends_the_job(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def _heartbeat_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("syncbench-hb-*")}
+
+
 def test_hang_guard_names_the_rank_that_did_not_arrive():
+    """Without --out no heartbeat file is written (the probes carry the progress), so the
+    abort leaves no folder behind in the temporary directory."""
+    before = _heartbeat_folders()
     started = time.monotonic()
     proc = run_mpi(4, "train", *SMALL, "--timeout", "3", "--inject-fault", "2:10:compute:hang",
                    timeout=60)
     assert proc.returncode != 0
+    assert _heartbeat_folders() <= before
     assert time.monotonic() - started < 25
     lines = [ln for ln in proc.stderr.splitlines() if "no progress for" in ln]
     assert len(lines) == 1, proc.stderr[-2000:]  # rank 0's; the others' guards defer to it

@@ -31,7 +31,8 @@ import numpy as np
 
 from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.analysis.repeats import column_spread
-from syncbench.bench.micro.output import check_writable_parent, written_atomically
+from syncbench.bench.files import write_atomic
+from syncbench.bench.micro.output import check_writable_parent
 from syncbench.kernels import cpu_native
 from syncbench.kernels.flops import StepFlops, step_flops
 from syncbench.kernels.zoo import build_model
@@ -252,7 +253,6 @@ def main(args: argparse.Namespace) -> int:
                   "peak_estimate": peak.as_dict() if not isinstance(peak, str) else None,
                   "peak_estimate_missing": peak if isinstance(peak, str) else "",
                   "models": rows}
-        with written_atomically(args.json) as tmp:
-            Path(tmp).write_text(json.dumps(result, indent=1))
+        write_atomic(args.json, json.dumps(result, indent=1).encode())
         print(f"# figures -> {args.json}", flush=True)
     return 0

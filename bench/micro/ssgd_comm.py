@@ -40,15 +40,15 @@ import os
 import statistics
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.bench.data.catalog import DatasetError, load_dataset
+from syncbench.bench.files import write_atomic
 from syncbench.bench.micro.comm import time_loop
-from syncbench.bench.micro.output import check_writable_parent, written_atomically
+from syncbench.bench.micro.output import check_writable_parent
 from syncbench.bench.mpi.errors import CommandParser
 from syncbench.bench.train.stream import BatchStream
 from syncbench.kernels.backend import select_backend
@@ -309,8 +309,7 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
               "bucket_mb": args.bucket_mb, "blocks": args.blocks,
               "block_steps": args.block_steps, "mpi_library": library, "variants": figures}
     if args.json:
-        with written_atomically(args.json) as tmp:
-            Path(tmp).write_text(json.dumps(result, indent=1))
+        write_atomic(args.json, json.dumps(result, indent=1).encode())
         print(f"# figures -> {args.json}", flush=True)
     return result
 

@@ -2,38 +2,55 @@
 
 When every rank waits inside MPI, the heartbeats cannot tell a slow rank
 from a cable pulled out of its node. So each rank's guard opens a TCP
-listener at the start (it only has to exist: the kernel completes a
-``connect`` to a listening socket, whatever the process is doing) and the
-ranks gather ``(rank, host, addresses, port)`` once. At a timeout a rank
-connects to the others' listeners, all at once, for :data:`PROBE_TIMEOUT_S`:
+listener at the start, on the addresses it publishes and on loopback only
+(never the wildcard address), and the ranks gather ``(rank, host, addresses,
+port)`` once, with a key rank 0 drew for the job (sent over MPI, never over
+these sockets). At a timeout a rank connects to the others' listeners, all at
+once, for :data:`PROBE_TIMEOUT_S`, and sends each a fresh random challenge;
+a listener answers with its rank's state (steps done, phase) and an HMAC of
+the challenge, its rank and that state under the job's key
+(:class:`Identity`). A process that merely listens on a port, or relays
+another rank's answer, cannot produce it:
 
-* ``answers``: the connection was made; the rank is alive and its node reachable;
-* ``refused``: its node answered (RST) but nothing listens: the rank is gone;
+* ``answers``: the rank proved who it is: alive, its node reachable;
+* ``silent``: its node completed the connection but no proof came in time (a
+  stopped rank, or another process on its port that says nothing);
+* ``refused``: its node answered (RST, or a connection closed without a valid
+  proof) but the rank is not there: the rank is gone;
 * ``unreachable``: no answer in time, or no route (the neighbour lookup failed):
   the node cannot be reached: a network fault.
 
 The launcher's host is probed the same way, on a port nobody listens on (an
-RST is an answer): a rank that cannot reach it is cut off, and what it
-prints would never reach the user. Its address comes from the command line of
-the launcher's agent the rank runs under (MPICH hydra's ``hydra_pmi_proxy
---control-port HOST:PORT``, PRRTE's ``prted ... prte_hnp_uri
-"...;tcp://IP,IP:PORT..."``); the launcher's own port is never connected to
-(hydra takes a stray connection on its control port for a broken proxy).
+RST is an answer; no proof is asked of it): a rank that cannot reach it is
+cut off, and what it prints would never reach the user. Its address comes
+from the command line of the launcher's agent the rank runs under (MPICH
+hydra's ``hydra_pmi_proxy --control-port HOST:PORT``, PRRTE's ``prted ...
+prte_hnp_uri "...;tcp://IP,IP:PORT..."``); the launcher's own port is never
+connected to (hydra takes a stray connection on its control port for a broken
+proxy).
+
+The guard may kill its node's PRRTE daemon (``watchdog``): :class:`Process`
+records that daemon's name and start time (``/proc/PID/stat``) when the run
+starts, so that a PID the kernel has since given to another process is never
+killed.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
+import hmac
 import os
 import re
+import secrets
 import selectors
 import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 #: Seconds a probe waits for an answer (one lost SYN is resent after 1 s).
 PROBE_TIMEOUT_S = 2.0
@@ -46,7 +63,19 @@ HYDRA_AGENTS = ("hydra_pmi_proxy",)
 PRRTE_AGENTS = ("prted", "prterun", "mpirun", "mpiexec", "orterun")
 _SIOCGIFADDR = 0x8915
 
-ANSWERS, REFUSED, UNREACHABLE = "answers", "refused", "unreachable"
+ANSWERS, SILENT, REFUSED, UNREACHABLE = "answers", "silent", "refused", "unreachable"
+
+#: Bytes of a prober's challenge, of a listener's proof, and at most of the state after it.
+CHALLENGE_BYTES = 16
+PROOF_BYTES = 32
+MAX_STATE_BYTES = 96
+#: Seconds a listener keeps a connection that has not sent its whole challenge.
+SERVE_TIMEOUT_S = 5.0
+#: Connections a listener keeps open at once (the oldest is dropped beyond it).
+MAX_PENDING = 256
+#: Tries at one port free on every address the listener binds.
+BIND_TRIES = 20
+_DOMAIN = b"syncbench-guard/1\0"
 
 
 def local_addresses() -> list[str]:
@@ -69,30 +98,174 @@ def local_addresses() -> list[str]:
     return found
 
 
+@dataclass(frozen=True)
+class Identity:
+    """What a rank's listener proves: it holds the job's ``key`` and is rank ``rank``."""
+
+    key: bytes = field(repr=False)
+    rank: int
+
+    @classmethod
+    def new_key(cls) -> bytes:
+        """A job's key (rank 0 draws it; every rank gets it over MPI)."""
+        return secrets.token_bytes(32)
+
+    def proof(self, challenge: bytes, state: bytes) -> bytes:
+        """HMAC-SHA256 of the challenge, the rank and its state: a relayed answer of
+        another rank, or an old one, does not match."""
+        message = _DOMAIN + self.rank.to_bytes(4, "big") + challenge + state
+        return hmac.new(self.key, message, hashlib.sha256).digest()
+
+    def check(self, challenge: bytes, answer: bytes) -> str | None:
+        """The state ``answer`` carries if it proves this identity, else None."""
+        proof, state = answer[:PROOF_BYTES], answer[PROOF_BYTES:]
+        if len(proof) < PROOF_BYTES or not hmac.compare_digest(
+                proof, self.proof(challenge, state)):
+            return None
+        return state.decode(errors="replace")
+
+
 class Listener:
-    """A TCP listener on every address; a thread accepts and closes what connects."""
+    """The guard's TCP listener: one socket per published address and one on loopback,
+    all on one port (never the wildcard address); a thread answers each challenge with
+    ``state()`` and its proof (:class:`Identity`), then closes the connection.
 
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("", 0))
-        self.sock.listen(128)
-        self.port: int = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, name="syncbench-listener", daemon=True).start()
+    ``addresses`` (default :func:`local_addresses`) that cannot be bound are left out
+    of :attr:`addresses`, the ones to publish. Raises ``OSError`` if no port is free on
+    all of them."""
 
-    def _accept(self) -> None:
-        while True:
+    def __init__(self, identity: Identity | None = None, addresses: Iterable[str] | None = None,
+                 state: Callable[[], str] | None = None) -> None:
+        self.identity = identity or Identity(Identity.new_key(), 0)
+        self.state = state or (lambda: "")
+        wanted = list(dict.fromkeys(local_addresses() if addresses is None else addresses))
+        self.sockets, self.addresses, self.port = self._bind(
+            [a for a in wanted if not a.startswith("127.")])
+        self._closed = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._thread = threading.Thread(target=self._serve, name="syncbench-listener",
+                                        daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _bind(wanted: list[str]) -> tuple[list[socket.socket], tuple[str, ...], int]:
+        """Listening sockets on loopback and every bindable address of ``wanted``, one
+        port; the addresses bound and the port."""
+        for _ in range(BIND_TRIES):
+            sockets: list[socket.socket] = []
+            bound: list[str] = []
             try:
-                conn, _ = self.sock.accept()
+                first = _listening("127.0.0.1", 0)
+                sockets.append(first)
+                port = first.getsockname()[1]
+                for address in wanted:
+                    try:
+                        sockets.append(_listening(address, port))
+                    except OSError as exc:
+                        if exc.errno == errno.EADDRINUSE:
+                            raise
+                        continue  # not an address of this host (any more): not published
+                    bound.append(address)
+            except OSError as exc:
+                for sock in sockets:
+                    sock.close()
+                if exc.errno == errno.EADDRINUSE:
+                    continue  # the port is taken on one address: another port
+                raise
+            return sockets, tuple(bound), port
+        raise OSError(errno.EADDRINUSE, "no port free on every address of this host")
+
+    def _answer(self, challenge: bytes) -> bytes:
+        try:
+            state = str(self.state()).encode()[:MAX_STATE_BYTES]
+        except Exception:  # the answer must go out whatever the state
+            state = b""
+        return self.identity.proof(challenge, state) + state
+
+    def _serve(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._pending: dict[socket.socket, list] = {}  # conn -> [deadline, challenge so far]
+        try:
+            for sock in self.sockets:
+                sock.setblocking(False)
+                self._selector.register(sock, selectors.EVENT_READ, "listen")
+            self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            while not self._closed.is_set():
+                for item, _ in self._selector.select(0.5):
+                    if item.data == "wake":
+                        return
+                    if item.data == "listen":
+                        self._accept(item.fileobj)
+                    elif item.fileobj in self._pending:
+                        self._read(item.fileobj)
+                now = time.monotonic()
+                for conn in [c for c, (due, _) in self._pending.items() if due < now]:
+                    self._drop(conn)
+        finally:
+            for conn in list(self._pending):
+                conn.close()
+            for sock in self.sockets:
+                sock.close()
+            self._selector.close()
+
+    def _accept(self, sock: socket.socket) -> None:
+        try:
+            conn, _ = sock.accept()
+        except OSError:  # gone before the accept, or no descriptor left
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self._drop(next(iter(self._pending)))
+        conn.setblocking(False)
+        self._pending[conn] = [time.monotonic() + SERVE_TIMEOUT_S, b""]
+        self._selector.register(conn, selectors.EVENT_READ, "conn")
+
+    def _read(self, conn: socket.socket) -> None:
+        """Read the challenge; once whole, answer it and close."""
+        entry = self._pending[conn]
+        try:
+            data = conn.recv(CHALLENGE_BYTES - len(entry[1]))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        entry[1] += data
+        if data and len(entry[1]) < CHALLENGE_BYTES:
+            return
+        if data:
+            try:
+                conn.send(self._answer(entry[1]))  # fits an empty send buffer
             except OSError:
-                return  # closed
-            conn.close()
+                pass
+        self._drop(conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._pending.pop(conn, None)
+        self._selector.unregister(conn)
+        conn.close()
 
     def close(self) -> None:
+        """Stop listening (every socket is closed when this returns)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+            self._wake_w.send(b"x")
         except OSError:
             pass
-        self.sock.close()
+        self._thread.join(timeout=5.0)
+        for sock in (*self.sockets, self._wake_r, self._wake_w):
+            sock.close()
+
+
+def _listening(address: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 @dataclass(frozen=True)
@@ -126,20 +299,74 @@ def targets(me: Peer, peers: Iterable[Peer], all_peers: Iterable[Peer]) -> dict[
     return result
 
 
-def probe(targets: dict, timeout: float = PROBE_TIMEOUT_S) -> dict:
-    """``answers`` / ``refused`` / ``unreachable`` per key of ``targets`` (key: list of
-    ``(address, port)``); a key answers if any of its addresses does."""
-    order = {ANSWERS: 2, REFUSED: 1, UNREACHABLE: 0}
+_ORDER = {ANSWERS: 3, SILENT: 2, REFUSED: 1, UNREACHABLE: 0}
+
+
+def probe(targets: dict, timeout: float = PROBE_TIMEOUT_S,
+          identities: dict | None = None) -> dict:
+    """``answers`` / ``silent`` / ``refused`` / ``unreachable`` per key of ``targets``
+    (key: list of ``(address, port)``); a key answers if any of its addresses does.
+    A key of ``identities`` answers only with that :class:`Identity`'s proof; any
+    other key answers when a connection is made."""
+    return probe_states(targets, timeout, identities)[0]
+
+
+def probe_states(targets: dict, timeout: float = PROBE_TIMEOUT_S,
+                 identities: dict | None = None) -> tuple[dict, dict]:
+    """:func:`probe`'s outcomes, and the state each key that proved itself sent."""
+    identities = identities or {}
     result = {key: UNREACHABLE for key in targets}
+    states: dict = {}
     pairs = [(key, where) for key, wheres in targets.items() for where in wheres]
     for first in range(0, len(pairs), PROBE_BATCH):
-        for key, outcome in _probe_batch(pairs[first:first + PROBE_BATCH], timeout):
-            if order[outcome] > order[result[key]]:
+        for key, outcome, state in _probe_batch(pairs[first:first + PROBE_BATCH], timeout,
+                                                identities):
+            if _ORDER[outcome] > _ORDER[result[key]]:
                 result[key] = outcome
-    return result
+            if state is not None:
+                states[key] = state
+    return result, states
 
 
-def _probe_batch(pairs: list, timeout: float) -> list:
+@dataclass
+class _Probe:
+    """One connection of a probe: connecting, then (with an identity) awaiting the proof."""
+
+    key: object
+    identity: Identity | None
+    challenge: bytes = b""
+    answer: bytes = b""
+
+    def connected(self, sock: socket.socket, code: int) -> tuple[str, str | None] | None:
+        """The outcome once the connection is made or failed; None: await the proof."""
+        if code != 0:
+            return _outcome(code), None
+        if self.identity is None:
+            return ANSWERS, None
+        self.challenge = secrets.token_bytes(CHALLENGE_BYTES)
+        try:
+            sock.send(self.challenge)  # fits an empty send buffer
+        except OSError:
+            return REFUSED, None
+        return None
+
+    def received(self, sock: socket.socket) -> tuple[str, str | None] | None:
+        """The outcome once the listener closed (or said too much); None: read on."""
+        try:
+            data = sock.recv(PROOF_BYTES + MAX_STATE_BYTES + 1 - len(self.answer))
+        except BlockingIOError:
+            return None
+        except OSError:
+            data = b""
+        self.answer += data
+        if data and len(self.answer) <= PROOF_BYTES + MAX_STATE_BYTES:
+            return None
+        assert self.identity is not None
+        state = self.identity.check(self.challenge, self.answer)
+        return (REFUSED, None) if state is None else (ANSWERS, state)
+
+
+def _probe_batch(pairs: list, timeout: float, identities: dict) -> list:
     outcomes = []
     selector = selectors.DefaultSelector()
     try:
@@ -148,9 +375,10 @@ def _probe_batch(pairs: list, timeout: float) -> list:
             sock.setblocking(False)
             code = sock.connect_ex((address, port))
             if code in (0, errno.EINPROGRESS):
-                selector.register(sock, selectors.EVENT_WRITE, key)
+                selector.register(sock, selectors.EVENT_WRITE,
+                                  _Probe(key, identities.get(key)))
             else:
-                outcomes.append((key, _outcome(code)))
+                outcomes.append((key, _outcome(code), None))
                 sock.close()
         deadline = time.monotonic() + timeout
         while selector.get_map():
@@ -158,14 +386,23 @@ def _probe_batch(pairs: list, timeout: float) -> list:
             if left <= 0:
                 break
             for item, _ in selector.select(left):
-                sock = item.fileobj
-                outcomes.append((item.data, _outcome(
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))))
-                selector.unregister(sock)
-                sock.close()
+                sock, job = item.fileobj, item.data
+                if job.challenge:
+                    done = job.received(sock)
+                else:
+                    done = job.connected(
+                        sock, sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+                    if done is None:
+                        selector.modify(sock, selectors.EVENT_READ, job)
+                if done is not None:
+                    outcomes.append((job.key, *done))
+                    selector.unregister(sock)
+                    sock.close()
     finally:
         for item in list(selector.get_map().values()):
-            outcomes.append((item.data, UNREACHABLE))
+            # connected, no proof yet: the node is there, the rank says nothing
+            outcomes.append((item.data.key, SILENT if item.data.challenge else UNREACHABLE,
+                             None))
             item.fileobj.close()
         selector.close()
     return outcomes
@@ -180,12 +417,41 @@ def _outcome(code: int) -> str:
 
 
 # -- the launcher ---------------------------------------------------------------
-def _stat(pid: int) -> tuple[str, int]:
-    """``(comm, ppid)`` of a process (comm may hold spaces and parentheses)."""
+def _stat_fields(pid: int) -> tuple[str, list[str]]:
+    """``comm`` and the fields after it in ``/proc/PID/stat`` (comm may hold spaces and
+    parentheses); the fields start at ``state`` (field 3 of proc(5))."""
     with open(f"/proc/{pid}/stat") as f:
         text = f.read()
-    comm = text[text.index("(") + 1:text.rindex(")")]
-    return comm, int(text[text.rindex(")") + 2:].split()[1])
+    return text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+
+
+def _stat(pid: int) -> tuple[str, int]:
+    """``(comm, ppid)`` of a process."""
+    comm, fields = _stat_fields(pid)
+    return comm, int(fields[1])
+
+
+@dataclass(frozen=True)
+class Process:
+    """A process as the kernel knows it: a PID, its name and its start time (clock
+    ticks after boot, ``/proc/PID/stat`` field 22), which a reused PID does not share."""
+
+    pid: int
+    comm: str
+    start: int
+
+    @classmethod
+    def of(cls, pid: int) -> Process | None:
+        """The process with this PID now; None if there is none (or it cannot be read)."""
+        try:
+            comm, fields = _stat_fields(pid)
+            return cls(pid, comm, int(fields[19]))
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def still_there(self) -> bool:
+        """Whether ``pid`` still names this very process (same name, same start time)."""
+        return Process.of(self.pid) == self
 
 
 def _cmdline(pid: int) -> list[str]:

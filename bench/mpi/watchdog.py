@@ -1,18 +1,26 @@
 """The hang guard (``--timeout SECONDS``).
 
-Each rank writes a heartbeat (steps done, its phase, the time) at most once a
+Each rank keeps its progress (steps done) in memory; every rank's guard
+answers the others' probes with it and its phase (``reach``), and, where the
+run has a parts folder, writes it there as a heartbeat file at most once a
 second. A daemon thread watches the main loop: after ``timeout`` seconds
 without progress (stuck in a collective, a wait, an RMA epoch, or behind a
 network that no longer carries its messages) it
 
 1. writes a fresh heartbeat and flushes its rows to the parts folder (safe
    beside the blocked main thread), so ``syncbench recover`` keeps every step;
-2. lets the other guards do the same, then names the ranks that had not
-   arrived: fewer steps than the furthest rank, outside MPI (not in ``comm``
-   or ``wait``) while the others wait, or no heartbeat at all;
-3. probes the other guards and the launcher's host (``reach``): nodes that
-   cannot be reached (a network fault), ranks that are gone;
+2. lets the other guards do the same, then probes the other guards and the
+   launcher's host (``reach``): nodes that cannot be reached (a network
+   fault), ranks that are gone, and what each rank that proves who it is says
+   it does;
+3. names the ranks that had not arrived: fewer steps than the furthest rank,
+   outside MPI (not in ``comm`` or ``wait``) while the others wait, or not
+   heard from at all;
 4. prints ONE line for the job and ends it.
+
+A run without a parts folder writes no file: its heartbeats travel only in the
+probes' answers, so nothing is left behind in ``/tmp`` on any node, whatever
+ends the job.
 
 Rank 0 prints; another rank waits :data:`DEFER_S` longer and prints only if
 no lower rank answers its probe, so the job prints once, from the launcher's
@@ -26,7 +34,10 @@ whatever it did (MPICH's returns after telling its proxy, which cannot reach
 end (PRRTE has no daemon timeout, and TCP with data queued on a dead link
 gives up after Linux's tcp_retries2, some 15 minutes): the printing rank kills
 its node's PRRTE daemon instead, which ``prterun`` takes for a failed daemon,
-ending the job at once.
+ending the job at once. That daemon is recorded when the run starts (PID,
+name, start time: ``reach.Process``) and killed only if its PID still names
+that very process (through a pidfd, so the check and the kill see the same
+process); otherwise the guard says so and calls ``MPI_Abort``.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from syncbench.algorithms.timing import PhaseTimer
+from syncbench.bench.files import write_atomic
 from syncbench.bench.mpi import reach
 from syncbench.bench.mpi.runtime import ABORT_GRACE_S
 
@@ -57,44 +69,77 @@ MAX_DEFER_S = 30.0
 EXIT_AFTER_S = 3.0
 #: Exit status of a rank the guard ended (``MPI_Abort``'s error code too).
 EXIT_STATUS = 3
+#: Seconds between two heartbeat files of a rank that makes progress.
+BEAT_EVERY_S = 1.0
 
 
 @dataclass
 class Survey:
     """What one rank's probes found."""
 
-    #: ``reach.ANSWERS`` / ``REFUSED`` / ``UNREACHABLE`` per probed rank.
+    #: ``reach.ANSWERS`` / ``SILENT`` / ``REFUSED`` / ``UNREACHABLE`` per probed rank.
     status: dict[int, str] = field(default_factory=dict)
     #: The launcher's host: the same words, None if unknown.
     launcher: str | None = None
+    #: (steps done, phase) of each rank that proved who it is.
+    beats: dict[int, tuple[int, str]] = field(default_factory=dict)
 
     def answering(self, ranks: Iterable[int]) -> bool:
         return any(self.status.get(r) == reach.ANSWERS for r in ranks)
 
 
-class Watchdog:
-    """Heartbeats plus a thread that ends the job after ``timeout`` s without progress.
+def open_guard(comm: MPI.Comm, host: str, folder: Path | None, timeout: float,
+               timer: PhaseTimer | None = None,
+               flush: Callable[[], None] | None = None) -> Watchdog:
+    """Every rank's hang guard (collective): the job's key drawn by rank 0 and sent over
+    MPI, this rank's listener (on the addresses it publishes and loopback), every rank's
+    :class:`~syncbench.bench.mpi.reach.Peer`. ``folder``: where heartbeat files go (the
+    parts folder); None writes none."""
+    rank = comm.Get_rank()
+    key = comm.bcast(reach.Identity.new_key() if rank == 0 else None, root=0)
+    guard = Watchdog(folder, rank, comm.Get_size(), timeout, timer, flush, key=key)
+    try:
+        guard.listener = reach.Listener(reach.Identity(key, rank), state=guard.state)
+    except OSError:  # no probes of this rank: the others find it unreachable
+        guard.listener = None
+    listener = guard.listener
+    guard.peers = comm.allgather(reach.Peer(
+        rank, host, listener.addresses if listener is not None else (),
+        listener.port if listener is not None else 0))
+    return guard
 
-    ``flush`` writes this rank's rows to the parts folder (called from the
-    guard's thread); ``peers`` are every rank's :class:`~syncbench.bench.mpi.reach.Peer`
-    (gathered at the start), ``listener`` this rank's.
+
+class Watchdog:
+    """Progress plus a thread that ends the job after ``timeout`` s without progress.
+
+    ``folder`` holds the heartbeat files (None: none are written); ``flush`` writes
+    this rank's rows to the parts folder (called from the guard's thread); ``peers``
+    are every rank's :class:`~syncbench.bench.mpi.reach.Peer` (gathered at the
+    start), ``listener`` this rank's; ``key`` the job's, which every rank's listener
+    proves it holds (:func:`open_guard` sets these up).
     """
 
-    def __init__(self, folder: Path, rank: int, world_size: int, timeout: float,
+    def __init__(self, folder: Path | None, rank: int, world_size: int, timeout: float,
                  timer: PhaseTimer | None = None, flush: Callable[[], None] | None = None,
                  peers: list[reach.Peer] | None = None,
-                 listener: reach.Listener | None = None) -> None:
+                 listener: reach.Listener | None = None, key: bytes | None = None) -> None:
         self.folder, self.rank, self.size, self.timeout = folder, rank, world_size, timeout
         self.timer = timer
         self.flush = flush
         self.peers = peers or []
         self.listener = listener
+        self.key = key or reach.Identity.new_key()
         self.chain = reach.agents()
         self.launcher = reach.launcher_addresses(self.chain)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        root = reach.prrte_root(self.chain)
+        #: The PRRTE daemon a network fault ends, as it is now (its PID may be reused later).
+        self.daemon = reach.Process.of(root) if root is not None else None
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
         self.step = 0
         self.last_progress = time.monotonic()
-        self._last_beat = 0.0
+        self._beat_lock = threading.Lock()  # one heartbeat file written at a time
+        self._written: tuple[int, float] = (-1, 0.0)  # step and time of the last file
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="syncbench-watchdog",
                                         daemon=True)
@@ -110,23 +155,45 @@ class Watchdog:
             self.listener.close()
 
     def beat(self, step: int) -> None:
-        """Record progress (called after every step; writes at most once a second)."""
+        """Record progress (called after every step; no I/O: the guard's thread writes
+        the heartbeat file)."""
         self.step = step
-        now = time.monotonic()
-        self.last_progress = now
-        if now - self._last_beat >= 1.0:
-            self._last_beat = now
-            self._write(step, "step")
+        self.last_progress = time.monotonic()
+
+    def phase(self) -> str:
+        """What the main thread does now (``comm``, ``wait``, ...; ``-`` between phases)."""
+        return (self.timer.current if self.timer is not None else "") or "-"
+
+    def state(self) -> str:
+        """``STEPS PHASE``: what this rank's listener answers a probe with."""
+        return f"{self.step} {self.phase()}"
 
     def _write(self, step: int, where: str) -> None:
-        path = self.folder / f"heartbeat-{self.rank:05d}"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(f"{step} {where or '-'} {time.time():.3f}\n")
-        tmp.replace(path)
+        """This rank's heartbeat file, whole (a unique temporary name, renamed over it);
+        one writer at a time (the main thread at the start, then the guard's)."""
+        if self.folder is None:
+            return
+        with self._beat_lock:
+            write_atomic(self.folder / f"heartbeat-{self.rank:05d}",
+                         f"{step} {where or '-'} {time.time():.3f}\n".encode())
+            self._written = (step, time.monotonic())
+
+    def _beat_file(self) -> None:
+        """A heartbeat file for new progress, at most every :data:`BEAT_EVERY_S`; a file
+        that cannot be written is skipped (the rows' flush reports a full disk)."""
+        step, when = self._written
+        if self.folder is None or self.step == step or time.monotonic() - when < BEAT_EVERY_S:
+            return
+        try:
+            self._write(self.step, "step")
+        except OSError:
+            pass
 
     def heartbeats(self) -> dict[int, tuple[int, str]]:
-        """Every rank's last readable (steps done, phase)."""
-        beats = {}
+        """Every rank's last readable heartbeat file (steps done, phase)."""
+        beats: dict[int, tuple[int, str]] = {}
+        if self.folder is None:
+            return beats
         for rank in range(self.size):
             try:
                 step, where, _ = (self.folder / f"heartbeat-{rank:05d}").read_text().split()
@@ -135,12 +202,14 @@ class Watchdog:
                 continue
         return beats
 
-    def laggards(self) -> list[int]:
-        """Ranks that had not arrived where the others wait."""
+    def laggards(self, survey: Survey | None = None) -> list[int]:
+        """Ranks that had not arrived where the others wait: by the heartbeat files, what
+        the ranks answered (``survey``) and this rank's own progress."""
         beats = self.heartbeats()
+        if survey is not None:
+            beats.update(survey.beats)
+        beats.setdefault(self.rank, (self.step, self.phase()))
         missing = [r for r in range(self.size) if r not in beats]
-        if not beats:
-            return missing
         furthest = max(step for step, _ in beats.values())
         behind = [r for r, (step, where) in beats.items()
                   if step < furthest or where not in IN_MPI]
@@ -154,6 +223,7 @@ class Watchdog:
         while not self._stop.wait(0.5):
             idle = self._idle()
             if idle < self.timeout:
+                self._beat_file()
                 continue
             try:
                 if self._fire(idle):
@@ -164,8 +234,10 @@ class Watchdog:
 
     def _fire(self, idle: float) -> bool:
         """Handle one timeout; False if progress resumed meanwhile (keep watching)."""
-        where = self.timer.current if self.timer is not None else ""
-        self._write(self.step, where)
+        try:
+            self._write(self.step, self.phase())
+        except OSError:
+            pass  # the probes still carry this rank's progress
         self._keep_rows()
         time.sleep(SETTLE_S)  # let the other ranks' guards write theirs
         if self._stop.is_set():
@@ -201,6 +273,7 @@ class Watchdog:
                 return survey
             fresh = self.survey(lower)
             survey.status.update(fresh.status)
+            survey.beats.update(fresh.beats)
             due = time.monotonic() + 1.0
 
     @property
@@ -208,7 +281,8 @@ class Watchdog:
         return self.peers[self.rank].host if self.rank < len(self.peers) else ""
 
     def survey(self, ranks: Iterable[int]) -> Survey:
-        """Probe the guards of ``ranks`` and the launcher's host, all at once."""
+        """Probe the guards of ``ranks`` (each must prove it holds the job's key and is
+        that rank) and the launcher's host, all at once."""
         if self.rank >= len(self.peers):
             return Survey()
         me = self.peers[self.rank]
@@ -216,9 +290,17 @@ class Watchdog:
         where: dict = dict(reach.targets(me, wanted, self.peers))
         if self.launcher:
             where["launcher"] = [(a, reach.CLOSED_PORT) for a in self.launcher]
-        found = reach.probe(where)
+        identities = {p.rank: reach.Identity(self.key, p.rank) for p in wanted}
+        found, states = reach.probe_states(where, identities=identities)
         launcher = found.pop("launcher", None)
-        return Survey(status=found, launcher=launcher)
+        beats = {}
+        for rank, text in states.items():
+            try:
+                step, where_now = text.split()
+                beats[rank] = (int(step), where_now)
+            except ValueError:
+                continue
+        return Survey(status=found, launcher=launcher, beats=beats)
 
     def unreachable_nodes(self, survey: Survey) -> dict[str, list[int]]:
         """Nodes none of whose probed ranks answered: host -> ranks."""
@@ -233,7 +315,7 @@ class Watchdog:
         """The line the job prints."""
         down = self.unreachable_nodes(survey)
         cut = {r for ranks in down.values() for r in ranks}  # their heartbeats say nothing
-        lag = [r for r in self.laggards() if r not in cut]
+        lag = [r for r in self.laggards(survey) if r not in cut]
         names = ", ".join(map(str, lag)) if lag else "none (every rank is blocked in MPI)"
         parts = [f"syncbench: rank {self.rank}: no progress for {idle:.0f} s (--timeout "
                  f"{self.timeout:g}) in step {self.step}", f"ranks that had not arrived: {names}"]
@@ -241,7 +323,8 @@ class Watchdog:
             nodes = ", ".join(f"{host} ({_ranks(ranks)})" for host, ranks in down.items())
             parts.append(f"node{'s' if len(down) > 1 else ''} {nodes} cannot be reached from "
                          f"{self.host} (rank {self.rank}): a network fault")
-        silent = sorted(r for r, s in survey.status.items() if s == reach.UNREACHABLE
+        silent = sorted(r for r, s in survey.status.items()
+                        if s in (reach.UNREACHABLE, reach.SILENT)
                         and self.peers[r].host not in down)
         if silent:
             parts.append(f"{_ranks(silent)} on reachable nodes do not answer")
@@ -264,15 +347,40 @@ class Watchdog:
     def _end(self, network_fault: bool, cut_off: bool = False) -> None:
         """End the job (see the module docstring); never returns normally."""
         threading.Thread(target=_exit_later, args=(EXIT_AFTER_S,), daemon=True).start()
-        root = reach.prrte_root(self.chain) if network_fault and not cut_off else None
-        if root is not None:
-            try:
-                os.kill(root, signal.SIGKILL)
-            except OSError:
-                pass
-            else:
+        if network_fault and not cut_off and self.daemon is not None:
+            if kill_if_same(self.daemon):
                 os._exit(EXIT_STATUS)
+            print(f"syncbench: rank {self.rank}: PID {self.daemon.pid} is no longer the PRRTE "
+                  f"daemon {self.daemon.comm!r} recorded at the start: not killed",
+                  file=sys.stderr, flush=True)
         MPI.COMM_WORLD.Abort(EXIT_STATUS)
+
+
+def kill_if_same(process: reach.Process) -> bool:
+    """SIGKILL ``process`` if its PID still names it (same name and start time): through
+    a pidfd where the kernel has them, so a PID reused between the check and the kill is
+    not hit. False if it is gone or another process now has its PID."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except AttributeError:  # no pidfds: the check, then the kill by PID
+        if not process.still_there():
+            return False
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except OSError:
+            return False
+        return True
+    except OSError:
+        return False  # no such process
+    try:
+        if not process.still_there():  # the pidfd's process: it had the PID all along
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        return False
+    finally:
+        os.close(pidfd)
+    return True
 
 
 def _exit_later(seconds: float) -> None:

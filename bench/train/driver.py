@@ -16,10 +16,8 @@ import io
 import json
 import math
 import os
-import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -51,7 +49,7 @@ from syncbench.analysis.context import (
 )
 from syncbench.analysis.summary import divergence
 from syncbench.bench.data.catalog import Dataset, DatasetError, load_dataset
-from syncbench.bench.mpi import environment, reach, threads
+from syncbench.bench.mpi import environment, threads
 from syncbench.bench.mpi.clocks import ClockOffset, drift_since, measure_offsets
 from syncbench.bench.mpi.provenance import git_sha, package_version
 from syncbench.bench.mpi.runtime import (
@@ -61,7 +59,7 @@ from syncbench.bench.mpi.runtime import (
     library_version,
     start_mpi,
 )
-from syncbench.bench.mpi.watchdog import Watchdog
+from syncbench.bench.mpi.watchdog import Watchdog, open_guard
 from syncbench.bench.train.checkpoint import (
     RowsFile,
     WriteError,
@@ -427,22 +425,11 @@ class Training:
 
     # -- crash safety -------------------------------------------------------
     def start_watchdog(self) -> Watchdog:
-        """The hang guard (collective); its heartbeats go to the parts folder or a
-        temporary one, its listener's address to every rank."""
-        folder = self.parts
-        if folder is None:  # one folder for all ranks (shared only within a node)
-            name = tempfile.mkdtemp(prefix="syncbench-hb-") if self.rank == 0 else None
-            folder = Path(self.world.bcast(name, root=0))
-        try:
-            listener: reach.Listener | None = reach.Listener()
-        except OSError:  # no probes of this rank: the others find it unreachable
-            listener = None
-        peers = self.world.allgather(reach.Peer(
-            self.rank, self.host_names[self.rank], tuple(reach.local_addresses()),
-            listener.port if listener is not None else 0))
-        return Watchdog(folder, self.rank, self.size, self.config.timeout, self.timer,
-                        flush=self.flush_from_guard if self.parts is not None else None,
-                        peers=peers, listener=listener)
+        """The hang guard (collective); its heartbeat files go to the parts folder (none
+        without one: the guards' probes carry them)."""
+        return open_guard(self.world, self.host_names[self.rank], self.parts,
+                          self.config.timeout, self.timer,
+                          flush=self.flush_from_guard if self.parts is not None else None)
 
     def rank_attrs(self, rows: dict[str, np.ndarray]) -> dict[str, Any]:
         """This rank's attributes; ``rows`` are its recorded rows (``recorder.columns()``)."""
@@ -557,8 +544,6 @@ class Training:
             if config.out is not None:  # rank 0's outcome: a failed write ends every rank
                 agree_on_write(self.world, None)
             return None
-        if self.watchdog is not None and self.parts is None:
-            shutil.rmtree(self.watchdog.folder, ignore_errors=True)
         rows = {r: g[0] for r, g in enumerate(gathered)}
         attrs = {r: g[1] for r, g in enumerate(gathered)}
         events = {r: g[3] for r, g in enumerate(gathered) if g[3] is not None} or None
