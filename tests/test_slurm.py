@@ -4,10 +4,17 @@ Skipped unless ``sinfo`` answers; with ``SYNCBENCH_REQUIRE_SLURM=1`` (``make
 test-slurm``) a missing cluster fails instead. Jobs run the MPICH wheel's
 ranks through ``srun --mpi=pmi2``; every wait is bounded (``WAIT_S``) and
 cancels its jobs when it runs out.
+
+The end of the module checks, as root, that the local cluster (the script and
+``syncbench cluster up --slurm``) leaves a site's Slurm alone: a hand-written
+``/etc/slurm/slurm.conf`` stays byte-identical and a daemon in Debian's pid files
+keeps running; a daemon is stopped only while its recorded pid is still the one
+started. What is really in those host files is put back afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,11 +22,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from syncbench.analysis.runfile import read_run
+from syncbench.bench.cluster import slurm as cluster_slurm
+from syncbench.bench.cluster.state import Cluster, Node
 from syncbench.bench.experiment.results_paths import read_results
 
 pytestmark = pytest.mark.slurm
@@ -330,3 +340,208 @@ def test_train_requeue_needs_out(tmp_path):
     text = (tmp_path / f"syncbench-train-requeue-{job}.out").read_text()
     assert "train-requeue: error: needs --out RUN.h5" in text, text
     assert job_fields(job).get("ExitCode") == "2:0", text
+
+
+# --- the local cluster beside a site's Slurm --------------------------------------------
+
+LOCAL_CLUSTER = SLURM_JOBS / "local-cluster.sh"
+SITE_CONF = Path("/etc/slurm/slurm.conf")
+SITE_TEXT = b"# The site's own configuration, written by hand.\nClusterName=site\n" \
+            b"SlurmctldHost=head\nNodeName=node[1-4] CPUs=64 State=UNKNOWN\n"
+MUNGE_KEY = Path("/etc/munge/munge.key")
+
+
+def _as_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster is started as root")
+
+
+@contextlib.contextmanager
+def host_files_kept(*paths: Path) -> Iterator[None]:
+    """Whatever ``paths`` hold now (a file's bytes and mode, or nothing) is put back at
+    the end, however the test ends."""
+    saved = {p: (p.read_bytes(), p.stat().st_mode) if p.is_file() else None for p in paths}
+    made = [d for d in {p.parent for p in paths} if not d.exists()]
+    try:
+        yield
+    finally:
+        for path, kept in saved.items():
+            if kept is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(kept[0])
+                path.chmod(kept[1])
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def dummy_daemon(folder: Path, name: str) -> subprocess.Popen:
+    """A long-running process whose command name is ``name`` (a copy of sleep named so)."""
+    exe = folder / name
+    if not exe.exists():
+        shutil.copy("/bin/sleep", exe)
+    return subprocess.Popen([str(exe), "600"], start_new_session=True)
+
+
+@contextlib.contextmanager
+def site_slurm(tmp_path: Path, *node_pidfiles: str) -> Iterator[list[subprocess.Popen]]:
+    """A site's Slurm as far as the local cluster could see it: a hand-written
+    /etc/slurm/slurm.conf and a slurmctld and a slurmd named in Debian's pid files (and
+    in ``/run/slurmd-NAME.pid`` for each of ``node_pidfiles``). At the end: the conf is
+    byte-identical, the daemons still run and their pid files still name them."""
+    pidfiles = {"slurmctld": [Path("/run/slurmctld.pid")],
+                "slurmd": [Path("/run/slurmd.pid"),
+                           *(Path(f"/run/slurmd-{n}.pid") for n in node_pidfiles)]}
+    key = (MUNGE_KEY.read_bytes(), MUNGE_KEY.stat()) if MUNGE_KEY.is_file() else None
+    with host_files_kept(SITE_CONF, *pidfiles["slurmctld"], *pidfiles["slurmd"]):
+        SITE_CONF.parent.mkdir(exist_ok=True)
+        SITE_CONF.write_bytes(SITE_TEXT)
+        daemons = {name: dummy_daemon(tmp_path, name) for name in pidfiles}
+        try:
+            for name, paths in pidfiles.items():
+                for path in paths:
+                    path.write_text(f"{daemons[name].pid}\n")
+            yield list(daemons.values())
+            assert SITE_CONF.read_bytes() == SITE_TEXT, "the site's slurm.conf was rewritten"
+            for name, daemon in daemons.items():
+                assert daemon.poll() is None, f"the site's {name} was stopped"
+                for path in pidfiles[name]:
+                    assert path.read_text() == f"{daemon.pid}\n", path
+            if key is not None:
+                after = MUNGE_KEY.stat()
+                assert MUNGE_KEY.read_bytes() == key[0]
+                assert (after.st_mode, after.st_uid, after.st_gid) == \
+                    (key[1].st_mode, key[1].st_uid, key[1].st_gid)
+        finally:
+            for daemon in daemons.values():
+                daemon.kill()
+                daemon.wait()
+
+
+def local_cluster(*args: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("SLURM_CONF", "SLURM_EXTRA_CONF", "SLURM_CTLD_ADDR")}
+    return subprocess.run(["bash", str(LOCAL_CLUSTER), *args], capture_output=True, text=True,
+                          timeout=120, env={**base, "SLURM_NO_INSTALL": "1", **env})
+
+
+def test_local_cluster_start_and_stop_leave_the_site_slurm_alone(tmp_path):
+    """A second local cluster in a folder of its own (its own ports), started and stopped
+    beside the site's Slurm and beside the module's cluster."""
+    _as_root()
+    folder = Path(f"/run/syncbench-slurm-test-{os.getpid()}")
+    env = {"SYNCBENCH_SLURM_DIR": str(folder), "SLURM_CTLD_PORT": "6927",
+           "SLURM_NODE_PORT": "6928", "SLURM_CLUSTER": "sbtest", "SLURM_PARTITION": "sbtest",
+           "SLURM_CPUS": "2", "SLURM_WAIT": "60"}
+    conf = folder / "slurm.conf"
+    with site_slurm(tmp_path, os.uname().nodename.split(".")[0]):
+        try:
+            start = local_cluster(**env)
+            assert start.returncode == 0, start.stdout + start.stderr
+            assert start.stdout.splitlines()[-1] == (
+                "local-cluster: Slurm's commands reach this cluster with: "
+                f"export SLURM_CONF={conf}"), start.stdout
+            assert conf.read_text().splitlines()[0] == cluster_slurm.HEADER
+            sinfo = subprocess.run(["sinfo", "-h", "-o", "%P %t"], capture_output=True,
+                                   text=True, timeout=30,
+                                   env={**os.environ, "SLURM_CONF": str(conf)})
+            assert sinfo.stdout.split() == ["sbtest*", "idle"], sinfo.stdout + sinfo.stderr
+            stop = local_cluster("stop", **env)
+            assert stop.returncode == 0, stop.stderr
+            said = stop.stdout.splitlines()
+            assert [line.split(" (pid")[0] for line in said] == [
+                "local-cluster: stopped slurmd", "local-cluster: stopped slurmctld",
+                "local-cluster: stopped munged"], stop.stdout
+            assert not list((folder / "run").glob("*.started"))
+        finally:
+            local_cluster("stop", **env)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_local_cluster_refuses_a_slurm_conf_it_did_not_write(tmp_path):
+    _as_root()
+    with site_slurm(tmp_path):
+        proc = local_cluster(SYNCBENCH_SLURM_DIR=str(SITE_CONF.parent))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stdout == "", proc.stderr
+        assert proc.stderr.startswith(f"local-cluster: error: {SITE_CONF} was not written by "
+                                      "local-cluster.sh"), proc.stderr
+        assert not (SITE_CONF.parent / "run").exists()
+
+
+def test_local_cluster_stops_a_recorded_pid_only_while_it_is_the_daemon_started(tmp_path):
+    """Records whose pid now names another process (another command, or the same name
+    started later: the pid was reused) stop nothing."""
+    _as_root()
+    folder = Path(f"/run/syncbench-slurm-test-{os.getpid()}")
+    other = subprocess.Popen(["sleep", "600"])
+    try:
+        with site_slurm(tmp_path) as (ctld, _):
+            (folder / "run").mkdir(parents=True)
+            start = cluster_slurm.start_time(ctld.pid)
+            (folder / "run" / "slurmctld.started").write_text(f"{ctld.pid} {start + 1}\n")
+            host = os.uname().nodename.split(".")[0]
+            (folder / "run" / f"slurmd-{host}.started").write_text(
+                f"{other.pid} {cluster_slurm.start_time(other.pid)}\n")
+            proc = local_cluster("stop", SYNCBENCH_SLURM_DIR=str(folder))
+            assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
+            assert other.poll() is None
+            assert not list((folder / "run").glob("*.started"))  # forgotten
+    finally:
+        other.kill()
+        other.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_remove_nodes_stops_only_the_slurmd_it_started(tmp_path, monkeypatch):
+    """``cluster down``: node 1's recorded slurmd is gone and its pid now names another
+    slurmd (the same pid in the old ``/run/slurmd-NODE.pid``): left alone. Node 2's is
+    still the one started: stopped."""
+    monkeypatch.setenv("SYNCBENCH_SLURM_DIR", str(tmp_path / "slurm"))
+    run = tmp_path / "slurm" / "run"
+    run.mkdir(parents=True)
+    reused, mine = dummy_daemon(tmp_path, "slurmd"), dummy_daemon(tmp_path, "slurmd")
+    old_pidfile = Path("/run/slurmd-zqnode1.pid")
+    try:
+        with host_files_kept(old_pidfile):
+            if os.geteuid() == 0:
+                old_pidfile.write_text(f"{reused.pid}\n")
+            (run / "slurmd-zqnode1.pid").write_text(f"{reused.pid}\n")
+            started = cluster_slurm.start_time(reused.pid) - 1  # an earlier process's
+            (run / "slurmd-zqnode1.started").write_text(f"{reused.pid} {started}\n")
+            (run / "slurmd-zqnode2.pid").write_text(f"{mine.pid}\n")
+            assert cluster_slurm.record_daemon("slurmd-zqnode2", "slurmd",
+                                               run / "slurmd-zqnode2.pid") == mine.pid
+            nodes = [Node(index=i, name=f"zqnode{i}", address=f"10.88.0.{i}", veth=f"zqv{i}")
+                     for i in (1, 2)]
+            cluster = Cluster(nodes=nodes, slurm=True,
+                              made=[{"kind": "slurmd", "name": n.name} for n in nodes])
+            cluster_slurm.remove_nodes(cluster)
+            assert reused.poll() is None, "a process that took a recorded pid was stopped"
+            assert mine.wait(timeout=10) == -15
+            assert not list(run.glob("*.started"))
+    finally:
+        for proc in (reused, mine):
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.cluster
+def test_cluster_up_slurm_and_down_leave_the_site_slurm_alone(tmp_path):
+    from cluster_helpers import TestCluster
+
+    tq = TestCluster("tq", "10.87.0", nodes=1)
+    with site_slurm(tmp_path, *tq.nodes):
+        refused = tq.syncbench("cluster", "up", "--nodes", "1", "--slurm",
+                               env={"SYNCBENCH_SLURM_DIR": str(SITE_CONF.parent)})
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert f"{SITE_CONF} was not written by local-cluster.sh" in refused.stderr
+        assert not (tq.state_dir / "state.json").exists()  # what it made is gone
+        with tq.up("--slurm"):
+            sinfo = subprocess.run(["sinfo", "-h", "-N", "-p", "emulated", "-o", "%N %t"],
+                                   capture_output=True, text=True, timeout=30,
+                                   env=cluster_slurm.slurm_env())
+            assert sinfo.stdout.split() == ["tqnode1", "idle"], sinfo.stdout + sinfo.stderr
+        assert "tqnode1" not in cluster_slurm.slurm_conf().read_text()

@@ -13,17 +13,29 @@ hierarchies mounted again. A ``TaskProlog`` exports the transport settings
 of :data:`~.launch.TRANSPORT_ENV` into tasks on the emulated nodes (unless
 the job set them), which is how a site sets its network for every job.
 ``down`` stops the node daemons and rewrites ``slurm.conf`` without them.
+
+The local cluster lives in a folder of its own (``$SYNCBENCH_SLURM_DIR``, default
+``/run/syncbench-slurm``: its ``slurm.conf``, munged, pid files, state, spool and
+logs), so the host's ``/etc/slurm`` and ``/etc/munge`` are never written; Slurm's
+commands reach it through ``SLURM_CONF`` (:func:`slurm_conf`, printed by ``up``).
+A daemon is stopped only through the record written when it was started
+(``run/NAME.started``: its pid and start time) and only while that pid is still
+the process started then (:func:`stop_daemon`): a pid file's number may by then
+name another process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from .host import ClusterError, complaint, sh
+from syncbench.bench.files import WriteError, write_atomic
+
+from .host import ClusterError, complaint
 from .launch import TRANSPORT_ENV, node_command
 from .state import BRIDGE_ADDRESS, Cluster, record, state_dir
 
@@ -31,6 +43,145 @@ PARTITION = "emulated"
 #: Slurm CPUs per CPU of a node (more than 1 lets small jobs share a node here).
 CPUS_PER_CPU = 2
 WAIT_S = 60
+#: Seconds a stopped daemon has to end before it is sent SIGKILL.
+STOP_S = 10
+#: The first line of every slurm.conf ``local-cluster.sh`` writes; it refuses any other.
+HEADER = ("# Written by syncbench jobs/slurm/local-cluster.sh: one node, no cgroups, "
+          "no accounting.")
+
+
+def slurm_dir() -> Path:
+    """The local cluster's folder (``jobs/slurm/local-cluster.sh``'s ``SYNCBENCH_SLURM_DIR``)."""
+    return Path(os.environ.get("SYNCBENCH_SLURM_DIR", "/run/syncbench-slurm"))
+
+
+def slurm_conf() -> Path:
+    """The local cluster's ``slurm.conf``: what ``SLURM_CONF`` must name to reach it."""
+    return slurm_dir() / "slurm.conf"
+
+
+def slurm_env() -> dict[str, str]:
+    """This environment with ``SLURM_CONF`` naming the local cluster."""
+    return {**os.environ, "SLURM_CONF": str(slurm_conf())}
+
+
+def check_conf_is_ours() -> None:
+    """Refuse (one line) a ``slurm.conf`` in the cluster's folder that ``local-cluster.sh``
+    did not write: a site's configuration is never rewritten."""
+    conf = slurm_conf()
+    try:
+        with conf.open(errors="replace") as f:
+            first = f.readline().rstrip("\n")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ClusterError(f"cannot read {conf}: {exc.strerror}") from None
+    if first != HEADER:
+        raise ClusterError(f"{conf} was not written by local-cluster.sh (its first line is not "
+                           "the script's header): left as it is; set SYNCBENCH_SLURM_DIR to a "
+                           "folder of its own")
+
+
+def start_time(pid: int) -> int | None:
+    """A live process's start time (clock ticks after boot, ``/proc/PID/stat`` field 22),
+    or None when there is no such process or it has ended (a zombie nobody reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        # field 2, the command, is in parentheses and may hold spaces: count after the last ")"
+        fields = stat.rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_name(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def _record_path(name: str) -> Path:
+    return slurm_dir() / "run" / f"{name}.started"
+
+
+def record_daemon(name: str, comm: str, pidfile: Path, wait_s: float = 10.0) -> int:
+    """After starting daemon ``comm``, which writes ``pidfile``: wait for a live ``comm``
+    there, then record its pid and start time as ``run/NAME.started``; its pid."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            pid = int(pidfile.read_text())
+        except (OSError, ValueError):
+            pid = 0
+        start = start_time(pid) if pid > 0 and process_name(pid) == comm else None
+        if start is not None:
+            break
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{comm} did not start: no live {comm} in {pidfile} after "
+                               f"{wait_s:g} s (see {slurm_dir() / 'log'})")
+        time.sleep(0.1)
+    try:
+        write_atomic(_record_path(name), f"{pid} {start}\n".encode())
+    except WriteError as exc:
+        raise ClusterError(str(exc)) from None
+    return pid
+
+
+def recorded_pid(name: str, comm: str) -> int | None:
+    """The pid recorded as ``run/NAME.started`` while it is still the process started then
+    (the same name ``comm`` and start time); else None."""
+    try:
+        pid, start = (int(word) for word in _record_path(name).read_text().split())
+    except (OSError, ValueError):
+        return None
+    if process_name(pid) != comm or start_time(pid) != start:
+        return None
+    return pid
+
+
+def _signal(name: str, comm: str, sig: int) -> bool:
+    """Send ``sig`` to the recorded daemon if it is still ours (checked after the pid is
+    pinned by a pidfd, so it cannot be reused in between); whether it was sent."""
+    pid = recorded_pid(name, comm)
+    if pid is None:
+        return False
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except OSError:  # no pidfds (Linux < 5.3): checked just above
+        os.kill(pid, sig)
+        return True
+    try:
+        if recorded_pid(name, comm) != pid:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def stop_daemon(name: str, comm: str, wait_s: float = STOP_S) -> bool:
+    """Stop the daemon recorded as ``run/NAME.started`` if it is still the process started
+    then (SIGTERM, SIGKILL after ``wait_s``), and forget the record; whether one was
+    stopped. A daemon not recorded, or a pid now naming another process, is left alone."""
+    stopped = False
+    if _signal(name, comm, signal.SIGTERM):
+        stopped = True
+        deadline = time.monotonic() + wait_s
+        while recorded_pid(name, comm) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _signal(name, comm, signal.SIGKILL)
+    _record_path(name).unlink(missing_ok=True)
+    return stopped
+
+
+def _slurm_tool(args: list[str]) -> subprocess.CompletedProcess:
+    """A Slurm command (sinfo, scontrol) against the local cluster."""
+    return subprocess.run(args, capture_output=True, text=True, env=slurm_env())
 
 
 def local_cluster_script() -> Path:
@@ -78,7 +229,7 @@ def task_prolog(cluster: Cluster) -> str:
 
 def _local_cluster(env_extra: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items()
-           if k not in ("SLURM_CTLD_ADDR", "SLURM_EXTRA_CONF")}
+           if k not in ("SLURM_CTLD_ADDR", "SLURM_EXTRA_CONF", "SLURM_CONF")}
     env.update(env_extra)
     proc = subprocess.run(["bash", str(local_cluster_script())], env=env, capture_output=True,
                           text=True)
@@ -87,7 +238,7 @@ def _local_cluster(env_extra: dict[str, str]) -> None:
         raise ClusterError(f"the local Slurm cluster did not start: {said[-1] if said else ''}")
 
 
-def slurmd_command(conf: str, name: str) -> str:
+def slurmd_command(conf: str | Path, name: str) -> str:
     """Inside a node: its own cgroup mounts, then ``slurmd -N NAME``."""
     mounts = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
@@ -98,12 +249,13 @@ def slurmd_command(conf: str, name: str) -> str:
             mounts.append(f"mkdir -p {where} && mount -t {kind} -o {options or 'defaults'} "
                           f"{kind} {where}")
     setup = " && ".join(["mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup", *mounts,
-                         f"mkdir -p /var/spool/slurmd/{name}"])
+                         f"mkdir -p {slurm_dir() / 'spool' / name}"])
     return f"{setup} && exec /usr/sbin/slurmd -f {conf} -N {name}"
 
 
 def add_nodes(cluster: Cluster) -> None:
     """Nodes into slurm.conf, a slurmd in each, then wait until they are idle."""
+    check_conf_is_ours()
     folder = state_dir()
     (folder / "slurm-nodes.conf").write_text(fragment(cluster))
     prolog = folder / "task-prolog"
@@ -112,15 +264,20 @@ def add_nodes(cluster: Cluster) -> None:
     record(cluster, "slurm-conf", "slurm.conf")
     _local_cluster({"SLURM_CTLD_ADDR": BRIDGE_ADDRESS,
                     "SLURM_EXTRA_CONF": str(folder / "slurm-nodes.conf")})
-    conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
+    conf = slurm_conf()
     for node in cluster.nodes:
+        pidfile = slurm_dir() / "run" / f"slurmd-{node.name}.pid"
+        pidfile.unlink(missing_ok=True)
         argv = node_command(cluster, node.name, ["sh", "-c", slurmd_command(conf, node.name)])
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ClusterError(f"slurmd of {node.name} did not start: "
                                f"{complaint(proc)[-200:]}")
         record(cluster, "slurmd", node.name)
+        record_daemon(f"slurmd-{node.name}", "slurmd", pidfile)
     wait_idle(cluster)
+    print(f"syncbench cluster: Slurm partition {PARTITION} in {conf}: "
+          f"export SLURM_CONF={conf} to submit to it")
 
 
 def wait_idle(cluster: Cluster) -> None:
@@ -128,7 +285,7 @@ def wait_idle(cluster: Cluster) -> None:
     names = ",".join(n.name for n in cluster.nodes)
     states: list[str] = []
     while time.monotonic() < deadline:
-        out = sh(["sinfo", "-h", "-N", "-n", names, "-o", "%N %t"], "sinfo", check=False).stdout
+        out = _slurm_tool(["sinfo", "-h", "-N", "-n", names, "-o", "%N %t"]).stdout
         states = out.split("\n")
         pairs = [line.split() for line in states if line.strip()]
         if len(pairs) == len(cluster.nodes) and all(s in ("idle", "mix", "alloc")
@@ -136,23 +293,20 @@ def wait_idle(cluster: Cluster) -> None:
             return
         for name, state in pairs:
             if state.startswith(("down", "drain", "fail", "inval")):
-                sh(["scontrol", "update", f"nodename={name}", "state=resume"], "resume",
-                   check=False)
+                _slurm_tool(["scontrol", "update", f"nodename={name}", "state=resume"])
         time.sleep(1)
     raise ClusterError(f"Slurm nodes not idle after {WAIT_S} s ({'; '.join(states)}): see "
-                       "/var/log/slurm/slurmd-<node>.log")
+                       f"{slurm_dir() / 'log'}/slurmd-<node>.log")
 
 
 def remove_nodes(cluster: Cluster) -> None:
-    """Stop the node daemons, then slurm.conf without the nodes (the host node stays)."""
+    """Stop the node daemons ``up`` started (each only while its recorded pid is still
+    that slurmd), then slurm.conf without the nodes (the host node stays)."""
     for obj in cluster.made:
         if obj["kind"] != "slurmd":
             continue
-        pidfile = Path(f"/run/slurmd-{obj['name']}.pid")
-        try:
-            os.kill(int(pidfile.read_text()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
-        pidfile.unlink(missing_ok=True)
+        stop_daemon(f"slurmd-{obj['name']}", "slurmd")
+        with contextlib.suppress(OSError):
+            (slurm_dir() / "run" / f"slurmd-{obj['name']}.pid").unlink(missing_ok=True)
     if any(obj["kind"] == "slurm-conf" for obj in cluster.made):
         _local_cluster({})
