@@ -190,9 +190,11 @@ def up(args: argparse.Namespace) -> int:
     require_root()
     state.check_names()
     cluster = requested(args)
-    existing = load()
-    if existing is not None:
-        return _already_up(existing, cluster)
+    if os.path.lexists(state.state_dir()):
+        with state.locked(wait_s=0):  # an 'up' under way holds it: refused at once
+            existing = load()
+            if existing is not None:
+                return _already_up(existing, cluster)
     check_features(cluster)
     network.check_names_free(cluster)
     network.check_subnet_free(SUBNET)
@@ -244,13 +246,13 @@ def status(cluster: Cluster | None = None) -> int:
     print(f"{'node':<10} {'address':<12} {'cpus':<6} {'speed':>5} {'clock+s':>8} "
           f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}")
     for node in cluster.nodes:
-        state = "up" if network.link_is_up(node) else "down"
+        link_state = "up" if network.link_is_up(node) else "down"
         try:
             bytes_ = network.byte_counters(node)
         except OSError:
             bytes_ = {"tx_bytes_by_node": -1, "rx_bytes_by_node": -1}
         print(f"{node.name:<10} {node.address:<12} {node.cpus or 'all':<6} {node.speed:>5g} "
-              f"{node.clock_offset_s:>8g} {state:<5} {bytes_['tx_bytes_by_node']:>14} "
+              f"{node.clock_offset_s:>8g} {link_state:<5} {bytes_['tx_bytes_by_node']:>14} "
               f"{bytes_['rx_bytes_by_node']:>14}")
     for note in cluster.notes:
         print(f"note: {note}")
