@@ -72,9 +72,12 @@ from syncbench.bench.experiment.launch import (
     peer_command,
     run_peer,
     run_train,
+    signal_running,
     timed_out,
     train_command,
 )
+from syncbench.bench.files import ExclusiveLock, write_atomic
+from syncbench.bench.train.checkpoint import take_lock
 from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
 from . import sweep as scaling
@@ -134,11 +137,17 @@ class StopRequest:
         self._previous = {}
 
     def _handle(self, signum: int, frame: object) -> None:
+        # The run in flight leads a session of its own (launch.run_command), out of the
+        # terminal's reach: it gets a Ctrl-C (the first SIGINT) and any second signal
+        # from here, as it did when it shared the runner's process group.
         if self.signum:
             self._restore()
+            signal_running(signum)
             signal.raise_signal(signum)
             return
         self.signum = signum
+        if signum == signal.SIGINT:
+            signal_running(signum)
         # os.write: a handler may interrupt a print of the main code
         os.write(2, f"{self.prog}: {self.name}: no new run starts; the current one ends "
                  "first (send it again to end at once)\n".encode())
@@ -218,12 +227,20 @@ def _plain(value: Any) -> Any:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write the results ``data`` to ``path`` through a temporary file (a file that exists
-    is whole), its run-file paths relative to ``path``'s folder (:mod:`.results_paths`)."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write the results ``data`` to ``path`` whole or not at all (:func:`write_atomic`),
+    its run-file paths relative to ``path``'s folder (:mod:`.results_paths`)."""
     stored = relative_paths(_plain(data), path.parent)
-    tmp.write_text(json.dumps(stored, indent=2, allow_nan=False) + "\n")
-    tmp.replace(path)
+    write_atomic(path, (json.dumps(stored, indent=2, allow_nan=False) + "\n").encode())
+
+
+def results_lock(results_path: Path) -> ExclusiveLock:
+    """The lock an invocation holds on its results file, and so on its ``--out-dir``, from
+    before its first write to its end: a second invocation on the same folder fails at
+    once, naming the first (a sweep's ``--repeat-index`` tasks have results files of
+    their own and share the folder)."""
+    what = (f"--out-dir {results_path.parent}" if results_path.name == RESULTS_NAME
+            else f"results file {results_path}")
+    return ExclusiveLock(results_path.with_name(results_path.name + ".lock"), what)
 
 
 def _scenario_json(scenario: Scenario, np_: int | list[int], repeats: int,
@@ -545,6 +562,21 @@ def run_scaling(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
         print_plan(plan, args.mpiexec)
         return 0
     out_dir.mkdir(parents=True, exist_ok=True)
+    lock = results_lock(results_path)
+    problem = take_lock(lock, "syncbench sweep" if word == "manifest" else "syncbench run")
+    if problem:
+        raise ScenarioError(problem)
+    try:
+        return _run_scaling_locked(scenario, args, extra, results_path, word, plan, seed,
+                                   repeats, simulate)
+    finally:
+        lock.release()  # nothing where the file system has no locks
+
+
+def _run_scaling_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str],
+                        results_path: Path, word: str, plan: list[PlannedRun], seed: int,
+                        repeats: int, simulate: bool) -> int:
+    """:func:`run_scaling` once its results file is locked: run, record, report."""
     state = {"schema": RESULTS_SCHEMA, "complete": False,
              "scenario": _scenario_json(scenario, list(scenario.nps), repeats,
                                         scenario.target_accuracy),
@@ -632,6 +664,22 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     if problem:
         return _error(prog, problem)
     out_dir.mkdir(parents=True, exist_ok=True)
+    lock = results_lock(results_path)
+    problem = take_lock(lock, prog)
+    if problem:
+        return _error(prog, problem)
+    try:
+        return _run_locked(scenario, args, extra, prog, plan, out_dir, np_, repeats, target,
+                           seed, head)
+    finally:
+        lock.release()  # nothing where the file system has no locks
+
+
+def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str], prog: str,
+                plan: list[PlannedRun], out_dir: Path, np_: int, repeats: int, target: float,
+                seed: int, head: dict[str, Any]) -> int:
+    """:func:`run_scenario` once its ``--out-dir`` is locked: run, tabulate, record."""
+    results_path = out_dir / RESULTS_NAME
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     state = {"schema": RESULTS_SCHEMA, "complete": False, "scenario": head,
              "extra_train_args": list(extra), "seed": seed,

@@ -21,6 +21,13 @@ Next to the run file ``RUN.h5`` a run keeps a folder ``RUN.h5.parts/``:
 A run that completes removes the folder; what exists after a crash is
 exactly what was flushed.
 
+Rank 0 holds an exclusive lock on the run file, ``RUN.h5.lock`` beside it
+(:func:`run_lock`, a ``flock`` the kernel drops when its holder dies), from
+before anything of an earlier run is removed to the end of the run, and
+``syncbench recover`` holds it while it rebuilds the file: a second run on the
+same path ends at once with one line naming the holder, and never touches the
+first one's parts.
+
 Every file is written whole to a temporary name beside it (HDF5 files are
 built in memory first, so the HDF5 library never meets a disk error), then
 synced and renamed. A failed write (a full disk, a quota, a read-only
@@ -32,6 +39,7 @@ and the cause, and leaves no temporary file and the previous version intact
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
 import os
@@ -48,7 +56,7 @@ import h5py
 import numpy as np
 
 from syncbench.analysis import schema
-from syncbench.bench.files import WriteError, write_atomic
+from syncbench.bench.files import ExclusiveLock, LockHeld, WriteError, write_atomic
 from syncbench.bench.mpi.errors import exit_after_grace
 
 T = TypeVar("T")
@@ -58,6 +66,44 @@ def parts_dir(out: str | os.PathLike) -> Path:
     """The side folder of run file ``out``."""
     out = Path(out)
     return out.with_name(out.name + ".parts")
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    """The lock file of run file ``out`` (beside it: the parts folder is removed)."""
+    out = Path(out)
+    return out.with_name(out.name + ".lock")
+
+
+def run_lock(out: str | os.PathLike) -> ExclusiveLock:
+    """The lock on run file ``out`` (module docstring); not yet taken."""
+    return ExclusiveLock(lock_path(out), f"run file {out}")
+
+
+#: ``flock`` errors of a file system that has no locks (Lustre mounted ``noflock``, some
+#: NFS set-ups): a run there goes on unlocked, with a warning.
+NO_LOCKS = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+def take_lock(lock: ExclusiveLock, prog: str) -> str:
+    """Take ``lock`` at once; "" when it is held now, else the one-line reason (another
+    process holds it: :class:`LockHeld`'s line naming it; or the lock file cannot be
+    made). Where the file system has no locks (:data:`NO_LOCKS`) it prints one warning
+    line (``prog: warning: ...``) and returns "": the run goes on unlocked."""
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        return str(exc)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno in NO_LOCKS:
+            with _quiet():
+                lock.path.unlink()
+            print(f"{prog}: warning: cannot lock {lock.path} ({reason}): this file system "
+                  f"has no locks, so nothing stops another process using {lock.what}",
+                  file=sys.stderr, flush=True)
+            return ""
+        return f"cannot lock {lock.path}: {reason}"
+    return ""
 
 
 def hdf5_image(build: Callable[[h5py.File], None]) -> bytes:
@@ -280,15 +326,29 @@ def flushed_ranks(folder: Path) -> list[int]:
 
 
 def recover(out: str | os.PathLike, overwrite: bool = False) -> dict[str, float]:
-    """Rebuild a partial run file (``complete=False``) from ``out``'s parts folder."""
-    from syncbench.bench.train.recorder import write_run_file  # lazy: recorder imports this
-
+    """Rebuild a partial run file (``complete=False``) from ``out``'s parts folder;
+    ``ValueError`` (one line) while a run holds ``out``'s lock."""
     out = Path(out)
     folder = parts_dir(out)
     if not (folder / "meta.json").exists():
         raise FileNotFoundError(f"{folder}/meta.json not found: nothing to recover for {out}")
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+    lock = run_lock(out)
+    if os.access(out.parent, os.W_OK):  # else the write fails, naming the run file
+        problem = take_lock(lock, "syncbench recover")
+        if problem:  # a run writes this file now: its parts are not a crashed run's
+            raise ValueError(problem)
+    try:
+        return _recover(out, folder)
+    finally:
+        lock.release()  # nothing when it was not taken
+
+
+def _recover(out: Path, folder: Path) -> dict[str, float]:
+    """:func:`recover` once the run file is locked."""
+    from syncbench.bench.train.recorder import write_run_file  # lazy: recorder imports this
+
     meta = json.loads((folder / "meta.json").read_text())
     rank_rows: dict[int, dict[str, np.ndarray]] = {}
     rank_attrs: dict[int, dict[str, Any]] = {}

@@ -6,6 +6,9 @@ time every step by phase, evaluate the consensus model on the held-out split
 at evaluation points, and finally gather every rank's rows to rank 0, which
 writes the run file. Setup errors are agreed on by all ranks before any
 training communication (one line, exit 2); any later exception aborts the job.
+Before the setup, rank 0 locks the run file for the whole run
+(:func:`~.checkpoint.run_lock`) and every rank learns whether it could: a run
+whose ``--out`` another run holds ends there, having removed nothing.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ from syncbench.bench.train.checkpoint import (
     parts_dir,
     remove_parts,
     run_identity,
+    run_lock,
+    take_lock,
     write_atomic,
     write_meta,
 )
@@ -160,6 +165,30 @@ class Training:
         self.final_seen: int | None = None
 
     # -- setup (no training communication; errors agreed on by all ranks) ---
+    def lock_run(self) -> None:
+        """Rank 0 locks the run file (``--out``) for the whole run, before anything of
+        an earlier run is removed, and tells every rank the outcome (one broadcast, the
+        first collective): a run file that another run holds is a ``SetupError`` on
+        every rank, whose line names the holder. Without ``--out``, or when its folder
+        cannot hold the lock file (the setup's checks name that), nothing is locked."""
+        #: Rank 0's lock on the run file (released by :meth:`release_lock`).
+        self.run_lock = None
+        error = ""
+        out = self.config.out
+        if self.rank == 0 and out:
+            parent = Path(out).parent
+            if parent.is_dir() and os.access(parent, os.W_OK):
+                lock = run_lock(out)
+                error = take_lock(lock, "syncbench train")
+                self.run_lock = lock if lock.held else None
+        error = self.world.bcast(error, root=0)
+        if error:
+            raise SetupError(error)
+
+    def release_lock(self) -> None:
+        if getattr(self, "run_lock", None) is not None:
+            self.run_lock.release()
+
     def setup(self) -> None:
         config = self.config
         validate_train_config(config, self.size)
@@ -752,6 +781,7 @@ def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Train
     training.catcher = SignalCatcher().install()
     training.stopped_by, training.summary = "", None
     try:
+        agree_on_setup(comm, training.lock_run, "train")  # before the setup removes anything
         agree_on_setup(comm, training.setup, "train")
 
         def body() -> dict | None:
@@ -763,6 +793,7 @@ def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Train
         training.summary = abort_on_exception(comm, body)
     finally:
         training.catcher.restore()
+        training.release_lock()  # after the run file is written and its parts removed
     summary = training.summary
     if comm.Get_rank() == 0 and summary is not None:
         print(format_summary(config, comm.Get_size(), summary), flush=True)
