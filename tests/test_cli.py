@@ -184,6 +184,30 @@ def test_bad_flag_without_a_launcher_is_one_line(command, flags, needle):
     _assert_one_error_line(proc.stderr, command, needle)
 
 
+@pytest.mark.parametrize(("command", "flags", "needle"), [
+    # train takes no abbreviation: --ou is not --out, --see not --seed
+    ("train", ["--dataset", "synthetic", "--ou", "x.h5"], "unrecognized arguments: --ou x.h5"),
+    ("train", ["--dataset", "synthetic", "--see", "3"], "unrecognized arguments: --see 3"),
+])
+def test_train_takes_no_abbreviation(command, flags, needle):
+    proc = _syncbench(command, *flags)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    _assert_one_error_line(proc.stderr, command, needle)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    # train's --out is not the runner's --out-dir, nor its --algorithm compare's --algorithms
+    (["run", "demo", "--dry-run", "--out", "x.h5"], "--out is set by the runner"),
+    (["compare", "--dry-run", "--algorithm", "asgd"], "--algorithm is set by the runner"),
+])
+def test_the_runners_flags_take_no_abbreviation(args, needle):
+    proc = _syncbench(*args)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"syncbench {args[0]}: error: ") and needle in proc.stderr
+
+
 def test_launcher_rank_prefers_the_launchers_own_variable():
     assert launcher_rank({}) == 0
     assert launcher_rank({"SLURM_PROCID": "3"}) == 3

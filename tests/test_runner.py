@@ -170,6 +170,20 @@ def test_invalid_scenarios_are_one_line_errors(overrides, message):
      "syncbench train does not know --nosuch-flag"),
     ("np = 2\n[[run]]\nalgorithm = 'ssgd'\nflags = { comm = 'sideways' }\n",
      "invalid choice: 'sideways'"),
+    # train takes no abbreviation: --ou is not --out, --see not --seed (the runner's)
+    ("np = 2\nflags = { ou = '/tmp/x.h5' }\n[[run]]\nalgorithm = 'ssgd'\n",
+     "scenario bad: run 'ssgd' (homogeneous): syncbench train does not know --ou /tmp/x.h5"),
+    ("np = 2\n[[run]]\nalgorithm = 'ssgd'\nflags = { see = 3 }\n",
+     "scenario bad: run 'ssgd' (homogeneous): syncbench train does not know --see 3"),
+    ("np = [1, 2]\nflags = { ou = '/tmp/x.h5' }\n[[run]]\nalgorithm = 'ssgd'\n",
+     "scenario bad: run 'ssgd' (np 1): syncbench train does not know --ou /tmp/x.h5"),
+    # a file every run writes goes into the out-dir: a bare name only
+    ("np = 2\nflags = { save_model = '/tmp/x' }\n[[run]]\nalgorithm = 'ssgd'\n",
+     "bad.toml: flags: 'save_model' = '/tmp/x' must be a file name"),
+    ("np = 2\n[[run]]\nalgorithm = 'ssgd'\nflags = { save-model = '../x.npy' }\n",
+     "bad.toml: [[run]] 'ssgd' flags: 'save-model' = '../x.npy' must be a file name"),
+    ("np = [1, 2]\n[[run]]\nalgorithm = 'ssgd'\nflags = { save_model = 'd/x.npy' }\n",
+     "'save_model' = 'd/x.npy' must be a file name"),
 ])
 def test_bad_scenario_file_exits_2_with_one_line_and_writes_nothing(tmp_path, text, message):
     path = tmp_path / "bad.toml"
@@ -181,6 +195,42 @@ def test_bad_scenario_file_exits_2_with_one_line_and_writes_nothing(tmp_path, te
     assert len(lines) == 1 and lines[0].startswith("syncbench run: error: ")
     assert message in lines[0]
     assert not out.exists() and proc.stdout == ""
+
+
+def test_a_file_a_scenario_asks_for_is_written_into_the_out_dir_per_run(tmp_path):
+    """``save_model = NAME``: each run writes OUT_DIR/<run id>-NAME; in a scaling plan the
+    plan's own flags come after the scenario's and the pass-through ones (they win)."""
+    flags = {"dataset": "synthetic", "save_model": "model.npy"}
+    plain = parse_scenario(scenario_data(flags=flags), "t", "t.toml")
+    scaling = parse_scenario(scenario_data(flags=flags, np=[1, 2]), "s", "s.toml")
+    out = tmp_path / "runs"
+    plans = (plan_runs(plain, 2, 2, 0, out, [], 0.8),
+             plan_runs(scaling, 2, 1, 0, out, ["--lr", "0.1"], 0.8))
+    for plan in plans:
+        assert plan
+        for p in plan:
+            i = p.args.index("--save-model")
+            assert p.args[i + 1] == str(out / f"{p.run_id}-model.npy")
+            assert p.args.count("--save-model") == 1
+    for p in plans[1]:
+        assert p.args[-7:] == ("--batch-size", str(p.batch_size), "--scaling-mode", "strong",
+                               "--out", str(p.path), "--overwrite")
+        assert p.args.index("--lr") < p.args.index("--out")
+
+
+def test_every_train_flag_that_names_a_written_file_is_the_runners_or_in_the_out_dir():
+    from syncbench.bench.experiment.plan import train_parser
+    from syncbench.bench.experiment.scenario import OUT_DIR_FILES, RESERVED_FLAGS
+    from syncbench.bench.train.options import WRITES_FILES
+
+    parser = train_parser()
+    assert not parser.allow_abbrev
+    words = {"out", "save", "path", "file", "dir", "trace", "log", "dump", "model"}
+    pathlike = {a.dest for a in parser._actions
+                if a.metavar in ("PATH", "FILE", "DIR") or set(a.dest.split("_")) & words}
+    # --data-dir is read, --model and --eval-model name a model, not a file
+    assert pathlike == {*WRITES_FILES, "data_dir", "model", "eval_model"}
+    assert all(dest in RESERVED_FLAGS or dest in OUT_DIR_FILES for dest in WRITES_FILES)
 
 
 def test_missing_scenario_and_reserved_passthrough_flags_are_errors(tmp_path):

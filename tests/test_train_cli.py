@@ -121,6 +121,7 @@ def test_missing_dataset_ends_a_two_rank_run(tmp_path, monkeypatch):
         (["--batch-size", "4096"], "larger than a rank's shard"),
         (["--slowdown", "1,2,3"], "has 3 factors but the job has 2 ranks"),
         (["--out", "/nonexistent-dir/run.h5"], "does not exist"),
+        (["--save-model", "/nonexistent-dir/model.npy"], "--save-model"),
     ],
 )
 def test_bad_flags_fail_before_training(flags, needle):

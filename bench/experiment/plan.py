@@ -12,10 +12,15 @@ slowdown and form the pairs that the per-repeat ratios compare.
 
 A scaling scenario (an ``np`` list) passes its flags as they are and sets
 per run only ``--algorithm``, ``--batch-size``, ``--scaling-mode``, ``--out``
-and, in weak mode, ``--epochs``: strong scaling keeps the global batch B
+and, in weak mode, ``--epochs``, after them (the plan's flags win): strong
+scaling keeps the global batch B
 (per-rank b = B / N, an error unless N divides B) and the sample budget;
 weak scaling keeps b and the budget per rank (``--epochs E`` on N ranks is
 ``--epochs E*N``). Its run files are ``<label>-<mode>-np<N>-r<repeat>.h5``.
+
+Train's parser takes no abbreviation (``--ou`` is not ``--out``), and a file
+a scenario asks every run to write (``save_model = NAME``) is written into the
+out-dir, as ``<run id>-NAME`` (:data:`~.scenario.OUT_DIR_FILES`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,14 @@ from typing import Any
 
 from syncbench.analysis.runfile import RunFileError, read_run
 
-from .scenario import Condition, RunEntry, Scenario, ScenarioError, resolve_dataset
+from .scenario import (
+    OUT_DIR_FILES,
+    Condition,
+    RunEntry,
+    Scenario,
+    ScenarioError,
+    resolve_dataset,
+)
 
 #: Flags that the runner sets per run and a user may not pass through to train.
 FORBIDDEN_EXTRA = ("--out", "--algorithm", "--slowdown", "--slowdown-mode",
@@ -81,12 +93,25 @@ def run_stem(entry: RunEntry, cond: Condition, repeat: int) -> str:
     return f"{entry.label.replace('@lr=', '-lr')}-{cond.key}-r{repeat}"
 
 
+def in_out_dir(flags: tuple[str, ...], path: Path) -> tuple[str, ...]:
+    """A scenario's ``flags`` for the run of file ``path``: the file of each flag of
+    :data:`~.scenario.OUT_DIR_FILES` (a bare name, checked when the scenario was read)
+    becomes ``<out-dir>/<run id>-NAME``, beside the run file."""
+    names = {"--" + key.replace("_", "-") for key in OUT_DIR_FILES}
+    out = list(flags)
+    for i in range(len(out) - 1):
+        if out[i] in names:
+            out[i + 1] = str(path.with_name(f"{path.stem}-{out[i + 1]}"))
+    return tuple(out)
+
+
 def _train_args(scenario: Scenario, entry: RunEntry, cond: Condition, repeat: int,
                 target: float, extra: list[str], path: Path) -> tuple[str, ...]:
     """The flags of one run; the pass-through ``extra`` come last, so they win."""
     dataset = resolve_dataset(scenario.datasets)
     preferred = ("--dataset", dataset) if dataset else ()
-    return ("--algorithm", entry.algorithm, *preferred, *scenario.flags, *entry.flags,
+    return ("--algorithm", entry.algorithm, *preferred,
+            *in_out_dir((*scenario.flags, *entry.flags), path),
             *cond.train_flags(), "--target-accuracy", f"{target:g}",
             "--eval-every", f"{scenario.eval_every:g}", "--seed", str(repeat), *extra,
             "--out", str(path), "--overwrite", "--progress", "never")
@@ -98,10 +123,11 @@ class _Raising(argparse.ArgumentParser):
 
 
 def train_parser() -> argparse.ArgumentParser:
-    """``syncbench train``'s parser, raising :class:`ScenarioError` on a bad flag."""
+    """``syncbench train``'s parser (no abbreviations, as train's own), raising
+    :class:`ScenarioError` on a bad flag."""
     from syncbench.bench.train.options import add_train_arguments  # lazy: imports mpi4py.MPI
 
-    parser = _Raising(prog="syncbench train", add_help=False)
+    parser = _Raising(prog="syncbench train", add_help=False, allow_abbrev=False)
     add_train_arguments(parser)
     return parser
 
@@ -239,10 +265,12 @@ def plan_scaling(scenario: Scenario, repeats: int, seed: int, out_dir: Path,
     runs alone, in the order a full plan gives them."""
     check_extra(extra, SCALING_RESERVED, "is set per run by the plan of a scaling scenario")
     mode = scenario.scaling
-    flags = [*scenario.flags, *extra]
+    own, passed = list(scenario.flags), list(extra)  # the scenario's, the pass-through ones
     epochs = None
     if mode == "weak":  # the plan sets --epochs per run (budget per rank x N)
-        epochs, flags = split_epochs(flags)
+        epochs, own = split_epochs(own)
+        passed_epochs, passed = split_epochs(passed)  # the last one wins, as in train
+        epochs = epochs if passed_epochs is None else passed_epochs
     batches = {n: per_rank_batch(mode, n, scenario.global_batch, scenario.batch_size)
                for n in scenario.nps}
     cells = [(n, entry) for n in scenario.nps for entry in scenario.runs]
@@ -251,16 +279,18 @@ def plan_scaling(scenario: Scenario, repeats: int, seed: int, out_dir: Path,
     def planned(repeat: int, n: int, entry: RunEntry) -> PlannedRun:
         path = out_dir / scaling_name(entry.label.replace("@lr=", "-lr"), mode, n, repeat)
         run_epochs_ = run_epochs(mode, n, epochs)
-        args = ("--algorithm", entry.algorithm, "--batch-size", str(batches[n]),
-                "--scaling-mode", mode, "--out", str(path), "--overwrite", *entry.flags,
-                *flags, *(("--epochs", repr(run_epochs_)) if run_epochs_ is not None else ()))
+        args = ("--algorithm", entry.algorithm,
+                *in_out_dir((*entry.flags, *own), path), *passed,
+                *(("--epochs", repr(run_epochs_)) if run_epochs_ is not None else ()),
+                "--batch-size", str(batches[n]), "--scaling-mode", mode, "--out", str(path),
+                "--overwrite")
         return PlannedRun(repeat, entry, Condition(None, None), path, args, n, batches[n],
                           mode, run_epochs_, cells.index((n, entry)))
 
     if parser is not None:
         for n, entry in cells:
-            check_train_args(planned(0, n, entry).args, f"run {entry.label!r} (np {n})",
-                             parser)
+            check_train_args(planned(0, n, entry).args,
+                             f"scenario {scenario.name}: run {entry.label!r} (np {n})", parser)
     return [planned(repeat, n, entry) for repeat, (n, entry) in
             shuffled(cells, repeats, seed) if only_repeat in (None, repeat)]
 
@@ -277,7 +307,8 @@ def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Pa
         parser = train_parser()  # built once: parsing does not change it
         for entry, cond in cells:
             args = _train_args(scenario, entry, cond, 0, target, extra, out_dir / "x.h5")
-            check_train_args(args, f"run {entry.label!r} ({cond.title})", parser)
+            check_train_args(args, f"scenario {scenario.name}: run {entry.label!r} "
+                             f"({cond.title})", parser)
     plan = []
     for repeat, (entry, cond) in shuffled(cells, repeats, seed):
         path = out_dir / f"{run_stem(entry, cond, repeat)}.h5"

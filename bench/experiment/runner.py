@@ -159,7 +159,11 @@ class StopRequest:
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
-    """The runner's own flags (everything else goes to ``syncbench train``)."""
+    """The runner's own flags (everything else goes to ``syncbench train``).
+
+    Abbreviations are switched off on ``parser``: train's ``--out`` must not be taken
+    for ``--out-dir``, nor compare's ``--algorithm`` for ``--algorithms``."""
+    parser.allow_abbrev = False
     parser.add_argument("--np", type=int, default=None, help="ranks per run (default: the "
                         "scenario's)")
     parser.add_argument("--repeats", type=int, default=None,

@@ -8,7 +8,9 @@ takes any other file. Only ``np`` and at least one ``[[run]]`` are required;
 
 A flag table maps ``name = value`` to ``--name value`` (underscores become
 hyphens; ``true`` is a bare switch, ``false`` leaves it out, a list is
-comma-joined). A heterogeneous scenario always gets the homogeneous
+comma-joined); a name is the flag's whole name (train takes no
+abbreviation), and a file every run writes is a bare name, written into the
+out-dir (:data:`OUT_DIR_FILES`). A heterogeneous scenario always gets the homogeneous
 configuration (every factor 1) added: the baseline of the het/hom throughput
 and of the ceiling sum(1/f)/N. ``"last:F"`` slows the last rank by F at any
 rank count; an explicit list must have ``np`` factors. An ``np`` list makes a
@@ -50,6 +52,10 @@ RESERVED_FLAGS = {
     "eval_every": "'eval_every'",
     "seed": "nothing (repeat r trains with seed r)",
 }
+#: Train flags naming a file that every run writes (besides ``out``, the runner's): a
+#: scenario gives a bare file name, which each run writes into the runner's --out-dir as
+#: ``<run id>-NAME`` (plan.in_out_dir); a path, absolute or into a folder, is refused.
+OUT_DIR_FILES = {"save_model": "the final model (.npy)"}
 _TOP_KEYS = {"description", "np", "repeats", "target_accuracy", "headline", "baseline",
              "eval_every", "slowdowns", "slowdown_modes", "node_speeds", "cluster", "lr_grid",
              "datasets", "flags", "run", "parity", "scaling", "global_batch", "batch_size"}
@@ -308,6 +314,11 @@ def flags_to_args(table: Any, where: str) -> tuple[str, ...]:
             raise ScenarioError(f"{where}: '{key}' is set by the runner; use "
                                 f"{RESERVED_FLAGS[name]}")
         flag = "--" + name.replace("_", "-")
+        if name in OUT_DIR_FILES:
+            _require(_bare_file_name(value),
+                     f"{where}: '{key}' = {value!r} must be a file name: every run writes "
+                     f"{OUT_DIR_FILES[name]} into the runner's --out-dir as <run id>-NAME "
+                     "(an absolute path or a folder is refused)")
         if isinstance(value, bool):
             if value:
                 args.append(flag)
@@ -318,6 +329,13 @@ def flags_to_args(table: Any, where: str) -> tuple[str, ...]:
         else:
             raise ScenarioError(f"{where}: '{key}' must be a string, number, boolean or list")
     return tuple(args)
+
+
+def _bare_file_name(value: Any) -> bool:
+    """Whether ``value`` names a file in the current folder, and only that: a string
+    without a folder separator, not ``.`` or ``..``, no NUL."""
+    return (isinstance(value, str) and value not in ("", ".", "..")
+            and not any(c in value for c in "/\\\0"))
 
 
 def _require(ok: bool, message: str) -> None:

@@ -33,8 +33,18 @@ from syncbench.kernels.zoo import MODELS, has_batchnorm, model_name
 EVENTS_DEFAULT = "off"
 
 
+#: Flags (their ``dest``) naming a file that train writes. The runner sets ``out``
+#: itself and confines the others to its --out-dir (``experiment.scenario``): a scenario
+#: cannot make a run, root under ``--cluster`` included, write anywhere else.
+WRITES_FILES = ("out", "save_model")
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Every flag of one training run; algorithm-specific flags come from the registry."""
+    """Every flag of one training run; algorithm-specific flags come from the registry.
+
+    Abbreviations are switched off on ``parser``: ``--ou`` or ``--see`` (from a
+    scenario's flags, or typed) must not be taken for ``--out`` or ``--seed``."""
+    parser.allow_abbrev = False
     run = parser.add_argument_group("run")
     run.add_argument("--algorithm", default="ssgd",
                      help=f"synchronization strategy: {', '.join(ALGORITHMS)}")
@@ -235,4 +245,9 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
             raise ValueError(f"--out {config.out}: directory {parent} is not writable")
         if out.exists() and not config.overwrite and not config.resume:
             raise ValueError(f"--out {config.out} exists; pass --overwrite to replace it")
+    if config.save_model:
+        parent = Path(config.save_model).parent
+        if not parent.is_dir():
+            raise ValueError(f"--save-model {config.save_model}: directory {parent} does not "
+                             "exist")
     cls.validate(config, world_size)
