@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 
 from . import schema
-from .runfile import Run, RunFileError, packed_columns, packed_index
+from .runfile import Run, RunFileError, get_checked, packed_columns, packed_index
 
 
 @dataclass
@@ -49,16 +49,19 @@ def read_events(path: str | os.PathLike[str]) -> dict[int, RankEvents]:
     if not os.path.isfile(path):
         return {}
     try:
-        with h5py.File(path, "r") as f:
-            ranks = f.get(schema.RANKS_GROUP)
+        with h5py.File(path, "r") as f:  # no link followed out of the file (get_checked)
+            ranks = get_checked(path, f, schema.RANKS_GROUP)
             if _text(f.attrs.get(schema.RANK_LAYOUT_ATTR, "")) == schema.RANK_LAYOUT_PACKED:
-                group = ranks.get(schema.EVENTS_GROUP) if ranks is not None else None
+                group = get_checked(path, ranks, schema.EVENTS_GROUP) \
+                    if ranks is not None else None
                 return _packed_events(path, group) if group is not None else {}
-            first = ranks.get(f"{0:05d}") if ranks is not None else None
-            if first is None or schema.EVENTS_GROUP not in first:
+            first = get_checked(path, ranks, f"{0:05d}") if ranks is not None else None
+            if first is None or get_checked(path, first, schema.EVENTS_GROUP) is None:
                 return {}
-            return {int(name): _rank_events(path, ranks[name][schema.EVENTS_GROUP])
-                    for name in sorted(ranks) if schema.EVENTS_GROUP in ranks[name]}
+            found = {int(name): get_checked(path, ranks, f"{name}/{schema.EVENTS_GROUP}")
+                     for name in sorted(ranks)}
+            return {rank: _rank_events(path, group) for rank, group in found.items()
+                    if group is not None}
     except (OSError, KeyError, ValueError, TypeError) as exc:
         raise RunFileError(path, f"has unreadable events ({exc})") from None
 
@@ -76,7 +79,8 @@ def _packed_events(path: str, group: h5py.Group) -> dict[int, RankEvents]:
     cols = packed_columns(path, group, schema.EVENT_COLUMNS, int(counts.sum()))
     names = tuple(_text(n) for n in group.attrs.get("names", schema.EVENT_KINDS))
     counters = {k: v.tolist() for k, v in packed_columns(
-        path, group, {k: "i8" for k in schema.EVENT_COUNT_ATTRS if k in group},
+        path, group, {k: "i8" for k in schema.EVENT_COUNT_ATTRS
+                     if get_checked(path, group, k) is not None},
         len(order)).items()}
     ends = np.cumsum(counts).tolist()
     out = {}
@@ -89,9 +93,10 @@ def _packed_events(path: str, group: h5py.Group) -> dict[int, RankEvents]:
 def _rank_events(path: str, group: h5py.Group) -> RankEvents:
     cols = {}
     for name, dtype in schema.EVENT_COLUMNS.items():
-        if name not in group:
+        dataset = get_checked(path, group, name)
+        if not isinstance(dataset, h5py.Dataset):
             raise RunFileError(path, f"is malformed: {group.name} has no dataset '{name}'")
-        cols[name] = np.asarray(group[name][()], dtype=dtype)
+        cols[name] = np.asarray(dataset[()], dtype=dtype)
     names = tuple(n.decode() if isinstance(n, bytes) else str(n)
                   for n in group.attrs.get("names", schema.EVENT_KINDS))
     attrs = {k: int(group.attrs[k]) for k in schema.EVENT_COUNT_ATTRS if k in group.attrs}

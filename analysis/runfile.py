@@ -13,6 +13,14 @@ the groups one of older files (a group per rank). ``Run.ranks`` holds per-rank
 columns either way (views into the packed columns for a packed file) and
 :attr:`Run.packed` the rows of all ranks as one table (:mod:`.packed`), which
 the tables reduce per rank without a Python loop over ranks.
+
+A run file may come from anyone, so the reader takes nothing from outside it:
+a dataset whose data lies in other files (external storage, a virtual
+dataset), a link to another file (an external link, or a soft link whose path
+passes through one) and a dataset larger than any run writes
+(:data:`MAX_ELEMENTS`, :data:`MAX_EXPANSION`) are each refused with a
+:class:`RunFileError` naming the dataset, before anything is read through
+them. Links are checked without being followed, so no other file is opened.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5g, h5s, h5t
+from h5py import h5a, h5d, h5g, h5l, h5s, h5t
 
 from .packed import PackedRows
 from .schema import (
@@ -59,6 +67,19 @@ _RANK_NAME = re.compile(r"^\d{5}$")
 _TMP_NAME = re.compile(r"\.tmp(\.[^/\\]*)?$")
 
 
+#: Elements of any one dataset at most: a column of every rank's steps holds ranks x
+#: steps rows, and 2**31 (16,384 ranks of 131,072 steps each) is past any run.
+MAX_ELEMENTS = 1 << 31
+#: A dataset's data, read, may take at most this many times the bytes it takes in the file
+#: (the recorder stores columns uncompressed: once), where it is over
+#: :data:`_SMALL_BYTES`: a few bytes of file must not become gigabytes of memory (a huge
+#: shape with no data written reads as fill values, compressed zeros likewise).
+MAX_EXPANSION = 64
+_SMALL_BYTES = 1 << 20
+#: Soft links followed in one path at most.
+_MAX_SOFT_LINKS = 16
+
+
 class RunFileError(Exception):
     """A run file that is missing, unreadable, of another schema or incomplete.
 
@@ -69,6 +90,87 @@ class RunFileError(Exception):
         self.path = os.fspath(path)
         self.problem = " ".join(str(problem).split())  # one line
         super().__init__(f"{self.path} {self.problem}")
+
+
+def _refusal(dsid: Any, file_size: int) -> str | None:
+    """Why the dataset (a low-level ``DatasetID``) of a file of ``file_size`` bytes is not
+    read, else None: its data lies in other files, or it is larger than a run writes or
+    than the file could hold (module docstring)."""
+    plist = dsid.get_create_plist()
+    if plist.get_layout() == h5d.VIRTUAL:
+        return "is a virtual dataset (its data lies in other files)"
+    if plist.get_external_count():
+        return "keeps its data in an external file"
+    shape = dsid.shape or ()
+    elements = math.prod(shape)
+    if elements > MAX_ELEMENTS:
+        return f"has shape {shape}: more than {MAX_ELEMENTS} elements, past any run"
+    nbytes = elements * dsid.get_type().get_size()
+    offset = dsid.get_offset()  # contiguous data written in this file, else None
+    if offset is not None and offset + nbytes > file_size:
+        return f"has shape {shape}: {nbytes} bytes, past the end of the file"
+    if offset is None and nbytes > _SMALL_BYTES \
+            and nbytes > MAX_EXPANSION * (stored := dsid.get_storage_size()):
+        return (f"has shape {shape}: {nbytes} bytes from {stored} in the file, more than "
+                f"{MAX_EXPANSION} times")
+    return None
+
+
+def check_dataset(path: str, obj: h5py.Dataset) -> h5py.Dataset:
+    """``obj``, if it may be read (:func:`_refusal`, and in the file ``path``); else
+    :class:`RunFileError` naming it."""
+    problem = _refusal(obj.id, obj.file.id.get_filesize())
+    if problem is None and not _same_file(obj, path):
+        problem = "lies in another file"
+    if problem is not None:
+        raise RunFileError(path, f"is refused: {obj.name} {problem}")
+    return obj
+
+
+def _same_file(obj: h5py.HLObject, path: str) -> bool:
+    try:
+        return os.path.samefile(obj.file.filename, path)
+    except OSError:
+        return False
+
+
+def get_checked(path: str, group: h5py.Group, name: str) -> h5py.HLObject | None:
+    """``group[name]`` (``name`` a path, relative or absolute), None where it does not
+    exist, reached through hard links and soft links only: a link to another file on the
+    way is a :class:`RunFileError` naming it, found without following it; a dataset is
+    :func:`check_dataset`-ed."""
+    obj = _walk(path, group, name, 0)
+    if isinstance(obj, h5py.Dataset):
+        check_dataset(path, obj)
+    return obj
+
+
+def _walk(path: str, group: h5py.Group, name: str, depth: int) -> h5py.HLObject | None:
+    current: h5py.HLObject = group.file["/"] if name.startswith("/") else group
+    for part in (p for p in name.split("/") if p not in ("", ".")):
+        if not isinstance(current, h5py.Group):
+            return None
+        link = current.get(part, getlink=True)
+        where = f"{current.name.rstrip('/')}/{part}"
+        if link is None:
+            return None
+        if isinstance(link, h5py.SoftLink):
+            if depth >= _MAX_SOFT_LINKS:
+                raise RunFileError(path, f"is refused: {where} is a soft link in a chain of "
+                                   f"more than {_MAX_SOFT_LINKS}")
+            current = _walk(path, current, link.path, depth + 1)
+            if current is None:
+                return None
+        elif isinstance(link, h5py.HardLink):
+            current = current[part]
+        else:  # an external link, or a user-defined one: a way out of the file
+            raise RunFileError(path, f"is refused: {where} is a link to another file")
+    return current
+
+
+def _has(path: str, group: h5py.Group, name: str) -> bool:
+    """Whether ``group`` has ``name`` (:func:`get_checked`: no link is followed out)."""
+    return get_checked(path, group, name) is not None
 
 
 @dataclass
@@ -196,11 +298,12 @@ def _columns(
     path: str, f: h5py.File, group: str, names: dict[str, str]
 ) -> dict[str, np.ndarray]:
     """Every dataset ``names`` of ``/group``: 1-D and all the same length."""
-    if group not in f or not isinstance(f[group], h5py.Group):
+    parent = get_checked(path, f, group)
+    if not isinstance(parent, h5py.Group):
         raise RunFileError(path, f"is incomplete: missing /{group}")
     cols: dict[str, np.ndarray] = {}
     for name in names:
-        obj = f[group].get(name)
+        obj = get_checked(path, parent, name)
         if obj is None and name in RANK_COLUMN_DEFAULTS:  # a file older than the column
             cols[name] = None  # filled in below, once the row count is known
             continue
@@ -246,7 +349,7 @@ def _fast_attrs(oid: Any) -> dict[str, Any]:
     return _known(out)
 
 
-def _fast_group(parent: Any, name: str, names: dict[str, str]
+def _fast_group(parent: Any, name: str, names: dict[str, str], file_size: int
                 ) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     """Columns and attributes of ``parent/name`` read with h5py's low-level API.
 
@@ -257,18 +360,19 @@ def _fast_group(parent: Any, name: str, names: dict[str, str]
     the checked readers then report.
     """
     try:
+        if not _hard_link(parent, name):
+            return None
         gid = h5g.open(parent, name.encode())
         cols: dict[str, np.ndarray] = {}
         rows = -1
         for column, dtype in names.items():
-            try:
-                dsid = h5d.open(gid, column.encode())
-            except KeyError:  # absent (a file older than the column) or not a dataset
-                if column not in RANK_COLUMN_DEFAULTS or gid.links.exists(column.encode()):
-                    return None
+            dsid = _fast_dataset(gid, column, np.dtype(dtype).itemsize, file_size)
+            if dsid is _ABSENT and column in RANK_COLUMN_DEFAULTS:  # older than the column
                 continue
+            if dsid is None or dsid is _ABSENT:
+                return None
             shape = dsid.shape
-            if shape is None or len(shape) != 1 or rows not in (-1, shape[0]):
+            if rows not in (-1, shape[0]):
                 return None
             rows = shape[0]
             data = np.empty(shape, dtype=dtype)  # the schema's type (HDF5 converts if stored
@@ -282,6 +386,44 @@ def _fast_group(parent: Any, name: str, names: dict[str, str]
         return {c: cols[c] for c in names}, _fast_attrs(gid)
     except (_Unusual, KeyError, ValueError, TypeError, OSError, RuntimeError):
         return None
+
+
+#: :func:`_fast_dataset`: no such link.
+_ABSENT = object()
+
+
+def _fast_dataset(gid: Any, name: str, itemsize: int, file_size: int) -> Any:
+    """The dataset ``name`` of the group ``gid`` (low-level), if it is what the recorder
+    writes: reached by a hard link, its data contiguous in this file (neither external
+    nor virtual), ``itemsize``-byte elements fitting in the file's ``file_size`` bytes,
+    at most :data:`MAX_ELEMENTS`. :data:`_ABSENT` if there is no such link; None for
+    anything else, which the checked reader reads or refuses (:func:`check_dataset`)."""
+    try:
+        if gid.links.get_info(name.encode()).type != h5l.TYPE_HARD:
+            return None
+    except KeyError:
+        return _ABSENT
+    try:
+        dsid = h5d.open(gid, name.encode())
+    except KeyError:  # not a dataset
+        return None
+    shape = dsid.shape
+    if shape is None or len(shape) != 1:
+        return None
+    if shape[0] == 0:  # nothing read, wherever it would lie
+        return dsid
+    offset = dsid.get_offset()  # None: not contiguous in this file
+    if offset is None or shape[0] > MAX_ELEMENTS or offset + shape[0] * itemsize > file_size:
+        return None
+    return dsid
+
+
+def _hard_link(gid: Any, name: str) -> bool:
+    """Whether ``name`` of the group ``gid`` is a hard link (not soft, not external)."""
+    try:
+        return gid.links.get_info(name.encode()).type == h5l.TYPE_HARD
+    except KeyError:
+        return False
 
 
 def _root_attrs(path: str, f: h5py.File) -> dict[str, Any]:
@@ -304,9 +446,10 @@ def _root_attrs(path: str, f: h5py.File) -> dict[str, Any]:
 def _ranks(path: str, f: h5py.File, world_size: Any, complete: bool
            ) -> tuple[dict[int, dict[str, np.ndarray]], dict[int, dict[str, Any]]]:
     """Every rank group's columns and attributes (all ranks unless the run is partial)."""
-    if RANKS_GROUP not in f or not isinstance(f[RANKS_GROUP], h5py.Group):
+    ranks_group = get_checked(path, f, RANKS_GROUP)
+    if not isinstance(ranks_group, h5py.Group):
         raise RunFileError(path, f"is incomplete: missing /{RANKS_GROUP}")
-    rank_names = sorted(f[RANKS_GROUP])
+    rank_names = sorted(ranks_group)
     for name in rank_names:
         if not _RANK_NAME.match(name):
             raise RunFileError(
@@ -314,16 +457,17 @@ def _ranks(path: str, f: h5py.File, world_size: Any, complete: bool
             )
     ranks: dict[int, dict[str, np.ndarray]] = {}
     rank_attrs: dict[int, dict[str, Any]] = {}
-    parent = f[RANKS_GROUP].id
+    parent = ranks_group.id
+    file_size = f.id.get_filesize()
     for name in rank_names:
         rank = int(name)
-        fast = _fast_group(parent, name, RANK_COLUMNS)
+        fast = _fast_group(parent, name, RANK_COLUMNS, file_size)
         if fast is not None:
             ranks[rank], rank_attrs[rank] = fast
             continue
         group = rank_group(rank)
         ranks[rank] = _columns(path, f, group, RANK_COLUMNS)
-        rank_attrs[rank] = _attrs(f[group])
+        rank_attrs[rank] = _attrs(get_checked(path, f, group))
     if complete and world_size is not None:
         for rank in range(int(world_size)):
             if rank not in ranks:
@@ -334,7 +478,7 @@ def _ranks(path: str, f: h5py.File, world_size: Any, complete: bool
 def _packed_dataset(path: str, group: h5py.Group, name: str, dtype: Any,
                     length: int | None) -> np.ndarray:
     """A 1-D dataset of a packed ``group`` read as ``dtype``, ``length`` long if given."""
-    obj = group.get(name)
+    obj = get_checked(path, group, name)
     if not isinstance(obj, h5py.Dataset):
         raise RunFileError(path, f"is incomplete: missing {group.name}/{name}")
     if obj.ndim != 1 or (length is not None and obj.shape[0] != length):
@@ -370,7 +514,7 @@ def packed_columns(path: str, group: h5py.Group, names: dict[str, str], rows: in
     filled with it."""
     cols = {}
     for name, dtype in names.items():
-        if name not in group and defaults and name in defaults:
+        if defaults and name in defaults and not _has(path, group, name):
             cols[name] = np.full(rows, defaults[name], dtype=dtype)
         else:
             cols[name] = _packed_dataset(path, group, name, dtype, rows)
@@ -382,7 +526,7 @@ def _packed_rank_attrs(path: str, group: h5py.Group, n: int) -> list[dict[str, A
     the groups layout reads them: an unknown string or integer absent, a float NaN."""
     out: list[dict[str, Any]] = [{} for _ in range(n)]
     for name in sorted(RANK_ATTRS):  # the groups layout's order (HDF5's, by name)
-        if name not in group:
+        if not _has(path, group, name):
             continue
         kind = RANK_ATTR_DTYPES.get(name, "f8")
         values = _packed_dataset(path, group, name,
@@ -399,7 +543,7 @@ def _ranks_packed(path: str, f: h5py.File, world_size: Any, complete: bool
                              PackedRows]:
     """The packed layout's ranks: per-rank columns (views into the packed ones), per-rank
     attributes, and the table itself."""
-    group = f.get(RANKS_GROUP)
+    group = get_checked(path, f, RANKS_GROUP)
     if not isinstance(group, h5py.Group):
         raise RunFileError(path, f"is incomplete: missing /{RANKS_GROUP}")
     ranks, counts = packed_index(path, group)
@@ -421,9 +565,10 @@ def _ranks_packed(path: str, f: h5py.File, world_size: Any, complete: bool
 
 def _summary(path: str, f: h5py.File) -> tuple[dict[str, float], dict[str, Any]]:
     """The ``SUMMARY_ATTRS`` as floats, and the group's other attributes."""
-    if SUMMARY_GROUP not in f:
+    group = get_checked(path, f, SUMMARY_GROUP)
+    if group is None:
         raise RunFileError(path, f"is incomplete: missing /{SUMMARY_GROUP}")
-    summary_attrs = _attrs(f[SUMMARY_GROUP])
+    summary_attrs = _attrs(group)
     summary: dict[str, float] = {}
     for key in SUMMARY_ATTRS:
         if key not in summary_attrs:
@@ -455,7 +600,7 @@ def _read(path: str, f: h5py.File) -> Run:
         ranks, rank_attrs = _ranks(path, f, attrs.get("world_size"), complete)
     eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
     eval_local = (_columns(path, f, EVAL_LOCAL_GROUP, EVAL_COLUMNS)
-                  if EVAL_LOCAL_GROUP in f else None)
+                  if _has(path, f, EVAL_LOCAL_GROUP) else None)
     return Run(
         path=path,
         attrs=attrs,
