@@ -95,8 +95,9 @@ def run_command(cmd: Sequence[str], timeout: float | None = None, quiet: bool = 
     if not quiet:
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     pipe = subprocess.PIPE if quiet else None
-    proc = subprocess.Popen(list(cmd), env=env or rank_env(), text=True, stdout=pipe,
-                            stderr=pipe, start_new_session=True)
+    proc = subprocess.Popen(list(cmd), env=env or rank_env(), text=True,
+                            stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe,
+                            start_new_session=True)
     _RUNNING.add(proc)
     try:
         try:
