@@ -50,7 +50,13 @@ static inline v16 splat(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x,
 /* A loaded vector kept in its register: without this GCC folds the load into each FMA
  * that uses it (one load per FMA instead of one per vector), and the loads, not the
  * FMAs, then bound the loop. */
+#ifdef __AVX512F__
 static inline v16 held(v16 v) { __asm__("" : "+v"(v)); return v; }
+#else
+/* Without AVX-512 a 64-byte vector is two registers, which no asm operand can name: the
+ * compiler's own choice stands (tests/test_cpu_native.py holds on AVX2 cores too). */
+static inline v16 held(v16 v) { return v; }
+#endif
 
 /* One register block of the forward pass: out[a, pixel, v*16 .. v*16+15] for a < kbn,
  * v < nb, summed over the window's taps (c, i, j) flattened: ``tap[q]`` is tap q's offset
