@@ -92,7 +92,10 @@ class LockHeld(RuntimeError):
 
 
 def _holder_line() -> str:
-    command = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:6]))
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if program == "__main__.py":  # python -m syncbench
+        program = "syncbench"
+    command = " ".join([program, *sys.argv[1:6]])
     return f"host {socket.gethostname()} pid {os.getpid()}: {command}".strip()
 
 
