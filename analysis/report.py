@@ -50,6 +50,7 @@ from .compare import add_compare_arguments, compare_main
 from .completeness import incomplete_reason
 from .context import format_contexts, machine_context
 from .labels import run_label
+from .output_paths import OutputError, check_output_dir, check_output_file
 from .plot_style import add_plot_arguments, plot_flags_problem, plot_output, require_matplotlib
 from .plots import write_plots
 from .repeats import group_rows
@@ -489,11 +490,28 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     add_compare_arguments(parser)
 
 
+def _output_problem(args: argparse.Namespace) -> str | None:
+    """Why ``-o`` or ``--plots`` cannot be written (checked before any run file is read),
+    else None."""
+    try:
+        if getattr(args, "output", None):
+            check_output_file("-o/--output", args.output)
+        if getattr(args, "plots", None):
+            check_output_dir("--plots", args.plots)
+    except OutputError as exc:
+        return str(exc)
+    return None
+
+
 def report_main(args: argparse.Namespace) -> int:
     """Run ``syncbench report``; returns the exit status (2 on a bad file or flag)."""
     def err(message: str) -> None:
         print(f"syncbench report: {message}", file=sys.stderr)
 
+    problem = _output_problem(args)
+    if problem:
+        err(problem)
+        return 2
     if getattr(args, "compare", False):  # two sets of runs A B (analysis.compare)
         return compare_main(args, err)
     if args.format in TABLES or getattr(args, "output", None):

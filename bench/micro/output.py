@@ -20,14 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import fsync_dir
 
 
 def check_writable_parent(flag: str, path: str) -> None:
-    """``ValueError`` naming ``flag`` unless ``path``'s folder exists and is writable."""
-    parent = Path(os.path.abspath(path)).parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: directory {parent} is not writable")
+    """``ValueError`` naming ``flag`` unless ``path`` can be written as a file: its folder
+    exists and is writable, and it is no folder itself (:func:`check_output_file`)."""
+    check_output_file(flag, path)
 
 
 @contextmanager
