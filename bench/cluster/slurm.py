@@ -37,7 +37,7 @@ from syncbench.bench.files import WriteError, write_atomic
 
 from .host import ClusterError, complaint
 from .launch import TRANSPORT_ENV, node_command
-from .state import BRIDGE_ADDRESS, Cluster, record, state_dir
+from .state import BRIDGE_ADDRESS, Cluster, record, state_dir, write_file
 
 PARTITION = "emulated"
 #: Slurm CPUs per CPU of a node (more than 1 lets small jobs share a node here).
@@ -256,14 +256,11 @@ def slurmd_command(conf: str | Path, name: str) -> str:
 def add_nodes(cluster: Cluster) -> None:
     """Nodes into slurm.conf, a slurmd in each, then wait until they are idle."""
     check_conf_is_ours()
-    folder = state_dir()
-    (folder / "slurm-nodes.conf").write_text(fragment(cluster))
-    prolog = folder / "task-prolog"
-    prolog.write_text(task_prolog(cluster))
-    prolog.chmod(0o755)
+    nodes_conf = write_file(cluster, "slurm-nodes.conf", fragment(cluster))
+    write_file(cluster, "task-prolog", task_prolog(cluster), mode=0o755)
     record(cluster, "slurm-conf", "slurm.conf")
     _local_cluster({"SLURM_CTLD_ADDR": BRIDGE_ADDRESS,
-                    "SLURM_EXTRA_CONF": str(folder / "slurm-nodes.conf")})
+                    "SLURM_EXTRA_CONF": str(nodes_conf)})
     conf = slurm_conf()
     for node in cluster.nodes:
         pidfile = slurm_dir() / "run" / f"slurmd-{node.name}.pid"
