@@ -2,12 +2,16 @@
 
 A and B are each a results file (the runner's ``results.json``, a sweep's
 ``manifest.json``: ``syncbench-results/1``, or an older ``syncbench-sweep/1``
-manifest), a folder of run files, or a (quoted) glob of them. Runs are matched
-per label and configuration: a results file's label and condition (a sweep's:
-``np=N``), a run file's label and its name less the ``-r<repeat>`` suffix (the
-runner's and a sweep's naming, ``<label>-<configuration>-r<repeat>``). A results
-file's recorded figures are used as they are; a manifest's, which records
-none, are read from its run files. Incomplete runs are left out.
+manifest), a folder of run files, or a (quoted) glob of them. Runs are paired by
+what their run files record, never by their names (:func:`run_identity`): the
+strategy (with its variant), model, dataset, ranks, batch, budget and every flag
+that changes the work; a results record whose run file is gone is known by its
+label and condition only. What one side has and the other lacks is named on
+stderr, one line a side, and not compared; with ``--fail-on-change``, nothing
+compared at all is exit 2. A results file's recorded figures are used as they
+are; a manifest's, which records none, are read from its run files. Incomplete
+runs are left out. Time to target of runs trained without a target is "n/a"
+(undefined), never infinitely slow.
 
 For samples/s, time to target and every other registry column with a spread
 (:mod:`.columns`, combined as :mod:`.repeats` does: a diverged run is left out
@@ -33,7 +37,6 @@ import glob
 import io
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,22 +45,21 @@ from typing import Any
 import numpy as np
 
 from . import columns
+from .inputs import RAN, InputError, load_results, record_path, results_in
+from .labels import run_label
+from .numbers import hashable
 from .repeats import format_value, spread
 from .runfile import RunFileError, read_run
+from .scaling import NON_IDENTITY_FLAGS, other_strategy_flags
 from .tables import table_rows
 
-#: Results files read (the runner's and a scaling scenario's; an older sweep manifest).
-RESULTS_SCHEMAS = ("syncbench-results/1", "syncbench-sweep/1")
 #: The headline figures, first in the table.
 HEADLINE = ("samples_per_s", "time_to_target_s")
-#: A sweep's statuses of a run whose run file is there (it ran, or was kept from before).
-RAN = ("ran", "skipped")
 #: Sample sizes up to which the p-value is exact (asv's switch), if there are no ties.
 EXACT_MAX = 20
 DEFAULT_ALPHA = 0.05
 DEFAULT_THRESHOLD = 0.1
 
-Key = tuple[str, str]
 
 
 class CompareError(Exception):
@@ -145,16 +147,58 @@ def smallest_p(m: int, n: int) -> float:
 
 # ---------------------------------------------------------------- the sets of runs
 
+#: Root attributes of a run's identity (with its strategy's label and its world size).
+IDENTITY_ATTRS = ("model", "dataset", "simulated")
+#: ``config`` flags of a run's identity beyond the work flags (which
+#: ``scaling.NON_IDENTITY_FLAGS`` leaves out of a series, the batch and budget too).
+IDENTITY_FLAGS = ("batch_size", "epochs")
+#: The identity entries a configuration's name shows (the label is shown apart).
+SHOWN = ("model", "dataset", "world_size", "batch_size", "slowdown")
+
+Identity = tuple[tuple[str, Any], ...]
+
+
+def run_identity(label: str, attrs: dict[str, Any], config: dict[str, Any],
+                 world_size: Any) -> Identity:
+    """What two runs must share to be compared: the strategy (its label, variant
+    suffix included), model, dataset, ranks, batch, budget and every flag that changes
+    the work or how it is synchronised (a strategy's own options, slowdowns; not the
+    seed, the outputs, the evaluation interval or the target)."""
+    others = other_strategy_flags(attrs)
+    key: list[tuple[str, Any]] = [("strategy", label), ("world_size", int(world_size))]
+    key += [(k, hashable(attrs.get(k))) for k in IDENTITY_ATTRS]
+    key += [(k, hashable(config.get(k))) for k in IDENTITY_FLAGS]
+    key += [(k, hashable(v)) for k, v in sorted(config.items())
+            if k not in NON_IDENTITY_FLAGS and not k.startswith("_") and k not in others]
+    return tuple(key)
+
+
+def _shown(identity: Identity) -> str:
+    """A configuration's name: model/dataset, ranks, batch, slowdown."""
+    d = dict(identity)
+    if "strategy" not in d:  # a results record whose run file is gone: its condition
+        return str(d.get("condition"))
+    parts = [f"{d.get('model')}/{d.get('dataset')}", f"np={d.get('world_size')}",
+             f"batch={d.get('batch_size')}"]
+    if d.get("slowdown"):
+        parts.append(f"slowdown={d['slowdown']}")
+    return " ".join(parts)
+
 
 @dataclass
 class RunSet:
-    """One side of a comparison: per (label, configuration), per figure, per-run values."""
+    """One side of a comparison: per run identity (:func:`run_identity`), per figure,
+    per-run values."""
 
     source: str
-    values: dict[Key, dict[str, list[float]]] = field(default_factory=dict)
+    values: dict[Identity, dict[str, list[float]]] = field(default_factory=dict)
     runs: int = 0
     #: Incomplete runs (and a sweep's failed or pending ones), left out.
     left_out: int = 0
+    #: Identity -> the label its runs are shown under (a results file's own label).
+    labels: dict[Identity, str] = field(default_factory=dict)
+    #: Identity -> figures none of its runs has (time to target without a target).
+    lacks: dict[Identity, set[str]] = field(default_factory=dict)
 
 
 def figures() -> tuple[str, ...]:
@@ -180,23 +224,33 @@ def run_value(key: str, value: Any, diverged: bool) -> float | None:
     return number
 
 
-def _add(run_set: RunSet, key: Key, figures_of: dict[str, Any], diverged: bool,
-         complete: Any) -> None:
+def _targeted(key: str) -> bool:
+    """Whether figure ``key`` needs a target (time to target: a miss is infinitely slow)."""
+    entry = columns.column(key)
+    return entry is not None and entry.missing_is_slow
+
+
+def _add(run_set: RunSet, key: Identity, label: str, figures_of: dict[str, Any],
+         diverged: bool, complete: Any, has_target: bool = True) -> None:
     run_set.runs += 1
+    run_set.labels.setdefault(key, label)
     if complete is False:
         run_set.left_out += 1
         return
     per_figure = run_set.values.setdefault(key, {})
     for name in figures():
+        if not has_target and _targeted(name):  # undefined, not infinitely slow
+            run_set.lacks.setdefault(key, set()).add(name)
+            continue
         value = run_value(name, figures_of.get(name), diverged)
         if value is not None:
             per_figure.setdefault(name, []).append(value)
 
 
-def _configuration(path: str, label: str) -> str:
-    """A run file's configuration: its name less ``-r<repeat>`` and a leading label."""
-    stem = re.sub(r"-r\d+$", "", Path(path).stem)
-    return stem[len(label) + 1:] if stem.startswith(f"{label}-") else stem
+def _row_identity(row: dict[str, Any]) -> Identity:
+    label = str(row.get("algorithm") or "")
+    return run_identity(label, row.get("_attrs", {}), row.get("_config", {}),
+                        row.get("world_size"))
 
 
 def _read_runs(paths: Sequence[str], target: float | None) -> list[dict[str, Any]]:
@@ -209,67 +263,61 @@ def _read_runs(paths: Sequence[str], target: float | None) -> list[dict[str, Any
 
 def _from_run_files(source: str, paths: Sequence[str], target: float | None) -> RunSet:
     run_set = RunSet(source)
-    for path, row in zip(paths, _read_runs(paths, target), strict=True):
-        label = str(row.get("algorithm") or "")
-        _add(run_set, (label, _configuration(path, label)), row, bool(row.get("diverged")),
-             row.get("complete"))
+    for row in _read_runs(paths, target):
+        _add(run_set, _row_identity(row), str(row.get("algorithm") or ""), row,
+             bool(row.get("diverged")), row.get("complete"),
+             row.get("target_accuracy") is not None)
     return run_set
 
 
-def _record_path(record: dict[str, Any], results: Path) -> str:
-    path = Path(str(record.get("path") or ""))
-    # results files name their run files relative to their own folder (older ones: to
-    # where the runner was started, tried second)
-    if not path.is_absolute() and (results.parent / path).exists():
-        path = results.parent / path
-    if not path.is_file():
-        raise CompareError(f"{results}: run {record.get('run_id', path.stem)}: "
-                           f"no run file {path}")
-    return str(path)
-
-
-def _record_key(record: dict[str, Any]) -> Key:
-    label = str(record.get("label") or record.get("algorithm") or "")
-    if "condition" in record:
-        return label, str(record["condition"])
-    return label, f"np={record.get('np')}"
-
-
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompareError(f"{path}: not a results file (not JSON: {exc})") from None
-    except OSError as exc:
-        raise CompareError(f"{path}: cannot be read ({exc.strerror})") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema not in RESULTS_SCHEMAS or not isinstance(data.get("runs"), list):
-        raise CompareError(f"{path}: not a results file (schema {schema!r}; expected "
-                           f"{' or '.join(RESULTS_SCHEMAS)} with runs)")
-    return data
+def _record_identity(record: dict[str, Any], path: Path,
+                     read: dict[str, Identity]) -> Identity:
+    """A results record's identity, from its run file's attributes; a record whose run
+    file is gone is known only by its label and condition (it pairs with such records)."""
+    file = record_path(record, path)
+    if file not in read:
+        if not Path(file).is_file():
+            return (("label", str(record.get("label") or record.get("algorithm") or "")),
+                    ("condition", str(record.get("condition", f"np={record.get('np')}"))))
+        try:
+            run = read_run(file)
+        except RunFileError as exc:
+            raise CompareError(f"{path}: {exc}") from None
+        read[file] = run_identity(run_label(run.attrs), run.attrs, run.config,
+                                  run.world_size)
+    return read[file]
 
 
 def _from_results(path: Path, target: float | None) -> RunSet:
     """The runs of a results file: its recorded figures, or (a manifest) its run files'."""
-    records = [r for r in _load_json(path)["runs"] if isinstance(r, dict)]
+    try:
+        records = [r for r in load_results(path)["runs"] if isinstance(r, dict)]
+    except InputError as exc:
+        raise CompareError(str(exc)) from None
     recorded = [r for r in records if HEADLINE[0] in r]
     if recorded and target is not None:
         raise CompareError(f"--target-accuracy: {path} records its figures at its own "
                            "target; compare its folder of run files instead")
     run_set = RunSet(str(path))
+    read: dict[str, Identity] = {}
     for record in recorded:
         figures_of = {**(record.get("summary") or {}), **record}
-        _add(run_set, _record_key(record), figures_of, bool(record.get("diverged")),
-             record.get("complete"))
+        label = str(record.get("label") or record.get("algorithm") or "")
+        _add(run_set, _record_identity(record, path, read), label, figures_of,
+             bool(record.get("diverged")), record.get("complete"))
     files = [r for r in records if r not in recorded and r.get("status") in RAN]
     missed = len(records) - len(recorded) - len(files)  # a sweep's failed or pending runs
     run_set.runs += missed
     run_set.left_out += missed
     if files:
-        paths = [_record_path(r, path) for r in files]
-        for record, row in zip(files, _read_runs(paths, target), strict=True):
-            _add(run_set, _record_key(record), row, bool(row.get("diverged")),
-                 row.get("complete"))
+        paths = [record_path(r, path) for r in files]
+        for file in paths:
+            if not Path(file).is_file():
+                raise CompareError(f"{path}: no run file {file}")
+        for row in _read_runs(paths, target):
+            _add(run_set, _row_identity(row), str(row.get("algorithm") or ""), row,
+                 bool(row.get("diverged")), row.get("complete"),
+                 row.get("target_accuracy") is not None)
     return run_set
 
 
@@ -281,9 +329,9 @@ def load_set(spec: str, target: float | None = None) -> RunSet:
         paths = sorted(str(p) for p in path.glob("*.h5"))
         if paths:
             return _from_run_files(spec, paths, target)
-        for name in ("results.json", "manifest.json"):
-            if (path / name).is_file():
-                return _from_results(path / name, target)
+        results = results_in(path)
+        if results is not None:
+            return _from_results(results, target)
         raise CompareError(f"{spec}: a folder with no run files (*.h5) and no results.json")
     if path.is_file():
         if path.suffix == ".json":
@@ -358,8 +406,8 @@ class Comparison:
     alpha: float
     threshold: float
     changes: list[Change]
-    only_a: list[Key]
-    only_b: list[Key]
+    only_a: list[Identity]
+    only_b: list[Identity]
 
     @property
     def changed(self) -> list[Change]:
@@ -374,18 +422,64 @@ def check_levels(alpha: float, threshold: float) -> None:
         raise ValueError(f"--threshold must be >= 0, got {threshold:g}")
 
 
+def _lacking(key: tuple[str, str, str], a: Sequence[float], b: Sequence[float]) -> Change:
+    """A figure one side has and the other has not (time to target of runs trained
+    without a target): no ratio, no test, "n/a"."""
+    nan = math.nan
+    return Change(*key, spread(a, keep_inf=True), spread(b, keep_inf=True), nan, nan, nan,
+                  UTest(nan, nan, "none"), "n/a")
+
+
 def compare_sets(a: RunSet, b: RunSet, alpha: float = DEFAULT_ALPHA,
                  threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Each figure of each (label, configuration) that both sets have values of."""
+    """Each figure of each run identity that both sets have values of; a headline figure
+    one side lacks (no target: time to target undefined) is "n/a"."""
     check_levels(alpha, threshold)
     changes = []
-    for key in sorted(set(a.values) & set(b.values)):
+    for key in sorted(set(a.values) & set(b.values), key=repr):
+        names = (a.labels.get(key) or b.labels.get(key) or "", _shown(key))
         for name in figures():
             va, vb = a.values[key].get(name), b.values[key].get(name)
             if va and vb:
-                changes.append(compare_values((*key, name), va, vb, alpha, threshold))
-    return Comparison(a, b, alpha, threshold, changes, sorted(set(a.values) - set(b.values)),
-                      sorted(set(b.values) - set(a.values)))
+                changes.append(compare_values((*names, name), va, vb, alpha, threshold))
+            elif (va or vb) and name in HEADLINE:
+                changes.append(_lacking((*names, name), va or [], vb or []))
+            elif name in HEADLINE and (name in a.lacks.get(key, ())
+                                       or name in b.lacks.get(key, ())):
+                changes.append(_lacking((*names, name), [], []))
+    return Comparison(a, b, alpha, threshold, changes,
+                      sorted(set(a.values) - set(b.values), key=repr),
+                      sorted(set(b.values) - set(a.values), key=repr))
+
+
+def _differences(key: Identity, others: Sequence[Identity]) -> str:
+    """How ``key`` differs from the nearest of ``others`` (fewest differing entries)."""
+    if not others:
+        return "the other side has no runs"
+    mine = dict(key)
+
+    def diff(other: Identity) -> list[str]:
+        theirs = dict(other)
+        return [f"{k} {mine.get(k)!s} vs {theirs.get(k)!s}"
+                for k in dict.fromkeys([*mine, *theirs]) if mine.get(k) != theirs.get(k)]
+
+    nearest = min((diff(o) for o in others), key=len)
+    shown = ", ".join(nearest[:4]) + (f" and {len(nearest) - 4} more" if len(nearest) > 4 else "")
+    return f"nearest differs in {shown}"
+
+
+def unmatched_lines(comparison: Comparison) -> list[str]:
+    """One warning per side with runs the other side has no run of the same identity."""
+    c = comparison
+    lines = []
+    for side, run_set, keys, other in (("A", c.a, c.only_a, c.b), ("B", c.b, c.only_b, c.a)):
+        if not keys:
+            continue
+        what = "; ".join(f"{run_set.labels.get(k, '')} {_shown(k)}" for k in keys)
+        lines.append(f"warning: {side} ({run_set.source}) has {len(keys)} run identity(ies) "
+                     f"the other side lacks, not compared: {what} "
+                     f"({_differences(keys[0], list(other.values))})")
+    return lines
 
 
 # ---------------------------------------------------------------- output
@@ -395,6 +489,8 @@ HEADERS = ("label", "configuration", "figure", "A median", "B median", "B/A (min
 
 
 def _median_cell(figure: str, stats: dict[str, Any]) -> str:
+    if not stats["n"]:
+        return "n/a"
     value = stats["median"]
     spec = columns.format_spec(figure)
     if value is None or math.isinf(value) or spec is None:
@@ -415,7 +511,8 @@ def _cells(change: Change) -> list[str]:
     return [change.label, change.configuration, change.figure,
             _median_cell(change.figure, change.a), _median_cell(change.figure, change.b),
             _ratio_cell(change), str(change.a["n"]), str(change.b["n"]),
-            f"{change.test.u:g}", f"{change.test.p:.3g}", change.verdict]
+            "-" if math.isnan(change.test.u) else f"{change.test.u:g}",
+            "-" if math.isnan(change.test.p) else f"{change.test.p:.3g}", change.verdict]
 
 
 def _fixed(rows: list[list[str]]) -> list[str]:
@@ -443,10 +540,17 @@ def format_text(comparison: Comparison) -> str:
     if c.changes:
         lines += _fixed([list(HEADERS), *(_cells(ch) for ch in c.changes)])
     else:
-        lines.append("# no label and configuration with values on both sides")
+        lines.append("# no run on both sides is the same work (strategy, model, dataset, "
+                     "ranks, batch and flags): nothing compared")
     for side, keys in (("A", c.only_a), ("B", c.only_b)):
         if keys:
-            lines.append(f"# only in {side}: " + ", ".join(f"{k[0]} {k[1]}" for k in keys))
+            run_set = c.a if side == "A" else c.b
+            lines.append(f"# only in {side}: " + ", ".join(
+                f"{run_set.labels.get(k, '')} {_shown(k)}" for k in keys))
+    if any(ch.verdict == "n/a" for ch in c.changes):
+        lines.append("# n/a: a side has no value (time to target of runs trained without "
+                     "--target-accuracy: undefined, not slower; --target-accuracy X sets one "
+                     "for run files)")
     changed = c.changed
     summary = ", ".join(f"{ch.label} {ch.configuration} {ch.figure} x{ch.ratio:.2f}"
                         for ch in changed)
@@ -467,7 +571,8 @@ def _record(change: Change) -> dict[str, Any]:
             "figure": change.figure, "a_median": plain(change.a["median"]),
             "b_median": plain(change.b["median"]), "n_a": change.a["n"], "n_b": change.b["n"],
             "ratio": plain(change.ratio), "ratio_min": plain(change.ratio_min),
-            "ratio_max": plain(change.ratio_max), "u": change.test.u, "p": change.test.p,
+            "ratio_max": plain(change.ratio_max), "u": plain(change.test.u),
+            "p": plain(change.test.p),
             "method": change.test.method, "result": change.verdict}
 
 
@@ -492,7 +597,7 @@ def format_comparison(comparison: Comparison, fmt: str = "md") -> str:
 #: ``syncbench report`` flags that do not apply to ``--compare`` (attribute, flag).
 NOT_WITH_COMPARE = (("by", "--by"), ("series", "--series"), ("plots", "--plots"),
                     ("per_rank", "--per-rank"), ("timeline_steps", "--timeline-steps"),
-                    ("per_run_plots", "--per-run-plots"), ("output", "--output"))
+                    ("per_run_plots", "--per-run-plots"))
 #: Output formats of ``--compare``.
 COMPARE_FORMATS = ("md", "csv", "json")
 
@@ -517,8 +622,27 @@ def compare_main(args: argparse.Namespace, err: Callable[[str], None]) -> int:
     except (CompareError, ValueError) as exc:
         err(str(exc))
         return 2
-    print(format_comparison(comparison, args.format))
-    return 1 if getattr(args, "fail_on_change", False) and comparison.changed else 0
+    for line in unmatched_lines(comparison):
+        err(line)
+    text = format_comparison(comparison, args.format)
+    output = getattr(args, "output", None)
+    if output:
+        from syncbench.bench.files import WriteError, write_atomic
+
+        try:
+            write_atomic(output, (text + "\n").encode())
+        except WriteError as exc:
+            err(str(exc))
+            return 2
+    else:
+        print(text)
+    fail = getattr(args, "fail_on_change", False)
+    if fail and not any(c.verdict != "n/a" for c in comparison.changes):
+        err(f"--fail-on-change: nothing could be compared: no run of {args.runs[0]} is the "
+            f"same work as a run of {args.runs[1]} (strategy, model, dataset, ranks, batch "
+            "and flags)")
+        return 2
+    return 1 if fail and comparison.changed else 0
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:

@@ -43,6 +43,7 @@ from .schema import (
     EVAL_GROUP,
     EVAL_LOCAL_GROUP,
     FLOAT_ATTRS,
+    PHASES,
     RANK_ATTR_DTYPES,
     RANK_ATTR_UNKNOWN,
     RANK_ATTRS,
@@ -584,6 +585,99 @@ def _summary(path: str, f: h5py.File) -> tuple[dict[str, float], dict[str, Any]]
     return summary, summary_attrs
 
 
+#: Seconds past any run: a time (or duration) beyond this is not a measurement (31 years).
+MAX_SECONDS = 1e9
+#: A count (step, samples) past any run.
+MAX_COUNT = 1 << 53
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a value of a column may be: within ``lo`` .. ``hi``, NaN (and infinities)
+    only where ``nan_ok`` (a diverged loss, an evaluation's accuracy)."""
+
+    lo: float
+    hi: float
+    nan_ok: bool = False
+
+
+_TIME = Bounds(0.0, MAX_SECONDS)
+_COUNT = Bounds(0, MAX_COUNT)
+#: Physical bounds of the rank columns, the evaluation columns and ``/summary``'s
+#: figures (a column not named is not checked: its values have no bound of their own).
+#: ``t_start`` may be a little negative (another rank's clock mapped onto rank 0's); a
+#: loss is a cross-entropy (>= 0 up to rounding), NaN or infinite when training diverged.
+RANK_BOUNDS: dict[str, Bounds] = {
+    "step": _COUNT, "t_start": Bounds(-MAX_SECONDS, MAX_SECONDS),
+    **{f"t_{p}": _TIME for p in PHASES},
+    "loss": Bounds(-1e-6, math.inf, nan_ok=True), "samples": _COUNT,
+    "staleness_min": _COUNT, "local_steps": _COUNT, "round": _COUNT,
+}
+EVAL_BOUNDS: dict[str, Bounds] = {
+    "t": _TIME, "step": _COUNT, "samples_seen": _COUNT,
+    "loss": Bounds(-1e-6, math.inf, nan_ok=True), "accuracy": Bounds(0.0, 1.0, nan_ok=True),
+}
+SUMMARY_BOUNDS: dict[str, Bounds] = {
+    "wall_s": Bounds(0.0, MAX_SECONDS, nan_ok=True),
+    "samples_per_s": Bounds(0.0, math.inf, nan_ok=True),
+    "final_accuracy": Bounds(0.0, 1.0, nan_ok=True),
+    "time_to_target_s": Bounds(0.0, MAX_SECONDS, nan_ok=True),
+    "comm_fraction": Bounds(0.0, 10.0, nan_ok=True),
+    "wait_fraction": Bounds(0.0, 10.0, nan_ok=True),
+}
+
+
+def _out_of_bounds(values: np.ndarray, bounds: Bounds) -> int | None:
+    """The index of the first value of ``values`` outside ``bounds``, else None."""
+    data = np.asarray(values)
+    if data.size == 0:
+        return None
+    if data.dtype.kind in "iub":
+        bad = (data < bounds.lo) | (data > bounds.hi)
+    else:
+        data = data.astype(np.float64, copy=False)
+        with np.errstate(invalid="ignore"):
+            nan = np.isnan(data)
+            bad = ~nan & ((data < bounds.lo) | (data > bounds.hi))
+            if not bounds.nan_ok:
+                bad |= nan | np.isinf(data)
+    hit = np.flatnonzero(bad)
+    return int(hit[0]) if hit.size else None
+
+
+def _check_column(path: str, where: str, values: np.ndarray, bounds: Bounds) -> None:
+    index = _out_of_bounds(values, bounds)
+    if index is not None:
+        value = np.asarray(values)[index].item()
+        raise RunFileError(path, f"is corrupt: {where} has {value!r:.40} at row {index}, "
+                           f"outside {bounds.lo:g} .. {bounds.hi:g}"
+                           f"{'' if bounds.nan_ok else ' (and no NaN)'}")
+
+
+def check_values(path: str, run: Run) -> None:
+    """:class:`RunFileError` naming the file and the dataset when a value of the rows
+    (every rank's, ``/eval``, ``/eval_local``) or of ``/summary`` is outside its
+    physical bounds (:data:`RANK_BOUNDS`, :data:`EVAL_BOUNDS`, :data:`SUMMARY_BOUNDS`):
+    bytes overwritten in a file read as numbers, and a report of them would print them
+    as figures. A packed file's columns are checked as stored, once for every rank."""
+    if run.rank_layout == RANK_LAYOUT_PACKED and run._packed is not None:
+        for name, bounds in RANK_BOUNDS.items():
+            _check_column(path, f"/{RANKS_GROUP}/{name}", run._packed.columns[name], bounds)
+    else:
+        for rank, cols in run.ranks.items():
+            for name, bounds in RANK_BOUNDS.items():
+                _check_column(path, f"/{rank_group(rank)}/{name}", cols[name], bounds)
+    for group, cols in ((EVAL_GROUP, run.eval), (EVAL_LOCAL_GROUP, run.eval_local)):
+        for name, bounds in EVAL_BOUNDS.items() if cols is not None else ():
+            _check_column(path, f"/{group}/{name}", cols[name], bounds)
+    for name, bounds in SUMMARY_BOUNDS.items():
+        index = _out_of_bounds(np.array([run.summary[name]]), bounds)
+        if index is not None:
+            raise RunFileError(path, f"is corrupt: attribute '{name}' of /{SUMMARY_GROUP} is "
+                               f"{run.summary[name]!r:.40}, outside {bounds.lo:g} .. "
+                               f"{bounds.hi:g}")
+
+
 def _read(path: str, f: h5py.File) -> Run:
     attrs = _root_attrs(path, f)
     layout = attrs.pop(RANK_LAYOUT_ATTR, RANK_LAYOUT_GROUPS)
@@ -601,7 +695,7 @@ def _read(path: str, f: h5py.File) -> Run:
     eval_cols = _columns(path, f, EVAL_GROUP, EVAL_COLUMNS)
     eval_local = (_columns(path, f, EVAL_LOCAL_GROUP, EVAL_COLUMNS)
                   if _has(path, f, EVAL_LOCAL_GROUP) else None)
-    return Run(
+    run = Run(
         path=path,
         attrs=attrs,
         ranks=ranks,
@@ -614,6 +708,8 @@ def _read(path: str, f: h5py.File) -> Run:
         rank_layout=layout,
         _packed=packed,
     )
+    check_values(path, run)
+    return run
 
 
 def read_run(path: str | os.PathLike[str]) -> Run:

@@ -52,6 +52,7 @@ import numpy as np
 
 from . import schema
 from .collectives import RankEvents, kind_names, read_events
+from .inputs import first_run
 from .runfile import Run, RunFileError, read_run
 from .schema import PHASES
 
@@ -323,7 +324,8 @@ def write_trace(run: Run, out: str | os.PathLike[str],
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``syncbench trace`` (for ``bench/cli.py``)."""
-    parser.add_argument("run", metavar="RUN.h5", help="run file (syncbench/1)")
+    parser.add_argument("run", metavar="RUN.h5", help="run file (syncbench/1), or a results "
+                        "file or folder of runs: its baseline's first run")
     parser.add_argument("-o", "--out", required=True, metavar="trace.json",
                         help="Chrome trace to write (open in https://ui.perfetto.dev "
                         "or chrome://tracing)")
@@ -342,10 +344,13 @@ def trace_main(args: argparse.Namespace) -> int:
         if max_ranks < 0:
             raise ValueError(f"--max-ranks {max_ranks}: need N >= 0 (0: every rank)")
         window = parse_steps(args.steps)
-        run = read_run(args.run)
+        path, note = first_run(args.run)  # a results file or a folder: one of its runs
+        run = read_run(path)
     except (RunFileError, ValueError) as exc:
         print(f"syncbench trace: {exc}", file=sys.stderr)
         return 2
+    if note:
+        print(f"syncbench trace: {note}", file=sys.stderr)
     if not run.complete:
         print(f"syncbench trace: warning: {run.path} is partial (complete=False); "
               f"tracing the {len(run.ranks)} of {run.world_size} ranks it holds",
