@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import importlib
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from syncbench.bench.mpi.errors import CommandParser, fail, folded
+from syncbench.bench.flags import Switch
+from syncbench.bench.mpi.errors import CommandParser, fail, folded, launcher_size
 from syncbench.bench.mpi.provenance import package_version
 from syncbench.bench.mpi.threads import announce, limit_threads
 
@@ -40,10 +42,19 @@ _LITERAL = re.compile(r"``([^`]+)``|`([^`\n]+)`")
 _STATES_DEFAULT = re.compile(r"\bdefault|%\(default\)", re.IGNORECASE)
 
 
-def plain(text: str) -> str:
+def plain(text: str, module: object = None) -> str:
     """Help text in plain words: reStructuredText roles and literals become their text,
-    a literal block's ``::`` one colon."""
-    text = _ROLE.sub(lambda m: m.group(1), text)
+    a literal block's ``::`` one colon; a ``:data:`` role naming a number or a string of
+    ``module`` (``DEFAULT_MAX_RANKS``) becomes its value."""
+
+    def value(match: re.Match) -> str:
+        name = match.group(1)
+        found = getattr(module, name, None) if match.group(0).startswith(":data:") else None
+        if isinstance(found, int | float | str) and not isinstance(found, bool):
+            return f"{found:g}" if isinstance(found, float) else str(found)
+        return name
+
+    text = _ROLE.sub(value, text)
     text = _LITERAL.sub(lambda m: m.group(1) or m.group(2), text)
     return re.sub(r"::$", ":", text, flags=re.MULTILINE)
 
@@ -51,13 +62,34 @@ def plain(text: str) -> str:
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions as written (their line breaks kept); every flag's help in plain words
     ending with its default, unless it states one, has none (None, "", [], SUPPRESS) or is
-    a switch (``store_true``)."""
+    a switch (``store_true``). A :class:`~syncbench.bench.flags.Switch` shows as
+    ``--flag | --no-flag`` with the spelling of its default; a description or group
+    description written as one long line is wrapped to the terminal's width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" not in text.strip():  # one long line (a group's description): wrapped
+            return argparse.HelpFormatter._fill_text(self, text, width, indent)
+        return super()._fill_text(text, width, indent)
+
+    def _format_actions_usage(self, actions: list, groups: object) -> str:
+        shown = []
+        for action in actions:
+            if isinstance(action, Switch):  # usage: [--events | --no-events], no value
+                action = copy.copy(action)
+                action.nargs = 0
+            shown.append(action)
+        return super()._format_actions_usage(shown, groups)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if isinstance(action, Switch):
+            return ", ".join(action.option_strings)
+        return super()._format_action_invocation(action)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if not action.help or action.help == argparse.SUPPRESS:
             return action.help
         text = plain(action.help)
-        default = action.default
+        default = action.shown_default() if isinstance(action, Switch) else action.default
         takes_value = action.nargs != 0 and (
             action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))
         shown = ",".join(map(str, default)) if isinstance(default, list | tuple) else default
@@ -175,7 +207,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         doc = (module.__doc__ or "").strip() if module and not command.alias_of else ""
         # An alias gets no help=: argparse then leaves it out of the command list.
         listed = {} if command.alias_of else {"help": command.help}
-        sp = sub.add_parser(name, description=plain(doc) or command.help, **listed)
+        sp = sub.add_parser(name, description=plain(doc, module) or command.help, **listed)
         if module is not None:
             getattr(module, command.add)(sp)
     return parser
@@ -200,6 +232,22 @@ def mpi_not_started() -> Iterator[None]:
         mpi4py.rc.initialize, mpi4py.rc.finalize = saved
 
 
+def check_train_flags(args: argparse.Namespace, prog: str) -> None:
+    """Train's flag values, checked before the thread line (a bad value is the only line
+    printed): with the ranks the launcher announced; every rank checks them again once
+    MPI has started. Where the launcher does not say how many ranks, nothing is checked
+    here."""
+    size = launcher_size()
+    if size is None:
+        return
+    from syncbench.bench.train.options import validate_train_config
+
+    try:
+        validate_train_config(args, size)
+    except ValueError as exc:
+        fail(prog, str(exc))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = argv[0] if argv and argv[0] in COMMANDS else None
@@ -217,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not command.passthrough:
         fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")
     if threads is not None:
+        with mpi_not_started():
+            check_train_flags(args, f"{parser.prog} {args.command}")
         announce(threads)
     body = getattr(import_command(args.command, command.body_module or command.module),
                    command.run)

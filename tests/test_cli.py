@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 from helpers import MPIEXEC
 
+from syncbench.bench import flags
 from syncbench.bench.cli import COMMANDS, build_parser, mpi_not_started
 from syncbench.bench.mpi.errors import folded, launcher_rank
+from syncbench.bench.mpi.threads import USER_VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(sys.executable).parent.parent
@@ -147,19 +149,177 @@ def test_train_help_shows_the_defaults_it_lacked():
         "syncbench/1 schema) " in text
 
 
-def test_simulate_hardware_keeps_the_old_spelling_with_one_line(capsys):
+#: Every old spelling (command, old argv, the same with the chosen spelling): each still
+#: parses to what the chosen one gives, with one line naming the chosen one (docs/FLAGS.md).
+OLD_SPELLINGS = [
+    ("train", ["--events", "on"], ["--events"]),
+    ("train", ["--events", "off"], ["--no-events"]),
+    ("train", ["--cuda-aware", "yes"], ["--cuda-aware"]),
+    ("train", ["--cuda-aware", "no"], ["--no-cuda-aware"]),
+    ("train", ["--cuda-aware", "auto"], []),
+    ("train", ["--cuda-aware-nonblocking", "yes"], ["--cuda-aware-nonblocking"]),
+    ("train", ["--adaptive=off"], ["--no-adaptive"]),
+    ("train", ["--local-lookahead", "on"], ["--local-lookahead"]),
+    ("run", ["demo", "--seed", "3"], ["demo", "--order-seed", "3"]),
+    ("compare", ["--seed", "3"], ["--order-seed", "3"]),
+    ("sweep", ["--no-run"], ["--collect-only"]),
+    ("report", ["a.h5", "--output", "t.csv"], ["a.h5", "--out", "t.csv"]),
+    ("speed", ["--models", "mlp"], ["--model", "mlp"]),
+    ("speed", ["--json", "f.txt"], ["--out", "f.txt", "--format", "json"]),
+    ("ssgd-comm", ["--json", "f.json"], ["--out", "f.json", "--format", "json"]),
+    ("ssgd-comm", ["--warmup-steps", "2"], ["--untimed-steps", "2"]),
+    ("comm", ["--cuda-aware", "yes"], ["--cuda-aware"]),
+    ("peers", ["--models", "mlp,lenet"], ["--model", "mlp,lenet"]),
+    ("data", ["fetch", "mnist", "--dest", "d"], ["fetch", "mnist", "--out-dir", "d"]),
+    ("simulate", ["--device", "h100"], ["--hardware", "h100"]),
+    ("simulate", ["--device-flops", "1e15"], ["--hardware-flops", "1e15"]),
+    ("simulate", ["--adaptive", "on"], ["--adaptive"]),
+]
+#: The chosen spelling of each idea, per command (docs/FLAGS.md), and old ones --help hides.
+VOCABULARY = {
+    ("train",): ["--out", "--seed", "--model", "--events", "--no-events", "--sync-bn",
+                 "--no-sync-bn", "--cuda-aware", "--no-cuda-aware", "--adaptive",
+                 "--no-adaptive"],
+    ("run",): ["--out-dir", "--order-seed", "--dry-run", "--np", "--run-timeout"],
+    ("compare",): ["--out-dir", "--order-seed", "--dry-run", "--np", "--run-timeout"],
+    ("sweep",): ["--out-dir", "--order-seed", "--dry-run", "--collect-only", "--np",
+                 "--run-timeout"],
+    ("report",): ["--out"],
+    ("trace",): ["--out"],
+    ("comm",): ["--out", "--cuda-aware", "--no-cuda-aware"],
+    ("ssgd-comm",): ["--out", "--model", "--seed"],
+    ("speed",): ["--out", "--model"],
+    ("peers",): ["--out-dir", "--model", "--np", "--seed", "--run-timeout"],
+    ("simulate",): ["--out", "--np", "--seed", "--hardware"],
+    ("data", "fetch"): ["--out-dir"],
+    ("data", "info"): ["--data-dir"],
+}
+HIDDEN = ["--output", "--json", "--dest", "--no-run", "--models", "--device-flops"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_deprecations():
+    """Each test sees every old spelling's line (the lines are once per process)."""
+    flags._announced.clear()
+    yield
+    flags._announced.clear()
+
+
+def _parse(command: str, argv: list[str]) -> argparse.Namespace:
     with mpi_not_started():
-        parser = build_parser("simulate")
-    args = parser.parse_args(["simulate", "--hardware", "h100"])
-    assert args.sim_device == "h100" and capsys.readouterr().err == ""
-    args = parser.parse_args(["simulate", "--device", "a100"])
+        parser = build_parser(command)
+        return parser.parse_known_args([command, *argv])[0]
+
+
+@pytest.mark.parametrize(("command", "old", "new"), OLD_SPELLINGS,
+                         ids=[" ".join((c, *o)) for c, o, _ in OLD_SPELLINGS])
+def test_every_old_spelling_still_works_with_one_line(command, old, new, capsys):
+    chosen = _parse(command, new)
+    assert capsys.readouterr().err == ""
+    assert vars(_parse(command, old)) == vars(chosen)
     err = capsys.readouterr().err
-    assert args.sim_device == "a100"
-    assert err.count("\n") == 1 and "--device is renamed --hardware " in err, err
-    args = parser.parse_args(["simulate", "--device-flops", "1e15"])
-    assert args.device_flops == 1e15 and "--device-flops is renamed --hardware-flops" in \
-        capsys.readouterr().err
-    assert "--device" not in _help("simulate")  # the old spellings are hidden
+    assert err.count("\n") == 1 and f"syncbench {command}" in err, err
+    assert "is an old spelling; use '" in err and "docs/FLAGS.md" in err, err
+    said = err.split("use '")[1]
+    assert next((w for w in new if w.startswith("--")), "neither") in said, err
+    _parse(command, old)  # again in the same process: no second line
+    assert capsys.readouterr().err == ""
+
+
+def test_an_old_spelling_says_nothing_on_other_ranks(monkeypatch, capsys):
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert _parse("train", ["--events", "on"]).events == "on"
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("words", list(VOCABULARY), ids=" ".join)
+def test_every_help_shows_the_chosen_spellings_and_hides_the_old(words):
+    with mpi_not_started():
+        parser = build_parser(words[0])
+    for word in words:
+        parser = _subparsers(parser)[word]
+    shown = {s for a in parser._actions if a.help != argparse.SUPPRESS
+             for s in a.option_strings}
+    text = _help(*words)
+    for flag in VOCABULARY[words]:
+        assert flag in shown and re.search(rf"{flag}( |,|\]|$)", text), (words, flag)
+    assert not shown & set(HIDDEN), (words, shown & set(HIDDEN))
+
+
+def test_one_default_per_idea():
+    assert _parse("run", ["demo"]).run_timeout == _parse("sweep", []).run_timeout == \
+        _parse("compare", []).run_timeout == 1800
+    assert _parse("run", ["demo", "--run-timeout", "0"]).run_timeout is None  # no limit
+    assert _parse("train", []).cuda_aware == _parse("comm", []).cuda_aware == "auto"
+    assert _parse("train", ["--no-cuda-aware"]).cuda_aware == "no"
+    assert _parse("train", ["--sync-bn"]).sync_bn is True
+    assert _parse("train", ["--sync-bn", "--no-sync-bn"]).sync_bn is False
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["train", "--events", "maybe", "--dataset", "synthetic"], "--events takes no value"),
+    (["train", "--no-events=on", "--dataset", "synthetic"], "--no-events takes no value"),
+    (["speed", "--out", "figures.txt"], "--out figures.txt: the format comes from"),
+])
+def test_a_bad_switch_or_format_is_one_line(args, needle):
+    proc = _syncbench(*args)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+
+
+def test_report_names_the_flag_that_was_typed():
+    proc = _syncbench("report", "--timeline-steps", "foo", "a.h5")
+    assert proc.returncode == 2
+    _assert_one_error_line(proc.stderr, "report", "argument --timeline-steps: expected A:B")
+    assert "--steps" not in proc.stderr.replace("--timeline-steps", "")
+
+
+def test_trace_help_shows_the_value_not_the_constant():
+    text = _help("trace")
+    assert "DEFAULT_MAX_RANKS" not in text and "(default 256; 0: no limit)" in text
+
+
+def test_data_actions_have_their_own_usage():
+    fetch, info = _help("data", "fetch"), _help("data", "info")
+    assert fetch.startswith("usage: syncbench data fetch") and "--out-dir DIR" in fetch
+    assert "--data-dir" not in fetch and "--out-dir" not in info
+    assert info.startswith("usage: syncbench data info") and "--data-dir" in info
+
+
+def test_train_help_fits_the_terminal():
+    env = {**_env(), "COLUMNS": "80"}
+    proc = subprocess.run([sys.executable, "-m", "syncbench", "train", "--help"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    long = [line for line in proc.stdout.splitlines() if len(line) > 80]
+    assert proc.returncode == 0 and not long, long
+    assert "[--events | --no-events]" in proc.stdout
+
+
+def test_a_bad_flag_value_is_the_only_line(tmp_path):
+    """The thread-count line comes after train's flags are checked, not before the error."""
+    env = {k: v for k, v in _env().items() if k not in USER_VARIABLES}
+    proc = subprocess.run([sys.executable, "-m", "syncbench", "train", "--epochs", "-1",
+                           "--dataset", "synthetic"], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 2
+    _assert_one_error_line(proc.stderr, "train", "--epochs must be > 0")
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_old_spellings_under_mpich_say_so_once_from_rank_0(tmp_path):
+    out = tmp_path / "run.h5"
+    proc = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "syncbench", "train", "--dataset",
+         "synthetic", "--synthetic-samples", "128", "--epochs", "1", "--eval-every", "0",
+         "--events", "on", "--cuda-aware", "no", "--out", str(out)],
+        capture_output=True, text=True, timeout=180, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "old spelling" in ln]
+    assert lines == ["syncbench train: '--events on' is an old spelling; use '--events' "
+                     "(docs/FLAGS.md)",
+                     "syncbench train: '--cuda-aware no' is an old spelling; use "
+                     "'--no-cuda-aware' (docs/FLAGS.md)"], proc.stderr
+    assert out.exists()
 
 
 def test_version_is_the_installed_distribution():

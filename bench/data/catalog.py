@@ -139,7 +139,7 @@ DATASETS = (*CATALOG, "synthetic")
 
 def _how_to_get(name: str) -> str:
     """One clause telling the user how to obtain dataset *name*."""
-    fetch = f"`syncbench data fetch {name} --dest DIR` (needs internet)"
+    fetch = f"`syncbench data fetch {name} --out-dir DIR` (needs internet)"
     point = f"pass --data-dir DIR or set ${DATA_ENV}"
     package = CATALOG[name].package
     if package:

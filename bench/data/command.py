@@ -3,7 +3,7 @@
 ``info`` loads the dataset exactly as ``train`` would (same look-up order:
 ``--data-dir``, ``$SYNCBENCH_DATA``, ``/usr/share/datasets/<name>``) and
 prints its shapes and source; ``fetch`` downloads the official files into
-``--dest`` and verifies their MD5 sums (needs internet).
+``--out-dir`` and verifies their MD5 sums (needs internet).
 """
 
 from __future__ import annotations
@@ -13,13 +13,26 @@ import sys
 
 from syncbench.bench.data.catalog import DATASETS, DatasetError, load_dataset
 from syncbench.bench.data.fetch import fetch_dataset
+from syncbench.bench.flags import renamed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("info", "fetch"))
+    """``info NAME`` and ``fetch NAME``, each a parser of its own (its own ``--help``)."""
+    actions = parser.add_subparsers(dest="action", metavar="{info,fetch}", required=True,
+                                    title="actions")
+    fetch = actions.add_parser(
+        "fetch", help="download the official files and verify their MD5 sums",
+        description="syncbench data fetch NAME: download the official files of NAME into "
+        "--out-dir and verify their MD5 sums (needs internet).")
+    fetch.add_argument("name", choices=DATASETS)
+    renamed(fetch, ("--dest",), "--out-dir", dest="dest", default=".", metavar="DIR",
+            help="the folder the files are written into")
+    parser = actions.add_parser(  # info's flags follow
+        "info", help="where the dataset is found: its shapes, source and SHA-256",
+        description="syncbench data info NAME: load NAME exactly as train would and print "
+        "its shapes, its source and the SHA-256 that a run file records of it.")
     parser.add_argument("name", choices=DATASETS)
     parser.add_argument("--data-dir", default=None, help="for info: where to look first")
-    parser.add_argument("--dest", default=".", help="for fetch: target directory")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -36,9 +36,10 @@ from pathlib import Path
 from syncbench.analysis.report import FORMATS
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
+from syncbench.bench.flags import renamed
 
 from .plan import SCALING_RESERVED, check_extra
-from .runner import add_runner_arguments, run_scaling, run_scenario
+from .runner import add_run_timeout_argument, add_runner_arguments, run_scaling, run_scenario
 from .scenario import SCALING_MODES, ScenarioError, parse_scenario
 
 COMPARE = "syncbench compare"
@@ -118,15 +119,19 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mpiexec", default=None,
                         help="launcher, e.g. 'srun --mpi=pmi2' (default: $MPIEXEC, else the "
                         "mpiexec next to this Python)")
-    parser.add_argument("--run-timeout", type=float, default=None,
-                        help="seconds allowed per run (default: no limit; --timeout is "
-                        "train's hang guard, passed through)")
+    add_run_timeout_argument(parser)
+    parser.add_argument("--order-seed", dest="seed", type=int, default=None, metavar="SEED",
+                        help="seed of the run order within each repeat (default: a fresh "
+                        "one, printed and recorded)")
     parser.add_argument("--manifest", default=None,
                         help="manifest path (default OUT_DIR/manifest.json; with "
                         "--repeat-index K, -rK is added before .json)")
-    parser.add_argument("--no-run", action="store_true",
-                        help="launch nothing: collect existing run files into the manifest "
-                        "and the report")
+    renamed(parser, ("--no-run",), "--collect-only", dest="no_run", action="store_true",
+            help="launch nothing: collect the existing run files into the manifest and the "
+            "report (a run without a complete file is missing)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan, one launch line per run (mpiexec -n N ... "
+                        "syncbench train ...), and exit: nothing is run or written")
     parser.add_argument("--format", default="md", choices=FORMATS,
                         help="report format (default md)")
     parser.add_argument("--simulate", action="store_true",

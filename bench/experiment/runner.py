@@ -77,6 +77,7 @@ from syncbench.bench.experiment.launch import (
     train_command,
 )
 from syncbench.bench.files import ExclusiveLock, write_atomic
+from syncbench.bench.flags import renamed
 from syncbench.bench.train.checkpoint import take_lock
 from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
@@ -158,6 +159,28 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum else ""
 
 
+#: ``--run-timeout``'s default, the same for run, compare and sweep: seconds one run may take.
+RUN_TIMEOUT_S = 1800.0
+
+
+def add_run_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """``--run-timeout`` (run, compare, sweep): one default, 0 for no limit."""
+    parser.add_argument("--run-timeout", type=_timeout_seconds, default=RUN_TIMEOUT_S,
+                        help="seconds allowed for one run, 0 for no limit (default "
+                        f"{RUN_TIMEOUT_S:g}; --timeout is train's hang guard, passed through)")
+
+
+def _timeout_seconds(text: str) -> float | None:
+    """``--run-timeout``: seconds >= 0; 0 is no limit (None)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not seconds >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (0: no limit), got {text!r}")
+    return seconds or None
+
+
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     """The runner's own flags (everything else goes to ``syncbench train``).
 
@@ -171,9 +194,9 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
                         "claims)")
     parser.add_argument("--out-dir", default=None,
                         help="run files and results.json (default runs/<scenario>)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="seed of the run order (default: a fresh one, printed and "
-                        "recorded)")
+    renamed(parser, ("--seed",), "--order-seed", dest="seed", type=int, default=None,
+            help="seed of the run order (default: a fresh one, printed and recorded; "
+            "train's --seed, the initialisation, is set by the scenario)")
     parser.add_argument("--target-accuracy", type=float, default=None,
                         help="test accuracy whose time is the headline (default: the "
                         "scenario's)")
@@ -184,8 +207,7 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", action="store_true",
                         help="launch every run across the emulated cluster that is up "
                         "(syncbench cluster up; replaces --mpiexec)")
-    parser.add_argument("--run-timeout", type=float, default=1800,
-                        help="seconds allowed for one run (default 1800)")
+    add_run_timeout_argument(parser)
     parser.add_argument("--resume", action="store_true",
                         help="keep the run files of a stopped invocation with the same plan")
     parser.add_argument("--dry-run", action="store_true",

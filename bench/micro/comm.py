@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.bench.flags import switch
 from syncbench.bench.micro.output import check_writable_parent, written_atomically
 from syncbench.bench.mpi.errors import CommandParser
 from syncbench.kernels.backend import Backend, BackendError, select_backend
@@ -103,11 +104,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="warm-up iterations per size, not timed (default 20)")
     parser.add_argument("--buffer", choices=BUFFERS, default="numpy",
                         help="host (numpy) or GPU (cupy) buffers")
-    parser.add_argument("--cuda-aware", choices=("no", "yes", "auto"), default="no",
-                        help="cupy buffers: hand device pointers to MPI (yes) or stage them "
-                        "through pinned host memory as training does (no, default; the PyPI "
-                        "MPI wheels are not CUDA-aware); auto asks the library as train's "
-                        "--cuda-aware auto does")
+    switch(parser, "--cuda-aware", on="yes", off="no", auto="auto", default="auto",
+           has_auto=True,
+           help="cupy buffers: hand device pointers to MPI (--cuda-aware) or stage them "
+           "through pinned host memory (--no-cuda-aware); auto, the default as in train, asks "
+           "the MPI library (the PyPI MPI wheels are not CUDA-aware: staged)")
     parser.add_argument("--barrier", action="store_true",
                         help="blocking collectives: an untimed barrier after every iteration "
                         "(as osu_allreduce does; it adds the barrier's exit skew to each "

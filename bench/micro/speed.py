@@ -14,7 +14,7 @@ models, with the same threads and dtype: NumPy's BLAS on one ``--gemm-size``
 square product, the best of 5. A nominal peak of one core from
 ``/proc/cpuinfo`` (vector width, FMA, clock) is printed beside it as an
 estimate only; the fraction's denominator stays the measured GEMM.
-``--json PATH`` writes every figure.
+``--out FILE.json`` writes every figure.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import numpy as np
 from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.analysis.repeats import column_spread
 from syncbench.bench.files import write_atomic
+from syncbench.bench.flags import add_json_out, check_json_out, renamed
 from syncbench.bench.micro.output import check_writable_parent
 from syncbench.kernels import cpu_native
 from syncbench.kernels.flops import StepFlops, step_flops
@@ -192,7 +193,8 @@ def _positive_int(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench speed``."""
-    parser.add_argument("--models", default="mlp,lenet", help="comma-separated models")
+    renamed(parser, ("--models",), "--model", dest="models", default="mlp,lenet",
+            metavar="MODEL,...", help="models, comma-separated")
     parser.add_argument("--batch-size", type=int, default=64, help="batch per step")
     parser.add_argument("--steps", type=int, default=50, help="steps per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is shown")
@@ -201,8 +203,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gemm-size", type=_positive_int, default=1024, metavar="N",
                         help=f"the reference GEMM is N x N times N x N in --dtype, best of "
                         f"{GEMM_REPEATS}")
-    parser.add_argument("--json", default=None, metavar="PATH",
-                        help="also write every figure to PATH (JSON)")
+    add_json_out(parser, "every figure")
 
 
 HEADER = (f"# {'model':<8}{'params':>10}{'median [samples/s]':>20}{'min':>12}{'max':>12}"
@@ -210,10 +211,11 @@ HEADER = (f"# {'model':<8}{'params':>10}{'median [samples/s]':>20}{'min':>12}{'m
 
 
 def main(args: argparse.Namespace) -> int:
-    """Time each model of ``--models``; one fixed-column row per model."""
+    """Time each model of ``--model``; one fixed-column row per model."""
     if args.json:
         try:
-            check_writable_parent("--json", args.json)
+            check_json_out(args)
+            check_writable_parent("--out", args.json)
         except ValueError as exc:
             print(f"syncbench speed: {exc}", file=sys.stderr)
             return 2

@@ -29,7 +29,7 @@ column the median over rounds, and last/mpi (last/tight) the median over
 rounds of the block's last over the same round's mpi (tight) block. tight and
 osu are no reference: back-to-back calls pipeline and a barrier hands every
 rank to MPI at once, while a step reaches its reduction from compute. Rows
-start with two spaces, one token per column; --json writes every figure.
+start with two spaces, one token per column; --out FILE.json writes every figure.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import numpy as np
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.bench.data.catalog import DatasetError, load_dataset
 from syncbench.bench.files import write_atomic
+from syncbench.bench.flags import add_json_out, check_json_out, renamed
 from syncbench.bench.micro.comm import time_loop
 from syncbench.bench.micro.output import check_writable_parent
 from syncbench.bench.mpi.errors import CommandParser
@@ -100,11 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-steps", type=_positive_int, default=20,
                         help="timed steps (iterations) per block (default 20)")
     # --warmup-steps is OD-SGD's flag in train; the old spelling here is kept as an alias
-    parser.add_argument("--untimed-steps", "--warmup-steps", dest="untimed_steps", type=int,
-                        default=5,
-                        help="untimed steps of each variant before the first round (default 5)")
-    parser.add_argument("--json", default=None, metavar="PATH",
-                        help="also write every figure to PATH (JSON, rank 0)")
+    renamed(parser, ("--warmup-steps",), "--untimed-steps", dest="untimed_steps", type=int,
+            default=5, help="untimed steps of each variant before the first round (default 5)")
+    add_json_out(parser, "every figure (rank 0)")
 
 
 # -- the measured loop (every rank) ---------------------------------------------
@@ -282,7 +281,8 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
 
     def setup() -> Bench:
         if args.json:
-            check_writable_parent("--json", args.json)
+            check_json_out(args)
+            check_writable_parent("--out", args.json)
         return build_bench(args, comm)
 
     bench = agree_on_setup(comm, setup, "ssgd-comm")

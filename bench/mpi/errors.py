@@ -32,6 +32,24 @@ def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
     return 0
 
 
+#: Where each launcher of :data:`RANK_VARIABLES` tells the number of ranks (PMIx: none).
+SIZE_VARIABLES = {"PMI_RANK": ("PMI_SIZE",), "OMPI_COMM_WORLD_RANK": ("OMPI_COMM_WORLD_SIZE",),
+                  "PMIX_RANK": (), "SLURM_PROCID": ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")}
+
+
+def launcher_size(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The job's ranks as the launcher that numbered this process announced them: 1 when
+    not started as a rank, None when that launcher does not say."""
+    for name in RANK_VARIABLES:
+        if environ.get(name, "").strip().isdigit():
+            for size in SIZE_VARIABLES[name]:
+                value = environ.get(size, "").strip()
+                if value.isdigit() and int(value) > 0:
+                    return int(value)
+            return None
+    return 1
+
+
 #: Seconds a rank that does not print an error waits before it exits 2: Open MPI's
 #: launcher ends the job at the first non-zero exit and would kill rank 0 before it
 #: printed the one error line.

@@ -24,11 +24,13 @@ import argparse
 import math
 import os
 import sys
-from typing import Any
 
 # syncbench's parser imports this module with MPI not started
 # (``bench.cli.mpi_not_started``), so the strategies' modules do not initialise MPI.
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
+from syncbench.analysis.output_paths import check_output_file
+from syncbench.bench.files import WriteError
+from syncbench.bench.flags import OnOffAsSwitches, renamed
 from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments
 from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS
 from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid
@@ -39,21 +41,6 @@ from syncbench.bench.simulate.strategies import simulated_strategies
 from syncbench.bench.simulate.validate import validate_main
 from syncbench.bench.simulate.workload import parse_stragglers
 from syncbench.bench.train.slowdown import parse_slowdown
-
-
-class Renamed(argparse.Action):
-    """A flag's old spelling: stores the value as the new one does, and says in one line
-    on stderr that the flag is renamed."""
-
-    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
-        self.new = new
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        print(f"{parser.prog}: {option_string} is renamed {self.new} (train's --device is the "
-              "compute device); the old spelling still works", file=sys.stderr)
-        setattr(namespace, self.dest, values)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,19 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     wl.add_argument("--workload", default="mlp",
                     help="a measured run file (RUN.h5) or a profile: mlp (default), lenet, "
                     "resnet50, vgg16, bert-base, gpt2-small")
-    wl.add_argument("--hardware", default=None, dest="sim_device", metavar="NAME",
-                    help="hardware whose peak FLOP/s runs a FLOP-based profile (h100, a100, "
-                    "v100)")
-    wl.add_argument("--hardware-flops", type=float, default=None, dest="device_flops",
-                    metavar="FLOPS", help="sustained FLOP/s of the hardware for FLOP-based "
-                    "profiles (instead of --hardware)")
+    # The old spellings --device, --device-flops: --device is train's compute device.
+    renamed(wl, ("--device",), "--hardware", default=None, dest="sim_device", metavar="NAME",
+            help="hardware whose peak FLOP/s runs a FLOP-based profile (h100, a100, v100)")
+    renamed(wl, ("--device-flops",), "--hardware-flops", type=float, default=None,
+            dest="device_flops", metavar="FLOPS", help="sustained FLOP/s of the hardware for "
+            "FLOP-based profiles (instead of --hardware)")
     wl.add_argument("--efficiency", type=float, default=None,
                     help="share of the named hardware's peak reached (default: the profile's)")
-    # The old spellings: --device is train's compute device (cpu, gpu), not hardware.
-    wl.add_argument("--device", dest="sim_device", action=Renamed, new="--hardware",
-                    help=argparse.SUPPRESS)
-    wl.add_argument("--device-flops", type=float, dest="device_flops", action=Renamed,
-                    new="--hardware-flops", help=argparse.SUPPRESS)
 
     pf = parser.add_argument_group("platform")
     pf.add_argument("--platform", default="fat-tree", choices=KINDS,
@@ -132,7 +114,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     seen: dict = {}  # flags shared by strategies are added once, as in train
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(f"{cls.name} (as in train)")
-        cls.add_arguments(group, seen)
+        cls.add_arguments(OnOffAsSwitches(group), seen)  # on/off options: --x/--no-x
+
+
+#: The most ranks ``--np`` takes (the largest platforms the simulator is built for).
+MAX_RANKS = 16_384
 
 
 def _fail(message: str) -> int:
@@ -163,20 +149,23 @@ def main(args: argparse.Namespace) -> int:
 def simulate_main(args: argparse.Namespace) -> int:
     """One simulation of the flags' strategy at ``--np`` ranks; prints its one-line summary."""
     n = args.np
-    if n < 1:
-        raise ValueError(f"--np must be >= 1, got {n}")
-    if args.out:
-        parent = os.path.dirname(os.path.abspath(args.out))
-        if not os.path.isdir(parent):
-            raise ValueError(f"--out {args.out}: directory {parent} does not exist")
+    if not 1 <= n <= MAX_RANKS:
+        raise ValueError(f"--np {n} is outside 1..{MAX_RANKS} (the simulated ranks)")
+    if args.out:  # before the simulation, which may take minutes: as train checks --out
+        check_output_file("--out", args.out)
         if os.path.exists(args.out) and not args.overwrite:
             raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it")
+    if args.phase_cache:  # read and rewritten after the simulation
+        check_output_file("--phase-cache", args.phase_cache)
     spec, xml = build_platform(args)
     workload = build_workload(args)
     steps = steps_per_rank(args, workload, n)
     check_strategy(args, n)
     stragglers = parse_stragglers(args.stragglers)
-    result = simulate(args, [(args, n, steps)], spec, xml, workload, stragglers)[0]
+    try:
+        result = simulate(args, [(args, n, steps)], spec, xml, workload, stragglers)[0]
+    except WriteError as exc:  # the folder changed during the simulation
+        raise ValueError(str(exc)) from None
     summary = result.summary
     flows_per_s = result.flows / result.sim_wall_s if result.sim_wall_s > 0 else math.nan
     out = f" -> {args.out}" if args.out else ""

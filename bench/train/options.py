@@ -25,6 +25,7 @@ from pathlib import Path
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data.catalog import DATASETS
+from syncbench.bench.flags import OnOffAsSwitches, switch
 from syncbench.bench.train.slowdown import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
 from syncbench.kernels.zoo import MODELS, has_batchnorm, model_name
@@ -55,25 +56,25 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="auto", choices=DEVICES,
                      help="compute device: auto takes a CUDA GPU once a probe kernel ran on "
                      "it, else the CPU")
-    run.add_argument("--cuda-aware", default="auto", choices=("auto", "yes", "no"),
-                     help="GPU only: hand device buffers to MPI's BLOCKING collectives "
-                     "directly (yes) or stage them through pinned host memory (no); auto asks "
-                     "the MPI library (MPIX_Query_cuda_support), then known environment "
-                     "settings, else no. Nonblocking collectives (Iallreduce: SSGD overlap, "
-                     "OD-SGD, Oscars) stay staged unless --cuda-aware-nonblocking yes")
-    run.add_argument("--cuda-aware-nonblocking", default="no", choices=("no", "yes"),
-                     help="GPU only: also hand device buffers to nonblocking collectives when "
-                     "--cuda-aware is on (default no: Open MPI reduces nonblocking "
-                     "collectives on the CPU, coll/libnbc, and device buffers may crash it)")
+    add_cuda_aware_argument(run, "GPU only: hand device buffers to MPI's BLOCKING "
+                            "collectives directly (--cuda-aware) or stage them through pinned "
+                            "host memory (--no-cuda-aware); auto, the default, asks the MPI "
+                            "library (MPIX_Query_cuda_support), then known environment "
+                            "settings, else stages. Nonblocking collectives (Iallreduce: SSGD "
+                            "overlap, OD-SGD, Oscars) stay staged unless "
+                            "--cuda-aware-nonblocking")
+    switch(run, "--cuda-aware-nonblocking", on="yes", off="no", default="no",
+           help="GPU only: also hand device buffers to nonblocking collectives when "
+           "--cuda-aware is on (off by default: Open MPI reduces nonblocking collectives on "
+           "the CPU, coll/libnbc, and device buffers may crash it)")
     run.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                      help="parameter and activation precision")
     run.add_argument("--progress", default="auto", choices=("auto", "always", "never"),
                      help="progress line on rank 0: auto shows it only on a terminal")
-    run.add_argument("--events", default=EVENTS_DEFAULT, choices=("on", "off"),
-                     help="record every collective call (post, completion, bytes, time "
-                     "blocked) in the run file's /ranks/events: syncbench trace draws "
-                     "them, report counts them; a full per-rank buffer keeps a stride sample "
-                     f"of whole steps (default {EVENTS_DEFAULT})")
+    switch(run, "--events", on="on", off="off", default=EVENTS_DEFAULT,
+           help="record every collective call (post, completion, bytes, time blocked) in "
+           "the run file's /ranks/events: syncbench trace draws them, report counts them; a "
+           "full per-rank buffer keeps a stride sample of whole steps")
     run.add_argument("--scaling-mode", default=None, choices=("strong", "weak"),
                      help="label the run as a point of a strong (fixed total work) or weak "
                      "(fixed work per rank) scaling study; recorded as the root attribute "
@@ -90,12 +91,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--wd-exempt", action="store_true",
                      help="no weight decay on biases and BatchNorm betas (MXNet's rule: only "
                      "weights and BatchNorm gammas decay), as the OD-SGD paper's scripts train")
-    opt.add_argument("--sync-bn", action="store_true",
-                     help="BatchNorm with the global batch's statistics: one Allreduce per "
-                     "BatchNorm layer in the forward pass and one in the backward pass "
-                     "(timed in comm), as PyTorch's SyncBatchNorm; default: each rank's own "
-                     "batch and running statistics")
-    opt.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
+    switch(opt, "--sync-bn", default=False,
+           help="BatchNorm with the global batch's statistics: one Allreduce per "
+           "BatchNorm layer in the forward pass and one in the backward pass (timed in "
+           "comm), as PyTorch's SyncBatchNorm; --no-sync-bn: each rank's own batch and "
+           "running statistics")
+    opt.add_argument("--seed", type=int, default=0,
+                     help="seed of the initialisation, the sharding and the sample order "
+                     "(the runner's run order is its --order-seed)")
 
     ev = parser.add_argument_group(
         "evaluation",
@@ -155,8 +158,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
     seen: dict = {}  # flag -> option field, over every strategy: one name, one option
     for cls in ALGORITHMS.values():
-        group = parser.add_argument_group(f"{cls.name}: {cls.summary}")
-        cls.add_arguments(group, seen)
+        group = parser.add_argument_group(cls.name, f"{cls.summary[:1].upper()}{cls.summary[1:]}.")
+        cls.add_arguments(OnOffAsSwitches(group), seen)  # on/off options: --x/--no-x
+
+
+def add_cuda_aware_argument(group: argparse._ActionsContainer, help: str) -> None:
+    """``--cuda-aware`` / ``--no-cuda-aware``, auto when neither (train, comm): the body
+    reads ``"yes"``, ``"no"`` or ``"auto"``."""
+    switch(group, "--cuda-aware", on="yes", off="no", auto="auto", default="auto",
+           has_auto=True, help=help)
 
 
 def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:

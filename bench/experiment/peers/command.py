@@ -48,6 +48,7 @@ from syncbench.bench.experiment.peers.torch_runner import MODELS
 from syncbench.bench.experiment.plan import PlannedRun
 from syncbench.bench.experiment.runner import execute, launch_planned
 from syncbench.bench.experiment.scenario import Condition, RunEntry
+from syncbench.bench.flags import renamed
 from syncbench.kernels import cpu_native
 
 ALGORITHMS = ("ssgd", "localsgd")
@@ -74,11 +75,10 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench peers``."""
-    parser.add_argument("--np", type=_int_list, default=[2],
+    parser.add_argument("--np", type=_int_list, default=[2], metavar="N,...",
                         help="rank counts, comma-separated (default 2)")
-    parser.add_argument("--model", default="mlp",
-                        help="models, comma-separated (default mlp): mlp, lenet, resnet8, "
-                        "resnet20")
+    renamed(parser, ("--models",), "--model", default="mlp", metavar="MODEL,...",
+            help="models, comma-separated (default mlp): mlp, lenet, resnet8, resnet20")
     parser.add_argument("--algorithms", default="ssgd,localsgd",
                         help="ssgd (vs DDP) and/or localsgd (vs PeriodicModelAverager)")
     parser.add_argument("--dataset", default="fashion-mnist",
@@ -260,13 +260,13 @@ def _checked(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 def ssgd_comm(args: argparse.Namespace, np_: int, model: str, path: Path) -> dict:
-    """``syncbench ssgd-comm`` on ``np_`` ranks for ``model``: its ``--json`` figures."""
+    """``syncbench ssgd-comm`` on ``np_`` ranks for ``model``: its ``--out`` figures."""
     cmd = [*find_mpiexec(args.mpiexec), "-n", str(np_), sys.executable, "-m", "syncbench",
            "ssgd-comm", "--model", model, "--dataset", args.dataset,
            "--synthetic-samples", str(args.synthetic_samples),
            "--batch-size", str(args.batch_size), "--seed", str(args.seed),
            "--blocks", str(args.comm_blocks), "--block-steps", str(args.comm_block_steps),
-           "--variants", "mpi,overlap,blocking,tight", "--json", str(path)]
+           "--variants", "mpi,overlap,blocking,tight", "--out", str(path), "--format", "json"]
     proc = _checked(run_command(cmd, args.run_timeout, quiet=True))
     if proc.returncode != 0:
         raise RuntimeError(f"syncbench ssgd-comm (np={np_}) failed (exit {proc.returncode}):\n"
