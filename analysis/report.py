@@ -43,14 +43,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from syncbench.bench.flags import renamed
-
 from . import columns
 from .collectives import collective_rows, format_collectives_md
 from .columns import PATH_KEY, RANK_TABLE, format_spec
 from .compare import add_compare_arguments, compare_main
 from .completeness import incomplete_reason
 from .context import format_contexts, machine_context
+from .inputs import InputError, expand
 from .labels import run_label
 from .output_paths import OutputError, check_output_dir, check_output_file
 from .plot_style import add_plot_arguments, plot_flags_problem, plot_output, require_matplotlib
@@ -456,27 +455,19 @@ def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = 
     raise ValueError(f"unknown report format {fmt!r}; valid formats: {', '.join(FORMATS)}")
 
 
-def _steps_window(text: str) -> str:
-    """``--timeline-steps``: ``A:B``, ``A:`` or ``:B``, checked while parsing so that the
-    error names the flag the user typed."""
-    try:
-        parse_steps(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected A:B, A: or :B (steps A <= step < B), got {text!r}") from None
-    return text
-
-
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``syncbench report`` (for ``bench/cli.py``)."""
     parser.add_argument("runs", nargs="+", metavar="RUN.h5",
-                        help="run files (syncbench/1); with --compare: the two sets A B")
+                        help="run files (syncbench/1), results files (results.json, "
+                        "manifest.json: the runner's tables, then its runs') or folders of "
+                        "runs; with --compare: the two sets A B")
     parser.add_argument("--format", default="md", choices=(*FORMATS, *TABLES),
                         help="output format (default md); steps: one tidy row per rank and "
                         "step of every run, eval: one per evaluation (CSV, see -o)")
-    renamed(parser, ("--output",), "-o", "--out", dest="output", default=None, metavar="FILE",
-                        help="--format steps/eval: write the table to FILE (CSV; Parquet "
-                        "when FILE ends in .parquet, needs pyarrow) instead of stdout")
+    parser.add_argument("-o", "--output", default=None, metavar="FILE",
+                        help="write the output to FILE instead of stdout, whole or not at "
+                        "all (any --format; steps/eval: Parquet when FILE ends in .parquet, "
+                        "needs pyarrow)")
     parser.add_argument("--by", default=None, metavar="KEY,...",
                         help="aggregate repeats: one row per distinct value of these keys "
                         "(columns such as algorithm, world_size, model, or any train flag "
@@ -494,7 +485,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, default=None, metavar="X",
                         help="recompute time to target for this test accuracy "
                         "(default: the runs' own --target-accuracy)")
-    parser.add_argument("--timeline-steps", default=None, metavar="A:B", type=_steps_window,
+    parser.add_argument("--timeline-steps", default=None, metavar="A:B",
                         help="steps shown in the per-run timeline plots (--per-run-plots; "
                         "default: up to 8 "
                         "steps from the middle of each run)")
@@ -508,10 +499,61 @@ def _output_problem(args: argparse.Namespace) -> str | None:
     else None."""
     try:
         if getattr(args, "output", None):
-            check_output_file("-o/--out", args.output)
+            check_output_file("-o/--output", args.output)
         if getattr(args, "plots", None):
             check_output_dir("--plots", args.plots)
     except OutputError as exc:
+        return str(exc)
+    return None
+
+
+def runner_tables(path: Any, data: dict[str, Any]) -> list[str]:
+    """The runner's tables of a results file, reprinted from what it recorded (its cells,
+    records and comparisons; :mod:`syncbench.bench.experiment.print_tables` prints them):
+    per configuration the comparison against the baseline, and the heterogeneous table.
+    Empty for a results file with no tables (a sweep's manifest, a scaling scenario's
+    results, a runner stopped before tabulating). ``ValueError`` for one that is not
+    whole."""
+    from syncbench.bench.experiment.print_tables import comparison_table, hetero_table
+
+    head = data.get("scenario") if isinstance(data.get("scenario"), dict) else {}
+    cells = data.get("cells")
+    if not isinstance(cells, list) or not cells or head.get("scaling"):
+        return []
+    records = [r for r in data["runs"] if isinstance(r, dict)]
+    comparisons = {c.get("condition"): c for c in data.get("comparisons") or []
+                   if isinstance(c, dict)}
+    lines = [f"# {path}: the runner's tables as it recorded them"]
+    try:
+        for cond in dict.fromkeys(c["condition"] for c in cells):
+            these = [c for c in cells if c["condition"] == cond]
+            mine = [r for r in records if r.get("condition") == cond]
+            contexts = [r["context"] for r in mine if isinstance(r.get("context"), dict)]
+            title = next((r["condition_title"] for r in mine if r.get("condition_title")), cond)
+            lines += [""] + comparison_table(head["name"], title, these, head["baseline"],
+                                             float(head["target_accuracy"]),
+                                             head.get("headline", "time_to_target"), contexts)
+            comp = comparisons.get(cond)
+            if comp is not None:
+                lines += [""] + hetero_table(head["name"], title, these, comp["ceiling"],
+                                             max(comp["factors"]),
+                                             comp["realised_factor_spread"], contexts)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: a results file without whole tables "
+                         f"({type(exc).__name__}: {exc})") from None
+    return lines
+
+
+def _emit(text: str, output: str | None) -> str | None:
+    """``text`` on stdout, or written whole to ``output``; why it could not be, else None."""
+    if output is None:
+        print(text)
+        return None
+    from syncbench.bench.files import WriteError, write_atomic  # analysis loads no bench
+
+    try:
+        write_atomic(output, (text + "\n").encode())
+    except WriteError as exc:
         return str(exc)
     return None
 
@@ -521,27 +563,31 @@ def report_main(args: argparse.Namespace) -> int:
     def err(message: str) -> None:
         print(f"syncbench report: {message}", file=sys.stderr)
 
-    problem = _output_problem(args)
+    problem = _output_problem(args) or plot_flags_problem(args)
     if problem:
         err(problem)
         return 2
     if getattr(args, "compare", False):  # two sets of runs A B (analysis.compare)
         return compare_main(args, err)
-    if args.format in TABLES or getattr(args, "output", None):
-        return _tidy_main(args, err)
+    try:  # results files and folders stand for their run files (analysis.inputs)
+        inputs = expand(args.runs)
+    except InputError as exc:
+        err(str(exc))
+        return 2
+    if args.format in TABLES:
+        return _tidy_main(args, err, inputs.paths)
     by = _by_keys(getattr(args, "by", None))
     series = _by_keys(getattr(args, "series", None))
     plots_dir = getattr(args, "plots", None)
-    problem = plot_flags_problem(args)
-    if problem:
-        err(problem)
-        return 2
+    output = getattr(args, "output", None)
     try:
         if plots_dir:
             require_matplotlib()
         window = parse_steps(args.timeline_steps) if getattr(args, "timeline_steps", None) \
             else None
-        runs = load_runs(args.runs, warn=err)
+        recorded = [line for path, data in inputs.results
+                    for line in [*runner_tables(path, data), ""]] if args.format == "md" else []
+        runs = load_runs(inputs.paths, warn=err)
         check_by_keys(runs, by)
         check_by_keys(runs, series, "--series")
         target = getattr(args, "target_accuracy", None)
@@ -558,28 +604,44 @@ def report_main(args: argparse.Namespace) -> int:
     for row in rows:  # the JSON and CSV rows carry their own machine line
         paths = row[PATH_KEY] if isinstance(row[PATH_KEY], list) else [row[PATH_KEY]]
         row["machine"] = format_contexts([by_path[p] for p in paths if p in by_path])
-    print(format_tables(rows, args.format, by, getattr(args, "per_rank", False), context))
+    text = "\n".join([*recorded, format_tables(rows, args.format, by,
+                                                getattr(args, "per_rank", False), context)])
     if collectives:
-        print(f"\n{collectives}")
+        text += f"\n\n{collectives}"
+    problem = _emit(text, output)
+    if problem:
+        err(problem)
+        return 2
     if plots_dir:
         per_run = rows if not by else table_rows(runs, by, target, series)
-        written, notes = write_plots(runs, per_run, plots_dir, by=by, window=window,
-                                     output=plot_output(args),
-                                     per_run=getattr(args, "per_run_plots", False))
-        for note in notes:
-            err(f"note: {note}")
-        err(f"wrote {len(written)} plots to {plots_dir}")
+        return _plots(args, runs, per_run, by, window, err)
     return 0
 
 
-def _tidy_main(args: argparse.Namespace, err: Callable[[str], None]) -> int:
+def _plots(args: argparse.Namespace, runs: Sequence[Run], rows: list[dict[str, Any]],
+           by: Sequence[str], window: tuple[int, int | None] | None,
+           err: Callable[[str], None]) -> int:
+    """``--plots DIR``: the figures, their notes and a closing line; 2 when the folder
+    cannot be written after all (it changed since it was checked)."""
+    try:
+        written, notes = write_plots(runs, rows, args.plots, by=by, window=window,
+                                     output=plot_output(args),
+                                     per_run=getattr(args, "per_run_plots", False))
+    except OSError as exc:
+        err(f"--plots {args.plots}: {exc.strerror or exc}")
+        return 2
+    for note in notes:
+        err(f"note: {note}")
+    err(f"wrote {len(written)} plots to {args.plots}")
+    return 0
+
+
+def _tidy_main(args: argparse.Namespace, err: Callable[[str], None],
+               paths: Sequence[str]) -> int:
     """``--format steps|eval`` (:mod:`syncbench.analysis.steps`): the tidy table of the
     runs on stdout or in ``-o FILE``; 2 on a bad file or flag."""
-    if args.format not in TABLES:
-        err(f"-o/--output writes the --format {' or '.join(TABLES)} table, not {args.format}")
-        return 2
     try:
-        write_table(load_runs(args.runs, warn=err), args.format, args.output)
+        write_table(load_runs(paths, warn=err), args.format, args.output)
     except (RunFileError, ValueError, OSError) as exc:
         err(str(exc))
         return 2
