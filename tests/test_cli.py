@@ -306,6 +306,35 @@ def test_a_bad_flag_value_is_the_only_line(tmp_path):
     assert proc.stderr.count("\n") == 1, proc.stderr
 
 
+SHIPPED = sorted(p.stem for p in (ROOT / "bench" / "experiment" / "scenarios").glob("*.toml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_scenario_plans_with_the_chosen_spellings(name):
+    """``run NAME --dry-run`` passes and prints no old-spelling line (the shipped files use
+    the chosen spellings); a scenario of emulated node speeds needs ``--cluster``."""
+    proc = _syncbench("run", name, "--dry-run")
+    assert "old spelling" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    if "node_speeds" in proc.stderr:
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    else:
+        assert proc.returncode == 0 and "syncbench train" in proc.stdout, proc.stderr
+
+
+def test_a_scenario_with_an_old_value_still_plans_with_one_line(tmp_path):
+    scenario = tmp_path / "old.toml"
+    scenario.write_text('np = 2\nrepeats = 1\nflags = { dataset = "synthetic", epochs = 1, '
+                        'events = "on" }\n\n[[run]]\nlabel = "oscars"\nalgorithm = "oscars"'
+                        '\nflags = { adaptive = "off" }\n')
+    proc = _syncbench("run", str(scenario), "--dry-run", "--out-dir", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    assert "--events on" in proc.stdout and "--adaptive off" in proc.stdout, proc.stdout
+    assert sorted(proc.stderr.splitlines()) == [
+        "syncbench train: '--adaptive off' is an old spelling; use '--no-adaptive' "
+        "(docs/FLAGS.md)",
+        "syncbench train: '--events on' is an old spelling; use '--events' (docs/FLAGS.md)"]
+
+
 def test_old_spellings_under_mpich_say_so_once_from_rank_0(tmp_path):
     out = tmp_path / "run.h5"
     proc = subprocess.run(
