@@ -43,7 +43,7 @@ dataset:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; \
 	else \
 	  echo "Fashion-MNIST missing: run 'sudo apt-get install dataset-fashion-mnist' or" \
-	       "'$(BIN)/syncbench data fetch fashion-mnist --dest DIR' and set SYNCBENCH_DATA=DIR"; \
+	       "'$(BIN)/syncbench data fetch fashion-mnist --out-dir DIR' and set SYNCBENCH_DATA=DIR"; \
 	fi
 
 # The demo scenario (bench/experiment/scenarios/demo.toml, 1 repeat); ends with where the run files

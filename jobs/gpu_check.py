@@ -501,12 +501,17 @@ def comm_runs(check: Check) -> list[tuple[str, str, str, str]]:
     return runs
 
 
+def cuda_aware_flag(aware: str) -> str:
+    """comm's switch for a run of :func:`comm_runs` (``"yes"``: device pointers to MPI)."""
+    return "--cuda-aware" if aware == "yes" else "--no-cuda-aware"
+
+
 def step_comm(check: Check, step: Step) -> None:
     end = time.monotonic() + step.limit
     for label, op, buffer, aware in comm_runs(check):
         out = check.work / f"comm-{label.replace(' ', '-')}.h5"
         check.run(step, check.mpi(2, *check.syncbench(
-            "comm", "--op", op, "--buffer", buffer, "--cuda-aware", aware,
+            "comm", "--op", op, "--buffer", buffer, cuda_aware_flag(aware),
             "--min-size", str(COMM_SIZES[0]), "--max-size", str(COMM_SIZES[1]),
             "--iterations", str(COMM_ITERATIONS), "--skip", str(COMM_SKIP), "--out", str(out))),
                   10, f"comm {label}", end)
@@ -537,7 +542,7 @@ def strategy_commands(check: Check) -> list[tuple[str, list[str]]]:
             commands.append((f"{algo} np{ranks}", check.mpi(ranks, *check.syncbench(
                 "train", "--algorithm", algo, *train_flags(run["model"], run["samples"],
                                                            run["batch"], "gpu"),
-                "--cuda-aware", "auto", *extra, "--out", str(out)))))
+                *extra, "--out", str(out)))))  # --cuda-aware: auto, the default
     return commands
 
 
@@ -643,7 +648,7 @@ def dry_run_commands(check: Check) -> list[str]:
     lines = []
     for label, op, buffer, aware in comm_runs(check):
         when = " (only where the MPI is CUDA-aware)" if aware == "yes" else ""
-        lines.append(f"  comm {label}: {op}, {buffer} buffers, --cuda-aware {aware}{when}")
+        lines.append(f"  comm {label}: {op}, {buffer} buffers, {cuda_aware_flag(aware)}{when}")
     for label, cmd in strategy_commands(check) + throughput_commands(check, True) \
             + throughput_commands(check, False):
         lines.append(f"  {label}: {shlex.join(cmd)}")

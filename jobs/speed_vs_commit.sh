@@ -5,7 +5,7 @@
 #   (default PAIRS 6, MODELS mlp,lenet,resnet8; run from the repository root)
 #
 # Checks REV out into a temporary worktree, puts its package folders first on
-# PYTHONPATH for the "before" side, and runs `syncbench speed --json` (3 repeats of
+# PYTHONPATH for the "before" side, and runs `syncbench speed --out FILE.json` (3 repeats of
 # 30 steps, OMP_NUM_THREADS=1) PAIRS times for each side, before then now, so a
 # drift of the machine falls on both. Prints per model the median (min-max) of each
 # side's samples/s and the median (min-max) of the per-pair ratios now / before.
@@ -22,11 +22,22 @@ mkdir -p "$work/path/syncbench"
 for folder in kernels algorithms bench analysis; do
   ln -s "$work/tree/$folder" "$work/path/syncbench/$folder"
 done
+# The flags each side knows: a REV from before docs/FLAGS.md spells them --models, --json.
+flags() {
+  if PYTHONPATH=$1 "$py" -m syncbench speed --help | grep -q -- '--out FILE'; then
+    echo --model --out
+  else
+    echo --models --json
+  fi
+}
+read -r model_before out_before < <(cd "$work" && flags "$work/path")
+read -r model_now out_now < <(cd "$work" && flags "")
 for i in $(seq "$pairs"); do
   for side in before now; do
-    path=; [ "$side" = before ] && path=$work/path
-    (cd "$work" && OMP_NUM_THREADS=1 PYTHONPATH=$path "$py" -m syncbench speed --models "$models" \
-      --repeats 3 --steps 30 --json "$work/$side.$i.json" >/dev/null)
+    path=; model=$model_now; out=$out_now
+    [ "$side" = before ] && { path=$work/path; model=$model_before; out=$out_before; }
+    (cd "$work" && OMP_NUM_THREADS=1 PYTHONPATH=$path "$py" -m syncbench speed "$model" "$models" \
+      --repeats 3 --steps 30 "$out" "$work/$side.$i.json" >/dev/null)
   done
 done
 "$py" - "$work" "$pairs" "$rev" <<'EOF'
