@@ -11,6 +11,7 @@ tests) reads :data:`ALGORITHMS`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 
@@ -53,6 +54,22 @@ def get_algorithm(name: str) -> type[Algorithm]:
         raise ValueError(
             f"unknown --algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}"
         ) from None
+
+
+def option_owners() -> dict[str, tuple[dataclasses.Field, tuple[str, ...]]]:
+    """Every strategy option by its ``config`` key: its field and the strategies that
+    take it, in registration order.
+
+    Read from each strategy's ``Options`` (:mod:`syncbench.algorithms.flags`), so a
+    strategy's flags are declared once, where its options are: a field another
+    strategy's ``Options`` inherits (``--period``: Local SGD's and Oscars') is taken by
+    both. ``syncbench train`` refuses a flag its ``--algorithm`` does not take.
+    """
+    owners: dict[str, tuple[dataclasses.Field, list[str]]] = {}
+    for cls in ALGORITHMS.values():
+        for field in dataclasses.fields(cls.Options):
+            owners.setdefault(field.name, (field, []))[1].append(cls.name)
+    return {key: (field, tuple(names)) for key, (field, names) in owners.items()}
 
 
 def load_plugins(spec: str | None = None) -> None:

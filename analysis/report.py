@@ -49,6 +49,7 @@ from .columns import PATH_KEY, RANK_TABLE, format_spec
 from .compare import add_compare_arguments, compare_main
 from .completeness import incomplete_reason
 from .context import format_contexts, machine_context
+from .data_record import format_data_md
 from .inputs import InputError, expand
 from .labels import run_label
 from .output_paths import OutputError, check_output_dir, check_output_file
@@ -606,8 +607,9 @@ def report_main(args: argparse.Namespace) -> int:
         row["machine"] = format_contexts([by_path[p] for p in paths if p in by_path])
     text = "\n".join([*recorded, format_tables(rows, args.format, by,
                                                 getattr(args, "per_rank", False), context)])
-    if collectives:
-        text += f"\n\n{collectives}"
+    # then, in Markdown, where each run's data came from (and its hash)
+    data = format_data_md(runs) if args.format == "md" else ""
+    text += "".join(f"\n\n{section}" for section in (collectives, data) if section)
     problem = _emit(text, output)
     if problem:
         err(problem)

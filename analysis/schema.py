@@ -84,6 +84,11 @@ ROOT_ATTRS: tuple[str, ...] = (
     # of each rank (THREADS_ATTR)
     "environment",
     "threads_per_rank",
+    # the data the run read: where from, and a hash of it (see DATA_ATTRS)
+    "data_source",
+    "data_sha256",
+    "data_files",
+    "data_generator",
 )
 
 #: Root attributes with the host's 1-minute load average at the start and the end of
@@ -157,6 +162,22 @@ ENVIRONMENT_ATTR = "environment"
 #: (or OPENBLAS_NUM_THREADS...), else what ``syncbench train`` set, its node's cores over
 #: the ranks there; 0 where left to the libraries. Absent from older files.
 THREADS_ATTR = "threads_per_rank"
+
+#: Root attributes of the data a run read (``syncbench.bench.data.provenance``, rank 0):
+#: ``data_source``, the folder its files came from (resolved), or ``"generated"``;
+#: ``data_sha256``, SHA-256 over the bytes of the files read, one after the other in the
+#: catalog's order (as stored: a gzipped file's compressed bytes), or for generated data
+#: over its arrays (train images, train labels, test images, test labels; C order);
+#: ``data_files`` (file datasets), JSON list of ``{"name", "bytes", "sha256"}`` per file
+#: in that order; ``data_generator`` (generated data), JSON of the generator's name and
+#: arguments (sizes, shape, classes, seed). Absent from older files and simulations:
+#: readers take the data as not recorded.
+DATA_SOURCE_ATTR = "data_source"
+DATA_SHA256_ATTR = "data_sha256"
+DATA_FILES_ATTR = "data_files"
+DATA_GENERATOR_ATTR = "data_generator"
+DATA_ATTRS: tuple[str, ...] = (DATA_SOURCE_ATTR, DATA_SHA256_ATTR, DATA_FILES_ATTR,
+                               DATA_GENERATOR_ATTR)
 
 #: Root attribute: "strong" or "weak" when the run belongs to a scaling study
 #: (``syncbench train --scaling-mode``, set by ``syncbench sweep``); absent or
@@ -517,11 +538,13 @@ FLOAT_ATTRS: frozenset[str] = frozenset({
 })
 
 #: Root attributes that a measured run lacks where their value is unknown (no git
-#: checkout, no CuPy, not a Slurm job, not a scaling study), and the GPU_ATTRS, which
-#: files written before them and simulations lack; every other name of ROOT_ATTRS is
+#: checkout, no CuPy, not a Slurm job, not a scaling study), and the GPU_ATTRS and
+#: DATA_ATTRS, which files written before them and simulations lack (a run writes
+#: ``data_files`` or ``data_generator``, not both); every other name of ROOT_ATTRS is
 #: always written.
 OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "cupy_package",
-                                        "slurm_job_id", "scaling_mode", *GPU_ATTRS)
+                                        "slurm_job_id", "scaling_mode", *GPU_ATTRS,
+                                        *DATA_ATTRS)
 
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"

@@ -246,9 +246,12 @@ def test_env_var_respected_and_data_dir_wins(tmp_path, monkeypatch):
     ds = catalog.load_dataset("mnist", tmp_path / "explicit")
     assert ds.source == str(tmp_path / "explicit") and ds.train_x.shape[0] == 6
 
-    # A --data-dir without the dataset falls through to $SYNCBENCH_DATA.
+    # A --data-dir without the dataset is an error: no silent fall-back to $SYNCBENCH_DATA.
     (tmp_path / "empty").mkdir()
-    assert catalog.find_dataset_dir("mnist", tmp_path / "empty") == env_root / "mnist"
+    with pytest.raises(DatasetError) as exc:
+        catalog.find_dataset_dir("mnist", tmp_path / "empty")
+    msg = assert_one_line_error(exc, "not found in --data-dir", str(tmp_path / "empty"))
+    assert str(env_root) not in msg
 
 
 def test_system_root_used_last(tmp_path, monkeypatch):
@@ -268,13 +271,29 @@ def test_system_root_used_last(tmp_path, monkeypatch):
 def test_missing_dataset(tmp_path, monkeypatch, name):
     monkeypatch.setenv("SYNCBENCH_DATA", str(tmp_path / "envroot"))
     with pytest.raises(DatasetError) as exc:
-        catalog.load_dataset(name, tmp_path / "nowhere")
+        catalog.load_dataset(name)
     msg = assert_one_line_error(
-        exc, name, "not found", str(tmp_path / "nowhere"), str(tmp_path / "envroot"),
+        exc, name, "not found", str(tmp_path / "envroot"),
         f"syncbench data fetch {name}", "--data-dir", "SYNCBENCH_DATA",
     )
     if name == "fashion-mnist":
         assert "apt-get install dataset-fashion-mnist" in msg
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "cifar10", "synthetic"])
+def test_a_data_dir_that_does_not_exist_is_an_error(tmp_path, monkeypatch, name):
+    """An explicit --data-dir is where the data must be: one that does not exist is an
+    error even where another copy would be found ($SYNCBENCH_DATA, the system folder)."""
+    make_mnist_dir(tmp_path / "env" / "mnist")
+    make_mnist_dir(tmp_path / "env" / "fashion-mnist")
+    monkeypatch.setenv("SYNCBENCH_DATA", str(tmp_path / "env"))
+    with pytest.raises(DatasetError) as exc:
+        catalog.load_dataset(name, tmp_path / "nowhere")
+    assert_one_line_error(exc, f"--data-dir {tmp_path / 'nowhere'} does not exist")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(DatasetError) as exc:
+        catalog.load_dataset(name, tmp_path / "a-file")
+    assert_one_line_error(exc, "is not a directory")
 
 
 def test_incomplete_directory_names_missing_file(tmp_path):

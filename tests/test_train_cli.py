@@ -6,9 +6,11 @@ by a subprocess timeout so a hang fails instead of blocking CI.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,9 +66,16 @@ def test_run_file_round_trips_every_schema_field(two_rank_run):
     recomputed = summarize(run.ranks, run.eval, run.summary["wall_s"], 0.3)
     for key, value in recomputed.items():
         assert run.summary[key] == pytest.approx(value, nan_ok=True), key
-    # rank 0 printed one parseable result line and no progress line (not a terminal)
+    # rank 0 printed one parseable result line and no progress line (not a terminal):
+    # comm and wait as percentages of the wall time, then where the run file is
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("ssgd mlp synthetic np=2: accuracy")
+    shares = re.search(r"  comm ([0-9.]+)%  wait ([0-9.]+)% of wall time; run file (\S+)$",
+                       lines[0])
+    assert shares, lines[0]
+    assert float(shares[1]) == pytest.approx(100 * run.summary["comm_fraction"], abs=0.051)
+    assert float(shares[2]) == pytest.approx(100 * run.summary["wait_fraction"], abs=0.051)
+    assert shares[3] == str(out)
     assert not list(out.parent.glob(".*.tmp.*")), "temporary file left behind"
 
 
@@ -122,12 +131,101 @@ def test_missing_dataset_ends_a_two_rank_run(tmp_path, monkeypatch):
         (["--slowdown", "1,2,3"], "has 3 factors but the job has 2 ranks"),
         (["--out", "/nonexistent-dir/run.h5"], "does not exist"),
         (["--save-model", "/nonexistent-dir/model.npy"], "--save-model"),
+        # another strategy's option, named with the strategies that take it
+        (["--period", "8"], "--period 8 applies to --algorithm localsgd and oscars only, "
+         "not to ssgd"),
+        (["--algorithm", "localsgd", "--comm", "blocking"],
+         "--comm blocking applies to --algorithm ssgd only, not to localsgd"),
+        (["--algorithm", "asgd", "--overlap"], "--overlap applies to --algorithm oscars only"),
+        # an explicit --data-dir that is not there, for generated and file data alike (the
+        # system's Fashion-MNIST does not stand in for it)
+        (["--data-dir", "/nonexistent/data"], "--data-dir /nonexistent/data does not exist"),
+        (["--dataset", "fashion-mnist", "--data-dir", "/nonexistent/data"],
+         "--data-dir /nonexistent/data does not exist"),
     ],
 )
 def test_bad_flags_fail_before_training(flags, needle):
     started = time.monotonic()
     proc = run_mpi(2, "train", *SMALL, *flags, timeout=60)
     _assert_one_line_failure(proc, started, needle)
+
+
+def test_a_data_dir_without_the_dataset_ends_the_run(tmp_path):
+    """A --data-dir that exists but lacks the files is an error too, not a fall-back to
+    $SYNCBENCH_DATA or /usr/share/datasets."""
+    started = time.monotonic()
+    proc = run_mpi(2, "train", "--dataset", "fashion-mnist", "--data-dir", str(tmp_path),
+                   "--out", str(tmp_path / "run.h5"), timeout=60)
+    _assert_one_line_failure(proc, started, f"not found in --data-dir {tmp_path}")
+    assert not (tmp_path / "run.h5").exists()
+
+
+def test_strategy_flags_are_each_strategys_own(monkeypatch):
+    """Which flag a strategy takes is what its Options declare: another strategy's flag is
+    refused, one left at (or set to) its default is not, an inherited field is shared, and
+    a strategy registered later gets the same check without a list to update."""
+    from helpers import train_config
+
+    from syncbench.algorithms.base import Algorithm
+    from syncbench.algorithms.flags import option
+    from syncbench.algorithms.registry import ALGORITHMS, option_owners
+    from syncbench.bench.train.options import check_strategy_flags
+
+    owners = option_owners()
+    assert owners["period"][1] == ("localsgd", "oscars")  # Oscars inherits Local SGD's field
+    assert owners["comm"][1] == ("ssgd",) and owners["ps_layout"][1] == ("asgd",)
+    check_strategy_flags(train_config("--algorithm", "ssgd"))  # every default: no error
+    check_strategy_flags(train_config("--algorithm", "ssgd", "--period", "4"))  # the default
+    check_strategy_flags(train_config("--algorithm", "oscars", "--period", "2",
+                                      "--momentum-sync", "average"))
+    with pytest.raises(ValueError, match="--period 2 applies to --algorithm localsgd and "
+                       "oscars only, not to ssgd"):
+        check_strategy_flags(train_config("--algorithm", "ssgd", "--period", "2"))
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        fanout: int = option(2, "fan-out")
+
+    class Fanout(Algorithm):
+        name = "fanout"
+
+    Fanout.Options = Options
+    monkeypatch.setitem(ALGORITHMS, "fanout", Fanout)
+    assert option_owners()["fanout"][1] == ("fanout",)
+    with pytest.raises(ValueError, match="--fanout 3 applies to --algorithm fanout only"):
+        check_strategy_flags(train_config("--algorithm", "ssgd", fanout=3))
+    check_strategy_flags(train_config(algorithm="fanout", fanout=3))
+    with pytest.raises(ValueError, match="--comm blocking applies to --algorithm ssgd"):
+        check_strategy_flags(train_config("--comm", "blocking", algorithm="fanout"))
+
+
+def test_shipped_scenarios_plan_and_a_foreign_flag_is_refused_before_any_launch(tmp_path):
+    """Every shipped scenario still plans (train's flag checks included, as --dry-run
+    makes them); a run entry, or a pass-through flag, that gives a strategy another's
+    flag, or a --data-dir without the data, is one ScenarioError before anything runs."""
+    from syncbench.bench.experiment.plan import plan_runs
+    from syncbench.bench.experiment.scenario import (
+        ScenarioError,
+        load_scenario,
+        parse_scenario,
+        shipped_scenarios,
+    )
+
+    for name in shipped_scenarios():
+        scenario = load_scenario(name)
+        np_ = scenario.nps[0] if scenario.scaling else scenario.np
+        assert plan_runs(scenario, np_, 1, 0, tmp_path, [], scenario.target_accuracy or 0.5)
+    bad = parse_scenario({"np": 2, "run": [
+        {"label": "a", "algorithm": "ssgd"},
+        {"label": "b", "algorithm": "localsgd", "flags": {"comm": "blocking"}}]}, "bad", "bad")
+    with pytest.raises(ScenarioError, match="run 'b'.*--comm blocking applies to "
+                       "--algorithm ssgd only, not to localsgd"):
+        plan_runs(bad, 2, 1, 0, tmp_path, [], 0.5)
+    demo = load_scenario("demo")
+    with pytest.raises(ScenarioError, match="--period 8 applies to --algorithm localsgd"):
+        plan_runs(demo, 2, 1, 0, tmp_path, ["--period", "8"], 0.5)
+    with pytest.raises(ScenarioError, match="--data-dir /nonexistent/data does not exist"):
+        plan_runs(demo, 2, 1, 0, tmp_path, ["--data-dir", "/nonexistent/data"], 0.5)
 
 
 def test_existing_output_needs_overwrite(tmp_path):

@@ -11,8 +11,10 @@ The benchmark trains small models on four datasets:
 What the code knows about each file dataset (files, layout, classes,
 mirrors, checksums, aliases, system package) is one :class:`DatasetSpec`
 entry of :data:`CATALOG`; a new dataset is one entry. Files are looked up in
-``--data-dir``, then ``$SYNCBENCH_DATA``, then ``/usr/share/datasets/<name>``
-(where Debian's ``dataset-fashion-mnist`` package puts Fashion-MNIST).
+``$SYNCBENCH_DATA``, then ``/usr/share/datasets/<name>`` (where Debian's
+``dataset-fashion-mnist`` package puts Fashion-MNIST); an explicit
+``--data-dir`` is the only place looked in: one that does not exist or lacks
+the files is an error, never a silent fall-back to another copy.
 :func:`load_dataset` validates them with the readers of
 :mod:`~syncbench.bench.data.formats`; a missing or corrupt file is a one-line
 :class:`~syncbench.bench.data.dataset.DatasetError` that says how to get a good
@@ -39,6 +41,7 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "canonical_name",
+    "explicit_dir",
     "find_dataset_dir",
     "load_dataset",
     "make_synthetic",
@@ -187,12 +190,27 @@ def _find_file(directory: Path, base: str) -> Path | None:
     return None
 
 
+def explicit_dir(data_dir: str | os.PathLike | None) -> Path | None:
+    """The ``--data-dir`` given (None when left out or empty); a path that is not a
+    directory is a :class:`DatasetError`: the user named where the data is, so no
+    other copy may stand in for it."""
+    if data_dir is None or str(data_dir) == "":
+        return None
+    root = Path(data_dir).expanduser()
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise DatasetError(
+            f"--data-dir {data_dir} {what}; pass the folder that holds the dataset, or "
+            f"leave --data-dir out to look in ${DATA_ENV} and {SYSTEM_DATA_ROOT}/<name>")
+    return root
+
+
 def _candidate_dirs(name: str, data_dir: str | os.PathLike | None) -> list[Path]:
-    """Directories to search for dataset *name*, in look-up order."""
-    roots: list[Path] = []
-    if data_dir is not None and str(data_dir) != "":
-        roots.append(Path(data_dir).expanduser())
-    env = os.environ.get(DATA_ENV, "")
+    """Directories to search for dataset *name*, in look-up order (only under an
+    explicit *data_dir* when one is given)."""
+    explicit = explicit_dir(data_dir)
+    roots: list[Path] = [explicit] if explicit is not None else []
+    env = "" if explicit is not None else os.environ.get(DATA_ENV, "")
     roots.extend(Path(p).expanduser() for p in env.split(os.pathsep) if p)
 
     dirs: list[Path] = []
@@ -202,9 +220,10 @@ def _candidate_dirs(name: str, data_dir: str | os.PathLike | None) -> list[Path]
         dirs.extend(root / name / sub for sub in subdirs)
         dirs.extend(root / sub for sub in subdirs)
         dirs.append(root)
-    system = Path(SYSTEM_DATA_ROOT) / name
-    dirs.append(system)
-    dirs.extend(system / sub for sub in CATALOG[name].subdirs)
+    if explicit is None:
+        system = Path(SYSTEM_DATA_ROOT) / name
+        dirs.append(system)
+        dirs.extend(system / sub for sub in CATALOG[name].subdirs)
     # Drop duplicates, keep order.
     seen: set[Path] = set()
     unique = []
@@ -218,17 +237,18 @@ def _candidate_dirs(name: str, data_dir: str | os.PathLike | None) -> list[Path]
 def find_dataset_dir(name: str, data_dir: str | os.PathLike | None = None) -> Path:
     """Find the directory holding the files of dataset *name*.
 
-    Roots are searched in order: *data_dir* (``--data-dir``), each entry of
-    ``$SYNCBENCH_DATA`` (``os.pathsep``-separated), then ``/usr/share/datasets``. In a
-    user root the files may sit in ``<root>/<name>`` or directly in ``<root>`` (for
-    ``cifar10`` also in ``<root>/cifar-10-batches-bin``); in the system root only
-    ``/usr/share/datasets/<name>`` is used. The first directory holding the complete set
-    wins. A directory holding only part of the set is an error (naming the missing
-    files) rather than being skipped silently.
+    With *data_dir* (``--data-dir``) only that root is searched; without it, each
+    entry of ``$SYNCBENCH_DATA`` (``os.pathsep``-separated), then
+    ``/usr/share/datasets``. In a user root the files may sit in ``<root>/<name>`` or
+    directly in ``<root>`` (for ``cifar10`` also in ``<root>/cifar-10-batches-bin``); in
+    the system root only ``/usr/share/datasets/<name>`` is used. The first directory
+    holding the complete set wins. A directory holding only part of the set is an error
+    (naming the missing files) rather than being skipped silently.
 
     Raises:
-        DatasetError: unknown name, ``synthetic`` (it has no files), an incomplete
-            directory, or nothing found (the message lists where it looked).
+        DatasetError: unknown name, ``synthetic`` (it has no files), a *data_dir* that
+            is not a directory or lacks the files, an incomplete directory, or nothing
+            found (the message lists where it looked).
     """
     name = canonical_name(name)
     if name == "synthetic":
@@ -247,8 +267,10 @@ def find_dataset_dir(name: str, data_dir: str | os.PathLike | None = None) -> Pa
                 f"dataset {name!r} in {d} is incomplete: missing {', '.join(missing)}; "
                 + _how_to_get(name)
             )
+    where = f" in --data-dir {data_dir}" if explicit_dir(data_dir) is not None else ""
     raise DatasetError(
-        f"dataset {name!r} not found (looked in: {', '.join(looked)}); " + _how_to_get(name)
+        f"dataset {name!r} not found{where} (looked in: {', '.join(looked)}); "
+        + _how_to_get(name)
     )
 
 
@@ -272,7 +294,9 @@ def load_dataset(
     labels < 10, matching counts; any number of samples), for ``cifar10`` the five
     ``data_batch_N.bin`` files (train) and ``test_batch.bin`` (test). ``synthetic`` is
     generated by :func:`make_synthetic` from the ``synthetic_*`` arguments and *seed*
-    (*data_dir* is ignored); *seed* does not affect file datasets.
+    (a *data_dir* is not read, but must exist); *seed* does not affect file datasets.
+    ``Dataset.files`` lists the files read, in the catalog's order, for the run file's
+    record of them (:mod:`~syncbench.bench.data.provenance`).
 
     Raises:
         DatasetError: unknown name, files missing or corrupt (one line naming the file
@@ -280,6 +304,7 @@ def load_dataset(
     """
     name = canonical_name(name)
     if name == "synthetic":
+        explicit_dir(data_dir)  # a --data-dir that does not exist is a mistake here too
         return make_synthetic(
             synthetic_train, synthetic_test, synthetic_shape, synthetic_classes, seed
         )
@@ -309,4 +334,5 @@ def load_dataset(
         test_y=test_y,
         num_classes=spec.classes,
         source=str(directory),
+        files=tuple(str(files[base]) for base in _required(name)),
     )

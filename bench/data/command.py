@@ -1,9 +1,10 @@
 """``syncbench data info|fetch NAME``: where a dataset is found, or download it.
 
-``info`` loads the dataset exactly as ``train`` would (same look-up order:
-``--data-dir``, ``$SYNCBENCH_DATA``, ``/usr/share/datasets/<name>``) and
-prints its shapes and source; ``fetch`` downloads the official files into
-``--out-dir`` and verifies their MD5 sums (needs internet).
+``info`` loads the dataset exactly as ``train`` would (``--data-dir`` alone
+when given, and then it must hold the files; else ``$SYNCBENCH_DATA``, then
+``/usr/share/datasets/<name>``) and prints its shapes, its source and the
+SHA-256 that a run file records of it; ``fetch`` downloads the official
+files into ``--out-dir`` and verifies their MD5 sums (needs internet).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from syncbench.analysis import schema
 from syncbench.bench.data.catalog import DATASETS, DatasetError, load_dataset
 from syncbench.bench.data.fetch import fetch_dataset
+from syncbench.bench.data.provenance import data_attrs
 from syncbench.bench.flags import renamed
 
 
@@ -32,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="syncbench data info NAME: load NAME exactly as train would and print "
         "its shapes, its source and the SHA-256 that a run file records of it.")
     parser.add_argument("name", choices=DATASETS)
-    parser.add_argument("--data-dir", default=None, help="for info: where to look first")
+    parser.add_argument("--data-dir", default=None,
+                        help="for info: the folder that holds the dataset (only there; an "
+                        "error if it does not)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,8 +47,10 @@ def main(args: argparse.Namespace) -> int:
                 print(path)
         else:
             ds = load_dataset(args.name, args.data_dir)
+            record = data_attrs(ds)
             print(f"{ds.name}: train {ds.train_x.shape} test {ds.test_x.shape} "
-                  f"classes {ds.num_classes} from {ds.source}")
+                  f"classes {ds.num_classes} from {ds.source} "
+                  f"sha256 {record[schema.DATA_SHA256_ATTR]}")
     except DatasetError as exc:
         print(f"syncbench data: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ traceback from deep inside NumPy halfway through an MPI job. The readers
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,10 @@ class Dataset:
 
     Images are float32 arrays of shape ``(n, C, H, W)`` with values in ``[0, 1]``; labels
     are int64 arrays of shape ``(n,)`` with values in ``[0, num_classes)``. ``source`` is
-    the directory the files came from, or ``"generated"``.
+    the directory the files came from, or ``"generated"``; ``files`` the files read, in a
+    fixed order (none for generated data); ``generator`` the arguments that generated
+    the data (empty for file datasets). The run file records them with a hash
+    (:mod:`~syncbench.bench.data.provenance`).
     """
 
     name: str
@@ -45,6 +49,8 @@ class Dataset:
     test_y: np.ndarray = field(repr=False)
     num_classes: int
     source: str
+    files: tuple[str, ...] = ()
+    generator: dict[str, Any] = field(default_factory=dict)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

@@ -19,6 +19,9 @@ from syncbench.bench.data.dataset import Dataset, DatasetError
 _SYN_BLOBS = 4  # Gaussian blobs per class prototype and channel
 _SYN_NOISE = 0.3  # pixel noise standard deviation
 _SYN_MIX = 0.4  # largest weight of another class's prototype blended into a sample
+#: Names this generator in a run file's record of its data (a change to how samples are
+#: made takes a new version, so equal records mean equal data).
+GENERATOR = "syncbench-synthetic/1"
 
 
 def _prototypes(
@@ -102,4 +105,7 @@ def make_synthetic(
         test_y=test_y,
         num_classes=int(classes),
         source="generated",
+        generator={"generator": GENERATOR, "train": int(n_train), "test": int(n_test),
+                   "shape": [c, h, w], "classes": int(classes),
+                   "seed": None if seed is None else int(seed)},
     )

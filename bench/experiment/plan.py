@@ -135,11 +135,18 @@ def train_parser() -> argparse.ArgumentParser:
 def check_train_args(args: tuple[str, ...], where: str,
                      parser: argparse.ArgumentParser | None = None) -> None:
     """Parse ``args`` with ``syncbench train``'s parser (``parser``: one built by
-    :func:`train_parser`, reused across calls); one-line error on a bad flag."""
+    :func:`train_parser`, reused across calls); one-line error on a bad flag, a flag
+    of another strategy or a ``--data-dir`` without the data."""
+    from syncbench.bench.train.options import check_launch
+
     parser = parser or train_parser()
-    _, unknown = parser.parse_known_args(list(args))
+    config, unknown = parser.parse_known_args(list(args))
     if unknown:
         raise ScenarioError(f"{where}: syncbench train does not know {' '.join(unknown)}")
+    try:  # another strategy's flag, a --data-dir without the data: before any launch
+        check_launch(config)
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
 
 
 def check_extra(extra: list[str], reserved: tuple[str, ...] = FORBIDDEN_EXTRA,

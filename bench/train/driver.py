@@ -52,6 +52,7 @@ from syncbench.analysis.context import (
 )
 from syncbench.analysis.summary import divergence
 from syncbench.bench.data.catalog import Dataset, DatasetError, load_dataset
+from syncbench.bench.data.provenance import data_attrs
 from syncbench.bench.mpi import environment, threads
 from syncbench.bench.mpi.clocks import ClockOffset, drift_since, measure_offsets
 from syncbench.bench.mpi.provenance import git_sha, package_version
@@ -214,6 +215,8 @@ class Training:
                 config.dataset, config.data_dir,
                 synthetic_train=config.synthetic_samples, seed=config.seed,
             )
+            #: What data was read (``schema.DATA_ATTRS``; rank 0's, the one that writes).
+            self.data_record = data_attrs(self.data) if self.rank == 0 else {}
         except DatasetError as exc:
             raise SetupError(str(exc)) from None
         dtype = np.dtype(config.dtype)
@@ -650,6 +653,7 @@ class Training:
             "warmup_steps": int(self.algorithm.warmup_steps),
             schema.RESUMES_ATTR: int(getattr(self, "resumes", 0)),
             **strategy_flag_attrs(config.algorithm),
+            **getattr(self, "data_record", {}),
         }
 
 
@@ -806,9 +810,12 @@ def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Train
 
 
 def format_summary(config: argparse.Namespace, world: int, s: dict[str, float]) -> str:
-    """One fixed-format result line (parseable by scripts)."""
-    out = f" -> {config.out}" if config.out else ""
+    """One fixed-format result line (parseable by scripts): every figure with its unit
+    (comm and wait are shares of the wall time, in percent), then where the run file
+    was written (with ``--out``)."""
+    out = f"; run file {config.out}" if config.out else ""
     return (f"{config.algorithm} {config.model} {config.dataset} np={world}: "
             f"accuracy {s['final_accuracy']:.4f}  loss {s['final_loss']:.4f}  "
             f"{s['samples_per_s']:.1f} samples/s  wall {s['wall_s']:.2f}s  "
-            f"comm {s['comm_fraction']:.3f}  wait {s['wait_fraction']:.3f}{out}")
+            f"comm {100 * s['comm_fraction']:.1f}%  wait {100 * s['wait_fraction']:.1f}% "
+            f"of wall time{out}")

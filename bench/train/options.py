@@ -19,12 +19,20 @@ flags they do not know to every ``syncbench train`` they launch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
-from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
+from syncbench.algorithms.flags import flag_name
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners
 from syncbench.algorithms.timing import PHASES
-from syncbench.bench.data.catalog import DATASETS
+from syncbench.bench.data.catalog import (
+    DATASETS,
+    DatasetError,
+    canonical_name,
+    explicit_dir,
+    find_dataset_dir,
+)
 from syncbench.bench.flags import OnOffAsSwitches, switch
 from syncbench.bench.train.slowdown import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
@@ -176,8 +184,9 @@ def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
                        help="dataset")
     group.add_argument("--data-dir", default=None,
-                       help="where the dataset files are (else $SYNCBENCH_DATA, then "
-                       "/usr/share/datasets/<name>)")
+                       help="the folder that holds the dataset files, the only place looked "
+                       "in (an error if they are not there); without it $SYNCBENCH_DATA, "
+                       "then /usr/share/datasets/<name>")
     group.add_argument("--synthetic-samples", type=int, default=8192,
                        help="training samples of the synthetic dataset")
 
@@ -206,9 +215,57 @@ def parse_fault(spec: str) -> tuple[int, int, str, str]:
     return rank, step, phase, mode
 
 
+def check_strategy_flags(config: argparse.Namespace) -> None:
+    """Refuse an option of another strategy than ``--algorithm``'s (``ValueError``, one
+    line naming the flag and the strategies that take it).
+
+    Which strategy takes which flag is what their ``Options`` declare
+    (:func:`~syncbench.algorithms.registry.option_owners`). An option left at its
+    default is no error, whoever it belongs to: the parser sets every strategy's, and
+    a value equal to the default changes nothing.
+    """
+    cls = get_algorithm(config.algorithm)
+    own = {field.name for field in dataclasses.fields(cls.Options)}
+    for key, (field, owners) in option_owners().items():
+        if key in own or not hasattr(config, key):
+            continue
+        value = getattr(config, key)
+        if value == field.default or value is field.default:
+            continue
+        flag = flag_name(field)
+        shown = flag if value is True else f"{flag} {value}"
+        takers = " and ".join(", ".join(owners).rsplit(", ", 1))
+        raise ValueError(f"{shown} applies to --algorithm {takers} only, not to "
+                         f"{cls.name}")
+
+
+def check_data_dir(config: argparse.Namespace) -> None:
+    """An explicit ``--data-dir`` must be a folder holding ``--dataset``'s files
+    (``ValueError``, one line): train never falls back to another copy of the data."""
+    data_dir = getattr(config, "data_dir", None)
+    if data_dir is None or str(data_dir) == "":
+        return
+    try:
+        if canonical_name(config.dataset) == "synthetic":
+            explicit_dir(data_dir)
+        else:
+            find_dataset_dir(config.dataset, data_dir)
+    except DatasetError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def check_launch(config: argparse.Namespace) -> None:
+    """What a launcher checks of a run's parsed flags before it starts the run
+    (``syncbench run``'s plan): the strategy's flags and an explicit ``--data-dir``."""
+    get_algorithm(config.algorithm)
+    check_strategy_flags(config)
+    check_data_dir(config)
+
+
 def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
     """Check flags identically on every rank; ``ValueError`` with one line on a problem."""
     cls = get_algorithm(config.algorithm)
+    check_strategy_flags(config)
     checks = [
         (config.epochs > 0, f"--epochs must be > 0, got {config.epochs}"),
         (config.batch_size >= 1, f"--batch-size must be >= 1, got {config.batch_size}"),

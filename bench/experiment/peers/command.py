@@ -129,7 +129,10 @@ def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
     """``--repeats`` rounds of ours (``syncbench train``) then the peer (its ``torch``
     program), each writing its run file into ``tmp``."""
     common = common_flags(args, model)
-    ours = RunEntry(algorithm, algorithm, (*common, "--eval-every", "0",
+    # train refuses another strategy's flag: --period is ours only where it is an option
+    at = common.index("--period")
+    own = common if algorithm == "localsgd" else common[:at] + common[at + 2:]
+    ours = RunEntry(algorithm, algorithm, (*own, "--eval-every", "0",
                                            *shlex.split(args.train_flags)), algorithm)
     peer = RunEntry(f"{algorithm}-peer", algorithm, tuple(common), algorithm)
     plan = []
