@@ -35,13 +35,22 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def check_output_file(flag: str, path: str | os.PathLike[str]) -> None:
+def check_output_file(flag: str, path: str | os.PathLike[str],
+                      make_parent: bool = False) -> None:
     """:class:`OutputError` naming ``flag`` unless ``path`` can be written as a file:
-    not a folder, and its folder exists, is a folder and is writable."""
+    not a folder, and its folder exists, is a folder and is writable (``make_parent``:
+    or can be made, as :func:`check_output_dir` checks it)."""
     shown = os.fspath(path)
     if os.path.isdir(path):
         raise OutputError(f"{flag} {shown} is a folder, not a file")
     parent = Path(os.path.abspath(path)).parent
+    if make_parent and not parent.is_dir():
+        found = _existing_ancestor(parent)
+        if not found.is_dir():
+            raise OutputError(f"{flag} {shown}: {found} is a file, not a folder")
+        if not _writable(found):
+            raise OutputError(f"{flag} {shown}: directory {found} is not writable")
+        return
     if not parent.is_dir():
         found = _existing_ancestor(parent)
         if found.is_dir():

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from syncbench.analysis import schema
+from syncbench.analysis.output_paths import OutputError, check_output_dir
 from syncbench.bench.data.catalog import DATASETS, DatasetError, load_dataset
 from syncbench.bench.data.fetch import fetch_dataset
 from syncbench.bench.data.provenance import data_attrs
@@ -40,9 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "error if it does not)")
 
 
+def check_dest(dest: str) -> None:
+    """``fetch --out-dir``: a folder that is writable or can be made, checked before any
+    download (:class:`DatasetError`, one line)."""
+    try:
+        check_output_dir("--out-dir", dest)
+    except OutputError as exc:
+        raise DatasetError(str(exc)) from None
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         if args.action == "fetch":
+            check_dest(args.dest)
             for path in fetch_dataset(args.name, args.dest):
                 print(path)
         else:

@@ -4,8 +4,8 @@
 the baseline of the ratios), homogeneous ranks, ``--repeats`` repeats
 (default 1: a quick look; use 5 or more for timing claims) in a seeded
 random order, the run files and ``results.json`` in ``--out-dir``, then the
-runner's tables (time to ``--target-accuracy`` first). Algorithms that are
-not registered are skipped with a note. For slowdowns, lr grids and
+runner's tables (time to ``--target-accuracy`` first). A name that is no
+registered strategy is an error. For slowdowns, lr grids and
 per-algorithm flags, write a scenario file and use ``syncbench run``.
 
 ``sweep``: a scaling scenario (as a scenario file with an ``np`` list), one
@@ -29,6 +29,7 @@ Flags these commands do not know go to every ``syncbench train``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,8 +55,8 @@ SWEEP_SETS = ("is set per run by the sweep; use --out-dir, --algorithms, --globa
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench compare`` (unknown flags go to ``syncbench train``)."""
     parser.add_argument("--algorithms", default="ssgd,asgd,odsgd,oscars",
-                        help="comma-separated algorithms, the first is the baseline; those "
-                        "not available are skipped with a note")
+                        help="comma-separated algorithms, the first is the baseline "
+                        "(an unknown name is an error)")
     add_runner_arguments(parser)
     defaults = {"np": 4, "repeats": 1, "out_dir": "runs/compare", "target_accuracy": 0.80}
     parser.set_defaults(**defaults)
@@ -64,18 +65,31 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
             action.help = action.help.split(" (default")[0]
 
 
+def unknown_algorithms(names: Sequence[str], known: Sequence[str]) -> str | None:
+    """``--algorithms``: the one line naming the names that are no registered strategy,
+    the known ones and the closest match of each (a typo must not plan a comparison
+    without that strategy), else None."""
+    unknown = [a for a in names if a not in known]
+    if not unknown:
+        return None
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        if close:
+            hints.append(f"{name}: did you mean {close[0]}?")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    return (f"--algorithms: unknown {', '.join(unknown)}{hint}; known: "
+            f"{', '.join(known)}")
+
+
 def compare_main(args: argparse.Namespace, train_args: Sequence[str] | None = None) -> int:
     """Body of ``syncbench compare``."""
     from syncbench.algorithms.registry import ALGORITHMS  # lazy: imports mpi4py.MPI
 
     names = list(dict.fromkeys(a.strip() for a in args.algorithms.split(",") if a.strip()))
-    missing = [a for a in names if a not in ALGORITHMS]
-    if missing:
-        print(f"{COMPARE}: skipping {', '.join(missing)} (not available; "
-              f"known: {', '.join(ALGORITHMS)})", file=sys.stderr)
-    names = [a for a in names if a in ALGORITHMS]
-    if not names:
-        print(f"{COMPARE}: error: no algorithm to run", file=sys.stderr)
+    problem = unknown_algorithms(names, ALGORITHMS) if names else "--algorithms is empty"
+    if problem:
+        print(f"{COMPARE}: error: {problem}", file=sys.stderr)
         return 2
     data = {"description": f"{', '.join(names)} with the same flags", "np": args.np,
             "repeats": args.repeats, "target_accuracy": args.target_accuracy,
@@ -159,6 +173,11 @@ def sweep_scenario(args: argparse.Namespace) -> dict:
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
         raise ScenarioError("--algorithms is empty")
+    if not getattr(args, "simulate", False):  # simulate checks its own --algorithm
+        from syncbench.algorithms.registry import ALGORITHMS  # lazy: imports mpi4py.MPI
+
+        if problem := unknown_algorithms(algorithms, ALGORITHMS):
+            raise ScenarioError(problem)
     if args.repeats < 1:
         raise ScenarioError(f"--repeats must be >= 1, got {args.repeats}")
     batch = ({"global_batch": args.global_batch} if args.mode == "strong"

@@ -158,6 +158,30 @@ def check_extra(extra: list[str], reserved: tuple[str, ...] = FORBIDDEN_EXTRA,
             raise ScenarioError(f"{name} {why}")
 
 
+def check_datasets(plan: list[PlannedRun]) -> None:
+    """The check ``syncbench train`` makes before it loads data, made for the whole plan
+    before anything is launched (and by ``--dry-run``): every dataset a planned run
+    trains on is found where train looks (``--data-dir``, ``$SYNCBENCH_DATA``, the
+    system folder); else :class:`ScenarioError` with the look-up's one line."""
+    from syncbench.bench.data.catalog import DatasetError, find_dataset_dir
+
+    runs = [p for p in plan if p.program == "train"]
+    if not runs:
+        return
+    parser = train_parser()
+    checked: set[tuple[str, str | None]] = set()
+    for p in runs:
+        flags, _ = parser.parse_known_args(list(p.args))
+        key = (flags.dataset, flags.data_dir)
+        if key in checked or flags.dataset == "synthetic":
+            continue
+        checked.add(key)
+        try:
+            find_dataset_dir(*key)
+        except DatasetError as exc:
+            raise ScenarioError(f"run {p.run_id}: {exc}") from None
+
+
 def per_rank_batch(mode: str, np_: int, global_batch: int, batch_size: int) -> int:
     """The per-rank batch of a scaling run on ``np_`` ranks (module docstring)."""
     if mode == "weak":

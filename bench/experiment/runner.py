@@ -55,6 +55,7 @@ from syncbench.analysis.completeness import incomplete_reason
 from syncbench.analysis.context import format_contexts, merge_contexts
 from syncbench.analysis.fairness import throughput_ceiling
 from syncbench.analysis.headline import Headline, headline_from_cells
+from syncbench.analysis.output_paths import OutputError, check_output_dir, check_output_file
 from syncbench.analysis.plot_style import (
     add_plot_arguments,
     plot_flags_problem,
@@ -89,6 +90,7 @@ from .parity import parity_table
 from .plan import (
     PEER_PROGRAMS,
     PlannedRun,
+    check_datasets,
     kept_run,
     plan_runs,
     plan_scaling,
@@ -453,14 +455,18 @@ def launch_line(p: PlannedRun, mpiexec: str | None) -> list[str]:
     return peer_command(p.np, PEER_PROGRAMS[p.program], list(p.args), mpiexec)
 
 
-def print_plan(plan: Sequence[PlannedRun], mpiexec: str | None) -> None:
-    """``--dry-run``: one launch line per planned run, in launch order, as it would run.
+def print_plan(plan: Sequence[PlannedRun], mpiexec: str | None, seed: int | None = None) -> None:
+    """``--dry-run``: one launch line per planned run, in launch order, as it would run,
+    after a comment line naming the order's ``seed`` (``--order-seed`` gives this order again).
 
     Raises :class:`ScenarioError` when no launcher is found."""
     try:
         lines = [shlex.join(launch_line(p, mpiexec)) for p in plan]
     except FileNotFoundError as exc:
         raise ScenarioError(str(exc)) from None
+    if seed is not None:
+        lines.insert(0, f"# seed {seed}: the order below; --order-seed {seed} runs it in this "
+                     "order")
     print("\n".join(lines))
 
 
@@ -573,21 +579,28 @@ def run_scaling(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
     if only is not None and not 0 <= only < repeats:
         raise ScenarioError(f"--repeat-index {only} is outside 0..{repeats - 1}")
     out_dir = Path(args.out_dir or Path("runs") / scenario.name)
+    own_file = results_path is not None and bool(getattr(args, "manifest", None))
     results_path = results_path or out_dir / RESULTS_NAME
     if only is not None:  # array tasks run side by side
         results_path = results_path.with_name(
             f"{results_path.stem}-r{only}{results_path.suffix}")
+    problem = out_dir_problem(out_dir, results_path,
+                              results_flag=f"--{word}" if own_file else None)
+    if problem:
+        raise ScenarioError(problem)
     previous = _previous(results_path)
-    seed = getattr(args, "seed", None)
-    if seed is None:
-        seed = previous["seed"] if previous and "seed" in previous else secrets.randbelow(2**31)
+    seed = planned_seed(getattr(args, "seed", None), previous)
     simulate = getattr(args, "simulate", False)
     plan = plan_scaling(scenario, repeats, seed, out_dir, list(extra), check=not simulate,
                         only_repeat=only)
+    if not simulate and not getattr(args, "no_run", False):
+        check_datasets(plan)
     if getattr(args, "dry_run", False):
-        print_plan(plan, args.mpiexec)
+        print_plan(plan, args.mpiexec, seed)
         return 0
-    out_dir.mkdir(parents=True, exist_ok=True)
+    for folder in dict.fromkeys((out_dir, results_path.parent)):
+        if problem := make_out_dir(folder):
+            raise ScenarioError(problem)
     lock = results_lock(results_path)
     problem = take_lock(lock, "syncbench sweep" if word == "manifest" else "syncbench run")
     if problem:
@@ -671,25 +684,29 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         return _error(prog, problem)
     out_dir = Path(args.out_dir or Path("runs") / scenario.name)
     results_path = out_dir / RESULTS_NAME
-    previous = _previous(results_path) if args.resume else None
-    seed = args.seed
-    if seed is None:
-        seed = previous["seed"] if previous and "seed" in previous else secrets.randbelow(2**31)
+    problem = out_dir_problem(out_dir, results_path)
+    if problem:
+        return _error(prog, problem)
+    previous = _previous(results_path)
+    seed = planned_seed(args.seed, previous)
     try:
         plan = plan_runs(scenario, np_, repeats, seed, out_dir, list(extra), target)
+        check_datasets(plan)
     except ScenarioError as exc:
         return _error(prog, str(exc))
     head = _scenario_json(scenario, np_, repeats, target)
-    if args.dry_run:
-        try:
-            print_plan(plan, args.mpiexec)
-        except ScenarioError as exc:
-            return _error(prog, str(exc))
-        return 0
     problem = _resume_problem(args.resume, previous, plan, results_path)
     if problem:
         return _error(prog, problem)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        try:
+            print_plan(plan, args.mpiexec, seed)
+        except ScenarioError as exc:
+            return _error(prog, str(exc))
+        return 0
+    problem = make_out_dir(out_dir)
+    if problem:
+        return _error(prog, problem)
     lock = results_lock(results_path)
     problem = take_lock(lock, prog)
     if problem:
@@ -818,12 +835,53 @@ def _execute_scenario(scenario: Scenario, args: argparse.Namespace, plan: list[P
 
 def _resume_problem(resume: bool, previous: dict | None, plan: list,
                     results_path: Path) -> str | None:
-    """Why ``--resume`` cannot continue from ``results_path``, else None."""
+    """Why the plan cannot be run into ``results_path``'s folder, else None: ``--resume``
+    with nothing to resume, or a results file there of another plan (with or without
+    ``--resume``: its run files would be overwritten or mixed with this plan's)."""
     if resume and previous is None:
         return f"--resume: no readable {results_path} (nothing to resume there)"
     if previous and not same_plan(previous.get("plan"), _plan_json(plan), results_path.parent):
-        return (f"--resume: {results_path} was written for another plan (scenario, flags, "
-                "--np, --repeats or --seed differ); use another --out-dir or drop --resume")
+        if resume:
+            return (f"--resume: {results_path} was written for another plan (scenario, "
+                    "flags, --np, --repeats or --order-seed differ); use another --out-dir or "
+                    "drop --resume")
+        return (f"--out-dir {results_path.parent} holds the results of another plan "
+                f"({results_path}: scenario, flags, --np, --repeats or --order-seed differ); use "
+                f"another --out-dir, or remove {results_path} to replace them")
+    return None
+
+
+def planned_seed(seed: int | None, previous: dict | None) -> int:
+    """The seed of the run order: ``--order-seed``, else the one of the results file already in
+    the out-dir (so the same command plans the same order, and resumes it), else a fresh
+    one (printed by ``--dry-run`` and the run, and recorded)."""
+    if seed is not None:
+        return seed
+    if previous and isinstance(previous.get("seed"), int):
+        return previous["seed"]
+    return secrets.randbelow(2**31)
+
+
+def out_dir_problem(out_dir: Path, results_path: Path, flag: str = "--out-dir",
+                    results_flag: str | None = None) -> str | None:
+    """Why ``out_dir`` (and the results file ``results_path``, named by ``results_flag``
+    when it is a flag of its own) cannot be written, else None; checked before planning,
+    with ``--dry-run`` too, and nothing is created."""
+    try:
+        check_output_dir(flag, out_dir)
+        check_output_file(results_flag or f"{flag} {out_dir}: results file", results_path,
+                          make_parent=True)
+    except OutputError as exc:
+        return str(exc)
+    return None
+
+
+def make_out_dir(out_dir: Path, flag: str = "--out-dir") -> str | None:
+    """Create ``out_dir`` (and its parents); the one-line problem when that fails."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{flag} {out_dir}: cannot create it: {exc.strerror or exc}"
     return None
 
 
@@ -834,6 +892,11 @@ def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repe
         return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
     if problem := plot_flags_problem(args):
         return problem
+    if getattr(args, "plots", None):
+        try:
+            check_output_dir("--plots", args.plots)
+        except OutputError as exc:
+            return str(exc)
     on_cluster = getattr(args, "cluster", False)
     if scenario.node_speeds and not on_cluster:
         return (f"scenario {scenario.name} slows emulated nodes (node_speeds): run it with "

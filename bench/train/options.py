@@ -310,6 +310,8 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
             raise ValueError(f"--out {config.out}: directory {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise ValueError(f"--out {config.out}: directory {parent} is not writable")
+        if out.is_dir():
+            raise ValueError(f"--out {config.out} is a folder, not a file")
         if out.exists() and not config.overwrite and not config.resume:
             raise ValueError(f"--out {config.out} exists; pass --overwrite to replace it")
     if config.save_model:

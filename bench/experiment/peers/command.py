@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncbench.analysis.output_paths import OutputError, check_output_dir
 from syncbench.analysis.repeats import column_spread
 from syncbench.bench.experiment.launch import find_mpiexec, run_command, timed_out
 from syncbench.bench.experiment.peers.torch_runner import MODELS
@@ -369,6 +370,11 @@ def usage_error(args: argparse.Namespace, algorithms: list[str],
         return f"--model takes {', '.join(MODELS)} (got {args.model!r})"
     if getattr(args, "resume", False) and not getattr(args, "out_dir", None):
         return "--resume needs --out-dir (the folder whose run files it keeps)"
+    try:
+        if getattr(args, "out_dir", None):
+            check_output_dir("--out-dir", args.out_dir)
+    except OutputError as exc:
+        return str(exc)
     return None
 
 
