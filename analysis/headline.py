@@ -3,11 +3,14 @@
 One bar per (strategy label, slowdown configuration) in two panels, time to
 the target accuracy over the baseline's (lower is better) and samples/s over
 the baseline's (higher is better): the bar is the median over repeats, the
-whisker spans min to max, a dashed line marks the baseline at 1.0, the legend
-gives the baseline's own figures (s, samples/s) per configuration, the title
-the repeat count and the caption the machine context. A bar that cannot be
-drawn says why (``diverged``, ``not reached``, ``incomplete``); a whisker
-whose maximum is a repeat that never reached the target ends in an arrow.
+whisker spans min to max where the bar has two or more repeats, a dashed line
+marks the baseline at 1.0, the legend gives the baseline's own figures (s,
+samples/s) per configuration, and the caption the experiment, the machine and
+what the bars are (:func:`headline_note`). A bar that cannot be drawn says why,
+horizontally at its place (``diverged``, ``not reached``, ``incomplete``); a
+whisker whose maximum is a repeat that never reached the target ends in an
+arrow; a bar whose runs were flagged (:data:`FLAGS`: loaded, some diverged,
+some incomplete) is hatched, with a legend entry.
 
 The numbers come from a pure step, so tests compare them with the tables:
 
@@ -35,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from .completeness import is_incomplete
-from .plot_style import CAPTION_INCHES, save
+from .plot_style import MIN_FONT_PT, PlotOutput, panel_grid, save
 from .repeats import group_rows
 
 #: The baseline of a report when the runs include it (else the first strategy).
@@ -45,8 +48,12 @@ METRICS: tuple[tuple[str, str], ...] = (("time_to_target", "ttt_ratio"),
                                          ("samples_per_s", "sps_ratio"))
 RUNNER_BASIS = "ratios per repeat, to the baseline's run of the same repeat and configuration"
 REPORT_BASIS = "ratios to the baseline's median in the same configuration"
-#: Height of one row of the legend below the panels.
-LEGEND_ROW_INCHES = 0.26
+#: Flags a bar's runs may carry: (hatch drawn on the bar, the legend's words).
+FLAGS: dict[str, tuple[str, str]] = {
+    "loaded": ("////", "LOADED: other processes used the cores"),
+    "diverged": ("xxx", "some repeats diverged (left out)"),
+    "incomplete": ("...", "some runs incomplete (left out)"),
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,8 @@ class Bar:
     high: float | None
     n: int = 0
     status: str | None = None
+    #: what the bar's runs were flagged with (keys of :data:`FLAGS`)
+    flags: tuple[str, ...] = ()
 
 
 @dataclass
@@ -98,19 +107,33 @@ def _finite(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _cell_flags(cell: Mapping[str, Any]) -> tuple[str, ...]:
+    """The :data:`FLAGS` of a runner cell: some of its runs loaded, diverged, incomplete."""
+    runs = int(cell.get("runs") or 0)
+    flags = []
+    if int(cell.get("loaded") or 0):
+        flags.append("loaded")
+    if 0 < int(cell.get("diverged") or 0) < runs:
+        flags.append("diverged")
+    if 0 < int(cell.get("incomplete") or 0) < runs:
+        flags.append("incomplete")
+    return tuple(flags)
+
+
 def _cell_bar(cell: Mapping[str, Any], key: str, title: str) -> Bar:
     """A runner cell's ratio as a bar (results.json writes infinities as null: a maximum
     missing beside a median is a repeat that never reached the target)."""
     stats = cell.get(key) or {}
     median = _finite(stats.get("median"))
     status = stats.get("status")
+    flags = _cell_flags(cell)
     if median is None:
         return Bar(title, cell["label"], None, None, None, int(stats.get("n") or 0),
-                   status or "-")
+                   status or "-", flags)
     high = stats.get("max")
     high = math.inf if high is None or math.isinf(float(high)) else float(high)
     return Bar(title, cell["label"], median, _finite(stats.get("min")), high,
-               int(stats.get("n") or 0), status)
+               int(stats.get("n") or 0), status, flags)
 
 
 def headline_from_cells(cells: Sequence[Mapping[str, Any]], baseline: str,
@@ -163,34 +186,50 @@ def configuration_title(row: Mapping[str, Any], parts: Sequence[str] = ()) -> st
     return " ".join([*parts, title])
 
 
-def _varying_parts(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
-    """Per row, the world size and model/dataset when they differ across the rows."""
-    sizes = {r.get("world_size") for r in rows}
-    setups = {(r.get("model"), r.get("dataset")) for r in rows}
+def _varying_parts(rows: Sequence[Mapping[str, Any]],
+                   among: Sequence[Mapping[str, Any]] | None = None) -> list[list[str]]:
+    """Per row, the world size and model/dataset when they differ across ``among``
+    (default: the rows themselves)."""
+    among = rows if among is None else among
+    sizes = {r.get("world_size") for r in among}
+    setups = {(r.get("model"), r.get("dataset")) for r in among}
     return [([f"N={r.get('world_size')}"] if len(sizes) > 1 else [])
             + ([f"{r.get('model')}/{r.get('dataset')}"] if len(setups) > 1 else [])
             for r in rows]
 
 
 def _ratio_bar(group: Mapping[str, Any], key: str, base: float | None, title: str,
-               label: str, missing: str) -> Bar:
+               label: str, missing: str, flags: tuple[str, ...] = ()) -> Bar:
     """``group``'s median (min–max) of ``key`` over the baseline's median ``base``."""
     n = int(group.get("repeats") or 1)
     if n and int(group.get("diverged") or 0) >= n:
-        return Bar(title, label, None, None, None, n, "diverged")
+        return Bar(title, label, None, None, None, n, "diverged", flags)
     if base is None or base <= 0:
-        return Bar(title, label, None, None, None, n, f"baseline {missing}")
+        return Bar(title, label, None, None, None, n, f"baseline {missing}", flags)
     median = _finite(group.get(key))
     if median is None:
-        return Bar(title, label, None, None, None, n, missing)
+        return Bar(title, label, None, None, None, n, missing, flags)
     low = _finite(group.get(f"{key}_min"))
     high = _finite(group.get(f"{key}_max"))
     return Bar(title, label, median / base, None if low is None else low / base,
-               math.inf if high is None else high / base, n)
+               math.inf if high is None else high / base, n, None, flags)
+
+
+def _row_flags(members: Sequence[Mapping[str, Any]], left_out: int) -> tuple[str, ...]:
+    """The :data:`FLAGS` of a group of report rows (``left_out``: its incomplete runs)."""
+    flags = []
+    if any(r.get("loaded") is True for r in members):
+        flags.append("loaded")
+    if any(r.get("diverged") for r in members) and not all(r.get("diverged")
+                                                            for r in members):
+        flags.append("diverged")
+    if left_out:
+        flags.append("incomplete")
+    return tuple(flags)
 
 
 def headline_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None = None,
-                       name: str = "report") -> tuple[Headline | None, str]:
+                       name: str = "") -> tuple[Headline | None, str]:
     """The headline of the report's per-run rows, or (None, why it is skipped).
 
     Rows are grouped by configuration and ``algorithm`` (``group_rows``); the
@@ -201,6 +240,12 @@ def headline_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None =
     complete = [dict(r) for r in rows if not is_incomplete(r)]
     for row, parts in zip(complete, _varying_parts(complete), strict=True):
         row["configuration"] = configuration_title(row, parts)
+    incomplete = [r for r in rows if is_incomplete(r)]
+    left_out: dict[tuple[str, str], int] = {}
+    for row, parts in zip(incomplete, _varying_parts(incomplete, complete or None),
+                          strict=True):
+        key = (configuration_title(row, parts), str(row.get("algorithm")))
+        left_out[key] = left_out.get(key, 0) + 1
     algorithms = list(dict.fromkeys(str(r.get("algorithm")) for r in complete))
     if baseline is None:
         baseline = DEFAULT_BASELINE if DEFAULT_BASELINE in algorithms else \
@@ -228,10 +273,13 @@ def headline_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None =
             group = by_config[config].get(label)
             if group is None:
                 continue
+            members = [r for r in complete if r["configuration"] == config
+                       and str(r.get("algorithm")) == label]
+            flags = _row_flags(members, left_out.get((config, label), 0))
             head.time_to_target.append(_ratio_bar(group, "time_to_target_s", ttt_b, config,
-                                                  label, "not reached"))
+                                                  label, "not reached", flags))
             head.samples_per_s.append(_ratio_bar(group, "samples_per_s", sps_b, config,
-                                                 label, "diverged"))
+                                                 label, "diverged", flags))
     return head, ""
 
 
@@ -243,7 +291,7 @@ def _legend_label(head: Headline, config: str) -> str:
     target = f" to {head.target:g}" if head.target is not None else ""
     parts = [f"{ttt:.3g} s{target}" if ttt is not None else "target not reached",
              f"{sps:,.0f} samples/s" if sps is not None else "diverged"]
-    return f"{config} ({head.baseline}: {', '.join(parts)})"
+    return f"{config}: {head.baseline} {', '.join(parts)}"
 
 
 def _top(bars: Sequence[Bar]) -> float:
@@ -252,13 +300,31 @@ def _top(bars: Sequence[Bar]) -> float:
     return max([1.2, *values]) * 1.15
 
 
-def _draw_panel(ax: Any, head: Headline, metric: str, colors: Sequence[Any]) -> bool:
-    """One panel: grouped bars (strategy on x, one per configuration), whiskers, statuses;
-    whether a whisker ends at a repeat that never reached the target."""
+def _hatch(flags: Sequence[str]) -> str | None:
+    """The hatch of a bar's flags (overlaid when several), None without a flag."""
+    return "".join(FLAGS[f][0][:2] for f in flags) or None
+
+
+def _status_label(ax: Any, x: float, width: float, top: float, bar: Bar, color: Any) -> None:
+    """A bar that is not drawn: its reason, horizontal and readable, at the bar's place
+    (over an outline bar hatched with its flags, when it has some)."""
+    words = (bar.status or "-").split(" ", 1)
+    ax.bar(x, top * 0.28, width, facecolor="white", edgecolor=color, linewidth=0.6,
+           linestyle="--", hatch=_hatch(bar.flags), gid=f"status {bar.label}")
+    ax.text(x, top * 0.03, "\n".join(words), ha="center", va="bottom",
+            fontsize=MIN_FONT_PT, color="black", linespacing=1.0,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
+
+
+def _draw_panel(ax: Any, head: Headline, metric: str, colors: Sequence[Any]
+                ) -> tuple[bool, bool]:
+    """One panel: grouped bars (strategy on x, one per configuration), whiskers where a
+    bar has two or more repeats, statuses, flags; (whether a whisker ends at a repeat
+    that never reached the target, whether any whisker is drawn)."""
     bars = getattr(head, metric)
     top = _top(bars)
     width = 0.8 / max(1, len(head.configurations))
-    never = False
+    never = whiskers = False
     for j, config in enumerate(head.configurations):
         for i, label in enumerate(head.labels):
             bar = head.bar(metric, config, label)
@@ -266,71 +332,94 @@ def _draw_panel(ax: Any, head: Headline, metric: str, colors: Sequence[Any]) -> 
                 continue
             x = i - 0.4 + width * (j + 0.5)
             if bar.status is not None or bar.median is None:
-                ax.text(x, top * 0.02, bar.status or "-", rotation=90, ha="center",
-                        va="bottom", fontsize=8, color=colors[j])
+                _status_label(ax, x, width * 0.9, top, bar, colors[j])
                 continue
             ax.bar(x, bar.median, width * 0.9, color=colors[j], edgecolor="black",
-                   linewidth=0.5)
+                   linewidth=0.5, hatch=_hatch(bar.flags), gid=f"bar {config} {label}")
+            if bar.n < 2:  # one repeat: no spread to show
+                continue
             low = bar.median if bar.low is None else bar.low
             high = bar.high if bar.high is not None else bar.median
             if math.isinf(high):
                 never = True
                 high = top * 0.97
-                ax.plot([x], [high], marker="^", color="black", markersize=6)
+                ax.plot([x], [high], marker="^", color="black", markersize=4)
             ax.errorbar([x], [bar.median], yerr=[[bar.median - low], [high - bar.median]],
-                        fmt="none", ecolor="black", capsize=3, linewidth=1.2)
-    ax.axhline(1.0, linestyle="--", color="black", linewidth=1.2)
+                        fmt="none", ecolor="black", capsize=2, linewidth=0.8)
+            whiskers = True
+    ax.axhline(1.0, linestyle="--", color="black", linewidth=0.8)
     ax.set_xticks(np.arange(len(head.labels)))
-    ax.set_xticklabels(head.labels)
+    long = sum(len(label) for label in head.labels) > 40
+    ax.set_xticklabels(head.labels, rotation=25 if long else 0, ha="right" if long else "center")
     ax.set_xlim(-0.6, len(head.labels) - 0.4)
     ax.set_ylim(0, top)
     ax.grid(axis="x", visible=False)
-    ax.set_xlabel("strategy (scenario label)" if head.basis == RUNNER_BASIS else "strategy")
-    return never
+    return never, whiskers
 
 
-def _legend(plt: Any, fig: Any, head: Headline, colors: Sequence[Any], never: bool) -> None:
-    """Below the panels, above the caption: each configuration with the baseline's
-    figures, the 1.0 line; the layout leaves room for both."""
+def _legend(plt: Any, fig: Any, head: Headline, colors: Sequence[Any], never: bool) -> Any:
+    """The figure legend below the panels: each configuration with the baseline's own
+    figures, the 1.0 line, the flags some bar carries, the never-reached arrow."""
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", linewidth=0.5)
                for c in colors]
     names = [_legend_label(head, c) for c in head.configurations]
-    handles.append(plt.Line2D([], [], linestyle="--", color="black"))
+    handles.append(plt.Line2D([], [], linestyle="--", color="black", linewidth=0.8))
     names.append(f"baseline {head.baseline} = 1")
+    flagged = {f for b in head.time_to_target + head.samples_per_s for f in b.flags}
+    for flag in (f for f in FLAGS if f in flagged):
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black",
+                                     linewidth=0.5, hatch=FLAGS[flag][0][:2]))
+        names.append(FLAGS[flag][1])
     if never:
-        handles.append(plt.Line2D([], [], marker="^", color="black", linestyle="none"))
+        handles.append(plt.Line2D([], [], marker="^", color="black", linestyle="none",
+                                  markersize=4))
         names.append("whisker to the top: a repeat never reached the target")
-    height = fig.get_figheight()
-    rows = math.ceil(len(names) / 2)
-    fig.legend(handles, names, loc="lower center", ncol=min(2, len(names)), fontsize=9,
-               frameon=False, bbox_to_anchor=(0.5, CAPTION_INCHES / height))
-    bottom = (CAPTION_INCHES + 0.12 + LEGEND_ROW_INCHES * rows) / height
-    fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))  # (x, y, w, h)
+    ncol = 1 if fig.get_figwidth() < 5 else 2
+    return fig.legend(handles, names, loc="lower center", ncol=ncol, frameon=False,
+                      fontsize=MIN_FONT_PT, handlelength=1.6, columnspacing=1.2)
 
 
-def headline_figure(plt: Any, head: Headline) -> Any:
-    """The headline figure of ``head`` (module docstring), not yet saved."""
+def headline_note(head: Headline) -> str:
+    """What the bars are, for the caption: the repeats behind them and the ratios' basis."""
+    counts = {b.n for b in head.time_to_target + head.samples_per_s if b.status is None}
+    most = max(counts, default=head.repeats) or head.repeats
+    if most >= 2:
+        many = f"{most} repeats" if len(counts) <= 1 else f"up to {most} repeats"
+        stats = f"Bars: median, min-max over {many}"
+    else:
+        stats = "Bars: one run each, no whiskers"
+    return f"{stats}; {head.basis}."
+
+
+def headline_figure(plt: Any, head: Headline, width: float | None = None) -> Any:
+    """The headline figure of ``head`` (module docstring), not yet saved; ``width`` in
+    inches (default :class:`PlotOutput`'s): panels stacked on one column."""
+    width = PlotOutput().inches if width is None else width
     cmap = plt.get_cmap("tab10")
     colors = [cmap(j % 10) for j in range(len(head.configurations))]
-    width = max(11.0, 4.0 + 0.55 * len(head.labels) * max(1, len(head.configurations)))
-    rows = math.ceil((len(head.configurations) + 2) / 2)
-    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(width, 5.0 + LEGEND_ROW_INCHES * rows),
+    rows, cols = panel_grid(width)
+    fig, (ax_t, ax_s) = plt.subplots(rows, cols, figsize=(width, 2.3 * rows + 0.3),
                                      layout="constrained")
-    never = [_draw_panel(ax, head, metric, colors)
+    drawn = [_draw_panel(ax, head, metric, colors)
              for ax, metric in ((ax_t, "time_to_target"), (ax_s, "samples_per_s"))]
     target = f" {head.target:g}" if head.target is not None else ""
-    ax_t.set_ylabel(f"time to target accuracy{target} / {head.baseline}'s\n"
-                    "(ratio ×, lower is better)")
-    ax_s.set_ylabel(f"samples/s / {head.baseline}'s\n(ratio ×, higher is better)")
-    ax_t.set_title("Time to target accuracy")
-    ax_s.set_title("Training throughput (samples/s)")
-    _legend(plt, fig, head, colors, any(never))
-    many = f"median of {head.repeats} repeats" if head.repeats > 1 else "one repeat (no spread)"
-    fig.suptitle(f"{head.name}: time to target and samples/s against {head.baseline} "
-                 f"({many}, whiskers min–max)\n{head.basis}", fontsize=12)
+    ax_t.set_ylabel(f"time to target accuracy{target}\n/ {head.baseline}'s (ratio, ×)")
+    ax_s.set_ylabel(f"samples/s / {head.baseline}'s\n(ratio, ×)")
+    ax_t.set_title("Time to target accuracy (lower is better)")
+    ax_s.set_title("Training throughput (higher is better)")
+    for ax in (ax_t, ax_s):
+        ax.set_xlabel("strategy")
+    _legend(plt, fig, head, colors, any(never for never, _ in drawn))
+    scenario = f", scenario {head.name}" if head.name else ""
+    fig.suptitle(f"Strategies against {head.baseline}{scenario}", fontweight="bold")
     return fig
 
 
-def plot_headline(plt: Any, head: Headline, path: Path, context: str | None = None) -> str:
-    """Write the headline figure of ``head`` to ``path`` (format from its suffix)."""
-    return save(plt, headline_figure(plt, head), path, context)
+def plot_headline(plt: Any, head: Headline, path: Path, caption: str | None = None,
+                  width: float | None = None) -> str:
+    """Write the headline figure of ``head`` to ``path`` (format from its suffix) with
+    ``caption`` (the experiment) and :func:`headline_note` under it."""
+    fig = headline_figure(plt, head, width)
+    note = headline_note(head)
+    text = f"{caption} {note}" if caption else note
+    return save(plt, fig, path, text, fig.legends[-1] if fig.legends else None)

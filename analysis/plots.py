@@ -23,8 +23,11 @@ and, only when asked (``--per-run-plots``), three figures per run:
 - ``<run>_local_steps``: Oscars' and Local SGD's local steps per round of
   every rank against time (skipped without them and at N = 1).
 
-Every figure carries the machine context line (``analysis.context``) along
-its bottom edge.
+Every figure is sized for a paper (``--figure-width``: one or two columns)
+and carries a caption under it: the experiment (model, dataset, global batch,
+ranks), the machine (CPU model, cores, the context line of
+``analysis.context``) and what the marks are (median, min-max over the
+repeats; whiskers and bands only with two or more).
 """
 
 from __future__ import annotations
@@ -38,9 +41,16 @@ from typing import Any
 import numpy as np
 
 from .completeness import incomplete_reason
-from .context import context_line, format_context, machine_context
 from .headline import Headline, headline_from_rows, plot_headline
-from .plot_style import FIGSIZE, MARKERS, PlotOutput, pyplot, save
+from .plot_style import (
+    MARKERS,
+    MIN_FONT_PT,
+    PlotOutput,
+    experiment_caption,
+    panel_grid,
+    pyplot,
+    save,
+)
 from .runfile import Run
 from .schema import PHASES, strategy_traits
 from .trace import NS, in_window, phase_bounds_ns, step_ends, step_order
@@ -49,6 +59,12 @@ from .trace import NS, in_window, phase_bounds_ns, step_ends, step_order
 PHASE_COLORS: dict[str, str] = {
     "data": "#9e9e9e", "compute": "#1f77b4", "comm": "#ff7f0e",
     "wait": "#d62728", "update": "#2ca02c", "delay": "#9467bd",
+}
+#: The phases in plain words, for legends.
+PHASE_NAMES: dict[str, str] = {
+    "data": "data loading", "compute": "computation", "comm": "communication",
+    "wait": "waiting for other ranks", "update": "parameter update",
+    "delay": "emulated slowdown",
 }
 #: Steps of the default timeline window.
 TIMELINE_STEPS = 8
@@ -72,9 +88,39 @@ def _stems(runs: Sequence[Run]) -> list[str]:
 
 
 def _title(run: Run) -> str:
+    """``asgd, 2 ranks, run.h5`` (and why the run is incomplete)."""
     reason = incomplete_reason(run.complete, run.stopped_by)
-    return f"{run.algorithm} N={run.world_size} ({Path(run.path).name}" \
-        f"{', ' + reason if reason else ''})"
+    ranks = f"{run.world_size} rank{'' if run.world_size == 1 else 's'}"
+    return f"{run.algorithm}, {ranks}, {Path(run.path).name}" + (f"; {reason}" if reason
+                                                                 else "")
+
+
+def _legend_below(fig: Any, handles: Sequence[Any], labels: Sequence[str]) -> Any:
+    """A figure legend under the panels (:func:`~.plot_style.save` places it)."""
+    chars = fig.get_figwidth() * 13  # 8 pt characters across, with each entry's handle
+    longest = max(map(len, labels), default=1) + 6
+    ncol = max(1, min(len(labels), int(chars // longest)))
+    return fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False,
+                      fontsize=MIN_FONT_PT, handlelength=1.8, columnspacing=1.2)
+
+
+def _axes_legend(fig: Any, axes: Sequence[Any]) -> Any:
+    """The figure legend of every labelled artist of ``axes``, each label once."""
+    unique: dict[str, Any] = {}
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        for handle, label in zip(handles, labels, strict=True):
+            unique.setdefault(label, handle)
+    return _legend_below(fig, list(unique.values()), list(unique))
+
+
+def _spread(values: Sequence[float]) -> tuple[float, float, float, int]:
+    """(median, min, max, count) of the finite ``values`` (NaN and 0 when none)."""
+    vals = np.asarray(values, dtype=np.float64)
+    vals = vals[np.isfinite(vals)]
+    if not vals.size:
+        return math.nan, math.nan, math.nan, 0
+    return float(np.median(vals)), float(np.min(vals)), float(np.max(vals)), int(vals.size)
 
 
 # ---------------------------------------------------------------- scaling
@@ -92,17 +138,23 @@ def scaling_series(rows: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str,
 
 
 def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path,
-                 context: str | None = None,
-                 series: dict[tuple, list[dict[str, Any]]] | None = None) -> str:
+                 caption: str | None = None,
+                 series: dict[tuple, list[dict[str, Any]]] | None = None,
+                 width: float | None = None) -> str:
     """Speedup and efficiency against N, one line per series with two or more N, ideal lines.
 
     Only series of :func:`scaling_series` are drawn (the caller skips the
     figure when there is none; ``series``: that result, when the caller has it).
+    A point is the median over its repeats; whiskers (min to max) only where a
+    point has two or more.
     """
+    width = PlotOutput().inches if width is None else width
     series = scaling_series(rows) if series is None else series
     rows = [r for members in series.values() for r in members]
     labels = [label for label, _ in series]
-    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=FIGSIZE)
+    nrows, ncols = panel_grid(width)
+    fig, (ax_s, ax_e) = plt.subplots(nrows, ncols, figsize=(width, 2.3 * nrows + 0.3),
+                                     layout="constrained")
     all_n: set[int] = set()
     kinds = sorted({str(r.get("scaling")) for r in rows})
     ordered = sorted(series.items(), key=lambda kv: str(kv[0]))
@@ -113,41 +165,42 @@ def plot_scaling(plt: Any, rows: Sequence[dict[str, Any]], path: Path,
             label = f"{label} {members[0].get('model')} {members[0].get('dataset')}"
         marker = MARKERS[i % len(MARKERS)]
         for ax, col in ((ax_s, "speedup"), (ax_e, "efficiency")):
-            med, lo, hi = [], [], []
-            for n in ns:
-                vals = np.array([r[col] for r in members if int(r["world_size"]) == n],
-                                dtype=np.float64)
-                vals = vals[np.isfinite(vals)]
-                med.append(np.median(vals) if vals.size else np.nan)
-                lo.append(np.min(vals) if vals.size else np.nan)
-                hi.append(np.max(vals) if vals.size else np.nan)
-            med, lo, hi = map(np.asarray, (med, lo, hi))
-            ax.errorbar(ns, med, yerr=[med - lo, hi - med], marker=marker, capsize=4,
-                        label=label, linewidth=1.8, markersize=7)
+            stats = [_spread([r[col] for r in members if int(r["world_size"]) == n])
+                     for n in ns]
+            med = np.array([s[0] for s in stats])
+            line = ax.plot(ns, med, marker=marker, label=label)[0]
+            for n, (m, lo, hi, count) in zip(ns, stats, strict=True):
+                if count >= 2:
+                    ax.errorbar([n], [m], yerr=[[m - lo], [hi - m]], fmt="none", capsize=2,
+                                ecolor=line.get_color(), linewidth=0.8)
     ns = sorted(all_n) or [1]
     n0s = sorted({int(r["baseline_world_size"]) for r in rows
                   if r.get("baseline_world_size") is not None}) or [ns[0]]
     for j, n0 in enumerate(n0s):
         xs = np.array([n for n in ns if n >= n0], dtype=np.float64)
         if xs.size > 1:
-            ax_s.plot(xs, xs / n0, linestyle="--", color="black", linewidth=1,
-                      dashes=(4 + 2 * j, 2), label="ideal N/N0" + (f" (N0={n0})"
-                                                                  if len(n0s) > 1 else ""))
-    ax_e.axhline(1.0, linestyle="--", color="black", linewidth=1, label="ideal")
+            ax_s.plot(xs, xs / n0, linestyle="--", color="black", linewidth=0.8,
+                      dashes=(4 + 2 * j, 2), label=f"ideal, N/{n0}")
+    ax_e.axhline(1.0, linestyle=":", color="black", linewidth=0.8, label="ideal efficiency")
     for ax in (ax_s, ax_e):
         ax.set_xlabel("ranks N")
         ax.set_xticks(ns)
         ax.set_xticklabels([str(n) for n in ns])
-        ax.legend(loc="best")
-    ax_s.set_ylabel("speedup vs N0 (samples/s ratio)")
-    ax_e.set_ylabel("parallel efficiency (speedup x N0 / N)")
+    ax_s.set_ylabel("speedup over N0 ranks\n(samples/s ratio, ×)")
+    ax_e.set_ylabel("parallel efficiency\n(speedup × N0 / N)")
     top = max([1.2, *(float(v) for r in rows for v in [r.get("efficiency")]
                       if v is not None and math.isfinite(v))]) * 1.1
     ax_e.set_ylim(0, top)
     ax_s.set_ylim(bottom=0)
-    ax_s.set_title("Speedup (" + ", ".join(kinds) + " scaling)")
+    ax_s.set_title("Speedup, " + " and ".join(kinds) + " scaling")
     ax_e.set_title("Parallel efficiency")
-    return save(plt, fig, path, context)
+    legend = _axes_legend(fig, (ax_s, ax_e))
+    counts = [_spread([r["speedup"] for r in members if int(r["world_size"]) == n])[3]
+              for members in series.values() for n in {int(r["world_size"]) for r in members}]
+    most = max(counts, default=1)
+    note = (f"Points: median, min-max over {most} repeats." if most >= 2
+            else "Points: one run each, no whiskers.")
+    return save(plt, fig, path, f"{caption} {note}" if caption else note, legend)
 
 
 # ---------------------------------------------------------------- convergence
@@ -194,26 +247,29 @@ def median_band(curves: Sequence[tuple[np.ndarray, np.ndarray]], points: int = 6
 
 
 def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]],
-                     path: Path, context: str | None = None,
-                     groups: list[tuple[str, int, list[Run]]] | None = None) -> str:
+                     path: Path, caption: str | None = None,
+                     groups: list[tuple[str, int, list[Run]]] | None = None,
+                     width: float | None = None) -> str:
     """Test accuracy against training time and against samples seen.
 
     One curve per (series, N): a single run as measured; repeats as their
     median (accuracy held from each evaluation to the next) with a band from
-    the lowest to the highest repeat. The legend sits outside the axes.
+    the lowest to the highest repeat. The legend sits under the panels.
     ``groups``: :func:`convergence_groups` of the runs, when the caller has it.
     """
+    width = PlotOutput().inches if width is None else width
     groups = convergence_groups(runs, rows) if groups is None else groups
     names = sorted({name for name, _, _ in groups})
     sizes = sorted({n for _, n, _ in groups})
     cmap = plt.get_cmap("tab10")
-    fig, (ax_t, ax_n) = plt.subplots(1, 2, figsize=(FIGSIZE[0] + 3.0, FIGSIZE[1]))
+    nrows, ncols = panel_grid(width)
+    fig, (ax_t, ax_n) = plt.subplots(nrows, ncols, figsize=(width, 2.2 * nrows + 0.3),
+                                     layout="constrained")
     for name, n, members in groups:
         color = cmap(names.index(name) % 10)
         marker = MARKERS[sizes.index(n) % len(MARKERS)]
-        partial = "" if all(r.complete for r in members) else " (incomplete)"
-        label = f"{name} N={n}" + (f" (median of {len(members)}, band min-max)"
-                                   if len(members) > 1 else "") + partial
+        partial = "" if all(r.complete for r in members) else ", incomplete"
+        label = f"{name}, {n} rank{'' if n == 1 else 's'}" + partial
         for ax, xkey in ((ax_t, "t"), (ax_n, "samples_seen")):
             curves = []
             for run in members:
@@ -223,38 +279,42 @@ def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any
                 order = np.argsort(x[ok], kind="stable")
                 curves.append((x[ok][order], y[ok][order]))
             if len(curves) == 1:
-                ax.plot(*curves[0], marker=marker, color=color, label=label)
+                ax.plot(*curves[0], marker=marker, markersize=3, color=color, label=label)
                 continue
             grid, med, lo, hi = median_band(curves)
-            ax.plot(grid, med, color=color, label=label, linewidth=1.8)
+            ax.plot(grid, med, color=color, label=label)
             ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
-    ax_t.set_xlabel("training time (s, wall_s clock: evaluation excluded)")
-    ax_n.set_xlabel("training samples seen (all ranks)")
+    ax_t.set_xlabel("training time (s, evaluation excluded)")
+    ax_n.set_xlabel("training samples seen, all ranks")
     for ax in (ax_t, ax_n):
         ax.set_ylabel("test accuracy (fraction)")
         ax.set_xlim(left=0)
-    ax_t.set_title("Test accuracy vs time")
-    ax_n.set_title("Test accuracy vs samples")
-    ax_n.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                fontsize=8 if len(groups) > 6 else 9)
-    return save(plt, fig, path, context)
+    ax_t.set_title("Test accuracy against time")
+    ax_n.set_title("Test accuracy against samples")
+    legend = _axes_legend(fig, (ax_t, ax_n))
+    most = max((len(members) for _, _, members in groups), default=1)
+    note = (f"Lines: median, band min-max over {most} repeats." if most >= 2
+            else "One run per line.")
+    return save(plt, fig, path, f"{caption} {note}" if caption else note, legend)
 
 
 # ---------------------------------------------------------------- per run
 
 
-def plot_phases(plt: Any, run: Run, path: Path) -> str:
+def plot_phases(plt: Any, run: Run, path: Path, width: float | None = None) -> str:
     """Per-rank stacked bars: seconds spent in each phase over the whole run."""
+    width = PlotOutput().inches if width is None else width
     ranks = sorted(run.ranks)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 + 0.9 * len(ranks) + 2.5), 4.8))
+    fig, ax = plt.subplots(figsize=(width, 2.4), layout="constrained")
     bottom = np.zeros(len(ranks))
     for p in PHASES:
         seconds = np.array([float(np.sum(run.ranks[r][f"t_{p}"])) for r in ranks])
-        ax.bar(ranks, seconds, bottom=bottom, color=PHASE_COLORS[p], label=p, width=0.7)
+        ax.bar(ranks, seconds, bottom=bottom, color=PHASE_COLORS[p], label=PHASE_NAMES[p],
+               width=0.7)
         bottom += seconds
     wall = run.summary.get("wall_s", math.nan)
     if math.isfinite(wall):
-        ax.axhline(wall, linestyle="--", color="black", linewidth=1,
+        ax.axhline(wall, linestyle="--", color="black", linewidth=0.8,
                    label=f"wall time {wall:.3g} s")
     ax.set_xticks(ranks)
     ax.set_xticklabels([_rank_label(run, r) for r in ranks])
@@ -262,9 +322,9 @@ def plot_phases(plt: Any, run: Run, path: Path) -> str:
         ax.set_xlim(min(ranks, default=0) - 1.0, max(ranks, default=0) + 1.0)
     ax.set_xlabel("rank")
     ax.set_ylabel("time over the run (s)")
-    ax.set_title(f"{_title(run)}: time per phase per rank")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save(plt, fig, path, format_context(machine_context(run)))
+    ax.set_title(f"Time per phase per rank: {_title(run)}")
+    legend = _axes_legend(fig, (ax,))
+    return save(plt, fig, path, experiment_caption([run]), legend)
 
 
 def _rank_label(run: Run, rank: int) -> str:
@@ -307,7 +367,8 @@ def timeline_interval(run: Run, window: tuple[int, int | None]) -> tuple[float, 
 
 
 def plot_timeline(plt: Any, run: Run, path: Path,
-                  window: tuple[int, int | None] | None = None) -> str:
+                  window: tuple[int, int | None] | None = None,
+                  width: float | None = None) -> str:
     """Per-rank Gantt chart of the time interval of a window of steps.
 
     The window (``A <= step < B``, default :func:`default_window`) is taken on
@@ -315,12 +376,13 @@ def plot_timeline(plt: Any, run: Run, path: Path,
     interval are drawn, so ranks that step at different rates (Oscars, ASGD)
     are compared at the same moments.
     """
+    width = PlotOutput().inches if width is None else width
     window = window or default_window(run)
     ranks = sorted(run.ranks)
     t_lo, t_hi = timeline_interval(run, window)
     span = max(t_hi - t_lo, 1e-9)
     scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
-    fig, ax = plt.subplots(figsize=(12.0, max(3.2, 1.6 + 0.6 * len(ranks))))
+    fig, ax = plt.subplots(figsize=(width, 0.9 + 0.32 * len(ranks)), layout="constrained")
     order = step_order(run.attrs)
     for row, r in enumerate(ranks):
         cols = run.ranks[r]
@@ -330,9 +392,9 @@ def plot_timeline(plt: Any, run: Run, path: Path,
             x = bounds[mask, k] * scale
             w = (bounds[mask, k + 1] - bounds[mask, k]) * scale
             ax.broken_barh(list(zip(x, w)), (row - 0.38, 0.76), facecolors=PHASE_COLORS[p],
-                           label=p)
+                           label=PHASE_NAMES[p] if np.any(w > 0) else None)
         for s0 in bounds[mask, 0] * scale:  # step boundaries
-            ax.plot([s0, s0], [row - 0.45, row + 0.45], color="black", linewidth=0.6)
+            ax.plot([s0, s0], [row - 0.45, row + 0.45], color="black", linewidth=0.5)
     ref = _reference_rank(run) if run.ranks else 0
     if ref == 0 and 0 in run.ranks:
         c0 = run.ranks[0]
@@ -343,24 +405,23 @@ def plot_timeline(plt: Any, run: Run, path: Path,
         xs = [x * scale for x in xs if t_lo <= x <= t_hi]
         if xs and strategy_traits(run.attrs).snapshot_evaluations:
             ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", markerfacecolor="none",
-                    color="black", markersize=9, clip_on=False,
-                    label="snapshot (no pause)")
+                    color="black", markersize=5, clip_on=False,
+                    label="parameter snapshot, no pause")
         elif xs:
-            ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", color="black", markersize=9,
+            ax.plot(xs, [ranks.index(0) - 0.5] * len(xs), "v", color="black", markersize=5,
                     label="evaluation", clip_on=False)
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"rank {_rank_label(run, r).replace(chr(10), ' ')}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.5, -0.6)
     ax.set_xlim(t_lo * scale, (t_hi + 0.01 * span) * scale)
     ax.set_xlabel(f"time since the start of the run ({unit}, evaluation pauses included)")
-    hi = "" if window[1] is None else window[1]
-    ax.set_title(f"{_title(run)}: every rank during rank {ref}'s steps {window[0]}:{hi}\n"
-                 "(phases of a step back to back, in the order they run; ticks: step starts)")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    last = "" if window[1] is None else f"-{int(window[1]) - 1}"
+    ax.set_title(f"Steps {window[0]}{last} of rank {ref}, every rank: {_title(run)}")
     ax.grid(axis="y", visible=False)
-    return save(plt, fig, path, format_context(machine_context(run)))
+    legend = _axes_legend(fig, (ax,))
+    note = ("Phases of a step drawn back to back in the order they run; ticks mark step "
+            "starts.")
+    return save(plt, fig, path, f"{experiment_caption([run])} {note}", legend)
 
 
 def has_local_steps(run: Run) -> bool:
@@ -368,9 +429,10 @@ def has_local_steps(run: Run) -> bool:
     return any(np.any(np.asarray(c["local_steps"]) > 0) for c in run.ranks.values())
 
 
-def plot_local_steps(plt: Any, run: Run, path: Path) -> str:
+def plot_local_steps(plt: Any, run: Run, path: Path, width: float | None = None) -> str:
     """Local steps per round of every rank against time (step plot)."""
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    width = PlotOutput().inches if width is None else width
+    fig, ax = plt.subplots(figsize=(width, 2.4), layout="constrained")
     top = 1
     for r in sorted(run.ranks):
         cols = run.ranks[r]
@@ -378,16 +440,16 @@ def plot_local_steps(plt: Any, run: Run, path: Path) -> str:
         tau = np.asarray(cols["local_steps"])
         top = max(top, int(tau.max()) if tau.size else 1)
         label = f"rank {r}" + _rank_label(run, r)[len(str(r)):].replace("\n", " ")
-        ax.step(t, tau, where="post", label=label, linewidth=1.8,
+        ax.step(t, tau, where="post", label=label,
                 marker=MARKERS[r % len(MARKERS)], markersize=3)
     ax.set_xlabel("time since the start of the run (s, evaluation pauses included)")
-    ax.set_ylabel("local steps per round (tau_k)")
+    ax.set_ylabel("local steps per round (steps)")
     ax.yaxis.set_major_locator(_integer_locator())
     ax.set_ylim(0, top * 1.15 + 0.5)
     ax.set_xlim(left=0)
-    ax.set_title(f"{_title(run)}: local-step schedule")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save(plt, fig, path, format_context(machine_context(run)))
+    ax.set_title(f"Local-step schedule: {_title(run)}")
+    legend = _axes_legend(fig, (ax,))
+    return save(plt, fig, path, experiment_caption([run]), legend)
 
 
 # ---------------------------------------------------------------- all
@@ -397,26 +459,29 @@ def _summary_plots(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]]
                    output: PlotOutput, headline: Headline | None
                    ) -> tuple[list[str], list[str]]:
     """The headline, scaling and convergence figures; (files written, notes)."""
-    context = context_line(runs)
+    caption = experiment_caption(runs)
+    width = output.inches
     written: list[str] = []
     notes: list[str] = []
     why = ""
     if headline is None:
         headline, why = headline_from_rows(rows)
     if headline is not None:
-        written.append(plot_headline(plt, headline, output.path(out, "headline"), context))
+        written.append(plot_headline(plt, headline, output.path(out, "headline"), caption,
+                                     width))
     else:
         notes.append(why)
     series = scaling_series(rows)
     if series:
-        written.append(plot_scaling(plt, rows, output.path(out, "scaling"), context, series))
+        written.append(plot_scaling(plt, rows, output.path(out, "scaling"), caption, series,
+                                    width))
     else:
         notes.append("scaling plot skipped: no series has a speedup at two or more world "
                      "sizes (one N per series, or runs mixed, overlapped or diverged)")
     groups = convergence_groups(runs, rows)
     if groups:
         written.append(plot_convergence(plt, runs, rows, output.path(out, "convergence"),
-                                        context, groups))
+                                        caption, groups, width))
     else:
         notes.append("convergence plot skipped: no run has a finite accuracy curve")
     return written, notes
@@ -428,12 +493,15 @@ def _per_run_plots(plt: Any, runs: Sequence[Run], out: Path, output: PlotOutput,
     written: list[str] = []
     notes: list[str] = []
     flat = []
+    width = output.inches
     local = [has_local_steps(run) for run in runs]
     for run, stem, has_local in zip(runs, _stems(runs), local, strict=True):
-        written.append(plot_phases(plt, run, output.path(out, f"{stem}_phases")))
-        written.append(plot_timeline(plt, run, output.path(out, f"{stem}_timeline"), window))
+        written.append(plot_phases(plt, run, output.path(out, f"{stem}_phases"), width))
+        written.append(plot_timeline(plt, run, output.path(out, f"{stem}_timeline"), window,
+                                     width))
         if has_local and run.world_size > 1:
-            written.append(plot_local_steps(plt, run, output.path(out, f"{stem}_local_steps")))
+            written.append(plot_local_steps(plt, run, output.path(out, f"{stem}_local_steps"),
+                                            width))
         elif has_local:
             flat.append(Path(run.path).name)
     if not any(local):
@@ -453,7 +521,8 @@ def write_plots(runs: Sequence[Run], rows: Sequence[dict[str, Any]],
     """Write the figures of the module docstring; returns (files written, notes).
 
     ``rows`` are the per-run rows of :func:`~syncbench.analysis.tables.table_rows`
-    (same order as ``runs``); ``output`` the format and dpi (default PNG, 100 dpi);
+    (same order as ``runs``); ``output`` the format, dpi and width (default
+    :class:`~.plot_style.PlotOutput`: PDF, two columns wide);
     ``per_run`` adds the three figures of every run (``window``: the timeline's
     steps, ``A <= step < B``); ``headline`` the runner's headline
     (:func:`~syncbench.analysis.headline.headline_from_cells`; default: from

@@ -495,7 +495,8 @@ def real_runs(tmp_path_factory):
 def test_real_runs_every_plot_is_a_png(real_runs, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     plots = tmp_path / "plots"
-    rc, out, err = _report(*real_runs, "--plots", str(plots), "--per-run-plots",
+    rc, out, err = _report(*real_runs, "--plots", str(plots), "--plot-format", "png",
+                           "--per-run-plots",
                            "--timeline-steps", "1:3", capsys=capsys)
     assert rc == 0, err
     expected = {"scaling.png", "convergence.png"}
@@ -792,7 +793,8 @@ def test_plots_skip_scaling_without_two_world_sizes_and_flat_local_steps(tmp_pat
                             steps_per_rank=8, rank_rows={0: make_rank(8, {"compute": 0.01},
                                                                       local_steps=4)}))
     out = tmp_path / "plots"
-    rc, _, err = _report(*paths, "--plots", str(out), "--per-run-plots", capsys=capsys)
+    rc, _, err = _report(*paths, "--plots", str(out), "--plot-format", "png",
+                         "--per-run-plots", capsys=capsys)
     assert rc == 0, err
     assert not (out / "scaling.png").exists() and not (out / "ls1_local_steps.png").exists()
     notes = [ln for ln in err.splitlines() if "skipped" in ln]

@@ -1,4 +1,6 @@
-"""The figures of ``--plots``: formats, resolution, per-run plots on request, the headline.
+"""The figures of ``--plots``: formats, resolution, per-run plots on request, the headline,
+and what makes them fit for a paper (vector by default, column widths, fonts of 8 pt
+or more, a caption naming the experiment, whiskers only over repeats, flagged bars).
 
 Hand-made run files (``test_analysis.write_file``) for the report's flags; the
 runner's headline from a scenario's cells, made here with ``scenario_cells`` and
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import struct
 import subprocess
@@ -21,10 +24,12 @@ from helpers import report_cli
 from test_analysis import BATCH, PNG_MAGIC, write_file
 
 from syncbench.analysis.headline import (
+    FLAGS,
     headline_figure,
     headline_from_cells,
     headline_from_results,
     headline_from_rows,
+    headline_note,
 )
 from syncbench.analysis.runfile import read_run
 from syncbench.analysis.tables import table_rows
@@ -71,13 +76,165 @@ def test_dpi_sets_the_png_size(two_strategies, tmp_path, capsys):
     sizes = {}
     for dpi in (50, 100):
         out = tmp_path / f"dpi{dpi}"
-        rc, _, err = report_cli(*two_strategies, "--plots", str(out), "--dpi", str(dpi),
-                                capsys=capsys)
+        rc, _, err = report_cli(*two_strategies, "--plots", str(out), "--plot-format", "png",
+                                "--dpi", str(dpi), capsys=capsys)
         assert rc == 0, err
         sizes[dpi] = _png_size(out / "headline.png")
     (w50, h50), (w100, h100) = sizes[50], sizes[100]
     assert abs(w100 - 2 * w50) <= 1 and abs(h100 - 2 * h50) <= 1
-    assert w100 >= 1100  # at least 11 inches wide at 100 dpi
+    assert abs(w100 - 720) <= 1  # two columns, 7.2 inches, at 100 dpi
+
+
+def test_the_default_format_is_vector_and_png_is_300_dpi(two_strategies, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plots"
+    rc, _, err = report_cli(*two_strategies, "--plots", str(out), capsys=capsys)
+    assert rc == 0, err
+    assert {p.name for p in out.iterdir()} == {"headline.pdf", "convergence.pdf"}
+    assert all(p.read_bytes().startswith(b"%PDF") for p in out.iterdir())
+    png = tmp_path / "png"
+    rc, _, err = report_cli(*two_strategies, "--plots", str(png), "--plot-format", "png",
+                            capsys=capsys)
+    assert rc == 0, err
+    assert abs(_png_size(png / "headline.png")[0] - 7.2 * 300) <= 1
+
+
+def _pdf_width_inches(path: Path) -> float:
+    box = re.search(rb"/MediaBox \[\s*0 0 ([0-9.]+) ([0-9.]+)", path.read_bytes())
+    assert box, path
+    return float(box.group(1)) / 72
+
+
+@pytest.mark.parametrize("width, inches", [("one", 3.5), ("two", 7.2)])
+def test_figure_width_is_the_column_width(two_strategies, tmp_path, capsys, width, inches):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plots"
+    rc, _, err = report_cli(*two_strategies, "--plots", str(out), "--figure-width", width,
+                            "--per-run-plots", capsys=capsys)
+    assert rc == 0, err
+    for path in out.iterdir():
+        assert _pdf_width_inches(path) == pytest.approx(inches, abs=0.01), path.name
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Every matplotlib figure saved while the test runs (still written to its file)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    saved = []
+    original = Figure.savefig
+
+    def spy(self, *args, **kwargs):
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return saved
+
+
+@pytest.fixture
+def flagged(tmp_path):
+    """Two repeats of ssgd (the first LOADED: 60% of the cores taken by other processes)
+    and of asgd, and one oscars run that never reaches the 0.8 target; N=2."""
+    from test_analysis import make_evals
+
+    paths = []
+    for algorithm, walls in (("ssgd", (2.0, 2.2)), ("asgd", (1.0, 1.2))):
+        for r, wall in enumerate(walls):
+            paths.append(write_file(
+                tmp_path / f"{algorithm}-r{r}.h5", algorithm=algorithm, world_size=2,
+                wall=wall, steps_per_rank=STEPS, target=0.8,
+                root={"foreign_cpu_share": 0.6} if algorithm == "ssgd" and r == 0 else None))
+    paths.append(write_file(tmp_path / "oscars.h5", algorithm="oscars", world_size=2,
+                            wall=1.5, steps_per_rank=STEPS, target=0.8,
+                            evals=make_evals(accuracy=(0.5, 0.7))))
+    return paths
+
+
+def _texts(fig) -> list:
+    import matplotlib.text
+
+    return [t for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+
+
+def test_every_figure_reads_at_print_size(flagged, tmp_path, capsys, saved_figures):
+    out = tmp_path / "plots"
+    rc, _, err = report_cli(*flagged[:1], *flagged[2:3], "--plots", str(out),
+                            "--per-run-plots", "--figure-width", "one", capsys=capsys)
+    assert rc == 0, err
+    assert len(saved_figures) == 6  # headline, convergence, phases and timeline of two runs
+    underscore = re.compile(r"\b[a-z]+_[a-z]+\b")
+    for fig in saved_figures:
+        small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < 8]
+        assert small == []
+        for ax in fig.axes:
+            assert ax.get_xlabel()
+            for label in (ax.get_xlabel(), ax.get_ylabel()):
+                assert not underscore.search(label), label
+            assert not ax.get_ylabel() or "(" in ax.get_ylabel()  # a unit on a value axis
+        title = fig.get_suptitle()
+        assert not title.startswith("report") and not re.search(r"\([^)]*\(", title)
+
+
+def test_the_caption_names_the_experiment(flagged, tmp_path, capsys, saved_figures):
+    out = tmp_path / "plots"
+    rc, _, err = report_cli(*flagged, "--plots", str(out), capsys=capsys)
+    assert rc == 0, err
+    for fig in saved_figures:
+        caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)
+        assert "Model mlp, dataset synthetic" in caption
+        assert f"global batch {2 * BATCH} samples, 2 ranks" in caption
+        assert "Machine: " in caption and "LOADED" in caption
+    headline = " ".join(" ".join(t.get_text().split()) for t in saved_figures[0].texts)
+    assert "median, min-max over up to 2 repeats" in headline
+
+
+def _whiskers(ax) -> int:
+    from matplotlib.collections import LineCollection
+
+    return sum(isinstance(c, LineCollection) for c in ax.collections)
+
+
+def test_whiskers_only_where_a_bar_has_repeats(two_strategies, flagged):
+    pytest.importorskip("matplotlib")
+    from syncbench.analysis.plot_style import pyplot
+
+    plt = pyplot()
+    single, _ = headline_from_rows(table_rows([read_run(p) for p in two_strategies]))
+    fig = headline_figure(plt, single)
+    assert [_whiskers(ax) for ax in fig.axes] == [0, 0]
+    plt.close(fig)
+    head, _ = headline_from_rows(table_rows([read_run(p) for p in flagged]))
+    assert head.bar("samples_per_s", "homogeneous", "oscars").n == 1
+    fig = headline_figure(plt, head)
+    # ssgd and asgd have two repeats each; oscars one (and no time to target)
+    assert [_whiskers(ax) for ax in fig.axes] == [2, 2]
+    plt.close(fig)
+
+
+def test_flagged_and_unreached_bars_are_marked(flagged):
+    pytest.importorskip("matplotlib")
+    import matplotlib.patches as mpatches
+
+    from syncbench.analysis.plot_style import pyplot
+
+    plt = pyplot()
+    head, _ = headline_from_rows(table_rows([read_run(p) for p in flagged]))
+    assert head.bar("time_to_target", "homogeneous", "ssgd").flags == ("loaded",)
+    assert head.bar("time_to_target", "homogeneous", "asgd").flags == ()
+    fig = headline_figure(plt, head)
+    for ax in fig.axes:
+        hatches = {p.get_gid(): p.get_hatch() for p in ax.patches
+                   if isinstance(p, mpatches.Rectangle) and p.get_gid()}
+        assert hatches["bar homogeneous ssgd"]  # the LOADED baseline carries its mark
+        assert not hatches["bar homogeneous asgd"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert FLAGS["loaded"][1] in legend
+    reached = [t for t in fig.axes[0].texts if t.get_text() == "not\nreached"]
+    assert len(reached) == 1 and reached[0].get_rotation() == 0
+    assert reached[0].get_fontsize() >= 8
+    plt.close(fig)
 
 
 def test_per_run_plots_only_when_asked(two_strategies, tmp_path, capsys):
@@ -87,8 +244,8 @@ def test_per_run_plots_only_when_asked(two_strategies, tmp_path, capsys):
                             capsys=capsys)
     assert rc == 0, err
     names = {p.name for p in out.iterdir()}
-    assert names == {"headline.png", "convergence.png", "ssgd_phases.png", "ssgd_timeline.png",
-                     "asgd_phases.png", "asgd_timeline.png"}
+    assert names == {"headline.pdf", "convergence.pdf", "ssgd_phases.pdf", "ssgd_timeline.pdf",
+                     "asgd_phases.pdf", "asgd_timeline.pdf"}
 
 
 def test_bad_plot_flags_are_one_line(two_strategies, tmp_path, capsys):
@@ -190,7 +347,8 @@ def _drawn_heights(fig) -> list[list[float]]:
     """The heights of the bars drawn in each panel."""
     import matplotlib.patches as mpatches
 
-    return [sorted(p.get_height() for p in ax.patches if isinstance(p, mpatches.Rectangle))
+    return [sorted(p.get_height() for p in ax.patches if isinstance(p, mpatches.Rectangle)
+                   and not str(p.get_gid()).startswith("status"))  # a bar not drawn
             for ax in fig.axes]
 
 
@@ -207,13 +365,13 @@ def test_headline_figure_draws_the_bars_it_was_given():
     assert expected == [[0.5, 0.5, 1.0, 1.0], [1.0, 1.0, 2.0, 2.5]]  # hand-computed
     texts = {t.get_text() for ax in fig.axes for t in ax.texts}
     assert "diverged" in texts  # the bar that is not drawn says why
-    ylabels = [ax.get_ylabel() for ax in fig.axes]
+    ylabels = [" ".join(ax.get_ylabel().split()) for ax in fig.axes]
     assert "time to target accuracy 0.8 / ssgd's" in ylabels[0] and "ratio" in ylabels[0]
     assert "samples/s / ssgd's" in ylabels[1]
     for ax in fig.axes:  # the baseline: a dashed line at 1.0 across the panel
         assert any(line.get_linestyle() == "--" and list(line.get_ydata()) == [1.0, 1.0]
                    for line in ax.lines)
-    assert "median of 3 repeats" in fig.get_suptitle()
+    assert headline_note(head).startswith("Bars: median, min-max over 3 repeats")
     plt.close(fig)
 
 

@@ -370,7 +370,7 @@ def test_tiny_scenario_end_to_end(tmp_path):
     assert tail[1] == "next:"
     assert f"syncbench report {out}/*.h5 --plots {plots}" in tail[2]
     assert "syncbench trace " in tail[3] and "ssgd-hom-r0.h5" in tail[3]
-    assert sorted(p.suffix for p in plots.iterdir()) and any(plots.glob("*.png"))
+    assert sorted(p.suffix for p in plots.iterdir()) and any(plots.glob("*.pdf"))
 
     # --resume keeps every finished run and rewrites the same results
     again = syncbench("run", str(scenario), "--out-dir", str(out), "--resume", timeout=300)

@@ -1,6 +1,6 @@
 """Strong and weak scaling of simulated runs on log axes (8 to 16,384 ranks).
 
-``python -m syncbench.bench.simulate.plots WEAK_DIR STRONG_DIR -o scaling.png``
+``python -m syncbench.bench.simulate.plots WEAK_DIR STRONG_DIR -o scaling.pdf``
 reads every run file of the sweep directories (``syncbench sweep --simulate``)
 and draws, per scaling mode, samples/s against N and the parallel efficiency
 (weak: (X/N) / (X0/N0); strong: X N0 / (X0 N)), one line per strategy. The
@@ -19,6 +19,7 @@ import os
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
 import h5py
 
@@ -48,41 +49,55 @@ def efficiency(series: list[tuple[int, float]]) -> list[float]:
     return [(x / n) / (x0 / n0) for n, x in series]
 
 
-def plot(points: dict[tuple[str, str], list[tuple[int, float]]], out: str, title: str) -> None:
-    import matplotlib  # lazy: matplotlib is optional (only drawing needs it)
+def plot(points: dict[tuple[str, str], list[tuple[int, float]]], out: str, title: str,
+         caption: str = "", width: str = "two", dpi: int = 300) -> None:
+    """The figure of ``points`` in ``out`` (format from its suffix: pdf, svg or png at
+    ``dpi``), ``width`` one or two paper columns, in the report figures' style
+    (``analysis.plot_style``: 8 pt text or larger, ``caption`` under the panels)."""
+    from syncbench.analysis.plot_style import FIGURE_WIDTHS, panel_grid, pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: after choosing the Agg backend
-
+    plt = pyplot(dpi)
+    inches = FIGURE_WIDTHS[width]
     modes = sorted({m for m, _ in points})
-    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 4.2 * len(modes)), squeeze=False)
-    for row, mode in zip(axes, modes):
+    rows, cols = panel_grid(inches)
+    fig, axes = plt.subplots(len(modes) * rows, cols, squeeze=False, layout="constrained",
+                             figsize=(inches, 2.3 * len(modes) * rows + 0.3))
+    panels = axes.reshape(len(modes), 2)
+    for row, mode in zip(panels, modes):
         for (m, algorithm), series in sorted(points.items()):
             if m != mode:
                 continue
             ns = [n for n, _ in series]
             row[0].plot(ns, [x for _, x in series], marker="o", label=algorithm)
             row[1].plot(ns, efficiency(series), marker="o", label=algorithm)
-        row[0].set(xscale="log", yscale="log", xlabel="ranks N", ylabel="samples/s (simulated)",
-                   title=f"{mode} scaling: throughput")
-        row[1].set(xscale="log", xlabel="ranks N", ylabel="efficiency vs smallest N",
-                   title=f"{mode} scaling: efficiency", ylim=(0, 1.15))
+        row[0].set(yscale="log", xlabel="ranks N (log scale)",
+                   ylabel="throughput (samples/s, simulated)",
+                   title=f"Throughput, {mode} scaling")
+        row[1].set(xlabel="ranks N (log scale)",
+                   ylabel="efficiency against the\nsmallest N (fraction)",
+                   title=f"Efficiency, {mode} scaling", ylim=(0, 1.15))
         for ax in row:
             ax.set_xscale("log", base=2)
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    handles, labels = panels[0][0].get_legend_handles_labels()
+    legend = fig.legend(handles, labels, loc="lower center", frameon=False,
+                        ncol=max(1, min(len(labels), 4 if inches > 5 else 2)))
+    fig.suptitle(title, fontweight="bold")
+    save(plt, fig, Path(out), caption or None, legend)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m syncbench.bench.simulate.plots",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", help="run files or directories of run files")
-    parser.add_argument("-o", "--out", default="scaling-simulated.png")
+    parser.add_argument("-o", "--out", default="scaling-simulated.pdf",
+                        help="the figure; its suffix picks the format: pdf and svg are "
+                        "vector, png a bitmap at --dpi (default scaling-simulated.pdf)")
     parser.add_argument("--title", default="")
+    parser.add_argument("--dpi", type=int, default=300,
+                        help="resolution of a PNG in dots per inch (default 300)")
+    parser.add_argument("--figure-width", default="two", choices=("one", "two"),
+                        help="one paper column (3.5 in) or two (7.2 in; default)")
     args = parser.parse_args(argv)
     paths: list[str] = []
     for item in args.inputs:
@@ -91,14 +106,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not points:
         print("plots: error: no simulated run files", file=sys.stderr)
         return 2
-    title = args.title
-    if not title:
-        with h5py.File(paths[0], "r") as f:
-            platform = json.loads(f.attrs.get(schema.SIM_PLATFORM_ATTR, "{}"))
-            sim = json.loads(f.attrs.get(schema.SIM_RUN_ATTR, "{}"))
-            title = (f"{f.attrs['model']} on a simulated {platform.get('kind', '?')}, "
-                     f"stragglers {sim.get('stragglers') or 'none'}")
-    plot(points, args.out, title)
+    with h5py.File(paths[0], "r") as f:
+        platform = json.loads(f.attrs.get(schema.SIM_PLATFORM_ATTR, "{}"))
+        sim = json.loads(f.attrs.get(schema.SIM_RUN_ATTR, "{}"))
+        model, dataset = f.attrs.get("model", "?"), f.attrs.get("dataset", "?")
+    title = args.title or (f"{model} on a simulated {platform.get('kind', '?')}, "
+                           f"stragglers {sim.get('stragglers') or 'none'}")
+    caption = (f"Simulated with SimGrid: model {model}, dataset {dataset}, platform "
+               f"{platform.get('kind', '?')}, stragglers {sim.get('stragglers') or 'none'}; "
+               "weak scaling efficiency (X/N)/(X0/N0), strong X N0/(X0 N).")
+    suffix = os.path.splitext(args.out)[1].lstrip(".").lower()
+    if suffix not in ("pdf", "svg", "png") or args.dpi < 1:
+        print(f"plots: error: -o {args.out}: expected a .pdf, .svg or .png file and "
+              f"--dpi >= 1", file=sys.stderr)
+        return 2
+    plot(points, args.out, title, caption, args.figure_width, args.dpi)
     print(f"plots: wrote {args.out}")
     for (mode, algorithm), series in sorted(points.items()):
         eff = efficiency(series)
