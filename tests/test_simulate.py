@@ -394,6 +394,16 @@ def test_bad_input_is_one_line_and_status_2(tmp_path):
 
 
 @needs_simgrid
+def test_np_outside_the_simulated_range_is_one_line_at_once(tmp_path):
+    proc = simulate("--np", "100000", "--steps", "1", "--out", str(tmp_path / "x.h5"),
+                    timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("syncbench simulate: error: --np 100000 is outside "
+                                   "1..16384 (the simulated ranks)")
+    assert not (tmp_path / "x.h5").exists()
+
+
+@needs_simgrid
 def test_sweep_simulate_writes_a_scaling_series(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "syncbench", "sweep", "--simulate", "--mode", "weak", "--np",
