@@ -116,7 +116,7 @@ def _attrs(run: Any) -> Mapping[str, Any]:
     return attrs if isinstance(attrs, Mapping) else {}
 
 
-def _local_cpu_model() -> str | None:
+def local_cpu_model() -> str | None:
     """``model name`` of this machine's /proc/cpuinfo (None elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -140,13 +140,13 @@ def cpu_model(runs: Sequence[Any]) -> str | None:
         except (TypeError, ValueError):
             facts = {}
         fact = facts.get("CPU") if isinstance(facts, dict) else None
-        if isinstance(fact, dict) and fact.get("value"):
+        if isinstance(fact, dict) and fact.get("value") not in (None, "", "unknown"):
             names.append(str(fact["value"]))
             continue
         hosts = attrs.get("hostnames")
         hosts = [hosts] if isinstance(hosts, str) else list(hosts or ())
         if here in {str(h) for h in hosts}:
-            local = _local_cpu_model()
+            local = local_cpu_model()
             if local:
                 names.append(local)
     distinct = list(dict.fromkeys(names))

@@ -190,6 +190,21 @@ def test_the_caption_names_the_experiment(flagged, tmp_path, capsys, saved_figur
     assert "median, min-max over up to 2 repeats" in headline
 
 
+def test_the_caption_names_the_recorded_cpu(tmp_path):
+    from syncbench.analysis.plot_style import experiment_caption, local_cpu_model
+    from syncbench.bench.mpi.environment import cpu_fact
+
+    fact = cpu_fact()  # what train records in the run file's environment facts
+    assert fact.name == "CPU" and fact.value == (local_cpu_model() or "unknown")
+    recorded = json.dumps({"CPU": {"value": "Test CPU 9000", "how": "/proc/cpuinfo"}})
+    run = read_run(write_file(tmp_path / "a.h5", algorithm="ssgd", world_size=2, wall=1.0,
+                              steps_per_rank=STEPS, root={"environment": recorded}))
+    assert "Machine: Test CPU 9000, " in experiment_caption([run])
+    other = read_run(write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=2, wall=1.0,
+                                steps_per_rank=STEPS))  # on hosts node0, node1: not here
+    assert "Machine: CPU model not recorded, " in experiment_caption([other])
+
+
 def _whiskers(ax) -> int:
     from matplotlib.collections import LineCollection
 

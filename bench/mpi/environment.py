@@ -163,6 +163,13 @@ def cupy_fact() -> Fact:
                 "pip install -e '.[gpu]' (CUDA 12) or '.[gpu-cuda13]' (CUDA 13)")
 
 
+def cpu_fact() -> Fact:
+    """The CPU model of this host (``/proc/cpuinfo``), which the figures' captions name."""
+    from syncbench.analysis.plot_style import local_cpu_model  # no matplotlib import
+
+    return Fact("CPU", local_cpu_model() or "unknown", "/proc/cpuinfo model name")
+
+
 def gpu_fact() -> Fact:
     """The GPU probe's answer (``--device auto`` takes the GPU only if it passes)."""
     if importlib.util.find_spec("cupy") is None:
@@ -299,7 +306,7 @@ def collect(data_dir: str | None, environ: Mapping[str, str]) -> list[Fact]:
     facts = [*package_facts(), *mpi_facts(environ)]
     if any(fact.name == "MPI library" and not fact.missing for fact in facts):
         facts.append(cuda_fact())  # MPI loaded (and initialized by the import)
-    facts += [cupy_fact(), gpu_fact(), *dataset_facts(data_dir), simgrid_fact(),
+    facts += [cpu_fact(), cupy_fact(), gpu_fact(), *dataset_facts(data_dir), simgrid_fact(),
               slurm_fact(environ),
               cluster_fact(), torch_fact(),
               thread_fact(threads.decide(environ), this_process=False)]
@@ -312,7 +319,7 @@ def run_facts(device: str, dataset_source: str, cuda_choice: str) -> dict[str, d
     rank runs (``schema.ENVIRONMENT_ATTR``: ``{name: {"value", "how"}}``)."""
     environ = os.environ
     facts = [*mpi_facts(environ), cuda_fact(cuda_choice),
-             Fact("GPU", device, "the run's backend"),
+             cpu_fact(), Fact("GPU", device, "the run's backend"),
              Fact("dataset", dataset_source, "the run's --dataset"),
              simgrid_fact(import_it=False), slurm_fact(environ, ask_version=False),
              cluster_fact(), torch_fact(), thread_fact(threads.current(), this_process=True)]
