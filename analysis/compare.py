@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from . import columns
+from .fairness import nominal_factors
 from .inputs import RAN, InputError, load_results, record_path, results_in
 from .labels import run_label
 from .numbers import hashable
@@ -159,13 +160,15 @@ Identity = tuple[tuple[str, Any], ...]
 
 
 def run_identity(label: str, attrs: dict[str, Any], config: dict[str, Any],
-                 world_size: Any) -> Identity:
+                 world_size: Any, nominal: tuple[float, ...] = ()) -> Identity:
     """What two runs must share to be compared: the strategy (its label, variant
-    suffix included), model, dataset, ranks, batch, budget and every flag that changes
+    suffix included), model, dataset, ranks, batch, budget, every flag that changes
     the work or how it is synchronised (a strategy's own options, slowdowns; not the
-    seed, the outputs, the evaluation interval or the target)."""
+    seed, the outputs, the evaluation interval or the target) and each rank's nominal
+    slowdown (``--slowdown`` and its node's CPU share, ``fairness.nominal_factors``)."""
     others = other_strategy_flags(attrs)
-    key: list[tuple[str, Any]] = [("strategy", label), ("world_size", int(world_size))]
+    key: list[tuple[str, Any]] = [("strategy", label), ("world_size", int(world_size)),
+                                  ("nominal", tuple(nominal))]
     key += [(k, hashable(attrs.get(k))) for k in IDENTITY_ATTRS]
     key += [(k, hashable(config.get(k))) for k in IDENTITY_FLAGS]
     key += [(k, hashable(v)) for k, v in sorted(config.items())
@@ -250,7 +253,7 @@ def _add(run_set: RunSet, key: Identity, label: str, figures_of: dict[str, Any],
 def _row_identity(row: dict[str, Any]) -> Identity:
     label = str(row.get("algorithm") or "")
     return run_identity(label, row.get("_attrs", {}), row.get("_config", {}),
-                        row.get("world_size"))
+                        row.get("world_size"), row.get("_nominal", ()))
 
 
 def _read_runs(paths: Sequence[str], target: float | None) -> list[dict[str, Any]]:
@@ -283,8 +286,9 @@ def _record_identity(record: dict[str, Any], path: Path,
             run = read_run(file)
         except RunFileError as exc:
             raise CompareError(f"{path}: {exc}") from None
+        nominal = tuple(round(f, 6) for _, f in sorted(nominal_factors(run).items()))
         read[file] = run_identity(run_label(run.attrs), run.attrs, run.config,
-                                  run.world_size)
+                                  run.world_size, nominal)
     return read[file]
 
 
