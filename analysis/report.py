@@ -25,6 +25,13 @@ SIGTERM" (``stopped_by``: a signal stopped it at a step boundary) or "partial
 efficiency or hidden communication ("-"), is no baseline, and a ``--by``
 group with one gets none either.
 
+A results file (the runner's ``results.json``, a sweep's ``manifest.json``) or a
+folder of runs is taken wherever a run file is (:mod:`.inputs`): a folder stands
+for its results file, else its ``*.h5``; a results file's runs are reported, after
+the runner's own tables reprinted from what it recorded (:func:`runner_tables`:
+time to target and samples/s against the baseline, the heterogeneous table).
+``-o FILE`` writes any format to FILE instead of stdout, whole or not at all.
+
 ``--compare A B`` compares two sets of runs instead (two results files, folders
 of run files or globs): per label and configuration the ratio of medians B/A
 and a Mann-Whitney U test, flagging significant changes beyond a threshold
