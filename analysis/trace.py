@@ -25,6 +25,9 @@ The output is the Chrome Trace Event Format (a JSON object with
   SSGD's buckets in flight together, go on further tracks of the rank, first
   fit); ``args`` hold its step, index (SSGD's bucket), bytes and wait.
 
+RUN may be a results file or a folder of runs (:func:`.inputs.first_run`): the
+baseline's first run is traced, and a line says which file that is.
+
 ``--steps A:B`` keeps the steps with ``A <= step < B`` (either bound may be
 omitted) and the evaluations that followed one of them. A run of more ranks
 than ``--max-ranks`` (default :data:`DEFAULT_MAX_RANKS`; 0: no limit) is traced
