@@ -6,6 +6,7 @@ by a subprocess timeout so a hang fails instead of blocking CI.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import gzip
 import json
@@ -226,6 +227,20 @@ def test_shipped_scenarios_plan_and_a_foreign_flag_is_refused_before_any_launch(
         plan_runs(demo, 2, 1, 0, tmp_path, ["--period", "8"], 0.5)
     with pytest.raises(ScenarioError, match="--data-dir /nonexistent/data does not exist"):
         plan_runs(demo, 2, 1, 0, tmp_path, ["--data-dir", "/nonexistent/data"], 0.5)
+
+
+def test_peers_gives_its_period_to_local_sgd_alone(tmp_path):
+    """syncbench peers' --period is Local SGD's (and the peer's): our SSGD run does not get
+    it, so train does not refuse it."""
+    from syncbench.bench.experiment.peers.command import add_arguments, plan_cell
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--repeats", "1", "--period", "8"])
+    ssgd, ssgd_peer = plan_cell(args, 2, "mlp", "ssgd", tmp_path)
+    local, _ = plan_cell(args, 2, "mlp", "localsgd", tmp_path)
+    assert "--period" not in ssgd.args and "--period" in ssgd_peer.args
+    assert local.args[local.args.index("--period") + 1] == "8"
 
 
 def test_existing_output_needs_overwrite(tmp_path):

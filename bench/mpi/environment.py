@@ -195,7 +195,7 @@ def dataset_facts(data_dir: str | None) -> list[Fact]:
     for name in CATALOG:
         try:
             facts.append(Fact(f"dataset {name}", str(find_dataset_dir(name, data_dir)),
-                              "train's look-up: --data-dir, $SYNCBENCH_DATA, "
+                              "train's look-up: --data-dir alone, else $SYNCBENCH_DATA, "
                               "/usr/share/datasets"))
         except DatasetError as exc:
             facts.append(Fact(f"dataset {name}", "not found", folded(str(exc))))

@@ -266,6 +266,7 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
     """Check flags identically on every rank; ``ValueError`` with one line on a problem."""
     cls = get_algorithm(config.algorithm)
     check_strategy_flags(config)
+    check_data_dir(config)
     checks = [
         (config.epochs > 0, f"--epochs must be > 0, got {config.epochs}"),
         (config.batch_size >= 1, f"--batch-size must be >= 1, got {config.batch_size}"),
