@@ -336,7 +336,7 @@ def _run(tmp_path, monkeypatch, fake, *more):
     monkeypatch.setattr(runner, "run_train", fake)
     parser = argparse.ArgumentParser()
     runner.add_runner_arguments(parser)
-    args = parser.parse_args(["--out-dir", str(tmp_path / "runs"), "--seed", "3", *more])
+    args = parser.parse_args(["--out-dir", str(tmp_path / "runs"), "--order-seed", "3", *more])
     return runner.run_scenario(_scenario(), args, [])
 
 

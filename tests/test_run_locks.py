@@ -181,7 +181,7 @@ algorithm = "ssgd"
 
 def _runner(scenario: Path, out_dir: Path) -> list[str]:
     return [sys.executable, "-m", "syncbench", "run", str(scenario), "--out-dir",
-            str(out_dir), "--seed", "1"]
+            str(out_dir), "--order-seed", "1"]
 
 
 def test_a_second_runner_on_the_same_out_dir_fails_at_once(tmp_path):

@@ -276,7 +276,7 @@ algorithm = "ssgd"
 def test_a_moved_results_folder_resumes_and_its_paths_resolve(tmp_path):
     scenario = tmp_path / "one.toml"
     scenario.write_text(SCENARIO)
-    proc = syncbench("run", str(scenario), "--out-dir", "first", "--seed", "1",
+    proc = syncbench("run", str(scenario), "--out-dir", "first", "--order-seed", "1",
                      timeout=300, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     stored = json.loads((tmp_path / "first" / "results.json").read_text())

@@ -272,7 +272,7 @@ def test_run_order_is_randomised_per_repeat_and_seeded():
 
 
 def test_dry_run_prints_one_launch_line_per_run_with_the_repeat_seed():
-    proc = syncbench("run", "asgd", "--np", "2", "--repeats", "2", "--seed", "1",
+    proc = syncbench("run", "asgd", "--np", "2", "--repeats", "2", "--order-seed", "1",
                      "--dry-run", "--batch-size", "32", "--mpiexec", "launch --bind", timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
@@ -315,7 +315,7 @@ def test_tiny_scenario_end_to_end(tmp_path):
     scenario.write_text(TINY)
     out = tmp_path / "runs"
     plots = tmp_path / "plots"
-    proc = syncbench("run", str(scenario), "--out-dir", str(out), "--seed", "5",
+    proc = syncbench("run", str(scenario), "--out-dir", str(out), "--order-seed", "5",
                      "--plots", str(plots), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = read_results(out / "results.json")  # run-file paths resolved
