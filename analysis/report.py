@@ -50,6 +50,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from syncbench.bench.flags import renamed
+
 from . import columns
 from .collectives import collective_rows, format_collectives_md
 from .columns import PATH_KEY, RANK_TABLE, format_spec
@@ -463,6 +465,17 @@ def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = 
     raise ValueError(f"unknown report format {fmt!r}; valid formats: {', '.join(FORMATS)}")
 
 
+def _steps_window(text: str) -> str:
+    """``--timeline-steps``: ``A:B``, ``A:`` or ``:B``, checked while parsing so that the
+    error names the flag the user typed."""
+    try:
+        parse_steps(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected A:B, A: or :B (steps A <= step < B), got {text!r}") from None
+    return text
+
+
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``syncbench report`` (for ``bench/cli.py``)."""
     parser.add_argument("runs", nargs="+", metavar="RUN.h5",
@@ -472,7 +485,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="md", choices=(*FORMATS, *TABLES),
                         help="output format (default md); steps: one tidy row per rank and "
                         "step of every run, eval: one per evaluation (CSV, see -o)")
-    parser.add_argument("-o", "--output", default=None, metavar="FILE",
+    renamed(parser, ("--output",), "-o", "--out", dest="output", default=None, metavar="FILE",
                         help="write the output to FILE instead of stdout, whole or not at "
                         "all (any --format; steps/eval: Parquet when FILE ends in .parquet, "
                         "needs pyarrow)")
@@ -493,7 +506,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, default=None, metavar="X",
                         help="recompute time to target for this test accuracy "
                         "(default: the runs' own --target-accuracy)")
-    parser.add_argument("--timeline-steps", default=None, metavar="A:B",
+    parser.add_argument("--timeline-steps", default=None, metavar="A:B", type=_steps_window,
                         help="steps shown in the per-run timeline plots (--per-run-plots; "
                         "default: up to 8 "
                         "steps from the middle of each run)")
@@ -507,7 +520,7 @@ def _output_problem(args: argparse.Namespace) -> str | None:
     else None."""
     try:
         if getattr(args, "output", None):
-            check_output_file("-o/--output", args.output)
+            check_output_file("-o/--out", args.output)
         if getattr(args, "plots", None):
             check_output_dir("--plots", args.plots)
     except OutputError as exc:
