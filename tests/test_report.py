@@ -210,6 +210,31 @@ def _one_line_error(path) -> str:
     return message
 
 
+@pytest.mark.parametrize(("where", "value", "named"), [
+    ("ranks/00001/t_comm", -5.0, "/ranks/00001/t_comm"),
+    ("ranks/00000/t_wait", NAN, "/ranks/00000/t_wait"),
+    ("ranks/00001/t_start", 1e170, "/ranks/00001/t_start"),
+    ("ranks/00000/samples", -3, "/ranks/00000/samples"),
+    ("eval/accuracy", 7.0, "/eval/accuracy"),
+])
+def test_values_outside_physical_bounds_are_a_corrupt_file(tmp_path, where, value, named):
+    path = tmp_path / "bad.h5"
+    write_run(path)
+    with h5py.File(path, "r+") as f:
+        f[where][1] = value
+    message = _one_line_error(path)
+    assert f"is corrupt: {named} " in message and "at row 1" in message
+
+
+def test_a_diverged_loss_is_no_corruption(tmp_path):
+    path = tmp_path / "diverged.h5"
+    write_run(path)
+    with h5py.File(path, "r+") as f:
+        f["ranks/00000/loss"][1] = NAN
+        f["ranks/00001/loss"][2] = math.inf
+    assert math.isnan(read_run(path).ranks[0]["loss"][1])
+
+
 def test_wrong_schema(tmp_path):
     path = tmp_path / "old.h5"
     write_run(path, attrs={"schema": "syncbench/0"})
