@@ -474,17 +474,6 @@ def _steps_window(text: str) -> str:
     return text
 
 
-def _steps_window(text: str) -> str:
-    """``--timeline-steps``: ``A:B``, ``A:`` or ``:B``, checked while parsing so that the
-    error names the flag the user typed."""
-    try:
-        parse_steps(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected A:B, A: or :B (steps A <= step < B), got {text!r}") from None
-    return text
-
-
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``syncbench report`` (for ``bench/cli.py``)."""
     # lazy: analysis imports nothing of syncbench.bench (the command line builds this)
@@ -518,7 +507,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, default=None, metavar="X",
                         help="recompute time to target for this test accuracy "
                         "(default: the runs' own --target-accuracy)")
-    parser.add_argument("--timeline-steps", default=None, metavar="A:B", type=_steps_window, type=_steps_window,
+    parser.add_argument("--timeline-steps", default=None, metavar="A:B", type=_steps_window,
                         help="steps shown in the per-run timeline plots (--per-run-plots; "
                         "default: up to 8 "
                         "steps from the middle of each run)")
