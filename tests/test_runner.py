@@ -275,7 +275,8 @@ def test_dry_run_prints_one_launch_line_per_run_with_the_repeat_seed():
     proc = syncbench("run", "asgd", "--np", "2", "--repeats", "2", "--order-seed", "1",
                      "--dry-run", "--batch-size", "32", "--mpiexec", "launch --bind", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
+    seed, *lines = proc.stdout.strip().splitlines()
+    assert seed.startswith("# seed 1: ")
     assert len(lines) == 2 * 4 * 2  # (ssgd + 3 asgd lrs) x (hom, 1,4) x 2 repeats
     # The whole launch line: the launcher, its rank count, this Python, train's flags.
     head = f"launch --bind -n 2 {sys.executable} -m syncbench train --algorithm "
@@ -550,3 +551,82 @@ def test_comparison_table_shows_sync_share_eval_interval_and_the_lr_caveat():
     assert "chosen on the same repeats it is reported on" in text
     assert "od@lr=0.01: 2 run(s) loaded: other processes used 40% of the cores during the run" \
         in text
+
+
+# ---------------------------------------------------------------- what a dry run checks
+
+
+def _launch_lines(proc: subprocess.CompletedProcess) -> tuple[int, list[str]]:
+    """(the order seed a dry run names on its first line, its launch lines)."""
+    assert proc.returncode == 0, proc.stderr
+    first, *lines = proc.stdout.strip().splitlines()
+    assert first.startswith("# seed "), first
+    return int(first.split()[2].rstrip(":")), lines
+
+
+def test_a_dry_run_names_the_seed_whose_order_it_prints(tmp_path):
+    """Without a seed the dry run draws one and says which; that seed plans that order."""
+    common = ("run", "hetero", "--np", "2", "--repeats", "2", "--dataset", "synthetic",
+              "--dry-run", "--out-dir", str(tmp_path / "runs"))
+    seed, lines = _launch_lines(syncbench(*common, timeout=60))
+    again, same = _launch_lines(syncbench(*common, "--order-seed", str(seed), timeout=60))
+    assert again == seed and same == lines
+    scenario = load_scenario("hetero")
+    plan = plan_runs(scenario, 2, 2, seed, tmp_path / "runs", ["--dataset", "synthetic"],
+                     scenario.target_accuracy, check=False)
+    assert [line.split("--out ")[1].split()[0] for line in lines] == [str(p.path)
+                                                                      for p in plan]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_compare_algorithm_is_an_error_naming_the_known_ones(tmp_path):
+    proc = syncbench("compare", "--algorithms", "ssgd,ossgd", "--dry-run", "--out-dir",
+                     str(tmp_path / "c"), timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "syncbench compare: error: --algorithms: unknown ossgd (ossgd: did you mean ssgd?); "
+        "known: ssgd, asgd, localsgd, oscars, odsgd")
+
+
+@pytest.mark.skipif(os.path.isdir("/usr/share/datasets/mnist") or
+                    bool(os.environ.get("SYNCBENCH_DATA")), reason="MNIST is present here")
+def test_a_dry_run_checks_that_the_dataset_is_present(tmp_path):
+    proc = syncbench("run", "demo", "--dry-run", "--dataset", "mnist", "--out-dir",
+                     str(tmp_path / "runs"), timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "dataset 'mnist' not found" in lines[0], proc.stderr
+
+
+def _results_of(scenario_path: Path, out: Path, seed: int, np_: int = 2) -> None:
+    """A results file in ``out`` as a run of ``scenario_path`` with ``seed`` leaves it."""
+    from syncbench.bench.experiment.runner import _plan_json, write_json
+
+    scenario = load_scenario(str(scenario_path))
+    plan = plan_runs(scenario, np_, scenario.repeats, seed, out, [],
+                     scenario.target_accuracy, check=False)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", {"seed": seed, "plan": _plan_json(plan), "complete": True})
+
+
+def test_an_out_dir_with_the_results_of_another_plan_is_refused(tmp_path):
+    """A second comparison into the same folder would overwrite the first one's files:
+    refused (dry run too) unless it is the same plan, whose seed it then reuses."""
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text(TINY)
+    out = tmp_path / "runs"
+    _results_of(tiny, out, seed=77)
+    before = (out / "results.json").read_bytes()
+    seed, _ = _launch_lines(syncbench("run", str(tiny), "--out-dir", str(out), "--dry-run",
+                                      timeout=60))
+    assert seed == 77  # the same plan: the recorded seed, so the same order
+    other = syncbench("compare", "--algorithms", "ssgd", "--dataset", "synthetic",
+                      "--out-dir", str(out), timeout=60)
+    assert other.returncode == 2 and other.stdout == ""
+    assert other.stderr.strip().startswith(
+        f"syncbench compare: error: --out-dir {out} holds the results of another plan")
+    other_seed = syncbench("run", str(tiny), "--out-dir", str(out), "--order-seed", "3",
+                           "--dry-run", timeout=60)
+    assert other_seed.returncode == 2 and "another plan" in other_seed.stderr
+    assert (out / "results.json").read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]

@@ -147,6 +147,9 @@ def test_no_run_reports_missing_points(tmp_path, capsys):
     (["--repeats", "0"], "--repeats"),
     (["--out", "x.h5"], "--out is set per run"),
     (["--algorithm=asgd"], "--algorithm is set per run"),
+    (["--algorithms", "ssgd,ssdg"], "unknown ssdg (ssdg: did you mean ssgd?); known: ssgd,"),
+    (["--out-dir", "/dev/null/runs"], "--out-dir /dev/null/runs: /dev/null is a file"),
+    (["--manifest", "/dev/null/m.json"], "--manifest /dev/null/m.json: /dev/null is a file"),
 ])
 def test_bad_requests_fail_before_launching(flags, message, tmp_path, capsys):
     args, extra = parse("--out-dir", str(tmp_path), *flags)
