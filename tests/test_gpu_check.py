@@ -121,9 +121,9 @@ def test_every_planned_run_parses_with_its_command_line(tmp_path):
     assert any(aware == "yes" for *_, aware in runs)
     parser = build_parser("comm")
     for _, op, buffer, aware in runs:
-        args = parser.parse_args(["comm", "--op", op, "--buffer", buffer, "--cuda-aware",
-                                  aware])
-        assert args.buffer == buffer
+        args = parser.parse_args(["comm", "--op", op, "--buffer", buffer,
+                                  gpu_check.cuda_aware_flag(aware)])
+        assert args.buffer == buffer and args.cuda_aware == aware
     check.cuda_aware = False
     assert all(aware == "no" for *_, aware in gpu_check.comm_runs(check))
     check.gpu = False
