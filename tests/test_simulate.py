@@ -403,6 +403,32 @@ def test_np_outside_the_simulated_range_is_one_line_at_once(tmp_path):
     assert not (tmp_path / "x.h5").exists()
 
 
+def test_a_long_simulation_says_how_far_it_is_and_a_short_one_says_nothing():
+    import io
+    from types import SimpleNamespace
+
+    from syncbench.bench.simulate.ticker import Ticker
+
+    now = [100.0]
+    out = io.StringIO()
+    tick = Ticker("syncbench simulate", "ssgd at 16384 ranks, 2 steps", out,
+                  clock=lambda: now[0])
+    network = SimpleNamespace(phases=3, flows=49152)
+    for now[0] in (101.0, 104.9):  # the first seconds: nothing
+        tick(network)
+    assert out.getvalue() == ""
+    for now[0] in (106.0, 110.0, 115.9):  # then one line every 10 s at most
+        tick(network)
+    network.phases, network.flows = 28, 458752
+    now[0] = 176.0
+    tick(network)
+    assert out.getvalue().splitlines() == [
+        "syncbench simulate: ssgd at 16384 ranks, 2 steps: 6s so far, 3 phases and 49,152 "
+        "flows simulated (8,192 flows/s)",
+        "syncbench simulate: ssgd at 16384 ranks, 2 steps: 1m16s so far, 28 phases and "
+        "458,752 flows simulated (6,036 flows/s)"]
+
+
 @needs_simgrid
 def test_sweep_simulate_writes_a_scaling_series(tmp_path):
     proc = subprocess.run(

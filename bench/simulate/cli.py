@@ -38,6 +38,7 @@ from syncbench.bench.simulate.inputs import build_platform, build_workload, step
 from syncbench.bench.simulate.platform import KINDS
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.strategies import simulated_strategies
+from syncbench.bench.simulate.ticker import Ticker
 from syncbench.bench.simulate.validate import validate_main
 from syncbench.bench.simulate.workload import parse_stragglers
 from syncbench.bench.train.slowdown import parse_slowdown
@@ -162,8 +163,12 @@ def simulate_main(args: argparse.Namespace) -> int:
     steps = steps_per_rank(args, workload, n)
     check_strategy(args, n)
     stragglers = parse_stragglers(args.stragglers)
+    # a terminal gets a progress line while SimGrid runs (a pipe or a test gets none)
+    ticker = (Ticker("syncbench simulate", f"{args.algorithm} at {n} ranks, {steps} steps")
+              if sys.stderr.isatty() else None)
     try:
-        result = simulate(args, [(args, n, steps)], spec, xml, workload, stragglers)[0]
+        result = simulate(args, [(args, n, steps)], spec, xml, workload, stragglers,
+                          ticker)[0]
     except WriteError as exc:  # the folder changed during the simulation
         raise ValueError(str(exc)) from None
     summary = result.summary

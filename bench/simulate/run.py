@@ -58,7 +58,8 @@ def simgrid_version(sg: Any) -> str:
 
 def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workload,
                   stragglers: Stragglers, network: Network,
-                  simulator: Callable[..., Timeline]) -> Timeline:
+                  simulator: Callable[..., Timeline],
+                  on_phase: Callable[[Network], None] | None = None) -> Timeline:
     if n > network.capacity:
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
     local = LocalTimes(workload, n, parse_slowdown(cfg.slowdown, n), stragglers, cfg.seed)
@@ -69,6 +70,8 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         t0 = time.perf_counter()
         seconds = network.phase(phase.key(), phase.pairs, phase.nbytes)
         in_phases[0] += time.perf_counter() - t0
+        if on_phase is not None:
+            on_phase(network)
         return seconds
 
     clock = PlacedClock(time_phase, network.ranks_per_host)
@@ -82,8 +85,10 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
 
 def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int, int]],
              spec: PlatformSpec, xml: str, workload: Workload,
-             stragglers: Stragglers) -> list[Result]:
-    """Simulate every ``(config, ranks, steps per rank)`` job; write ``config.out`` if set."""
+             stragglers: Stragglers,
+             on_phase: Callable[[Network], None] | None = None) -> list[Result]:
+    """Simulate every ``(config, ranks, steps per rank)`` job; write ``config.out`` if set.
+    ``on_phase`` is called with the network after every phase (a progress line)."""
     sg = load_simgrid()
     largest = max(n for _, n, _ in jobs)
     text = xml or platform_xml(spec, largest)
@@ -93,7 +98,8 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
     def body(network: Network) -> None:
         for (cfg, n, steps), simulator in zip(jobs, simulators):
             t0, flows0, phases0 = time.perf_counter(), network.flows, network.phases
-            timeline = _simulate_one(cfg, n, steps, workload, stragglers, network, simulator)
+            timeline = _simulate_one(cfg, n, steps, workload, stragglers, network, simulator,
+                                     on_phase)
             timings.append((timeline, time.perf_counter() - t0, network.flows - flows0,
                             network.phases - phases0))
 
