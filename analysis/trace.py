@@ -18,7 +18,7 @@ The output is the Chrome Trace Event Format (a JSON object with
   "eval"`` where training paused for it, ``"cat": "snapshot"`` where the
   strategy evaluates copies of the parameters after training (its
   ``snapshot_evaluations`` trait); ``args`` hold the evaluation's row;
-- for a run recorded with ``--events on``, the collectives as they happened:
+- for a run recorded with ``--events``, the collectives as they happened:
   per rank one slice (``"cat": "collective"``, named after its kind) per call,
   from its post to the completion the rank saw, at the recorded times (not laid
   out), on tracks ``tid`` >= 1 named "collectives" (overlapping calls, such as

@@ -32,7 +32,7 @@ communicator of train's GPU backend, in place: staged through its pinned host
 mirror (device -> pinned host copy,
 the MPI call on the mirror, the copy back, all in the timed region; a staged
 Iallreduce copies on a copy stream and is posted once the copy is done), or
-the device buffer itself when the MPI is CUDA-aware (--cuda-aware yes, or auto
+the device buffer itself when the MPI is CUDA-aware (--cuda-aware, or neither switch
 and the library says so). RMA operations stage through pinned buffers too,
 copying to the host only what MPI reads and back only what it wrote.
 --out writes every row and every raw latency to an HDF5 file (AlgBW also

@@ -4,7 +4,7 @@ Prints, one fact a line with how it was found: the MPI library actually loaded (
 path as ``/proc/self/maps`` shows it after ``mpi4py.MPI`` loaded it, its
 ``MPI_Get_library_version``, ``mpi4py.MPI.get_vendor()``, which MPI wheels the
 environment holds), mpi4py's version and build configuration, whether the MPI is
-CUDA-aware and how that was decided (``--cuda-aware auto``:
+CUDA-aware and how that was decided (train's ``--cuda-aware`` left to auto:
 ``algorithms.device_buffers.detect_cuda_aware``), the GPU probe's answer
 (``kernels.backend.probe_gpu``), where each dataset is found (``train``'s look-up),
 SimGrid, Slurm, the emulated cluster, PyTorch for ``syncbench peers``, and the
