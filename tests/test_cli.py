@@ -246,6 +246,18 @@ def test_every_help_shows_the_chosen_spellings_and_hides_the_old(words):
     assert not shown & set(HIDDEN), (words, shown & set(HIDDEN))
 
 
+#: Old spellings as a help text would show them (``--events on``, ``--json PATH``).
+OLD_IN_TEXT = re.compile(r"--(json|models|dest|output|no-run)\b|--(events|sync-bn|adaptive|"
+                         r"local-lookahead|cuda-aware|cuda-aware-nonblocking) "
+                         r"(on|off|yes|no|auto)\b")
+
+
+@pytest.mark.parametrize("words", _every_help(), ids=" ".join)
+def test_no_help_text_teaches_an_old_spelling(words):
+    text = _help(*words)
+    assert not OLD_IN_TEXT.search(text), OLD_IN_TEXT.search(text)
+
+
 def test_one_default_per_idea():
     assert _parse("run", ["demo"]).run_timeout == _parse("sweep", []).run_timeout == \
         _parse("compare", []).run_timeout == 1800
