@@ -241,6 +241,13 @@ def test_peers_gives_its_period_to_local_sgd_alone(tmp_path):
     local, _ = plan_cell(args, 2, "mlp", "localsgd", tmp_path)
     assert "--period" not in ssgd.args and "--period" in ssgd_peer.args
     assert local.args[local.args.index("--period") + 1] == "8"
+    # --train-flags: a strategy's option goes to that strategy's runs alone (its help's
+    # example, '--comm blocking', would otherwise end the Local SGD run)
+    args = parser.parse_args(["--repeats", "1", "--train-flags", "--comm blocking --lr 0.2"])
+    ssgd, _ = plan_cell(args, 2, "mlp", "ssgd", tmp_path)
+    local, _ = plan_cell(args, 2, "mlp", "localsgd", tmp_path)
+    assert ssgd.args[ssgd.args.index("--comm") + 1] == "blocking"
+    assert "--comm" not in local.args and local.args[local.args.index("--lr") + 1] == "0.2"
 
 
 def test_existing_output_needs_overwrite(tmp_path):

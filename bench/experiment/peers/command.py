@@ -125,6 +125,31 @@ def common_flags(args: argparse.Namespace, model: str) -> list[str]:
             "--synthetic-samples", str(args.synthetic_samples), "--period", str(args.period)]
 
 
+def own_train_flags(algorithm: str, train_flags: str) -> list[str]:
+    """``--train-flags`` without the options of other strategies: ``'--comm blocking'``
+    goes to SSGD's runs and not to Local SGD's, which train would refuse. A flag that is
+    no strategy's option goes to every run."""
+    from syncbench.algorithms.flags import flag_name
+    from syncbench.algorithms.registry import option_owners
+
+    owners, switches = {}, set()
+    for option, names in option_owners().values():
+        owners[flag_name(option)] = names
+        if option.metadata.get("flag"):
+            switches.add(flag_name(option))
+    tokens, kept, i = shlex.split(train_flags), [], 0
+    while i < len(tokens):
+        name = tokens[i].split("=", 1)[0]
+        if name.startswith("--no-") and "--" + name[5:] in owners:
+            name, span = "--" + name[5:], 1
+        else:
+            span = 2 if name in owners and name not in switches and "=" not in tokens[i] else 1
+        if name not in owners or algorithm in owners[name]:
+            kept.extend(tokens[i:i + span])
+        i += span
+    return kept
+
+
 def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
               tmp: Path) -> list[PlannedRun]:
     """``--repeats`` rounds of ours (``syncbench train``) then the peer (its ``torch``
@@ -134,7 +159,8 @@ def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
     at = common.index("--period")
     own = common if algorithm == "localsgd" else common[:at] + common[at + 2:]
     ours = RunEntry(algorithm, algorithm, (*own, "--eval-every", "0",
-                                           *shlex.split(args.train_flags)), algorithm)
+                                           *own_train_flags(algorithm, args.train_flags)),
+                    algorithm)
     peer = RunEntry(f"{algorithm}-peer", algorithm, tuple(common), algorithm)
     plan = []
     for repeat in range(args.repeats):
