@@ -371,13 +371,7 @@ def down() -> int:
 
 
 def _loaded() -> Cluster:
-    cluster = load()
-    if cluster is None:
-        raise ClusterError("no emulated cluster is up: syncbench cluster up --nodes N")
-    if cluster.rebooted():
-        raise ClusterError(f"the host rebooted since 'up' ({state.state_file()}): the "
-                           "cluster is gone; 'syncbench cluster down' forgets it")
-    return cluster
+    return state.load_up()
 
 
 def _command(words: list[str]) -> list[str]:

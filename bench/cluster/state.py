@@ -413,14 +413,21 @@ def changing(wait_s: float = LOCK_WAIT_S) -> Iterator[Cluster]:
     Every change (``speed``, ``link``, the runner's node speeds) goes through here, so
     none works on a stale copy and none loses another's entries."""
     with locked(wait_s):
-        cluster = load()
-        if cluster is None:
-            raise ClusterError("no emulated cluster is up: syncbench cluster up --nodes N")
-        if cluster.rebooted():
-            raise ClusterError(f"the host rebooted since 'up' ({state_file()}): the cluster "
-                               "is gone; 'syncbench cluster down' forgets it")
+        cluster = load_up()
         yield cluster
         save(cluster)
+
+
+def load_up() -> Cluster:
+    """The cluster that is up; :class:`ClusterError` when none is, or the host rebooted
+    since ``up`` (every object is gone)."""
+    cluster = load()
+    if cluster is None:
+        raise ClusterError("no emulated cluster is up: syncbench cluster up --nodes N")
+    if cluster.rebooted():
+        raise ClusterError(f"the host rebooted since 'up' ({state_file()}): the cluster "
+                           "is gone; 'syncbench cluster down' forgets it")
+    return cluster
 
 
 def save(cluster: Cluster) -> None:
