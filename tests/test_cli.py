@@ -347,6 +347,22 @@ def test_a_scenario_with_an_old_value_still_plans_with_one_line(tmp_path):
         "syncbench train: '--events on' is an old spelling; use '--events' (docs/FLAGS.md)"]
 
 
+def test_a_scenario_false_turns_a_switch_off_even_where_it_is_on_by_default():
+    """``adaptive = false`` in a scenario is --no-adaptive (Oscars' default is on: leaving
+    the flag out would have run the adaptive schedule); a store_true flag stays off."""
+    from syncbench.bench.experiment.scenario import parse_scenario
+    from syncbench.bench.train.options import add_train_arguments
+
+    scenario = parse_scenario({"np": 2, "run": [{"label": "o", "algorithm": "oscars", "flags": {
+        "adaptive": False, "overlap": False, "local_lookahead": True}}]}, "x", "x")
+    (run,) = scenario.runs
+    assert run.flags == ("--no-adaptive", "--local-lookahead")
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    config = parser.parse_args(["--algorithm", "oscars", *run.flags])
+    assert config.adaptive == "off" and config.overlap is False
+
+
 def test_old_spellings_under_mpich_say_so_once_from_rank_0(tmp_path):
     out = tmp_path / "run.h5"
     proc = subprocess.run(

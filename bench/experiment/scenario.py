@@ -21,6 +21,8 @@ scaling scenario (``scaling`` strong or weak, and its batch rule:
 
 from __future__ import annotations
 
+import argparse
+import functools
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -322,6 +324,8 @@ def flags_to_args(table: Any, where: str) -> tuple[str, ...]:
         if isinstance(value, bool):
             if value:
                 args.append(flag)
+            elif "--no-" + flag[2:] in negatable_train_flags():
+                args.append("--no-" + flag[2:])  # off, whatever the switch's default
         elif isinstance(value, int | float | str):
             args += [flag, str(value)]
         elif isinstance(value, list) and all(isinstance(v, int | float | str) for v in value):
@@ -329,6 +333,19 @@ def flags_to_args(table: Any, where: str) -> tuple[str, ...]:
         else:
             raise ScenarioError(f"{where}: '{key}' must be a string, number, boolean or list")
     return tuple(args)
+
+
+@functools.cache
+def negatable_train_flags() -> frozenset[str]:
+    """Train's ``--no-X`` spellings: a scenario's ``X = false`` turns X off, also where X
+    is on by default (Oscars' ``adaptive``); a plain ``store_true`` flag has none and
+    ``false`` leaves it off."""
+    from syncbench.bench.train.options import add_train_arguments
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_train_arguments(parser)
+    return frozenset(name for action in parser._actions for name in action.option_strings
+                     if name.startswith("--no-"))
 
 
 def _bare_file_name(value: Any) -> bool:
