@@ -79,9 +79,11 @@ sim: venv
 
 # SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
 # The serial tests run on two workers (pytest-xdist): the machine's two cores, which one
-# pytest process leaves half idle while a test waits on its launched ranks.
+# pytest process leaves half idle while a test waits on its launched ranks; the tests that
+# measure the machine's load (marked alone) then run by themselves.
 test-serial: venv-test dataset sim
-	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 -m 'not slurm and not cluster' tests
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 -m 'not slurm and not cluster and not alone' tests
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' tests
 
 # The modules that hold tests marked mpi: every rank collects only those (collecting the
 # whole suite on each of 4 oversubscribed ranks cost more than some of the tests).

@@ -287,6 +287,7 @@ def _timed_run(out: Path):
     return read_run(out)
 
 
+@pytest.mark.alone  # its quiet run must be quiet: not beside another test worker
 def test_a_concurrent_cpu_hog_flags_the_run_as_loaded(tmp_path):
     from syncbench.analysis.context import LOADED_SHARE, loaded
 
