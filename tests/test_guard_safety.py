@@ -19,6 +19,7 @@ import pytest
 from syncbench.bench.micro.output import written_atomically
 from syncbench.bench.mpi import reach
 from syncbench.bench.mpi.watchdog import Survey, Watchdog, kill_if_same
+from syncbench.bench.processes import Process
 
 KEY = b"k" * 32
 
@@ -130,7 +131,7 @@ def test_a_client_that_says_nothing_does_not_keep_the_listener_from_answering():
 def sleeper():
     proc = subprocess.Popen(["sleep", "60"])
     deadline = time.monotonic() + 5
-    while reach.Process.of(proc.pid).comm != "sleep":  # exec'd
+    while Process.of(proc.pid).comm != "sleep":  # exec'd
         assert time.monotonic() < deadline
         time.sleep(0.01)
     yield proc
@@ -139,10 +140,10 @@ def sleeper():
 
 
 def test_a_pid_whose_name_or_start_time_changed_is_not_killed(sleeper):
-    now = reach.Process.of(sleeper.pid)
+    now = Process.of(sleeper.pid)
     assert now is not None and now.comm == "sleep"
-    assert not kill_if_same(reach.Process(now.pid, now.comm, now.start + 1))  # reused PID
-    assert not kill_if_same(reach.Process(now.pid, "prted", now.start))
+    assert not kill_if_same(Process(now.pid, now.comm, now.start + 1))  # reused PID
+    assert not kill_if_same(Process(now.pid, "prted", now.start))
     time.sleep(0.1)
     assert sleeper.poll() is None
     assert kill_if_same(now)  # the very process recorded
@@ -153,16 +154,16 @@ def test_a_pid_whose_name_or_start_time_changed_is_not_killed(sleeper):
 def test_the_guard_does_not_kill_a_reused_launcher_pid_and_says_so(sleeper, tmp_path, changed):
     """A network fault under Open MPI: the guard would kill its node's PRRTE daemon,
     recorded at the start; that PID now names another process (a ``sleep``)."""
-    now = reach.Process.of(sleeper.pid)
-    recorded = (reach.Process(now.pid, "prted", now.start) if changed == "name"
-                else reach.Process(now.pid, now.comm, now.start - 1))
+    now = Process.of(sleeper.pid)
+    recorded = (Process(now.pid, "prted", now.start) if changed == "name"
+                else Process(now.pid, now.comm, now.start - 1))
     code = (
         "import sys\n"
-        "from syncbench.bench.mpi import reach\n"
+        "from syncbench.bench.processes import Process\n"
         "from syncbench.bench.mpi.watchdog import Watchdog\n"
         "guard = Watchdog(None, 0, 1, 10.0)\n"
         f"guard.chain = [({now.pid}, 'prted')]\n"
-        f"guard.daemon = reach.Process({recorded.pid}, {recorded.comm!r}, {recorded.start})\n"
+        f"guard.daemon = Process({recorded.pid}, {recorded.comm!r}, {recorded.start})\n"
         "guard._end(network_fault=True)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path)

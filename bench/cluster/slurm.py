@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from syncbench.bench.files import WriteError, write_atomic
+from syncbench.bench.processes import Process, signal_if_same
 
 from .host import ClusterError, complaint
 from .launch import TRANSPORT_ENV, node_command
@@ -85,20 +86,8 @@ def check_conf_is_ours() -> None:
 def start_time(pid: int) -> int | None:
     """A live process's start time (clock ticks after boot, ``/proc/PID/stat`` field 22),
     or None when there is no such process or it has ended (a zombie nobody reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        # field 2, the command, is in parentheses and may hold spaces: count after the last ")"
-        fields = stat.rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def process_name(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return None
+    process = Process.of(pid, live=True)
+    return process.start if process else None
 
 
 def _record_path(name: str) -> Path:
@@ -111,57 +100,44 @@ def record_daemon(name: str, comm: str, pidfile: Path, wait_s: float = 10.0) -> 
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            pid = int(pidfile.read_text())
+            process = Process.of(int(pidfile.read_text()), live=True)
         except (OSError, ValueError):
-            pid = 0
-        start = start_time(pid) if pid > 0 and process_name(pid) == comm else None
-        if start is not None:
+            process = None
+        if process is not None and process.comm == comm:
             break
         if time.monotonic() > deadline:
             raise ClusterError(f"{comm} did not start: no live {comm} in {pidfile} after "
                                f"{wait_s:g} s (see {slurm_dir() / 'log'})")
         time.sleep(0.1)
     try:
-        write_atomic(_record_path(name), f"{pid} {start}\n".encode())
+        write_atomic(_record_path(name), f"{process.pid} {process.start}\n".encode())
     except WriteError as exc:
         raise ClusterError(str(exc)) from None
-    return pid
+    return process.pid
 
 
-def recorded_pid(name: str, comm: str) -> int | None:
-    """The pid recorded as ``run/NAME.started`` while it is still the process started then
-    (the same name ``comm`` and start time); else None."""
+def _recorded(name: str, comm: str) -> Process | None:
+    """The daemon recorded as ``run/NAME.started`` (its pid and start time, name
+    ``comm``); None if nothing is recorded."""
     try:
         pid, start = (int(word) for word in _record_path(name).read_text().split())
     except (OSError, ValueError):
         return None
-    if process_name(pid) != comm or start_time(pid) != start:
-        return None
-    return pid
+    return Process(pid, comm, start)
+
+
+def recorded_pid(name: str, comm: str) -> int | None:
+    """The pid recorded as ``run/NAME.started`` while it is still the process started then
+    (the same name ``comm`` and start time, not ended); else None."""
+    process = _recorded(name, comm)
+    return process.pid if process is not None and process.still_there(live=True) else None
 
 
 def _signal(name: str, comm: str, sig: int) -> bool:
     """Send ``sig`` to the recorded daemon if it is still ours (checked after the pid is
-    pinned by a pidfd, so it cannot be reused in between); whether it was sent."""
-    pid = recorded_pid(name, comm)
-    if pid is None:
-        return False
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return False
-    except OSError:  # no pidfds (Linux < 5.3): checked just above
-        os.kill(pid, sig)
-        return True
-    try:
-        if recorded_pid(name, comm) != pid:
-            return False
-        signal.pidfd_send_signal(fd, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    finally:
-        os.close(fd)
+    pinned by a pidfd, :func:`signal_if_same`); whether it was sent."""
+    process = _recorded(name, comm)
+    return process is not None and signal_if_same(process, sig, live=True)
 
 
 def stop_daemon(name: str, comm: str, wait_s: float = STOP_S) -> bool:

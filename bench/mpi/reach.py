@@ -29,7 +29,7 @@ prte_hnp_uri "...;tcp://IP,IP:PORT..."``); the launcher's own port is never
 connected to (hydra takes a stray connection on its control port for a broken
 proxy).
 
-The guard may kill its node's PRRTE daemon (``watchdog``): :class:`Process`
+The guard may kill its node's PRRTE daemon (``watchdog``): ``bench.processes.Process``
 records that daemon's name and start time (``/proc/PID/stat``) when the run
 starts, so that a PID the kernel has since given to another process is never
 killed.
@@ -51,6 +51,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from syncbench.bench.processes import stat_fields
 
 #: Seconds a probe waits for an answer (one lost SYN is resent after 1 s).
 PROBE_TIMEOUT_S = 2.0
@@ -417,41 +419,10 @@ def _outcome(code: int) -> str:
 
 
 # -- the launcher ---------------------------------------------------------------
-def _stat_fields(pid: int) -> tuple[str, list[str]]:
-    """``comm`` and the fields after it in ``/proc/PID/stat`` (comm may hold spaces and
-    parentheses); the fields start at ``state`` (field 3 of proc(5))."""
-    with open(f"/proc/{pid}/stat") as f:
-        text = f.read()
-    return text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-
-
 def _stat(pid: int) -> tuple[str, int]:
     """``(comm, ppid)`` of a process."""
-    comm, fields = _stat_fields(pid)
+    comm, fields = stat_fields(pid)
     return comm, int(fields[1])
-
-
-@dataclass(frozen=True)
-class Process:
-    """A process as the kernel knows it: a PID, its name and its start time (clock
-    ticks after boot, ``/proc/PID/stat`` field 22), which a reused PID does not share."""
-
-    pid: int
-    comm: str
-    start: int
-
-    @classmethod
-    def of(cls, pid: int) -> Process | None:
-        """The process with this PID now; None if there is none (or it cannot be read)."""
-        try:
-            comm, fields = _stat_fields(pid)
-            return cls(pid, comm, int(fields[19]))
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def still_there(self) -> bool:
-        """Whether ``pid`` still names this very process (same name, same start time)."""
-        return Process.of(self.pid) == self
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -35,7 +35,7 @@ end (PRRTE has no daemon timeout, and TCP with data queued on a dead link
 gives up after Linux's tcp_retries2, some 15 minutes): the printing rank kills
 its node's PRRTE daemon instead, which ``prterun`` takes for a failed daemon,
 ending the job at once. That daemon is recorded when the run starts (PID,
-name, start time: ``reach.Process``) and killed only if its PID still names
+name, start time: ``Process``) and killed only if its PID still names
 that very process (through a pidfd, so the check and the kill see the same
 process); otherwise the guard says so and calls ``MPI_Abort``.
 """
@@ -57,6 +57,7 @@ from syncbench.algorithms.timing import PhaseTimer
 from syncbench.bench.files import write_atomic
 from syncbench.bench.mpi import reach
 from syncbench.bench.mpi.runtime import ABORT_GRACE_S
+from syncbench.bench.processes import Process, signal_if_same
 
 IN_MPI = ("comm", "wait")
 #: Seconds the guards give each other to write their heartbeats and rows.
@@ -133,7 +134,7 @@ class Watchdog:
         self.launcher = reach.launcher_addresses(self.chain)
         root = reach.prrte_root(self.chain)
         #: The PRRTE daemon a network fault ends, as it is now (its PID may be reused later).
-        self.daemon = reach.Process.of(root) if root is not None else None
+        self.daemon = Process.of(root) if root is not None else None
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
         self.step = 0
@@ -356,31 +357,11 @@ class Watchdog:
         MPI.COMM_WORLD.Abort(EXIT_STATUS)
 
 
-def kill_if_same(process: reach.Process) -> bool:
-    """SIGKILL ``process`` if its PID still names it (same name and start time): through
-    a pidfd where the kernel has them, so a PID reused between the check and the kill is
-    not hit. False if it is gone or another process now has its PID."""
-    try:
-        pidfd = os.pidfd_open(process.pid)
-    except AttributeError:  # no pidfds: the check, then the kill by PID
-        if not process.still_there():
-            return False
-        try:
-            os.kill(process.pid, signal.SIGKILL)
-        except OSError:
-            return False
-        return True
-    except OSError:
-        return False  # no such process
-    try:
-        if not process.still_there():  # the pidfd's process: it had the PID all along
-            return False
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    except OSError:
-        return False
-    finally:
-        os.close(pidfd)
-    return True
+def kill_if_same(process: Process) -> bool:
+    """SIGKILL ``process`` if its PID still names it (same name and start time), through
+    a pidfd so that a PID reused in between is not hit (:mod:`syncbench.bench.processes`).
+    False if it is gone or another process now has its PID."""
+    return signal_if_same(process, signal.SIGKILL)
 
 
 def _exit_later(seconds: float) -> None:
