@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -95,3 +96,23 @@ def report_cli(*argv: str, capsys) -> tuple[int, str, str]:
     rc = report_main(parser.parse_args(list(argv)))
     out = capsys.readouterr()
     return rc, out.out, out.err
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str, read_only: bool = False):
+    """``folder`` as a tmpfs of ``size`` (read-only if asked); skips the test where it
+    cannot be mounted (not root, no mount permission)."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder.mkdir(parents=True, exist_ok=True)
+    options = f"ro,size={size}" if read_only else f"size={size}"
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import tmpfs
 
 from syncbench.bench.cli import COMMANDS
 
@@ -138,18 +139,8 @@ def test_an_output_that_cannot_be_written_is_one_line_and_nothing_written(
 @pytest.fixture
 def read_only(tmp_path: Path):
     """A read-only tmpfs (root only; skipped where it cannot be mounted)."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs",
-                              str(folder)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "1m", read_only=True) as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 @pytest.mark.parametrize("line", [

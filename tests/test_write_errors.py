@@ -8,7 +8,6 @@ cannot produce for root (a quota, an I/O error) are injected into ``os.write``.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_mpi
+from helpers import run_mpi, tmpfs
 
 from syncbench.analysis import schema
 from syncbench.analysis.runfile import read_run
@@ -37,22 +36,6 @@ from syncbench.bench.train.recorder import write_run_file
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--batch-size", "16",
          "--progress", "never"]
 ROWS_PER_RANK = 64  # one epoch of SMALL over 2 ranks
-
-
-@contextlib.contextmanager
-def tmpfs(folder: Path, size: str):
-    """``folder`` as a tmpfs of ``size``; skips the test where it cannot be mounted."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    folder.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                              str(folder)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def remount(folder: Path, options: str) -> None:
