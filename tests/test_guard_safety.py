@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from syncbench.bench.micro.output import written_atomically
+from syncbench.bench.micro.comm import read_results, write_results
 from syncbench.bench.mpi import reach
 from syncbench.bench.mpi.watchdog import Survey, Watchdog, kill_if_same
 from syncbench.bench.processes import Process
@@ -222,23 +223,20 @@ def test_a_guard_without_a_folder_writes_no_file_and_answers_its_progress(tmp_pa
     assert guard.laggards(Survey(beats={1: (5, "comm")})) == [0]  # 0 is outside MPI
 
 
-def test_written_atomically_replaces_whole_or_leaves_no_temporary_file(tmp_path):
-    path = tmp_path / "figures.json"
+def test_comm_results_are_written_whole_or_not_at_all(tmp_path):
+    """syncbench comm --out: a writer that fails leaves the previous file and no
+    temporary one; each write replaces the file whole, mode 0644."""
+    path = tmp_path / "comm.h5"
     path.write_text("before")
-    with pytest.raises(RuntimeError):
-        with written_atomically(str(path)) as tmp:
-            assert Path(tmp).parent == tmp_path
-            assert not Path(tmp).name.startswith(f"{path.name}.tmp.{os.getpid()}")
-            Path(tmp).write_text("half")
-            raise RuntimeError("the writer failed")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]
+    with pytest.raises(ValueError):  # samples of unequal shapes: np.stack fails mid-build
+        write_results(str(path), {"op": "allreduce"}, [{"bytes": 8.0}],
+                      [np.zeros(2), np.zeros(3)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["comm.h5"]
     assert path.read_text() == "before"
-    names = set()
-    for _ in range(2):
-        with written_atomically(str(path)) as tmp:
-            names.add(Path(tmp).name)
-            Path(tmp).write_text("after")
-    assert len(names) == 2  # a fresh name each time
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]
-    assert path.read_text() == "after"
+    for value in (1.0, 2.0):
+        write_results(str(path), {"op": "allreduce"}, [{"bytes": value}], [np.zeros((2, 3))])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["comm.h5"]
+    results = read_results(str(path))
+    assert results["attrs"]["op"] == "allreduce" and list(results["bytes"]) == [2.0]
+    assert results["samples_us"].shape == (1, 2, 3)
     assert (path.stat().st_mode & 0o777) == 0o644

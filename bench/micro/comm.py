@@ -56,8 +56,9 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.bench.files import write_atomic
 from syncbench.bench.flags import switch
-from syncbench.bench.micro.output import check_writable_parent, written_atomically
+from syncbench.bench.micro.output import check_writable_parent
 from syncbench.bench.mpi.errors import CommandParser
 from syncbench.kernels.backend import Backend, BackendError, select_backend
 
@@ -509,9 +510,9 @@ def write_results(path: str, attrs: dict[str, Any], rows: list[dict[str, float]]
                   samples: list[np.ndarray]) -> None:
     """Rows as 1-D datasets (and each :data:`OLD_NAMES` name of a column they have),
     raw latencies as ``/samples_us`` [size, rank, iteration]."""
-    import h5py  # lazy: only --out and readers of results need it, not the flags
+    from syncbench.bench.train.checkpoint import hdf5_image  # lazy: h5py, not the flags
 
-    with written_atomically(path) as tmp, h5py.File(tmp, "w") as f:
+    def build(f: Any) -> None:
         for key, value in attrs.items():
             f.attrs[key] = value
         keys = list(rows[0]) if rows else []
@@ -521,6 +522,8 @@ def write_results(path: str, attrs: dict[str, Any], rows: list[dict[str, float]]
             f.create_dataset(key, data=np.array([r[column] for r in rows]))
         if samples:
             f.create_dataset("samples_us", data=np.stack(samples) * 1e6, compression="gzip")
+
+    write_atomic(path, hdf5_image(build))
 
 
 def read_results(path: str) -> dict[str, Any]:
