@@ -31,7 +31,6 @@ MPI library are in docs/RESULTS.md ("ASGD's pull and push latencies").
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -39,12 +38,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
-from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.device_buffers import HostMirror
-from syncbench.algorithms.flags import option
+from syncbench.algorithms.flags import StrategyOptions, option
+from syncbench.algorithms.mpi import MPI
+from syncbench.algorithms.not_lock_step import NotLockStep
 from syncbench.algorithms.optimizer import SubnormalFlush
+from syncbench.algorithms.traits import StrategyTraits
 from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
 from syncbench.kernels.zoo import has_batchnorm
 
@@ -56,10 +57,17 @@ POLL_INTERVAL_S = 1e-4
 #: Least time between two progress polls inside compute (Open MPI yields the
 #: core in every poll when oversubscribed, so polling every layer is costly).
 POLL_MIN_GAP_S = 5e-4
-LOCK_ASSERTS = {"nocheck": MPI.MODE_NOCHECK, "none": 0}
+#: ``--rma-assert``: the ``MPI_Win_lock`` assertion by name (an ``MPI`` constant, or 0).
+LOCK_ASSERTS = {"nocheck": "MODE_NOCHECK", "none": ""}
 #: ``--async-lr-scale``: divide --lr by the number of workers, or not.
 LR_SCALES = ("workers", "none")
 DEFAULT_WORKER_MOMENTUM = 0.5
+
+
+def lock_assert(name: str) -> int:
+    """The assertion of ``--rma-assert NAME`` (read on a rank: it loads MPI)."""
+    constant = LOCK_ASSERTS[name]
+    return getattr(MPI, constant) if constant else 0
 
 
 def worker_learning_rate(lr: float, momentum: float, worker_momentum: float, workers: int,
@@ -78,7 +86,7 @@ def worker_learning_rate(lr: float, momentum: float, worker_momentum: float, wor
     return lr * (1.0 - worker_momentum) / ((1.0 - momentum) * workers)
 
 
-class ASGD(Algorithm):
+class ASGD(Strategy, NotLockStep):
     """ASGD over two windows (:mod:`syncbench.algorithms.windows`).
 
     Parameters: one ``Win.Allocate`` window of the model's dtype; ``--ps-layout
@@ -110,23 +118,19 @@ class ASGD(Algorithm):
     name = "asgd"
     summary = ("asynchronous SGD: parameters in MPI RMA windows, atomic "
                "Get_accumulate/Accumulate pull/push")
-    #: Its ranks never stop together: the accuracy curve is evaluated after
-    #: training, from weights kept during it (``--target-accuracy`` alone works).
-    supports_stop_at_target = False
-    #: Which push a pull sees depends on the ranks' timing.
-    deterministic = False
-    #: Ranks step independently (no ``--sync-bn``).
-    lock_step = False
-    #: A step pulls the weights, computes, then pushes: its comm is split around compute,
-    #: half before it (drawn once, before compute).
-    step_order = ("data", "comm", "wait", "compute", "delay", "update")
-    split_phases = {"comm": 0.5}
-    #: Evaluations are of the pulled copies kept during training, evaluated after it.
-    snapshot_evaluations = True
-    simulation = "asgd"
+    #: Its ranks never stop together: the accuracy curve is evaluated after training,
+    #: from weights kept during it (``--target-accuracy`` alone works); which push a
+    #: pull sees depends on the ranks' timing; ranks step independently (no
+    #: ``--sync-bn``). A step pulls the weights, computes, then pushes: its comm is split
+    #: around compute, half before it (drawn once, before compute); evaluations are of
+    #: the pulled copies kept during training, evaluated after it.
+    traits = StrategyTraits(
+        step_order=("data", "comm", "wait", "compute", "delay", "update"),
+        split_phases={"comm": 0.5}, snapshot_evaluations=True, simulation="asgd",
+        supports_stop_at_target=False, deterministic=False, lock_step=False)
 
     @dataclass(frozen=True)
-    class Options:
+    class Options(StrategyOptions):
         """ASGD's options."""
 
         ps_layout: str = option(
@@ -155,23 +159,21 @@ class ASGD(Algorithm):
                 raise ValueError(
                     f"--worker-momentum must be in [0, 1), got {self.worker_momentum}")
 
-    @classmethod
-    def check_world(cls, options: Options, world_size: int) -> None:
-        if options.ps_layout == "dedicated" and world_size < 2:
-            raise ValueError("--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
+        def check_run(self, config: Any, world_size: int) -> None:
+            """The dedicated layout needs a host and a worker, and a host that trains
+            for a BatchNorm model (running statistics are not pushed: each worker keeps
+            its own, and rank 0, which evaluates, uses its own)."""
+            if self.ps_layout == "dedicated" and world_size < 2:
+                raise ValueError(
+                    "--ps-layout dedicated needs at least 2 ranks (a host and a worker)")
+            if self.ps_layout == "dedicated" and has_batchnorm(config.model):
+                raise ValueError(f"asgd --ps-layout dedicated cannot train {config.model}: "
+                                 "BatchNorm's running statistics stay on the workers, and "
+                                 "rank 0, which evaluates, trains nothing (use sharded or "
+                                 "single)")
 
     @classmethod
-    def validate(cls, config: argparse.Namespace, world_size: int) -> None:
-        """Also: a BatchNorm model needs a host that trains (running statistics are not
-        pushed: each worker keeps its own, and rank 0 evaluates with its own)."""
-        super().validate(config, world_size)
-        if config.ps_layout == "dedicated" and has_batchnorm(config.model):
-            raise ValueError(f"asgd --ps-layout dedicated cannot train {config.model}: "
-                             "BatchNorm's running statistics stay on the workers, and rank 0, "
-                             "which evaluates, trains nothing (use sharded or single)")
-
-    @classmethod
-    def data_shard(cls, config: argparse.Namespace, rank: int, size: int) -> tuple[int, int]:
+    def data_shard(cls, config: Any, rank: int, size: int) -> tuple[int, int]:
         """Dedicated layout: the data is sharded over the N-1 workers (rank 0 never trains)."""
         if config.ps_layout == "dedicated" and size > 1:
             return max(rank - 1, 0), size - 1
@@ -192,7 +194,7 @@ class ASGD(Algorithm):
             config.lr, config.momentum, self.worker_momentum, self.workers, options.async_lr_scale
         )
         self.dc = float(options.delay_compensation)
-        self._lock_assert = LOCK_ASSERTS[options.rma_assert]
+        self._lock_assert = lock_assert(options.rma_assert)
         self._on_host = not model.backend.is_gpu
         n, dtype = model.size, model.dtype
         # W_pulled lives in model.params on the CPU (the read lands there directly); on
@@ -489,10 +491,6 @@ class ASGD(Algorithm):
         return self.model.backend.asarray(self.windows.gather())
 
     # -- checkpoints -----------------------------------------------------------
-    def _velocity_state(self) -> np.ndarray:
-        """The worker velocity u (the optimizer's is not used by ASGD)."""
-        return self._velocity.copy()
-
     def state(self) -> dict[str, Any]:
         """This rank's state at a pause: every push before it has landed.
 
@@ -523,6 +521,7 @@ class ASGD(Algorithm):
             next_pause = (stop // stride + 1) * stride if stride else self.total_pushes
         return {
             **super().state(),
+            "velocity": self._velocity.copy(),  # the worker's (the optimizer's is unused)
             "window_shard": self.windows.read_local(),
             "counters": counters,
             "ticket": ticket,

@@ -29,8 +29,8 @@ import time
 from typing import Any, Protocol
 
 import numpy as np
-from mpi4py import MPI
 
+from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.timing import PhaseTimer
 
 
@@ -183,10 +183,11 @@ class Communicator:
         self.outstanding = [r for r in self.outstanding if r is not req]
 
     # -- small helpers -------------------------------------------------------
-    def allreduce_scalar(self, value: float, op: MPI.Op = MPI.SUM) -> float:
-        """Reduce one float (not timed: bookkeeping, not training traffic)."""
+    def allreduce_scalar(self, value: float, op: MPI.Op | None = None) -> float:
+        """Reduce one float with ``op`` (default ``MPI.SUM``; not timed: bookkeeping, not
+        training traffic)."""
         buf = np.array([value], dtype=np.float64)
-        self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=op)
+        self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM if op is None else op)
         return float(buf[0])
 
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from mpi4py import MPI
 
 from syncbench.algorithms.communicator import Communicator, EventSink
+from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.kernels.backend import Backend
 
@@ -390,7 +390,7 @@ class DeviceCommunicator(Communicator):
         self._flush()
         super().Barrier()
 
-    def allreduce_scalar(self, value: float, op: MPI.Op = MPI.SUM) -> float:
+    def allreduce_scalar(self, value: float, op: MPI.Op | None = None) -> float:
         self._flush()
         return super().allreduce_scalar(value, op)
 

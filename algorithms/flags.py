@@ -22,6 +22,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
+class StrategyOptions:
+    """Base of every strategy's ``Options`` dataclass: :meth:`check_run`, the checks of
+    the options that need the rest of the run's configuration (the number of ranks, the
+    model). The default checks nothing."""
+
+    def check_run(self, config: Any, world_size: int) -> None:
+        """Raise ``ValueError`` with one line where the options cannot run with ``config``
+        on ``world_size`` ranks (every rank agrees)."""
+
+
+def validate_options(options: type, config: Any, world_size: int) -> Any:
+    """``options`` built from ``config`` (the dataclass validates itself), then checked
+    against the run (:meth:`StrategyOptions.check_run`); ``ValueError``: one line."""
+    built = options_from(options, config)
+    if isinstance(built, StrategyOptions):
+        built.check_run(config, world_size)
+    return built
+
+
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
            type: Callable[[str], Any] | None = None,
            metavar: str | None = None, flag: bool = False) -> Any:

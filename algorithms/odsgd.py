@@ -24,11 +24,14 @@ follows). ``--warmup-steps`` plain SSGD steps come first (root attribute
 (labelled ``odsgd+la``): W_loc predicts the next W_g, which restores SSGD's
 stability where the paper's recurrence needs a far smaller step (:class:`ODSGD`).
 
-Communication: step t's gradient is copied to one of two receive buffers and
-reduced in place by an ``Iallreduce``, which the next step's forward and
-backward poll between layers (``Testall``, charged to ``comm``); the blocking
-part of the ``Wait`` is ``wait``. Every step is a lock-step point, and the
-consensus model is W_g (one gradient behind until :meth:`ODSGD.finish`).
+A composition of parts: the warm-up's reducer
+(:class:`~syncbench.algorithms.reducers.allreduce.BlockingAllreduce`), the delayed one
+(:class:`~syncbench.algorithms.reducers.delayed.DelayedAllreduce`: step t's
+``Iallreduce`` polled through step t+1's forward and backward), GlobalOpt (the
+strategy's momentum SGD on W_g) and LocalStep
+(:class:`~syncbench.algorithms.odsgd_local.CompensationStep`). Every step is a
+lock-step point, and the consensus model is W_g (one gradient behind until
+:meth:`ODSGD.finish`).
 """
 
 from __future__ import annotations
@@ -36,17 +39,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from mpi4py import MPI
-
-from syncbench.algorithms.base import Algorithm, StepStats
-from syncbench.algorithms.flags import option
+from syncbench.algorithms.base import StepStats, Strategy
+from syncbench.algorithms.flags import StrategyOptions, option
+from syncbench.algorithms.odsgd_local import CompensationStep
+from syncbench.algorithms.reducers.allreduce import BlockingAllreduce
+from syncbench.algorithms.reducers.delayed import DelayedAllreduce
+from syncbench.algorithms.traits import StrategyTraits
 
 LOCAL_OPTS = ("sgd", "dc", "cadc")
 #: ``--cadc-args``: the kernel's parameters bound by name, or as the fork launches them.
 CADC_ARGS = ("named", "launched")
-#: The constant ``MSKernel`` adds to the mean square (``src/operator/optimizer_op-inl.h``).
-CADC_EPS = 1e-7
 
 
 def local_learning_rate(options: Any, lr: float, world: int) -> float:
@@ -57,7 +59,7 @@ def local_learning_rate(options: Any, lr: float, world: int) -> float:
     return lr * (world if options.local_lookahead == "on" else 1)
 
 
-class ODSGD(Algorithm):
+class ODSGD(Strategy):
     """One-step-delay SGD: global weights lag one reduction, local weights compensate.
 
     LocalStep is the paper code's local optimizer (``--optimizer-local`` of its
@@ -154,13 +156,12 @@ class ODSGD(Algorithm):
 
     name = "odsgd"
     summary = "one-step-delay SGD (gradient Iallreduce overlaps the next step's compute)"
-    hides_comm = True
     #: ``--local-lookahead on`` is not the published algorithm: labelled ``odsgd+la``.
-    label_variants = (("local_lookahead", "on", "+la"),)
-    simulation = "odsgd"
+    traits = StrategyTraits(hides_comm=True, label_variants=(("local_lookahead", "on", "+la"),),
+                            simulation="odsgd")
 
     @dataclass(frozen=True)
-    class Options:
+    class Options(StrategyOptions):
         """OD-SGD's options."""
 
         warmup_steps: int = option(
@@ -216,228 +217,57 @@ class ODSGD(Algorithm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        params = self.model.params
+        params, size = self.model.params, self.comm.size
         self.warmup_steps: int = self.options.warmup_steps
-        self.lookahead: bool = self.options.local_lookahead == "on"
-        self.lr_local: float = local_learning_rate(self.options, self.config.lr, self.comm.size)
-        self.local_opt: str = self.options.local_opt
-        self.dc_lambda: float = self.options.dc_lambda
-        self.local_momentum: float = self.options.local_momentum
-        #: ``--cadc-args launched``: the compiled kernel's binding of its scalars.
-        self.cadc_launched: bool = self.options.cadc_args == "launched"
+        self.run_attributes["warmup_steps"] = self.warmup_steps
+        self.lr_local: float = local_learning_rate(self.options, self.config.lr, size)
         #: W_g, the global weights (identical on every rank).
         self.w_global = params.copy()
-        self._recv = [params * 0, params * 0]  # two receive buffers: t and t-1 in flight
-        self._scratch = params * 0
-        self._scratch2: Any = None  # cadc's second temporary
-        # The local optimizer's state, created at its first call (the first delayed step),
-        # as MXNet's Updater creates it: W_g(t-1) of dc and cadc, cadc's mean square MS,
-        # the local momentum buffer.
-        self._w_g_prev: Any = None
-        self._cadc_ms: Any = None
-        self._local_mom: Any = None
-        #: The reduction in flight: (request, its receive buffer), or None.
-        self.pending: tuple[MPI.Request, Any] | None = None
+        self.warmup_reducer = BlockingAllreduce(self)
+        self.reducer = DelayedAllreduce(self)
+        self.local_step = CompensationStep(self.options, self.lr_local, size,
+                                           self.budget.batch_size, self.optimizer, params)
 
-    # -- one step --------------------------------------------------------------
-    def _poll(self, offset: int | None = None) -> None:
-        """Hook between layers: drive the outstanding Iallreduce (``Testall``)."""
-        self.comm.poll()
+    @property
+    def pending(self) -> Any:
+        """The reduction in flight, else None."""
+        return self.reducer.pending
 
     def step(self, x: Any, y: Any) -> StepStats:
         """One OD-SGD step on this rank's batch (SSGD during the warm-up)."""
-        with self.timer.phase("compute"):
-            loss = self.model.loss_and_grad(x, y, on_grads_ready=self._poll, poll=self._poll)
-        self.straggle()
+        loss = self.compute_gradient(x, y, self.reducer.hooks())
         delayed = self.steps_taken >= self.warmup_steps
-        if delayed:
-            self._delayed_update()
-        else:
-            self._warmup_update()
+        if delayed:  # GlobalOpt on the previous step's mean, then LocalStep
+            previous = self.reducer.complete()
+            if previous is not None:
+                with self.timer.phase("update"):
+                    self.optimizer.step(self.w_global, previous)
+            with self.timer.phase("update"):
+                self.local_step.apply(self.model.params, self.model.grads, self.w_global)
+        else:  # SSGD: GlobalOpt on this step's mean, then W_loc = W_g
+            grads = self.warmup_reducer.complete()
+            with self.timer.phase("update"):
+                self.optimizer.step(self.w_global, grads)
+                self.model.params[...] = self.w_global
         self.steps_taken += 1
         return StepStats(loss=loss, samples=int(x.shape[0]), staleness=int(delayed))
 
-    def _warmup_update(self) -> None:
-        """SSGD: blocking allreduce, GlobalOpt on W_g, then W_loc = W_g."""
-        grads = self.model.grads
-        self.comm.Allreduce(grads)
-        with self.timer.phase("update"):
-            grads *= 1.0 / self.comm.size
-            self.optimizer.step(self.w_global, grads)
-            self.model.params[...] = self.w_global
-
-    def _delayed_update(self) -> None:
-        """Start this step's reduction, apply the previous one to W_g, compensate W_loc."""
-        recv = self._recv[self.steps_taken % 2]
-        with self.timer.phase("update"):
-            recv[...] = self.model.grads
-        request = self.comm.Iallreduce(recv)
-        self._apply_pending()
-        self.pending = (request, recv)
-        with self.timer.phase("update"):
-            self._local_update()
-
-    def _apply_pending(self) -> None:
-        """Wait for the reduction in flight (if any) and apply GlobalOpt to W_g."""
-        if self.pending is None:
-            return
-        request, gsum = self.pending
-        self.pending = None
-        self.comm.Wait(request)
-        with self.timer.phase("update"):
-            gsum *= 1.0 / self.comm.size
-            self.optimizer.step(self.w_global, gsum)
-
-    def _local_update(self) -> None:
-        """``W_loc = W_g - lr_local * (LocalOpt(g / N) + D * W_g)`` (``g`` in ``model.grads``).
-
-        With ``--local-momentum`` the step goes through the momentum buffer,
-        ``mom = mu_l * mom - lr_local * (g/N + D * W_g)``, ``W_loc = W_g + mom``
-        (MXNet's ``SGDMomKernel``). With the look-ahead the weight decay term is
-        replaced by ``lr * (mu * v + D * W_g)`` (:meth:`_subtract_known_global_step`).
-        """
-        params, grads, w_g = self.model.params, self.model.grads, self.w_global
-        local = grads
-        if self.local_opt == "dc":
-            local = self._dc_gradient(grads, w_g)
-        elif self.local_opt == "cadc":
-            local = self._cadc_gradient(grads, w_g)
-        if self.local_momentum:
-            self._momentum_step(local)
-            return
-        params[...] = w_g
-        params -= np.multiply(local, self.lr_local / self.comm.size, out=self._scratch)
-        if self.lookahead:
-            self._subtract_known_global_step(params)
-        else:
-            self._subtract_local_decay(params)
-
-    def _momentum_step(self, local: Any) -> None:
-        """``mom = mu_l*mom - lr_local*(local/N + D*W_g)``; ``W_loc = W_g + mom``.
-
-        The paper code's local ``sgd`` with ``momentum > 0`` (MXNet ``SGD._update_impl``
-        -> ``sgd_mom_update``): the buffer starts at zero at the first delayed
-        step and is kept across steps, while the weights it updates are the
-        freshly pulled W_g each step. With the look-ahead the buffer takes the
-        gradient term only and the known global step is subtracted from W_loc.
-        """
-        if self._local_mom is None:
-            self._local_mom = self.w_global * 0
-        mom, params = self._local_mom, self.model.params
-        mom *= self.local_momentum
-        mom -= np.multiply(local, self.lr_local / self.comm.size, out=self._scratch)
-        if not self.lookahead:
-            self._subtract_local_decay(mom)
-        params[...] = self.w_global
-        params += mom
-        if self.lookahead:
-            self._subtract_known_global_step(params)
-
-    def _squared_gradient_times_dw(self, grads: Any, w_g: Any) -> Any:
-        """``g^2 * (W_g(t) - W_g(t-1))`` in ``_scratch``, then W_g(t-1) := W_g(t) (the
-        ``previous_weight`` of DCASGD and CADCASGD: a copy at their first call, so 0 there)."""
-        if self._w_g_prev is None:
-            self._w_g_prev = w_g.copy()
-        local = np.subtract(w_g, self._w_g_prev, out=self._scratch)
-        self._w_g_prev[...] = w_g
-        local *= grads
-        local *= grads
-        return local
-
-    def _dc_gradient(self, grads: Any, w_g: Any) -> Any:
-        """``g + N * LAMBDA * (g/N)^2 * (W_g(t) - W_g(t-1))`` in ``_scratch`` (then times 1/N)."""
-        local = self._squared_gradient_times_dw(grads, w_g)
-        # lambda * (g/N)^2 * dW_g, then (g + that * N) / N below: the paper code's
-        # compensation of the rescaled gradient g/N, not N times it.
-        local *= self.dc_lambda / self.comm.size
-        local += grads
-        return local
-
-    def _cadc_gradient(self, grads: Any, w_g: Any) -> Any:
-        """CADCASGD: ``g + N * LAMBDA/sqrt(MS) * (g/N)^2 * dW_g`` in ``_scratch`` (then times 1/N).
-
-        ``MS = m*MS + (1 - m)*(g/N)^2 + 1e-7`` first (``ms_update``), then
-        ``adc_sgd_update``'s compensation with the new MS. ``--cadc-args
-        launched``: LAMBDA is the per-element weight decay (``decay_of``).
-        """
-        size = self.comm.size
-        if self._cadc_ms is None:  # CADCASGD's state at its first call
-            self._cadc_ms = w_g * 0
-        if self._scratch2 is None:
-            self._scratch2 = w_g * 0
-        ms, tmp, m = self._cadc_ms, self._scratch2, self.options.cadc_m
-        ms *= m
-        np.multiply(grads, grads, out=tmp)
-        tmp *= (1.0 - m) / (size * size)
-        ms += tmp
-        ms += CADC_EPS
-        local = self._squared_gradient_times_dw(grads, w_g)
-        local /= np.sqrt(ms, out=tmp)
-        if self.cadc_launched:
-            local = self.optimizer.decay_of(local, out=local)
-            local *= 1.0 / size
-        else:
-            local *= self.options.cadc_lambda / size
-        local += grads
-        return local
-
-    def _subtract_local_decay(self, target: Any) -> None:
-        """``target -= lr_local * D * W_g`` (``--cadc-args launched``: D = 1/(batch_size*N))."""
-        if self.local_opt == "cadc" and self.cadc_launched:
-            rescale = 1.0 / (self.budget.batch_size * self.comm.size)
-            target -= np.multiply(self.w_global, self.lr_local * rescale, out=self._scratch)
-        elif self.optimizer.weight_decay:
-            decay = self.optimizer.decay_of(self.w_global, out=self._scratch)
-            decay *= self.lr_local
-            target -= decay
-
-    def _subtract_known_global_step(self, params: Any) -> None:
-        """``W_loc -= lr * (mu * v + wd * W_g)``: the part of the next global step known now."""
-        opt = self.optimizer
-        params -= np.multiply(opt.velocity, opt.lr * opt.momentum, out=self._scratch)
-        if opt.weight_decay:
-            decay = opt.decay_of(self.w_global, out=self._scratch)
-            decay *= opt.lr
-            params -= decay
-
     # -- checkpoints -----------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """Resumable state: W_loc, velocity, steps, W_g, the unapplied gradient sum, and
-        the local optimizer's state (W_g(t-1) of dc/cadc, cadc's MS, the local momentum).
-
-        The reduction in flight is completed first (every rank calls this at the
-        same evaluation point); its sum is applied at the next step as usual.
-        """
-        to_numpy = self.model.backend.to_numpy
-        state = super().state()
-        empty = np.zeros(0, dtype=self.w_global.dtype)
-        if self.pending is not None:
-            self.comm.Wait(self.pending[0])
-        state["w_global"] = to_numpy(self.w_global).copy()
-        state["gsum_pending"] = empty if self.pending is None else to_numpy(self.pending[1]).copy()
-        for key, buf in (("w_g_prev", self._w_g_prev), ("cadc_ms", self._cadc_ms),
-                         ("local_mom", self._local_mom)):
-            state[key] = empty if buf is None else to_numpy(buf).copy()
-        return state
+        """Resumable state: W_loc, velocity, steps, W_g, the unapplied gradient sum (the
+        reduction in flight, completed first: every rank calls this at the same point;
+        the next step applies it as usual) and LocalStep's state."""
+        backend = self.model.backend
+        return {**super().state(), "w_global": backend.to_numpy(self.w_global).copy(),
+                **self.reducer.state(),
+                **self.local_step.state(backend.to_numpy, self.w_global.dtype)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state` saved (on the same rank)."""
-        asarray = self.model.backend.asarray
         super().load_state(state)
-        self.w_global[...] = asarray(state["w_global"])
-        self.pending = None
-        if np.size(state["gsum_pending"]):
-            buf = self._recv[(self.steps_taken - 1) % 2]
-            buf[...] = asarray(state["gsum_pending"])
-            self.pending = (MPI.REQUEST_NULL, buf)  # already complete: Wait returns at once
-
-        def restored(key: str) -> Any:
-            saved = state.get(key)  # absent from checkpoints of older versions
-            return asarray(saved).copy() if saved is not None and np.size(saved) else None
-
-        self._w_g_prev = restored("w_g_prev")
-        self._cadc_ms = restored("cadc_ms")
-        self._local_mom = restored("local_mom")
+        self.w_global[...] = self.model.backend.asarray(state["w_global"])
+        self.reducer.load_state(state)
+        self.local_step.load_state(state, self.model.backend.asarray)
 
     # -- end of training -------------------------------------------------------
     def consensus_params(self) -> Any:
@@ -446,13 +276,12 @@ class ODSGD(Algorithm):
 
     def finish(self) -> None:
         """Drain the last reduction into W_g; afterwards W_loc = W_g too."""
-        if self.pending is not None:
-            self._apply_pending()
+        last = self.reducer.drain()
+        if last is not None:
+            with self.timer.phase("update"):
+                self.optimizer.step(self.w_global, last)
             self.model.params[...] = self.w_global
 
     def close(self) -> None:
         """Drop a reduction still in flight (error paths: the job is being aborted)."""
-        if self.pending is not None:
-            request = self.pending[0]
-            self.comm.outstanding = [r for r in self.comm.outstanding if r is not request]
-            self.pending = None
+        self.reducer.close()

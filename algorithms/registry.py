@@ -1,4 +1,4 @@
-"""Name -> algorithm class. A new strategy is one module plus one ``register`` call.
+"""Name -> strategy class. A new strategy is one module plus one ``register`` call.
 
 The built-in strategies are registered below. A strategy defined elsewhere
 (a test module, a user's experiment) registers itself with :func:`register`
@@ -6,7 +6,9 @@ when its module is imported; ``SYNCBENCH_STRATEGIES`` (comma-separated module
 names) imports such modules in every process of a run, so that ranks started
 by ``mpiexec`` know them too. Everything that lists strategies (the flags of
 ``syncbench train``, ``syncbench simulate --algorithm``, the registry-wide
-tests) reads :data:`ALGORITHMS`.
+tests) reads :data:`ALGORITHMS`. Importing this module does not load ``mpi4py.MPI``
+(strategies name MPI through :mod:`syncbench.algorithms.mpi`): listing strategies,
+building their flags and checking them need no MPI.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import importlib
 import os
 
 from syncbench.algorithms.asgd import ASGD
-from syncbench.algorithms.base import Algorithm
+from syncbench.algorithms.base import Strategy
+from syncbench.algorithms.flags import validate_options
 from syncbench.algorithms.localsgd import LocalSGD
 from syncbench.algorithms.odsgd import ODSGD
 from syncbench.algorithms.oscars import Oscars
@@ -25,10 +28,10 @@ from syncbench.algorithms.ssgd import SSGD
 #: Environment variable naming extra modules that register strategies.
 PLUGINS_ENV = "SYNCBENCH_STRATEGIES"
 
-ALGORITHMS: dict[str, type[Algorithm]] = {}
+ALGORITHMS: dict[str, type[Strategy]] = {}
 
 
-def register(cls: type[Algorithm]) -> type[Algorithm]:
+def register(cls: type[Strategy]) -> type[Strategy]:
     """Add ``cls`` under ``cls.name`` (usable as a class decorator).
 
     A name names one strategy: registering a different class under a taken
@@ -46,7 +49,7 @@ for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD):
     register(_cls)
 
 
-def get_algorithm(name: str) -> type[Algorithm]:
+def get_algorithm(name: str) -> type[Strategy]:
     """The class registered as ``name``; ``ValueError`` lists the valid names."""
     try:
         return ALGORITHMS[name]
@@ -54,6 +57,12 @@ def get_algorithm(name: str) -> type[Algorithm]:
         raise ValueError(
             f"unknown --algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}"
         ) from None
+
+
+def validate(cls: type[Strategy], config: object, world_size: int) -> None:
+    """Raise ``ValueError`` with a one-line message for bad options of ``cls`` in
+    ``config`` on ``world_size`` ranks (every rank agrees)."""
+    validate_options(cls.Options, config, world_size)
 
 
 def option_owners() -> dict[str, tuple[dataclasses.Field, tuple[str, ...]]]:

@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-PHASES = ("data", "compute", "comm", "wait", "update", "delay")
+from syncbench.algorithms.traits import PHASES
+
 #: Phases that end with :attr:`PhaseTimer.device_sync` (their kernels finish inside them).
 SYNCED_PHASES = frozenset({"update"})
 

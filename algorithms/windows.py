@@ -38,9 +38,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 from syncbench.algorithms.communicator import EventSink
+from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.timing import PhaseTimer
 
 LAYOUTS = ("sharded", "single", "dedicated")

@@ -150,7 +150,7 @@ def _pre_phases(run: RunLike, rank: int) -> tuple[np.ndarray, np.ndarray]:
 
     Derived from the one phase-order table, the strategy's ``step_order`` trait (the trace
     draws from it too): the phases the strategy runs before ``compute`` come
-    before it, and ``delay`` follows compute right away (``Algorithm.straggle``).
+    before it, and ``delay`` follows compute right away (``Strategy.straggle``).
     A phase run twice in a step around compute (its ``split_phases`` trait: ASGD's
     pull and push, both charged to ``comm`` and moving the whole parameter
     vector) counts with its share before compute. Polls inside compute are

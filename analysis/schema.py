@@ -10,10 +10,15 @@ NetCDF / CF conventions), so a file explains itself to h5dump or HDFView.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from syncbench.algorithms.traits import (  # noqa: F401 (the schema's names)
+    LOCAL_FIRST_ORDER,
+    LOCK_STEP_ORDER,
+    PHASES,
+    StrategyTraits,
+)
 
 SCHEMA = "syncbench/1"
 
@@ -203,65 +208,14 @@ RANK_LAYOUT_PACKED = "packed"
 RANK_LAYOUT_GROUPS = "groups"
 RANK_LAYOUTS: tuple[str, ...] = (RANK_LAYOUT_PACKED, RANK_LAYOUT_GROUPS)
 
-#: Per-step timing phases (the column order of the run file). A step runs
-#: ``delay`` right after ``compute``; ``syncbench.analysis.trace.step_order``
-#: gives the order each strategy runs them in, for drawing.
-PHASES: tuple[str, ...] = ("data", "compute", "comm", "wait", "update", "delay")
+#: Per-step timing phases (the column order of the run file), the step orders and
+#: :class:`StrategyTraits`: declared once, in ``syncbench.algorithms.traits`` (no MPI).
 
 #: Root attribute: JSON of what the run's strategy says about itself
-#: (``Algorithm.traits()``: :class:`StrategyTraits`' fields), written by the driver
+#: (``Strategy.traits``: :class:`StrategyTraits`' file fields), written by the driver
 #: and the simulator, so that analysis reads a strategy's behaviour from the file
 #: and never keys a table by a strategy's name.
 TRAITS_ATTR = "strategy_traits"
-
-#: The order of a lock-step strategy's phases in a step (compute, then communicate).
-LOCK_STEP_ORDER: tuple[str, ...] = ("data", "compute", "delay", "comm", "wait", "update")
-
-
-@dataclass(frozen=True)
-class StrategyTraits:
-    """What analysis needs to know of a run's strategy, as the strategy declares it.
-
-    ``step_order``: the phases of a step in the order it runs them (traces draw them
-    so; the fairness metrics find where compute and delay start). ``split_phases``:
-    a phase run twice in a step around compute, with the share of its seconds that
-    falls before compute (drawn once, before compute). ``hides_comm``: the hidden-
-    communication fraction against the blocking-Allreduce reference applies.
-    ``snapshot_evaluations``: evaluation rows come from parameter copies evaluated
-    after training (no pause in the steps). ``label_variants``: (config flag, value,
-    suffix) of variants that are not the published algorithm and carry a suffix in
-    every table. ``simulation``: the communication pattern the simulator models.
-    """
-
-    step_order: tuple[str, ...] = LOCK_STEP_ORDER
-    split_phases: Mapping[str, float] = field(default_factory=dict)
-    hides_comm: bool = False
-    snapshot_evaluations: bool = False
-    label_variants: tuple[tuple[str, Any, str], ...] = ()
-    simulation: str = ""
-
-    def to_json(self) -> str:
-        """The value of :data:`TRAITS_ATTR`."""
-        return json.dumps({"step_order": list(self.step_order),
-                           "split_phases": dict(self.split_phases),
-                           "hides_comm": self.hides_comm,
-                           "snapshot_evaluations": self.snapshot_evaluations,
-                           "label_variants": [list(v) for v in self.label_variants],
-                           "simulation": self.simulation}, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> StrategyTraits:
-        """Traits from :data:`TRAITS_ATTR`'s JSON; unknown keys are ignored."""
-        data = json.loads(text)
-        return cls(step_order=tuple(data.get("step_order", LOCK_STEP_ORDER)),
-                   split_phases=dict(data.get("split_phases", {})),
-                   hides_comm=bool(data.get("hides_comm", False)),
-                   snapshot_evaluations=bool(data.get("snapshot_evaluations", False)),
-                   label_variants=tuple(tuple(v) for v in data.get("label_variants", ())),
-                   simulation=str(data.get("simulation", "")))
-
-
-_LOCAL_FIRST = ("data", "compute", "delay", "update", "comm", "wait")
 
 #: The shipped strategies' traits as files written before :data:`TRAITS_ATTR` existed
 #: imply them (read only for such files; new files carry their own).
@@ -269,8 +223,8 @@ LEGACY_TRAITS: dict[str, StrategyTraits] = {
     "ssgd": StrategyTraits(hides_comm=True, simulation="ssgd"),
     "odsgd": StrategyTraits(hides_comm=True, label_variants=(("local_lookahead", "on", "+la"),),
                             simulation="odsgd"),
-    "localsgd": StrategyTraits(step_order=_LOCAL_FIRST, simulation="localsgd"),
-    "oscars": StrategyTraits(step_order=_LOCAL_FIRST, simulation="oscars"),
+    "localsgd": StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="localsgd"),
+    "oscars": StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="oscars"),
     "asgd": StrategyTraits(step_order=("data", "comm", "wait", "compute", "delay", "update"),
                            split_phases={"comm": 0.5}, snapshot_evaluations=True,
                            simulation="asgd"),

@@ -45,14 +45,14 @@ def _pattern(n: int, rank: int, k: int) -> np.ndarray:
 def test_concurrent_pushes_lose_nothing(layout, lock):
     from mpi4py import MPI
 
-    from syncbench.algorithms.asgd import LOCK_ASSERTS
+    from syncbench.algorithms.asgd import lock_assert
     from syncbench.algorithms.windows import Counters, ParamWindow
 
     comm = MPI.COMM_WORLD.Dup()
     rank, size = comm.Get_rank(), comm.Get_size()
     n, pushes = 1001, 25
-    windows = ParamWindow(comm, n, np.float64, layout, LOCK_ASSERTS[lock])
-    counters = Counters(comm, 1, LOCK_ASSERTS[lock])
+    windows = ParamWindow(comm, n, np.float64, layout, lock_assert(lock))
+    counters = Counters(comm, 1, lock_assert(lock))
     try:
         w0 = np.arange(n, dtype=np.float64)
         windows.set_local(w0)

@@ -27,7 +27,8 @@ import sys
 
 # syncbench's parser imports this module with MPI not started
 # (``bench.cli.mpi_not_started``), so the strategies' modules do not initialise MPI.
-from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
+from syncbench.algorithms.flags import add_option_flags
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, validate
 from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import WriteError
 from syncbench.bench.flags import OnOffAsSwitches, renamed
@@ -115,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     seen: dict = {}  # flags shared by strategies are added once, as in train
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(f"{cls.name} (as in train)")
-        cls.add_arguments(OnOffAsSwitches(group), seen)  # on/off options: --x/--no-x
+        add_option_flags(OnOffAsSwitches(group), cls.Options, seen)  # on/off options: --x/--no-x
 
 
 #: The most ranks ``--np`` takes (the largest platforms the simulator is built for).
@@ -129,7 +130,7 @@ def _fail(message: str) -> int:
 
 def check_strategy(args: argparse.Namespace, n: int) -> None:
     """The strategy's own checks of its flags at ``n`` ranks, and ``--slowdown``'s."""
-    get_algorithm(args.algorithm).validate(args, n)
+    validate(get_algorithm(args.algorithm), args, n)
     parse_slowdown(args.slowdown, n)
 
 

@@ -9,7 +9,7 @@ them. Every step is one vector operation over the ranks (no Python loop over
 ranks and steps). ASGD's pattern is :mod:`.asgd`.
 
 A strategy names the pattern it is simulated by (its ``simulation`` trait,
-``Algorithm.traits()``): :data:`SIMULATORS` is keyed by pattern and
+``Strategy.traits``): :data:`SIMULATORS` is keyed by pattern and
 :func:`simulator_for` finds a registered strategy's, so a strategy derived from
 SSGD simulates as SSGD with no edit here.
 
@@ -389,7 +389,7 @@ def pattern_of(name: str) -> str:
     """The communication pattern registered strategy ``name`` is simulated by ("": none)."""
     from syncbench.algorithms.registry import get_algorithm  # lazy: starts MPI
 
-    return str(get_algorithm(name).traits()["simulation"])
+    return get_algorithm(name).traits.simulation
 
 
 def simulated_strategies() -> list[str]:
@@ -397,7 +397,7 @@ def simulated_strategies() -> list[str]:
     from syncbench.algorithms.registry import ALGORITHMS  # lazy: starts MPI
 
     return [name for name, cls in ALGORITHMS.items()
-            if cls.traits()["simulation"] in SIMULATORS]
+            if cls.traits.simulation in SIMULATORS]
 
 
 def simulator_for(name: str) -> Callable[..., Timeline]:

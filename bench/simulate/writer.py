@@ -97,7 +97,7 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
     empty_eval = {name: np.zeros(0, dtype=dtype) for name, dtype in schema.EVAL_COLUMNS.items()}
     sim_attrs = {schema.SIMULATED_ATTR: True, schema.SIM_PLATFORM_ATTR: _json(platform),
                  schema.SIM_WORKLOAD_ATTR: _json(workload), schema.SIM_RUN_ATTR: _json(simulation),
-                 schema.TRAITS_ATTR: schema.StrategyTraits(**get_algorithm(algorithm).traits())
+                 schema.TRAITS_ATTR: get_algorithm(algorithm).traits
                  .to_json()}
     return dict(write_run_file(path, root, rows, rank_attrs, empty_eval, wall_s, None,
                                extra_attrs=sim_attrs, diverged=False))

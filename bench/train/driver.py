@@ -35,9 +35,10 @@ import h5py
 import numpy as np
 from mpi4py import MPI
 
-from syncbench.algorithms.base import Algorithm, Budget, steps_per_rank
+from syncbench.algorithms.base import Budget, Strategy, steps_per_rank
 from syncbench.algorithms.communicator import Communicator, make_communicator
 from syncbench.algorithms.device_buffers import detect_cuda_aware
+from syncbench.algorithms.not_lock_step import data_shard, protocol_of
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.analysis import fairness, schema
@@ -221,7 +222,7 @@ class Training:
             raise SetupError(str(exc)) from None
         dtype = np.dtype(config.dtype)
         cls = get_algorithm(config.algorithm)
-        shard, shards = cls.data_shard(config, self.rank, self.size)
+        shard, shards = data_shard(cls, config, self.rank, self.size)
         self.stream = BatchStream(
             self.data.train_x, self.data.train_y, shard, shards,
             config.batch_size, config.seed, self.backend, dtype,
@@ -237,7 +238,9 @@ class Training:
         self.budget = Budget(steps * config.batch_size * self.size, config.batch_size, self.size)
         if getattr(config, "sync_bn", False):  # SyncBatchNorm: statistics of the global batch
             self.model.sync_batchnorm(self.communicator.Allreduce)
-        self.algorithm: Algorithm = cls(self.model, self.communicator, config, self.budget)
+        self.algorithm: Strategy = cls(self.model, self.communicator, config, self.budget)
+        #: The strategy's not-lock-step protocol (a lock-step strategy's: its lock-step view).
+        self.protocol = protocol_of(self.algorithm)
         self.slowdown_mode = resolve_mode(
             getattr(config, "slowdown_mode", "auto"), self.ranks_per_node)
         slowdown = make_slowdown(
@@ -246,7 +249,7 @@ class Training:
                 config.model, self.data.input_shape, self.data.num_classes,
                 self.backend, dtype, config.seed), config.batch_size, config.seed))
         if slowdown is not None:
-            slowdown.progress = self.algorithm.drive_progress  # polls during the delay
+            slowdown.progress = self.protocol.drive_progress  # polls during the delay
             self.algorithm.slowdown = slowdown
         self.parts = parts_dir(config.out) if config.out else None
         # what a checkpoint of this run records, and --resume checks
@@ -337,7 +340,7 @@ class Training:
         config = self.config
         # first: a stop ends the step loop before any other hook acts on the point
         hooks: list[Hook] = [StopOnSignal(self.catcher, StopVote(
-            self.world, self.algorithm.stop_vote_lag), self.checkpointer)]
+            self.world, self.algorithm.traits.stop_vote_lag), self.checkpointer)]
         if config.timeout > 0:
             self.watchdog = self.start_watchdog()
             hooks.append(Heartbeat(self.watchdog))
@@ -385,7 +388,7 @@ class Training:
         """Untimed warm-up and collective set-up, the start barrier; returns time 0."""
         if self.backend.is_gpu:  # untimed: NVRTC compiles, cuBLAS handle (Model.warm_up)
             self.model.warm_up(self.config.batch_size)
-        self.algorithm.prepare()  # collective set-up (ASGD's windows) stays off the clock
+        self.protocol.prepare()  # collective set-up (ASGD's windows) stays off the clock
         self.world.Barrier()
         t0 = self.t0 = self.clock_origin() - loop.elapsed
         if self.communicator.events is not None:
@@ -649,8 +652,7 @@ class Training:
             "cuda_aware": False,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
             "hostnames": sorted(set(hostnames)),
-            "buckets": int(getattr(self.algorithm, "buckets", 0)),
-            "warmup_steps": int(self.algorithm.warmup_steps),
+            **self.algorithm.run_attributes,
             schema.RESUMES_ATTR: int(getattr(self, "resumes", 0)),
             **strategy_flag_attrs(config.algorithm),
             **getattr(self, "data_record", {}),
@@ -676,7 +678,7 @@ def strategy_flag_attrs(algorithm: str) -> dict[str, str]:
         return [f.name for f in dataclasses.fields(cls.Options)]
 
     every = sorted({n for cls in ALGORITHMS.values() for n in names(cls)})
-    traits = schema.StrategyTraits(**get_algorithm(algorithm).traits())
+    traits = get_algorithm(algorithm).traits
     return {"strategy_flags": json.dumps(sorted(names(get_algorithm(algorithm)))),
             "option_flags": json.dumps(every), schema.TRAITS_ATTR: traits.to_json()}
 

@@ -2,7 +2,7 @@
 
 :class:`Evaluator` scores what ``--eval-model`` names at every ``--eval-every``
 stride and once more at the end of training: the consensus model
-(:meth:`~syncbench.algorithms.base.Algorithm.consensus_params` with its running
+(:meth:`~syncbench.algorithms.base.Strategy.consensus_params` with its running
 statistics) on rank 0 over the whole test split (the ``/eval`` rows), every
 rank's own weights on its contiguous shard of the test split with the loss and
 accuracy over all shards, as the OD-SGD paper's workers score themselves
@@ -13,7 +13,7 @@ last step instead of vanishing into the evaluation.
 
 :class:`SnapshotKeeper` does it for strategies without evaluation points (ASGD):
 rank 0 keeps the parameter copies that crossed a stride
-(:meth:`~syncbench.algorithms.base.Algorithm.snapshot_point`) and scores them
+(:meth:`~syncbench.algorithms.not_lock_step.NotLockStep.snapshot_point`) and scores them
 after training.
 
 Evaluations are collective, made only at points every rank agrees on (the rule
@@ -84,7 +84,7 @@ class Evaluator(Hook):
 
     def before_finish(self, ctx: StepContext) -> None:
         if self.mode != "global":
-            self.final_local_params = ctx.training.algorithm.local_params().copy()
+            self.final_local_params = ctx.training.algorithm.model.params.copy()
 
     def on_end(self, ctx: StepContext) -> None:
         if ctx.seen != ctx.loop.last_eval_seen:  # the same on every rank
@@ -113,7 +113,7 @@ class Evaluator(Hook):
         result = np.zeros(2)
         if self.mode != "local":
             params = training.algorithm.consensus_params()
-            buffers = training.algorithm.consensus_buffers()
+            buffers = training.algorithm.model.buffers
             if training.rank == 0:
                 result[:] = self.record(params, buffers, t, step, samples_seen)
         if self.mode != "global":
@@ -138,12 +138,12 @@ class Evaluator(Hook):
         return float(loss), float(accuracy)
 
     def evaluate_local(self, training: Training) -> tuple[float, float]:
-        """Every rank's own weights (:meth:`Algorithm.local_params`; when training has
+        """Every rank's own weights (the model's parameters; when training has
         ended, those it ended with) and running statistics on its contiguous shard of the
         test split; the loss and accuracy over all shards (collective)."""
         model = self.local_model
         own = self.final_local_params
-        model.params[...] = training.algorithm.local_params() if own is None else own
+        model.params[...] = training.algorithm.model.params if own is None else own
         model.buffers[...] = training.model.buffers
         rank, size = training.rank, training.size
         count = len(self.data.test_y)
@@ -158,7 +158,7 @@ class SnapshotKeeper(Hook):
     """Rank 0 keeps parameters that crossed an evaluation stride; evaluated at the end.
 
     For strategies without evaluation points (ASGD): see
-    :meth:`~syncbench.algorithms.base.Algorithm.snapshot_point`. The copies are
+    :meth:`~syncbench.algorithms.not_lock_step.NotLockStep.snapshot_point`. The copies are
     scored by ``evaluator`` into its rows after training (off the clock).
     """
 
@@ -182,7 +182,7 @@ class SnapshotKeeper(Hook):
         with time ``t`` (the start of the step whose parameters it is)."""
         if training.rank != 0 or loop.next_eval == math.inf:
             return
-        seen = training.algorithm.snapshot_point()
+        seen = training.protocol.snapshot_point()
         if seen is None or seen < loop.next_eval:
             return
         model = training.model

@@ -13,7 +13,7 @@ end, and at the end, and each hook owns its logic:
 - :class:`~syncbench.bench.train.evaluation.Evaluator` evaluates every
   ``--eval-every`` and stops at ``--target-accuracy`` with ``--stop-at-target``;
 - :class:`Checkpointer` saves resumable state every ``--checkpoint-every`` steps
-  (and joins a strategy's checkpoint pauses, :meth:`Algorithm.pause_point`),
+  (and joins a strategy's checkpoint pauses, :meth:`NotLockStep.pause_point`),
   writes the stop checkpoint and restores state for ``--resume``;
 - :class:`StrategyReport` prints a strategy's own measurements after training;
 - :class:`StopOnSignal` ends training at an agreed step boundary after SIGTERM,
@@ -21,7 +21,7 @@ end, and at the end, and each hook owns its logic:
 
 The rule for hooks that make collective calls (Evaluator, Checkpointer): they
 act only on values every rank agrees on, the step's
-:meth:`~syncbench.algorithms.base.Algorithm.evaluation_point` (``StepContext.seen``)
+:meth:`~syncbench.algorithms.base.Strategy.evaluation_point` (``StepContext.seen``)
 or a pause point, never on wall time (which differs per rank and would hang
 the job). Work done by hooks is taken off the training clock with
 :meth:`StepContext.off_clock`.
@@ -103,7 +103,7 @@ class Hook:
         """After the last step, before the strategy drains its communication."""
 
     def on_end(self, ctx: StepContext) -> None:
-        """After the strategy drained its communication (``Algorithm.finish``)."""
+        """After the strategy drained its communication (``Strategy.finish``)."""
 
 
 class Heartbeat(Hook):
@@ -179,7 +179,7 @@ class Checkpointer(Hook):
         self.stop_samples: int | None = None
 
     def before_step(self, ctx: StepContext) -> bool:
-        pause = ctx.training.algorithm.pause_point()
+        pause = ctx.training.protocol.pause_point()
         if pause is None:
             return False
         if pause < 0:  # dropped (the run ended early): the loop checks done() again
@@ -201,7 +201,7 @@ class Checkpointer(Hook):
     def save_at_stop(self, ctx: StepContext, samples: int, at_end: bool = False) -> None:
         """The stop checkpoint at global ``samples`` (collective; off the clock): an
         evaluation point every rank is at, or (``at_end``) the point a strategy that
-        ended itself early agreed on right after ``Algorithm.finish``, when the run's
+        ended itself early agreed on right after ``Strategy.finish``, when the run's
         clock stands at the end of training. A tag saved at this point already is not
         saved again."""
         tag = samples // ctx.training.budget.batch_size
@@ -256,7 +256,7 @@ class StrategyReport(Hook):
     """Rank 0 prints the strategy's own measurements (collective, after the clock)."""
 
     def on_end(self, ctx: StepContext) -> None:
-        line: Any = ctx.training.algorithm.report_line()
+        line: Any = ctx.training.protocol.report_line()
         if line:
             print(line, flush=True)
 
@@ -266,7 +266,7 @@ class StopOnSignal(Hook):
 
     See :mod:`syncbench.bench.train.stopping`. It is the first hook: at an evaluation
     point the rank votes (off the clock); when the vote of
-    ``Algorithm.stop_vote_lag`` points ago carries a signal and the budget is
+    ``StrategyTraits.stop_vote_lag`` points ago carries a signal and the budget is
     not used up, every rank is at this same point: the stop checkpoint is
     written there (``checkpointer``, collective; None without ``--out``: nowhere
     to keep one) and training ends before the other hooks act on the point (the
@@ -285,12 +285,12 @@ class StopOnSignal(Hook):
         self.stopped = 0
 
     def on_start(self, ctx: StepContext) -> None:
-        ctx.training.algorithm.stop_requested = lambda: bool(self.catcher.signum)
+        ctx.training.protocol.stop_requested = lambda: bool(self.catcher.signum)
 
     def after_step(self, ctx: StepContext) -> bool:
         if ctx.seen is None:
             if self.catcher.signum:
-                ctx.training.algorithm.end_early()  # once: later calls return False
+                ctx.training.protocol.end_early()  # once: later calls return False
             return False
         with ctx.off_clock():
             agreed = self.vote.post(self.catcher.signum)
@@ -307,7 +307,7 @@ class StopOnSignal(Hook):
         if self.stopped:
             training.stopped_by = signal_name(self.stopped)
             return
-        point = training.algorithm.early_end_point()  # collective where it is not None
+        point = training.protocol.early_end_point()  # collective where it is not None
         if point is None:
             training.stopped_by = ""
             return

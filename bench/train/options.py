@@ -23,8 +23,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from syncbench.algorithms.flags import flag_name
-from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners
+from syncbench.algorithms.flags import add_option_flags, flag_name
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners, validate
 from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data.catalog import (
     DATASETS,
@@ -167,7 +167,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     seen: dict = {}  # flag -> option field, over every strategy: one name, one option
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(cls.name, f"{cls.summary[:1].upper()}{cls.summary[1:]}.")
-        cls.add_arguments(OnOffAsSwitches(group), seen)  # on/off options: --x/--no-x
+        add_option_flags(OnOffAsSwitches(group), cls.Options, seen)  # on/off options: --x/--no-x
 
 
 def add_cuda_aware_argument(group: argparse._ActionsContainer, help: str) -> None:
@@ -280,14 +280,14 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
          f"--target-accuracy must be in (0, 1], got {config.target_accuracy}"),
         (not config.stop_at_target or config.target_accuracy is not None,
          "--stop-at-target needs --target-accuracy"),
-        (not config.stop_at_target or cls.supports_stop_at_target,
+        (not config.stop_at_target or cls.traits.supports_stop_at_target,
          f"{cls.name} cannot --stop-at-target: it has no evaluation points during training "
          "(--target-accuracy alone works)"),
-        (cls.supports_checkpoint or not (config.checkpoint_every or config.resume),
+        (cls.traits.supports_checkpoint or not (config.checkpoint_every or config.resume),
          f"{cls.name} cannot --checkpoint-every or --resume"),
         (has_batchnorm(config.model) or not getattr(config, "sync_bn", False),
          f"--sync-bn: model {config.model} has no BatchNorm layer"),
-        (cls.lock_step or not getattr(config, "sync_bn", False),
+        (cls.traits.lock_step or not getattr(config, "sync_bn", False),
          f"{cls.name} cannot --sync-bn: its ranks do not take their steps together, and "
          "SyncBatchNorm reduces inside every step"),
     ]
@@ -320,4 +320,4 @@ def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
         if not parent.is_dir():
             raise ValueError(f"--save-model {config.save_model}: directory {parent} does not "
                              "exist")
-    cls.validate(config, world_size)
+    validate(cls, config, world_size)

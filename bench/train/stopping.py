@@ -17,11 +17,11 @@ any strategy:
 
 * Lock-step strategies (SSGD, OD-SGD) and round-based ones (Local SGD,
   Oscars) have *evaluation points*, where every rank is at the same step
-  (:meth:`~syncbench.algorithms.base.Algorithm.evaluation_point`). At each one
+  (:meth:`~syncbench.algorithms.base.Strategy.evaluation_point`). At each one
   every rank posts a vote and completes an older one (:class:`StopVote`), so
   all stop at the same point, or none does.
 * Strategies without evaluation points (ASGD) end themselves
-  (:meth:`~syncbench.algorithms.base.Algorithm.end_early`): the signalled rank
+  (:meth:`~syncbench.algorithms.not_lock_step.NotLockStep.end_early`): the signalled rank
   hands out the rest of the sample budget at once, and every rank finds it
   exhausted at its next claim.
 
@@ -162,7 +162,7 @@ class StopVote:
 
     At each point :meth:`post` posts an 8-byte ``Iallreduce(MAX)`` of this rank's
     signal on a duplicate of the run's communicator, and completes the vote it
-    posted ``lag`` points earlier (``Algorithm.stop_vote_lag``: 1 where every
+    posted ``lag`` points earlier (``StrategyTraits.stop_vote_lag``: 1 where every
     step or round ends with a blocking reduction, else 2). Every rank has posted
     that older vote by then (the strategy's own reductions in between required
     every rank to get past it), so the wait is only the vote's delivery, and

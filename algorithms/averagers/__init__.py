@@ -1,0 +1,59 @@
+"""Model averagers: when and how the replicas of a local-steps strategy are averaged.
+
+An averager is the part of a strategy that synchronizes parameters rather than
+gradients, as PyTorch's ``torch/distributed/algorithms/model_averaging/averagers.py``
+separates a ``ModelAverager`` (one method, ``average_parameters``, its period checked in
+``__init__``) from the local optimizer that ``PostLocalSGDOptimizer`` steps. Each
+variant is one small module:
+
+==================================  ===============================================  ========
+averager                             when, and what travels                           used by
+==================================  ===============================================  ========
+``periodic.PeriodicAverager``        every H local steps: a blocking ``Allreduce``    Local SGD
+                                     of the parameters (and BatchNorm's statistics)
+``adaptive.AdaptiveAverager``        per-rank local steps from every rank's speed:    Oscars
+                                     one packed ``Iallreduce`` of weighted deltas,
+                                     speeds and step counts per round
+==================================  ===============================================  ========
+
+What becomes of the momentum buffers at an averaging (``--momentum-sync``) is
+:func:`sync_momentum`. The schedule arithmetic lives apart, without MPI
+(:mod:`~syncbench.algorithms.averagers.schedule`), for the simulator.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+#: ``--momentum-sync``: what becomes of the momentum buffers at an averaging.
+MOMENTUM_SYNCS = ("keep", "zero", "average")
+
+
+class ModelAverager(ABC):
+    """Averages this rank's replica with every other rank's (collective)."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+
+    @abstractmethod
+    def average(self) -> None:
+        """Average the replicas now (every rank calls it at the same point)."""
+
+
+def average_over_ranks(core: Any, buf: Any) -> None:
+    """``buf`` = its uniform mean over the ranks, in place: a blocking ``Allreduce``
+    (charged by the communicator) then the 1/N scaling (charged to ``update``)."""
+    core.comm.Allreduce(buf)
+    with core.timer.phase("update"):
+        buf *= 1.0 / core.comm.size
+
+
+def sync_momentum(core: Any, mode: str) -> None:
+    """Apply ``--momentum-sync`` to the local optimizer's velocity at an averaging:
+    ``keep`` it, ``zero`` it, or replace it by its ``average`` over the ranks."""
+    velocity = core.optimizer.velocity
+    if mode == "zero":
+        velocity[...] = 0
+    elif mode == "average":
+        average_over_ranks(core, velocity)
