@@ -17,8 +17,9 @@ import pytest
 from helpers import rank_streams, run_mpi, train_config
 
 from syncbench.algorithms.base import Budget
+from syncbench.algorithms.not_lock_step import data_shard
 from syncbench.algorithms.optimizer import MomentumSGD
-from syncbench.algorithms.registry import get_algorithm
+from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
 
@@ -247,16 +248,16 @@ def test_push_landed_before_the_pull_but_counted_after_it_is_not_stale():
 def test_validate_rejects_bad_flags():
     cls = get_algorithm("asgd")
     with pytest.raises(ValueError, match="--delay-compensation"):
-        cls.validate(train_config("--algorithm", "asgd", "--delay-compensation", "-1"), 2)
+        validate(cls, train_config("--algorithm", "asgd", "--delay-compensation", "-1"), 2)
     with pytest.raises(ValueError, match="dedicated"):
-        cls.validate(train_config("--algorithm", "asgd", "--ps-layout", "dedicated"), 1)
+        validate(cls, train_config("--algorithm", "asgd", "--ps-layout", "dedicated"), 1)
     with pytest.raises(ValueError, match="--worker-momentum"):
-        cls.validate(train_config("--algorithm", "asgd", "--worker-momentum", "1"), 2)
+        validate(cls, train_config("--algorithm", "asgd", "--worker-momentum", "1"), 2)
     config = train_config("--algorithm", "asgd")
     assert config.ps_layout == "sharded" and config.delay_compensation == 0.0
     assert config.rma_assert == "nocheck"
     assert config.async_lr_scale == "none" and config.worker_momentum == 0.5
-    cls.validate(train_config("--algorithm", "asgd", "--checkpoint-every", "5"), 2)
+    validate(cls, train_config("--algorithm", "asgd", "--checkpoint-every", "5"), 2)
 
 
 def test_worker_learning_rate_matches_the_effective_step_of_ssgd():
@@ -273,9 +274,9 @@ def test_worker_learning_rate_matches_the_effective_step_of_ssgd():
 def test_dedicated_layout_shards_the_data_over_the_workers():
     cls = get_algorithm("asgd")
     dedicated = train_config("--algorithm", "asgd", "--ps-layout", "dedicated")
-    assert [cls.data_shard(dedicated, r, 4) for r in range(1, 4)] == [(0, 3), (1, 3), (2, 3)]
+    assert [data_shard(cls, dedicated, r, 4) for r in range(1, 4)] == [(0, 3), (1, 3), (2, 3)]
     sharded = train_config("--algorithm", "asgd")
-    assert [cls.data_shard(sharded, r, 4) for r in range(4)] == [(r, 4) for r in range(4)]
+    assert [data_shard(cls, sharded, r, 4) for r in range(4)] == [(r, 4) for r in range(4)]
 
 
 def _train(tmp_path, np_, *flags, samples=1024, batch=32):

@@ -100,13 +100,13 @@ def test_local_sgd_averages_running_statistics_with_the_weights():
     algo.step(*stream.next())
     x, y = stream.next()
     before = {}
-    original = algo.average
+    original = algo.averager.average
 
     def spy() -> None:
         before["buffers"] = model.buffers.copy()
         original()
 
-    algo.average = spy
+    algo.averager.average = spy
     algo.step(x, y)
     assert "buffers" in before
     mean = np.mean(world.allgather(before["buffers"]), axis=0)

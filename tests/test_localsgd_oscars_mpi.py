@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from helpers import rank_streams, train_config
 
+from syncbench.algorithms.averagers.schedule import fit_budget, schedule, uniform_schedule
 from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.optimizer import MomentumSGD
-from syncbench.algorithms.oscars import fit_budget, schedule, uniform_schedule
-from syncbench.algorithms.registry import get_algorithm
+from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.bench.data.catalog import make_synthetic
 from syncbench.bench.train.slowdown import make_slowdown, parse_slowdown, parse_slowdown_schedule
 from syncbench.kernels.zoo import build_model
@@ -63,7 +63,7 @@ def _setup(algorithm, steps_per_rank, *flags, model_name="mlp"):
     rank, size = world.Get_rank(), world.Get_size()
     data = make_synthetic(512, 64, (1, 28, 28), 10, seed=1)
     config = train_config(*FLAGS, "--algorithm", algorithm, *flags)
-    get_algorithm(algorithm).validate(config, size)
+    validate(get_algorithm(algorithm), config, size)
     model = build_model(model_name, data.input_shape, 10, dtype=np.float64, seed=SEED)
     budget = Budget(steps_per_rank * BATCH * size, BATCH, size)
     algo = get_algorithm(algorithm)(model, Communicator(world), config, budget)
@@ -181,7 +181,7 @@ def test_oscars_adaptive_off_equals_localsgd(steps):
 def _fixed_speeds(algo):
     """Deterministic speeds: the last rank 4x slower (seconds per step 4 vs 1)."""
     slow = algo.comm.rank == algo.comm.size - 1
-    algo._measured_step_seconds = lambda: 4.0 if slow else 1.0
+    algo.averager.measured_step_seconds = lambda: 4.0 if slow else 1.0
 
 
 def _expected_schedules(size, steps_per_rank, tau0=4, tau_max=32):
@@ -209,16 +209,16 @@ def test_oscars_averaging_is_exact_and_identical(averaging, extra):
     stats = _train(algo, stream)
     size = algo.comm.size
     expected_schedules = _expected_schedules(size, steps)
-    assert algo.history == expected_schedules
+    assert algo.averager.history == expected_schedules
     assert expected_schedules[1][0] == 16 and expected_schedules[1][-1] == 4
-    for other in algo.comm.mpi_comm.allgather(algo.history):
-        assert other == algo.history
+    for other in algo.comm.mpi_comm.allgather(algo.averager.history):
+        assert other == algo.averager.history
     # the budget is consumed exactly, and each rank took its scheduled steps
-    assert sum(sum(t) for t in algo.history) == steps * size
-    assert algo.steps_taken == len(stats) == sum(t[algo.comm.rank] for t in algo.history)
-    assert [s.round for s in stats] == [r for r, t in enumerate(algo.history)
+    assert sum(sum(t) for t in algo.averager.history) == steps * size
+    assert algo.steps_taken == len(stats) == sum(t[algo.comm.rank] for t in algo.averager.history)
+    assert [s.round for s in stats] == [r for r, t in enumerate(algo.averager.history)
                                         for _ in range(t[algo.comm.rank])]
-    assert [s.local_steps for s in stats] == [t[algo.comm.rank] for t in algo.history
+    assert [s.local_steps for s in stats] == [t[algo.comm.rank] for t in algo.averager.history
                                               for _ in range(t[algo.comm.rank])]
     # the speed each step's schedule used: none measured in round 0, then this rank's c_k
     mine = 4.0 if algo.comm.rank == size - 1 else 1.0
@@ -252,25 +252,25 @@ def test_oscars_schedule_follows_a_slowdown_schedule_change():
         slowdown.start()
     started = time.perf_counter()
     change_round = None
-    while algo.round < 100:
+    while algo.averager.round < 100:
         algo.timer.reset()
         algo.step(*stream.next())
-        if algo.round_steps == 0 and change_round is None:  # a round boundary (collective)
+        if algo.averager.round_steps == 0 and change_round is None:  # a round boundary (collective)
             late = time.perf_counter() - started > change_at
             if MPI.COMM_WORLD.allreduce(late, op=MPI.LAND):
-                change_round = algo.round
-        if change_round is not None and algo.round >= change_round + 6:
+                change_round = algo.averager.round
+        if change_round is not None and algo.averager.round >= change_round + 6:
             break
-    assert change_round is not None and change_round >= 4, algo.history
-    before = algo.history[2:change_round - 1]
-    after = algo.history[change_round + 2:]
+    assert change_round is not None and change_round >= 4, algo.averager.history
+    before = algo.averager.history[2:change_round - 1]
+    after = algo.averager.history[change_round + 2:]
 
     def mostly(rounds, slow, fast):
         hits = [t[slow] == tau0 and np.mean([t[k] for k in fast]) >= 2 * tau0 for t in rounds]
         return np.mean(hits) >= 0.75
 
-    assert mostly(before, size - 1, range(size - 1)), algo.history
-    assert mostly(after, 0, range(1, size)), algo.history
+    assert mostly(before, size - 1, range(size - 1)), algo.averager.history
+    assert mostly(after, 0, range(1, size)), algo.averager.history
 
 
 @pytest.mark.mpi(min_size=2)
@@ -296,7 +296,7 @@ def test_state_round_trip_resumes_exactly(algorithm):
     np.testing.assert_array_equal(second.model.params, whole.model.params)
     assert second.steps_taken == whole.steps_taken
     if algorithm == "oscars":
-        assert second.history == whole.history
+        assert second.averager.history == whole.averager.history
 
 
 @pytest.mark.mpi(min_size=2)

@@ -14,7 +14,7 @@ from helpers import rank_streams, run_mpi, train_config
 from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.optimizer import MomentumSGD
-from syncbench.algorithms.registry import get_algorithm
+from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.analysis.labels import run_label
 from syncbench.analysis.report import format_report, report_rows
 from syncbench.bench.data.catalog import make_synthetic
@@ -219,7 +219,7 @@ def test_odsgd_flags_are_validated():
                   ("--local-momentum", "0.1", "--local-opt", "cadc"),
                   ("--cadc-lambda", "-1"), ("--cadc-m", "1.5")):
         with pytest.raises(ValueError, match=flags[0]):
-            cls.validate(train_config("--algorithm", "odsgd", *flags), 2)
+            validate(cls, train_config("--algorithm", "odsgd", *flags), 2)
     with pytest.raises(SystemExit):
         train_config("--algorithm", "odsgd", "--cadc-args", "other")
     config = train_config("--algorithm", "odsgd", "--lr", "0.3")

@@ -18,8 +18,9 @@ from helpers import rank_streams, train_config
 
 from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
-from syncbench.algorithms.registry import get_algorithm
-from syncbench.algorithms.ssgd import bucket_bytes, plan_buckets
+from syncbench.algorithms.not_lock_step import protocol_of
+from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
+from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
 
@@ -58,14 +59,14 @@ def test_ssgd_bucket_count_is_recorded_per_mode():
     comm = Communicator(MPI.COMM_SELF)
     overlap = cls(model, comm, train_config("--comm", "overlap"), budget)
     blocking = cls(model, comm, train_config("--comm", "blocking"), budget)
-    assert overlap.buckets == 3 and blocking.buckets == 1
+    assert overlap.run_attributes["buckets"] == 3 and blocking.run_attributes["buckets"] == 1
 
 
 def test_bucket_mb_flag_accepts_auto_and_numbers():
     assert train_config().bucket_mb == "auto"
     assert train_config("--bucket-mb", "0.5").bucket_mb == 0.5
     with pytest.raises(ValueError, match="--bucket-mb must be auto or > 0"):
-        get_algorithm("ssgd").validate(train_config("--bucket-mb", "0"), 2)
+        validate(get_algorithm("ssgd"), train_config("--bucket-mb", "0"), 2)
 
 
 # -- call order under MPI -----------------------------------------------------------
@@ -148,7 +149,7 @@ def _steps(log):
 @pytest.mark.parametrize("model_name", ["mlp", "lenet"])
 def test_ssgd_posts_buckets_before_backward_ends(model_name):
     algo, comm, stream = _setup("ssgd", model_name, "--comm", "overlap")
-    assert algo.buckets >= 2  # the default bucket size
+    assert algo.reducer.posts_per_step >= 2  # the default bucket size
     for _ in range(3):
         comm.log.append(("step", None))
         algo.step(*stream.next())
@@ -156,9 +157,9 @@ def test_ssgd_posts_buckets_before_backward_ends(model_name):
         kinds = [k for k, _ in events]
         end = kinds.index("backward_end")
         posts = [i for i, k in enumerate(kinds) if k == "post"]
-        assert len(posts) == algo.buckets
+        assert len(posts) == algo.reducer.posts_per_step
         early = [i for i in posts if i < end]
-        assert len(early) == algo.buckets - 1 >= 1, kinds  # all but the first layer's
+        assert len(early) == algo.reducer.posts_per_step - 1 >= 1, kinds  # not the first layer
         # nothing waits between the first post and the end of backward, and the
         # in-flight buckets are polled while backward runs
         assert "wait" not in kinds[posts[0]:end], kinds
@@ -194,7 +195,7 @@ def test_a_slowed_rank_polls_its_requests_during_the_delay():
 
     algo, comm, stream = _setup("ssgd", "lenet", "--comm", "overlap")
     slow = Slowdown(3.0, mode="spin")
-    slow.progress = algo.drive_progress
+    slow.progress = protocol_of(algo).drive_progress
 
     def logged(seconds):
         comm.log.append(("delay_start", None))

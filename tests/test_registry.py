@@ -6,10 +6,10 @@ strategy is tested by registering it, with no edit here. :class:`Throwaway`
 below shows it: it is defined and registered in this module only, and every
 test runs on it as on the built-in strategies (in the ranks that ``mpiexec``
 starts, too: ``SYNCBENCH_STRATEGIES`` names this module there). What analysis and
-the simulator know of a strategy are its traits (``Algorithm.traits()``, written to
-the run file): Throwaway declares its own step order and label variant and inherits
-SSGD's simulation, and gets its trace, its table label and its simulation with no
-edit elsewhere.
+the simulator know of a strategy are its traits (``Strategy.traits``, written to the
+run file): Throwaway, composed of a reducer of its own and the core, declares its own
+step order and label variant and SSGD's simulation, and gets its trace, its table
+label and its simulation with no edit elsewhere.
 
 - in-process under ``mpiexec -n 2``/``-n 4 ... --only-mpi``: the exact sample
   budget, the run-file schema round-trip, determinism under a fixed seed (for
@@ -36,10 +36,12 @@ import pytest
 from helpers import run_mpi, train_config
 from sim_helpers import needs_simgrid, simulate
 
-from syncbench.algorithms.base import Algorithm, StepStats
+from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import add_option_flags, option, options_from
+from syncbench.algorithms.reducers import GradientReducer, mean_in_place
 from syncbench.algorithms.registry import ALGORITHMS, PLUGINS_ENV, register
 from syncbench.algorithms.ssgd import SSGD
+from syncbench.algorithms.traits import StrategyTraits
 from syncbench.analysis import schema
 from syncbench.analysis.report import report_rows
 from syncbench.analysis.runfile import read_run
@@ -47,34 +49,49 @@ from syncbench.analysis.summary import summarize
 from syncbench.analysis.trace import trace_events
 
 
+class Float16Rounded(GradientReducer):
+    """Rounds the gradient to float16 values, then one blocking Allreduce and the
+    straggler's delay; the mean, or the sum."""
+
+    def __init__(self, core: Any, sum_gradients: bool) -> None:
+        super().__init__(core)
+        self.sum_gradients = sum_gradients
+
+    def complete(self) -> Any:
+        grads = self.core.model.grads
+        grads[...] = grads.astype(np.float16)
+        self.core.comm.Allreduce(grads)
+        self.core.straggle()
+        return grads if self.sum_gradients else mean_in_place(self.core, grads)
+
+
 @register
-class Throwaway(SSGD):
-    """Synchronous SGD in a few lines: a blocking Allreduce of the gradient, then the
-    straggler's delay (its own step order). As SSGD's subclass it simulates as SSGD."""
+class Throwaway(Strategy):
+    """Synchronous SGD from parts: the reducer above and the core's momentum SGD. Its
+    own step order and label; SSGD's simulation pattern and options."""
 
     name = "throwaway"
     summary = "test only: a strategy registered from a test module"
-    step_order = ("data", "compute", "comm", "wait", "delay", "update")
-    label_variants = (("sum_gradients", True, "+sum"),)
+    traits = dataclasses.replace(
+        SSGD.traits, step_order=("data", "compute", "comm", "wait", "delay", "update"),
+        label_variants=(("sum_gradients", True, "+sum"),))
 
     @dataclasses.dataclass(frozen=True)
     class Options(SSGD.Options):
-        """SSGD's options (its step ignores them) and one of its own."""
-
         sum_gradients: bool = option(
             False, "throwaway: apply the sum of the gradients, not their mean", flag=True)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reducer = Float16Rounded(self, self.options.sum_gradients)
+
     def step(self, x: Any, y: Any) -> StepStats:
-        with self.timer.phase("compute"):
-            loss = self.model.loss_and_grad(x, y)
-        self.comm.Allreduce(self.model.grads)
-        self.straggle()
+        loss = self.compute_gradient(x, y)
+        grads = self.reducer.complete()
         with self.timer.phase("update"):
-            if not self.options.sum_gradients:
-                self.model.grads *= 1.0 / self.comm.size
-            self.optimizer.step(self.model.params, self.model.grads)
+            self.optimizer.step(self.model.params, grads)
         self.steps_taken += 1
-        return StepStats(loss=float(loss), samples=int(x.shape[0]))
+        return StepStats(loss=loss, samples=int(x.shape[0]))
 
 
 STRATEGIES = sorted(ALGORITHMS)
@@ -128,15 +145,17 @@ def test_the_throwaway_strategy_is_registered_and_has_train_flags(capsys):
 @pytest.mark.parametrize("name", sorted(schema.LEGACY_TRAITS))
 def test_a_shipped_strategy_declares_the_traits_its_old_run_files_imply(name):
     """Files written before ``strategy_traits`` existed read as new files do."""
-    assert schema.StrategyTraits(**ALGORITHMS[name].traits()) == schema.LEGACY_TRAITS[name]
+    assert ALGORITHMS[name].traits.in_file() == schema.LEGACY_TRAITS[name]
 
 
-def test_traits_default_to_lock_step_and_are_inherited():
-    assert schema.StrategyTraits(**Algorithm.traits()) == schema.StrategyTraits()
-    traits = Throwaway.traits()
-    assert traits["simulation"] == SSGD.simulation and traits["hides_comm"]  # SSGD's
-    assert traits["step_order"] != SSGD.step_order
-    assert set(traits["step_order"]) == set(schema.PHASES)
+def test_traits_default_to_lock_step_and_are_declared_once():
+    assert Strategy.traits == schema.StrategyTraits()
+    assert schema.StrategyTraits is StrategyTraits  # one type, analysis's and the strategies'
+    traits = Throwaway.traits
+    assert traits.simulation == SSGD.traits.simulation and traits.hides_comm  # SSGD's
+    assert traits.step_order != SSGD.traits.step_order
+    assert set(traits.step_order) == set(schema.PHASES)
+    assert StrategyTraits.from_json(traits.to_json()) == traits.in_file()
 
 
 def test_the_simulator_finds_a_strategy_by_its_simulation_pattern(monkeypatch):
@@ -148,7 +167,8 @@ def test_the_simulator_finds_a_strategy_by_its_simulation_pattern(monkeypatch):
 
     assert simulator_for("throwaway") is SIMULATORS["ssgd"]
     assert simulated_strategies() == list(ALGORITHMS)  # every one here has a known pattern
-    plain = type("Plain", (Throwaway,), {"name": "plain", "simulation": ""})
+    plain = type("Plain", (Throwaway,), {
+        "name": "plain", "traits": dataclasses.replace(Throwaway.traits, simulation="")})
     monkeypatch.setitem(ALGORITHMS, "plain", plain)
     assert "plain" not in simulated_strategies()
     with pytest.raises(ValueError, match="no simulated communication pattern"):
@@ -174,8 +194,8 @@ def test_options_validate_on_construction_and_flags_name_one_option():
     assert options_from(Oscars.Options, config) == Oscars.Options(period=3, overlap=True)
     seen: dict = {}
     parser = argparse.ArgumentParser()
-    LocalSGD.add_arguments(parser, seen)
-    Oscars.add_arguments(parser, seen)  # --period is shared by inheritance: added once
+    add_option_flags(parser, LocalSGD.Options, seen)
+    add_option_flags(parser, Oscars.Options, seen)  # --period shared by inheritance: added once
 
     @dataclasses.dataclass(frozen=True)
     class Clash:
@@ -222,7 +242,7 @@ def test_budget_and_run_file_round_trip(name):
     assert set(schema.ROOT_ATTRS) - set(schema.OPTIONAL_ROOT_ATTRS) <= set(run.attrs)
     assert run.attrs["algorithm"] == name and run.world_size == size
     # the strategy's own traits travel in the file (a registered Throwaway's too)
-    assert schema.strategy_traits(run.attrs) == schema.StrategyTraits(**ALGORITHMS[name].traits())
+    assert schema.strategy_traits(run.attrs) == ALGORITHMS[name].traits.in_file()
     assert sorted(run.ranks) == list(range(size))
     for rank, rows in run.ranks.items():
         assert set(schema.RANK_COLUMNS) <= set(rows)
@@ -240,7 +260,7 @@ def test_budget_and_run_file_round_trip(name):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("name", [n for n in STRATEGIES if ALGORITHMS[n].deterministic])
+@pytest.mark.parametrize("name", [n for n in STRATEGIES if ALGORITHMS[n].traits.deterministic])
 def test_a_fixed_seed_gives_the_same_run(name):
     from mpi4py import MPI
 
@@ -261,7 +281,7 @@ def test_a_fixed_seed_gives_the_same_run(name):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("name",
-                         [n for n in STRATEGIES if ALGORITHMS[n].supports_stop_at_target])
+                         [n for n in STRATEGIES if ALGORITHMS[n].traits.supports_stop_at_target])
 def test_stop_at_target_ends_every_rank_at_the_first_evaluation_that_reaches_it(name):
     """The Evaluator hook's stop is a collective decision (the accuracy is broadcast)."""
     from mpi4py import MPI
@@ -309,7 +329,8 @@ def test_a_rank_that_raises_ends_the_job(name):
 
 
 @pytest.mark.mpi_skip
-@pytest.mark.parametrize("name", [n for n in STRATEGIES if ALGORITHMS[n].supports_checkpoint])
+@pytest.mark.parametrize(
+    "name", [n for n in STRATEGIES if ALGORITHMS[n].traits.supports_checkpoint])
 def test_resume_after_a_crash(tmp_path, name):
     """A crash after a checkpoint, then ``--resume``: the budget is consumed once.
 
@@ -331,7 +352,7 @@ def test_resume_after_a_crash(tmp_path, name):
     assert b.complete and not (tmp_path / "crash.h5.parts").exists()
     budget = 2 * (SAMPLES // 2 // BATCH) * BATCH * 2
     assert sum(int(rows["samples"].sum()) for rows in b.ranks.values()) == budget
-    if not cls.deterministic:
+    if not cls.traits.deterministic:
         return
     full = _launch(2, "train", *run_flags, "--out", str(tmp_path / "full.h5"),
                    "--save-model", str(tmp_path / "full.npy"))
@@ -367,7 +388,7 @@ def test_a_run_file_carries_its_strategys_traits_to_trace_and_tables(tmp_path):
                         config={"sum_gradients": True}, rows=rows.arrays(), wall_s=1.0,
                         platform={}, workload={}, simulation={}, extra_root={})
     run = read_run(out)
-    assert schema.strategy_traits(run.attrs) == schema.StrategyTraits(**Throwaway.traits())
+    assert schema.strategy_traits(run.attrs) == Throwaway.traits.in_file()
     assert _phases_of_step(run, 1, 1) == ["data", "compute", "comm", "delay", "update"]
     assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]
 
@@ -384,9 +405,9 @@ def test_the_throwaway_strategy_is_simulated_traced_and_labelled(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = read_run(out)
     assert run.attrs["algorithm"] == "throwaway"
-    assert run.attrs[schema.TRAITS_ATTR] == schema.StrategyTraits(**Throwaway.traits()).to_json()
+    assert run.attrs[schema.TRAITS_ATTR] == Throwaway.traits.in_file().to_json()
     ran = _phases_of_step(run, 3, 0)
     assert {"comm", "delay"} <= set(ran)  # the slowed rank waits for no one, then straggles
-    assert ran == [p for p in Throwaway.step_order if p in ran]
+    assert ran == [p for p in Throwaway.traits.step_order if p in ran]
     assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]
 

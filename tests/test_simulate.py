@@ -316,7 +316,7 @@ def test_ssgd_steps_at_the_slow_ranks_pace(tmp_path):
 
 @needs_simgrid
 def test_oscars_local_steps_are_schedules_output(tmp_path):
-    from syncbench.algorithms.oscars import fit_budget, schedule, uniform_schedule
+    from syncbench.algorithms.averagers.schedule import fit_budget, schedule, uniform_schedule
 
     out = tmp_path / "oscars.h5"
     proc = simulate("--algorithm", "oscars", "--np", "4", "--steps", "40", "--period", "4",

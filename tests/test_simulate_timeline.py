@@ -89,7 +89,7 @@ def test_ssgd_overlap_last_bucket_waits_for_the_straggler_and_stages_for_polls(f
 
     Backward reports offset 1000 at 0.7 s (bucket [1000, 2000) is posted) and 0
     at 1.0 s (the last bucket). Rank 1 (--slowdown 1,3) spends its 2 s of delay
-    right before posting the last bucket (SSGD._on_grads_ready), on [1, 3]. The
+    right before posting the last bucket (BucketedIallreduce.on_grads_ready), on [1, 3]. The
     first bucket's stage 1 runs on [0.7, 0.8]; no hook polls (both post), so
     stage 2 waits for rank 0's Waitall and rank 1's delay, both from 1.0, and
     ends at 1.1. The last bucket is posted at 3.0 and done at 3.2: rank 0
@@ -239,8 +239,8 @@ def test_stragglers_never_speed_a_step_up_and_the_transient_median_is_its_own():
 
 def test_lenet_buckets_are_posted_at_the_hooks_the_code_posts_them():
     """The simulator's split of lenet has the hook calls of Model.loss_and_grad, and its
-    hook plan makes the posts, polls and delay that SSGD._on_grads_ready makes."""
-    from syncbench.algorithms.ssgd import SSGD
+    hook plan makes the posts, polls and delay that BucketedIallreduce.on_grads_ready makes."""
+    from syncbench.algorithms.reducers.bucketed import BucketedIallreduce
     from syncbench.kernels.zoo import build_model
 
     w = from_profile("lenet")
@@ -251,16 +251,17 @@ def test_lenet_buckets_are_posted_at_the_hooks_the_code_posts_them():
     assert plan == [(50692, 61706), (2572, 50692), (0, 2572)]
 
     events, reported = [], []
-    algo = SimpleNamespace(bucket_plan=plan, _next_bucket=0, _straggled=False, _requests=[],
-                           straggle=lambda: events.append(("delay", len(reported) - 1)),
+    core = SimpleNamespace(straggle=lambda: events.append(("delay", len(reported) - 1)),
                            model=SimpleNamespace(grads=np.zeros(model.size)),
                            comm=SimpleNamespace(
                                Iallreduce=lambda buf: events.append(("post", len(reported) - 1)),
                                poll=lambda: events.append(("poll", len(reported) - 1))))
+    reducer = BucketedIallreduce(core, plan)
+    reducer.start()
 
     def on_grads_ready(offset: int) -> None:
         reported.append(offset)
-        SSGD._on_grads_ready(algo, offset)
+        reducer.on_grads_ready(offset)
 
     x, y = np.zeros((2, 1, 28, 28), np.float32), np.zeros(2, np.int64)
     model.loss_and_grad(x, y, on_grads_ready=on_grads_ready)

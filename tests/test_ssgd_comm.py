@@ -77,7 +77,8 @@ def test_interleaved_variants_are_one_ssgd_trajectory():
     assert len(bench.compute_s) == steps // 3  # the reference's compute times feed spin
 
     data = load_dataset("synthetic", synthetic_train=512, seed=3)
-    config = argparse.Namespace(lr=args.lr, momentum=args.momentum, weight_decay=0.0)
+    config = argparse.Namespace(lr=args.lr, momentum=args.momentum, weight_decay=0.0,
+                                wd_exempt=False)
     expected = serial_large_batch("mlp", data, size, 8, 3, config, steps)
     np.testing.assert_allclose(bench.model.params, expected, rtol=0, atol=1e-10)
     for other in world.allgather(bench.model.params):

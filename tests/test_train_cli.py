@@ -167,7 +167,7 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     a strategy registered later gets the same check without a list to update."""
     from helpers import train_config
 
-    from syncbench.algorithms.base import Algorithm
+    from syncbench.algorithms.base import Strategy
     from syncbench.algorithms.flags import option
     from syncbench.algorithms.registry import ALGORITHMS, option_owners
     from syncbench.bench.train.options import check_strategy_flags
@@ -189,7 +189,7 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     class Options:
         fanout: int = option(2, "fan-out")
 
-    class Fanout(Algorithm):
+    class Fanout(Strategy):
         name = "fanout"
 
     Fanout.Options = Options

@@ -69,10 +69,14 @@ class AdaptiveAverager(ModelAverager):
         self.tau = self.taus[self.core.comm.rank]
         self.history.append(self.taus)
 
-    def observe_speed(self) -> None:
-        """Add this step's local seconds (data + compute + delay + update) to the window."""
+    def measured_step_seconds(self) -> float:
+        """Seconds of this step's local work so far: data + compute + delay + update."""
         t = self.core.timer.totals
-        self._window[0] += t["data"] + t["compute"] + t["delay"] + t["update"]
+        return t["data"] + t["compute"] + t["delay"] + t["update"]
+
+    def observe_speed(self) -> None:
+        """Add this step's local seconds to the round's window."""
+        self._window[0] += self.measured_step_seconds()
         self._window[1] += 1
 
     def _update_speed(self) -> None:

@@ -21,6 +21,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from syncbench.algorithms.odsgd import local_learning_rate
 from syncbench.analysis.repeats import format_spread, spread
 from syncbench.analysis.stability import stability_line
 from syncbench.bench.cli import build_parser
@@ -65,7 +66,6 @@ def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
 
 def stability_note(scenario: Scenario, pair: dict[str, str], world: int) -> str:
     """The pair's stability line (its OD-SGD run's lr, momentum, lr_local and ranks)."""
-    from syncbench.algorithms.odsgd import local_learning_rate  # lazy: starts MPI
 
     config = run_config(scenario, pair["odsgd"])
     return stability_line(lr=config.lr, momentum=config.momentum,

@@ -199,7 +199,8 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
     timer = PhaseTimer()
     communicator = Communicator(comm, timer)
     budget = Budget(args.batch_size * size, args.batch_size, size)
-    sgd = argparse.Namespace(lr=args.lr, momentum=args.momentum, weight_decay=0.0)
+    sgd = argparse.Namespace(lr=args.lr, momentum=args.momentum, weight_decay=0.0,
+                             wd_exempt=False)
     ssgd = {mode: SSGD(model, communicator, sgd, budget,
                        options=SSGD.Options(comm=mode, bucket_mb=args.bucket_mb))
             for mode in ("blocking", "overlap")}

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.windows import shard_layout
 from syncbench.bench.simulate.collectives import (
     ALLTOALL_EXACT_MAX,
     Phase,
@@ -200,7 +201,6 @@ def asgd_phases(nbytes: float, n: int, layout: str,
 
 def epochs_per_access(params: int, n: int, layout: str) -> int:
     """Owners a pull or push locks, reads or updates and unlocks: ``len(shard_layout(...))``."""
-    from syncbench.algorithms.windows import shard_layout  # lazy: starts MPI
 
     return len(shard_layout(params, n, layout))
 

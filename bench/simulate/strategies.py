@@ -19,10 +19,8 @@ collectives), an update's parts before a post (OD-SGD's copy of the
 gradient, Oscars' packing) are counted after it, and the time a spinning
 MPI wait takes from other ranks on a shared core is left out.
 
-Importing a strategy's module imports ``mpi4py.MPI``, which starts MPI: the
-registry and the strategies' functions are imported where used (marked lazy),
-so that the simulator's modules import without MPI (``syncbench``'s parser
-imports the registry with MPI not started).
+The strategies' modules and their parts import without MPI
+(:mod:`syncbench.algorithms.mpi`), so the simulator imports their functions directly.
 """
 
 from __future__ import annotations
@@ -35,6 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.averagers.adaptive import AdaptiveAverager
+from syncbench.algorithms.averagers.schedule import (
+    next_schedule,
+    plan_round,
+    tau_max_of,
+    uniform_schedule,
+)
+from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.bench.simulate.asgd import asgd
 from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
 from syncbench.bench.simulate.progress import (
@@ -53,8 +60,6 @@ from syncbench.bench.simulate.workload import ComputeSplit, Workload
 
 def bucket_plan(workload: Workload, bucket_mb: Any) -> list[tuple[int, int]]:
     """SSGD's buckets ``[start, end)`` in posting order, by SSGD's own functions."""
-    from syncbench.algorithms.ssgd import bucket_bytes, plan_buckets  # lazy: starts MPI
-
     elems = max(1, bucket_bytes(bucket_mb, workload.params * workload.itemsize)
                 // workload.itemsize)
     return plan_buckets(workload.offsets(), workload.params, elems)
@@ -62,11 +67,12 @@ def bucket_plan(workload: Workload, bucket_mb: Any) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class HookPlan:
-    """What each backward hook call of an SSGD overlap step does (``SSGD._on_grads_ready``).
+    """What each backward hook call of an SSGD overlap step does
+    (``BucketedIallreduce.on_grads_ready``).
 
     ``posts[h]``: the buckets hook h posts; ``straggle``: the hook that spends
     the delay (before posting the last bucket; None: after the last hook, as
-    ``reduce_gradients`` does when no bucket is left); ``polls``: the hooks
+    ``BucketedIallreduce.complete`` does when no bucket is left); ``polls``: the hooks
     that call ``Testall`` with a request outstanding (they post nothing).
     """
 
@@ -76,7 +82,7 @@ class HookPlan:
 
 
 def hook_plan(plan: Sequence[tuple[int, int]], offsets: Sequence[int]) -> HookPlan:
-    """Replay ``SSGD._on_grads_ready``'s rule over the offsets backward reports."""
+    """Replay ``BucketedIallreduce.on_grads_ready``'s rule over the offsets backward reports."""
     posts, polls, straggle, nxt = [], [], None, 0
     for h, offset in enumerate(offsets):
         mine = []
@@ -121,7 +127,7 @@ def _overlap_step(cfg: argparse.Namespace, split: ComputeSplit, hooks: HookPlan,
 
 def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
          time_phase: PhaseClock) -> Timeline:
-    """SSGD's timeline (``SSGD.reduce_gradients``, ``SSGD._on_grads_ready``).
+    """SSGD's timeline (``SSGD.step`` with ``BucketedIallreduce``).
 
     ``--comm blocking``: compute, the straggler's delay, one Allreduce of the
     gradient that starts when the last rank arrives (charged to ``comm`` with the
@@ -263,7 +269,7 @@ def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
 
 def _oscars_speeds(state: list[SimpleNamespace], window: np.ndarray, count: np.ndarray,
                    update_speed: Callable[[Any], None]) -> np.ndarray:
-    """Every rank's c_k after ``Oscars._update_speed`` on this round's window."""
+    """Every rank's c_k after ``AdaptiveAverager._update_speed`` on this round's window."""
     for k, s in enumerate(state):
         s._window = [float(window[k]), int(count[k])]
         update_speed(s)
@@ -306,20 +312,12 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
 
     A round's local steps come from ``uniform_schedule()``, ``next_schedule()`` and
     ``plan_round()`` of ``algorithms/oscars.py``, its speed estimates from
-    ``Oscars._update_speed`` (all called); its last step posts one packed Iallreduce
+    ``AdaptiveAverager._update_speed`` (all called); its last step posts one packed Iallreduce
     of params + N + 1 floats (``_start_reduction``) and waits for it at once, or with
     ``--overlap`` takes the next round's first step (compute with a ``Testall`` at
     every hook call, delay, update) before the ``Wait`` (``_complete``);
     ``--momentum-sync average`` adds the velocity's blocking Allreduce after the Wait.
     """
-    from syncbench.algorithms.oscars import (  # lazy: a strategy's module starts MPI
-        Oscars,
-        next_schedule,
-        plan_round,
-        tau_max_of,
-        uniform_schedule,
-    )
-
     w, n = local.workload, local.n
     total = steps * n
     nbytes = (w.params + n + 1) * w.itemsize
@@ -360,7 +358,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
                          speed=speeds[ranks])
             blocks.append(block)
         # _start_reduction: every rank's c_k, then the packed Iallreduce
-        speeds = _oscars_speeds(state, window, count, Oscars._update_speed)
+        speeds = _oscars_speeds(state, window, count, AdaptiveAverager._update_speed)
         consumed += int(taus.sum())
         rnd += 1
         posted = t.copy()
@@ -387,15 +385,11 @@ SIMULATORS: dict[str, Callable[..., Timeline]] = {
 
 def pattern_of(name: str) -> str:
     """The communication pattern registered strategy ``name`` is simulated by ("": none)."""
-    from syncbench.algorithms.registry import get_algorithm  # lazy: starts MPI
-
     return get_algorithm(name).traits.simulation
 
 
 def simulated_strategies() -> list[str]:
     """The registered strategies whose pattern the simulator knows, in registry order."""
-    from syncbench.algorithms.registry import ALGORITHMS  # lazy: starts MPI
-
     return [name for name, cls in ALGORITHMS.items()
             if cls.traits.simulation in SIMULATORS]
 

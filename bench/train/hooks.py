@@ -161,7 +161,7 @@ class Checkpointer(Hook):
     Every checkpoint stride: lock-step strategies checkpoint at an evaluation
     point past the stride; a strategy without evaluation points (ASGD)
     announces a pause that every rank joins
-    (:meth:`~syncbench.algorithms.base.Algorithm.pause_point`, checked before
+    (:meth:`~syncbench.algorithms.not_lock_step.NotLockStep.pause_point`, checked before
     each step). Checkpoints are tagged by global samples over the batch size,
     the same on every rank even where step counts differ. A run with a parts
     folder has one, which also writes the stop checkpoint
@@ -272,8 +272,8 @@ class StopOnSignal(Hook):
     to keep one) and training ends before the other hooks act on the point (the
     final evaluation follows in ``Evaluator.on_end``). A strategy without
     evaluation points is asked to end early instead
-    (:meth:`~syncbench.algorithms.base.Algorithm.end_early`, also where it
-    waits: :meth:`~syncbench.algorithms.base.Algorithm.stop_requested`); at the
+    (:meth:`~syncbench.algorithms.not_lock_step.NotLockStep.end_early`, also where it
+    waits: :meth:`~syncbench.algorithms.not_lock_step.NotLockStep.stop_requested`); at the
     end the ranks agree on its stop point, which is checkpointed before
     anything else runs. Every rank learns the signal that stopped the run
     (``training.stopped_by``), or "" when the budget was consumed all the same.
