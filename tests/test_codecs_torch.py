@@ -126,3 +126,88 @@ def test_should_compress_equals_pytorchs():
         expect = hook._should_compress(rows, cols, r, rate)[0]
         layout = PowerSGD(rank=rank, min_compression_rate=rate).layout([(rows, cols)])
         assert layout.slots[0].compressed == expect, (rows, cols, rank, rate)
+
+
+class Bucket:
+    """The part of DDP's ``GradBucket`` the PowerSGD hook reads: one flat buffer, its
+    per-parameter views, index 0, the last bucket of the step."""
+
+    def __init__(self, flat: np.ndarray, shapes: list[tuple[int, ...]]) -> None:
+        self.flat = torch.from_numpy(flat.copy())
+        self.shapes = shapes
+
+    def buffer(self):
+        return self.flat
+
+    def index(self) -> int:
+        return 0
+
+    def is_last(self) -> bool:
+        return True
+
+    def gradients(self):
+        views, at = [], 0
+        for shape in self.shapes:
+            n = int(np.prod(shape))
+            views.append(self.flat[at:at + n].view(shape))
+            at += n
+        return views
+
+
+@pytest.fixture(scope="module")
+def gloo_world_of_one():
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this PyTorch has no gloo backend")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def pytorch_initial_qs(seed: int, shapes: list[tuple[int, int]], rank: int) -> list[np.ndarray]:
+    """The hook's first Qs: ``manual_seed(RandomState(seed).randint(1e9))``, then one
+    ``randn(1, cols, r)`` per compressed tensor (distinct shapes: in tensor order)."""
+    draw = np.random.RandomState(seed).randint(1_000_000_000)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(draw)
+        return [torch.randn(1, cols, min(rows, cols, rank))[0].numpy().copy()
+                for rows, cols in shapes]
+
+
+def test_powersgd_follows_pytorchs_hook_step_for_step(gloo_world_of_one):
+    """The real ``powerSGD_hook`` (gloo, one rank) and our state fed the same gradients
+    for two plain and five compressed steps, with PyTorch's first Q: result, P, Q and
+    the error agree to 1e-5 of their largest magnitude at every step (float32 GEMMs in
+    different BLAS; warm start carries the differences, error feedback does not grow
+    them beyond that here)."""
+    shapes = [(20, 10), (10,), (6, 2, 3, 3), (6,), (4, 4)]
+    rank, start = 2, 2
+    theirs = hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+                                start_powerSGD_iter=start, random_seed=0)
+    ours = PowerSGD(rank=rank, start_iter=start, seed=0).state(shapes)
+    compressed = [(s.rows, s.cols) for s in ours.layout.compressed]
+    assert compressed == [(20, 10), (6, 18)]
+    rng = np.random.default_rng(20)
+
+    def close(a, b):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * max(np.abs(b).max(), 1e-30))
+
+    for step in range(start + 5):
+        grad = rng.standard_normal(ours.layout.size).astype(np.float32)
+        result = hook.powerSGD_hook(theirs, Bucket(grad, shapes)).wait().numpy()
+        if not ours.compressing:
+            ours.finish_plain()
+            np.testing.assert_array_equal(result, grad)  # one rank: the mean is the gradient
+            continue
+        if step == start:
+            ours.qs = pytorch_initial_qs(0, compressed, rank)
+        m = ours.prepare(grad)
+        p_sum = ours.p_buffer(m)
+        q_sum = ours.q_buffer(m, p_sum)
+        ps = np.concatenate([p.reshape(-1) for p in ours._ps])
+        out = ours.finish(m, q_sum, ours.uncompressed_buffer(m), 1)
+        close(out, result)
+        close(ps, theirs.p_memory_dict[0].numpy())
+        close(np.concatenate([q.reshape(-1) for q in ours.qs]), theirs.q_memory_dict[0].numpy())
+        close(ours.error, theirs.error_dict[0].numpy())
+    assert ours.step == theirs.iter == start + 5

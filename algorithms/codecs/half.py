@@ -46,10 +46,15 @@ def _float32(x: np.ndarray, who: str) -> np.ndarray:
 def bf16_encode(x: np.ndarray) -> np.ndarray:
     """bfloat16 codes (uint16) of float32 ``x``: round to nearest, ties to even."""
     bits = _float32(x, "bf16").view(np.uint32)
-    lsb = (bits >> np.uint32(16)) & np.uint32(1)
-    # uint32 wrap-around cannot happen for non-NaN inputs: the largest finite
-    # float32 (0x7F7FFFFF) plus 0x8000 stays below 0x80000000; NaNs are replaced.
-    codes = ((bits + (lsb + np.uint32(0x7FFF))) >> np.uint32(16)).astype(np.uint16)
+    # bits + 0x7FFF + lsb, in place in one temporary. No uint32 wrap-around for
+    # non-NaN inputs: the largest such pattern, 0xFF800000 (-inf), plus 0x8000
+    # stays below 2**32; NaNs are replaced below.
+    work = bits >> np.uint32(16)
+    work &= np.uint32(1)
+    work += np.uint32(0x7FFF)
+    work += bits
+    work >>= np.uint32(16)
+    codes = work.astype(np.uint16)
     nan = np.isnan(x)
     if nan.any():
         codes[nan] = BF16_NAN
