@@ -207,6 +207,8 @@ def test_int8_n_ranks_decode_sum_matches_float64_within_the_quantization_steps()
     bound = np.zeros(n)
     for g in grads:
         total += codec.decode(codec.encode(g))
+    np.testing.assert_array_equal(sum_decoded(codec, [codec.encode(g) for g in grads]), total)
+    for g in grads:
         spans = (g.reshape(-1, chunk).max(1).astype(np.float64)
                  - g.reshape(-1, chunk).min(1) + 1e-7) / 510
         bound += np.repeat(spans, chunk) + 4 * np.spacing(np.float32(np.abs(g).max()))
@@ -362,6 +364,34 @@ def test_start_iter_warm_start_and_wire_bytes():
     p = warm.p_buffer(m)
     warm.finish(m, warm.q_buffer(m, p), warm.uncompressed_buffer(m), 1)
     assert [q.shape for q in warm.qs] == [(16, 2)]
+
+
+@pytest.mark.parametrize("warm_start", [True, False])
+def test_a_restored_state_continues_bit_for_bit(warm_start):
+    """Snapshot after 3 calls (1 plain, 2 compressed), restore into a fresh state: the
+    next calls give the same bits as the state that never stopped."""
+    shapes = [(24, 12), (12,), (8, 2, 3, 3)]
+    options = PowerSGD(rank=2, start_iter=1, warm_start=warm_start, seed=7)
+    rng = np.random.default_rng(14)
+    grads = [rng.standard_normal(24 * 12 + 12 + 144).astype(np.float32) for _ in range(6)]
+    straight = options.state(shapes)
+    resumed = options.state(shapes)
+
+    def call(state, grad):
+        if not state.compressing:
+            state.finish_plain()
+            return grad
+        return simulate_powersgd([state], [grad])[1][0]
+
+    for grad in grads[:3]:
+        call(straight, grad)
+    saved = {k: v.copy() for k, v in straight.snapshot().items()}
+    resumed.restore(saved)
+    for grad in grads[3:]:
+        np.testing.assert_array_equal(call(resumed, grad), call(straight, grad))
+    np.testing.assert_array_equal(resumed.error, straight.error)
+    with pytest.raises(ValueError, match="saved Q of 3 elements, expected 60"):
+        resumed.restore({**saved, "q": np.zeros(3, dtype=np.float32)})
 
 
 def test_tensor_shapes_checks_the_layer_offsets():

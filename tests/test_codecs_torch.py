@@ -204,7 +204,7 @@ def test_powersgd_follows_pytorchs_hook_step_for_step(gloo_world_of_one):
         m = ours.prepare(grad)
         p_sum = ours.p_buffer(m)
         q_sum = ours.q_buffer(m, p_sum)
-        ps = np.concatenate([p.reshape(-1) for p in ours._ps])
+        ps = np.concatenate([p.reshape(-1) for p in ours.ps])
         out = ours.finish(m, q_sum, ours.uncompressed_buffer(m), 1)
         close(out, result)
         close(ps, theirs.p_memory_dict[0].numpy())

@@ -27,7 +27,7 @@ code PyTorch's vectorised CPU conversion writes for NaN lanes (ATen's
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -67,10 +67,10 @@ def bf16_decode(codes: np.ndarray) -> np.ndarray:
         np.float32)
 
 
-class HalfCodec(Protocol):
-    """What :func:`sum_decoded` needs of a 16-bit codec."""
+class Decoder(Protocol):
+    """What :func:`sum_decoded` needs of a codec: the 16-bit ones, and ``int8``."""
 
-    def decode(self, codes: np.ndarray) -> np.ndarray: ...
+    def decode(self, codes: Any) -> np.ndarray: ...
 
 
 class Float16Codec:
@@ -123,13 +123,14 @@ class BFloat16Codec:
         return self.bytes_per_element * count
 
 
-def sum_decoded(codec: HalfCodec, chunks: Iterable[np.ndarray],
+def sum_decoded(codec: Decoder, chunks: Iterable[Any],
                 out: np.ndarray | None = None) -> np.ndarray:
     """Sum of the decoded ``chunks`` (one per rank, in order), accumulated in float32.
 
-    The reduce step of a 16-bit reduce-scatter: every rank's codes for one
-    segment are decoded and added one after another in the order given, so
-    every rank that sums the same codes in the same order gets the same bits.
+    The reduce step of a compressed reduce-scatter (16-bit codes, or int8's
+    :class:`~.minmax.MinMaxCode` before it is encoded again): every rank's codes
+    for one segment are decoded and added one after another in the order given,
+    so every rank that sums the same codes in the same order gets the same bits.
     ``out`` (float32) receives the sum when given.
     """
     total: np.ndarray | None = None

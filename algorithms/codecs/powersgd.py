@@ -292,7 +292,9 @@ class PowerSGDState:
         #: ``Q`` of each compressed tensor (cols x r), kept between calls with warm start.
         self.qs: list[np.ndarray] | None = None
         self.rng = np.random.RandomState(options.seed)
-        self._ps: list[np.ndarray] = []
+        #: The orthogonalized ``P`` of each compressed tensor, from :meth:`q_buffer` to
+        #: :meth:`finish` of the same call (empty otherwise).
+        self.ps: list[np.ndarray] = []
 
     @property
     def compressing(self) -> bool:
@@ -353,12 +355,12 @@ class PowerSGDState:
             raise ValueError(f"powersgd: P buffer of {p_sum.shape}, expected {self.layout.p_size}")
         p_all = p_sum.astype(np.float32, copy=True)
         out = np.empty(self.layout.q_size, dtype=np.float32)
-        self._ps = []
+        self.ps = []
         at_p = at_q = 0
         for slot in self.layout.compressed:
             p = p_all[at_p:at_p + slot.rows * slot.rank].reshape(slot.rows, slot.rank)
             orthogonalize(p, self.options.epsilon)
-            self._ps.append(p)
+            self.ps.append(p)
             n = slot.cols * slot.rank
             compute_q(self.matrix(m, slot), p, out=out[at_q:at_q + n].reshape(slot.cols, slot.rank))
             at_p += slot.rows * slot.rank
@@ -371,7 +373,7 @@ class PowerSGDState:
         lay = self.layout
         if q_sum.shape != (lay.q_size,) or uncompressed_sum.shape != (lay.uncompressed_size,):
             raise ValueError("powersgd: Q or uncompressed buffer of the wrong length")
-        if len(self._ps) != len(lay.compressed):
+        if len(self.ps) != len(lay.compressed):
             raise ValueError("powersgd: finish before q_buffer")
         size = np.float32(world_size)
         q_all = q_sum.astype(np.float32, copy=True)
@@ -380,7 +382,7 @@ class PowerSGDState:
             out = np.empty(lay.size, dtype=np.float32)
         qs = []
         at = 0
-        for slot, p in zip(lay.compressed, self._ps):
+        for slot, p in zip(lay.compressed, self.ps):
             q = q_all[at:at + slot.cols * slot.rank].reshape(slot.cols, slot.rank)
             decompress(p, q, out=self.matrix(out, slot))
             qs.append(q)
@@ -389,9 +391,50 @@ class PowerSGDState:
         if self.error is not None:
             np.subtract(m, out, out=self.error)
         self.qs = qs if self.options.warm_start else None
-        self._ps = []
+        self.ps = []
         self.step += 1
         return out
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Everything a resumed run needs, as arrays: step, error, warm ``Q``, generator."""
+        _, keys, pos, has_gauss, gauss = self.rng.get_state()
+        qs = self.qs or []
+        return {
+            "step": np.array(self.step, dtype=np.int64),
+            "error": (self.error.copy() if self.error is not None
+                      else np.zeros(0, dtype=np.float32)),
+            "q": (np.concatenate([q.reshape(-1) for q in qs]) if qs
+                  else np.zeros(0, dtype=np.float32)),
+            "rng_keys": np.array(keys, dtype=np.uint32),
+            "rng_rest": np.array([pos, has_gauss], dtype=np.int64),
+            "rng_gauss": np.array(gauss, dtype=np.float64),
+        }
+
+    def restore(self, saved: dict[str, np.ndarray]) -> None:
+        """Set this state from :meth:`snapshot` of a state with the same options and shapes."""
+        error, q = saved["error"], saved["q"]
+        if (self.error is None) != (error.size == 0) or \
+                (self.error is not None and error.shape != self.error.shape):
+            raise ValueError(f"powersgd: saved error of {error.size} elements does not fit "
+                             f"this state ({self.layout.size}, error feedback "
+                             f"{self.options.error_feedback})")
+        if q.size not in (0, self.layout.q_size):
+            raise ValueError(f"powersgd: saved Q of {q.size} elements, expected "
+                             f"{self.layout.q_size}")
+        self.step = int(saved["step"])
+        if self.error is not None:
+            self.error[...] = error
+        self.qs = None
+        if q.size:
+            self.qs, at = [], 0
+            for slot in self.layout.compressed:
+                n = slot.cols * slot.rank
+                self.qs.append(q[at:at + n].astype(np.float32).reshape(slot.cols, slot.rank))
+                at += n
+        pos, has_gauss = (int(v) for v in saved["rng_rest"])
+        self.rng.set_state(("MT19937", saved["rng_keys"], pos, has_gauss,
+                            float(saved["rng_gauss"])))
+        self.ps = []
 
     def finish_plain(self) -> None:
         """Count a plain call (before ``start_iter``): nothing else changes."""

@@ -17,6 +17,9 @@ from syncbench.algorithms.codecs.minmax import MinMaxUInt8Codec
 from syncbench.algorithms.codecs.powersgd import PowerSGD
 from syncbench.algorithms.codecs.sparse import RandomK, TopK
 
+#: Any codec a spec names.
+Codec = Float16Codec | BFloat16Codec | MinMaxUInt8Codec | PowerSGD | TopK | RandomK
+
 
 def _no_argument(cls: type) -> Callable[[str | None], Any]:
     def make(arg: str | None) -> Any:
@@ -58,7 +61,7 @@ def _density(name: str, arg: str | None) -> float:
 
 
 #: Codec name -> factory taking the spec's argument (None when the spec has none).
-CODECS: dict[str, Callable[[str | None], Any]] = {
+CODECS: dict[str, Callable[[str | None], Codec]] = {
     "fp16": _no_argument(Float16Codec),
     "bf16": _no_argument(BFloat16Codec),
     "int8": _int8,
@@ -69,7 +72,7 @@ CODECS: dict[str, Callable[[str | None], Any]] = {
 }
 
 
-def parse_codec(spec: str) -> Any:
+def parse_codec(spec: str) -> Codec:
     """The codec of ``spec`` (``NAME[:ARG]``); a one-line ValueError if it is not valid."""
     name, sep, arg = spec.strip().partition(":")
     if name not in CODECS:
