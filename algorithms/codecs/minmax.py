@@ -124,7 +124,8 @@ class MinMaxUInt8Codec:
             minmax[rows, 1] = block.max(axis=1)
             scale, upper, lower = _scales(minmax[rows])
             with np.errstate(over="ignore", invalid="ignore"):
-                level = np.rint(block * scale[:, None])
+                level = block * scale[:, None]
+                np.rint(level, out=level)
                 np.minimum(level, upper[:, None], out=level)
                 level -= lower[:, None]
                 np.clip(level, 0.0, 255.0, out=level)
