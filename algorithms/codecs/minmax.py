@@ -1,0 +1,150 @@
+"""``int8``: Bagua ByteGrad's MinMaxUInt8 quantization, chunk by chunk.
+
+Bagua's ByteGrad (``bagua/torch_api/algorithms/bytegrad.py``) reduces a bucket
+with ``compression="MinMaxUInt8"``: every chunk of the bucket carries its
+float32 minimum and maximum and one 8-bit code per element. The arithmetic
+below is that of Bagua's CUDA kernels (``compress_float_to_uint8`` and
+``decompress_uint8_to_float`` in ``bagua-core-internal/kernels/bagua_kernels.cu``),
+all in float32, with ``eps = 1e-7``::
+
+    scale = 255 / (max - min + eps)
+    upper = rint(max * scale)           # round half to even (rintf)
+    lower = upper - 255
+    code  = min(rint(x * scale), upper) - lower
+    x'    = (code + lower) / scale
+
+``rint`` is round-half-to-even, as ``rintf`` in the default rounding mode.
+The decoded value lies within ``(max - min + eps) / 510`` of ``x`` (half a
+step of ``1 / scale``) up to float32 rounding of the products.
+
+Where this differs from Bagua:
+
+- Bagua converts ``level - lower`` (a float) to ``uint8_t`` with no lower
+  clamp; a level below ``lower`` (possible only through float rounding at a
+  chunk's minimum) has no defined result in C. Codes are clamped to
+  ``[0, 255]`` here.
+- Bagua's chunks are the bucket's per-rank segments and each chunk's header
+  takes 32 bytes (min and max, padded for alignment); here the chunk length
+  is a parameter (``int8:CHUNK``, default :data:`DEFAULT_CHUNK` elements) and
+  the header is the 8 bytes of min and max, so a chunk of ``c`` elements
+  costs ``c + 8`` bytes on the wire.
+- Non-finite inputs, or a chunk whose ``max - min`` overflows float32, give
+  non-finite or meaningless codes, as in Bagua; gradients are expected finite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Elements per chunk when ``int8`` is given no chunk length.
+DEFAULT_CHUNK = 4096
+#: Bagua's ``eps``, added to the chunk's range so a constant chunk has a finite scale.
+EPS = np.float32(1e-7)
+LEVELS = np.float32(255.0)
+#: Bytes of a chunk's header on the wire: float32 min and max.
+HEADER_BYTES = 8
+
+
+@dataclass
+class MinMaxCode:
+    """One encoded vector: per chunk ``[min, max]`` (float32, shape (chunks, 2)), codes (uint8)."""
+
+    minmax: np.ndarray
+    codes: np.ndarray
+
+    def pack(self) -> np.ndarray:
+        """One uint8 buffer: every chunk's min and max, then every code (what MPI sends)."""
+        return np.concatenate([self.minmax.reshape(-1).view(np.uint8), self.codes])
+
+    @classmethod
+    def unpack(cls, buffer: np.ndarray, count: int, chunk: int) -> MinMaxCode:
+        """The inverse of :meth:`pack` for ``count`` elements in chunks of ``chunk``."""
+        chunks = -(-count // chunk)
+        head = chunks * HEADER_BYTES
+        if buffer.size != head + count:
+            raise ValueError(f"int8 buffer holds {buffer.size} bytes, expected {head + count}")
+        minmax = np.ascontiguousarray(buffer[:head]).view(np.float32).reshape(chunks, 2)
+        return cls(minmax, buffer[head:])
+
+
+def _scales(minmax: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per chunk ``scale``, ``upper`` and ``lower`` from ``[min, max]``, in float32."""
+    lo, hi = minmax[:, 0], minmax[:, 1]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        scale = LEVELS / ((hi - lo) + EPS)
+        upper = np.rint(hi * scale)
+    return scale, upper, upper - LEVELS
+
+
+class MinMaxUInt8Codec:
+    """``int8``: per chunk min and max, one 8-bit code per element (Bagua MinMaxUInt8)."""
+
+    name = "int8"
+
+    def __init__(self, chunk: int = DEFAULT_CHUNK) -> None:
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)):
+            raise ValueError(f"int8 chunk {chunk!r} is not an integer: "
+                             "give a chunk length >= 1 element (e.g. int8:4096)")
+        if chunk < 1:
+            raise ValueError(f"int8 chunk {chunk} is below 1: "
+                             "give a chunk length >= 1 element (e.g. int8:4096)")
+        self.chunk = int(chunk)
+        self.spec = self.name if self.chunk == DEFAULT_CHUNK else f"{self.name}:{self.chunk}"
+
+    def chunks(self, count: int) -> int:
+        """Chunks a vector of ``count`` elements is cut into (the last one may be shorter)."""
+        return -(-count // self.chunk)
+
+    def wire_bytes(self, count: int) -> int:
+        """Bytes one rank hands to MPI for ``count`` elements: codes plus 8 per chunk."""
+        return count + HEADER_BYTES * self.chunks(count)
+
+    def _blocks(self, x: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """``(first chunk index, 2-D view)``: the whole chunks, then the short tail."""
+        whole = x.size // self.chunk * self.chunk
+        blocks = []
+        if whole:
+            blocks.append((0, x[:whole].reshape(-1, self.chunk)))
+        if whole < x.size:
+            blocks.append((whole // self.chunk, x[whole:].reshape(1, -1)))
+        return blocks
+
+    def encode(self, x: np.ndarray) -> MinMaxCode:
+        """Codes of float32 vector ``x``, chunk by chunk."""
+        x = np.asarray(x)
+        if x.dtype != np.float32 or x.ndim != 1:
+            raise ValueError(f"int8 encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
+        minmax = np.empty((self.chunks(x.size), 2), dtype=np.float32)
+        codes = np.empty(x.size, dtype=np.uint8)
+        for first, block in self._blocks(x):
+            rows = slice(first, first + block.shape[0])
+            minmax[rows, 0] = block.min(axis=1)
+            minmax[rows, 1] = block.max(axis=1)
+            scale, upper, lower = _scales(minmax[rows])
+            with np.errstate(over="ignore", invalid="ignore"):
+                level = block * scale[:, None]
+                np.rint(level, out=level)
+                np.minimum(level, upper[:, None], out=level)
+                level -= lower[:, None]
+                np.clip(level, 0.0, 255.0, out=level)
+            start = first * self.chunk
+            codes[start:start + block.size] = level.reshape(-1)
+        return MinMaxCode(minmax, codes)
+
+    def decode(self, code: MinMaxCode, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 values of ``code``: ``(code + lower) / scale`` per chunk."""
+        count = code.codes.size
+        if code.minmax.shape != (self.chunks(count), 2):
+            raise ValueError(f"int8 code has {code.minmax.shape[0]} chunk headers for "
+                             f"{count} elements in chunks of {self.chunk}")
+        if out is None:
+            out = np.empty(count, dtype=np.float32)
+        for first, block in self._blocks(code.codes):
+            scale, _, lower = _scales(code.minmax[first:first + block.shape[0]])
+            start = first * self.chunk
+            view = out[start:start + block.size].reshape(block.shape)
+            np.add(block, lower[:, None], out=view, dtype=np.float32)
+            view /= scale[:, None]
+        return out

@@ -1,0 +1,147 @@
+"""Encode and decode throughput of every gradient codec, in one process (no MPI).
+
+For each codec and gradient size (1M and 10M float32 elements by default),
+times ``repeats`` encodes and decodes after one untimed call of each and
+prints GB/s of float32 gradient (``4 n`` bytes over the call's time) as median
+(min-max), with the bytes the codec hands to MPI and the ratio to float32.
+What a call is, per codec:
+
+* ``fp16``, ``bf16``, ``int8``: ``encode(x)`` and ``decode(code)``;
+* ``powersgd:2``: the gradient as one ``rows x cols`` matrix; encode is
+  ``prepare`` (error feedback), ``p_buffer`` (orthogonalize Q, P = M Q) and
+  ``q_buffer`` (orthogonalize P, Q = M^T P) with one rank's sums; decode is
+  ``finish`` (P Q^T and the new error);
+* ``topk:0.01``, ``randomk:0.01``: ``encode`` (selection or the seeded draw,
+  and the gather) and ``decode`` into a dense vector; error feedback is not in
+  the timed call.
+
+Run it with ``OMP_NUM_THREADS=1`` for one core's figure::
+
+    python -m syncbench.bench.micro.codecs [--repeats 5] [--sizes 1000000 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from syncbench.algorithms.codecs import PowerSGD, parse_codec
+
+SPECS = ("fp16", "bf16", "int8", "powersgd:2", "topk:0.01", "randomk:0.01")
+SIZES = (1_000_000, 10_000_000)
+
+
+@dataclass
+class CodecRate:
+    """Throughputs of one codec on one size: GB/s of float32 gradient per call."""
+
+    spec: str
+    count: int
+    wire_bytes: int
+    encode: list[float]
+    decode: list[float]
+
+
+def matrix_shape(count: int) -> tuple[int, int]:
+    """The most nearly square ``rows x cols == count`` with ``rows <= cols``."""
+    rows = math.isqrt(count)
+    while count % rows:
+        rows -= 1
+    return rows, count // rows
+
+
+def _calls(spec: str, x: np.ndarray) -> tuple[Callable[[], object], Callable[[object], object],
+                                              int]:
+    """(encode, decode of encode's result, wire bytes) of ``spec`` on gradient ``x``."""
+    codec = parse_codec(spec)
+    if isinstance(codec, PowerSGD):
+        shape = matrix_shape(x.size)
+        codec = PowerSGD(rank=codec.rank, start_iter=0)
+        state = codec.state([shape])
+
+        def encode() -> object:
+            m = state.prepare(x)
+            return m, state.q_buffer(m, state.p_buffer(m)), state.uncompressed_buffer(m)
+
+        def decode(code: object) -> object:
+            m, q, u = code  # type: ignore[misc]
+            return state.finish(m, q, u, 1)
+
+        return encode, decode, state.wire_bytes(x.size)
+    if codec.name in ("randomk", "randk"):
+        return (lambda: codec.encode(x, 0)), (lambda code: code.decode()), \
+            codec.wire_bytes(x.size)
+    if codec.name == "topk":
+        return (lambda: codec.encode(x)), (lambda code: code.decode()), codec.wire_bytes(x.size)
+    return (lambda: codec.encode(x)), codec.decode, codec.wire_bytes(x.size)
+
+
+def codec_rates(specs: Sequence[str] = SPECS, sizes: Sequence[int] = SIZES,
+                repeats: int = 5, seed: int = 0) -> list[CodecRate]:
+    """Encode and decode GB/s of each codec on a random float32 gradient of each size."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for count in sizes:
+        x = rng.standard_normal(count, dtype=np.float32)
+        gb = 4 * count / 1e9
+        for spec in specs:
+            encode, decode, wire = _calls(spec, x)
+            decode(encode())  # untimed: allocator, caches, the first Q
+            enc, dec = [], []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                code = encode()
+                middle = time.perf_counter()
+                decode(code)
+                end = time.perf_counter()
+                enc.append(gb / (middle - start))
+                dec.append(gb / (end - middle))
+            rows.append(CodecRate(spec, count, wire, enc, dec))
+    return rows
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):7.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def print_codec_rates(specs: Sequence[str] = SPECS, sizes: Sequence[int] = SIZES,
+                      repeats: int = 5) -> list[CodecRate]:
+    """Print the table of :func:`codec_rates` and return its rows."""
+    rows = codec_rates(specs, sizes, repeats)
+    print(f"codec encode/decode, GB/s of float32 gradient, median (min-max) of {repeats}")
+    print(f"{'codec':<14}{'elements':>10}  {'encode GB/s':<22}{'decode GB/s':<22}"
+          f"{'wire bytes':>12}{'ratio':>8}")
+    for r in rows:
+        print(f"{r.spec:<14}{r.count:>10}  {_spread(r.encode):<22}{_spread(r.decode):<22}"
+              f"{r.wire_bytes:>12}{4 * r.count / r.wire_bytes:>8.1f}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--codecs", nargs="+", default=list(SPECS))
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or min(args.sizes) < 1:
+        print("codecs: --repeats and --sizes must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        for spec in args.codecs:
+            parse_codec(spec)
+    except ValueError as err:
+        print(f"codecs: {err}", file=sys.stderr)
+        return 2
+    print_codec_rates(args.codecs, args.sizes, args.repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
