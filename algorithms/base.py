@@ -151,7 +151,7 @@ class Algorithm(ABC):
         self.steps_taken = 0
         self.optimizer = MomentumSGD(
             model.params, config.lr, config.momentum, config.weight_decay,
-            model.decay_mask() if getattr(config, "wd_exempt", False) else None,
+            model.decay_mask() if config.wd_exempt else None,
         )
         #: Heterogeneity emulation, set by the driver (``bench.slowdown.Slowdown``):
         #: called with the step's compute seconds, it spends the extra time.
