@@ -41,7 +41,7 @@ import numpy as np
 
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.device_buffers import HostMirror
-from syncbench.algorithms.flags import StrategyOptions, option
+from syncbench.algorithms.flags import StrategyOptions, option, options_from
 from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.not_lock_step import NotLockStep
 from syncbench.algorithms.optimizer import SubnormalFlush
@@ -175,7 +175,7 @@ class ASGD(Strategy, NotLockStep):
     @classmethod
     def data_shard(cls, config: Any, rank: int, size: int) -> tuple[int, int]:
         """Dedicated layout: the data is sharded over the N-1 workers (rank 0 never trains)."""
-        if config.ps_layout == "dedicated" and size > 1:
+        if options_from(cls.Options, config).ps_layout == "dedicated" and size > 1:
             return max(rank - 1, 0), size - 1
         return rank, size
 

@@ -85,13 +85,20 @@ def add_option_flags(group: argparse._ActionsContainer, options: type,
         group.add_argument(name, **kwargs)
 
 
-def options_from(options: type, config: Any) -> Any:
-    """Build ``options`` from the attributes of ``config`` (an argparse namespace).
+def options_from(options: type, source: Any) -> Any:
+    """``options`` (a strategy's ``Options`` class) of a run.
 
-    Attributes ``config`` lacks keep their defaults; the dataclass validates.
+    ``source`` is a run's ``TrainConfig``, whose ``strategy_options`` is returned
+    when it is an ``options``, or the parsed flags (an ``argparse.Namespace``, as
+    ``TrainConfig.from_args`` builds them from): ``options`` is then built from the
+    attributes named as its fields, those ``source`` lacks keeping their
+    defaults, and the dataclass validates.
     """
-    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(options)
-              if hasattr(config, f.name)}
+    own = getattr(source, "strategy_options", None)
+    if type(own) is options:
+        return own
+    values = {f.name: getattr(source, f.name) for f in dataclasses.fields(options)
+              if hasattr(source, f.name)}
     return options(**values)
 
 

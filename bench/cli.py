@@ -234,16 +234,16 @@ def mpi_not_started() -> Iterator[None]:
 
 def check_train_flags(args: argparse.Namespace, prog: str) -> None:
     """Train's flag values, checked before the thread line (a bad value is the only line
-    printed): with the ranks the launcher announced; every rank checks them again once
-    MPI has started. Where the launcher does not say how many ranks, nothing is checked
-    here."""
+    printed): the run's config is built for the ranks the launcher announced; every
+    rank builds it again once MPI has started (``train``'s body). Where the launcher
+    does not say how many ranks, nothing is checked here."""
     size = launcher_size()
     if size is None:
         return
-    from syncbench.bench.train.options import validate_train_config
+    from syncbench.bench.train.config import build_train_config
 
     try:
-        validate_train_config(args, size)
+        build_train_config(args, size)
     except ValueError as exc:
         fail(prog, str(exc))
 

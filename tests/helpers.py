@@ -18,12 +18,21 @@ VENV_BIN = Path(sys.executable).parent
 MPIEXEC = os.environ.get("MPIEXEC", str(VENV_BIN / "mpiexec"))
 
 
-def train_config(*flags: str, **overrides) -> argparse.Namespace:
-    """A ``syncbench train`` namespace: the parser's defaults, ``flags``, then overrides."""
-    config = build_parser("train").parse_args(["train", *flags])
+def train_args(*flags: str, **overrides) -> argparse.Namespace:
+    """``syncbench train``'s parsed flags: the parser's defaults, ``flags``, then
+    ``overrides`` (by ``dest``)."""
+    args = build_parser("train").parse_args(["train", *flags])
     for key, value in overrides.items():
-        setattr(config, key, value)
-    return config
+        setattr(args, key, value)
+    return args
+
+
+def train_config(*flags: str, **overrides):
+    """The ``TrainConfig`` of :func:`train_args` (``TrainConfig.from_args``: the strategy's
+    options validated; the checks for a world size and the file system are not made)."""
+    from syncbench.bench.train.config import TrainConfig  # lazy: imports mpi4py.MPI
+
+    return TrainConfig.from_args(train_args(*flags, **overrides))
 
 
 def rank_streams(x, y, world_size: int, batch_size: int, seed: int, dtype=np.float64):

@@ -92,7 +92,7 @@ def test_local_sgd_averages_running_statistics_with_the_weights():
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     data = make_synthetic(256, 64, (1, 28, 28), 10, seed=2)
-    config = train_config("--period", "2", *FLAGS)
+    config = train_config("--algorithm", "localsgd", "--period", "2", *FLAGS)
     model = build_model("resnet8", data.input_shape, 10, dtype=np.float64, seed=SEED)
     algo = get_algorithm("localsgd")(model, Communicator(world), config,
                                      Budget(2 * BATCH * size, BATCH, size))

@@ -307,7 +307,8 @@ def test_momentum_sync_at_averaging(algorithm, sync):
     from mpi4py import MPI
 
     steps = 8
-    algo, stream, _, config = _setup(algorithm, steps, "--period", "4", "--adaptive", "off",
+    fixed = ("--adaptive", "off") if algorithm == "oscars" else ()  # Oscars' own flag
+    algo, stream, _, config = _setup(algorithm, steps, "--period", "4", *fixed,
                                      "--momentum-sync", sync)
     assert config.momentum_sync == sync
     _train(algo, stream)

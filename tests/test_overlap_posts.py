@@ -125,7 +125,7 @@ def _setup(algorithm, model_name, *flags, steps=4):
     rank, size = world.Get_rank(), world.Get_size()
     batch, seed = 8, 3
     data = make_synthetic(256, 32, (1, 28, 28), 10, seed=1)
-    config = train_config(*flags)
+    config = train_config("--algorithm", algorithm, *flags)
     model = build_model(model_name, data.input_shape, 10, dtype=np.float64, seed=seed)
     comm = RecordingCommunicator(world)
     algo = get_algorithm(algorithm)(model, comm, config, Budget(steps * batch * size, batch, size))

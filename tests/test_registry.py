@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import run_mpi, train_config
+from helpers import run_mpi, train_args, train_config
 from sim_helpers import needs_simgrid, simulate
 
 from syncbench.algorithms.base import StepStats, Strategy
@@ -178,7 +178,7 @@ def test_the_simulator_finds_a_strategy_by_its_simulation_pattern(monkeypatch):
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_train_flag_defaults_are_the_options_defaults(name):
     cls = ALGORITHMS[name]
-    assert options_from(cls.Options, train_config("--algorithm", name)) == cls.Options()
+    assert options_from(cls.Options, train_args("--algorithm", name)) == cls.Options()
 
 
 def test_options_validate_on_construction_and_flags_name_one_option():

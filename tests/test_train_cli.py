@@ -165,7 +165,7 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     """Which flag a strategy takes is what its Options declare: another strategy's flag is
     refused, one left at (or set to) its default is not, an inherited field is shared, and
     a strategy registered later gets the same check without a list to update."""
-    from helpers import train_config
+    from helpers import train_args
 
     from syncbench.algorithms.base import Strategy
     from syncbench.algorithms.flags import option
@@ -177,13 +177,13 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     # SSGD's subclasses share its options (tests/test_registry.py's throwaway, when loaded)
     assert owners["comm"][1][0] == "ssgd" and "localsgd" not in owners["comm"][1]
     assert owners["ps_layout"][1] == ("asgd",)
-    check_strategy_flags(train_config("--algorithm", "ssgd"))  # every default: no error
-    check_strategy_flags(train_config("--algorithm", "ssgd", "--period", "4"))  # the default
-    check_strategy_flags(train_config("--algorithm", "oscars", "--period", "2",
+    check_strategy_flags(train_args("--algorithm", "ssgd"))  # every default: no error
+    check_strategy_flags(train_args("--algorithm", "ssgd", "--period", "4"))  # the default
+    check_strategy_flags(train_args("--algorithm", "oscars", "--period", "2",
                                       "--momentum-sync", "average"))
     with pytest.raises(ValueError, match="--period 2 applies to --algorithm localsgd and "
                        "oscars only, not to ssgd"):
-        check_strategy_flags(train_config("--algorithm", "ssgd", "--period", "2"))
+        check_strategy_flags(train_args("--algorithm", "ssgd", "--period", "2"))
 
     @dataclasses.dataclass(frozen=True)
     class Options:
@@ -196,10 +196,10 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     monkeypatch.setitem(ALGORITHMS, "fanout", Fanout)
     assert option_owners()["fanout"][1] == ("fanout",)
     with pytest.raises(ValueError, match="--fanout 3 applies to --algorithm fanout only"):
-        check_strategy_flags(train_config("--algorithm", "ssgd", fanout=3))
-    check_strategy_flags(train_config(algorithm="fanout", fanout=3))
+        check_strategy_flags(train_args("--algorithm", "ssgd", fanout=3))
+    check_strategy_flags(train_args(algorithm="fanout", fanout=3))
     with pytest.raises(ValueError, match="--comm blocking applies to --algorithm ssgd"):
-        check_strategy_flags(train_config("--comm", "blocking", algorithm="fanout"))
+        check_strategy_flags(train_args("--comm", "blocking", algorithm="fanout"))
 
 
 def test_shipped_scenarios_plan_and_a_foreign_flag_is_refused_before_any_launch(tmp_path):

@@ -177,10 +177,11 @@ class Bench:
 
 def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
     """Data shard, model and the two SSGD instances; ``ValueError`` with one line."""
-    # lazy: the three import mpi4py.MPI
+    # lazy: the four import mpi4py.MPI
     from syncbench.algorithms.base import Budget
     from syncbench.algorithms.communicator import Communicator
     from syncbench.algorithms.ssgd import SSGD
+    from syncbench.bench.train.config import default_train_config
 
     if args.untimed_steps < 0:
         raise ValueError(f"--untimed-steps must be >= 0, got {args.untimed_steps}")
@@ -199,8 +200,7 @@ def build_bench(args: argparse.Namespace, comm: Any) -> Bench:
     timer = PhaseTimer()
     communicator = Communicator(comm, timer)
     budget = Budget(args.batch_size * size, args.batch_size, size)
-    sgd = argparse.Namespace(lr=args.lr, momentum=args.momentum, weight_decay=0.0,
-                             wd_exempt=False)
+    sgd = default_train_config(lr=args.lr, momentum=args.momentum, weight_decay=0.0)
     ssgd = {mode: SSGD(model, communicator, sgd, budget,
                        options=SSGD.Options(comm=mode, bucket_mb=args.bucket_mb))
             for mode in ("blocking", "overlap")}

@@ -50,7 +50,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import h5py
 import numpy as np
@@ -58,6 +58,9 @@ import numpy as np
 from syncbench.analysis import schema
 from syncbench.bench.files import ExclusiveLock, LockHeld, WriteError, write_atomic
 from syncbench.bench.mpi.errors import exit_after_grace
+
+if TYPE_CHECKING:
+    from syncbench.bench.train.config import TrainConfig
 
 T = TypeVar("T")
 
@@ -386,7 +389,7 @@ IDENTITY = {"algorithm": "strategy", "model": "model", "dataset": "dataset",
             "total_samples": "sample budget"}
 
 
-def run_identity(config: argparse.Namespace, world_size: int,
+def run_identity(config: TrainConfig, world_size: int,
                  total_samples: int) -> dict[str, Any]:
     """The run's identity recorded with its checkpoints (:data:`IDENTITY`'s keys)."""
     return {"algorithm": config.algorithm, "model": config.model, "dataset": config.dataset,

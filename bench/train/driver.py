@@ -79,6 +79,7 @@ from syncbench.bench.train.checkpoint import (
     write_atomic,
     write_meta,
 )
+from syncbench.bench.train.config import TrainConfig, build_train_config
 from syncbench.bench.train.evaluation import Evaluator, SnapshotKeeper
 from syncbench.bench.train.events import EventLog, on_run_clock
 from syncbench.bench.train.hooks import (
@@ -91,7 +92,6 @@ from syncbench.bench.train.hooks import (
     StopOnSignal,
     StrategyReport,
 )
-from syncbench.bench.train.options import validate_train_config
 from syncbench.bench.train.recorder import StepRecorder, run_summary, write_run_file
 from syncbench.bench.train.slowdown import (
     ModelWork,
@@ -147,7 +147,8 @@ class Training:
     """One rank's live training run: its state (data, model, strategy, records, the
     evaluator and checkpointer, clocks) and the step loop."""
 
-    def __init__(self, config: argparse.Namespace, comm: MPI.Comm) -> None:
+    def __init__(self, config: TrainConfig, comm: MPI.Comm) -> None:
+        #: The run's flags, built and checked once (:func:`build_train_config`).
         self.config = config
         #: The raw MPI communicator of the run (collectives of the driver itself).
         self.world = comm
@@ -193,11 +194,8 @@ class Training:
 
     def setup(self) -> None:
         config = self.config
-        validate_train_config(config, self.size)
         self.slowdowns = parse_slowdown(config.slowdown, self.size)
-        self.slowdown_changes = parse_slowdown_schedule(
-            getattr(config, "slowdown_schedule", None), self.size
-        )
+        self.slowdown_changes = parse_slowdown_schedule(config.slowdown_schedule, self.size)
         try:
             self.backend: Backend = select_backend(config.device, self.local_rank)
         except BackendError as exc:
@@ -205,12 +203,12 @@ class Training:
         # the update phase ends when its kernels have run, not when they are queued
         self.timer.device_sync = self.backend.synchronize if self.backend.is_gpu else None
         self.cuda_aware = self.backend.is_gpu and detect_cuda_aware(
-            getattr(config, "cuda_aware", "auto")).enabled
+            config.cuda_aware).enabled
         #: The strategy's timed communicator (built once, for this backend).
         self.communicator: Communicator = make_communicator(
             self.world, self.timer, self.backend, self.cuda_aware,
-            getattr(config, "cuda_aware_nonblocking", "no") == "yes",
-            EventLog() if getattr(config, "events", "off") == "on" else None)
+            config.cuda_aware_nonblocking == "yes",
+            EventLog() if config.events == "on" else None)
         try:
             self.data: Dataset = load_dataset(
                 config.dataset, config.data_dir,
@@ -236,13 +234,12 @@ class Training:
         self.steps_per_epoch = len(self.data.train_y) // self.size // config.batch_size
         steps = steps_per_rank(config.epochs, len(self.data.train_y), self.size, config.batch_size)
         self.budget = Budget(steps * config.batch_size * self.size, config.batch_size, self.size)
-        if getattr(config, "sync_bn", False):  # SyncBatchNorm: statistics of the global batch
+        if config.sync_bn:  # SyncBatchNorm: statistics of the global batch
             self.model.sync_batchnorm(self.communicator.Allreduce)
         self.algorithm: Strategy = cls(self.model, self.communicator, config, self.budget)
         #: The strategy's not-lock-step protocol (a lock-step strategy's: its lock-step view).
         self.protocol = protocol_of(self.algorithm)
-        self.slowdown_mode = resolve_mode(
-            getattr(config, "slowdown_mode", "auto"), self.ranks_per_node)
+        self.slowdown_mode = resolve_mode(config.slowdown_mode, self.ranks_per_node)
         slowdown = make_slowdown(
             self.slowdowns, self.slowdown_changes, self.rank, self.slowdown_mode,
             work=lambda: ModelWork(build_model(
@@ -367,14 +364,13 @@ class Training:
         self.machine_by_rank = [info.get("machine", "") for info in infos]
         self.root = self.root_attrs(self.host_names, [d for d, _, _, _ in ranks])
         self.root["cuda_aware"] = all(aware for _, aware, _, _ in ranks)
-        self.root.update(machine_attrs(self.host_names, infos,
-                                       getattr(config, "scaling_mode", None)))
+        self.root.update(machine_attrs(self.host_names, infos, config.scaling_mode))
         self.root[schema.TRANSPORT_ATTR] = json.dumps(
             merge_transport_env([env for _, _, _, env in ranks]), sort_keys=True)
         self.root[schema.THREADS_ATTR] = threads.current().threads
         if self.rank == 0:  # the writer's view, from what is known (no subprocess, no probe)
             self.root[schema.ENVIRONMENT_ATTR] = json.dumps(environment.run_facts(
-                self.backend.device, self.data.source, getattr(config, "cuda_aware", "auto")),
+                self.backend.device, self.data.source, config.cuda_aware),
                 sort_keys=True)
         if self.parts is not None and self.rank == 0:
             if config.overwrite and not config.resume:
@@ -636,7 +632,7 @@ class Training:
             "model": config.model,
             "dataset": config.dataset,
             "world_size": self.size,
-            "config": json.dumps(vars(config), sort_keys=True, default=str),
+            "config": json.dumps(config.record(), sort_keys=True, default=str),
             "started_utc": self.started_utc,
             "syncbench_version": package_version(),
             "git_sha": git_sha(),
@@ -759,20 +755,24 @@ def main(args: argparse.Namespace) -> int:
 
     The flags were parsed before MPI started (``cli.main``; mpi4py was imported
     then without initializing MPI); MPI starts here, after the GPU of this
-    rank is made current (``backend.bind_before_mpi``).
+    rank is made current (``backend.bind_before_mpi``). The run's config is built
+    and checked then, for the ranks of the job, once (a bad value: one line from
+    rank 0, every rank exits 2).
     """
     bind_before_mpi(args.device)
-    training = train_run(args, start_mpi())
+    comm = start_mpi()
+    config = agree_on_setup(comm, lambda: build_train_config(args, comm.Get_size()), "train")
+    training = train_run(config, comm)
     # every rank: 128 + the signal that stopped the run, as if it had died of it
     return exit_status(training.stopped_by)
 
 
-def run_training(config: argparse.Namespace, comm: MPI.Comm | None = None) -> dict | None:
+def run_training(config: TrainConfig, comm: MPI.Comm | None = None) -> dict | None:
     """Train once on every rank of ``comm``; returns the summary on rank 0."""
     return train_run(config, comm).summary
 
 
-def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Training:
+def train_run(config: TrainConfig, comm: MPI.Comm | None = None) -> Training:
     """Train once on every rank of ``comm``; the :class:`Training` (``summary`` on rank 0,
     ``stopped_by`` on every rank).
 
@@ -811,7 +811,7 @@ def train_run(config: argparse.Namespace, comm: MPI.Comm | None = None) -> Train
     return training
 
 
-def format_summary(config: argparse.Namespace, world: int, s: dict[str, float]) -> str:
+def format_summary(config: TrainConfig, world: int, s: dict[str, float]) -> str:
     """One fixed-format result line (parseable by scripts): every figure with its unit
     (comm and wait are shares of the wall time, in percent), then where the run file
     was written (with ``--out``)."""

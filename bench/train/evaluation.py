@@ -22,7 +22,6 @@ of :mod:`syncbench.bench.train.hooks`), and off the training clock.
 
 from __future__ import annotations
 
-import argparse
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,7 @@ from syncbench.kernels.backend import Backend
 from syncbench.kernels.zoo import build_model
 
 if TYPE_CHECKING:
+    from syncbench.bench.train.config import TrainConfig
     from syncbench.bench.train.driver import LoopState, Training
 
 
@@ -49,7 +49,7 @@ class Evaluator(Hook):
     evaluation was at the same samples. Owns the evaluation rows.
     """
 
-    def __init__(self, config: argparse.Namespace, data: Dataset, backend: Backend,
+    def __init__(self, config: TrainConfig, data: Dataset, backend: Backend,
                  dtype: np.dtype, rank: int) -> None:
         self.target: float | None = config.target_accuracy
         self.stop: bool = config.stop_at_target
@@ -59,7 +59,7 @@ class Evaluator(Hook):
             config.model, data.input_shape, data.num_classes, backend, dtype
         ) if rank == 0 else None
         #: What is evaluated (``--eval-model``): the consensus model, every rank's own, or both.
-        self.mode: str = getattr(config, "eval_model", "global")
+        self.mode: str = config.eval_model
         #: Every rank's own model and test shard, for ``--eval-model local|both``.
         self.local_model = build_model(
             config.model, data.input_shape, data.num_classes, backend, dtype

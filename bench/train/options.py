@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-from pathlib import Path
+from typing import Any
 
 from syncbench.algorithms.flags import add_option_flags, flag_name
-from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners, validate
+from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners
 from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data.catalog import (
     DATASETS,
@@ -36,7 +35,7 @@ from syncbench.bench.data.catalog import (
 from syncbench.bench.flags import OnOffAsSwitches, switch
 from syncbench.bench.train.slowdown import SLOWDOWN_MODES
 from syncbench.kernels.backend import DEVICES
-from syncbench.kernels.zoo import MODELS, has_batchnorm, model_name
+from syncbench.kernels.zoo import MODELS, model_name
 
 #: ``--events``: recording the collectives costs a few microseconds per call.
 EVENTS_DEFAULT = "off"
@@ -215,21 +214,21 @@ def parse_fault(spec: str) -> tuple[int, int, str, str]:
     return rank, step, phase, mode
 
 
-def check_strategy_flags(config: argparse.Namespace) -> None:
-    """Refuse an option of another strategy than ``--algorithm``'s (``ValueError``, one
-    line naming the flag and the strategies that take it).
+def check_strategy_flags(args: argparse.Namespace) -> None:
+    """Refuse an option of another strategy than ``--algorithm``'s in the parsed flags
+    ``args`` (``ValueError``, one line naming the flag and the strategies that take it).
 
     Which strategy takes which flag is what their ``Options`` declare
     (:func:`~syncbench.algorithms.registry.option_owners`). An option left at its
     default is no error, whoever it belongs to: the parser sets every strategy's, and
     a value equal to the default changes nothing.
     """
-    cls = get_algorithm(config.algorithm)
+    cls = get_algorithm(args.algorithm)
     own = {field.name for field in dataclasses.fields(cls.Options)}
     for key, (field, owners) in option_owners().items():
-        if key in own or not hasattr(config, key):
+        if key in own or not hasattr(args, key):
             continue
-        value = getattr(config, key)
+        value = getattr(args, key)
         if value == field.default or value is field.default:
             continue
         flag = flag_name(field)
@@ -239,10 +238,11 @@ def check_strategy_flags(config: argparse.Namespace) -> None:
                          f"{cls.name}")
 
 
-def check_data_dir(config: argparse.Namespace) -> None:
+def check_data_dir(config: Any) -> None:
     """An explicit ``--data-dir`` must be a folder holding ``--dataset``'s files
-    (``ValueError``, one line): train never falls back to another copy of the data."""
-    data_dir = getattr(config, "data_dir", None)
+    (``ValueError``, one line): train never falls back to another copy of the data.
+    ``config``: the parsed flags or the built ``TrainConfig``."""
+    data_dir = config.data_dir
     if data_dir is None or str(data_dir) == "":
         return
     try:
@@ -260,64 +260,3 @@ def check_launch(config: argparse.Namespace) -> None:
     get_algorithm(config.algorithm)
     check_strategy_flags(config)
     check_data_dir(config)
-
-
-def validate_train_config(config: argparse.Namespace, world_size: int) -> None:
-    """Check flags identically on every rank; ``ValueError`` with one line on a problem."""
-    cls = get_algorithm(config.algorithm)
-    check_strategy_flags(config)
-    check_data_dir(config)
-    checks = [
-        (config.epochs > 0, f"--epochs must be > 0, got {config.epochs}"),
-        (config.batch_size >= 1, f"--batch-size must be >= 1, got {config.batch_size}"),
-        (config.lr > 0, f"--lr must be > 0, got {config.lr}"),
-        (0 <= config.momentum < 1, f"--momentum must be in [0, 1), got {config.momentum}"),
-        (config.weight_decay >= 0, f"--weight-decay must be >= 0, got {config.weight_decay}"),
-        (config.eval_every >= 0, f"--eval-every must be >= 0, got {config.eval_every}"),
-        (config.synthetic_samples >= 1,
-         f"--synthetic-samples must be >= 1, got {config.synthetic_samples}"),
-        (config.target_accuracy is None or 0 < config.target_accuracy <= 1,
-         f"--target-accuracy must be in (0, 1], got {config.target_accuracy}"),
-        (not config.stop_at_target or config.target_accuracy is not None,
-         "--stop-at-target needs --target-accuracy"),
-        (not config.stop_at_target or cls.traits.supports_stop_at_target,
-         f"{cls.name} cannot --stop-at-target: it has no evaluation points during training "
-         "(--target-accuracy alone works)"),
-        (cls.traits.supports_checkpoint or not (config.checkpoint_every or config.resume),
-         f"{cls.name} cannot --checkpoint-every or --resume"),
-        (has_batchnorm(config.model) or not getattr(config, "sync_bn", False),
-         f"--sync-bn: model {config.model} has no BatchNorm layer"),
-        (cls.traits.lock_step or not getattr(config, "sync_bn", False),
-         f"{cls.name} cannot --sync-bn: its ranks do not take their steps together, and "
-         "SyncBatchNorm reduces inside every step"),
-    ]
-    checks += [
-        (config.timeout >= 0, f"--timeout must be >= 0, got {config.timeout}"),
-        (config.flush_every > 0, f"--flush-every must be > 0, got {config.flush_every}"),
-        (config.checkpoint_every >= 0,
-         f"--checkpoint-every must be >= 0, got {config.checkpoint_every}"),
-        (config.out or not (config.checkpoint_every or config.resume),
-         "--checkpoint-every and --resume need --out (state is kept next to the run file)"),
-        (config.inject_fault is None or 0 <= config.inject_fault[0] < world_size,
-         f"--inject-fault: rank outside 0..{world_size - 1}"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ValueError(message)
-    if config.out:
-        out = Path(config.out)
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.is_dir():
-            raise ValueError(f"--out {config.out}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise ValueError(f"--out {config.out}: directory {parent} is not writable")
-        if out.is_dir():
-            raise ValueError(f"--out {config.out} is a folder, not a file")
-        if out.exists() and not config.overwrite and not config.resume:
-            raise ValueError(f"--out {config.out} exists; pass --overwrite to replace it")
-    if config.save_model:
-        parent = Path(config.save_model).parent
-        if not parent.is_dir():
-            raise ValueError(f"--save-model {config.save_model}: directory {parent} does not "
-                             "exist")
-    validate(cls, config, world_size)
