@@ -300,6 +300,9 @@ class Training:
             hook.before_finish(ctx)  # the Evaluator keeps this rank's own final weights
         self.algorithm.finish()
         ctx.train_end = ctx.now()
+        # training time: what the off-clock blocks after this point (a stop checkpoint
+        # in on_end) take is not subtracted from it
+        ctx.train_seconds = ctx.train_end - loop.eval_seconds
         self.cpu_end = cpu_sample(self.local_rank == 0)
         ctx.seen = self.final_samples()
         for hook in hooks:
@@ -309,7 +312,7 @@ class Training:
             self.save_model()
         # each rank's own training time (its off-clock blocks differ: rank 0 commits a
         # checkpoint after the barrier that frees the others), then the longest
-        wall = self.world.allreduce(ctx.train_end - loop.eval_seconds, op=MPI.MAX)
+        wall = self.world.allreduce(ctx.train_seconds, op=MPI.MAX)
         self.root["t_end_unix"] = time.time()
         self.root["load_end"] = _load()
         self.root.update(self.foreign_cpu_attrs())

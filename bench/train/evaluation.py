@@ -88,7 +88,7 @@ class Evaluator(Hook):
 
     def on_end(self, ctx: StepContext) -> None:
         if ctx.seen != ctx.loop.last_eval_seen:  # the same on every rank
-            self.evaluate(ctx.training, ctx.train_end - ctx.loop.eval_seconds, ctx.loop.step,
+            self.evaluate(ctx.training, ctx.train_seconds, ctx.loop.step,
                           ctx.seen)
 
     @staticmethod

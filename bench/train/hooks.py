@@ -70,6 +70,9 @@ class StepContext:
     seen: int | None = None
     #: End of training on this rank's clock (set before ``on_end``).
     train_end: float = math.nan
+    #: Seconds of training at ``train_end``: the run's clock less the off-clock blocks
+    #: before it (the end-of-training evaluation's time, and the run's ``wall_s``).
+    train_seconds: float = math.nan
 
     def now(self) -> float:
         """Seconds on the run's clock (``CLOCK_MONOTONIC`` from time 0)."""
