@@ -26,6 +26,7 @@ import argparse
 import ast
 import contextlib
 import copy
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -130,21 +131,33 @@ ORDER = ("train", "run", "compare", "sweep", "report", "trace", "recover", "comm
 
 @dataclass(frozen=True)
 class Command:
-    """A sub-command: the module of its flags and body, and its line in the command list."""
+    """A sub-command: the module of its flags and body, and where its help comes from."""
 
     module: str
-    help: str
     #: The shipped scenario an old command name stands for (``syncbench run NAME``).
     alias_of: str | None = None
 
+    @functools.cached_property
+    def help(self) -> str:
+        """Its line in the command list: the module's ``HELP``, read from its source (the
+        list imports no command; a command that runs never reads the others')."""
+        if self.alias_of is not None:
+            return f"alias of 'syncbench run {self.alias_of}'"
+        return str(declared(self.module, "HELP") or "")
+
 
 def declared(module: str, name: str) -> object:
-    """The value of the constant ``name`` (``HELP``) that ``module`` assigns, read from
-    its source without importing it (the command list imports no command); None if it
-    assigns none."""
+    """The value of the constant ``name`` that ``module`` assigns at its top, before its
+    first function (``HELP``), read from its source without importing it; None if it
+    assigns none there."""
     spec = importlib.util.find_spec(module)
     source = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
-    for node in ast.parse(source).body:
+    head = source.split("\ndef ", 1)[0]
+    try:
+        tree = ast.parse(head)
+    except SyntaxError:  # the head cut a statement: the whole module
+        tree = ast.parse(source)
+    for node in tree.body:
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return ast.literal_eval(node.value)
@@ -155,13 +168,11 @@ def find_commands() -> dict[str, Command]:
     """Every module of :data:`PACKAGE` as a command (``ssgd_comm`` is ``ssgd-comm``), and
     the :data:`ALIASES`, in :data:`ORDER`."""
     package = importlib.import_module(PACKAGE)
-    found = {info.name.replace("_", "-"): f"{PACKAGE}.{info.name}"
-             for info in pkgutil.iter_modules(package.__path__)
-             if not info.name.startswith("_")}
-    commands = {name: Command(module, str(declared(module, "HELP") or ""))
-                for name, module in found.items()}
-    commands |= {name: Command(f"{PACKAGE}.run", f"alias of 'syncbench run {scenario}'",
-                               scenario) for name, scenario in ALIASES.items()}
+    commands = {info.name.replace("_", "-"): Command(f"{PACKAGE}.{info.name}")
+                for info in pkgutil.iter_modules(package.__path__)
+                if not info.name.startswith("_")}
+    commands |= {name: Command(f"{PACKAGE}.run", scenario)
+                 for name, scenario in ALIASES.items()}
     rank = {name: i for i, name in enumerate(ORDER)}
     return dict(sorted(commands.items(), key=lambda c: (rank.get(c[0], len(ORDER)), c[0])))
 
@@ -202,9 +213,11 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     for name, command in COMMANDS.items():
         module = import_command(name, command.module) if name == selected else None
         doc = (module.__doc__ or "").strip() if module and not command.alias_of else ""
-        # An alias gets no help=: argparse then leaves it out of the command list.
-        listed = {} if command.alias_of else {"help": command.help}
-        sp = sub.add_parser(name, description=plain(doc, module) or command.help, **listed)
+        # An alias gets no help=: argparse then leaves it out of the command list, which
+        # only a parser with no command selected prints (the others never read it).
+        listed = {} if command.alias_of else {"help": command.help if selected is None else ""}
+        described = (plain(doc, module) or command.help) if module is not None else None
+        sp = sub.add_parser(name, description=described, **listed)
         if module is not None and command.alias_of:
             module.add_runner_arguments(sp)  # the runner's flags; the scenario is the alias's
             sp.set_defaults(scenario=command.alias_of)
