@@ -1,9 +1,11 @@
 """The ``syncbench`` command line (also ``python -m syncbench``).
 
-Each sub-command lives in its own module, which provides ``add_arguments``
-(its flags) and ``main`` (its body). Only the module of the command being
-run is imported, so ``syncbench report`` works without MPI and ``--help``
-is instant. Commands marked *passthrough* hand flags they do not know to
+Each sub-command is one module of :mod:`syncbench.bench.commands`, found by
+listing that package (``ssgd_comm.py`` is ``syncbench ssgd-comm``), which provides
+``add_arguments`` (its flags) and ``run`` (its body). Only the module of the
+command being run is imported, so ``syncbench report`` works without MPI and
+``--help`` is instant; the command list reads each module's ``HELP`` from its
+source. Commands marked ``PASSTHROUGH`` hand flags they do not know to
 ``syncbench train`` (one set of training flags for every launcher).
 
 A command's ``--help`` is its module's docstring, so that docstring is written
@@ -21,13 +23,18 @@ status 2 on every rank, with no rank left waiting.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import copy
+import functools
 import importlib
+import importlib.util
+import pkgutil
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from syncbench.bench.flags import Switch
 from syncbench.bench.mpi.errors import CommandParser, fail, folded, launcher_size
@@ -108,68 +115,69 @@ class HelpParser(CommandParser):
         super().__init__(*args, **kwargs)
 
 
+#: The package of the commands, one module each (:mod:`syncbench.bench.commands`).
+PACKAGE = "syncbench.bench.commands"
+
+#: Old command names, each a shipped scenario of ``syncbench run`` (its flags but
+#: SCENARIO, its body): command name -> scenario.
+ALIASES = {"overlap": "overlap", "hetero": "hetero", "asgd-bench": "asgd"}
+
+#: The order of the command list (``syncbench --help``) and of the names an unknown
+#: command's error offers; a command module not named here comes after them, by name.
+ORDER = ("train", "run", "compare", "sweep", "report", "trace", "recover", "comm",
+         "ssgd-comm", "speed", "overlap", "hetero", "asgd-bench", "peers", "simulate",
+         "cluster", "data", "env")
+
+
 @dataclass(frozen=True)
 class Command:
-    """A sub-command: where its flags and body live, and its help."""
+    """A sub-command: the module of its flags and body, and where its help comes from."""
 
     module: str
-    add: str
-    run: str
-    help: str
-    passthrough: bool = False
-    #: Module of the body ``run`` when it is not ``module`` (train: flags in options).
-    body_module: str | None = None
     #: The shipped scenario an old command name stands for (``syncbench run NAME``).
     alias_of: str | None = None
 
+    @functools.cached_property
+    def help(self) -> str:
+        """Its line in the command list: the module's ``HELP``, read from its source (the
+        list imports no command; a command that runs never reads the others')."""
+        if self.alias_of is not None:
+            return f"alias of 'syncbench run {self.alias_of}'"
+        return str(declared(self.module, "HELP") or "")
 
-def _alias(scenario: str) -> Command:
-    """An old command kept as ``syncbench run SCENARIO`` (the runner's flags and body)."""
-    return Command("syncbench.bench.experiment.runner", "add_runner_arguments", "alias",
-                   f"alias of 'syncbench run {scenario}'", passthrough=True, alias_of=scenario)
+
+def declared(module: str, name: str) -> object:
+    """The value of the constant ``name`` that ``module`` assigns at its top, before its
+    first function (``HELP``), read from its source without importing it; None if it
+    assigns none there."""
+    spec = importlib.util.find_spec(module)
+    source = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
+    head = source.split("\ndef ", 1)[0]
+    try:
+        tree = ast.parse(head)
+    except SyntaxError:  # the head cut a statement: the whole module
+        tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    return None
 
 
-COMMANDS: dict[str, Command] = {
-    "train": Command("syncbench.bench.train.options", "add_train_arguments", "main",
-                     "one training run (launch under mpiexec -n N)",
-                     body_module="syncbench.bench.train.driver"),
-    "run": Command("syncbench.bench.experiment.runner", "add_arguments", "main",
-                   "a comparison scenario (demo, hetero, overlap, asgd, peers or a .toml): "
-                   "repeated, randomised runs, then tables", passthrough=True),
-    "compare": Command("syncbench.bench.experiment.commands", "add_compare_arguments",
-                       "compare_main",
-                       "the same training flags under several algorithms, then a table "
-                       "(syncbench run with a scenario made of --algorithms)",
-                       passthrough=True),
-    "sweep": Command("syncbench.bench.experiment.commands", "add_sweep_arguments", "sweep_main",
-                     "strong or weak scaling sweep over rank counts", passthrough=True),
-    "report": Command("syncbench.analysis.report", "add_report_arguments", "report_main",
-                      "tables (and --plots) from run files"),
-    "trace": Command("syncbench.analysis.trace", "add_trace_arguments", "trace_main",
-                     "Chrome/Perfetto trace of every rank's phases"),
-    "recover": Command("syncbench.bench.train.checkpoint", "add_recover_arguments", "recover_main",
-                       "rebuild a partial run file from the rows a crashed run flushed"),
-    "comm": Command("syncbench.bench.micro.comm", "add_arguments", "main",
-                    "OSU-style communication micro-benchmarks (under mpiexec)"),
-    "ssgd-comm": Command("syncbench.bench.micro.ssgd_comm", "add_arguments", "main",
-                         "SSGD's time inside MPI per step vs a bare Allreduce (under mpiexec)"),
-    "speed": Command("syncbench.bench.micro.speed", "add_arguments", "main",
-                     "single-process training-step throughput of the models"),
-    "overlap": _alias("overlap"),
-    "hetero": _alias("hetero"),
-    "asgd-bench": _alias("asgd"),
-    "peers": Command("syncbench.bench.experiment.peers.command", "add_arguments", "main",
-                     "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"),
-    "simulate": Command("syncbench.bench.simulate.cli", "add_arguments", "main",
-                        "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"),
-    "cluster": Command("syncbench.bench.cluster.command", "add_arguments", "main",
-                       "an emulated cluster on this host (root): up, status, mpiexec, down"),
-    "data": Command("syncbench.bench.data.command", "add_arguments", "main",
-                    "dataset files: info (what is found where) or fetch (download)"),
-    "env": Command("syncbench.bench.mpi.environment", "add_arguments", "main",
-                   "what this environment gives a run (MPI library, GPU, datasets, SimGrid, "
-                   "Slurm, threads) and what train would miss"),
-}
+def find_commands() -> dict[str, Command]:
+    """Every module of :data:`PACKAGE` as a command (``ssgd_comm`` is ``ssgd-comm``), and
+    the :data:`ALIASES`, in :data:`ORDER`."""
+    package = importlib.import_module(PACKAGE)
+    commands = {info.name.replace("_", "-"): Command(f"{PACKAGE}.{info.name}")
+                for info in pkgutil.iter_modules(package.__path__)
+                if not info.name.startswith("_")}
+    commands |= {name: Command(f"{PACKAGE}.run", scenario)
+                 for name, scenario in ALIASES.items()}
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return dict(sorted(commands.items(), key=lambda c: (rank.get(c[0], len(ORDER)), c[0])))
+
+
+COMMANDS: dict[str, Command] = find_commands()
 
 
 def _aliases_epilog() -> str:
@@ -205,11 +213,16 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     for name, command in COMMANDS.items():
         module = import_command(name, command.module) if name == selected else None
         doc = (module.__doc__ or "").strip() if module and not command.alias_of else ""
-        # An alias gets no help=: argparse then leaves it out of the command list.
-        listed = {} if command.alias_of else {"help": command.help}
-        sp = sub.add_parser(name, description=plain(doc, module) or command.help, **listed)
-        if module is not None:
-            getattr(module, command.add)(sp)
+        # An alias gets no help=: argparse then leaves it out of the command list, which
+        # only a parser with no command selected prints (the others never read it).
+        listed = {} if command.alias_of else {"help": command.help if selected is None else ""}
+        described = (plain(doc, module) or command.help) if module is not None else None
+        sp = sub.add_parser(name, description=described, **listed)
+        if module is not None and command.alias_of:
+            module.add_runner_arguments(sp)  # the runner's flags; the scenario is the alias's
+            sp.set_defaults(scenario=command.alias_of)
+        elif module is not None:
+            module.add_arguments(sp)
     return parser
 
 
@@ -261,18 +274,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             fail(parser.prog, f"unrecognized arguments: {' '.join(extra)}")
         parser.print_help()  # asked for nothing: the command list, on stdout
         return 0
-    command = COMMANDS[args.command]
-    if extra and not command.passthrough:
+    module = import_command(args.command, COMMANDS[args.command].module)  # imported above
+    passthrough = getattr(module, "PASSTHROUGH", False)
+    if extra and not passthrough:
         fail(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(extra)}")
     if threads is not None:
         with mpi_not_started():
             check_train_flags(args, f"{parser.prog} {args.command}")
         announce(threads)
-    body = getattr(import_command(args.command, command.body_module or command.module),
-                   command.run)
-    if command.alias_of is not None:
-        body = body(command.alias_of, f"{parser.prog} {args.command}")
-    result = body(args, extra) if command.passthrough else body(args)
+    result = module.run(args, extra) if passthrough else module.run(args)
     return int(result or 0)
 
 

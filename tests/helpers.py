@@ -98,11 +98,11 @@ def rank_pid(marker: str, rank: int, wait: float = 30.0) -> int:
 
 def report_cli(*argv: str, capsys) -> tuple[int, str, str]:
     """``syncbench report ARGV`` in this process: (exit status, stdout, stderr)."""
-    from syncbench.analysis.report import add_report_arguments, report_main
+    from syncbench.bench.commands import report as report_command
 
     parser = argparse.ArgumentParser()
-    add_report_arguments(parser)
-    rc = report_main(parser.parse_args(list(argv)))
+    report_command.add_arguments(parser)
+    rc = report_command.run(parser.parse_args(list(argv)))
     out = capsys.readouterr()
     return rc, out.out, out.err
 

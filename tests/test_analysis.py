@@ -33,7 +33,8 @@ from syncbench.analysis.report import (
 )
 from syncbench.analysis.runfile import read_run
 from syncbench.analysis.tables import table_rows
-from syncbench.analysis.trace import add_trace_arguments, parse_steps, trace_events, trace_main
+from syncbench.analysis.trace import parse_steps, trace_events
+from syncbench.bench.commands import trace as trace_command
 from syncbench.bench.train.recorder import write_run_file
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -515,8 +516,8 @@ def test_real_runs_every_plot_is_a_png(real_runs, tmp_path, capsys):
 
 def _trace(run_path: str, out: Path, *extra: str) -> dict:
     parser = argparse.ArgumentParser()
-    add_trace_arguments(parser)
-    assert trace_main(parser.parse_args([run_path, "-o", str(out), *extra])) == 0
+    trace_command.add_arguments(parser)
+    assert trace_command.run(parser.parse_args([run_path, "-o", str(out), *extra])) == 0
     return json.loads(out.read_text())
 
 
@@ -565,12 +566,12 @@ def test_real_trace_steps_cut(real_runs, tmp_path):
 
 def test_trace_bad_input(tmp_path, real_runs, capsys):
     parser = argparse.ArgumentParser()
-    add_trace_arguments(parser)
+    trace_command.add_arguments(parser)
     args = parser.parse_args([real_runs[0], "-o", str(tmp_path / "x.json"), "--steps", "4:2"])
-    assert trace_main(args) == 2
+    assert trace_command.run(args) == 2
     assert "--steps" in capsys.readouterr().err
     args = parser.parse_args([str(tmp_path / "none.h5"), "-o", str(tmp_path / "x.json")])
-    assert trace_main(args) == 2
+    assert trace_command.run(args) == 2
     assert "does not exist" in capsys.readouterr().err
 
 

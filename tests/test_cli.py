@@ -84,6 +84,50 @@ def test_no_command_prints_the_command_list_and_the_aliases_apart():
             assert in_list and command.help.split()[0] in listed and not as_alias, name
 
 
+#: What every command module is asked to import and define (bench/commands/__init__.py).
+_CONTRACT = """
+import importlib, inspect, json, pkgutil
+from syncbench.bench import cli, commands
+found = {}
+with cli.mpi_not_started():
+    for info in pkgutil.iter_modules(commands.__path__):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        run = getattr(module, "run", None)
+        found[info.name.replace("_", "-")] = {
+            "doc": bool((module.__doc__ or "").strip()), "help": getattr(module, "HELP", None),
+            "listed": cli.COMMANDS[info.name.replace("_", "-")].help,
+            "passthrough": getattr(module, "PASSTHROUGH", False),
+            "add": callable(getattr(module, "add_arguments", None)),
+            "run": len(inspect.signature(run).parameters) if callable(run) else None}
+from mpi4py import MPI
+print(json.dumps({"commands": found, "mpi_started": MPI.Is_initialized()}))
+"""
+
+
+def test_every_command_is_one_module_with_its_help_flags_and_body():
+    """One module per command in bench/commands, found by listing the package: its --help
+    (the docstring), its line in the command list (HELP, read from the source without
+    importing it, is the value it defines), add_arguments and run, which takes the flags
+    meant for train when PASSTHROUGH says so. Importing every one, as the parser imports
+    the one it runs, starts no MPI."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", _CONTRACT], capture_output=True, text=True,
+                          timeout=120, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["mpi_started"] is False
+    found = got["commands"]
+    assert set(found) == {n for n, c in COMMANDS.items() if not c.alias_of}
+    assert {"train", "run", "compare", "sweep", "report", "trace", "recover", "comm",
+            "ssgd-comm", "speed", "peers", "simulate", "cluster", "data", "env"} <= set(found)
+    for name, module in found.items():
+        assert module["doc"] and module["add"], name
+        assert isinstance(module["help"], str) and module["help"] == module["listed"], name
+        assert module["run"] == (2 if module["passthrough"] else 1), name
+    assert {n for n, m in found.items() if m["passthrough"]} == {"run", "compare", "sweep"}
+
+
 def _help(*words: str) -> str:
     """The help of ``syncbench WORDS`` (a command, or a command's action), one line."""
     with mpi_not_started():

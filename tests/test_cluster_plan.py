@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from syncbench.bench.cluster import command, launch, slurm
+from syncbench.bench.cluster import actions, launch, slurm
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.state import Cluster, Node
 
@@ -20,13 +20,13 @@ def _args(**kw) -> argparse.Namespace:
 
 
 def _cluster(count: int = 2, **kw) -> Cluster:
-    return command.requested(_args(nodes=count, **kw))
+    return actions.requested(_args(nodes=count, **kw))
 
 
 @pytest.mark.parametrize("rate,expected", [("1gbit", 125e6), ("200mbit", 25e6),
                                            ("100mbps", 100e6), ("1.5Gbit", 187.5e6)])
 def test_rates_are_tc_units(rate, expected):
-    assert command.rate_bytes_per_s(rate) == pytest.approx(expected)
+    assert actions.rate_bytes_per_s(rate) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("flags,words", [
@@ -39,7 +39,7 @@ def test_rates_are_tc_units(rate, expected):
 ])
 def test_bad_layouts_are_one_line(flags, words):
     with pytest.raises(ClusterError) as err:
-        command.requested(_args(**flags))
+        actions.requested(_args(**flags))
     assert words in str(err.value) and "\n" not in str(err.value)
 
 

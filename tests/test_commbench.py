@@ -24,7 +24,7 @@ ITERATIONS = 20
 
 
 def run_comm(np_: int, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [MPIEXEC, "-n", str(np_), sys.executable, "-m", "syncbench.bench.micro.comm", *flags]
+    cmd = [MPIEXEC, "-n", str(np_), sys.executable, "-m", "syncbench", "comm", *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 

@@ -137,8 +137,8 @@ def test_ssgd_overlap_records_every_bucket_of_every_step_and_trace_and_report_sh
     from mpi4py import MPI
 
     from syncbench.analysis.collectives import collective_rows
-    from syncbench.analysis.report import add_report_arguments, report_main
     from syncbench.analysis.trace import trace_events
+    from syncbench.bench.commands import report as report_command
 
     out = _shared_tmp(MPI.COMM_WORLD) / "overlap.h5"
     run, events = _train(out, "--algorithm", "ssgd", "--comm", "overlap", "--events", "on")
@@ -183,8 +183,8 @@ def test_ssgd_overlap_records_every_bucket_of_every_step_and_trace_and_report_sh
     import argparse
 
     parser = argparse.ArgumentParser()
-    add_report_arguments(parser)
-    assert report_main(parser.parse_args([str(out)])) == 0
+    report_command.add_arguments(parser)
+    assert report_command.run(parser.parse_args([str(out)])) == 0
     text = capsys.readouterr().out
     line = next(t for t in text.splitlines() if "| iallreduce |" in t)
     assert f"| {total_steps * buckets} |" in line and "## Collectives" in text

@@ -23,15 +23,14 @@ import pytest
 from syncbench.analysis import schema
 from syncbench.analysis.collectives import read_events
 from syncbench.analysis.packed import PackedRows
-from syncbench.analysis.report import add_report_arguments, report_main
 from syncbench.analysis.runfile import Run, RunFileError, read_run
 from syncbench.analysis.trace import (
     DEFAULT_MAX_RANKS,
-    add_trace_arguments,
     sample_ranks,
     trace_events,
-    trace_main,
 )
+from syncbench.bench.commands import report as report_command
+from syncbench.bench.commands import trace as trace_command
 from syncbench.bench.train.recorder import write_run_file
 
 NAN = float("nan")
@@ -159,12 +158,12 @@ def test_both_layouts_read_into_the_same_run(both):
 
 def test_report_and_trace_are_the_same_from_both_layouts(both, capsys):
     parser = argparse.ArgumentParser()
-    add_report_arguments(parser)
+    report_command.add_arguments(parser)
     outputs = []
     for path in both:
         texts = []
         for fmt in ("md", "json", "csv"):
-            assert report_main(parser.parse_args([path, "--format", fmt, "--per-rank"])) == 0
+            assert report_command.run(parser.parse_args([path, "--format", fmt, "--per-rank"])) == 0
             texts.append(capsys.readouterr().out.replace(path, "RUN"))
         outputs.append(texts)
     assert outputs[0] == outputs[1]
@@ -278,8 +277,8 @@ def _wide_run(path, world_size: int, slow: int) -> str:
 
 def _trace(path: str, out, *extra: str) -> dict:
     parser = argparse.ArgumentParser()
-    add_trace_arguments(parser)
-    assert trace_main(parser.parse_args([path, "-o", str(out), *extra])) == 0
+    trace_command.add_arguments(parser)
+    assert trace_command.run(parser.parse_args([path, "-o", str(out), *extra])) == 0
     return json.loads(out.read_text())
 
 
@@ -326,7 +325,7 @@ def test_rank_sample_keeps_the_first_and_the_slowest_and_fits_the_limit(tmp_path
 def test_trace_rejects_a_negative_max_ranks(tmp_path, capsys):
     path = _wide_run(tmp_path / "w.h5", 4, slow=1)
     parser = argparse.ArgumentParser()
-    add_trace_arguments(parser)
-    assert trace_main(parser.parse_args([path, "-o", str(tmp_path / "t.json"),
+    trace_command.add_arguments(parser)
+    assert trace_command.run(parser.parse_args([path, "-o", str(tmp_path / "t.json"),
                                          "--max-ranks", "-1"])) == 2
     assert "--max-ranks -1: need N >= 0" in capsys.readouterr().err

@@ -344,7 +344,8 @@ def test_peers_plan_alternates_ours_and_the_peer_and_keeps_complete_peer_records
     import argparse
     import json
 
-    from syncbench.bench.experiment.peers.command import add_arguments, plan_cell
+    from syncbench.bench.commands.peers import add_arguments
+    from syncbench.bench.experiment.peers.pairs import plan_cell
     from syncbench.bench.experiment.plan import kept_run
 
     parser = argparse.ArgumentParser()

@@ -18,8 +18,17 @@ import pytest
 from helpers import run_mpi
 from test_ssgd_mpi import serial_large_batch
 
+from syncbench.bench.commands import ssgd_comm as ssgd_comm_command
 from syncbench.bench.data.catalog import load_dataset
 from syncbench.bench.micro import ssgd_comm
+from syncbench.bench.mpi.errors import CommandParser
+
+
+def _parser() -> argparse.ArgumentParser:
+    """``syncbench ssgd-comm``'s parser (one error line, exit status 2)."""
+    parser = CommandParser(prog="syncbench ssgd-comm")
+    ssgd_comm_command.add_arguments(parser)
+    return parser
 
 
 def test_block_figures_and_paired_ratio_by_hand():
@@ -49,13 +58,13 @@ def test_summarize_pairs_rounds_and_keeps_every_block():
 @pytest.mark.parametrize("variants", ["blocking,overlap", "mpi,mpi", "mpi,allgather"])
 def test_variants_must_be_known_distinct_and_include_the_reference(variants, capsys):
     with pytest.raises(SystemExit) as exc:
-        ssgd_comm.build_parser().parse_args(["--variants", variants])
+        _parser().parse_args(["--variants", variants])
     assert exc.value.code == 2
     assert "--variants" in capsys.readouterr().err
 
 
 def _args(*flags: str) -> argparse.Namespace:
-    return ssgd_comm.build_parser().parse_args([
+    return _parser().parse_args([
         "--model", "mlp", "--dataset", "synthetic", "--synthetic-samples", "512",
         "--batch-size", "8", "--dtype", "float64", "--seed", "3", "--bucket-mb", "0.05",
         *flags])

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from syncbench.analysis.runfile import read_run
+from syncbench.bench.commands import sweep as sweep_command
 from syncbench.bench.experiment import sweep
-from syncbench.bench.experiment.commands import add_sweep_arguments, sweep_main, sweep_scenario
+from syncbench.bench.experiment.adhoc import sweep_scenario
 from syncbench.bench.experiment.plan import plan_scaling
 from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.experiment.scaling_table import _report_text
@@ -36,13 +37,13 @@ TRAIN = ["--dataset", "synthetic", "--synthetic-samples", str(SAMPLES), "--epoch
 
 def parse(*flags: str) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser()
-    add_sweep_arguments(parser)
+    sweep_command.add_arguments(parser)
     return parser.parse_known_args(list(flags))
 
 
 def run_sweep(capsys, *flags: str) -> tuple[int, str, dict]:
     args, extra = parse(*flags, "--run-timeout", "60")
-    code = sweep_main(args, extra)
+    code = sweep_command.run(args, extra)
     out = capsys.readouterr().out
     manifest = Path(re.search(r"manifest (\S+)$", out.strip()).group(1))
     return code, out, read_results(manifest)
@@ -53,7 +54,7 @@ def strong(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("strong")
     args, extra = parse("--mode", "strong", "--np", "1,2", "--global-batch", "64",
                         "--out-dir", str(out_dir), "--run-timeout", "60", *TRAIN)
-    code = sweep_main(args, extra)
+    code = sweep_command.run(args, extra)
     return code, out_dir
 
 
@@ -153,7 +154,7 @@ def test_no_run_reports_missing_points(tmp_path, capsys):
 ])
 def test_bad_requests_fail_before_launching(flags, message, tmp_path, capsys):
     args, extra = parse("--out-dir", str(tmp_path), *flags)
-    assert sweep_main(args, extra) == 2
+    assert sweep_command.run(args, extra) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not os.listdir(tmp_path)
@@ -243,7 +244,7 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
     _hand_made(tmp_path / "ssgd-weak-np2-r0.h5", 2, 105.0, 115.0)  # started side by side
     args, extra = parse("--mode", "weak", "--np", "1,2", "--batch-size", "32",
                         "--out-dir", str(tmp_path), "--no-run", "--epochs", "1")
-    assert sweep_main(args, extra) == 0
+    assert sweep_command.run(args, extra) == 0
     out = capsys.readouterr()
     table = out.out[out.out.index("# weak scaling"):]
     for n in (1, 2):
@@ -255,7 +256,7 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
     assert "overlapped another run on the same host" in out.err
     # run one after the other: weak efficiency = wall(N0) / wall(N) = 1 here
     _hand_made(tmp_path / "ssgd-weak-np2-r0.h5", 2, 120.0, 130.0)
-    assert sweep_main(args, extra) == 0
+    assert sweep_command.run(args, extra) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines()
                 if ln.startswith("| ssgd       |   2 |"))
     assert [c.strip() for c in line.strip("|").split("|")][7:9] == ["2.000", "1.000"]

@@ -234,7 +234,8 @@ def test_shipped_scenarios_plan_and_a_foreign_flag_is_refused_before_any_launch(
 def test_peers_gives_its_period_to_local_sgd_alone(tmp_path):
     """syncbench peers' --period is Local SGD's (and the peer's): our SSGD run does not get
     it, so train does not refuse it."""
-    from syncbench.bench.experiment.peers.command import add_arguments, plan_cell
+    from syncbench.bench.commands.peers import add_arguments
+    from syncbench.bench.experiment.peers.pairs import plan_cell
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

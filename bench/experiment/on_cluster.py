@@ -6,7 +6,7 @@ command to fix it, a cluster with another number of nodes or another link
 rate, since the comparison would then be made in another regime than the
 one its header states. A scenario's ``node_speeds`` configurations slow
 nodes by a CPU quota; the runner sets each run's speeds live
-(:func:`syncbench.bench.cluster.command.set_speeds`, what ``syncbench cluster
+(:func:`syncbench.bench.cluster.actions.set_speeds`, what ``syncbench cluster
 speed`` does) so that quota, ``--slowdown-mode work`` and homogeneous runs
 interleave on one cluster, and puts back the speeds it found when it ends.
 Each change reads the state afresh under its lock and writes it back there
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from syncbench.bench.cluster.command import rate_bytes_per_s, set_speeds
+from syncbench.bench.cluster.actions import rate_bytes_per_s, set_speeds
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.state import load
 

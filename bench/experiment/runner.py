@@ -1,34 +1,10 @@
-"""``syncbench run SCENARIO``: one experiment runner for every side-by-side comparison.
+"""The experiment runner behind ``syncbench run``, ``compare`` and ``sweep``: a scenario's
+plan launched one ``syncbench train`` at a time, its results file and its tables.
 
-A scenario file names the runs (label, algorithm, flags, an optional lr
-grid), the shared flags, the slowdowns (the homogeneous configuration is
-added to every heterogeneous scenario), the ranks, the repeats, the target
-accuracy and the headline metric (README.md, "Scenario files"; copy a
-shipped file to write your own). An ``np`` list makes it a scaling scenario
-(strong or weak, as ``syncbench sweep``).
-
-The runner launches one ``mpiexec -n NP syncbench train`` per run, one at a
-time, in a seeded random order within each repeat (seed and order are
-recorded; ``--dry-run`` prints each run's launch line and launches nothing),
-prints one line per run, and writes the run files and
-``results.json`` (scenario, seed, order, machine context, every run's
-figures, per label and configuration the medians with min-max) into
-``--out-dir``. Then it prints, per configuration, the machine context and a
-table: time to the target accuracy and samples/s against the baseline, the
-sync share, accuracy, as median (min-max) over repeats; diverged runs are
-left out of the samples/s medians and never count as faster, overlapped and
-loaded runs are flagged. Heterogeneous configurations add the het/hom
-throughput beside the ceiling sum(1/f)/N and the realised slowdown factor.
-
-Timing claims need at least 5 repeats. Flags the runner does not know go to
-every ``syncbench train`` and come last (``--seed``, ``--out``,
-``--algorithm``, ``--slowdown*`` and ``--target-accuracy`` are the
-runner's: repeat r trains with ``--seed r``). ``--resume`` keeps the complete
-run files of a stopped invocation of the same plan. A run stopped by a
-signal (``complete=False``) is counted but gives no figure; the runner goes
-on and exits 3. SIGINT or SIGTERM to the runner starts no new run, waits for
-the current one, prints and records the tables of the runs that ended and
-exits 128 + the signal; a second signal ends it at once.
+What a user reads of it is ``syncbench run --help``
+(:mod:`syncbench.bench.commands.run`); this module holds the runner's flags, shared by
+the three commands, and the work: :func:`run_scenario` (a comparison) and
+:func:`run_scaling` (a scaling scenario).
 """
 
 from __future__ import annotations
@@ -67,7 +43,6 @@ from syncbench.analysis.report import partial_warning
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.summary import run_diverged
 from syncbench.analysis.tables import table_rows
-from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.launch import launcher_for_runs
 from syncbench.bench.experiment.launch import (
     peer_command,
@@ -99,7 +74,7 @@ from .plan import (
 )
 from .print_tables import comparison_table, hetero_table
 from .results_paths import relative_paths, same_plan
-from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError, describe_shipped, load_scenario
+from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError
 
 RESULTS_NAME = "results.json"
 RESULTS_SCHEMA = "syncbench-results/1"
@@ -220,14 +195,6 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
                         "samples/s of every label against the baseline, per configuration), "
                         "convergence and scaling")
     add_plot_arguments(parser)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``syncbench run``; ``--help`` lists the shipped scenarios."""
-    parser.add_argument("scenario", metavar="SCENARIO",
-                        help="a shipped scenario (below) or the path of a scenario .toml file")
-    add_runner_arguments(parser)
-    parser.epilog = "shipped scenarios:\n" + describe_shipped()
 
 
 def use_cluster(args: argparse.Namespace) -> None:
@@ -923,27 +890,3 @@ def _say_next(scenario: Scenario, plan: list, out_dir: Path, plots: str | None,
     say(f"  {cmd} report {out_dir.as_posix()}/*.h5 --plots {plots or 'plots'}"
         "   # tables and plots of every run")
     say(f"  {cmd} trace {first} -o trace.json   # open in ui.perfetto.dev")
-
-
-def main(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
-    """Body of ``syncbench run``."""
-    try:
-        scenario = load_scenario(args.scenario)
-        use_cluster(args)
-    except (ScenarioError, ClusterError) as exc:
-        return _error("syncbench run", str(exc))
-    return run_scenario(scenario, args, extra or [])
-
-
-def alias(name: str, prog: str) -> Callable[..., int]:
-    """The body of an old command that is now ``syncbench run NAME`` (``prog`` in its errors)."""
-
-    def body(args: argparse.Namespace, extra: Sequence[str] | None = None) -> int:
-        try:
-            scenario = load_scenario(name)
-            use_cluster(args)
-        except (ScenarioError, ClusterError) as exc:
-            return _error(prog, str(exc))
-        return run_scenario(scenario, args, extra or [], prog)
-
-    return body

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from syncbench.bench.cluster.command import RATE
+from syncbench.bench.cluster.actions import RATE
 from syncbench.bench.data.catalog import DATASETS, DatasetError, find_dataset_dir
 from syncbench.bench.train.slowdown import parse_factor
 

@@ -1,35 +1,6 @@
-"""``syncbench ssgd-comm``: SSGD's time inside MPI per step against a bare Allreduce.
-
-Run it under mpiexec -n N. SSGD's communication overhead is the time a
-training step spends inside MPI (comm + wait: posting, polling and completing
-the gradient reduction) over what MPI itself needs to reduce the same bytes on
-the same ranks. Both are measured in one job, interleaved in rounds, so that
-they share the machine's conditions (the cost of one Allreduce drifts on a
-shared machine: figures of separate jobs do not compare). Variants, each run
-for --block-steps steps per round:
-
-  mpi       the reference: SSGD's forward, backward and update on the same
-            batches, with one bare in-place MPI Allreduce of the gradient
-            between two MPI_Wtime calls where SSGD reduces it;
-  blocking  SSGD --comm blocking (one Allreduce through its communicator);
-  overlap   SSGD --comm overlap (an Iallreduce per --bucket-mb bucket, started
-            during backward and polled between layers);
-  tight     the bare Allreduce back to back (syncbench comm --check-raw's loop);
-  osu       the bare Allreduce timed alone, then an untimed barrier (OSU);
-  spin      the bare Allreduce after busy-waiting outside MPI for the median
-            forward and backward time of mpi so far: the rhythm, no memory traffic.
-
-Every training variant shares one model and optimizer (one SSGD trajectory).
-A round runs each variant once, in an order rotated from round to round, each
-block after one untimed step; --blocks rounds follow --untimed-steps untimed
-steps of each variant. Per step, last is the smallest time inside MPI of any
-rank (the last rank to arrive waits for no one: the reduction's own cost),
-mean the mean over ranks; a block's figure is the mean over its steps, a
-column the median over rounds, and last/mpi (last/tight) the median over
-rounds of the block's last over the same round's mpi (tight) block. tight and
-osu are no reference: back-to-back calls pipeline and a barrier hands every
-rank to MPI at once, while a step reaches its reduction from compute. Rows
-start with two spaces, one token per column; --out FILE.json writes every figure.
+"""The measurement behind ``syncbench ssgd-comm`` (its command line and what it measures:
+:mod:`syncbench.bench.commands.ssgd_comm`): SSGD's variants interleaved in blocks on
+one trajectory, their time inside MPI per step, and the figures of rank 0.
 """
 
 from __future__ import annotations
@@ -38,7 +9,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,63 +17,15 @@ import numpy as np
 from syncbench.algorithms.timing import PhaseTimer
 from syncbench.bench.data.catalog import DatasetError, load_dataset
 from syncbench.bench.files import write_atomic
-from syncbench.bench.flags import add_json_out, check_json_out, renamed
+from syncbench.bench.flags import check_json_out
 from syncbench.bench.micro.comm import time_loop
 from syncbench.bench.micro.output import check_writable_parent
-from syncbench.bench.mpi.errors import CommandParser
 from syncbench.bench.train.stream import BatchStream
 from syncbench.kernels.backend import select_backend
 from syncbench.kernels.zoo import build_model
 
 VARIANTS = ("mpi", "blocking", "overlap", "tight", "osu", "spin")
 REFERENCE = "mpi"
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
-def _variants(text: str) -> list[str]:
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown or REFERENCE not in names or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(
-            f"expected distinct names from {','.join(VARIANTS)} including {REFERENCE} "
-            f"(the reference), got {text!r}")
-    return names
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``syncbench ssgd-comm``."""
-    # lazy: both import mpi4py.MPI, which importing this module must not (cli.py)
-    from syncbench.algorithms.ssgd import bucket_mb_arg
-    from syncbench.bench.train.options import add_model_and_data_arguments
-
-    add_model_and_data_arguments(parser)
-    parser.add_argument("--batch-size", type=_positive_int, default=64,
-                        help="per-rank batch (default 64)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
-                        help="parameter and gradient precision (default float32)")
-    parser.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
-    parser.add_argument("--momentum", type=float, default=0.9, help="momentum (default 0.9)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of init, sharding, order")
-    parser.add_argument("--bucket-mb", type=bucket_mb_arg, default="auto",
-                        help="SSGD overlap bucket size in MB, or auto (default, as train: a "
-                        "quarter of the model's gradient, at most 25 MB)")
-    parser.add_argument("--variants", type=_variants, default=list(VARIANTS),
-                        help=f"comma-separated, must include {REFERENCE} "
-                        f"(default {','.join(VARIANTS)})")
-    parser.add_argument("--blocks", type=_positive_int, default=10,
-                        help="rounds; every variant runs one block per round (default 10)")
-    parser.add_argument("--block-steps", type=_positive_int, default=20,
-                        help="timed steps (iterations) per block (default 20)")
-    # --warmup-steps is OD-SGD's flag in train; the old spelling here is kept as an alias
-    renamed(parser, ("--warmup-steps",), "--untimed-steps", dest="untimed_steps", type=int,
-            default=5, help="untimed steps of each variant before the first round (default 5)")
-    add_json_out(parser, "every figure (rank 0)")
 
 
 # -- the measured loop (every rank) ---------------------------------------------
@@ -313,24 +235,3 @@ def run(args: argparse.Namespace, comm: Any) -> dict[str, Any] | None:
         write_atomic(args.json, json.dumps(result, indent=1).encode())
         print(f"# figures -> {args.json}", flush=True)
     return result
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run on ``MPI.COMM_WORLD``; 0 on success, 2 on a setup error."""
-    from syncbench.bench.mpi.runtime import run_on_world  # lazy: imports mpi4py.MPI
-
-    return run_on_world(lambda comm: run(args, comm))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser (``python -m syncbench.bench.micro.ssgd_comm``): one error line."""
-    parser = CommandParser(
-        prog="syncbench ssgd-comm",
-        description="SSGD's time inside MPI per step against a bare Allreduce; run under "
-        "mpiexec.")
-    add_arguments(parser)
-    return parser
-
-
-if __name__ == "__main__":
-    sys.exit(main(build_parser().parse_args()))

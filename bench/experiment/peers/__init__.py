@@ -14,10 +14,10 @@ the same data shards, batches and step counts as ``syncbench train``:
 BatchNorm's running statistics stay per rank under DDP (no buffer broadcast)
 and are averaged with the parameters under Local SGD.
 
-:mod:`syncbench.bench.experiment.peers.command` (``syncbench peers``) plans
-ours and the peer alternately, runs them with the experiment runner and
-prints the throughput ratios (``--speed``: one process's training step, ours
-against PyTorch's). PyTorch is an optional
-dependency (``pip install 'syncbench[peers]'``); nothing here imports it at
+:mod:`syncbench.bench.experiment.peers.pairs` (``syncbench peers``,
+:mod:`syncbench.bench.commands.peers`) plans ours and the peer alternately, runs
+them with the experiment runner and prints the throughput ratios (``--speed``: one
+process's training step, ours against PyTorch's). PyTorch is an optional dependency
+(``pip install 'syncbench[peers]'``); nothing here imports it at
 package import time.
 """

@@ -21,28 +21,22 @@ simulation".
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import sys
 
 # syncbench's parser imports this module with MPI not started
 # (``bench.cli.mpi_not_started``), so the strategies' modules do not initialise MPI.
 from syncbench.algorithms.flags import add_option_flags
-from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, validate
-from syncbench.analysis.output_paths import check_output_file
-from syncbench.bench.files import WriteError
+from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.bench.flags import OnOffAsSwitches, renamed
 from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments
 from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS
 from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid
-from syncbench.bench.simulate.inputs import build_platform, build_workload, steps_per_rank
 from syncbench.bench.simulate.platform import KINDS
-from syncbench.bench.simulate.run import simulate
+from syncbench.bench.simulate.single import run_single
 from syncbench.bench.simulate.strategies import simulated_strategies
-from syncbench.bench.simulate.ticker import Ticker
 from syncbench.bench.simulate.validate import validate_main
-from syncbench.bench.simulate.workload import parse_stragglers
-from syncbench.bench.train.slowdown import parse_slowdown
+
+HELP = "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,22 +113,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_option_flags(OnOffAsSwitches(group), cls.Options, seen)  # on/off options: --x/--no-x
 
 
-#: The most ranks ``--np`` takes (the largest platforms the simulator is built for).
-MAX_RANKS = 16_384
-
-
 def _fail(message: str) -> int:
     print(f"syncbench simulate: error: {message}", file=sys.stderr)
     return 2
 
 
-def check_strategy(args: argparse.Namespace, n: int) -> None:
-    """The strategy's own checks of its flags at ``n`` ranks, and ``--slowdown``'s."""
-    validate(get_algorithm(args.algorithm), args, n)
-    parse_slowdown(args.slowdown, n)
-
-
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Body of ``syncbench simulate``: 0 on success, 2 on bad input or without SimGrid."""
     try:
         load_simgrid()
@@ -143,41 +127,6 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.validate:
             return validate_main(args)
-        return simulate_main(args)
+        return run_single(args)
     except ValueError as exc:
         return _fail(str(exc))
-
-
-def simulate_main(args: argparse.Namespace) -> int:
-    """One simulation of the flags' strategy at ``--np`` ranks; prints its one-line summary."""
-    n = args.np
-    if not 1 <= n <= MAX_RANKS:
-        raise ValueError(f"--np {n} is outside 1..{MAX_RANKS} (the simulated ranks)")
-    if args.out:  # before the simulation, which may take minutes: as train checks --out
-        check_output_file("--out", args.out)
-        if os.path.exists(args.out) and not args.overwrite:
-            raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it")
-    if args.phase_cache:  # read and rewritten after the simulation
-        check_output_file("--phase-cache", args.phase_cache)
-    spec, xml = build_platform(args)
-    workload = build_workload(args)
-    steps = steps_per_rank(args, workload, n)
-    check_strategy(args, n)
-    stragglers = parse_stragglers(args.stragglers)
-    # a terminal gets a progress line while SimGrid runs (a pipe or a test gets none)
-    ticker = (Ticker("syncbench simulate", f"{args.algorithm} at {n} ranks, {steps} steps")
-              if sys.stderr.isatty() else None)
-    try:
-        result = simulate(args, [(args, n, steps)], spec, xml, workload, stragglers,
-                          ticker)[0]
-    except WriteError as exc:  # the folder changed during the simulation
-        raise ValueError(str(exc)) from None
-    summary = result.summary
-    flows_per_s = result.flows / result.sim_wall_s if result.sim_wall_s > 0 else math.nan
-    out = f" -> {args.out}" if args.out else ""
-    print(f"{args.algorithm} {workload.name} np={n} simulated on {spec.kind}: "
-          f"{summary['samples_per_s']:.1f} samples/s  wall {summary['wall_s']:.4g}s (simulated)  "
-          f"comm {summary['comm_fraction']:.3f}  wait {summary['wait_fraction']:.3f}  "
-          f"simulation {result.sim_wall_s:.2f}s wall, {result.flows} flows "
-          f"({flows_per_s:.0f} flows/s){out}")
-    return 0

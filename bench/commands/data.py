@@ -19,6 +19,8 @@ from syncbench.bench.data.fetch import fetch_dataset
 from syncbench.bench.data.provenance import data_attrs
 from syncbench.bench.flags import renamed
 
+HELP = "dataset files: info (what is found where) or fetch (download)"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``info NAME`` and ``fetch NAME``, each a parser of its own (its own ``--help``)."""
@@ -50,7 +52,8 @@ def check_dest(dest: str) -> None:
         raise DatasetError(str(exc)) from None
 
 
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Body of ``syncbench data``: the action; 2 when the dataset cannot be had."""
     try:
         if args.action == "fetch":
             check_dest(args.dest)
