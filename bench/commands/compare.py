@@ -32,6 +32,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.bench.experiment.adhoc import COMPARE, unknown_algorithms
 from syncbench.bench.experiment.runner import add_runner_arguments, run_scenario
 from syncbench.bench.experiment.scenario import ScenarioError, parse_scenario
@@ -56,8 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     """Body of ``syncbench compare``."""
-    from syncbench.algorithms.registry import ALGORITHMS  # lazy: imports mpi4py.MPI
-
     names = list(dict.fromkeys(a.strip() for a in args.algorithms.split(",") if a.strip()))
     problem = unknown_algorithms(names, ALGORITHMS) if names else "--algorithms is empty"
     if problem:

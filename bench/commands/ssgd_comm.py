@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import argparse
 
+from syncbench.algorithms.reducers.buckets import bucket_mb_arg
 from syncbench.bench.flags import add_json_out, renamed
 from syncbench.bench.micro import ssgd_comm as bench
 from syncbench.bench.micro.ssgd_comm import REFERENCE, VARIANTS
+from syncbench.bench.train.options import add_model_and_data_arguments
 
 HELP = "SSGD's time inside MPI per step vs a bare Allreduce (under mpiexec)"
 
@@ -62,10 +64,6 @@ def _variants(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench ssgd-comm``."""
-    # lazy: both import mpi4py.MPI, which importing this module must not
-    from syncbench.algorithms.ssgd import bucket_mb_arg
-    from syncbench.bench.train.options import add_model_and_data_arguments
-
     add_model_and_data_arguments(parser)
     parser.add_argument("--batch-size", type=_positive_int, default=64,
                         help="per-rank batch (default 64)")

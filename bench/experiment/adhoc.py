@@ -10,6 +10,8 @@ import argparse
 import difflib
 from collections.abc import Sequence
 
+from syncbench.algorithms.registry import ALGORITHMS
+
 from .scenario import ScenarioError
 
 COMPARE = "syncbench compare"
@@ -56,8 +58,6 @@ def sweep_scenario(args: argparse.Namespace) -> dict:
     if not algorithms:
         raise ScenarioError("--algorithms is empty")
     if not getattr(args, "simulate", False):  # simulate checks its own --algorithm
-        from syncbench.algorithms.registry import ALGORITHMS  # lazy: imports mpi4py.MPI
-
         if problem := unknown_algorithms(algorithms, ALGORITHMS):
             raise ScenarioError(problem)
     if args.repeats < 1:

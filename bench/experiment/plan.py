@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.bench.train.options import add_train_arguments
 
 from .scenario import (
     OUT_DIR_FILES,
@@ -125,8 +126,6 @@ class _Raising(argparse.ArgumentParser):
 def train_parser() -> argparse.ArgumentParser:
     """``syncbench train``'s parser (no abbreviations, as train's own), raising
     :class:`ScenarioError` on a bad flag."""
-    from syncbench.bench.train.options import add_train_arguments  # lazy: imports mpi4py.MPI
-
     parser = _Raising(prog="syncbench train", add_help=False, allow_abbrev=False)
     add_train_arguments(parser)
     return parser

@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.bench.cluster.actions import RATE
 from syncbench.bench.data.catalog import DATASETS, DatasetError, find_dataset_dir
 from syncbench.bench.train.slowdown import parse_factor
@@ -379,8 +380,6 @@ def _lr_grid(value: Any, where: str) -> list[float]:
 
 
 def _entries(data: dict, top_grid: list[float] | None) -> list[RunEntry]:
-    from syncbench.algorithms.registry import ALGORITHMS  # lazy: imports mpi4py.MPI
-
     runs = data.get("run")
     _require(isinstance(runs, list) and runs and all(isinstance(r, dict) for r in runs),
              "needs at least one [[run]] table (label, algorithm, optional flags and lr_grid)")

@@ -20,6 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.device_buffers import (
+    DeviceCommunicator,
+    copy_to_device,
+    copy_to_host,
+    detect_cuda_aware,
+    host_empty,
+)
+from syncbench.algorithms.timing import NullTimer
 from syncbench.bench.files import write_atomic
 from syncbench.bench.micro.output import check_writable_parent
 from syncbench.kernels.backend import Backend, BackendError, select_backend
@@ -120,11 +128,6 @@ class Buffers:
     def communicator(self, comm: Any) -> Any:
         """Training's GPU communicator over ``comm`` (one per communicator), untimed:
         staged through pinned mirrors unless direct (CUDA-aware, nonblocking calls too)."""
-        from syncbench.algorithms.device_buffers import (  # lazy: imports mpi4py.MPI
-            DeviceCommunicator,
-        )
-        from syncbench.algorithms.timing import NullTimer
-
         if id(comm) not in self._comms:
             direct = not self.staged
             self._comms[id(comm)] = DeviceCommunicator(comm, NullTimer(), self.backend,
@@ -135,11 +138,6 @@ class Buffers:
     def mpi(self, a: Any, send: bool = True) -> Any:
         if not self.staged:
             return a
-        from syncbench.algorithms.device_buffers import (  # lazy: imports mpi4py.MPI
-            copy_to_host,
-            host_empty,
-        )
-
         host = self._host.get(id(a))
         if host is None:
             host = self._host[id(a)] = host_empty(self.backend, a.shape, a.dtype)
@@ -149,10 +147,6 @@ class Buffers:
 
     def back(self, a: Any, host: Any) -> None:
         if self.staged:
-            from syncbench.algorithms.device_buffers import (  # lazy: imports mpi4py.MPI
-                copy_to_device,
-            )
-
             copy_to_device(self.backend, host, a)
 
 
@@ -530,8 +524,6 @@ def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
     local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
     aware = args.cuda_aware == "yes"
     if args.cuda_aware == "auto" and args.buffer == "cupy":
-        from syncbench.algorithms.device_buffers import detect_cuda_aware  # lazy: mpi4py.MPI
-
         aware = detect_cuda_aware("auto").enabled
     bufs = make_buffers(args.buffer, aware, local_rank)
     return kept, bufs

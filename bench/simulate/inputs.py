@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from syncbench.algorithms.base import steps_per_rank as epoch_steps
 from syncbench.bench.simulate import platform as pf
 from syncbench.bench.simulate import workload as wl
 
@@ -57,9 +58,6 @@ def build_workload(args: argparse.Namespace) -> wl.Workload:
 
 def steps_per_rank(args: argparse.Namespace, workload: wl.Workload, n: int) -> int:
     """Steps per rank: ``--steps``, or ``--epochs`` over the workload's dataset as train counts."""
-    # lazy: syncbench.algorithms imports mpi4py.MPI, which starts MPI
-    from syncbench.algorithms.base import steps_per_rank as epoch_steps
-
     if args.steps is not None and args.epochs is not None:
         raise ValueError("give --steps or --epochs, not both")
     if args.epochs is not None:

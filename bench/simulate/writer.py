@@ -34,8 +34,10 @@ from typing import Any
 import h5py
 import numpy as np
 
+from syncbench.algorithms.registry import get_algorithm
 from syncbench.analysis import schema
 from syncbench.bench.mpi.provenance import git_sha, package_version
+from syncbench.bench.train.recorder import write_run_file
 
 #: Most hosts whose names (and rank counts) a run file lists in root attributes.
 MAX_LISTED_NODES = 2048
@@ -70,10 +72,6 @@ def write_simulated_run(path: str, *, algorithm: str, world_size: int, config: d
     ``algorithm`` is a registered strategy's name: the file carries its traits
     (``schema.TRAITS_ATTR``), as a trained run's does.
     """
-    # lazy: both import syncbench.algorithms, whose modules import mpi4py.MPI (starts MPI)
-    from syncbench.algorithms.registry import get_algorithm
-    from syncbench.bench.train.recorder import write_run_file
-
     hosts, names = node_attrs(world_size, ranks_per_node, host_names)
     root = {
         "algorithm": algorithm,

@@ -47,6 +47,7 @@ import numpy as np
 
 from syncbench.bench.data.catalog import DATASETS, load_dataset
 from syncbench.bench.files import write_atomic
+from syncbench.bench.micro.speed import SHAPES
 from syncbench.bench.train.stream import BatchStream
 
 #: The peer each of our algorithms is compared with.
@@ -378,8 +379,6 @@ def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
     """
     import torch  # lazy: PyTorch is optional (syncbench[peers])
     from torch.nn import functional as F
-
-    from syncbench.bench.micro.speed import SHAPES  # lazy: imports mpi4py.MPI
 
     shape = SHAPES.get(model_name, (1, 28, 28))
     torch.set_num_threads(threads)
