@@ -1,20 +1,7 @@
-"""``syncbench train``: one training run on every rank of the job (its flags, checked).
-
-Launch it under ``mpiexec -n N`` (or ``srun``). Every rank trains the model of
-``--model`` on its shard of ``--dataset`` with the synchronization strategy of
-``--algorithm`` until the sample budget (``--epochs`` passes over the training
-set) is consumed, timing every step by phase (compute, communication, waiting);
-the consensus model is evaluated on the test split every ``--eval-every``
-epochs. Rank 0 writes every rank's timings and the evaluations to one HDF5 run
-file (``--out``), which ``syncbench report`` and ``syncbench trace`` read.
-
-``--slowdown`` slows chosen ranks (a heterogeneous cluster on one machine);
-``--timeout`` ends a job whose ranks stop making progress; a crashed run keeps
-its rows next to ``--out`` (``syncbench recover``), and ``--checkpoint-every``
-with ``--resume`` continues it. A bad flag ends every rank before MPI starts,
-with one line and exit status 2. ``run``, ``compare`` and ``sweep`` hand the
-flags they do not know to every ``syncbench train`` they launch.
-"""
+"""``syncbench train``'s flags: the run, the optimization, every strategy's options
+(generated from their ``Options``), and the checks of a flag against the strategy it
+was given with. The typed configuration they become is ``bench/train/config.py``;
+the command's help is ``bench/commands/train.py``'s."""
 
 from __future__ import annotations
 
