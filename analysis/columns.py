@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import cells, fairness, hidden_comm
 from .numbers import NAN, finite, ratio, sum_finite
-from .schema import FINAL_LOCAL_ACCURACY, PHASES, REPORT_KEYS
+from .schema import (
+    DATA_SHA256_ATTR,
+    DATA_SOURCE_ATTR,
+    FINAL_LOCAL_ACCURACY,
+    PHASES,
+    REPORT_KEYS,
+)
 
 if TYPE_CHECKING:
     from .run_metrics import RunFacts
@@ -208,6 +214,12 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     add(Column("repeats", lambda f: 1, "{:d}", merge=len, tables={"runs": "repeats"}))
     add(Column("model", lambda f: f.run.model, merge=merge_labels))
     add(Column("dataset", lambda f: f.run.dataset, merge=merge_labels))
+    # where the data came from and its content hash (data_record.py): a group of repeats
+    # over different data shows every value
+    add(Column("data_source", lambda f: f.run.attrs.get(DATA_SOURCE_ATTR) or None,
+               merge=merge_labels))
+    add(Column("data_sha256", lambda f: f.run.attrs.get(DATA_SHA256_ATTR) or None,
+               merge=merge_labels))
     add(Column("samples", lambda f: f.samples, "{:d}"))
     add(Column("steps", lambda f: f.steps, "{:d}"))
     add(Column("samples_per_s_per_rank",

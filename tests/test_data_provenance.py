@@ -7,8 +7,10 @@ the two-rank run takes seconds.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -149,3 +151,11 @@ def test_the_run_file_records_the_data_train_read_and_report_shows_it(tmp_path):
     section = report.stdout.split("## Data read", 1)[1]
     assert f"mnist from {(tmp_path / 'data' / 'mnist').resolve()} (4 files), " \
            f"sha256 {whole} (1 run)" in section
+    # the machine-readable tables carry it too, per run
+    for fmt in ("json", "csv"):
+        table = _syncbench("report", str(out), "--format", fmt)
+        assert table.returncode == 0, table.stderr
+        rows = (json.loads(table.stdout) if fmt == "json"
+                else list(csv.DictReader(io.StringIO(table.stdout))))
+        assert rows[0]["data_sha256"] == whole, fmt
+        assert rows[0]["data_source"] == str((tmp_path / "data" / "mnist").resolve()), fmt
