@@ -50,10 +50,13 @@ def average_over_ranks(core: Any, buf: Any) -> None:
 
 
 def sync_momentum(core: Any, mode: str) -> None:
-    """Apply ``--momentum-sync`` to the local optimizer's velocity at an averaging:
-    ``keep`` it, ``zero`` it, or replace it by its ``average`` over the ranks."""
-    velocity = core.optimizer.velocity
+    """Apply ``--momentum-sync`` to the local optimizer's moments at an averaging (momentum
+    SGD's velocity; AdamW's two moments, since a first moment averaged over a second
+    that is not divides other ranks' gradients by this rank's scale): ``keep`` them,
+    ``zero`` them (``optimizer.reset_moments``), or replace each by its ``average``
+    over the ranks (one blocking ``Allreduce`` per moment)."""
     if mode == "zero":
-        velocity[...] = 0
+        core.optimizer.reset_moments()
     elif mode == "average":
-        average_over_ranks(core, velocity)
+        for moment in core.optimizer.moments:
+            average_over_ranks(core, moment)
