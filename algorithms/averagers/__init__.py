@@ -14,6 +14,9 @@ averager                             when, and what travels                     
 ``adaptive.AdaptiveAverager``        per-rank local steps from every rank's speed:    Oscars
                                      one packed ``Iallreduce`` of weighted deltas,
                                      speeds and step counts per round
+``pseudo_gradient.                   every H local steps: a blocking ``Allreduce``    SlowMo,
+PseudoGradientAverager``             of the deltas from the anchor, then an outer     DiLoCo
+                                     optimizer step on the anchor
 ==================================  ===============================================  ========
 
 What becomes of the momentum buffers at an averaging (``--momentum-sync``) is
