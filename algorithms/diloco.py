@@ -22,14 +22,23 @@ A composition of the inner optimizer
 (:class:`~syncbench.algorithms.averagers.pseudo_gradient.PseudoGradientAverager`) and
 the outer optimizer (:class:`~syncbench.algorithms.outer.sgd.OuterSGD`, Nesterov).
 Evaluation points and checkpoints are warm-up steps and round boundaries.
+
+Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): ``--fragments P``
+``--overlap-steps tau`` ``--mix alpha`` sync the model in P fragments of whole layers at
+staggered steps, each fragment's ``Iallreduce`` overlapped with tau inner steps and
+merged by alpha (:class:`~syncbench.algorithms.averagers.streaming.StreamingAverager`);
+its evaluation points are the steps with no fragment in flight, where the global model
+is evaluated. Quantized pseudo-gradients are not implemented.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from syncbench.algorithms.averagers.pseudo_gradient import PseudoGradientAverager
+from syncbench.algorithms.averagers.streaming import StreamingAverager
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
 from syncbench.algorithms.localsgd import local_step
@@ -57,6 +66,14 @@ class DiLoCo(Strategy):
         sync_warmup: int = option(
             0, "DiLoCo: synchronous steps (Allreduce of the gradient, as SSGD) before the "
             "first round")
+        fragments: int = option(
+            1, "Streaming DiLoCo P: fragments of whole layers, synced in turn every H/P steps")
+        overlap_steps: int = option(
+            0, "Streaming DiLoCo tau: inner steps a fragment's Iallreduce overlaps "
+            "(< --inner-steps // --fragments)")
+        mix: float = option(
+            0.0, "Streaming DiLoCo alpha: a synced fragment becomes alpha * local + "
+            "(1 - alpha) * global")
 
         def __post_init__(self) -> None:
             checks = [
@@ -65,16 +82,38 @@ class DiLoCo(Strategy):
                 (0 <= self.outer_momentum < 1,
                  f"--outer-momentum must be in [0, 1), got {self.outer_momentum}"),
                 (self.sync_warmup >= 0, f"--sync-warmup must be >= 0, got {self.sync_warmup}"),
+                (self.fragments >= 1, f"--fragments must be >= 1, got {self.fragments}"),
+                (self.fragments <= self.inner_steps,
+                 f"--fragments {self.fragments} must be <= --inner-steps {self.inner_steps}"),
+                (0 <= self.overlap_steps < self.inner_steps // self.fragments,
+                 f"--overlap-steps must be in [0, --inner-steps // --fragments = "
+                 f"{self.inner_steps // self.fragments}), got {self.overlap_steps}"),
+                (0 <= self.mix <= 1, f"--mix must be in [0, 1], got {self.mix}"),
             ]
             for ok, message in checks:
                 if not ok:
                     raise ValueError(message)
 
+        @property
+        def streaming(self) -> bool:
+            """Fragments, overlap or mixing: Streaming DiLoCo's averager."""
+            return self.fragments > 1 or self.overlap_steps > 0 or self.mix > 0
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         options = self.options
-        outer = OuterSGD(options.outer_lr, options.outer_momentum, True, self.model.params)
-        self.averager = PseudoGradientAverager(self, options.inner_steps, "keep", outer)
+
+        def outer(like: Any) -> OuterSGD:
+            return OuterSGD(options.outer_lr, options.outer_momentum, True, like)
+
+        self.averager: PseudoGradientAverager | StreamingAverager
+        if options.streaming:  # points between fragments' syncs: no reduction between them
+            self.traits = dataclasses.replace(DiLoCo.traits, stop_vote_lag=2)
+            self.averager = StreamingAverager(self, options.inner_steps, options.fragments,
+                                              options.overlap_steps, options.mix, outer)
+        else:
+            self.averager = PseudoGradientAverager(self, options.inner_steps, "keep",
+                                                   outer(self.model.params))
         self.warmup = BlockingAllreduce(self)
         self.run_attributes["warmup_steps"] = options.sync_warmup
 
@@ -91,17 +130,46 @@ class DiLoCo(Strategy):
             if not self.in_warmup():
                 self.averager.begin()
             return StepStats(loss=loss, samples=int(x.shape[0]))
+        averager = self.averager
+        if isinstance(averager, StreamingAverager):
+            if not averager.started:
+                averager.begin()  # no warm-up
+            loss = local_step(self, x, y, poll=self.comm.poll if averager.in_flight() else None)
+            self.steps_taken += 1
+            stats = StepStats(loss=loss, samples=int(x.shape[0]),
+                              local_steps=averager.period, round=averager.round)
+            averager.after_step(last=self.done())
+            return stats
         loss = local_step(self, x, y)
         self.steps_taken += 1
-        averager = self.averager
         stats = StepStats(loss=loss, samples=int(x.shape[0]), local_steps=averager.round_len,
                           round=averager.round)
         averager.after_step()
         return stats
 
     def evaluation_point(self) -> int | None:
-        """Global samples after a warm-up step or at a round boundary, else None."""
-        return None if self.averager.round_steps else super().evaluation_point()
+        """Global samples after a warm-up step or at a round boundary (streamed: at a step
+        with no fragment in flight), else None."""
+        averager = self.averager
+        if isinstance(averager, StreamingAverager):
+            return None if averager.in_flight() else super().evaluation_point()
+        return None if averager.round_steps else super().evaluation_point()
+
+    def consensus_params(self) -> Any:
+        """The global model: the parameters (streamed: every fragment's anchor, once the
+        rounds have begun)."""
+        averager = self.averager
+        if isinstance(averager, StreamingAverager) and averager.started:
+            return averager.anchor
+        return self.model.params
+
+    def finish(self) -> None:
+        if isinstance(self.averager, StreamingAverager):
+            self.averager.average()
+
+    def close(self) -> None:
+        if isinstance(self.averager, StreamingAverager):
+            self.averager.pending = [None] * len(self.averager.pending)
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), **self.averager.state()}

@@ -36,6 +36,12 @@ SSGD_ATOL = 1e-15
         (["--algorithm", "diloco", "--outer-momentum", "1"],
          "--outer-momentum must be in [0, 1), got 1.0"),
         (["--algorithm", "diloco", "--sync-warmup", "-1"], "--sync-warmup must be >= 0, got -1"),
+        (["--algorithm", "diloco", "--inner-steps", "6", "--fragments", "7"],
+         "--fragments 7 must be <= --inner-steps 6"),
+        (["--algorithm", "diloco", "--inner-steps", "6", "--fragments", "2", "--overlap-steps",
+          "3"], "--overlap-steps must be in [0, --inner-steps // --fragments = 3), got 3"),
+        (["--algorithm", "diloco", "--mix", "-0.1"], "--mix must be in [0, 1], got -0.1"),
+        (["--algorithm", "diloco", "--mix", "1.5"], "--mix must be in [0, 1], got 1.5"),
         (["--algorithm", "slowmo", "--period", "0"], "--period must be >= 1, got 0"),
         (["--algorithm", "slowmo", "--slow-lr", "-1"], "--slow-lr must be > 0, got -1.0"),
         (["--algorithm", "slowmo", "--slow-momentum", "1.5"],
@@ -89,6 +95,22 @@ def _assert_identical_on_all_ranks(array):
         np.testing.assert_array_equal(other, array)
 
 
+def _serial_warmup(data, world, config, cls, warmup):
+    """Every rank's model, local optimizer and batches, after ``warmup`` synchronous steps
+    (the mean gradient, each rank's own optimizer)."""
+    models = [build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=SEED)
+              for _ in range(world)]
+    opts = [build_local_optimizer(m, config, cls.traits) for m in models]
+    streams = rank_streams(data.train_x, data.train_y, world, BATCH, SEED)
+    for _ in range(warmup):
+        for m, s in zip(models, streams):
+            m.loss_and_grad(*s.next())
+        mean = sum(m.grads for m in models) * (1.0 / world)
+        for m, o in zip(models, opts):
+            o.step(m.params, mean.copy())
+    return models, opts, streams
+
+
 def serial_outer_rounds(data, world, config, cls, steps, period, warmup, outer_lr, mu,
                         nesterov):
     """Every rank in one process: ``warmup`` synchronous steps (mean gradient, each
@@ -96,16 +118,7 @@ def serial_outer_rounds(data, world, config, cls, steps, period, warmup, outer_l
     shorter) ended by the outer SGD step on Delta = anchor - mean_i theta_i:
     b <- Delta (first) or mu b + Delta; d <- Delta + mu b (Nesterov) or b;
     anchor <- anchor - lr d. Returns (anchor, b)."""
-    models = [build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=SEED)
-              for _ in range(world)]
-    opts = [build_local_optimizer(m, config, cls.traits) for m in models]
-    streams = rank_streams(data.train_x, data.train_y, world, BATCH, SEED)
-    for _ in range(min(warmup, steps)):
-        for m, s in zip(models, streams):
-            m.loss_and_grad(*s.next())
-        mean = sum(m.grads for m in models) * (1.0 / world)
-        for m, o in zip(models, opts):
-            o.step(m.params, mean.copy())
+    models, opts, streams = _serial_warmup(data, world, config, cls, min(warmup, steps))
     anchor, buffer, done, outer_steps = models[0].params.copy(), None, min(warmup, steps), 0
     while done < steps:
         length = min(period, steps - done)
@@ -219,3 +232,145 @@ def test_slowmo_with_alpha_1_and_no_momentum_is_localsgd():
     local, stream, _, _ = _setup("localsgd", steps, "--period", "4")
     _train(local, stream)
     np.testing.assert_allclose(slowmo.model.params, local.model.params, rtol=0, atol=1e-12)
+
+
+# -- Streaming DiLoCo --------------------------------------------------------------
+def _local_step_everywhere(models, opts, streams):
+    for m, o, st in zip(models, opts, streams):
+        m.loss_and_grad(*st.next())
+        o.step(m.params, m.grads)
+
+
+def _mixed(alpha, local, global_):
+    """alpha * local + (1 - alpha) * global (alpha 0: the global fragment itself)."""
+    return alpha * local + (1 - alpha) * global_ if alpha else global_
+
+
+def serial_streaming(data, world, config, cls, steps, period, fragments, tau, alpha, warmup):
+    """Every rank in one process, on torchft's schedule (module docstring of
+    ``averagers/streaming.py``): fragment p posts its pseudo-gradient at
+    s = o_p + kH, completes it tau inner steps later with its own Nesterov buffer and
+    merges by alpha; at the end in-flight fragments complete, fragments with steps since
+    their post sync once more, and every replica is the global model. Returns
+    (global model, every fragment's outer buffer)."""
+    from syncbench.algorithms.averagers.streaming import fragment_bounds, fragment_offsets
+
+    models, opts, streams = _serial_warmup(data, world, config, cls, min(warmup, steps))
+    bounds = fragment_bounds(models[0].layer_offsets, models[0].size, fragments)
+    offsets = fragment_offsets(period, fragments)
+    anchor = models[0].params.copy()
+    buffers: list = [None] * fragments
+    sent: list = [None] * fragments
+    posted_at = [0] * fragments
+
+    def post(p, s):
+        lo, hi = bounds[p]
+        sent[p] = sum(m.params[lo:hi] - anchor[lo:hi] for m in models)
+        posted_at[p] = s
+
+    def complete(p, a):
+        lo, hi = bounds[p]
+        delta = sent[p] * (-1.0 / world)
+        sent[p] = None
+        buffers[p] = delta.copy() if buffers[p] is None else 0.9 * buffers[p] + delta
+        anchor[lo:hi] = anchor[lo:hi] - 0.7 * (delta + 0.9 * buffers[p])
+        for m in models:
+            m.params[lo:hi] = _mixed(a, m.params[lo:hi], anchor[lo:hi])
+
+    s = 0
+    for _ in range(steps - min(warmup, steps)):
+        _local_step_everywhere(models, opts, streams)
+        s += 1
+        for p, o_p in enumerate(offsets):
+            if s >= o_p and (s - o_p) % period == 0:
+                post(p, s)
+        for p, o_p in enumerate(offsets):
+            if sent[p] is not None and (s - o_p - tau) % period == 0:
+                complete(p, alpha)
+    for p in range(fragments):
+        if sent[p] is not None:
+            complete(p, alpha)
+        if s > posted_at[p]:
+            post(p, s)
+            complete(p, 0.0)
+    return anchor, buffers
+
+
+STREAMING = [
+    # (steps, H, P, tau, alpha, warm-up)
+    (17, 6, 3, 1, 0.5, 0),
+    (13, 4, 2, 1, 0.0, 2),
+    (16, 6, 3, 0, 0.25, 0),
+]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize(("steps", "period", "fragments", "tau", "alpha", "warmup"), STREAMING)
+def test_streaming_diloco_equals_serial_fragments(steps, period, fragments, tau, alpha, warmup):
+    algo, stream, data, config = _setup(
+        "diloco", steps, "--inner-steps", str(period), "--fragments", str(fragments),
+        "--overlap-steps", str(tau), "--mix", str(alpha), "--sync-warmup", str(warmup),
+        "--optimizer", "adamw")
+    points, globals_at_points = [], []
+    while not algo.done():
+        algo.timer.reset()
+        algo.step(*stream.next())
+        point = algo.evaluation_point()
+        points.append(point)
+        if point is not None:
+            globals_at_points.append(np.array(algo.consensus_params()))
+    algo.finish()
+    size = algo.comm.size
+    expected, buffers = _on_rank0(serial_streaming, data, size, config,
+                                  get_algorithm("diloco"), steps, period, fragments, tau,
+                                  alpha, warmup)
+    np.testing.assert_allclose(algo.model.params, expected, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(algo.model.params, algo.consensus_params())
+    for outer, buffer in zip(algo.averager.outers, buffers):
+        np.testing.assert_allclose(outer.buffer, buffer, rtol=0, atol=1e-10)
+    _assert_identical_on_all_ranks(algo.model.params)
+    for model in globals_at_points:  # the global model is every rank's at every point
+        _assert_identical_on_all_ranks(model)
+    # points: every step but those with a fragment in flight (tau steps after each post)
+    from syncbench.algorithms.averagers.streaming import fragment_offsets
+
+    busy = {warmup + o + k * period + d for o in fragment_offsets(period, fragments)
+            for k in range(steps) for d in range(tau)}
+    assert points == [None if j + 1 in busy and j + 1 < steps else (j + 1) * BATCH * size
+                      for j in range(steps)]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_streaming_with_one_fragment_no_overlap_and_no_mixing_is_diloco():
+    from syncbench.algorithms.averagers.streaming import StreamingAverager
+    from syncbench.algorithms.outer.sgd import OuterSGD
+
+    steps, period = 14, 4
+    plain, stream, _, _ = _setup("diloco", steps, "--inner-steps", str(period))
+    _train(plain, stream)
+    streamed, stream, _, _ = _setup("diloco", steps, "--inner-steps", str(period))
+    streamed.averager = StreamingAverager(streamed, period, 1, 0, 0.0,
+                                          lambda like: OuterSGD(0.7, 0.9, True, like))
+    _train(streamed, stream)
+    np.testing.assert_array_equal(streamed.model.params, plain.model.params)
+    np.testing.assert_array_equal(streamed.averager.outers[0].buffer,
+                                  plain.averager.outer.buffer)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_streaming_state_round_trip_resumes_exactly_between_fragments():
+    flags = ("--inner-steps", "6", "--fragments", "3", "--overlap-steps", "1", "--mix", "0.5")
+    steps = 20
+    whole, stream, _, _ = _setup("diloco", steps, *flags)
+    _train(whole, stream)
+    first, stream, _, _ = _setup("diloco", steps, *flags)
+    while first.steps_taken < 7 or first.evaluation_point() is None:
+        first.timer.reset()
+        first.step(*stream.next())
+    assert first.steps_taken % 6  # inside a round: replicas differ from the global model
+    state = first.state()
+    second, stream, _, _ = _setup("diloco", steps, *flags)
+    second.load_state(state)
+    stream.seek(first.steps_taken)
+    _train(second, stream)
+    np.testing.assert_array_equal(second.model.params, whole.model.params)

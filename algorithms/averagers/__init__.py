@@ -17,6 +17,9 @@ averager                             when, and what travels                     
 ``pseudo_gradient.                   every H local steps: a blocking ``Allreduce``    SlowMo,
 PseudoGradientAverager``             of the deltas from the anchor, then an outer     DiLoCo
                                      optimizer step on the anchor
+``streaming.StreamingAverager``      P fragments of whole layers at staggered steps:  Streaming
+                                     each fragment's ``Iallreduce`` completed tau     DiLoCo
+                                     steps later, outer step, mixed by alpha
 ==================================  ===============================================  ========
 
 What becomes of the momentum buffers at an averaging (``--momentum-sync``) is
