@@ -21,6 +21,7 @@ from syncbench.algorithms.asgd import ASGD
 from syncbench.algorithms.base import Strategy
 from syncbench.algorithms.diloco import DiLoCo
 from syncbench.algorithms.flags import validate_options
+from syncbench.algorithms.hierarchical import Hierarchical
 from syncbench.algorithms.localsgd import LocalSGD
 from syncbench.algorithms.odsgd import ODSGD
 from syncbench.algorithms.oscars import Oscars
@@ -47,7 +48,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, SlowMo, DiLoCo):
+for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, SlowMo, DiLoCo, Hierarchical):
     register(_cls)
 
 

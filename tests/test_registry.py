@@ -104,6 +104,8 @@ QUICK: dict[str, list[str]] = {
     "oscars": ["--period", "2"],
     "slowmo": ["--period", "4"],
     "diloco": ["--inner-steps", "4", "--sync-warmup", "2", "--lr", "0.002"],
+    # one rank per group stands in for a node each (every rank here shares one host)
+    "hierarchical": ["--group-size", "1", "--node-period", "2", "--global-period", "4"],
 }
 
 #: Phase where the injected fault fires (default compute): ASGD's RMA epochs are comm.
@@ -168,7 +170,7 @@ def test_the_simulator_finds_a_strategy_by_its_simulation_pattern(monkeypatch):
     )
 
     assert simulator_for("throwaway") is SIMULATORS["ssgd"]
-    # every one here that declares a pattern (DiLoCo declares none) is simulated
+    # every one here that declares a pattern is simulated (DiLoCo and hierarchical: none)
     assert simulated_strategies() == [n for n, c in ALGORITHMS.items() if c.traits.simulation]
     plain = type("Plain", (Throwaway,), {
         "name": "plain", "traits": dataclasses.replace(Throwaway.traits, simulation="")})

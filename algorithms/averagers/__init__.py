@@ -20,6 +20,8 @@ PseudoGradientAverager``             of the deltas from the anchor, then an oute
 ``streaming.StreamingAverager``      P fragments of whole layers at staggered steps:  Streaming
                                      each fragment's ``Iallreduce`` completed tau     DiLoCo
                                      steps later, outer step, mixed by alpha
+``hierarchical.                      every H1 steps a blocking ``Allreduce`` inside   hierar-
+HierarchicalAverager``               a node (or group), every H2 steps of every rank  chical
 ==================================  ===============================================  ========
 
 What becomes of the momentum buffers at an averaging (``--momentum-sync``) is
