@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.algorithms.optimizer import FLUSH_SUBNORMALS_EVERY
+from syncbench.kernels import cpu_native
 from syncbench.kernels.ops import flush_subnormals_
 
 
@@ -83,36 +84,48 @@ class AdamW:
         self.steps = 0
 
     def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
-        """One AdamW step of ``params`` from ``grads``, in place."""
+        """One AdamW step of ``params`` from ``grads``, in place: one compiled pass on the
+        CPU (``kernels/cpu/adamw.c``, equal to :meth:`reference_step` to the bit) where
+        the library is built, else the NumPy reference."""
         lr = self.lr if lr is None else lr
+        self.steps += 1
+        beta1, beta2 = self.beta1, self.beta2
+        step_size = lr / (1 - beta1 ** self.steps)
+        correction2_sqrt = (1 - beta2 ** self.steps) ** 0.5
+        scalars = (1 - beta1, beta2, 1 - beta2, correction2_sqrt, self.eps, -step_size)
+        if not cpu_native.adamw_(params, grads, self.exp_avg, self.exp_avg_sq, self.decay,
+                                 lr, scalars):
+            self.reference_step(params, grads, lr, scalars)
+        if self.steps % FLUSH_SUBNORMALS_EVERY == 0 and isinstance(params, np.ndarray):
+            flush_subnormals_(self.exp_avg, self._num)  # as MomentumSGD's SubnormalFlush
+            flush_subnormals_(self.exp_avg_sq, self._num)
+
+    def reference_step(self, params: Any, grads: Any, lr: float,
+                       scalars: tuple[float, ...]) -> None:
+        """The NumPy reference of one step (the step count already advanced); ``scalars``
+        as :func:`~syncbench.kernels.cpu_native.adamw_` takes them."""
+        one_minus_b1, beta2, one_minus_b2, correction2_sqrt, eps, neg_step = scalars
         num, den = self._num, self._den
         if isinstance(self.decay, (int, float)):
             if self.decay:
                 params *= 1 - lr * self.decay
-        else:  # per element: 1 - lr * (wd * mask)
+        else:  # per element: 1 - lr * (wd * mask), as wd * mask * (-lr) + 1
             np.multiply(self.decay, -lr, out=num)
             num += 1
             params *= num
-        beta1, beta2 = self.beta1, self.beta2
         np.subtract(grads, self.exp_avg, out=num)
-        num *= 1 - beta1
+        num *= one_minus_b1
         self.exp_avg += num
         self.exp_avg_sq *= beta2
-        np.multiply(grads, 1 - beta2, out=num)
+        np.multiply(grads, one_minus_b2, out=num)
         num *= grads
         self.exp_avg_sq += num
-        self.steps += 1
-        step_size = lr / (1 - beta1 ** self.steps)
-        correction2_sqrt = (1 - beta2 ** self.steps) ** 0.5
         np.sqrt(self.exp_avg_sq, out=den)
         den /= correction2_sqrt
-        den += self.eps
-        np.multiply(self.exp_avg, -step_size, out=num)
+        den += eps
+        np.multiply(self.exp_avg, neg_step, out=num)
         num /= den
         params += num
-        if self.steps % FLUSH_SUBNORMALS_EVERY == 0 and isinstance(params, np.ndarray):
-            flush_subnormals_(self.exp_avg, num)  # as MomentumSGD's SubnormalFlush
-            flush_subnormals_(self.exp_avg_sq, num)
 
     def state(self) -> dict[str, Any]:
         """Resumable state: both moments and the step count (``velocity`` is the first)."""

@@ -146,3 +146,34 @@ def test_bad_optimizer_options_end_train_with_one_line_and_status_2():
     assert len(errors) == 1, proc.stderr
     assert errors[0].startswith("syncbench train: error: --beta1 must be in [0, 1), got 1.5")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("decay", ["none", "scalar", "array"])
+def test_the_compiled_pass_equals_the_numpy_reference_to_the_bit(monkeypatch, dtype, decay):
+    from syncbench.kernels import cpu_native
+
+    if cpu_native.library() is None:
+        pytest.skip(f"no compiled kernels: {cpu_native.status()}")
+    rng = np.random.default_rng(4)
+    size = 10_001
+    start = rng.standard_normal(size).astype(dtype)
+    mask = (rng.random(size) < 0.5).astype(dtype) if decay == "array" else None
+    wd = 0.0 if decay == "none" else 0.01
+    runs = []
+    for numpy_only in (False, True):
+        monkeypatch.setattr(cpu_native, "numpy_only", numpy_only)
+        params = start.copy()
+        opt = AdamW(params, 1e-3, wd, (0.9, 0.999), 1e-8, decay_mask=mask)
+        for g in _gradients(size, 70, seed=5):  # past a subnormal flush (every 64 steps)
+            opt.step(params, g.astype(dtype))
+        runs.append((params, opt.exp_avg, opt.exp_avg_sq))
+    for ours, reference in zip(*runs):
+        assert ours.dtype == dtype
+        np.testing.assert_array_equal(ours, reference)
+    monkeypatch.setattr(cpu_native, "numpy_only", False)
+    assert cpu_native.adamw_(start.copy(), start, start * 0, start * 0, wd, 1e-3,
+                             (0.1, 0.999, 0.001, 1.0, 1e-8, -1e-3))
+    # a NumPy float64 learning rate computes in float64 in NumPy: the reference runs
+    assert cpu_native.adamw_(start.copy(), start, start * 0, start * 0, wd, np.float64(1e-3),
+                             (0.1, 0.999, 0.001, 1.0, 1e-8, -1e-3)) is False
