@@ -160,3 +160,37 @@ def test_state_round_trip_resumes_exactly():
     stream.seek(first.steps_taken)
     _train(second, stream)
     np.testing.assert_array_equal(second.model.params, whole.model.params)
+
+
+# -- SSGD --comm hierarchical ------------------------------------------------------
+@pytest.mark.mpi(min_size=2)
+def test_ssgd_hierarchical_on_one_node_is_the_blocking_allreduce():
+    """Every rank here shares one host: one node, whose Allreduce is the whole sum."""
+    steps = 6
+    hier, stream, _, _ = _setup("ssgd", steps, "--comm", "hierarchical")
+    _train(hier, stream)
+    assert hier.reducer.nodes == 1
+    plain, stream, _, _ = _setup("ssgd", steps, "--comm", "blocking")
+    _train(plain, stream)
+    np.testing.assert_allclose(hier.model.params, plain.model.params, rtol=0, atol=1e-15)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_hierarchical_reducer_over_groups_standing_in_for_nodes_sums_every_rank():
+    """Groups of 1 rank (2 ranks) or 2 (4 ranks) as nodes: node sum, leaders' sum,
+    broadcast give every rank the blocking Allreduce's mean, to rounding (the sum's
+    order differs), and every rank the same bits."""
+    from syncbench.algorithms.reducers.hierarchical import HierarchicalAllreduce
+
+    steps, g = 6, _group_size()
+    hier, stream, _, _ = _setup("ssgd", steps, "--comm", "blocking")
+    hier.reducer = HierarchicalAllreduce(hier, group_size=g)
+    assert hier.reducer.nodes == hier.comm.size // g
+    _train(hier, stream)
+    plain, stream, _, _ = _setup("ssgd", steps, "--comm", "blocking")
+    _train(plain, stream)
+    np.testing.assert_allclose(hier.model.params, plain.model.params, rtol=0, atol=1e-12)
+    from mpi4py import MPI
+
+    for other in MPI.COMM_WORLD.allgather(np.array(hier.model.params)):
+        np.testing.assert_array_equal(other, hier.model.params)
