@@ -127,7 +127,8 @@ class ASGD(Strategy, NotLockStep):
     traits = StrategyTraits(
         step_order=("data", "comm", "wait", "compute", "delay", "update"),
         split_phases={"comm": 0.5}, snapshot_evaluations=True, simulation="asgd",
-        supports_stop_at_target=False, deterministic=False, lock_step=False)
+        supports_stop_at_target=False, deterministic=False, lock_step=False,
+        local_optimizers=("sgd",))
 
     @dataclass(frozen=True)
     class Options(StrategyOptions):

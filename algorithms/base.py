@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from syncbench.algorithms.flags import StrategyOptions, options_from
-from syncbench.algorithms.optimizer import MomentumSGD
+from syncbench.algorithms.local_optimizer import build_local_optimizer
 from syncbench.algorithms.traits import StrategyTraits
 
 if TYPE_CHECKING:
@@ -100,8 +100,9 @@ class Strategy(ABC):
     Its own options are a frozen dataclass, :attr:`Options`
     (:mod:`syncbench.algorithms.flags`), validated on construction; a check that
     needs the number of ranks is the dataclass's ``check_world(world_size)``.
-    ``config`` is the run's configuration (the optimizer reads ``lr``, ``momentum``,
-    ``weight_decay``, ``wd_exempt``).
+    ``config`` is the run's configuration (the optimizer reads ``optimizer``, ``lr``,
+    ``momentum``, ``weight_decay``, ``wd_exempt``, and AdamW's ``beta1``, ``beta2``,
+    ``eps``).
 
     Besides the contract the core gives a composition its services: ``model``,
     ``comm`` (the timed communicator), ``timer``, ``config``, ``budget``,
@@ -133,10 +134,9 @@ class Strategy(ABC):
         self.config = config
         self.budget = budget
         self.steps_taken = 0
-        self.optimizer = MomentumSGD(
-            model.params, config.lr, config.momentum, config.weight_decay,
-            model.decay_mask() if config.wd_exempt else None,
-        )
+        #: The local optimizer (``--optimizer``: momentum SGD or AdamW, this strategy's
+        #: default first in ``traits.local_optimizers``).
+        self.optimizer = build_local_optimizer(model, config, self.traits)
         #: Heterogeneity emulation, set by the driver (``bench.slowdown.Slowdown``):
         #: called with the step's compute seconds, it spends the extra time.
         self.slowdown: Callable[[float], float] | None = None
@@ -192,17 +192,19 @@ class Strategy(ABC):
         Called at an evaluation point, where lock-step strategies have nothing in
         flight. Subclasses extend the dict with their own state and their parts'.
         """
+        to_numpy = self.model.backend.to_numpy
         return {
-            "params": self.model.backend.to_numpy(self.model.params).copy(),
-            "buffers": self.model.backend.to_numpy(self.model.buffers).copy(),
-            "velocity": self.model.backend.to_numpy(self.optimizer.velocity).copy(),
+            "params": to_numpy(self.model.params).copy(),
+            "buffers": to_numpy(self.model.buffers).copy(),
+            **{key: (to_numpy(value).copy() if hasattr(value, "shape") else value)
+               for key, value in self.optimizer.state().items()},
             "steps_taken": self.steps_taken,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state` saved (the inverse, on the same rank)."""
         self.model.params[...] = self.model.backend.asarray(state["params"])
-        self.optimizer.velocity[...] = self.model.backend.asarray(state["velocity"])
+        self.optimizer.load_state(state, self.model.backend.asarray)
         if "buffers" in state and np.size(state["buffers"]):
             self.model.buffers[...] = self.model.backend.asarray(state["buffers"])
         self.steps_taken = int(state["steps_taken"])

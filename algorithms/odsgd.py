@@ -158,7 +158,7 @@ class ODSGD(Strategy):
     summary = "one-step-delay SGD (gradient Iallreduce overlaps the next step's compute)"
     #: ``--local-lookahead on`` is not the published algorithm: labelled ``odsgd+la``.
     traits = StrategyTraits(hides_comm=True, label_variants=(("local_lookahead", "on", "+la"),),
-                            simulation="odsgd")
+                            simulation="odsgd", local_optimizers=("sgd",))
 
     @dataclass(frozen=True)
     class Options(StrategyOptions):

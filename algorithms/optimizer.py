@@ -73,3 +73,20 @@ class MomentumSGD:
             self.scratch,
         )
         self.subnormal_flush(self.velocity, self.scratch)
+
+    @property
+    def moments(self) -> tuple[Any, ...]:
+        """The buffers ``--momentum-sync average`` averages: the velocity."""
+        return (self.velocity,)
+
+    def reset_moments(self) -> None:
+        """``--momentum-sync zero``: the velocity restarts at 0."""
+        self.velocity[...] = 0
+
+    def state(self) -> dict[str, Any]:
+        """Resumable state: the velocity."""
+        return {"velocity": self.velocity}
+
+    def load_state(self, state: dict[str, Any], asarray: Any) -> None:
+        """Restore what :meth:`state` saved (``asarray``: host array -> this backend's)."""
+        self.velocity[...] = asarray(state["velocity"])

@@ -19,10 +19,13 @@ import os
 
 from syncbench.algorithms.asgd import ASGD
 from syncbench.algorithms.base import Strategy
+from syncbench.algorithms.diloco import DiLoCo
 from syncbench.algorithms.flags import validate_options
+from syncbench.algorithms.hierarchical import Hierarchical
 from syncbench.algorithms.localsgd import LocalSGD
 from syncbench.algorithms.odsgd import ODSGD
 from syncbench.algorithms.oscars import Oscars
+from syncbench.algorithms.slowmo import SlowMo
 from syncbench.algorithms.ssgd import SSGD
 
 #: Environment variable naming extra modules that register strategies.
@@ -45,7 +48,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD):
+for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, SlowMo, DiLoCo, Hierarchical):
     register(_cls)
 
 

@@ -14,6 +14,10 @@ optimizer (momentum SGD):
   :class:`~syncbench.algorithms.reducers.bucketed.BucketedIallreduce`, an
   ``Iallreduce`` per bucket of at most ``--bucket-mb`` MB of whole layers
   (:mod:`~syncbench.algorithms.reducers.buckets`), posted as backward finishes it.
+* ``hierarchical``:
+  :class:`~syncbench.algorithms.reducers.hierarchical.HierarchicalAllreduce`, the
+  gradient summed inside each node, then among one rank per node, then broadcast
+  inside the node (Horovod's hierarchical allreduce).
 
 The number of reductions posted per step is the run file's root attribute
 ``buckets``.
@@ -34,16 +38,19 @@ from syncbench.algorithms.reducers.buckets import (
     bucket_mb_arg,
     model_bucket_plan,
 )
+from syncbench.algorithms.reducers.hierarchical import HierarchicalAllreduce
 from syncbench.algorithms.traits import StrategyTraits
 
 #: ``--comm``: how SSGD reduces the gradient.
-COMM_MODES = ("overlap", "blocking")
+COMM_MODES = ("overlap", "blocking", "hierarchical")
 
 
 def gradient_reducer(core: Strategy, comm: str, bucket_mb: str | float) -> GradientReducer:
     """SSGD's reducer for ``--comm`` and ``--bucket-mb``."""
     if comm == "blocking":
         return BlockingAllreduce(core)
+    if comm == "hierarchical":
+        return HierarchicalAllreduce(core)
     return BucketedIallreduce(core, model_bucket_plan(core.model, bucket_mb))
 
 
@@ -59,7 +66,8 @@ class SSGD(Strategy):
 
         comm: str = option(
             "overlap", "SSGD gradient reduction: bucketed Iallreduce overlapped with backward "
-            "(default) or one blocking Allreduce after backward", choices=COMM_MODES)
+            "(default), one blocking Allreduce after backward, or hierarchical (inside each "
+            "node, across one rank per node, broadcast inside the node)", choices=COMM_MODES)
         bucket_mb: str | float = option(
             "auto", "SSGD overlap: most MB of gradient per Iallreduce bucket (whole layers; a "
             "larger layer gets its own). auto (default): a quarter of the model's gradient, "

@@ -59,6 +59,8 @@ class StrategyTraits:
     - ``stop_vote_lag``: evaluation points between posting a stop vote and completing it
       (``bench/train/stopping.py``): 1 where a blocking reduction of every rank lies
       between two points, 2 where step n's reduction completes at step n+1.
+    - ``local_optimizers``: the ``--optimizer`` values it can step with, its default
+      first (:mod:`~syncbench.algorithms.local_optimizer`).
     """
 
     step_order: tuple[str, ...] = LOCK_STEP_ORDER
@@ -72,6 +74,7 @@ class StrategyTraits:
     deterministic: bool = True
     lock_step: bool = True
     stop_vote_lag: int = 2
+    local_optimizers: tuple[str, ...] = ("sgd", "adamw")
 
     def to_json(self) -> str:
         """The run file's ``strategy_traits`` attribute: the :data:`FILE_FIELDS`."""

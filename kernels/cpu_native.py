@@ -333,6 +333,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         + [ctypes.c_float],
         "sb_sgd_momentum_f64": [_PTR] * 3 + [_SIZE] + [ctypes.c_double] * 2 + [_PTR]
         + [ctypes.c_double],
+        "sb_adamw_f32": [_PTR] * 4 + [_SIZE, _PTR, ctypes.c_float, _INT]
+        + [ctypes.c_float] * 7,
+        "sb_adamw_f64": [_PTR] * 4 + [_SIZE, _PTR, ctypes.c_double, _INT]
+        + [ctypes.c_double] * 7,
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
@@ -547,6 +551,35 @@ def sgd_momentum_(params: np.ndarray, grads: np.ndarray, velocity: np.ndarray, l
     kernel = lib.sb_sgd_momentum_f32 if dtype == np.float32 else lib.sb_sgd_momentum_f64
     kernel(_ptr(params), _ptr(grads), _ptr(velocity), params.size, scalars[0], scalars[1],
            _ptr(wd_array), scalars[2])
+    return True
+
+
+def adamw_(params: np.ndarray, grads: np.ndarray, exp_avg: np.ndarray,
+           exp_avg_sq: np.ndarray, decay: float | np.ndarray, lr: float,
+           scalars: tuple[float, ...]) -> bool:
+    """algorithms/adamw.py's AdamW step in one pass (kernels/cpu/adamw.c), equal to its
+    NumPy reference to the bit, where the library is built and the buffers are contiguous
+    float32 or float64 host arrays of one dtype (``lr`` a Python number, ``decay`` one or
+    such an array: a NumPy float64 scalar computes in float64 there); returns whether it
+    ran. ``scalars``: (1 - beta1, beta2, 1 - beta2, sqrt of the
+    second bias correction, eps, -lr / first bias correction), Python floats, rounded to
+    the dtype here as NumPy rounds them."""
+    dtype = params.dtype
+    wd_array = None if isinstance(decay, (int, float)) else decay
+    arrays = [params, grads, exp_avg, exp_avg_sq] + ([] if wd_array is None else [wd_array])
+    python_scalars = type(lr) in (int, float) and (wd_array is not None
+                                                   or type(decay) in (int, float))
+    if (numpy_only or not python_scalars or not isinstance(params, np.ndarray)
+            or dtype not in (np.float32, np.float64) or library() is None
+            or not all(isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous
+                       and a.size == params.size for a in arrays)):
+        return False
+    lib = library()
+    kernel = lib.sb_adamw_f32 if dtype == np.float32 else lib.sb_adamw_f64
+    factor = 1 - lr * decay if wd_array is None and decay else 0.0
+    kernel(_ptr(params), _ptr(grads), _ptr(exp_avg), _ptr(exp_avg_sq), params.size,
+           _ptr(wd_array), dtype.type(-lr), int(wd_array is None and bool(decay)),
+           dtype.type(factor), *(dtype.type(x) for x in scalars))
     return True
 
 

@@ -102,6 +102,10 @@ QUICK: dict[str, list[str]] = {
     "odsgd": ["--warmup-steps", "2"],  # its Iallreduce is in flight from step 2 on
     "localsgd": ["--period", "4"],
     "oscars": ["--period", "2"],
+    "slowmo": ["--period", "4"],
+    "diloco": ["--inner-steps", "4", "--sync-warmup", "2", "--lr", "0.002"],
+    # one rank per group stands in for a node each (every rank here shares one host)
+    "hierarchical": ["--group-size", "1", "--node-period", "2", "--global-period", "4"],
 }
 
 #: Phase where the injected fault fires (default compute): ASGD's RMA epochs are comm.
@@ -166,7 +170,8 @@ def test_the_simulator_finds_a_strategy_by_its_simulation_pattern(monkeypatch):
     )
 
     assert simulator_for("throwaway") is SIMULATORS["ssgd"]
-    assert simulated_strategies() == list(ALGORITHMS)  # every one here has a known pattern
+    # every one here that declares a pattern is simulated (DiLoCo and hierarchical: none)
+    assert simulated_strategies() == [n for n, c in ALGORITHMS.items() if c.traits.simulation]
     plain = type("Plain", (Throwaway,), {
         "name": "plain", "traits": dataclasses.replace(Throwaway.traits, simulation="")})
     monkeypatch.setitem(ALGORITHMS, "plain", plain)

@@ -133,8 +133,8 @@ def test_missing_dataset_ends_a_two_rank_run(tmp_path, monkeypatch):
         (["--out", "/nonexistent-dir/run.h5"], "does not exist"),
         (["--save-model", "/nonexistent-dir/model.npy"], "--save-model"),
         # another strategy's option, named with the strategies that take it
-        (["--period", "8"], "--period 8 applies to --algorithm localsgd and oscars only, "
-         "not to ssgd"),
+        (["--period", "8"], "--period 8 applies to --algorithm localsgd, oscars and slowmo "
+         "only, not to ssgd"),
         (["--algorithm", "localsgd", "--comm", "blocking"],
          "--comm blocking applies to --algorithm ssgd only, not to localsgd"),
         (["--algorithm", "asgd", "--overlap"], "--overlap applies to --algorithm oscars only"),
@@ -173,7 +173,8 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     from syncbench.bench.train.options import check_strategy_flags
 
     owners = option_owners()
-    assert owners["period"][1] == ("localsgd", "oscars")  # Oscars inherits Local SGD's field
+    # Oscars and SlowMo inherit Local SGD's field
+    assert owners["period"][1] == ("localsgd", "oscars", "slowmo")
     # SSGD's subclasses share its options (tests/test_registry.py's throwaway, when loaded)
     assert owners["comm"][1][0] == "ssgd" and "localsgd" not in owners["comm"][1]
     assert owners["ps_layout"][1] == ("asgd",)
@@ -181,8 +182,8 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     check_strategy_flags(train_args("--algorithm", "ssgd", "--period", "4"))  # the default
     check_strategy_flags(train_args("--algorithm", "oscars", "--period", "2",
                                       "--momentum-sync", "average"))
-    with pytest.raises(ValueError, match="--period 2 applies to --algorithm localsgd and "
-                       "oscars only, not to ssgd"):
+    with pytest.raises(ValueError, match="--period 2 applies to --algorithm localsgd, "
+                       "oscars and slowmo only, not to ssgd"):
         check_strategy_flags(train_args("--algorithm", "ssgd", "--period", "2"))
 
     @dataclasses.dataclass(frozen=True)

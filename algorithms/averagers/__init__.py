@@ -14,6 +14,14 @@ averager                             when, and what travels                     
 ``adaptive.AdaptiveAverager``        per-rank local steps from every rank's speed:    Oscars
                                      one packed ``Iallreduce`` of weighted deltas,
                                      speeds and step counts per round
+``pseudo_gradient.                   every H local steps: a blocking ``Allreduce``    SlowMo,
+PseudoGradientAverager``             of the deltas from the anchor, then an outer     DiLoCo
+                                     optimizer step on the anchor
+``streaming.StreamingAverager``      P fragments of whole layers at staggered steps:  Streaming
+                                     each fragment's ``Iallreduce`` completed tau     DiLoCo
+                                     steps later, outer step, mixed by alpha
+``hierarchical.                      every H1 steps a blocking ``Allreduce`` inside   hierar-
+HierarchicalAverager``               a node (or group), every H2 steps of every rank  chical
 ==================================  ===============================================  ========
 
 What becomes of the momentum buffers at an averaging (``--momentum-sync``) is
@@ -50,10 +58,13 @@ def average_over_ranks(core: Any, buf: Any) -> None:
 
 
 def sync_momentum(core: Any, mode: str) -> None:
-    """Apply ``--momentum-sync`` to the local optimizer's velocity at an averaging:
-    ``keep`` it, ``zero`` it, or replace it by its ``average`` over the ranks."""
-    velocity = core.optimizer.velocity
+    """Apply ``--momentum-sync`` to the local optimizer's moments at an averaging (momentum
+    SGD's velocity; AdamW's two moments, since a first moment averaged over a second
+    that is not divides other ranks' gradients by this rank's scale): ``keep`` them,
+    ``zero`` them (``optimizer.reset_moments``), or replace each by its ``average``
+    over the ranks (one blocking ``Allreduce`` per moment)."""
     if mode == "zero":
-        velocity[...] = 0
+        core.optimizer.reset_moments()
     elif mode == "average":
-        average_over_ranks(core, velocity)
+        for moment in core.optimizer.moments:
+            average_over_ranks(core, moment)

@@ -12,7 +12,14 @@ outer optimizer             anchor update                                   used
 ``global_step.GlobalStep``  ``anchor += lr * delta_sum / count``            Oscars
                             (``lr`` 1: the average replaces the replicas,   (``--global-lr``)
                             Local SGD's rule)
+``sgd.OuterSGD``            SGD with momentum on the pseudo-gradient        SlowMo,
+                            ``Delta = -delta_sum / count``, plain or        DiLoCo
+                            Nesterov (``torch.optim.SGD``'s step)
 =========================  ==============================================  ==========
+
+Every ``step`` takes ``delta_sum = sum_i (theta_i - anchor)``, the replicas' moves from
+the anchor (Oscars' convention); the pseudo-gradient of SlowMo and DiLoCo,
+``theta_global - mean_i theta_i``, is its negated mean.
 """
 
 from __future__ import annotations

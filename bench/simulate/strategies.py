@@ -138,6 +138,8 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     it); a hook that posts nothing polls (``Testall``); the ``wait`` is the
     ``Waitall`` after the last hook.
     """
+    if cfg.comm not in ("blocking", "overlap"):
+        raise ValueError(f"--comm {cfg.comm} is not simulated (blocking and overlap are)")
     w, n = local.workload, local.n
     rows, t = StepRows(n), np.zeros(n)
     blocking = cfg.comm == "blocking"

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from syncbench.algorithms.flags import options_from
+from syncbench.algorithms.local_optimizer import check_local_optimizer
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, validate
 from syncbench.bench.train.options import (
     add_train_arguments,
@@ -66,6 +67,10 @@ class TrainConfig:
     momentum: float
     weight_decay: float
     wd_exempt: bool
+    optimizer: str | None  # None: the strategy's default local optimizer
+    beta1: float
+    beta2: float
+    eps: float
     sync_bn: bool
     seed: int
     # evaluation
@@ -176,6 +181,7 @@ def check_train_config(config: TrainConfig, world_size: int) -> None:
         if not parent.is_dir():
             raise ValueError(f"--save-model {config.save_model}: directory {parent} does not "
                              "exist")
+    check_local_optimizer(config, cls.name, cls.traits)
     validate(cls, config, world_size)
 
 

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from syncbench.algorithms.flags import add_option_flags, flag_name
+from syncbench.algorithms.local_optimizer import LOCAL_OPTIMIZERS
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners
 from syncbench.algorithms.timing import PHASES
 from syncbench.bench.data.catalog import (
@@ -85,6 +86,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--wd-exempt", action="store_true",
                      help="no weight decay on biases and BatchNorm betas (MXNet's rule: only "
                      "weights and BatchNorm gammas decay), as the OD-SGD paper's scripts train")
+    opt.add_argument("--optimizer", default=None, choices=LOCAL_OPTIMIZERS,
+                     help="local optimizer: sgd (momentum SGD, --momentum) or adamw (decoupled "
+                     "weight decay, torch.optim.AdamW's rule); default the strategy's: adamw "
+                     "for diloco, sgd otherwise (odsgd and asgd take sgd only)")
+    opt.add_argument("--beta1", type=float, default=0.9, help="AdamW beta1 (default 0.9)")
+    opt.add_argument("--beta2", type=float, default=0.999, help="AdamW beta2 (default 0.999)")
+    opt.add_argument("--eps", type=float, default=1e-8, help="AdamW epsilon (default 1e-8)")
     switch(opt, "--sync-bn", default=False,
            help="BatchNorm with the global batch's statistics: one Allreduce per "
            "BatchNorm layer in the forward pass and one in the backward pass (timed in "

@@ -1,0 +1,55 @@
+"""Which local optimizer a strategy steps with: ``--optimizer sgd|adamw``, chosen in one place.
+
+The core (:class:`~syncbench.algorithms.base.Strategy`) builds its ``optimizer`` with
+:func:`build_local_optimizer`; ``syncbench train`` checks the flags with
+:func:`check_local_optimizer` before MPI starts. A strategy declares the optimizers it
+can step with in its traits (``StrategyTraits.local_optimizers``, its default first):
+OD-SGD and ASGD read momentum SGD's velocity and decay (their local corrections, the
+server's update), so they take ``sgd`` only; DiLoCo's default is ``adamw``, as the paper's.
+
+``--optimizer`` left out (``None``) is the strategy's default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from syncbench.algorithms.adamw import AdamW, check_adamw
+from syncbench.algorithms.optimizer import MomentumSGD
+
+#: ``--optimizer``: momentum SGD (``torch.optim.SGD``'s rule) or AdamW.
+LOCAL_OPTIMIZERS = ("sgd", "adamw")
+
+
+def local_optimizer_name(config: Any, traits: Any) -> str:
+    """``--optimizer``, else the strategy's default (the first of its ``local_optimizers``)."""
+    return config.optimizer or traits.local_optimizers[0]
+
+
+def check_local_optimizer(config: Any, name: str, traits: Any) -> None:
+    """``ValueError`` (one line) for an optimizer the strategy ``name`` cannot step with or
+    AdamW hyper-parameters out of range."""
+    chosen = local_optimizer_name(config, traits)
+    if chosen not in LOCAL_OPTIMIZERS:
+        raise ValueError(f"--optimizer must be one of {', '.join(LOCAL_OPTIMIZERS)}, "
+                         f"got {chosen}")
+    if chosen not in traits.local_optimizers:
+        raise ValueError(f"{name} cannot --optimizer {chosen}: it steps with "
+                         f"{' or '.join(traits.local_optimizers)} only")
+    if chosen == "adamw":
+        check_adamw(*adamw_hyper_parameters(config))
+
+
+def adamw_hyper_parameters(config: Any) -> tuple[float, float, float]:
+    """(beta1, beta2, eps) of ``config`` (``--beta1``, ``--beta2``, ``--eps``)."""
+    return float(config.beta1), float(config.beta2), float(config.eps)
+
+
+def build_local_optimizer(model: Any, config: Any, traits: Any) -> MomentumSGD | AdamW:
+    """The local optimizer of ``config`` for a strategy with ``traits``, over ``model``'s
+    flat parameters (``--wd-exempt``: the model's decay mask)."""
+    mask = model.decay_mask() if config.wd_exempt else None
+    if local_optimizer_name(config, traits) == "adamw":
+        beta1, beta2, eps = adamw_hyper_parameters(config)
+        return AdamW(model.params, config.lr, config.weight_decay, (beta1, beta2), eps, mask)
+    return MomentumSGD(model.params, config.lr, config.momentum, config.weight_decay, mask)
