@@ -72,7 +72,7 @@ def test_the_strategys_options_are_one_typed_value_also_read_by_name():
     (("--momentum", "1"), r"--momentum must be in \[0, 1\), got 1.0"),
     (("--algorithm", "localsgd", "--period", "0"), "--period must be >= 1, got 0"),
     (("--algorithm", "ssgd", "--period", "2"),
-     "--period 2 applies to --algorithm localsgd and oscars only, not to ssgd"),
+     "--period 2 applies to --algorithm localsgd, oscars and slowmo only, not to ssgd"),
     (("--algorithm", "nope"), "nope"),
     (("--inject-fault", "2:1"), r"--inject-fault: rank outside 0..1"),
     (("--resume",), "--checkpoint-every and --resume need --out"),
