@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from syncbench.bench.data.dataset import Dataset, DatasetError
+from syncbench.kernels.gpt import parse_gpt_spec
 
 #: Token vocabulary: every byte value.
 VOCAB = 256
@@ -172,15 +173,16 @@ def load_shakespeare(directory: Path, hint: str) -> TextDataset:
                   tuple(str(directory / base) for base in FILES))
 
 
-def for_model(data: Dataset, context: int | None) -> Dataset:
-    """``data`` fitted to a model: a text corpus re-cut to a language model's ``context``;
+def for_model(data: Dataset, model: str) -> Dataset:
+    """``data`` fitted to ``--model``: a text corpus re-cut to a language model's context;
     an image dataset for an image model unchanged. A language model on images, or an
     image model on text, is a one-line :class:`DatasetError`."""
+    spec = parse_gpt_spec(model)  # a bad spec was refused with --model already
     text = isinstance(data, TextDataset)
-    if context is None and text:
+    if spec is None and text:
         raise DatasetError(f"dataset {data.name!r} is text: train a language model on it "
                            "(--model gpt)")
-    if context is not None and not text:
+    if spec is not None and not text:
         raise DatasetError(f"a language model (gpt) trains on text, not {data.name!r}: "
                            "use --dataset shakespeare")
-    return data.with_context(context) if text else data
+    return data.with_context(spec.ctx) if spec is not None else data
