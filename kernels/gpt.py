@@ -186,21 +186,22 @@ class Block(Layer):
         h2 = h + (merged @ p["w_proj"] + p["b_proj"])
         m, ln2 = T.layernorm_forward(h2, p["ln2_g"], p["ln2_b"])
         f = m @ p["w_fc"] + p["b_fc"]
-        g = T.gelu_forward(f)
-        self._saved = (a, ln1, q, k, v, probs, merged, m, ln2, f, g)
+        tanh = T.gelu_tanh(f)
+        g = T.gelu_forward(f, tanh)
+        self._saved = (a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g)
         return h2 + (g @ p["w_out"] + p["b_out"])
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         p = dict(zip(self.NAMES, self.params))
         grad = dict(zip(self.NAMES, self.grads))
-        a, ln1, q, k, v, probs, merged, m, ln2, f, g = self._saved
+        a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g = self._saved
         self._saved = None
         d = self.d
         dy2 = _flat2(dy)
         # MLP: out = g @ w_out + b_out, g = gelu(f), f = m @ w_fc + b_fc
         np.matmul(_flat2(g).T, dy2, out=grad["w_out"])
         np.sum(dy2, axis=0, out=grad["b_out"])
-        df = T.gelu_backward(dy @ p["w_out"].T, f)
+        df = T.gelu_backward(dy @ p["w_out"].T, f, tanh)
         np.matmul(_flat2(m).T, _flat2(df), out=grad["w_fc"])
         np.sum(_flat2(df), axis=0, out=grad["b_fc"])
         dh2, grad["ln2_g"][...], grad["ln2_b"][...] = T.layernorm_backward(

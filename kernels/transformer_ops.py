@@ -26,6 +26,7 @@ check every one against central finite differences in float64.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -63,21 +64,58 @@ def layernorm_backward(dy: np.ndarray, saved: tuple[np.ndarray, np.ndarray],
     return dx, dgamma, dbeta
 
 
-def gelu_forward(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (GPT-2's)."""
-    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + _GELU_A * x * x * x)))
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """``tanh(sqrt(2/pi) (x + 0.044715 x^3))``, the part of GELU its backward reuses (a
+    fresh array, computed in place: no temporaries of ``x``'s size but it)."""
+    t = np.multiply(x, x)
+    t *= x
+    t *= _GELU_A
+    t += x
+    t *= _GELU_C
+    return np.tanh(t, out=t)
 
 
-def gelu_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``dy * d gelu(x) / dx`` for :func:`gelu_forward`."""
-    t = np.tanh(_GELU_C * (x + _GELU_A * x * x * x))
-    dt = _GELU_C * (1.0 + 3.0 * _GELU_A * x * x) * (1.0 - t * t)
-    return dy * (0.5 * (1.0 + t) + 0.5 * x * dt)
+def gelu_forward(x: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
+    """GELU, tanh approximation (GPT-2's): ``0.5 x (1 + t)`` with ``t`` of
+    :func:`gelu_tanh` (computed when not given)."""
+    y = gelu_tanh(x) if t is None else t + 0.0
+    y += 1.0
+    y *= x
+    y *= 0.5
+    return y
+
+
+def gelu_backward(dy: np.ndarray, x: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
+    """``dy * d gelu(x) / dx`` for :func:`gelu_forward` (``t``: its :func:`gelu_tanh`):
+    ``0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)``."""
+    t = gelu_tanh(x) if t is None else t
+    dt = np.multiply(x, x)
+    dt *= 3.0 * _GELU_A
+    dt += 1.0
+    dt *= _GELU_C
+    one_minus = np.multiply(t, t)
+    np.subtract(1.0, one_minus, out=one_minus)
+    dt *= one_minus
+    dt *= x
+    dt += t
+    dt += 1.0
+    dt *= 0.5
+    dt *= dy
+    return dt
 
 
 def causal_mask(t: int) -> np.ndarray:
     """(t, t) booleans, True where position ``i`` may not attend to ``j`` (``j > i``)."""
     return np.triu(np.ones((t, t), dtype=bool), k=1)
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_bias(t: int, dtype: np.dtype) -> np.ndarray:
+    """(t, t): 0 where attention is allowed, ``-inf`` above the diagonal (added to the
+    scores: one pass, where a boolean index would gather)."""
+    bias = np.where(causal_mask(t), -np.inf, 0.0).astype(dtype)
+    bias.flags.writeable = False
+    return bias
 
 
 def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray
@@ -86,10 +124,11 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray
     probabilities (..., T, T), which the backward needs. Each row's maximum is
     subtracted before ``exp`` (the masked entries are exactly 0)."""
     t, dh = q.shape[-2], q.shape[-1]
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(dh))
-    scores[..., causal_mask(t)] = -np.inf
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    scores *= 1.0 / math.sqrt(dh)
+    scores += _causal_bias(t, scores.dtype)
     scores -= scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores)
+    probs = np.exp(scores, out=scores)
     probs /= probs.sum(axis=-1, keepdims=True)
     return np.matmul(probs, v), probs
 
