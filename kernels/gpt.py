@@ -305,6 +305,12 @@ class GPT(Model):
                 on_grads_ready(self.layer_offsets[index])
         return float(loss)
 
+    def scratch_batch(self, rng: np.random.Generator, batch_size: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Random token windows and targets, (batch_size, ctx) each (``--slowdown`` work)."""
+        shape = (batch_size, self.spec.ctx)
+        return rng.integers(0, self.vocab, shape), rng.integers(0, self.vocab, shape)
+
     def warm_up(self, batch_size: int) -> None:
         """One untimed step on a zero batch; the gradient is zeroed after it."""
         zeros = np.zeros((batch_size, self.spec.ctx), dtype=np.int64)

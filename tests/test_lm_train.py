@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from syncbench.analysis.summary import divergence
 from syncbench.bench.data import catalog, text
 from syncbench.bench.data.dataset import DatasetError
 from syncbench.bench.train.evaluation import quality
+from syncbench.bench.train.slowdown import ModelWork
+from syncbench.kernels.zoo import build_model
 
 TINY = ["--model", "gpt:d=32,layers=1,heads=2,ctx=32", "--dataset", "shakespeare",
         "--batch-size", "8", "--lr", "0.3", "--epochs", "0.002", "--progress", "never"]
@@ -57,3 +60,12 @@ def test_train_gpt_on_shakespeare(tmp_path, ranks):
     assert np.isnan(run.eval["accuracy"]).all()
     assert run.eval["loss"][-1] < math.log(256)
     assert run.attrs["data_sha256"] == text.CORPUS_SHA256
+
+
+def test_slowdown_work_runs_a_language_model_on_token_windows():
+    model = build_model("gpt:d=16,layers=1,heads=2,ctx=8", (8,), 256, seed=1)
+    params = model.params.copy()
+    work = ModelWork(build_model("gpt:d=16,layers=1,heads=2,ctx=8", (8,), 256, seed=1), 4)
+    work(time.perf_counter() + 1.0)  # a pass takes about a millisecond
+    assert work.passes >= 1 and work.x.shape == work.y.shape == (4, 8)
+    np.testing.assert_array_equal(model.params, params)
