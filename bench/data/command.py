@@ -15,7 +15,7 @@ import sys
 
 from syncbench.analysis import schema
 from syncbench.analysis.output_paths import OutputError, check_output_dir
-from syncbench.bench.data.catalog import DATASETS, DatasetError, load_dataset
+from syncbench.bench.data.catalog import CATALOG, DATASETS, DatasetError, load_dataset
 from syncbench.bench.data.fetch import fetch_dataset
 from syncbench.bench.data.provenance import data_attrs
 from syncbench.bench.flags import renamed
@@ -63,6 +63,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"{ds.name}: train {ds.train_x.shape} test {ds.test_x.shape} "
                   f"classes {ds.num_classes} from {ds.source} "
                   f"sha256 {record[schema.DATA_SHA256_ATTR]}")
+            spec = CATALOG.get(ds.name)
+            if spec is not None and spec.description:
+                print(f"  {spec.units}: {spec.description}")
     except DatasetError as exc:
         print(f"syncbench data: {exc}", file=sys.stderr)
         return 2
