@@ -331,6 +331,23 @@ class GPT(Model):
             count += yb.size
         return total / count, math.nan
 
+    def generate(self, prompt: bytes, count: int, temperature: float = 0.0,
+                 rng: np.random.Generator | None = None) -> bytes:
+        """``count`` bytes continuing ``prompt`` (a sanity check of a trained model): each
+        next byte the most likely one (``temperature`` 0) or drawn from the softmax of the
+        logits over ``temperature``; the model sees the last ``ctx`` bytes."""
+        tokens = list(prompt) or [ord("\n")]
+        rng = rng or np.random.default_rng(0)
+        for _ in range(count):
+            window = np.array([tokens[-self.spec.ctx:]])
+            logits = self.forward(window, train=False)[0, -1].astype(np.float64)
+            if temperature <= 0:
+                tokens.append(int(np.argmax(logits)))
+                continue
+            p = np.exp((logits - logits.max()) / temperature)
+            tokens.append(int(rng.choice(self.vocab, p=p / p.sum())))
+        return bytes(tokens[len(prompt):]) if prompt else bytes(tokens[1:])
+
     def summary(self) -> str:
         fl = flops_per_token(self.spec, self.vocab)
         return (super().summary() + f"\n  forward FLOPs per token {fl['forward']:,} "

@@ -187,3 +187,13 @@ def test_evaluate_reports_nats_per_token_and_no_accuracy():
     assert loss == pytest.approx(model.loss_and_grad(x, y), rel=1e-12) and math.isnan(accuracy)
     metrics = lm_metrics(math.log(4.0))
     assert metrics["bits_per_char"] == pytest.approx(2.0) and metrics["perplexity"] == 4.0
+
+
+def test_generation_follows_the_logits_and_sees_the_last_ctx_bytes():
+    model = GPT(GPTSpec(d=8, layers=1, heads=2, ctx=4), 256, dtype=np.float64, seed=1)
+    greedy = model.generate(b"to be", 6)
+    assert len(greedy) == 6 and model.generate(b"to be", 6) == greedy
+    first = int(np.argmax(model.forward(np.array([list(b"o be")]))[0, -1]))
+    assert model.generate(b"o be", 1)[0] == first == model.generate(b"to be", 1)[0]
+    sampled = model.generate(b"to", 20, temperature=1.0, rng=np.random.default_rng(2))
+    assert len(sampled) == 20 and sampled != greedy
