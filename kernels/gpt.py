@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels import cpu_native
+from syncbench.kernels import cpu_native, cpu_transformer
 from syncbench.kernels import transformer_ops as T
 from syncbench.kernels.backend import Backend, numpy_backend
 from syncbench.kernels.layers import Layer, Shape
@@ -186,8 +186,7 @@ class Block(Layer):
         h2 = h + (merged @ p["w_proj"] + p["b_proj"])
         m, ln2 = T.layernorm_forward(h2, p["ln2_g"], p["ln2_b"])
         f = m @ p["w_fc"] + p["b_fc"]
-        tanh = T.gelu_tanh(f)
-        g = T.gelu_forward(f, tanh)
+        g, tanh = cpu_transformer.gelu_forward(f)
         self._saved = (a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g)
         return h2 + (g @ p["w_out"] + p["b_out"])
 
@@ -201,7 +200,7 @@ class Block(Layer):
         # MLP: out = g @ w_out + b_out, g = gelu(f), f = m @ w_fc + b_fc
         np.matmul(_flat2(g).T, dy2, out=grad["w_out"])
         np.sum(dy2, axis=0, out=grad["b_out"])
-        df = T.gelu_backward(dy @ p["w_out"].T, f, tanh)
+        df = cpu_transformer.gelu_backward(dy @ p["w_out"].T, f, tanh)
         np.matmul(_flat2(m).T, _flat2(df), out=grad["w_fc"])
         np.sum(_flat2(df), axis=0, out=grad["b_fc"])
         dh2, grad["ln2_g"][...], grad["ln2_b"][...] = T.layernorm_backward(
