@@ -120,7 +120,7 @@ def summarize(
 #: A run whose final accuracy is at most this many times chance (1/classes) diverged.
 DIVERGED_CHANCE_MULTIPLE = 1.5
 #: Classes of the datasets that files written before ``diverged`` existed may name.
-_DATASET_CLASSES = {"mnist": 10, "fashion-mnist": 10, "cifar10": 10}
+_DATASET_CLASSES = {"mnist": 10, "fashion-mnist": 10, "cifar10": 10, "shakespeare": 256}
 _DIVERGED = "diverged"
 if _DIVERGED not in SUMMARY_FLAGS:  # pragma: no cover - guards a schema edit
     raise ImportError("syncbench.analysis.summary is out of step with schema.py")
@@ -138,7 +138,9 @@ def divergence(
     1.5 x chance, ``1.5 / num_classes``: training that went nowhere must not
     count as fast (a throughput "win" of a strategy whose model is random).
     The accuracy test is skipped when ``num_classes`` is None or there are
-    no evaluation rows.
+    no evaluation rows. A language model has no accuracy (every row NaN): its
+    final validation loss must instead be below ``ln(num_classes)``, what
+    guessing every token uniformly scores.
     """
     for rank in sorted(rank_rows):
         loss = _column(rank_rows[rank], _LOSS).astype(np.float64, copy=False)
@@ -148,7 +150,11 @@ def divergence(
             step = int(steps[bad[0]]) if steps.size > bad[0] else int(bad[0])
             return f"non-finite training loss on rank {rank} at step {step}"
     accuracy = _column(eval_rows, _ACCURACY).astype(np.float64, copy=False)
-    if num_classes and accuracy.size:
+    if num_classes and accuracy.size and np.isnan(accuracy).all():
+        final, limit = float(_column(eval_rows, _LOSS)[-1]), math.log(num_classes)
+        if not math.isfinite(final) or final >= limit:
+            return f"final loss {final:.4f} nats/token >= ln({num_classes}) (uniform guessing)"
+    elif num_classes and accuracy.size:
         final, limit = float(accuracy[-1]), DIVERGED_CHANCE_MULTIPLE / num_classes
         if not math.isfinite(final) or final <= limit:
             return (f"final accuracy {final:.4f} <= {DIVERGED_CHANCE_MULTIPLE:g} x chance "

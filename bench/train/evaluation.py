@@ -18,6 +18,13 @@ after training.
 
 Evaluations are collective, made only at points every rank agrees on (the rule
 of :mod:`syncbench.bench.train.hooks`), and off the training clock.
+
+A language model (``gpt`` on a text corpus) is scored on the corpus's fixed
+held-out windows: its rows' ``loss`` is the validation loss in nats per token
+and its ``accuracy`` is NaN (absent: next-token accuracy is not what an LM is
+judged by); :attr:`Evaluator.lm_metrics` adds bits per character and
+perplexity of the last evaluation, and :func:`quality` puts them in the
+result line.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from syncbench.bench.mpi.runtime import wait_politely
 from syncbench.bench.train.hooks import Hook, StepContext
 from syncbench.bench.train.recorder import EvalRecorder
 from syncbench.kernels.backend import Backend
+from syncbench.kernels.gpt import lm_metrics
 from syncbench.kernels.zoo import build_model
 
 if TYPE_CHECKING:
@@ -70,6 +78,9 @@ class Evaluator(Hook):
         self.local_rows = EvalRecorder()
         #: This rank's own weights when training ended (before ``finish`` drains into them).
         self.final_local_params: Any = None
+        #: A language model's measures at its last ``/eval`` row (:func:`lm_metrics`),
+        #: else None.
+        self.lm_metrics: dict[str, float] | None = None
 
     def after_step(self, ctx: StepContext) -> bool:
         loop, seen = ctx.loop, ctx.seen
@@ -135,6 +146,8 @@ class Evaluator(Hook):
         model.buffers[...] = buffers
         loss, accuracy = model.evaluate(self.data.test_x, self.data.test_y)
         self.rows.append(t, step, samples_seen, float(loss), float(accuracy))
+        if math.isnan(accuracy):  # a language model: nats per token, bits per char, perplexity
+            self.lm_metrics = lm_metrics(float(loss))
         return float(loss), float(accuracy)
 
     def evaluate_local(self, training: Training) -> tuple[float, float]:
@@ -189,3 +202,15 @@ class SnapshotKeeper(Hook):
         self.snapshots.append((t, loop.step, seen, model.params.copy(), model.buffers.copy()))
         while loop.next_eval <= seen:
             loop.next_eval += loop.eval_stride
+
+
+def quality(summary: dict[str, float]) -> str:
+    """The result line's clause on what the run learned: ``accuracy A  loss L`` for a
+    classifier; for a language model (no accuracy) the validation loss in nats per token
+    with bits per character and perplexity."""
+    accuracy, loss = summary["final_accuracy"], summary["final_loss"]
+    if math.isnan(accuracy) and math.isfinite(loss):
+        m = lm_metrics(loss)
+        return (f"val loss {loss:.4f} nats/token  {m['bits_per_char']:.4f} bits/char  "
+                f"perplexity {m['perplexity']:.2f}")
+    return f"accuracy {accuracy:.4f}  loss {loss:.4f}"

@@ -174,7 +174,7 @@ def add_cuda_aware_argument(group: argparse._ActionsContainer, help: str) -> Non
 def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:
     """``--model``, ``--dataset``, ``--data-dir``, ``--synthetic-samples`` (train, ssgd-comm)."""
     group.add_argument("--model", default="mlp", type=_model_arg, metavar="MODEL",
-                       help=f"model: {', '.join(sorted(MODELS))}, or mlp:H1,H2,... (hidden widths)")
+                       help=f"model: {', '.join(sorted(MODELS))}, mlp:H1,... or gpt:d=N,ctx=N,...")
     group.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
                        help="dataset")
     group.add_argument("--data-dir", default=None,

@@ -202,8 +202,11 @@ class ModelWork:
     def __init__(self, model: Any, batch_size: int, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
         backend = model.backend
-        x = rng.standard_normal((batch_size, *model.input_shape))
-        y = rng.integers(0, model.num_classes, size=batch_size)
+        if hasattr(model, "scratch_batch"):  # a language model: token windows
+            x, y = model.scratch_batch(rng, batch_size)
+        else:
+            x = rng.standard_normal((batch_size, *model.input_shape))
+            y = rng.integers(0, model.num_classes, size=batch_size)
         self.model = model
         self.x = backend.asarray(x, dtype=model.dtype)
         self.y = backend.asarray(y)

@@ -1,0 +1,361 @@
+"""``gpt``: a decoder-only transformer over the flat parameter buffer, forward and backward
+written by hand.
+
+The architecture is GPT-2's (Radford et al. 2019, section 2.3, on the
+transformer decoder of Vaswani et al. 2017): token embedding plus learned
+positions; ``layers`` pre-LayerNorm blocks, each ``h += attn(ln1(h))`` with
+causal multi-head self-attention and ``h += mlp(ln2(h))`` with a 4 d wide
+GELU (tanh approximation, as GPT-2's code) MLP; a final LayerNorm; output
+logits ``h @ wte^T``, the output weights tied to the token embedding. No
+dropout. The loss is the mean cross-entropy of the next token over every
+position of every window, in nats per token. The operations are the NumPy
+references of :mod:`syncbench.kernels.transformer_ops`.
+
+``gpt:d=128,layers=4,heads=4,ctx=128`` names the size (any subset of the
+options; those are the defaults). Initialisation as GPT-2's code: weights
+N(0, 0.02), position embedding N(0, 0.01), the two projections into the
+residual stream N(0, 0.02 / sqrt(2 layers)) (GPT-2 paper, section 2.3),
+biases 0, LayerNorm gains 1.
+
+Parameters lie in the flat buffer layer by layer in forward order (the
+embedding: ``wte`` (V, d), ``wpe`` (ctx, d); each block: ``ln1`` gain and
+bias, ``w_qkv`` (d, 3d), ``b_qkv``, ``w_proj`` (d, d), ``b_proj``, ``ln2``
+gain and bias, ``w_fc`` (d, 4d), ``b_fc``, ``w_out`` (4d, d), ``b_out``; the
+final LayerNorm's gain and bias), so, as for every model here, backward
+reports ``on_grads_ready(offset)`` after each layer and SSGD's buckets start
+early. The tied output layer writes ``wte``'s gradient first (backward
+begins there) and the embedding's backward adds its scatter to it last, so
+offset 0 is reported final only at the very end.
+
+Runs on the CPU backend (NumPy); the GPU backend is refused in one line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from syncbench.kernels import cpu_native, cpu_transformer
+from syncbench.kernels import transformer_ops as T
+from syncbench.kernels.backend import Backend, numpy_backend
+from syncbench.kernels.layers import Layer, Shape
+from syncbench.kernels.model import GradsReady, Model, Poll, _lay_out
+
+
+@dataclass(frozen=True)
+class GPTSpec:
+    """The size of a ``gpt`` model: width, blocks, heads, context (tokens)."""
+
+    d: int = 128
+    layers: int = 4
+    heads: int = 4
+    ctx: int = 128
+
+    def __str__(self) -> str:
+        return f"gpt:d={self.d},layers={self.layers},heads={self.heads},ctx={self.ctx}"
+
+
+def parse_gpt_spec(name: str) -> GPTSpec | None:
+    """The :class:`GPTSpec` of ``gpt`` or ``gpt:KEY=N,...`` (None for any other name);
+    ``ValueError`` with one line for an unknown key, a value that is not a positive
+    integer, or heads that do not divide d."""
+    base, sep, options = name.partition(":")
+    if base != "gpt":
+        return None
+    values: dict[str, int] = {}
+    for item in options.split(",") if sep else ():
+        key, eq, value = item.partition("=")
+        if key not in GPTSpec.__dataclass_fields__ or not eq:
+            raise ValueError(f"model {name!r}: expected gpt:d=N,layers=N,heads=N,ctx=N "
+                             f"(any of them), got {item!r}")
+        try:
+            values[key] = int(value)
+        except ValueError:
+            values[key] = 0
+        if values[key] < 1:
+            raise ValueError(f"model {name!r}: {key} must be a positive integer")
+    spec = GPTSpec(**values)
+    if spec.d % spec.heads:
+        raise ValueError(f"model {name!r}: {spec.heads} heads do not divide d={spec.d}")
+    return spec
+
+
+def _flat2(x: np.ndarray) -> np.ndarray:
+    """(B, T, k) -> (B*T, k) view."""
+    return x.reshape(-1, x.shape[-1])
+
+
+class Embedding(Layer):
+    """Token rows of ``wte`` plus position rows of ``wpe``: (B, T) tokens -> (B, T, d)."""
+
+    def __init__(self, vocab: int, ctx: int, d: int) -> None:
+        super().__init__()
+        self.vocab, self.ctx, self.d = vocab, ctx, d
+
+    def param_shapes(self) -> list[Shape]:
+        return [(self.vocab, self.d), (self.ctx, self.d)]
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return [rng.normal(0.0, 0.02, (self.vocab, self.d)),
+                rng.normal(0.0, 0.01, (self.ctx, self.d))]
+
+    def param_decays(self) -> list[bool]:
+        return [True, True]
+
+    def forward(self, tokens: Any, train: bool = True) -> np.ndarray:
+        self._tokens = tokens
+        return T.embedding_forward(tokens, self.params[0], self.params[1])
+
+    def backward(self, dh: np.ndarray) -> None:
+        """Adds the token gradient to ``wte``'s (the output layer's is there already)."""
+        T.embedding_backward(dh, self._tokens, self.grads[0], self.grads[1])
+        self._tokens = None
+        return None
+
+    def __repr__(self) -> str:
+        return f"Embedding({self.vocab}, {self.ctx}, {self.d})"
+
+
+class LayerNorm(Layer):
+    """LayerNorm over the last axis with a gain and a bias (the final one)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.d = d
+
+    def param_shapes(self) -> list[Shape]:
+        return [(self.d,), (self.d,)]
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return [np.ones(self.d), np.zeros(self.d)]
+
+    def forward(self, x: np.ndarray, train: bool = True) -> np.ndarray:
+        y, self._saved = T.layernorm_forward(x, self.params[0], self.params[1])
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        dx, self.grads[0][...], self.grads[1][...] = T.layernorm_backward(
+            dy, self._saved, self.params[0])
+        self._saved = None
+        return dx
+
+    def __repr__(self) -> str:
+        return f"LayerNorm({self.d})"
+
+
+class Block(Layer):
+    """One pre-LayerNorm transformer block: ``h + attn(ln1(h))``, then ``+ mlp(ln2(.))``."""
+
+    #: Parameter names in flat-buffer order.
+    NAMES = ("ln1_g", "ln1_b", "w_qkv", "b_qkv", "w_proj", "b_proj",
+             "ln2_g", "ln2_b", "w_fc", "b_fc", "w_out", "b_out")
+
+    def __init__(self, d: int, heads: int, depth: int) -> None:
+        super().__init__()
+        self.d, self.heads, self.depth = d, heads, depth
+
+    def param_shapes(self) -> list[Shape]:
+        d = self.d
+        return [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,),
+                (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        d, residual = self.d, 0.02 / math.sqrt(2 * self.depth)
+        return [np.ones(d), np.zeros(d),
+                rng.normal(0.0, 0.02, (d, 3 * d)), np.zeros(3 * d),
+                rng.normal(0.0, residual, (d, d)), np.zeros(d),
+                np.ones(d), np.zeros(d),
+                rng.normal(0.0, 0.02, (d, 4 * d)), np.zeros(4 * d),
+                rng.normal(0.0, residual, (4 * d, d)), np.zeros(d)]
+
+    def param_decays(self) -> list[bool]:
+        # the project's rule (Layer.param_decays): weights and gains decay, biases do not
+        return [not name.startswith("b") and not name.endswith("_b") for name in self.NAMES]
+
+    def forward(self, h: np.ndarray, train: bool = True) -> np.ndarray:
+        p = dict(zip(self.NAMES, self.params))
+        b, t, d = h.shape
+        a, ln1 = T.layernorm_forward(h, p["ln1_g"], p["ln1_b"])
+        qkv = a @ p["w_qkv"] + p["b_qkv"]
+        q, k, v = (T.split_heads(qkv[..., i * d:(i + 1) * d], self.heads) for i in range(3))
+        att, probs = T.attention_forward(q, k, v)
+        merged = T.merge_heads(att)
+        h2 = h + (merged @ p["w_proj"] + p["b_proj"])
+        m, ln2 = T.layernorm_forward(h2, p["ln2_g"], p["ln2_b"])
+        f = m @ p["w_fc"] + p["b_fc"]
+        g, tanh = cpu_transformer.gelu_forward(f)
+        self._saved = (a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g)
+        return h2 + (g @ p["w_out"] + p["b_out"])
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        p = dict(zip(self.NAMES, self.params))
+        grad = dict(zip(self.NAMES, self.grads))
+        a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g = self._saved
+        self._saved = None
+        d = self.d
+        dy2 = _flat2(dy)
+        # MLP: out = g @ w_out + b_out, g = gelu(f), f = m @ w_fc + b_fc
+        np.matmul(_flat2(g).T, dy2, out=grad["w_out"])
+        np.sum(dy2, axis=0, out=grad["b_out"])
+        df = cpu_transformer.gelu_backward(dy @ p["w_out"].T, f, tanh)
+        np.matmul(_flat2(m).T, _flat2(df), out=grad["w_fc"])
+        np.sum(_flat2(df), axis=0, out=grad["b_fc"])
+        dh2, grad["ln2_g"][...], grad["ln2_b"][...] = T.layernorm_backward(
+            df @ p["w_fc"].T, ln2, p["ln2_g"])
+        dh2 += dy
+        # attention: h2 = h + merged @ w_proj + b_proj
+        dh2_2 = _flat2(dh2)
+        np.matmul(_flat2(merged).T, dh2_2, out=grad["w_proj"])
+        np.sum(dh2_2, axis=0, out=grad["b_proj"])
+        datt = T.split_heads(dh2 @ p["w_proj"].T, self.heads)
+        dq, dk, dv = T.attention_backward(datt, q, k, v, probs)
+        dqkv = np.concatenate([T.merge_heads(x) for x in (dq, dk, dv)], axis=-1)
+        dqkv2 = _flat2(dqkv)
+        np.matmul(_flat2(a).T, dqkv2, out=grad["w_qkv"])
+        np.sum(dqkv2, axis=0, out=grad["b_qkv"])
+        dh, grad["ln1_g"][...], grad["ln1_b"][...] = T.layernorm_backward(
+            dqkv @ p["w_qkv"].T, ln1, p["ln1_g"])
+        dh += dh2
+        assert dh.shape[-1] == d
+        return dh
+
+    def __repr__(self) -> str:
+        return f"Block(d={self.d}, heads={self.heads})"
+
+
+def flops_per_token(spec: GPTSpec, vocab: int) -> dict[str, int]:
+    """Multiply-add FLOPs (2 per multiply-add) per token of one forward pass, by part:
+    the GEMMs of the blocks and the tied output layer, and attention's two batched
+    products counted over the full (ctx, ctx) square as computed here (the causal half
+    is masked, not skipped). A training step costs about three times the forward."""
+    d, L, n = spec.d, spec.layers, spec.ctx
+    blocks = 2 * L * (d * 3 * d + d * d + 2 * d * 4 * d)
+    attention = 2 * L * 2 * n * d
+    head = 2 * d * vocab
+    return {"blocks": blocks, "attention": attention, "head": head,
+            "forward": blocks + attention + head}
+
+
+class GPT(Model):
+    """The ``gpt`` model with :class:`Model`'s interface (flat ``params``/``grads``,
+    ``loss_and_grad``, ``evaluate``, ``warm_up``) on (B, ctx) token windows."""
+
+    def __init__(self, spec: GPTSpec, vocab: int, backend: Backend | None = None,
+                 dtype: Any = np.float32, seed: int = 0, name: str | None = None) -> None:
+        self.backend = backend or numpy_backend()
+        if self.backend.is_gpu:
+            raise ValueError("model gpt runs on the CPU backend only (--device cpu)")
+        cpu_native.library()
+        self.spec, self.vocab = spec, vocab
+        self.name = name or str(spec)
+        self.input_shape = (spec.ctx,)
+        self.num_classes = vocab
+        self.dtype = np.dtype(dtype)
+        self.embedding = Embedding(vocab, spec.ctx, spec.d)
+        self.blocks = [Block(spec.d, spec.heads, spec.layers) for _ in range(spec.layers)]
+        self.final_norm = LayerNorm(spec.d)
+        self.layers = [self.embedding, *self.blocks, self.final_norm]
+        rng = np.random.default_rng(seed)
+        shapes = [layer.param_shapes() for layer in self.layers]
+        total = sum(int(np.prod(s)) for layer_shapes in shapes for s in layer_shapes)
+        self.params = np.zeros(total, dtype=self.dtype)
+        self.grads = np.zeros(total, dtype=self.dtype)
+        host, self.layer_offsets, views = _lay_out(
+            shapes, (layer.init_params(rng) for layer in self.layers), (self.params, self.grads))
+        for layer, (pviews, gviews) in zip(self.layers, views):
+            layer.bind(pviews, gviews)
+        self.params[...] = host
+        self.first_trained = 0
+        self.buffers = np.zeros(0, dtype=self.dtype)  # no running statistics
+
+    def _hidden(self, x: Any, poll: Poll | None) -> np.ndarray:
+        """The final LayerNorm's output (B*T, d) for token windows ``x`` (B, T)."""
+        tokens = T.as_tokens(x)
+        if tokens.ndim != 2 or tokens.shape[1] > self.spec.ctx:
+            raise ValueError(f"{self.name}: expected (batch, <= {self.spec.ctx}) token windows, "
+                             f"got shape {tokens.shape}")
+        h = self.embedding.forward(tokens).astype(self.dtype, copy=False)
+        for layer in self.layers[1:]:
+            h = layer.forward(h)
+            if poll is not None:
+                poll()
+        return _flat2(h)
+
+    def forward(self, x: Any, train: bool = True, poll: Poll | None = None) -> np.ndarray:
+        """Logits (B, T, V) for token windows ``x`` (B, T)."""
+        hf = self._hidden(x, poll)
+        return (hf @ self.embedding.params[0].T).reshape(*np.shape(x), self.vocab)
+
+    def loss_and_grad(self, x: Any, y: Any, on_grads_ready: GradsReady | None = None,
+                      poll: Poll | None = None) -> float:
+        """Mean next-token loss (nats per token) on windows ``x`` with targets ``y`` (both
+        (B, T)); writes the gradient into :attr:`grads`."""
+        hf = self._hidden(x, poll)
+        wte, dwte = self.embedding.params[0], self.embedding.grads[0]
+        loss, dlogits = T.sequence_xent(hf @ wte.T, T.as_tokens(y).reshape(-1))
+        np.matmul(dlogits.T, hf, out=dwte)  # the tied output layer's part of wte's gradient
+        dh = (dlogits @ wte).reshape(*np.shape(x), self.spec.d)
+        for index in range(len(self.layers) - 1, -1, -1):
+            dh = self.layers[index].backward(dh)
+            if on_grads_ready is not None:
+                on_grads_ready(self.layer_offsets[index])
+        return float(loss)
+
+    def scratch_batch(self, rng: np.random.Generator, batch_size: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Random token windows and targets, (batch_size, ctx) each (``--slowdown`` work)."""
+        shape = (batch_size, self.spec.ctx)
+        return rng.integers(0, self.vocab, shape), rng.integers(0, self.vocab, shape)
+
+    def warm_up(self, batch_size: int) -> None:
+        """One untimed step on a zero batch; the gradient is zeroed after it."""
+        zeros = np.zeros((batch_size, self.spec.ctx), dtype=np.int64)
+        self.loss_and_grad(zeros, zeros)
+        self.grads[...] = 0
+
+    def evaluate(self, x: Any, y: Any, batch_size: int | None = None) -> tuple[float, float]:
+        """(mean loss in nats per token, NaN) over windows ``x`` with targets ``y``: a
+        language model has no accuracy (:func:`lm_metrics` gives its measures)."""
+        batch_size = batch_size or 64
+        total, count = 0.0, 0
+        for start in range(0, int(x.shape[0]), batch_size):
+            xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+            hf = self._hidden(xb, None)
+            loss, _ = T.sequence_xent(hf @ self.embedding.params[0].T,
+                                      T.as_tokens(yb).reshape(-1))
+            total += loss * yb.size
+            count += yb.size
+        return total / count, math.nan
+
+    def generate(self, prompt: bytes, count: int, temperature: float = 0.0,
+                 rng: np.random.Generator | None = None) -> bytes:
+        """``count`` bytes continuing ``prompt`` (a sanity check of a trained model): each
+        next byte the most likely one (``temperature`` 0) or drawn from the softmax of the
+        logits over ``temperature``; the model sees the last ``ctx`` bytes."""
+        tokens = list(prompt) or [ord("\n")]
+        rng = rng or np.random.default_rng(0)
+        for _ in range(count):
+            window = np.array([tokens[-self.spec.ctx:]])
+            logits = self.forward(window, train=False)[0, -1].astype(np.float64)
+            if temperature <= 0:
+                tokens.append(int(np.argmax(logits)))
+                continue
+            p = np.exp((logits - logits.max()) / temperature)
+            tokens.append(int(rng.choice(self.vocab, p=p / p.sum())))
+        return bytes(tokens[len(prompt):]) if prompt else bytes(tokens[1:])
+
+    def summary(self) -> str:
+        fl = flops_per_token(self.spec, self.vocab)
+        return (super().summary() + f"\n  forward FLOPs per token {fl['forward']:,} "
+                f"(blocks {fl['blocks']:,}, attention {fl['attention']:,}, "
+                f"tied output {fl['head']:,})")
+
+
+def lm_metrics(loss_nats: float) -> dict[str, float]:
+    """A language model's validation measures from its loss in nats per token: bits per
+    token (per character on a byte-level ASCII corpus) and perplexity."""
+    return {"loss_nats": loss_nats, "bits_per_char": loss_nats / math.log(2.0),
+            "perplexity": math.exp(loss_nats)}

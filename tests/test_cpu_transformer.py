@@ -1,0 +1,73 @@
+"""The compiled GELU (kernels/cpu/gelu.c) against its NumPy reference in float64.
+
+Stated tolerances (the kernel's tanh is a rational approximation, a few float32 ulps
+off): |gelu - reference| <= 2e-6 and |gelu' dy - reference| <= 1e-5 max(1, |dy|),
+over inputs spread like activations (N(0, 3^2)) and at the edges (0, +-inf, NaN,
+beyond the tanh's clamp). The float32 NumPy reference itself is off by about half
+that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from syncbench.kernels import cpu_native, cpu_transformer
+from syncbench.kernels import transformer_ops as T
+from syncbench.kernels.gpt import GPT, GPTSpec
+
+pytestmark = pytest.mark.skipif(cpu_native.library() is None,
+                                reason=f"no compiled kernels: {cpu_native.status()}")
+
+
+def reference(x, dy):
+    x64 = x.astype(np.float64)
+    t = T.gelu_tanh(x64)
+    with np.errstate(invalid="ignore"):  # inf * 0 at x = +-inf: NaN, in both
+        return T.gelu_forward(x64, t), T.gelu_backward(dy.astype(np.float64), x64, t)
+
+
+def test_gelu_equals_the_reference_within_the_stated_tolerance():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(100_003) * 3).astype(np.float32)
+    dy = rng.standard_normal(x.size).astype(np.float32)
+    y, t = cpu_transformer.gelu_forward(x)
+    dx = cpu_transformer.gelu_backward(dy, x, t)
+    y64, dx64 = reference(x, dy)
+    assert y.dtype == dx.dtype == np.float32
+    assert np.max(np.abs(y - y64)) <= 2e-6
+    assert np.max(np.abs(dx - dx64) / np.maximum(1.0, np.abs(dy))) <= 1e-5
+
+
+def test_gelu_edges_match_the_reference():
+    x = np.array([0.0, 1e-30, -1e-30, 4.4, 4.6, -4.6, 30.0, -30.0, np.inf, np.nan],
+                 dtype=np.float32)
+    dy = np.ones_like(x)
+    y, t = cpu_transformer.gelu_forward(x)
+    y64, dx64 = reference(x, dy)
+    np.testing.assert_allclose(y, y64, rtol=1e-6, atol=2e-6)
+    np.testing.assert_allclose(cpu_transformer.gelu_backward(dy, x, t), dx64, rtol=0,
+                               atol=1e-5)
+    assert t[6] == 1.0 and t[7] == -1.0  # beyond the clamp: exactly +-1, slopes 1 and 0
+
+
+def test_float64_and_strided_arrays_take_the_reference():
+    x = np.linspace(-3, 3, 12)
+    y, t = cpu_transformer.gelu_forward(x)
+    np.testing.assert_array_equal(y, T.gelu_forward(x))
+    strided = np.linspace(-3, 3, 24, dtype=np.float32)[::2]
+    np.testing.assert_array_equal(cpu_transformer.gelu_forward(strided)[0],
+                                  T.gelu_forward(strided))
+
+
+def test_a_float32_step_with_the_kernel_matches_the_numpy_step(monkeypatch):
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 256, (4, 16)), rng.integers(0, 256, (4, 16))
+    losses, grads = [], []
+    for numpy_only in (False, True):
+        monkeypatch.setattr(cpu_native, "numpy_only", numpy_only)
+        model = GPT(GPTSpec(d=32, layers=2, heads=4, ctx=16), 256, seed=3)
+        losses.append(model.loss_and_grad(x, y))
+        grads.append(model.grads.copy())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    np.testing.assert_allclose(grads[0], grads[1], rtol=0, atol=1e-5 * np.abs(grads[1]).max())
