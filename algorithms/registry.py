@@ -19,6 +19,7 @@ import os
 
 from syncbench.algorithms.asgd import ASGD
 from syncbench.algorithms.base import Strategy
+from syncbench.algorithms.dpsgd import DPSGD
 from syncbench.algorithms.flags import validate_options
 from syncbench.algorithms.localsgd import LocalSGD
 from syncbench.algorithms.odsgd import ODSGD
@@ -45,7 +46,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD):
+for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, DPSGD):
     register(_cls)
 
 
