@@ -37,6 +37,7 @@ the discrete Fourier transform and the gap needs no dense matrix (16,384 ranks a
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -371,7 +372,8 @@ def graph_arg(spec: str) -> str:
     """``--graph``'s argparse type: a named graph, ``torus:RxC``, or a file that exists."""
     if spec in GRAPHS or spec.startswith("torus:") or Path(spec).is_file():
         return spec
-    raise ValueError(f"--graph {spec}: not one of {', '.join(GRAPHS)}, torus:RxC, or a file")
+    raise argparse.ArgumentTypeError(
+        f"not one of {', '.join(GRAPHS)}, torus:RxC, or a file that exists: {spec!r}")
 
 
 def build_graph(spec: str, size: int) -> GraphSchedule:

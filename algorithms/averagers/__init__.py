@@ -1,4 +1,4 @@
-"""Model averagers: when and how the replicas of a local-steps strategy are averaged.
+"""Model averagers: when and how the replicas of a strategy's ranks are averaged.
 
 An averager is the part of a strategy that synchronizes parameters rather than
 gradients, as PyTorch's ``torch/distributed/algorithms/model_averaging/averagers.py``
@@ -14,6 +14,11 @@ averager                             when, and what travels                     
 ``adaptive.AdaptiveAverager``        per-rank local steps from every rank's speed:    Oscars
                                      one packed ``Iallreduce`` of weighted deltas,
                                      speeds and step counts per round
+``gossip.GossipAverager``            every step, with the graph's neighbours only:    D-PSGD
+                                     ``Ineighbor_allgather`` of the models on a
+                                     distributed graph communicator, mixed by W
+``pairwise.PairwiseWindow``          asynchronously, one random peer at a time: an    (AD-PSGD)
+                                     atomic average over RMA windows (EXCLUSIVE lock)
 ==================================  ===============================================  ========
 
 What becomes of the momentum buffers at an averaging (``--momentum-sync``) is
