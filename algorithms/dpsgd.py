@@ -9,7 +9,10 @@ A composition of two parts over the lock-step core: the gossip averager
 (:class:`~syncbench.algorithms.averagers.gossip.GossipAverager`, one
 ``Ineighbor_allgather`` per step on the graph's communicator, posted before compute and
 completed after it) and the local optimizer (momentum SGD, stepping the mixed model with
-the gradient of the pre-mix one, as Bagua's decentralized SGD).
+the gradient of the pre-mix one, as Bagua's decentralized SGD). ``--gossip-codec``
+swaps the averager for the low-precision one
+(:class:`~syncbench.algorithms.averagers.compressed_gossip.CompressedGossipAverager`:
+replicas of the neighbours, each step's compressed change on the wire).
 
 ``--graph``: ``ring``, ``torus`` (or ``torus:RxC``), ``exp``, ``onepeer-exp`` or a file
 (:mod:`syncbench.algorithms.graphs`). The run file's root attribute ``spectral_gap`` is the
@@ -27,6 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.averagers.compressed_gossip import (
+    CompressedGossipAverager,
+    gossip_codec,
+)
 from syncbench.algorithms.averagers.gossip import GossipAverager
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
@@ -51,6 +58,13 @@ class DPSGD(Strategy):
             "exponential), onepeer-exp (one-peer exponential, time-varying) or a file of "
             "edges 'i j [weight]' (Metropolis-Hastings weights when none are given)",
             type=graph_arg, metavar="GRAPH")
+        gossip_codec: str = option(
+            "none", "D-PSGD low-precision gossip (DCD-PSGD, as Bagua's): send each step's "
+            "model change through this codec (fp16, bf16, int8[:CHUNK]) to neighbours that "
+            "keep replicas; none (default): exact models", metavar="CODEC")
+
+        def __post_init__(self) -> None:
+            gossip_codec(self.gossip_codec)
 
         def check_run(self, config: Any, world_size: int) -> None:
             build_graph(self.graph, world_size)
@@ -58,7 +72,10 @@ class DPSGD(Strategy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         schedule = build_graph(self.options.graph, self.comm.size)
-        self.averager = GossipAverager(self, schedule)
+        codec = gossip_codec(self.options.gossip_codec)
+        self.averager: GossipAverager | CompressedGossipAverager = (
+            GossipAverager(self, schedule) if codec is None
+            else CompressedGossipAverager(self, schedule, codec))
         self.run_attributes["spectral_gap"] = schedule.spectral_gap()
         #: (global samples, consensus distance) of every evaluation.
         self.consensus_log: dict[int, float] = {}
@@ -74,6 +91,7 @@ class DPSGD(Strategy):
         self.averager.average()
         with self.timer.phase("update"):
             self.optimizer.step(self.model.params, grads)
+        self.averager.after_update()
         self.steps_taken += 1
         return StepStats(loss=loss, samples=int(x.shape[0]))
 
@@ -95,12 +113,13 @@ class DPSGD(Strategy):
 
     def state(self) -> dict[str, Any]:
         log = sorted(self.consensus_log.items())
-        return {**super().state(),
+        return {**super().state(), **self.averager.state(),
                 "consensus_samples": np.array([s for s, _ in log], dtype=np.int64),
                 "consensus_distance": np.array([d for _, d in log], dtype=np.float64)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
+        self.averager.load_state(state)
         self.consensus_log = dict(zip(np.asarray(state["consensus_samples"]).tolist(),
                                       np.asarray(state["consensus_distance"]).tolist(),
                                       strict=True))

@@ -14,6 +14,12 @@ import numpy as np
 import pytest
 from helpers import rank_streams, train_config
 
+from syncbench.algorithms.averagers.compressed_gossip import (
+    from_wire,
+    gossip_codec,
+    mix,
+    to_wire,
+)
 from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.graphs import build_graph
@@ -43,7 +49,8 @@ def graph_spec(name: str, size: int, folder) -> str:
     return str(path)
 
 
-def setup(graph: str, flags: tuple[str, ...], steps: int = STEPS, seeds=None):
+def setup(graph: str, flags: tuple[str, ...], steps: int = STEPS, seeds=None,
+          dtype=np.float64):
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
@@ -52,10 +59,10 @@ def setup(graph: str, flags: tuple[str, ...], steps: int = STEPS, seeds=None):
     config = train_config(*flags, "--algorithm", "dpsgd", "--graph", graph)
     validate(get_algorithm("dpsgd"), config, size)
     seed = SEED if seeds is None else seeds[rank]
-    model = build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=seed)
+    model = build_model("mlp", data.input_shape, 10, dtype=dtype, seed=seed)
     budget = Budget(steps * BATCH * size, BATCH, size)
     algo = get_algorithm("dpsgd")(model, Communicator(world), config, budget)
-    stream = rank_streams(data.train_x, data.train_y, size, BATCH, SEED)[rank]
+    stream = rank_streams(data.train_x, data.train_y, size, BATCH, SEED, dtype=dtype)[rank]
     return algo, stream, data, config
 
 
@@ -66,15 +73,15 @@ def train(algo, stream) -> None:
     algo.finish()
 
 
-def serial_dpsgd(data, size: int, config, graph: str, steps: int, seeds=None) -> np.ndarray:
+def serial_dpsgd(data, size: int, config, graph: str, steps: int, seeds=None,
+                 dtype=np.float64) -> np.ndarray:
     """The N replicas after ``steps`` steps, one row each."""
     schedule = build_graph(graph, size)
     seeds = seeds or [SEED] * size
-    models = [build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=s)
-              for s in seeds]
+    models = [build_model("mlp", data.input_shape, 10, dtype=dtype, seed=s) for s in seeds]
     opts = [MomentumSGD(m.params, config.lr, config.momentum, config.weight_decay)
             for m in models]
-    streams = rank_streams(data.train_x, data.train_y, size, BATCH, SEED)
+    streams = rank_streams(data.train_x, data.train_y, size, BATCH, SEED, dtype=dtype)
     for t in range(steps):
         for k in range(size):
             models[k].loss_and_grad(*streams[k].next())
@@ -168,6 +175,52 @@ def test_the_exchange_is_one_ineighbor_allgather_per_step_with_its_bytes():
     destinations = len(build_graph("exp", size).cycle[0].destinations(rank))
     assert list(cols["kind"]) == [6, 6, 6]  # schema.EVENT_KINDS' ineighbor_allgather
     assert set(cols["bytes"].tolist()) == {algo.model.params.nbytes * destinations}
+    algo.close()
+
+
+def serial_dcd(data, size: int, config, graph: str, steps: int, seeds) -> np.ndarray:
+    """DCD-PSGD's replicas after ``steps`` steps in float32, with the averager's own
+    arithmetic (so equal to the bit): mix, optimizer step, x <- x + C(x' - x)."""
+    schedule = build_graph(graph, size)
+    codec = gossip_codec(config.gossip_codec)
+    models = [build_model("mlp", data.input_shape, 10, dtype=np.float32, seed=s)
+              for s in seeds]
+    opts = [MomentumSGD(m.params, config.lr, config.momentum, config.weight_decay)
+            for m in models]
+    streams = rank_streams(data.train_x, data.train_y, size, BATCH, SEED, dtype=np.float32)
+    for t in range(steps):
+        mixing = schedule.at(t)
+        x = [m.params.copy() for m in models]
+        for k in range(size):
+            models[k].loss_and_grad(*streams[k].next())
+            models[k].params[...] = mix(mixing.self_weights[k], x[k], mixing.weights(k),
+                                        [x[j] for j in mixing.sources(k)])
+            opts[k].step(models[k].params, models[k].grads)
+            wire = to_wire(codec, models[k].params - x[k])
+            models[k].params[...] = x[k] + from_wire(codec, wire, x[k].size)
+    return np.stack([m.params for m in models])
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("codec", ["fp16", "bf16", "int8:1000"])
+@pytest.mark.parametrize("name", ["ring", "onepeer-exp"])
+def test_low_precision_gossip_equals_the_serial_dcd_psgd(name, codec):
+    """Every rank's model equals its serial DCD-PSGD replica bit for bit: a neighbour's
+    replica, kept from the codes alone, is its model exactly."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    size, rank = world.Get_size(), world.Get_rank()
+    seeds = [SEED + k for k in range(size)]  # different models: the first exchange matters
+    flags = ("--lr", "0.05", "--momentum", "0.9", "--weight-decay", "1e-3",
+             "--gossip-codec", codec)
+    algo, stream, data, config = setup(name, flags, seeds=seeds, dtype=np.float32)
+    train(algo, stream)
+    expected = on_rank0(serial_dcd, data, size, config, name, STEPS, seeds)
+    np.testing.assert_array_equal(algo.model.params, expected[rank])
+    exact = on_rank0(serial_dpsgd, data, size, config, name, STEPS, seeds, np.float32)
+    assert not np.array_equal(expected[rank], exact[rank])  # the codec did round
+    np.testing.assert_allclose(expected[rank], exact[rank], rtol=0, atol=0.05)
     algo.close()
 
 

@@ -17,6 +17,8 @@ averager                             when, and what travels                     
 ``gossip.GossipAverager``            every step, with the graph's neighbours only:    D-PSGD
                                      ``Ineighbor_allgather`` of the models on a
                                      distributed graph communicator, mixed by W
+``compressed_gossip.``               the same, low precision: each step's change      D-PSGD
+``CompressedGossipAverager``         through a codec, neighbours keep replicas        (codec)
 ``pairwise.PairwiseWindow``          asynchronously, one random peer at a time: an    (AD-PSGD)
                                      atomic average over RMA windows (EXCLUSIVE lock)
 ==================================  ===============================================  ========

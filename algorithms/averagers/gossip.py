@@ -102,20 +102,19 @@ class GossipAverager(ModelAverager):
             if model.buffers.size:
                 model.buffers += mixed[p:] - self.send[p:]
 
+    def after_update(self) -> None:
+        """After the local optimizer's step: nothing (the exchange sends exact models)."""
+
+    def state(self) -> dict[str, Any]:
+        """Nothing to resume (no exchange is in flight between steps)."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """The inverse of :meth:`state`."""
+
     def consensus(self) -> tuple[Any, float]:
-        """x_bar = (1/N) sum_i x_i on every rank, and the consensus distance
-        (1/N) sum_i ||x_i - x_bar||^2 (collective; evaluation-time bookkeeping, not
-        training traffic: neither timed nor recorded as events)."""
-        core = self.core
-        params, n = core.model.params, core.comm.size
-        average = params.copy()
-        core.comm.mpi_comm.Allreduce(MPI.IN_PLACE, average, op=MPI.SUM)
-        average *= 1.0 / n
-        diff = core.model.backend.to_numpy(params - average).astype(np.float64)
-        local = float(np.dot(diff, diff))
-        total = np.array([local])
-        core.comm.mpi_comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
-        return average, float(total[0]) / n
+        """x_bar and the consensus distance (:func:`consensus`)."""
+        return consensus(self.core)
 
     def close(self) -> None:
         """Free the graph communicators (an exchange still in flight after an error
@@ -123,3 +122,17 @@ class GossipAverager(ModelAverager):
         for graph, *_ in self.graphs:
             graph.Free()
         self.graphs = []
+
+
+def consensus(core: Any) -> tuple[Any, float]:
+    """x_bar = (1/N) sum_i x_i on every rank, and the consensus distance
+    (1/N) sum_i ||x_i - x_bar||^2 of ``core``'s replicas (collective; evaluation-time
+    bookkeeping, not training traffic: neither timed nor recorded as events)."""
+    params, n = core.model.params, core.comm.size
+    average = params.copy()
+    core.comm.mpi_comm.Allreduce(MPI.IN_PLACE, average, op=MPI.SUM)
+    average *= 1.0 / n
+    diff = core.model.backend.to_numpy(params - average).astype(np.float64)
+    total = np.array([float(np.dot(diff, diff))])
+    core.comm.mpi_comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+    return average, float(total[0]) / n
