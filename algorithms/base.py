@@ -140,8 +140,9 @@ class Strategy(ABC):
         #: Heterogeneity emulation, set by the driver (``bench.slowdown.Slowdown``):
         #: called with the step's compute seconds, it spends the extra time.
         self.slowdown: Callable[[float], float] | None = None
-        #: Root attributes of the run file this strategy's parts declare.
-        self.run_attributes: dict[str, int] = {"buckets": 0, "warmup_steps": 0}
+        #: Root attributes of the run file this strategy's parts declare (numbers, or
+        #: arrays of them); the driver reads them again when training ends.
+        self.run_attributes: dict[str, Any] = {"buckets": 0, "warmup_steps": 0}
 
     # -- services of the core ----------------------------------------------------
     def straggle(self) -> None:

@@ -36,8 +36,9 @@ from syncbench.algorithms.timing import PhaseTimer
 
 class EventSink(Protocol):
     """Where calls are recorded: ``kind`` is a name of the run file's event kinds
-    (``allreduce``, ``iallreduce``, ``bcast``, ``barrier``, ``rma_pull``, ``rma_push``);
-    ``key`` identifies a nonblocking call's request until :meth:`complete`."""
+    (``allreduce``, ``iallreduce``, ``bcast``, ``barrier``, ``rma_pull``, ``rma_push``,
+    ``ineighbor_allgather``); ``key`` identifies a nonblocking call's request until
+    :meth:`complete`."""
 
     #: False before time 0 of the run (calls then are not recorded).
     recording: bool
@@ -75,11 +76,11 @@ class Communicator:
             events.post(kind, nbytes, self.timer.step, t_post, t_done=now,
                         wait_s=now - t_post if wait else 0.0)
 
-    def _posted(self, req: Any, nbytes: int, t_post: float) -> None:
-        """Record a nonblocking reduction posted at ``t_post`` (completed by ``_seen``)."""
+    def _posted(self, req: Any, nbytes: int, t_post: float, kind: str = "iallreduce") -> None:
+        """Record a nonblocking call posted at ``t_post`` (completed by ``_seen``)."""
         events = self._recording()
         if events is not None:
-            events.post("iallreduce", nbytes, self.timer.step, t_post, key=id(req))
+            events.post(kind, nbytes, self.timer.step, t_post, key=id(req))
 
     def _seen(self, reqs: list[Any], t_enter: float | None,
               done: list[int] | None = None) -> None:
@@ -129,6 +130,20 @@ class Communicator:
         self.outstanding.append(req)
         if self.events is not None:
             self._posted(req, buf.nbytes, t)
+        return req
+
+    def Ineighbor_allgather(self, graph: MPI.Distgraphcomm, sendbuf: Any, recvbuf: Any,
+                            destinations: int) -> MPI.Request:
+        """Start gathering ``sendbuf`` from each source of ``graph`` into the rows of
+        ``recvbuf`` (in the order of the sources, MPI-3.1 section 7.6), while sending it to
+        each of its ``destinations``; tracked for :meth:`poll`. Its event's bytes are what
+        this rank sends (``sendbuf`` once per destination)."""
+        t = self._clock()
+        with self.timer.phase("comm"):
+            req = graph.Ineighbor_allgather(sendbuf, recvbuf)
+        self.outstanding.append(req)
+        if self.events is not None:
+            self._posted(req, sendbuf.nbytes * destinations, t, "ineighbor_allgather")
         return req
 
     def Test(self, req: MPI.Request) -> bool:
@@ -181,6 +196,15 @@ class Communicator:
 
     def _forget(self, req: MPI.Request) -> None:
         self.outstanding = [r for r in self.outstanding if r is not req]
+
+    # -- topologies ----------------------------------------------------------
+    def Create_dist_graph_adjacent(self, sources: list[int],
+                                   destinations: list[int]) -> MPI.Distgraphcomm:
+        """A distributed graph communicator over this one's ranks (collective, untimed:
+        made once, before training), ranks kept in place (``reorder=False``): this rank
+        receives from ``sources`` and sends to ``destinations`` in neighbourhood
+        collectives."""
+        return self.mpi_comm.Create_dist_graph_adjacent(sources, destinations, reorder=False)
 
     # -- small helpers -------------------------------------------------------
     def allreduce_scalar(self, value: float, op: MPI.Op | None = None) -> float:

@@ -20,6 +20,7 @@ import os
 from syncbench.algorithms.asgd import ASGD
 from syncbench.algorithms.base import Strategy
 from syncbench.algorithms.diloco import DiLoCo
+from syncbench.algorithms.dpsgd import DPSGD
 from syncbench.algorithms.flags import validate_options
 from syncbench.algorithms.hierarchical import Hierarchical
 from syncbench.algorithms.localsgd import LocalSGD
@@ -48,7 +49,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, SlowMo, DiLoCo, Hierarchical):
+for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, SlowMo, DiLoCo, Hierarchical, DPSGD):
     register(_cls)
 
 

@@ -62,6 +62,12 @@ ROOT_ATTRS: tuple[str, ...] = (
     # SSGD: gradient reductions posted per step (Iallreduce buckets with --comm
     # overlap, 1 with blocking); 0 for the other algorithms
     "buckets",
+    # D-PSGD: the graph's spectral gap, 1 - ||W - 11^T/N||_2 (of the cycle's product for a
+    # time-varying graph), and the consensus distance (1/N) sum_i ||x_i - x_bar||^2 at each
+    # evaluation (consensus_samples: its global samples, as /eval's samples_seen)
+    "spectral_gap",
+    "consensus_samples",
+    "consensus_distance",
     # 1-minute load average of rank 0's host at the start and end of the run
     # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)
     "load_begin",
@@ -393,8 +399,9 @@ EVENTS_GROUP = "events"
 #: The calls an event records; the ``kind`` column is the position here, and the group's
 #: ``names`` attribute lists these names. ``rma_pull`` / ``rma_push``: one
 #: passive-target epoch of ASGD's parameter window (Get_accumulate / Accumulate).
+#: ``ineighbor_allgather``: D-PSGD's exchange with its graph neighbours (bytes: sent).
 EVENT_KINDS: tuple[str, ...] = ("allreduce", "iallreduce", "bcast", "barrier",
-                                "rma_pull", "rma_push")
+                                "rma_pull", "rma_push", "ineighbor_allgather")
 EVENT_COLUMNS: dict[str, str] = {
     "step": "i8",
     "kind": "i1",
@@ -491,6 +498,10 @@ FLOAT_ATTRS: frozenset[str] = frozenset({
     "clock_uncertainty_end_s",
 })
 
+#: Root attributes of a decentralized strategy's run only (D-PSGD's).
+DECENTRALIZED_ATTRS: tuple[str, ...] = ("spectral_gap", "consensus_samples",
+                                        "consensus_distance")
+
 #: Root attributes that a measured run lacks where their value is unknown (no git
 #: checkout, no CuPy, not a Slurm job, not a scaling study), and the GPU_ATTRS and
 #: DATA_ATTRS, which files written before them and simulations lack (a run writes
@@ -498,7 +509,7 @@ FLOAT_ATTRS: frozenset[str] = frozenset({
 #: always written.
 OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "cupy_package",
                                         "slurm_job_id", "scaling_mode", *GPU_ATTRS,
-                                        *DATA_ATTRS)
+                                        *DATA_ATTRS, *DECENTRALIZED_ATTRS)
 
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"

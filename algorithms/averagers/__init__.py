@@ -1,4 +1,4 @@
-"""Model averagers: when and how the replicas of a local-steps strategy are averaged.
+"""Model averagers: when and how the replicas of a strategy's ranks are averaged.
 
 An averager is the part of a strategy that synchronizes parameters rather than
 gradients, as PyTorch's ``torch/distributed/algorithms/model_averaging/averagers.py``
@@ -22,6 +22,13 @@ PseudoGradientAverager``             of the deltas from the anchor, then an oute
                                      steps later, outer step, mixed by alpha
 ``hierarchical.                      every H1 steps a blocking ``Allreduce`` inside   hierar-
 HierarchicalAverager``               a node (or group), every H2 steps of every rank  chical
+``gossip.GossipAverager``            every step, with the graph's neighbours only:    D-PSGD
+                                     ``Ineighbor_allgather`` of the models on a
+                                     distributed graph communicator, mixed by W
+``compressed_gossip.``               the same, low precision: each step's change      D-PSGD
+``CompressedGossipAverager``         through a codec, neighbours keep replicas        (codec)
+``pairwise.PairwiseWindow``          asynchronously, one random peer at a time: an    (AD-PSGD)
+                                     atomic average over RMA windows (EXCLUSIVE lock)
 ==================================  ===============================================  ========
 
 What becomes of the momentum buffers at an averaging (``--momentum-sync``) is

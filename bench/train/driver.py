@@ -315,6 +315,7 @@ class Training:
         # each rank's own training time (its off-clock blocks differ: rank 0 commits a
         # checkpoint after the barrier that frees the others), then the longest
         wall = self.world.allreduce(ctx.train_seconds, op=MPI.MAX)
+        self.root.update(self.algorithm.run_attributes)  # and what it measured while training
         self.root["t_end_unix"] = time.time()
         self.root["load_end"] = _load()
         self.root.update(self.foreign_cpu_attrs())
