@@ -50,25 +50,19 @@ from syncbench.analysis.trace import trace_events
 
 
 class Float16Rounded(GradientReducer):
-    """Rounds the gradient to float16 values, then one blocking Allreduce and the
-    straggler's delay; the mean, or the sum."""
-
-    def __init__(self, core: Any, sum_gradients: bool) -> None:
-        super().__init__(core)
-        self.sum_gradients = sum_gradients
+    """float16-rounded gradient, one Allreduce, the straggler's delay; mean or sum."""
 
     def complete(self) -> Any:
         grads = self.core.model.grads
         grads[...] = grads.astype(np.float16)
         self.core.comm.Allreduce(grads)
         self.core.straggle()
-        return grads if self.sum_gradients else mean_in_place(self.core, grads)
+        return grads if self.core.options.sum_gradients else mean_in_place(self.core, grads)
 
 
 @register
 class Throwaway(Strategy):
-    """Synchronous SGD from parts: the reducer above and the core's momentum SGD. Its
-    own step order and label; SSGD's simulation pattern and options."""
+    """SSGD from parts: the reducer above and the core's momentum SGD."""
 
     name = "throwaway"
     summary = "test only: a strategy registered from a test module"
@@ -83,7 +77,7 @@ class Throwaway(Strategy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.reducer = Float16Rounded(self, self.options.sum_gradients)
+        self.reducer = Float16Rounded(self)
 
     def step(self, x: Any, y: Any) -> StepStats:
         loss = self.compute_gradient(x, y)
