@@ -78,6 +78,8 @@ def test_the_strategys_options_are_one_typed_value_also_read_by_name():
     (("--resume",), "--checkpoint-every and --resume need --out"),
     (("--algorithm", "asgd", "--ps-layout", "dedicated", "--model", "resnet8"),
      "asgd --ps-layout dedicated cannot train resnet8"),
+    (("--dataset", "shakespeare", "--model", "gpt", "--target-accuracy", "0.5"),
+     "--target-accuracy: shakespeare trains a language model"),
 ])
 def test_a_bad_value_is_one_line_where_the_config_is_built(flags, message):
     with pytest.raises(ValueError, match=message) as raised:

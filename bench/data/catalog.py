@@ -146,6 +146,12 @@ CATALOG: dict[str, DatasetSpec] = {spec.name: spec for spec in (
                 "The Tempest, Twelfth Night"),
 )}
 
+def is_text(dataset: str) -> bool:
+    """Whether ``dataset`` is text a language model trains on (scored by a loss)."""
+    spec = CATALOG.get(dataset)
+    return spec is not None and spec.layout == "text"
+
+
 #: Dataset names (``--dataset``): the file datasets of :data:`CATALOG`, then ``synthetic``.
 DATASETS = (*CATALOG, "synthetic")
 

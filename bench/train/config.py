@@ -28,6 +28,7 @@ from typing import Any
 from syncbench.algorithms.flags import options_from
 from syncbench.algorithms.local_optimizer import check_local_optimizer
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, validate
+from syncbench.bench.data.catalog import is_text
 from syncbench.bench.train.options import (
     add_train_arguments,
     check_data_dir,
@@ -150,6 +151,9 @@ def check_train_config(config: TrainConfig, world_size: int) -> None:
          f"--synthetic-samples must be >= 1, got {config.synthetic_samples}"),
         (config.target_accuracy is None or 0 < config.target_accuracy <= 1,
          f"--target-accuracy must be in (0, 1], got {config.target_accuracy}"),
+        (config.target_accuracy is None or not is_text(config.dataset),
+         f"--target-accuracy: {config.dataset} trains a language model, which is scored by "
+         "its held-out loss in nats per token, not an accuracy (no target of a loss yet)"),
         (not config.stop_at_target or config.target_accuracy is not None,
          "--stop-at-target needs --target-accuracy"),
         (not config.stop_at_target or cls.traits.supports_stop_at_target,
