@@ -34,8 +34,7 @@ import pytest
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed: pip install 'syncbench[peers]' (torch==2.13.0)")
 
-from helpers import MPIEXEC  # noqa: E402
-from oracles import rank_streams  # noqa: E402
+from helpers import MPIEXEC, rank_streams  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from syncbench.bench.data.catalog import load_dataset  # noqa: E402
