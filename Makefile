@@ -22,7 +22,10 @@ export MKL_NUM_THREADS = 1
 
 # The demo's venv: syncbench, the MPICH wheel (an extra: without one mpi4py loads the
 # system's MPI), matplotlib. Every target that runs ruff, pytest or NVRTC depends on
-# venv-test, which adds the test tools and the CUDA compiler (the NVRTC wheel is ~217 MB).
+# venv-test, which adds the test tools, the CUDA compiler (the NVRTC wheel is ~217 MB) and
+# PyTorch for the CPU (the peers extra, ~190 MB), so the tests against PyTorch run too
+# (pip takes the CPU wheel where a find-links folder or index offers it; the check
+# after the install refuses a CUDA build, which would pull gigabytes of CUDA libraries).
 venv: $(VENV)/.installed
 venv-test: $(VENV)/.installed-test
 
@@ -33,7 +36,10 @@ $(VENV)/.installed: setup.py pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[mpich,plot,test,cuda-build]'
+	$(PY) -m pip install -q -e '.[mpich,plot,test,cuda-build,peers]'
+	$(PY) -c "import torch; assert not torch.version.cuda, 'a CUDA build of torch: \
+	  install the CPU wheel (pip install torch==2.13.0 --index-url \
+	  https://download.pytorch.org/whl/cpu)'"
 	touch $@
 
 # Debian's dataset-fashion-mnist puts the IDX files in /usr/share/datasets/fashion-mnist.
