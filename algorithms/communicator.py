@@ -106,6 +106,36 @@ class Communicator:
         if self.events is not None:
             self._blocking("allreduce", buf.nbytes, t)
 
+    def Alltoallv(self, send: Any, send_counts: Any, recv: Any, recv_counts: Any) -> None:
+        """Byte segments ``send[...]`` to each rank in rank order, ``recv`` from each (the
+        exchange of a reduce-scatter written by hand; counts in bytes, packed in order)."""
+        t = self._clock()
+        sdispl, rdispl = _displacements(send_counts), _displacements(recv_counts)
+        with self.timer.phase("comm"):
+            self.mpi_comm.Alltoallv([_bytes(send), (send_counts, sdispl), MPI.BYTE],
+                                    [_bytes(recv), (recv_counts, rdispl), MPI.BYTE])
+        if self.events is not None:
+            self._blocking("alltoallv", send.nbytes, t)
+
+    def Allgatherv(self, send: Any, recv: Any, recv_counts: Any) -> None:
+        """Every rank's ``send`` (``recv_counts`` bytes each, in rank order) into ``recv``."""
+        t = self._clock()
+        with self.timer.phase("comm"):
+            self.mpi_comm.Allgatherv([_bytes(send), MPI.BYTE],
+                                     [_bytes(recv), (recv_counts, _displacements(recv_counts)),
+                                      MPI.BYTE])
+        if self.events is not None:
+            self._blocking("allgather", send.nbytes, t)
+
+    def Allgather(self, send: Any, recv: Any) -> None:
+        """Every rank's ``send`` (the same number of bytes on each) into ``recv``, in rank
+        order."""
+        t = self._clock()
+        with self.timer.phase("comm"):
+            self.mpi_comm.Allgather([_bytes(send), MPI.BYTE], [_bytes(recv), MPI.BYTE])
+        if self.events is not None:
+            self._blocking("allgather", send.nbytes, t)
+
     def Bcast(self, buf: Any, root: int = 0) -> None:
         t = self._clock()
         with self.timer.phase("comm"):
@@ -189,6 +219,18 @@ class Communicator:
         buf = np.array([value], dtype=np.float64)
         self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM if op is None else op)
         return float(buf[0])
+
+
+def _bytes(buf: Any) -> np.ndarray:
+    """A contiguous NumPy array as the bytes MPI moves (a view: received bytes land in it)."""
+    if not buf.flags.c_contiguous:
+        raise ValueError("MPI byte buffers must be contiguous")
+    return buf.reshape(-1).view(np.uint8)
+
+
+def _displacements(counts: Any) -> list[int]:
+    """Offsets of segments of ``counts`` packed one after another."""
+    return [0, *np.cumsum(counts[:-1]).tolist()] if len(counts) else []
 
 
 def make_communicator(

@@ -15,8 +15,13 @@ optimizer (momentum SGD):
   ``Iallreduce`` per bucket of at most ``--bucket-mb`` MB of whole layers
   (:mod:`~syncbench.algorithms.reducers.buckets`), posted as backward finishes it.
 
+``--compress NAME[:ARG]`` (with ``--comm blocking``) replaces the Allreduce by a
+compressing reducer (:mod:`~syncbench.algorithms.reducers.compress`: 16-bit, int8,
+PowerSGD, top-k, random-k).
+
 The number of reductions posted per step is the run file's root attribute
-``buckets``.
+``buckets``; the bytes of gradient this rank hands to MPI per step,
+``wire_bytes_per_step``.
 """
 
 from __future__ import annotations
@@ -34,14 +39,18 @@ from syncbench.algorithms.reducers.buckets import (
     bucket_mb_arg,
     model_bucket_plan,
 )
+from syncbench.algorithms.reducers.compress import NONE, check_compress, compressed_reducer
 from syncbench.algorithms.traits import StrategyTraits
 
 #: ``--comm``: how SSGD reduces the gradient.
 COMM_MODES = ("overlap", "blocking")
 
 
-def gradient_reducer(core: Strategy, comm: str, bucket_mb: str | float) -> GradientReducer:
-    """SSGD's reducer for ``--comm`` and ``--bucket-mb``."""
+def gradient_reducer(core: Strategy, comm: str, bucket_mb: str | float,
+                     compress: str = NONE) -> GradientReducer:
+    """SSGD's reducer for ``--comm``, ``--bucket-mb`` and ``--compress``."""
+    if compress != NONE:
+        return compressed_reducer(core, compress)
     if comm == "blocking":
         return BlockingAllreduce(core)
     return BucketedIallreduce(core, model_bucket_plan(core.model, bucket_mb))
@@ -64,17 +73,27 @@ class SSGD(Strategy):
             "auto", "SSGD overlap: most MB of gradient per Iallreduce bucket (whole layers; a "
             "larger layer gets its own). auto (default): a quarter of the model's gradient, "
             f"at most {AUTO_BUCKET_CAP_MB:g} MB", type=bucket_mb_arg)
+        compress: str = option(
+            NONE, "SSGD gradient compression, NAME[:ARG]: fp16, bf16, int8[:CHUNK], "
+            "powersgd[:RANK], topk:DENSITY, randomk:DENSITY (error feedback), or none "
+            "(default); blocking only (with --comm blocking)", metavar="NAME[:ARG]")
 
         def __post_init__(self) -> None:
             if self.comm not in COMM_MODES:
                 raise ValueError(f"--comm must be one of {', '.join(COMM_MODES)}, got {self.comm}")
             if self.bucket_mb != "auto" and not float(self.bucket_mb) > 0:
                 raise ValueError(f"--bucket-mb must be auto or > 0, got {self.bucket_mb}")
+            check_compress(self.compress)
+            if self.compress != NONE and self.comm != "blocking":
+                raise ValueError(f"--compress {self.compress} reduces after backward only: "
+                                 "add --comm blocking")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.reducer = gradient_reducer(self, self.options.comm, self.options.bucket_mb)
+        options = self.options
+        self.reducer = gradient_reducer(self, options.comm, options.bucket_mb, options.compress)
         self.run_attributes["buckets"] = self.reducer.posts_per_step
+        self.run_attributes["wire_bytes_per_step"] = self.reducer.wire_bytes()
 
     def step(self, x: Any, y: Any) -> StepStats:
         self.reducer.start()
@@ -84,3 +103,11 @@ class SSGD(Strategy):
             self.optimizer.step(self.model.params, grads)
         self.steps_taken += 1
         return StepStats(loss=loss, samples=int(x.shape[0]))
+
+    def state(self) -> dict[str, Any]:
+        """The core's state and the reducer's (a compressing reducer's error feedback)."""
+        return {**super().state(), **self.reducer.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.reducer.load_state(state)

@@ -62,6 +62,9 @@ ROOT_ATTRS: tuple[str, ...] = (
     # SSGD: gradient reductions posted per step (Iallreduce buckets with --comm
     # overlap, 1 with blocking); 0 for the other algorithms
     "buckets",
+    # bytes of gradient one rank hands to MPI per step (SSGD's reducer, --compress
+    # included; OD-SGD's delayed reduction); 0 where no reducer declares them
+    "wire_bytes_per_step",
     # 1-minute load average of rank 0's host at the start and end of the run
     # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)
     "load_begin",
@@ -393,8 +396,9 @@ EVENTS_GROUP = "events"
 #: The calls an event records; the ``kind`` column is the position here, and the group's
 #: ``names`` attribute lists these names. ``rma_pull`` / ``rma_push``: one
 #: passive-target epoch of ASGD's parameter window (Get_accumulate / Accumulate).
+#: ``alltoallv`` / ``allgather``: the two halves of a compressed reduction (``--compress``).
 EVENT_KINDS: tuple[str, ...] = ("allreduce", "iallreduce", "bcast", "barrier",
-                                "rma_pull", "rma_push")
+                                "rma_pull", "rma_push", "alltoallv", "allgather")
 EVENT_COLUMNS: dict[str, str] = {
     "step": "i8",
     "kind": "i1",

@@ -14,7 +14,7 @@ Next to the run file ``RUN.h5`` a run keeps a folder ``RUN.h5.parts/``:
   for which EVERY rank's state was written (rank 0 writes it after a
   barrier), so ``--resume`` never mixes generations. It also records the
   run's identity (strategy, model, dataset, world size,
-  batch size, seed, sample budget); ``--resume`` refuses a checkpoint of
+  batch size, seed, sample budget, gradient codec); ``--resume`` refuses a checkpoint of
   another run, naming what differs.
 * ``heartbeat-RRRRR``: the rank's last step and time, read by the hang guard.
 
@@ -383,7 +383,7 @@ def save_state(folder: Path, rank: int, step: int, state: Mapping[str, Any]) -> 
 #: What a checkpoint must share with the run that resumes it: key, and its name in errors.
 IDENTITY = {"algorithm": "strategy", "model": "model", "dataset": "dataset",
             "world_size": "world size", "batch_size": "batch size", "seed": "seed",
-            "total_samples": "sample budget"}
+            "total_samples": "sample budget", "compress": "--compress"}
 
 
 def run_identity(config: argparse.Namespace, world_size: int,
@@ -391,7 +391,8 @@ def run_identity(config: argparse.Namespace, world_size: int,
     """The run's identity recorded with its checkpoints (:data:`IDENTITY`'s keys)."""
     return {"algorithm": config.algorithm, "model": config.model, "dataset": config.dataset,
             "world_size": int(world_size), "batch_size": int(config.batch_size),
-            "seed": int(config.seed), "total_samples": int(total_samples)}
+            "seed": int(config.seed), "total_samples": int(total_samples),
+            "compress": str(getattr(config, "compress", "none"))}
 
 
 def commit_checkpoint(folder: Path, step: int, world_size: int,

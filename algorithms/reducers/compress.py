@@ -1,0 +1,52 @@
+"""``--compress NAME[:ARG]``: the compressing reducer of a codec spec.
+
+========================  ====================================================  =========
+spec                      reducer                                               bytes/elem
+========================  ====================================================  =========
+``fp16``, ``bf16``        :class:`~.halfprec.HalfPrecisionReduce`               2
+``int8[:CHUNK]``          :class:`~.bytegrad.ByteGradReduce`                    1 (+8/chunk)
+``powersgd[:R]``          :class:`~.powersgd.PowerSGDReduce`                    (m+n)R/(mn)
+``topk:D``                :class:`~.sparse.TopKReduce`                          8 D
+``randomk:D``/``randk:D`` :class:`~.sparse.RandomKReduce`                       4 D
+========================  ====================================================  =========
+
+Every one is blocking (after backward); SSGD refuses ``--compress`` with ``--comm
+overlap``. Specs are parsed by :func:`~syncbench.algorithms.codecs.registry.parse_codec`,
+whose errors are one line each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from syncbench.algorithms.codecs.registry import parse_codec
+from syncbench.algorithms.reducers.bytegrad import ByteGradReduce
+from syncbench.algorithms.reducers.compressed import CompressedReducer
+from syncbench.algorithms.reducers.halfprec import HalfPrecisionReduce
+from syncbench.algorithms.reducers.powersgd import PowerSGDReduce
+from syncbench.algorithms.reducers.sparse import RandomKReduce, TopKReduce
+
+#: ``--compress``'s value for no compression.
+NONE = "none"
+
+#: Codec name (``codec.name``) -> its reducer.
+REDUCERS: dict[str, type[CompressedReducer]] = {
+    "fp16": HalfPrecisionReduce,
+    "bf16": HalfPrecisionReduce,
+    "int8": ByteGradReduce,
+    "powersgd": PowerSGDReduce,
+    "topk": TopKReduce,
+    "randomk": RandomKReduce,
+}
+
+
+def check_compress(spec: str) -> None:
+    """A one-line ValueError if ``spec`` is neither ``none`` nor a valid codec spec."""
+    if spec != NONE:
+        parse_codec(spec)
+
+
+def compressed_reducer(core: Any, spec: str) -> CompressedReducer:
+    """The reducer of codec ``spec`` over ``core``."""
+    codec = parse_codec(spec)
+    return REDUCERS[codec.name](core, codec)
