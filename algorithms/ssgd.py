@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncbench.algorithms.base import StepStats, Strategy
+from syncbench.algorithms.codecs.powersgd import DEFAULT_START_ITER
 from syncbench.algorithms.flags import StrategyOptions, option
 from syncbench.algorithms.reducers import GradientReducer
 from syncbench.algorithms.reducers.allreduce import BlockingAllreduce
@@ -47,10 +48,12 @@ COMM_MODES = ("overlap", "blocking")
 
 
 def gradient_reducer(core: Strategy, comm: str, bucket_mb: str | float,
-                     compress: str = NONE) -> GradientReducer:
-    """SSGD's reducer for ``--comm``, ``--bucket-mb`` and ``--compress``."""
+                     compress: str = NONE,
+                     powersgd_start: int = DEFAULT_START_ITER) -> GradientReducer:
+    """SSGD's reducer for ``--comm``, ``--bucket-mb``, ``--compress`` and
+    ``--powersgd-start``."""
     if compress != NONE:
-        return compressed_reducer(core, compress)
+        return compressed_reducer(core, compress, powersgd_start)
     if comm == "blocking":
         return BlockingAllreduce(core)
     return BucketedIallreduce(core, model_bucket_plan(core.model, bucket_mb))
@@ -77,6 +80,9 @@ class SSGD(Strategy):
             NONE, "SSGD gradient compression, NAME[:ARG]: fp16, bf16, int8[:CHUNK], "
             "powersgd[:RANK], topk:DENSITY, randomk:DENSITY (error feedback), or none "
             "(default); blocking only (with --comm blocking)", metavar="NAME[:ARG]")
+        powersgd_start: int = option(
+            DEFAULT_START_ITER, "SSGD --compress powersgd: plain Allreduce steps before "
+            "compressing (PyTorch's start_powerSGD_iter)", metavar="STEPS")
 
         def __post_init__(self) -> None:
             if self.comm not in COMM_MODES:
@@ -84,6 +90,8 @@ class SSGD(Strategy):
             if self.bucket_mb != "auto" and not float(self.bucket_mb) > 0:
                 raise ValueError(f"--bucket-mb must be auto or > 0, got {self.bucket_mb}")
             check_compress(self.compress)
+            if self.powersgd_start < 0:
+                raise ValueError(f"--powersgd-start must be >= 0, got {self.powersgd_start}")
             if self.compress != NONE and self.comm != "blocking":
                 raise ValueError(f"--compress {self.compress} reduces after backward only: "
                                  "add --comm blocking")
@@ -91,7 +99,8 @@ class SSGD(Strategy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         options = self.options
-        self.reducer = gradient_reducer(self, options.comm, options.bucket_mb, options.compress)
+        self.reducer = gradient_reducer(self, options.comm, options.bucket_mb, options.compress,
+                                        options.powersgd_start)
         self.run_attributes["buckets"] = self.reducer.posts_per_step
         self.run_attributes["wire_bytes_per_step"] = self.reducer.wire_bytes()
 

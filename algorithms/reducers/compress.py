@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from syncbench.algorithms.codecs.powersgd import DEFAULT_START_ITER, PowerSGD
 from syncbench.algorithms.codecs.registry import parse_codec
 from syncbench.algorithms.reducers.bytegrad import ByteGradReduce
 from syncbench.algorithms.reducers.compressed import CompressedReducer
@@ -46,7 +47,11 @@ def check_compress(spec: str) -> None:
         parse_codec(spec)
 
 
-def compressed_reducer(core: Any, spec: str) -> CompressedReducer:
-    """The reducer of codec ``spec`` over ``core``."""
+def compressed_reducer(core: Any, spec: str,
+                       powersgd_start: int = DEFAULT_START_ITER) -> CompressedReducer:
+    """The reducer of codec ``spec`` over ``core``; PowerSGD compresses from step
+    ``powersgd_start`` on (its other options are PyTorch's defaults)."""
     codec = parse_codec(spec)
+    if isinstance(codec, PowerSGD):
+        codec = PowerSGD(rank=codec.rank, start_iter=powersgd_start)
     return REDUCERS[codec.name](core, codec)
