@@ -75,11 +75,11 @@ class Communicator:
             events.post(kind, nbytes, self.timer.step, t_post, t_done=now,
                         wait_s=now - t_post if wait else 0.0)
 
-    def _posted(self, req: Any, nbytes: int, t_post: float) -> None:
-        """Record a nonblocking reduction posted at ``t_post`` (completed by ``_seen``)."""
+    def _posted(self, req: Any, nbytes: int, t_post: float, kind: str = "iallreduce") -> None:
+        """Record a nonblocking call posted at ``t_post`` (completed by ``_seen``)."""
         events = self._recording()
         if events is not None:
-            events.post("iallreduce", nbytes, self.timer.step, t_post, key=id(req))
+            events.post(kind, nbytes, self.timer.step, t_post, key=id(req))
 
     def _seen(self, reqs: list[Any], t_enter: float | None,
               done: list[int] | None = None) -> None:
@@ -106,36 +106,6 @@ class Communicator:
         if self.events is not None:
             self._blocking("allreduce", buf.nbytes, t)
 
-    def Alltoallv(self, send: Any, send_counts: Any, recv: Any, recv_counts: Any) -> None:
-        """Byte segments ``send[...]`` to each rank in rank order, ``recv`` from each (the
-        exchange of a reduce-scatter written by hand; counts in bytes, packed in order)."""
-        t = self._clock()
-        sdispl, rdispl = _displacements(send_counts), _displacements(recv_counts)
-        with self.timer.phase("comm"):
-            self.mpi_comm.Alltoallv([_bytes(send), (send_counts, sdispl), MPI.BYTE],
-                                    [_bytes(recv), (recv_counts, rdispl), MPI.BYTE])
-        if self.events is not None:
-            self._blocking("alltoallv", send.nbytes, t)
-
-    def Allgatherv(self, send: Any, recv: Any, recv_counts: Any) -> None:
-        """Every rank's ``send`` (``recv_counts`` bytes each, in rank order) into ``recv``."""
-        t = self._clock()
-        with self.timer.phase("comm"):
-            self.mpi_comm.Allgatherv([_bytes(send), MPI.BYTE],
-                                     [_bytes(recv), (recv_counts, _displacements(recv_counts)),
-                                      MPI.BYTE])
-        if self.events is not None:
-            self._blocking("allgather", send.nbytes, t)
-
-    def Allgather(self, send: Any, recv: Any) -> None:
-        """Every rank's ``send`` (the same number of bytes on each) into ``recv``, in rank
-        order."""
-        t = self._clock()
-        with self.timer.phase("comm"):
-            self.mpi_comm.Allgather([_bytes(send), MPI.BYTE], [_bytes(recv), MPI.BYTE])
-        if self.events is not None:
-            self._blocking("allgather", send.nbytes, t)
-
     def Bcast(self, buf: Any, root: int = 0) -> None:
         t = self._clock()
         with self.timer.phase("comm"):
@@ -159,6 +129,41 @@ class Communicator:
         self.outstanding.append(req)
         if self.events is not None:
             self._posted(req, buf.nbytes, t)
+        return req
+
+    def Ialltoallv(self, send: Any, send_counts: Any, recv: Any,
+                   recv_counts: Any) -> MPI.Request:
+        """Start sending byte segments of ``send`` to each rank in rank order and receiving
+        ``recv``'s from each (the exchange of a hand-written reduce-scatter; counts in
+        bytes, segments packed in order); tracked for :meth:`poll`."""
+        t = self._clock()
+        sdispl, rdispl = _displacements(send_counts), _displacements(recv_counts)
+        with self.timer.phase("comm"):
+            req = self.mpi_comm.Ialltoallv([_bytes(send), (send_counts, sdispl), MPI.BYTE],
+                                           [_bytes(recv), (recv_counts, rdispl), MPI.BYTE])
+        return self._track(req, "ialltoallv", send.nbytes, t)
+
+    def Iallgatherv(self, send: Any, recv: Any, recv_counts: Any) -> MPI.Request:
+        """Start gathering every rank's ``send`` (``recv_counts`` bytes each, rank order)
+        into ``recv`` on every rank; tracked for :meth:`poll`."""
+        t = self._clock()
+        with self.timer.phase("comm"):
+            req = self.mpi_comm.Iallgatherv(
+                [_bytes(send), MPI.BYTE],
+                [_bytes(recv), (recv_counts, _displacements(recv_counts)), MPI.BYTE])
+        return self._track(req, "iallgather", send.nbytes, t)
+
+    def Iallgather(self, send: Any, recv: Any) -> MPI.Request:
+        """Start gathering every rank's ``send`` (as many bytes on each) into ``recv``."""
+        t = self._clock()
+        with self.timer.phase("comm"):
+            req = self.mpi_comm.Iallgather([_bytes(send), MPI.BYTE], [_bytes(recv), MPI.BYTE])
+        return self._track(req, "iallgather", send.nbytes, t)
+
+    def _track(self, req: MPI.Request, kind: str, nbytes: int, t_post: float) -> MPI.Request:
+        self.outstanding.append(req)
+        if self.events is not None:
+            self._posted(req, nbytes, t_post, kind)
         return req
 
     def Test(self, req: MPI.Request) -> bool:

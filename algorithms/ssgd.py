@@ -15,8 +15,8 @@ optimizer (momentum SGD):
   ``Iallreduce`` per bucket of at most ``--bucket-mb`` MB of whole layers
   (:mod:`~syncbench.algorithms.reducers.buckets`), posted as backward finishes it.
 
-``--compress NAME[:ARG]`` (with ``--comm blocking``) replaces the Allreduce by a
-compressing reducer (:mod:`~syncbench.algorithms.reducers.compress`: 16-bit, int8,
+``--compress NAME[:ARG]`` replaces the Allreduce (or, under overlap, each bucket's
+Iallreduce) by a compressing reducer (:mod:`~syncbench.algorithms.reducers.compress`: 16-bit, int8,
 PowerSGD, top-k, random-k).
 
 The number of reductions posted per step is the run file's root attribute
@@ -52,11 +52,12 @@ def gradient_reducer(core: Strategy, comm: str, bucket_mb: str | float,
                      powersgd_start: int = DEFAULT_START_ITER) -> GradientReducer:
     """SSGD's reducer for ``--comm``, ``--bucket-mb``, ``--compress`` and
     ``--powersgd-start``."""
+    plan = None if comm == "blocking" else model_bucket_plan(core.model, bucket_mb)
     if compress != NONE:
-        return compressed_reducer(core, compress, powersgd_start)
-    if comm == "blocking":
+        return compressed_reducer(core, compress, plan, powersgd_start)
+    if plan is None:
         return BlockingAllreduce(core)
-    return BucketedIallreduce(core, model_bucket_plan(core.model, bucket_mb))
+    return BucketedIallreduce(core, plan)
 
 
 class SSGD(Strategy):
@@ -79,7 +80,8 @@ class SSGD(Strategy):
         compress: str = option(
             NONE, "SSGD gradient compression, NAME[:ARG]: fp16, bf16, int8[:CHUNK], "
             "powersgd[:RANK], topk:DENSITY, randomk:DENSITY (error feedback), or none "
-            "(default); blocking only (with --comm blocking)", metavar="NAME[:ARG]")
+            "(default); bucket by bucket with --comm overlap, but powersgd (--comm blocking)",
+            metavar="NAME[:ARG]")
         powersgd_start: int = option(
             DEFAULT_START_ITER, "SSGD --compress powersgd: plain Allreduce steps before "
             "compressing (PyTorch's start_powerSGD_iter)", metavar="STEPS")
@@ -89,12 +91,9 @@ class SSGD(Strategy):
                 raise ValueError(f"--comm must be one of {', '.join(COMM_MODES)}, got {self.comm}")
             if self.bucket_mb != "auto" and not float(self.bucket_mb) > 0:
                 raise ValueError(f"--bucket-mb must be auto or > 0, got {self.bucket_mb}")
-            check_compress(self.compress)
+            check_compress(self.compress, overlap=self.comm == "overlap")
             if self.powersgd_start < 0:
                 raise ValueError(f"--powersgd-start must be >= 0, got {self.powersgd_start}")
-            if self.compress != NONE and self.comm != "blocking":
-                raise ValueError(f"--compress {self.compress} reduces after backward only: "
-                                 "add --comm blocking")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

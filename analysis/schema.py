@@ -396,9 +396,9 @@ EVENTS_GROUP = "events"
 #: The calls an event records; the ``kind`` column is the position here, and the group's
 #: ``names`` attribute lists these names. ``rma_pull`` / ``rma_push``: one
 #: passive-target epoch of ASGD's parameter window (Get_accumulate / Accumulate).
-#: ``alltoallv`` / ``allgather``: the two halves of a compressed reduction (``--compress``).
+#: ``ialltoallv`` / ``iallgather``: halves of a compressed reduction (``--compress``).
 EVENT_KINDS: tuple[str, ...] = ("allreduce", "iallreduce", "bcast", "barrier",
-                                "rma_pull", "rma_push", "alltoallv", "allgather")
+                                "rma_pull", "rma_push", "ialltoallv", "iallgather")
 EVENT_COLUMNS: dict[str, str] = {
     "step": "i8",
     "kind": "i1",

@@ -6,8 +6,9 @@ Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/test_compress_mpi.py``
 the reducer, and checks the mean against the oracle's: bit for bit where the reducer
 sums by hand (fp16, bf16, int8, top-k), to float32 tolerance where MPI's Allreduce
 sums (PowerSGD's P and Q, random-k's values; exact on two ranks, where a sum of two is
-commutative). Replicas apply the same bits on every rank. Error feedback conserves
-the gradients, and a reducer restored from :meth:`state` continues as the original.
+commutative); after backward, and bucket by bucket under overlap. Replicas apply the
+same bits on every rank. Error feedback conserves the gradients, and a reducer restored
+from :meth:`state` continues as the original.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from syncbench.algorithms.codecs import (
     TopK,
 )
 from syncbench.algorithms.communicator import Communicator
+from syncbench.algorithms.reducers.buckets import model_bucket_plan
 from syncbench.algorithms.reducers.compress import REDUCERS
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.kernels.zoo import build_model
@@ -116,8 +118,7 @@ def test_sparse_reduction_equals_the_serial_one(codec):
         mean = reduce_on(algo, reducer, grads)
         check(mean, serial.mean(grads), exact=codec.name == "topk" or size == 2)
         same_on_every_rank(algo, mean)
-    np.testing.assert_array_equal(reducer.feedback.residual,
-                                  serial.feedback[algo.comm.rank].residual)
+    np.testing.assert_array_equal(reducer.residual(), serial.feedback[algo.comm.rank].residual)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -134,7 +135,7 @@ def test_error_feedback_conserves_the_gradients(codec):
         grads = rank_grads(reducer.count, size, step)
         applied += reduce_on(algo, reducer, grads).astype(np.float64) * size
         given += np.sum(np.asarray(grads, dtype=np.float64), axis=0)
-    residuals = algo.comm.mpi_comm.allreduce(reducer.feedback.residual.astype(np.float64))
+    residuals = algo.comm.mpi_comm.allreduce(reducer.residual().astype(np.float64))
     np.testing.assert_allclose(applied + residuals, given, rtol=0, atol=1e-4)
     # and the residual holds what was not sent: most of the signal at a low density
     assert np.linalg.norm(residuals) > 0.1 * np.linalg.norm(given)
@@ -144,16 +145,20 @@ def test_error_feedback_conserves_the_gradients(codec):
 @pytest.mark.parametrize("codec", [PowerSGD(rank=2, start_iter=1), TopK(0.05),
                                    RandomK(0.05), Float16Codec(), MinMaxUInt8Codec()],
                          ids=lambda c: c.spec)
-def test_a_reducer_restored_from_its_state_continues_exactly(codec):
+@pytest.mark.parametrize("bucketed", [False, True], ids=["blocking", "buckets"])
+def test_a_reducer_restored_from_its_state_continues_exactly(codec, bucketed):
     """state() after some steps, load_state() into a fresh reducer: the next steps give
     the same bits (error feedback, warm-started Q, the step of random-k's draw)."""
+    if bucketed and not REDUCERS[codec.name].bucketed:
+        pytest.skip(f"{codec.spec} reduces after backward only")
     algo = core("lenet")
     size = algo.comm.size
-    first = REDUCERS[codec.name](algo, codec)
+    plan = model_bucket_plan(algo.model, 0.05) if bucketed else None
+    first = REDUCERS[codec.name](algo, codec, plan)
     for step in range(3):
         reduce_on(algo, first, rank_grads(first.count, size, step))
     saved = {key: np.array(value, copy=True) for key, value in first.state().items()}
-    second = REDUCERS[codec.name](algo, codec)
+    second = REDUCERS[codec.name](algo, codec, plan)
     second.load_state(saved)
     for step in range(3, 6):
         grads = rank_grads(first.count, size, step)
@@ -176,3 +181,58 @@ def test_ssgd_declares_the_compressed_bytes(spec, ratio):
     declared = algo.run_attributes["wire_bytes_per_step"]
     assert declared == algo.reducer.wire_bytes()
     assert model.grads.nbytes / declared == pytest.approx(ratio, rel=0.01)
+
+
+def local_gradients(algo, x, y):
+    """Every rank's gradient of its (x, y) at the current parameters (a model copy)."""
+    twin = build_model(algo.config.model, (1, 28, 28), 10, dtype=np.float32, seed=5)
+    twin.params[...] = algo.model.params
+    twin.loss_and_grad(x, y)
+    return [np.array(g, dtype=np.float32) for g in algo.comm.mpi_comm.allgather(twin.grads)]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("codec", [Float16Codec(), BFloat16Codec(), MinMaxUInt8Codec(500),
+                                   TopK(0.05), RandomK(0.05)], ids=lambda c: c.spec)
+def test_bucket_by_bucket_under_overlap_equals_the_serial_reduction_of_each_bucket(codec):
+    """--comm overlap: each bucket is reduced as backward finishes it; its mean is the
+    serial reduction of that bucket (random-k: bucket j draws from seed j)."""
+    algo = core("mlp")
+    plan = model_bucket_plan(algo.model, 0.05)
+    assert len(plan) >= 2
+    reducer = REDUCERS[codec.name](algo, codec, plan)
+    size, rank = algo.comm.size, algo.comm.rank
+    if codec.name in ("topk", "randomk"):
+        serial = [SerialSparse(type(codec)(codec.density, *([j] if codec.name == "randomk"
+                                                              else [])), end - start, size)
+                  for j, (start, end) in enumerate(plan)]
+    rng = np.random.default_rng([11, rank])
+    for _ in range(STEPS):
+        x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
+        y = rng.integers(0, 10, size=8)
+        grads = local_gradients(algo, x, y)
+        reducer.start()
+        algo.compute_gradient(x, y, reducer.hooks())
+        mean = np.array(reducer.complete(), dtype=np.float32)
+        for j, (start, end) in enumerate(plan):
+            part = [g[start:end] for g in grads]
+            if codec.name in ("fp16", "bf16"):
+                expected = half_mean(codec, part)
+            elif codec.name == "int8":
+                expected = int8_mean(codec, part)
+            else:
+                expected = serial[j].mean(part)
+            check(mean[start:end], expected, exact=codec.name != "randomk" or size == 2)
+        same_on_every_rank(algo, mean)
+        assert not algo.comm.outstanding
+    if codec.name in ("topk", "randomk"):  # the residual in flat-buffer order
+        residual = reducer.residual()
+        for j, (start, end) in enumerate(plan):
+            np.testing.assert_array_equal(residual[start:end], serial[j].feedback[rank].residual)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_powersgd_refuses_buckets():
+    algo = core("mlp")
+    with pytest.raises(ValueError, match="add --comm blocking"):
+        REDUCERS["powersgd"](algo, PowerSGD(), model_bucket_plan(algo.model, 0.05))

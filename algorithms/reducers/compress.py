@@ -10,9 +10,10 @@ spec                      reducer                                               
 ``randomk:D``/``randk:D`` :class:`~.sparse.RandomKReduce`                       4 D
 ========================  ====================================================  =========
 
-Every one is blocking (after backward); SSGD refuses ``--compress`` with ``--comm
-overlap``. Specs are parsed by :func:`~syncbench.algorithms.codecs.registry.parse_codec`,
-whose errors are one line each.
+Each runs after backward (``--comm blocking``) or, but PowerSGD, bucket by bucket as
+backward finishes each (``--comm overlap``, :mod:`~.compressed`); SSGD refuses
+``powersgd`` with ``--comm overlap``. Specs are parsed by
+:func:`~syncbench.algorithms.codecs.registry.parse_codec`, whose errors are one line each.
 """
 
 from __future__ import annotations
@@ -41,17 +42,23 @@ REDUCERS: dict[str, type[CompressedReducer]] = {
 }
 
 
-def check_compress(spec: str) -> None:
-    """A one-line ValueError if ``spec`` is neither ``none`` nor a valid codec spec."""
-    if spec != NONE:
-        parse_codec(spec)
+def check_compress(spec: str, overlap: bool) -> None:
+    """A one-line ValueError if ``spec`` is neither ``none`` nor a valid codec spec, or is
+    a codec that reduces after backward only and ``overlap`` asks for buckets."""
+    if spec == NONE:
+        return
+    codec = parse_codec(spec)
+    if overlap and not REDUCERS[codec.name].bucketed:
+        raise ValueError(f"--compress {spec} reduces the whole gradient after backward "
+                         "only: add --comm blocking")
 
 
-def compressed_reducer(core: Any, spec: str,
+def compressed_reducer(core: Any, spec: str, plan: list[tuple[int, int]] | None = None,
                        powersgd_start: int = DEFAULT_START_ITER) -> CompressedReducer:
-    """The reducer of codec ``spec`` over ``core``; PowerSGD compresses from step
+    """The reducer of codec ``spec`` over ``core``: after backward (``plan`` None) or on
+    the buckets of ``plan`` as backward finishes them. PowerSGD compresses from step
     ``powersgd_start`` on (its other options are PyTorch's defaults)."""
     codec = parse_codec(spec)
     if isinstance(codec, PowerSGD):
         codec = PowerSGD(rank=codec.rank, start_iter=powersgd_start)
-    return REDUCERS[codec.name](core, codec)
+    return REDUCERS[codec.name](core, codec, plan)

@@ -1,28 +1,43 @@
-"""What the compressing reducers share (``--compress``): the blocking step, the rank
-segments of a hand-written reduce-scatter, and the byte packing of codes.
+"""What the compressing reducers share (``--compress``): a reduction per bucket written as
+a sequence of nonblocking collectives, run after backward (``--comm blocking``, one bucket:
+the whole gradient) or bucket by bucket as backward finishes each (``--comm overlap``).
 
-A compressing reducer runs after backward (the emulated slowdown first, as
-:class:`~syncbench.algorithms.reducers.allreduce.BlockingAllreduce`): it takes this
-rank's gradient as float32 (the codecs of :mod:`syncbench.algorithms.codecs` encode
-float32; a float64 model's gradient is rounded to float32 first, as it would travel),
-runs its codec and collectives, and writes the float32 mean back into
-``model.grads``, which the update applies. Encoding, decoding and summing codes are
-charged to ``update`` (as the 1/N scaling of the plain reducers), so ``comm`` holds
-only time inside MPI and ``compute`` stays comparable across strategies.
+A codec's reduction of one bucket is a generator (:meth:`CompressedReducer.reduction`):
+it encodes, yields each request it posts (an ``Ialltoallv``, ``Iallgather(v)`` or
+``Iallreduce`` of codes), decodes between them and returns the bucket's float32 mean,
+the same bits on every rank. :class:`CompressedReducer` drives the generators: blocking,
+it waits on each request at once; under overlap it posts a bucket's first collective as
+soon as backward finishes the bucket (the bucket plans of
+:mod:`~syncbench.algorithms.reducers.buckets`, as
+:class:`~syncbench.algorithms.reducers.bucketed.BucketedIallreduce`), advances a bucket
+whose request a poll finds complete (``Test`` between layers: MPI progresses only inside
+MPI calls), and finishes the rest after backward. A codec whose collectives depend on
+the whole gradient (PowerSGD's layout) runs blocking only.
 
-:meth:`CompressedReducer.wire_bytes` is the bytes of the encoded gradient this rank
-hands to MPI per step: the same measure as the plain reducers' ``grads.nbytes`` (the
-buffer of one Allreduce), so the ratio of the two is the compression ratio.
+This rank's gradient is taken as float32 (the codecs of :mod:`syncbench.algorithms.codecs`
+encode float32; a float64 model's gradient is rounded to float32 first, as it would
+travel) and each bucket's mean is written back into ``model.grads``, which the update
+applies. Encoding, decoding and summing codes are charged to ``update`` (as the 1/N
+scaling of the plain reducers), so ``comm`` holds only time inside MPI and ``compute``
+stays comparable across strategies.
+
+:meth:`CompressedReducer.wire_bytes` is the bytes of the encoded gradient this rank hands
+to MPI per step: the same measure as the plain reducers' ``grads.nbytes`` (the buffer of
+one Allreduce), so the ratio of the two is the compression ratio.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from syncbench.algorithms.reducers import GradientReducer
+
+#: A bucket's reduction: yields the requests it posts, returns the bucket's float32 mean.
+Reduction = Generator[Any, None, np.ndarray]
 
 
 def segment_bounds(count: int, ranks: int) -> list[int]:
@@ -37,46 +52,121 @@ def mean_scale(ranks: int) -> np.float32:
 
 
 class CompressedReducer(GradientReducer):
-    """A blocking reducer that sends a codec's encoding of the gradient.
+    """Drives a codec's per-bucket :meth:`reduction` over the buckets of ``plan``.
 
-    Subclasses implement :meth:`reduce` (this rank's float32 gradient -> the float32 mean,
-    the same bits on every rank) and :meth:`wire_bytes`; :meth:`state` holds the calls
-    made so far (``calls``) and whatever the codec keeps (error feedback, warm start).
+    ``plan``: buckets ``[start, end)`` in the order backward completes them; None, one
+    bucket of the whole gradient, reduced after backward. Subclasses implement
+    :meth:`reduction` and :meth:`bucket_wire_bytes`; :meth:`state` holds the calls made
+    so far (``compress_calls``) and whatever the codec keeps.
     """
 
-    def __init__(self, core: Any, codec: Any) -> None:
+    #: Whether the codec's reduction can run bucket by bucket.
+    bucketed = True
+
+    def __init__(self, core: Any, codec: Any,
+                 plan: list[tuple[int, int]] | None = None) -> None:
         super().__init__(core)
         self.codec = codec
         self.count = int(core.model.grads.size)
+        self.overlap = plan is not None
+        self.plan = plan if plan is not None else [(0, self.count)]
+        self.posts_per_step = len(self.plan)
         #: Reductions made so far (random-k's step; restored on resume).
         self.calls = 0
+        #: Buckets in flight: index in plan -> (its generator, the request it waits on).
+        self._flight: dict[int, tuple[Reduction, Any]] = {}
+        self._next = 0  # index in plan of the next bucket to post
+        self._straggled = False
+
+    @abstractmethod
+    def reduction(self, index: int, values: np.ndarray) -> Reduction:
+        """Bucket ``index``'s reduction of this rank's float32 ``values``."""
+
+    @abstractmethod
+    def bucket_wire_bytes(self, index: int) -> int:
+        """Bytes of bucket ``index``'s encoding this rank hands to MPI."""
+
+    def wire_bytes(self) -> int:
+        """Bytes of the encoded gradient this rank hands to MPI per step."""
+        return sum(self.bucket_wire_bytes(i) for i in range(len(self.plan)))
+
+    def phase(self) -> Any:
+        """The phase encode and decode are charged to."""
+        return self.core.timer.phase("update")
+
+    # -- driving the buckets ---------------------------------------------------------
+    def hooks(self) -> dict[str, Any]:
+        if not self.overlap:
+            return {}
+        return {"on_grads_ready": self.on_grads_ready, "poll": self.poll}
+
+    def start(self) -> None:
+        self._next, self._straggled = 0, False
+
+    def on_grads_ready(self, offset: int) -> None:
+        """Post every bucket whose gradient is now final (the straggler's delay right
+        before the last one, as the plain bucketed reducer), else poll."""
+        plan, posted = self.plan, False
+        while self._next < len(plan) and plan[self._next][0] >= offset:
+            if self._next == len(plan) - 1 and not self._straggled:
+                self._straggled = True
+                self.core.straggle()
+            self._post(self._next)
+            self._next += 1
+            posted = True
+        if not posted:
+            self.poll()
+
+    def poll(self) -> None:
+        """Advance every bucket whose request completed."""
+        for index in list(self._flight):
+            gen, request = self._flight[index]
+            if self.core.comm.Test(request):
+                self._advance(index, gen)
 
     def complete(self) -> Any:
         core = self.core
-        core.straggle()
-        grads, backend = core.model.grads, core.model.backend
-        with core.timer.phase("update"):
-            local = np.asarray(backend.to_numpy(grads), dtype=np.float32)
-        mean = self.reduce(local)
-        with core.timer.phase("update"):
-            grads[...] = backend.asarray(mean)
+        if not self._straggled:
+            core.straggle()
+        while self._next < len(self.plan):  # blocking: every bucket is posted here
+            self._post(self._next)
+            self._next += 1
+        while self._flight:
+            index = min(self._flight)
+            gen, request = self._flight[index]
+            core.comm.Wait(request)
+            self._advance(index, gen)
         self.calls += 1
-        return grads
+        self.start()  # ready for the next step
+        return core.model.grads
 
-    @abstractmethod
-    def reduce(self, local: np.ndarray) -> np.ndarray:
-        """The mean over ranks of ``local`` (float32) as the codec lets it travel."""
+    def _post(self, index: int) -> None:
+        start, end = self.plan[index]
+        model = self.core.model
+        with self.phase():
+            values = np.array(model.backend.to_numpy(model.grads[start:end]), dtype=np.float32)
+        self._advance(index, self.reduction(index, values))
 
-    @abstractmethod
-    def wire_bytes(self) -> int:
-        """Bytes of the encoded gradient this rank hands to MPI per step."""
+    def _advance(self, index: int, gen: Reduction) -> None:
+        """Run bucket ``index``'s generator to its next request, or write its mean."""
+        try:
+            self._flight[index] = (gen, next(gen))
+        except StopIteration as done:
+            self._flight.pop(index, None)
+            start, end = self.plan[index]
+            model = self.core.model
+            with self.phase():
+                model.grads[start:end] = model.backend.asarray(done.value)
 
+    def close(self) -> None:
+        requests = {id(request) for _, request in self._flight.values()}
+        comm = self.core.comm
+        comm.outstanding = [r for r in comm.outstanding if id(r) not in requests]
+        self._flight = {}
+
+    # -- state -----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {"compress_calls": self.calls}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.calls = int(state["compress_calls"])
-
-    def phase(self) -> Any:
-        """The phase encode and decode are charged to."""
-        return self.core.timer.phase("update")
