@@ -24,7 +24,10 @@ PyTorch with one thread, alternating, each measurement in a fresh process.
 BatchNorm follows docs/ALGORITHMS.md on both sides (per-rank statistics, DDP
 without its buffer broadcast, Local SGD averaging the running statistics);
 ours with ``--train-flags '--sync-bn'`` has no peer (PyTorch's SyncBatchNorm
-takes GPU inputs only): a ``#`` note says so. Rows (two leading spaces) are
+takes GPU inputs only): a ``#`` note says so. SSGD's ``--compress fp16`` or
+``powersgd[:R]`` (and ``--powersgd-start``) in ``--train-flags`` go to the peer too,
+which registers PyTorch's ``fp16_compress_hook`` or ``powerSGD_hook`` with the same
+rank and start step; another codec has no peer on the CPU and is refused. Rows (two leading spaces) are
 whitespace-separated, one token per column; ``#`` lines are headers and notes.
 """
 
@@ -45,7 +48,7 @@ from typing import Any
 from syncbench.analysis.output_paths import OutputError, check_output_dir
 from syncbench.analysis.repeats import column_spread
 from syncbench.bench.experiment.launch import find_mpiexec, run_command, timed_out
-from syncbench.bench.experiment.peers.torch_runner import MODELS
+from syncbench.bench.experiment.peers.torch_runner import MODELS, check_compress
 from syncbench.bench.experiment.plan import PlannedRun
 from syncbench.bench.experiment.runner import execute, launch_planned
 from syncbench.bench.experiment.scenario import Condition, RunEntry
@@ -150,6 +153,24 @@ def own_train_flags(algorithm: str, train_flags: str) -> list[str]:
     return kept
 
 
+#: Our SSGD flags the peer takes too, with the same meaning (its DDP communication hook).
+SHARED_SSGD_FLAGS = ("--compress", "--powersgd-start")
+
+
+def peer_ssgd_flags(train_flags: str) -> list[str]:
+    """The flags of ``--train-flags`` that the SSGD peer takes too (``--compress fp16``:
+    PyTorch's ``fp16_compress_hook``; ``powersgd:R``: its ``powerSGD_hook``)."""
+    tokens, kept, i = shlex.split(train_flags), [], 0
+    while i < len(tokens):
+        name, eq, value = tokens[i].partition("=")
+        if name in SHARED_SSGD_FLAGS:
+            if not eq and i + 1 < len(tokens):
+                value, i = tokens[i + 1], i + 1
+            kept += [name, value]
+        i += 1
+    return kept
+
+
 def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
               tmp: Path) -> list[PlannedRun]:
     """``--repeats`` rounds of ours (``syncbench train``) then the peer (its ``torch``
@@ -161,7 +182,8 @@ def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
     ours = RunEntry(algorithm, algorithm, (*own, "--eval-every", "0",
                                            *own_train_flags(algorithm, args.train_flags)),
                     algorithm)
-    peer = RunEntry(f"{algorithm}-peer", algorithm, tuple(common), algorithm)
+    shared = peer_ssgd_flags(args.train_flags) if algorithm == "ssgd" else []
+    peer = RunEntry(f"{algorithm}-peer", algorithm, (*common, *shared), algorithm)
     plan = []
     for repeat in range(args.repeats):
         stem = tmp / f"{algorithm}-{model}-np{np_}-r{repeat}"
@@ -396,6 +418,15 @@ def usage_error(args: argparse.Namespace, algorithms: list[str],
         return f"--model takes {', '.join(MODELS)} (got {args.model!r})"
     if getattr(args, "resume", False) and not getattr(args, "out_dir", None):
         return "--resume needs --out-dir (the folder whose run files it keeps)"
+    shared = dict(zip(*[iter(peer_ssgd_flags(args.train_flags))] * 2))
+    if "ssgd" in algorithms and shared:
+        try:
+            start = int(shared.get("--powersgd-start", "1000"))
+        except ValueError:
+            return f"--powersgd-start takes an integer (got {shared['--powersgd-start']!r})"
+        wrong = check_compress(shared.get("--compress", "none"), start)
+        if wrong is not None:
+            return wrong
     try:
         if getattr(args, "out_dir", None):
             check_output_dir("--out-dir", args.out_dir)
