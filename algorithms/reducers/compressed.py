@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.reducers import GradientReducer
 
 #: A bucket's reduction: yields the requests it posts, returns the bucket's float32 mean.
@@ -93,6 +94,11 @@ class CompressedReducer(GradientReducer):
     def phase(self) -> Any:
         """The phase encode and decode are charged to."""
         return self.core.timer.phase("update")
+
+    def iallreduce(self, buf: np.ndarray) -> Any:
+        """Start an in-place sum of host array ``buf``: the plain communicator's call even
+        on a GPU run (codes live in host memory; there is nothing to stage)."""
+        return Communicator.Iallreduce(self.core.comm, buf)
 
     # -- driving the buckets ---------------------------------------------------------
     def hooks(self) -> dict[str, Any]:

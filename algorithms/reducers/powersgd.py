@@ -56,7 +56,7 @@ class PowerSGDReduce(CompressedReducer):
     def reduction(self, index: int, values: np.ndarray) -> Reduction:
         comm, psgd = self.core.comm, self.psgd
         if not psgd.compressing:
-            yield comm.Iallreduce(values)
+            yield self.iallreduce(values)
             with self.phase():
                 values *= mean_scale(comm.size)
             psgd.finish_plain()
@@ -65,10 +65,10 @@ class PowerSGDReduce(CompressedReducer):
             m = psgd.prepare(values)
             p_size = psgd.layout.p_size
             first = np.concatenate([psgd.p_buffer(m), psgd.uncompressed_buffer(m)])
-        yield comm.Iallreduce(first)
+        yield self.iallreduce(first)
         with self.phase():
             q = psgd.q_buffer(m, first[:p_size])
-        yield comm.Iallreduce(q)
+        yield self.iallreduce(q)
         with self.phase():
             return psgd.finish(m, q, first[p_size:], comm.size)
 

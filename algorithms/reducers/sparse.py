@@ -98,7 +98,7 @@ class RandomKReduce(SparseReduce):
             acc = feedback.compensate(values)
             sent = acc[indices].astype(VALUE_DTYPE)
             feedback.keep_unsent(acc, indices, sent)
-        yield comm.Iallreduce(sent)
+        yield self.iallreduce(sent)
         with self.phase():
             total = np.zeros(values.size, dtype=np.float32)
             total[indices] = sent * mean_scale(comm.size)
