@@ -183,9 +183,9 @@ def test_ssgd_declares_the_compressed_bytes(spec, ratio):
     assert model.grads.nbytes / declared == pytest.approx(ratio, rel=0.01)
 
 
-def local_gradients(algo, x, y):
+def local_gradients(algo, model_name, x, y):
     """Every rank's gradient of its (x, y) at the current parameters (a model copy)."""
-    twin = build_model(algo.config.model, (1, 28, 28), 10, dtype=np.float32, seed=5)
+    twin = build_model(model_name, (1, 28, 28), 10, dtype=np.float32, seed=5)
     twin.params[...] = algo.model.params
     twin.loss_and_grad(x, y)
     return [np.array(g, dtype=np.float32) for g in algo.comm.mpi_comm.allgather(twin.grads)]
@@ -194,10 +194,12 @@ def local_gradients(algo, x, y):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("codec", [Float16Codec(), BFloat16Codec(), MinMaxUInt8Codec(500),
                                    TopK(0.05), RandomK(0.05)], ids=lambda c: c.spec)
-def test_bucket_by_bucket_under_overlap_equals_the_serial_reduction_of_each_bucket(codec):
+@pytest.mark.parametrize("model_name", ["mlp", "lenet"])
+def test_bucket_by_bucket_under_overlap_equals_the_serial_reduction_of_each_bucket(
+        codec, model_name):
     """--comm overlap: each bucket is reduced as backward finishes it; its mean is the
     serial reduction of that bucket (random-k: bucket j draws from seed j)."""
-    algo = core("mlp")
+    algo = core(model_name)
     plan = model_bucket_plan(algo.model, 0.05)
     assert len(plan) >= 2
     reducer = REDUCERS[codec.name](algo, codec, plan)
@@ -210,7 +212,7 @@ def test_bucket_by_bucket_under_overlap_equals_the_serial_reduction_of_each_buck
     for _ in range(STEPS):
         x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
         y = rng.integers(0, 10, size=8)
-        grads = local_gradients(algo, x, y)
+        grads = local_gradients(algo, model_name, x, y)
         reducer.start()
         algo.compute_gradient(x, y, reducer.hooks())
         mean = np.array(reducer.complete(), dtype=np.float32)

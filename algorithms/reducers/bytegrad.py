@@ -31,6 +31,8 @@ from syncbench.algorithms.reducers.compressed import (
 class ByteGradReduce(CompressedReducer):
     """Reduce-scatter of int8 codes with decode-sum-encode, then allgather of the codes."""
 
+    phases = 2
+
     def _segments(self, index: int) -> tuple[list[int], list[int]]:
         """Bucket ``index``'s rank segment bounds and the bytes of each segment's codes."""
         start, end = self.plan[index]
@@ -41,7 +43,7 @@ class ByteGradReduce(CompressedReducer):
         return sum(self._segments(index)[1])
 
     def reduction(self, index: int, values: np.ndarray) -> Reduction:
-        comm, codec = self.core.comm, self.codec
+        (comm, second), codec = self.comms, self.codec
         ranks, rank = comm.size, comm.rank
         b, seg_bytes = self._segments(index)
         mine, mine_bytes = b[rank + 1] - b[rank], seg_bytes[rank]
@@ -57,7 +59,7 @@ class ByteGradReduce(CompressedReducer):
             total *= mean_scale(ranks)
             mean_code = codec.encode(total).pack()
         gathered = np.empty(sum(seg_bytes), dtype=np.uint8)
-        yield comm.Iallgatherv(mean_code, gathered, seg_bytes)
+        yield second.Iallgatherv(mean_code, gathered, seg_bytes)
         with self.phase():
             out = np.empty(values.size, dtype=np.float32)
             at = 0

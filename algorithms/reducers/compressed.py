@@ -63,6 +63,8 @@ class CompressedReducer(GradientReducer):
 
     #: Whether the codec's reduction can run bucket by bucket.
     bucketed = True
+    #: Collectives one bucket's reduction posts one after another (its phases).
+    phases = 1
 
     def __init__(self, core: Any, codec: Any,
                  plan: list[tuple[int, int]] | None = None) -> None:
@@ -74,8 +76,17 @@ class CompressedReducer(GradientReducer):
         self.posts_per_step = len(self.plan)
         #: Reductions made so far (random-k's step; restored on resume).
         self.calls = 0
+        #: The communicator of each phase: under overlap, phase k > 0 has a duplicate of
+        #: the strategy's own, so that every rank posts each communicator's collectives
+        #: in the same order (bucket order; see :meth:`poll`).
+        self.comms = [core.comm] * self.phases
+        if self.overlap:
+            self.comms[1:] = [Communicator(core.comm.mpi_comm.Dup(), core.timer,
+                                           core.comm.events) for _ in range(self.phases - 1)]
         #: Buckets in flight: index in plan -> (its generator, the request it waits on).
         self._flight: dict[int, tuple[Reduction, Any]] = {}
+        #: Collectives each bucket in flight has posted.
+        self._posted: dict[int, int] = {}
         self._next = 0  # index in plan of the next bucket to post
         self._straggled = False
 
@@ -124,10 +135,19 @@ class CompressedReducer(GradientReducer):
             self.poll()
 
     def poll(self) -> None:
-        """Advance every bucket whose request completed."""
-        for index in list(self._flight):
+        """Advance every bucket whose request completed and that may post its next phase.
+
+        MPI matches a communicator's collectives by the order ranks post them, but a
+        request completes at different times on different ranks; so a bucket posts its
+        phase k + 1 only after every earlier bucket posted its own (each phase's
+        collectives go to that phase's communicator in bucket order on every rank).
+        """
+        for index in sorted(self._flight):
             gen, request = self._flight[index]
-            if self.core.comm.Test(request):
+            phase = self._posted[index]
+            if any(self._posted[j] <= phase for j in self._flight if j < index):
+                continue
+            if self.comms[phase - 1].Test(request):
                 self._advance(index, gen)
 
     def complete(self) -> Any:
@@ -140,7 +160,7 @@ class CompressedReducer(GradientReducer):
         while self._flight:
             index = min(self._flight)
             gen, request = self._flight[index]
-            core.comm.Wait(request)
+            self.comms[self._posted[index] - 1].Wait(request)
             self._advance(index, gen)
         self.calls += 1
         self.start()  # ready for the next step
@@ -157,8 +177,10 @@ class CompressedReducer(GradientReducer):
         """Run bucket ``index``'s generator to its next request, or write its mean."""
         try:
             self._flight[index] = (gen, next(gen))
+            self._posted[index] = self._posted.get(index, 0) + 1
         except StopIteration as done:
             self._flight.pop(index, None)
+            self._posted.pop(index, None)
             start, end = self.plan[index]
             model = self.core.model
             with self.phase():
@@ -166,9 +188,9 @@ class CompressedReducer(GradientReducer):
 
     def close(self) -> None:
         requests = {id(request) for _, request in self._flight.values()}
-        comm = self.core.comm
-        comm.outstanding = [r for r in comm.outstanding if id(r) not in requests]
-        self._flight = {}
+        for comm in self.comms:
+            comm.outstanding = [r for r in comm.outstanding if id(r) not in requests]
+        self._flight, self._posted = {}, {}
 
     # -- state -----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -33,12 +33,14 @@ from syncbench.algorithms.reducers.compressed import (
 class HalfPrecisionReduce(CompressedReducer):
     """Reduce-scatter of 16-bit codes (``Ialltoallv``), float32 sum, allgather of the mean."""
 
+    phases = 2
+
     def bucket_wire_bytes(self, index: int) -> int:
         start, end = self.plan[index]
         return self.codec.wire_bytes(end - start)
 
     def reduction(self, index: int, values: np.ndarray) -> Reduction:
-        comm, codec = self.core.comm, self.codec
+        (comm, second), codec = self.comms, self.codec
         ranks, rank = comm.size, comm.rank
         b = segment_bounds(values.size, ranks)
         seg_bytes = [2 * (b[i + 1] - b[i]) for i in range(ranks)]
@@ -52,6 +54,6 @@ class HalfPrecisionReduce(CompressedReducer):
             total *= mean_scale(ranks)
             mean_codes = codec.encode(total)
         gathered = np.empty(values.size, dtype=np.uint16)
-        yield comm.Iallgatherv(mean_codes, gathered, seg_bytes)
+        yield second.Iallgatherv(mean_codes, gathered, seg_bytes)
         with self.phase():
             return codec.decode(gathered)

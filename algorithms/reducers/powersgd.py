@@ -34,6 +34,7 @@ class PowerSGDReduce(CompressedReducer):
     gradient at once (its layout is the model's tensors), after backward."""
 
     bucketed = False
+    phases = 2
 
     def __init__(self, core: Any, codec: Any, plan: Any = None) -> None:
         if plan is not None:
