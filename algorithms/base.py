@@ -109,7 +109,7 @@ class Strategy(ABC):
     ``optimizer`` (the local optimizer), ``steps_taken``, :meth:`straggle` (the
     emulated slowdown, after compute) and :meth:`compute_gradient`; and
     ``run_attributes``, root attributes of the run file a part declares (SSGD's
-    ``buckets``, OD-SGD's ``warmup_steps``).
+    ``buckets``, OD-SGD's ``warmup_steps``, a reducer's ``wire_bytes_per_step``).
     """
 
     #: Registry name, e.g. ``"ssgd"``.
@@ -142,7 +142,8 @@ class Strategy(ABC):
         self.slowdown: Callable[[float], float] | None = None
         #: Root attributes of the run file this strategy's parts declare (numbers, or
         #: arrays of them); the driver reads them again when training ends.
-        self.run_attributes: dict[str, Any] = {"buckets": 0, "warmup_steps": 0}
+        self.run_attributes: dict[str, Any] = {"buckets": 0, "warmup_steps": 0,
+                                               "wire_bytes_per_step": 0}
 
     # -- services of the core ----------------------------------------------------
     def straggle(self) -> None:

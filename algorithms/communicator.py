@@ -146,6 +146,41 @@ class Communicator:
             self._posted(req, sendbuf.nbytes * destinations, t, "ineighbor_allgather")
         return req
 
+    def Ialltoallv(self, send: Any, send_counts: Any, recv: Any,
+                   recv_counts: Any) -> MPI.Request:
+        """Start sending byte segments of ``send`` to each rank in rank order and receiving
+        ``recv``'s from each (the exchange of a hand-written reduce-scatter; counts in
+        bytes, segments packed in order); tracked for :meth:`poll`."""
+        t = self._clock()
+        sdispl, rdispl = _displacements(send_counts), _displacements(recv_counts)
+        with self.timer.phase("comm"):
+            req = self.mpi_comm.Ialltoallv([_bytes(send), (send_counts, sdispl), MPI.BYTE],
+                                           [_bytes(recv), (recv_counts, rdispl), MPI.BYTE])
+        return self._track(req, "ialltoallv", send.nbytes, t)
+
+    def Iallgatherv(self, send: Any, recv: Any, recv_counts: Any) -> MPI.Request:
+        """Start gathering every rank's ``send`` (``recv_counts`` bytes each, rank order)
+        into ``recv`` on every rank; tracked for :meth:`poll`."""
+        t = self._clock()
+        with self.timer.phase("comm"):
+            req = self.mpi_comm.Iallgatherv(
+                [_bytes(send), MPI.BYTE],
+                [_bytes(recv), (recv_counts, _displacements(recv_counts)), MPI.BYTE])
+        return self._track(req, "iallgather", send.nbytes, t)
+
+    def Iallgather(self, send: Any, recv: Any) -> MPI.Request:
+        """Start gathering every rank's ``send`` (as many bytes on each) into ``recv``."""
+        t = self._clock()
+        with self.timer.phase("comm"):
+            req = self.mpi_comm.Iallgather([_bytes(send), MPI.BYTE], [_bytes(recv), MPI.BYTE])
+        return self._track(req, "iallgather", send.nbytes, t)
+
+    def _track(self, req: MPI.Request, kind: str, nbytes: int, t_post: float) -> MPI.Request:
+        self.outstanding.append(req)
+        if self.events is not None:
+            self._posted(req, nbytes, t_post, kind)
+        return req
+
     def Test(self, req: MPI.Request) -> bool:
         """Whether ``req`` completed; a completed request is no longer tracked (as in Wait)."""
         with self.timer.phase("comm"):
@@ -213,6 +248,18 @@ class Communicator:
         buf = np.array([value], dtype=np.float64)
         self.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM if op is None else op)
         return float(buf[0])
+
+
+def _bytes(buf: Any) -> np.ndarray:
+    """A contiguous NumPy array as the bytes MPI moves (a view: received bytes land in it)."""
+    if not buf.flags.c_contiguous:
+        raise ValueError("MPI byte buffers must be contiguous")
+    return buf.reshape(-1).view(np.uint8)
+
+
+def _displacements(counts: Any) -> list[int]:
+    """Offsets of segments of ``counts`` packed one after another."""
+    return [0, *np.cumsum(counts[:-1]).tolist()] if len(counts) else []
 
 
 def make_communicator(

@@ -225,6 +225,7 @@ class ODSGD(Strategy):
         self.w_global = params.copy()
         self.warmup_reducer = BlockingAllreduce(self)
         self.reducer = DelayedAllreduce(self)
+        self.run_attributes["wire_bytes_per_step"] = self.reducer.wire_bytes()
         self.local_step = CompensationStep(self.options, self.lr_local, size,
                                            self.budget.batch_size, self.optimizer, params)
 

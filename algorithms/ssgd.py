@@ -19,8 +19,13 @@ optimizer (momentum SGD):
   gradient summed inside each node, then among one rank per node, then broadcast
   inside the node (Horovod's hierarchical allreduce).
 
+``--compress NAME[:ARG]`` replaces the Allreduce (or, under overlap, each bucket's
+Iallreduce) by a compressing reducer (:mod:`~syncbench.algorithms.reducers.compress`: 16-bit, int8,
+PowerSGD, top-k, random-k).
+
 The number of reductions posted per step is the run file's root attribute
-``buckets``.
+``buckets``; the bytes of gradient this rank hands to MPI per step,
+``wire_bytes_per_step``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncbench.algorithms.base import StepStats, Strategy
+from syncbench.algorithms.codecs.powersgd import DEFAULT_START_ITER
 from syncbench.algorithms.flags import StrategyOptions, option
 from syncbench.algorithms.reducers import GradientReducer
 from syncbench.algorithms.reducers.allreduce import BlockingAllreduce
@@ -38,6 +44,7 @@ from syncbench.algorithms.reducers.buckets import (
     bucket_mb_arg,
     model_bucket_plan,
 )
+from syncbench.algorithms.reducers.compress import NONE, check_compress, compressed_reducer
 from syncbench.algorithms.reducers.hierarchical import HierarchicalAllreduce
 from syncbench.algorithms.traits import StrategyTraits
 
@@ -45,13 +52,19 @@ from syncbench.algorithms.traits import StrategyTraits
 COMM_MODES = ("overlap", "blocking", "hierarchical")
 
 
-def gradient_reducer(core: Strategy, comm: str, bucket_mb: str | float) -> GradientReducer:
-    """SSGD's reducer for ``--comm`` and ``--bucket-mb``."""
-    if comm == "blocking":
-        return BlockingAllreduce(core)
+def gradient_reducer(core: Strategy, comm: str, bucket_mb: str | float,
+                     compress: str = NONE,
+                     powersgd_start: int = DEFAULT_START_ITER) -> GradientReducer:
+    """SSGD's reducer for ``--comm``, ``--bucket-mb``, ``--compress`` and
+    ``--powersgd-start``."""
     if comm == "hierarchical":
         return HierarchicalAllreduce(core)
-    return BucketedIallreduce(core, model_bucket_plan(core.model, bucket_mb))
+    plan = None if comm == "blocking" else model_bucket_plan(core.model, bucket_mb)
+    if compress != NONE:
+        return compressed_reducer(core, compress, plan, powersgd_start)
+    if plan is None:
+        return BlockingAllreduce(core)
+    return BucketedIallreduce(core, plan)
 
 
 class SSGD(Strategy):
@@ -72,17 +85,33 @@ class SSGD(Strategy):
             "auto", "SSGD overlap: most MB of gradient per Iallreduce bucket (whole layers; a "
             "larger layer gets its own). auto (default): a quarter of the model's gradient, "
             f"at most {AUTO_BUCKET_CAP_MB:g} MB", type=bucket_mb_arg)
+        compress: str = option(
+            NONE, "SSGD gradient compression, NAME[:ARG]: fp16, bf16, int8[:CHUNK], "
+            "powersgd[:RANK], topk:DENSITY, randomk:DENSITY (error feedback), or none "
+            "(default); bucket by bucket with --comm overlap, but powersgd (--comm blocking)",
+            metavar="NAME[:ARG]")
+        powersgd_start: int = option(
+            DEFAULT_START_ITER, "SSGD --compress powersgd: plain Allreduce steps before "
+            "compressing (PyTorch's start_powerSGD_iter)", metavar="STEPS")
 
         def __post_init__(self) -> None:
             if self.comm not in COMM_MODES:
                 raise ValueError(f"--comm must be one of {', '.join(COMM_MODES)}, got {self.comm}")
             if self.bucket_mb != "auto" and not float(self.bucket_mb) > 0:
                 raise ValueError(f"--bucket-mb must be auto or > 0, got {self.bucket_mb}")
+            if self.comm == "hierarchical" and self.compress != NONE:
+                raise ValueError("--compress needs --comm blocking or overlap, not hierarchical")
+            check_compress(self.compress, overlap=self.comm == "overlap")
+            if self.powersgd_start < 0:
+                raise ValueError(f"--powersgd-start must be >= 0, got {self.powersgd_start}")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.reducer = gradient_reducer(self, self.options.comm, self.options.bucket_mb)
+        options = self.options
+        self.reducer = gradient_reducer(self, options.comm, options.bucket_mb, options.compress,
+                                        options.powersgd_start)
         self.run_attributes["buckets"] = self.reducer.posts_per_step
+        self.run_attributes["wire_bytes_per_step"] = self.reducer.wire_bytes()
 
     def step(self, x: Any, y: Any) -> StepStats:
         self.reducer.start()
@@ -92,3 +121,11 @@ class SSGD(Strategy):
             self.optimizer.step(self.model.params, grads)
         self.steps_taken += 1
         return StepStats(loss=loss, samples=int(x.shape[0]))
+
+    def state(self) -> dict[str, Any]:
+        """The core's state and the reducer's (a compressing reducer's error feedback)."""
+        return {**super().state(), **self.reducer.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.reducer.load_state(state)

@@ -68,6 +68,9 @@ ROOT_ATTRS: tuple[str, ...] = (
     "spectral_gap",
     "consensus_samples",
     "consensus_distance",
+    # bytes of gradient one rank hands to MPI per step (SSGD's reducer, --compress
+    # included; OD-SGD's delayed reduction); 0 where no reducer declares them
+    "wire_bytes_per_step",
     # 1-minute load average of rank 0's host at the start and end of the run
     # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)
     "load_begin",
@@ -400,8 +403,10 @@ EVENTS_GROUP = "events"
 #: ``names`` attribute lists these names. ``rma_pull`` / ``rma_push``: one
 #: passive-target epoch of ASGD's parameter window (Get_accumulate / Accumulate).
 #: ``ineighbor_allgather``: D-PSGD's exchange with its graph neighbours (bytes: sent).
+#: ``ialltoallv`` / ``iallgather``: halves of a compressed reduction (``--compress``).
 EVENT_KINDS: tuple[str, ...] = ("allreduce", "iallreduce", "bcast", "barrier",
-                                "rma_pull", "rma_push", "ineighbor_allgather")
+                                "rma_pull", "rma_push", "ineighbor_allgather", "ialltoallv",
+                                "iallgather")
 EVENT_COLUMNS: dict[str, str] = {
     "step": "i8",
     "kind": "i1",

@@ -24,8 +24,12 @@ PyTorch with one thread, alternating, each measurement in a fresh process.
 BatchNorm follows docs/ALGORITHMS.md on both sides (per-rank statistics, DDP
 without its buffer broadcast, Local SGD averaging the running statistics);
 ours with ``--train-flags '--sync-bn'`` has no peer (PyTorch's SyncBatchNorm
-takes GPU inputs only): a ``#`` note says so. Rows (two leading spaces) are
-whitespace-separated, one token per column; ``#`` lines are headers and notes.
+takes GPU inputs only): a ``#`` note says so. SSGD's ``--compress fp16`` or
+``powersgd[:R]`` (and ``--powersgd-start``) in ``--train-flags`` go to the peer too,
+which registers PyTorch's ``fp16_compress_hook`` or ``powerSGD_hook`` with the same
+rank and start step; another codec has no peer on the CPU and is refused. Rows (two
+leading spaces) are whitespace-separated, one token per column; ``#`` lines are headers
+and notes.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Next to the run file ``RUN.h5`` a run keeps a folder ``RUN.h5.parts/``:
   for which EVERY rank's state was written (rank 0 writes it after a
   barrier), so ``--resume`` never mixes generations. It also records the
   run's identity (strategy, model, dataset, world size,
-  batch size, seed, sample budget); ``--resume`` refuses a checkpoint of
+  batch size, seed, sample budget, gradient codec); ``--resume`` refuses a checkpoint of
   another run, naming what differs.
 * ``heartbeat-RRRRR``: the rank's last step and time, read by the hang guard.
 

@@ -354,7 +354,7 @@ def save_state(folder: Path, rank: int, step: int, state: Mapping[str, Any]) -> 
 #: What a checkpoint must share with the run that resumes it: key, and its name in errors.
 IDENTITY = {"algorithm": "strategy", "model": "model", "dataset": "dataset",
             "world_size": "world size", "batch_size": "batch size", "seed": "seed",
-            "total_samples": "sample budget"}
+            "total_samples": "sample budget", "compress": "--compress"}
 
 
 def run_identity(config: TrainConfig, world_size: int,
@@ -362,7 +362,8 @@ def run_identity(config: TrainConfig, world_size: int,
     """The run's identity recorded with its checkpoints (:data:`IDENTITY`'s keys)."""
     return {"algorithm": config.algorithm, "model": config.model, "dataset": config.dataset,
             "world_size": int(world_size), "batch_size": int(config.batch_size),
-            "seed": int(config.seed), "total_samples": int(total_samples)}
+            "seed": int(config.seed), "total_samples": int(total_samples),
+            "compress": str(getattr(config, "compress", "none"))}
 
 
 def commit_checkpoint(folder: Path, step: int, world_size: int,

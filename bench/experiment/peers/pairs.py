@@ -20,7 +20,7 @@ from typing import Any
 from syncbench.analysis.output_paths import OutputError, check_output_dir
 from syncbench.analysis.repeats import column_spread
 from syncbench.bench.experiment.launch import find_mpiexec, run_command, timed_out
-from syncbench.bench.experiment.peers.torch_runner import MODELS
+from syncbench.bench.experiment.peers.torch_runner import MODELS, check_compress
 from syncbench.bench.experiment.plan import PlannedRun
 from syncbench.bench.experiment.runner import execute, launch_planned
 from syncbench.bench.experiment.scenario import Condition, RunEntry
@@ -75,6 +75,24 @@ def own_train_flags(algorithm: str, train_flags: str) -> list[str]:
     return kept
 
 
+#: Our SSGD flags the peer takes too, with the same meaning (its DDP communication hook).
+SHARED_SSGD_FLAGS = ("--compress", "--powersgd-start")
+
+
+def peer_ssgd_flags(train_flags: str) -> list[str]:
+    """The flags of ``--train-flags`` that the SSGD peer takes too (``--compress fp16``:
+    PyTorch's ``fp16_compress_hook``; ``powersgd:R``: its ``powerSGD_hook``)."""
+    tokens, kept, i = shlex.split(train_flags), [], 0
+    while i < len(tokens):
+        name, eq, value = tokens[i].partition("=")
+        if name in SHARED_SSGD_FLAGS:
+            if not eq and i + 1 < len(tokens):
+                value, i = tokens[i + 1], i + 1
+            kept += [name, value]
+        i += 1
+    return kept
+
+
 def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
               tmp: Path) -> list[PlannedRun]:
     """``--repeats`` rounds of ours (``syncbench train``) then the peer (its ``torch``
@@ -86,7 +104,8 @@ def plan_cell(args: argparse.Namespace, np_: int, model: str, algorithm: str,
     ours = RunEntry(algorithm, algorithm, (*own, "--eval-every", "0",
                                            *own_train_flags(algorithm, args.train_flags)),
                     algorithm)
-    peer = RunEntry(f"{algorithm}-peer", algorithm, tuple(common), algorithm)
+    shared = peer_ssgd_flags(args.train_flags) if algorithm == "ssgd" else []
+    peer = RunEntry(f"{algorithm}-peer", algorithm, (*common, *shared), algorithm)
     plan = []
     for repeat in range(args.repeats):
         stem = tmp / f"{algorithm}-{model}-np{np_}-r{repeat}"
@@ -321,6 +340,15 @@ def usage_error(args: argparse.Namespace, algorithms: list[str],
         return f"--model takes {', '.join(MODELS)} (got {args.model!r})"
     if getattr(args, "resume", False) and not getattr(args, "out_dir", None):
         return "--resume needs --out-dir (the folder whose run files it keeps)"
+    shared = dict(zip(*[iter(peer_ssgd_flags(args.train_flags))] * 2))
+    if "ssgd" in algorithms and shared:
+        try:
+            start = int(shared.get("--powersgd-start", "1000"))
+        except ValueError:
+            return f"--powersgd-start takes an integer (got {shared['--powersgd-start']!r})"
+        wrong = check_compress(shared.get("--compress", "none"), start)
+        if wrong is not None:
+            return wrong
     try:
         if getattr(args, "out_dir", None):
             check_output_dir("--out-dir", args.out_dir)

@@ -17,7 +17,9 @@ inside the timed loop), the optimizer (momentum SGD with L2 weight decay,
 mean cross-entropy) and the steps (``max(1, int(epochs * steps_per_epoch))``
 per rank); :func:`train` gives the details. ``ssgd`` is
 ``DistributedDataParallel`` (Li et al. 2020, "PyTorch Distributed", Sec. 3),
-``localsgd`` ``PeriodicModelAverager`` (Lin et al. 2020, eq. (2)); BatchNorm
+``localsgd`` ``PeriodicModelAverager`` (Lin et al. 2020, eq. (2)); ``ssgd
+--compress`` registers PyTorch's own DDP communication hook
+(:func:`register_compress_hook`: fp16, PowerSGD); BatchNorm
 follows docs/ALGORITHMS.md (per-rank statistics, averaged with the weights
 under Local SGD).
 
@@ -88,6 +90,8 @@ class PeerResult:
     accuracy: float
     torch_version: str
     threads: int
+    #: The DDP communication hook (``--compress``): none, fp16, bf16 or powersgd:R.
+    compress: str = "none"
 
 
 def rank_and_size(environ: dict[str, str] | None = None) -> tuple[int, int]:
@@ -214,6 +218,49 @@ def build_torch_resnet(blocks: int, in_channels: int, num_classes: int) -> Any:
     return model
 
 
+#: ``--compress`` values the peer has a DDP communication hook for on the CPU (PyTorch's
+#: ``bf16_compress_hook`` needs CUDA and NCCL: on gloo it raises).
+PEER_CODECS = ("none", "fp16", "powersgd")
+
+
+def check_compress(spec: str, powersgd_start: int) -> str | None:
+    """What is wrong with ``--compress``/``--powersgd-start`` for the peer (None if fine)."""
+    name, _, arg = spec.partition(":")
+    if name not in PEER_CODECS or (arg and name != "powersgd"):
+        return (f"--compress {spec}: the PyTorch peer has hooks for "
+                f"{', '.join(PEER_CODECS[1:])} (powersgd[:R]) only")
+    if name == "powersgd":
+        if arg and not (arg.isdigit() and int(arg) >= 1):
+            return f"--compress {spec}: the rank must be an integer >= 1"
+        if powersgd_start <= 1:
+            return ("--powersgd-start must be > 1 for PyTorch's powerSGD_hook with error "
+                    f"feedback and warm start, got {powersgd_start}")
+    return None
+
+
+def register_compress_hook(net: Any, spec: str, powersgd_start: int, seed: int) -> None:
+    """Register PyTorch's DDP communication hook of ``spec`` on ``net``.
+
+    ``fp16``: ``default_hooks.fp16_compress_hook`` (each bucket divided by the world size
+    and allreduced in 16 bits); ``powersgd:R``:
+    ``powerSGD_hook.powerSGD_hook`` with ``PowerSGDState(matrix_approximation_rank=R,
+    start_powerSGD_iter=powersgd_start)`` and PyTorch's other defaults (min compression
+    rate 2, error feedback and warm start on), as ``--compress powersgd:R`` of ours.
+    """
+    if spec == "none":
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    name, _, arg = spec.partition(":")
+    if name == "fp16":
+        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    else:
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=int(arg or 1),
+            start_powerSGD_iter=powersgd_start, random_seed=seed)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
 def _float_buffers(model: Any) -> list[Any]:
     """BatchNorm's running means and variances (not ``num_batches_tracked``)."""
     return [b for b in model.buffers() if b.is_floating_point()]
@@ -232,6 +279,7 @@ def make_step(args: argparse.Namespace, model: Any) -> tuple[Callable[[Any, Any]
         # per-rank BatchNorm statistics, as ours: no broadcast of rank 0's before each forward
         net = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
                                       broadcast_buffers=False)
+        register_compress_hook(net, args.compress, args.powersgd_start, args.seed)
     else:
         net = model
     buffers = _float_buffers(model)
@@ -359,7 +407,7 @@ def train(args: argparse.Namespace) -> PeerResult | None:
                 samples_per_s=steps * args.batch_size * world / wall,
                 first_loss=float(losses[:head].mean()), last_loss=float(losses[-head:].mean()),
                 test_loss=test_loss, accuracy=accuracy, torch_version=torch.__version__,
-                threads=args.threads)
+                threads=args.threads, compress=args.compress)
         dist.barrier()  # tear gloo down together: a rank leaving early can abort the others
         return result
     finally:
@@ -452,6 +500,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--period", type=int, default=4, help="localsgd: steps per averaging")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
                         help="ssgd: DDP gradient bucket size in MB (PyTorch's default 25)")
+    parser.add_argument("--compress", default="none", metavar="NAME[:ARG]",
+                        help="ssgd: DDP communication hook: none (default), fp16 or "
+                        "powersgd[:R] (PyTorch's fp16_compress_hook, powerSGD_hook)")
+    parser.add_argument("--powersgd-start", type=int, default=1000, metavar="STEPS",
+                        help="ssgd --compress powersgd: start_powerSGD_iter (default 1000)")
     parser.add_argument("--save-model", default=None, metavar="PATH",
                         help="rank 0 writes the final parameters (flat float32 .npy) here")
     parser.add_argument("--threads", type=int, default=1,
@@ -467,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.period < 1:
         parser.error(f"--period must be >= 1, got {args.period}")
+    wrong = check_compress(args.compress, args.powersgd_start)
+    if wrong is not None:
+        parser.error(wrong)
     result = train(args)
     if result is not None:
         print(RESULT_PREFIX + json.dumps(asdict(result)), flush=True)
