@@ -2,6 +2,7 @@
 arithmetic, so that two commits can be shown to train bit-identically.
 
 Usage: python jobs/strategy_identity.py OUT_DIR [> fingerprints.txt]
+       python jobs/strategy_identity.py --digest OUT_DIR   (fingerprints of earlier runs)
 
 Each case is one ``mpiexec -n N syncbench train`` on the synthetic dataset with a fixed
 seed and ``--save-model``. A case prints one line: its name, the SHA-256 of the saved
@@ -70,8 +71,9 @@ CASES: list[tuple[str, int, list[str]]] = [
 EVAL_FIELDS = ("accuracy", "loss", "samples_seen", "step")
 RANK_FIELDS = ("loss", "samples", "staleness", "staleness_min", "local_steps", "round", "step",
                "rows")
-ROOT_ATTRS = ("algorithm", "buckets", "strategy_flags", "warmup_steps", "world_size", "model",
-              "complete")
+#: Root attributes compared (not ``strategy_flags``: the names of the options a strategy
+#: takes, which grow when it gains one; the values of its options are in ``config``).
+ROOT_ATTRS = ("algorithm", "buckets", "warmup_steps", "world_size", "model", "complete")
 
 
 def digest_model(path: Path) -> str:
@@ -94,6 +96,11 @@ def digest_run(path: Path) -> str:
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--digest":  # the runs of an earlier call
+        for name, _, _ in CASES:
+            run, model = Path(sys.argv[2]) / f"{name}.h5", Path(sys.argv[2]) / f"{name}.npy"
+            print(f"{name:24s} model {digest_model(model)}  run {digest_run(run)}")
+        return 0
     if len(sys.argv) != 2:
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
