@@ -12,7 +12,7 @@ NP     ?= 4
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 MPIEXEC := $(BIN)/mpiexec
-TEST_TIMEOUT ?= 900
+TEST_TIMEOUT ?= 2400
 
 export OMP_NUM_THREADS = 1
 export OPENBLAS_NUM_THREADS = 1
@@ -88,7 +88,7 @@ sim: venv
 # pytest process leaves half idle while a test waits on its launched ranks; the tests that
 # measure the machine's load (marked alone) then run by themselves.
 test-serial: venv-test dataset sim
-	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 -m 'not slurm and not cluster and not alone' tests
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m 'not slurm and not cluster and not alone' tests
 	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' tests
 
 # The modules that hold tests marked mpi: every rank collects only those (collecting the
