@@ -18,7 +18,7 @@ torch = pytest.importorskip(
 
 from helpers import MPIEXEC  # noqa: E402
 
-from syncbench.bench.experiment.peers.command import peer_ssgd_flags, plan_cell  # noqa: E402
+from syncbench.bench.experiment.peers.pairs import peer_ssgd_flags, plan_cell  # noqa: E402
 from syncbench.bench.experiment.peers.torch_runner import parse_result  # noqa: E402
 
 

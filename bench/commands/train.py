@@ -35,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Body of ``syncbench train``: one run on every rank of ``MPI.COMM_WORLD``, which
     starts here (:func:`syncbench.bench.train.driver.main`)."""
-    from syncbench.bench.cli import import_command  # what cannot load: one line
+    from syncbench.bench.cli import import_command, mpi_not_started
 
-    return import_command("train", "syncbench.bench.train.driver").main(args)  # starts MPI
+    # the driver's modules load mpi4py.MPI: not initialized there, so that the GPU is
+    # bound before MPI starts (in the driver's body); what cannot load is one line
+    with mpi_not_started():
+        driver = import_command("train", "syncbench.bench.train.driver")
+    return driver.main(args)  # starts MPI

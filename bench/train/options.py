@@ -175,8 +175,8 @@ def add_model_and_data_arguments(group: argparse._ActionsContainer) -> None:
     """``--model``, ``--dataset``, ``--data-dir``, ``--synthetic-samples`` (train, ssgd-comm)."""
     group.add_argument("--model", default="mlp", type=_model_arg, metavar="MODEL",
                        help=f"model: {', '.join(sorted(MODELS))}, mlp:H1,... or gpt:d=N,ctx=N,...")
-    group.add_argument("--dataset", default="fashion-mnist", choices=DATASETS,
-                       help="dataset")
+    group.add_argument("--dataset", default="fashion-mnist", choices=DATASETS, metavar="NAME",
+                       help=f"dataset: {', '.join(DATASETS)}")
     group.add_argument("--data-dir", default=None,
                        help="the folder that holds the dataset files, the only place looked "
                        "in (an error if they are not there); without it $SYNCBENCH_DATA, "
