@@ -48,7 +48,27 @@ def local_step(core: Strategy, x: Any, y: Any, poll: Callable[[], None] | None =
     return loss
 
 
-class LocalSGD(Strategy):
+class RoundsOfLocalSteps(Strategy):
+    """A strategy of local steps in rounds that its ``averager`` ends (Local SGD, SlowMo):
+    each step is a local step, then the averager counts it; evaluation points are round
+    boundaries, where every replica equals the average."""
+
+    averager: Any
+
+    def step(self, x: Any, y: Any) -> StepStats:
+        loss = local_step(self, x, y)
+        self.steps_taken += 1
+        stats = StepStats(loss=loss, samples=int(x.shape[0]),
+                          local_steps=self.averager.round_len, round=self.averager.round)
+        self.averager.after_step()
+        return stats
+
+    def evaluation_point(self) -> int | None:
+        """Global samples at a round boundary (replicas equal), else None."""
+        return None if self.averager.round_steps else super().evaluation_point()
+
+
+class LocalSGD(RoundsOfLocalSteps):
     name = "localsgd"
     summary = "local SGD: --period local steps, then a blocking Allreduce average of the weights"
     #: Each local step updates before a round's averaging communicates; every round ends
@@ -77,18 +97,6 @@ class LocalSGD(Strategy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.averager = PeriodicAverager(self, self.options.period, self.options.momentum_sync)
-
-    def step(self, x: Any, y: Any) -> StepStats:
-        loss = local_step(self, x, y)
-        self.steps_taken += 1
-        stats = StepStats(loss=loss, samples=int(x.shape[0]),
-                          local_steps=self.averager.round_len, round=self.averager.round)
-        self.averager.after_step()
-        return stats
-
-    def evaluation_point(self) -> int | None:
-        """Global samples at a round boundary (replicas equal), else None."""
-        return None if self.averager.round_steps else super().evaluation_point()
 
     def state(self) -> dict[str, Any]:
         """Resumable state (taken at a round boundary, where replicas are equal)."""

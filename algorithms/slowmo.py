@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncbench.algorithms.averagers.pseudo_gradient import PseudoGradientAverager
-from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import option
-from syncbench.algorithms.localsgd import LocalSGD, local_step
+from syncbench.algorithms.localsgd import LocalSGD, RoundsOfLocalSteps
 from syncbench.algorithms.outer.sgd import OuterSGD
 from syncbench.algorithms.traits import LOCAL_FIRST_ORDER, StrategyTraits
 
 
-class SlowMo(Strategy):
+class SlowMo(RoundsOfLocalSteps):
     name = "slowmo"
     summary = ("SlowMo: local SGD rounds of --period steps, then slow momentum on the "
                "averaged pseudo-gradient (one blocking Allreduce per round)")
@@ -60,18 +59,6 @@ class SlowMo(Strategy):
                          self.model.params)
         self.averager = PseudoGradientAverager(self, self.options.period,
                                                self.options.momentum_sync, outer)
-
-    def step(self, x: Any, y: Any) -> StepStats:
-        loss = local_step(self, x, y)
-        self.steps_taken += 1
-        stats = StepStats(loss=loss, samples=int(x.shape[0]),
-                          local_steps=self.averager.round_len, round=self.averager.round)
-        self.averager.after_step()
-        return stats
-
-    def evaluation_point(self) -> int | None:
-        """Global samples at a round boundary (replicas equal the anchor), else None."""
-        return None if self.averager.round_steps else super().evaluation_point()
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), **self.averager.state()}
