@@ -323,7 +323,7 @@ def test_rma_staging_copies_out_only_what_mpi_reads(pinned, monkeypatch):
     from syncbench.bench.micro import comm as commbench
 
     copies: list[str] = []
-    monkeypatch.setattr(commbench, "copy_to_host", lambda b, d, h: copies.append("out"))
+    monkeypatch.setattr(device_buffers, "copy_to_host", lambda b, d, h: copies.append("out"))
     bufs = commbench.make_buffers("cupy", False, 0, backend=numpy_backend())
     origin, result = bufs.pair("rma-get-accumulate", 64)
     bufs.mpi(origin)

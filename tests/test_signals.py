@@ -185,7 +185,7 @@ def test_without_out_a_stop_says_nothing_is_kept(tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         rank_pid(str(tmp_path), 1)  # no parts folder to watch: the ranks exist
-        time.sleep(2.0)  # a signal during imports would kill them (Python's default);
+        time.sleep(4.0)  # a signal during imports would kill them (Python's default);
         assert proc.poll() is None  # from the setup on it is caught
         os.kill(proc.pid, signal.SIGUSR1)
         out, err = proc.communicate(timeout=60)

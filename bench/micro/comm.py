@@ -20,13 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.algorithms.device_buffers import (
-    DeviceCommunicator,
-    copy_to_device,
-    copy_to_host,
-    detect_cuda_aware,
-    host_empty,
-)
+from syncbench.algorithms import device_buffers
+from syncbench.algorithms.device_buffers import DeviceCommunicator, detect_cuda_aware
 from syncbench.algorithms.timing import NullTimer
 from syncbench.bench.files import write_atomic
 from syncbench.bench.micro.output import check_writable_parent
@@ -140,14 +135,14 @@ class Buffers:
             return a
         host = self._host.get(id(a))
         if host is None:
-            host = self._host[id(a)] = host_empty(self.backend, a.shape, a.dtype)
+            host = self._host[id(a)] = device_buffers.host_empty(self.backend, a.shape, a.dtype)
         if send:
-            copy_to_host(self.backend, a, host)
+            device_buffers.copy_to_host(self.backend, a, host)
         return host
 
     def back(self, a: Any, host: Any) -> None:
         if self.staged:
-            copy_to_device(self.backend, host, a)
+            device_buffers.copy_to_device(self.backend, host, a)
 
 
 def make_buffers(kind: str, cuda_aware: bool, local_rank: int,
