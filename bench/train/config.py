@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from syncbench.algorithms.flags import options_from
-from syncbench.algorithms.local_optimizer import check_local_optimizer
+from syncbench.algorithms.local_optimizer import check_local_optimizer, default_learning_rate
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, validate
 from syncbench.bench.data.catalog import is_text
 from syncbench.bench.train.options import (
@@ -104,6 +104,8 @@ class TrainConfig:
         strategy = get_algorithm(args.algorithm)
         check_strategy_flags(args)
         run = {name: getattr(args, name) for name in run_fields()}
+        if run["lr"] is None:
+            run["lr"] = default_learning_rate(args, strategy.traits)
         return cls(**run, strategy_options=options_from(strategy.Options, args))
 
     def __getattr__(self, name: str) -> Any:

@@ -79,7 +79,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--epochs", type=float, default=1.0,
                      help="sample budget in passes over the training set")
     opt.add_argument("--batch-size", type=int, default=64, help="per-rank batch")
-    opt.add_argument("--lr", type=float, default=0.05, help="learning rate")
+    opt.add_argument("--lr", type=float, default=None,
+                     help="learning rate (default: the local optimizer's, 0.05 for sgd, "
+                     "0.001 for adamw)")
     opt.add_argument("--momentum", type=float, default=0.9, help="momentum")
     opt.add_argument("--weight-decay", type=float, default=0.0,
                      help="L2 weight decay")

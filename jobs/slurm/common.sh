@@ -18,6 +18,10 @@
 select_python || exit 2
 SRUN="srun --mpi=${SYNCBENCH_SRUN_MPI:-pmi2} --kill-on-bad-exit=1${SRUN_FLAGS:+ $SRUN_FLAGS}"
 read -r -a SRUN_WORDS <<<"$SRUN"
+# check_train_flags ARGS...: syncbench train's flags checked once, here in the batch step,
+# before srun starts the tasks: a bad flag is one line and status 2 (under srun
+# --kill-on-bad-exit a task still starting when another printed it would end with 143).
+check_train_flags() { SYNCBENCH_CHECK_FLAGS=1 "$PY" -m syncbench train "$@"; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$OMP_NUM_THREADS}
 export MKL_NUM_THREADS=${MKL_NUM_THREADS:-$OMP_NUM_THREADS}
