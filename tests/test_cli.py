@@ -188,7 +188,8 @@ def test_every_flag_ends_with_its_default_once():
 def test_train_help_shows_the_defaults_it_lacked():
     text = _help("train")
     assert "sample budget in passes over the training set (default: 1.0)" in text
-    assert "--lr LR learning rate (default: 0.05)" in text
+    assert ("--lr LR learning rate (default: the local optimizer's, 0.05 for sgd, 0.001 "
+            "for adamw)") in text
     assert "--batch-size BATCH_SIZE per-rank batch (default: 64)" in text
     assert "(default 1) (default" not in text and "--out OUT run file to write (HDF5, " \
         "syncbench/1 schema) " in text
