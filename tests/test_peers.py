@@ -269,8 +269,14 @@ def test_peer_runner_trains_and_equals_serial_recomputation(algorithm, tmp_path)
 RESNET_SAMPLES = 512
 
 
-@pytest.mark.parametrize("algorithm", ["ssgd", "localsgd"])
+@pytest.mark.parametrize("algorithm", ["localsgd"])
 def test_peer_runner_trains_resnet8_with_per_rank_batchnorm(algorithm, tmp_path):
+    """Per-rank BatchNorm statistics under the peer, bit for bit against serial replicas.
+
+    Local SGD averages the parameters, never the statistics: each rank's are its own,
+    the case where a peer that shared them would differ. DDP's reduction against the
+    serial mean is the MLP's case above (``ssgd`` here adds ``rtol`` checks of the same
+    statistics at twice the time; the branch is kept for a run with ``ssgd``)."""
     save = str(tmp_path / "params.npy")
     result = run_peer(algorithm, save, model="resnet8", samples=RESNET_SAMPLES)
     data = load_dataset("synthetic", synthetic_train=RESNET_SAMPLES, seed=SEED)
@@ -339,14 +345,14 @@ def _within_printed_rounding(ratio, printed):
 
 
 def test_peers_speed_prints_single_process_ratios():
-    cmd = [sys.executable, "-m", "syncbench", "peers", "--speed", "--model", "lenet,resnet8",
+    cmd = [sys.executable, "-m", "syncbench", "peers", "--speed", "--model", "lenet,mlp",
            "--repeats", "1", "--steps", "3", "--batch-size", "16"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "# throughput-only comparison" in proc.stdout
     rows = _rows(proc.stdout)
-    assert [r[:2] for r in rows] == [["lenet", "16"], ["resnet8", "16"]]
+    assert [r[:2] for r in rows] == [["lenet", "16"], ["mlp", "16"]]
     for row in rows:
         ours, theirs, ratio = (float(v) for v in row[2:5])
         assert ours > 0 and theirs > 0

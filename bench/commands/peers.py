@@ -102,9 +102,17 @@ def run(args: argparse.Namespace) -> int:
     if error is not None:
         print(f"syncbench peers: {error}", file=sys.stderr)
         return 2
-    import torch  # lazy: PyTorch is optional (syncbench[peers])
+    # PyTorch's version from its metadata: the runs import it, this process need not
+    # (importing it costs some four seconds of CPU)
+    from importlib import metadata
 
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        print("syncbench peers: PyTorch is not installed: pip install -e '.[peers]'",
+              file=sys.stderr)
+        return 2
     threads = os.environ.get("OMP_NUM_THREADS", "1 (set per rank)")
     if args.speed:
-        return run_speed(args, models, torch.__version__, threads)
-    return run_pairs(args, models, algorithms, torch.__version__, threads)
+        return run_speed(args, models, version, threads)
+    return run_pairs(args, models, algorithms, version, threads)
