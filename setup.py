@@ -27,7 +27,7 @@ setup(
     # tomli: scenario files on Python 3.10 (3.11+ has tomllib). No MPI library: mpi4py 4.1's
     # wheel loads the first libmpi it finds, the venv's lib/ before the system's, so an MPI
     # wheel here would replace a cluster's MPI without a word; it is an extra instead, and
-    # without one mpi4py loads the site's MPI (README, "On a cluster").
+    # without one mpi4py loads the site's MPI (docs/USAGE.md, "On a cluster").
     install_requires=["numpy>=1.24", "mpi4py>=4.0", "h5py>=3.8",
                       "tomli>=1.1; python_version < '3.11'"],
     extras_require={

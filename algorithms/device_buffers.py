@@ -1,6 +1,6 @@
 """GPU buffers at the MPI boundary: CUDA-aware pass-through or pinned host staging.
 
-The rule (``DESIGN.md``, "Key decisions"): on the GPU backend a model's flat
+The rule (``DESIGN.md``, "Arrays and backends"): on the GPU backend a model's flat
 buffers are CuPy arrays. A CUDA-aware MPI library gets them as they are in
 blocking collectives (mpi4py reads ``__cuda_array_interface__``); otherwise
 every MPI call goes through a pinned host mirror (device -> host copy, the call

@@ -9,7 +9,7 @@ left out, its Markdown format, the tables that show it (``tables``: table
 name -> header) and its footnote (:mod:`.cells`). ``syncbench report`` (md,
 csv, json), the runner's tables (:mod:`syncbench.bench.experiment.print_tables`)
 and a sweep's scaling table print from it. The definitions of the figures are
-in docs/DESIGN.md.
+in docs/USAGE.md.
 
 The registry's order is the order of the keys of a report row (and of the CSV
 and JSON columns): ``schema.REPORT_KEYS``, ``path``, then the later columns in

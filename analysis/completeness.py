@@ -4,7 +4,7 @@ A run is *incomplete* (``complete`` False) when a signal stopped it at a step
 boundary (``stopped_by``: the signal's name) or when ``syncbench recover``
 rebuilt it from the parts of a job that died (``stopped_by`` ""). Its figures
 are not comparable with complete runs': the report and the runner leave it out
-of every ratio to a baseline (see docs/DESIGN.md).
+of every ratio to a baseline (see docs/USAGE.md).
 """
 
 from __future__ import annotations

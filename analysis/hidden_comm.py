@@ -7,7 +7,7 @@ a run of the same scenario that steps in T against the reference's T_ref hid
 traits say they hide the same synchronisation (``StrategyTraits.hides_comm``:
 SSGD's overlap, OD-SGD) get a value; the others communicate less per step, by
 design. Warm-up rows are left out on both sides. Definitions and the reasoning
-behind them: docs/DESIGN.md (hidden communication).
+behind them: docs/USAGE.md (hidden communication).
 """
 
 from __future__ import annotations

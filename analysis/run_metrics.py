@@ -7,7 +7,7 @@ so that each is computed once. Everything comes from the recorded per-rank step
 rows (``t_<phase>`` seconds, ``samples``, ``local_steps``, ``round``), the
 evaluation rows and the ``/summary`` attributes (no MPI). The columns that need
 the other runs (scaling, hidden communication, overlaps) start as NaN / None
-here. Definitions: docs/DESIGN.md.
+here. Definitions: docs/USAGE.md.
 """
 
 from __future__ import annotations

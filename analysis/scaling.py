@@ -13,7 +13,7 @@ samples agree with it, else what the samples say, else ``mixed``. Then
 - the wall-time forms: strong ``speedup_wall = wall0 / wall``, weak
   ``efficiency_wall = wall0 / wall``, and ``efficiency_wall = speedup_wall * N0 / N``.
 
-Definitions and the reasons for them: docs/DESIGN.md (scaling).
+Definitions and the reasons for them: docs/USAGE.md (scaling).
 """
 
 from __future__ import annotations

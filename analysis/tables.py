@@ -8,7 +8,7 @@ hidden communication (:mod:`.hidden_comm`). Rows of ``--by`` groups of
 repeats are :func:`syncbench.analysis.repeats.group_rows`. Only NumPy on the
 columns of :mod:`.runfile` (no MPI).
 
-Every figure is defined in docs/DESIGN.md: the sync share (comm + wait) that
+Every figure is defined in docs/USAGE.md: the sync share (comm + wait) that
 leads every table, the time per phase, hidden communication against a blocking
 reference, stragglers, accuracy and divergence, contaminated (overlapped,
 loaded) and incomplete runs, strong and weak scaling, and repeats.

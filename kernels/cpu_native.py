@@ -73,7 +73,7 @@ _said: set[str] = set()
 #: by its ``/proc/self/fd/N`` name, which must not come to name another file.
 _held_fds: list[int] = []
 #: True: this process's layers take the NumPy path (an in-process A/B of the two,
-#: jobs/conv_ab.py ``native``); :data:`MODE_VARIABLE` does the same for a whole run.
+#: tools/conv_ab.py ``native``); :data:`MODE_VARIABLE` does the same for a whole run.
 numpy_only = False
 
 

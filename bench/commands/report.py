@@ -9,7 +9,7 @@ is headed by the machine context (cores, ranks per core, oversubscribed or
 loaded runs) and leads with the sync share (comm + wait); the summary shows
 time to target beside the evaluation interval that bounds its resolution, and
 "diverged" / "overlapped" instead of ratios that must not be read. The
-columns' definitions: docs/DESIGN.md, "Table definitions". JSON rows start
+columns' definitions: docs/USAGE.md, "What the tables mean". JSON rows start
 with ``path`` and the summary's keys, in a fixed order; new keys only come
 after them (``machine``: the context line of the row's runs). Every column,
 its format, header and footnote is one entry of the column registry

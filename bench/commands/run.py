@@ -3,7 +3,7 @@
 A scenario file names the runs (label, algorithm, flags, an optional lr
 grid), the shared flags, the slowdowns (the homogeneous configuration is
 added to every heterogeneous scenario), the ranks, the repeats, the target
-accuracy and the headline metric (README.md, "Scenario files"; copy a
+accuracy and the headline metric (docs/USAGE.md, "Scenario files"; copy a
 shipped file to write your own). An ``np`` list makes it a scaling scenario
 (strong or weak, as ``syncbench sweep``).
 

@@ -14,8 +14,8 @@ or this machine fitted from ``syncbench comm --op allreduce`` results
 (``--calibrate``). The output is a ``syncbench/1`` run file with
 ``simulated=True``: ``report``, ``trace`` and the plots read it unchanged.
 The strategy flags are train's (``--period``, ``--bucket-mb``, ``--comm``,
-``--ps-layout``, ...). How time is modelled: README.md, "Beyond one machine:
-simulation".
+``--ps-layout``, ...). How time is modelled: docs/DESIGN.md, "The
+simulator".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Input: one record per run (``label``, ``group``, ``condition``, ``repeat`` and
 the figures of :mod:`.measure`). Output: one cell per (configuration, label)
-(:func:`scenario_cells`). The rules, in short (in full: docs/DESIGN.md):
+(:func:`scenario_cells`). The rules, in short (in full: docs/USAGE.md):
 
 - An incomplete run (stopped by a signal, or written ``complete=False``) is
   counted (``runs``, ``incomplete``, ``incomplete_reasons``) and left out of

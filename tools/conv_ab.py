@@ -1,10 +1,10 @@
 """Settings of the CPU convolution side by side in one process, and each layer's time.
 
 Usage:
-    python jobs/conv_ab.py MODEL SETTING [SETTING ...] [--blocks 11] [--steps N]
-    python jobs/conv_ab.py MODEL --layers [--steps 60]
-    python jobs/conv_ab.py MODEL --gemms
-    python jobs/conv_ab.py MODEL --kernels
+    python tools/conv_ab.py MODEL SETTING [SETTING ...] [--blocks 11] [--steps N]
+    python tools/conv_ab.py MODEL --layers [--steps 60]
+    python tools/conv_ab.py MODEL --gemms
+    python tools/conv_ab.py MODEL --kernels
 
 A SETTING is ``native`` (the compiled kernels, kernels/cpu_native.py) or
 ``KEPT,STREAMED,FOLD[,KEEP][,col2im]`` (the NumPy path): the bytes of a chunk of

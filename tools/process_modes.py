@@ -1,6 +1,6 @@
 """Is a one-process training rate fixed per process? Blocks of steps in fresh processes.
 
-Usage: python jobs/process_modes.py [ours|torch] [MODEL] [PROCESSES] [-- ENV=VALUE ...]
+Usage: python tools/process_modes.py [ours|torch] [MODEL] [PROCESSES] [-- ENV=VALUE ...]
 
 Starts PROCESSES (default 8) fresh processes, one after another, each timing 4
 blocks of 30 training steps of MODEL (default lenet; batch 64, float32, one

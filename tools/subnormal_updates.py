@@ -1,7 +1,7 @@
 """The momentum update's time as a model trains on, with and without the subnormal flush.
 
 Usage:
-    OMP_NUM_THREADS=1 python jobs/subnormal_updates.py [--model mlp] [--steps 2000]
+    OMP_NUM_THREADS=1 python tools/subnormal_updates.py [--model mlp] [--steps 2000]
         [--every 100] [--flush-every 64]
 
 Trains MODEL (batch 64, float32) on one fixed random batch with ``MomentumSGD``

@@ -1,6 +1,6 @@
 """Figures of the source tree: module docstring lengths, lazy imports, strategy-name literals.
 
-Usage: python jobs/code_figures.py [TREE]   (TREE: a checkout, default this one)
+Usage: python tools/code_figures.py [TREE]   (TREE: a checkout, default this one)
 
 Reads the four package folders (kernels, algorithms, bench, analysis) with ``ast``:
 lines, docstring lines, imports inside function bodies, string constants that name a

@@ -1,6 +1,6 @@
 """Where 2-rank SSGD loses: interleaved 1- and 2-rank runs, their phases side by side.
 
-Usage: python jobs/ssgd_two_ranks.py OUT_DIR [REPEATS] [-- TRAIN FLAGS...]
+Usage: python tools/ssgd_two_ranks.py OUT_DIR [REPEATS] [-- TRAIN FLAGS...]
 
 Runs ``mpiexec -n 1`` and ``mpiexec -n 2 syncbench train --algorithm ssgd --model
 mlp --dataset fashion-mnist --epochs 1 --batch-size 64`` REPEATS times (default 5),

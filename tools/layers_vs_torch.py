@@ -1,8 +1,8 @@
 """Each convolution and BatchNorm of a model, ours against PyTorch's, one layer at a time.
 
 Usage (PyTorch importable, e.g. ``PYTHONPATH`` on an install of it):
-    OMP_NUM_THREADS=1 python jobs/layers_vs_torch.py [MODEL] [--blocks 7] [--reps 10]
-    OMP_NUM_THREADS=1 python jobs/layers_vs_torch.py mlp --linear
+    OMP_NUM_THREADS=1 python tools/layers_vs_torch.py [MODEL] [--blocks 7] [--reps 10]
+    OMP_NUM_THREADS=1 python tools/layers_vs_torch.py mlp --linear
 
 For every distinct convolution and BatchNorm of MODEL (default resnet8; batch 64,
 28 x 28 inputs) the forward plus backward time of one call, ours (the CPU layer, on

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-process step throughput of a commit against this tree, in alternating fresh processes.
 #
-# Usage: bash jobs/speed_vs_commit.sh REV [PAIRS] [MODELS]
+# Usage: bash tools/speed_vs_commit.sh REV [PAIRS] [MODELS]
 #   (default PAIRS 6, MODELS mlp,lenet,resnet8; run from the repository root)
 #
 # Checks REV out into a temporary worktree, puts its package folders first on
@@ -10,7 +10,7 @@
 # drift of the machine falls on both. Prints per model the median (min-max) of each
 # side's samples/s and the median (min-max) of the per-pair ratios now / before.
 set -euo pipefail
-rev=${1:?usage: bash jobs/speed_vs_commit.sh REV [PAIRS] [MODELS]}
+rev=${1:?usage: bash tools/speed_vs_commit.sh REV [PAIRS] [MODELS]}
 pairs=${2:-6}
 models=${3:-mlp,lenet,resnet8}
 root=$(git rev-parse --show-toplevel)
