@@ -143,13 +143,28 @@ def commands_rst() -> str:
 # ---------------------------------------------------------------- run-file schema
 
 
-def _constant_docs(module: object) -> dict[str, str]:
-    """The ``#:`` comments above a module's constants (as autodoc reads them)."""
-    from sphinx.pycode import ModuleAnalyzer  # Sphinx's own reader of #: comments
+def attribute_docs(path: str, indent: int = 0) -> dict[str, str]:
+    """The ``#:`` comment lines right above each assignment at ``indent`` in the source
+    file ``path`` (a module's constants at 0, a class's fields at 4), joined: what
+    autodoc shows as their documentation, read here without Sphinx."""
+    out: dict[str, str] = {}
+    pending: list[str] = []
+    prefix = " " * indent
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        body = line[indent:] if line.startswith(prefix) else None
+        if body is not None and body.startswith("#:"):
+            pending.append(body[2:].strip())
+            continue
+        match = re.match(r"([A-Za-z_]\w*)\s*(?::[^=]*)?=", body or "")
+        if match and pending and not (body or "")[:1].isspace():
+            out[match.group(1)] = " ".join(pending).strip()
+        pending = []
+    return out
 
-    docs = ModuleAnalyzer.for_module(module.__name__).find_attr_docs()
-    return {name: " ".join(line.strip() for line in lines).strip()
-            for (scope, name), lines in docs.items() if not scope}
+
+def _constant_docs(module: object) -> dict[str, str]:
+    """The ``#:`` comments above a module's constants."""
+    return attribute_docs(module.__file__)
 
 
 def _inline_comments(path: str, constant: str) -> dict[str, str]:
@@ -213,16 +228,16 @@ def runfile_rst() -> str:
             if isinstance(attr, str) and attr in s.ROOT_ATTRS:
                 topics.setdefault(attr, []).append(name)
 
-    layout = "\n".join([
-        "/                      root attributes (ROOT_ATTRS)",
-        f"/{s.RANKS_GROUP}/                 packed layout: one dataset per column, all ranks",
-        f"/{s.RANKS_GROUP}/{s.EVENTS_GROUP}/          --events on: one row per collective call",
-        f"/{s.rank_group(3)}/          groups layout (older files): one group per rank",
-        f"/{s.rank_group(3)}/{s.EVENTS_GROUP}/",
-        f"/{s.EVAL_GROUP}/                  evaluations of the consensus model",
-        f"/{s.EVAL_LOCAL_GROUP}/            --eval-model both: every rank's own model",
-        f"/{s.SUMMARY_GROUP}/               attributes that summarise the run",
-    ])
+    layout = "\n".join(f"{path:<22} {what}" for path, what in (
+        ("/", "root attributes (ROOT_ATTRS)"),
+        (f"/{s.RANKS_GROUP}/", "packed layout: one dataset per column, every rank's rows"),
+        (f"/{s.RANKS_GROUP}/{s.EVENTS_GROUP}/", "--events on: one row per collective call"),
+        (f"/{s.rank_group(3)}/", "groups layout (older files): one group per rank"),
+        (f"/{s.rank_group(3)}/{s.EVENTS_GROUP}/", "--events on, groups layout"),
+        (f"/{s.EVAL_GROUP}/", "evaluations of the consensus model"),
+        (f"/{s.EVAL_LOCAL_GROUP}/", "--eval-model both: every rank's own model"),
+        (f"/{s.SUMMARY_GROUP}/", "attributes that summarise the run"),
+    ))
     lines = [*docstring(s), f"Schema name: {literal(s.SCHEMA)} (root attribute "
              f"{literal('schema')}).", "", *heading("Layout", "-"), *block(layout)]
 
@@ -291,11 +306,23 @@ def runfile_rst() -> str:
 
 
 def _field_docs(cls: type) -> dict[str, str]:
-    from sphinx.pycode import ModuleAnalyzer
+    """The ``#:`` comments above the fields of a class of its module (at one indent);
+    where two classes share a field name, the later one's."""
+    import inspect
 
-    docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
-    return {name: " ".join(line.strip() for line in lines).strip()
-            for (scope, name), lines in docs.items() if scope == cls.__qualname__}
+    lines, start = inspect.getsourcelines(cls)
+    docs: dict[str, str] = {}
+    pending: list[str] = []
+    for line in lines[1:]:
+        body = line.strip()
+        if body.startswith("#:") and line.startswith("    ") and not line[4].isspace():
+            pending.append(body[2:].strip())
+            continue
+        match = re.match(r"    ([A-Za-z_]\w*)\s*:", line)
+        if match and pending:
+            docs[match.group(1)] = " ".join(pending)
+        pending = []
+    return docs
 
 
 def scenario_keys() -> dict[str, tuple[str, ...]]:
@@ -325,7 +352,7 @@ def scenario_rst() -> str:
             shown = ("required" if required
                      else literal(repr(default)) if default not in (None, "") else "")
             rows.append([escape(table_name), literal(key), shown,
-                         escape(fields.get(key, "")) if table_name == "top level" else ""])
+                         fields.get(key, "") if table_name == "top level" else ""])
     lines += table(["table", "key", "default", "note"], rows, [12, 18, 16, 54])
     lines += ["Values checked against fixed sets: ``headline`` is one of "
               + ", ".join(literal(h) for h in sc.HEADLINES) + "; ``slowdown_modes`` of "
