@@ -58,6 +58,10 @@ myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 # link to a path that exists nowhere is still a warning (a broken link), as is any
 # other MyST problem. Links with a scheme (https:, mailto:) stay external links.
 myst_url_schemes = ["http", "https", "mailto", "ftp"]
+# The one warning suppressed: a heading level that skips one (## then ####). The
+# Markdown files are written to be read on their own as well, where that is a choice of
+# emphasis; the site still nests the sections as written. Nothing else is suppressed.
+suppress_warnings = ["myst.header"]
 
 # ---------------------------------------------------------------- autodoc
 autodoc_default_options = {"members": True, "member-order": "bysource",

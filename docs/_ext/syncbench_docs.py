@@ -10,13 +10,17 @@ links from the Markdown docs to repository files.
   renamed or removed needs no edit here and never leaves a page outside every toctree.
 - ``changelog.md``: ``CHANGELOG.md`` at the repository's root when it exists, else a
   line saying it does not (:func:`changelog_source`).
-- Links in the Markdown docs to repository files outside ``docs/`` (``jobs/``,
+- Links in the Markdown docs to repository paths outside ``docs/`` (``jobs/``,
   ``../bench/cli.py``, ``Makefile``): the site carries no copy of the repository and
   names no hosting service, so such a link becomes its text, marked up with the path it
-  points to (an ``<abbr>`` whose title is the path) instead of a broken link or a
-  warning; a link whose path exists nowhere in the repository stays a warning
-  (:class:`RepositoryLinks`). ``README.md`` and ``CHANGELOG.md`` are pages of the site:
-  links to them become links to those pages.
+  points to (an ``<abbr>`` whose title is the path), where MyST would otherwise warn (a
+  folder, a path written from the repository's root in README.md) or copy the file into
+  the site as a download (:class:`RepositoryDownloads`, :class:`RepositoryLinks`). A
+  link whose path exists nowhere in the repository is still a warning: a broken link.
+  ``README.md`` and ``CHANGELOG.md`` are pages of the site: links to them become links
+  to those pages.
+- The build fails (a warning) if it loaded ``mpi4py.MPI``: documenting a module must
+  not start MPI (:func:`no_mpi`).
 """
 
 from __future__ import annotations
@@ -38,12 +42,11 @@ from sphinx.util.nodes import nested_parse_with_titles
 
 LOGGER = logging.getLogger(__name__)
 
-#: The user guide's pages (Markdown files of docs/, without ``.md``) in reading order;
-#: those missing are left out, other Markdown files of docs/ follow by name.
+#: The user guide's pages (Markdown documents of docs/, without ``.md``) in reading
+#: order; those missing are left out, the other Markdown documents follow by name.
 GUIDE_ORDER = ("USAGE", "STRATEGIES", "ALGORITHMS", "CLUSTER", "GPU", "FLAGS", "DESIGN",
                "RESULTS")
-#: Markdown files of docs/ that are no guide page: the site's own pages, and the
-#: folders whose notes describe files beside them.
+#: Markdown documents that are no guide page: the site's own pages.
 NOT_GUIDE = ("index", "changelog")
 GUIDE_MARKER = "%% guide-pages"
 #: Repository files that are pages of the site, and their page.
@@ -75,9 +78,10 @@ def repo_root(app: Sphinx) -> Path:
 
 
 def guide_pages(app: Sphinx) -> list[str]:
-    """The guide's pages that exist, in :data:`GUIDE_ORDER`, then the others by name."""
-    src = Path(app.srcdir)
-    found = sorted(p.stem for p in src.glob("*.md") if p.stem not in NOT_GUIDE)
+    """The guide's pages: every Markdown document Sphinx found (in sub-folders too, and
+    not ``exclude_patterns``), in :data:`GUIDE_ORDER`, then the others by name."""
+    found = sorted(name for name in app.env.found_docs if name not in NOT_GUIDE
+                   and str(app.env.doc2path(name)).endswith(".md"))
     return [n for n in GUIDE_ORDER if n in found] + [n for n in found if n not in GUIDE_ORDER]
 
 
