@@ -94,6 +94,13 @@ def test_every_scenario_key_and_shipped_scenario_is_in_the_reference(ref):
         assert "   " + first in text
     # a default shown is the field's own
     assert "``5``" in text and "``'time_to_target'``" in text
+    # every comment of Scenario's example file is its key's note
+    import inspect
+
+    notes = ref.listing_notes(inspect.getdoc(sc.Scenario).splitlines())
+    assert ("top level", "np") in notes and ("[[run]]", "label") in notes
+    for note in notes.values():
+        assert ref.escape(note) in text
 
 
 def test_every_report_column_is_in_the_reference(ref):

@@ -325,6 +325,32 @@ def _field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def listing_notes(listing: Sequence[str]) -> dict[tuple[str, str], str]:
+    """The comment beside each key of :class:`Scenario`'s example file (and the
+    comment lines under it), by (table, key): ``("top level", "np")`` -> ``ranks per
+    run (--np overrides)``; the tables are ``top level``, ``[[run]]``, ``[[parity]]``."""
+    notes: dict[tuple[str, str], str] = {}
+    table_name, last = "top level", None
+    for line in listing:
+        text = line.strip()
+        section = re.match(r"\[\[(\w+)\]\]\s*(?:#\s*(.*))?$", text)
+        if section:  # [[parity]]  # a note: the top level's key "parity"
+            table_name, last = f"[[{section.group(1)}]]", None
+            if section.group(2):
+                last = ("top level", section.group(1))
+                notes[last] = section.group(2)
+            continue
+        entry = re.match(r"(\w+) = .*?#\s*(.*)$", text)
+        if entry:
+            last = (table_name, entry.group(1))
+            notes[last] = entry.group(2)
+        elif text.startswith("#") and last and len(line) - len(line.lstrip()) > 8:
+            notes[last] += " " + text.lstrip("#").strip()  # a note's next line
+        else:
+            last = None
+    return notes
+
+
 def scenario_keys() -> dict[str, tuple[str, ...]]:
     """Every key a scenario file may hold, by table: the sets the checks use."""
     from syncbench.bench.experiment import scenario as sc
@@ -339,10 +365,15 @@ def scenario_rst() -> str:
     shipped files."""
     from syncbench.bench.experiment import scenario as sc
 
+    # the defaults a file's key takes (a number or a string; a list or a table is empty)
     defaults = {f.name: f.default for f in dataclasses.fields(sc.Scenario)
-                if f.default is not dataclasses.MISSING}
+                if isinstance(f.default, int | float | str) and not isinstance(f.default, bool)}
     fields = _field_docs(sc.Scenario)
-    lines = [*docstring(sc), *heading("Keys", "-"), *docstring(sc.Scenario)]
+    # Scenario's docstring past its summary line: the listing of every key
+    listing = docstring(sc.Scenario)
+    listing = listing[listing.index("") + 1:] if "" in listing else listing
+    notes = listing_notes(listing)
+    lines = [*docstring(sc), *heading("Keys", "-"), *listing]
     rows = []
     for table_name, keys in scenario_keys().items():
         for key in keys:
@@ -351,8 +382,10 @@ def scenario_rst() -> str:
             default = defaults.get(key) if table_name == "top level" else None
             shown = ("required" if required
                      else literal(repr(default)) if default not in (None, "") else "")
-            rows.append([escape(table_name), literal(key), shown,
-                         fields.get(key, "") if table_name == "top level" else ""])
+            note = escape(notes.get((table_name, key), ""))
+            if table_name == "top level" and fields.get(key):
+                note = f"{note}. {fields[key]}" if note else fields[key]
+            rows.append([escape(table_name), literal(key), shown, note])
     lines += table(["table", "key", "default", "note"], rows, [12, 18, 16, 54])
     lines += ["Values checked against fixed sets: ``headline`` is one of "
               + ", ".join(literal(h) for h in sc.HEADLINES) + "; ``slowdown_modes`` of "
