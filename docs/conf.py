@@ -36,7 +36,6 @@ version = release
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "syncbench_docs",
 ]
@@ -53,8 +52,9 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 # The docs link to repository files outside docs/ (jobs/, ../bench/cli.py, Makefile),
 # which the site does not carry. No warning is suppressed for them: the RepositoryLinks
-# transform of _ext/syncbench_docs.py turns a link whose path exists in the repository
-# into its text, titled with the path, and README.md / CHANGELOG.md into their pages; a
+# and RepositoryDownloads transforms of _ext/syncbench_docs.py turn a link whose path
+# exists in the repository into its text, titled with the path (where MyST would warn,
+# or copy the file into the site), and README.md / CHANGELOG.md into their pages; a
 # link to a path that exists nowhere is still a warning (a broken link), as is any
 # other MyST problem. Links with a scheme (https:, mailto:) stay external links.
 myst_url_schemes = ["http", "https", "mailto", "ftp"]
@@ -68,9 +68,7 @@ autodoc_default_options = {"members": True, "member-order": "bysource",
                            "show-inheritance": True}
 autodoc_typehints = "description"
 autodoc_class_signature = "separated"
-# Docstrings are reStructuredText with NumPy/Google sections in a few places.
-napoleon_google_docstring = True
-napoleon_numpy_docstring = True
+# Docstrings are plain reStructuredText (no NumPy or Google sections): no napoleon.
 # Type hints name classes of NumPy, mpi4py, h5py, which this site does not document:
 # an unresolved name in a signature is text, not a warning (nitpicky is off).
 nitpicky = False
