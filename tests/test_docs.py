@@ -60,12 +60,16 @@ def test_every_command_and_action_is_a_section_with_its_help(ref):
 def test_every_schema_name_is_in_the_runfile_reference(ref):
     from syncbench.analysis import schema as s
 
-    shown = literals(ref.runfile_rst())
-    names = {*s.ROOT_ATTRS, *s.RANK_COLUMNS, *s.RANK_ATTR_DTYPES, *s.RANK_INDEX_INFO,
-             *s.EVENT_COLUMNS, *s.EVENT_KINDS, *s.EVENT_ATTRS, *s.EVENT_PACKED_INFO,
-             *s.EVAL_COLUMNS, *s.SUMMARY_ATTRS, *s.SUMMARY_FLAGS, s.COMPLETE_ATTR,
-             s.STOPPED_BY_ATTR, *s.REPORT_KEYS}
-    assert not names - shown, f"missing from the run-file reference: {sorted(names - shown)}"
+    text = ref.runfile_rst()
+    shown = literals(text)
+    # a row of a table each (the first cell of a list-table row)
+    rows = set(re.findall(r"^   \* - ``([^`]+)``$", text, flags=re.MULTILINE))
+    in_tables = {*s.ROOT_ATTRS, *s.RANK_COLUMNS, *s.RANK_ATTR_DTYPES, *s.RANK_INDEX_INFO,
+                 *s.EVENT_COLUMNS, *s.EVENT_PACKED_INFO, *s.EVAL_COLUMNS}
+    assert not in_tables - rows, f"no row in the run-file reference: {sorted(in_tables - rows)}"
+    listed = {*s.EVENT_KINDS, *s.EVENT_ATTRS, *s.SUMMARY_ATTRS, *s.SUMMARY_FLAGS,
+              s.COMPLETE_ATTR, s.STOPPED_BY_ATTR, *s.REPORT_KEYS}
+    assert not listed - shown, f"missing from the run-file reference: {sorted(listed - shown)}"
     units = {units for info in s.DATASET_INFO.values() for units, _ in info.values()}
     assert units <= shown
 
@@ -85,8 +89,12 @@ def test_every_scenario_key_and_shipped_scenario_is_in_the_reference(ref):
 
     text = ref.scenario_rst()
     shown = literals(text)
-    keys = sc._TOP_KEYS | sc._RUN_KEYS | sc._CLUSTER_KEYS | sc._PARITY_KEYS
-    assert not keys - shown, f"missing scenario keys: {sorted(keys - shown)}"
+    # (table, key) of every row of the keys' table
+    rows = set(re.findall(r"^   \* - (.+)\n     - ``([^`]+)``$", text, flags=re.MULTILINE))
+    keys = {(ref.escape(table), key) for table, keys in (
+        ("top level", sc._TOP_KEYS), ("[[run]]", sc._RUN_KEYS), ("cluster", sc._CLUSTER_KEYS),
+        ("[[parity]]", sc._PARITY_KEYS)) for key in keys}
+    assert not keys - rows, f"missing scenario keys: {sorted(keys - rows)}"
     assert set(sc.RESERVED_FLAGS) <= shown
     for name, path in sc.shipped_scenarios().items():
         assert f"\n{name}\n~" in text
@@ -106,10 +114,11 @@ def test_every_scenario_key_and_shipped_scenario_is_in_the_reference(ref):
 def test_every_report_column_is_in_the_reference(ref):
     from syncbench.analysis import columns
 
-    shown = literals(ref.columns_rst())
+    text = ref.columns_rst()
+    rows = set(re.findall(r"^   \* - ``([^`]+)``$", text, flags=re.MULTILINE))
     keys = {c.key for c in columns.columns()}
-    assert not keys - shown, f"missing columns: {sorted(keys - shown)}"
-    assert set(columns.TABLE_ORDER) <= shown
+    assert not keys - rows, f"missing columns: {sorted(keys - rows)}"
+    assert set(columns.TABLE_ORDER) <= rows
 
 
 @pytest.mark.parametrize("text, escaped", [("a_b", "a\\_b"), ("x*y", "x\\*y"),
