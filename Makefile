@@ -4,6 +4,8 @@
 #                 (syncbench run demo: run files in runs/demo, plots in runs/plots)
 #   make test   - venv + what the tests need ([test,cuda-build]: pytest, ruff, NVRTC), then
 #                 lint, serial and MPI tests
+#   make docs   - venv + [docs] (Sphinx, MyST), then the documentation site in
+#                 docs/_build/html (any warning fails the build)
 # Variables: NP (ranks, default 4), VENV (default .venv), PYTHON (default python3).
 
 PYTHON ?= python3
@@ -117,8 +119,18 @@ test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm test-cluste
 speed: venv
 	$(BIN)/syncbench speed
 
+# The documentation site (docs/conf.py): the Markdown guide, the reference generated from
+# the code (commands, scenarios, run-file schema, columns) and the API from docstrings.
+.PHONY: docs
+docs: $(VENV)/.installed-docs
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[mpich,plot,docs]'
+	touch $@
+
 clean:
-	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache docs/_build
 
 # Slurm: a single-node cluster on this Debian host (as root: installs munge and slurm
 # with apt-get when missing, starts the daemons by hand), and the tests that submit
