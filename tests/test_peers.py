@@ -269,6 +269,7 @@ def test_peer_runner_trains_and_equals_serial_recomputation(algorithm, tmp_path)
 RESNET_SAMPLES = 512
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["localsgd"])
 def test_peer_runner_trains_resnet8_with_per_rank_batchnorm(algorithm, tmp_path):
     """Per-rank BatchNorm statistics under the peer, bit for bit against serial replicas.
@@ -300,6 +301,7 @@ def _rows(stdout: str) -> list[list[str]]:
             if line.strip() and not line.startswith("#")]
 
 
+@pytest.mark.slow
 def test_peers_bench_prints_rows_with_ratios():
     cmd = [sys.executable, "-m", "syncbench", "peers", "--np", "2", "--model", "mlp",
            "--dataset", "synthetic", "--synthetic-samples", "2048", "--repeats", "1",
@@ -386,6 +388,7 @@ def test_peers_plan_alternates_ours_and_the_peer_and_keeps_complete_peer_records
     assert kept_run(peer)[0] is None
 
 
+@pytest.mark.slow
 def test_peers_out_dir_keeps_the_runs_and_resume_reruns_none(tmp_path):
     """--out-dir keeps both sides' run files; --resume of the same plan launches nothing
     (the files are untouched and the table is the same); another plan is refused."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import MPIEXEC, rank_pid
+from helpers import MPIEXEC, rank_pid, slow_unless
 
 from syncbench.analysis.runfile import read_run
 
@@ -120,7 +120,8 @@ def _assert_budget_once(out: Path) -> None:
     assert total == BUDGET
 
 
-@pytest.mark.parametrize("algorithm", ["ssgd", "odsgd", "localsgd", "oscars", "asgd"])
+@pytest.mark.parametrize("algorithm", slow_unless(["ssgd", "odsgd", "localsgd", "oscars", "asgd"],
+                                                 {"ssgd", "odsgd", "asgd"}))
 def test_sigterm_stops_at_a_step_boundary_and_resume_consumes_the_budget_once(
         tmp_path, algorithm):
     if OPEN_MPI:

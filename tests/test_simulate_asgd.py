@@ -182,6 +182,7 @@ def test_staleness_min_counts_started_pushes_not_landed_ones():
 # -- 16,384 ranks ---------------------------------------------------------------------------
 
 @needs_simgrid
+@pytest.mark.slow
 def test_16384_ranks_stay_within_the_counter_bound():
     rate = samples_per_s(simulate("--np", "16384", "--steps", "20", timeout=600))
     # 5 atomics per step, one at a time at rank 0: 8.5e6 samples/s at most (was 1.12e9)
