@@ -245,7 +245,7 @@ def test_rank_and_size_from_launcher_environments():
     assert rank_and_size({}) == (0, 1)
 
 
-@pytest.mark.parametrize("algorithm", ["ssgd", "localsgd"])
+@pytest.mark.parametrize("algorithm", ["ssgd", pytest.param("localsgd", marks=pytest.mark.slow)])
 def test_peer_runner_trains_and_equals_serial_recomputation(algorithm, tmp_path):
     save = str(tmp_path / "params.npy")
     result = run_peer(algorithm, save)
@@ -346,6 +346,7 @@ def _within_printed_rounding(ratio, printed):
     return low <= ratio <= high
 
 
+@pytest.mark.slow
 def test_peers_speed_prints_single_process_ratios():
     cmd = [sys.executable, "-m", "syncbench", "peers", "--speed", "--model", "lenet,mlp",
            "--repeats", "1", "--steps", "3", "--batch-size", "16"]

@@ -105,7 +105,8 @@ def _pdf_width_inches(path: Path) -> float:
     return float(box.group(1)) / 72
 
 
-@pytest.mark.parametrize("width, inches", [("two", 7.2)])  # "one": the print-size test
+@pytest.mark.slow  # "one": the print-size test
+@pytest.mark.parametrize("width, inches", [("two", 7.2)])
 def test_figure_width_is_the_column_width(two_strategies, tmp_path, capsys, width, inches):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"

@@ -259,7 +259,9 @@ def test_budget_and_run_file_round_trip(name):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("name", [n for n in STRATEGIES if ALGORITHMS[n].traits.deterministic])
+@pytest.mark.parametrize("name", slow_unless(
+    [n for n in STRATEGIES if ALGORITHMS[n].traits.deterministic],
+    {"ssgd", "odsgd", "dpsgd", "diloco", "throwaway"}))
 def test_a_fixed_seed_gives_the_same_run(name):
     from mpi4py import MPI
 
@@ -316,10 +318,9 @@ def _launch(np_: int, *args: str, timeout: float = 90):
 
 
 #: The strategies whose launched tests run in ``make test`` (the others' under ``make
-#: test-all``): one per kind of MPI call and state (SSGD's Allreduce, ASGD's windows,
-#: OD-SGD's Iallreduce across steps, D-PSGD's neighbourhood collectives, DiLoCo's inner
-#: AdamW moments and outer momentum) and the strategy registered here.
-LAUNCHED_FAST = {"ssgd", "asgd", "odsgd", "dpsgd", "diloco", "throwaway"}
+#: test-all``): SSGD's Allreduce, ASGD's windows, OD-SGD's Iallreduce across steps, and
+#: the strategy registered here.
+LAUNCHED_FAST = {"ssgd", "asgd", "odsgd", "throwaway"}
 
 
 @pytest.mark.mpi_skip

@@ -430,6 +430,7 @@ def test_a_long_simulation_says_how_far_it_is_and_a_short_one_says_nothing():
 
 
 @needs_simgrid
+@pytest.mark.slow
 def test_sweep_simulate_writes_a_scaling_series(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "syncbench", "sweep", "--simulate", "--mode", "weak", "--np",
@@ -451,6 +452,7 @@ def test_sweep_simulate_writes_a_scaling_series(tmp_path):
 
 
 @needs_simgrid
+@pytest.mark.slow
 def test_validate_prints_measured_and_predicted(tmp_path):
     from helpers import run_mpi
 

@@ -58,7 +58,7 @@ def strong(tmp_path_factory):
     return code, out_dir
 
 
-@pytest.mark.parametrize("mode", ["strong", "weak"])
+@pytest.mark.parametrize("mode", ["strong", pytest.param("weak", marks=pytest.mark.slow)])
 def test_sweep_runs_every_point_with_the_planned_batch(mode, strong, tmp_path, capsys):
     if mode == "strong":
         code, out_dir = strong
@@ -198,6 +198,7 @@ def test_job_scripts_parse_and_document_their_variables(script):
         assert "#SBATCH --output=" in text and "SYNCBENCH_VENV" in text
 
 
+@pytest.mark.slow
 def test_mpirun_scripts_honour_np_mpiexec_and_extra_flags(tmp_path):
     env = {**os.environ, "NP": "2", "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
            "MPIEXEC_FLAGS": "-launcher fork", "OUT_DIR": str(tmp_path / "sweep"),
