@@ -2,8 +2,11 @@
 #   make demo   - venv (syncbench with the MPICH wheel and matplotlib: [mpich,plot]) +
 #                 Fashion-MNIST, then the four-algorithm comparison
 #                 (syncbench run demo: run files in runs/demo, plots in runs/plots)
-#   make test   - venv + what the tests need ([test,cuda-build]: pytest, ruff, NVRTC), then
-#                 lint, serial and MPI tests
+#   make test   - venv + what the tests need ([test,cuda-build,peers]: pytest, ruff, NVRTC,
+#                 PyTorch for the CPU), then every tier: lint, the CUDA compile check,
+#                 serial, MPI (MPICH at 2 and 4 ranks, Open MPI), Slurm, the emulated
+#                 cluster; the tests marked slow are left out (within 15 minutes here)
+#   make test-all - the same tiers with the slow tests
 #   make docs   - venv + [docs] (Sphinx, MyST), then the documentation site in
 #                 docs/_build/html (any warning fails the build)
 # Variables: NP (ranks, default 4), VENV (default .venv), PYTHON (default python3).
