@@ -117,7 +117,11 @@ test-mpi: venv-test dataset pycache
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS)
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS_4)
 
-test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm test-cluster
+# The two test venvs install side by side (pip waits on the network and the disk as much
+# as on a core), then the tiers run one after another.
+test:
+	$(MAKE) -j2 venv-test venv-openmpi
+	$(MAKE) lint compile-cuda test-serial test-mpi test-openmpi test-slurm test-cluster
 
 # make test leaves out the tests marked slow, to finish within 15 minutes on a 2-core
 # machine: a launched test repeated per strategy runs for one strategy per kind of

@@ -71,7 +71,7 @@ def _check_nodes_and_clocks(run) -> None:
 #: OD-SGD's Iallreduce across steps). Every strategy runs under MPICH.
 OPEN_MPI_STRATEGIES = ("asgd", "dpsgd", "odsgd", "ssgd")
 #: Those of make test (the others are marked slow: make test-all).
-FAST = {"mpich": {"asgd", "dpsgd", "odsgd", "ssgd", "diloco"}, "openmpi": {"asgd", "ssgd"}}
+FAST = {"mpich": {"asgd", "dpsgd", "ssgd"}, "openmpi": {"asgd"}}
 
 
 def _strategy_launchers() -> list:

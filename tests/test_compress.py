@@ -73,6 +73,7 @@ def test_resume_after_a_crash_is_exact(tmp_path, spec, comm):
 
 
 @pytest.mark.mpi_skip
+@pytest.mark.slow
 def test_a_checkpoint_is_not_resumed_with_another_codec(tmp_path):
     run_flags = [*SMALL, "--epochs", "2", "--seed", "3"]
     out = tmp_path / "crash.h5"

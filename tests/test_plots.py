@@ -182,6 +182,7 @@ def test_every_figure_reads_at_print_size(flagged, tmp_path, capsys, saved_figur
         assert not title.startswith("report") and not re.search(r"\([^)]*\(", title)
 
 
+@pytest.mark.slow
 def test_the_caption_names_the_experiment(flagged, tmp_path, capsys, saved_figures):
     out = tmp_path / "plots"
     rc, _, err = report_cli(*flagged, "--plots", str(out), capsys=capsys)

@@ -261,7 +261,7 @@ def test_budget_and_run_file_round_trip(name):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("name", slow_unless(
     [n for n in STRATEGIES if ALGORITHMS[n].traits.deterministic],
-    {"ssgd", "odsgd", "dpsgd", "diloco", "throwaway"}))
+    {"ssgd", "dpsgd", "throwaway"}))
 def test_a_fixed_seed_gives_the_same_run(name):
     from mpi4py import MPI
 
@@ -318,9 +318,9 @@ def _launch(np_: int, *args: str, timeout: float = 90):
 
 
 #: The strategies whose launched tests run in ``make test`` (the others' under ``make
-#: test-all``): SSGD's Allreduce, ASGD's windows and the strategy registered here
-#: (OD-SGD's checkpoint with a reduction in flight: test_odsgd_mpi, in process).
-LAUNCHED_FAST = {"ssgd", "asgd", "throwaway"}
+#: test-all``): SSGD's Allreduce and ASGD's windows (OD-SGD's checkpoint with a
+#: reduction in flight resumes in test_odsgd_mpi, in process).
+LAUNCHED_FAST = {"ssgd", "asgd"}
 
 
 @pytest.mark.mpi_skip

@@ -72,6 +72,7 @@ def test_hang_guard_names_the_rank_that_did_not_arrive():
     assert lines[0].endswith("ranks that had not arrived: 2; aborting the job")
 
 
+@pytest.mark.slow
 def test_hang_guard_keeps_the_rows_until_the_hang(tmp_path):
     """No periodic flush (--flush-every far away): the guard flushes every rank's rows
     from its thread while the main thread is blocked, and recover rebuilds them."""

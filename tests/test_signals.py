@@ -121,7 +121,7 @@ def _assert_budget_once(out: Path) -> None:
 
 
 @pytest.mark.parametrize("algorithm", slow_unless(["ssgd", "odsgd", "localsgd", "oscars", "asgd"],
-                                                 {"ssgd", "asgd"}))
+                                                 {"ssgd"}))
 def test_sigterm_stops_at_a_step_boundary_and_resume_consumes_the_budget_once(
         tmp_path, algorithm):
     if OPEN_MPI:
