@@ -31,7 +31,8 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config
+from helpers import train_config
+from oracles import rank_streams
 from test_gpu import CUPY, _NumpyWithRecordingCuda, _RecordingArray
 
 from syncbench.algorithms import device_buffers

@@ -33,7 +33,8 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import MPIEXEC, rank_streams  # noqa: E402
+from helpers import MPIEXEC  # noqa: E402
+from oracles import rank_streams  # noqa: E402
 from test_peers import torch
 from torch.nn import functional as F  # noqa: E402
 

@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config
+from helpers import train_config
+from oracles import rank_streams, serial_momentum_sgd
 
 from syncbench.algorithms.base import Budget
-from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
@@ -81,17 +81,6 @@ def test_concurrent_pushes_lose_nothing(layout, lock):
         comm.Free()
 
 
-def _serial_momentum_sgd(data, batch, seed, config, steps):
-    """One process, one worker: plain momentum SGD on rank 0's batches of a 1-rank job."""
-    model = build_model("mlp", data.input_shape, data.num_classes, dtype=np.float64, seed=seed)
-    opt = MomentumSGD(model.params, config.lr, config.momentum, config.weight_decay)
-    stream = rank_streams(data.train_x, data.train_y, 1, batch, seed)[0]
-    for _ in range(steps):
-        model.loss_and_grad(*stream.next())
-        opt.step(model.params, model.grads)
-    return model.params
-
-
 def _sub_comm(size: int):
     """The first ``size`` ranks of the world (COMM_NULL on the others)."""
     from mpi4py import MPI
@@ -110,7 +99,7 @@ def _asgd(comm, config, data, seed, budget):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("dc", [0.0, 0.5])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_one_worker_equals_serial_momentum_sgd(layout, dc):
+def test_one_worker_equalsserial_momentum_sgd(layout, dc):
     """dedicated: a host and one worker on 2 ranks; sharded/single: COMM_SELF per rank."""
     from mpi4py import MPI
 
@@ -140,7 +129,7 @@ def test_one_worker_equals_serial_momentum_sgd(layout, dc):
     assert len(stale) == (0 if algo.is_host else 2 * steps)
     assert stale == [0] * len(stale)
     assert version == steps
-    expected = _serial_momentum_sgd(data, batch, seed, config, steps)
+    expected = serial_momentum_sgd(data, batch, seed, config, steps)
     np.testing.assert_allclose(params, expected, rtol=0, atol=1e-10)
 
 

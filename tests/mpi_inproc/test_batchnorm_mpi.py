@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config, train_global_batch
+from helpers import train_config
+from oracles import rank_streams, train_global_batch
 
 from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator

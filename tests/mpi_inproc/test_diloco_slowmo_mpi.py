@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config
+from helpers import train_config
+from oracles import rank_streams
 
 from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator

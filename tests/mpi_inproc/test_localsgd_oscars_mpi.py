@@ -10,7 +10,8 @@ import time
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config
+from helpers import train_config
+from oracles import rank_streams
 
 from syncbench.algorithms.averagers.schedule import fit_budget, schedule
 from syncbench.algorithms.base import Budget

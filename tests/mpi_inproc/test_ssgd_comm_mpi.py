@@ -18,8 +18,8 @@ import json
 
 import numpy as np
 import pytest
+from oracles import serial_large_batch
 from test_ssgd_comm import _parser
-from test_ssgd_mpi import serial_large_batch
 
 from syncbench.bench.data.catalog import load_dataset
 from syncbench.bench.micro import ssgd_comm

@@ -7,30 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import rank_streams, train_config
+from helpers import train_config
+from oracles import rank_streams, serial_large_batch
 
 from syncbench.algorithms.base import Budget
 from syncbench.algorithms.communicator import Communicator
-from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.bench.data.catalog import make_synthetic
 from syncbench.kernels.zoo import build_model
 
 STEPS = 6
-
-
-def serial_large_batch(model_name, data, world, batch, seed, config, steps):
-    """One process, batch world*batch: the concatenation of every rank's batch."""
-    model = build_model(model_name, data.input_shape, data.num_classes, dtype=np.float64, seed=seed)
-    opt = MomentumSGD(model.params, config.lr, config.momentum, config.weight_decay)
-    streams = rank_streams(data.train_x, data.train_y, world, batch, seed)
-    for _ in range(steps):
-        parts = [s.next() for s in streams]
-        x = np.concatenate([p[0] for p in parts])
-        y = np.concatenate([p[1] for p in parts])
-        model.loss_and_grad(x, y)
-        opt.step(model.params, model.grads)
-    return model.params
 
 
 @pytest.mark.mpi(min_size=2)

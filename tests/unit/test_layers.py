@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracles import TOL, assert_layer_gradients, bind_fresh, numeric_grad, sample_indices
 
 from syncbench.kernels.layers import (
     Conv2d,
@@ -15,37 +16,6 @@ from syncbench.kernels.layers import (
 )
 from syncbench.kernels.zoo import build_model
 
-EPS = 1e-6
-TOL = 1e-6
-
-
-def bind_fresh(layer, rng):
-    """Give ``layer`` its own parameter/gradient arrays with random values."""
-    params = [rng.standard_normal(s) for s in layer.param_shapes()]
-    grads = [np.zeros(s) for s in layer.param_shapes()]
-    layer.bind(params, grads)
-    return params, grads
-
-
-def numeric_grad(f, array, indices):
-    """Central differences of scalar ``f()`` with respect to ``array[indices]``."""
-    out = []
-    for idx in indices:
-        old = array[idx]
-        array[idx] = old + EPS
-        up = f()
-        array[idx] = old - EPS
-        down = f()
-        array[idx] = old
-        out.append((up - down) / (2 * EPS))
-    return np.array(out)
-
-
-def sample_indices(shape, rng, count=25):
-    flat = rng.choice(int(np.prod(shape)), size=min(count, int(np.prod(shape))), replace=False)
-    return [np.unravel_index(i, shape) for i in flat]
-
-
 LAYERS = [
     ("linear", lambda: Linear(7, 5), (4, 7)),
     ("relu", ReLU, (3, 11)),
@@ -54,26 +24,6 @@ LAYERS = [
     ("conv_pad2", lambda: Conv2d(3, 2, 5, padding=2), (2, 3, 7, 7)),
     ("maxpool", lambda: MaxPool2d(2), (2, 3, 6, 4)),
 ]
-
-
-def assert_layer_gradients(layer, params, grads, x, rng, before_forward=lambda: None) -> None:
-    """The backward pass of ``layer`` (input and parameter gradients of a random linear
-    function of its output) against central differences; ``before_forward`` runs before
-    every forward (BatchNorm: put the running statistics back)."""
-    weight = rng.standard_normal(layer.forward(x).shape)
-
-    def loss():
-        before_forward()
-        return float((layer.forward(x) * weight).sum())
-
-    out = layer.forward(x)
-    dx = layer.backward(np.ones_like(out) * weight)
-    assert dx.shape == x.shape
-    idx = sample_indices(x.shape, rng)
-    np.testing.assert_allclose([dx[i] for i in idx], numeric_grad(loss, x, idx), atol=TOL)
-    for p, g in zip(params, grads):
-        idx = sample_indices(p.shape, rng)
-        np.testing.assert_allclose([g[i] for i in idx], numeric_grad(loss, p, idx), atol=TOL)
 
 
 @pytest.mark.parametrize("name,make,in_shape", LAYERS, ids=[x[0] for x in LAYERS])

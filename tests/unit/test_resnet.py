@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_layers import assert_layer_gradients, bind_fresh, numeric_grad
+from oracles import assert_layer_gradients, bind_fresh, numeric_grad
 
 from syncbench.algorithms.optimizer import MomentumSGD
 from syncbench.kernels.layers import BasicBlock, BatchNorm2d, Conv2d, GlobalAvgPool
