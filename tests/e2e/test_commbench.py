@@ -6,6 +6,9 @@ from its raw latencies, the columns are OSU's names, the bandwidths nccl-tests'
 (algbw, busbw) and the simulator's ``--calibrate`` reads the file. The MPI
 tests (pytest-mpi, ``--only-mpi`` at 2 and 4 ranks) check the RMA targets'
 windows exactly and that windows are freed even when the measured body raises.
+
+Split off this module: ``tests/unit/test_commbench_unit.py`` (its tests that need neither)
+and ``tests/mpi_inproc/test_commbench_mpi.py`` (its in-process MPI tests).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ otherwise (``cupy.cuda.is_available()`` False). The rest run everywhere:
   without a usable GPU ``--device gpu`` fails with the probe's reason;
 * the model's untimed warm-up step leaves the parameters alone.
 
-Run serially, then with ``mpiexec -n 2|4 python -m pytest --with-mpi tests/test_gpu.py``.
+Run serially, then with ``mpiexec -n 2|4 python -m pytest --only-mpi tests/unit/test_gpu.py``.
 
 Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
 the test's own process; the rest are in ``tests/unit/test_gpu.py``.

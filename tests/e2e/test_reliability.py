@@ -22,7 +22,7 @@ from syncbench.analysis.runfile import read_run
 
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--batch-size", "16"]
 
-# Every strategy: a raising rank ends the job, a crash resumes (tests/test_registry.py).
+# Every strategy: a raising rank ends the job, a crash resumes (tests/unit/test_registry.py).
 
 
 def test_a_killed_rank_ends_the_job(tmp_path):

@@ -5,6 +5,9 @@ A real 2-rank ``syncbench train`` under ``mpiexec``: every dataset carries its
 ``""``; ``syncbench report --format steps`` round-trips to ``read_run``'s rows;
 ``to_frame`` needs pandas (skipped without it, one clear error). A runner's
 results folder moved elsewhere resumes there and its paths resolve.
+
+Split off this module: ``tests/unit/test_runfile_units_unit.py`` (its tests that need
+neither).
 """
 
 from __future__ import annotations

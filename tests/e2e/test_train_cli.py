@@ -2,6 +2,8 @@
 
 These tests launch their own ``mpiexec`` (serial pytest run); each is bounded
 by a subprocess timeout so a hang fails instead of blocking CI.
+
+Split off this module: ``tests/unit/test_train_cli_unit.py`` (its tests that need neither).
 """
 
 from __future__ import annotations

@@ -3,9 +3,12 @@
 Under Open MPI (``make test-openmpi``) every test here holds; the same file runs
 under both MPI libraries.
 
-Run with ``mpiexec -n 2 python -m pytest --with-mpi tests/test_asgd_mpi.py``
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_asgd_mpi.py``
 (and ``-n 4``); the end-to-end tests launch their own ``mpiexec`` and run in a
 plain serial ``pytest``.
+
+Split off this module: ``tests/unit/test_asgd_mpi_unit.py`` (its tests that need neither)
+and ``tests/e2e/test_asgd_mpi_e2e.py`` (its tests that launch a process or start MPI).
 """
 
 from __future__ import annotations

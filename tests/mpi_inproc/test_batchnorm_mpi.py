@@ -1,7 +1,8 @@
 """BatchNorm across ranks (run under mpiexec): ``--sync-bn`` equals one process with the
 global batch, per-rank statistics do not, and Local SGD averages the running statistics.
 
-Run with ``mpiexec -n 2 python -m pytest --with-mpi tests`` (and ``-n 4``).
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_batchnorm_mpi.py``
+(and ``-n 1``, ``-n 4``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The compressing reducers (``--compress``) on N ranks against their serial
 re-computation of N ranks in one process (``compress_oracles``), under mpiexec.
 
-Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/test_compress_mpi.py`` (and
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_compress_mpi.py`` (and
 ``-n 4``). Every rank draws every rank's gradient from one seed, reduces its own with
 the reducer, and checks the mean against the oracle's: bit for bit where the reducer
 sums by hand (fp16, bf16, int8, top-k), to float32 tolerance where MPI's Allreduce

@@ -1,9 +1,12 @@
 """DiLoCo and SlowMo against serial re-computations of every rank in one process.
 
-Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/test_diloco_slowmo_mpi.py``
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_diloco_slowmo_mpi.py``
 (and ``-n 4``); the option checks also run in a plain serial pytest. float64
 throughout: the MPI job and the serial loop differ only in the order MPI sums, so they
 agree to 1e-10 (the bound of every re-computation in this suite).
+
+Split off this module: ``tests/unit/test_diloco_slowmo_mpi_unit.py`` (its tests that need
+neither).
 """
 
 from __future__ import annotations

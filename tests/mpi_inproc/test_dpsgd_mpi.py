@@ -1,11 +1,13 @@
 """D-PSGD against a serial re-computation of x <- W x - gamma G (run under mpiexec).
 
-Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/test_dpsgd_mpi.py`` and with
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_dpsgd_mpi.py`` and with
 ``-n 4`` (and ``-n 3``: a ring that is not a power of two); the flag checks also run in a
 plain serial pytest. The serial re-computation keeps N replicas in one process, each with
 the batches its rank draws: every step the gradients at the pre-mix models, then
 X <- W_t X, then each replica's optimizer step with its own gradient (plain SGD:
 x_i <- sum_j W_ij x_j - gamma g_i, Lian et al. 2017, Alg. 1).
+
+Split off this module: ``tests/unit/test_dpsgd_mpi_unit.py`` (its tests that need neither).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ step; OD-SGD's reduction completes in the next step. The trace draws them at the
 recorded times and the report's table counts them. A run without the flag has no
 events, so nothing changes for it (the old outputs are compared byte for byte
 elsewhere).
+
+Split off this module: ``tests/unit/test_events_unit.py`` (its tests that need neither) and
+``tests/e2e/test_events_e2e.py`` (its tests that launch a process or start MPI).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def test_ranks_share_time_zero():
         time.sleep(0.02)  # rank 0 leaves "the barrier" 20 ms after the others
     origin = training.clock_origin()  # this rank's CLOCK_MONOTONIC at time 0
     if len(set(training.host_names)) > 1:
-        pytest.skip("on several nodes the monotonic clocks differ (tests/test_clocks.py)")
+        pytest.skip("on several nodes the monotonic clocks differ (tests/e2e/test_clocks.py)")
     # one node, one clock: the same instant on every rank, the 20 ms not in it
     instants = MPI.COMM_WORLD.allgather(origin)
     assert max(instants) - min(instants) < 1e-3, instants

@@ -1,8 +1,11 @@
 """Hierarchical Local SGD against a serial re-computation of every rank in one process.
 
 Run with ``mpiexec -n 2`` and ``-n 4 ... python -m pytest --only-mpi
-tests/test_hierarchical_mpi.py``; every rank here shares one host, so ``--group-size``
+tests/mpi_inproc/test_hierarchical_mpi.py``; every rank here shares one host, so ``--group-size``
 stands in for nodes (1 on two ranks, 2 on four). The option checks also run serially.
+
+Split off this module: ``tests/unit/test_hierarchical_mpi_unit.py`` (its tests that need
+neither).
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Local SGD and Oscars against serial re-computations (run under mpiexec).
 
-Run with ``mpiexec -n 2 python -m pytest --with-mpi tests/test_localsgd_oscars_mpi.py``
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_localsgd_oscars_mpi.py``
 (and ``-n 4``). The pure schedule tests also run in a plain serial pytest.
+
+Split off this module: ``tests/unit/test_localsgd_oscars_mpi_unit.py`` (its tests that need
+neither).
 """
 
 from __future__ import annotations

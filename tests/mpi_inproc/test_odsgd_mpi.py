@@ -1,8 +1,11 @@
 """OD-SGD under MPI equals a serial float64 re-computation of its recurrence.
 
-Run with ``mpiexec -n 2 python -m pytest --with-mpi tests/test_odsgd_mpi.py``
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_odsgd_mpi.py``
 (and ``-n 4``); the end-to-end ``syncbench train`` test launches its own
 ``mpiexec`` and so runs only in a plain serial ``pytest``.
+
+Split off this module: ``tests/unit/test_odsgd_mpi_unit.py`` (its tests that need neither)
+and ``tests/e2e/test_odsgd_mpi_e2e.py`` (its tests that launch a process or start MPI).
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ request only in the next step, after polls. Either would still pass the
 equivalence tests with a ``Wait`` right after every post; these would not.
 
 Bucket planning is serial; the rest runs under ``mpiexec -n 2`` (and 4).
+
+Split off this module: ``tests/unit/test_overlap_posts_unit.py`` (its tests that need
+neither) and ``tests/e2e/test_overlap_posts_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """SSGD on N ranks equals single-process SGD with batch N*b (run under mpiexec).
 
-Run with ``mpiexec -n 2 python -m pytest --with-mpi tests`` (and ``-n 4``).
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_ssgd_mpi.py``
+(and ``-n 1``, ``-n 4``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ The PyTorch comparison is skipped where PyTorch is not installed (the CPU wheel:
 (``torch/optim/adam.py``, ``_single_tensor_adam``), so they agree to a few units in
 the last place; PyTorch's CPU ``lerp`` and ``addcmul`` may fuse a multiply-add, which
 the NumPy passes round separately: the bound below allows for that and nothing more.
+
+Split off this module: ``tests/e2e/test_adamw_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ samples and phase seconds, so every table value is checked against a closed
 form computed here. The real runs (2 and 4 ranks, launched with ``mpiexec`` by
 the fixture) check plots and traces end to end. Serial pytest run; every
 subprocess is bounded by a timeout.
+
+Split off this module: ``tests/e2e/test_analysis_e2e.py`` (its tests that launch a process
+or start MPI).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ by 0.7 in B: exactly that label's samples/s rows are flagged; a set compared
 with itself flags nothing; the golden run files' 2 repeats are "n too small".
 Pairing by what the run files record, "n/a" for a missing target and the exit
 status when nothing pairs are checked on real runs in test_report_inputs.py.
+
+Split off this module: ``tests/e2e/test_compare_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

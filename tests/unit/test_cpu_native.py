@@ -1,6 +1,10 @@
 """The compiled direct convolution (kernels/cpu/conv.c) against float64 references and the
 NumPy path: kernels alone, the Conv2d layer, whole models' gradients, the fall-back and
-the build cache, which loads no library it cannot trust (one planted by another user)."""
+the build cache, which loads no library it cannot trust (one planted by another user).
+
+Split off this module: ``tests/e2e/test_cpu_native_e2e.py`` (its tests that launch a process
+or start MPI).
+"""
 
 from __future__ import annotations
 

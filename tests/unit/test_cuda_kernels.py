@@ -22,6 +22,9 @@
   cache key);
 * the layers' GPU path (kernels + GEMMs), emulated the same way, gives the
   CPU path's loss and gradients; the CPU path never imports CuPy.
+
+Split off this module: ``tests/e2e/test_cuda_kernels_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations
@@ -343,7 +346,7 @@ def assert_matches(case, expected, got, dtype):
         assert e.shape == g.shape and e.dtype == g.dtype, (case.name, e.dtype, g.dtype)
         if case.is_exact(False):
             np.testing.assert_array_equal(g, e, err_msg=case.name)
-        else:  # the GPU test's tolerance (tests/test_gpu.py)
+        else:  # the GPU test's tolerance (tests/unit/test_gpu.py)
             tol = cuda_cases.tolerance(dtype, False)
             np.testing.assert_allclose(g, e, rtol=tol, atol=tol, err_msg=case.name)
 

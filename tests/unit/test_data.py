@@ -1,4 +1,8 @@
-"""Datasets: IDX/CIFAR readers and validation, look-up, loading, synthetic data, fetching."""
+"""Datasets: IDX/CIFAR readers and validation, look-up, loading, synthetic data, fetching.
+
+Split off this module: ``tests/e2e/test_data_e2e.py`` (its tests that launch a process or
+start MPI).
+"""
 
 from __future__ import annotations
 

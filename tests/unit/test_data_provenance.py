@@ -3,6 +3,9 @@ and the report's "Data read" section.
 
 A tiny MNIST-layout folder (IDX files, one of them gzipped) stands for a dataset, so
 the two-rank run takes seconds.
+
+Split off this module: ``tests/e2e/test_data_provenance_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Serial; the end-to-end tests launch their own ``mpiexec`` and are skipped
 when pytest itself runs under mpiexec.
+
+Split off this module: ``tests/e2e/test_divergence_e2e.py`` (its tests that launch a process
+or start MPI).
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """bench/files.py: whole-or-nothing writes under unpredictable names, and the flock that
-keeps two processes off one path."""
+keeps two processes off one path.
+
+Split off this module: ``tests/e2e/test_files_e2e.py`` (its tests that launch a process or
+start MPI).
+"""
 
 from __future__ import annotations
 

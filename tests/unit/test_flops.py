@@ -1,5 +1,9 @@
 """FLOP counts per training step (kernels/flops.py) against hand counts, and the FLOP,
-GEMM and peak columns of ``syncbench speed``."""
+GEMM and peak columns of ``syncbench speed``.
+
+Split off this module: ``tests/e2e/test_flops_e2e.py`` (its tests that launch a process or
+start MPI).
+"""
 
 from __future__ import annotations
 

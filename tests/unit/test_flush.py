@@ -1,5 +1,9 @@
 """The incremental rows flush: at most ``--flush-every`` (1 s) of a killed rank's rows lost,
-torn trailing chunks ignored, the last row re-written, each flush only its new rows."""
+torn trailing chunks ignored, the last row re-written, each flush only its new rows.
+
+Split off this module: ``tests/e2e/test_flush_e2e.py`` (its tests that launch a process or
+start MPI).
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,10 @@ otherwise (``cupy.cuda.is_available()`` False). The rest run everywhere:
   without a usable GPU ``--device gpu`` fails with the probe's reason;
 * the model's untimed warm-up step leaves the parameters alone.
 
-Run serially, then with ``mpiexec -n 2|4 python -m pytest --with-mpi tests/test_gpu.py``.
+Run serially, then with ``mpiexec -n 2|4 python -m pytest --only-mpi tests/unit/test_gpu.py``.
+
+Split off this module: ``tests/e2e/test_gpu_e2e.py`` (its tests that launch a process or
+start MPI) and ``tests/mpi_inproc/test_gpu_mpi.py`` (its in-process MPI tests).
 """
 
 from __future__ import annotations

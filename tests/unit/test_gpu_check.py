@@ -6,6 +6,9 @@ parsed with the command line they are for (no bad flag waits for the GPU machine
 found), OD-SGD's run takes delayed steps, a failed or timed-out step does not stop the
 next one, and the setup builds its venv over an existing environment without a
 package index.
+
+Split off this module: ``tests/e2e/test_gpu_check_e2e.py`` (its tests that launch a process
+or start MPI).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@
   finds on its NumPy reference, the arrays are at least 1 GiB, and the tables build.
 
 Tests marked ``gpu`` need CuPy with a usable device (``jobs/gpu_check.sh`` runs them).
+
+Split off this module: ``tests/e2e/test_gpu_support_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 """The hang guard on a shared machine: its listener binds only the addresses it publishes
 and answers only with the job's key, a process holding a dead rank's port is not taken for
 the rank, a PID reused since the run started is not killed, heartbeat files are written
-one at a time under unique names, and output files leave no temporary file behind."""
+one at a time under unique names, and output files leave no temporary file behind.
+
+Split off this module: ``tests/e2e/test_guard_safety_e2e.py`` (its tests that launch a
+process or start MPI).
+"""
 
 from __future__ import annotations
 

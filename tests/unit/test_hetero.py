@@ -2,6 +2,9 @@
 
 Serial tests; the end-to-end ones launch their own ``mpiexec`` (bounded by
 subprocess timeouts) and are skipped when pytest itself runs under mpiexec.
+
+Split off this module: ``tests/mpi_inproc/test_hetero_mpi.py`` (its in-process MPI tests)
+and ``tests/e2e/test_hetero_e2e.py`` (its tests that launch a process or start MPI).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ efficiency or hidden communication from such a run, as the run or as the
 baseline, nor for a group with one. The scenario runner is driven in-process
 with a stand-in for ``mpiexec ... syncbench train`` that writes such files and
 exits as a stopped run does (128 + the signal), so no run is launched.
+
+Split off this module: ``tests/e2e/test_incomplete_e2e.py`` (its tests that launch a process
+or start MPI).
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """A language model in the training pipeline: its result clause, its divergence rule, and
 ``syncbench train --model gpt --dataset shakespeare`` on 1 and 2 ranks (the latter two
-only where the corpus is under ``$SYNCBENCH_DATA``)."""
+only where the corpus is under ``$SYNCBENCH_DATA``).
+
+Split off this module: ``tests/e2e/test_lm_train_e2e.py`` (its tests that launch a process
+or start MPI).
+"""
 
 from __future__ import annotations
 

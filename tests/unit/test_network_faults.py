@@ -7,6 +7,9 @@ links unshaped) and take it down at the end. Without root (or ``ip``/``unshare``
 skip, unless ``SYNCBENCH_REQUIRE_CLUSTER=1`` (``make test-cluster``) makes that a failure.
 A node's ranks are found through ``ip netns pids`` (a node is a network namespace only:
 ``pkill`` inside it would see, and kill, every process of the host).
+
+Split off this module: ``tests/e2e/test_network_faults_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations

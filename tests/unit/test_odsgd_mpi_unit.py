@@ -1,6 +1,6 @@
 """OD-SGD under MPI equals a serial float64 re-computation of its recurrence.
 
-Run with ``mpiexec -n 2 python -m pytest --with-mpi tests/test_odsgd_mpi.py``
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_odsgd_mpi.py``
 (and ``-n 4``); the end-to-end ``syncbench train`` test launches its own
 ``mpiexec`` and so runs only in a plain serial ``pytest``.
 

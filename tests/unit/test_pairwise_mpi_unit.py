@@ -1,6 +1,6 @@
 """AD-PSGD's atomic pairwise averaging over RMA windows (run under mpiexec).
 
-Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/test_pairwise_mpi.py`` and with
+Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_pairwise_mpi.py`` and with
 ``-n 4``. The conservation test: every rank starts from a constant vector of an integer
 value, active ranks average with random passive peers while passive ranks keep changing
 their own model (zero gradients: +1 then -1 under their lock); at the end the sum of all

@@ -18,6 +18,9 @@
   the medians, and the SSGD communication-efficiency row.
 
 Skipped as a whole when PyTorch is not installed (``pip install 'syncbench[peers]'``).
+
+Split off this module: ``tests/e2e/test_peers_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

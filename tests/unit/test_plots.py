@@ -6,6 +6,9 @@ Hand-made run files (``test_analysis.write_file``) for the report's flags; the
 runner's headline from a scenario's cells, made here with ``scenario_cells`` and
 from the recorded golden scenario (``/work/golden/scen``: its results.json and run
 files, copied, resumed with ``syncbench run --resume --plots``) when it is there.
+
+Split off this module: ``tests/e2e/test_plots_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ label and its simulation with no edit elsewhere.
 
 Budgets are tiny (the synthetic dataset, a few steps per rank): these tests
 check bookkeeping, not training.
+
+Split off this module: ``tests/mpi_inproc/test_registry_mpi.py`` (its in-process MPI tests)
+and ``tests/e2e/test_registry_e2e.py`` (its tests that launch a process or start MPI).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Run files built by hand with h5py: summarize, read_run, report_rows, format_report."""
+"""Run files built by hand with h5py: summarize, read_run, report_rows, format_report.
+
+Split off this module: ``tests/e2e/test_report_e2e.py`` (its tests that launch a process or
+start MPI).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The BatchNorm networks: resnet8/resnet20 layers against finite differences and direct
 formulas, their running statistics, weight-decay exemptions, and train's flags for them.
+
+Split off this module: ``tests/e2e/test_resnet_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ files (external storage, a virtual dataset, an external link, a soft link throug
 or whose shape would fill the memory, are refused with one line naming the dataset,
 both by :func:`read_run` and by ``syncbench report`` (exit 2, no traceback), and the
 other file's bytes are never printed.
+
+Split off this module: ``tests/e2e/test_runfile_untrusted_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 The end-to-end test launches real ``mpiexec -n 2 syncbench train`` runs on the
 synthetic dataset (a few seconds each) and checks the results file against a
 recomputation from the run files it names.
+
+Split off this module: ``tests/e2e/test_runner_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ SimGrid's engine runs once per process, so every test that simulates runs
 tests skip without SimGrid's Python module, except when
 ``SYNCBENCH_REQUIRE_SIMGRID`` is set (``make test`` installs it and sets it):
 then they fail.
+
+Split off this module: ``tests/e2e/test_simulate_e2e.py`` (its tests that launch a process
+or start MPI).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ and push, four round trips and five atomics per step on rank 0's counter
 (served one at a time), the owners' accumulate rate, and the staleness
 bounds as the code reads them. The pure parts run without SimGrid; the
 command-line tests skip without it (unless ``SYNCBENCH_REQUIRE_SIMGRID``).
+
+Split off this module: ``tests/e2e/test_simulate_asgd_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations

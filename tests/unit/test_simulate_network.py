@@ -5,7 +5,10 @@ cap, platforms that SimGrid can route at every size, and what the run file says.
 SimGrid's engine runs once per process, so the tests that simulate run a short
 script in a subprocess (a crash there fails the test, not pytest). They skip
 without SimGrid's Python module, except when ``SYNCBENCH_REQUIRE_SIMGRID`` is set
-(``make test``): then they fail, as in ``tests/test_simulate.py``.
+(``make test``): then they fail, as in ``tests/unit/test_simulate.py``.
+
+Split off this module: ``tests/e2e/test_simulate_network_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@
   benchmark is one SSGD trajectory equal to serial large-batch SGD, with
   replicas bit-identical; the figures are complete and the JSON round-trips;
 * bad flags and a missing dataset end the job with one line and exit 2.
+
+Split off this module: ``tests/mpi_inproc/test_ssgd_comm_mpi.py`` (its in-process MPI tests)
+and ``tests/e2e/test_ssgd_comm_e2e.py`` (its tests that launch a process or start MPI).
 """
 
 from __future__ import annotations

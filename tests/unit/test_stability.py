@@ -6,6 +6,9 @@ step order, not from the matrices) just below and just above the bound: below
 it the iterates decay, above it they blow up. The OD-SGD loop itself is
 checked against :class:`~syncbench.algorithms.odsgd.ODSGD` run on the same
 quadratic (N identical workers behind a fake communicator).
+
+Split off this module: ``tests/e2e/test_stability_e2e.py`` (its tests that launch a process
+or start MPI).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ batch B / N, the same number of steps at every N), weak scaling keeps the
 per-rank batch b and the budget per rank (``--epochs`` times N: the same
 number of steps per rank at every N). ``syncbench run`` of the same scaling
 scenario as a file keeps the sweep's run files and prints the same table.
+
+Split off this module: ``tests/e2e/test_sweep_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ conftest's ``OMP_NUM_THREADS=1`` taken out, else the test would prove nothing), 
 must set the threads before NumPy loads (the loaded OpenBLAS says how many it uses),
 record them in the run file and say so in one line; one with ``OMP_NUM_THREADS=2``,
 which must be left alone and silent.
+
+Split off this module: ``tests/e2e/test_threads_e2e.py`` (its tests that launch a process or
+start MPI).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     owners = option_owners()
     # Oscars and SlowMo inherit Local SGD's field
     assert owners["period"][1] == ("localsgd", "oscars", "slowmo")
-    # SSGD's subclasses share its options (tests/test_registry.py's throwaway, when loaded)
+    # SSGD's subclasses share its options (tests/unit/test_registry.py's throwaway, when loaded)
     assert owners["comm"][1][0] == "ssgd" and "localsgd" not in owners["comm"][1]
     assert owners["ps_layout"][1] == ("asgd",)
     check_strategy_flags(train_args("--algorithm", "ssgd"))  # every default: no error

@@ -4,6 +4,9 @@ non-zero exit on every rank, no temporary file, the parts kept for ``syncbench r
 The job tests mount a small tmpfs (root only; skipped otherwise) and run real
 ``mpiexec -n 2`` jobs with subprocess timeouts; the errno cases that a tmpfs
 cannot produce for root (a quota, an I/O error) are injected into ``os.write``.
+
+Split off this module: ``tests/e2e/test_write_errors_e2e.py`` (its tests that launch a
+process or start MPI).
 """
 
 from __future__ import annotations
