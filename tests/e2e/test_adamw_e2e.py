@@ -7,8 +7,8 @@ The PyTorch comparison is skipped where PyTorch is not installed (the CPU wheel:
 the last place; PyTorch's CPU ``lerp`` and ``addcmul`` may fuse a multiply-add, which
 the NumPy passes round separately: the bound below allows for that and nothing more.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_adamw.py``.
+Split off ``tests/unit/test_adamw.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

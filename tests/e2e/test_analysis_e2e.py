@@ -6,8 +6,8 @@ form computed here. The real runs (2 and 4 ranks, launched with ``mpiexec`` by
 the fixture) check plots and traces end to end. Serial pytest run; every
 subprocess is bounded by a timeout.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_analysis.py``.
+Split off ``tests/unit/test_analysis.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

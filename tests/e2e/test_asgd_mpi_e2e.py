@@ -7,8 +7,8 @@ Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_asgd_m
 (and ``-n 4``); the end-to-end tests launch their own ``mpiexec`` and run in a
 plain serial ``pytest``.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/mpi_inproc/test_asgd_mpi.py``.
+Split off ``tests/mpi_inproc/test_asgd_mpi.py``: the tests that launch a process
+(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

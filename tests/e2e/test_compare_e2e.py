@@ -10,8 +10,8 @@ with itself flags nothing; the golden run files' 2 repeats are "n too small".
 Pairing by what the run files record, "n/a" for a missing target and the exit
 status when nothing pairs are checked on real runs in test_report_inputs.py.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_compare.py``.
+Split off ``tests/unit/test_compare.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

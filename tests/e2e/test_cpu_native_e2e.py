@@ -2,8 +2,8 @@
 NumPy path: kernels alone, the Conv2d layer, whole models' gradients, the fall-back and
 the build cache, which loads no library it cannot trust (one planted by another user).
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_cpu_native.py``.
+Split off ``tests/unit/test_cpu_native.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

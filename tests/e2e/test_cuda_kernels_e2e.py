@@ -23,8 +23,8 @@
 * the layers' GPU path (kernels + GEMMs), emulated the same way, gives the
   CPU path's loss and gradients; the CPU path never imports CuPy.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_cuda_kernels.py``.
+Split off ``tests/unit/test_cuda_kernels.py``: the tests that launch a process (``mpiexec``,
+a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Datasets: IDX/CIFAR readers and validation, look-up, loading, synthetic data, fetching.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_data.py``.
+Split off ``tests/unit/test_data.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ and the report's "Data read" section.
 A tiny MNIST-layout folder (IDX files, one of them gzipped) stands for a dataset, so
 the two-rank run takes seconds.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_data_provenance.py``.
+Split off ``tests/unit/test_data_provenance.py``: the tests that launch a process
+(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

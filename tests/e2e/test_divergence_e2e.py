@@ -3,8 +3,8 @@
 Serial; the end-to-end tests launch their own ``mpiexec`` and are skipped
 when pytest itself runs under mpiexec.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_divergence.py``.
+Split off ``tests/unit/test_divergence.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ recorded times and the report's table counts them. A run without the flag has no
 events, so nothing changes for it (the old outputs are compared byte for byte
 elsewhere).
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/mpi_inproc/test_events.py``.
+Split off ``tests/mpi_inproc/test_events.py``: the tests that launch a process (``mpiexec``,
+a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

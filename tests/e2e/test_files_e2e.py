@@ -1,8 +1,8 @@
 """bench/files.py: whole-or-nothing writes under unpredictable names, and the flock that
 keeps two processes off one path.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_files.py``.
+Split off ``tests/unit/test_files.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

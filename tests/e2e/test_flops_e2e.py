@@ -1,8 +1,8 @@
 """FLOP counts per training step (kernels/flops.py) against hand counts, and the FLOP,
 GEMM and peak columns of ``syncbench speed``.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_flops.py``.
+Split off ``tests/unit/test_flops.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

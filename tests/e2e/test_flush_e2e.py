@@ -1,8 +1,8 @@
 """The incremental rows flush: at most ``--flush-every`` (1 s) of a killed rank's rows lost,
 torn trailing chunks ignored, the last row re-written, each flush only its new rows.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_flush.py``.
+Split off ``tests/unit/test_flush.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ found), OD-SGD's run takes delayed steps, a failed or timed-out step does not st
 next one, and the setup builds its venv over an existing environment without a
 package index.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_gpu_check.py``.
+Split off ``tests/unit/test_gpu_check.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ otherwise (``cupy.cuda.is_available()`` False). The rest run everywhere:
 
 Run serially, then with ``mpiexec -n 2|4 python -m pytest --only-mpi tests/unit/test_gpu.py``.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_gpu.py``.
+Split off ``tests/unit/test_gpu.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@
 
 Tests marked ``gpu`` need CuPy with a usable device (``jobs/gpu_check.sh`` runs them).
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_gpu_support.py``.
+Split off ``tests/unit/test_gpu_support.py``: the tests that launch a process (``mpiexec``,
+a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Serial tests; the end-to-end ones launch their own ``mpiexec`` (bounded by
 subprocess timeouts) and are skipped when pytest itself runs under mpiexec.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_hetero.py``.
+Split off ``tests/unit/test_hetero.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

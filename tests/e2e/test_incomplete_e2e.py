@@ -8,8 +8,8 @@ baseline, nor for a group with one. The scenario runner is driven in-process
 with a stand-in for ``mpiexec ... syncbench train`` that writes such files and
 exits as a stopped run does (128 + the signal), so no run is launched.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_incomplete.py``.
+Split off ``tests/unit/test_incomplete.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@
 
 Skipped as a whole when PyTorch is not installed (``pip install 'syncbench[peers]'``).
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_peers.py``.
+Split off ``tests/unit/test_peers.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

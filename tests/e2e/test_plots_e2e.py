@@ -7,8 +7,8 @@ runner's headline from a scenario's cells, made here with ``scenario_cells`` and
 from the recorded golden scenario (``/work/golden/scen``: its results.json and run
 files, copied, resumed with ``syncbench run --resume --plots``) when it is there.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_plots.py``.
+Split off ``tests/unit/test_plots.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ label and its simulation with no edit elsewhere.
 Budgets are tiny (the synthetic dataset, a few steps per rank): these tests
 check bookkeeping, not training.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_registry.py``.
+Split off ``tests/unit/test_registry.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Run files built by hand with h5py: summarize, read_run, report_rows, format_report.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_report.py``.
+Split off ``tests/unit/test_report.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

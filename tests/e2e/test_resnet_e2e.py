@@ -1,8 +1,8 @@
 """The BatchNorm networks: resnet8/resnet20 layers against finite differences and direct
 formulas, their running statistics, weight-decay exemptions, and train's flags for them.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_resnet.py``.
+Split off ``tests/unit/test_resnet.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

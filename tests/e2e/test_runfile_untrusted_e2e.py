@@ -6,8 +6,8 @@ or whose shape would fill the memory, are refused with one line naming the datas
 both by :func:`read_run` and by ``syncbench report`` (exit 2, no traceback), and the
 other file's bytes are never printed.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_runfile_untrusted.py``.
+Split off ``tests/unit/test_runfile_untrusted.py``: the tests that launch a process
+(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

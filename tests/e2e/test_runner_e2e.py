@@ -4,8 +4,8 @@ The end-to-end test launches real ``mpiexec -n 2 syncbench train`` runs on the
 synthetic dataset (a few seconds each) and checks the results file against a
 recomputation from the run files it names.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_runner.py``.
+Split off ``tests/unit/test_runner.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

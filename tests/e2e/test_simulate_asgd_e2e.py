@@ -6,8 +6,8 @@ and push, four round trips and five atomics per step on rank 0's counter
 bounds as the code reads them. The pure parts run without SimGrid; the
 command-line tests skip without it (unless ``SYNCBENCH_REQUIRE_SIMGRID``).
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_simulate_asgd.py``.
+Split off ``tests/unit/test_simulate_asgd.py``: the tests that launch a process
+(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

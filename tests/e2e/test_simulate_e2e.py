@@ -6,8 +6,8 @@ tests skip without SimGrid's Python module, except when
 ``SYNCBENCH_REQUIRE_SIMGRID`` is set (``make test`` installs it and sets it):
 then they fail.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_simulate.py``.
+Split off ``tests/unit/test_simulate.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

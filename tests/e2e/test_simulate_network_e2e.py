@@ -7,8 +7,8 @@ script in a subprocess (a crash there fails the test, not pytest). They skip
 without SimGrid's Python module, except when ``SYNCBENCH_REQUIRE_SIMGRID`` is set
 (``make test``): then they fail, as in ``tests/unit/test_simulate.py``.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_simulate_network.py``.
+Split off ``tests/unit/test_simulate_network.py``: the tests that launch a process
+(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

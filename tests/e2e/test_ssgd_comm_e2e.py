@@ -7,8 +7,8 @@
   replicas bit-identical; the figures are complete and the JSON round-trips;
 * bad flags and a missing dataset end the job with one line and exit 2.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_ssgd_comm.py``.
+Split off ``tests/unit/test_ssgd_comm.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ it the iterates decay, above it they blow up. The OD-SGD loop itself is
 checked against :class:`~syncbench.algorithms.odsgd.ODSGD` run on the same
 quadratic (N identical workers behind a fake communicator).
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_stability.py``.
+Split off ``tests/unit/test_stability.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

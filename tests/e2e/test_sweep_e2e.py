@@ -8,8 +8,8 @@ per-rank batch b and the budget per rank (``--epochs`` times N: the same
 number of steps per rank at every N). ``syncbench run`` of the same scaling
 scenario as a file keeps the sweep's run files and prints the same table.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_sweep.py``.
+Split off ``tests/unit/test_sweep.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ must set the threads before NumPy loads (the loaded OpenBLAS says how many it us
 record them in the run file and say so in one line; one with ``OMP_NUM_THREADS=2``,
 which must be left alone and silent.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_threads.py``.
+Split off ``tests/unit/test_threads.py``: the tests that launch a process (``mpiexec``, a
+``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ The job tests mount a small tmpfs (root only; skipped otherwise) and run real
 ``mpiexec -n 2`` jobs with subprocess timeouts; the errno cases that a tmpfs
 cannot produce for root (a quota, an I/O error) are injected into ``os.write``.
 
-Here, the tests that launch a process (``mpiexec``, a ``syncbench`` command) or start MPI in
-the test's own process; the rest are in ``tests/unit/test_write_errors.py``.
+Split off ``tests/unit/test_write_errors.py``: the tests that launch a process (``mpiexec``,
+a ``syncbench`` command) or start MPI in the test's own process.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
   ``CLOCK_MONOTONIC`` differ as two nodes' do; needs root and a kernel with time
   namespaces, skipped otherwise.
 
-Here, the in-process MPI tests (marked ``mpi``, every rank runs them); the rest are in
-``tests/e2e/test_clocks.py``.
+Split off ``tests/e2e/test_clocks.py``: the in-process MPI tests (marked ``mpi``, every rank
+runs them).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from its raw latencies, the columns are OSU's names, the bandwidths nccl-tests'
 tests (pytest-mpi, ``--only-mpi`` at 2 and 4 ranks) check the RMA targets'
 windows exactly and that windows are freed even when the measured body raises.
 
-Here, the in-process MPI tests (marked ``mpi``, every rank runs them); the rest are in
-``tests/e2e/test_commbench.py``.
+Split off ``tests/e2e/test_commbench.py``: the in-process MPI tests (marked ``mpi``, every
+rank runs them).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ otherwise (``cupy.cuda.is_available()`` False). The rest run everywhere:
 
 Run serially, then with ``mpiexec -n 2|4 python -m pytest --only-mpi tests/unit/test_gpu.py``.
 
-Here, the in-process MPI tests (marked ``mpi``, every rank runs them); the rest are in
-``tests/unit/test_gpu.py``.
+Split off ``tests/unit/test_gpu.py``: the in-process MPI tests (marked ``mpi``, every rank
+runs them).
 """
 
 from __future__ import annotations

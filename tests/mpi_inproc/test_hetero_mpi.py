@@ -3,8 +3,8 @@
 Serial tests; the end-to-end ones launch their own ``mpiexec`` (bounded by
 subprocess timeouts) and are skipped when pytest itself runs under mpiexec.
 
-Here, the in-process MPI tests (marked ``mpi``, every rank runs them); the rest are in
-``tests/unit/test_hetero.py``.
+Split off ``tests/unit/test_hetero.py``: the in-process MPI tests (marked ``mpi``, every
+rank runs them).
 """
 
 from __future__ import annotations

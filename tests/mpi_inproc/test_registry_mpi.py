@@ -21,8 +21,8 @@ label and its simulation with no edit elsewhere.
 Budgets are tiny (the synthetic dataset, a few steps per rank): these tests
 check bookkeeping, not training.
 
-Here, the in-process MPI tests (marked ``mpi``, every rank runs them); the rest are in
-``tests/unit/test_registry.py``.
+Split off ``tests/unit/test_registry.py``: the in-process MPI tests (marked ``mpi``, every
+rank runs them).
 """
 
 from __future__ import annotations

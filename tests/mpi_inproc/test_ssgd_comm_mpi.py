@@ -7,8 +7,8 @@
   replicas bit-identical; the figures are complete and the JSON round-trips;
 * bad flags and a missing dataset end the job with one line and exit 2.
 
-Here, the in-process MPI tests (marked ``mpi``, every rank runs them); the rest are in
-``tests/unit/test_ssgd_comm.py``.
+Split off ``tests/unit/test_ssgd_comm.py``: the in-process MPI tests (marked ``mpi``, every
+rank runs them).
 """
 
 from __future__ import annotations

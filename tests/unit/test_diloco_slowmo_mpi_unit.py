@@ -5,8 +5,8 @@ Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_diloco
 throughout: the MPI job and the serial loop differ only in the order MPI sums, so they
 agree to 1e-10 (the bound of every re-computation in this suite).
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_diloco_slowmo_mpi.py``.
+Split off ``tests/mpi_inproc/test_diloco_slowmo_mpi.py``: the tests that compute in the
+test's process (no process launched, no MPI).
 """
 
 from __future__ import annotations

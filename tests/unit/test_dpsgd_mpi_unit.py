@@ -7,8 +7,8 @@ the batches its rank draws: every step the gradients at the pre-mix models, then
 X <- W_t X, then each replica's optimizer step with its own gradient (plain SGD:
 x_i <- sum_j W_ij x_j - gamma g_i, Lian et al. 2017, Alg. 1).
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_dpsgd_mpi.py``.
+Split off ``tests/mpi_inproc/test_dpsgd_mpi.py``: the tests that compute in the test's
+process (no process launched, no MPI).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ recorded times and the report's table counts them. A run without the flag has no
 events, so nothing changes for it (the old outputs are compared byte for byte
 elsewhere).
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_events.py``.
+Split off ``tests/mpi_inproc/test_events.py``: the tests that compute in the test's process
+(no process launched, no MPI).
 """
 
 from __future__ import annotations

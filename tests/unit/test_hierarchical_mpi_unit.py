@@ -4,8 +4,8 @@ Run with ``mpiexec -n 2`` and ``-n 4 ... python -m pytest --only-mpi
 tests/mpi_inproc/test_hierarchical_mpi.py``; every rank here shares one host, so ``--group-size``
 stands in for nodes (1 on two ranks, 2 on four). The option checks also run serially.
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_hierarchical_mpi.py``.
+Split off ``tests/mpi_inproc/test_hierarchical_mpi.py``: the tests that compute in the
+test's process (no process launched, no MPI).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_localsgd_oscars_mpi.py``
 (and ``-n 4``). The pure schedule tests also run in a plain serial pytest.
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_localsgd_oscars_mpi.py``.
+Split off ``tests/mpi_inproc/test_localsgd_oscars_mpi.py``: the tests that compute in the
+test's process (no process launched, no MPI).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_odsgd_
 (and ``-n 4``); the end-to-end ``syncbench train`` test launches its own
 ``mpiexec`` and so runs only in a plain serial ``pytest``.
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_odsgd_mpi.py``.
+Split off ``tests/mpi_inproc/test_odsgd_mpi.py``: the tests that compute in the test's
+process (no process launched, no MPI).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ equivalence tests with a ``Wait`` right after every post; these would not.
 
 Bucket planning is serial; the rest runs under ``mpiexec -n 2`` (and 4).
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_overlap_posts.py``.
+Split off ``tests/mpi_inproc/test_overlap_posts.py``: the tests that compute in the test's
+process (no process launched, no MPI).
 """
 
 from __future__ import annotations

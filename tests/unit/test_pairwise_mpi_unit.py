@@ -8,8 +8,8 @@ models equals the initial sum exactly in float64 (values stay dyadic rationals w
 bits, so no rounding: a lost or doubled average changes the sum), and every model is
 still a constant vector (a torn read or write would mix two states of a model).
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/mpi_inproc/test_pairwise_mpi.py``.
+Split off ``tests/mpi_inproc/test_pairwise_mpi.py``: the tests that compute in the test's
+process (no process launched, no MPI).
 """
 
 from __future__ import annotations

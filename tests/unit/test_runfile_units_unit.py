@@ -6,8 +6,8 @@ A real 2-rank ``syncbench train`` under ``mpiexec``: every dataset carries its
 ``to_frame`` needs pandas (skipped without it, one clear error). A runner's
 results folder moved elsewhere resumes there and its paths resolve.
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/e2e/test_runfile_units.py``.
+Split off ``tests/e2e/test_runfile_units.py``: the tests that compute in the test's process
+(no process launched, no MPI).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 These tests launch their own ``mpiexec`` (serial pytest run); each is bounded
 by a subprocess timeout so a hang fails instead of blocking CI.
 
-Here, the tests that compute in the test's process (no process launched, no MPI); the rest
-are in ``tests/e2e/test_train_cli.py``.
+Split off ``tests/e2e/test_train_cli.py``: the tests that compute in the test's process (no
+process launched, no MPI).
 """
 
 from __future__ import annotations
