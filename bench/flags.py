@@ -28,6 +28,17 @@ from syncbench.bench.mpi.errors import launcher_rank
 _announced: set[str] = set()
 
 
+def positive_int(text: str) -> int:
+    """argparse ``type`` of a count: an integer >= 1, else one line naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def deprecation(prog: str, old: str, new: str) -> None:
     """One line on stderr, once per process and old spelling, from the launcher's rank 0:
     ``PROG: 'OLD' is an old spelling; use 'NEW' (docs/FLAGS.md)``."""

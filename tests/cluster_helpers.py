@@ -25,16 +25,18 @@ OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
             "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_osc": "^ucx"}
 
 
-def launchers(with_transport: bool = False) -> list:
+def launchers(with_transport: bool = False, slow_open_mpi: bool = False) -> list:
     """pytest params (python, env[, the transport variable it must record]) for MPICH
-    and, where ``.venv-ompi`` exists, Open MPI."""
+    and, where ``.venv-ompi`` exists, Open MPI (marked ``slow`` with ``slow_open_mpi``:
+    ``make test-all`` only)."""
     mpich = (sys.executable, {}, "UCX_TLS")
     ompi = (str(OMPI_PY), OMPI_ENV, "OMPI_MCA_pml")
     cut = slice(None) if with_transport else slice(0, 2)
     return [pytest.param(*mpich[cut], id="mpich"),
             pytest.param(*ompi[cut], id="openmpi",
-                         marks=pytest.mark.skipif(not OMPI_PY.exists(),
-                                                  reason="no .venv-ompi (make venv-openmpi)"))]
+                         marks=[pytest.mark.skipif(not OMPI_PY.exists(),
+                                                   reason="no .venv-ompi (make venv-openmpi)"),
+                                *([pytest.mark.slow] if slow_open_mpi else [])])]
 
 
 class TestCluster:

@@ -16,6 +16,17 @@ VENV_BIN = Path(sys.executable).parent
 MPIEXEC = os.environ.get("MPIEXEC", str(VENV_BIN / "mpiexec"))
 
 
+def slow_unless(names, fast) -> list:
+    """pytest params of ``names``, each outside ``fast`` marked ``slow``.
+
+    ``make test`` leaves the ``slow`` tests out to stay within its time (``make test-all``
+    runs them): a test repeated per strategy launches its jobs for one strategy per kind
+    of synchronization in ``fast``, and for every other strategy under ``slow``."""
+    import pytest
+
+    return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in names]
+
+
 def train_args(*flags: str, **overrides) -> argparse.Namespace:
     """``syncbench train``'s parsed flags: the parser's defaults, ``flags``, then
     ``overrides`` (by ``dest``)."""

@@ -6,30 +6,37 @@ separates a ``ModelAverager`` (one method, ``average_parameters``, its period ch
 ``__init__``) from the local optimizer that ``PostLocalSGDOptimizer`` steps. Each
 variant is one small module:
 
-==================================  ===============================================  ========
-averager                             when, and what travels                           used by
-==================================  ===============================================  ========
-``periodic.PeriodicAverager``        every H local steps: a blocking ``Allreduce``    Local SGD
-                                     of the parameters (and BatchNorm's statistics)
-``adaptive.AdaptiveAverager``        per-rank local steps from every rank's speed:    Oscars
-                                     one packed ``Iallreduce`` of weighted deltas,
-                                     speeds and step counts per round
-``pseudo_gradient.                   every H local steps: a blocking ``Allreduce``    SlowMo,
-PseudoGradientAverager``             of the deltas from the anchor, then an outer     DiLoCo
-                                     optimizer step on the anchor
-``streaming.StreamingAverager``      P fragments of whole layers at staggered steps:  Streaming
-                                     each fragment's ``Iallreduce`` completed tau     DiLoCo
-                                     steps later, outer step, mixed by alpha
-``hierarchical.                      every H1 steps a blocking ``Allreduce`` inside   hierar-
-HierarchicalAverager``               a node (or group), every H2 steps of every rank  chical
-``gossip.GossipAverager``            every step, with the graph's neighbours only:    D-PSGD
-                                     ``Ineighbor_allgather`` of the models on a
-                                     distributed graph communicator, mixed by W
-``compressed_gossip.``               the same, low precision: each step's change      D-PSGD
-``CompressedGossipAverager``         through a codec, neighbours keep replicas        (codec)
-``pairwise.PairwiseWindow``          asynchronously, one random peer at a time: an    (AD-PSGD)
-                                     atomic average over RMA windows (EXCLUSIVE lock)
-==================================  ===============================================  ========
++---------------------------------+--------------------------------------------------+-------------+
+| averager                        | when, and what travels                           | used by     |
++=================================+==================================================+=============+
+| ``periodic.PeriodicAverager``   | every H local steps: a blocking ``Allreduce``    | Local SGD   |
+|                                 | of the parameters (and BatchNorm's statistics)   |             |
++---------------------------------+--------------------------------------------------+-------------+
+| ``adaptive.AdaptiveAverager``   | per-rank local steps from every rank's speed:    | Oscars      |
+|                                 | one packed ``Iallreduce`` of weighted deltas,    |             |
+|                                 | speeds and step counts per round                 |             |
++---------------------------------+--------------------------------------------------+-------------+
+| ``pseudo_gradient.              | every H local steps: a blocking ``Allreduce``    | SlowMo,     |
+| PseudoGradientAverager``        | of the deltas from the anchor, then an outer     | DiLoCo      |
+|                                 | optimizer step on the anchor                     |             |
++---------------------------------+--------------------------------------------------+-------------+
+| ``streaming.StreamingAverager`` | P fragments of whole layers at staggered steps:  | Streaming   |
+|                                 | each fragment's ``Iallreduce`` completed tau     | DiLoCo      |
+|                                 | steps later, outer step, mixed by alpha          |             |
++---------------------------------+--------------------------------------------------+-------------+
+| ``hierarchical.                 | every H1 steps a blocking ``Allreduce`` inside   | hierarchical|
+| HierarchicalAverager``          | a node (or group), every H2 steps of every rank  |             |
++---------------------------------+--------------------------------------------------+-------------+
+| ``gossip.GossipAverager``       | every step, with the graph's neighbours only:    | D-PSGD      |
+|                                 | ``Ineighbor_allgather`` of the models on a       |             |
+|                                 | distributed graph communicator, mixed by W       |             |
++---------------------------------+--------------------------------------------------+-------------+
+| ``compressed_gossip.``          | the same, low precision: each step's change      | D-PSGD      |
+| ``CompressedGossipAverager``    | through a codec, neighbours keep replicas        | (codec)     |
++---------------------------------+--------------------------------------------------+-------------+
+| ``pairwise.PairwiseWindow``     | asynchronously, one random peer at a time: an    | (AD-PSGD)   |
+|                                 | atomic average over RMA windows (EXCLUSIVE lock) |             |
++---------------------------------+--------------------------------------------------+-------------+
 
 What becomes of the momentum buffers at an averaging (``--momentum-sync``) is
 :func:`sync_momentum`. The schedule arithmetic lives apart, without MPI

@@ -6,16 +6,16 @@ outer optimizer moves the anchor (SlowMo, Wang et al. 2020, arXiv 1910.00643, ca
 this the slow, outer update; DiLoCo, Douillard et al. 2023, arXiv 2311.08105, its outer
 optimizer). One small module per variant:
 
-=========================  ==============================================  ==========
+=========================== =============================================== =========
 outer optimizer             anchor update                                   used by
-=========================  ==============================================  ==========
+=========================== =============================================== =========
 ``global_step.GlobalStep``  ``anchor += lr * delta_sum / count``            Oscars
                             (``lr`` 1: the average replaces the replicas,   (``--global-lr``)
                             Local SGD's rule)
 ``sgd.OuterSGD``            SGD with momentum on the pseudo-gradient        SlowMo,
                             ``Delta = -delta_sum / count``, plain or        DiLoCo
                             Nesterov (``torch.optim.SGD``'s step)
-=========================  ==============================================  ==========
+=========================== =============================================== =========
 
 Every ``step`` takes ``delta_sum = sum_i (theta_i - anchor)``, the replicas' moves from
 the anchor (Oscars' convention); the pseudo-gradient of SlowMo and DiLoCo,

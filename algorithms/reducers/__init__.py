@@ -7,9 +7,9 @@ layers finish (:meth:`GradientReducer.hooks`), posts, polls and completes its ow
 requests, owns its state (error feedback, warm starts) and declares what it hands to
 MPI per step. Each variant is one small module:
 
-==============================  =============================================  ==========
+================================ ============================================== =========
 reducer                          what travels                                   used by
-==============================  =============================================  ==========
+================================ ============================================== =========
 ``allreduce.BlockingAllreduce``  one ``Allreduce`` of the flat gradient         SSGD
                                  after backward                                 blocking,
                                                                                 OD-SGD
@@ -17,7 +17,7 @@ reducer                          what travels                                   
 ``bucketed.BucketedIallreduce``  an ``Iallreduce`` per bucket of whole layers   SSGD
                                  as soon as backward finishes it                overlap
 ``delayed.DelayedAllreduce``     step t's ``Iallreduce`` completes at step t+1  OD-SGD
-==============================  =============================================  ==========
+================================ ============================================== =========
 
 The core (:class:`~syncbench.algorithms.base.Strategy`) a reducer is made with gives
 it ``model``, ``comm``, ``timer`` and ``straggle`` (the emulated slowdown, which a

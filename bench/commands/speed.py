@@ -26,7 +26,7 @@ import sys
 
 from syncbench.analysis.repeats import column_spread
 from syncbench.bench.files import write_atomic
-from syncbench.bench.flags import add_json_out, check_json_out, renamed
+from syncbench.bench.flags import add_json_out, check_json_out, positive_int, renamed
 from syncbench.bench.micro.output import check_writable_parent
 from syncbench.bench.micro.speed import (
     GEMM_REPEATS,
@@ -43,12 +43,6 @@ from syncbench.kernels import cpu_native
 HELP = "single-process training-step throughput of the models"
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench speed``."""
@@ -59,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is shown")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                         help="parameter and activation precision")
-    parser.add_argument("--gemm-size", type=_positive_int, default=1024, metavar="N",
+    parser.add_argument("--gemm-size", type=positive_int, default=1024, metavar="N",
                         help=f"the reference GEMM is N x N times N x N in --dtype, best of "
                         f"{GEMM_REPEATS}")
     add_json_out(parser, "every figure")

@@ -37,19 +37,13 @@ from __future__ import annotations
 import argparse
 
 from syncbench.algorithms.reducers.buckets import bucket_mb_arg
-from syncbench.bench.flags import add_json_out, renamed
+from syncbench.bench.flags import add_json_out, positive_int, renamed
 from syncbench.bench.micro import ssgd_comm as bench
 from syncbench.bench.micro.ssgd_comm import REFERENCE, VARIANTS
 from syncbench.bench.train.options import add_model_and_data_arguments
 
 HELP = "SSGD's time inside MPI per step vs a bare Allreduce (under mpiexec)"
 
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
 
 
 def _variants(text: str) -> list[str]:
@@ -65,7 +59,7 @@ def _variants(text: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench ssgd-comm``."""
     add_model_and_data_arguments(parser)
-    parser.add_argument("--batch-size", type=_positive_int, default=64,
+    parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="per-rank batch (default 64)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                         help="parameter and gradient precision (default float32)")
@@ -78,9 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", type=_variants, default=list(VARIANTS),
                         help=f"comma-separated, must include {REFERENCE} "
                         f"(default {','.join(VARIANTS)})")
-    parser.add_argument("--blocks", type=_positive_int, default=10,
+    parser.add_argument("--blocks", type=positive_int, default=10,
                         help="rounds; every variant runs one block per round (default 10)")
-    parser.add_argument("--block-steps", type=_positive_int, default=20,
+    parser.add_argument("--block-steps", type=positive_int, default=20,
                         help="timed steps (iterations) per block (default 20)")
     # --warmup-steps is OD-SGD's flag in train; the old spelling here is kept as an alias
     renamed(parser, ("--warmup-steps",), "--untimed-steps", dest="untimed_steps", type=int,

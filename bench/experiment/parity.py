@@ -67,7 +67,9 @@ def run_config(scenario: Scenario, label: str) -> argparse.Namespace:
 def stability_note(scenario: Scenario, pair: dict[str, str], world: int) -> str:
     """The pair's stability line (its OD-SGD run's lr, momentum, lr_local and ranks)."""
 
-    config = run_config(scenario, pair["odsgd"])
+    from syncbench.bench.train.config import TrainConfig  # lazy: loads the strategies
+
+    config = TrainConfig.from_args(run_config(scenario, pair["odsgd"]))  # --lr resolved
     return stability_line(lr=config.lr, momentum=config.momentum,
                           lr_local=local_learning_rate(config, config.lr, world),
                           n=world, lookahead=config.local_lookahead == "on",

@@ -147,37 +147,39 @@ class Condition:
 
 @dataclass
 class Scenario:
-    """A checked scenario. The keys of its file::
+    """A checked scenario.
 
-    description = "one line shown above the tables"
-    np = 2                         # ranks per run (--np overrides)
-    repeats = 5                    # repeats of every run (--repeats overrides)
-    target_accuracy = 0.80         # test accuracy whose wall time is the headline
-    headline = "time_to_target"    # or "samples_per_s": the first ratio column
-    baseline = "ssgd"              # label the ratios are taken against (default: first run)
-    eval_every = 0.05              # evaluation interval in epochs (finer = sharper time to target)
-    slowdowns = ["last:4"]         # heterogeneous configurations: "1,4" or "last:4"
-    slowdown_modes = ["work"]      # --slowdown-mode of each; omitted: train's default
-    node_speeds = ["last:0.25"]    # emulated cluster only: node speeds (CPU quotas), each a
-                                   # configuration the runner sets live before its runs
-    cluster = { link = "1gbit", ppn = 1 }   # the emulated cluster it is written for:
-                                   # `run --cluster` checks the one that is up
-    lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
-    datasets = ["mnist", "fashion-mnist"]   # the first whose files are found is --dataset
-    flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
-    # A scaling scenario: an np list, a mode, the batch rule (plan.py); no slowdowns
-    # np = [1, 2, 4]; scaling = "strong"; global_batch = 256 (weak: batch_size = 64)
+    The keys of its file::
 
-    [[parity]]                     # a table of OD-SGD against SSGD, one row per pair:
-    name = "paper recipe"          # does the paper's parity claim hold? (parity.py)
-    ssgd = "paper-ssgd"            # the two run labels
-    odsgd = "paper-odsgd"
+        description = "one line shown above the tables"
+        np = 2                         # ranks per run (--np overrides)
+        repeats = 5                    # repeats of every run (--repeats overrides)
+        target_accuracy = 0.80         # test accuracy whose wall time is the headline
+        headline = "time_to_target"    # or "samples_per_s": the first ratio column
+        baseline = "ssgd"              # label the ratios are taken against (default: first run)
+        eval_every = 0.05              # epochs between evaluations (finer = sharper time to target)
+        slowdowns = ["last:4"]         # heterogeneous configurations: "1,4" or "last:4"
+        slowdown_modes = ["work"]      # --slowdown-mode of each; omitted: train's default
+        node_speeds = ["last:0.25"]    # emulated cluster only: node speeds (CPU quotas), each a
+                                       # configuration the runner sets live before its runs
+        cluster = { link = "1gbit", ppn = 1 }   # the emulated cluster it is written for:
+                                       # `run --cluster` checks the one that is up
+        lr_grid = [0.01, 0.02]         # default grid of every run entry (optional)
+        datasets = ["mnist", "fashion-mnist"]   # the first whose files are found is --dataset
+        flags = { model = "mlp", epochs = 1 }   # shared syncbench-train flags
+        # A scaling scenario: an np list, a mode, the batch rule (plan.py); no slowdowns
+        # np = [1, 2, 4]; scaling = "strong"; global_batch = 256 (weak: batch_size = 64)
 
-    [[run]]
-    label = "odsgd"                # row name, unique
-    algorithm = "odsgd"
-    flags = { warmup_steps = 50 }  # this entry's flags
-    lr_grid = [0.01, 0.02, 0.05]   # one row per lr; the best by the headline is marked
+        [[parity]]                     # a table of OD-SGD against SSGD, one row per pair:
+        name = "paper recipe"          # does the paper's parity claim hold? (parity.py)
+        ssgd = "paper-ssgd"            # the two run labels
+        odsgd = "paper-odsgd"
+
+        [[run]]
+        label = "odsgd"                # row name, unique
+        algorithm = "odsgd"
+        flags = { warmup_steps = 50 }  # this entry's flags
+        lr_grid = [0.01, 0.02, 0.05]   # one row per lr; the best by the headline is marked
     """
 
     name: str

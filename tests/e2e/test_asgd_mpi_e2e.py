@@ -76,7 +76,8 @@ def test_train_asgd_dedicated_host_takes_no_steps(tmp_path):
 
 
 @pytest.mark.mpi_skip
-@pytest.mark.parametrize("np_,layout", [(1, "sharded"), (2, "dedicated")])
+@pytest.mark.parametrize("np_,layout", [pytest.param(1, "sharded", marks=pytest.mark.slow),
+                                        (2, "dedicated")])
 def test_one_worker_resume_is_bit_identical(tmp_path, np_, layout):
     """Crash after a checkpoint pause, resume: the final window equals an uninterrupted run's."""
     flags = ["--algorithm", "asgd", "--dataset", "synthetic", "--synthetic-samples", "1024",
@@ -115,6 +116,7 @@ def test_one_worker_resume_is_bit_identical(tmp_path, np_, layout):
 
 
 @pytest.mark.mpi_skip
+@pytest.mark.slow
 def test_three_worker_run_resumes_into_the_same_accuracy_band(tmp_path):
     flags = ["--algorithm", "asgd", "--dataset", "synthetic", "--synthetic-samples", "2048",
              "--batch-size", "16", "--epochs", "2", "--lr", "0.02", "--progress", "never"]

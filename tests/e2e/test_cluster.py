@@ -70,13 +70,16 @@ def _check_nodes_and_clocks(run) -> None:
 #: call (SSGD's Allreduce, ASGD's RMA windows, D-PSGD's neighbourhood collectives,
 #: OD-SGD's Iallreduce across steps). Every strategy runs under MPICH.
 OPEN_MPI_STRATEGIES = ("asgd", "dpsgd", "odsgd", "ssgd")
+#: Those of make test (the others are marked slow: make test-all).
+FAST = {"mpich": {"asgd", "dpsgd", "odsgd", "ssgd", "diloco"}, "openmpi": {"asgd", "ssgd"}}
 
 
 def _strategy_launchers() -> list:
     """(name, python, env, transport): every strategy with MPICH, some with Open MPI."""
     mpich, ompi = launchers(with_transport=True)
     return [pytest.param(name, *launcher.values, id=f"{launcher.id}-{name}",
-                         marks=launcher.marks)
+                         marks=[*launcher.marks,
+                                *([] if name in FAST[launcher.id] else [pytest.mark.slow])])
             for launcher in (mpich, ompi) for name in sorted(ALGORITHMS)
             if launcher is mpich or name in OPEN_MPI_STRATEGIES]
 

@@ -40,7 +40,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, flags, says):
 
 
 @pytest.mark.mpi_skip
-@pytest.mark.parametrize("spec,comm", [("powersgd:2", "blocking"), ("randk:0.02", "overlap")])
+@pytest.mark.parametrize("spec,comm", [("powersgd:2", "blocking"),
+                                       pytest.param("randk:0.02", "overlap",
+                                                    marks=pytest.mark.slow)])
 def test_resume_after_a_crash_is_exact(tmp_path, spec, comm):
     """Checkpoints carry the reducer's state: the resumed run ends with the parameters and
     losses of an uninterrupted one.

@@ -38,7 +38,7 @@ def run_peer(*flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
 
 
-@pytest.mark.parametrize("spec", ["fp16", "powersgd:2"])
+@pytest.mark.parametrize("spec", [pytest.param("fp16", marks=pytest.mark.slow), "powersgd:2"])
 def test_the_peer_trains_with_pytorchs_hook(spec):
     proc = run_peer("--compress", spec, "--powersgd-start", "4")
     assert proc.returncode == 0, proc.stderr[-3000:]

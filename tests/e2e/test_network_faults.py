@@ -212,7 +212,7 @@ def _cleanup(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("python,env", launchers())
+@pytest.mark.parametrize("python,env", launchers(slow_open_mpi=True))
 def test_a_link_down_ends_the_job_naming_the_node_and_keeps_the_rows(cluster, tmp_path,
                                                                       python, env):
     proc = _start(python, env, tmp_path)
@@ -246,7 +246,7 @@ def test_a_link_down_ends_the_job_naming_the_node_and_keeps_the_rows(cluster, tm
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("python,env", launchers())
+@pytest.mark.parametrize("python,env", launchers(slow_open_mpi=True))
 def test_a_node_whose_ranks_are_killed_ends_the_job(cluster, tmp_path, python, env):
     proc = _start(python, env, tmp_path)
     try:

@@ -126,7 +126,7 @@ def serial_replicas(algorithm: str, steps: int, model: str = "mlp",
     return models
 
 
-@pytest.mark.parametrize("algorithm", ["ssgd", "localsgd"])
+@pytest.mark.parametrize("algorithm", ["ssgd", pytest.param("localsgd", marks=pytest.mark.slow)])
 def test_peer_runner_trains_and_equals_serial_recomputation(algorithm, tmp_path):
     save = str(tmp_path / "params.npy")
     result = run_peer(algorithm, save)
@@ -150,6 +150,7 @@ def test_peer_runner_trains_and_equals_serial_recomputation(algorithm, tmp_path)
 RESNET_SAMPLES = 512
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["localsgd"])
 def test_peer_runner_trains_resnet8_with_per_rank_batchnorm(algorithm, tmp_path):
     """Per-rank BatchNorm statistics under the peer, bit for bit against serial replicas.
@@ -181,6 +182,7 @@ def _rows(stdout: str) -> list[list[str]]:
             if line.strip() and not line.startswith("#")]
 
 
+@pytest.mark.slow
 def test_peers_bench_prints_rows_with_ratios():
     cmd = [sys.executable, "-m", "syncbench", "peers", "--np", "2", "--model", "mlp",
            "--dataset", "synthetic", "--synthetic-samples", "2048", "--repeats", "1",
@@ -225,6 +227,7 @@ def _within_printed_rounding(ratio, printed):
     return low <= ratio <= high
 
 
+@pytest.mark.slow
 def test_peers_speed_prints_single_process_ratios():
     cmd = [sys.executable, "-m", "syncbench", "peers", "--speed", "--model", "lenet,mlp",
            "--repeats", "1", "--steps", "3", "--batch-size", "16"]
@@ -240,6 +243,7 @@ def test_peers_speed_prints_single_process_ratios():
         assert _within_printed_rounding(ratio, row[2:5])
 
 
+@pytest.mark.slow
 def test_peers_out_dir_keeps_the_runs_and_resume_reruns_none(tmp_path):
     """--out-dir keeps both sides' run files; --resume of the same plan launches nothing
     (the files are untouched and the table is the same); another plan is refused."""

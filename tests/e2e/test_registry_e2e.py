@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_mpi
+from helpers import run_mpi, slow_unless
 from sim_helpers import needs_simgrid, simulate
 from test_registry import STRATEGIES, Throwaway, _phases_of_step
 
@@ -102,8 +102,14 @@ def _launch(np_: int, *args: str, timeout: float = 90):
     return run_mpi(np_, *args, timeout=timeout, env=_plugin_env())
 
 
+#: The strategies whose launched tests run in ``make test`` (the others' under ``make
+#: test-all``): SSGD's Allreduce, ASGD's windows, OD-SGD's Iallreduce across steps, and
+#: the strategy registered here.
+LAUNCHED_FAST = {"ssgd", "asgd", "odsgd", "throwaway"}
+
+
 @pytest.mark.mpi_skip
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", slow_unless(STRATEGIES, {"ssgd", "asgd", "throwaway"}))
 def test_a_rank_that_raises_ends_the_job(name):
     fault = f"1:{FAULT_STEP.get(name, 6)}:{FAULT_PHASE.get(name, 'compute')}"
     started = time.monotonic()
@@ -115,8 +121,8 @@ def test_a_rank_that_raises_ends_the_job(name):
 
 
 @pytest.mark.mpi_skip
-@pytest.mark.parametrize(
-    "name", [n for n in STRATEGIES if ALGORITHMS[n].traits.supports_checkpoint])
+@pytest.mark.parametrize("name", slow_unless(
+    [n for n in STRATEGIES if ALGORITHMS[n].traits.supports_checkpoint], LAUNCHED_FAST))
 def test_resume_after_a_crash(tmp_path, name):
     """A crash after a checkpoint, then ``--resume``: the budget is consumed once.
 

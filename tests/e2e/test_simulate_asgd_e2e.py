@@ -86,6 +86,7 @@ def test_simulated_push_applies_the_accumulate_rate(tmp_path):
 
 
 @needs_simgrid
+@pytest.mark.slow
 def test_16384_ranks_stay_within_the_counter_bound():
     rate = samples_per_s(simulate("--np", "16384", "--steps", "20", timeout=600))
     # 5 atomics per step, one at a time at rank 0: 8.5e6 samples/s at most (was 1.12e9)

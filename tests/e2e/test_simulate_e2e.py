@@ -179,6 +179,7 @@ def test_np_outside_the_simulated_range_is_one_line_at_once(tmp_path):
 
 
 @needs_simgrid
+@pytest.mark.slow
 def test_sweep_simulate_writes_a_scaling_series(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "syncbench", "sweep", "--simulate", "--mode", "weak", "--np",
@@ -200,6 +201,7 @@ def test_sweep_simulate_writes_a_scaling_series(tmp_path):
 
 
 @needs_simgrid
+@pytest.mark.slow
 def test_validate_prints_measured_and_predicted(tmp_path):
     from helpers import run_mpi
 

@@ -153,6 +153,7 @@ def test_job_array_writes_one_run_per_repeat(tmp_path):
     assert len(ids) == 2 and all(ids)  # each array task is its own job
 
 
+@pytest.mark.slow
 def test_strong_scaling_sweep_through_slurm(tmp_path):
     out_dir = tmp_path / "sweep"
     env = job_env(NPS="1,2", MODE="strong", OUT_DIR=str(out_dir))
@@ -313,6 +314,7 @@ def test_train_requeue_stops_on_the_warning_requeues_and_resumes(tmp_path):
     assert_resumed_once(out, job, text)
 
 
+@pytest.mark.slow
 def test_train_requeue_stops_for_good_past_max_requeues_then_a_resubmit_resumes(tmp_path):
     out = tmp_path / "run.h5"
     env = job_env(SYNCBENCH_MAX_REQUEUES="0")

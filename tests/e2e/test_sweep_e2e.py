@@ -80,6 +80,7 @@ def test_job_scripts_parse_and_document_their_variables(script):
         assert "#SBATCH --output=" in text and "SYNCBENCH_VENV" in text
 
 
+@pytest.mark.slow
 def test_mpirun_scripts_honour_np_mpiexec_and_extra_flags(tmp_path):
     env = {**os.environ, "NP": "2", "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
            "MPIEXEC_FLAGS": "-launcher fork", "OUT_DIR": str(tmp_path / "sweep"),

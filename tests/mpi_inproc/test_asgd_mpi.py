@@ -102,7 +102,7 @@ def _asgd(comm, config, data, seed, budget):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("dc", [0.0, 0.5])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_one_worker_equalsserial_momentum_sgd(layout, dc):
+def test_one_worker_equals_serial_momentum_sgd(layout, dc):
     """dedicated: a host and one worker on 2 ranks; sharded/single: COMM_SELF per rank."""
     from mpi4py import MPI
 

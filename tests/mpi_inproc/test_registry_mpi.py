@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import train_config
+from helpers import slow_unless, train_config
 from test_registry import STRATEGIES
 
 from syncbench.algorithms.registry import ALGORITHMS
@@ -115,7 +115,9 @@ def test_budget_and_run_file_round_trip(name):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("name", [n for n in STRATEGIES if ALGORITHMS[n].traits.deterministic])
+@pytest.mark.parametrize("name", slow_unless(
+    [n for n in STRATEGIES if ALGORITHMS[n].traits.deterministic],
+    {"ssgd", "odsgd", "dpsgd", "diloco", "throwaway"}))
 def test_a_fixed_seed_gives_the_same_run(name):
     from mpi4py import MPI
 

@@ -581,6 +581,7 @@ def test_benchmark_code_runs_on_emulated_kernels():
 
 
 @needs_gxx
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32], ids=["float"])
 def test_emulated_kernels_at_benchmark_size(dtype):
     """The GPU test's check (``test_kernels_at_benchmark_size_on_gpu``) on the emulator:

@@ -104,7 +104,8 @@ def _pdf_width_inches(path: Path) -> float:
     return float(box.group(1)) / 72
 
 
-@pytest.mark.parametrize("width, inches", [("one", 3.5), ("two", 7.2)])
+@pytest.mark.slow  # "one": the print-size test
+@pytest.mark.parametrize("width, inches", [("two", 7.2)])
 def test_figure_width_is_the_column_width(two_strategies, tmp_path, capsys, width, inches):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"
@@ -163,6 +164,8 @@ def test_every_figure_reads_at_print_size(flagged, tmp_path, capsys, saved_figur
                             "--per-run-plots", "--figure-width", "one", capsys=capsys)
     assert rc == 0, err
     assert len(saved_figures) == 6  # headline, convergence, phases and timeline of two runs
+    for path in out.iterdir():  # the default format, PDF, one column wide
+        assert _pdf_width_inches(path) == pytest.approx(3.5, abs=0.01), path.name
     underscore = re.compile(r"\b[a-z]+_[a-z]+\b")
     for fig in saved_figures:
         small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < 8]

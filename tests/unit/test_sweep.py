@@ -58,7 +58,7 @@ def strong(tmp_path_factory):
     return code, out_dir
 
 
-@pytest.mark.parametrize("mode", ["strong", "weak"])
+@pytest.mark.parametrize("mode", ["strong", pytest.param("weak", marks=pytest.mark.slow)])
 def test_sweep_runs_every_point_with_the_planned_batch(mode, strong, tmp_path, capsys):
     if mode == "strong":
         code, out_dir = strong
