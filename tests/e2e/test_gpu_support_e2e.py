@@ -29,10 +29,13 @@ from test_gpu_support import pinned  # noqa: F401  (fixtures)
 
 from syncbench.algorithms import device_buffers
 from syncbench.algorithms.timing import PhaseTimer
-from syncbench.kernels import compile_check
+from syncbench.analysis import schema
+from syncbench.kernels import compile_check, gpu_measure
 from syncbench.kernels.backend import (
     numpy_backend,
 )
+from syncbench.kernels.compile_check import HostEmulator
+from syncbench.kernels.cuda_launch import use_launcher
 
 
 @pytest.mark.parametrize("algorithm", ["ssgd", "odsgd", "oscars", "localsgd"])
@@ -135,3 +138,55 @@ def test_cupy_is_not_imported_by_these_helpers():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_run_files_record_the_cupy_package_and_version(monkeypatch):
+    from syncbench.bench.train import driver
+
+    monkeypatch.setattr(driver, "cupy_distribution", lambda module=None: ("cupy-cuda13x",
+                                                                          "14.2.0"))
+    stub = types.SimpleNamespace(config=train_config("--algorithm", "ssgd"), size=1,
+                                 started_utc="2026-01-01T00:00:00Z", backend=numpy_backend(),
+                                 algorithm=types.SimpleNamespace(run_attributes={}))
+    attrs = driver.Training.root_attrs(stub, ["h"], ["cpu"])
+    assert attrs["cupy_package"] == "cupy-cuda13x" and attrs["cupy_version"] == "14.2.0"
+    assert {"cupy_package", "cupy_version"} <= set(schema.ROOT_ATTRS)
+    assert {"cupy_package", *schema.GPU_ATTRS} <= set(schema.OPTIONAL_ROOT_ATTRS)
+
+
+# -- the machine context: GPUs, ranks per GPU, a shared GPU ----------------------------------
+def _infos(gpus: list[str]) -> list[dict]:
+    return [{"host_cores": 16, "host_cpus": 16, "machine": "boot-1", "gpu": g} for g in gpus]
+
+
+def test_two_ranks_on_one_gpu_are_flagged():
+    from syncbench.bench.train.driver import machine_attrs
+
+    shared = machine_attrs(["h", "h"], _infos(["pci:0000:3b:00.0"] * 2), None)
+    assert shared["gpu_count"] == 1 and shared["ranks_per_gpu"] == 2
+    assert shared["gpu_shared"] is True and shared["oversubscribed"] is False
+    apart = machine_attrs(["h", "h"], _infos(["pci:0000:3b:00.0", "pci:0000:5e:00.0"]), None)
+    assert apart["gpu_count"] == 2 and apart["ranks_per_gpu"] == 1
+    assert apart["gpu_shared"] is False
+    cpu = machine_attrs(["h", "h"], _infos(["", ""]), None)
+    assert (cpu["gpu_count"], cpu["ranks_per_gpu"], cpu["gpu_shared"]) == (0, 0, False)
+
+
+def test_bandwidth_and_gemm_tables_on_the_host_emulator():
+    with use_launcher(HostEmulator()):
+        table = gpu_measure.bandwidth(np, min_bytes=4096, launches=2, repeat=1)
+    assert table["timer"] == "perf_counter" and table["peak_gb_s"] is None
+    assert [r["kernel"] for r in table["rows"]] == [k.name for k in
+                                                    gpu_measure.BANDWIDTH_KERNELS]
+    for row in table["rows"]:
+        assert row["gb_s"] > 0
+        assert row["vs_copy"] == pytest.approx(row["gb_s"] / table["copy"]["gb_s"])
+    assert "vs copy" in gpu_measure.format_bandwidth(table)
+    small = (gpu_measure.Gemm("x.T @ dy", (16, 8), (16, 4), ta=True),
+             gpu_measure.Gemm("dy @ cols.T", (3, 20), (5, 20), tb=True))
+    rows = gpu_measure.gemm(np, small, np.float64, launches=2, repeat=1)
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == [(8, 4, 16), (3, 5, 20)]
+    assert rows[0]["cublas_tflop_s"] is None and "-" in gpu_measure.format_gemm(rows)
+    with pytest.raises(ValueError):
+        gpu_measure.Gemm("bad", (2, 3), (4, 5)).mnk()
+    assert all(g.mnk() for g in gpu_measure.GEMMS)

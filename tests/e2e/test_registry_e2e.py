@@ -30,17 +30,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from helpers import run_mpi, slow_unless
 from sim_helpers import needs_simgrid, simulate
-from test_registry import STRATEGIES, Throwaway, _phases_of_step
+from test_registry import STRATEGIES, Throwaway
 
 from syncbench.algorithms.registry import ALGORITHMS, PLUGINS_ENV
 from syncbench.analysis import schema
 from syncbench.analysis.report import report_rows
 from syncbench.analysis.runfile import read_run
+from syncbench.analysis.trace import trace_events
 
 #: Optional flags that make a strategy do its characteristic thing within a
 #: tiny budget (a strategy not named here runs with its defaults).
@@ -158,6 +160,13 @@ def test_resume_after_a_crash(tmp_path, name):
     np.testing.assert_array_equal(a.eval["accuracy"], b.eval["accuracy"])
 
 
+def _phases_of_step(run: Any, rank: int, step: int) -> list[str]:
+    """The phases ``syncbench trace`` draws for one step of one rank, in time order."""
+    events = [e for e in trace_events(run)["traceEvents"]
+              if e.get("cat") == "phase" and e["pid"] == rank and e["args"]["step"] == step]
+    return [e["name"] for e in sorted(events, key=lambda e: e["ts"])]
+
+
 @needs_simgrid
 @pytest.mark.mpi_skip
 def test_the_throwaway_strategy_is_simulated_traced_and_labelled(tmp_path):
@@ -174,4 +183,24 @@ def test_the_throwaway_strategy_is_simulated_traced_and_labelled(tmp_path):
     ran = _phases_of_step(run, 3, 0)
     assert {"comm", "delay"} <= set(ran)  # the slowed rank waits for no one, then straggles
     assert ran == [p for p in Throwaway.traits.step_order if p in ran]
+    assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]
+
+
+@pytest.mark.mpi_skip
+def test_a_run_file_carries_its_strategys_traits_to_trace_and_tables(tmp_path):
+    """Without SimGrid: the simulator's writer, given rows, writes Throwaway's traits."""
+    from syncbench.bench.simulate.timeline import StepRows
+    from syncbench.bench.simulate.writer import write_simulated_run
+
+    rows = StepRows(2)
+    for j in range(2):
+        rows.add(step=j, t_start=np.full(2, 0.5 * j), t_data=0.01, t_compute=0.1,
+                 t_comm=0.05, t_delay=np.array([0.0, 0.2]), t_update=0.01, samples=16)
+    out = tmp_path / "throwaway.h5"
+    write_simulated_run(str(out), algorithm="throwaway", world_size=2,
+                        config={"sum_gradients": True}, rows=rows.arrays(), wall_s=1.0,
+                        platform={}, workload={}, simulation={}, extra_root={})
+    run = read_run(out)
+    assert schema.strategy_traits(run.attrs) == Throwaway.traits.in_file()
+    assert _phases_of_step(run, 1, 1) == ["data", "compute", "comm", "delay", "update"]
     assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]

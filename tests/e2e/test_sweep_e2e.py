@@ -16,18 +16,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_sweep import (
-    TRAIN,
-    run_sweep,
-    strong,  # noqa: F401  (fixtures)
-)
+from test_sweep import parse, run_sweep
 
 from syncbench.analysis.runfile import read_run
+from syncbench.bench.commands import sweep as sweep_command
+from syncbench.bench.experiment.results_paths import read_results
+
+SAMPLES = 512
+TRAIN = ["--dataset", "synthetic", "--synthetic-samples", str(SAMPLES), "--epochs", "1",
+         "--eval-every", "0", "--progress", "never"]
+
+
+@pytest.fixture(scope="module")
+def strong(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("strong")
+    args, extra = parse("--mode", "strong", "--np", "1,2", "--global-batch", "64",
+                        "--out-dir", str(out_dir), "--run-timeout", "60", *TRAIN)
+    code = sweep_command.run(args, extra)
+    return code, out_dir
 
 
 def test_resume_skips_complete_files_and_reruns_broken_ones(strong, capsys):
@@ -131,3 +143,44 @@ def test_slurm_sweep_is_serial_by_default_on_one_node(tmp_path, nodes, serial):
                           env={**env, "SERIAL": "0"}, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and "by default" not in proc.stdout
     assert "%1" not in log.read_text()
+
+
+SAMPLES = 512
+
+
+@pytest.mark.parametrize("mode", ["strong", pytest.param("weak", marks=pytest.mark.slow)])
+def test_sweep_runs_every_point_with_the_planned_batch(mode, strong, tmp_path, capsys):
+    if mode == "strong":
+        code, out_dir = strong
+        manifest = read_results(out_dir / "manifest.json")
+    else:
+        out_dir = tmp_path
+        code, out, manifest = run_sweep(capsys, "--mode", "weak", "--np", "1,2",
+                                        "--batch-size", "32", "--out-dir", str(out_dir), *TRAIN)
+        # the order within a repeat is seeded and shuffled, as the runner's
+        assert re.search(r"\[[12]/2\] ssgd np=2 repeat=0 batch/rank=32: ran", out)
+        assert "| ssgd" in out and "efficiency" in out
+    assert code == 0
+    expected_batch = {1: 64, 2: 32} if mode == "strong" else {1: 32, 2: 32}
+    assert [(r["algorithm"], r["np"], r["repeat"], r["batch_size"], r["status"])
+            for r in manifest["runs"]] == [("ssgd", n, 0, expected_batch[n], "ran")
+                                           for n in (1, 2)]
+    for entry in manifest["runs"]:
+        n = entry["np"]
+        path = out_dir / f"ssgd-{mode}-np{n}-r0.h5"
+        assert entry["path"] == str(path)
+        run = read_run(path)
+        assert run.complete and run.world_size == n
+        assert run.config["batch_size"] == expected_batch[n]
+        global_batch = n * expected_batch[n]
+        assert run.attrs["scaling_mode"] == mode
+        for rank in range(n):
+            # strong: the same total work; weak: the same work per rank (budget x N)
+            steps = SAMPLES // global_batch if mode == "strong" else SAMPLES // expected_batch[n]
+            assert run.steps[rank] == steps
+            assert set(run.ranks[rank]["samples"].tolist()) == {expected_batch[n]}
+        assert run.config["epochs"] == (1.0 if mode == "strong" else 1.0 * n)
+    report = (out_dir / "report.md").read_text()
+    assert report.count("| ssgd ") >= 4
+    assert f"# {mode} scaling (run files record scaling_mode={mode})" in report
+    assert "# machine: " in report

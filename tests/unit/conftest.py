@@ -20,6 +20,7 @@ first, and the check after each test sees it already there.
 from __future__ import annotations
 
 import _posixsubprocess
+import contextlib
 import os
 import subprocess
 import sys
@@ -28,7 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from syncbench.kernels import cpu_native
+
 UNIT = Path(__file__).resolve().parent
+_MPI_BEFORE = pytest.StashKey[bool]()
 
 
 def _unit_module_on_stack() -> str | None:
@@ -72,29 +76,52 @@ class _RefusedPopen(subprocess.Popen):
                              "a test that launches one belongs in tests/e2e")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _native_kernels_loaded():
-    """The C kernels (``kernels/cpu_native``) are found in the cache, or compiled, once per
-    process, on the first model built: the lookup runs ``cc --version`` (and the compiler on
-    a cold cache). That is the package's set-up, not a test's, so it happens here, before
-    any test and its guard."""
-    from syncbench.kernels import cpu_native
-
-    cpu_native.library()
+_REFUSED = [(subprocess, "Popen", _RefusedPopen),
+            # and under it, for a module that imported Popen by name
+            (_posixsubprocess, "fork_exec", _refuse("_posixsubprocess.fork_exec"))]
+_REFUSED += [(os, name, _refuse(f"os.{name}"))
+             for name in ("system", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv",
+                          "execve", "execvp", "execvpe") if hasattr(os, name)]
 
 
-@pytest.fixture(autouse=True)
-def _no_process_no_mpi(request, monkeypatch):
-    """Fails the test at any process launch, and after it if it loaded ``mpi4py.MPI``."""
-    monkeypatch.setattr(subprocess, "Popen", _RefusedPopen)
-    # and under it, for a module that imported Popen by name before the test
-    monkeypatch.setattr(_posixsubprocess, "fork_exec", _refuse("_posixsubprocess.fork_exec"))
-    for name in ("system", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv",
-                 "execve", "execvp", "execvpe"):
-        if hasattr(os, name):
-            monkeypatch.setattr(os, name, _refuse(f"os.{name}"))
-    loaded_before = "mpi4py.MPI" in sys.modules
-    yield
-    if not loaded_before and "mpi4py.MPI" in sys.modules:
-        pytest.fail(f"{request.node.nodeid} loaded mpi4py.MPI (which starts MPI): an "
-                    "in-process MPI test belongs in tests/mpi_inproc", pytrace=False)
+@contextlib.contextmanager
+def _no_launch():
+    saved = [(module, name, getattr(module, name)) for module, name, _ in _REFUSED]
+    for module, name, refused in _REFUSED:
+        setattr(module, name, refused)
+    try:
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+# The C kernels (kernels/cpu_native) are found in the cache, or compiled, once per process,
+# on the first model built: the lookup runs ``cc --version`` (and the compiler on a cold
+# cache). That is the package's set-up, not a test's, so it happens here, before the guard.
+cpu_native.library()
+
+
+# Every phase of a unit test is guarded: its set-up too, where a module- or session-scoped
+# fixture it asks for first is built.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_MPI_BEFORE] = "mpi4py.MPI" in sys.modules
+    with _no_launch():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _no_launch():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    with _no_launch():
+        result = yield
+    if not item.stash.get(_MPI_BEFORE, True) and "mpi4py.MPI" in sys.modules:
+        pytest.fail(f"{item.nodeid} loaded mpi4py.MPI (which starts MPI): an in-process MPI "
+                    "test belongs in tests/mpi_inproc", pytrace=False)
+    return result

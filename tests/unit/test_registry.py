@@ -42,9 +42,6 @@ from syncbench.algorithms.registry import ALGORITHMS, register
 from syncbench.algorithms.ssgd import SSGD
 from syncbench.algorithms.traits import StrategyTraits
 from syncbench.analysis import schema
-from syncbench.analysis.report import report_rows
-from syncbench.analysis.runfile import read_run
-from syncbench.analysis.trace import trace_events
 
 
 class Float16Rounded(GradientReducer):
@@ -169,30 +166,3 @@ def test_options_validate_on_construction_and_flags_name_one_option():
 
 
 # -- serial: each test launches its own job -----------------------------------------
-
-
-def _phases_of_step(run: Any, rank: int, step: int) -> list[str]:
-    """The phases ``syncbench trace`` draws for one step of one rank, in time order."""
-    events = [e for e in trace_events(run)["traceEvents"]
-              if e.get("cat") == "phase" and e["pid"] == rank and e["args"]["step"] == step]
-    return [e["name"] for e in sorted(events, key=lambda e: e["ts"])]
-
-
-@pytest.mark.mpi_skip
-def test_a_run_file_carries_its_strategys_traits_to_trace_and_tables(tmp_path):
-    """Without SimGrid: the simulator's writer, given rows, writes Throwaway's traits."""
-    from syncbench.bench.simulate.timeline import StepRows
-    from syncbench.bench.simulate.writer import write_simulated_run
-
-    rows = StepRows(2)
-    for j in range(2):
-        rows.add(step=j, t_start=np.full(2, 0.5 * j), t_data=0.01, t_compute=0.1,
-                 t_comm=0.05, t_delay=np.array([0.0, 0.2]), t_update=0.01, samples=16)
-    out = tmp_path / "throwaway.h5"
-    write_simulated_run(str(out), algorithm="throwaway", world_size=2,
-                        config={"sum_gradients": True}, rows=rows.arrays(), wall_s=1.0,
-                        platform={}, workload={}, simulation={}, extra_root={})
-    run = read_run(out)
-    assert schema.strategy_traits(run.attrs) == Throwaway.traits.in_file()
-    assert _phases_of_step(run, 1, 1) == ["data", "compute", "comm", "delay", "update"]
-    assert [row["algorithm"] for row in report_rows([str(out)])] == ["throwaway+sum"]
