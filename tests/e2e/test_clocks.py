@@ -123,6 +123,7 @@ def test_rows_of_shifted_ranks_line_up_on_one_clock(shifted_run):
 
 
 @needs_time_namespaces
+@pytest.mark.slow
 def test_interference_is_the_same_with_shifted_clocks(tmp_path):
     """A delay interval of the straggler only finds the other rank's compute on one clock."""
     ratios = {}

@@ -109,6 +109,7 @@ def test_steps_are_independent_and_at_most_eight_files_come_back(tmp_path, monke
 
 
 @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="the tests do not run in a venv")
+@pytest.mark.slow
 def test_setup_builds_a_venv_over_this_one_without_an_index(tmp_path):
     """This test environment stands in for the GPU machine's Python (itself a venv, as
     there): the check's venv sees its packages through the path file, mpi4py's library

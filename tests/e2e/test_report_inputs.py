@@ -114,6 +114,7 @@ def test_compare_pairs_runs_by_what_they_record_not_by_name(made, tmp_path):
     assert len(warnings) == 1 and "warning: A (" in warnings[0] and "ssgd" in warnings[0]
 
 
+@pytest.mark.slow
 def test_runs_of_other_work_are_not_compared_and_fail_on_change_says_so(made):
     proc = syncbench("report", "--compare", str(made / "demo" / "ssgd-hom-r0.h5"),
                      str(made / "batch"))
@@ -220,6 +221,7 @@ def test_output_writes_any_format(made, tmp_path, fmt):
 # ---------------------------------------------------------------- --plots
 
 
+@pytest.mark.slow
 def test_plots_into_a_file_or_a_read_only_folder_is_one_line(made, tmp_path):
     run = str(made / "demo" / "ssgd-hom-r0.h5")
     mine = tmp_path / "mine.toml"

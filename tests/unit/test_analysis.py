@@ -691,6 +691,7 @@ def test_report_md_context_sync_first_and_flags(tmp_path, capsys):
     assert data[0]["machine"].startswith("machine: 2 cores (2 CPUs), 1 rank on 1 host")
 
 
+@pytest.mark.slow
 def test_plots_skip_scaling_without_two_world_sizes_and_flat_local_steps(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     paths = [write_file(tmp_path / f"n4-{a}.h5", algorithm=a, world_size=4, wall=1.0,

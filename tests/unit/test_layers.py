@@ -199,7 +199,8 @@ def test_two_by_two_pooling_routes_ties_and_nans_like_argmax():
 
 
 @pytest.mark.parametrize("model_name,bound_kib", [
-    ("lenet", 1024), ("resnet8", 1024), ("mlp:1024,1024", 200)])
+    ("lenet", 1024), pytest.param("resnet8", 1024, marks=pytest.mark.slow),
+    ("mlp:1024,1024", 200)])
 def test_a_steady_training_step_allocates_no_activation_sized_array(model_name, bound_kib):
     """After warm-up, a CPU training step reuses its work and output arrays (Layer.scratch,
     Layer.recycled): its peak of new memory stays under ``bound_kib``, less than one

@@ -70,6 +70,7 @@ def test_report_writes_the_summary_figures_in_each_format(two_strategies, tmp_pa
     assert "wrote 2 plots" in err
 
 
+@pytest.mark.slow
 def test_dpi_sets_the_png_size(two_strategies, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     sizes = {}
@@ -84,6 +85,7 @@ def test_dpi_sets_the_png_size(two_strategies, tmp_path, capsys):
     assert abs(w100 - 720) <= 1  # two columns, 7.2 inches, at 100 dpi
 
 
+@pytest.mark.slow
 def test_the_default_format_is_vector_and_png_is_300_dpi(two_strategies, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"
@@ -254,6 +256,7 @@ def test_flagged_and_unreached_bars_are_marked(flagged):
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_per_run_plots_only_when_asked(two_strategies, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"
