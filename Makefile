@@ -2,7 +2,8 @@
 #   make demo   - venv (syncbench with the MPICH wheel and matplotlib: [mpich,plot]) +
 #                 Fashion-MNIST, then the four-algorithm comparison
 #                 (syncbench run demo: run files in runs/demo, plots in runs/plots)
-#   make test-fast - the unit tier (tests/unit: no process launched, no MPI)
+#   make test-fast - the unit tier (tests/unit: no process launched, no MPI), without the
+#                 tests marked slow (SLOW=1: with them)
 #   make test   - venv + what the tests need ([test,cuda-build,peers]: pytest, ruff, NVRTC,
 #                 PyTorch for the CPU), then every tier: lint, the CUDA compile check, unit
 #                 and end-to-end (tests/unit, tests/e2e), in-process MPI (tests/mpi_inproc:
@@ -108,7 +109,8 @@ sim: venv
 #                      4 here). Not "tests/mpi": pytest-mpi finds its mark among a test's
 #                      keywords, which hold the names of the folders above it.
 test-fast: venv-test pycache
-	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=30 -m '$(FAST)not alone' tests/unit
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=30 -m '$(FAST)not alone' \
+	  tests/unit
 
 # SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
 # The serial tiers (unit, end-to-end) run on two workers (pytest-xdist): the machine's two

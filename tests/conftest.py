@@ -6,7 +6,7 @@ The tiers, by what a test needs (``make test`` runs them in this order):
 
 - ``tests/unit``: computes in the pytest process; no process launched, ``mpi4py.MPI``
   never loaded (``tests/unit/conftest.py`` fails a test that does).
-  ``python -m pytest -n 2 tests/unit`` (``make test-fast``, under a minute).
+  ``python -m pytest -n 2 -m 'not slow' tests/unit`` (``make test-fast``).
 - ``tests/e2e``: launches ``mpiexec``, ``syncbench`` commands, Slurm jobs or the emulated
   cluster, or starts MPI in the pytest process.
   ``python -m pytest -n 2 -m 'not slurm and not cluster and not alone' tests/e2e``

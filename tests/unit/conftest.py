@@ -3,7 +3,7 @@
 That is what makes the tier fast and runnable anywhere (no MPI library, no launcher, no
 second core): a unit test computes in the pytest process and asserts on the result.
 
-    python -m pytest -n 2 tests/unit          (make test-fast)
+    python -m pytest -n 2 -m 'not slow' tests/unit          (make test-fast)
 
 - A launch (``subprocess.Popen`` and so ``subprocess.run``, ``os.system``, ``os.fork``,
   ``os.posix_spawn``: ``mpiexec``, a ``syncbench`` command, a compiler) fails the test at
