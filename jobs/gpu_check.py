@@ -449,8 +449,9 @@ class StepSkipped(RuntimeError):
 
 def step_gpu_tests(check: Check, step: Step) -> None:
     done = check.run(step, [check.py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                            "gpu", "tests/test_gpu.py", "tests/test_cuda_kernels.py",
-                            "tests/test_gpu_support.py"], step.limit, "pytest -m gpu")
+                            "gpu", "tests/unit/test_gpu.py", "tests/mpi_inproc/test_gpu_mpi.py",
+                            "tests/unit/test_cuda_kernels.py",
+                            "tests/unit/test_gpu_support.py"], step.limit, "pytest -m gpu")
     step.detail = pytest_summary(done["output"])
     if done["rc"] != 0:
         raise StepFailed(step.detail or "pytest failed")
@@ -458,7 +459,7 @@ def step_gpu_tests(check: Check, step: Step) -> None:
 
 def step_mpi_tests(check: Check, step: Step) -> None:
     done = check.run(step, check.mpi(2, check.py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                     "--only-mpi", "tests/test_gpu.py"),
+                                     "--only-mpi", "tests/mpi_inproc/test_gpu_mpi.py"),
                      step.limit, "2-rank pytest")
     step.detail = pytest_summary(done["output"])
     if done["rc"] != 0:
@@ -605,7 +606,7 @@ def plan(with_bodies: bool = True) -> list[Step]:
              "-arch=sm_90 when nvcc is there", step_compile),
         Step("gpu-tests", 45, True, "pytest -m gpu: kernels vs NumPy, models GPU vs CPU, "
              "the backend on the GPU", step_gpu_tests),
-        Step("mpi-tests", 30, False, "2 ranks: pytest --only-mpi tests/test_gpu.py "
+        Step("mpi-tests", 30, False, "2 ranks: pytest --only-mpi tests/mpi_inproc/test_gpu_mpi.py "
              "(device buffers; on the GPU, SSGD == serial large-batch SGD)", step_mpi_tests),
         Step("kernels", 45, True, "gpu_measure: kernel GB/s on 1 GiB arrays from CUDA events "
              "beside a device-to-device copy (ratio) and the reported peak, GEMM vs cuBLAS; "

@@ -30,7 +30,7 @@ Where no compiler works, or ``SYNCBENCH_CPU_KERNELS=numpy`` is set (an A/B
 of the two paths, the equivalence tests), :func:`library` returns ``None``
 and the layers use the NumPy path; :func:`status` says which and why (the
 ``speed`` header prints it). The NumPy path stays the reference: every
-compiled kernel is tested against it (tests/test_cpu_native.py).
+compiled kernel is tested against it (tests/unit/test_cpu_native.py).
 """
 
 from __future__ import annotations

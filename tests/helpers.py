@@ -1,4 +1,5 @@
-"""Helpers for tests: configs with the CLI's defaults, serial re-computations."""
+"""Helpers for tests: configs with the CLI's defaults, launching ``mpiexec``, reading ranks'
+processes, a tmpfs (the serial reference computations are in ``tests/oracles.py``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from syncbench.bench.cli import build_parser
-from syncbench.bench.train.stream import BatchStream
 
 VENV_BIN = Path(sys.executable).parent
 MPIEXEC = os.environ.get("MPIEXEC", str(VENV_BIN / "mpiexec"))
@@ -44,23 +42,6 @@ def train_config(*flags: str, **overrides):
     from syncbench.bench.train.config import TrainConfig  # lazy: imports mpi4py.MPI
 
     return TrainConfig.from_args(train_args(*flags, **overrides))
-
-
-def rank_streams(x, y, world_size: int, batch_size: int, seed: int, dtype=np.float64):
-    """Every rank's batch stream, rebuilt in one process."""
-    return [BatchStream(x, y, r, world_size, batch_size, seed, dtype=dtype)
-            for r in range(world_size)]
-
-
-def train_global_batch(model, optimizer, streams, steps: int):
-    """One process, ``steps`` steps on the concatenation of every rank's batch (the serial
-    re-computation of SSGD); returns ``model``."""
-    for _ in range(steps):
-        parts = [s.next() for s in streams]
-        model.loss_and_grad(np.concatenate([p[0] for p in parts]),
-                            np.concatenate([p[1] for p in parts]))
-        optimizer.step(model.params, model.grads)
-    return model
 
 
 def run_mpi(np_: int, *args: str, timeout: float = 120, env: dict | None = None):

@@ -6,7 +6,7 @@ number of classes can be generated. Each class has a smooth prototype image
 with up to 40% of another class's, scaled by a random contrast,
 plus Gaussian pixel noise, clipped to ``[0, 1]``: well above chance for a
 linear model but not perfectly separable, so training curves mean something
-(``tests/test_data.py::test_synthetic_is_learnable`` checks both). Images
+(``tests/unit/test_data.py::test_synthetic_is_learnable`` checks both). Images
 are float32 ``(n, C, H, W)``, labels int64, as the file datasets load.
 """
 

@@ -21,7 +21,7 @@ measured: docs/RESULTS.md, "MPICH's allreduce switch"). The ring is selectable,
 as with ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring``. For N not a power of two
 both fold the first 2r ranks in pairs (r = N - pof2) before and unfold them
 after, as MPICH does. MPI_Iallreduce has its own entry in the same tree
-(:func:`choose_iallreduce`); ``tests/test_simulate_network.py`` checks every
+(:func:`choose_iallreduce`); ``tests/unit/test_simulate_network.py`` checks every
 choice made here against the trees compiled into the installed ``libmpi.so``.
 With several ranks on each of several nodes a blocking allreduce is node-aware,
 as ch4 composes it (:func:`node_aware_phases`): a reduce inside each node, the

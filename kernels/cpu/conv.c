@@ -15,7 +15,7 @@
  * ones), so the file is plain GNU C; kernels/cpu_native.py builds it with -O3
  * -march=native for the core it runs on. Sums run in a fixed order (channel, row,
  * column of the window) per output element, which differs from BLAS's order: float32
- * results match the NumPy path to rounding (tests/test_cpu_native.py).
+ * results match the NumPy path to rounding (tests/unit/test_cpu_native.py).
  *
  * Every function takes N a multiple of 16 and contiguous float32 arrays; the Python
  * side (kernels/cpu_native.py) checks both and falls back to the NumPy path otherwise.
@@ -54,7 +54,7 @@ static inline v16 splat(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x,
 static inline v16 held(v16 v) { __asm__("" : "+v"(v)); return v; }
 #else
 /* Without AVX-512 a 64-byte vector is two registers, which no asm operand can name: the
- * compiler's own choice stands (tests/test_cpu_native.py holds on AVX2 cores too). */
+ * compiler's own choice stands (tests/unit/test_cpu_native.py holds on AVX2 cores too). */
 static inline v16 held(v16 v) { return v; }
 #endif
 

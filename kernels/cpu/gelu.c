@@ -7,7 +7,7 @@
  * a degree-13 odd numerator over a degree-6 even denominator on [-7.9053, 7.9053];
  * exactly +-1 beyond, so that GELU's slope there is exactly 1 or 0), plain arithmetic that the compiler vectorizes where libm's tanhf would
  * not be; its error is a few float32 ulps, so the results equal the reference within
- * the tolerance that tests/test_cpu_transformer.py states, not to the bit.
+ * the tolerance that tests/unit/test_cpu_transformer.py states, not to the bit.
  *
  * Forward: t = tanh(c (x + a x^3)), y = 0.5 x (1 + t); t is kept for the backward.
  * Backward: dx = dy (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)).

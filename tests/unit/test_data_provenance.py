@@ -1,0 +1,110 @@
+"""What data a run read: the run file's record of it (``schema.DATA_ATTRS``), ``data info``
+and the report's "Data read" section.
+
+A tiny MNIST-layout folder (IDX files, one of them gzipped) stands for a dataset, so
+the two-rank run takes seconds.
+
+Split off this module: ``tests/e2e/test_data_provenance_e2e.py`` (its tests that launch a
+process or start MPI).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from syncbench.analysis import schema
+from syncbench.analysis.data_record import data_lines, data_record
+from syncbench.bench.data import catalog
+from syncbench.bench.data.provenance import arrays_sha256, data_attrs
+
+#: The files of an MNIST-layout dataset, in the catalog's order, and their sample counts.
+FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+         "t10k-labels-idx1-ubyte")
+SIZES = {"train": 64, "t10k": 16}
+
+
+def _idx(array: np.ndarray) -> bytes:
+    """An IDX file's bytes: magic (unsigned bytes, ndim), big-endian dimensions, data."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
+        int(d).to_bytes(4, "big") for d in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def make_mnist(folder: Path, seed: int = 0) -> list[Path]:
+    """Write a small MNIST-layout dataset into ``folder``; its files in catalog order
+    (the test labels gzipped: a file is hashed as stored)."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for base in FILES:
+        n = SIZES[base.split("-")[0]]
+        array = (rng.integers(0, 256, size=(n, 28, 28)) if "images" in base
+                 else rng.integers(0, 10, size=n))
+        data = _idx(array)
+        path = folder / base
+        if base.startswith("t10k-labels"):
+            path = folder / (base + ".gz")
+            data = gzip.compress(data)
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(autouse=True)
+def _only_explicit_data(tmp_path, monkeypatch):
+    """No $SYNCBENCH_DATA and an empty system folder: only the test's own data is found."""
+    monkeypatch.delenv("SYNCBENCH_DATA", raising=False)
+    monkeypatch.setattr(catalog, "SYSTEM_DATA_ROOT", tmp_path / "no-system-data")
+
+
+def test_a_file_dataset_is_recorded_by_folder_and_the_hash_of_the_files_read(tmp_path):
+    paths = make_mnist(tmp_path / "real" / "mnist")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    ds = catalog.load_dataset("mnist", tmp_path / "link")
+    assert ds.files == tuple(str(tmp_path / "link" / "mnist" / p.name) for p in paths)
+    attrs = data_attrs(ds)
+    assert attrs[schema.DATA_SOURCE_ATTR] == str((tmp_path / "real" / "mnist").resolve())
+    whole = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()
+    assert attrs[schema.DATA_SHA256_ATTR] == whole
+    files = json.loads(attrs[schema.DATA_FILES_ATTR])
+    assert [f["name"] for f in files] == [p.name for p in paths]
+    assert [f["bytes"] for f in files] == [p.stat().st_size for p in paths]
+    assert [f["sha256"] for f in files] == [hashlib.sha256(p.read_bytes()).hexdigest()
+                                            for p in paths]
+    assert schema.DATA_GENERATOR_ATTR not in attrs
+    # another copy with other contents: another hash
+    make_mnist(tmp_path / "other", seed=1)
+    other = data_attrs(catalog.load_dataset("mnist", tmp_path / "other"))
+    assert other[schema.DATA_SHA256_ATTR] != whole
+
+
+def test_generated_data_is_recorded_by_its_arguments_and_the_hash_of_its_arrays():
+    ds = catalog.load_dataset("synthetic", synthetic_train=256, synthetic_test=64, seed=3)
+    attrs = data_attrs(ds)
+    assert attrs[schema.DATA_SOURCE_ATTR] == "generated"
+    generator = json.loads(attrs[schema.DATA_GENERATOR_ATTR])
+    assert generator == {"generator": "syncbench-synthetic/1", "train": 256, "test": 64,
+                         "shape": [1, 28, 28], "classes": 10, "seed": 3}
+    digest = hashlib.sha256()
+    for array in (ds.train_x, ds.train_y, ds.test_x, ds.test_y):
+        digest.update(array.tobytes())
+    assert attrs[schema.DATA_SHA256_ATTR] == digest.hexdigest() == arrays_sha256(ds)
+    again = catalog.load_dataset("synthetic", synthetic_train=256, synthetic_test=64, seed=3)
+    assert data_attrs(again) == attrs
+    other = catalog.load_dataset("synthetic", synthetic_train=256, synthetic_test=64, seed=4)
+    assert data_attrs(other)[schema.DATA_SHA256_ATTR] != attrs[schema.DATA_SHA256_ATTR]
+
+
+def test_a_file_without_the_record_reads_as_not_recorded():
+    """Older run files (and simulations) have no data attributes: readers default them."""
+    record = data_record({"dataset": "fashion-mnist"})
+    assert record == {"dataset": "fashion-mnist", "source": None, "sha256": None,
+                      "files": [], "generator": {}}
+    assert data_lines([{"dataset": "fashion-mnist"}] * 2) == [
+        "fashion-mnist: not recorded (run file written before data provenance) (2 runs)"]

@@ -1,0 +1,118 @@
+"""Simulated ASGD traffic (``bench/simulate/asgd.py``): the code's epochs, counter and accumulates.
+
+The traffic of ``algorithms/asgd.py``: one RMA epoch per owner in every pull
+and push, four round trips and five atomics per step on rank 0's counter
+(served one at a time), the owners' accumulate rate, and the staleness
+bounds as the code reads them. The pure parts run without SimGrid; the
+command-line tests skip without it (unless ``SYNCBENCH_REQUIRE_SIMGRID``).
+
+Split off this module: ``tests/e2e/test_simulate_asgd_e2e.py`` (its tests that launch a
+process or start MPI).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from syncbench.bench.simulate.asgd import (
+    COUNTER_ATOMICS,
+    RmaCosts,
+    access_seconds,
+    accumulate_seconds,
+    calibrate_rma,
+    counter_bound,
+    counter_timeline,
+    epochs_per_access,
+)
+
+# -- one epoch per owner ---------------------------------------------------------------------
+
+def test_a_pull_is_one_epoch_per_owner_and_their_overheads_add_up():
+    # the code's shard_layout: N owners when sharded, rank 0 alone otherwise
+    assert epochs_per_access(235146, 16384, "sharded") == 16384
+    assert epochs_per_access(235146, 16384, "single") == 1
+    nocheck = RmaCosts(epoch_s=2e-6)
+    one_way, bw = 4e-6, 80e-6
+    # tiny model, many owners: the origin's serial per-owner work decides
+    grow = access_seconds(1024, one_way, bw, nocheck) - access_seconds(256, one_way, bw, nocheck)
+    assert grow == pytest.approx(768 * 2e-6)
+    # without MPI_MODE_NOCHECK every owner's Lock and Unlock is a round trip of its own
+    none = RmaCosts(epoch_s=2e-6, nocheck=False)
+    grow = access_seconds(1024, one_way, bw, none) - access_seconds(256, one_way, bw, none)
+    assert grow == pytest.approx(768 * (2e-6 + 2 * 2 * one_way))
+    # few owners, large model: the bytes' time, plus the reply's latency
+    assert access_seconds(2, one_way, 0.5, nocheck) == pytest.approx(0.5 + one_way)
+
+
+# -- the counter at rank 0 -------------------------------------------------------------------
+
+def test_the_counter_serialises_every_step_at_rank_0():
+    # Free workers and windows: rank 0's queue alone sets the pace.
+    workers, total, service = 64, 640, 1e-6
+    run = counter_timeline(list(range(workers)), total, 0.0, 0.0, lambda k, j: (0, 0, 0, 0),
+                           [0.0] * workers, RmaCosts(epoch_s=0.0, service_s=service))
+    assert len(run.step) == total and run.version == total and run.started == total
+    assert run.claims == total + workers  # a first ticket each, then one per push
+    # W first claims, then 5 atomics per step, back to back
+    assert run.wall_s == pytest.approx((workers + COUNTER_ATOMICS * total) * service)
+    assert total / run.wall_s <= counter_bound(service) == pytest.approx(1 / (5 * service))
+    assert run.busy_s == pytest.approx(run.wall_s)
+    # Four round trips per step: with latency and no queue they add up per worker.
+    one = counter_timeline([0, 1], 4, 0.0, 0.0, lambda k, j: (0, 0, 0, 0), [0.0, 1e-3],
+                           RmaCosts(epoch_s=0.0, service_s=0.0))
+    steps_of_1 = int((one.worker == 1).sum())
+    assert one.cols["t_comm"][one.worker == 1] == pytest.approx([4 * 2e-3] * steps_of_1)
+
+
+# -- the owners' accumulate rate -------------------------------------------------------------
+
+def test_the_accumulate_rate_bounds_the_push():
+    # alone: each of E owners reduces P/E bytes
+    assert accumulate_seconds(1e6, 4, 1, 1e9, think_s=1.0) == pytest.approx(1e6 / 4e9)
+    # saturated owners: W pushes per cycle share them (closed loop: W b - the rest)
+    assert accumulate_seconds(1e6, 1, 100, 1e9, think_s=0.01) == pytest.approx(0.1 - 0.01)
+    costs = RmaCosts(epoch_s=0.0)
+    assert access_seconds(1, 1e-6, 1e-4, costs, reduce_s=0.05) == pytest.approx(0.05 + 2e-6)
+
+
+def test_calibrate_rma_fits_the_rate_of_comm_results(tmp_path):
+    from syncbench.bench.micro.comm import write_results
+
+    sizes = [4 << i for i in range(21)]
+    rows = [{"size": s, "avg_us": (10e-6 + s / 2e9) * 1e6, "p50_us": (10e-6 + s / 2e9) * 1e6}
+            for s in sizes]
+    path = str(tmp_path / "acc.h5")
+    write_results(path, {"op": "rma-accumulate", "world_size": 2}, rows, [])
+    rate, details = calibrate_rma(path)
+    assert rate == pytest.approx(2e9, rel=0.01)
+    assert details["latency_s"] == pytest.approx(10e-6, rel=0.05)
+    write_results(path, {"op": "allreduce", "world_size": 2}, rows, [])
+    with pytest.raises(ValueError, match="rma-accumulate"):
+        calibrate_rma(path)
+
+
+# -- staleness as the code counts it -----------------------------------------------------------
+
+def test_staleness_min_counts_started_pushes_not_landed_ones():
+    # Two workers, no latency or service; pull and push take 1 s, worker 0 computes
+    # 1 s and worker 1 2.5 s; 4 pushes. By hand (times of rank 0's service):
+    #   w0 step 0: pull 0-1 (v_pre 0, s_post 0), started++ at 2, version 0 -> 1 at 3
+    #   w1 step 0: pull 0-1 (v_pre 0, s_post 0), started++ at 3.5, version 1 -> 2 at 4.5
+    #   w0 step 1: pull 3-4 (v_pre 1, s_post 2), started++ at 5, version 2 -> 3 at 6
+    #   w1 step 1: pull 4.5-5.5 (v_pre 2, s_post 3), started++ at 8, version 3 -> 4 at 9
+    # w0's step 1: w1's push landed at 4.5, after w0's pull ended (4), but it had
+    # started (3.5) before: it may be in w0's weights, so the lower bound is 0 (counting
+    # landed pushes gave 1). Likewise w0's push landing at 6 for w1's step 1.
+    compute = {0: 1.0, 1: 2.5}
+    run = counter_timeline([0, 1], 4, 1.0, 1.0, lambda k, j: (0.0, compute[k], 0.0, 0.0),
+                           [0.0, 0.0], RmaCosts(epoch_s=0.0, service_s=0.0))
+    got = sorted(zip(run.worker.tolist(), run.step.tolist(), run.cols["t_start"].tolist(),
+                     run.cols["staleness"].tolist(), run.cols["staleness_min"].tolist()))
+    assert got == [(0, 0, 0.0, 0, 0), (0, 1, 3.0, 1, 0), (1, 0, 0.0, 1, 1), (1, 1, 4.5, 1, 0)]
+    assert run.wall_s == pytest.approx(9.0)
+    assert np.all(run.cols["t_comm"] == pytest.approx(2.0))  # pull 1 + push 1, no waiting
+    assert run.started == run.version == 4
+
+
+# -- 16,384 ranks ---------------------------------------------------------------------------
