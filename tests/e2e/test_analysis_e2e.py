@@ -40,6 +40,7 @@ def real_runs(tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow
 def test_real_runs_every_plot_is_a_png(real_runs, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     plots = tmp_path / "plots"
