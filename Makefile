@@ -122,7 +122,7 @@ test-fast: venv-test pycache
 ALONE_TESTS := $(shell grep -l 'mark\.alone' tests/unit/test_*.py tests/e2e/test_*.py)
 
 test-serial: venv-test dataset sim pycache
-	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests/unit
+	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests/unit
 	SYNCBENCH_REQUIRE_SIMGRID=1 timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --durations=30 -m '$(FAST)not slurm and not cluster and not alone' tests/e2e
 	timeout $(TEST_TIMEOUT) $(PY) -m pytest -q -p no:cacheprovider -m 'alone and not slurm and not cluster' \
 	  $(ALONE_TESTS)

@@ -65,6 +65,7 @@ def test_bad_slowdown_schedule_fails_before_training():
 
 
 @needs_mpiexec
+@pytest.mark.alone  # the realised factor is a ratio of times: not beside another test worker
 @pytest.mark.parametrize(("mode", "recorded"), [(None, "work"), ("sleep", "sleep")])
 def test_driver_records_the_slowdown_mode_reference_and_realised_factor(tmp_path, mode,
                                                                         recorded):
