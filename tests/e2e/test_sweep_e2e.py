@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +43,11 @@ def strong(tmp_path_factory):
     return code, out_dir
 
 
-def test_resume_skips_complete_files_and_reruns_broken_ones(strong, capsys):
-    _, out_dir = strong
+def test_resume_skips_complete_files_and_reruns_broken_ones(strong, capsys, tmp_path):
+    # a copy: the sweep's own folder stays as it ran for the other tests of the module
+    # (a results folder resumes wherever it was moved)
+    out_dir = tmp_path / "strong"
+    shutil.copytree(strong[1], out_dir)
     np2 = out_dir / "ssgd-strong-np2-r0.h5"
     before = {p.name: p.stat().st_mtime_ns for p in out_dir.glob("*.h5")}
     np2.write_bytes(b"not an HDF5 file")  # a broken file is re-run
