@@ -1,14 +1,8 @@
-"""AdamW, the local optimizer part: against ``torch.optim.AdamW`` in float64, its state
-through a checkpoint, its choice by ``--optimizer`` and its bad input.
+"""AdamW, the local optimizer part: against ``torch.optim.AdamW`` in float64, its state: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The PyTorch comparison is skipped where PyTorch is not installed (the CPU wheel:
-``pip install torch``). Both sides run the same operations in the same order
-(``torch/optim/adam.py``, ``_single_tensor_adam``), so they agree to a few units in
-the last place; PyTorch's CPU ``lerp`` and ``addcmul`` may fuse a multiply-add, which
-the NumPy passes round separately: the bound below allows for that and nothing more.
-
-Split off ``tests/unit/test_adamw.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_adamw.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Scaling tables, plots and traces: hand-made run files and short real runs.
+"""Scaling tables, plots and traces: hand-made run files and short real runs: the tests that
+launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-Hand-made files (``bench.recorder.write_run_file``) have chosen wall times,
-samples and phase seconds, so every table value is checked against a closed
-form computed here. The real runs (2 and 4 ranks, launched with ``mpiexec`` by
-the fixture) check plots and traces end to end. Serial pytest run; every
-subprocess is bounded by a timeout.
-
-Split off ``tests/unit/test_analysis.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_analysis.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""``syncbench report --compare A B``: the U test, the sets of runs, flags and bad input.
+"""``syncbench report --compare A B``: the U test, the sets of runs, flags and bad input: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The U statistics and p-values are checked against cases computed by hand and
-against values of scipy.stats.mannwhitneyu (scipy 1.17.1, computed once and
-written here: scipy is no dependency). Two results files built from the
-golden scenario's ``results.json``, each run repeated three times with its
-figures jittered by under 1%, are compared with one label's samples/s scaled
-by 0.7 in B: exactly that label's samples/s rows are flagged; a set compared
-with itself flags nothing; the golden run files' 2 repeats are "n too small".
-Pairing by what the run files record, "n/a" for a missing target and the exit
-status when nothing pairs are checked on real runs in test_report_inputs.py.
-
-Split off ``tests/unit/test_compare.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_compare.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
-"""The CUDA kernels and their NumPy references, checked on a machine without a GPU.
+"""The CUDA kernels and their NumPy references, checked on a machine without a GPU: the tests
+that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-* every ``kernels/cuda/*.cu`` compiles with NVRTC (else ``nvcc -ptx``) for
-  float and double, and ``compile_check`` reports a broken source as a failure;
-* the NumPy references of :mod:`syncbench.kernels.ops` equal straightforward
-  formulas (loops, the update rules of ALGORITHMS.md, strided convolution
-  windows, BatchNorm's statistics and its input gradient by finite
-  differences, the shortcut's and pooling's adjoints) and the CPU layers;
-* the kernels themselves, built as C++ and run thread by thread by the host
-  emulator through the real wrappers (:mod:`syncbench.kernels.cuda_ops`) and launch code,
-  equal the references (bit for bit where the operations are the same), also
-  with a one-block grid (grid-stride loops), and at benchmark sizes with the
-  exactness rules and tolerances the GPU test applies;
-* the wrappers reject mismatched shapes before any launch; ``sgd_momentum_``
-  launches the per-element-decay kernel for an array decay (``MomentumSGD``
-  with a decay mask, bit-identical); the reductions (bias gradient,
-  BatchNorm sums, average pooling) give the same bits for any launch shape,
-  and BatchNorm's sums add in the documented chunk order;
-* NaN and bad labels: the kernels propagate NaN as the CPU layers do and
-  ``softmax_xent`` rejects labels outside ``[0, classes)``;
-* the compiled source carries the digest of ``common.cuh`` (CuPy's kernel
-  cache key);
-* the layers' GPU path (kernels + GEMMs), emulated the same way, gives the
-  CPU path's loss and gradients; the CPU path never imports CuPy.
-
-Split off ``tests/unit/test_cuda_kernels.py``: the tests that launch a process (``mpiexec``,
-a ``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_cuda_kernels.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

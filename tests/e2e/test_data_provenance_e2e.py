@@ -1,11 +1,8 @@
-"""What data a run read: the run file's record of it (``schema.DATA_ATTRS``), ``data info``
-and the report's "Data read" section.
+"""What data a run read: the run file's record of it (``schema.DATA_ATTRS``), ``data info``: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-A tiny MNIST-layout folder (IDX files, one of them gzipped) stands for a dataset, so
-the two-rank run takes seconds.
-
-Split off ``tests/unit/test_data_provenance.py``: the tests that launch a process
-(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_data_provenance.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Recorded collective events (``--events on``): the bounded log, the run file, trace, report.
+"""Recorded collective events (``--events on``): the bounded log, the run file, trace, report:
+the tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The log's bounds are serial. Under ``mpiexec -n 2`` real runs record every call
-where the communicator makes it: SSGD overlap posts one ``Iallreduce`` per bucket
-per step whose bytes add up to the gradient, in bucket order, each completing
-after its post and inside its step; blocking SSGD one ``Allreduce``; ASGD one pull
-and one push epoch; Oscars and Local SGD one reduction per round, at its last
-step; OD-SGD's reduction completes in the next step. The trace draws them at the
-recorded times and the report's table counts them. A run without the flag has no
-events, so nothing changes for it (the old outputs are compared byte for byte
-elsewhere).
-
-Split off ``tests/mpi_inproc/test_events.py``: the tests that launch a process (``mpiexec``,
-a ``syncbench`` command) or start MPI in the test's own process.
+Split off mpi_inproc/test_events.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

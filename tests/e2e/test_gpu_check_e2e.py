@@ -1,14 +1,8 @@
-"""``jobs/gpu_check.sh``: the budget first, a plan that fits it, independent steps, and
-at most 8 files back (the full log one of them), tested on the CPU.
+"""``jobs/gpu_check.sh``: the budget first, a plan that fits it, independent steps, and: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The check itself (``jobs/gpu_check.py``) is loaded from its file. Its measuring runs are
-parsed with the command line they are for (no bad flag waits for the GPU machine to be
-found), OD-SGD's run takes delayed steps, a failed or timed-out step does not stop the
-next one, and the setup builds its venv over an existing environment without a
-package index.
-
-Split off ``tests/unit/test_gpu_check.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_gpu_check.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""The GPU path's support code, tested without a GPU (and a few checks that need one).
+"""The GPU path's support code, tested without a GPU (and a few checks that need one): the tests
+that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-* CuPy 13 and 14, ``cupy-cuda12x`` and ``cupy-cuda13x``: the installed distribution and
-  its CUDA major are found from the package metadata (a fake module and fake metadata
-  here), the CUDA wheels of that major are preloaded, run files record both;
-* the machine context names the GPUs and the ranks per GPU, and flags ranks sharing one;
-* the ``update`` phase ends with the device synchronization, inside it;
-* ``compile_check`` builds sm_90 machine code (NVRTC, and nvcc whenever it is on PATH);
-* ``syncbench comm`` hands device buffers to MPI as training does: in place, through
-  the GPU backend's communicator and its pinned mirrors (NumPy arrays through the
-  same code path here);
-* ``gpu_measure``: each kernel's declared traffic is what ``cuda_bench.bytes_moved``
-  finds on its NumPy reference, the arrays are at least 1 GiB, and the tables build.
-
-Tests marked ``gpu`` need CuPy with a usable device (``jobs/gpu_check.sh`` runs them).
-
-Split off ``tests/unit/test_gpu_support.py``: the tests that launch a process (``mpiexec``,
-a ``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_gpu_support.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

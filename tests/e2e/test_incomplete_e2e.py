@@ -1,15 +1,8 @@
-"""Incomplete runs (``complete=False``): stopped by a signal, or rebuilt by ``recover``.
+"""Incomplete runs (``complete=False``): stopped by a signal, or rebuilt by ``recover``: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-Hand-made run files (``bench.recorder.write_run_file``) with chosen wall times
-and samples: ``syncbench report`` names why a run is incomplete, carries
-``stopped_by`` and ``resumes`` in its rows, and computes no speedup,
-efficiency or hidden communication from such a run, as the run or as the
-baseline, nor for a group with one. The scenario runner is driven in-process
-with a stand-in for ``mpiexec ... syncbench train`` that writes such files and
-exits as a stopped run does (128 + the signal), so no run is launched.
-
-Split off ``tests/unit/test_incomplete.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_incomplete.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

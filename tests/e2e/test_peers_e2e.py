@@ -1,26 +1,8 @@
-"""The PyTorch peers (DDP, PeriodicModelAverager) and ``syncbench peers``.
+"""The PyTorch peers (DDP, PeriodicModelAverager) and ``syncbench peers``: the tests that launch
+jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-* the peer models have our architectures (same parameter counts and shapes);
-  the BatchNorm ResNets (``resnet8``, ``resnet20``) have He et al.'s CIFAR
-  architecture: parameter counts worked out by hand, planes 28-14-7 and
-  32-16-8, the option-A shortcut, the suite's initialisation, and one
-  training step updates every parameter and the running statistics;
-* the peer runner, launched on 2 ranks under our ``mpiexec``, trains (the
-  loss falls, the accuracy is far above chance) and computes what it claims:
-  its final parameters equal a serial re-computation on the same shards and
-  batches (DDP: one model on both ranks' batches together, up to rounding;
-  with BatchNorm, two replicas each normalising its own batch and stepping
-  with the mean gradient; Local SGD: two replicas averaged every
-  ``--period`` steps and at the end, bit for bit, and with BatchNorm the
-  running statistics averaged with them: rank 0's test loss is the serial
-  replica's);
-* ``syncbench peers`` prints parseable fixed-column rows with the ratio of
-  the medians, and the SSGD communication-efficiency row.
-
-Skipped as a whole when PyTorch is not installed (``pip install 'syncbench[peers]'``).
-
-Split off ``tests/unit/test_peers.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_peers.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

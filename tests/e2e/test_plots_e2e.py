@@ -1,14 +1,8 @@
-"""The figures of ``--plots``: formats, resolution, per-run plots on request, the headline,
-and what makes them fit for a paper (vector by default, column widths, fonts of 8 pt
-or more, a caption naming the experiment, whiskers only over repeats, flagged bars).
+"""The figures of ``--plots``: formats, resolution, per-run plots on request, the headline,: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-Hand-made run files (``test_analysis.write_file``) for the report's flags; the
-runner's headline from a scenario's cells, made here with ``scenario_cells`` and
-from the recorded golden scenario (``/work/golden/scen``: its results.json and run
-files, copied, resumed with ``syncbench run --resume --plots``) when it is there.
-
-Split off ``tests/unit/test_plots.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_plots.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""Invariants every registered strategy keeps, looped over the registry.
+"""Invariants every registered strategy keeps, looped over the registry: the tests that launch
+jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-As mpi4py's ``test/arrayimpl.py`` loops its tests over every array backend,
-these loop over :data:`~syncbench.algorithms.registry.ALGORITHMS`: a new
-strategy is tested by registering it, with no edit here. :class:`Throwaway`
-below shows it: it is defined and registered in this module only, and every
-test runs on it as on the built-in strategies (in the ranks that ``mpiexec``
-starts, too: ``SYNCBENCH_STRATEGIES`` names this module there). What analysis and
-the simulator know of a strategy are its traits (``Strategy.traits``, written to the
-run file): Throwaway, composed of a reducer of its own and the core, declares its own
-step order and label variant and SSGD's simulation, and gets its trace, its table
-label and its simulation with no edit elsewhere.
-
-- in-process under ``mpiexec -n 2``/``-n 4 ... --only-mpi``: the exact sample
-  budget, the run-file schema round-trip, determinism under a fixed seed (for
-  strategies that declare ``deterministic``);
-- serial, each launching its own small job: a fault ends the job within a
-  bound, and a crash is resumed from the last checkpoint (to the same
-  parameters for deterministic strategies).
-
-Budgets are tiny (the synthetic dataset, a few steps per rank): these tests
-check bookkeeping, not training.
-
-Split off ``tests/unit/test_registry.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_registry.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

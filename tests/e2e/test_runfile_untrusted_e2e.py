@@ -1,13 +1,8 @@
-"""Run files from anyone: the reader takes nothing from outside the file.
+"""Run files from anyone: the reader takes nothing from outside the file: the tests that launch
+jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-Crafted files, built with h5py from a well-formed one, whose data would come from other
-files (external storage, a virtual dataset, an external link, a soft link through one)
-or whose shape would fill the memory, are refused with one line naming the dataset,
-both by :func:`read_run` and by ``syncbench report`` (exit 2, no traceback), and the
-other file's bytes are never printed.
-
-Split off ``tests/unit/test_runfile_untrusted.py``: the tests that launch a process
-(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_runfile_untrusted.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""The experiment runner (``syncbench run``): scenarios, plans, and one real tiny scenario.
+"""The experiment runner (``syncbench run``): scenarios, plans, and one real tiny scenario: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The end-to-end test launches real ``mpiexec -n 2 syncbench train`` runs on the
-synthetic dataset (a few seconds each) and checks the results file against a
-recomputation from the run files it names.
-
-Split off ``tests/unit/test_runner.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_runner.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Simulated ASGD traffic (``bench/simulate/asgd.py``): the code's epochs, counter and accumulates.
+"""Simulated ASGD traffic (``bench/simulate/asgd.py``): the code's epochs, counter and
+accumulates: the tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The traffic of ``algorithms/asgd.py``: one RMA epoch per owner in every pull
-and push, four round trips and five atomics per step on rank 0's counter
-(served one at a time), the owners' accumulate rate, and the staleness
-bounds as the code reads them. The pure parts run without SimGrid; the
-command-line tests skip without it (unless ``SYNCBENCH_REQUIRE_SIMGRID``).
-
-Split off ``tests/unit/test_simulate_asgd.py``: the tests that launch a process
-(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_simulate_asgd.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""``syncbench simulate``: collectives on SimGrid, strategies' timelines, the run file.
+"""``syncbench simulate``: collectives on SimGrid, strategies' timelines, the run file: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-SimGrid's engine runs once per process, so every test that simulates runs
-``python -m syncbench simulate`` (or a short script) in a subprocess. Those
-tests skip without SimGrid's Python module, except when
-``SYNCBENCH_REQUIRE_SIMGRID`` is set (``make test`` installs it and sets it):
-then they fail.
-
-Split off ``tests/unit/test_simulate.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_simulate.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

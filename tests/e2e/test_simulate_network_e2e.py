@@ -1,14 +1,8 @@
-"""The simulator's network: MPICH's choice of collective algorithms as the installed
-MPICH makes it, node-aware allreduce, SimGrid's flow model without the TCP window
-cap, platforms that SimGrid can route at every size, and what the run file says.
+"""The simulator's network: MPICH's choice of collective algorithms as the installed: the tests
+that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-SimGrid's engine runs once per process, so the tests that simulate run a short
-script in a subprocess (a crash there fails the test, not pytest). They skip
-without SimGrid's Python module, except when ``SYNCBENCH_REQUIRE_SIMGRID`` is set
-(``make test``): then they fail, as in ``tests/unit/test_simulate.py``.
-
-Split off ``tests/unit/test_simulate_network.py``: the tests that launch a process
-(``mpiexec``, a ``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_simulate_network.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

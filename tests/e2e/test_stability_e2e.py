@@ -1,14 +1,8 @@
-"""The stability bounds of analysis/stability.py, checked by iterating the recurrences.
+"""The stability bounds of analysis/stability.py, checked by iterating the recurrences: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-On ``f(w) = h/2 * w**2`` with every worker's gradient equal, each recurrence
-is iterated directly (scalar loops written from ``algorithms/odsgd.py``'s
-step order, not from the matrices) just below and just above the bound: below
-it the iterates decay, above it they blow up. The OD-SGD loop itself is
-checked against :class:`~syncbench.algorithms.odsgd.ODSGD` run on the same
-quadratic (N identical workers behind a fake communicator).
-
-Split off ``tests/unit/test_stability.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_stability.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

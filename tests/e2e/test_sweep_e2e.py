@@ -1,15 +1,8 @@
-"""``syncbench sweep``: strong and weak scaling at np 1,2 with tiny synthetic runs.
+"""``syncbench sweep``: strong and weak scaling at np 1,2 with tiny synthetic runs: the tests
+that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The sweep launches its own ``mpiexec`` per run (serial pytest run), each
-bounded by ``--run-timeout``. Invariants checked exactly against a serial
-re-computation of the plan: strong scaling keeps the global batch B (per-rank
-batch B / N, the same number of steps at every N), weak scaling keeps the
-per-rank batch b and the budget per rank (``--epochs`` times N: the same
-number of steps per rank at every N). ``syncbench run`` of the same scaling
-scenario as a file keeps the sweep's run files and prints the same table.
-
-Split off ``tests/unit/test_sweep.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_sweep.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""BLAS/OpenMP threads per rank: the node's cores over its ranks, unless the user chose.
+"""BLAS/OpenMP threads per rank: the node's cores over its ranks, unless the user chose: the
+tests that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The rule's parts on given environments, then two 2-rank ``syncbench train`` runs with
-the real launcher and library: one without any thread variable (the Makefile's and
-conftest's ``OMP_NUM_THREADS=1`` taken out, else the test would prove nothing), which
-must set the threads before NumPy loads (the loaded OpenBLAS says how many it uses),
-record them in the run file and say so in one line; one with ``OMP_NUM_THREADS=2``,
-which must be left alone and silent.
-
-Split off ``tests/unit/test_threads.py``: the tests that launch a process (``mpiexec``, a
-``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_threads.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Write errors (a full disk, a quota, a read-only folder, an I/O error): one line, a
-non-zero exit on every rank, no temporary file, the parts kept for ``syncbench recover``.
+"""Write errors (a full disk, a quota, a read-only folder, an I/O error): one line, a: the tests
+that launch jobs (mpiexec, subprocesses, Slurm, the emulated cluster).
 
-The job tests mount a small tmpfs (root only; skipped otherwise) and run real
-``mpiexec -n 2`` jobs with subprocess timeouts; the errno cases that a tmpfs
-cannot produce for root (a quota, an I/O error) are injected into ``os.write``.
-
-Split off ``tests/unit/test_write_errors.py``: the tests that launch a process (``mpiexec``,
-a ``syncbench`` command) or start MPI in the test's own process.
+Split off unit/test_write_errors.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

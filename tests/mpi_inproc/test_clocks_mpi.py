@@ -1,15 +1,8 @@
-"""One run clock across ranks whose monotonic clocks differ (``bench/mpi/clocks.py``).
+"""One run clock across ranks whose monotonic clocks differ (``bench/mpi/clocks.py``): the tests
+that run in process on every rank (pytest-mpi).
 
-- serial: the linear drift correction;
-- in-process under ``mpiexec -n 2|4 ... --only-mpi``: the ping-pong recovers an
-  offset put into each rank's clock;
-- end to end (serial pytest launching its own ``mpiexec``): two ranks started in
-  time namespaces 1000 s apart (``unshare --time --monotonic``, MPMD), so their
-  ``CLOCK_MONOTONIC`` differ as two nodes' do; needs root and a kernel with time
-  namespaces, skipped otherwise.
-
-Split off ``tests/e2e/test_clocks.py``: the in-process MPI tests (marked ``mpi``, every rank
-runs them).
+Split off e2e/test_clocks.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
-"""The GPU path: kernels against their NumPy references, models, and GPU buffers under MPI.
+"""The GPU path: kernels against their NumPy references, models, and GPU buffers under MPI: the
+tests that run in process on every rank (pytest-mpi).
 
-Tests marked ``gpu`` need CuPy with a usable CUDA device and are skipped
-otherwise (``cupy.cuda.is_available()`` False). The rest run everywhere:
-
-* ``--cuda-aware`` detection, and nonblocking collectives staged unless
-  ``--cuda-aware-nonblocking yes``;
-* :class:`~syncbench.algorithms.device_buffers.DeviceCommunicator` under real
-  MPI with NumPy arrays standing in for device memory: the staging protocol
-  (mirror, copy out, MPI on the mirror, copy back when a request completes)
-  runs unchanged, posts deferred inside ``compute`` keep their order, and
-  SSGD through it is bit-identical to the plain communicator;
-* copies to the device are complete on return (the stream is synchronized
-  after ``ndarray.set``), checked with a recording stand-in for CuPy;
-* the GPU is bound before MPI starts, from the launcher's local rank;
-  without a usable GPU ``--device gpu`` fails with the probe's reason;
-* the model's untimed warm-up step leaves the parameters alone.
-
-Run serially, then with ``mpiexec -n 2|4 python -m pytest --only-mpi tests/unit/test_gpu.py``.
-
-Split off ``tests/unit/test_gpu.py``: the in-process MPI tests (marked ``mpi``, every rank
-runs them).
+Split off unit/test_gpu.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

