@@ -165,6 +165,12 @@ OMPI_MPI_TESTS := $(if $(filter 1,$(SLOW)),$(MPI_TESTS),$(filter $(OMPI_MPI_FAST
 test-all:
 	$(MAKE) test SLOW=1
 
+# The tables of docs/RESULTS.md that the suite's own commands print, regenerated under
+# stamps into runs/results/NAME.md (tools/results.sh; NAMES=... picks some).
+.PHONY: results
+results: venv sim
+	PY=$(PY) bash tools/results.sh runs/results $(NAMES)
+
 speed: venv
 	$(BIN)/syncbench speed
 
