@@ -44,6 +44,35 @@ def train_config(*flags: str, **overrides):
     return TrainConfig.from_args(train_args(*flags, **overrides))
 
 
+def strategy_on_world(algorithm: str, steps_per_rank: int, base_flags, flags, batch: int,
+                      seed: int, model_name: str = "mlp"):
+    """(strategy, this rank's batch stream, data, config): ``algorithm`` built over
+    ``MPI.COMM_WORLD`` on the 512-sample synthetic set with ``base_flags``, then
+    ``--algorithm``, then ``flags``, for ``steps_per_rank`` steps of ``batch`` samples
+    (float64 ``model_name`` and streams seeded with ``seed``), as the in-process MPI tests
+    of the round-based strategies drive it."""
+    import numpy as np
+    from mpi4py import MPI  # lazy: the unit tier never loads MPI
+    from oracles import rank_streams
+
+    from syncbench.algorithms.base import Budget
+    from syncbench.algorithms.communicator import Communicator
+    from syncbench.algorithms.registry import get_algorithm, validate
+    from syncbench.bench.data.catalog import make_synthetic
+    from syncbench.kernels.zoo import build_model
+
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    data = make_synthetic(512, 64, (1, 28, 28), 10, seed=1)
+    config = train_config(*base_flags, "--algorithm", algorithm, *flags)
+    validate(get_algorithm(algorithm), config, size)
+    model = build_model(model_name, data.input_shape, 10, dtype=np.float64, seed=seed)
+    budget = Budget(steps_per_rank * batch * size, batch, size)
+    algo = get_algorithm(algorithm)(model, Communicator(world), config, budget)
+    stream = rank_streams(data.train_x, data.train_y, size, batch, seed)[rank]
+    return algo, stream, data, config
+
+
 def run_mpi(np_: int, *args: str, timeout: float = 120, env: dict | None = None):
     """Run ``mpiexec -n np_ <python> -m syncbench <args>``; returns CompletedProcess."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import train_config
+from helpers import strategy_on_world
 from oracles import rank_streams
 
-from syncbench.algorithms.base import Budget
-from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.local_optimizer import build_local_optimizer
-from syncbench.algorithms.registry import get_algorithm, validate
-from syncbench.bench.data.catalog import make_synthetic
+from syncbench.algorithms.registry import get_algorithm
 from syncbench.kernels.zoo import build_model
 
 BATCH, SEED = 8, 3
@@ -27,18 +24,7 @@ FLAGS = ("--lr", "0.05", "--momentum", "0.9", "--weight-decay", "1e-4", "--dtype
 
 
 def _setup(algorithm, steps_per_rank, *flags):
-    from mpi4py import MPI
-
-    world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
-    data = make_synthetic(512, 64, (1, 28, 28), 10, seed=1)
-    config = train_config(*FLAGS, "--algorithm", algorithm, *flags)
-    validate(get_algorithm(algorithm), config, size)
-    model = build_model("mlp", data.input_shape, 10, dtype=np.float64, seed=SEED)
-    budget = Budget(steps_per_rank * BATCH * size, BATCH, size)
-    algo = get_algorithm(algorithm)(model, Communicator(world), config, budget)
-    stream = rank_streams(data.train_x, data.train_y, size, BATCH, SEED)[rank]
-    return algo, stream, data, config
+    return strategy_on_world(algorithm, steps_per_rank, FLAGS, flags, BATCH, SEED)
 
 
 def _train(algo, stream):

@@ -13,15 +13,11 @@ import time
 
 import numpy as np
 import pytest
-from helpers import train_config
+from helpers import strategy_on_world
 from oracles import rank_streams
 
 from syncbench.algorithms.averagers.schedule import fit_budget, schedule
-from syncbench.algorithms.base import Budget
-from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.optimizer import MomentumSGD
-from syncbench.algorithms.registry import get_algorithm, validate
-from syncbench.bench.data.catalog import make_synthetic
 from syncbench.bench.train.slowdown import make_slowdown, parse_slowdown, parse_slowdown_schedule
 from syncbench.kernels.zoo import build_model
 
@@ -31,18 +27,7 @@ FLAGS = ("--lr", "0.1", "--momentum", "0.9", "--weight-decay", "1e-4", "--dtype"
 
 # -- helpers -------------------------------------------------------------------
 def _setup(algorithm, steps_per_rank, *flags, model_name="mlp"):
-    from mpi4py import MPI
-
-    world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
-    data = make_synthetic(512, 64, (1, 28, 28), 10, seed=1)
-    config = train_config(*FLAGS, "--algorithm", algorithm, *flags)
-    validate(get_algorithm(algorithm), config, size)
-    model = build_model(model_name, data.input_shape, 10, dtype=np.float64, seed=SEED)
-    budget = Budget(steps_per_rank * BATCH * size, BATCH, size)
-    algo = get_algorithm(algorithm)(model, Communicator(world), config, budget)
-    stream = rank_streams(data.train_x, data.train_y, size, BATCH, SEED)[rank]
-    return algo, stream, data, config
+    return strategy_on_world(algorithm, steps_per_rank, FLAGS, flags, BATCH, SEED, model_name)
 
 
 def _train(algo, stream, max_steps=10_000):
