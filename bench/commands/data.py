@@ -25,6 +25,11 @@ HELP = "dataset files: info (what is found where) or fetch (download)"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``info NAME`` and ``fetch NAME``, each a parser of its own (its own ``--help``)."""
+    # --data-dir before the action (``data --data-dir X info NAME``) is info's too: its own
+    # dest, since the action's parser sets its defaults over what came before it
+    parser.add_argument("--data-dir", dest="data_dir_before", default=None, metavar="DATA_DIR",
+                        help="for info: the folder that holds the dataset (also accepted "
+                        "after the action)")
     actions = parser.add_subparsers(dest="action", metavar="{info,fetch}", required=True,
                                     title="actions")
     fetch = actions.add_parser(
@@ -53,15 +58,30 @@ def check_dest(dest: str) -> None:
         raise DatasetError(str(exc)) from None
 
 
+def data_dir(args: argparse.Namespace) -> str | None:
+    """``--data-dir`` of ``info``, typed before or after the action (after wins, as a flag
+    typed twice); ``DatasetError`` for one typed before ``fetch``, which takes
+    ``--out-dir``."""
+    before = getattr(args, "data_dir_before", None)
+    if args.action == "fetch":
+        if before is not None:
+            raise DatasetError(f"--data-dir {before} is info's folder to look in; fetch "
+                               "writes into --out-dir DIR")
+        return None
+    after = getattr(args, "data_dir", None)
+    return after if after is not None else before
+
+
 def run(args: argparse.Namespace) -> int:
     """Body of ``syncbench data``: the action; 2 when the dataset cannot be had."""
     try:
+        folder = data_dir(args)
         if args.action == "fetch":
             check_dest(args.dest)
             for path in fetch_dataset(args.name, args.dest):
                 print(path)
         else:
-            ds = load_dataset(args.name, args.data_dir)
+            ds = load_dataset(args.name, folder)
             record = data_attrs(ds)
             print(f"{ds.name}: train {ds.train_x.shape} test {ds.test_x.shape} "
                   f"classes {ds.num_classes} from {ds.source} "

@@ -108,3 +108,20 @@ def test_a_file_without_the_record_reads_as_not_recorded():
                       "files": [], "generator": {}}
     assert data_lines([{"dataset": "fashion-mnist"}] * 2) == [
         "fashion-mnist: not recorded (run file written before data provenance) (2 runs)"]
+
+
+def test_data_info_takes_data_dir_before_or_after_the_action(tmp_path, capsys):
+    """``data --data-dir X info NAME`` is ``data info NAME --data-dir X``; a --data-dir
+    before ``fetch`` (which writes into --out-dir) is one line and exit 2."""
+    from syncbench.bench.cli import main
+
+    paths = make_mnist(tmp_path / "mnist")
+    whole = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()
+    assert main(["data", "--data-dir", str(tmp_path), "info", "mnist"]) == 0
+    before = capsys.readouterr().out
+    assert main(["data", "info", "mnist", "--data-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == before and f"sha256 {whole}" in before
+    assert main(["data", "--data-dir", str(tmp_path), "fetch", "mnist"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1
+    assert "--data-dir" in captured.err and "--out-dir" in captured.err
