@@ -163,7 +163,51 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     seen: dict = {}  # flag -> option field, over every strategy: one name, one option
     for cls in ALGORITHMS.values():
         group = parser.add_argument_group(cls.name, f"{cls.summary[:1].upper()}{cls.summary[1:]}.")
-        add_option_flags(OnOffAsSwitches(group), cls.Options, seen)  # on/off options: --x/--no-x
+        # on/off options: --x/--no-x; each records that it was typed (check_strategy_flags)
+        add_option_flags(OnOffAsSwitches(_RecordsTyped(group)), cls.Options, seen)
+
+
+#: The attribute of the parsed flags that names (by ``dest``) every strategy option typed
+#: on the command line or in a scenario, whatever its value: ``--period 4`` typed for SSGD
+#: is refused although 4 is Local SGD's default, which the parsed value alone cannot tell
+#: from no flag. It is set by the parser itself, so it names exactly the flags the parser
+#: matched (no abbreviation or ``--flag=value`` spelling to re-parse); an argparse
+#: subparser copies it to the command line's namespace with the other attributes.
+TYPED_OPTIONS = "_typed_options"
+
+#: The recording subclass of each argparse action class used by a strategy option.
+_TYPED_CLASSES: dict[type, type] = {}
+
+
+def _typed_class(base: type) -> type:
+    """``base`` (an ``argparse.Action`` class) whose call also adds its ``dest`` to the
+    namespace's :data:`TYPED_OPTIONS` (a tuple: namespaces copied later share nothing)."""
+    if base not in _TYPED_CLASSES:
+        def __call__(self: argparse.Action, parser: argparse.ArgumentParser,
+                     namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            typed = getattr(namespace, TYPED_OPTIONS, ())
+            setattr(namespace, TYPED_OPTIONS, (*typed, self.dest))
+            base.__call__(self, parser, namespace, values, option_string)
+
+        _TYPED_CLASSES[base] = type(f"Typed{base.__name__}", (base,), {"__call__": __call__})
+    return _TYPED_CLASSES[base]
+
+
+class _RecordsTyped:
+    """A stand-in for an argument group whose actions record that they were typed
+    (:data:`TYPED_OPTIONS`); the flags themselves are added unchanged."""
+
+    def __init__(self, container: argparse._ActionsContainer) -> None:
+        self._container = container
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        action = self._container.add_argument(*names, **kwargs)
+        action.__class__ = _typed_class(type(action))  # same fields, one more step
+        return action
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._container, name)
 
 
 def add_cuda_aware_argument(group: argparse._ActionsContainer, help: str) -> None:
@@ -216,23 +260,36 @@ def check_strategy_flags(args: argparse.Namespace) -> None:
     ``args`` (``ValueError``, one line naming the flag and the strategies that take it).
 
     Which strategy takes which flag is what their ``Options`` declare
-    (:func:`~syncbench.algorithms.registry.option_owners`). An option left at its
-    default is no error, whoever it belongs to: the parser sets every strategy's, and
-    a value equal to the default changes nothing.
+    (:func:`~syncbench.algorithms.registry.option_owners`). A flag typed is refused
+    whatever its value, its default included (:data:`TYPED_OPTIONS`, recorded by
+    train's parser); an option not typed is no error at its default (the parser sets
+    every strategy's), and refused at another value (flags set by hand, without the
+    parser).
     """
     cls = get_algorithm(args.algorithm)
     own = {field.name for field in dataclasses.fields(cls.Options)}
+    typed = set(getattr(args, TYPED_OPTIONS, ()))
     for key, (field, owners) in option_owners().items():
         if key in own or not hasattr(args, key):
             continue
         value = getattr(args, key)
-        if value == field.default or value is field.default:
+        if key not in typed and (value == field.default or value is field.default):
             continue
         flag = flag_name(field)
-        shown = flag if value is True else f"{flag} {value}"
+        shown = _typed_spelling(field, flag, value)
         takers = " and ".join(", ".join(owners).rsplit(", ", 1))
         raise ValueError(f"{shown} applies to --algorithm {takers} only, not to "
                          f"{cls.name}")
+
+
+def _typed_spelling(field: dataclasses.Field, flag: str, value: Any) -> str:
+    """The flag as a user types it for ``value``: ``--overlap``, ``--no-adaptive`` (an
+    on/off option), ``--period 4``."""
+    if value is True:
+        return flag
+    if sorted(field.metadata.get("choices") or ()) == ["off", "on"] and value in ("on", "off"):
+        return flag if value == "on" else f"--no-{flag[2:]}"
+    return f"{flag} {value}"
 
 
 def check_data_dir(config: Any) -> None:

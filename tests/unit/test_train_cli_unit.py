@@ -33,7 +33,15 @@ def test_strategy_flags_are_each_strategys_own(monkeypatch):
     assert owners["comm"][1][0] == "ssgd" and "localsgd" not in owners["comm"][1]
     assert owners["ps_layout"][1] == ("asgd",)
     check_strategy_flags(train_args("--algorithm", "ssgd"))  # every default: no error
-    check_strategy_flags(train_args("--algorithm", "ssgd", "--period", "4"))  # the default
+    for typed in (["--period", "4"], ["--period=4"]):  # the default, typed: refused
+        with pytest.raises(ValueError, match="^--period 4 applies to --algorithm localsgd, "
+                           "oscars and slowmo only, not to ssgd$"):
+            check_strategy_flags(train_args("--algorithm", "ssgd", *typed))
+    with pytest.raises(ValueError, match="^--adaptive applies to --algorithm oscars only"):
+        check_strategy_flags(train_args("--algorithm", "ssgd", "--adaptive"))  # on: default
+    with pytest.raises(ValueError, match="^--no-adaptive applies to --algorithm oscars only"):
+        check_strategy_flags(train_args("--algorithm", "ssgd", "--no-adaptive"))
+    check_strategy_flags(train_args("--algorithm", "localsgd", "--period", "4"))  # its own
     check_strategy_flags(train_args("--algorithm", "oscars", "--period", "2",
                                       "--momentum-sync", "average"))
     with pytest.raises(ValueError, match="--period 2 applies to --algorithm localsgd, "
@@ -80,8 +88,14 @@ def test_shipped_scenarios_plan_and_a_foreign_flag_is_refused_before_any_launch(
                        "--algorithm ssgd( and throwaway)? only, not to localsgd"):
         plan_runs(bad, 2, 1, 0, tmp_path, [], 0.5)
     demo = load_scenario("demo")
-    with pytest.raises(ScenarioError, match="--period 8 applies to --algorithm localsgd"):
-        plan_runs(demo, 2, 1, 0, tmp_path, ["--period", "8"], 0.5)
+    for value in ("8", "4"):  # 4, Local SGD's default, typed: SSGD's runs refuse it too
+        with pytest.raises(ScenarioError, match=f"--period {value} applies to --algorithm "
+                           "localsgd"):
+            plan_runs(demo, 2, 1, 0, tmp_path, ["--period", value], 0.5)
+    typed = parse_scenario({"np": 2, "flags": {"period": 4}, "run": [
+        {"label": "a", "algorithm": "ssgd"}]}, "typed", "typed")
+    with pytest.raises(ScenarioError, match="run 'a'.*--period 4 applies to"):
+        plan_runs(typed, 2, 1, 0, tmp_path, [], 0.5)
     with pytest.raises(ScenarioError, match="--data-dir /nonexistent/data does not exist"):
         plan_runs(demo, 2, 1, 0, tmp_path, ["--data-dir", "/nonexistent/data"], 0.5)
 
