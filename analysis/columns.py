@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import cells, fairness, hidden_comm
+from .data_record import data_record
 from .numbers import NAN, finite, ratio, sum_finite
 from .schema import (
     DATA_SHA256_ATTR,
@@ -317,6 +318,14 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     # --eval-model both: every rank's own weights on its test shard (/summary; NaN without)
     add(Column(FINAL_LOCAL_ACCURACY,
                lambda f: float(f.run.summary_extra.get(FINAL_LOCAL_ACCURACY, NAN))))
+    # the rest of the data's record (data_record.py), which the Markdown's "Data read"
+    # tells in words: the files read (name, bytes, sha256 each) or the generator's
+    # arguments; None where the run file records none (older files, simulations, the
+    # other kind of data) and for a group of repeats that read different data
+    add(Column("data_files", lambda f: data_record(f.run)["files"] or None,
+               merge=merge_labels))
+    add(Column("data_generator", lambda f: data_record(f.run)["generator"] or None,
+               merge=merge_labels))
     # cells of the printed tables only
     add(Column("note", report=False, cell=cells.note_cell,
                tables={"runs": "note", "scaling": "note"}))

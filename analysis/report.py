@@ -86,6 +86,26 @@ def _csv_cell(value: Any) -> Any:
     return "" if value is None else value
 
 
+def _csv_table_cell(value: Any) -> Any:
+    """One cell of the CSV table: a list of names (a group's paths) joined with ``;``, a
+    structured value (a run's data files, its data generator) as compact JSON, as the run
+    file records it; else :func:`_csv_cell`."""
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ";".join(map(str, value))
+    if isinstance(value, list | dict):
+        return json.dumps(_plain_nested(value), separators=(",", ":"), allow_nan=False)
+    return _csv_cell(value)
+
+
+def _plain_nested(value: Any) -> Any:
+    """``value`` JSON-safe at every depth (NaN as null)."""
+    if isinstance(value, list):
+        return [_plain_nested(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_nested(v) for k, v in value.items()}
+    return _plain(value)
+
+
 def _format_md(rows: list[dict[str, Any]]) -> str:
     keys = list(REPORT_KEYS)
     cells = [[_md_cell(k, row.get(k)) for k in keys] for row in rows]
@@ -402,8 +422,7 @@ def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = 
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(keys)
         for row in rows:
-            writer.writerow([";".join(map(str, v)) if isinstance(v, list) else _csv_cell(v)
-                             for v in (row.get(k) for k in keys)])
+            writer.writerow([_csv_table_cell(row.get(k)) for k in keys])
         return out.getvalue().rstrip("\n")
     if fmt == "json":
         keys = _table_keys(rows, nested=True)

@@ -10,13 +10,17 @@ process or start MPI).
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
+import io
 import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
+from test_report import write_run
 
 from syncbench.analysis import schema
 from syncbench.analysis.data_record import data_lines, data_record
@@ -125,3 +129,46 @@ def test_data_info_takes_data_dir_before_or_after_the_action(tmp_path, capsys):
     captured = capsys.readouterr()
     assert not captured.out and captured.err.count("\n") == 1
     assert "--data-dir" in captured.err and "--out-dir" in captured.err
+
+
+def test_report_json_and_csv_carry_the_whole_data_record(tmp_path, capsys):
+    """``report --format json|csv``: each run's data_source, data_sha256, data_files (name,
+    bytes, sha256 of each file read) and data_generator, as the run file records them
+    (the Markdown tells the same under "Data read"); a group of repeats over the same data
+    keeps them, a run without a record has none."""
+    from syncbench.bench.cli import main
+
+    make_mnist(tmp_path / "data" / "mnist")
+    files = data_attrs(catalog.load_dataset("mnist", tmp_path / "data"))
+    generated = data_attrs(catalog.load_dataset("synthetic", synthetic_train=256,
+                                                synthetic_test=64, seed=3))
+    paths = [tmp_path / n for n in ("files.h5", "generated.h5", "older.h5")]
+    for path, attrs in zip(paths, (files, generated, {}), strict=True):
+        write_run(path, attrs=attrs)
+    with h5py.File(paths[2], "a") as f:  # a file written before the data's record
+        for name in schema.DATA_ATTRS:
+            del f.attrs[name]
+    runs = [str(p) for p in paths]
+    assert main(["report", *runs, "--format", "json"]) == 0
+    rows = {r["path"]: r for r in json.loads(capsys.readouterr().out)}
+    assert [rows[runs[0]][k] for k in ("data_source", "data_sha256", "data_files",
+                                       "data_generator")] == [
+        files[schema.DATA_SOURCE_ATTR], files[schema.DATA_SHA256_ATTR],
+        json.loads(files[schema.DATA_FILES_ATTR]), None]
+    assert rows[runs[1]]["data_generator"] == json.loads(generated[schema.DATA_GENERATOR_ATTR])
+    assert rows[runs[1]]["data_files"] is None
+    assert [rows[runs[2]][k] for k in ("data_sha256", "data_files", "data_generator")] == [
+        None, None, None]
+    assert main(["report", *runs, "--format", "csv"]) == 0
+    table = {r["path"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert json.loads(table[runs[0]]["data_files"]) == json.loads(files[schema.DATA_FILES_ATTR])
+    assert json.loads(table[runs[1]]["data_generator"]) == json.loads(
+        generated[schema.DATA_GENERATOR_ATTR])
+    assert table[runs[0]]["data_sha256"] == files[schema.DATA_SHA256_ATTR]
+    assert table[runs[2]]["data_files"] == table[runs[2]]["data_generator"] == ""
+    # repeats of the same data, grouped: the group keeps the record
+    write_run(tmp_path / "again.h5", attrs=files)
+    assert main(["report", runs[0], str(tmp_path / "again.h5"), "--format", "json",
+                 "--by", "algorithm"]) == 0
+    (group,) = json.loads(capsys.readouterr().out)
+    assert group["data_files"] == json.loads(files[schema.DATA_FILES_ATTR])
