@@ -39,6 +39,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def parse_rank_counts(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``: the rank counts of ``--np`` (run, compare, sweep,
+    peers), positive and distinct, in the order typed; a single count is a list of one.
+    ``ValueError`` with one line that names the value otherwise."""
+    try:
+        counts = [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise ValueError(f"expected positive integers like 4 or 1,2,4, got {text!r}")
+    if len(set(counts)) != len(counts):
+        raise ValueError(f"rank counts repeat in {text!r}")
+    return counts
+
+
+def rank_counts(text: str) -> list[int]:
+    """argparse ``type`` of ``--np N,...``: :func:`parse_rank_counts`."""
+    try:
+        return parse_rank_counts(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def deprecation(prog: str, old: str, new: str) -> None:
     """One line on stderr, once per process and old spelling, from the launcher's rank 0:
     ``PROG: 'OLD' is an old spelling; use 'NEW' (docs/FLAGS.md)``."""

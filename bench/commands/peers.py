@@ -39,21 +39,14 @@ import os
 import sys
 
 from syncbench.bench.experiment.peers.pairs import run_pairs, run_speed, usage_error
-from syncbench.bench.flags import renamed
+from syncbench.bench.flags import rank_counts, renamed
 
 HELP = "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"
 
 
-def _int_list(text: str) -> list[int]:
-    values = [int(v) for v in text.split(",") if v.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4, got {text!r}")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench peers``."""
-    parser.add_argument("--np", type=_int_list, default=[2], metavar="N,...",
+    parser.add_argument("--np", type=rank_counts, default=[2], metavar="N,...",
                         help="rank counts, comma-separated (default 2)")
     renamed(parser, ("--models",), "--model", default="mlp", metavar="MODEL,...",
             help="models, comma-separated (default mlp): mlp, lenet, resnet8, resnet20")

@@ -13,7 +13,7 @@ from syncbench.bench.experiment.adhoc import SWEEP, SWEEP_SETS, sweep_scenario
 from syncbench.bench.experiment.plan import SCALING_RESERVED, check_extra
 from syncbench.bench.experiment.runner import add_run_timeout_argument, run_scaling
 from syncbench.bench.experiment.scenario import SCALING_MODES, ScenarioError, parse_scenario
-from syncbench.bench.flags import renamed
+from syncbench.bench.flags import rank_counts, renamed
 
 #: ``syncbench sweep``'s description: one for the two commands (sweep and compare).
 __doc__ = compare.__doc__
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=SCALING_MODES, default="strong",
                         help="strong: fixed global batch; weak: fixed per-rank batch "
                         "(default strong)")
-    parser.add_argument("--np", default="1,2,4",
+    parser.add_argument("--np", type=rank_counts, default="1,2,4", metavar="N,...",
                         help="comma-separated task counts (default 1,2,4)")
     parser.add_argument("--algorithms", default="ssgd",
                         help="comma-separated algorithms (default ssgd)")

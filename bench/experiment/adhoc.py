@@ -38,22 +38,9 @@ def unknown_algorithms(names: Sequence[str], known: Sequence[str]) -> str | None
             f"{', '.join(known)}")
 
 
-def parse_counts(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]``: positive, distinct task counts in the given order."""
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ScenarioError(f"--np {text!r}: expected comma-separated integers") from None
-    if not counts or any(n < 1 for n in counts):
-        raise ScenarioError(f"--np {text!r}: task counts must be >= 1")
-    if len(set(counts)) != len(counts):
-        raise ScenarioError(f"--np {text!r}: task counts repeat")
-    return counts
-
-
 def sweep_scenario(args: argparse.Namespace) -> dict:
     """The scaling scenario of the sweep's flags, as the data of a scenario file."""
-    counts = parse_counts(args.np)
+    counts = list(args.np)  # --np's type, flags.rank_counts
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
         raise ScenarioError("--algorithms is empty")
@@ -65,5 +52,5 @@ def sweep_scenario(args: argparse.Namespace) -> dict:
     batch = ({"global_batch": args.global_batch} if args.mode == "strong"
              else {"batch_size": args.batch_size})
     return {"description": f"{args.mode} scaling of {', '.join(algorithms)} at np "
-            f"{args.np}", "np": counts, "scaling": args.mode, **batch,
+            f"{','.join(map(str, counts))}", "np": counts, "scaling": args.mode, **batch,
             "repeats": args.repeats, "run": [{"label": a, "algorithm": a} for a in algorithms]}

@@ -1,6 +1,8 @@
 """The runs of a scenario, in a seeded random order within each repeat.
 
-Every (run entry, slowdown configuration) cell, and in a scaling scenario
+Every (run entry, slowdown configuration) cell (at each rank count of ``--np 2,4``:
+the configurations of each count are apart, ``hom-np2`` and ``hom-np4``), and in a
+scaling scenario
 every (task count, run entry) cell, runs once per repeat. Within
 a repeat the cells are shuffled by ``random.Random(seed)`` (one generator,
 shuffled once per repeat in turn), so slow drifts of the machine (thermal
@@ -28,7 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -325,13 +328,25 @@ def plan_scaling(scenario: Scenario, repeats: int, seed: int, out_dir: Path,
             shuffled(cells, repeats, seed) if only_repeat in (None, repeat)]
 
 
-def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Path,
-              extra: list[str], target: float, check: bool = True) -> list[PlannedRun]:
-    """Every run of the scenario in execution order (see the module docstring)."""
+def planned_conditions(scenario: Scenario, counts: Sequence[int]) -> list[Condition]:
+    """The slowdown configurations at each rank count of ``counts`` (``--np``), in that
+    order; with several counts each is marked with its own (``Condition.ranks``), so
+    the run ids, cells and tables of one count stay apart from another's."""
+    if len(counts) == 1:
+        return scenario.conditions(counts[0])
+    return [replace(cond, ranks=n) for n in counts for cond in scenario.conditions(n)]
+
+
+def plan_runs(scenario: Scenario, np_: int | Sequence[int], repeats: int, seed: int,
+              out_dir: Path, extra: list[str], target: float,
+              check: bool = True) -> list[PlannedRun]:
+    """Every run of the scenario in execution order (see the module docstring); ``np_``:
+    the rank count, or the counts of ``--np N,...`` (every cell at each)."""
     if scenario.scaling:
         return plan_scaling(scenario, repeats, seed, out_dir, extra, check)
     check_extra(extra)
-    conditions = scenario.conditions(np_)
+    counts = [np_] if isinstance(np_, int) else list(np_)
+    conditions = planned_conditions(scenario, counts)
     cells = [(entry, cond) for cond in conditions for entry in scenario.runs]
     if check:
         parser = train_parser()  # built once: parsing does not change it
@@ -343,6 +358,6 @@ def plan_runs(scenario: Scenario, np_: int, repeats: int, seed: int, out_dir: Pa
     for repeat, (entry, cond) in shuffled(cells, repeats, seed):
         path = out_dir / f"{run_stem(entry, cond, repeat)}.h5"
         args = _train_args(scenario, entry, cond, repeat, target, extra, path)
-        plan.append(PlannedRun(repeat, entry, cond, path, args, np_,
+        plan.append(PlannedRun(repeat, entry, cond, path, args, cond.ranks or counts[0],
                                cell=cells.index((entry, cond))))
     return plan

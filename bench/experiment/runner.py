@@ -53,7 +53,7 @@ from syncbench.bench.experiment.launch import (
     train_command,
 )
 from syncbench.bench.files import ExclusiveLock, write_atomic
-from syncbench.bench.flags import renamed
+from syncbench.bench.flags import rank_counts, renamed
 from syncbench.bench.train.checkpoint import take_lock
 from syncbench.bench.train.stopping import stopped_by_status as stop_signal
 
@@ -74,7 +74,7 @@ from .plan import (
 )
 from .print_tables import comparison_table, hetero_table
 from .results_paths import relative_paths, same_plan
-from .scenario import SLOWDOWN_MODES, Scenario, ScenarioError
+from .scenario import SLOWDOWN_MODES, Condition, Scenario, ScenarioError
 
 RESULTS_NAME = "results.json"
 RESULTS_SCHEMA = "syncbench-results/1"
@@ -164,8 +164,9 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     Abbreviations are switched off on ``parser``: train's ``--out`` must not be taken
     for ``--out-dir``, nor compare's ``--algorithm`` for ``--algorithms``."""
     parser.allow_abbrev = False
-    parser.add_argument("--np", type=int, default=None, help="ranks per run (default: the "
-                        "scenario's)")
+    parser.add_argument("--np", type=rank_counts, default=None, metavar="N,...",
+                        help="ranks per run, or several counts (2,4: every run at each, "
+                        "in tables of their own) (default: the scenario's)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="repeats of every run (default: the scenario's; >= 5 for timing "
                         "claims)")
@@ -240,6 +241,8 @@ def results_lock(results_path: Path) -> ExclusiveLock:
 
 def _scenario_json(scenario: Scenario, np_: int | list[int], repeats: int,
                    target: float) -> dict[str, Any]:
+    """The scenario as the results file records it (``np``: the count, or the counts of
+    ``--np N,...``); what ``syncbench report`` reprints the tables from."""
     scaling = {"scaling": scenario.scaling, "global_batch": scenario.global_batch,
                "batch_size": scenario.batch_size} if scenario.scaling else {}
     return {**scaling,
@@ -249,6 +252,7 @@ def _scenario_json(scenario: Scenario, np_: int | list[int], repeats: int,
         "eval_every": scenario.eval_every, "slowdowns": scenario.slowdowns,
         "slowdown_modes": scenario.slowdown_modes, "node_speeds": scenario.node_speeds,
         "cluster": scenario.cluster, "flags": list(scenario.flags),
+        "parity": [dict(pair) for pair in scenario.parity],
         "runs": [{"label": e.label, "algorithm": e.algorithm, "flags": list(e.flags),
                   "group": e.group, "lr": e.lr} for e in scenario.runs],
     }
@@ -438,10 +442,11 @@ def print_plan(plan: Sequence[PlannedRun], mpiexec: str | None, seed: int | None
 
 
 def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
-    """The plan's slowdown configurations: homogeneous first, then by factors and mode."""
+    """The plan's slowdown configurations: by rank count (``--np 2,4``), then homogeneous
+    first, then by factors and mode."""
     seen = list(dict.fromkeys(p.condition for p in plan))
-    return sorted(seen, key=lambda c: (not c.homogeneous, str(c.speeds), str(c.factors),
-                                      str(c.mode)))
+    return sorted(seen, key=lambda c: (c.ranks or 0, not c.homogeneous, str(c.speeds),
+                                      str(c.factors), str(c.mode)))
 
 
 def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
@@ -458,16 +463,29 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
         if name:
             figures.update(complete=False, stopped_by=figures["stopped_by"] or name)
         records.append({"run_id": p.run_id, "label": p.entry.label, "group": p.entry.group,
-                        "algorithm": p.entry.algorithm, "condition": p.condition.key,
+                        "algorithm": p.entry.algorithm, "np": p.np,
+                        "condition": p.condition.key,
                         "condition_title": p.condition.title, "repeat": p.repeat,
                         "path": str(p.path), **figures,
                         "summary": {**run.summary, **run.summary_extra}})
+    return records, plan_cells(scenario, plan, records)
+
+
+def plan_cells(scenario: Scenario, plan: Sequence[PlannedRun],
+               records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells of the plan's run records (:func:`.aggregate.scenario_cells`), each rank
+    count of ``--np 2,4`` apart: its configurations, ratios to the baseline's runs and
+    het/hom ratios to its own homogeneous runs (``hom-np2``), never another count's."""
     labels = [e.label for e in scenario.runs]
-    conditions = [c.key for c in _conditions(plan)]
     groups = {e.label: e.group for e in scenario.runs}
-    cells = scenario_cells(records, labels, conditions, scenario.baseline, groups=groups,
-                      headline=scenario.headline)
-    return records, cells
+    cells = []
+    conditions = _conditions(plan)
+    for ranks in dict.fromkeys(c.ranks for c in conditions):
+        keys = [c.key for c in conditions if c.ranks == ranks]
+        cells += scenario_cells([r for r in records if r["condition"] in keys], labels, keys,
+                                scenario.baseline, Condition(None, None, None, ranks).key,
+                                groups=groups, headline=scenario.headline)
+    return cells
 
 
 def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dict[str, Any]],
@@ -492,7 +510,10 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
         lines += [""] + hetero_table(scenario.name, cond.title, these, ceiling,
                                      max(cond.nominal), spread, contexts)
     if scenario.parity:
-        lines += [""] + parity_table(scenario, records, world or scenario.np)
+        for ranks in dict.fromkeys(c.ranks for c in _conditions(plan)):  # per rank count
+            mine = [r for r in records if ranks is None or r.get("np") == ranks]
+            lines += [""] + ([f"# at {ranks} ranks"] if ranks is not None else []) + \
+                parity_table(scenario, mine, ranks or world or scenario.np)
     return lines, comparisons
 
 
@@ -643,10 +664,10 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     """Plan, run, aggregate and print one scenario; the exit status."""
     if scenario.scaling:
         return _scaling_scenario(scenario, args, extra, prog)
-    np_ = args.np or scenario.np
+    nps = list(args.np or [scenario.np])
     repeats = args.repeats or scenario.repeats
     target = args.target_accuracy or scenario.target_accuracy
-    problem = _check_settings(scenario, args, np_, repeats, target)
+    problem = _check_settings(scenario, args, nps, repeats, target)
     if problem:
         return _error(prog, problem)
     out_dir = Path(args.out_dir or Path("runs") / scenario.name)
@@ -657,11 +678,11 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     previous = _previous(results_path)
     seed = planned_seed(args.seed, previous)
     try:
-        plan = plan_runs(scenario, np_, repeats, seed, out_dir, list(extra), target)
+        plan = plan_runs(scenario, nps, repeats, seed, out_dir, list(extra), target)
         check_datasets(plan)
     except ScenarioError as exc:
         return _error(prog, str(exc))
-    head = _scenario_json(scenario, np_, repeats, target)
+    head = _scenario_json(scenario, nps[0] if len(nps) == 1 else nps, repeats, target)
     problem = _resume_problem(args.resume, previous, plan, results_path)
     if problem:
         return _error(prog, problem)
@@ -679,15 +700,15 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
     if problem:
         return _error(prog, problem)
     try:
-        return _run_locked(scenario, args, extra, prog, plan, out_dir, np_, repeats, target,
+        return _run_locked(scenario, args, extra, prog, plan, out_dir, nps, repeats, target,
                            seed, head)
     finally:
         lock.release()  # nothing where the file system has no locks
 
 
 def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str], prog: str,
-                plan: list[PlannedRun], out_dir: Path, np_: int, repeats: int, target: float,
-                seed: int, head: dict[str, Any]) -> int:
+                plan: list[PlannedRun], out_dir: Path, nps: list[int], repeats: int,
+                target: float, seed: int, head: dict[str, Any]) -> int:
     """:func:`run_scenario` once its ``--out-dir`` is locked: run, tabulate, record."""
     results_path = out_dir / RESULTS_NAME
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -703,7 +724,8 @@ def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
     say(f"# syncbench run {scenario.name} ({scenario.source}): {scenario.description}")
     say(f"# {len(plan)} runs: {len(scenario.runs)} labels x "
         f"{len(plan) // max(1, repeats * len(scenario.runs))} configuration(s) x {repeats} "
-        f"repeat(s), {np_} ranks; order randomised within each repeat, seed {seed}; "
+        f"repeat(s), {','.join(map(str, nps))} ranks; order randomised within each repeat, "
+        f"seed {seed}; "
         f"target accuracy {target:g}; run files in {out_dir}/")
     if repeats < MIN_TIMING_REPEATS:
         say(f"# note: {repeats} repeat(s), fewer than {MIN_TIMING_REPEATS}: the timing ratios "
@@ -739,8 +761,8 @@ def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRu
     records, cells = results(scenario, done, target, runs, stopped)
     for record in records:
         record["elapsed_s"] = elapsed.get(record["run_id"])
-    lines, comparisons = format_all(scenario, done, records, cells, target,
-                                    getattr(args, "np", None) or scenario.np)
+    nps = list(getattr(args, "np", None) or [scenario.np])
+    lines, comparisons = format_all(scenario, done, records, cells, target, nps[0])
     print("\n".join(lines))
     incomplete = [r for r in records if not is_complete(r)]
     contexts = [r["context"] for r in records]
@@ -852,10 +874,11 @@ def make_out_dir(out_dir: Path, flag: str = "--out-dir") -> str | None:
     return None
 
 
-def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repeats: int,
-                    target: float) -> str | None:
-    """What is wrong with the run's settings, else None; applies ``--slowdown-modes``."""
-    if np_ < 1 or repeats < 1 or not 0 < target <= 1:
+def _check_settings(scenario: Scenario, args: argparse.Namespace, nps: list[int],
+                    repeats: int, target: float) -> str | None:
+    """What is wrong with the run's settings (``nps``: the rank counts), else None;
+    applies ``--slowdown-modes``."""
+    if min(nps) < 1 or repeats < 1 or not 0 < target <= 1:
         return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
     if problem := plot_flags_problem(args):
         return problem
@@ -869,9 +892,9 @@ def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repe
         return (f"scenario {scenario.name} slows emulated nodes (node_speeds): run it with "
                 "--cluster on a cluster that is up (syncbench cluster up)")
     if on_cluster and scenario.cluster and not args.dry_run:
-        problem = layout_problem(scenario, np_)
-        if problem:
-            return problem
+        for np_ in nps:
+            if problem := layout_problem(scenario, np_):
+                return problem
     if args.slowdown_modes:
         modes = [m.strip() for m in args.slowdown_modes.split(",") if m.strip()]
         if not modes or any(m not in SLOWDOWN_MODES for m in modes):

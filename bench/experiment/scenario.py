@@ -104,6 +104,10 @@ class Condition:
     factors: tuple[float, ...] | None
     mode: str | None
     speeds: tuple[float, ...] | None = None
+    #: The rank count, where a plan has several (``--np 2,4``): part of the key and the
+    #: title, so the runs, cells and tables of each count stay apart; None with one count
+    #: (the names of a single count's runs are as before).
+    ranks: int | None = None
 
     @property
     def homogeneous(self) -> bool:
@@ -118,7 +122,11 @@ class Condition:
 
     @property
     def key(self) -> str:
-        """File-name-safe id, e.g. ``hom``, ``s1-4-work`` or ``q1-0.25`` (node speeds)."""
+        """File-name-safe id, e.g. ``hom``, ``s1-4-work`` or ``q1-0.25`` (node speeds);
+        ``-npN`` added where the plan has several rank counts (``hom-np4``)."""
+        return self._key() + (f"-np{self.ranks}" if self.ranks is not None else "")
+
+    def _key(self) -> str:
         if self.speeds is not None:
             return "q" + "-".join(f"{f:g}" for f in self.speeds)
         if self.factors is None:
@@ -129,7 +137,11 @@ class Condition:
     @property
     def title(self) -> str:
         """Human name, e.g. ``homogeneous``, ``slowdown 1,4 mode work`` or
-        ``node speed 1,0.25 (CPU quota)``."""
+        ``node speed 1,0.25 (CPU quota)``; ``, N ranks`` added where the plan has several
+        rank counts."""
+        return self._title() + (f", {self.ranks} ranks" if self.ranks is not None else "")
+
+    def _title(self) -> str:
         if self.speeds is not None:
             return "node speed " + ",".join(f"{f:g}" for f in self.speeds) + " (CPU quota)"
         if self.factors is None:

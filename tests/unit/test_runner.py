@@ -330,3 +330,67 @@ def test_comparison_table_shows_sync_share_eval_interval_and_the_lr_caveat():
 
 
 # ---------------------------------------------------------------- what a dry run checks
+
+
+def test_several_rank_counts_plan_every_cell_at_each_and_keep_them_apart(tmp_path, capsys):
+    """``--np 2,4`` (run, compare): every (label, configuration) at each count, the
+    slowdowns resolved per count, run ids and cells keyed by the count; the ratios to the
+    baseline and to the homogeneous runs are taken within one count. One count plans what
+    it always did (``hom``, not ``hom-np2``)."""
+    from syncbench.bench.cli import main
+    from syncbench.bench.experiment.runner import plan_cells
+
+    scenario = parse_scenario(scenario_data(slowdowns=["last:4"]), "s", "s")
+    plan = plan_runs(scenario, [2, 4], 1, 0, tmp_path, [], 0.8, check=False)
+    assert sorted((p.np, p.run_id) for p in plan) == [
+        (2, "a-hom-np2-r0"), (2, "a-s1-4-np2-r0"), (2, "b-hom-np2-r0"), (2, "b-s1-4-np2-r0"),
+        (4, "a-hom-np4-r0"), (4, "a-s1-1-1-4-np4-r0"), (4, "b-hom-np4-r0"),
+        (4, "b-s1-1-1-4-np4-r0")]
+    assert {p.condition.title for p in plan if p.np == 4} == {
+        "homogeneous, 4 ranks", "slowdown 1,1,1,4, 4 ranks"}
+    single = plan_runs(scenario, [2], 1, 0, tmp_path, [], 0.8, check=False)
+    assert [p.run_id for p in single] == [p.run_id for p in plan_runs(
+        scenario, 2, 1, 0, tmp_path, [], 0.8, check=False)]
+    assert {p.condition.key for p in single} == {"hom", "s1-4"}
+    # b is twice a's speed at 2 ranks and three times at 4; slowed runs at half speed
+    speed = {("a", 2): 100.0, ("b", 2): 200.0, ("a", 4): 100.0, ("b", 4): 300.0}
+    records = [{**_record(p.entry.label, 0, speed[(p.entry.label, p.np)]
+                          / (1 if p.condition.homogeneous else 2)),
+                "condition": p.condition.key, "np": p.np} for p in plan]
+    cells = {(c["condition"], c["label"]): c for c in plan_cells(scenario, plan, records)}
+    assert len(cells) == 8
+    assert cells[("hom-np2", "b")]["sps_ratio"]["median"] == 2.0
+    assert cells[("hom-np4", "b")]["sps_ratio"]["median"] == 3.0
+    assert cells[("s1-1-1-4-np4", "b")]["sps_ratio"]["median"] == 3.0
+    assert cells[("s1-4-np2", "a")]["het_hom"]["median"] == 0.5
+    assert cells[("hom-np4", "a")]["samples_per_s"]["n"] == 1
+    # the dry run shows the launch of every run, at its count
+    out = tmp_path / "out"
+    assert main(["compare", "--np", "2,4", "--algorithms", "ssgd,localsgd", "--dry-run",
+                 "--order-seed", "1", "--dataset", "synthetic", "--out-dir", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert sorted((line.split(" -n ")[1].split()[0], line.split("--out ")[1].split()[0])
+                  for line in lines) == [
+        ("2", str(out / "localsgd-hom-np2-r0.h5")), ("2", str(out / "ssgd-hom-np2-r0.h5")),
+        ("4", str(out / "localsgd-hom-np4-r0.h5")), ("4", str(out / "ssgd-hom-np4-r0.h5"))]
+
+
+@pytest.mark.parametrize("command", [["run", "demo"], ["compare"], ["sweep"], ["peers"]])
+@pytest.mark.parametrize("value, message", [
+    ("2,x", "expected positive integers like 4 or 1,2,4, got '2,x'"),
+    ("0", "expected positive integers like 4 or 1,2,4, got '0'"),
+    ("2,2", "rank counts repeat in '2,2'")])
+def test_np_is_one_rank_count_list_for_every_command(command, value, message, capsys):
+    """run, compare, sweep and peers read ``--np`` with one parser (flags.rank_counts): a
+    single count or a list, the same one line for a bad one."""
+    from syncbench.bench.cli import build_parser, mpi_not_started
+
+    with mpi_not_started():
+        parser = build_parser(command[0])
+    assert parser.parse_known_args([*command, "--np", "4"])[0].np == [4]
+    assert parser.parse_known_args([*command, "--np", "2,4"])[0].np == [2, 4]
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_known_args([*command, "--np", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert f"syncbench {command[0]}: error: argument --np: {message}" in err
