@@ -439,24 +439,29 @@ def format_tables(rows: Sequence[dict[str, Any]], fmt: str, by: Sequence[str] = 
     raise ValueError(f"unknown report format {fmt!r}; valid formats: {', '.join(FORMATS)}")
 
 
-def runner_tables(path: Any, data: dict[str, Any]) -> list[str]:
+def runner_tables(path: Any, data: dict[str, Any], runs: Sequence[Run] = ()) -> list[str]:
     """The runner's tables of a results file, reprinted from what it recorded (its cells,
     records and comparisons; :mod:`syncbench.bench.experiment.print_tables` prints them):
-    per configuration the comparison against the baseline, and the heterogeneous table.
-    Empty for a results file with no tables (a sweep's manifest, a scaling scenario's
-    results, a runner stopped before tabulating). ``ValueError`` for one that is not
-    whole."""
+    per configuration the comparison against the baseline, and the heterogeneous table;
+    then the parity table of a scenario with ``[[parity]]`` pairs
+    (:mod:`~syncbench.bench.experiment.parity`). A scaling scenario's results (a sweep's
+    manifest) give its scaling table, from its run files among ``runs`` (read).
+    Empty for a results file with no tables (a runner stopped before tabulating).
+    ``ValueError`` for one that is not whole."""
+    from syncbench.bench.experiment.parity import recorded_parity
     from syncbench.bench.experiment.print_tables import comparison_table, hetero_table
+    from syncbench.bench.experiment.scaling_table import recorded_scaling
 
     head = data.get("scenario") if isinstance(data.get("scenario"), dict) else {}
     cells = data.get("cells")
-    if not isinstance(cells, list) or not cells or head.get("scaling"):
-        return []
     records = [r for r in data["runs"] if isinstance(r, dict)]
     comparisons = {c.get("condition"): c for c in data.get("comparisons") or []
                    if isinstance(c, dict)}
-    lines = [f"# {path}: the runner's tables as it recorded them"]
+    lines: list[str] = []
     try:
+        if head.get("scaling") or data.get("schema") == "syncbench-sweep/1":
+            return recorded_scaling(path, data, runs)
+        cells = cells if isinstance(cells, list) else []
         for cond in dict.fromkeys(c["condition"] for c in cells):
             these = [c for c in cells if c["condition"] == cond]
             mine = [r for r in records if r.get("condition") == cond]
@@ -470,7 +475,9 @@ def runner_tables(path: Any, data: dict[str, Any]) -> list[str]:
                 lines += [""] + hetero_table(head["name"], title, these, comp["ceiling"],
                                              max(comp["factors"]),
                                              comp["realised_factor_spread"], contexts)
+        if parity := recorded_parity(head, records):  # runs are recorded once tabulated
+            lines += ["", *parity]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{path}: a results file without whole tables "
                          f"({type(exc).__name__}: {exc})") from None
-    return lines
+    return [f"# {path}: the runner's tables as it recorded them", *lines] if lines else []

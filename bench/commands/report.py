@@ -29,7 +29,8 @@ A results file (the runner's ``results.json``, a sweep's ``manifest.json``) or a
 folder of runs is taken wherever a run file is (:mod:`.inputs`): a folder stands
 for its results file, else its ``*.h5``; a results file's runs are reported, after
 the runner's own tables reprinted from what it recorded (:func:`runner_tables`:
-time to target and samples/s against the baseline, the heterogeneous table).
+time to target and samples/s against the baseline, the heterogeneous table, the
+parity table), or a scaling scenario's (a sweep's) scaling table.
 ``-o FILE`` writes any format to FILE instead of stdout, whole or not at all.
 
 ``--compare A B`` compares two sets of runs instead (two results files, folders
@@ -180,9 +181,10 @@ def run(args: argparse.Namespace) -> int:
             require_matplotlib()
         window = parse_steps(args.timeline_steps) if getattr(args, "timeline_steps", None) \
             else None
-        recorded = [line for path, data in inputs.results
-                    for line in [*runner_tables(path, data), ""]] if args.format == "md" else []
         runs = load_runs(inputs.paths, warn=err)
+        recorded = [line for path, data in inputs.results
+                    for line in [*runner_tables(path, data, runs), ""]] \
+            if args.format == "md" else []
         check_by_keys(runs, by)
         check_by_keys(runs, series, "--series")
         target = getattr(args, "target_accuracy", None)

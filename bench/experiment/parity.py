@@ -27,7 +27,7 @@ from syncbench.analysis.stability import stability_line
 from syncbench.bench.cli import build_parser
 
 from .aggregate import is_complete
-from .scenario import Scenario
+from .scenario import RunEntry, Scenario
 
 #: Largest shortfall of OD-SGD's median accuracy below SSGD's that still counts as parity.
 PARITY_TOLERANCE = 0.01
@@ -101,3 +101,43 @@ def parity_table(scenario: Scenario, records: Sequence[dict[str, Any]], world: i
         if rows:
             lines.append(f"    {stability_note(scenario, pair, world)}")
     return lines
+
+
+def parity_tables(scenario: Scenario, records: Sequence[dict[str, Any]],
+                  counts: Sequence[int]) -> list[str]:
+    """The parity table at each rank count of ``counts`` (the runs of ``--np 2,4``,
+    by their record's ``np``, each count under a line of its own); one count: its table."""
+    if not scenario.parity:
+        return []
+    if len(counts) == 1:
+        return parity_table(scenario, records, counts[0])
+    lines: list[str] = []
+    for n in counts:
+        mine = [r for r in records if r.get("np") == n]
+        lines += [*([""] if lines else []), f"# at {n} ranks", *parity_table(scenario, mine, n)]
+    return lines
+
+
+def recorded_scenario(head: dict[str, Any]) -> Scenario:
+    """The scenario of a results file's ``scenario`` record, what the parity table reads
+    of it (name, shared flags, run entries, parity pairs); ``KeyError`` or ``TypeError``
+    for a record that lacks them."""
+    runs = [RunEntry(str(r["label"]), str(r["algorithm"]), tuple(r.get("flags") or ()),
+                     str(r.get("group") or r["label"]), r.get("lr")) for r in head["runs"]]
+    np_ = head.get("np")
+    return Scenario(name=str(head["name"]), source=str(head.get("source", "")),
+                    description=str(head.get("description", "")),
+                    np=int(np_[0] if isinstance(np_, list) else np_), runs=runs,
+                    flags=tuple(head.get("flags") or ()),
+                    parity=[dict(p) for p in head.get("parity") or []])
+
+
+def recorded_parity(head: dict[str, Any], records: Sequence[dict[str, Any]]) -> list[str]:
+    """The parity tables of a results file (``head``: its ``scenario``; ``records``: its
+    runs), as the runner printed them; empty when it recorded no pairs (files written
+    before the results file held them, too)."""
+    if not head.get("parity"):
+        return []
+    np_ = head.get("np")
+    counts = [int(n) for n in np_] if isinstance(np_, list) else [int(np_)]
+    return parity_tables(recorded_scenario(head), records, counts)

@@ -61,7 +61,7 @@ from . import sweep as scaling
 from .aggregate import factor_spread, is_complete, scenario_cells
 from .measure import run_figures
 from .on_cluster import layout_problem, speed_setter
-from .parity import parity_table
+from .parity import parity_tables
 from .plan import (
     PEER_PROGRAMS,
     PlannedRun,
@@ -510,10 +510,9 @@ def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dic
         lines += [""] + hetero_table(scenario.name, cond.title, these, ceiling,
                                      max(cond.nominal), spread, contexts)
     if scenario.parity:
-        for ranks in dict.fromkeys(c.ranks for c in _conditions(plan)):  # per rank count
-            mine = [r for r in records if ranks is None or r.get("np") == ranks]
-            lines += [""] + ([f"# at {ranks} ranks"] if ranks is not None else []) + \
-                parity_table(scenario, mine, ranks or world or scenario.np)
+        counts = [c.ranks for c in _conditions(plan) if c.ranks is not None]
+        lines += [""] + parity_tables(scenario, records,
+                                      list(dict.fromkeys(counts)) or [world or scenario.np])
     return lines, comparisons
 
 

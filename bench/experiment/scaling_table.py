@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from syncbench.analysis import columns
@@ -121,3 +124,23 @@ def _report_text(runs: list, good: list, fmt: str) -> str:
         print(f"sweep: warning: {len(overlapped)} run(s) overlapped another run on the "
               "same host: their speedup and efficiency are not computed", file=sys.stderr)
     return text
+
+
+def recorded_scaling(path: Path, data: dict[str, Any], runs: Sequence[Any]) -> list[str]:
+    """The scaling table of a scaling scenario's results file (a sweep's manifest), as the
+    sweep printed it: its points are the file's records of runs with a run file (ran or
+    kept), their rows those of ``runs`` (read from those files, ``Run.path`` as
+    :func:`~syncbench.analysis.inputs.record_path` names them); empty when none was read."""
+    from syncbench.analysis.inputs import RAN, record_path
+
+    by_path = {run.path: run for run in runs}
+    points = [SimpleNamespace(algorithm=str(r["algorithm"]), np=int(r["np"]),
+                              path=record_path(r, path))
+              for r in data["runs"] if isinstance(r, dict) and r.get("path")
+              and r.get("algorithm") and r.get("np") and r.get("status", "ran") in RAN]
+    points = [p for p in points if p.path in by_path]
+    if not points:
+        return []
+    done = [by_path[p.path] for p in points]
+    return [f"# {path}: the scaling table of its runs", "",
+            scaling_table(points, report_tables(done), context_line(done))]

@@ -71,3 +71,31 @@ def test_dataset_preference_takes_the_first_that_is_found(tmp_path, monkeypatch)
     assert resolve_dataset(["mnist", "fashion-mnist"]) == "mnist"
     assert resolve_dataset(["cifar10"]) == "cifar10"  # none found: the last, which fails loudly
     assert resolve_dataset([]) is None
+
+
+def test_report_of_a_results_file_reprints_the_parity_table():
+    """``syncbench report RESULTS.json`` of a scenario with ``[[parity]]`` pairs prints the
+    parity table the runner printed (the pairs are in the results file's scenario), at
+    each rank count of ``--np 2,4`` apart."""
+    import json
+
+    from syncbench.analysis.report import runner_tables
+    from syncbench.bench.experiment.parity import parity_tables
+    from syncbench.bench.experiment.runner import _scenario_json
+
+    scenario = load_scenario("odsgd-paper")
+    rows = (records("paper-ssgd", [0.90, 0.91, 0.92], local=0.90)
+            + records("paper-odsgd", [0.80, 0.81, 0.82], local=0.89)
+            + records("defaults-ssgd", [0.84]) + records("defaults-odsgd", [0.845]))
+    for counts, runs in (([4], rows), ([2, 4], [{**r, "np": n} for n in (2, 4) for r in rows
+                                                if n == 4 or r["label"] != "paper-odsgd"])):
+        head = _scenario_json(scenario, counts[0] if len(counts) == 1 else counts, 3, 0.8)
+        data = json.loads(json.dumps({"schema": "syncbench-results/1", "scenario": head,
+                                      "runs": runs, "cells": []}))
+        lines = runner_tables("r.json", data)
+        assert lines == ["# r.json: the runner's tables as it recorded them", "",
+                         *parity_tables(scenario, runs, counts)]
+    assert lines.index("# at 4 ranks") > lines.index("# at 2 ranks") > 0
+    at_2 = lines[lines.index("# at 2 ranks"):lines.index("# at 4 ranks")]
+    assert any(ln.startswith("  paper recipe") and ln.endswith("  -") for ln in at_2)
+    assert parity_tables(scenario, rows, [4]) == parity_table(scenario, rows, 4)

@@ -182,3 +182,23 @@ def test_sweep_report_is_the_reports_tables_and_leaves_diverged_speed_out(tmp_pa
     text = _report_text(all_diverged, all_diverged, "md")
     row = next(ln for ln in text.splitlines() if ln.startswith("| ssgd "))
     assert "diverged" in row
+
+
+def test_report_of_a_sweeps_folder_reprints_its_scaling_table(tmp_path, capsys):
+    """``syncbench report OUT_DIR`` (or its manifest.json) of a sweep prints the scaling
+    table the sweep printed, line for line, from the manifest's runs."""
+    from syncbench.bench.cli import main
+
+    _hand_made(tmp_path / "ssgd-weak-np1-r0.h5", 1, 100.0, 110.0)
+    _hand_made(tmp_path / "ssgd-weak-np2-r0.h5", 2, 120.0, 130.0)
+    args, extra = parse("--mode", "weak", "--np", "1,2", "--batch-size", "32",
+                        "--out-dir", str(tmp_path), "--no-run", "--epochs", "1")
+    assert sweep_command.run(args, extra) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("# weak scaling"):out.index("\nsweep: ")].strip()
+    assert "| ssgd       |   2 |" in table
+    for spec in (tmp_path, tmp_path / "manifest.json"):
+        assert main(["report", str(spec)]) == 0
+        report = capsys.readouterr().out
+        assert report.startswith(f"# {tmp_path / 'manifest.json'}: the scaling table of its "
+                                 f"runs\n\n{table}\n")
