@@ -59,10 +59,12 @@ def simgrid_version(sg: Any) -> str:
 def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workload,
                   stragglers: Stragglers, network: Network,
                   simulator: Callable[..., Timeline],
-                  on_phase: Callable[[Network], None] | None = None) -> Timeline:
+                  on_phase: Callable[[Network, int], None] | None = None) -> Timeline:
     if n > network.capacity:
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
     local = LocalTimes(workload, n, parse_slowdown(cfg.slowdown, n), stragglers, cfg.seed)
+    if on_phase is not None:  # also each step further than any before
+        local.on_step = lambda j: on_phase(network, j)
 
     in_phases = [0.0]
 
@@ -71,7 +73,7 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         seconds = network.phase(phase.key(), phase.pairs, phase.nbytes)
         in_phases[0] += time.perf_counter() - t0
         if on_phase is not None:
-            on_phase(network)
+            on_phase(network, local.reached)
         return seconds
 
     clock = PlacedClock(time_phase, network.ranks_per_host)
@@ -86,9 +88,10 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
 def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int, int]],
              spec: PlatformSpec, xml: str, workload: Workload,
              stragglers: Stragglers,
-             on_phase: Callable[[Network], None] | None = None) -> list[Result]:
+             on_phase: Callable[[Network, int], None] | None = None) -> list[Result]:
     """Simulate every ``(config, ranks, steps per rank)`` job; write ``config.out`` if set.
-    ``on_phase`` is called with the network after every phase (a progress line)."""
+    ``on_phase`` is called with the network and the furthest step reached after every
+    phase and at every step further than any before (a progress line)."""
     sg = load_simgrid()
     largest = max(n for _, n, _ in jobs)
     text = xml or platform_xml(spec, largest)

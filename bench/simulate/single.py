@@ -47,8 +47,8 @@ def run_single(args: argparse.Namespace) -> int:
     check_strategy(args, n)
     stragglers = parse_stragglers(args.stragglers)
     # a terminal gets a progress line while SimGrid runs (a pipe or a test gets none)
-    ticker = (Ticker("syncbench simulate", f"{args.algorithm} at {n} ranks, {steps} steps")
-              if sys.stderr.isatty() else None)
+    ticker = (Ticker("syncbench simulate", f"{args.algorithm} at {n} ranks, {steps} steps",
+                     total_steps=steps) if sys.stderr.isatty() else None)
     try:
         result = simulate(args, [(args, n, steps)], spec, xml, workload, stragglers,
                           ticker)[0]

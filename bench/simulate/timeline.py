@@ -10,6 +10,7 @@ columns of ``schema.RANK_COLUMNS``; :class:`Timeline` is a timeline's result.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,10 @@ class LocalTimes:
         self.rng = np.random.default_rng(seed)
         self.offsets = workload.replay_offsets(self.rng, n)
         self.cols = np.zeros((n, 0, 4))
+        #: The furthest step asked for (any rank), and what is told when it grows: the
+        #: progress line's step count (``ticker``), whatever the strategy's loop.
+        self.reached = 0
+        self.on_step: Callable[[int], None] | None = None
         if stragglers.persistent_share > 0:  # the same slow ranks for the whole run
             only = Stragglers(persistent_share=stragglers.persistent_share,
                               persistent_factor=stragglers.persistent_factor)
@@ -54,19 +59,29 @@ class LocalTimes:
         block[..., 3] += block[..., 1] * (factor - 1.0)
         self.cols = np.concatenate([self.cols, block], axis=1)
 
+    def _reach(self, j: int) -> None:
+        if j > self.reached:
+            self.reached = j
+            if self.on_step is not None:
+                self.on_step(j)
+
     def step(self, j: int) -> tuple[np.ndarray, ...]:
         """(data, compute, update, delay) of step ``j`` for every rank."""
+        self._reach(j)
         self.ensure(j + 1)
         c = self.cols[:, j]
         return c[:, 0], c[:, 1], c[:, 2], c[:, 3]
 
     def steps(self, ranks: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, ...]:
         """(data, compute, update, delay) of step ``js[i]`` of rank ``ranks[i]``."""
+        if len(js):
+            self._reach(int(js.max()))
         self.ensure(int(js.max()) + 1 if len(js) else 0)
         c = self.cols[ranks, js]
         return c[:, 0], c[:, 1], c[:, 2], c[:, 3]
 
     def rank(self, k: int, j: int) -> np.ndarray:
+        self._reach(j)
         self.ensure(j + 1)
         return self.cols[k, j]
 

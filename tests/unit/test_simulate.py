@@ -272,6 +272,61 @@ def test_a_long_simulation_says_how_far_it_is_and_a_short_one_says_nothing():
         "458,752 flows simulated (6,036 flows/s)"]
 
 
+def test_the_time_left_is_the_pace_since_the_last_new_phase():
+    """The estimate extrapolates only steps over cached phases: none before such a step."""
+    from syncbench.bench.simulate.ticker import estimate_left
+
+    assert estimate_left(10.0, 5, 20) == 40.0  # 2 s per step, 20 steps left
+    assert estimate_left(3.0, 4, 0) == 0.0 and estimate_left(3.0, 4, -2) == 0.0
+    assert estimate_left(10.0, 0, 20) is None  # no step since the last new phase
+    assert estimate_left(-1.0, 3, 20) is None
+
+
+def test_the_progress_line_gives_the_step_and_an_estimate_only_once_it_can():
+    """With the steps in all, the line gives the step reached and "estimate unknown" until
+    a step ran after the last new phase, then the pace since that phase times the steps
+    left; a new phase makes it unknown again."""
+    import io
+    from types import SimpleNamespace
+
+    from syncbench.bench.simulate.ticker import Ticker
+
+    now = [100.0]
+    out = io.StringIO()
+    tick = Ticker("syncbench simulate", "oscars at 4096 ranks, 100 steps", out,
+                  clock=lambda: now[0], total_steps=100)
+    network = SimpleNamespace(phases=0, flows=0)
+    for now[0], phases, flows, step in ((101.0, 3, 3000, 0), (106.0, 3, 3000, 0),
+                                        (110.0, 3, 3000, 10), (116.0, 3, 3000, 30),
+                                        (120.0, 4, 4000, 31), (126.0, 4, 4000, 31),
+                                        (136.0, 4, 4000, 41)):
+        network.phases, network.flows = phases, flows
+        tick(network, step)
+    tail = [line.split("; ", 1)[1] for line in out.getvalue().splitlines()]
+    # 106: no step since the phases of 101; 116: 30 steps in 15 s, 70 left; 126: a new
+    # phase at 120; 136: 10 steps in 16 s since it, 59 left
+    assert tail == ["step 0 of 100, estimate unknown", "step 30 of 100, about 35s left",
+                    "step 31 of 100, estimate unknown", "step 41 of 100, about 1m34s left"]
+
+
+def test_local_times_tell_each_step_further_than_any_before():
+    """The strategies ask their local times step by step (every rank, some ranks, one
+    rank): the progress line hears of each further step once, whatever the loop."""
+    from syncbench.bench.simulate.timeline import LocalTimes
+    from syncbench.bench.simulate.workload import Stragglers
+
+    local = LocalTimes(from_profile("mlp", None, None, None), 2, [1.0, 1.0], Stragglers(), 0)
+    told: list[int] = []
+    local.on_step = told.append
+    local.step(0)
+    local.step(1)
+    local.step(1)
+    local.steps(np.array([0, 1]), np.array([3, 2]))
+    local.rank(0, 2)
+    local.rank(1, 5)
+    assert told == [1, 3, 5] and local.reached == 5
+
+
 def test_residual_blocks_carry_their_layers_flops_in_the_compute_split():
     """A ResNet's basic blocks cost their convolutions (the block's FLOPs are its layers'),
     so the simulated compute split is not all stem and head."""
