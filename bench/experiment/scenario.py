@@ -139,7 +139,9 @@ class Condition:
         """Human name, e.g. ``homogeneous``, ``slowdown 1,4 mode work`` or
         ``node speed 1,0.25 (CPU quota)``; ``, N ranks`` added where the plan has several
         rank counts."""
-        return self._title() + (f", {self.ranks} ranks" if self.ranks is not None else "")
+        if self.ranks is None:
+            return self._title()
+        return f"{self._title()}, {self.ranks} rank{'s' if self.ranks != 1 else ''}"
 
     def _title(self) -> str:
         if self.speeds is not None:

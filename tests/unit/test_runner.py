@@ -348,6 +348,9 @@ def test_several_rank_counts_plan_every_cell_at_each_and_keep_them_apart(tmp_pat
         (4, "b-s1-1-1-4-np4-r0")]
     assert {p.condition.title for p in plan if p.np == 4} == {
         "homogeneous, 4 ranks", "slowdown 1,1,1,4, 4 ranks"}
+    assert {p.condition.title for p in plan_runs(scenario, [1, 2], 1, 0, tmp_path, [], 0.8,
+                                                 check=False) if p.np == 1} == {
+        "homogeneous, 1 rank", "slowdown 4, 1 rank"}
     single = plan_runs(scenario, [2], 1, 0, tmp_path, [], 0.8, check=False)
     assert [p.run_id for p in single] == [p.run_id for p in plan_runs(
         scenario, 2, 1, 0, tmp_path, [], 0.8, check=False)]
