@@ -234,13 +234,19 @@ def _bias_add_case(axis: int):
     return build
 
 
+#: Parameters of ``gpt``'s default size (d 128, 4 layers, ctx 128, 256 tokens): AdamW's
+#: buffers at benchmark size.
+GPT_PARAMS = 842_496
+
+
 def _adamw_case(decay: str):
     """AdamW at step 3 (beta1 0.9, beta2 0.999, lr 1e-3, eps 1e-8): moments already
     non-zero, the second one non-negative; ``decay`` none, number or array (a third
     exempt)."""
     def build(rng, dtype, large):
-        w, g, m = _flat(rng, dtype, large, 3)
-        v = (0.01 * rng.random(w.size)).astype(dtype)
+        n = GPT_PARAMS if large else 1000
+        w, g, m = (rng.standard_normal(n).astype(dtype) for _ in range(3))
+        v = (0.01 * rng.random(n)).astype(dtype)
         v[::11] = 0  # sqrt(0): the step is m / eps
         lr, beta1, beta2, eps, steps = 1e-3, 0.9, 0.999, 1e-8, 3
         scalars = (1 - beta1, beta2, 1 - beta2, (1 - beta2 ** steps) ** 0.5, eps,
@@ -253,8 +259,8 @@ def _adamw_case(decay: str):
 
 
 #: The transformer's activations: (batch, tokens, width); ``gpt``'s default width and
-#: context at batch 32 at benchmark size.
-GPT_SHAPE = (32, 128, 128)
+#: context at batch 16 at benchmark size.
+GPT_SHAPE = (16, 128, 128)
 #: Heads of ``gpt``'s default (4); attention's scores are (batch, heads, t, t).
 GPT_HEADS = 4
 
