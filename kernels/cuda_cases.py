@@ -4,7 +4,8 @@ Each :class:`Case` of :data:`CASES` builds the host arguments of one
 operation of :mod:`syncbench.kernels.ops` (by its name), small for the tests
 (odd sizes, ties, exact zeros, several reduction chunks, one-block grids) or
 at benchmark size (LeNet's and ResNet-8's layer shapes at their batch
-sizes). The emulated kernels (``tests/unit/test_cuda_kernels.py``), the GPU tests
+sizes; ``gpt``'s default at batch 16, and its parameter count for AdamW).
+The emulated kernels (``tests/unit/test_cuda_kernels.py``), the GPU tests
 (``tests/unit/test_gpu.py``) and :mod:`syncbench.kernels.cuda_bench` run the same
 cases and apply the same rules: a case marked exact must match the NumPy
 reference bit for bit (same operations in the same order), the others

@@ -77,6 +77,10 @@ def test_cpu_path_never_imports_cupy():
         m.loss_and_grad(np.zeros((2, 1, 28, 28)), np.array([1, 2]))
         MomentumSGD(m.params, 0.1, 0.9, 0.0).step(m.params, m.grads)
         ops.axpy_(m.params, 0.5, m.grads)
+        from syncbench.algorithms.adamw import AdamW
+        g = build_model("gpt:d=8,layers=1,heads=2,ctx=4", (4,), 7)
+        g.loss_and_grad(np.zeros((2, 4), np.int64), np.ones((2, 4), np.int64))
+        AdamW(g.params, 1e-3, 0.1, (0.9, 0.999), 1e-8).step(g.params, g.grads)
         bad = [n for n in sys.modules if n.startswith(("cupy", "syncbench.kernels.cuda_"))]
         assert not bad, bad
         """)

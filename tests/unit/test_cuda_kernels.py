@@ -21,7 +21,9 @@
 * the compiled source carries the digest of ``common.cuh`` (CuPy's kernel
   cache key);
 * the layers' GPU path (kernels + GEMMs), emulated the same way, gives the
-  CPU path's loss and gradients; the CPU path never imports CuPy.
+  CPU path's loss and gradients, ``gpt``'s too (the transformer kernels), and
+  AdamW's fused kernel steps bit for bit as the reference; the CPU path never
+  imports CuPy.
 
 Split off this module: ``tests/e2e/test_cuda_kernels_e2e.py`` (its tests that launch a
 process or start MPI).
