@@ -15,8 +15,9 @@ The decay follows ``--wd-exempt`` as :class:`~syncbench.algorithms.optimizer.Mom
 does (``decay_mask``: an exempt element decays by 0, as a PyTorch parameter group with
 ``weight_decay=0``). DiLoCo's inner optimizer (Douillard et al. 2023, arXiv 2311.08105).
 
-NumPy ufuncs with ``out=`` only, so a CuPy array steps in place too (CuPy takes NumPy's
-ufuncs through ``__array_ufunc__``).
+On the GPU backend the step is one fused CUDA kernel (:func:`syncbench.kernels.ops.adamw_`
+dispatches CuPy arrays to it, as :func:`~syncbench.kernels.ops.sgd_momentum_` does for
+momentum SGD).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from syncbench.algorithms.optimizer import FLUSH_SUBNORMALS_EVERY
 from syncbench.kernels import cpu_native
-from syncbench.kernels.ops import flush_subnormals_
+from syncbench.kernels.ops import adamw_, flush_subnormals_
 
 
 def check_adamw(beta1: float, beta2: float, eps: float) -> None:
@@ -86,7 +87,9 @@ class AdamW:
     def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
         """One AdamW step of ``params`` from ``grads``, in place: one compiled pass on the
         CPU (``kernels/cpu/adamw.c``, equal to :meth:`reference_step` to the bit) where
-        the library is built, else the NumPy reference."""
+        the library is built; on the GPU one CUDA kernel (``kernels/cuda/optim.cu``'s
+        ``adamw``, through :func:`~syncbench.kernels.ops.adamw_`, equal to it too); else
+        the NumPy reference."""
         lr = self.lr if lr is None else lr
         self.steps += 1
         beta1, beta2 = self.beta1, self.beta2
@@ -94,38 +97,20 @@ class AdamW:
         correction2_sqrt = (1 - beta2 ** self.steps) ** 0.5
         scalars = (1 - beta1, beta2, 1 - beta2, correction2_sqrt, self.eps, -step_size)
         if not cpu_native.adamw_(params, grads, self.exp_avg, self.exp_avg_sq, self.decay,
-                                 lr, scalars):
-            self.reference_step(params, grads, lr, scalars)
+                                 lr, scalars):  # a GPU array: the CUDA kernel, else NumPy
+            adamw_(params, grads, self.exp_avg, self.exp_avg_sq, self.decay, lr, scalars,
+                   self._num, self._den)
         if self.steps % FLUSH_SUBNORMALS_EVERY == 0 and isinstance(params, np.ndarray):
             flush_subnormals_(self.exp_avg, self._num)  # as MomentumSGD's SubnormalFlush
             flush_subnormals_(self.exp_avg_sq, self._num)
 
     def reference_step(self, params: Any, grads: Any, lr: float,
                        scalars: tuple[float, ...]) -> None:
-        """The NumPy reference of one step (the step count already advanced); ``scalars``
-        as :func:`~syncbench.kernels.cpu_native.adamw_` takes them."""
-        one_minus_b1, beta2, one_minus_b2, correction2_sqrt, eps, neg_step = scalars
-        num, den = self._num, self._den
-        if isinstance(self.decay, (int, float)):
-            if self.decay:
-                params *= 1 - lr * self.decay
-        else:  # per element: 1 - lr * (wd * mask), as wd * mask * (-lr) + 1
-            np.multiply(self.decay, -lr, out=num)
-            num += 1
-            params *= num
-        np.subtract(grads, self.exp_avg, out=num)
-        num *= one_minus_b1
-        self.exp_avg += num
-        self.exp_avg_sq *= beta2
-        np.multiply(grads, one_minus_b2, out=num)
-        num *= grads
-        self.exp_avg_sq += num
-        np.sqrt(self.exp_avg_sq, out=den)
-        den /= correction2_sqrt
-        den += eps
-        np.multiply(self.exp_avg, neg_step, out=num)
-        num /= den
-        params += num
+        """The NumPy reference of one step (the step count already advanced; the body is
+        :func:`syncbench.kernels.ops.adamw_`'s); ``scalars`` as
+        :func:`~syncbench.kernels.cpu_native.adamw_` takes them."""
+        adamw_.reference(params, grads, self.exp_avg, self.exp_avg_sq, self.decay, lr,
+                         scalars, self._num, self._den)
 
     def state(self) -> dict[str, Any]:
         """Resumable state: both moments and the step count (``velocity`` is the first)."""

@@ -57,6 +57,15 @@ EVERY_TABLE: tuple[str, ...] = ("runs", "runner", "sweep")
 Row = dict[str, Any]
 
 
+def _wire_bytes_per_sample(f: RunFacts) -> float:
+    """``wire_bytes_per_step`` over the per-rank batch (samples per step row); NaN where
+    the run declares no bytes (0: a strategy whose reducer does not count them)."""
+    declared = _float_or_nan(f.run.attrs.get("wire_bytes_per_step"))
+    if not declared > 0 or not f.steps or not f.samples:
+        return NAN
+    return declared / (f.samples / f.steps)
+
+
 # ---------------------------------------------------------------- group merges
 
 
@@ -318,6 +327,11 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     # --eval-model both: every rank's own weights on its test shard (/summary; NaN without)
     add(Column(FINAL_LOCAL_ACCURACY,
                lambda f: float(f.run.summary_extra.get(FINAL_LOCAL_ACCURACY, NAN))))
+    # the bytes a rank hands to MPI per training sample (wire_bytes_per_step, declared by
+    # SSGD's and OD-SGD's reducers, over the per-rank batch); absent where nothing declares it
+    add(Column("wire_bytes_per_sample", _wire_bytes_per_sample, "{:.0f}", record=_float_or_nan,
+               tables={"runs": "wire B/sample", "runner": "wire B/sample", "record": "",
+                       "cell": ""}))
     # the rest of the data's record (data_record.py), which the Markdown's "Data read"
     # tells in words: the files read (name, bytes, sha256 each) or the generator's
     # arguments; None where the run file records none (older files, simulations, the

@@ -102,8 +102,9 @@ def _site_dirs() -> list[str]:
     return dirs
 
 
-def nvrtc_candidates() -> list[str]:
-    """Paths or sonames where libnvrtc may be, most specific first."""
+def nvrtc_candidates(ld_cache: bool = True) -> list[str]:
+    """Paths or sonames where libnvrtc may be, most specific first (``ld_cache=False``:
+    without the linker cache's answer, which runs ``ldconfig -p``)."""
     found: list[str] = []
     explicit = os.environ.get("SYNCBENCH_NVRTC")
     if explicit:
@@ -115,7 +116,7 @@ def nvrtc_candidates() -> list[str]:
         if os.environ.get(var):
             found += sorted(glob.glob(os.path.join(os.environ[var], "lib*", "libnvrtc.so*")))
     found += sorted(glob.glob("/usr/local/cuda*/lib*/libnvrtc.so*"), reverse=True)
-    name = ctypes.util.find_library("nvrtc")
+    name = ctypes.util.find_library("nvrtc") if ld_cache else None
     found += [name] if name else []
     found += ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
     return [f for f in dict.fromkeys(found) if "builtins" not in os.path.basename(f)
@@ -124,8 +125,13 @@ def nvrtc_candidates() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def load_nvrtc() -> ctypes.CDLL | None:
-    """The first NVRTC library that loads, or None."""
-    for candidate in nvrtc_candidates():
+    """The first NVRTC library that loads, or None (the linker cache is asked only when
+    no wheel or CUDA folder has one)."""
+    tried: set[str] = set()
+    for candidate in (c for search in (False, True) for c in nvrtc_candidates(ld_cache=search)):
+        if candidate in tried:
+            continue
+        tried.add(candidate)
         try:
             lib = ctypes.CDLL(candidate)
             lib.nvrtcVersion  # noqa: B018 - raises AttributeError if not NVRTC

@@ -4,7 +4,8 @@ Each :class:`Case` of :data:`CASES` builds the host arguments of one
 operation of :mod:`syncbench.kernels.ops` (by its name), small for the tests
 (odd sizes, ties, exact zeros, several reduction chunks, one-block grids) or
 at benchmark size (LeNet's and ResNet-8's layer shapes at their batch
-sizes). The emulated kernels (``tests/unit/test_cuda_kernels.py``), the GPU tests
+sizes; ``gpt``'s default at batch 16, and its parameter count for AdamW).
+The emulated kernels (``tests/unit/test_cuda_kernels.py``), the GPU tests
 (``tests/unit/test_gpu.py``) and :mod:`syncbench.kernels.cuda_bench` run the same
 cases and apply the same rules: a case marked exact must match the NumPy
 reference bit for bit (same operations in the same order), the others
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.kernels import ops
+from syncbench.kernels import transformer_ops as T
 from syncbench.kernels.cuda_ops import BIAS_CHUNK
 
 
@@ -233,12 +235,111 @@ def _bias_add_case(axis: int):
     return build
 
 
+#: Parameters of ``gpt``'s default size (d 128, 4 layers, ctx 128, 256 tokens): AdamW's
+#: buffers at benchmark size.
+GPT_PARAMS = 842_496
+
+
+def _adamw_case(decay: str):
+    """AdamW at step 3 (beta1 0.9, beta2 0.999, lr 1e-3, eps 1e-8): moments already
+    non-zero, the second one non-negative; ``decay`` none, number or array (a third
+    exempt)."""
+    def build(rng, dtype, large):
+        n = GPT_PARAMS if large else 1000
+        w, g, m = (rng.standard_normal(n).astype(dtype) for _ in range(3))
+        v = (0.01 * rng.random(n)).astype(dtype)
+        v[::11] = 0  # sqrt(0): the step is m / eps
+        lr, beta1, beta2, eps, steps = 1e-3, 0.9, 0.999, 1e-8, 3
+        scalars = (1 - beta1, beta2, 1 - beta2, (1 - beta2 ** steps) ** 0.5, eps,
+                   -lr / (1 - beta1 ** steps))
+        wd: Any = {"none": 0.0, "number": 0.1}.get(decay)
+        if wd is None:
+            wd = (0.1 * (rng.random(w.size) < 0.7)).astype(dtype)
+        return (w, g, m, v, wd, lr, scalars)
+    return build
+
+
+#: The transformer's activations: (batch, tokens, width); ``gpt``'s default width and
+#: context at batch 16 at benchmark size.
+GPT_SHAPE = (16, 128, 128)
+#: Heads of ``gpt``'s default (4); attention's scores are (batch, heads, t, t).
+GPT_HEADS = 4
+
+
+def _tokens_shape(large: bool, small: tuple[int, int, int]) -> tuple[int, int, int]:
+    return GPT_SHAPE if large else small
+
+
+def _layernorm_forward_case(rng, dtype, large):
+    b, t, d = _tokens_shape(large, (2, 5, 37))
+    x = (2 * rng.standard_normal((b, t, d)) + 0.5).astype(dtype)
+    return (x, _per_channel(rng, dtype, d, 0.5, 1.5), _per_channel(rng, dtype, d))
+
+
+def _layernorm_backward_case(rows: int):
+    """(dy, xhat, rstd, gamma) from the reference forward; ``rows`` per batch element
+    (more than :data:`~syncbench.kernels.cuda_ops.LN_CHUNK` in all: several chunks)."""
+    def build(rng, dtype, large):
+        b, t, d = _tokens_shape(large, (3, rows, 19))
+        x = rng.standard_normal((b, t, d)).astype(dtype)
+        gamma, beta = _per_channel(rng, dtype, d, 0.5, 1.5), _per_channel(rng, dtype, d)
+        _, (xhat, rstd) = T.layernorm_forward(x, gamma, beta)
+        return (rng.standard_normal((b, t, d)).astype(dtype), xhat, rstd, gamma)
+    return build
+
+
+def _gelu_input(rng, dtype, large):
+    b, t, d = _tokens_shape(large, (2, 5, 37))
+    x = (2 * rng.standard_normal((b * t, 4 * d))).astype(dtype)
+    x.reshape(-1)[::13] = 0
+    x.reshape(-1)[1] = 9.5  # beyond tanh's range: t rounds to 1
+    x.reshape(-1)[2] = -9.5
+    return x
+
+
+def _gelu_backward_case(rng, dtype, large):
+    x = _gelu_input(rng, dtype, large)
+    return (rng.standard_normal(x.shape).astype(dtype), x, T.gelu_tanh(x))
+
+
+def _scores(rng, dtype, large):
+    b, t, d = _tokens_shape(large, (2, 7, 12))
+    return (3 * rng.standard_normal((b, GPT_HEADS if large else 3, t, t))).astype(dtype), d
+
+
+def _causal_softmax_case(rng, dtype, large):
+    scores, d = _scores(rng, dtype, large)
+    return (scores, 1.0 / (d // GPT_HEADS) ** 0.5)
+
+
+def _causal_softmax_backward_case(rng, dtype, large):
+    scores, d = _scores(rng, dtype, large)
+    scale = 1.0 / (d // GPT_HEADS) ** 0.5
+    probs = T.causal_softmax(scores, scale)
+    return (rng.standard_normal(scores.shape).astype(dtype), probs, scale)
+
+
+def _embedding_backward_case(rng, dtype, large):
+    """Tokens with repeats and a vocabulary row no token uses; ``wte_grad`` holds the tied
+    output layer's part (added to), ``wpe_grad`` stale values (overwritten; a context
+    longer than the windows)."""
+    b, t, d = _tokens_shape(large, (3, 5, 4))
+    vocab, ctx = (256, t) if large else (7, 8)
+    tokens = rng.integers(0, vocab - 1, size=(b, t)).astype(np.int64)
+    return (rng.standard_normal((b, t, d)).astype(dtype), tokens,
+            rng.standard_normal((vocab, d)).astype(dtype),
+            rng.standard_normal((ctx, d)).astype(dtype))
+
+
 CASES: tuple[Case, ...] = (
     Case("sgd_momentum_", "sgd_momentum_",
          lambda r, d, b: (*_flat(r, d, b, 3), 0.05, 0.9, 1e-4)),
     Case("sgd_momentum_/no-decay", "sgd_momentum_",
          lambda r, d, b: (*_flat(r, d, b, 3), 0.1, 0.0, 0.0)),
     Case("sgd_momentum_/array-decay", "sgd_momentum_", _decay_array_case),
+    Case("adamw_", "adamw_", _adamw_case("number")),
+    Case("adamw_/no-decay", "adamw_", _adamw_case("none")),
+    Case("adamw_/array-decay", "adamw_", _adamw_case("array")),
     Case("axpy_", "axpy_", lambda r, d, b: (_flat(r, d, b, 1)[0], 0.3, _flat(r, d, b, 1)[0])),
     Case("axpy_/alpha-1", "axpy_",
          lambda r, d, b: (_flat(r, d, b, 1)[0], 1.0, _flat(r, d, b, 1)[0])),
@@ -274,6 +375,18 @@ CASES: tuple[Case, ...] = (
          lambda r, d, b: (_image(r, d, _avgpool_shape(b)),), exact=False),
     Case("avgpool_backward", "avgpool_backward",
          lambda r, d, b: (_image(r, d, _avgpool_shape(b)[:2]), _avgpool_shape(b)[2:])),
+    Case("layernorm_forward", "layernorm_forward", _layernorm_forward_case, exact=False),
+    Case("layernorm_backward", "layernorm_backward", _layernorm_backward_case(7),
+         exact=False),
+    Case("layernorm_backward/chunks", "layernorm_backward", _layernorm_backward_case(100),
+         exact=False),
+    Case("gelu_forward", "gelu_forward", lambda r, d, b: (_gelu_input(r, d, b),),
+         exact=False),
+    Case("gelu_backward", "gelu_backward", _gelu_backward_case),
+    Case("causal_softmax", "causal_softmax", _causal_softmax_case, exact=False),
+    Case("causal_softmax_backward", "causal_softmax_backward",
+         _causal_softmax_backward_case, exact=False),
+    Case("embedding_backward", "embedding_backward", _embedding_backward_case),
 )
 
 

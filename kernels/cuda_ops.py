@@ -8,12 +8,14 @@ kernel's C types) and launches the kernels of ``kernels/cuda/*.cu`` through
 call ``cupy.matmul`` (cuBLAS).
 
 Kernels by source: ``optim.cu`` (``sgd_momentum`` for a number decay,
-``sgd_momentum_array_decay`` for one decay per element, ``axpy``),
+``sgd_momentum_array_decay`` for one decay per element, ``adamw`` and
+``adamw_array_decay`` likewise, ``axpy``),
 ``softmax_xent.cu``, ``dense.cu`` (ReLU, bias add, the bias-gradient
 reduction), ``conv.cu`` (im2col/col2im, any stride), ``pool.cu`` (max
 pooling), ``batchnorm.cu`` (BatchNorm's per-channel sums, normalization and
 input gradient) and ``resnet.cu`` (residual add + ReLU, option-A shortcut,
-global average pooling).
+global average pooling), ``transformer.cu`` (``gpt``'s LayerNorm, GELU, causal
+softmax and embedding scatter-add).
 
 Reductions over many elements per output (``bias_grad``, ``bn_sums``,
 ``bn_grad_sums``) take two passes: a partial kernel where one thread sums
@@ -124,6 +126,37 @@ def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
     dt, n = _real_dtype(y), y.size
     _check(dt, n, y=y, x=x)
     launch("axpy", dt, n, y, _real(dt, alpha), x, _i64(n))
+
+
+def adamw_(params: Any, grads: Any, exp_avg: Any, exp_avg_sq: Any, decay: Any, lr: float,
+           scalars: tuple[float, ...], num: Any = None, den: Any = None) -> None:
+    """Kernel ``adamw`` for a number ``decay``, ``adamw_array_decay`` for one decay per
+    element (see :func:`syncbench.kernels.ops.adamw_`; ``num`` and ``den`` unused: one
+    pass needs no scratch). Bit-identical to the reference (float32 subnormals aside:
+    CuPy builds with ``-ftz=true``)."""
+    dt, n = _real_dtype(params), params.size
+    _check(dt, n, params=params, grads=grads, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
+    if len(scalars) != 6:
+        raise ValueError(f"adamw_: 6 scalars expected, got {len(scalars)}")
+    reals = [_real(dt, x) for x in scalars]
+    if isinstance(decay, (int, float)):
+        factor = 1 - lr * decay if decay else 0.0
+        launch("adamw", dt, n, params, grads, exp_avg, exp_avg_sq, np.int32(bool(decay)),
+                _real(dt, factor), *reals, _i64(n))
+        return
+    xp = _xp(params)
+    if getattr(decay, "ndim", 0) == 0:  # one decay for every element, as the reference
+        decay = xp.broadcast_to(xp.asarray(decay, dtype=dt), params.shape)
+    elif _xp(decay) is not xp:
+        raise TypeError(f"adamw_: decay is a {type(decay).__module__} array, params a "
+                        f"{type(params).__module__} one")
+    if decay.shape != params.shape:
+        raise ValueError(f"adamw_: decay of shape {decay.shape} for params of shape "
+                         f"{params.shape}")
+    decay = xp.ascontiguousarray(decay)
+    _check(dt, n, decay=decay)
+    launch("adamw_array_decay", dt, n, params, grads, exp_avg, exp_avg_sq, decay,
+            _real(dt, -lr), *reals, _i64(n))
 
 
 # -- layer kernels ------------------------------------------------------------------
@@ -483,11 +516,159 @@ def avgpool_backward(dy: Any, hw: tuple[int, int]) -> Any:
     return dx
 
 
+# -- the transformer (gpt) ----------------------------------------------------------------
+#: Rows summed by one thread in the first pass of LayerNorm's gain and bias gradients.
+LN_CHUNK = 256
+
+
+def _rows(op: str, x: Any) -> tuple[Any, np.dtype, int, int]:
+    """``x`` C-contiguous, its real dtype, and its (rows, d) over the last axis."""
+    if x.ndim < 1:
+        raise ValueError(f"{op}: expected an array with a last axis, got a scalar")
+    x = _xp(x).ascontiguousarray(x)
+    d = x.shape[-1]
+    return x, _real_dtype(x), (x.size // d if d else 0), d
+
+
+def layernorm_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-5) -> tuple[Any, Any, Any]:
+    """Kernels ``layernorm_stats`` (one thread per row: mean, 1/std) then
+    ``layernorm_normalize`` (one per element): ``(y, xhat, rstd)``."""
+    xp = _xp(x)
+    x, dt, rows, d = _rows("layernorm_forward", x)
+    gamma, beta = _channel_vectors("layernorm_forward", dt, d, gamma=gamma, beta=beta)
+    mean, rstd = xp.empty(rows, dtype=dt), xp.empty(rows, dtype=dt)
+    y, xhat = xp.empty_like(x), xp.empty_like(x)
+    launch("layernorm_stats", dt, rows, x, mean, rstd, _real(dt, eps), _i64(rows), _i64(d))
+    launch("layernorm_normalize", dt, x.size, x, mean, rstd, gamma, beta, y, xhat,
+            _i64(rows), _i64(d))
+    return y, xhat, rstd.reshape(*x.shape[:-1], 1)
+
+
+def layernorm_backward(dy: Any, xhat: Any, rstd: Any, gamma: Any) -> tuple[Any, Any, Any]:
+    """Kernels ``layernorm_backward_stats`` (per row) and ``layernorm_backward_dx`` (per
+    element) for ``dx``; ``layernorm_param_grad_partial`` then ``bias_grad_finish`` for
+    the gain's and bias's gradients, summed over the rows in chunks of
+    :data:`LN_CHUNK` (deterministic, as :func:`bias_grad`): ``(dx, dgamma, dbeta)``."""
+    xp = _xp(dy)
+    dy, dt, rows, d = _rows("layernorm_backward", dy)
+    _same_shape("layernorm_backward", dy.shape, xhat=xhat)
+    if rstd.size != rows:
+        raise ValueError(f"layernorm_backward: rstd of shape {rstd.shape} for {rows} rows")
+    xhat, rstd = xp.ascontiguousarray(xhat), xp.ascontiguousarray(rstd)
+    _check(dt, None, xhat=xhat, rstd=rstd)
+    (gamma,) = _channel_vectors("layernorm_backward", dt, d, gamma=gamma)
+    mg, mgx = xp.empty(rows, dtype=dt), xp.empty(rows, dtype=dt)
+    dx = xp.empty_like(dy)
+    launch("layernorm_backward_stats", dt, rows, dy, xhat, gamma, mg, mgx, _i64(rows),
+            _i64(d))
+    launch("layernorm_backward_dx", dt, dy.size, dy, xhat, gamma, rstd, mg, mgx, dx,
+            _i64(rows), _i64(d))
+    chunks = max(1, math.ceil(rows / LN_CHUNK))
+    partial = xp.empty(chunks * 2 * d, dtype=dt)
+    sums = xp.empty((2, d), dtype=dt)
+    launch("layernorm_param_grad_partial", dt, chunks * d, dy, xhat, partial, _i64(rows),
+            _i64(d), _i64(LN_CHUNK))
+    launch("bias_grad_finish", dt, 2 * d, partial, sums, _i64(chunks), _i64(2 * d))
+    return dx, sums[0], sums[1]
+
+
+def gelu_forward(x: Any) -> tuple[Any, Any]:
+    """Kernel ``gelu_forward``: ``(y, t)`` in one pass (the device's ``tanh``)."""
+    xp = _xp(x)
+    x = xp.ascontiguousarray(x)
+    dt = _real_dtype(x)
+    y, t = xp.empty_like(x), xp.empty_like(x)
+    launch("gelu_forward", dt, x.size, x, y, t, _i64(x.size))
+    return y, t
+
+
+def gelu_backward(dy: Any, x: Any, t: Any) -> Any:
+    """Kernel ``gelu_backward`` (bit-identical to the reference)."""
+    xp = _xp(dy)
+    _same_shape("gelu_backward", dy.shape, x=x, t=t)
+    dy, x, t = (xp.ascontiguousarray(a) for a in (dy, x, t))
+    dt = _real_dtype(dy)
+    _check(dt, None, x=x, t=t)
+    dx = xp.empty_like(dy)
+    launch("gelu_backward", dt, dy.size, dy, x, t, dx, _i64(dy.size))
+    return dx
+
+
+def _square_rows(op: str, scores: Any) -> tuple[Any, np.dtype, int, int]:
+    """``scores`` C-contiguous, its dtype, its rows and t; ``ValueError`` unless it is a
+    stack of (t, t) matrices."""
+    if scores.ndim < 2 or scores.shape[-1] != scores.shape[-2]:
+        raise ValueError(f"{op}: expected (..., t, t) scores, got shape {scores.shape}")
+    scores, dt, rows, t = _rows(op, scores)
+    return scores, dt, rows, t
+
+
+def causal_softmax(scores: Any, scale: float) -> Any:
+    """Kernel ``causal_softmax_forward``: one thread per row of the (..., t, t) scores."""
+    xp = _xp(scores)
+    scores, dt, rows, t = _square_rows("causal_softmax", scores)
+    probs = xp.empty_like(scores)
+    launch("causal_softmax_forward", dt, rows, scores, probs, _real(dt, scale), _i64(rows),
+            _i64(t))
+    return probs
+
+
+def causal_softmax_backward(dp: Any, probs: Any, scale: float) -> Any:
+    """Kernel ``causal_softmax_backward``: one thread per row."""
+    xp = _xp(dp)
+    dp, dt, rows, t = _square_rows("causal_softmax_backward", dp)
+    _same_shape("causal_softmax_backward", dp.shape, probs=probs)
+    probs = xp.ascontiguousarray(probs)
+    _check(dt, None, probs=probs)
+    ds = xp.empty_like(dp)
+    launch("causal_softmax_backward", dt, rows, dp, probs, ds, _real(dt, scale), _i64(rows),
+            _i64(t))
+    return ds
+
+
+def embedding_backward(dh: Any, tokens: Any, wte_grad: Any, wpe_grad: Any) -> None:
+    """Kernels ``embedding_token_grad`` and ``embedding_position_grad``.
+
+    The token gradient is a scatter-add by sorted segments, without atomics:
+    the positions are sorted by the key ``token * N + position`` (unique, so
+    any sort gives the one order: by token, then by position), and thread
+    ``(v, c)`` adds its token's rows in that order to ``wte_grad[v, c]``, as
+    ``np.add.at`` does. Deterministic, and equal to the reference to the bit.
+    Host tokens outside ``[0, vocab)`` raise ``ValueError``; device ones are
+    not read before the launch and fall outside every segment (no gradient).
+    """
+    xp = _xp(dh)
+    if dh.ndim != 3 or tokens.shape != dh.shape[:2]:
+        raise ValueError(f"embedding_backward: dh of shape {dh.shape} for tokens of shape "
+                         f"{tokens.shape}")
+    batch, t, d = dh.shape
+    dh = xp.ascontiguousarray(dh)
+    dt = _real_dtype(dh)
+    vocab, ctx = wte_grad.shape[0], wpe_grad.shape[0]
+    if wte_grad.shape != (vocab, d) or wpe_grad.shape != (ctx, d) or t > ctx:
+        raise ValueError(f"embedding_backward: gradients of shapes {wte_grad.shape} and "
+                         f"{wpe_grad.shape} for dh of shape {dh.shape}")
+    _check(dt, None, wte_grad=wte_grad, wpe_grad=wpe_grad)
+    flat = xp.ascontiguousarray(tokens.reshape(-1)).astype(np.int64, copy=False)
+    if isinstance(flat, np.ndarray) and flat.size and (flat.min() < 0 or flat.max() >= vocab):
+        raise ValueError(f"embedding_backward: a token is outside 0..{vocab - 1}")
+    n = flat.size
+    order = xp.argsort(flat * n + xp.arange(n, dtype=np.int64)).astype(np.int64, copy=False)
+    start = xp.searchsorted(flat[order], xp.arange(vocab + 1, dtype=np.int64))
+    order, start = xp.ascontiguousarray(order), xp.ascontiguousarray(start.astype(np.int64))
+    launch("embedding_token_grad", dt, vocab * d, dh, order, start, wte_grad, _i64(vocab),
+            _i64(d))
+    launch("embedding_position_grad", dt, ctx * d, dh, wpe_grad, _i64(batch), _i64(t),
+            _i64(ctx), _i64(d))
+
+
 #: Every operation implemented here (the same names as the dispatched ones in ops).
 OPS: tuple[str, ...] = (
-    "sgd_momentum_", "axpy_",
+    "sgd_momentum_", "adamw_", "axpy_",
     "softmax_xent", "relu_forward", "relu_backward", "bias_add_", "bias_grad",
     "im2col", "col2im", "maxpool_forward", "maxpool_backward",
     "bn_sums", "bn_normalize", "bn_grad_sums", "bn_backward",
     "add_relu", "shortcut_forward", "shortcut_backward", "avgpool_forward", "avgpool_backward",
+    "layernorm_forward", "layernorm_backward", "gelu_forward", "gelu_backward",
+    "causal_softmax", "causal_softmax_backward", "embedding_backward",
 )

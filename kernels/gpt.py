@@ -27,7 +27,13 @@ early. The tied output layer writes ``wte``'s gradient first (backward
 begins there) and the embedding's backward adds its scatter to it last, so
 offset 0 is reported final only at the very end.
 
-Runs on the CPU backend (NumPy); the GPU backend is refused in one line.
+Runs on either backend. On the CPU the NumPy references, with GELU compiled
+(:mod:`~syncbench.kernels.cpu_transformer`); on the GPU (CuPy) the GEMMs are
+cuBLAS through CuPy and the other passes the CUDA kernels of
+``kernels/cuda/transformer.cu`` (LayerNorm, GELU, attention's causal softmax,
+the embedding's scatter-add), dispatched by :mod:`syncbench.kernels.ops` as
+the other models' layers are; the loss is the ``softmax_xent`` kernel of the
+classifiers (the same mean cross-entropy).
 """
 
 from __future__ import annotations
@@ -38,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.kernels import cpu_native, cpu_transformer
+from syncbench.kernels import cpu_native, cpu_transformer, ops
 from syncbench.kernels import transformer_ops as T
 from syncbench.kernels.backend import Backend, numpy_backend
-from syncbench.kernels.layers import Layer, Shape
+from syncbench.kernels.layers import Layer, Shape, _xp
 from syncbench.kernels.model import GradsReady, Model, Poll, _lay_out
 
 
@@ -88,6 +94,54 @@ def _flat2(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-1])
 
 
+def _shape(x: Any) -> tuple[int, ...]:
+    """The shape of an array of either backend, or of nested lists."""
+    return tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+
+
+# -- the passes that differ by backend: compiled or NumPy on the CPU, CUDA kernels on the GPU
+def _gelu_forward(f: Any) -> tuple[Any, Any]:
+    """(GELU of ``f``, its tanh term)."""
+    return ops.gelu_forward(f) if ops.on_device(f) else cpu_transformer.gelu_forward(f)
+
+
+def _gelu_backward(dy: Any, f: Any, tanh: Any) -> Any:
+    if ops.on_device(dy):
+        return ops.gelu_backward(dy, f, tanh)
+    return cpu_transformer.gelu_backward(dy, f, tanh)
+
+
+def _attention_forward(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
+    """:func:`~syncbench.kernels.transformer_ops.attention_forward`; on the GPU its two
+    batched products in cuBLAS and the causal softmax in one kernel."""
+    if not ops.on_device(q):
+        return T.attention_forward(q, k, v)
+    xp = _xp(q)
+    scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
+    probs = ops.causal_softmax(scores, 1.0 / math.sqrt(q.shape[-1]))
+    return xp.matmul(probs, v), probs
+
+
+def _attention_backward(dy: Any, q: Any, k: Any, v: Any, probs: Any) -> tuple[Any, Any, Any]:
+    """:func:`~syncbench.kernels.transformer_ops.attention_backward`, likewise."""
+    if not ops.on_device(dy):
+        return T.attention_backward(dy, q, k, v, probs)
+    xp = _xp(dy)
+    dv = xp.matmul(xp.swapaxes(probs, -1, -2), dy)
+    dp = xp.matmul(dy, xp.swapaxes(v, -1, -2))
+    ds = ops.causal_softmax_backward(dp, probs, 1.0 / math.sqrt(q.shape[-1]))
+    return xp.matmul(ds, k), xp.matmul(xp.swapaxes(ds, -1, -2), q), dv
+
+
+def _xent(logits: Any, targets: Any) -> tuple[Any, Any]:
+    """Mean cross-entropy and its gradient: :func:`~syncbench.kernels.transformer_ops.
+    sequence_xent` on the CPU, the ``softmax_xent`` kernel on the GPU (the loss a 0-d
+    device array until read)."""
+    if ops.on_device(logits):
+        return ops.softmax_xent(logits, targets)
+    return T.sequence_xent(logits, targets)
+
+
 class Embedding(Layer):
     """Token rows of ``wte`` plus position rows of ``wpe``: (B, T) tokens -> (B, T, d)."""
 
@@ -111,7 +165,7 @@ class Embedding(Layer):
 
     def backward(self, dh: np.ndarray) -> None:
         """Adds the token gradient to ``wte``'s (the output layer's is there already)."""
-        T.embedding_backward(dh, self._tokens, self.grads[0], self.grads[1])
+        ops.embedding_backward(dh, self._tokens, self.grads[0], self.grads[1])
         self._tokens = None
         return None
 
@@ -133,12 +187,12 @@ class LayerNorm(Layer):
         return [np.ones(self.d), np.zeros(self.d)]
 
     def forward(self, x: np.ndarray, train: bool = True) -> np.ndarray:
-        y, self._saved = T.layernorm_forward(x, self.params[0], self.params[1])
+        y, *self._saved = ops.layernorm_forward(x, self.params[0], self.params[1])
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        dx, self.grads[0][...], self.grads[1][...] = T.layernorm_backward(
-            dy, self._saved, self.params[0])
+        dx, self.grads[0][...], self.grads[1][...] = ops.layernorm_backward(
+            dy, *self._saved, self.params[0])
         self._saved = None
         return dx
 
@@ -178,15 +232,15 @@ class Block(Layer):
     def forward(self, h: np.ndarray, train: bool = True) -> np.ndarray:
         p = dict(zip(self.NAMES, self.params))
         b, t, d = h.shape
-        a, ln1 = T.layernorm_forward(h, p["ln1_g"], p["ln1_b"])
+        a, *ln1 = ops.layernorm_forward(h, p["ln1_g"], p["ln1_b"])
         qkv = a @ p["w_qkv"] + p["b_qkv"]
         q, k, v = (T.split_heads(qkv[..., i * d:(i + 1) * d], self.heads) for i in range(3))
-        att, probs = T.attention_forward(q, k, v)
+        att, probs = _attention_forward(q, k, v)
         merged = T.merge_heads(att)
         h2 = h + (merged @ p["w_proj"] + p["b_proj"])
-        m, ln2 = T.layernorm_forward(h2, p["ln2_g"], p["ln2_b"])
+        m, *ln2 = ops.layernorm_forward(h2, p["ln2_g"], p["ln2_b"])
         f = m @ p["w_fc"] + p["b_fc"]
-        g, tanh = cpu_transformer.gelu_forward(f)
+        g, tanh = _gelu_forward(f)
         self._saved = (a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g)
         return h2 + (g @ p["w_out"] + p["b_out"])
 
@@ -196,28 +250,29 @@ class Block(Layer):
         a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g = self._saved
         self._saved = None
         d = self.d
+        xp = _xp(dy)
         dy2 = _flat2(dy)
         # MLP: out = g @ w_out + b_out, g = gelu(f), f = m @ w_fc + b_fc
-        np.matmul(_flat2(g).T, dy2, out=grad["w_out"])
-        np.sum(dy2, axis=0, out=grad["b_out"])
-        df = cpu_transformer.gelu_backward(dy @ p["w_out"].T, f, tanh)
-        np.matmul(_flat2(m).T, _flat2(df), out=grad["w_fc"])
-        np.sum(_flat2(df), axis=0, out=grad["b_fc"])
-        dh2, grad["ln2_g"][...], grad["ln2_b"][...] = T.layernorm_backward(
-            df @ p["w_fc"].T, ln2, p["ln2_g"])
+        xp.matmul(_flat2(g).T, dy2, out=grad["w_out"])
+        xp.sum(dy2, axis=0, out=grad["b_out"])
+        df = _gelu_backward(dy @ p["w_out"].T, f, tanh)
+        xp.matmul(_flat2(m).T, _flat2(df), out=grad["w_fc"])
+        xp.sum(_flat2(df), axis=0, out=grad["b_fc"])
+        dh2, grad["ln2_g"][...], grad["ln2_b"][...] = ops.layernorm_backward(
+            df @ p["w_fc"].T, *ln2, p["ln2_g"])
         dh2 += dy
         # attention: h2 = h + merged @ w_proj + b_proj
         dh2_2 = _flat2(dh2)
-        np.matmul(_flat2(merged).T, dh2_2, out=grad["w_proj"])
-        np.sum(dh2_2, axis=0, out=grad["b_proj"])
+        xp.matmul(_flat2(merged).T, dh2_2, out=grad["w_proj"])
+        xp.sum(dh2_2, axis=0, out=grad["b_proj"])
         datt = T.split_heads(dh2 @ p["w_proj"].T, self.heads)
-        dq, dk, dv = T.attention_backward(datt, q, k, v, probs)
-        dqkv = np.concatenate([T.merge_heads(x) for x in (dq, dk, dv)], axis=-1)
+        dq, dk, dv = _attention_backward(datt, q, k, v, probs)
+        dqkv = xp.concatenate([T.merge_heads(x) for x in (dq, dk, dv)], axis=-1)
         dqkv2 = _flat2(dqkv)
-        np.matmul(_flat2(a).T, dqkv2, out=grad["w_qkv"])
-        np.sum(dqkv2, axis=0, out=grad["b_qkv"])
-        dh, grad["ln1_g"][...], grad["ln1_b"][...] = T.layernorm_backward(
-            dqkv @ p["w_qkv"].T, ln1, p["ln1_g"])
+        xp.matmul(_flat2(a).T, dqkv2, out=grad["w_qkv"])
+        xp.sum(dqkv2, axis=0, out=grad["b_qkv"])
+        dh, grad["ln1_g"][...], grad["ln1_b"][...] = ops.layernorm_backward(
+            dqkv @ p["w_qkv"].T, *ln1, p["ln1_g"])
         dh += dh2
         assert dh.shape[-1] == d
         return dh
@@ -246,9 +301,8 @@ class GPT(Model):
     def __init__(self, spec: GPTSpec, vocab: int, backend: Backend | None = None,
                  dtype: Any = np.float32, seed: int = 0, name: str | None = None) -> None:
         self.backend = backend or numpy_backend()
-        if self.backend.is_gpu:
-            raise ValueError("model gpt runs on the CPU backend only (--device cpu)")
-        cpu_native.library()
+        if not self.backend.is_gpu:
+            cpu_native.library()  # built (or found in the cache) now, not in the first step
         self.spec, self.vocab = spec, vocab
         self.name = name or str(spec)
         self.input_shape = (spec.ctx,)
@@ -261,19 +315,26 @@ class GPT(Model):
         rng = np.random.default_rng(seed)
         shapes = [layer.param_shapes() for layer in self.layers]
         total = sum(int(np.prod(s)) for layer_shapes in shapes for s in layer_shapes)
-        self.params = np.zeros(total, dtype=self.dtype)
-        self.grads = np.zeros(total, dtype=self.dtype)
+        xp = self.backend.xp
+        self.params = xp.zeros(total, dtype=self.dtype)
+        self.grads = xp.zeros(total, dtype=self.dtype)
         host, self.layer_offsets, views = _lay_out(
             shapes, (layer.init_params(rng) for layer in self.layers), (self.params, self.grads))
         for layer, (pviews, gviews) in zip(self.layers, views):
             layer.bind(pviews, gviews)
-        self.params[...] = host
+        self.params[...] = self.backend.asarray(host, dtype=self.dtype)
         self.first_trained = 0
-        self.buffers = np.zeros(0, dtype=self.dtype)  # no running statistics
+        self.buffers = xp.zeros(0, dtype=self.dtype)  # no running statistics
+
+    def _tokens(self, x: Any) -> Any:
+        """Token ids as integers on this backend's device."""
+        if self.backend.is_gpu:
+            return self.backend.asarray(x).astype(np.int64, copy=False)
+        return T.as_tokens(x)
 
     def _hidden(self, x: Any, poll: Poll | None) -> np.ndarray:
         """The final LayerNorm's output (B*T, d) for token windows ``x`` (B, T)."""
-        tokens = T.as_tokens(x)
+        tokens = self._tokens(x)
         if tokens.ndim != 2 or tokens.shape[1] > self.spec.ctx:
             raise ValueError(f"{self.name}: expected (batch, <= {self.spec.ctx}) token windows, "
                              f"got shape {tokens.shape}")
@@ -287,7 +348,7 @@ class GPT(Model):
     def forward(self, x: Any, train: bool = True, poll: Poll | None = None) -> np.ndarray:
         """Logits (B, T, V) for token windows ``x`` (B, T)."""
         hf = self._hidden(x, poll)
-        return (hf @ self.embedding.params[0].T).reshape(*np.shape(x), self.vocab)
+        return (hf @ self.embedding.params[0].T).reshape(*_shape(x), self.vocab)
 
     def loss_and_grad(self, x: Any, y: Any, on_grads_ready: GradsReady | None = None,
                       poll: Poll | None = None) -> float:
@@ -295,14 +356,14 @@ class GPT(Model):
         (B, T)); writes the gradient into :attr:`grads`."""
         hf = self._hidden(x, poll)
         wte, dwte = self.embedding.params[0], self.embedding.grads[0]
-        loss, dlogits = T.sequence_xent(hf @ wte.T, T.as_tokens(y).reshape(-1))
-        np.matmul(dlogits.T, hf, out=dwte)  # the tied output layer's part of wte's gradient
-        dh = (dlogits @ wte).reshape(*np.shape(x), self.spec.d)
+        loss, dlogits = _xent(hf @ wte.T, self._tokens(y).reshape(-1))
+        _xp(hf).matmul(dlogits.T, hf, out=dwte)  # the tied output layer's part of wte's grad
+        dh = (dlogits @ wte).reshape(*_shape(x), self.spec.d)
         for index in range(len(self.layers) - 1, -1, -1):
             dh = self.layers[index].backward(dh)
             if on_grads_ready is not None:
                 on_grads_ready(self.layer_offsets[index])
-        return float(loss)
+        return self._read_loss(loss)
 
     def scratch_batch(self, rng: np.random.Generator, batch_size: int
                       ) -> tuple[np.ndarray, np.ndarray]:
@@ -311,8 +372,13 @@ class GPT(Model):
         return rng.integers(0, self.vocab, shape), rng.integers(0, self.vocab, shape)
 
     def warm_up(self, batch_size: int) -> None:
-        """One untimed step on a zero batch; the gradient is zeroed after it."""
-        zeros = np.zeros((batch_size, self.spec.ctx), dtype=np.int64)
+        """One untimed step on a zero batch; the gradient is zeroed after it (on the GPU
+        every kernel is compiled first, as :meth:`Model.warm_up` does)."""
+        if self.backend.is_gpu:
+            from syncbench.kernels import cuda_launch  # lazy: the CPU path loads no CUDA code
+
+            cuda_launch.precompile(self.dtype)
+        zeros = self.backend.xp.zeros((batch_size, self.spec.ctx), dtype=np.int64)
         self.loss_and_grad(zeros, zeros)
         self.grads[...] = 0
 
@@ -324,9 +390,8 @@ class GPT(Model):
         for start in range(0, int(x.shape[0]), batch_size):
             xb, yb = x[start:start + batch_size], y[start:start + batch_size]
             hf = self._hidden(xb, None)
-            loss, _ = T.sequence_xent(hf @ self.embedding.params[0].T,
-                                      T.as_tokens(yb).reshape(-1))
-            total += loss * yb.size
+            loss, _ = _xent(hf @ self.embedding.params[0].T, self._tokens(yb).reshape(-1))
+            total += self._read_loss(loss) * yb.size
             count += yb.size
         return total / count, math.nan
 
@@ -339,7 +404,8 @@ class GPT(Model):
         rng = rng or np.random.default_rng(0)
         for _ in range(count):
             window = np.array([tokens[-self.spec.ctx:]])
-            logits = self.forward(window, train=False)[0, -1].astype(np.float64)
+            logits = self.backend.to_numpy(self.forward(window, train=False)[0, -1])
+            logits = logits.astype(np.float64)
             if temperature <= 0:
                 tokens.append(int(np.argmax(logits)))
                 continue

@@ -10,8 +10,9 @@ Update rules (``ALGORITHMS.md``; element-wise, in place, no allocation when a
 ``scratch`` buffer of the same shape is given): ``sgd_momentum_``,
 ``v = mu * v + (g + wd * w)``; ``w = w - lr * v`` (PyTorch momentum SGD with
 L2 weight decay; ``wd`` a number or one decay per element, zero where a
-parameter is exempt, ``MomentumSGD.decay``); ``axpy_``, ``y += a * x``
-(Oscars' model averaging). OD-SGD's local step and DC-ASGD's compensation
+parameter is exempt, ``MomentumSGD.decay``); ``adamw_``, AdamW's step
+(:class:`~syncbench.algorithms.adamw.AdamW`, PyTorch's bias corrections); ``axpy_``,
+``y += a * x`` (Oscars' model averaging). OD-SGD's local step and DC-ASGD's compensation
 stay array expressions in their algorithms: ASGD updates in host memory (its
 RMA windows), and each OD-SGD variant would need a fused kernel of its own.
 
@@ -22,7 +23,10 @@ of the mean cross-entropy), ``relu_*``, ``bias_add_``/``bias_grad``,
 ``maxpool_*`` (non-overlapping, first maximum wins); for ResNets BatchNorm's
 passes (``bn_sums``, ``bn_normalize``, ``bn_grad_sums``, ``bn_backward``),
 ``add_relu``, the option-A shortcut (``shortcut_*``) and global average
-pooling (``avgpool_*``).
+pooling (``avgpool_*``); for the transformer (``gpt``) the non-GEMM passes of
+:mod:`~syncbench.kernels.transformer_ops`, whose functions are the references
+(``layernorm_*``, ``gelu_*``, attention's ``causal_softmax`` and its backward,
+``embedding_backward``'s scatter-add).
 
 The NumPy bodies do the kernels' floating-point operations in the same
 order (the kernels are built with ``--fmad=false``): element-wise results are
@@ -39,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.kernels import cpu_native
+from syncbench.kernels import transformer_ops as T
 
 Shape = tuple[int, ...]
 
@@ -141,6 +146,47 @@ def axpy_(y: Any, alpha: float, x: Any, scratch: Any = None) -> None:
         y += x
     else:
         y += np.multiply(x, alpha, out=scratch)
+
+
+@_dispatch
+def adamw_(params: Any, grads: Any, exp_avg: Any, exp_avg_sq: Any, decay: Any, lr: float,
+           scalars: tuple[float, ...], num: Any = None, den: Any = None) -> None:
+    """One AdamW step in place (:class:`~syncbench.algorithms.adamw.AdamW`, PyTorch's
+    ``torch.optim.AdamW`` rule), the step count already advanced.
+
+    ``decay``: the weight decay, a number (0: none) or one per element (the
+    ``--wd-exempt`` mask times it); ``scalars``: (1 - beta1, beta2, 1 - beta2,
+    sqrt(1 - beta2^t), eps, -lr / (1 - beta1^t)), Python floats; ``num``, ``den``:
+    scratch buffers of the params' shape (allocated when None)::
+
+        w = w * (1 - lr * decay)
+        m = m + (g - m) * (1 - beta1)
+        v = v * beta2 + (g * (1 - beta2)) * g
+        w = w + (m * -step) / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    """
+    one_minus_b1, beta2, one_minus_b2, correction2_sqrt, eps, neg_step = scalars
+    num = np.empty_like(params) if num is None else num
+    den = np.empty_like(params) if den is None else den
+    if isinstance(decay, (int, float)):
+        if decay:
+            params *= 1 - lr * decay
+    else:  # per element: 1 - lr * (wd * mask), as wd * mask * (-lr) + 1
+        np.multiply(decay, -lr, out=num)
+        num += 1
+        params *= num
+    np.subtract(grads, exp_avg, out=num)
+    num *= one_minus_b1
+    exp_avg += num
+    exp_avg_sq *= beta2
+    np.multiply(grads, one_minus_b2, out=num)
+    num *= grads
+    exp_avg_sq += num
+    np.sqrt(exp_avg_sq, out=den)
+    den /= correction2_sqrt
+    den += eps
+    np.multiply(exp_avg, neg_step, out=num)
+    num /= den
+    params += num
 
 
 # -- layer kernels ------------------------------------------------------------
@@ -373,3 +419,56 @@ def avgpool_backward(dy: Any, hw: tuple[int, int]) -> Any:
     h, w = hw
     scaled = dy * (1.0 / (h * w))
     return np.ascontiguousarray(np.broadcast_to(scaled[:, :, None, None], (*dy.shape, h, w)))
+
+
+# -- the transformer (gpt): kernels of transformer_ops' non-GEMM passes ----------------------
+@_dispatch
+def layernorm_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-5) -> tuple[Any, Any, Any]:
+    """LayerNorm over the last axis (:func:`~syncbench.kernels.transformer_ops.layernorm_forward`):
+    ``(y, xhat, rstd)``, ``rstd`` of shape ``(..., 1)``."""
+    y, (xhat, rstd) = T.layernorm_forward(x, gamma, beta, eps)
+    return y, xhat, rstd
+
+
+@_dispatch
+def layernorm_backward(dy: Any, xhat: Any, rstd: Any, gamma: Any) -> tuple[Any, Any, Any]:
+    """``(dx, dgamma, dbeta)`` of :func:`layernorm_forward`
+    (:func:`~syncbench.kernels.transformer_ops.layernorm_backward`)."""
+    return T.layernorm_backward(dy, (xhat, rstd), gamma)
+
+
+@_dispatch
+def gelu_forward(x: Any) -> tuple[Any, Any]:
+    """GELU, tanh approximation: ``(y, t)``, ``t`` the tanh term :func:`gelu_backward`
+    reuses (:func:`~syncbench.kernels.transformer_ops.gelu_forward`)."""
+    t = T.gelu_tanh(x)
+    return T.gelu_forward(x, t), t
+
+
+@_dispatch
+def gelu_backward(dy: Any, x: Any, t: Any) -> Any:
+    """``dy * gelu'(x)`` (:func:`~syncbench.kernels.transformer_ops.gelu_backward`)."""
+    return T.gelu_backward(dy, x, t)
+
+
+@_dispatch
+def causal_softmax(scores: Any, scale: float) -> Any:
+    """Attention's probabilities from (..., t, t) ``scores``: the softmax of each row of
+    ``scores * scale`` with the causal mask (:func:`~syncbench.kernels.transformer_ops.
+    causal_softmax`); a new array."""
+    return T.causal_softmax(scores, scale)
+
+
+@_dispatch
+def causal_softmax_backward(dp: Any, probs: Any, scale: float) -> Any:
+    """The scores' gradient from the probabilities' (:func:`~syncbench.kernels.
+    transformer_ops.causal_softmax_backward`)."""
+    return T.causal_softmax_backward(dp, probs, scale)
+
+
+@_dispatch
+def embedding_backward(dh: Any, tokens: Any, wte_grad: Any, wpe_grad: Any) -> None:
+    """The embedding's gradients: ``dh`` (B, T, d) scatter-added into ``wte_grad`` by token,
+    summed over the batch into ``wpe_grad`` (:func:`~syncbench.kernels.transformer_ops.
+    embedding_backward`)."""
+    T.embedding_backward(dh, tokens, wte_grad, wpe_grad)

@@ -123,14 +123,30 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray
     """Causal attention on (..., T, d_head) arrays: the output and the attention
     probabilities (..., T, T), which the backward needs. Each row's maximum is
     subtracted before ``exp`` (the masked entries are exactly 0)."""
-    t, dh = q.shape[-2], q.shape[-1]
     scores = np.matmul(q, np.swapaxes(k, -1, -2))
-    scores *= 1.0 / math.sqrt(dh)
-    scores += _causal_bias(t, scores.dtype)
-    scores -= scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores, out=scores)
-    probs /= probs.sum(axis=-1, keepdims=True)
+    probs = causal_softmax(scores, 1.0 / math.sqrt(q.shape[-1]), out=scores)
     return np.matmul(probs, v), probs
+
+
+def causal_softmax(scores: np.ndarray, scale: float, out: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """The softmax of each row of ``scores * scale`` (..., T, T) with the causal mask
+    (row ``i`` sees columns ``j <= i``; the others get exactly 0), into ``out`` (may be
+    ``scores``) or a new array."""
+    probs = np.multiply(scores, scale, out=out)
+    probs += _causal_bias(scores.shape[-1], probs.dtype)
+    probs -= probs.max(axis=-1, keepdims=True)
+    np.exp(probs, out=probs)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def causal_softmax_backward(dp: np.ndarray, probs: np.ndarray, scale: float) -> np.ndarray:
+    """The gradient of :func:`causal_softmax`'s scores from its probabilities' ``dp``:
+    ``scale * p * (dp - sum(dp * p))`` row by row (masked entries: ``p = 0``)."""
+    ds = probs * (dp - np.sum(dp * probs, axis=-1, keepdims=True))
+    ds *= scale
+    return ds
 
 
 def attention_backward(dy: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
@@ -141,8 +157,7 @@ def attention_backward(dy: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarr
     scale = 1.0 / math.sqrt(q.shape[-1])
     dv = np.matmul(np.swapaxes(probs, -1, -2), dy)
     dp = np.matmul(dy, np.swapaxes(v, -1, -2))
-    ds = probs * (dp - np.sum(dp * probs, axis=-1, keepdims=True))
-    ds *= scale
+    ds = causal_softmax_backward(dp, probs, scale)
     dq = np.matmul(ds, k)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)
     return dq, dk, dv
@@ -184,13 +199,18 @@ def sequence_xent(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
 def split_heads(x: np.ndarray, heads: int) -> np.ndarray:
     """(B, T, d) -> (B, heads, T, d / heads), a copy in that order (contiguous)."""
     b, t, d = x.shape
-    return np.ascontiguousarray(x.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3))
+    return _contiguous(x.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3))
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(B, heads, T, d_head) -> (B, T, heads * d_head), the inverse of :func:`split_heads`."""
     b, h, t, dh = x.shape
-    return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).reshape(b, t, h * dh)
+    return _contiguous(x.transpose(0, 2, 1, 3)).reshape(b, t, h * dh)
+
+
+def _contiguous(x: Any) -> Any:
+    """``x`` itself if C-contiguous, else a C-ordered copy (NumPy or CuPy alike)."""
+    return x if x.flags.c_contiguous else x.copy()
 
 
 def as_tokens(x: Any) -> np.ndarray:

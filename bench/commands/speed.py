@@ -14,7 +14,10 @@ models, with the same threads and dtype: NumPy's BLAS on one ``--gemm-size``
 square product, the best of 5. A nominal peak of one core from
 ``/proc/cpuinfo`` (vector width, FMA, clock) is printed beside it as an
 estimate only; the fraction's denominator stays the measured GEMM.
-``--out FILE.json`` writes every figure.
+``--compress CODEC,...`` adds, for each model, the codecs' encode and decode of the
+step's gradient timed beside its forward and backward, and their share of it
+(:func:`syncbench.bench.micro.codecs.step_shares`). ``--out FILE.json`` writes every
+figure.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import json
 import os
 import sys
 
+from syncbench.algorithms.codecs import parse_codec
 from syncbench.analysis.repeats import column_spread
 from syncbench.bench.files import write_atomic
 from syncbench.bench.flags import add_json_out, check_json_out, positive_int, renamed
+from syncbench.bench.micro.codecs import print_step_shares, step_shares
 from syncbench.bench.micro.output import check_writable_parent
 from syncbench.bench.micro.speed import (
     GEMM_REPEATS,
@@ -56,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gemm-size", type=positive_int, default=1024, metavar="N",
                         help=f"the reference GEMM is N x N times N x N in --dtype, best of "
                         f"{GEMM_REPEATS}")
+    parser.add_argument("--compress", default="", metavar="CODEC,...",
+                        help="also time these codecs' encode + decode of each model's "
+                        "gradient beside its step (fp16, bf16, int8, powersgd:R, topk:D, "
+                        "randk:D) and print their share of the step's compute")
     add_json_out(parser, "every figure")
 
 
@@ -69,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"syncbench speed: {exc}", file=sys.stderr)
             return 2
+    specs = [spec for spec in args.compress.split(",") if spec]
+    try:
+        for spec in specs:
+            parse_codec(spec)
+    except ValueError as exc:
+        print(f"syncbench speed: --compress: {exc}", file=sys.stderr)
+        return 2
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(f"# syncbench speed: batch {args.batch_size}, {args.steps} steps x {args.repeats} "
           f"repeats, {args.dtype}, OMP_NUM_THREADS={threads}")
@@ -96,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
                      "median_samples_per_s": med, "ms_per_step": 1000 * args.batch_size / med,
                      "flops": flops.as_dict(), "flops_per_s": achieved,
                      "fraction_of_gemm": achieved / gemm})
+    shares = []
+    if specs:
+        shares = step_shares(args.models.split(","), specs, args.batch_size,
+                             max(1, args.steps // 5), args.repeats)
+        print_step_shares(shares, args.repeats)
     if args.json:
         result = {"batch_size": args.batch_size, "steps": args.steps, "repeats": args.repeats,
                   "dtype": args.dtype, "omp_num_threads": threads,
@@ -104,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
                            "flops_per_s": gemm, "blas": blas},
                   "peak_estimate": peak.as_dict() if not isinstance(peak, str) else None,
                   "peak_estimate_missing": peak if isinstance(peak, str) else "",
-                  "models": rows}
+                  "models": rows,
+                  "codecs": [{"model": r.model, "codec": r.spec, "wire_bytes": r.wire_bytes,
+                              "compute_s": r.compute, "codec_s": r.codec,
+                              "share": r.shares} for r in shares]}
         write_atomic(args.json, json.dumps(result, indent=1).encode())
         print(f"# figures -> {args.json}", flush=True)
     return 0

@@ -18,6 +18,15 @@ What a call is, per codec:
 Run it with ``OMP_NUM_THREADS=1`` for one core's figure::
 
     python -m syncbench.bench.micro.codecs [--repeats 5] [--sizes 1000000 10000000]
+
+:func:`step_shares` (``syncbench speed --compress CODEC,...``) puts the same calls
+beside a model's training step: per repeat, ``steps`` steps' forward and backward, then
+``steps`` encodes and decodes of the gradient those steps made (PowerSGD on the model's
+own tensors, as the reducer lays them out), alternating, so both see the same machine.
+The share is the codec's time over the compute's, repeat by repeat. It is one rank's
+encode and decode of its whole gradient; on N ranks the reduce-scatter codecs (fp16,
+bf16, int8) also decode N - 1 received segments and re-encode the mean's 1/N, which
+this does not time.
 """
 
 from __future__ import annotations
@@ -57,14 +66,14 @@ def matrix_shape(count: int) -> tuple[int, int]:
     return rows, count // rows
 
 
-def _calls(spec: str, x: np.ndarray) -> tuple[Callable[[], object], Callable[[object], object],
-                                              int]:
-    """(encode, decode of encode's result, wire bytes) of ``spec`` on gradient ``x``."""
+def _calls(spec: str, x: np.ndarray, shapes: Sequence[tuple[int, ...]] | None = None
+           ) -> tuple[Callable[[], object], Callable[[object], object], int]:
+    """(encode, decode of encode's result, wire bytes) of ``spec`` on gradient ``x``;
+    PowerSGD sees ``shapes`` (a model's tensors) or ``x`` as one matrix."""
     codec = parse_codec(spec)
     if isinstance(codec, PowerSGD):
-        shape = matrix_shape(x.size)
         codec = PowerSGD(rank=codec.rank, start_iter=0)
-        state = codec.state([shape])
+        state = codec.state(list(shapes) if shapes is not None else [matrix_shape(x.size)])
 
         def encode() -> object:
             m = state.prepare(x)
@@ -105,6 +114,76 @@ def codec_rates(specs: Sequence[str] = SPECS, sizes: Sequence[int] = SIZES,
                 dec.append(gb / (end - middle))
             rows.append(CodecRate(spec, count, wire, enc, dec))
     return rows
+
+
+@dataclass
+class StepShare:
+    """Seconds per step of a model's compute and of a codec's encode + decode, per repeat."""
+
+    model: str
+    spec: str
+    wire_bytes: int
+    gradient_bytes: int
+    compute: list[float]
+    codec: list[float]
+
+    @property
+    def shares(self) -> list[float]:
+        """The codec's time over the compute's, repeat by repeat."""
+        return [c / s for c, s in zip(self.codec, self.compute)]
+
+
+def step_shares(models: Sequence[str], specs: Sequence[str], batch: int = 64,
+                steps: int = 10, repeats: int = 5, seed: int = 0) -> list[StepShare]:
+    """Each codec of ``specs`` beside each model's step (float32, one process)."""
+    from syncbench.algorithms.codecs.powersgd import tensor_shapes
+    from syncbench.bench.micro.speed import input_shape
+    from syncbench.kernels.zoo import build_model
+
+    rows = []
+    rng = np.random.default_rng(seed)
+    for name in models:
+        shape = input_shape(name)
+        model = build_model(name, shape, 10, dtype=np.dtype("float32"), seed=seed)
+        x = rng.random((batch, *shape)).astype("float32")
+        y = rng.integers(0, 10, batch)
+        shapes = tensor_shapes([layer.param_shapes() for layer in model.layers],
+                               model.layer_offsets)
+        for _ in range(2):  # untimed: allocator, caches
+            model.loss_and_grad(x, y)
+        for spec in specs:
+            encode, decode, wire = _calls(spec, model.grads, shapes)
+            decode(encode())  # untimed: the first Q, the selection's buffers
+            compute, codec = [], []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(steps):
+                    model.loss_and_grad(x, y)
+                middle = time.perf_counter()
+                for _ in range(steps):
+                    decode(encode())
+                end = time.perf_counter()
+                compute.append((middle - start) / steps)
+                codec.append((end - middle) / steps)
+            rows.append(StepShare(name, spec, wire, model.grads.nbytes, compute, codec))
+    return rows
+
+
+def print_step_shares(rows: Sequence[StepShare], repeats: int) -> None:
+    """One line per model and codec: ms per step of each side and the share."""
+    print(f"# encode + decode of one rank's gradient beside the step's forward and backward, "
+          f"alternating; median (min-max) of {repeats}")
+    print(f"  {'model':<9}{'codec':<13}{'compute ms':<24}{'codec ms':<24}{'share':<22}"
+          f"{'wire B':>10}{'ratio':>7}")
+    for r in rows:
+        print(f"  {r.model:<9}{r.spec:<13}{_spread([1e3 * v for v in r.compute]):<24}"
+              f"{_spread([1e3 * v for v in r.codec]):<24}{_share(r.shares):<22}"
+              f"{r.wire_bytes:>10}{r.gradient_bytes / r.wire_bytes:>7.1f}", flush=True)
+
+
+def _share(values: list[float]) -> str:
+    return (f"{100 * statistics.median(values):5.1f}% "
+            f"({100 * min(values):.1f}-{100 * max(values):.1f}%)")
 
 
 def _spread(values: list[float]) -> str:

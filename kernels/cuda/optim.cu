@@ -42,3 +42,45 @@ extern "C" __global__ void sgd_momentum_array_decay(real* w, const real* g, real
 extern "C" __global__ void axpy(real* y, real a, const real* x, long long n) {
     SB_GRID_LOOP(i, n) { y[i] = y[i] + x[i] * a; }
 }
+
+// AdamW (algorithms/adamw.py's reference step; kernels/cpu/adamw.c on the CPU), one pass
+// per element with the operations of the reference in its order, so with --fmad=false
+// and the correctly rounded sqrt and division (NVRTC's defaults, -prec-sqrt and
+// -prec-div) the result equals the reference to the bit:
+//   w = w * factor                                 (has_factor: the decay 1 - lr * wd)
+//   m = m + (g - m) * one_minus_b1
+//   v = v * b2 + (g * one_minus_b2) * g
+//   w = w + (m * neg_step) / (sqrt(v) / c2 + eps)
+// c2 = sqrt(1 - b2^t) and neg_step = -lr / (1 - b1^t): PyTorch's bias corrections,
+// computed in double by the caller and rounded to real as NumPy rounds them.
+extern "C" __global__ void adamw(real* w, const real* g, real* m, real* v, int has_factor,
+                                 real factor, real one_minus_b1, real b2, real one_minus_b2,
+                                 real c2, real eps, real neg_step, long long n) {
+    SB_GRID_LOOP(i, n) {
+        real wi = w[i];
+        if (has_factor) wi = wi * factor;
+        real gi = g[i];
+        real mi = m[i] + (gi - m[i]) * one_minus_b1;
+        real vi = v[i] * b2 + (gi * one_minus_b2) * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = wi + (mi * neg_step) / (sqrt(vi) / c2 + eps);
+    }
+}
+
+// The same step with a decay per element (wd[i]: the weight decay times the 0/1 mask of
+// --wd-exempt): w = w * (wd[i] * neg_lr + 1), as the reference forms 1 - lr * wd[i].
+extern "C" __global__ void adamw_array_decay(real* w, const real* g, real* m, real* v,
+                                             const real* wd, real neg_lr, real one_minus_b1,
+                                             real b2, real one_minus_b2, real c2, real eps,
+                                             real neg_step, long long n) {
+    SB_GRID_LOOP(i, n) {
+        real wi = w[i] * (wd[i] * neg_lr + (real)1);
+        real gi = g[i];
+        real mi = m[i] + (gi - m[i]) * one_minus_b1;
+        real vi = v[i] * b2 + (gi * one_minus_b2) * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = wi + (mi * neg_step) / (sqrt(vi) / c2 + eps);
+    }
+}

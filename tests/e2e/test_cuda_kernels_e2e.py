@@ -77,6 +77,10 @@ def test_cpu_path_never_imports_cupy():
         m.loss_and_grad(np.zeros((2, 1, 28, 28)), np.array([1, 2]))
         MomentumSGD(m.params, 0.1, 0.9, 0.0).step(m.params, m.grads)
         ops.axpy_(m.params, 0.5, m.grads)
+        from syncbench.algorithms.adamw import AdamW
+        g = build_model("gpt:d=8,layers=1,heads=2,ctx=4", (4,), 7)
+        g.loss_and_grad(np.zeros((2, 4), np.int64), np.ones((2, 4), np.int64))
+        AdamW(g.params, 1e-3, 0.1, (0.9, 0.999), 1e-8).step(g.params, g.grads)
         bad = [n for n in sys.modules if n.startswith(("cupy", "syncbench.kernels.cuda_"))]
         assert not bad, bad
         """)
@@ -203,7 +207,9 @@ def test_emulated_optimizer_step_with_exempt_parameters_is_bit_identical(emulate
 
 
 REDUCTIONS = ["bias_grad/rows-chunks", "bias_grad/channels", "bn_sums/chunks",
-              "bn_grad_sums/chunks", "avgpool_forward"]
+              "bn_grad_sums/chunks", "avgpool_forward", "layernorm_forward",
+              "layernorm_backward/chunks", "causal_softmax", "causal_softmax_backward",
+              "embedding_backward"]
 
 
 @needs_gxx
@@ -379,3 +385,75 @@ def test_every_kernel_is_launched_by_an_operation():
             args = case.build(np.random.default_rng(15), np.dtype(np.float32), False)
             cuda_cases.run_case(getattr(cuda_ops, case.op), _copy(args))
     assert {name for name, _, _ in emulator.launches} == set(cuda_launch.kernel_signatures())
+
+
+# -- the transformer (gpt) and AdamW ------------------------------------------------------
+TRANSFORMER_KERNELS = {"layernorm_stats", "layernorm_normalize", "layernorm_backward_stats",
+                       "layernorm_backward_dx", "layernorm_param_grad_partial",
+                       "bias_grad_finish", "gelu_forward", "gelu_backward",
+                       "causal_softmax_forward", "causal_softmax_backward",
+                       "embedding_token_grad", "embedding_position_grad", "softmax_xent"}
+
+
+@needs_gxx
+def test_emulated_gpt_gpu_path_equals_cpu_path(emulated_gpu_path):
+    """gpt's GPU path (the transformer kernels, the GEMMs through the array module, the
+    softmax_xent loss) gives the CPU path's loss and gradients in float64; windows
+    shorter than the context, and a token repeated, exercise the masks and the
+    scatter-add."""
+    from syncbench.kernels.gpt import GPT, GPTSpec
+
+    spec, vocab = GPTSpec(d=16, layers=2, heads=2, ctx=8), 11
+    rng = np.random.default_rng(23)
+    x, y = rng.integers(0, vocab, size=(3, 6)), rng.integers(0, vocab, size=(3, 6))
+    x[0, :3] = 4
+    cpu, gpu = (GPT(spec, vocab, dtype=np.float64, seed=7) for _ in range(2))
+    with pytest.MonkeyPatch.context() as mp:  # the reference run takes the CPU path
+        mp.setattr(layers, "_on_gpu", lambda array: False)
+        mp.setattr(ops, "on_device", lambda array: False)
+        cpu_loss = cpu.loss_and_grad(x, y)
+        cpu_eval = cpu.evaluate(x, y, batch_size=2)[0]
+    gpu_loss = gpu.loss_and_grad(x, y)
+    launched = {name for name, _, _ in emulated_gpu_path.launches}
+    assert TRANSFORMER_KERNELS <= launched, TRANSFORMER_KERNELS - launched
+    assert gpu_loss == pytest.approx(cpu_loss, rel=1e-12)
+    np.testing.assert_allclose(gpu.grads, cpu.grads, rtol=1e-9, atol=1e-13)
+    assert gpu.evaluate(x, y, batch_size=2)[0] == pytest.approx(cpu_eval, rel=1e-12)
+
+
+def _adamw_pair(decay_mask):
+    from syncbench.algorithms.adamw import AdamW
+
+    rng = np.random.default_rng(29)
+    w = rng.standard_normal(300).astype(np.float32)
+    w_ref = w.copy()
+    opt = AdamW(w, 1e-3, 0.1, (0.9, 0.999), 1e-8, decay_mask)
+    ref = AdamW(w_ref, 1e-3, 0.1, (0.9, 0.999), 1e-8, decay_mask)
+    grads = [rng.standard_normal(300).astype(np.float32) for _ in range(3)]
+    return w, w_ref, opt, ref, grads
+
+
+@needs_gxx
+@pytest.mark.parametrize("masked", [False, True], ids=["number-decay", "exempt-mask"])
+def test_emulated_adamw_step_is_bit_identical(emulated_gpu_path, monkeypatch, masked):
+    """AdamW on the GPU backend steps through ops.adamw_ (the fused kernel; one decay for
+    all, or one per element under --wd-exempt): equal to the NumPy reference to the bit,
+    moments included, over steps whose bias corrections differ."""
+    from syncbench.algorithms import adamw
+
+    monkeypatch.setattr(adamw.cpu_native, "adamw_", lambda *args: False)  # not the C pass
+    mask = (np.random.default_rng(31).random(300) < 0.6).astype(np.float32) if masked \
+        else None
+    w, w_ref, opt, ref, grads = _adamw_pair(mask)
+    for g in grads:
+        opt.step(w, g)
+        ref.steps += 1
+        t = ref.steps
+        scalars = (1 - 0.9, 0.999, 1 - 0.999, (1 - 0.999 ** t) ** 0.5, 1e-8,
+                   -1e-3 / (1 - 0.9 ** t))
+        ref.reference_step(w_ref, g, ref.lr, scalars)
+    kernel = "adamw_array_decay" if masked else "adamw"
+    assert [n for n, _, _ in emulated_gpu_path.launches] == [kernel] * 3
+    np.testing.assert_array_equal(w, w_ref)
+    np.testing.assert_array_equal(opt.exp_avg, ref.exp_avg)
+    np.testing.assert_array_equal(opt.exp_avg_sq, ref.exp_avg_sq)

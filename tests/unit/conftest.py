@@ -22,6 +22,7 @@ from __future__ import annotations
 import _posixsubprocess
 import contextlib
 import os
+import platform
 import subprocess
 import sys
 import traceback
@@ -100,6 +101,9 @@ def _no_launch():
 # on the first model built: the lookup runs ``cc --version`` (and the compiler on a cold
 # cache). That is the package's set-up, not a test's, so it happens here, before the guard.
 cpu_native.library()
+# platform.processor() runs ``uname -p`` once per process and caches it; h5py's import asks
+# for it, so the first test module that imports h5py inside a test would launch it.
+platform.processor()
 
 
 # Every phase of a unit test is guarded: its set-up too, where a module- or session-scoped

@@ -46,14 +46,14 @@ def _rank(steps: int) -> dict[str, np.ndarray]:
     return cols
 
 
-def _write(path, world_size: int, steps: int, seed: int) -> str:
+def _write(path, world_size: int, steps: int, seed: int, **extra) -> str:
     evals = {"t": np.array([0.5, 1.0]), "step": np.array([2, 4]),
              "samples_seen": np.array([256, 512]), "loss": np.array([1.0, 0.5]),
              "accuracy": np.array([0.6, 0.9])}
     root = {"algorithm": "ssgd", "model": "mlp", "dataset": "synthetic",
             "world_size": world_size, "buckets": 1,
             "config": {"algorithm": "ssgd", "batch_size": BATCH, "comm": "overlap",
-                       "seed": seed, "target_accuracy": 0.8}}
+                       "seed": seed, "target_accuracy": 0.8}, **extra}
     rows = {r: _rank(steps) for r in range(world_size)}
     attrs = {r: {"hostname": f"node{seed}-{r}", "slowdown": 1.0} for r in rows}
     write_run_file(path, root, rows, attrs, evals, 1.0 + seed, 0.8)
@@ -180,3 +180,13 @@ def test_the_blocking_reference_is_told_by_traits_and_the_runs_own_comm_flag():
     # OD-SGD hides communication too, but --comm is not its flag
     assert not is_blocking_reference(row("odsgd", "blocking", ["local_lookahead"]))
     assert not is_blocking_reference(row("asgd", "blocking", None))  # hides nothing
+
+
+def test_wire_bytes_per_sample_is_the_declared_bytes_over_a_ranks_batch(tmp_path):
+    """A reducer's wire_bytes_per_step over the per-rank batch; absent where none is
+    declared (0) rather than 0 bytes."""
+    declared = read_run(_write(tmp_path / "c.h5", 2, 8, 0, wire_bytes_per_step=6400))
+    undeclared = read_run(_write(tmp_path / "u.h5", 2, 8, 0, wire_bytes_per_step=0))
+    figures = run_figures([declared, undeclared], 0.8)
+    assert figures[0]["wire_bytes_per_sample"] == 6400 / BATCH
+    assert math.isnan(figures[1]["wire_bytes_per_sample"])

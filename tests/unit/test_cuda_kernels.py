@@ -21,7 +21,9 @@
 * the compiled source carries the digest of ``common.cuh`` (CuPy's kernel
   cache key);
 * the layers' GPU path (kernels + GEMMs), emulated the same way, gives the
-  CPU path's loss and gradients; the CPU path never imports CuPy.
+  CPU path's loss and gradients, ``gpt``'s too (the transformer kernels), and
+  AdamW's fused kernel steps bit for bit as the reference; the CPU path never
+  imports CuPy.
 
 Split off this module: ``tests/e2e/test_cuda_kernels_e2e.py`` (its tests that launch a
 process or start MPI).
@@ -56,7 +58,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None,
 # -- compilation -----------------------------------------------------------------
 def test_sources_and_signatures_are_consistent():
     assert {p.stem for p in SOURCES} == {"batchnorm", "conv", "dense", "optim", "pool",
-                                         "resnet", "softmax_xent"}
+                                         "resnet", "softmax_xent", "transformer"}
     table = cuda_launch.kernel_signatures()
     launched = set()
     text = inspect.getsource(cuda_ops)
@@ -335,6 +337,7 @@ def _bad_calls():
     f32 = np.float32
     x, v3, v4 = np.zeros((2, 4, 3, 3), f32), np.zeros(3, f32), np.zeros(4, f32)
     flat = np.zeros(8, f32)
+    wte, wpe, toks = np.zeros((5, 3), f32), np.zeros((3, 3), f32), np.zeros((4, 3), np.int64)
     return [
         ("bn_sums/shift", lambda: cuda_ops.bn_sums(x, v3), "shift of shape"),
         ("bn_sums/2-d", lambda: cuda_ops.bn_sums(x.reshape(8, 9), v4), "NCHW"),
@@ -357,6 +360,24 @@ def _bad_calls():
         ("sgd_momentum_/decay", lambda: cuda_ops.sgd_momentum_(flat, flat, flat, 0.1, 0.9,
                                                                np.zeros(7, f32)),
          "weight_decay of shape"),
+        ("adamw_/decay", lambda: cuda_ops.adamw_(flat, flat, flat, flat, np.zeros(7, f32), 0.1,
+                                                 (0.1, 0.9, 0.1, 1.0, 1e-8, -0.1)),
+         "decay of shape"),
+        ("layernorm_forward/gamma", lambda: cuda_ops.layernorm_forward(x, v4, v4),
+         "gamma of shape"),
+        ("layernorm_backward/rstd",
+         lambda: cuda_ops.layernorm_backward(x, x, np.zeros(5, f32), v3), "rstd of shape"),
+        ("gelu_backward/t", lambda: cuda_ops.gelu_backward(flat, flat, flat[:7]), "t of shape"),
+        ("causal_softmax/square", lambda: cuda_ops.causal_softmax(x[..., :2], 0.5),
+         r"\(\.\.\., t, t\)"),
+        ("causal_softmax_backward/probs",
+         lambda: cuda_ops.causal_softmax_backward(x, x[:1], 0.5), "probs of shape"),
+        ("embedding_backward/tokens",
+         lambda: cuda_ops.embedding_backward(x[0], toks[:, :2], wte, wpe), "for tokens of shape"),
+        ("embedding_backward/ctx",
+         lambda: cuda_ops.embedding_backward(x[0], toks, wte, wpe[:2]), "gradients of shapes"),
+        ("embedding_backward/token-range",
+         lambda: cuda_ops.embedding_backward(x[0], toks + 5, wte, wpe), r"outside 0\.\.4"),
     ]
 
 

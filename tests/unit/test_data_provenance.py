@@ -17,10 +17,8 @@ import io
 import json
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
-from test_report import write_run
 
 from syncbench.analysis import schema
 from syncbench.analysis.data_record import data_lines, data_record
@@ -131,6 +129,26 @@ def test_data_info_takes_data_dir_before_or_after_the_action(tmp_path, capsys):
     assert "--data-dir" in captured.err and "--out-dir" in captured.err
 
 
+def _run_file(path: Path, data: dict) -> None:
+    """A complete 2-rank SSGD run file, as train writes it, with the data record ``data``
+    (root attributes; empty: none)."""
+    from syncbench.bench.train.recorder import write_run_file
+
+    def rank() -> dict:
+        cols = {name: np.zeros(8, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
+        cols.update(step=np.arange(8), t_start=np.arange(8) * 0.1, t_compute=np.full(8, 0.1),
+                    loss=np.full(8, 1.0), samples=np.full(8, 64))
+        return cols
+
+    evals = {"t": np.asarray([1.0]), "step": np.asarray([8]),
+             "samples_seen": np.asarray([1024]), "loss": np.asarray([0.5]),
+             "accuracy": np.asarray([0.9])}
+    root = {"algorithm": "ssgd", "model": "mlp", "dataset": "mnist", "world_size": 2,
+            "config": {"algorithm": "ssgd", "batch_size": 64}, "hostnames": ["h"], **data}
+    write_run_file(path, root, {0: rank(), 1: rank()}, {r: {"slowdown": 1.0} for r in (0, 1)},
+                   evals, 1.0, None)
+
+
 def test_report_json_and_csv_carry_the_whole_data_record(tmp_path, capsys):
     """``report --format json|csv``: each run's data_source, data_sha256, data_files (name,
     bytes, sha256 of each file read) and data_generator, as the run file records them
@@ -144,10 +162,7 @@ def test_report_json_and_csv_carry_the_whole_data_record(tmp_path, capsys):
                                                 synthetic_test=64, seed=3))
     paths = [tmp_path / n for n in ("files.h5", "generated.h5", "older.h5")]
     for path, attrs in zip(paths, (files, generated, {}), strict=True):
-        write_run(path, attrs=attrs)
-    with h5py.File(paths[2], "a") as f:  # a file written before the data's record
-        for name in schema.DATA_ATTRS:
-            del f.attrs[name]
+        _run_file(path, attrs)  # the last: a file written before the data's record
     runs = [str(p) for p in paths]
     assert main(["report", *runs, "--format", "json"]) == 0
     rows = {r["path"]: r for r in json.loads(capsys.readouterr().out)}
@@ -167,7 +182,7 @@ def test_report_json_and_csv_carry_the_whole_data_record(tmp_path, capsys):
     assert table[runs[0]]["data_sha256"] == files[schema.DATA_SHA256_ATTR]
     assert table[runs[2]]["data_files"] == table[runs[2]]["data_generator"] == ""
     # repeats of the same data, grouped: the group keeps the record
-    write_run(tmp_path / "again.h5", attrs=files)
+    _run_file(tmp_path / "again.h5", files)
     assert main(["report", runs[0], str(tmp_path / "again.h5"), "--format", "json",
                  "--by", "algorithm"]) == 0
     (group,) = json.loads(capsys.readouterr().out)
