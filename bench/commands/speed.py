@@ -15,9 +15,8 @@ square product, the best of 5. A nominal peak of one core from
 ``/proc/cpuinfo`` (vector width, FMA, clock) is printed beside it as an
 estimate only; the fraction's denominator stays the measured GEMM.
 ``--compress CODEC,...`` adds, for each model, the codecs' encode and decode of the
-step's gradient timed beside its forward and backward, and their share of it
-(:func:`syncbench.bench.micro.codecs.step_shares`). ``--out FILE.json`` writes every
-figure.
+step's gradient timed beside its forward and backward, alternating repeat by repeat,
+and their share of it. ``--out FILE.json`` writes every figure.
 """
 
 from __future__ import annotations
