@@ -41,6 +41,18 @@ from syncbench.algorithms.graphs import build_graph, graph_arg
 from syncbench.algorithms.traits import StrategyTraits
 
 
+@dataclass(frozen=True)
+class GraphOptions(StrategyOptions):
+    """``--graph``: the option of every decentralized strategy (D-PSGD's and AD-PSGD's
+    ``Options`` inherit it, so that one flag names it)."""
+
+    graph: str = option(
+        "ring", "D-PSGD and AD-PSGD communication graph: ring, torus (or torus:RxC), exp "
+        "(static exponential), onepeer-exp (one-peer exponential, time-varying) or a file of "
+        "edges 'i j [weight]' (Metropolis-Hastings weights when none are given)",
+        type=graph_arg, metavar="GRAPH")
+
+
 class DPSGD(Strategy):
     name = "dpsgd"
     summary = ("decentralized SGD (D-PSGD): gossip with graph neighbours by "
@@ -50,14 +62,9 @@ class DPSGD(Strategy):
     traits = StrategyTraits(stop_vote_lag=2)
 
     @dataclass(frozen=True)
-    class Options(StrategyOptions):
+    class Options(GraphOptions):
         """D-PSGD's options."""
 
-        graph: str = option(
-            "ring", "D-PSGD communication graph: ring, torus (or torus:RxC), exp (static "
-            "exponential), onepeer-exp (one-peer exponential, time-varying) or a file of "
-            "edges 'i j [weight]' (Metropolis-Hastings weights when none are given)",
-            type=graph_arg, metavar="GRAPH")
         gossip_codec: str = option(
             "none", "D-PSGD low-precision gossip (DCD-PSGD, as Bagua's): send each step's "
             "model change through this codec (fp16, bf16, int8[:CHUNK]) to neighbours that "
