@@ -70,6 +70,7 @@ from syncbench.algorithms.dpsgd import GraphOptions
 from syncbench.algorithms.flags import option
 from syncbench.algorithms.graphs import GraphSchedule, build_graph
 from syncbench.algorithms.mpi import MPI
+from syncbench.algorithms.replica_scores import ReplicaScores
 from syncbench.algorithms.traits import StrategyTraits
 
 #: Least time between two progress polls inside compute (as ASGD's).
@@ -196,6 +197,8 @@ class ADPSGD(Strategy):
         #: (global samples, consensus distance) of every evaluation.
         self.consensus_log: dict[int, float] = {}
         self._consensus: tuple[int, Any] | None = None  # (steps_taken, x_bar)
+        #: The accuracy of the ranks' own models at every evaluation (mean, worst).
+        self.replica_scores = ReplicaScores()
         self._closed = False
 
     # -- the algorithm -----------------------------------------------------------
@@ -279,11 +282,20 @@ class ADPSGD(Strategy):
             self._publish()
         return self._consensus[1]
 
+    def score_replicas(self, score: Any) -> None:
+        """Every rank's own model (its window, settled) scored; their mean and worst kept
+        (collective)."""
+        self.settle()
+        samples = self.steps_taken * self.budget.batch_size * self.comm.size
+        self.replica_scores.record(self.comm.mpi_comm, samples, self.model.params, score)
+        self._publish()
+
     def _publish(self) -> None:
         log = sorted(self.consensus_log.items())
         self.run_attributes["consensus_samples"] = np.array([s for s, _ in log], dtype=np.int64)
         self.run_attributes["consensus_distance"] = np.array([d for _, d in log],
                                                              dtype=np.float64)
+        self.run_attributes.update(self.replica_scores.attributes())
 
     # -- checkpoints -----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -293,7 +305,8 @@ class ADPSGD(Strategy):
         log = sorted(self.consensus_log.items())
         return {**super().state(),
                 "consensus_samples": np.array([s for s, _ in log], dtype=np.int64),
-                "consensus_distance": np.array([d for _, d in log], dtype=np.float64)}
+                "consensus_distance": np.array([d for _, d in log], dtype=np.float64),
+                **self.replica_scores.state()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` on the same rank (collective: no rank averages before
@@ -303,6 +316,7 @@ class ADPSGD(Strategy):
         self.consensus_log = dict(zip(np.asarray(state["consensus_samples"]).tolist(),
                                       np.asarray(state["consensus_distance"]).tolist(),
                                       strict=True))
+        self.replica_scores.load_state(state)
         self._consensus = None
         self._settled = self.steps_taken
         self._publish()

@@ -159,6 +159,12 @@ def test_two_ranks_in_a_forced_order_equal_the_serial_recomputation():
     expected = float(np.mean([np.sum((x0 - mean) ** 2), np.sum((x1 - mean) ** 2)]))
     assert distance == pytest.approx(expected, rel=1e-9)
     assert list(algo.run_attributes["consensus_samples"]) == [steps * BATCH * 2]
+    # each rank's own model scored (here by its first element): the mean and the worst
+    algo.score_replicas(lambda params: float(params[0]))
+    assert algo.run_attributes["replica_accuracy_mean"][0] == pytest.approx(
+        (x0[0] + x1[0]) / 2, abs=1e-10)
+    assert algo.run_attributes["replica_accuracy_worst"][0] == pytest.approx(
+        min(x0[0], x1[0]), abs=1e-10)
     algo.close()
 
 
@@ -178,7 +184,9 @@ def test_a_run_resumed_from_its_state_ends_bit_identical():
 
     first, stream, _, _ = strategy_on_world("adpsgd", steps, MOMENTUM, (), BATCH, SEED)
     _forced_run(first, stream, half, order)
-    first.consensus_params()  # an evaluation before the checkpoint: its log is resumed
+    first.consensus_params()  # an evaluation before the checkpoint: its logs are resumed
+    first.score_replicas(lambda params: float(params[0]))
+    scores = dict(first.replica_scores.log)
     state = first.state()
     first.close()
     # a fresh strategy (another model seed: everything comes from the state)
@@ -190,6 +198,7 @@ def test_a_run_resumed_from_its_state_ends_bit_identical():
     np.testing.assert_array_equal(_models(resumed), full)
     assert staleness == full_staleness[half:]
     assert list(resumed.consensus_log) == [half * BATCH * 2]
+    assert resumed.replica_scores.log == scores
     resumed.close()
 
 
