@@ -119,14 +119,15 @@ class AverageCounts:
         self.win = MPI.Win.Allocate(8, 8, comm=mpi_comm)
         self._one = np.ones(1, np.int64)
         self._result = np.zeros(1, np.int64)
-        with self._epoch(self.rank):
+        with self._epoch(self.rank, exclusive=True):
             np.frombuffer(self.win.tomemory(), dtype=np.int64)[:1] = 0
         mpi_comm.Barrier()
 
     @contextmanager
-    def _epoch(self, target: int) -> Iterator[None]:
-        """A shared lock epoch on ``target``'s count (accumulate-type calls are atomic)."""
-        self.win.Lock(target, MPI.LOCK_SHARED)
+    def _epoch(self, target: int, exclusive: bool = False) -> Iterator[None]:
+        """A lock epoch on ``target``'s count: shared for accumulate-type calls, which are
+        atomic with each other; exclusive for the plain store that zeroes it."""
+        self.win.Lock(target, MPI.LOCK_EXCLUSIVE if exclusive else MPI.LOCK_SHARED)
         try:
             yield
         finally:
