@@ -49,7 +49,11 @@ model evaluated is the average x_bar (one ``Allreduce``) and the consensus dista
 
 Progress: a passive rank's window is the target of others' averages while it computes;
 where the transport needs the target inside MPI (ofi/tcp across nodes), the rank enters
-MPI between layers (``Iprobe``, at most every :data:`POLL_MIN_GAP_S`), as ASGD's workers do.
+MPI between layers and during an emulated slowdown (``Iprobe``, at most every
+:data:`POLL_MIN_GAP_S`), as ASGD's workers do. That is the one member of
+:class:`~syncbench.algorithms.not_lock_step.NotLockStep` it answers otherwise than a
+lock-step strategy (its ranks do not step together; the others keep their lock-step
+defaults).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from syncbench.algorithms.dpsgd import GraphOptions
 from syncbench.algorithms.flags import option
 from syncbench.algorithms.graphs import GraphSchedule, build_graph
 from syncbench.algorithms.mpi import MPI
+from syncbench.algorithms.not_lock_step import NotLockStep
 from syncbench.algorithms.replica_scores import ReplicaScores
 from syncbench.algorithms.traits import StrategyTraits
 
@@ -148,7 +153,7 @@ class AverageCounts:
         self.win.Free()
 
 
-class ADPSGD(Strategy):
+class ADPSGD(Strategy, NotLockStep):
     name = "adpsgd"
     summary = ("asynchronous decentralized SGD (AD-PSGD): atomic pairwise averages with a "
                "random graph neighbour over MPI RMA windows, exclusive locks (--graph from "
@@ -212,6 +217,11 @@ class ADPSGD(Strategy):
         with self.timer.phase("comm"):
             self._mpi.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
         self._last_poll = time.perf_counter()
+
+    def drive_progress(self) -> None:
+        """The emulated slowdown's polls: a straggling passive rank keeps its window's
+        averages progressing, as it does between layers."""
+        self._progress()
 
     def step(self, x: Any, y: Any) -> StepStats:
         backend, params = self.model.backend, self.model.params
