@@ -206,6 +206,8 @@ class ADPSGD(Strategy, NotLockStep):
         #: The accuracy of the ranks' own models at every evaluation (mean, worst).
         self.replica_scores = ReplicaScores()
         self._closed = False
+        #: This rank's steps, the sum and the largest of their staleness (checkpointed).
+        self.staleness_totals = np.zeros(3, np.int64)
 
     # -- the algorithm -----------------------------------------------------------
     def _progress(self, _offset: int = 0) -> None:
@@ -247,6 +249,10 @@ class ADPSGD(Strategy, NotLockStep):
                 staleness = self.counts.read() - count_read
                 params[...] = backend.asarray(own)  # this rank's model after its update
         self.steps_taken += 1
+        totals = self.staleness_totals
+        totals[0] += 1
+        totals[1] += staleness
+        totals[2] = max(int(totals[2]), staleness)
         return StepStats(loss=loss, samples=int(x.shape[0]), staleness=staleness)
 
     def _bump(self, peer: int) -> None:
@@ -317,7 +323,8 @@ class ADPSGD(Strategy, NotLockStep):
         return {**super().state(),
                 "consensus_samples": np.array([s for s, _ in log], dtype=np.int64),
                 "consensus_distance": np.array([d for _, d in log], dtype=np.float64),
-                **self.replica_scores.state()}
+                **self.replica_scores.state(),
+                "staleness_totals": self.staleness_totals.copy()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` on the same rank (collective: no rank averages before
@@ -328,10 +335,27 @@ class ADPSGD(Strategy, NotLockStep):
                                       np.asarray(state["consensus_distance"]).tolist(),
                                       strict=True))
         self.replica_scores.load_state(state)
+        self.staleness_totals = np.asarray(state["staleness_totals"], np.int64).copy()
         self._consensus = None
         self._settled = self.steps_taken
         self._publish()
         self._wait(self._mpi.Ibarrier())
+
+    def report_line(self) -> str | None:
+        """Rank 0's ``adpsgd:`` line: the staleness over every rank's steps, and over the
+        passive ranks' alone (an active rank's is always 1); collective, after training."""
+        totals = self.staleness_totals
+        passive = totals[:2] if not self.window.active else np.zeros(2, np.int64)
+        sums = np.concatenate([totals[:2], passive])
+        self._mpi.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        largest = np.array([totals[2]], np.int64)
+        self._mpi.Allreduce(MPI.IN_PLACE, largest, op=MPI.MAX)
+        if self.rank != 0 or not sums[0]:
+            return None
+        passive_mean = sums[3] / sums[2] if sums[2] else float("nan")
+        return (f"adpsgd: graph {self.options.graph} meet every {self.options.meet_every}  "
+                f"staleness mean {sums[1] / sums[0]:.2f} (passive ranks {passive_mean:.2f}) "
+                f"max {int(largest[0])}")
 
     def close(self) -> None:
         """Free the windows (collective). On an error path the other ranks are not here to

@@ -148,6 +148,9 @@ def test_two_ranks_in_a_forced_order_equal_the_serial_recomputation():
     staleness = _forced_run(algo, stream, steps, ForcedOrder(rank))
     assert staleness == [1] * steps  # rank 0: its own average; rank 1: rank 0's
     algo.finish()
+    line = algo.report_line()
+    assert (line is None) == (rank != 0)
+    assert rank != 0 or line.endswith("staleness mean 1.00 (passive ranks 1.00) max 1")
     x0, x1 = serial_forced_order(data, train_config(*MOMENTUM), steps)
     models = _models(algo)
     np.testing.assert_allclose(models[0], x0, rtol=0, atol=1e-10)
@@ -180,6 +183,7 @@ def test_a_run_resumed_from_its_state_ends_bit_identical():
     full_staleness = _forced_run(algo, stream, steps, order)
     algo.finish()
     full = _models(algo)
+    full_totals = algo.staleness_totals.copy()
     algo.close()
 
     first, stream, _, _ = strategy_on_world("adpsgd", steps, MOMENTUM, (), BATCH, SEED)
@@ -197,6 +201,7 @@ def test_a_run_resumed_from_its_state_ends_bit_identical():
     resumed.finish()
     np.testing.assert_array_equal(_models(resumed), full)
     assert staleness == full_staleness[half:]
+    np.testing.assert_array_equal(resumed.staleness_totals, full_totals)
     assert list(resumed.consensus_log) == [half * BATCH * 2]
     assert resumed.replica_scores.log == scores
     resumed.close()
