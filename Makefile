@@ -150,13 +150,15 @@ SLOW ?= 0
 FAST := $(if $(filter 1,$(SLOW)),,not slow and )
 FAST_MPI := $(if $(filter 1,$(SLOW)),,-m 'not slow')
 # At 4 ranks make test runs the files where a fourth rank changes what is tested: the
-# registry's budget, node groups, gossip graphs, ASGD's workers, Oscars' and Local SGD's
-# rounds, the per-rank BatchNorm; the others' 2-rank runs already equal their serial
-# recomputation bit for bit. Under Open MPI it runs the files of the MPI calls whose
+# registry's budget, node groups, gossip graphs, ASGD's workers, AD-PSGD's two active
+# ranks averaging with the same passive ones, Oscars' and Local SGD's rounds, the
+# per-rank BatchNorm; the others' 2-rank runs already equal their serial recomputation
+# bit for bit. Under Open MPI it runs the files of the MPI calls whose
 # path differs from MPICH's (RMA windows, neighbourhood collectives, Iallreduce, the
 # codecs' point-to-point reduce-scatter). make test-all runs every file in both.
 MPI_4_FAST := $(addprefix tests/mpi_inproc/,test_registry_mpi.py test_hierarchical_mpi.py \
-  test_dpsgd_mpi.py test_asgd_mpi.py test_localsgd_oscars_mpi.py test_batchnorm_mpi.py)
+  test_dpsgd_mpi.py test_adpsgd_mpi.py test_asgd_mpi.py test_localsgd_oscars_mpi.py \
+  test_batchnorm_mpi.py)
 MPI_TESTS_4 := $(if $(filter 1,$(SLOW)),$(MPI_TESTS),$(filter $(MPI_4_FAST),$(MPI_TESTS)))
 OMPI_MPI_FAST := $(addprefix tests/mpi_inproc/,test_asgd_mpi.py test_pairwise_mpi.py \
   test_dpsgd_mpi.py test_ssgd_comm_mpi.py test_compress_mpi.py)

@@ -16,11 +16,12 @@ optimizer with a ``ModelAverager``:
   pseudo-gradient does to the parameters;
 - a local optimizer (:mod:`syncbench.algorithms.optimizer`): momentum SGD.
 
-The lock-step contract, what the driver calls and a strategy may override, is twelve
+The lock-step contract, what the driver calls and a strategy may override, is thirteen
 members: ``name``, ``summary``, ``Options``, ``traits`` (class-level), and
 :meth:`~Strategy.step`, :meth:`~Strategy.done`, :meth:`~Strategy.evaluation_point`,
-:meth:`~Strategy.consensus_params`, :meth:`~Strategy.state`,
-:meth:`~Strategy.load_state`, :meth:`~Strategy.finish`, :meth:`~Strategy.close`.
+:meth:`~Strategy.consensus_params`, :meth:`~Strategy.score_replicas`,
+:meth:`~Strategy.state`, :meth:`~Strategy.load_state`, :meth:`~Strategy.finish`,
+:meth:`~Strategy.close`.
 A strategy whose ranks do not stop together (ASGD) also implements
 :class:`~syncbench.algorithms.not_lock_step.NotLockStep`, a separate protocol that
 no lock-step strategy sees. Register a strategy with one line in
@@ -187,6 +188,12 @@ class Strategy(ABC):
     def consensus_params(self) -> Any:
         """The model to evaluate (called on every rank at an evaluation point)."""
         return self.model.params
+
+    def score_replicas(self, score: Callable[[Any], float]) -> None:
+        """At an evaluation, after :meth:`consensus_params` (collective): where the ranks'
+        own models differ from the evaluated one (decentralized strategies), score each
+        with ``score`` (its accuracy on the whole test split) and keep the results
+        (:mod:`~syncbench.algorithms.replica_scores`). Default: nothing to score."""
 
     def state(self) -> dict[str, Any]:
         """This rank's resumable state (arrays and numbers), for ``--checkpoint-every``.

@@ -38,7 +38,20 @@ from syncbench.algorithms.averagers.gossip import GossipAverager
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
 from syncbench.algorithms.graphs import build_graph, graph_arg
+from syncbench.algorithms.replica_scores import ReplicaScores
 from syncbench.algorithms.traits import StrategyTraits
+
+
+@dataclass(frozen=True)
+class GraphOptions(StrategyOptions):
+    """``--graph``: the option of every decentralized strategy (D-PSGD's and AD-PSGD's
+    ``Options`` inherit it, so that one flag names it)."""
+
+    graph: str = option(
+        "ring", "D-PSGD and AD-PSGD communication graph: ring, torus (or torus:RxC), exp "
+        "(static exponential), onepeer-exp (one-peer exponential, time-varying) or a file of "
+        "edges 'i j [weight]' (Metropolis-Hastings weights when none are given)",
+        type=graph_arg, metavar="GRAPH")
 
 
 class DPSGD(Strategy):
@@ -50,14 +63,9 @@ class DPSGD(Strategy):
     traits = StrategyTraits(stop_vote_lag=2)
 
     @dataclass(frozen=True)
-    class Options(StrategyOptions):
+    class Options(GraphOptions):
         """D-PSGD's options."""
 
-        graph: str = option(
-            "ring", "D-PSGD communication graph: ring, torus (or torus:RxC), exp (static "
-            "exponential), onepeer-exp (one-peer exponential, time-varying) or a file of "
-            "edges 'i j [weight]' (Metropolis-Hastings weights when none are given)",
-            type=graph_arg, metavar="GRAPH")
         gossip_codec: str = option(
             "none", "D-PSGD low-precision gossip (DCD-PSGD, as Bagua's): send each step's "
             "model change through this codec (fp16, bf16, int8[:CHUNK]) to neighbours that "
@@ -80,6 +88,8 @@ class DPSGD(Strategy):
         #: (global samples, consensus distance) of every evaluation.
         self.consensus_log: dict[int, float] = {}
         self._consensus: tuple[int, Any] | None = None  # (steps_taken, x_bar)
+        #: The accuracy of the ranks' own models at every evaluation (mean, worst).
+        self.replica_scores = ReplicaScores()
 
     def step(self, x: Any, y: Any) -> StepStats:
         self.averager.post()
@@ -105,17 +115,25 @@ class DPSGD(Strategy):
             self._publish()
         return self._consensus[1]
 
+    def score_replicas(self, score: Any) -> None:
+        """Every rank's own model scored; their mean and worst kept (collective)."""
+        samples = self.steps_taken * self.budget.batch_size * self.comm.size
+        self.replica_scores.record(self.comm.mpi_comm, samples, self.model.params, score)
+        self._publish()
+
     def _publish(self) -> None:
         log = sorted(self.consensus_log.items())
         self.run_attributes["consensus_samples"] = np.array([s for s, _ in log], dtype=np.int64)
         self.run_attributes["consensus_distance"] = np.array([d for _, d in log],
                                                              dtype=np.float64)
+        self.run_attributes.update(self.replica_scores.attributes())
 
     def state(self) -> dict[str, Any]:
         log = sorted(self.consensus_log.items())
         return {**super().state(), **self.averager.state(),
                 "consensus_samples": np.array([s for s, _ in log], dtype=np.int64),
-                "consensus_distance": np.array([d for _, d in log], dtype=np.float64)}
+                "consensus_distance": np.array([d for _, d in log], dtype=np.float64),
+                **self.replica_scores.state()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
@@ -123,6 +141,7 @@ class DPSGD(Strategy):
         self.consensus_log = dict(zip(np.asarray(state["consensus_samples"]).tolist(),
                                       np.asarray(state["consensus_distance"]).tolist(),
                                       strict=True))
+        self.replica_scores.load_state(state)
         self._consensus = None
         self._publish()
 

@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 import os
 
+from syncbench.algorithms.adpsgd import ADPSGD
 from syncbench.algorithms.asgd import ASGD
 from syncbench.algorithms.base import Strategy
 from syncbench.algorithms.diloco import DiLoCo
@@ -49,7 +50,8 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, SlowMo, DiLoCo, Hierarchical, DPSGD):
+for _cls in (SSGD, ASGD, LocalSGD, Oscars, ODSGD, SlowMo, DiLoCo, Hierarchical, DPSGD,
+             ADPSGD):
     register(_cls)
 
 

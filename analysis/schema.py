@@ -68,6 +68,10 @@ ROOT_ATTRS: tuple[str, ...] = (
     "spectral_gap",
     "consensus_samples",
     "consensus_distance",
+    # D-PSGD, AD-PSGD: at each evaluation (consensus_samples), the mean and the worst
+    # over the ranks of each rank's own model's test accuracy (the evaluated model is x_bar)
+    "replica_accuracy_mean",
+    "replica_accuracy_worst",
     # bytes of gradient one rank hands to MPI per step (SSGD's reducer, --compress
     # included; OD-SGD's delayed reduction); 0 where no reducer declares them
     "wire_bytes_per_step",
@@ -503,9 +507,10 @@ FLOAT_ATTRS: frozenset[str] = frozenset({
     "clock_uncertainty_end_s",
 })
 
-#: Root attributes of a decentralized strategy's run only (D-PSGD's).
+#: Root attributes of a decentralized strategy's run only (D-PSGD's, AD-PSGD's).
 DECENTRALIZED_ATTRS: tuple[str, ...] = ("spectral_gap", "consensus_samples",
-                                        "consensus_distance")
+                                        "consensus_distance", "replica_accuracy_mean",
+                                        "replica_accuracy_worst")
 
 #: Root attributes that a measured run lacks where their value is unknown (no git
 #: checkout, no CuPy, not a Slurm job, not a scaling study), and the GPU_ATTRS and

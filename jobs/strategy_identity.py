@@ -15,7 +15,10 @@ are equal parameters and equal run files, timing fields aside.
 A case that is not deterministic by design is run at a size where it is: ASGD with one
 worker (``single`` and ``sharded`` at one rank, ``dedicated`` at two: one worker and one
 server); Oscars without ``--adaptive`` and with ``--averaging uniform`` (its adaptive
-period and weights follow measured speeds).
+period and weights follow measured speeds). AD-PSGD has no such size (it needs two ranks
+or more, whose reads and averages interleave as their timing falls): its arithmetic is
+checked against a serial re-computation in a forced order instead
+(``tests/mpi_inproc/test_adpsgd_mpi.py``).
 """
 
 from __future__ import annotations

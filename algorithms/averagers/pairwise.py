@@ -29,7 +29,7 @@ the sum of all models is conserved (each average replaces a, b by two halves of 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -99,9 +99,13 @@ class PairwiseWindow:
         with self.own() as x:
             x += delta
 
-    def average_with(self, peer: int) -> None:
+    def average_with(self, peer: int, while_locked: Callable[[], None] | None = None) -> None:
         """``x_self, x_peer <- (x_self + x_peer) / 2``, atomically for both: this rank's
-        window EXCLUSIVE, then the peer's EXCLUSIVE while it is read, averaged and written."""
+        window EXCLUSIVE, then the peer's EXCLUSIVE while it is read, averaged and written.
+
+        ``while_locked`` runs while both locks are held, after the peer's model is written
+        (AD-PSGD counts the averages each model took part in there, so that a count read
+        under a model's lock always matches the model)."""
         if not self.active:
             raise ValueError(f"rank {self.rank} is passive: only even ranks start averages")
         buf, typ = self._peer, self._mpi_type
@@ -113,6 +117,8 @@ class PairwiseWindow:
                 buf += x
                 buf *= 0.5
                 self.win.Put([buf, typ], peer)
+                if while_locked is not None:
+                    while_locked()
             finally:
                 self.win.Unlock(peer)
             x[...] = buf

@@ -81,6 +81,11 @@ class Evaluator(Hook):
         #: A language model's measures at its last ``/eval`` row (:func:`lm_metrics`),
         #: else None.
         self.lm_metrics: dict[str, float] | None = None
+        #: Every rank's copy for scoring its own model on the whole test split, where a
+        #: strategy's replicas differ (:meth:`score_own`; built at its first use).
+        self.replica_model: Any = None
+        self._build_model = lambda: build_model(
+            config.model, data.input_shape, data.num_classes, backend, dtype)
 
     def after_step(self, ctx: StepContext) -> bool:
         loop, seen = ctx.loop, ctx.seen
@@ -134,6 +139,9 @@ class Evaluator(Hook):
                 rows.append(t, step, samples_seen, *local)
             if self.mode == "local":
                 result[:] = local
+        # a decentralized strategy's ranks' own models: mean and worst (root attributes)
+        training.algorithm.score_replicas(
+            lambda params: self.score_own(params, training.algorithm.model.buffers))
         wait_politely(training.world.Ibcast(result, root=0))
         return float(result[1])
 
@@ -149,6 +157,16 @@ class Evaluator(Hook):
         if math.isnan(accuracy):  # a language model: nats per token, bits per char, perplexity
             self.lm_metrics = lm_metrics(float(loss))
         return float(loss), float(accuracy)
+
+    def score_own(self, params: Any, buffers: Any) -> float:
+        """This rank's accuracy of ``params`` with running statistics ``buffers`` on the
+        whole test split (a rank's own model; no communication)."""
+        if self.replica_model is None:
+            self.replica_model = self._build_model()
+        model = self.replica_model
+        model.params[...] = params
+        model.buffers[...] = buffers
+        return float(model.evaluate(self.data.test_x, self.data.test_y)[1])
 
     def evaluate_local(self, training: Training) -> tuple[float, float]:
         """Every rank's own weights (the model's parameters; when training has

@@ -34,6 +34,8 @@ QUICK: dict[str, list[str]] = {
     "diloco": ["--inner-steps", "4", "--sync-warmup", "2", "--lr", "0.002"],
     # one rank per group stands in for a node each (every rank here shares one host)
     "hierarchical": ["--group-size", "1", "--node-period", "2", "--global-period", "4"],
+    # meeting points (evaluations, checkpoints) within the 16 steps of an epoch
+    "adpsgd": ["--meet-every", "4"],
 }
 
 

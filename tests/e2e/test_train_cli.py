@@ -138,6 +138,8 @@ def test_missing_dataset_ends_a_two_rank_run(tmp_path, monkeypatch):
         (["--algorithm", "localsgd", "--comm", "blocking"],
          "--comm blocking applies to --algorithm ssgd only, not to localsgd"),
         (["--algorithm", "asgd", "--overlap"], "--overlap applies to --algorithm oscars only"),
+        (["--algorithm", "adpsgd", "--gossip-codec", "fp16"],
+         "--gossip-codec fp16 applies to --algorithm dpsgd only, not to adpsgd"),
         # an explicit --data-dir that is not there, for generated and file data alike (the
         # system's Fashion-MNIST does not stand in for it)
         (["--data-dir", "/nonexistent/data"], "--data-dir /nonexistent/data does not exist"),
@@ -149,6 +151,14 @@ def test_bad_flags_fail_before_training(flags, needle):
     started = time.monotonic()
     proc = run_mpi(2, "train", *SMALL, *flags, timeout=60)
     _assert_one_line_failure(proc, started, needle)
+
+
+def test_adpsgd_on_one_rank_is_a_usage_error():
+    """AD-PSGD averages pairs of ranks: one rank has none to average with."""
+    started = time.monotonic()
+    proc = run_mpi(1, "train", *SMALL, "--algorithm", "adpsgd", timeout=60)
+    _assert_one_line_failure(proc, started, "--graph ring: adpsgd averages pairs of ranks")
+    assert proc.returncode == 2
 
 
 def test_a_data_dir_without_the_dataset_ends_the_run(tmp_path):

@@ -125,6 +125,12 @@ def test_dpsgd_equals_the_serial_recomputation(name, flags, tmp_path):
     assert distance > 0  # the replicas differ (they saw different batches)
     assert algo.run_attributes["spectral_gap"] == build_graph(graph, size).spectral_gap()
     assert list(algo.run_attributes["consensus_samples"]) == [STEPS * BATCH * size]
+    # each rank's own model scored (here by its first element): the mean and the worst
+    algo.score_replicas(lambda params: float(params[0]))
+    assert algo.run_attributes["replica_accuracy_mean"][0] == pytest.approx(
+        expected[:, 0].mean(), abs=1e-10)
+    assert algo.run_attributes["replica_accuracy_worst"][0] == pytest.approx(
+        expected[:, 0].min(), abs=1e-10)
     algo.close()
 
 
