@@ -15,8 +15,9 @@ starts when both have posted and needs no later poll. Every flow of a step is on
 phase (:class:`GraphPhase`: all of them at once, the slowest one's time); a rank's
 exchange ends that long after the later of its own post and its neighbours' latest post.
 There is no global collective: a slow rank holds up its neighbours only, and its
-neighbours' neighbours one step later. The consensus ``Allreduce`` of an evaluation is
-left out, as the simulator models no evaluation.
+neighbours' neighbours one step later. Left out: the consensus ``Allreduce`` of an
+evaluation (the simulator models no evaluation), the post's copy of the model and the
+mix's arithmetic (as every collective's local reduction is, :mod:`.strategies`).
 
 **AD-PSGD** (Lian et al., ICML 2018, arXiv 1710.06952, Alg. 1;
 ``algorithms/averagers/pairwise.py``): even (active) ranks compute a gradient, then
