@@ -17,7 +17,10 @@ exchange ends that long after the later of its own post and its neighbours' late
 There is no global collective: a slow rank holds up its neighbours only, and its
 neighbours' neighbours one step later. Left out: the consensus ``Allreduce`` of an
 evaluation (the simulator models no evaluation), the post's copy of the model and the
-mix's arithmetic (as every collective's local reduction is, :mod:`.strategies`).
+mix's arithmetic (as every collective's local reduction is, :mod:`.strategies`). With
+``--gossip-codec`` (``CompressedGossipAverager``) the message is the codec's code of the
+step's change (its ``wire_bytes``), sent from the second step on to the destinations of
+every matrix of the cycle (one graph communicator), as that averager sends it.
 
 **AD-PSGD** (Lian et al., ICML 2018, arXiv 1710.06952, Alg. 1;
 ``algorithms/averagers/pairwise.py``): even (active) ranks compute a gradient, then
@@ -46,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.averagers.compressed_gossip import gossip_codec
 from syncbench.algorithms.averagers.pairwise import bipartite_peers, check_bipartite
 from syncbench.algorithms.graphs import GraphSchedule, Mixing, build_graph
 from syncbench.bench.simulate.asgd import COUNTER_BYTES, costs_from
@@ -85,13 +89,19 @@ class Adjacency:
     dst: tuple[tuple[int, ...], ...]
 
     @classmethod
-    def of(cls, mixing: Mixing) -> Adjacency:
-        dst: list[list[int]] = [[] for _ in range(mixing.size)]
-        for i, row in enumerate(mixing.rows):
+    def of(cls, *cycle: Mixing) -> Adjacency:
+        """The edges of one matrix, or of the union of a cycle's (the low-precision
+        averager's one graph communicator)."""
+        n = cycle[0].size
+        src: list[set[int]] = [set() for _ in range(n)]
+        for mixing in cycle:
+            for i, row in enumerate(mixing.rows):
+                src[i].update(row)
+        dst: list[list[int]] = [[] for _ in range(n)]
+        for i, row in enumerate(src):
             for j in row:
                 dst[j].append(i)
-        return cls(mixing.size, tuple(tuple(sorted(r)) for r in mixing.rows),
-                   tuple(tuple(sorted(d)) for d in dst))
+        return cls(n, tuple(tuple(sorted(r)) for r in src), tuple(tuple(sorted(d)) for d in dst))
 
     def sources(self, rank: int) -> list[int]:
         return list(self.src[rank])
@@ -145,14 +155,26 @@ def exchange_bytes(workload: Workload) -> float:
     return float(gossip_elements(workload) * workload.itemsize)
 
 
+def gossip_plan(cfg: argparse.Namespace, w: Workload,
+                schedule: GraphSchedule) -> tuple[list[Adjacency], float, int]:
+    """(the adjacency of each step of the cycle, bytes per message, first step that
+    sends). Exact models (``GossipAverager``): each matrix's own neighbours, the model's
+    bytes, from step 0. ``--gossip-codec`` (``CompressedGossipAverager``): one graph
+    communicator over every matrix's neighbours, the codec's ``wire_bytes`` of the
+    float32 change, from step 1 (step 0 has no change to send)."""
+    codec = gossip_codec(str(getattr(cfg, "gossip_codec", "none") or "none"))
+    if codec is None:
+        return [Adjacency.of(m) for m in schedule.cycle], exchange_bytes(w), 0
+    return [Adjacency.of(*schedule.cycle)], float(codec.wire_bytes(int(w.params))), 1
+
+
 def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
           time_phase: PhaseClock) -> Timeline:
     """D-PSGD's timeline (``DPSGD.step``): post, compute with a ``Testall`` at every hook
     call, delay, ``Wait``, mix and update (see the module docstring)."""
     w, n = local.workload, local.n
     schedule = graph_of(cfg, n)
-    nbytes = exchange_bytes(w)
-    adj = [Adjacency.of(m) for m in schedule.cycle]
+    adj, nbytes, first = gossip_plan(cfg, w, schedule)
     peers = [a.peers() for a in adj]
     phases = [GraphPhase(schedule.name, k, n, nbytes, tuple(a.flows()))
               for k, a in enumerate(adj)]
@@ -161,17 +183,20 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     rows, t = StepRows(n), np.zeros(n)
     for j in range(steps):
         k = j % len(adj)
+        sends = j >= first
         data, comp, upd, delay = local.step(j)
         start = t.copy()
         posted = start + data
-        _, computed = compute_polls(posted, comp, shares, TESTALL_SECONDS)
+        poll_s = TESTALL_SECONDS if sends else 0.0
+        _, computed = compute_polls(posted, comp, shares, poll_s)
         arrive = computed + delay
-        both = np.maximum(posted[:, None], posted[peers[k]]).max(axis=1)
-        done = both + durations[k]
-        wait = np.maximum(done - arrive, 0.0)
+        wait = np.zeros(n)
+        if sends:
+            both = np.maximum(posted[:, None], posted[peers[k]]).max(axis=1)
+            wait = np.maximum(both + durations[k] - arrive, 0.0)
         t = arrive + wait + upd
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp,
-                 t_comm=TESTALL_SECONDS * len(shares), t_wait=wait, t_update=upd,
+                 t_comm=poll_s * len(shares), t_wait=wait, t_update=upd,
                  t_delay=delay, samples=w.batch_size)
     degree = [max(len(d) for d in a.dst) for a in adj]
     notes = {"graph": schedule.name, "spectral_gap": schedule.spectral_gap(),

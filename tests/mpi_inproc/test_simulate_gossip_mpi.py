@@ -9,10 +9,12 @@ communicators (what MPI itself reports by ``Get_dist_neighbors``).
 
 from __future__ import annotations
 
-import pytest
-from helpers import strategy_on_world
+from types import SimpleNamespace
 
-from syncbench.bench.simulate.decentralized import Adjacency, exchange_bytes
+import pytest
+from helpers import strategy_on_world, train_config
+
+from syncbench.bench.simulate.decentralized import Adjacency, exchange_bytes, gossip_plan
 from syncbench.bench.simulate.workload import Workload
 
 
@@ -35,5 +37,35 @@ def test_simulated_gossip_sends_what_the_averager_sends(graph):
             assert sorted(d for s, d in flows if s == rank) == sorted(destinations)
             assert sorted(s for s, d in flows if d == rank) == sorted(sources)
             assert degree == len(destinations)
+    finally:
+        algo.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_simulated_low_precision_gossip_sends_what_its_averager_sends():
+    import numpy as np
+    from mpi4py import MPI
+
+    from syncbench.algorithms.base import Budget
+    from syncbench.algorithms.communicator import Communicator
+    from syncbench.algorithms.registry import get_algorithm
+    from syncbench.kernels.zoo import build_model
+
+    world = MPI.COMM_WORLD
+    config = train_config("--algorithm", "dpsgd", "--graph", "onepeer-exp", "--gossip-codec",
+                          "int8")
+    model = build_model("mlp", (1, 28, 28), 10, dtype=np.float32, seed=0)
+    algo = get_algorithm("dpsgd")(model, Communicator(world), config,
+                                  Budget(8 * world.Get_size(), 8, world.Get_size()))
+    try:
+        averager, rank = algo.averager, algo.comm.rank
+        workload = Workload(name="mlp", params=int(model.params.size), batch_size=8,
+                            dataset_samples=512)
+        cfg = SimpleNamespace(gossip_codec="int8")  # simulate's flag
+        adj, nbytes, first = gossip_plan(cfg, workload, averager.schedule)
+        assert nbytes == averager.send.nbytes and first == 1
+        sources, destinations, _ = averager.graph.Get_dist_neighbors()
+        assert adj[0].destinations(rank) == sorted(destinations)
+        assert adj[0].sources(rank) == sorted(sources)
     finally:
         algo.close()

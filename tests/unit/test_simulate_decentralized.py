@@ -81,6 +81,25 @@ def test_gossip_flows_are_the_graphs_edges_and_bytes_the_send_buffer():
                                     dataset_samples=1)) == 7
 
 
+def test_low_precision_gossip_sends_the_codes_to_every_neighbour_of_the_cycle(free_polls):
+    """``--gossip-codec int8``: the codec's bytes (as ``to_wire`` makes them), to the union
+    of the one-peer cycle's neighbours, from step 1 on (step 0 sends nothing)."""
+    from syncbench.algorithms.averagers.compressed_gossip import gossip_codec, to_wire
+    from syncbench.bench.simulate.decentralized import gossip_plan
+
+    cfg = config("--algorithm", "dpsgd", "--graph", "onepeer-exp", "--gossip-codec", "int8")
+    local = local_times(8)
+    schedule = build_graph("onepeer-exp", 8)
+    adj, nbytes, first = gossip_plan(cfg, local.workload, schedule)
+    assert nbytes == len(to_wire(gossip_codec("int8"), np.zeros(1000, dtype=np.float32)))
+    assert first == 1 and len(adj) == 1
+    assert adj[0].destinations(0) == sorted({k for m in schedule.cycle
+                                             for k in m.destinations(0)})
+    timeline = dpsgd(cfg, local, 3, lambda p: 1.5)
+    rows = timeline.rows.arrays()
+    assert rows[3]["t_wait"].tolist() == pytest.approx([0.0, 0.5, 0.5])
+
+
 def test_dpsgd_hides_an_exchange_shorter_than_compute(free_polls):
     """Posted before the 1 s compute: a 0.4 s exchange costs nothing, a 1.5 s one 0.5 s."""
     for seconds, step in ((0.4, 1.0), (1.5, 1.5)):
