@@ -223,11 +223,11 @@ class PairsPhase:
         return list(self.flows)
 
 
-def adpsgd_peers(mixing: Mixing, n: int) -> tuple[Adjacency, list[list[int]]]:
+def adpsgd_peers(mixing: Mixing, n: int, label: str = "") -> tuple[Adjacency, list[list[int]]]:
     """Every rank's bipartite peers (the code's ``bipartite_peers``, checked by its
-    ``check_bipartite``: one line if some rank has none)."""
+    ``check_bipartite``: one line naming ``--graph label`` if some rank has none)."""
     adj = Adjacency.of(mixing)
-    check_bipartite(adj, "adpsgd")  # type: ignore[arg-type]
+    check_bipartite(adj, label)  # type: ignore[arg-type]
     return adj, [bipartite_peers(adj, r) for r in range(n)]  # type: ignore[arg-type]
 
 
@@ -319,7 +319,7 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     module docstring); one random peer per average, drawn from ``--seed``."""
     w, n = local.workload, local.n
     schedule = graph_of(cfg, n)
-    adj, peers = adpsgd_peers(schedule.cycle[0], n)
+    adj, peers = adpsgd_peers(schedule.cycle[0], n, schedule.name)
     costs = costs_from(cfg)
     rng = np.random.default_rng([int(getattr(cfg, "seed", 0)), 1710])
     nbytes = float(w.param_bytes)
