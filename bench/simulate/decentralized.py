@@ -34,7 +34,7 @@ event by event in time order (as :mod:`.asgd` serves its counter): each passive 
 one FIFO lock served in arrival order, so averages on one target and the target's own
 updates are serialised. Costs: the lock's and the unlock's round trips and the
 per-epoch overhead (``--rma-epoch-us``, :class:`.asgd.RmaCosts`), the model's bytes each
-way on SimGrid (every active rank transferring at once, :func:`adpsgd_transfer`).
+way on SimGrid (active ranks transferring at once to distinct targets, :func:`matching`).
 Assumption (as ASGD's owners): a target grants a lock as the request arrives when its
 window is free (native RMA or a progress engine that keeps up), which is optimistic.
 """
@@ -231,12 +231,25 @@ def adpsgd_peers(mixing: Mixing, n: int, label: str = "") -> tuple[Adjacency, li
     return adj, [bipartite_peers(adj, r) for r in range(n)]  # type: ignore[arg-type]
 
 
-def adpsgd_transfer(label: str, n: int, first: Sequence[int], nbytes: float,
+def matching(peers: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    """(passive, active) pairs, each passive rank in one at most: the active ranks in order,
+    each with its first peer not yet taken (the exclusive lock lets one average at a
+    time reach a window, so the transfers that run at once have distinct targets)."""
+    taken: set[int] = set()
+    pairs = []
+    for i in range(0, len(peers), 2):
+        j = next((p for p in peers[i] if p not in taken), None)
+        if j is not None:
+            taken.add(j)
+            pairs.append((j, i))
+    return tuple(pairs)
+
+
+def adpsgd_transfer(label: str, n: int, pairs: tuple[tuple[int, int], ...], nbytes: float,
                     time_phase: PhaseClock) -> tuple[float, float]:
-    """(one-way latency, seconds of the model's bytes one way) between active ranks and
-    their first drawn peers, every active rank transferring at once (SimGrid's, each
-    with its route's latency)."""
-    pairs = tuple((first[i], i) for i in range(0, n, 2))
+    """(one-way latency, seconds of the model's bytes one way) of the ``pairs`` (from
+    :func:`matching`) all transferring at once (SimGrid's, each with its route's
+    latency)."""
     one_way = time_phase(PairsPhase((label, "latency"), n, COUNTER_BYTES, pairs))
     return one_way, time_phase(PairsPhase((label, "model"), n, nbytes, pairs))
 
@@ -324,7 +337,7 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     rng = np.random.default_rng([int(getattr(cfg, "seed", 0)), 1710])
     nbytes = float(w.param_bytes)
     label = f"adpsgd:{schedule.name}"
-    one_way, transfer = adpsgd_transfer(label, n, [p[0] for p in peers], nbytes, time_phase)
+    one_way, transfer = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase)
     local.ensure(steps)
     records = adpsgd_events(n, steps, lambda k, j: local.rank(k, j).tolist(), peers, rng,
                             one_way, transfer, costs.epoch_s)

@@ -81,3 +81,38 @@ def test_bad_input_is_one_line(flags, message, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("syncbench simulate: error:")
     assert message in lines[0] and not (tmp_path / "x.h5").exists()
+
+
+@needs_simgrid
+def test_adpsgd_pattern_on_simgrid():
+    """The ``adpsgd`` pattern (no strategy registers it here: called directly) on the
+    default fat tree: the model's transfer takes its bytes at the link's rate plus the
+    route's latency, and every active rank averages once per step."""
+    proc = python("""
+        import json
+        from syncbench.bench.cli import build_parser
+        from syncbench.bench.simulate.collectives import PlacedClock
+        from syncbench.bench.simulate.engine import run_in_simgrid
+        from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
+        from syncbench.bench.simulate.strategies import SIMULATORS
+        from syncbench.bench.simulate.timeline import LocalTimes
+        from syncbench.bench.simulate.workload import Stragglers, from_profile
+
+        cfg = build_parser("simulate").parse_args(["simulate", "--graph", "exp"])
+        w = from_profile("mlp")
+        def body(net):
+            clock = PlacedClock(lambda p: net.phase(p.key(), p.pairs, p.nbytes), 1)
+            t = SIMULATORS["adpsgd"](cfg, LocalTimes(w, 64, [1.0] * 64, Stragglers(), 0), 5,
+                                     clock)
+            rows = t.rows.arrays()
+            return {**t.notes, "steps": [len(rows[k]["step"]) for k in rows],
+                    "bytes": w.param_bytes}
+        out, _, _ = run_in_simgrid(platform_xml(PlatformSpec(), 64), body, 1, natural_key)
+        print(json.dumps(out))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    notes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert notes["steps"] == [5] * 64 and notes["averages"] == 32 * 5
+    alone = notes["bytes"] / 12.5e9
+    assert alone < notes["model_transfer_s"] < alone + 10e-6
+    assert 1e-6 <= notes["one_way_latency_s"] < 10e-6

@@ -24,6 +24,7 @@ from syncbench.bench.simulate.decentralized import (
     dpsgd,
     exchange_bytes,
     gossip_elements,
+    matching,
 )
 from syncbench.bench.simulate.hierarchical import (
     BlockPhase,
@@ -195,6 +196,10 @@ def test_adpsgd_steps_and_peers_follow_the_code(tmp_path):
     schedule = build_graph("ring", 8)
     _, peers = adpsgd_peers(schedule.cycle[0], 8)
     assert peers[0] == [1, 7] and peers[3] == [2, 4]
+    assert matching(peers) == ((1, 0), (3, 2), (5, 4), (7, 6))
+    _, exp_peers = adpsgd_peers(build_graph("exp", 8).cycle[0], 8)
+    targets = [j for j, _ in matching(exp_peers)]
+    assert len(targets) == len(set(targets)) == 4  # one average per window at a time
     timeline = adpsgd(config(), local_times(8), 5, lambda p: 1e-3)
     rows = timeline.rows.arrays()
     assert all(rows[k]["step"].tolist() == list(range(5)) for k in range(8))
