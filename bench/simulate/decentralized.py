@@ -37,6 +37,7 @@ per-epoch overhead (``--rma-epoch-us``, :class:`.asgd.RmaCosts`), the model's by
 way on SimGrid (active ranks transferring at once to distinct targets, :func:`matching`).
 Assumption (as ASGD's owners): a target grants a lock as the request arrives when its
 window is free (native RMA or a progress engine that keeps up), which is optimistic.
+Every rank takes ``--steps`` steps of its own (no budget shared between ranks).
 """
 
 from __future__ import annotations
