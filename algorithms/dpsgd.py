@@ -58,9 +58,9 @@ class DPSGD(Strategy):
     name = "dpsgd"
     summary = ("decentralized SGD (D-PSGD): gossip with graph neighbours by "
                "Ineighbor_allgather, overlapping compute")
-    #: The exchange is posted before compute and completed after it; the simulator has no
-    #: pattern for it yet.
-    traits = StrategyTraits(stop_vote_lag=2)
+    #: The exchange is posted before compute and completed after it (the simulator's
+    #: ``dpsgd`` pattern, ``bench/simulate/decentralized.py``).
+    traits = StrategyTraits(simulation="dpsgd", stop_vote_lag=2)
 
     @dataclass(frozen=True)
     class Options(GraphOptions):

@@ -29,8 +29,9 @@ class Hierarchical(Strategy):
     name = "hierarchical"
     summary = ("hierarchical local SGD: a node's ranks average every --node-period steps, "
                "every rank every --global-period")
-    #: No simulated pattern (the simulator has no per-node groups).
-    traits = StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="", stop_vote_lag=1)
+    #: Simulated per node and group (``bench/simulate/hierarchical.py``).
+    traits = StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="hierarchical",
+                            stop_vote_lag=1)
 
     @dataclass(frozen=True)
     class Options(StrategyOptions):

@@ -18,7 +18,8 @@ collective, MPICH's choice of algorithm), :mod:`.workload` (per-step compute
 times from a run file or a named profile, stragglers), :mod:`.timeline` (local
 step times and phase rows), :mod:`.progress` (how nonblocking collectives
 progress), :mod:`.strategies` (one timeline per communication pattern, a
-strategy's ``simulation`` trait), :mod:`.asgd` (ASGD's), :mod:`.run` (jobs in
+strategy's ``simulation`` trait), :mod:`.asgd` (ASGD's), :mod:`.decentralized`
+(D-PSGD's and AD-PSGD's), :mod:`.hierarchical` (node averages), :mod:`.run` (jobs in
 one SimGrid engine), :mod:`.writer` (the ``syncbench/1`` run file),
 :mod:`.inputs` (platform, workload and steps from the flags), :mod:`.validate`
 (measured vs predicted), :mod:`.sweep` (``syncbench sweep --simulate``),

@@ -44,6 +44,8 @@ from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.bench.simulate.asgd import asgd
 from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
+from syncbench.bench.simulate.decentralized import adpsgd, dpsgd
+from syncbench.bench.simulate.hierarchical import hierarchical, with_hierarchical_comm
 from syncbench.bench.simulate.progress import (
     TESTALL_SECONDS,
     Calendar,
@@ -382,7 +384,8 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
 
 #: Communication pattern (a strategy's ``simulation`` trait) -> its timeline.
 SIMULATORS: dict[str, Callable[..., Timeline]] = {
-    f.__name__: f for f in (ssgd, asgd, localsgd, oscars, odsgd)}
+    f.__name__: f for f in (with_hierarchical_comm(ssgd), asgd, localsgd, oscars, odsgd, dpsgd,
+                            adpsgd, hierarchical)}
 
 
 def pattern_of(name: str) -> str:

@@ -1,0 +1,357 @@
+"""The decentralized strategies' simulated traffic: D-PSGD's gossip and AD-PSGD's averages.
+
+**D-PSGD** (Lian et al., NeurIPS 2017, arXiv 1705.09056, Alg. 1; ``algorithms/dpsgd.py``
+with ``algorithms/averagers/gossip.py``): each step every rank posts one
+``Ineighbor_allgather`` of its model (parameters, then BatchNorm's running statistics,
+:func:`gossip_elements`) to the graph's destinations before compute
+(``GossipAverager.post``), polls it at every hook call of the compute (``poll``), spends
+the straggler's delay and completes it (``average``'s ``Wait``), then mixes and steps.
+The graph is ``algorithms/graphs.py``'s own (:func:`~syncbench.algorithms.graphs.build_graph`,
+its cycle for ``onepeer-exp``). MPICH runs a nonblocking neighbourhood allgather as one
+schedule stage (every ``Isend`` and ``Irecv`` posted at once,
+``MPIR_Ineighbor_allgather_allcomm_sched_linear``), so, as :mod:`.progress` issues a
+collective's first stage when its ranks have posted it, a flow between two neighbours
+starts when both have posted and needs no later poll. Every flow of a step is one SimGrid
+phase (:class:`GraphPhase`: all of them at once, the slowest one's time); a rank's
+exchange ends that long after the later of its own post and its neighbours' latest post.
+There is no global collective: a slow rank holds up its neighbours only, and its
+neighbours' neighbours one step later. Left out: the consensus ``Allreduce`` of an
+evaluation (the simulator models no evaluation), the post's copy of the model and the
+mix's arithmetic (as every collective's local reduction is, :mod:`.strategies`). With
+``--gossip-codec`` (``CompressedGossipAverager``) the message is the codec's code of the
+step's change (its ``wire_bytes``), sent from the second step on to the destinations of
+every matrix of the cycle (one graph communicator), as that averager sends it.
+
+**AD-PSGD** (Lian et al., ICML 2018, arXiv 1710.06952, Alg. 1;
+``algorithms/averagers/pairwise.py``): even (active) ranks compute a gradient, then
+average with a random passive neighbour of the other parity
+(:func:`~syncbench.algorithms.averagers.pairwise.bipartite_peers`, the code's rule):
+``Lock(EXCLUSIVE)`` on the peer's window, ``Get`` + ``Flush``, the mean, ``Put``,
+``Unlock``, then apply the gradient; odd (passive) ranks compute and apply their
+gradients only, inside an EXCLUSIVE epoch on their own window
+(``PairwiseWindow.update_own``), which an average holding that window excludes. Simulated
+event by event in time order (as :mod:`.asgd` serves its counter): each passive window is
+one FIFO lock served in arrival order, so averages on one target and the target's own
+updates are serialised. Costs: the lock's and the unlock's round trips and the
+per-epoch overhead (``--rma-epoch-us``, :class:`.asgd.RmaCosts`), the model's bytes each
+way on SimGrid (active ranks transferring at once to distinct targets, :func:`matching`).
+Assumption (as ASGD's owners): a target grants a lock as the request arrives when its
+window is free (native RMA or a progress engine that keeps up), which is optimistic.
+Every rank takes ``--steps`` steps of its own (no budget shared between ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from syncbench.algorithms.averagers.compressed_gossip import gossip_codec
+from syncbench.algorithms.averagers.pairwise import bipartite_peers, check_bipartite
+from syncbench.algorithms.graphs import GraphSchedule, Mixing, build_graph
+from syncbench.bench.simulate.asgd import COUNTER_BYTES, costs_from
+from syncbench.bench.simulate.collectives import PhaseClock
+from syncbench.bench.simulate.progress import TESTALL_SECONDS, compute_polls
+from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
+from syncbench.bench.simulate.workload import Workload, build_zoo_model
+
+
+def gossip_elements(workload: Workload) -> int:
+    """Elements of one gossip message: the parameters and the running statistics.
+
+    ``GossipAverager.send`` is ``model.params.size + model.buffers.size`` wide. The
+    buffers are the model's own where the zoo builds it (a run file's model, the
+    ``mlp`` and ``lenet`` profiles), else none (a paper profile carries parameters only).
+    """
+    dataset = str(workload.extra.get("dataset", "fashion-mnist"))
+    try:
+        buffers = int(build_zoo_model(workload.name, dataset).buffers.size)
+    except (ValueError, KeyError):
+        buffers = 0
+    return int(workload.params) + buffers
+
+
+@dataclass(frozen=True)
+class Adjacency:
+    """Each rank's sources and destinations of one mixing matrix, built in O(edges).
+
+    ``Mixing.destinations`` scans every row (O(N) per rank, O(N^2) for all: minutes at
+    16,384 ranks); this holds the same lists, so the code's functions that take a
+    ``Mixing`` for its ``sources``/``destinations``/``size`` (``bipartite_peers``,
+    ``check_bipartite``) run on it unchanged.
+    """
+
+    size: int
+    src: tuple[tuple[int, ...], ...]
+    dst: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, *cycle: Mixing) -> Adjacency:
+        """The edges of one matrix, or of the union of a cycle's (the low-precision
+        averager's one graph communicator)."""
+        n = cycle[0].size
+        src: list[set[int]] = [set() for _ in range(n)]
+        for mixing in cycle:
+            for i, row in enumerate(mixing.rows):
+                src[i].update(row)
+        dst: list[list[int]] = [[] for _ in range(n)]
+        for i, row in enumerate(src):
+            for j in row:
+                dst[j].append(i)
+        return cls(n, tuple(tuple(sorted(r)) for r in src), tuple(tuple(sorted(d)) for d in dst))
+
+    def sources(self, rank: int) -> list[int]:
+        return list(self.src[rank])
+
+    def destinations(self, rank: int) -> list[int]:
+        return list(self.dst[rank])
+
+    def flows(self) -> list[tuple[int, int]]:
+        """(sender, receiver) of every message of one exchange: j -> i for W_ij > 0."""
+        return [(j, i) for i, row in enumerate(self.src) for j in row]
+
+    def peers(self) -> np.ndarray:
+        """``(N, D)`` each rank's neighbours either way, padded with the rank itself."""
+        both = [sorted(set(s) | set(d)) for s, d in zip(self.src, self.dst)]
+        width = max((len(b) for b in both), default=0)
+        out = np.repeat(np.arange(self.size)[:, None], max(width, 1), axis=1)
+        for i, b in enumerate(both):
+            out[i, :len(b)] = b
+        return out
+
+
+@dataclass(frozen=True)
+class GraphPhase:
+    """Every message of one gossip exchange at once (a phase for :class:`.engine.Network`).
+
+    ``graph`` and ``index`` (the matrix of the cycle) name the phase in the cache;
+    ``flows`` are the adjacency's (sender, receiver) pairs, ``nbytes`` each.
+    """
+
+    graph: str
+    index: int
+    n: int
+    nbytes: float
+    flows: tuple[tuple[int, int], ...] = field(repr=False, compare=False, default=())
+    repeat: int = 1
+
+    def key(self) -> tuple:
+        return ("graph", self.graph, self.index, self.n)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return list(self.flows)
+
+
+def graph_of(cfg: argparse.Namespace, n: int) -> GraphSchedule:
+    """``--graph`` (default ring) over ``n`` ranks, validated by the code's ``build_graph``."""
+    return build_graph(str(getattr(cfg, "graph", "ring") or "ring"), n)
+
+
+def exchange_bytes(workload: Workload) -> float:
+    """Bytes of one rank's model to one destination (``GossipAverager.send.nbytes``)."""
+    return float(gossip_elements(workload) * workload.itemsize)
+
+
+def gossip_plan(cfg: argparse.Namespace, w: Workload,
+                schedule: GraphSchedule) -> tuple[list[Adjacency], float, int]:
+    """(the adjacency of each step of the cycle, bytes per message, first step that
+    sends). Exact models (``GossipAverager``): each matrix's own neighbours, the model's
+    bytes, from step 0. ``--gossip-codec`` (``CompressedGossipAverager``): one graph
+    communicator over every matrix's neighbours, the codec's ``wire_bytes`` of the
+    float32 change, from step 1 (step 0 has no change to send)."""
+    codec = gossip_codec(str(getattr(cfg, "gossip_codec", "none") or "none"))
+    if codec is None:
+        return [Adjacency.of(m) for m in schedule.cycle], exchange_bytes(w), 0
+    return [Adjacency.of(*schedule.cycle)], float(codec.wire_bytes(int(w.params))), 1
+
+
+def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
+          time_phase: PhaseClock) -> Timeline:
+    """D-PSGD's timeline (``DPSGD.step``): post, compute with a ``Testall`` at every hook
+    call, delay, ``Wait``, mix and update (see the module docstring)."""
+    w, n = local.workload, local.n
+    schedule = graph_of(cfg, n)
+    adj, nbytes, first = gossip_plan(cfg, w, schedule)
+    used = sorted({j % len(adj) for j in range(first, steps)})  # the matrices that send
+    peers = {k: adj[k].peers() for k in used}
+    durations = {k: time_phase(GraphPhase(schedule.name, k, n, nbytes, tuple(adj[k].flows())))
+                 if n > 1 else 0.0 for k in used}
+    shares = w.compute_split().hooks
+    rows, t = StepRows(n), np.zeros(n)
+    for j in range(steps):
+        k = j % len(adj)
+        sends = j >= first
+        data, comp, upd, delay = local.step(j)
+        start = t.copy()
+        posted = start + data
+        poll_s = TESTALL_SECONDS if sends else 0.0
+        _, computed = compute_polls(posted, comp, shares, poll_s)
+        arrive = computed + delay
+        wait = np.zeros(n)
+        if sends:
+            both = np.maximum(posted[:, None], posted[peers[k]]).max(axis=1)
+            wait = np.maximum(both + durations[k] - arrive, 0.0)
+        t = arrive + wait + upd
+        rows.add(step=j, t_start=start, t_data=data, t_compute=comp,
+                 t_comm=poll_s * len(shares), t_wait=wait, t_update=upd,
+                 t_delay=delay, samples=w.batch_size)
+    degree = [max(len(d) for d in a.dst) for a in adj]
+    notes = {"graph": schedule.name, "spectral_gap": schedule.spectral_gap(),
+             "exchange_s": [durations[k] for k in sorted(durations)],
+             "neighbour_bytes_per_step": [d * nbytes for d in degree]}
+    return Timeline(rows, float(t.max()), notes)
+
+
+# -- AD-PSGD ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PairsPhase:
+    """Given (sender, receiver) pairs at once: AD-PSGD's transfers, keyed by its draw."""
+
+    name: tuple
+    n: int
+    nbytes: float
+    flows: tuple[tuple[int, int], ...] = field(repr=False, compare=False, default=())
+    repeat: int = 1
+
+    def key(self) -> tuple:
+        return ("pairs", *self.name, self.n)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return list(self.flows)
+
+
+def adpsgd_peers(mixing: Mixing, n: int, label: str = "") -> tuple[Adjacency, list[list[int]]]:
+    """Every rank's bipartite peers (the code's ``bipartite_peers``, checked by its
+    ``check_bipartite``: one line naming ``--graph label`` if some rank has none)."""
+    adj = Adjacency.of(mixing)
+    check_bipartite(adj, label)  # type: ignore[arg-type]
+    return adj, [bipartite_peers(adj, r) for r in range(n)]  # type: ignore[arg-type]
+
+
+def matching(peers: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    """(passive, active) pairs, each passive rank in one at most: the active ranks in order,
+    each with its first peer not yet taken (the exclusive lock lets one average at a
+    time reach a window, so the transfers that run at once have distinct targets)."""
+    taken: set[int] = set()
+    pairs = []
+    for i in range(0, len(peers), 2):
+        j = next((p for p in peers[i] if p not in taken), None)
+        if j is not None:
+            taken.add(j)
+            pairs.append((j, i))
+    return tuple(pairs)
+
+
+def adpsgd_transfer(label: str, n: int, pairs: tuple[tuple[int, int], ...], nbytes: float,
+                    time_phase: PhaseClock) -> tuple[float, float]:
+    """(one-way latency, seconds of the model's bytes one way) of the ``pairs`` (from
+    :func:`matching`) all transferring at once (SimGrid's, each with its route's
+    latency)."""
+    one_way = time_phase(PairsPhase((label, "latency"), n, COUNTER_BYTES, pairs))
+    return one_way, time_phase(PairsPhase((label, "model"), n, nbytes, pairs))
+
+
+#: Event kinds of :func:`adpsgd_events`, in the order of a rank's step.
+LOCK, READ, UPDATE = range(3)
+
+
+def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[int]],
+                  rng: np.random.Generator, one_way: float, transfer: float, epoch_s: float
+                  ) -> list[tuple]:
+    """Every rank's ``steps`` steps, each window's lock served in arrival order.
+
+    ``step_times(k, j)``: rank k's (data, compute, update, delay) of its step j. An
+    active rank's step: data, compute, delay, then the average: its lock request
+    reaches the peer ``epoch_s + one_way`` later and is granted when the window is free;
+    the peer's window stays locked for the grant's trip back, the Get's request and
+    reply, and the Put (``2 one_way + 2 transfer``, ``transfer`` holding its own
+    latency); the unlock's acknowledgement returns ``one_way`` later; then the update on
+    its own window (no one else locks it). A passive rank's step: data, a SHARED epoch
+    on its own window to read the model (it waits while an average holds it), compute,
+    delay, the update inside an EXCLUSIVE epoch on its own window (waits likewise, and
+    holds it for the update's time). Returns one record per step:
+    ``(rank, step, t_start, data, compute, update, delay, comm, wait)``.
+    """
+    free = [0.0] * n  # when each window's lock is next free
+    heap: list[tuple[float, int, int, int]] = []
+    # per rank: its step, the step's start, local times, wait so far, the request's departure
+    state: list[list[Any]] = [[0, 0.0, None, 0.0, 0.0] for _ in range(n)]
+    records: list[tuple] = []
+    seq = 0
+
+    def begin(k: int, t: float) -> None:
+        nonlocal seq
+        st = state[k]
+        if st[0] >= steps:
+            return
+        st[1], st[2], st[3] = t, step_times(k, st[0]), 0.0
+        d, c, u, dl = st[2]
+        if k % 2 == 0:
+            st[4] = t + d + c + dl  # the request leaves
+            heapq.heappush(heap, (st[4] + epoch_s + one_way, seq, k, LOCK))
+        else:
+            heapq.heappush(heap, (t + d, seq, k, READ))
+        seq += 1
+
+    for k in range(n):
+        begin(k, 0.0)
+    hold = 2.0 * one_way + 2.0 * transfer
+    while heap:
+        at, _, k, kind = heapq.heappop(heap)
+        st = state[k]
+        d, c, u, dl = st[2]
+        if kind == LOCK:
+            j = peers[k][int(rng.integers(len(peers[k])))]
+            grant = max(at, free[j])
+            free[j] = grant + hold
+            end = free[j] + one_way  # the unlock's acknowledgement
+            records.append((k, st[0], st[1], d, c, u, dl, end - st[4] - (grant - at),
+                            grant - at))
+            st[0] += 1
+            begin(k, end + u)
+        elif kind == READ:
+            grant = max(at, free[k])
+            st[3] = grant - at
+            heapq.heappush(heap, (grant + c + dl, seq, k, UPDATE))
+            seq += 1
+        else:  # UPDATE
+            grant = max(at, free[k])
+            free[k] = grant + u
+            records.append((k, st[0], st[1], d, c, u, dl, 0.0, st[3] + grant - at))
+            st[0] += 1
+            begin(k, free[k])
+    return records
+
+
+def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
+           time_phase: PhaseClock) -> Timeline:
+    """AD-PSGD's timeline: ``steps`` steps on every rank, each at its own pace (see the
+    module docstring); one random peer per average, drawn from ``--seed``."""
+    w, n = local.workload, local.n
+    schedule = graph_of(cfg, n)
+    adj, peers = adpsgd_peers(schedule.cycle[0], n, schedule.name)
+    costs = costs_from(cfg)
+    rng = np.random.default_rng([int(getattr(cfg, "seed", 0)), 1710])
+    nbytes = float(w.param_bytes)
+    label = f"adpsgd:{schedule.name}"
+    one_way, transfer = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase)
+    local.ensure(steps)
+    records = adpsgd_events(n, steps, lambda k, j: local.rank(k, j).tolist(), peers, rng,
+                            one_way, transfer, costs.epoch_s)
+    table = np.asarray(records, dtype=float).reshape(-1, 9)
+    order = np.lexsort((table[:, 1], table[:, 0]))
+    table = table[order]
+    rows = StepRows(n)
+    names = ("t_start", "t_data", "t_compute", "t_update", "t_delay", "t_comm", "t_wait")
+    rows.add(table[:, 0].astype(np.int64), step=table[:, 1].astype(np.int64),
+             samples=w.batch_size, **{name: table[:, 2 + i] for i, name in enumerate(names)})
+    ends = table[:, 2:].sum(axis=1)
+    notes = {"graph": schedule.name, "one_way_latency_s": one_way, "model_transfer_s": transfer,
+             "lock_hold_s": 2.0 * one_way + 2.0 * transfer, "rma_epoch_s": costs.epoch_s,
+             "averages": int(np.count_nonzero(table[:, 0] % 2 == 0))}
+    return Timeline(rows, float(ends.max()) if len(ends) else 0.0, notes)
