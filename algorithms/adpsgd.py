@@ -192,6 +192,11 @@ class ADPSGD(Strategy, NotLockStep):
         backend, model = self.model.backend, self.model
         self._mpi = self.comm.mpi_comm
         self.window = PairwiseWindow(self.comm, model.size, model.dtype)
+        # an active (even) rank's average reads its peer's model (Get) and writes the mean
+        # back (Put) once a step, a passive rank hands MPI nothing: the mean over ranks
+        active = (self.comm.size + 1) // 2
+        self.run_attributes["wire_bytes_per_step"] = int(
+            2 * model.size * model.dtype.itemsize * active // self.comm.size)
         self.counts = AverageCounts(self._mpi)
         self._read = np.empty(model.size, model.dtype)  # x_hat_i, on the host
         self._next = backend.asarray(np.zeros(model.size, model.dtype))

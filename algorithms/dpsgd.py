@@ -85,6 +85,12 @@ class DPSGD(Strategy):
             GossipAverager(self, schedule) if codec is None
             else CompressedGossipAverager(self, schedule, codec))
         self.run_attributes["spectral_gap"] = schedule.spectral_gap()
+        # the buffer this rank hands to its Ineighbor_allgather each step (its model, or
+        # the codec's code of its change): SSGD's measure, an Allreduce's buffer; MPI
+        # sends it once to every destination of the step's graph
+        self.run_attributes["wire_bytes_per_step"] = int(
+            self.averager.wire_bytes if codec is not None
+            else self.model.params.size * self.model.params.dtype.itemsize)
         #: (global samples, consensus distance) of every evaluation.
         self.consensus_log: dict[int, float] = {}
         self._consensus: tuple[int, Any] | None = None  # (steps_taken, x_bar)

@@ -57,6 +57,17 @@ EVERY_TABLE: tuple[str, ...] = ("runs", "runner", "sweep")
 Row = dict[str, Any]
 
 
+def _last_of(attr: str) -> Callable[[RunFacts], float]:
+    """The last value of the per-evaluation root attribute ``attr``; NaN without one."""
+    def last(f: RunFacts) -> float:
+        values = f.run.attrs.get(attr)
+        try:
+            return float(values[-1]) if values is not None and len(values) else NAN
+        except (TypeError, ValueError):
+            return NAN
+    return last
+
+
 def _wire_bytes_per_sample(f: RunFacts) -> float:
     """``wire_bytes_per_step`` over the per-rank batch (samples per step row); NaN where
     the run declares no bytes (0: a strategy whose reducer does not count them)."""
@@ -340,6 +351,17 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                merge=merge_labels))
     add(Column("data_generator", lambda f: data_record(f.run)["generator"] or None,
                merge=merge_labels))
+    # decentralized strategies (D-PSGD, AD-PSGD): at the last evaluation, the consensus
+    # distance (1/N) sum_i ||x_i - x_bar||^2 and the ranks' own models' test accuracy
+    add(Column("consensus_distance", _last_of("consensus_distance"), "{:.3g}",
+               record=_float_or_nan, tables={"runs": "consensus", "runner": "consensus",
+                                             "record": "", "cell": ""}))
+    add(Column("replica_accuracy_mean", _last_of("replica_accuracy_mean"), "{:.4f}",
+               record=_float_or_nan, tables={"runs": "own acc mean"}))
+    add(Column("replica_accuracy_worst", _last_of("replica_accuracy_worst"), "{:.4f}",
+               record=_float_or_nan, tables={"runs": "own acc worst",
+                                             "runner": "worst own acc", "record": "",
+                                             "cell": ""}))
     # cells of the printed tables only
     add(Column("note", report=False, cell=cells.note_cell,
                tables={"runs": "note", "scaling": "note"}))

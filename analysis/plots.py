@@ -13,6 +13,9 @@
 - ``convergence``: test accuracy of the consensus model against training
   time and against samples seen, per series and N: the median over repeats
   with a band from the lowest to the highest repeat.
+- ``consensus``: the decentralized strategies' consensus distance
+  (1/N) sum_i ||x_i - x_bar||^2 at each evaluation against training time, on a
+  log scale, the same way (skipped without a run that records it).
 
 and, only when asked (``--per-run-plots``), three figures per run:
 
@@ -298,6 +301,62 @@ def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any
     return save(plt, fig, path, f"{caption} {note}" if caption else note, legend)
 
 
+def consensus_curve(run: Run) -> tuple[np.ndarray, np.ndarray] | None:
+    """(training time, consensus distance) at a D-PSGD or AD-PSGD run's evaluations (its
+    root attributes, matched to ``/eval`` by samples seen); None without them."""
+    samples = np.asarray(run.attrs.get("consensus_samples", ()), dtype=np.int64)
+    distance = np.asarray(run.attrs.get("consensus_distance", ()), dtype=np.float64)
+    if not samples.size or samples.shape != distance.shape:
+        return None
+    when = dict(zip(np.asarray(run.eval.get("samples_seen", ()), dtype=np.int64).tolist(),
+                    np.asarray(run.eval.get("t", ()), dtype=np.float64).tolist()))
+    t = np.array([when.get(int(s), np.nan) for s in samples])
+    ok = np.isfinite(t) & np.isfinite(distance) & (distance > 0)
+    if not ok.any():
+        return None
+    order = np.argsort(t[ok], kind="stable")
+    return t[ok][order], distance[ok][order]
+
+
+def plot_consensus(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]],
+                   path: Path, caption: str | None = None,
+                   width: float | None = None) -> str | None:
+    """Consensus distance against training time, one curve per (series, N) as
+    :func:`plot_convergence` draws them (log scale); None when no run records it."""
+    width = PlotOutput().inches if width is None else width
+    groups: dict[tuple[str, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for run, row in zip(runs, rows, strict=True):
+        curve = consensus_curve(run)
+        if curve is not None:
+            groups.setdefault((_series_name(row), run.world_size), []).append(curve)
+    if not groups:
+        return None
+    names = sorted({name for name, _ in groups})
+    sizes = sorted({n for _, n in groups})
+    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(width, 2.4), layout="constrained")
+    for (name, n), curves in sorted(groups.items(), key=str):
+        color = cmap(names.index(name) % 10)
+        marker = MARKERS[sizes.index(n) % len(MARKERS)]
+        label = f"{name}, {n} rank{'' if n == 1 else 's'}"
+        if len(curves) == 1:
+            ax.plot(*curves[0], marker=marker, markersize=3, color=color, label=label)
+            continue
+        grid, med, lo, hi = median_band(curves)
+        ax.plot(grid, med, color=color, label=label)
+        ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("training time (s, evaluation excluded)")
+    ax.set_ylabel("consensus distance\n(mean squared distance to x_bar)")
+    ax.set_xlim(left=0)
+    ax.set_title("How far the ranks' models are apart")
+    legend = _axes_legend(fig, (ax,))
+    most = max(len(c) for c in groups.values())
+    note = (f"Lines: median, band min-max over {most} repeats." if most >= 2
+            else "One run per line.")
+    return save(plt, fig, path, f"{caption} {note}" if caption else note, legend)
+
+
 # ---------------------------------------------------------------- per run
 
 
@@ -484,6 +543,9 @@ def _summary_plots(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]]
                                         caption, groups, width))
     else:
         notes.append("convergence plot skipped: no run has a finite accuracy curve")
+    consensus = plot_consensus(plt, runs, rows, output.path(out, "consensus"), caption, width)
+    if consensus is not None:
+        written.append(consensus)
     return written, notes
 
 

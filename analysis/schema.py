@@ -72,8 +72,10 @@ ROOT_ATTRS: tuple[str, ...] = (
     # over the ranks of each rank's own model's test accuracy (the evaluated model is x_bar)
     "replica_accuracy_mean",
     "replica_accuracy_worst",
-    # bytes of gradient one rank hands to MPI per step (SSGD's reducer, --compress
-    # included; OD-SGD's delayed reduction); 0 where no reducer declares them
+    # bytes one rank hands to MPI per step: the gradient buffer of SSGD's reducer
+    # (--compress included) and OD-SGD's delayed reduction, D-PSGD's neighbour-allgather
+    # buffer (its model or its gossip code), AD-PSGD's Get and Put (mean over ranks);
+    # 0 where no part declares them
     "wire_bytes_per_step",
     # 1-minute load average of rank 0's host at the start and end of the run
     # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)

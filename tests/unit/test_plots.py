@@ -394,3 +394,27 @@ def test_headline_figure_draws_the_bars_it_was_given():
                    for line in ax.lines)
     assert headline_note(head).startswith("Bars: median, min-max over 3 repeats")
     plt.close(fig)
+
+
+def test_decentralized_runs_get_a_consensus_figure_at_their_evaluations(tmp_path, capsys):
+    """The consensus distance each D-PSGD run recorded, at its evaluations' times; runs
+    without one (SSGD) add nothing to it."""
+    pytest.importorskip("matplotlib")
+    from syncbench.analysis.plots import consensus_curve
+
+    root = {"consensus_samples": [512, 1024], "consensus_distance": [4e-3, 1e-3],
+            "spectral_gap": 0.5}
+    gossip = write_file(tmp_path / "dpsgd.h5", algorithm="dpsgd", world_size=2, wall=1.0,
+                        steps_per_rank=STEPS, root=root)
+    plain = write_file(tmp_path / "ssgd.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                       steps_per_rank=STEPS)
+    t, distance = consensus_curve(read_run(gossip))
+    assert t.tolist() == [1.0, 2.0] and distance.tolist() == [4e-3, 1e-3]
+    assert consensus_curve(read_run(plain)) is None
+    out = tmp_path / "plots"
+    rc, _, err = report_cli(gossip, plain, "--plots", str(out), "--plot-format", "png",
+                            capsys=capsys)
+    assert rc == 0, err
+    assert (out / "consensus.png").read_bytes().startswith(PNG_MAGIC)
+    rc, _, err = report_cli(plain, "--plots", str(tmp_path / "none"), capsys=capsys)
+    assert rc == 0 and not list((tmp_path / "none").glob("consensus.*"))
