@@ -44,6 +44,7 @@ from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.bench.simulate.asgd import asgd
 from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
+from syncbench.bench.simulate.compressed import compressed_ssgd
 from syncbench.bench.simulate.progress import (
     TESTALL_SECONDS,
     Calendar,
@@ -54,6 +55,7 @@ from syncbench.bench.simulate.progress import (
     compute_polls,
     delay_polls,
 )
+from syncbench.bench.simulate.rounds import diloco, slowmo
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 from syncbench.bench.simulate.workload import ComputeSplit, Workload
 
@@ -140,6 +142,8 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     """
     if cfg.comm not in ("blocking", "overlap"):
         raise ValueError(f"--comm {cfg.comm} is not simulated (blocking and overlap are)")
+    if getattr(cfg, "compress", "none") != "none":  # a compressing reducer's collectives
+        return compressed_ssgd(cfg, local, steps, time_phase)
     w, n = local.workload, local.n
     rows, t = StepRows(n), np.zeros(n)
     blocking = cfg.comm == "blocking"
@@ -382,7 +386,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
 
 #: Communication pattern (a strategy's ``simulation`` trait) -> its timeline.
 SIMULATORS: dict[str, Callable[..., Timeline]] = {
-    f.__name__: f for f in (ssgd, asgd, localsgd, oscars, odsgd)}
+    f.__name__: f for f in (ssgd, asgd, localsgd, oscars, odsgd, slowmo, diloco)}
 
 
 def pattern_of(name: str) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.codecs.powersgd import tensor_shapes as array_shapes
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.kernels.flops import gemm_forward_per_sample
 from syncbench.kernels.layers import (
@@ -207,6 +208,9 @@ class Workload:
     layer_offsets: list[int] = field(default_factory=list)
     #: Where the hook calls fall in a step's compute (None: :func:`profile_split`).
     split: ComputeSplit | None = None
+    #: Every parameter array's shape in flat-buffer order (PowerSGD's layout); empty for
+    #: a profile without a buildable model.
+    tensor_shapes: list[tuple[int, ...]] = field(default_factory=list)
 
     def offsets(self) -> list[int]:
         if self.layer_offsets:
@@ -287,6 +291,12 @@ def build_zoo_model(model: str, dataset: str) -> Any:
     return build_model(model, shape, classes)
 
 
+def model_tensor_shapes(built: Any) -> list[tuple[int, ...]]:
+    """A built model's parameter shapes in flat-buffer order (``tensor_shapes``, which
+    PowerSGD's reducer lays its matrices out by)."""
+    return array_shapes([layer.param_shapes() for layer in built.layers], built.layer_offsets)
+
+
 def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
     """(parameters, layer offsets) of ``model`` on ``dataset``'s inputs (built once, on CPU)."""
     built = build_zoo_model(model, dataset)
@@ -329,8 +339,9 @@ def from_run(path: str) -> Workload:
                     batch_size=int(config.get("batch_size", 64)), dataset_samples=samples,
                     itemsize=itemsize, rows=np.concatenate(parts), rank_bounds=bounds,
                     delay_ratio=np.concatenate(ratios), source=str(path),
-                    split=model_split(built),
-                    extra={"dataset": dataset, "measured_world_size": run.world_size})
+                    split=model_split(built), tensor_shapes=model_tensor_shapes(built),
+                    extra={"dataset": dataset, "measured_world_size": run.world_size,
+                           "compress": str(config.get("compress", "none") or "none")})
 
 
 def load_profiles() -> dict[str, Any]:
@@ -354,10 +365,11 @@ def from_profile(name: str, device: str | None = None, device_flops: float | Non
     p = models[name]
     extra: dict[str, Any] = {}
     offsets: list[int] = []
-    split = None
+    split, shapes = None, []
     if name in ("mlp", "lenet"):
         built = build_zoo_model(name, "fashion-mnist")
         offsets, split = [int(o) for o in built.layer_offsets], model_split(built)
+        shapes = model_tensor_shapes(built)
     if "compute_seconds" in p:
         sigma = float(p.get("compute_sigma", 0.0))
         mean_compute = float(p["compute_seconds"]) * math.exp(sigma ** 2 / 2)
@@ -372,7 +384,7 @@ def from_profile(name: str, device: str | None = None, device_flops: float | Non
                     mean_data_s=float(p.get("data_seconds", 0.0)),
                     mean_update_s=float(p.get("update_seconds", 0.0)),
                     source=f"profile {name}: {p.get('source', '')}", extra=extra,
-                    layer_offsets=offsets, split=split)
+                    layer_offsets=offsets, split=split, tensor_shapes=shapes)
 
 
 def _flop_compute_seconds(name: str, p: dict[str, Any], devices: dict[str, Any],
