@@ -175,3 +175,19 @@ def test_bad_codec_spec_raises_one_line():
         run(["--compress", "powersgd:2"], steps=1)
     with pytest.raises(ValueError, match="--codec-seconds must be >= 0"):
         run(["--compress", "fp16", "--codec-seconds", "-1"], steps=1)
+
+
+def test_codec_cost_is_in_rows_measured_with_the_same_codec_else_the_option():
+    w = from_profile("mlp")
+    assert compressed.codec_cost(config("--compress", "fp16", "--codec-seconds", "0.002"),
+                                 w)[0] == 0.002
+    w.rows, w.extra["compress"] = np.zeros((4, 3)), "fp16"
+    seconds, where = compressed.codec_cost(config("--compress", "fp16",
+                                                  "--codec-seconds", "0.002"), w)
+    assert seconds == 0.0 and "measured update rows" in where
+    assert compressed.codec_cost(config("--compress", "int8", "--codec-seconds", "0.002"),
+                                 w)[0] == 0.002
+    timeline = run(["--compress", "fp16", "--comm", "blocking", "--codec-seconds", "0.01"],
+                   n=4, steps=2)
+    rows = timeline.rows.arrays()[0]
+    assert np.all(rows["t_update"] >= 0.01)
