@@ -51,9 +51,9 @@ class DiLoCo(Strategy):
     name = "diloco"
     summary = ("DiLoCo: --inner-steps local AdamW steps, then Nesterov momentum on the "
                "averaged pseudo-gradient (one blocking Allreduce per round)")
-    #: No simulated pattern: its H is --inner-steps (the simulator's Local SGD reads
-    #: --period) and the warm-up steps are SSGD's.
-    traits = StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="", stop_vote_lag=1,
+    #: Warm-up steps as blocking SSGD, then an outer Allreduce every --inner-steps (or
+    #: Streaming DiLoCo's fragments).
+    traits = StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="diloco", stop_vote_lag=1,
                             local_optimizers=("adamw", "sgd"))
 
     @dataclass(frozen=True)

@@ -33,9 +33,9 @@ class SlowMo(RoundsOfLocalSteps):
     name = "slowmo"
     summary = ("SlowMo: local SGD rounds of --period steps, then slow momentum on the "
                "averaged pseudo-gradient (one blocking Allreduce per round)")
-    #: Local SGD's pattern: a blocking Allreduce of a parameter-sized buffer every
-    #: --period steps (the outer step is a few vector passes of update per round).
-    traits = StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="localsgd",
+    #: A blocking Allreduce of the pseudo-gradient every --period steps (the outer step
+    #: is a few vector passes of update per round).
+    traits = StrategyTraits(step_order=LOCAL_FIRST_ORDER, simulation="slowmo",
                             stop_vote_lag=1)
 
     @dataclass(frozen=True)

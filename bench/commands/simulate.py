@@ -30,6 +30,7 @@ from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.bench.flags import OnOffAsSwitches, renamed
 from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments
 from syncbench.bench.simulate.collectives import ALLREDUCE_ALGORITHMS
+from syncbench.bench.simulate.compressed import add_arguments as compressed_arguments
 from syncbench.bench.simulate.engine import SimGridMissing, load_simgrid
 from syncbench.bench.simulate.platform import KINDS
 from syncbench.bench.simulate.single import run_single
@@ -101,6 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "P/Q:lognormal:SIGMA, comma-separated")
 
     asgd_arguments(parser)  # ASGD's RMA costs
+    compressed_arguments(parser)  # the codec's work of ssgd --compress
 
     val = parser.add_argument_group("validation")
     val.add_argument("--validate", nargs="+", default=None, metavar="RUN.h5",

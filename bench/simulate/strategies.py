@@ -44,6 +44,7 @@ from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.bench.simulate.asgd import asgd
 from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
+from syncbench.bench.simulate.compressed import compressed_ssgd
 from syncbench.bench.simulate.decentralized import adpsgd, dpsgd
 from syncbench.bench.simulate.hierarchical import hierarchical, with_hierarchical_comm
 from syncbench.bench.simulate.progress import (
@@ -56,6 +57,7 @@ from syncbench.bench.simulate.progress import (
     compute_polls,
     delay_polls,
 )
+from syncbench.bench.simulate.rounds import diloco, slowmo
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 from syncbench.bench.simulate.workload import ComputeSplit, Workload
 
@@ -142,6 +144,8 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     """
     if cfg.comm not in ("blocking", "overlap"):
         raise ValueError(f"--comm {cfg.comm} is not simulated (blocking and overlap are)")
+    if getattr(cfg, "compress", "none") != "none":  # a compressing reducer's collectives
+        return compressed_ssgd(cfg, local, steps, time_phase)
     w, n = local.workload, local.n
     rows, t = StepRows(n), np.zeros(n)
     blocking = cfg.comm == "blocking"
@@ -385,7 +389,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
 #: Communication pattern (a strategy's ``simulation`` trait) -> its timeline.
 SIMULATORS: dict[str, Callable[..., Timeline]] = {
     f.__name__: f for f in (with_hierarchical_comm(ssgd), asgd, localsgd, oscars, odsgd, dpsgd,
-                            adpsgd, hierarchical)}
+                            adpsgd, hierarchical, slowmo, diloco)}
 
 
 def pattern_of(name: str) -> str:

@@ -33,8 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.codecs.powersgd import tensor_shapes as array_shapes
 from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.bench.data.text import VOCAB
 from syncbench.kernels.flops import gemm_forward_per_sample
+from syncbench.kernels.gpt import GPT, Block, Embedding, GPTSpec, LayerNorm, flops_per_token
 from syncbench.kernels.layers import (
     BasicBlock,
     BatchNorm2d,
@@ -44,7 +47,7 @@ from syncbench.kernels.layers import (
     MaxPool2d,
     ReLU,
 )
-from syncbench.kernels.zoo import build_model
+from syncbench.kernels.zoo import build_model, parse_gpt_spec
 
 try:
     import tomllib
@@ -158,6 +161,8 @@ def model_split(model: Any) -> ComputeSplit:
     :data:`BACKWARD_SHARE` of the compute (a backward costs about twice its
     forward: Kaplan et al. 2020, Sec. 2.1), the hook calls evenly spread.
     """
+    if isinstance(model, GPT):  # layers of its own, hooks of its own: gpt_split
+        return gpt_split(model.spec, model.vocab, model.name)
     forward, backward, loss = layer_flops(model)
     total = sum(forward) + sum(backward) + loss
     fwd = np.cumsum(forward) / total
@@ -166,6 +171,56 @@ def model_split(model: Any) -> ComputeSplit:
     offsets = tuple(int(o) for o in model.layer_offsets[::-1])
     return ComputeSplit(tuple(float(f) for f in fwd), tuple(float(b) for b in bwd), offsets,
                         f"FLOPs per layer of {model.name}")
+
+
+def gpt_flops(spec: GPTSpec, vocab: int) -> tuple[list[float], list[float], float]:
+    """(forward FLOPs after each forward ``poll``, backward FLOPs of each layer in
+    backward order, the output head's FLOPs) per token of the ``gpt`` of ``spec``.
+
+    From :func:`syncbench.kernels.gpt.flops_per_token`, the count the model's own module
+    gives (GEMMs and attention's two products, 2 FLOPs a multiply-add): a block costs
+    ``blocks / L + attention / L`` forward and twice that backward (weight and input
+    gradients), the tied output layer ``head`` forward (the logits) and twice that
+    after the loss (``wte``'s gradient and the hidden state's); the embedding's gather
+    and scatter and the LayerNorms are counted nowhere, as there. ``GPT._hidden`` polls
+    after every block and after the final LayerNorm (not after the embedding), and
+    ``GPT.loss_and_grad`` reports ``on_grads_ready`` after the final LayerNorm, each
+    block from the last, then the embedding.
+    """
+    parts = flops_per_token(spec, vocab)
+    block = float(parts["blocks"] + parts["attention"]) / spec.layers
+    forward = [block] * spec.layers + [0.0]  # polls after each block, the final norm
+    backward = [0.0] + [2.0 * block] * spec.layers + [0.0]  # final norm, blocks, embedding
+    return forward, backward, 3.0 * float(parts["head"])
+
+
+def gpt_layers(spec: GPTSpec, vocab: int) -> list[Any]:
+    """The layers of the ``gpt`` of ``spec`` (``GPT.layers``), unbound: their shapes
+    only, without the parameters (GPT-2 small's would take a gigabyte)."""
+    return [Embedding(vocab, spec.ctx, spec.d),
+            *[Block(spec.d, spec.heads, spec.layers) for _ in range(spec.layers)],
+            LayerNorm(spec.d)]
+
+
+def gpt_offsets(spec: GPTSpec, vocab: int) -> list[int]:
+    """Where each layer's parameters start in the flat buffer (``GPT.layer_offsets``)."""
+    sizes = [sum(math.prod(s) for s in layer.param_shapes())
+             for layer in gpt_layers(spec, vocab)]
+    return [int(o) for o in np.cumsum([0, *sizes[:-1]])]
+
+
+def gpt_split(spec: GPTSpec, vocab: int, name: str = "") -> ComputeSplit:
+    """The compute split of the ``gpt`` of ``spec`` (:func:`gpt_flops`): forward shares at
+    its polls, then the head, then backward shares at each ``on_grads_ready`` in the
+    order backward reports them, so SSGD's buckets become ready where they do."""
+    forward, backward, head = gpt_flops(spec, vocab)
+    total = sum(forward) + head + sum(backward)
+    fwd = np.cumsum(forward) / total
+    bwd = (sum(forward) + head + np.cumsum(backward)) / total
+    bwd[-1] = 1.0
+    offsets = tuple(gpt_offsets(spec, vocab)[::-1])
+    return ComputeSplit(tuple(float(f) for f in fwd), tuple(float(b) for b in bwd), offsets,
+                        f"FLOPs per block of {name or spec} (kernels/gpt.py flops_per_token)")
 
 
 def profile_split(params: int, layers: int = PROFILE_LAYERS) -> ComputeSplit:
@@ -207,6 +262,9 @@ class Workload:
     layer_offsets: list[int] = field(default_factory=list)
     #: Where the hook calls fall in a step's compute (None: :func:`profile_split`).
     split: ComputeSplit | None = None
+    #: Every parameter array's shape in flat-buffer order (PowerSGD's layout); empty for
+    #: a profile without a buildable model.
+    tensor_shapes: list[tuple[int, ...]] = field(default_factory=list)
 
     def offsets(self) -> list[int]:
         if self.layer_offsets:
@@ -282,9 +340,19 @@ class Workload:
 
 
 def build_zoo_model(model: str, dataset: str) -> Any:
-    """``model`` on ``dataset``'s inputs, built once on the CPU (``kernels.zoo.build_model``)."""
+    """``model`` on ``dataset``'s inputs, built once on the CPU (``kernels.zoo.build_model``;
+    a ``gpt`` on its context of byte tokens, whatever the corpus)."""
+    spec = parse_gpt_spec(model)
+    if spec is not None:
+        return build_model(model, (spec.ctx,), VOCAB)
     shape, classes = DATASET_SHAPES.get(dataset, ((1, 28, 28), 10))
     return build_model(model, shape, classes)
+
+
+def model_tensor_shapes(built: Any) -> list[tuple[int, ...]]:
+    """A built model's parameter shapes in flat-buffer order (``tensor_shapes``, which
+    PowerSGD's reducer lays its matrices out by)."""
+    return array_shapes([layer.param_shapes() for layer in built.layers], built.layer_offsets)
 
 
 def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
@@ -329,8 +397,9 @@ def from_run(path: str) -> Workload:
                     batch_size=int(config.get("batch_size", 64)), dataset_samples=samples,
                     itemsize=itemsize, rows=np.concatenate(parts), rank_bounds=bounds,
                     delay_ratio=np.concatenate(ratios), source=str(path),
-                    split=model_split(built),
-                    extra={"dataset": dataset, "measured_world_size": run.world_size})
+                    split=model_split(built), tensor_shapes=model_tensor_shapes(built),
+                    extra={"dataset": dataset, "measured_world_size": run.world_size,
+                           "compress": str(config.get("compress", "none") or "none")})
 
 
 def load_profiles() -> dict[str, Any]:
@@ -354,10 +423,19 @@ def from_profile(name: str, device: str | None = None, device_flops: float | Non
     p = models[name]
     extra: dict[str, Any] = {}
     offsets: list[int] = []
-    split = None
+    split, shapes = None, []
     if name in ("mlp", "lenet"):
         built = build_zoo_model(name, "fashion-mnist")
         offsets, split = [int(o) for o in built.layer_offsets], model_split(built)
+        shapes = model_tensor_shapes(built)
+    gpt = parse_gpt_spec(str(p.get("model", "")))
+    if gpt is not None:  # the transformer's layers, without building its parameters
+        vocab = int(p.get("vocab", VOCAB))
+        offsets, split = gpt_offsets(gpt, vocab), gpt_split(gpt, vocab, name)
+        shapes = array_shapes([layer.param_shapes() for layer in gpt_layers(gpt, vocab)])
+        if offsets and sum(math.prod(s) for s in shapes) != int(p["params"]):
+            raise ValueError(f"--workload {name}: profiles.toml's model {p['model']} has "
+                             f"{sum(math.prod(s) for s in shapes)} parameters, not {p['params']}")
     if "compute_seconds" in p:
         sigma = float(p.get("compute_sigma", 0.0))
         mean_compute = float(p["compute_seconds"]) * math.exp(sigma ** 2 / 2)
@@ -372,7 +450,7 @@ def from_profile(name: str, device: str | None = None, device_flops: float | Non
                     mean_data_s=float(p.get("data_seconds", 0.0)),
                     mean_update_s=float(p.get("update_seconds", 0.0)),
                     source=f"profile {name}: {p.get('source', '')}", extra=extra,
-                    layer_offsets=offsets, split=split)
+                    layer_offsets=offsets, split=split, tensor_shapes=shapes)
 
 
 def _flop_compute_seconds(name: str, p: dict[str, Any], devices: dict[str, Any],

@@ -122,7 +122,7 @@ def test_the_simulator_finds_a_strategy_by_its_simulation_pattern(monkeypatch):
     )
 
     assert simulator_for("throwaway") is SIMULATORS["ssgd"]
-    # every one here that declares a pattern is simulated (DiLoCo: none)
+    # every one here that declares a pattern is simulated
     assert simulated_strategies() == [n for n, c in ALGORITHMS.items() if c.traits.simulation]
     plain = type("Plain", (Throwaway,), {
         "name": "plain", "traits": dataclasses.replace(Throwaway.traits, simulation="")})
