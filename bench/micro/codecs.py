@@ -137,16 +137,11 @@ def step_shares(models: Sequence[str], specs: Sequence[str], batch: int = 64,
                 steps: int = 10, repeats: int = 5, seed: int = 0) -> list[StepShare]:
     """Each codec of ``specs`` beside each model's step (float32, one process)."""
     from syncbench.algorithms.codecs.powersgd import tensor_shapes
-    from syncbench.bench.micro.speed import input_shape
-    from syncbench.kernels.zoo import build_model
+    from syncbench.bench.micro.speed import timed_model
 
     rows = []
-    rng = np.random.default_rng(seed)
     for name in models:
-        shape = input_shape(name)
-        model = build_model(name, shape, 10, dtype=np.dtype("float32"), seed=seed)
-        x = rng.random((batch, *shape)).astype("float32")
-        y = rng.integers(0, 10, batch)
+        model, x, y = timed_model(name, batch, "float32", seed)
         shapes = tensor_shapes([layer.param_shapes() for layer in model.layers],
                                model.layer_offsets)
         for _ in range(2):  # untimed: allocator, caches

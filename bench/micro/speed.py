@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from syncbench.algorithms.optimizer import MomentumSGD
-from syncbench.kernels.flops import StepFlops, step_flops
+from syncbench.bench.data.text import VOCAB
+from syncbench.kernels.flops import UPDATE_FLOPS_PER_PARAM, LayerFlops, StepFlops, step_flops
+from syncbench.kernels.gpt import flops_per_token, parse_gpt_spec
 from syncbench.kernels.zoo import build_model
 
 SHAPES = {"mlp": (1, 28, 28), "lenet": (1, 28, 28)}
@@ -29,15 +31,28 @@ def input_shape(model_name: str) -> tuple[int, ...]:
     return SHAPES.get(model_name, (1, 28, 28))
 
 
-def step_throughput(model_name: str, batch: int, steps: int, repeats: int,
-                    dtype: str = "float32", seed: int = 0) -> list[float]:
-    """Samples/s of each repeat of ``steps`` training steps."""
+def timed_model(model_name: str, batch: int, dtype: str = "float32", seed: int = 0
+                ) -> tuple[object, np.ndarray, np.ndarray]:
+    """(model, inputs, targets) of one timed step: random images of the model's input
+    shape and 10 classes, or for ``gpt`` random byte-token windows (its vocabulary 256)
+    and their targets."""
+    rng = np.random.default_rng(seed)
+    spec = parse_gpt_spec(model_name)
+    if spec is not None:
+        model = build_model(model_name, (spec.ctx,), VOCAB, dtype=np.dtype(dtype), seed=seed)
+        x, y = model.scratch_batch(rng, batch)
+        return model, x, y
     shape = input_shape(model_name)
     model = build_model(model_name, shape, 10, dtype=np.dtype(dtype), seed=seed)
+    return model, rng.random((batch, *shape)).astype(dtype), rng.integers(0, 10, batch)
+
+
+def step_throughput(model_name: str, batch: int, steps: int, repeats: int,
+                    dtype: str = "float32", seed: int = 0) -> list[float]:
+    """Samples/s of each repeat of ``steps`` training steps (a sample of ``gpt`` is one
+    token window)."""
+    model, x, y = timed_model(model_name, batch, dtype, seed)
     opt = MomentumSGD(model.params, 0.01, 0.9, 0.0)
-    rng = np.random.default_rng(seed)
-    x = rng.random((batch, *shape)).astype(dtype)
-    y = rng.integers(0, 10, batch)
     for _ in range(3):  # warm-up: allocator, caches
         model.loss_and_grad(x, y)
     rates = []
@@ -51,9 +66,23 @@ def step_throughput(model_name: str, batch: int, steps: int, repeats: int,
 
 
 def model_step_flops(model_name: str, batch: int) -> StepFlops:
-    """FLOPs of one step of :func:`step_throughput` (momentum update without weight decay)."""
-    shape = input_shape(model_name)
-    return step_flops(build_model(model_name, shape, 10).layers, shape, batch, weight_decay=False)
+    """FLOPs of one step of :func:`step_throughput` (momentum update without weight decay).
+
+    ``gpt``: :func:`~syncbench.kernels.gpt.flops_per_token` per part (the blocks' GEMMs,
+    attention's two batched products, the tied head) times the tokens of the batch; every
+    one is a product whose weight and input gradients each cost its forward again."""
+    spec = parse_gpt_spec(model_name)
+    if spec is None:
+        shape = input_shape(model_name)
+        return step_flops(build_model(model_name, shape, 10).layers, shape, batch,
+                          weight_decay=False)
+    tokens = batch * spec.ctx
+    parts = flops_per_token(spec, VOCAB)
+    layers = tuple(LayerFlops(i, name, parts[name] * tokens, parts[name] * tokens,
+                              parts[name] * tokens)
+                   for i, name in enumerate(("blocks", "attention", "head")))
+    params = build_model(model_name, (spec.ctx,), VOCAB).size
+    return StepFlops(batch, layers, int(params), UPDATE_FLOPS_PER_PARAM[False])
 
 
 # -- the GEMM rate and the nominal peak ------------------------------------------------

@@ -115,3 +115,19 @@ def test_speed_peak_estimate_from_cpuinfo_flags_and_clock():
     assert "fma" in peak_estimate(CPUINFO.replace(" fma", ""), "float32")
     assert "cpu MHz" in peak_estimate(CPUINFO.replace("cpu MHz", "clock"), "float32")
     assert "flags" in peak_estimate("", "float32")
+
+
+def test_speed_counts_a_gpt_step_from_its_flops_per_token():
+    """``syncbench speed --model gpt``: the step is timed on token windows and its FLOPs
+    are gpt's per-token count over the batch's tokens, backward twice the forward."""
+    from syncbench.bench.data.text import VOCAB
+    from syncbench.bench.micro.speed import model_step_flops, step_throughput
+    from syncbench.kernels.gpt import flops_per_token, parse_gpt_spec
+
+    name, batch = "gpt:d=32,layers=1,heads=2,ctx=16", 3
+    flops = model_step_flops(name, batch)
+    forward = flops_per_token(parse_gpt_spec(name), VOCAB)["forward"] * batch * 16
+    assert flops.forward == forward and flops.backward == 2 * forward
+    assert flops.total == 3 * forward + 4 * flops.params
+    rates = step_throughput(name, batch, steps=2, repeats=1)
+    assert len(rates) == 1 and rates[0] > 0
