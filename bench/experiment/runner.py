@@ -43,6 +43,7 @@ from syncbench.analysis.report import partial_warning
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.summary import run_diverged
 from syncbench.analysis.tables import table_rows
+from syncbench.analysis.targets import Target, target_of, target_problem
 from syncbench.bench.cluster.launch import launcher_for_runs
 from syncbench.bench.experiment.launch import (
     peer_command,
@@ -177,6 +178,10 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, default=None,
                         help="test accuracy whose time is the headline (default: the "
                         "scenario's)")
+    parser.add_argument("--target-loss", type=float, default=None, metavar="NATS",
+                        help="a language-model scenario's target instead: validation loss "
+                        "(nats per token) whose time is the headline (default: the "
+                        "scenario's target_loss)")
     parser.add_argument("--slowdown-modes", default=None, metavar="MODE,...",
                         help=f"replace the scenario's slowdown modes ({', '.join(SLOWDOWN_MODES)})")
     parser.add_argument("--mpiexec", default=None,
@@ -239,12 +244,14 @@ def results_lock(results_path: Path) -> ExclusiveLock:
 
 
 def _scenario_json(scenario: Scenario, np_: int | list[int], repeats: int,
-                   target: float) -> dict[str, Any]:
+                   target: Target) -> dict[str, Any]:
     scaling = {"scaling": scenario.scaling, "global_batch": scenario.global_batch,
                "batch_size": scenario.batch_size} if scenario.scaling else {}
     return {**scaling,
         "name": scenario.name, "source": scenario.source, "description": scenario.description,
-        "np": np_, "repeats": repeats, "target_accuracy": target,
+        "np": np_, "repeats": repeats,
+        "target_accuracy": target.value if target.metric == "accuracy" else None,
+        "target_loss": target.value if target.metric == "loss" else None,
         "headline": scenario.headline, "baseline": scenario.baseline,
         "eval_every": scenario.eval_every, "slowdowns": scenario.slowdowns,
         "slowdown_modes": scenario.slowdown_modes, "node_speeds": scenario.node_speeds,
@@ -444,7 +451,7 @@ def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
                                       str(c.mode)))
 
 
-def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
+def results(scenario: Scenario, plan: Sequence[PlannedRun], target: Target,
             runs: Sequence[Any], stopped: dict[str, str] | None = None
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(per-run records, cells) of the plan's run files, ``runs`` (read, in plan order).
@@ -471,7 +478,7 @@ def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
 
 
 def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dict[str, Any]],
-               cells: list[dict[str, Any]], target: float,
+               cells: list[dict[str, Any]], target: Target,
                world: int | None = None) -> tuple[list[str], list[dict]]:
     """Every table, and the per-configuration comparison facts for the results file
     (``world``: ranks per run, for the parity table's stability bounds)."""
@@ -585,7 +592,7 @@ def _run_scaling_locked(scenario: Scenario, args: argparse.Namespace, extra: Seq
     """:func:`run_scaling` once its results file is locked: run, record, report."""
     state = {"schema": RESULTS_SCHEMA, "complete": False,
              "scenario": _scenario_json(scenario, list(scenario.nps), repeats,
-                                        scenario.target_accuracy),
+                                        scenario.target),
              "extra_train_args": list(extra), "seed": seed,
              "order": [p.run_id for p in plan], "plan": _plan_json(plan),
              "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -645,7 +652,11 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         return _scaling_scenario(scenario, args, extra, prog)
     np_ = args.np or scenario.np
     repeats = args.repeats or scenario.repeats
-    target = args.target_accuracy or scenario.target_accuracy
+    problem = _target_problem(scenario, args)
+    if problem:
+        return _error(prog, problem)
+    target = (target_of(args.target_accuracy, getattr(args, "target_loss", None))
+              or scenario.target)
     problem = _check_settings(scenario, args, np_, repeats, target)
     if problem:
         return _error(prog, problem)
@@ -686,7 +697,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
 
 
 def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str], prog: str,
-                plan: list[PlannedRun], out_dir: Path, np_: int, repeats: int, target: float,
+                plan: list[PlannedRun], out_dir: Path, np_: int, repeats: int, target: Target,
                 seed: int, head: dict[str, Any]) -> int:
     """:func:`run_scenario` once its ``--out-dir`` is locked: run, tabulate, record."""
     results_path = out_dir / RESULTS_NAME
@@ -704,7 +715,7 @@ def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
     say(f"# {len(plan)} runs: {len(scenario.runs)} labels x "
         f"{len(plan) // max(1, repeats * len(scenario.runs))} configuration(s) x {repeats} "
         f"repeat(s), {np_} ranks; order randomised within each repeat, seed {seed}; "
-        f"target accuracy {target:g}; run files in {out_dir}/")
+        f"{target.describe()}; run files in {out_dir}/")
     if repeats < MIN_TIMING_REPEATS:
         say(f"# note: {repeats} repeat(s), fewer than {MIN_TIMING_REPEATS}: the timing ratios "
             "are a quick look, not a timing claim")
@@ -722,7 +733,7 @@ def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
 
 
 def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRun],
-              target: float, state: dict[str, Any], out_dir: Path, say: Callable[[str], None],
+              target: Target, state: dict[str, Any], out_dir: Path, say: Callable[[str], None],
               read: dict[str, Any], elapsed: dict[str, float], stopped: dict[str, str],
               stop: StopRequest) -> int:
     """The tables and the results file of the runs that ended (``read``), the closing
@@ -852,11 +863,27 @@ def make_out_dir(out_dir: Path, flag: str = "--out-dir") -> str | None:
     return None
 
 
+def _target_problem(scenario: Scenario, args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--target-accuracy`` / ``--target-loss``, else None: a bad
+    value, both at once, or a target of the other kind than the scenario's (a classifier
+    is judged by accuracy, a language model by loss)."""
+    accuracy, loss = args.target_accuracy, getattr(args, "target_loss", None)
+    problem = target_problem(accuracy, loss)
+    if problem:
+        return problem
+    given = target_of(accuracy, loss)
+    if given is not None and given.metric != scenario.target.metric:
+        return (f"{given.flag}: scenario {scenario.name} is judged by its "
+                f"{scenario.target.metric} ({scenario.target.key}); give "
+                f"{scenario.target.flag}")
+    return None
+
+
 def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repeats: int,
-                    target: float) -> str | None:
+                    target: Target) -> str | None:
     """What is wrong with the run's settings, else None; applies ``--slowdown-modes``."""
-    if np_ < 1 or repeats < 1 or not 0 < target <= 1:
-        return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
+    if np_ < 1 or repeats < 1:
+        return "--np and --repeats must be >= 1"
     if problem := plot_flags_problem(args):
         return problem
     if getattr(args, "plots", None):

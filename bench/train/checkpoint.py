@@ -142,10 +142,12 @@ def _make_folder(folder: Path) -> None:
         raise WriteError(folder, exc) from None
 
 
-def write_meta(folder: Path, root_attrs: Mapping[str, Any], target: float | None) -> None:
-    """Root attributes of the run (rank 0, once at the start)."""
+def write_meta(folder: Path, root_attrs: Mapping[str, Any], target: float | None,
+               target_loss: float | None = None) -> None:
+    """Root attributes of the run and its target (rank 0, once at the start)."""
     _make_folder(folder)
-    text = json.dumps({"root": dict(root_attrs), "target_accuracy": target}, default=str)
+    text = json.dumps({"root": dict(root_attrs), "target_accuracy": target,
+                       "target_loss": target_loss}, default=str)
     write_atomic(folder / "meta.json", text.encode())
 
 
@@ -337,7 +339,8 @@ def _recover(out: Path, folder: Path) -> dict[str, float]:
     )
     root = dict(meta["root"])
     return write_run_file(out, root, rank_rows, rank_attrs, evals, wall,
-                          meta.get("target_accuracy"), complete=False)
+                          meta.get("target_accuracy"), complete=False,
+                          target_loss=meta.get("target_loss"))
 
 
 # -- resumable state ---------------------------------------------------------

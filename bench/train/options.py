@@ -110,7 +110,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         "run to the end of the last rank's training (including the drain of communication "
         "in flight), minus the time spent evaluating, checkpointing and flushing rows; "
         "samples/s is all ranks' samples over wall_s. time_to_target_s is the training time "
-        "of the first evaluation that reached --target-accuracy, so it can only take "
+        "of the first evaluation that reached --target-accuracy (a classifier) or "
+        "--target-loss (a language model), so it can only take "
         "evaluation times (its resolution is --eval-every).")
     ev.add_argument("--eval-every", type=float, default=0.25,
                     help="evaluate the consensus model every this many epochs "
@@ -124,8 +125,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                     help="record the training time (wall_s clock) of the first evaluation "
                     "whose test accuracy reaches this (time_to_target_s; resolution: "
                     "--eval-every)")
+    ev.add_argument("--target-loss", type=float, default=None, metavar="NATS",
+                    help="a language model's target instead: record the training time of "
+                    "the first evaluation whose validation loss (nats per token) is at or "
+                    "below this (time_to_target_s; one target per run)")
     ev.add_argument("--stop-at-target", action="store_true",
-                    help="end training once --target-accuracy is reached")
+                    help="end training once --target-accuracy or --target-loss is reached")
 
     het = parser.add_argument_group("heterogeneity emulation")
     het.add_argument("--slowdown", default=None,
