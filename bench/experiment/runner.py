@@ -865,18 +865,11 @@ def make_out_dir(out_dir: Path, flag: str = "--out-dir") -> str | None:
 
 def _target_problem(scenario: Scenario, args: argparse.Namespace) -> str | None:
     """What is wrong with ``--target-accuracy`` / ``--target-loss``, else None: a bad
-    value, both at once, or a target of the other kind than the scenario's (a classifier
-    is judged by accuracy, a language model by loss)."""
-    accuracy, loss = args.target_accuracy, getattr(args, "target_loss", None)
-    problem = target_problem(accuracy, loss)
-    if problem:
-        return problem
-    given = target_of(accuracy, loss)
-    if given is not None and given.metric != scenario.target.metric:
-        return (f"{given.flag}: scenario {scenario.name} is judged by its "
-                f"{scenario.target.metric} ({scenario.target.key}); give "
-                f"{scenario.target.flag}")
-    return None
+    value or both at once. Either replaces the scenario's target, of either kind (a
+    classifier scenario run as a language model with ``--model gpt --dataset
+    shakespeare --target-loss X``); the plan checks the kind against every run's
+    dataset (``--target-loss`` on a classifier is one line before any launch)."""
+    return target_problem(args.target_accuracy, getattr(args, "target_loss", None))
 
 
 def _check_settings(scenario: Scenario, args: argparse.Namespace, np_: int, repeats: int,

@@ -28,12 +28,12 @@ from typing import Any
 from syncbench.algorithms.flags import options_from
 from syncbench.algorithms.local_optimizer import check_local_optimizer, default_learning_rate
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, validate
-from syncbench.analysis.targets import Target, target_of, target_problem
-from syncbench.bench.data.catalog import is_text
+from syncbench.analysis.targets import Target, target_of
 from syncbench.bench.train.options import (
     add_train_arguments,
     check_data_dir,
     check_strategy_flags,
+    target_flags_problem,
 )
 from syncbench.kernels.zoo import has_batchnorm
 
@@ -148,6 +148,7 @@ def check_train_config(config: TrainConfig, world_size: int) -> None:
     every rank; ``ValueError`` with one line on a problem."""
     cls = get_algorithm(config.algorithm)
     check_data_dir(config)
+    targets = target_flags_problem(config.target_accuracy, config.target_loss, config.dataset)
     checks = [
         (config.epochs > 0, f"--epochs must be > 0, got {config.epochs}"),
         (config.batch_size >= 1, f"--batch-size must be >= 1, got {config.batch_size}"),
@@ -157,14 +158,7 @@ def check_train_config(config: TrainConfig, world_size: int) -> None:
         (config.eval_every >= 0, f"--eval-every must be >= 0, got {config.eval_every}"),
         (config.synthetic_samples >= 1,
          f"--synthetic-samples must be >= 1, got {config.synthetic_samples}"),
-        (target_problem(config.target_accuracy, config.target_loss) is None,
-         target_problem(config.target_accuracy, config.target_loss)),
-        (config.target_accuracy is None or not is_text(config.dataset),
-         f"--target-accuracy: {config.dataset} trains a language model, which is scored by "
-         "its held-out loss in nats per token, not an accuracy (give --target-loss)"),
-        (config.target_loss is None or is_text(config.dataset),
-         f"--target-loss: {config.dataset} trains a classifier, which is scored by its test "
-         "accuracy (give --target-accuracy); a loss target applies to a language model"),
+        (targets is None, targets),
         (not config.stop_at_target or config.target() is not None,
          "--stop-at-target needs --target-accuracy or --target-loss"),
         (not config.stop_at_target or cls.traits.supports_stop_at_target,
