@@ -357,7 +357,8 @@ def save_state(folder: Path, rank: int, step: int, state: Mapping[str, Any]) -> 
 #: What a checkpoint must share with the run that resumes it: key, and its name in errors.
 IDENTITY = {"algorithm": "strategy", "model": "model", "dataset": "dataset",
             "world_size": "world size", "batch_size": "batch size", "seed": "seed",
-            "total_samples": "sample budget", "compress": "--compress"}
+            "total_samples": "sample budget", "compress": "--compress",
+            "quantize": "--quantize"}
 
 
 def run_identity(config: TrainConfig, world_size: int,
@@ -366,7 +367,8 @@ def run_identity(config: TrainConfig, world_size: int,
     return {"algorithm": config.algorithm, "model": config.model, "dataset": config.dataset,
             "world_size": int(world_size), "batch_size": int(config.batch_size),
             "seed": int(config.seed), "total_samples": int(total_samples),
-            "compress": str(getattr(config, "compress", "none"))}
+            "compress": str(getattr(config, "compress", "none")),
+            "quantize": str(getattr(config, "quantize", "none"))}
 
 
 def commit_checkpoint(folder: Path, step: int, world_size: int,
