@@ -28,7 +28,8 @@ Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): ``--fragments P``
 staggered steps, each fragment's ``Iallreduce`` overlapped with tau inner steps and
 merged by alpha (:class:`~syncbench.algorithms.averagers.streaming.StreamingAverager`);
 its evaluation points are the steps with no fragment in flight, where the global model
-is evaluated. ``--quantize CODEC`` (``fp16``, ``bf16``, ``int8[:CHUNK]``; the paper's
+is evaluated. ``--quantize CODEC`` (``fp16``, ``bf16``, ``int8[:CHUNK]``,
+``int4[:CHUNK]``, the latter the paper's 4-bit min-max codes; the paper's
 section 2.3, torchft's ``should_quantize``) sends every fragment's pseudo-gradient (the
 whole one without fragments) as codes through the compressing SSGD reducers'
 reduce-scatter and allgather with float32 sums
@@ -83,7 +84,7 @@ class DiLoCo(Strategy):
             "(1 - alpha) * global")
         quantize: str = option(
             NONE, "DiLoCo: the codec the pseudo-gradients travel in, fp16, bf16, "
-            "int8[:CHUNK], or none (default: float32 Allreduce); reduce-scatter and "
+            "int8[:CHUNK], int4[:CHUNK], or none (default: float32 Allreduce); reduce-scatter and "
             "allgather of codes with float32 sums, per fragment", metavar="CODEC")
 
         def __post_init__(self) -> None:

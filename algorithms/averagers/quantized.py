@@ -9,8 +9,8 @@ what the compressing SSGD reducers of ``--compress`` already do for a gradient b
 so a fragment here is one bucket of such a reducer
 (:class:`~syncbench.algorithms.reducers.halfprec.HalfPrecisionReduce` for ``fp16`` and
 ``bf16``, :class:`~syncbench.algorithms.reducers.bytegrad.ByteGradReduce` for
-``int8[:CHUNK]``, Bagua's MinMaxUInt8; the paper's 4-bit codes are not a codec
-here): its per-bucket reduction generator is driven
+``int8[:CHUNK]`` and ``int4[:CHUNK]``, min-max codes of 8 and 4 bits, the latter the
+paper's): its per-bucket reduction generator is driven
 here, a collective at a time, instead of from backward's hooks. What it returns is the
 float32 mean of the ranks' pseudo-gradients (the same bits on every rank), which the
 outer optimizer takes as a sum over one rank.
@@ -33,12 +33,12 @@ from syncbench.algorithms.reducers.compressed import CompressedReducer
 #: ``--quantize``'s value for float32 pseudo-gradients (one ``Allreduce``).
 NONE = "none"
 #: Codecs a pseudo-gradient may travel in.
-QUANTIZE_CODECS = ("fp16", "bf16", "int8")
+QUANTIZE_CODECS = ("fp16", "bf16", "int8", "int4")
 
 
 def check_quantize(spec: str) -> None:
     """A one-line ValueError if ``spec`` is neither ``none`` nor a codec of
-    :data:`QUANTIZE_CODECS` (``int8`` takes ``:CHUNK``)."""
+    :data:`QUANTIZE_CODECS` (``int8`` and ``int4`` take ``:CHUNK``)."""
     if spec == NONE:
         return
     try:
@@ -47,7 +47,7 @@ def check_quantize(spec: str) -> None:
         raise ValueError(f"--quantize: {exc}") from None
     if codec.name not in QUANTIZE_CODECS:
         raise ValueError(f"--quantize {spec}: a pseudo-gradient travels in "
-                         f"{', '.join(QUANTIZE_CODECS)} (int8 takes :CHUNK) or none")
+                         f"{', '.join(QUANTIZE_CODECS)} (int8 and int4 take :CHUNK) or none")
 
 
 class QuantizedReduction:

@@ -48,7 +48,7 @@ def test_bad_options_are_one_line(flags, message):
     ("flags", "message"),
     [
         (["--quantize", "topk:0.1"], "--quantize topk:0.1: a pseudo-gradient travels in "
-         "fp16, bf16, int8 (int8 takes :CHUNK) or none"),
+         "fp16, bf16, int8, int4 (int8 and int4 take :CHUNK) or none"),
         (["--quantize", "powersgd:2"], "--quantize powersgd:2: a pseudo-gradient travels in "),
         (["--quantize", "nope"], "--quantize: unknown codec 'nope' in 'nope': choose one of "),
         (["--quantize", "int8:0"], "--quantize: int8 chunk 0 is below 1"),
