@@ -309,9 +309,12 @@ def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept:
     how = "kept by --resume" if kept else f"{seconds:.0f}s"
     if left_s is not None and i < total:
         how += f", about {left_s / 60:.0f} min left" if left_s >= 90 else f", {left_s:.0f}s left"
+    accuracy = s["final_accuracy"]  # NaN for a language model: its validation loss instead
+    quality = (f"accuracy {accuracy:.4f}" if math.isfinite(accuracy)
+               else f"val loss {s['final_loss']:.4f}")
     return (f"[{i:>{len(str(total))}}/{total}] repeat {p.repeat + 1} {p.entry.label:<16} "
             f"{p.condition.title:<28} {s['samples_per_s']:>9.0f} samples/s  "
-            f"accuracy {s['final_accuracy']:.4f}  {state}  ({how})")
+            f"{quality}  {state}  ({how})")
 
 
 class ComparisonProgress:
