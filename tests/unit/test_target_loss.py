@@ -210,3 +210,14 @@ def test_the_headline_of_a_loss_scenario_says_loss():
     assert head.target == 2.2 and head.target_metric == "loss"
     head = headline_from_results({"scenario": {"target_accuracy": 0.8}, "cells": []})
     assert head.target == 0.8 and head.target_metric == "accuracy"
+
+
+def test_the_runners_line_of_a_language_model_shows_its_loss(tmp_path):
+    from syncbench.bench.experiment.runner import _progress
+
+    scenario = parse_scenario(dict(LM_SCENARIO), "lm", "lm.toml")
+    planned = plan_runs(scenario, 2, 1, 0, tmp_path, [], scenario.target)[0]
+    run = read_run(write_lm(tmp_path / "lm.h5", 2.5))
+    line = _progress(1, 1, planned, run, 3.0, kept=False)
+    assert "val loss 1.9000" in line and "to target 2.00s" in line
+    assert "accuracy" not in line
