@@ -221,3 +221,10 @@ def test_the_runners_line_of_a_language_model_shows_its_loss(tmp_path):
     line = _progress(1, 1, planned, run, 3.0, kept=False)
     assert "val loss 1.9000" in line and "to target 2.00s" in line
     assert "accuracy" not in line
+
+
+def test_a_diverged_language_models_perplexity_is_infinite_not_an_error():
+    from syncbench.kernels.gpt import lm_metrics
+
+    assert lm_metrics(1000.0)["perplexity"] == math.inf  # exp(1000) is past float's range
+    assert lm_metrics(2.0)["perplexity"] == pytest.approx(math.exp(2.0))
