@@ -655,7 +655,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         return _scaling_scenario(scenario, args, extra, prog)
     np_ = args.np or scenario.np
     repeats = args.repeats or scenario.repeats
-    problem = _target_problem(scenario, args)
+    problem = _target_problem(args)
     if problem:
         return _error(prog, problem)
     target = (target_of(args.target_accuracy, getattr(args, "target_loss", None))
@@ -866,7 +866,7 @@ def make_out_dir(out_dir: Path, flag: str = "--out-dir") -> str | None:
     return None
 
 
-def _target_problem(scenario: Scenario, args: argparse.Namespace) -> str | None:
+def _target_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with ``--target-accuracy`` / ``--target-loss``, else None: a bad
     value or both at once. Either replaces the scenario's target, of either kind (a
     classifier scenario run as a language model with ``--model gpt --dataset
