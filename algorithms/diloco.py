@@ -28,7 +28,14 @@ Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): ``--fragments P``
 staggered steps, each fragment's ``Iallreduce`` overlapped with tau inner steps and
 merged by alpha (:class:`~syncbench.algorithms.averagers.streaming.StreamingAverager`);
 its evaluation points are the steps with no fragment in flight, where the global model
-is evaluated. Quantized pseudo-gradients are not implemented.
+is evaluated. ``--quantize CODEC`` (``fp16``, ``bf16``, ``int8[:CHUNK]``,
+``int4[:CHUNK]``, the latter the paper's 4-bit min-max codes; the paper's
+section 2.3, torchft's ``should_quantize``) sends every fragment's pseudo-gradient (the
+whole one without fragments) as codes through the compressing SSGD reducers'
+reduce-scatter and allgather with float32 sums
+(:mod:`~syncbench.algorithms.averagers.quantized`). The run file records the bytes one
+rank hands to MPI per outer step (``wire_bytes_per_outer_step``: every fragment synced
+once) and per fragment (``wire_bytes_per_fragment``), codes or float32 alike.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncbench.algorithms.averagers.pseudo_gradient import PseudoGradientAverager
+from syncbench.algorithms.averagers.quantized import NONE, QuantizedReduction, check_quantize
 from syncbench.algorithms.averagers.streaming import StreamingAverager
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
@@ -74,6 +82,10 @@ class DiLoCo(Strategy):
         mix: float = option(
             0.0, "Streaming DiLoCo alpha: a synced fragment becomes alpha * local + "
             "(1 - alpha) * global")
+        quantize: str = option(
+            NONE, "DiLoCo: the codec the pseudo-gradients travel in, fp16, bf16, "
+            "int8[:CHUNK], int4[:CHUNK], or none (default: float32 Allreduce); reduce-scatter and "
+            "allgather of codes with float32 sums, per fragment", metavar="CODEC")
 
         def __post_init__(self) -> None:
             checks = [
@@ -93,6 +105,7 @@ class DiLoCo(Strategy):
             for ok, message in checks:
                 if not ok:
                     raise ValueError(message)
+            check_quantize(self.quantize)
 
         @property
         def streaming(self) -> bool:
@@ -110,12 +123,21 @@ class DiLoCo(Strategy):
         if options.streaming:  # points between fragments' syncs: no reduction between them
             self.traits = dataclasses.replace(DiLoCo.traits, stop_vote_lag=2)
             self.averager = StreamingAverager(self, options.inner_steps, options.fragments,
-                                              options.overlap_steps, options.mix, outer)
+                                              options.overlap_steps, options.mix, outer,
+                                              options.quantize)
+            per_fragment = self.averager.wire_bytes()
         else:
+            whole = [(0, int(self.model.size))]
+            quantized = (QuantizedReduction(self, options.quantize, whole)
+                         if options.quantize != NONE else None)
             self.averager = PseudoGradientAverager(self, options.inner_steps, "keep",
-                                                   outer(self.model.params))
+                                                   outer(self.model.params), quantized)
+            per_fragment = [quantized.wire_bytes(0) if quantized is not None
+                            else int(self.model.params.nbytes)]
         self.warmup = BlockingAllreduce(self)
         self.run_attributes["warmup_steps"] = options.sync_warmup
+        self.run_attributes["wire_bytes_per_outer_step"] = int(sum(per_fragment))
+        self.run_attributes["wire_bytes_per_fragment"] = [int(b) for b in per_fragment]
 
     def in_warmup(self) -> bool:
         return self.steps_taken < self.options.sync_warmup
@@ -134,7 +156,7 @@ class DiLoCo(Strategy):
         if isinstance(averager, StreamingAverager):
             if not averager.started:
                 averager.begin()  # no warm-up
-            loss = local_step(self, x, y, poll=self.comm.poll if averager.in_flight() else None)
+            loss = local_step(self, x, y, poll=averager.poll if averager.in_flight() else None)
             self.steps_taken += 1
             stats = StepStats(loss=loss, samples=int(x.shape[0]),
                               local_steps=averager.period, round=averager.round)
@@ -168,8 +190,11 @@ class DiLoCo(Strategy):
             self.averager.average()
 
     def close(self) -> None:
-        if isinstance(self.averager, StreamingAverager):
-            self.averager.pending = [None] * len(self.averager.pending)
+        averager = self.averager
+        if isinstance(averager, StreamingAverager):
+            averager.pending = [None] * len(averager.pending)
+        if averager.quantized is not None:
+            averager.quantized.close()
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), **self.averager.state()}

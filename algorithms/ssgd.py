@@ -87,6 +87,7 @@ class SSGD(Strategy):
             f"at most {AUTO_BUCKET_CAP_MB:g} MB", type=bucket_mb_arg)
         compress: str = option(
             NONE, "SSGD gradient compression, NAME[:ARG]: fp16, bf16, int8[:CHUNK], "
+            "int4[:CHUNK], "
             "powersgd[:RANK], topk:DENSITY, randomk:DENSITY (error feedback), or none "
             "(default); bucket by bucket with --comm overlap, but powersgd (--comm blocking)",
             metavar="NAME[:ARG]")

@@ -190,6 +190,18 @@ def _nan_if_none(value: Any) -> Any:
     return NAN if value is None else value
 
 
+def tokens_per_s(model: Any, samples_per_s: float) -> float | None:
+    """Tokens per second of a language model (``gpt``: each sample is a window of its
+    context, ``ctx`` tokens); None for any other model (absent, not zero)."""
+    from syncbench.kernels.gpt import parse_gpt_spec  # only for a run that names a model
+
+    try:
+        spec = parse_gpt_spec(str(model or ""))
+    except ValueError:
+        return None
+    return None if spec is None else float(samples_per_s) * spec.ctx
+
+
 def _int_or_none(value: Any) -> int | None:
     return int(value) if value is not None else None
 
@@ -213,7 +225,7 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                tables={"runs": "wall_s", "spread": "wall_s min - max", "record": "",
                        "cell": ""}))
     add(Column("final_accuracy", _summary("final_accuracy"), "{:.4f}", spread=True, digits=3,
-               record=float, tables={"runs": "final_accuracy",
+               record=float, optional=True, tables={"runs": "final_accuracy",
                                      "spread": "final_accuracy min - max",
                                      "runner": "accuracy", "record": "", "cell": ""}))
     add(Column("time_to_target_s", lambda f: f.time_to_target, "{:.2f}", spread=True,
@@ -247,10 +259,16 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                lambda f: ratio(f.row["samples_per_s"], f.run.world_size),
                diverged_excluded=True))
     add(Column("final_loss", _summary("final_loss"), "{:.4f}"))
+    # a language model's throughput: samples are token windows of the model's context
+    add(Column("tokens_per_s", lambda f: tokens_per_s(f.run.model, f.row["samples_per_s"]),
+               "{:.0f}", spread=True, diverged_excluded=True, flag_diverged=True, digits=0,
+               optional=True, record=_float_or_nan,
+               tables={"runner": "tokens/s", "record": "", "cell": ""}))
     add(Column("best_accuracy", lambda f: f.best_accuracy, "{:.4f}",
                tables={"scaling": "best accuracy"}))
     add(Column("target_accuracy", lambda f: f.target, merge=merge_labels))
-    add(Column("target_reached", lambda f: None if f.target is None
+    add(Column("target_loss", lambda f: f.target_loss, merge=merge_labels))
+    add(Column("target_reached", lambda f: None if f.goal is None
                else int(finite(f.row["time_to_target_s"])), merge=_merge_reached))
     add(Column("step_s_mean", lambda f: f.phases["step_s_mean"], "{:.5f}",
                tables={"phase": "step s"}))

@@ -53,6 +53,7 @@ from .repeats import format_value, spread
 from .runfile import RunFileError, read_run
 from .scaling import NON_IDENTITY_FLAGS, other_strategy_flags
 from .tables import table_rows
+from .targets import Target, loss_target_problem, target_of, target_problem
 
 #: The headline figures, first in the table.
 HEADLINE = ("samples_per_s", "time_to_target_s")
@@ -256,20 +257,29 @@ def _row_identity(row: dict[str, Any]) -> Identity:
                         row.get("world_size"), row.get("_nominal", ()))
 
 
-def _read_runs(paths: Sequence[str], target: float | None) -> list[dict[str, Any]]:
+def _read_runs(paths: Sequence[str], target: float | Target | None) -> list[dict[str, Any]]:
     try:
         runs = [read_run(p) for p in paths]
     except RunFileError as exc:
         raise CompareError(str(exc)) from None
-    return table_rows(runs, target_accuracy=target)
+    if not isinstance(target, Target):
+        return table_rows(runs, target_accuracy=target)
+    if target.metric == "loss" and (problem := loss_target_problem(runs)):
+        raise CompareError(problem)
+    return table_rows(runs, **target.kwargs())
 
 
-def _from_run_files(source: str, paths: Sequence[str], target: float | None) -> RunSet:
+def _has_target(row: dict[str, Any]) -> bool:
+    return row.get("target_accuracy") is not None or row.get("target_loss") is not None
+
+
+def _from_run_files(source: str, paths: Sequence[str],
+                    target: float | Target | None) -> RunSet:
     run_set = RunSet(source)
     for row in _read_runs(paths, target):
         _add(run_set, _row_identity(row), str(row.get("algorithm") or ""), row,
              bool(row.get("diverged")), row.get("complete"),
-             row.get("target_accuracy") is not None)
+             _has_target(row))
     return run_set
 
 
@@ -292,7 +302,7 @@ def _record_identity(record: dict[str, Any], path: Path,
     return read[file]
 
 
-def _from_results(path: Path, target: float | None) -> RunSet:
+def _from_results(path: Path, target: float | Target | None) -> RunSet:
     """The runs of a results file: its recorded figures, or (a manifest) its run files'."""
     try:
         records = [r for r in load_results(path)["runs"] if isinstance(r, dict)]
@@ -300,7 +310,8 @@ def _from_results(path: Path, target: float | None) -> RunSet:
         raise CompareError(str(exc)) from None
     recorded = [r for r in records if HEADLINE[0] in r]
     if recorded and target is not None:
-        raise CompareError(f"--target-accuracy: {path} records its figures at its own "
+        flag = target.flag if isinstance(target, Target) else "--target-accuracy"
+        raise CompareError(f"{flag}: {path} records its figures at its own "
                            "target; compare its folder of run files instead")
     run_set = RunSet(str(path))
     read: dict[str, Identity] = {}
@@ -321,13 +332,14 @@ def _from_results(path: Path, target: float | None) -> RunSet:
         for row in _read_runs(paths, target):
             _add(run_set, _row_identity(row), str(row.get("algorithm") or ""), row,
                  bool(row.get("diverged")), row.get("complete"),
-                 row.get("target_accuracy") is not None)
+                 _has_target(row))
     return run_set
 
 
-def load_set(spec: str, target: float | None = None) -> RunSet:
+def load_set(spec: str, target: float | Target | None = None) -> RunSet:
     """A results file, a folder of run files (else its results.json / manifest.json),
-    or a glob of run files; :class:`CompareError` with one line if it is none."""
+    or a glob of run files; :class:`CompareError` with one line if it is none.
+    ``target`` (a float: an accuracy) recomputes the runs' time to target."""
     path = Path(spec)
     if path.is_dir():
         paths = sorted(str(p) for p in path.glob("*.h5"))
@@ -553,8 +565,8 @@ def format_text(comparison: Comparison) -> str:
                 f"{run_set.labels.get(k, '')} {_shown(k)}" for k in keys))
     if any(ch.verdict == "n/a" for ch in c.changes):
         lines.append("# n/a: a side has no value (time to target of runs trained without "
-                     "--target-accuracy: undefined, not slower; --target-accuracy X sets one "
-                     "for run files)")
+                     "a target: undefined, not slower; --target-accuracy X or --target-loss X "
+                     "sets one for run files)")
     changed = c.changed
     summary = ", ".join(f"{ch.label} {ch.configuration} {ch.figure} x{ch.ratio:.2f}"
                         for ch in changed)
@@ -620,7 +632,12 @@ def compare_main(args: argparse.Namespace, err: Callable[[str], None]) -> int:
             raise CompareError(f"--compare takes two sets, A and B (a results file, a "
                                f"folder of run files or a quoted glob), got {len(args.runs)}")
         check_levels(args.alpha, args.threshold)
-        target = getattr(args, "target_accuracy", None)
+        accuracy = getattr(args, "target_accuracy", None)
+        loss = getattr(args, "target_loss", None)
+        problem = target_problem(accuracy, loss)
+        if problem:
+            raise CompareError(problem)
+        target = target_of(accuracy, loss)
         sets = [load_set(spec, target) for spec in args.runs]
         comparison = compare_sets(*sets, alpha=args.alpha, threshold=args.threshold)
     except (CompareError, ValueError) as exc:

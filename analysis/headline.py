@@ -1,16 +1,17 @@
 """The headline figure: time to target and samples/s of every strategy against the baseline.
 
-One bar per (strategy label, slowdown configuration) in two panels, time to
-the target accuracy over the baseline's (lower is better) and samples/s over
-the baseline's (higher is better): the bar is the median over repeats, the
-whisker spans min to max where the bar has two or more repeats, a dashed line
-marks the baseline at 1.0, the legend gives the baseline's own figures (s,
-samples/s) per configuration, and the caption the experiment, the machine and
-what the bars are (:func:`headline_note`). A bar that cannot be drawn says why,
-horizontally at its place (``diverged``, ``not reached``, ``incomplete``); a
-whisker whose maximum is a repeat that never reached the target ends in an
-arrow; a bar whose runs were flagged (:data:`FLAGS`: loaded, some diverged,
-some incomplete) is hatched, with a legend entry.
+One bar per (strategy label, slowdown configuration) in two panels, time to the
+target (an accuracy, or a language model's validation loss) over the baseline's
+(lower is better) and samples/s over the baseline's (higher is better): the bar
+is the median over repeats, the whisker spans min to max where the bar has two
+or more repeats, a dashed line marks the baseline at 1.0, the legend gives the
+baseline's own figures (s, samples/s) per configuration, and the caption the
+experiment, the machine and what the bars are (:func:`headline_note`). A bar
+that cannot be drawn says why, horizontally at its place (``diverged``, ``not
+reached``, ``incomplete``); a whisker whose maximum is a repeat that never
+reached the target ends in an arrow; a bar whose runs were flagged
+(:data:`FLAGS`: loaded, some diverged, some incomplete) is hatched, with a
+legend entry.
 
 The numbers come from a pure step, so tests compare them with the tables:
 
@@ -40,6 +41,8 @@ import numpy as np
 from .completeness import is_incomplete
 from .plot_style import MIN_FONT_PT, PlotOutput, panel_grid, save
 from .repeats import group_rows
+from .targets import METRICS as METRIC_NAMES
+from .targets import Target
 
 #: The baseline of a report when the runs include it (else the first strategy).
 DEFAULT_BASELINE = "ssgd"
@@ -87,6 +90,8 @@ class Headline:
     samples_per_s: list[Bar] = field(default_factory=list)
     #: configuration -> (the baseline's median time to target in s, its samples/s)
     baseline_values: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    #: What ``target`` is: a test accuracy, or a language model's validation loss.
+    target_metric: str = "accuracy"
 
     def bar(self, metric: str, configuration: str, label: str) -> Bar | None:
         """The bar of ``metric`` (:data:`METRICS`) for one configuration and label."""
@@ -138,15 +143,19 @@ def _cell_bar(cell: Mapping[str, Any], key: str, title: str) -> Bar:
 
 def headline_from_cells(cells: Sequence[Mapping[str, Any]], baseline: str,
                         titles: Mapping[str, str] | None = None, name: str = "",
-                        target: float | None = None, repeats: int | None = None) -> Headline:
+                        target: float | Target | None = None,
+                        repeats: int | None = None) -> Headline:
     """The headline of the runner's cells (module docstring); ``titles``: configuration
-    key -> its human title (default: the key)."""
+    key -> its human title (default: the key); a float ``target`` is an accuracy."""
     titles = dict(titles or {})
+    metric = "accuracy"
+    if isinstance(target, Target):
+        metric, target = target.metric, target.value
     configs = list(dict.fromkeys(titles.get(c["condition"], c["condition"]) for c in cells))
     labels = list(dict.fromkeys(c["label"] for c in cells))
     head = Headline(name, baseline, target,
                     repeats or max((int(c.get("runs") or 0) for c in cells), default=0),
-                    RUNNER_BASIS, labels, configs)
+                    RUNNER_BASIS, labels, configs, target_metric=metric)
     for cell in cells:
         title = titles.get(cell["condition"], cell["condition"])
         for metric, key in METRICS:
@@ -163,9 +172,11 @@ def headline_from_results(results: Mapping[str, Any]) -> Headline:
     scenario = results.get("scenario") or {}
     titles = {r["condition"]: r["condition_title"] for r in results.get("runs") or ()
               if r.get("condition_title")}
+    loss = _finite(scenario.get("target_loss"))
+    target = Target("loss", loss) if loss is not None else scenario.get("target_accuracy")
     return headline_from_cells(results.get("cells") or [], str(scenario.get("baseline")),
                                titles, str(scenario.get("name") or ""),
-                               scenario.get("target_accuracy"), scenario.get("repeats"))
+                               target, scenario.get("repeats"))
 
 
 # ---------------------------------------------------------------- the report's rows
@@ -260,11 +271,11 @@ def headline_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None =
                       f"({baseline or 'no run'}) and another strategy")
     labels = [a for a in algorithms if any(a in by_config[c] for c in shown)]
     labels.sort(key=lambda a: a != baseline)  # the baseline first
-    target = next((r.get("target_accuracy") for r in complete
-                   if r.get("target_accuracy") is not None), None)
+    metric, target = next(((m, r.get(f"target_{m}")) for r in complete for m in METRIC_NAMES
+                           if r.get(f"target_{m}") is not None), ("accuracy", None))
     head = Headline(name, baseline, _finite(target),
                     max(int(g.get("repeats") or 1) for g in groups), REPORT_BASIS,
-                    labels, shown)
+                    labels, shown, target_metric=metric)
     for config in shown:
         base = by_config[config][baseline]
         ttt_b, sps_b = _finite(base.get("time_to_target_s")), _finite(base.get("samples_per_s"))
@@ -403,9 +414,10 @@ def headline_figure(plt: Any, head: Headline, width: float | None = None) -> Any
     drawn = [_draw_panel(ax, head, metric, colors)
              for ax, metric in ((ax_t, "time_to_target"), (ax_s, "samples_per_s"))]
     target = f" {head.target:g}" if head.target is not None else ""
-    ax_t.set_ylabel(f"time to target accuracy{target}\n/ {head.baseline}'s (ratio, ×)")
+    ax_t.set_ylabel(f"time to target {head.target_metric}{target}\n/ {head.baseline}'s "
+                    "(ratio, ×)")
     ax_s.set_ylabel(f"samples/s / {head.baseline}'s\n(ratio, ×)")
-    ax_t.set_title("Time to target accuracy (lower is better)")
+    ax_t.set_title(f"Time to target {head.target_metric} (lower is better)")
     ax_s.set_title("Training throughput (higher is better)")
     for ax in (ax_t, ax_s):
         ax.set_xlabel("strategy")

@@ -25,6 +25,7 @@ from .repeats import group_rows
 from .runfile import Run, read_run
 from .schema import REPORT_KEYS
 from .tables import ROOT_GROUP_KEYS, table_rows
+from .targets import Target
 
 
 def report_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -223,7 +224,8 @@ def check_by_keys(runs: Sequence[Run], by: Sequence[str], flag: str = "--by") ->
 
 def report_tables(runs: Sequence[Run], by: Sequence[str] = (),
                   target_accuracy: float | None = None,
-                  series: Sequence[str] = ()) -> list[dict[str, Any]]:
+                  series: Sequence[str] = (),
+                  target_loss: float | None = None) -> list[dict[str, Any]]:
     """The tidy rows of ``syncbench report``: one per run, or one per ``by`` group.
 
     Per-run rows hold every registered column (``columns.row_keys``) and ``ranks``
@@ -231,8 +233,9 @@ def report_tables(runs: Sequence[Run], by: Sequence[str] = (),
     group rows (:func:`~syncbench.analysis.repeats.group_rows`) hold the medians,
     ``<key>_min``/``<key>_max`` of the columns with a spread, ``path`` as a list of
     files, and the ``by`` keys. ``series`` adds keys that split scaling series.
+    ``target_accuracy`` or ``target_loss`` recomputes every run's time to target.
     """
-    rows = table_rows(runs, by, target_accuracy, series)
+    rows = table_rows(runs, by, target_accuracy, series, target_loss)
     if by:
         return group_rows(rows, by)
     for row in rows:
@@ -467,8 +470,11 @@ def runner_tables(path: Any, data: dict[str, Any], runs: Sequence[Run] = ()) -> 
             mine = [r for r in records if r.get("condition") == cond]
             contexts = [r["context"] for r in mine if isinstance(r.get("context"), dict)]
             title = next((r["condition_title"] for r in mine if r.get("condition_title")), cond)
+            target = (Target("loss", float(head["target_loss"]))
+                      if head.get("target_loss") is not None
+                      else float(head["target_accuracy"]))
             lines += [""] + comparison_table(head["name"], title, these, head["baseline"],
-                                             float(head["target_accuracy"]),
+                                             target,
                                              head.get("headline", "time_to_target"), contexts)
             comp = comparisons.get(cond)
             if comp is not None:

@@ -29,6 +29,7 @@ from .runfile import Run
 from .scaling import SERIES_ROOT_KEYS
 from .schema import PHASES, REPORT_KEYS, SCALING_MODE_ATTR, STRATEGY_FLAGS_ATTRS, TRAITS_ATTR
 from .summary import run_diverged, time_to_target
+from .targets import Target, config_target, target_of
 
 #: Phases counted as a rank's own work: not ``wait``, and not ``comm`` either, since a
 #: blocking Allreduce charges the time spent waiting for a slow rank to ``comm``.
@@ -159,14 +160,16 @@ class RunFacts:
     """One run and what its columns share, each computed once, on first use.
 
     ``row`` is the run's row as far as it is computed (columns come in registry
-    order, so a column may read the ones before it); ``target`` the target accuracy
-    of its time to target (``target_accuracy``, else the run's own flag).
+    order, so a column may read the ones before it); ``goal`` the target of its time
+    to target (``target_accuracy`` or ``target_loss``, else the run's own flag),
+    ``target`` and ``target_loss`` its value when it is an accuracy or a loss.
     """
 
     def __init__(self, run: Run, target_accuracy: float | None = None,
-                 row: dict[str, Any] | None = None) -> None:
+                 row: dict[str, Any] | None = None, target_loss: float | None = None) -> None:
         self.run = run
-        self.target_accuracy = target_accuracy
+        #: The target that recomputes the time to target (None: the stored one).
+        self.override = target_of(target_accuracy, target_loss)
         self.row: dict[str, Any] = {} if row is None else row
 
     @cached_property
@@ -174,16 +177,23 @@ class RunFacts:
         return run_label(self.run.attrs)
 
     @cached_property
+    def goal(self) -> Target | None:
+        return self.override if self.override is not None else config_target(self.run.config)
+
+    @cached_property
     def target(self) -> float | None:
-        if self.target_accuracy is not None:
-            return self.target_accuracy
-        cfg_target = self.run.config.get("target_accuracy")
-        return float(cfg_target) if finite(cfg_target) else None
+        goal = self.goal
+        return goal.value if goal is not None and goal.metric == "accuracy" else None
+
+    @cached_property
+    def target_loss(self) -> float | None:
+        goal = self.goal
+        return goal.value if goal is not None and goal.metric == "loss" else None
 
     @cached_property
     def time_to_target(self) -> float:
-        if self.target_accuracy is not None:
-            return time_to_target(self.run.eval, self.target_accuracy)
+        if self.override is not None:
+            return time_to_target(self.run.eval, self.override)
         return float(self.run.summary.get("time_to_target_s", NAN))
 
     @cached_property
@@ -301,15 +311,16 @@ ROW_ATTRS: tuple[str, ...] = (*SERIES_ROOT_KEYS, "hostnames", "t_begin_unix", "t
                               *STRATEGY_FLAGS_ATTRS, TRAITS_ATTR)
 
 
-def run_metrics(run: Run, target_accuracy: float | None = None) -> dict[str, Any]:
+def run_metrics(run: Run, target_accuracy: float | None = None,
+                target_loss: float | None = None) -> dict[str, Any]:
     """Every per-run column of the registry (``schema.REPORT_KEYS`` and ``path`` first).
 
     The ``REPORT_KEYS`` values are the stored ``/summary``'s, except
-    ``time_to_target_s`` when ``target_accuracy`` is given (recomputed from the
-    evaluation rows). Private keys (``_config``, ``_attrs``, ``_context``,
+    ``time_to_target_s`` when ``target_accuracy`` or ``target_loss`` is given
+    (recomputed from the evaluation rows). Private keys (``_config``, ``_attrs``, ``_context``,
     ``_ranks``, ``_nominal``) carry what the passes over every run need.
     """
-    facts = RunFacts(run, target_accuracy)
+    facts = RunFacts(run, target_accuracy, target_loss=target_loss)
     for entry in row_columns():
         facts.row[entry.key] = entry.compute(facts)  # type: ignore[misc]
     row = facts.row

@@ -37,10 +37,10 @@ SERIES_ROOT_KEYS: tuple[str, ...] = ("algorithm", "model", "dataset", "mpi_libra
 #: left out of a series' identity (repeats with other seeds, outputs, reliability).
 #: ``batch_size`` and ``epochs`` enter it as the scaling mode's batch and budget.
 NON_IDENTITY_FLAGS: frozenset[str] = frozenset({
-    "out", "overwrite", "progress", "seed", "eval_every", "target_accuracy", "timeout",
-    "flush_every", "checkpoint_every", "resume", "save_model", "inject_fault", "data_dir",
-    "device", "func", "algorithm", "model", "dataset", "batch_size", "epochs", "scaling_mode",
-    "command", "train_args",
+    "out", "overwrite", "progress", "seed", "eval_every", "target_accuracy", "target_loss",
+    "timeout", "flush_every", "checkpoint_every", "resume", "save_model", "inject_fault",
+    "data_dir", "device", "func", "algorithm", "model", "dataset", "batch_size", "epochs",
+    "scaling_mode", "command", "train_args",
 })
 
 #: Relative tolerance of "the same work" when classifying strong / weak scaling.

@@ -77,6 +77,10 @@ ROOT_ATTRS: tuple[str, ...] = (
     # buffer (its model or its gossip code), AD-PSGD's Get and Put (mean over ranks);
     # 0 where no part declares them
     "wire_bytes_per_step",
+    # DiLoCo: bytes of pseudo-gradient one rank hands to MPI per outer step (every
+    # fragment synced once) and per fragment, codes with --quantize (see DILOCO_ATTRS)
+    "wire_bytes_per_outer_step",
+    "wire_bytes_per_fragment",
     # 1-minute load average of rank 0's host at the start and end of the run
     # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)
     "load_begin",
@@ -514,6 +518,9 @@ DECENTRALIZED_ATTRS: tuple[str, ...] = ("spectral_gap", "consensus_samples",
                                         "consensus_distance", "replica_accuracy_mean",
                                         "replica_accuracy_worst")
 
+#: Root attributes of a DiLoCo run only (files written before them lack them too).
+DILOCO_ATTRS: tuple[str, ...] = ("wire_bytes_per_outer_step", "wire_bytes_per_fragment")
+
 #: Root attributes that a measured run lacks where their value is unknown (no git
 #: checkout, no CuPy, not a Slurm job, not a scaling study), and the GPU_ATTRS and
 #: DATA_ATTRS, which files written before them and simulations lack (a run writes
@@ -521,7 +528,7 @@ DECENTRALIZED_ATTRS: tuple[str, ...] = ("spectral_gap", "consensus_samples",
 #: always written.
 OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "cupy_package",
                                         "slurm_job_id", "scaling_mode", *GPU_ATTRS,
-                                        *DATA_ATTRS, *DECENTRALIZED_ATTRS)
+                                        *DATA_ATTRS, *DECENTRALIZED_ATTRS, *DILOCO_ATTRS)
 
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .schema import EVAL_COLUMNS, RANK_COLUMNS, SUMMARY_ATTRS, SUMMARY_FLAGS
+from .targets import Target, target_of
 
 NAN = float("nan")
 
@@ -39,17 +40,20 @@ def _total(rank_rows: Mapping[int, Mapping[str, np.ndarray]], name: str) -> floa
                      for rows in rank_rows.values()))
 
 
-def time_to_target(eval_rows: Mapping[str, np.ndarray], target: float) -> float:
-    """``t`` of the first evaluation row with ``accuracy >= target``; NaN if none.
+def time_to_target(eval_rows: Mapping[str, np.ndarray], target: float | Target) -> float:
+    """``t`` of the first evaluation row that reaches ``target``; NaN if none.
 
-    The one definition of time to target (the ``/summary`` value, the report's
-    ``--target`` and the scenario runner all call it).
+    A float is a target accuracy (``accuracy >= target``); a :class:`Target` of a
+    loss is reached at ``loss <= target`` (:mod:`.targets`). The one definition of
+    time to target (the ``/summary`` value, the report's ``--target-accuracy`` and
+    ``--target-loss`` and the scenario runner all call it).
     """
-    accuracy = _column(eval_rows, _ACCURACY).astype(np.float64, copy=False)
+    if not isinstance(target, Target):
+        target = Target("accuracy", float(target))
+    values = _column(eval_rows, target.metric).astype(np.float64, copy=False)
     t = _column(eval_rows, _T).astype(np.float64, copy=False)
-    n = min(accuracy.size, t.size)
-    with np.errstate(invalid="ignore"):
-        hits = np.flatnonzero(accuracy[:n] >= float(target))
+    n = min(values.size, t.size)
+    hits = np.flatnonzero(target.reached(values[:n]))
     return float(t[hits[0]]) if hits.size else NAN
 
 
@@ -58,6 +62,7 @@ def summarize(
     eval_rows: Mapping[str, np.ndarray],
     wall_s: float,
     target_accuracy: float | None,
+    target_loss: float | None = None,
 ) -> dict[str, float]:
     """Summary of one run: exactly the keys of ``schema.SUMMARY_ATTRS``.
 
@@ -73,8 +78,8 @@ def summarize(
     - ``final_accuracy`` / ``final_loss``: ``accuracy`` / ``loss`` of the last
       evaluation row; NaN if there are no evaluation rows.
     - ``time_to_target_s``: ``t`` of the first evaluation row whose
-      ``accuracy >= target_accuracy``; NaN if ``target_accuracy`` is None or
-      the target is never reached.
+      ``accuracy >= target_accuracy`` (or ``loss <= target_loss``, a language
+      model's target); NaN if there is no target or it is never reached.
     - ``comm_fraction``: ``t_comm`` summed over every row of every rank,
       divided by ``world_size * wall_s`` (the share of all ranks' time spent
       inside MPI calls that post or complete communication).
@@ -100,8 +105,8 @@ def summarize(
     final_accuracy = float(accuracy[-1]) if accuracy.size else NAN
     final_loss = float(loss[-1]) if loss.size else NAN
 
-    time_to_target_s = NAN if target_accuracy is None else time_to_target(
-        eval_rows, target_accuracy)
+    target = target_of(target_accuracy, target_loss)
+    time_to_target_s = NAN if target is None else time_to_target(eval_rows, target)
 
     out = {
         "wall_s": wall,

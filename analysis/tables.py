@@ -47,13 +47,15 @@ def add_overlaps(rows: list[dict[str, Any]]) -> None:
 
 def table_rows(runs: Sequence[Run], by: Sequence[str] = (),
                target_accuracy: float | None = None,
-               series: Sequence[str] = ()) -> list[dict[str, Any]]:
+               series: Sequence[str] = (),
+               target_loss: float | None = None) -> list[dict[str, Any]]:
     """Per-run rows of ``runs`` (input order) with overlaps, scaling and hidden-comm filled.
 
     ``by`` and ``series`` keys split scaling series (``scaling.series_keys``);
-    ``target_accuracy`` recomputes every run's time to target for that accuracy.
+    ``target_accuracy`` (``target_loss``) recomputes every run's time to target for
+    that accuracy (validation loss).
     """
-    rows = [run_metrics(run, target_accuracy) for run in runs]
+    rows = [run_metrics(run, target_accuracy, target_loss) for run in runs]
     add_overlaps(rows)
     add_scaling(rows, by, series)
     add_hidden_comm(rows)

@@ -39,6 +39,7 @@ classifiers (the same mean cross-entropy).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -423,5 +424,7 @@ class GPT(Model):
 def lm_metrics(loss_nats: float) -> dict[str, float]:
     """A language model's validation measures from its loss in nats per token: bits per
     token (per character on a byte-level ASCII corpus) and perplexity."""
+    # a diverged model's loss can pass exp's float range: its perplexity is inf, not an error
+    perplexity = math.exp(loss_nats) if loss_nats < math.log(sys.float_info.max) else math.inf
     return {"loss_nats": loss_nats, "bits_per_char": loss_nats / math.log(2.0),
-            "perplexity": math.exp(loss_nats)}
+            "perplexity": perplexity}

@@ -13,7 +13,9 @@ strategy may run synchronous steps first (DiLoCo's warm-up): :meth:`begin` sets 
 anchor when rounds start. BatchNorm's running statistics are averaged at each round's
 end, as Local SGD's; ``--momentum-sync`` acts on the local optimizer's first moment.
 At a round boundary every replica equals the anchor, so a checkpoint there needs the
-outer optimizer's state only (:meth:`state`).
+outer optimizer's state only (:meth:`state`). With a ``quantized`` reduction (DiLoCo's
+``--quantize``, :mod:`~syncbench.algorithms.averagers.quantized`) the deltas travel as
+codes and the outer step takes their float32 mean instead of the ``Allreduce`` sum.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from syncbench.algorithms.averagers import average_over_ranks, sync_momentum
 from syncbench.algorithms.averagers.periodic import PeriodicAverager
+from syncbench.algorithms.averagers.quantized import QuantizedReduction
 from syncbench.algorithms.outer import OuterOptimizer
 
 
@@ -30,9 +33,11 @@ class PseudoGradientAverager(PeriodicAverager):
     ``outer.step`` on the anchor, which every replica then takes."""
 
     def __init__(self, core: Any, period: int, momentum_sync: str,
-                 outer: OuterOptimizer) -> None:
+                 outer: OuterOptimizer, quantized: QuantizedReduction | None = None) -> None:
         super().__init__(core, period, momentum_sync)
         self.outer = outer
+        #: The codec the deltas travel in (one fragment: the whole vector), else None.
+        self.quantized = quantized
         #: theta_global, the anchor every replica started the round from.
         self.anchor = core.model.params.copy()
         self._delta = core.model.params * 0
@@ -51,9 +56,16 @@ class PseudoGradientAverager(PeriodicAverager):
             delta = self._delta
             delta[...] = model.params
             delta -= self.anchor
-        core.comm.Allreduce(delta)
+        if self.quantized is None:
+            core.comm.Allreduce(delta)
+            summed, count = delta, core.comm.size
+        else:  # the mean of the ranks' deltas, as one rank's sum
+            self.quantized.post(0, delta)
+            mean = self.quantized.wait(0)
+            with core.timer.phase("update"):
+                summed, count = model.backend.asarray(mean), 1
         with core.timer.phase("update"):
-            self.outer.step(self.anchor, delta, core.comm.size)
+            self.outer.step(self.anchor, summed, count)
             model.params[...] = self.anchor
         if model.buffers.size:
             average_over_ranks(core, model.buffers)

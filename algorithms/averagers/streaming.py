@@ -22,6 +22,13 @@ last post, one last blocking sync; then every replica is the global model (and
 BatchNorm's statistics are averaged), so the final model is a consensus.
 With P 1, tau 0 and alpha 0 this is DiLoCo's
 :class:`~syncbench.algorithms.averagers.pseudo_gradient.PseudoGradientAverager`.
+
+With a ``quantized`` reduction (``--quantize``, the paper's section 2.3,
+:mod:`~syncbench.algorithms.averagers.quantized`) a fragment's post starts a
+reduce-scatter of its codes instead of the ``Iallreduce``; :meth:`poll` (called between
+layers while a fragment is in flight) posts the allgather of the mean's codes once the
+first collective completed, and the completion steps the outer optimizer on the float32
+mean.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.algorithms.averagers import ModelAverager, average_over_ranks
+from syncbench.algorithms.averagers.quantized import NONE, QuantizedReduction
 from syncbench.algorithms.outer import OuterOptimizer
 
 
@@ -60,7 +68,8 @@ class StreamingAverager(ModelAverager):
     """P fragments, each with its own anchor slice, outer optimizer and schedule."""
 
     def __init__(self, core: Any, period: int, fragments: int, overlap_steps: int,
-                 mix: float, make_outer: Callable[[Any], OuterOptimizer]) -> None:
+                 mix: float, make_outer: Callable[[Any], OuterOptimizer],
+                 quantize: str = "none") -> None:
         super().__init__(core)
         model = core.model
         self.period, self.overlap_steps, self.mix = int(period), int(overlap_steps), float(mix)
@@ -75,6 +84,23 @@ class StreamingAverager(ModelAverager):
         self.local_step = 0
         self.posted_at = [0] * fragments
         self.started = False
+        #: The codec the fragments travel in (``--quantize``), else None (Iallreduce).
+        self.quantized = (QuantizedReduction(core, quantize, self.bounds)
+                          if quantize != NONE else None)
+
+    def wire_bytes(self) -> list[int]:
+        """Bytes of each fragment's pseudo-gradient this rank hands to MPI per sync: its
+        codes, else its float32 (the model's dtype) ``Iallreduce`` buffer."""
+        if self.quantized is not None:
+            return [self.quantized.wire_bytes(p) for p in range(len(self.bounds))]
+        return [int(self._delta[lo:hi].nbytes) for lo, hi in self.bounds]
+
+    def poll(self) -> None:
+        """Progress the fragment in flight (between layers): MPI's, and a quantized
+        reduction's next collective once its first completed."""
+        self.core.comm.poll()
+        if self.quantized is not None:
+            self.quantized.poll()
 
     # -- the schedule ------------------------------------------------------------------
     def begin(self) -> None:
@@ -114,19 +140,30 @@ class StreamingAverager(ModelAverager):
             delta = self._delta[lo:hi]
             delta[...] = core.model.params[lo:hi]
             delta -= self.anchor[lo:hi]
-        self.pending[p] = core.comm.Iallreduce(delta)
+        if self.quantized is None:
+            self.pending[p] = core.comm.Iallreduce(delta)
+        else:
+            self.quantized.post(p, delta)
+            self.pending[p] = p  # what is in flight is the quantized reduction's
         self.posted_at[p] = self.local_step
 
     def complete(self, p: int, mix: float | None = None) -> None:
         """Wait for fragment p, step its outer optimizer, merge by alpha."""
         core = self.core
         lo, hi = self.bounds[p]
-        core.comm.Wait(self.pending[p])
+        summed, count = self._delta[lo:hi], core.comm.size
+        if self.quantized is None:
+            core.comm.Wait(self.pending[p])
+        else:  # the mean of the ranks' fragments, as one rank's sum
+            mean = self.quantized.wait(p)
+            with core.timer.phase("update"):
+                summed[...] = core.model.backend.asarray(mean)
+            count = 1
         self.pending[p] = None
         alpha = self.mix if mix is None else mix
         with core.timer.phase("update"):
             anchor, params = self.anchor[lo:hi], core.model.params[lo:hi]
-            self.outers[p].step(anchor, self._delta[lo:hi], core.comm.size)
+            self.outers[p].step(anchor, summed, count)
             if alpha:
                 params *= alpha
                 params += (1 - alpha) * anchor

@@ -30,6 +30,13 @@ Where this differs from Bagua:
   costs ``c + 8`` bytes on the wire.
 - Non-finite inputs, or a chunk whose ``max - min`` overflows float32, give
   non-finite or meaningless codes, as in Bagua; gradients are expected finite.
+
+``int4[:CHUNK]`` (:class:`MinMaxUInt4Codec`) is the same arithmetic with 15 levels
+instead of 255 (``scale = 15 / (max - min + eps)``), two codes to a byte on the wire
+(the element at an even index in the low nibble; an odd count leaves the last high
+nibble 0): the 4-bit min-max quantization of the Streaming DiLoCo paper (Douillard et
+al. 2025, arXiv 2501.18512, section 2.3), chunk by chunk with the chunk's own min and
+max. A chunk of ``c`` elements costs ``ceil(c / 2) + 8`` bytes.
 """
 
 from __future__ import annotations
@@ -69,27 +76,31 @@ class MinMaxCode:
         return cls(minmax, buffer[head:])
 
 
-def _scales(minmax: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _scales(minmax: np.ndarray,
+            levels: np.float32 = LEVELS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per chunk ``scale``, ``upper`` and ``lower`` from ``[min, max]``, in float32."""
     lo, hi = minmax[:, 0], minmax[:, 1]
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        scale = LEVELS / ((hi - lo) + EPS)
+        scale = levels / ((hi - lo) + EPS)
         upper = np.rint(hi * scale)
-    return scale, upper, upper - LEVELS
+    return scale, upper, upper - levels
 
 
 class MinMaxUInt8Codec:
     """``int8``: per chunk min and max, one 8-bit code per element (Bagua MinMaxUInt8)."""
 
     name = "int8"
+    #: The largest code: codes are 0 .. levels.
+    levels = LEVELS
 
     def __init__(self, chunk: int = DEFAULT_CHUNK) -> None:
+        name = self.name
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)):
-            raise ValueError(f"int8 chunk {chunk!r} is not an integer: "
-                             "give a chunk length >= 1 element (e.g. int8:4096)")
+            raise ValueError(f"{name} chunk {chunk!r} is not an integer: "
+                             f"give a chunk length >= 1 element (e.g. {name}:4096)")
         if chunk < 1:
-            raise ValueError(f"int8 chunk {chunk} is below 1: "
-                             "give a chunk length >= 1 element (e.g. int8:4096)")
+            raise ValueError(f"{name} chunk {chunk} is below 1: "
+                             f"give a chunk length >= 1 element (e.g. {name}:4096)")
         self.chunk = int(chunk)
         self.spec = self.name if self.chunk == DEFAULT_CHUNK else f"{self.name}:{self.chunk}"
 
@@ -97,9 +108,21 @@ class MinMaxUInt8Codec:
         """Chunks a vector of ``count`` elements is cut into (the last one may be shorter)."""
         return -(-count // self.chunk)
 
+    def code_bytes(self, count: int) -> int:
+        """Bytes of ``count`` codes on the wire (one each)."""
+        return count
+
     def wire_bytes(self, count: int) -> int:
         """Bytes one rank hands to MPI for ``count`` elements: codes plus 8 per chunk."""
-        return count + HEADER_BYTES * self.chunks(count)
+        return self.code_bytes(count) + HEADER_BYTES * self.chunks(count)
+
+    def pack(self, code: MinMaxCode) -> np.ndarray:
+        """One uint8 buffer of ``code`` (:meth:`MinMaxCode.pack`), what MPI sends."""
+        return code.pack()
+
+    def unpack(self, buffer: np.ndarray, count: int) -> MinMaxCode:
+        """The inverse of :meth:`pack` for ``count`` elements."""
+        return MinMaxCode.unpack(buffer, count, self.chunk)
 
     def _blocks(self, x: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """``(first chunk index, 2-D view)``: the whole chunks, then the short tail."""
@@ -115,20 +138,20 @@ class MinMaxUInt8Codec:
         """Codes of float32 vector ``x``, chunk by chunk."""
         x = np.asarray(x)
         if x.dtype != np.float32 or x.ndim != 1:
-            raise ValueError(f"int8 encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
+            raise ValueError(f"{self.name} encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
         minmax = np.empty((self.chunks(x.size), 2), dtype=np.float32)
         codes = np.empty(x.size, dtype=np.uint8)
         for first, block in self._blocks(x):
             rows = slice(first, first + block.shape[0])
             minmax[rows, 0] = block.min(axis=1)
             minmax[rows, 1] = block.max(axis=1)
-            scale, upper, lower = _scales(minmax[rows])
+            scale, upper, lower = _scales(minmax[rows], self.levels)
             with np.errstate(over="ignore", invalid="ignore"):
                 level = block * scale[:, None]
                 np.rint(level, out=level)
                 np.minimum(level, upper[:, None], out=level)
                 level -= lower[:, None]
-                np.clip(level, 0.0, 255.0, out=level)
+                np.clip(level, 0.0, self.levels, out=level)
             start = first * self.chunk
             codes[start:start + block.size] = level.reshape(-1)
         return MinMaxCode(minmax, codes)
@@ -137,14 +160,47 @@ class MinMaxUInt8Codec:
         """float32 values of ``code``: ``(code + lower) / scale`` per chunk."""
         count = code.codes.size
         if code.minmax.shape != (self.chunks(count), 2):
-            raise ValueError(f"int8 code has {code.minmax.shape[0]} chunk headers for "
+            raise ValueError(f"{self.name} code has {code.minmax.shape[0]} chunk headers for "
                              f"{count} elements in chunks of {self.chunk}")
         if out is None:
             out = np.empty(count, dtype=np.float32)
         for first, block in self._blocks(code.codes):
-            scale, _, lower = _scales(code.minmax[first:first + block.shape[0]])
+            scale, _, lower = _scales(code.minmax[first:first + block.shape[0]], self.levels)
             start = first * self.chunk
             view = out[start:start + block.size].reshape(block.shape)
             np.add(block, lower[:, None], out=view, dtype=np.float32)
             view /= scale[:, None]
         return out
+
+
+class MinMaxUInt4Codec(MinMaxUInt8Codec):
+    """``int4``: per chunk min and max, one 4-bit code per element, two to a byte."""
+
+    name = "int4"
+    levels = np.float32(15.0)
+
+    def code_bytes(self, count: int) -> int:
+        """Bytes of ``count`` 4-bit codes on the wire (two to a byte)."""
+        return (count + 1) // 2
+
+    def pack(self, code: MinMaxCode) -> np.ndarray:
+        """Every chunk's min and max, then the codes two to a byte (even index low)."""
+        codes = code.codes
+        pairs = np.zeros(self.code_bytes(codes.size) * 2, dtype=np.uint8)
+        pairs[:codes.size] = codes
+        nibbles = pairs[0::2] | (pairs[1::2] << 4)
+        return np.concatenate([code.minmax.reshape(-1).view(np.uint8), nibbles])
+
+    def unpack(self, buffer: np.ndarray, count: int) -> MinMaxCode:
+        """The inverse of :meth:`pack` for ``count`` elements."""
+        chunks = self.chunks(count)
+        head = chunks * HEADER_BYTES
+        if buffer.size != head + self.code_bytes(count):
+            raise ValueError(f"int4 buffer holds {buffer.size} bytes, expected "
+                             f"{head + self.code_bytes(count)}")
+        minmax = np.ascontiguousarray(buffer[:head]).view(np.float32).reshape(chunks, 2)
+        nibbles = buffer[head:]
+        codes = np.empty(2 * nibbles.size, dtype=np.uint8)
+        codes[0::2] = nibbles & 0x0F
+        codes[1::2] = nibbles >> 4
+        return MinMaxCode(minmax, codes[:count])

@@ -1,7 +1,7 @@
 """The codecs by name, and the ``NAME[:ARG]`` spec of ``--compress``.
 
-``fp16``, ``bf16`` (no argument); ``int8[:CHUNK]`` (chunk length in
-elements, default 4096); ``powersgd[:R]`` (rank, default 1); ``topk:D``,
+``fp16``, ``bf16`` (no argument); ``int8[:CHUNK]`` and ``int4[:CHUNK]`` (chunk
+length in elements, default 4096); ``powersgd[:R]`` (rank, default 1); ``topk:D``,
 ``randomk:D`` (``randk:D`` as well, the issue's spelling; density in (0, 1],
 required). Every bad spec is one ValueError line that names the bad value and
 what is allowed, for the CLI to print as is.
@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 from syncbench.algorithms.codecs.half import BFloat16Codec, Float16Codec
-from syncbench.algorithms.codecs.minmax import MinMaxUInt8Codec
+from syncbench.algorithms.codecs.minmax import MinMaxUInt4Codec, MinMaxUInt8Codec
 from syncbench.algorithms.codecs.powersgd import PowerSGD
 from syncbench.algorithms.codecs.sparse import RandomK, TopK
 
 #: Any codec a spec names.
-Codec = Float16Codec | BFloat16Codec | MinMaxUInt8Codec | PowerSGD | TopK | RandomK
+Codec = (Float16Codec | BFloat16Codec | MinMaxUInt8Codec | MinMaxUInt4Codec | PowerSGD | TopK
+         | RandomK)
 
 
 def _no_argument(cls: type) -> Callable[[str | None], Any]:
@@ -43,6 +44,13 @@ def _int8(arg: str | None) -> MinMaxUInt8Codec:
         "int8", "chunk", arg, "give a chunk length >= 1 element (e.g. int8:4096)"))
 
 
+def _int4(arg: str | None) -> MinMaxUInt4Codec:
+    if arg is None:
+        return MinMaxUInt4Codec()
+    return MinMaxUInt4Codec(_integer(
+        "int4", "chunk", arg, "give a chunk length >= 1 element (e.g. int4:4096)"))
+
+
 def _powersgd(arg: str | None) -> PowerSGD:
     if arg is None:
         return PowerSGD()
@@ -65,6 +73,7 @@ CODECS: dict[str, Callable[[str | None], Codec]] = {
     "fp16": _no_argument(Float16Codec),
     "bf16": _no_argument(BFloat16Codec),
     "int8": _int8,
+    "int4": _int4,
     "powersgd": _powersgd,
     "topk": lambda arg: TopK(_density("topk", arg)),
     "randomk": lambda arg: RandomK(_density("randomk", arg)),

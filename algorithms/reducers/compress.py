@@ -5,6 +5,7 @@ spec                      reducer                                               
 ========================  ====================================================  =========
 ``fp16``, ``bf16``        :class:`~.halfprec.HalfPrecisionReduce`               2
 ``int8[:CHUNK]``          :class:`~.bytegrad.ByteGradReduce`                    1 (+8/chunk)
+``int4[:CHUNK]``          :class:`~.bytegrad.ByteGradReduce`                    1/2 (+8/chunk)
 ``powersgd[:R]``          :class:`~.powersgd.PowerSGDReduce`                    (m+n)R/(mn)
 ``topk:D``                :class:`~.sparse.TopKReduce`                          8 D
 ``randomk:D``/``randk:D`` :class:`~.sparse.RandomKReduce`                       4 D
@@ -36,6 +37,7 @@ REDUCERS: dict[str, type[CompressedReducer]] = {
     "fp16": HalfPrecisionReduce,
     "bf16": HalfPrecisionReduce,
     "int8": ByteGradReduce,
+    "int4": ByteGradReduce,
     "powersgd": PowerSGDReduce,
     "topk": TopKReduce,
     "randomk": RandomKReduce,

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated algorithms, the first is the baseline "
                         "(an unknown name is an error)")
     add_runner_arguments(parser)
-    defaults = {"np": [4], "repeats": 1, "out_dir": "runs/compare", "target_accuracy": 0.80}
+    defaults = {"np": [4], "repeats": 1, "out_dir": "runs/compare", "target_accuracy": None}
     parser.set_defaults(**defaults)
     for action in parser._actions:  # no scenario's value: the help shows compare's default
         if action.dest in defaults and action.help:
@@ -62,9 +62,11 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     if problem:
         print(f"{COMPARE}: error: {problem}", file=sys.stderr)
         return 2
+    target = ({"target_loss": args.target_loss} if args.target_loss is not None else
+              {"target_accuracy": 0.80 if args.target_accuracy is None else args.target_accuracy})
     # every count of --np 2,4 is planned by the runner (args.np); the scenario holds one
     data = {"description": f"{', '.join(names)} with the same flags", "np": args.np[0],
-            "repeats": args.repeats, "target_accuracy": args.target_accuracy,
+            "repeats": args.repeats, **target,
             "run": [{"label": a, "algorithm": a} for a in names]}
     try:
         scenario = parse_scenario(data, "compare", COMPARE)

@@ -72,6 +72,7 @@ from syncbench.analysis.report import (
 from syncbench.analysis.runfile import Run, RunFileError
 from syncbench.analysis.steps import TABLES, write_table
 from syncbench.analysis.tables import table_rows
+from syncbench.analysis.targets import loss_target_problem, target_problem
 from syncbench.analysis.trace import parse_steps
 from syncbench.bench.files import WriteError, write_atomic
 from syncbench.bench.flags import renamed
@@ -120,6 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, default=None, metavar="X",
                         help="recompute time to target for this test accuracy "
                         "(default: the runs' own --target-accuracy)")
+    parser.add_argument("--target-loss", type=float, default=None, metavar="NATS",
+                        help="recompute time to target for this validation loss in nats per "
+                        "token (language-model runs; default: the runs' own --target-loss)")
     parser.add_argument("--timeline-steps", default=None, metavar="A:B", type=_steps_window,
                         help="steps shown in the per-run timeline plots (--per-run-plots; "
                         "default: up to 8 "
@@ -188,7 +192,12 @@ def run(args: argparse.Namespace) -> int:
         check_by_keys(runs, by)
         check_by_keys(runs, series, "--series")
         target = getattr(args, "target_accuracy", None)
-        rows = report_tables(runs, by, target, series)
+        target_loss = getattr(args, "target_loss", None)
+        problem = target_problem(target, target_loss) or (
+            loss_target_problem(runs) if target_loss is not None else None)
+        if problem:
+            raise ValueError(problem)
+        rows = report_tables(runs, by, target, series, target_loss)
         # runs recorded with --events on: count, bytes and time per collective (md only)
         collectives = format_collectives_md(collective_rows(runs)) if args.format == "md" \
             else ""
@@ -211,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         err(problem)
         return 2
     if plots_dir:
-        per_run = rows if not by else table_rows(runs, by, target, series)
+        per_run = rows if not by else table_rows(runs, by, target, series, target_loss)
         return _plots(args, runs, per_run, by, window, err)
     return 0
 

@@ -18,15 +18,19 @@ from syncbench.analysis.columns import runner_figures
 from syncbench.analysis.run_metrics import RunFacts
 from syncbench.analysis.runfile import Run
 from syncbench.analysis.tables import table_rows
+from syncbench.analysis.targets import Target
 
 
-def run_figures(runs: Sequence[Run], target: float) -> list[dict[str, Any]]:
+def run_figures(runs: Sequence[Run], target: float | Target) -> list[dict[str, Any]]:
     """The figures of each run (same order), keyed in the order the results file lists
-    them, then its machine ``context``. Hidden communication needs all of the runs."""
-    rows = table_rows(runs, target_accuracy=target)
+    them, then its machine ``context``. Hidden communication needs all of the runs.
+    ``target``: the runner's (a float is an accuracy)."""
+    if not isinstance(target, Target):
+        target = Target("accuracy", float(target))
+    rows = table_rows(runs, **target.kwargs())
     figures = runner_figures()
     out = []
     for run, row in zip(runs, rows, strict=True):
-        facts = RunFacts(run, target, row=row)
+        facts = RunFacts(run, row=row, **target.kwargs())
         out.append({**{c.key: c.figure(facts) for c in figures}, "context": row["_context"]})
     return out

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.analysis.targets import Target
 from syncbench.bench.train.options import add_train_arguments
 
 from .scenario import (
@@ -49,7 +50,7 @@ from .scenario import (
 
 #: Flags that the runner sets per run and a user may not pass through to train.
 FORBIDDEN_EXTRA = ("--out", "--algorithm", "--slowdown", "--slowdown-mode",
-                   "--target-accuracy", "--seed", "--resume")
+                   "--target-accuracy", "--target-loss", "--seed", "--resume")
 #: The same for a scaling scenario.
 SCALING_RESERVED = ("--out", "--algorithm", "--batch-size", "--scaling-mode")
 #: Why the comparison runner refuses a flag of :data:`FORBIDDEN_EXTRA`.
@@ -110,13 +111,13 @@ def in_out_dir(flags: tuple[str, ...], path: Path) -> tuple[str, ...]:
 
 
 def _train_args(scenario: Scenario, entry: RunEntry, cond: Condition, repeat: int,
-                target: float, extra: list[str], path: Path) -> tuple[str, ...]:
+                target: Target, extra: list[str], path: Path) -> tuple[str, ...]:
     """The flags of one run; the pass-through ``extra`` come last, so they win."""
     dataset = resolve_dataset(scenario.datasets)
     preferred = ("--dataset", dataset) if dataset else ()
     return ("--algorithm", entry.algorithm, *preferred,
             *in_out_dir((*scenario.flags, *entry.flags), path),
-            *cond.train_flags(), "--target-accuracy", f"{target:g}",
+            *cond.train_flags(), target.flag, f"{target:g}",
             "--eval-every", f"{scenario.eval_every:g}", "--seed", str(repeat), *extra,
             "--out", str(path), "--overwrite", "--progress", "never")
 
@@ -338,10 +339,13 @@ def planned_conditions(scenario: Scenario, counts: Sequence[int]) -> list[Condit
 
 
 def plan_runs(scenario: Scenario, np_: int | Sequence[int], repeats: int, seed: int,
-              out_dir: Path, extra: list[str], target: float,
+              out_dir: Path, extra: list[str], target: float | Target,
               check: bool = True) -> list[PlannedRun]:
     """Every run of the scenario in execution order (see the module docstring); ``np_``:
-    the rank count, or the counts of ``--np N,...`` (every cell at each)."""
+    the rank count, or the counts of ``--np N,...`` (every cell at each); a float
+    ``target`` is an accuracy."""
+    if not isinstance(target, Target):
+        target = Target("accuracy", float(target))
     if scenario.scaling:
         return plan_scaling(scenario, repeats, seed, out_dir, extra, check)
     check_extra(extra)

@@ -118,7 +118,8 @@ def comparison_table(scenario: str, title: str, cells: Sequence[dict[str, Any]],
     sps_col = (f"samples/s / {baseline}", "sps_ratio")
     ratio_cols = [ttt_col, sps_col] if headline == "time_to_target" else [sps_col, ttt_col]
     shown = [(c, how.header.format(target=target)) for c, how in columns.table("runner")
-             if not c.optional or any(cell[c.key]["median"] is not None for cell in cells)]
+             if not c.optional or any((cell.get(c.key) or {}).get("median") is not None
+                                      for cell in cells)]
     names = [n for n, _ in ratio_cols] + [header for _, header in shown]
     over = oversubscribed(contexts)
     reps = max(c["runs"] for c in cells)

@@ -43,6 +43,7 @@ from syncbench.analysis.report import partial_warning
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.summary import run_diverged
 from syncbench.analysis.tables import table_rows
+from syncbench.analysis.targets import Target, target_of, target_problem
 from syncbench.bench.cluster.launch import launcher_for_runs
 from syncbench.bench.experiment.launch import (
     peer_command,
@@ -178,6 +179,10 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, default=None,
                         help="test accuracy whose time is the headline (default: the "
                         "scenario's)")
+    parser.add_argument("--target-loss", type=float, default=None, metavar="NATS",
+                        help="a language-model scenario's target instead: validation loss "
+                        "(nats per token) whose time is the headline (default: the "
+                        "scenario's target_loss)")
     parser.add_argument("--slowdown-modes", default=None, metavar="MODE,...",
                         help=f"replace the scenario's slowdown modes ({', '.join(SLOWDOWN_MODES)})")
     parser.add_argument("--mpiexec", default=None,
@@ -240,14 +245,16 @@ def results_lock(results_path: Path) -> ExclusiveLock:
 
 
 def _scenario_json(scenario: Scenario, np_: int | list[int], repeats: int,
-                   target: float) -> dict[str, Any]:
+                   target: Target) -> dict[str, Any]:
     """The scenario as the results file records it (``np``: the count, or the counts of
     ``--np N,...``); what ``syncbench report`` reprints the tables from."""
     scaling = {"scaling": scenario.scaling, "global_batch": scenario.global_batch,
                "batch_size": scenario.batch_size} if scenario.scaling else {}
     return {**scaling,
         "name": scenario.name, "source": scenario.source, "description": scenario.description,
-        "np": np_, "repeats": repeats, "target_accuracy": target,
+        "np": np_, "repeats": repeats,
+        "target_accuracy": target.value if target.metric == "accuracy" else None,
+        "target_loss": target.value if target.metric == "loss" else None,
         "headline": scenario.headline, "baseline": scenario.baseline,
         "eval_every": scenario.eval_every, "slowdowns": scenario.slowdowns,
         "slowdown_modes": scenario.slowdown_modes, "node_speeds": scenario.node_speeds,
@@ -306,9 +313,12 @@ def _progress(i: int, total: int, p: PlannedRun, run: Any, seconds: float, kept:
     how = "kept by --resume" if kept else f"{seconds:.0f}s"
     if left_s is not None and i < total:
         how += f", about {left_s / 60:.0f} min left" if left_s >= 90 else f", {left_s:.0f}s left"
+    accuracy = s["final_accuracy"]  # NaN for a language model: its validation loss instead
+    quality = (f"accuracy {accuracy:.4f}" if math.isfinite(accuracy)
+               else f"val loss {s['final_loss']:.4f}")
     return (f"[{i:>{len(str(total))}}/{total}] repeat {p.repeat + 1} {p.entry.label:<16} "
             f"{p.condition.title:<28} {s['samples_per_s']:>9.0f} samples/s  "
-            f"accuracy {s['final_accuracy']:.4f}  {state}  ({how})")
+            f"{quality}  {state}  ({how})")
 
 
 class ComparisonProgress:
@@ -449,7 +459,7 @@ def _conditions(plan: Sequence[PlannedRun]) -> list[Any]:
                                       str(c.factors), str(c.mode)))
 
 
-def results(scenario: Scenario, plan: Sequence[PlannedRun], target: float,
+def results(scenario: Scenario, plan: Sequence[PlannedRun], target: Target,
             runs: Sequence[Any], stopped: dict[str, str] | None = None
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(per-run records, cells) of the plan's run files, ``runs`` (read, in plan order).
@@ -489,7 +499,7 @@ def plan_cells(scenario: Scenario, plan: Sequence[PlannedRun],
 
 
 def format_all(scenario: Scenario, plan: Sequence[PlannedRun], records: list[dict[str, Any]],
-               cells: list[dict[str, Any]], target: float,
+               cells: list[dict[str, Any]], target: Target,
                world: int | None = None) -> tuple[list[str], list[dict]]:
     """Every table, and the per-configuration comparison facts for the results file
     (``world``: ranks per run, for the parity table's stability bounds)."""
@@ -605,7 +615,7 @@ def _run_scaling_locked(scenario: Scenario, args: argparse.Namespace, extra: Seq
     """:func:`run_scaling` once its results file is locked: run, record, report."""
     state = {"schema": RESULTS_SCHEMA, "complete": False,
              "scenario": _scenario_json(scenario, list(scenario.nps), repeats,
-                                        scenario.target_accuracy),
+                                        scenario.target),
              "extra_train_args": list(extra), "seed": seed,
              "order": [p.run_id for p in plan], "plan": _plan_json(plan),
              "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -665,7 +675,11 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
         return _scaling_scenario(scenario, args, extra, prog)
     nps = list(args.np or [scenario.np])
     repeats = args.repeats or scenario.repeats
-    target = args.target_accuracy or scenario.target_accuracy
+    problem = _target_problem(args)
+    if problem:
+        return _error(prog, problem)
+    target = (target_of(args.target_accuracy, getattr(args, "target_loss", None))
+              or scenario.target)
     problem = _check_settings(scenario, args, nps, repeats, target)
     if problem:
         return _error(prog, problem)
@@ -707,7 +721,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, extra: Sequence[s
 
 def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[str], prog: str,
                 plan: list[PlannedRun], out_dir: Path, nps: list[int], repeats: int,
-                target: float, seed: int, head: dict[str, Any]) -> int:
+                target: Target, seed: int, head: dict[str, Any]) -> int:
     """:func:`run_scenario` once its ``--out-dir`` is locked: run, tabulate, record."""
     results_path = out_dir / RESULTS_NAME
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -724,8 +738,7 @@ def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
     say(f"# {len(plan)} runs: {len(scenario.runs)} labels x "
         f"{len(plan) // max(1, repeats * len(scenario.runs))} configuration(s) x {repeats} "
         f"repeat(s), {','.join(map(str, nps))} ranks; order randomised within each repeat, "
-        f"seed {seed}; "
-        f"target accuracy {target:g}; run files in {out_dir}/")
+        f"seed {seed}; {target.describe()}; run files in {out_dir}/")
     if repeats < MIN_TIMING_REPEATS:
         say(f"# note: {repeats} repeat(s), fewer than {MIN_TIMING_REPEATS}: the timing ratios "
             "are a quick look, not a timing claim")
@@ -743,7 +756,7 @@ def _run_locked(scenario: Scenario, args: argparse.Namespace, extra: Sequence[st
 
 
 def _tabulate(scenario: Scenario, args: argparse.Namespace, plan: list[PlannedRun],
-              target: float, state: dict[str, Any], out_dir: Path, say: Callable[[str], None],
+              target: Target, state: dict[str, Any], out_dir: Path, say: Callable[[str], None],
               read: dict[str, Any], elapsed: dict[str, float], stopped: dict[str, str],
               stop: StopRequest) -> int:
     """The tables and the results file of the runs that ended (``read``), the closing
@@ -873,12 +886,21 @@ def make_out_dir(out_dir: Path, flag: str = "--out-dir") -> str | None:
     return None
 
 
+def _target_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--target-accuracy`` / ``--target-loss``, else None: a bad
+    value or both at once. Either replaces the scenario's target, of either kind (a
+    classifier scenario run as a language model with ``--model gpt --dataset
+    shakespeare --target-loss X``); the plan checks the kind against every run's
+    dataset (``--target-loss`` on a classifier is one line before any launch)."""
+    return target_problem(args.target_accuracy, getattr(args, "target_loss", None))
+
+
 def _check_settings(scenario: Scenario, args: argparse.Namespace, nps: list[int],
-                    repeats: int, target: float) -> str | None:
+                    repeats: int, target: Target) -> str | None:
     """What is wrong with the run's settings (``nps``: the rank counts), else None;
     applies ``--slowdown-modes``."""
-    if min(nps) < 1 or repeats < 1 or not 0 < target <= 1:
-        return "--np and --repeats must be >= 1 and --target-accuracy in (0, 1]"
+    if min(nps) < 1 or repeats < 1:
+        return "--np and --repeats must be >= 1"
     if problem := plot_flags_problem(args):
         return problem
     if getattr(args, "plots", None):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from syncbench.algorithms.registry import ALGORITHMS
+from syncbench.analysis.targets import Target
 from syncbench.bench.cluster.actions import RATE
 from syncbench.bench.data.catalog import DATASETS, DatasetError, find_dataset_dir
 from syncbench.bench.train.slowdown import parse_factor
@@ -52,6 +53,7 @@ RESERVED_FLAGS = {
     "slowdown": "'slowdowns'",
     "slowdown_mode": "'slowdown_modes'",
     "target_accuracy": "'target_accuracy'",
+    "target_loss": "'target_loss'",
     "eval_every": "'eval_every'",
     "seed": "nothing (repeat r trains with seed r)",
 }
@@ -59,7 +61,8 @@ RESERVED_FLAGS = {
 #: scenario gives a bare file name, which each run writes into the runner's --out-dir as
 #: ``<run id>-NAME`` (plan.in_out_dir); a path, absolute or into a folder, is refused.
 OUT_DIR_FILES = {"save_model": "the final model (.npy)"}
-_TOP_KEYS = {"description", "np", "repeats", "target_accuracy", "headline", "baseline",
+_TOP_KEYS = {"description", "np", "repeats", "target_accuracy", "target_loss", "headline",
+             "baseline",
              "eval_every", "slowdowns", "slowdown_modes", "node_speeds", "cluster", "lr_grid",
              "datasets", "flags", "run", "parity", "scaling", "global_batch", "batch_size"}
 #: Scaling modes of a scenario with an ``np`` list.
@@ -169,6 +172,8 @@ class Scenario:
         np = 2                         # ranks per run (--np overrides)
         repeats = 5                    # repeats of every run (--repeats overrides)
         target_accuracy = 0.80         # test accuracy whose wall time is the headline
+        # target_loss = 1.9            # or, for a language model: validation loss (nats
+                                       # per token) whose wall time is the headline
         headline = "time_to_target"    # or "samples_per_s": the first ratio column
         baseline = "ssgd"              # label the ratios are taken against (default: first run)
         eval_every = 0.05              # epochs between evaluations (finer = sharper time to target)
@@ -204,6 +209,8 @@ class Scenario:
     repeats: int = 5
     target_accuracy: float = 0.80
     headline: str = "time_to_target"
+    #: A language model's target instead (nats per token; None: the accuracy's).
+    target_loss: float | None = None
     baseline: str = ""
     eval_every: float = 0.05
     slowdowns: list[str] = field(default_factory=list)
@@ -227,6 +234,14 @@ class Scenario:
     #: Strong scaling's global batch, weak scaling's per-rank batch.
     global_batch: int = 256
     batch_size: int = 64
+
+    @property
+    def target(self) -> Target:
+        """The target whose time is the headline: ``target_loss`` when given, else
+        ``target_accuracy``."""
+        if self.target_loss is not None:
+            return Target("loss", self.target_loss)
+        return Target("accuracy", self.target_accuracy)
 
     @property
     def heterogeneous(self) -> bool:
@@ -459,11 +474,16 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
     _require(isinstance(speeds, list) and all(isinstance(s, str) for s in speeds),
              "'node_speeds' must be a list of strings such as \"1,0.25\" or \"last:0.25\"")
     cluster = _cluster_table(data.get("cluster", {}))
+    _require(not {"target_accuracy", "target_loss"} <= set(data),
+             "'target_accuracy' and 'target_loss': give one target (an accuracy for a "
+             "classifier, a validation loss for a language model)")
+    target_loss = (_number(data, "target_loss", None, float, 1e-9, 1e6)
+                   if "target_loss" in data else None)
     scenario = Scenario(
         name=name, source=source, description=description, np=np_, runs=entries,
         repeats=_number(data, "repeats", 5, int, 1, 1000),
         target_accuracy=_number(data, "target_accuracy", 0.80, float, 1e-9, 1.0),
-        headline=headline, baseline=baseline,
+        headline=headline, baseline=baseline, target_loss=target_loss,
         eval_every=_number(data, "eval_every", 0.05, float, 0.0, 1e6),
         slowdowns=list(slowdowns), slowdown_modes=list(modes), node_speeds=list(speeds),
         cluster=cluster, flags=flags_to_args(data.get("flags", {}), "flags"),

@@ -142,10 +142,12 @@ def _make_folder(folder: Path) -> None:
         raise WriteError(folder, exc) from None
 
 
-def write_meta(folder: Path, root_attrs: Mapping[str, Any], target: float | None) -> None:
-    """Root attributes of the run (rank 0, once at the start)."""
+def write_meta(folder: Path, root_attrs: Mapping[str, Any], target: float | None,
+               target_loss: float | None = None) -> None:
+    """Root attributes of the run and its target (rank 0, once at the start)."""
     _make_folder(folder)
-    text = json.dumps({"root": dict(root_attrs), "target_accuracy": target}, default=str)
+    text = json.dumps({"root": dict(root_attrs), "target_accuracy": target,
+                       "target_loss": target_loss}, default=str)
     write_atomic(folder / "meta.json", text.encode())
 
 
@@ -337,7 +339,8 @@ def _recover(out: Path, folder: Path) -> dict[str, float]:
     )
     root = dict(meta["root"])
     return write_run_file(out, root, rank_rows, rank_attrs, evals, wall,
-                          meta.get("target_accuracy"), complete=False)
+                          meta.get("target_accuracy"), complete=False,
+                          target_loss=meta.get("target_loss"))
 
 
 # -- resumable state ---------------------------------------------------------
@@ -354,7 +357,8 @@ def save_state(folder: Path, rank: int, step: int, state: Mapping[str, Any]) -> 
 #: What a checkpoint must share with the run that resumes it: key, and its name in errors.
 IDENTITY = {"algorithm": "strategy", "model": "model", "dataset": "dataset",
             "world_size": "world size", "batch_size": "batch size", "seed": "seed",
-            "total_samples": "sample budget", "compress": "--compress"}
+            "total_samples": "sample budget", "compress": "--compress",
+            "quantize": "--quantize"}
 
 
 def run_identity(config: TrainConfig, world_size: int,
@@ -363,7 +367,8 @@ def run_identity(config: TrainConfig, world_size: int,
     return {"algorithm": config.algorithm, "model": config.model, "dataset": config.dataset,
             "world_size": int(world_size), "batch_size": int(config.batch_size),
             "seed": int(config.seed), "total_samples": int(total_samples),
-            "compress": str(getattr(config, "compress", "none"))}
+            "compress": str(getattr(config, "compress", "none")),
+            "quantize": str(getattr(config, "quantize", "none"))}
 
 
 def commit_checkpoint(folder: Path, step: int, world_size: int,

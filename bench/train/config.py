@@ -28,11 +28,12 @@ from typing import Any
 from syncbench.algorithms.flags import options_from
 from syncbench.algorithms.local_optimizer import check_local_optimizer, default_learning_rate
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, validate
-from syncbench.bench.data.catalog import is_text
+from syncbench.analysis.targets import Target, target_of
 from syncbench.bench.train.options import (
     add_train_arguments,
     check_data_dir,
     check_strategy_flags,
+    target_flags_problem,
 )
 from syncbench.kernels.zoo import has_batchnorm
 
@@ -78,6 +79,7 @@ class TrainConfig:
     eval_every: float
     eval_model: str
     target_accuracy: float | None
+    target_loss: float | None
     stop_at_target: bool
     # heterogeneity emulation
     slowdown: str | None
@@ -118,6 +120,10 @@ class TrainConfig:
         raise AttributeError(f"{type(self).__name__} has no field {name!r}, and "
                              f"{type(options).__qualname__} no option {name!r}")
 
+    def target(self) -> Target | None:
+        """The run's target (``--target-accuracy`` or ``--target-loss``), else None."""
+        return target_of(self.target_accuracy, self.target_loss)
+
     def record(self) -> dict[str, Any]:
         """What the run file's ``config`` attribute holds (JSON): every flag by its
         ``dest``, every strategy's options included (another strategy's at their
@@ -142,6 +148,7 @@ def check_train_config(config: TrainConfig, world_size: int) -> None:
     every rank; ``ValueError`` with one line on a problem."""
     cls = get_algorithm(config.algorithm)
     check_data_dir(config)
+    targets = target_flags_problem(config.target_accuracy, config.target_loss, config.dataset)
     checks = [
         (config.epochs > 0, f"--epochs must be > 0, got {config.epochs}"),
         (config.batch_size >= 1, f"--batch-size must be >= 1, got {config.batch_size}"),
@@ -151,16 +158,12 @@ def check_train_config(config: TrainConfig, world_size: int) -> None:
         (config.eval_every >= 0, f"--eval-every must be >= 0, got {config.eval_every}"),
         (config.synthetic_samples >= 1,
          f"--synthetic-samples must be >= 1, got {config.synthetic_samples}"),
-        (config.target_accuracy is None or 0 < config.target_accuracy <= 1,
-         f"--target-accuracy must be in (0, 1], got {config.target_accuracy}"),
-        (config.target_accuracy is None or not is_text(config.dataset),
-         f"--target-accuracy: {config.dataset} trains a language model, which is scored by "
-         "its held-out loss in nats per token, not an accuracy (no target of a loss yet)"),
-        (not config.stop_at_target or config.target_accuracy is not None,
-         "--stop-at-target needs --target-accuracy"),
+        (targets is None, targets),
+        (not config.stop_at_target or config.target() is not None,
+         "--stop-at-target needs --target-accuracy or --target-loss"),
         (not config.stop_at_target or cls.traits.supports_stop_at_target,
          f"{cls.name} cannot --stop-at-target: it has no evaluation points during training "
-         "(--target-accuracy alone works)"),
+         "(--target-accuracy or --target-loss alone works)"),
         (cls.traits.supports_checkpoint or not (config.checkpoint_every or config.resume),
          f"{cls.name} cannot --checkpoint-every or --resume"),
         (has_batchnorm(config.model) or not config.sync_bn,

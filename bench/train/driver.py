@@ -382,7 +382,7 @@ class Training:
             if config.overwrite and not config.resume:
                 Path(config.out).unlink(missing_ok=True)  # no stale result beside new parts
             try:
-                write_meta(self.parts, self.root, config.target_accuracy)
+                write_meta(self.parts, self.root, config.target_accuracy, config.target_loss)
             except WriteError as exc:
                 abort_on_write_error(self.world, exc)
 
@@ -591,7 +591,7 @@ class Training:
         classes = self.data.num_classes
         if config.out is None:
             summary = run_summary(rows, evals, wall_s, config.target_accuracy, classes,
-                                  local_evals)
+                                  local_evals, target_loss=config.target_loss)
             summary.update({schema.COMPLETE_ATTR: not stopped_by,
                             schema.STOPPED_BY_ATTR: stopped_by})
         else:
@@ -605,7 +605,7 @@ class Training:
             summary = agree_on_write(self.world, lambda: write_run_file(
                 config.out, self.root, rows, attrs, evals,
                 wall_s, config.target_accuracy, num_classes=classes,
-                complete=not stopped_by, stopped_by=stopped_by,
+                complete=not stopped_by, stopped_by=stopped_by, target_loss=config.target_loss,
                 local_evals=local_evals, events=events), note=note)
             if not stopped_by:
                 remove_parts(config.out)

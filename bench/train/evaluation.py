@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from mpi4py import MPI
 
+from syncbench.analysis.targets import Target
 from syncbench.bench.data.catalog import Dataset
 from syncbench.bench.mpi.runtime import wait_politely
 from syncbench.bench.train.hooks import Hook, StepContext
@@ -51,15 +52,15 @@ if TYPE_CHECKING:
 class Evaluator(Hook):
     """Evaluates what ``--eval-model`` names at every evaluation stride (collective).
 
-    ``--target-accuracy`` with ``--stop-at-target``: training ends at the first
-    evaluation whose accuracy reaches it (the accuracy is broadcast, so every
-    rank stops). At the end, the final model is evaluated unless the last
+    ``--target-accuracy`` (or ``--target-loss``) with ``--stop-at-target``: training
+    ends at the first evaluation whose accuracy (loss) reaches it (both are
+    broadcast, so every rank stops). At the end, the final model is evaluated unless the last
     evaluation was at the same samples. Owns the evaluation rows.
     """
 
     def __init__(self, config: TrainConfig, data: Dataset, backend: Backend,
                  dtype: np.dtype, rank: int) -> None:
-        self.target: float | None = config.target_accuracy
+        self.target: Target | None = config.target()
         self.stop: bool = config.stop_at_target
         self.data = data
         #: Rank 0's copy of the consensus model (also what ``--save-model`` writes).
@@ -93,10 +94,12 @@ class Evaluator(Hook):
             return False
         self.settle(ctx.training)
         with ctx.off_clock() as t:
-            accuracy = self.evaluate(ctx.training, t - loop.eval_seconds, loop.step, seen)
+            loss, accuracy = self.evaluate(ctx.training, t - loop.eval_seconds, loop.step, seen)
         loop.last_eval_seen = seen
         loop.next_eval += loop.eval_stride
-        return self.stop and self.target is not None and accuracy >= self.target
+        if not self.stop or self.target is None:
+            return False
+        return bool(self.target.reached(loss if self.target.metric == "loss" else accuracy))
 
     def before_finish(self, ctx: StepContext) -> None:
         if self.mode != "global":
@@ -122,10 +125,11 @@ class Evaluator(Hook):
         with training.rows_lock:
             training.recorder.add_to_last(timer.totals)
 
-    def evaluate(self, training: Training, t: float, step: int, samples_seen: int) -> float:
-        """Evaluate what ``--eval-model`` names (collective); returns the accuracy that the
-        run's ``/eval`` rows hold (the consensus model's, or the local one with ``local``)
-        on all ranks."""
+    def evaluate(self, training: Training, t: float, step: int,
+                 samples_seen: int) -> tuple[float, float]:
+        """Evaluate what ``--eval-model`` names (collective); returns the loss and accuracy
+        that the run's ``/eval`` rows hold (the consensus model's, or the local one with
+        ``local``) on all ranks."""
         result = np.zeros(2)
         if self.mode != "local":
             params = training.algorithm.consensus_params()
@@ -143,7 +147,7 @@ class Evaluator(Hook):
         training.algorithm.score_replicas(
             lambda params: self.score_own(params, training.algorithm.model.buffers))
         wait_politely(training.world.Ibcast(result, root=0))
-        return float(result[1])
+        return float(result[0]), float(result[1])
 
     def record(self, params: Any, buffers: Any, t: float, step: int,
                samples_seen: int) -> tuple[float, float]:

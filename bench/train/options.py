@@ -13,12 +13,14 @@ from syncbench.algorithms.flags import add_option_flags, flag_name
 from syncbench.algorithms.local_optimizer import LOCAL_OPTIMIZERS
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners
 from syncbench.algorithms.timing import PHASES
+from syncbench.analysis.targets import target_problem
 from syncbench.bench.data.catalog import (
     DATASETS,
     DatasetError,
     canonical_name,
     explicit_dir,
     find_dataset_dir,
+    is_text,
 )
 from syncbench.bench.flags import OnOffAsSwitches, switch
 from syncbench.bench.train.slowdown import SLOWDOWN_MODES
@@ -110,7 +112,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         "run to the end of the last rank's training (including the drain of communication "
         "in flight), minus the time spent evaluating, checkpointing and flushing rows; "
         "samples/s is all ranks' samples over wall_s. time_to_target_s is the training time "
-        "of the first evaluation that reached --target-accuracy, so it can only take "
+        "of the first evaluation that reached --target-accuracy (a classifier) or "
+        "--target-loss (a language model), so it can only take "
         "evaluation times (its resolution is --eval-every).")
     ev.add_argument("--eval-every", type=float, default=0.25,
                     help="evaluate the consensus model every this many epochs "
@@ -124,8 +127,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                     help="record the training time (wall_s clock) of the first evaluation "
                     "whose test accuracy reaches this (time_to_target_s; resolution: "
                     "--eval-every)")
+    ev.add_argument("--target-loss", type=float, default=None, metavar="NATS",
+                    help="a language model's target instead: record the training time of "
+                    "the first evaluation whose validation loss (nats per token) is at or "
+                    "below this (time_to_target_s; one target per run)")
     ev.add_argument("--stop-at-target", action="store_true",
-                    help="end training once --target-accuracy is reached")
+                    help="end training once --target-accuracy or --target-loss is reached")
 
     het = parser.add_argument_group("heterogeneity emulation")
     het.add_argument("--slowdown", default=None,
@@ -308,9 +315,32 @@ def check_data_dir(config: Any) -> None:
         raise ValueError(str(exc)) from None
 
 
+def target_flags_problem(accuracy: float | None, loss: float | None,
+                         dataset: str) -> str | None:
+    """One line on what is wrong with ``--target-accuracy`` / ``--target-loss`` for
+    ``dataset``, else None: a bad value, both at once, or a target of the kind the
+    dataset is not scored by (a classifier by its test accuracy, a language model by
+    its validation loss in nats per token)."""
+    problem = target_problem(accuracy, loss)
+    if problem:
+        return problem
+    if accuracy is not None and is_text(dataset):
+        return (f"--target-accuracy: {dataset} trains a language model, which is scored by "
+                "its held-out loss in nats per token, not an accuracy (give --target-loss)")
+    if loss is not None and not is_text(dataset):
+        return (f"--target-loss: {dataset} trains a classifier, which is scored by its test "
+                "accuracy (give --target-accuracy); a loss target applies to a language model")
+    return None
+
+
 def check_launch(config: argparse.Namespace) -> None:
     """What a launcher checks of a run's parsed flags before it starts the run
-    (``syncbench run``'s plan): the strategy's flags and an explicit ``--data-dir``."""
+    (``syncbench run``'s plan): the strategy's flags, the target against the dataset
+    and an explicit ``--data-dir``."""
     get_algorithm(config.algorithm)
     check_strategy_flags(config)
+    problem = target_flags_problem(config.target_accuracy, config.target_loss,
+                                   config.dataset)
+    if problem:
+        raise ValueError(problem)
     check_data_dir(config)

@@ -301,6 +301,7 @@ def run_summary(
     target_accuracy: float | None,
     num_classes: int | None = None,
     local_evals: Mapping[str, np.ndarray] | None = None,
+    target_loss: float | None = None,
 ) -> dict[str, Any]:
     """The run's summary attributes (:func:`summarize`) and its ``diverged`` flag.
 
@@ -309,7 +310,8 @@ def run_summary(
     also ``final_local_accuracy``, their last accuracy (NaN without rows). What
     :func:`write_run_file` writes and returns.
     """
-    summary: dict[str, Any] = dict(summarize(rank_rows, eval_rows, wall_s, target_accuracy))
+    summary: dict[str, Any] = dict(summarize(rank_rows, eval_rows, wall_s, target_accuracy,
+                                         target_loss))
     summary["diverged"] = divergence(rank_rows, eval_rows, num_classes) is not None
     if local_evals is not None:
         accuracy = local_evals["accuracy"]
@@ -334,6 +336,7 @@ def write_run_file(
     local_evals: Mapping[str, np.ndarray] | None = None,
     events: Mapping[int, tuple[Mapping[str, np.ndarray], Mapping[str, Any]]] | None = None,
     layout: str = schema.RANK_LAYOUT_PACKED,
+    target_loss: float | None = None,
 ) -> dict[str, Any]:
     """Write one ``syncbench/1`` file atomically; returns its summary attributes.
 
@@ -356,7 +359,7 @@ def write_run_file(
                          f"{', '.join(schema.RANK_LAYOUTS)}")
     path = Path(path)
     summary = run_summary(rank_rows, eval_rows, wall_s, target_accuracy, num_classes,
-                          local_evals)
+                          local_evals, target_loss)
     if diverged is not None:
         summary["diverged"] = bool(diverged)
     summary[schema.COMPLETE_ATTR] = bool(complete)

@@ -79,3 +79,14 @@ def test_a_checkpoint_without_identity_checks_the_world_size_only(tmp_path):
     (tmp_path / "checkpoint.json").write_text(json.dumps({"step": 5, "world_size": 2}))
     config = train_config("--dataset", "synthetic", "--model", "lenet")
     assert latest_checkpoint(tmp_path, 2, run_identity(config, 2, 1)) == 5
+
+
+def test_a_resume_with_another_quantize_codec_is_refused(tmp_path):
+    int8 = train_config("--algorithm", "diloco", "--quantize", "int8")
+    fp16 = train_config("--algorithm", "diloco", "--quantize", "fp16")
+    commit_checkpoint(tmp_path, 6, 2, run_identity(int8, 2, 4096))
+    assert latest_checkpoint(tmp_path, 2, run_identity(int8, 2, 4096)) == 6
+    with pytest.raises(ValueError) as err:
+        latest_checkpoint(tmp_path, 2, run_identity(fp16, 2, 4096))
+    assert "--quantize" in str(err.value) and "int8" in str(err.value)
+    assert "fp16" in str(err.value) and "\n" not in str(err.value)

@@ -27,6 +27,7 @@ from syncbench.algorithms.codecs import (
     RandomK,
     TopK,
 )
+from syncbench.algorithms.codecs.minmax import MinMaxUInt4Codec
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.reducers.buckets import model_bucket_plan
 from syncbench.algorithms.reducers.compress import REDUCERS
@@ -74,7 +75,8 @@ def check(mean, expected, exact):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("codec", [Float16Codec(), BFloat16Codec(), MinMaxUInt8Codec(),
-                                   MinMaxUInt8Codec(1000)], ids=lambda c: c.spec)
+                                   MinMaxUInt8Codec(1000), MinMaxUInt4Codec(1000)],
+                         ids=lambda c: c.spec)
 def test_quantized_reduction_equals_the_serial_one_bit_for_bit(codec):
     algo = core("mlp")
     reducer = REDUCERS[codec.name](algo, codec)

@@ -74,12 +74,13 @@ def _serial_warmup(data, world, config, cls, warmup):
 
 
 def serial_outer_rounds(data, world, config, cls, steps, period, warmup, outer_lr, mu,
-                        nesterov):
+                        nesterov, mean=None):
     """Every rank in one process: ``warmup`` synchronous steps (mean gradient, each
     rank's own local optimizer), then rounds of ``period`` local steps (the last one
     shorter) ended by the outer SGD step on Delta = anchor - mean_i theta_i:
     b <- Delta (first) or mu b + Delta; d <- Delta + mu b (Nesterov) or b;
-    anchor <- anchor - lr d. Returns (anchor, b)."""
+    anchor <- anchor - lr d. ``mean``: how the ranks' pseudo-gradients are averaged
+    (default: summed and scaled by 1/N). Returns (anchor, b)."""
     models, opts, streams = _serial_warmup(data, world, config, cls, min(warmup, steps))
     anchor, buffer, done, outer_steps = models[0].params.copy(), None, min(warmup, steps), 0
     while done < steps:
@@ -90,7 +91,8 @@ def serial_outer_rounds(data, world, config, cls, steps, period, warmup, outer_l
                 m.loss_and_grad(*s.next())
                 o.step(m.params, m.grads)
         done += length
-        delta = -(sum(m.params - anchor for m in models) * (1.0 / world))
+        delta = -(mean([m.params - anchor for m in models]) if mean is not None
+                  else sum(m.params - anchor for m in models) * (1.0 / world))
         if mu:
             buffer = delta.copy() if buffer is None else mu * buffer + delta
             direction = delta + mu * buffer if nesterov else buffer
@@ -208,12 +210,14 @@ def _mixed(alpha, local, global_):
     return alpha * local + (1 - alpha) * global_ if alpha else global_
 
 
-def serial_streaming(data, world, config, cls, steps, period, fragments, tau, alpha, warmup):
+def serial_streaming(data, world, config, cls, steps, period, fragments, tau, alpha, warmup,
+                     mean=None):
     """Every rank in one process, on torchft's schedule (module docstring of
     ``averagers/streaming.py``): fragment p posts its pseudo-gradient at
     s = o_p + kH, completes it tau inner steps later with its own Nesterov buffer and
     merges by alpha; at the end in-flight fragments complete, fragments with steps since
-    their post sync once more, and every replica is the global model. Returns
+    their post sync once more, and every replica is the global model. ``mean``: how
+    the ranks' fragments are averaged (default: summed and scaled by 1/N). Returns
     (global model, every fragment's outer buffer)."""
     from syncbench.algorithms.averagers.streaming import fragment_bounds, fragment_offsets
 
@@ -227,12 +231,13 @@ def serial_streaming(data, world, config, cls, steps, period, fragments, tau, al
 
     def post(p, s):
         lo, hi = bounds[p]
-        sent[p] = sum(m.params[lo:hi] - anchor[lo:hi] for m in models)
+        deltas = [m.params[lo:hi] - anchor[lo:hi] for m in models]
+        sent[p] = mean(deltas) if mean is not None else sum(deltas) * (1.0 / world)
         posted_at[p] = s
 
     def complete(p, a):
         lo, hi = bounds[p]
-        delta = sent[p] * (-1.0 / world)
+        delta = -sent[p]
         sent[p] = None
         buffers[p] = delta.copy() if buffers[p] is None else 0.9 * buffers[p] + delta
         anchor[lo:hi] = anchor[lo:hi] - 0.7 * (delta + 0.9 * buffers[p])

@@ -514,7 +514,7 @@ def test_specs_parse_to_codecs(spec, kind, attrs):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("zstd", "unknown codec 'zstd' in 'zstd': choose one of bf16, fp16, int8, powersgd, "
+    ("zstd", "unknown codec 'zstd' in 'zstd': choose one of bf16, fp16, int4, int8, powersgd, "
              "randk, randomk, topk"),
     ("powersgd:0", "powersgd rank 0 is below 1: give a rank >= 1 (e.g. powersgd:2)"),
     ("powersgd:-3", "powersgd rank -3 is below 1: give a rank >= 1 (e.g. powersgd:2)"),
@@ -559,7 +559,8 @@ def test_every_codec_declares_wire_bytes_and_none_loads_mpi():
     n = 10_000
     assert {name: parse_codec(f"{name}:0.5" if name in ("topk", "randomk", "randk") else name)
             .wire_bytes(n) for name in CODECS if name != "powersgd"} == {
-        "fp16": 2 * n, "bf16": 2 * n, "int8": n + 8 * 3, "topk": 8 * n // 2,
+        "fp16": 2 * n, "bf16": 2 * n, "int8": n + 8 * 3, "int4": n // 2 + 8 * 3,
+        "topk": 8 * n // 2,
         "randomk": 4 * n // 2, "randk": 4 * n // 2}
     assert parse_codec("powersgd").wire_bytes(n, [(100, 100)]) == 4 * 200
     for source in Path(codecs.__file__).parent.glob("*.py"):

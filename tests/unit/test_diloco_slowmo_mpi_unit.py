@@ -42,3 +42,26 @@ def test_bad_options_are_one_line(flags, message):
     with pytest.raises(ValueError) as err:  # where the run's configuration is built
         build_train_config(train_args(*flags), 2)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--quantize", "topk:0.1"], "--quantize topk:0.1: a pseudo-gradient travels in "
+         "fp16, bf16, int8, int4 (int8 and int4 take :CHUNK) or none"),
+        (["--quantize", "powersgd:2"], "--quantize powersgd:2: a pseudo-gradient travels in "),
+        (["--quantize", "nope"], "--quantize: unknown codec 'nope' in 'nope': choose one of "),
+        (["--quantize", "int8:0"], "--quantize: int8 chunk 0 is below 1"),
+        (["--quantize", "fp16:2"], "--quantize: fp16 takes no argument, got 'fp16:2'"),
+    ],
+)
+def test_a_bad_quantize_codec_is_one_line(flags, message):
+    with pytest.raises(ValueError) as err:
+        build_train_config(train_args("--algorithm", "diloco", *flags), 2)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+
+def test_quantize_is_diloco_s():
+    with pytest.raises(ValueError, match="--quantize int8 applies to --algorithm diloco"):
+        build_train_config(train_args("--algorithm", "localsgd", "--quantize", "int8"), 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from syncbench.analysis.targets import Target
 from syncbench.bench.experiment.parity import PARITY_TOLERANCE, parity_table, verdict
 from syncbench.bench.experiment.scenario import (
     ScenarioError,
@@ -89,7 +90,8 @@ def test_report_of_a_results_file_reprints_the_parity_table():
             + records("defaults-ssgd", [0.84]) + records("defaults-odsgd", [0.845]))
     for counts, runs in (([4], rows), ([2, 4], [{**r, "np": n} for n in (2, 4) for r in rows
                                                 if n == 4 or r["label"] != "paper-odsgd"])):
-        head = _scenario_json(scenario, counts[0] if len(counts) == 1 else counts, 3, 0.8)
+        head = _scenario_json(scenario, counts[0] if len(counts) == 1 else counts, 3,
+                              Target("accuracy", 0.8))
         data = json.loads(json.dumps({"schema": "syncbench-results/1", "scenario": head,
                                       "runs": runs, "cells": []}))
         lines = runner_tables("r.json", data)

@@ -23,7 +23,8 @@ from syncbench.bench.experiment.scenario import (
     shipped_scenarios,
 )
 
-SHIPPED = ("demo", "hetero", "overlap", "asgd", "peers", "cluster-overlap", "cluster-hetero")
+SHIPPED = ("demo", "hetero", "overlap", "asgd", "peers", "cluster-overlap", "cluster-hetero",
+           "compression", "lm", "diloco")
 
 
 def scenario_data(**overrides) -> dict:
@@ -41,8 +42,7 @@ def test_every_shipped_scenario_loads_and_plans():
     for name in SHIPPED:
         scenario = load_scenario(name)
         assert scenario.description and scenario.runs
-        plan = plan_runs(scenario, scenario.np, 1, 0, Path("/tmp/x"), [],
-                         scenario.target_accuracy)
+        plan = plan_runs(scenario, scenario.np, 1, 0, Path("/tmp/x"), [], scenario.target)
         assert len(plan) == len(scenario.runs) * len(scenario.conditions(scenario.np))
     # timing scenarios repeat at least 5 times; the demo is a quick look
     assert all(load_scenario(n).repeats >= 5 for n in SHIPPED if n != "demo")

@@ -80,7 +80,7 @@ def test_shipped_scenarios_plan_and_a_foreign_flag_is_refused_before_any_launch(
     for name in shipped_scenarios():
         scenario = load_scenario(name)
         np_ = scenario.nps[0] if scenario.scaling else scenario.np
-        assert plan_runs(scenario, np_, 1, 0, tmp_path, [], scenario.target_accuracy or 0.5)
+        assert plan_runs(scenario, np_, 1, 0, tmp_path, [], scenario.target)
     bad = parse_scenario({"np": 2, "run": [
         {"label": "a", "algorithm": "ssgd"},
         {"label": "b", "algorithm": "localsgd", "flags": {"comm": "blocking"}}]}, "bad", "bad")
