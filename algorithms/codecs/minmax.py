@@ -30,6 +30,13 @@ Where this differs from Bagua:
   costs ``c + 8`` bytes on the wire.
 - Non-finite inputs, or a chunk whose ``max - min`` overflows float32, give
   non-finite or meaningless codes, as in Bagua; gradients are expected finite.
+
+Each chunk's min and max are NumPy's reductions; the quantization and the decoding
+(and the decode-and-add of :meth:`MinMaxUInt8Codec.add_decoded`) run as one compiled
+pass (``kernels/cpu/codecs.c``, :mod:`syncbench.kernels.cpu_native`) where the library
+is built, the same float32 operations in the same order, so the codes and values equal
+the NumPy reference (:meth:`MinMaxUInt8Codec.encode_reference`, ``decode_reference``)
+to the bit.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from syncbench.kernels import cpu_native
 
 #: Elements per chunk when ``int8`` is given no chunk length.
 DEFAULT_CHUNK = 4096
@@ -111,17 +120,34 @@ class MinMaxUInt8Codec:
             blocks.append((whole // self.chunk, x[whole:].reshape(1, -1)))
         return blocks
 
-    def encode(self, x: np.ndarray) -> MinMaxCode:
-        """Codes of float32 vector ``x``, chunk by chunk."""
+    def _minmax(self, x: np.ndarray) -> np.ndarray:
+        """Every chunk's ``[min, max]`` (float32, (chunks, 2)) of 1-D float32 ``x``."""
         x = np.asarray(x)
         if x.dtype != np.float32 or x.ndim != 1:
             raise ValueError(f"int8 encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
         minmax = np.empty((self.chunks(x.size), 2), dtype=np.float32)
-        codes = np.empty(x.size, dtype=np.uint8)
         for first, block in self._blocks(x):
             rows = slice(first, first + block.shape[0])
             minmax[rows, 0] = block.min(axis=1)
             minmax[rows, 1] = block.max(axis=1)
+        return minmax
+
+    def encode(self, x: np.ndarray) -> MinMaxCode:
+        """Codes of float32 vector ``x``, chunk by chunk (compiled where built, else
+        :meth:`encode_reference`)."""
+        minmax = self._minmax(x)
+        codes = np.empty(np.asarray(x).size, dtype=np.uint8)
+        if cpu_native.minmax_encode(x, self.chunk, minmax, codes):
+            return MinMaxCode(minmax, codes)
+        return self.encode_reference(x)
+
+    def encode_reference(self, x: np.ndarray) -> MinMaxCode:
+        """:meth:`encode` in NumPy (the reference)."""
+        minmax = self._minmax(x)
+        x = np.asarray(x)
+        codes = np.empty(x.size, dtype=np.uint8)
+        for first, block in self._blocks(x):
+            rows = slice(first, first + block.shape[0])
             scale, upper, lower = _scales(minmax[rows])
             with np.errstate(over="ignore", invalid="ignore"):
                 level = block * scale[:, None]
@@ -133,12 +159,36 @@ class MinMaxUInt8Codec:
             codes[start:start + block.size] = level.reshape(-1)
         return MinMaxCode(minmax, codes)
 
-    def decode(self, code: MinMaxCode, out: np.ndarray | None = None) -> np.ndarray:
-        """float32 values of ``code``: ``(code + lower) / scale`` per chunk."""
+    def _check(self, code: MinMaxCode) -> None:
         count = code.codes.size
         if code.minmax.shape != (self.chunks(count), 2):
             raise ValueError(f"int8 code has {code.minmax.shape[0]} chunk headers for "
                              f"{count} elements in chunks of {self.chunk}")
+
+    def decode(self, code: MinMaxCode, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 values of ``code``: ``(code + lower) / scale`` per chunk (compiled
+        where built, else :meth:`decode_reference`)."""
+        self._check(code)
+        if out is None:
+            out = np.empty(code.codes.size, dtype=np.float32)
+        if cpu_native.minmax_decode(code.codes, self.chunk, code.minmax, out):
+            return out
+        return self.decode_reference(code, out)
+
+    def add_decoded(self, code: MinMaxCode, total: np.ndarray) -> bool:
+        """``total += decode(code)`` in one compiled pass (what
+        :func:`~.half.sum_decoded` adds), equal to decoding then adding; returns whether
+        it ran (False: the caller decodes and adds)."""
+        if code.codes.size != total.size:
+            return False
+        self._check(code)
+        return cpu_native.minmax_decode(code.codes, self.chunk, code.minmax, total,
+                                        accumulate=True)
+
+    def decode_reference(self, code: MinMaxCode, out: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`decode` in NumPy (the reference)."""
+        self._check(code)
+        count = code.codes.size
         if out is None:
             out = np.empty(count, dtype=np.float32)
         for first, block in self._blocks(code.codes):
