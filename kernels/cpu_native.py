@@ -5,12 +5,16 @@ every window into a column matrix and multiplies it with BLAS; on a ResNet's
 3 x 3 convolutions the copies and the GEMMs' poor shapes (16 to 64 rows) cost
 as much again as the multiply-adds (docs/RESULTS.md). ``kernels/cpu/conv.c``
 is a direct convolution on the same (C, H, W, N) layout that reads the
-windows where they lie. As the CUDA sources are compiled at run time by NVRTC,
-it is compiled at run time by the C compiler (``$CC``, else ``cc``) with
-``-O3 -march=native``, once per source, flags, compiler and core: the shared
-library is kept under ``$SYNCBENCH_CACHE`` (default ``~/.cache/syncbench``),
-named by a hash of all four, written to a temporary name and renamed into
-place, so ranks starting together never load half a file.
+windows where they lie. The other sources are one-pass loops: BatchNorm's
+(``norm.c``), the optimizers' (``optim.c``, ``adamw.c``), GELU's (``gelu.c``) and
+the gradient codecs' (``codecs.c``: fp16, bf16, int8 and top-k's selection for
+:mod:`syncbench.algorithms.codecs`, equal to its NumPy references to the bit). As
+the CUDA sources are compiled at run time by NVRTC, the library is compiled at run
+time by the C compiler (``$CC``, else ``cc``) with ``-O3 -march=native``, once per
+source, flags, compiler and core: the shared library is kept under
+``$SYNCBENCH_CACHE`` (default ``~/.cache/syncbench``), named by a hash of all four,
+written to a temporary name and renamed into place, so ranks starting together
+never load half a file.
 
 The cache is trusted only as far as it is private (:func:`library`'s loader):
 its folder (``cpu-kernels``) is made 0700; a library is loaded only if that
