@@ -348,6 +348,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "sb_bf16_encode": [_PTR, _PTR, _SIZE],
         "sb_bf16_decode": [_PTR, _PTR, _SIZE],
         "sb_minmax_u8_encode": [_PTR, _SIZE, _SIZE, _PTR, _PTR, ctypes.c_uint8],
+        "sb_minmax_u8_encode_fused": [_PTR, _SIZE, _SIZE, _PTR, _PTR, ctypes.c_uint8, _PTR],
         "sb_minmax_u8_decode": [_PTR, _SIZE, _SIZE, _PTR, _PTR, _INT],
         "sb_topk_f32": [_PTR, _SIZE, _SIZE, _PTR, _PTR],
     }
@@ -678,6 +679,23 @@ def minmax_encode(x: np.ndarray, chunk: int, minmax: np.ndarray, codes: np.ndarr
     library().sb_minmax_u8_encode(_ptr(x), x.size, chunk, _ptr(minmax), _ptr(codes),
                                   _nan_code())
     return True
+
+
+def minmax_encode_fused(x: np.ndarray, chunk: int, minmax: np.ndarray,
+                        codes: np.ndarray) -> np.ndarray | None:
+    """Each chunk's ``[min, max]`` into ``minmax`` and its codes into ``codes`` in one
+    read of float32 ``x`` by kernels/cpu/codecs.c, for the chunks whose min and max are
+    unique bit patterns (no NaN, neither zero); returns the flags (uint8, one a chunk) of
+    the chunks it left to the caller (:func:`minmax_encode` once their headers are
+    NumPy's), None where the kernel does not run."""
+    if not _codec_arrays((x, np.float32), (minmax, np.float32), (codes, np.uint8)):
+        return None
+    chunks = -(-x.size // chunk)
+    assert codes.size == x.size and minmax.size == 2 * chunks
+    ask = np.empty(chunks, dtype=np.uint8)
+    library().sb_minmax_u8_encode_fused(_ptr(x), x.size, chunk, _ptr(minmax), _ptr(codes),
+                                        _nan_code(), _ptr(ask))
+    return ask
 
 
 def minmax_decode(codes: np.ndarray, chunk: int, minmax: np.ndarray, out: np.ndarray,

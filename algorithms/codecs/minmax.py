@@ -134,12 +134,26 @@ class MinMaxUInt8Codec:
 
     def encode(self, x: np.ndarray) -> MinMaxCode:
         """Codes of float32 vector ``x``, chunk by chunk (compiled where built, else
-        :meth:`encode_reference`)."""
-        minmax = self._minmax(x)
-        codes = np.empty(np.asarray(x).size, dtype=np.uint8)
-        if cpu_native.minmax_encode(x, self.chunk, minmax, codes):
-            return MinMaxCode(minmax, codes)
-        return self.encode_reference(x)
+        :meth:`encode_reference`): a chunk's min, max and codes in one compiled pass, but
+        for a chunk whose min or max is zero or NaN (NumPy's choice of -0 or +0, or of a
+        NaN, is its own): its header by NumPy's reductions, as the reference takes it."""
+        x = np.asarray(x)
+        if x.dtype != np.float32 or x.ndim != 1:
+            raise ValueError(f"int8 encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
+        minmax = np.empty((self.chunks(x.size), 2), dtype=np.float32)
+        codes = np.empty(x.size, dtype=np.uint8)
+        ask = cpu_native.minmax_encode_fused(x, self.chunk, minmax, codes)
+        if ask is None:
+            return self.encode_reference(x)
+        for c in np.flatnonzero(ask):
+            start = int(c) * self.chunk
+            part = x[start:start + self.chunk]
+            block = part.reshape(1, -1)  # the reference's row of its 2-D view
+            minmax[c, 0] = block.min(axis=1)[0]
+            minmax[c, 1] = block.max(axis=1)[0]
+            cpu_native.minmax_encode(part, self.chunk, minmax[c:c + 1],
+                                     codes[start:start + part.size])
+        return MinMaxCode(minmax, codes)
 
     def encode_reference(self, x: np.ndarray) -> MinMaxCode:
         """:meth:`encode` in NumPy (the reference)."""

@@ -147,21 +147,111 @@ static inline void minmax_scales(const float *mm, float *scale, float *upper, fl
     *lower = *upper - 255.0f;
 }
 
+static inline uint8_t minmax_code(float xi, float scale, float upper, float lower,
+                                  uint8_t nan_code)
+{
+    float level = rintf(xi * scale);
+    level = (level < upper || level != level) ? level : upper; /* np.minimum */
+    level -= lower;
+    const float clipped = level < 0.0f ? 0.0f : level > 255.0f ? 255.0f : level;
+    return level != level ? nan_code : (uint8_t)clipped;
+}
+
+/* the codes of one chunk of ``len`` values from its scale, upper and lower */
+static void minmax_encode_chunk(const float *restrict x, size_t len, float scale, float upper,
+                                float lower, uint8_t *restrict codes, uint8_t nan_code)
+{
+    size_t i = 0;
+#ifdef __AVX2__
+    /* eight at a time where the chunk's scale, upper and lower are finite: then a level
+     * is NaN only for a NaN x, and vminps / vmaxps, which return their second operand
+     * where one is NaN, propagate it as np.minimum and np.clip do */
+    if (isfinite(scale) && isfinite(upper) && isfinite(lower)) {
+        const __m256 vscale = _mm256_set1_ps(scale), vupper = _mm256_set1_ps(upper);
+        const __m256 vlower = _mm256_set1_ps(lower), zero = _mm256_setzero_ps();
+        const __m256 top = _mm256_set1_ps(255.0f);
+        const __m256i vnan = _mm256_set1_epi32(nan_code);
+        for (; i + 8 <= len; i += 8) {
+            __m256 level = _mm256_mul_ps(_mm256_loadu_ps(x + i), vscale);
+            level = _mm256_round_ps(level, _MM_FROUND_CUR_DIRECTION);
+            level = _mm256_sub_ps(_mm256_min_ps(vupper, level), vlower);
+            level = _mm256_min_ps(top, _mm256_max_ps(zero, level));
+            const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(level, level, _CMP_UNORD_Q));
+            const __m256i whole = _mm256_blendv_epi8(_mm256_cvttps_epi32(level), vnan, nan);
+            const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(whole),
+                                                   _mm256_extracti128_si256(whole, 1));
+            _mm_storel_epi64((__m128i *)(codes + i), _mm_packus_epi16(words, words));
+        }
+    }
+#endif
+    for (; i < len; i++)
+        codes[i] = minmax_code(x[i], scale, upper, lower, nan_code);
+}
+
+/* The codes of ``x`` from every chunk's given [min, max]. */
 void sb_minmax_u8_encode(const float *restrict x, size_t n, size_t chunk,
                          const float *restrict minmax, uint8_t *restrict codes,
                          uint8_t nan_code)
 {
     for (size_t first = 0, c = 0; first < n; first += chunk, c++) {
-        const size_t end = n - first < chunk ? n : first + chunk;
+        const size_t len = n - first < chunk ? n - first : chunk;
         float scale, upper, lower;
         minmax_scales(minmax + 2 * c, &scale, &upper, &lower);
-        for (size_t i = first; i < end; i++) {
-            float level = rintf(x[i] * scale);
-            level = (level < upper || level != level) ? level : upper; /* np.minimum */
-            level -= lower;
-            const float clipped = level < 0.0f ? 0.0f : level > 255.0f ? 255.0f : level;
-            codes[i] = level != level ? nan_code : (uint8_t)clipped;
+        minmax_encode_chunk(x + first, len, scale, upper, lower, codes + first, nan_code);
+    }
+}
+
+/* Every chunk's [min, max] and codes in one read of the chunk, where its min and max are
+ * unique bit patterns (no NaN, neither one zero: NumPy's choice between -0 and +0, or
+ * among NaNs, is its own); ``ask[c]`` is 1 for the chunks left to the caller (their
+ * header and codes not written), else 0. */
+void sb_minmax_u8_encode_fused(const float *restrict x, size_t n, size_t chunk,
+                               float *restrict minmax, uint8_t *restrict codes,
+                               uint8_t nan_code, uint8_t *restrict ask)
+{
+    for (size_t first = 0, c = 0; first < n; first += chunk, c++) {
+        const size_t len = n - first < chunk ? n - first : chunk;
+        const float *xc = x + first;
+        float lo = xc[0], hi = xc[0];
+        int nan = xc[0] != xc[0];
+        size_t i = 1;
+#ifdef __AVX2__
+        if (len >= 8) {
+            __m256 vlo = _mm256_loadu_ps(xc), vhi = vlo;
+            __m256 unordered = _mm256_cmp_ps(vlo, vlo, _CMP_UNORD_Q);
+            for (i = 8; i + 8 <= len; i += 8) {
+                const __m256 v = _mm256_loadu_ps(xc + i);
+                vlo = _mm256_min_ps(vlo, v);
+                vhi = _mm256_max_ps(vhi, v);
+                unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            }
+            float l[8], h[8];
+            _mm256_storeu_ps(l, vlo);
+            _mm256_storeu_ps(h, vhi);
+            lo = l[0], hi = h[0];
+            for (int j = 1; j < 8; j++) {
+                lo = l[j] < lo ? l[j] : lo;
+                hi = h[j] > hi ? h[j] : hi;
+            }
+            nan = _mm256_movemask_ps(unordered) != 0;
         }
+#endif
+        for (; i < len; i++) {
+            const float v = xc[i];
+            nan |= v != v;
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+        if (nan || lo == 0.0f || hi == 0.0f) {
+            ask[c] = 1;
+            continue;
+        }
+        ask[c] = 0;
+        minmax[2 * c] = lo;
+        minmax[2 * c + 1] = hi;
+        float scale, upper, lower;
+        minmax_scales(minmax + 2 * c, &scale, &upper, &lower);
+        minmax_encode_chunk(xc, len, scale, upper, lower, codes + first, nan_code);
     }
 }
 
@@ -173,11 +263,24 @@ void sb_minmax_u8_decode(const uint8_t *restrict codes, size_t n, size_t chunk,
         const size_t end = n - first < chunk ? n : first + chunk;
         float scale, upper, lower;
         minmax_scales(minmax + 2 * c, &scale, &upper, &lower);
+        size_t i = first;
+#ifdef __AVX2__
+        const __m256 vscale = _mm256_set1_ps(scale), vlower = _mm256_set1_ps(lower);
+        for (; i + 8 <= end; i += 8) {
+            const __m256i whole = _mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i *)(codes + i)));
+            __m256 value = _mm256_div_ps(_mm256_add_ps(_mm256_cvtepi32_ps(whole), vlower),
+                                         vscale);
+            if (accumulate)
+                value = _mm256_add_ps(_mm256_loadu_ps(out + i), value);
+            _mm256_storeu_ps(out + i, value);
+        }
+#endif
         if (accumulate)
-            for (size_t i = first; i < end; i++)
+            for (; i < end; i++)
                 out[i] += ((float)codes[i] + lower) / scale;
         else
-            for (size_t i = first; i < end; i++)
+            for (; i < end; i++)
                 out[i] = ((float)codes[i] + lower) / scale;
     }
 }

@@ -98,8 +98,12 @@ def int8_inputs() -> list[tuple[str, np.ndarray]]:
     special[[1000, 1100]] = np.nan
     tiny = (rng.standard_normal(777) * 1e-42).astype(np.float32)  # subnormal ranges
     ties = (rng.integers(-300, 300, 4099) / 2).astype(np.float32)  # x * scale near .5
+    nonnegative = np.abs(normal[:6000])  # min -0 or +0, NumPy's choice
+    nonnegative[::5] = 0.0
+    nonnegative[2::5] = -0.0
     return [("normal", normal), ("signed zeros", signed_zeros), ("mixed", mixed),
             ("wide", wide), ("special", special), ("tiny", tiny), ("ties", ties),
+            ("nonnegative", nonnegative), ("nonpositive", -nonnegative),
             ("constant", np.full(4097, -1.5, np.float32)), ("empty", normal[:0])]
 
 
@@ -118,6 +122,22 @@ def test_int8_codes_and_values_equal_the_reference(name, x, chunk):
     codes = np.empty(x.size, np.uint8)
     assert cpu_native.minmax_encode(x, chunk, got.minmax, codes)  # the kernel did run
     np.testing.assert_array_equal(codes, ref.codes)
+
+
+@native
+def test_int8_takes_headers_in_the_compiled_pass_but_where_zero_or_nan_is_an_extreme():
+    x = np.random.default_rng(2).standard_normal(10 * 64 + 3).astype(np.float32)
+    x[64:128] = np.abs(x[64:128])
+    x[100] = -0.0  # chunk 1: min is a zero
+    x[200] = np.nan  # chunk 3
+    x[-2:] = 0.0  # the short last chunk: max and min zero
+    minmax = np.empty((11, 2), np.float32)
+    codes = np.empty(x.size, np.uint8)
+    ask = cpu_native.minmax_encode_fused(x, 64, minmax, codes)
+    np.testing.assert_array_equal(np.flatnonzero(ask), [1, 3, 10])
+    with np.errstate(invalid="ignore"):
+        ref = MinMaxUInt8Codec(64).encode_reference(x)
+    np.testing.assert_array_equal(MinMaxUInt8Codec(64).encode(x).pack(), ref.pack())
 
 
 @native
