@@ -31,12 +31,13 @@ Where this differs from Bagua:
 - Non-finite inputs, or a chunk whose ``max - min`` overflows float32, give
   non-finite or meaningless codes, as in Bagua; gradients are expected finite.
 
-Each chunk's min and max are NumPy's reductions; the quantization and the decoding
-(and the decode-and-add of :meth:`MinMaxUInt8Codec.add_decoded`) run as one compiled
-pass (``kernels/cpu/codecs.c``, :mod:`syncbench.kernels.cpu_native`) where the library
-is built, the same float32 operations in the same order, so the codes and values equal
-the NumPy reference (:meth:`MinMaxUInt8Codec.encode_reference`, ``decode_reference``)
-to the bit.
+Where the library is built, a chunk's min, max and codes come from one compiled pass
+(``kernels/cpu/codecs.c``, :mod:`syncbench.kernels.cpu_native`), and so do the
+decoding and the decode-and-add (:meth:`MinMaxUInt8Codec.add_decoded`): the same
+float32 operations in the same order, so the codes and values equal the NumPy
+reference (:meth:`MinMaxUInt8Codec.encode_reference`, ``decode_reference``) to the
+bit. A chunk whose min or max is zero or NaN takes its header from NumPy's reductions,
+as the reference does: which of -0 and +0 (or of several NaNs) they return is theirs.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@
  *
  * bf16: c10's round_to_nearest_even on the float32 bits, every NaN to 0xFFFF (half.py).
  *
- * int8 (Bagua's MinMaxUInt8, minmax.py): per chunk, from its float32 min and max (taken
- * by NumPy, whose choice between -0 and +0 in a chunk holding both is its own), the same
+ * int8 (Bagua's MinMaxUInt8, minmax.py): per chunk, from its float32 min and max (found
+ * here, but for a chunk whose min or max is zero or NaN: NumPy's choice between -0 and
+ * +0, or among NaNs, is its own, so the caller takes those from NumPy), the same
  * float32 operations in the same order as the reference:
  *   scale = 255 / ((max - min) + eps), upper = rint(max * scale), lower = upper - 255,
  *   code = clip(min(rint(x * scale), upper) - lower, 0, 255)   (NaN: the caller's code),
