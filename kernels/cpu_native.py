@@ -351,11 +351,12 @@ def _declare(lib: ctypes.CDLL) -> None:
         "sb_minmax_u8_encode_fused": [_PTR, _SIZE, _SIZE, _PTR, _PTR, ctypes.c_uint8, _PTR],
         "sb_minmax_u8_decode": [_PTR, _SIZE, _SIZE, _PTR, _PTR, _INT],
         "sb_topk_f32": [_PTR, _SIZE, _SIZE, _PTR, _PTR],
+        "sb_f16_hardware": [],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, None
-    lib.sb_topk_f32.restype = _INT
+    lib.sb_topk_f32.restype = lib.sb_f16_hardware.restype = _INT
 
 
 @functools.lru_cache(maxsize=1)
@@ -618,9 +619,13 @@ def _codec_arrays(*arrays: tuple[np.ndarray, type]) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _f16_as_numpy() -> bool:
-    """Whether the fp16 kernels give NumPy's float16 casts on this machine: NumPy's
-    software conversion keeps NaN payloads (the kernels' rule), a hardware one would
-    quiet signalling NaNs; probed once on such NaNs and the rounding's edges."""
+    """Whether the fp16 kernels run here: built with the core's conversion (F16C; the
+    integer rule alone is no faster than NumPy's) and giving NumPy's float16 casts on
+    this machine: NumPy's software conversion keeps NaN payloads (the kernels' rule), a
+    hardware one would quiet signalling NaNs; probed once on such NaNs and the rounding's
+    edges."""
+    if not library().sb_f16_hardware():
+        return False
     bits = np.array([0x7F800001, 0xFF802000, 0x7FC00000, 0x7F800000, 0x477FF000, 0x477FEFFF,
                      0x33000000, 0x33000001, 0x38800000, 0x387FFFFF, 0x00000001],
                     dtype=np.uint32)

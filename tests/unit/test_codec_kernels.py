@@ -65,6 +65,13 @@ def test_half_codes_equal_the_reference_at_every_edge(codec):
     assert got is not None and got.dtype == np.uint16
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(codec.encode(x), ref)
+    # every value beside a NaN: each group of eight goes through the integer rule
+    mixed = np.full(2 * bits.size, 0x7FC00000, dtype=np.uint32)
+    mixed[1::2] = bits
+    mixed = mixed.view(np.float32)
+    ref_mixed = (codec.encode_reference(mixed) if codec.name == "fp16"
+                 else bf16_encode_reference(mixed))
+    np.testing.assert_array_equal(codec.encode(mixed), ref_mixed)
     for n in LENGTHS:  # the vector loop's remainders, a NaN in and out of a full vector
         part = x[-n - 3:-3] if n else x[:0]
         np.testing.assert_array_equal(codec.encode(part), ref[-n - 3:-3] if n else ref[:0])
@@ -74,7 +81,9 @@ def test_half_codes_equal_the_reference_at_every_edge(codec):
 @pytest.mark.parametrize("codec", [Float16Codec(), BFloat16Codec()], ids=["fp16", "bf16"])
 def test_every_16_bit_code_decodes_as_the_reference(codec):
     codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    codes = np.concatenate([codes, codes[::-1], codes[5:12]])  # NaNs amid finite codes
+    beside_nan = np.full(2 * codes.size, 0x7E00, dtype=np.uint16)
+    beside_nan[1::2] = codes  # each group of eight holds a NaN: the integer rule
+    codes = np.concatenate([codes, codes[::-1], beside_nan, codes[5:12]])
     ref = (codec.decode_reference(codes) if codec.name == "fp16"
            else bf16_decode_reference(codes))
     got = cpu_native.half_decode(codes, codec.name)
