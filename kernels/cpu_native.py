@@ -5,12 +5,16 @@ every window into a column matrix and multiplies it with BLAS; on a ResNet's
 3 x 3 convolutions the copies and the GEMMs' poor shapes (16 to 64 rows) cost
 as much again as the multiply-adds (docs/RESULTS.md). ``kernels/cpu/conv.c``
 is a direct convolution on the same (C, H, W, N) layout that reads the
-windows where they lie. As the CUDA sources are compiled at run time by NVRTC,
-it is compiled at run time by the C compiler (``$CC``, else ``cc``) with
-``-O3 -march=native``, once per source, flags, compiler and core: the shared
-library is kept under ``$SYNCBENCH_CACHE`` (default ``~/.cache/syncbench``),
-named by a hash of all four, written to a temporary name and renamed into
-place, so ranks starting together never load half a file.
+windows where they lie. The other sources are one-pass loops: BatchNorm's
+(``norm.c``), the optimizers' (``optim.c``, ``adamw.c``), GELU's (``gelu.c``) and
+the gradient codecs' (``codecs.c``: fp16, bf16, int8 and top-k's selection for
+:mod:`syncbench.algorithms.codecs`, equal to its NumPy references to the bit). As
+the CUDA sources are compiled at run time by NVRTC, the library is compiled at run
+time by the C compiler (``$CC``, else ``cc``) with ``-O3 -march=native``, once per
+source, flags, compiler and core: the shared library is kept under
+``$SYNCBENCH_CACHE`` (default ``~/.cache/syncbench``), named by a hash of all four,
+written to a temporary name and renamed into place, so ranks starting together
+never load half a file.
 
 The cache is trusted only as far as it is private (:func:`library`'s loader):
 its folder (``cpu-kernels``) is made 0700; a library is loaded only if that
@@ -339,10 +343,20 @@ def _declare(lib: ctypes.CDLL) -> None:
         + [ctypes.c_float] * 7,
         "sb_adamw_f64": [_PTR] * 4 + [_SIZE, _PTR, ctypes.c_double, _INT]
         + [ctypes.c_double] * 7,
+        "sb_f16_encode": [_PTR, _PTR, _SIZE],
+        "sb_f16_decode": [_PTR, _PTR, _SIZE],
+        "sb_bf16_encode": [_PTR, _PTR, _SIZE],
+        "sb_bf16_decode": [_PTR, _PTR, _SIZE],
+        "sb_minmax_u8_encode": [_PTR, _SIZE, _SIZE, _PTR, _PTR, ctypes.c_uint8],
+        "sb_minmax_u8_encode_fused": [_PTR, _SIZE, _SIZE, _PTR, _PTR, ctypes.c_uint8, _PTR],
+        "sb_minmax_u8_decode": [_PTR, _SIZE, _SIZE, _PTR, _PTR, _INT],
+        "sb_topk_f32": [_PTR, _SIZE, _SIZE, _PTR, _PTR],
+        "sb_f16_hardware": [],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, None
+    lib.sb_topk_f32.restype = lib.sb_f16_hardware.restype = _INT
 
 
 @functools.lru_cache(maxsize=1)
@@ -592,3 +606,123 @@ def _weak(value: object, dtype: np.dtype) -> object:
     if type(value) in (int, float) or (isinstance(value, np.generic) and value.dtype == dtype):
         return dtype.type(value)
     return None
+
+
+# -- gradient codecs (kernels/cpu/codecs.c; algorithms/codecs/) ---------------------------
+def _codec_arrays(*arrays: tuple[np.ndarray, type]) -> bool:
+    """Whether the codec kernels run on these (array, dtype) pairs: each a contiguous host
+    array of its dtype, and the library built."""
+    return not numpy_only and library() is not None and all(
+        isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous
+        for a, dtype in arrays)
+
+
+@functools.lru_cache(maxsize=1)
+def _f16_as_numpy() -> bool:
+    """Whether the fp16 kernels run here: built with the core's conversion (F16C; the
+    integer rule alone is no faster than NumPy's) and giving NumPy's float16 casts on
+    this machine: NumPy's software conversion keeps NaN payloads (the kernels' rule), a
+    hardware one would quiet signalling NaNs; probed once on such NaNs and the rounding's
+    edges."""
+    if not library().sb_f16_hardware():
+        return False
+    bits = np.array([0x7F800001, 0xFF802000, 0x7FC00000, 0x7F800000, 0x477FF000, 0x477FEFFF,
+                     0x33000000, 0x33000001, 0x38800000, 0x387FFFFF, 0x00000001],
+                    dtype=np.uint32)
+    codes = np.array([0x7C01, 0xFE00, 0x7E00, 0x7C00, 0x0001, 0x03FF, 0x0400, 0x8000],
+                     dtype=np.uint16)
+    with np.errstate(all="ignore"):
+        want_codes = bits.view(np.float32).astype(np.float16).view(np.uint16)
+        want_values = codes.view(np.float16).astype(np.float32).view(np.uint32)
+    got_codes, got_values = np.empty_like(want_codes), np.empty(codes.size, np.float32)
+    library().sb_f16_encode(_ptr(bits), _ptr(got_codes), bits.size)
+    library().sb_f16_decode(_ptr(codes), _ptr(got_values), codes.size)
+    return (np.array_equal(got_codes, want_codes)
+            and np.array_equal(got_values.view(np.uint32), want_values))
+
+
+def half_encode(x: np.ndarray, kind: str) -> np.ndarray | None:
+    """The ``kind`` (``fp16`` or ``bf16``) codes (uint16) of float32 ``x`` by
+    kernels/cpu/codecs.c, equal to algorithms/codecs/half.py's reference to the bit;
+    None where the kernel does not run (the reference runs)."""
+    if not _codec_arrays((x, np.float32)) or (kind == "fp16" and not _f16_as_numpy()):
+        return None
+    out = np.empty(x.shape, dtype=np.uint16)
+    kernel = library().sb_f16_encode if kind == "fp16" else library().sb_bf16_encode
+    kernel(_ptr(x), _ptr(out), x.size)
+    return out
+
+
+def half_decode(codes: np.ndarray, kind: str) -> np.ndarray | None:
+    """float32 values of ``kind`` codes (uint16) by kernels/cpu/codecs.c (exact, NaN
+    payloads as the reference); None where the kernel does not run."""
+    if not _codec_arrays((codes, np.uint16)) or (kind == "fp16" and not _f16_as_numpy()):
+        return None
+    out = np.empty(codes.shape, dtype=np.float32)
+    kernel = library().sb_f16_decode if kind == "fp16" else library().sb_bf16_decode
+    kernel(_ptr(codes), _ptr(out), codes.size)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _nan_code() -> int:
+    """The uint8 NumPy's float32 cast gives a NaN (what the int8 reference writes for a
+    NaN level: a platform's choice, 0 on x86-64)."""
+    with np.errstate(invalid="ignore"):
+        out = np.empty(1, dtype=np.uint8)
+        out[...] = np.array([np.nan], dtype=np.float32)
+    return int(out[0])
+
+
+def minmax_encode(x: np.ndarray, chunk: int, minmax: np.ndarray, codes: np.ndarray) -> bool:
+    """int8 codes of float32 ``x`` into ``codes`` (uint8) from each chunk's ``minmax``
+    (float32 (chunks, 2)) by kernels/cpu/codecs.c, equal to minmax.py's reference to the
+    bit; returns whether it ran."""
+    if not _codec_arrays((x, np.float32), (minmax, np.float32), (codes, np.uint8)):
+        return False
+    assert codes.size == x.size and minmax.size == 2 * (-(-x.size // chunk))
+    library().sb_minmax_u8_encode(_ptr(x), x.size, chunk, _ptr(minmax), _ptr(codes),
+                                  _nan_code())
+    return True
+
+
+def minmax_encode_fused(x: np.ndarray, chunk: int, minmax: np.ndarray,
+                        codes: np.ndarray) -> np.ndarray | None:
+    """Each chunk's ``[min, max]`` into ``minmax`` and its codes into ``codes`` in one
+    read of float32 ``x`` by kernels/cpu/codecs.c, for the chunks whose min and max are
+    unique bit patterns (no NaN, neither zero); returns the flags (uint8, one a chunk) of
+    the chunks it left to the caller (:func:`minmax_encode` once their headers are
+    NumPy's), None where the kernel does not run."""
+    if not _codec_arrays((x, np.float32), (minmax, np.float32), (codes, np.uint8)):
+        return None
+    chunks = -(-x.size // chunk)
+    assert codes.size == x.size and minmax.size == 2 * chunks
+    ask = np.empty(chunks, dtype=np.uint8)
+    library().sb_minmax_u8_encode_fused(_ptr(x), x.size, chunk, _ptr(minmax), _ptr(codes),
+                                        _nan_code(), _ptr(ask))
+    return ask
+
+
+def minmax_decode(codes: np.ndarray, chunk: int, minmax: np.ndarray, out: np.ndarray,
+                  accumulate: bool = False) -> bool:
+    """``out`` (float32) = (or ``+=`` with ``accumulate``) the values of int8 ``codes``
+    by kernels/cpu/codecs.c, equal to minmax.py's reference to the bit; returns whether
+    it ran."""
+    if not _codec_arrays((codes, np.uint8), (minmax, np.float32), (out, np.float32)):
+        return False
+    assert out.size == codes.size and minmax.size == 2 * (-(-codes.size // chunk))
+    library().sb_minmax_u8_decode(_ptr(codes), codes.size, chunk, _ptr(minmax), _ptr(out),
+                                  int(accumulate))
+    return True
+
+
+def topk_indices(x: np.ndarray, k: int) -> np.ndarray | None:
+    """Sorted int32 indices of the ``k`` entries of float32 ``x`` of largest magnitude
+    (NaN largest) by kernels/cpu/codecs.c, where that set is unique: then it is the
+    reference's (np.argpartition) to the bit; None where ties at the k-th magnitude
+    leave the choice to the reference, or the kernel does not run."""
+    if not _codec_arrays((x, np.float32)) or not 1 <= k <= x.size:
+        return None
+    idx = np.empty(k, dtype=np.int32)
+    work = np.empty(x.size, dtype=np.uint32)
+    return idx if library().sb_topk_f32(_ptr(x), x.size, k, _ptr(idx), _ptr(work)) else None

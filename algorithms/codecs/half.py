@@ -22,6 +22,11 @@ round like any other value. Every NaN becomes the code ``0xFFFF`` (a NaN), the
 code PyTorch's vectorised CPU conversion writes for NaN lanes (ATen's
 ``cvtfp32_bf16``; c10's scalar constructor writes ``0x7FC0``, also a NaN), so
 ``tensor.to(torch.bfloat16)`` and :meth:`BFloat16Codec.encode` agree bit for bit.
+
+Both directions of both codecs run as one compiled pass (``kernels/cpu/codecs.c``,
+:mod:`syncbench.kernels.cpu_native`) where the library is built, equal to the NumPy
+references here (``*_reference``) to the bit; NumPy's float16 cast is a software
+conversion that costs tens of nanoseconds an element (docs/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
+
+from syncbench.kernels import cpu_native
 
 #: The bfloat16 code every NaN encodes to (as PyTorch's vectorised CPU cast).
 BF16_NAN = np.uint16(0xFFFF)
@@ -44,7 +51,14 @@ def _float32(x: np.ndarray, who: str) -> np.ndarray:
 
 
 def bf16_encode(x: np.ndarray) -> np.ndarray:
-    """bfloat16 codes (uint16) of float32 ``x``: round to nearest, ties to even."""
+    """bfloat16 codes (uint16) of float32 ``x``: round to nearest, ties to even (compiled
+    where built, else :func:`bf16_encode_reference`)."""
+    codes = cpu_native.half_encode(_float32(x, "bf16"), "bf16")
+    return bf16_encode_reference(x) if codes is None else codes
+
+
+def bf16_encode_reference(x: np.ndarray) -> np.ndarray:
+    """:func:`bf16_encode` in NumPy (the reference)."""
     bits = _float32(x, "bf16").view(np.uint32)
     # bits + 0x7FFF + lsb, in place in one temporary. No uint32 wrap-around for
     # non-NaN inputs: the largest such pattern, 0xFF800000 (-inf), plus 0x8000
@@ -63,6 +77,12 @@ def bf16_encode(x: np.ndarray) -> np.ndarray:
 
 def bf16_decode(codes: np.ndarray) -> np.ndarray:
     """float32 values of bfloat16 ``codes`` (exact: bfloat16 is a float32 prefix)."""
+    values = cpu_native.half_decode(np.asarray(codes), "bf16")
+    return bf16_decode_reference(codes) if values is None else values
+
+
+def bf16_decode_reference(codes: np.ndarray) -> np.ndarray:
+    """:func:`bf16_decode` in NumPy (the reference)."""
     return (np.asarray(codes, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(
         np.float32)
 
@@ -89,11 +109,21 @@ class Float16Codec:
 
     def encode(self, x: np.ndarray) -> np.ndarray:
         """The float16 codes of float32 ``x``, as uint16 (the bytes handed to MPI)."""
+        codes = cpu_native.half_encode(_float32(x, self.name), self.name)
+        return self.encode_reference(x) if codes is None else codes
+
+    def encode_reference(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`encode` by NumPy's float16 cast (the reference)."""
         with np.errstate(over="ignore"):  # beyond 65504: infinity, as intended
             return _float32(x, self.name).astype(np.float16).view(np.uint16)
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """float32 values of float16 ``codes`` (exact)."""
+        values = cpu_native.half_decode(np.asarray(codes), self.name)
+        return self.decode_reference(codes) if values is None else values
+
+    def decode_reference(self, codes: np.ndarray) -> np.ndarray:
+        """:meth:`decode` by NumPy's float32 cast (the reference)."""
         return np.asarray(codes, dtype=np.uint16).view(np.float16).astype(np.float32)
 
     def wire_bytes(self, count: int) -> int:
@@ -134,7 +164,11 @@ def sum_decoded(codec: Decoder, chunks: Iterable[Any],
     ``out`` (float32) receives the sum when given.
     """
     total: np.ndarray | None = None
+    add_decoded = getattr(codec, "add_decoded", None)
     for codes in chunks:
+        if (total is not None and add_decoded is not None
+                and add_decoded(codes, total)):  # int8: decode and add in one pass
+            continue
         values = codec.decode(codes)
         if total is None:
             if out is None:

@@ -37,6 +37,14 @@ instead of 255 (``scale = 15 / (max - min + eps)``), two codes to a byte on the 
 nibble 0): the 4-bit min-max quantization of the Streaming DiLoCo paper (Douillard et
 al. 2025, arXiv 2501.18512, section 2.3), chunk by chunk with the chunk's own min and
 max. A chunk of ``c`` elements costs ``ceil(c / 2) + 8`` bytes.
+
+Where the library is built, an ``int8`` chunk's min, max and codes come from one compiled pass
+(``kernels/cpu/codecs.c``, :mod:`syncbench.kernels.cpu_native`), and so do the
+decoding and the decode-and-add (:meth:`MinMaxUInt8Codec.add_decoded`): the same
+float32 operations in the same order, so the codes and values equal the NumPy
+reference (:meth:`MinMaxUInt8Codec.encode_reference`, ``decode_reference``) to the
+bit. A chunk whose min or max is zero or NaN takes its header from NumPy's reductions,
+as the reference does: which of -0 and +0 (or of several NaNs) they return is theirs.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from syncbench.kernels import cpu_native
 
 #: Elements per chunk when ``int8`` is given no chunk length.
 DEFAULT_CHUNK = 4096
@@ -134,17 +144,50 @@ class MinMaxUInt8Codec:
             blocks.append((whole // self.chunk, x[whole:].reshape(1, -1)))
         return blocks
 
-    def encode(self, x: np.ndarray) -> MinMaxCode:
-        """Codes of float32 vector ``x``, chunk by chunk."""
+    def _minmax(self, x: np.ndarray) -> np.ndarray:
+        """Every chunk's ``[min, max]`` (float32, (chunks, 2)) of 1-D float32 ``x``."""
         x = np.asarray(x)
         if x.dtype != np.float32 or x.ndim != 1:
-            raise ValueError(f"{self.name} encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
+            raise ValueError(f"int8 encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
         minmax = np.empty((self.chunks(x.size), 2), dtype=np.float32)
-        codes = np.empty(x.size, dtype=np.uint8)
         for first, block in self._blocks(x):
             rows = slice(first, first + block.shape[0])
             minmax[rows, 0] = block.min(axis=1)
             minmax[rows, 1] = block.max(axis=1)
+        return minmax
+
+    def encode(self, x: np.ndarray) -> MinMaxCode:
+        """Codes of float32 vector ``x``, chunk by chunk (compiled where built, else
+        :meth:`encode_reference`): a chunk's min, max and codes in one compiled pass, but
+        for a chunk whose min or max is zero or NaN (NumPy's choice of -0 or +0, or of a
+        NaN, is its own): its header by NumPy's reductions, as the reference takes it."""
+        x = np.asarray(x)
+        if x.dtype != np.float32 or x.ndim != 1:
+            raise ValueError(f"{self.name} encodes a 1-D float32 vector, got {x.dtype} {x.shape}")
+        if self.levels != LEVELS:  # the compiled pass makes 8-bit codes only
+            return self.encode_reference(x)
+        minmax = np.empty((self.chunks(x.size), 2), dtype=np.float32)
+        codes = np.empty(x.size, dtype=np.uint8)
+        ask = cpu_native.minmax_encode_fused(x, self.chunk, minmax, codes)
+        if ask is None:
+            return self.encode_reference(x)
+        for c in np.flatnonzero(ask):
+            start = int(c) * self.chunk
+            part = x[start:start + self.chunk]
+            block = part.reshape(1, -1)  # the reference's row of its 2-D view
+            minmax[c, 0] = block.min(axis=1)[0]
+            minmax[c, 1] = block.max(axis=1)[0]
+            cpu_native.minmax_encode(part, self.chunk, minmax[c:c + 1],
+                                     codes[start:start + part.size])
+        return MinMaxCode(minmax, codes)
+
+    def encode_reference(self, x: np.ndarray) -> MinMaxCode:
+        """:meth:`encode` in NumPy (the reference)."""
+        minmax = self._minmax(x)
+        x = np.asarray(x)
+        codes = np.empty(x.size, dtype=np.uint8)
+        for first, block in self._blocks(x):
+            rows = slice(first, first + block.shape[0])
             scale, upper, lower = _scales(minmax[rows], self.levels)
             with np.errstate(over="ignore", invalid="ignore"):
                 level = block * scale[:, None]
@@ -156,12 +199,37 @@ class MinMaxUInt8Codec:
             codes[start:start + block.size] = level.reshape(-1)
         return MinMaxCode(minmax, codes)
 
-    def decode(self, code: MinMaxCode, out: np.ndarray | None = None) -> np.ndarray:
-        """float32 values of ``code``: ``(code + lower) / scale`` per chunk."""
+    def _check(self, code: MinMaxCode) -> None:
         count = code.codes.size
         if code.minmax.shape != (self.chunks(count), 2):
             raise ValueError(f"{self.name} code has {code.minmax.shape[0]} chunk headers for "
                              f"{count} elements in chunks of {self.chunk}")
+
+    def decode(self, code: MinMaxCode, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 values of ``code``: ``(code + lower) / scale`` per chunk (compiled
+        where built, else :meth:`decode_reference`)."""
+        self._check(code)
+        if out is None:
+            out = np.empty(code.codes.size, dtype=np.float32)
+        if self.levels == LEVELS and cpu_native.minmax_decode(code.codes, self.chunk,
+                                                              code.minmax, out):
+            return out
+        return self.decode_reference(code, out)
+
+    def add_decoded(self, code: MinMaxCode, total: np.ndarray) -> bool:
+        """``total += decode(code)`` in one compiled pass (what
+        :func:`~.half.sum_decoded` adds), equal to decoding then adding; returns whether
+        it ran (False: the caller decodes and adds)."""
+        if code.codes.size != total.size or self.levels != LEVELS:
+            return False
+        self._check(code)
+        return cpu_native.minmax_decode(code.codes, self.chunk, code.minmax, total,
+                                        accumulate=True)
+
+    def decode_reference(self, code: MinMaxCode, out: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`decode` in NumPy (the reference)."""
+        self._check(code)
+        count = code.codes.size
         if out is None:
             out = np.empty(count, dtype=np.float32)
         for first, block in self._blocks(code.codes):

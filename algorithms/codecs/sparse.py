@@ -17,6 +17,12 @@ are distinct and sorted. BytePS scales random-k values by ``n / k`` when there
 is no error feedback (an unbiased estimate); here values are sent unscaled,
 as with error feedback. Top-k ties in magnitude are broken by
 ``numpy.argpartition``; the chosen indices are then sorted.
+
+Top-k's selection of a float32 vector runs compiled where the library is built
+(``kernels/cpu/codecs.c``: a radix select on the magnitudes' bits, then the indices
+in order; :mod:`syncbench.kernels.cpu_native`); where entries equal in magnitude
+straddle the k-th place, the set is not unique and the reference
+(:meth:`TopK.select_reference`) chooses, so the indices always equal the reference's.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+from syncbench.kernels import cpu_native
 
 #: Bytes per sent entry: int32 index + float32 value (top-k), float32 value (random-k).
 TOPK_ENTRY_BYTES = 8
@@ -103,7 +111,18 @@ class TopK:
         return TOPK_ENTRY_BYTES * self.k(count)
 
     def select(self, x: np.ndarray) -> np.ndarray:
-        """Sorted int32 indices of the ``k`` entries of ``x`` of largest magnitude."""
+        """Sorted int32 indices of the ``k`` entries of ``x`` of largest magnitude
+        (compiled where built and the set is unique, else :meth:`select_reference`)."""
+        x = _vector(x, self.name)
+        k = self.k(x.size)
+        if 0 < k < x.size:
+            idx = cpu_native.topk_indices(x, k)
+            if idx is not None:
+                return idx
+        return self.select_reference(x)
+
+    def select_reference(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`select` by ``numpy.argpartition`` (the reference)."""
         x = _vector(x, self.name)
         k = self.k(x.size)
         if k == x.size:

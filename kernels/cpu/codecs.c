@@ -1,0 +1,390 @@
+/* The gradient codecs' element loops (algorithms/codecs/: half.py, minmax.py, sparse.py),
+ * one pass each, equal to their NumPy references to the bit.
+ *
+ * fp16 (IEEE 754 binary16) from float32: round to nearest, ties to even, magnitudes from
+ * 65520 up to infinity, below 2**-25 to zero, subnormals rounded like the rest; a NaN
+ * keeps its sign and the top 10 bits of its payload (a payload that would be zero becomes
+ * 1), as NumPy's software conversion (npy_floatbits_to_halfbits, the one its float16
+ * cast takes on x86-64), so signalling NaNs are not quieted: in integer arithmetic, on
+ * a core with F16C only for eight values holding a NaN (the rest by the core's
+ * conversion, the same IEEE rounding; NumPy's bit-twiddling costs some ns a value).
+ * fp16 to float32 is exact; NaN payloads are shifted back unchanged
+ * (npy_halfbits_to_floatbits), F16C for eight codes holding no infinity or NaN.
+ *
+ * bf16: c10's round_to_nearest_even on the float32 bits, every NaN to 0xFFFF (half.py).
+ *
+ * int8 (Bagua's MinMaxUInt8, minmax.py): per chunk, from its float32 min and max (found
+ * here, but for a chunk whose min or max is zero or NaN: NumPy's choice between -0 and
+ * +0, or among NaNs, is its own, so the caller takes those from NumPy), the same
+ * float32 operations in the same order as the reference:
+ *   scale = 255 / ((max - min) + eps), upper = rint(max * scale), lower = upper - 255,
+ *   code = clip(min(rint(x * scale), upper) - lower, 0, 255)   (NaN: the caller's code),
+ *   x' = (code + lower) / scale.
+ * np.minimum and np.clip propagate NaN, as the selects below do; rintf is round half to
+ * even in the default mode, as np.rint. No fused multiply-adds (fp-contract=off).
+ *
+ * top-k: the k entries of largest magnitude by a three-pass radix select on the
+ * magnitudes' bits (11, 11, 10 bits; for non-negative floats the bits order as the
+ * values, every NaN made one key above infinity as NumPy's partition puts NaN last),
+ * then one pass that writes the indices in increasing order. Where entries equal in
+ * magnitude straddle the k-th place the set is not unique (the reference's
+ * np.argpartition picks among them), and the kernel returns 0 for the caller to run it.
+ */
+#pragma GCC optimize("fp-contract=off", "no-math-errno")
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+static inline uint32_t f32_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static inline float bits_f32(uint32_t b)
+{
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+static inline uint16_t half_of_bits(uint32_t f)
+{
+    const uint32_t a = f & 0x7fffffffu;
+    const uint32_t sign = (f >> 16) & 0x8000u;
+    /* NaN: 0x7c00 + the payload's top 10 bits, at least 1 */
+    uint32_t nan = 0x7c00u | ((a & 0x007fffffu) >> 13);
+    nan |= (nan == 0x7c00u);
+    /* normal: rebias the exponent by 112, round the 13 dropped bits to even */
+    const uint32_t t = a - 0x38000000u;
+    const uint32_t normal = (t + 0x0fffu + ((t >> 13) & 1u)) >> 13;
+    /* subnormal or zero: (2**23 + m) 2**(e - 150) in units of 2**-24, rounded to even */
+    const uint32_t e = a >> 23;
+    uint32_t shift = 126u - e; /* 14 to 24 where used; kept in 1..31 elsewhere */
+    shift = shift - 1u > 30u ? 31u : shift;
+    const uint32_t m = (a & 0x007fffffu) | 0x00800000u;
+    const uint32_t sub = (m + ((1u << (shift - 1u)) - 1u) + ((m >> shift) & 1u)) >> shift;
+    uint32_t h = a > 0x7f800000u ? nan
+               : a >= 0x477ff000u ? 0x7c00u /* 65520 and up, infinity: infinity */
+               : a >= 0x38800000u ? normal
+               : a >= 0x33000000u ? sub : 0u;
+    return (uint16_t)(h | sign);
+}
+
+/* Whether the fp16 loops below use the core's conversion (F16C); without it the
+ * integer rule alone is no faster than NumPy's, and the caller keeps NumPy's. */
+int sb_f16_hardware(void)
+{
+#ifdef __F16C__
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+void sb_f16_encode(const float *restrict x, uint16_t *restrict out, size_t n)
+{
+    size_t i = 0;
+#ifdef __F16C__
+    /* the core's conversion (IEEE: nearest even, the same codes) eight at a time; a
+     * vector holding a NaN is redone by the rule above, which keeps signalling NaNs */
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
+            for (size_t j = i; j < i + 8; j++)
+                out[j] = half_of_bits(f32_bits(x[j]));
+        else
+            _mm_storeu_si128((__m128i *)(out + i),
+                             _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+#endif
+    for (; i < n; i++)
+        out[i] = half_of_bits(f32_bits(x[i]));
+}
+
+static inline float float_of_half(uint32_t v)
+{
+    const uint32_t sign = (v & 0x8000u) << 16, e = v & 0x7c00u, m = v & 0x03ffu;
+    const uint32_t normal = ((v & 0x7fffu) + 0x1c000u) << 13;
+    const uint32_t special = 0x7f800000u | (m << 13);
+    const uint32_t sub = f32_bits((float)m * 0x1p-24f); /* exact, a normal float */
+    const uint32_t r = e == 0 ? sub : e == 0x7c00u ? special : normal;
+    return bits_f32(r | sign);
+}
+
+void sb_f16_decode(const uint16_t *restrict h, float *restrict out, size_t n)
+{
+    size_t i = 0;
+#ifdef __F16C__
+    /* exact either way; eight codes holding a NaN are redone (the core quiets them) */
+    const __m128i exponent = _mm_set1_epi16(0x7c00);
+    for (; i + 8 <= n; i += 8) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(h + i));
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(v, exponent), exponent)))
+            for (size_t j = i; j < i + 8; j++)
+                out[j] = float_of_half(h[j]);
+        else
+            _mm256_storeu_ps(out + i, _mm256_cvtph_ps(v));
+    }
+#endif
+    for (; i < n; i++)
+        out[i] = float_of_half(h[i]);
+}
+
+void sb_bf16_encode(const float *restrict x, uint16_t *restrict out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t b = f32_bits(x[i]);
+        const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+        out[i] = (b & 0x7fffffffu) > 0x7f800000u ? 0xffffu : (uint16_t)rounded;
+    }
+}
+
+void sb_bf16_decode(const uint16_t *restrict h, float *restrict out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = bits_f32((uint32_t)h[i] << 16);
+}
+
+/* scale, upper and lower of a chunk from its [min, max] (minmax.py's _scales) */
+static inline void minmax_scales(const float *mm, float *scale, float *upper, float *lower)
+{
+    *scale = 255.0f / ((mm[1] - mm[0]) + 1e-7f);
+    *upper = rintf(mm[1] * *scale);
+    *lower = *upper - 255.0f;
+}
+
+static inline uint8_t minmax_code(float xi, float scale, float upper, float lower,
+                                  uint8_t nan_code)
+{
+    float level = rintf(xi * scale);
+    level = (level < upper || level != level) ? level : upper; /* np.minimum */
+    level -= lower;
+    const float clipped = level < 0.0f ? 0.0f : level > 255.0f ? 255.0f : level;
+    return level != level ? nan_code : (uint8_t)clipped;
+}
+
+/* the codes of one chunk of ``len`` values from its scale, upper and lower */
+static void minmax_encode_chunk(const float *restrict x, size_t len, float scale, float upper,
+                                float lower, uint8_t *restrict codes, uint8_t nan_code)
+{
+    size_t i = 0;
+#ifdef __AVX2__
+    /* eight at a time where the chunk's scale, upper and lower are finite: then a level
+     * is NaN only for a NaN x, and vminps / vmaxps, which return their second operand
+     * where one is NaN, propagate it as np.minimum and np.clip do */
+    if (isfinite(scale) && isfinite(upper) && isfinite(lower)) {
+        const __m256 vscale = _mm256_set1_ps(scale), vupper = _mm256_set1_ps(upper);
+        const __m256 vlower = _mm256_set1_ps(lower), zero = _mm256_setzero_ps();
+        const __m256 top = _mm256_set1_ps(255.0f);
+        const __m256i vnan = _mm256_set1_epi32(nan_code);
+        for (; i + 8 <= len; i += 8) {
+            __m256 level = _mm256_mul_ps(_mm256_loadu_ps(x + i), vscale);
+            level = _mm256_round_ps(level, _MM_FROUND_CUR_DIRECTION);
+            level = _mm256_sub_ps(_mm256_min_ps(vupper, level), vlower);
+            level = _mm256_min_ps(top, _mm256_max_ps(zero, level));
+            const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(level, level, _CMP_UNORD_Q));
+            const __m256i whole = _mm256_blendv_epi8(_mm256_cvttps_epi32(level), vnan, nan);
+            const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(whole),
+                                                   _mm256_extracti128_si256(whole, 1));
+            _mm_storel_epi64((__m128i *)(codes + i), _mm_packus_epi16(words, words));
+        }
+    }
+#endif
+    for (; i < len; i++)
+        codes[i] = minmax_code(x[i], scale, upper, lower, nan_code);
+}
+
+/* The codes of ``x`` from every chunk's given [min, max]. */
+void sb_minmax_u8_encode(const float *restrict x, size_t n, size_t chunk,
+                         const float *restrict minmax, uint8_t *restrict codes,
+                         uint8_t nan_code)
+{
+    for (size_t first = 0, c = 0; first < n; first += chunk, c++) {
+        const size_t len = n - first < chunk ? n - first : chunk;
+        float scale, upper, lower;
+        minmax_scales(minmax + 2 * c, &scale, &upper, &lower);
+        minmax_encode_chunk(x + first, len, scale, upper, lower, codes + first, nan_code);
+    }
+}
+
+/* Every chunk's [min, max] and codes in one read of the chunk, where its min and max are
+ * unique bit patterns (no NaN, neither one zero: NumPy's choice between -0 and +0, or
+ * among NaNs, is its own); ``ask[c]`` is 1 for the chunks left to the caller (their
+ * header and codes not written), else 0. */
+void sb_minmax_u8_encode_fused(const float *restrict x, size_t n, size_t chunk,
+                               float *restrict minmax, uint8_t *restrict codes,
+                               uint8_t nan_code, uint8_t *restrict ask)
+{
+    for (size_t first = 0, c = 0; first < n; first += chunk, c++) {
+        const size_t len = n - first < chunk ? n - first : chunk;
+        const float *xc = x + first;
+        float lo = xc[0], hi = xc[0];
+        int nan = xc[0] != xc[0];
+        size_t i = 1;
+#ifdef __AVX2__
+        if (len >= 8) {
+            __m256 vlo = _mm256_loadu_ps(xc), vhi = vlo;
+            __m256 unordered = _mm256_cmp_ps(vlo, vlo, _CMP_UNORD_Q);
+            for (i = 8; i + 8 <= len; i += 8) {
+                const __m256 v = _mm256_loadu_ps(xc + i);
+                vlo = _mm256_min_ps(vlo, v);
+                vhi = _mm256_max_ps(vhi, v);
+                unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            }
+            float l[8], h[8];
+            _mm256_storeu_ps(l, vlo);
+            _mm256_storeu_ps(h, vhi);
+            lo = l[0], hi = h[0];
+            for (int j = 1; j < 8; j++) {
+                lo = l[j] < lo ? l[j] : lo;
+                hi = h[j] > hi ? h[j] : hi;
+            }
+            nan = _mm256_movemask_ps(unordered) != 0;
+        }
+#endif
+        for (; i < len; i++) {
+            const float v = xc[i];
+            nan |= v != v;
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+        if (nan || lo == 0.0f || hi == 0.0f) {
+            ask[c] = 1;
+            continue;
+        }
+        ask[c] = 0;
+        minmax[2 * c] = lo;
+        minmax[2 * c + 1] = hi;
+        float scale, upper, lower;
+        minmax_scales(minmax + 2 * c, &scale, &upper, &lower);
+        minmax_encode_chunk(xc, len, scale, upper, lower, codes + first, nan_code);
+    }
+}
+
+/* ``out = decode`` (accumulate 0) or ``out += decode`` (accumulate 1) */
+void sb_minmax_u8_decode(const uint8_t *restrict codes, size_t n, size_t chunk,
+                         const float *restrict minmax, float *restrict out, int accumulate)
+{
+    for (size_t first = 0, c = 0; first < n; first += chunk, c++) {
+        const size_t end = n - first < chunk ? n : first + chunk;
+        float scale, upper, lower;
+        minmax_scales(minmax + 2 * c, &scale, &upper, &lower);
+        size_t i = first;
+#ifdef __AVX2__
+        const __m256 vscale = _mm256_set1_ps(scale), vlower = _mm256_set1_ps(lower);
+        for (; i + 8 <= end; i += 8) {
+            const __m256i whole = _mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i *)(codes + i)));
+            __m256 value = _mm256_div_ps(_mm256_add_ps(_mm256_cvtepi32_ps(whole), vlower),
+                                         vscale);
+            if (accumulate)
+                value = _mm256_add_ps(_mm256_loadu_ps(out + i), value);
+            _mm256_storeu_ps(out + i, value);
+        }
+#endif
+        if (accumulate)
+            for (; i < end; i++)
+                out[i] += ((float)codes[i] + lower) / scale;
+        else
+            for (; i < end; i++)
+                out[i] = ((float)codes[i] + lower) / scale;
+    }
+}
+
+static inline uint32_t magnitude_key(uint32_t b)
+{
+    const uint32_t a = b & 0x7fffffffu;
+    return a > 0x7f800000u ? 0x7f800001u : a;
+}
+
+/* The bin of the histogram ``hist`` (``bins`` of them) holding the ``k``-th largest key,
+ * given ``*above`` keys above the histogram; ``*above`` becomes the count above the bin. */
+static uint32_t pick_bin(const size_t *hist, uint32_t bins, size_t k, size_t *above)
+{
+    uint32_t b = bins;
+    while (b > 0) {
+        b--;
+        if (*above + hist[b] >= k)
+            return b;
+        *above += hist[b];
+    }
+    return 0;
+}
+
+/* Sorted indices of the ``k`` (1 <= k <= n) entries of ``x`` of largest magnitude into
+ * ``idx``, with ``work`` room for n indices; 1 if that set is unique, 0 (``idx``
+ * undefined) where ties straddle it. The first pass counts the keys' top 11 bits (four
+ * histograms in turn, so that runs of keys in one bin do not wait on each other's
+ * counts); the second gathers, in order, the indices of the keys in the k-th key's bin
+ * or above (a few k, eight keys compared at a time); the select ends on those. */
+int sb_topk_f32(const float *restrict x, size_t n, size_t k, int32_t *restrict idx,
+                uint32_t *restrict work)
+{
+    const uint32_t *bits = (const uint32_t *)x;
+    enum { BINS = 2048 };
+    size_t hist[4][BINS];
+    size_t above = 0;
+    memset(hist, 0, sizeof hist);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int h = 0; h < 4; h++)
+            hist[h][magnitude_key(bits[i + h]) >> 21]++;
+    for (; i < n; i++)
+        hist[0][magnitude_key(bits[i]) >> 21]++;
+    for (uint32_t b = 0; b < BINS; b++)
+        hist[0][b] += hist[1][b] + hist[2][b] + hist[3][b];
+    const uint32_t b1 = pick_bin(hist[0], BINS, k, &above);
+    const uint32_t floor1 = b1 << 21;
+    size_t m = 0;
+    i = 0;
+#ifdef __AVX2__
+    {
+        const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+        /* key >= floor1 as a signed compare: keys and floor1 are below 2**31; a NaN's
+         * magnitude is above infinity's, as its key */
+        const __m256i below = _mm256_set1_epi32((int32_t)floor1 - 1);
+        for (; i + 8 <= n; i += 8) {
+            const __m256i v = _mm256_and_si256(
+                _mm256_loadu_si256((const __m256i *)(bits + i)), magnitude);
+            unsigned mask = (unsigned)_mm256_movemask_ps(
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(v, below)));
+            while (mask) {
+                work[m++] = (uint32_t)(i + (size_t)__builtin_ctz(mask));
+                mask &= mask - 1;
+            }
+        }
+    }
+#endif
+    for (; i < n; i++)
+        if (magnitude_key(bits[i]) >= floor1)
+            work[m++] = (uint32_t)i;
+    memset(hist[0], 0, sizeof hist[0]);
+    for (i = 0; i < m; i++) {
+        const uint32_t key = magnitude_key(bits[work[i]]);
+        if (key >> 21 == b1)
+            hist[0][(key >> 10) & 0x7ffu]++;
+    }
+    const uint32_t b2 = pick_bin(hist[0], BINS, k, &above);
+    const uint32_t prefix = (b1 << 11) | b2;
+    memset(hist[0], 0, sizeof hist[0]);
+    for (i = 0; i < m; i++) {
+        const uint32_t key = magnitude_key(bits[work[i]]);
+        if (key >> 10 == prefix)
+            hist[0][key & 0x3ffu]++;
+    }
+    const uint32_t b3 = pick_bin(hist[0], 1024, k, &above);
+    if (above + hist[0][b3] != k)
+        return 0;
+    const uint32_t threshold = (prefix << 10) | b3;
+    size_t j = 0;
+    for (i = 0; i < m; i++)
+        if (magnitude_key(bits[work[i]]) >= threshold)
+            idx[j++] = (int32_t)work[i];
+    return 1;
+}
