@@ -377,7 +377,7 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
                                              "record": "", "cell": ""}))
     add(Column("replica_accuracy_mean", _last_of("replica_accuracy_mean"), "{:.4f}",
                record=_float_or_nan, tables={"runs": "own acc mean"}))
-    add(Column("replica_accuracy_worst", _last_of("replica_accuracy_worst"), "{:.4f}",
+    add(Column("replica_accuracy_worst", _last_of("replica_accuracy_worst"), "{:.4f}", digits=3,
                record=_float_or_nan, tables={"runs": "own acc worst",
                                              "runner": "worst own acc", "record": "",
                                              "cell": ""}))
