@@ -13,6 +13,15 @@ from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.state import Cluster, Node
 
 
+@pytest.fixture(autouse=True)
+def _default_names(monkeypatch):
+    """The plans below are checked against the default prefix and subnet: a second
+    cluster's names in the caller's environment must not change them."""
+    for name in ("SYNCBENCH_CLUSTER_PREFIX", "SYNCBENCH_CLUSTER_SUBNET",
+                 "SYNCBENCH_CLUSTER_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _args(**kw) -> argparse.Namespace:
     base = {"nodes": 2, "link": "", "burst": "256kb", "node_speed": "", "clock_offset": "",
             "slurm": False, "cpu_period": None}
