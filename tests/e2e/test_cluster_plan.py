@@ -4,22 +4,28 @@ commands and the files ``up`` writes (the kernel objects are tests/e2e/test_clus
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 
 import pytest
 
-from syncbench.bench.cluster import actions, launch, slurm
+from syncbench.bench.cluster import actions, launch, network, slurm, state
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.state import Cluster, Node
 
 
 @pytest.fixture(autouse=True)
 def _default_names(monkeypatch):
-    """The plans below are checked against the default prefix and subnet: a second
-    cluster's names in the caller's environment must not change them."""
-    for name in ("SYNCBENCH_CLUSTER_PREFIX", "SYNCBENCH_CLUSTER_SUBNET",
-                 "SYNCBENCH_CLUSTER_DIR"):
-        monkeypatch.delenv(name, raising=False)
+    """The plans below are checked against the default prefix and subnet (``sb``,
+    10.77.0): a second cluster's names in the caller's environment
+    (``SYNCBENCH_CLUSTER_PREFIX``/``SUBNET``, read when the modules load) must not
+    change them."""
+    for module, name, value in ((state, "PREFIX", "sb"), (state, "BRIDGE", "sbbr0"),
+                                (state, "SUBNET", "10.77.0"),
+                                (state, "BRIDGE_ADDRESS", "10.77.0.254"),
+                                (actions, "SUBNET", "10.77.0"), (network, "BRIDGE", "sbbr0"),
+                                (slurm, "BRIDGE_ADDRESS", "10.77.0.254")):
+        monkeypatch.setattr(module, name, value)
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -29,7 +35,9 @@ def _args(**kw) -> argparse.Namespace:
 
 
 def _cluster(count: int = 2, **kw) -> Cluster:
-    return actions.requested(_args(nodes=count, **kw))
+    # the bridge's names are the Cluster's defaults, fixed when state loaded
+    return dataclasses.replace(actions.requested(_args(nodes=count, **kw)),
+                               bridge=state.BRIDGE, bridge_address=state.BRIDGE_ADDRESS)
 
 
 @pytest.mark.parametrize("rate,expected", [("1gbit", 125e6), ("200mbit", 25e6),
