@@ -39,7 +39,7 @@ SHORT, LONG = "0.05", "0.15"
 #: blocking only; the others at the default overlap).
 CODEC_FLAGS = {"powersgd:2": ["--powersgd-start", "0", "--comm", "blocking"]}
 #: The codec of make test; the others run in make test-all.
-FAST = {"fp16", "powersgd:2"}
+FAST = {"fp16"}
 
 
 @pytest.fixture(scope="module")
