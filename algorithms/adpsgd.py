@@ -75,7 +75,7 @@ from syncbench.algorithms.flags import option
 from syncbench.algorithms.graphs import GraphSchedule, build_graph
 from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.not_lock_step import NotLockStep
-from syncbench.algorithms.replica_scores import ReplicaScores
+from syncbench.algorithms.replica_scores import ReplicaScores, consensus_arrays, consensus_log
 from syncbench.algorithms.traits import StrategyTraits
 
 #: Least time between two progress polls inside compute (as ASGD's).
@@ -313,10 +313,7 @@ class ADPSGD(Strategy, NotLockStep):
         self._publish()
 
     def _publish(self) -> None:
-        log = sorted(self.consensus_log.items())
-        self.run_attributes["consensus_samples"] = np.array([s for s, _ in log], dtype=np.int64)
-        self.run_attributes["consensus_distance"] = np.array([d for _, d in log],
-                                                             dtype=np.float64)
+        self.run_attributes.update(consensus_arrays(self.consensus_log))
         self.run_attributes.update(self.replica_scores.attributes())
 
     # -- checkpoints -----------------------------------------------------------------
@@ -324,10 +321,8 @@ class ADPSGD(Strategy, NotLockStep):
         """At a meeting point (collective): the rank's model (its window), the optimizer's
         state, the step (which keys the peer stream) and the consensus log."""
         self.settle()
-        log = sorted(self.consensus_log.items())
         return {**super().state(),
-                "consensus_samples": np.array([s for s, _ in log], dtype=np.int64),
-                "consensus_distance": np.array([d for _, d in log], dtype=np.float64),
+                **consensus_arrays(self.consensus_log),
                 **self.replica_scores.state(),
                 "staleness_totals": self.staleness_totals.copy()}
 
@@ -336,9 +331,7 @@ class ADPSGD(Strategy, NotLockStep):
         every window holds its restored model)."""
         super().load_state(state)
         self.window.set_own(self.model.backend.to_numpy(self.model.params))
-        self.consensus_log = dict(zip(np.asarray(state["consensus_samples"]).tolist(),
-                                      np.asarray(state["consensus_distance"]).tolist(),
-                                      strict=True))
+        self.consensus_log = consensus_log(state)
         self.replica_scores.load_state(state)
         self.staleness_totals = np.asarray(state["staleness_totals"], np.int64).copy()
         self._consensus = None

@@ -28,8 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from syncbench.algorithms.averagers.compressed_gossip import (
     CompressedGossipAverager,
     gossip_codec,
@@ -38,7 +36,7 @@ from syncbench.algorithms.averagers.gossip import GossipAverager
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
 from syncbench.algorithms.graphs import build_graph, graph_arg
-from syncbench.algorithms.replica_scores import ReplicaScores
+from syncbench.algorithms.replica_scores import ReplicaScores, consensus_arrays, consensus_log
 from syncbench.algorithms.traits import StrategyTraits
 
 
@@ -128,25 +126,18 @@ class DPSGD(Strategy):
         self._publish()
 
     def _publish(self) -> None:
-        log = sorted(self.consensus_log.items())
-        self.run_attributes["consensus_samples"] = np.array([s for s, _ in log], dtype=np.int64)
-        self.run_attributes["consensus_distance"] = np.array([d for _, d in log],
-                                                             dtype=np.float64)
+        self.run_attributes.update(consensus_arrays(self.consensus_log))
         self.run_attributes.update(self.replica_scores.attributes())
 
     def state(self) -> dict[str, Any]:
-        log = sorted(self.consensus_log.items())
         return {**super().state(), **self.averager.state(),
-                "consensus_samples": np.array([s for s, _ in log], dtype=np.int64),
-                "consensus_distance": np.array([d for _, d in log], dtype=np.float64),
+                **consensus_arrays(self.consensus_log),
                 **self.replica_scores.state()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.averager.load_state(state)
-        self.consensus_log = dict(zip(np.asarray(state["consensus_samples"]).tolist(),
-                                      np.asarray(state["consensus_distance"]).tolist(),
-                                      strict=True))
+        self.consensus_log = consensus_log(state)
         self.replica_scores.load_state(state)
         self._consensus = None
         self._publish()

@@ -19,6 +19,20 @@ import numpy as np
 from syncbench.algorithms.mpi import MPI
 
 
+def consensus_arrays(log: dict[int, float]) -> dict[str, np.ndarray]:
+    """A consensus log ((global samples) -> distance) as the run file and checkpoints keep
+    it: ``consensus_samples`` and ``consensus_distance``, in sample order."""
+    ordered = sorted(log.items())
+    return {"consensus_samples": np.array([s for s, _ in ordered], dtype=np.int64),
+            "consensus_distance": np.array([d for _, d in ordered], dtype=np.float64)}
+
+
+def consensus_log(state: dict[str, Any]) -> dict[int, float]:
+    """The inverse of :func:`consensus_arrays` (a checkpoint's)."""
+    return dict(zip(np.asarray(state["consensus_samples"]).tolist(),
+                    np.asarray(state["consensus_distance"]).tolist(), strict=True))
+
+
 class ReplicaScores:
     """(global samples) -> (mean, worst) accuracy of the ranks' own models."""
 
