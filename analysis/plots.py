@@ -249,6 +249,18 @@ def median_band(curves: Sequence[tuple[np.ndarray, np.ndarray]], points: int = 6
     return grid, np.median(stack, axis=0), np.min(stack, axis=0), np.max(stack, axis=0)
 
 
+def draw_curves(ax: Any, curves: Sequence[tuple[np.ndarray, np.ndarray]], color: Any,
+                marker: str, label: str) -> None:
+    """One series: a single run as measured (with markers), repeats as their median with
+    a band from the lowest to the highest (:func:`median_band`)."""
+    if len(curves) == 1:
+        ax.plot(*curves[0], marker=marker, markersize=3, color=color, label=label)
+        return
+    grid, med, lo, hi = median_band(curves)
+    ax.plot(grid, med, color=color, label=label)
+    ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+
+
 def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]],
                      path: Path, caption: str | None = None,
                      groups: list[tuple[str, int, list[Run]]] | None = None,
@@ -281,12 +293,7 @@ def plot_convergence(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any
                 ok = np.isfinite(x) & np.isfinite(y)
                 order = np.argsort(x[ok], kind="stable")
                 curves.append((x[ok][order], y[ok][order]))
-            if len(curves) == 1:
-                ax.plot(*curves[0], marker=marker, markersize=3, color=color, label=label)
-                continue
-            grid, med, lo, hi = median_band(curves)
-            ax.plot(grid, med, color=color, label=label)
-            ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+            draw_curves(ax, curves, color, marker, label)
     ax_t.set_xlabel("training time (s, evaluation excluded)")
     ax_n.set_xlabel("training samples seen, all ranks")
     for ax in (ax_t, ax_n):
@@ -339,12 +346,7 @@ def plot_consensus(plt: Any, runs: Sequence[Run], rows: Sequence[dict[str, Any]]
         color = cmap(names.index(name) % 10)
         marker = MARKERS[sizes.index(n) % len(MARKERS)]
         label = f"{name}, {n} rank{'' if n == 1 else 's'}"
-        if len(curves) == 1:
-            ax.plot(*curves[0], marker=marker, markersize=3, color=color, label=label)
-            continue
-        grid, med, lo, hi = median_band(curves)
-        ax.plot(grid, med, color=color, label=label)
-        ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+        draw_curves(ax, curves, color, marker, label)
     ax.set_yscale("log")
     ax.set_xlabel("training time (s, evaluation excluded)")
     ax.set_ylabel("consensus distance\n(mean squared distance to x_bar)")
