@@ -50,7 +50,8 @@ model evaluated is the average x_bar (one ``Allreduce``) and the consensus dista
 Progress: a passive rank's window is the target of others' averages while it computes;
 where the transport needs the target inside MPI (ofi/tcp across nodes), the rank enters
 MPI between layers and during an emulated slowdown (``Iprobe``, at most every
-:data:`POLL_MIN_GAP_S`), as ASGD's workers do. That is the one member of
+:data:`~syncbench.algorithms.windows.POLL_MIN_GAP_S`), as ASGD's workers do
+(:class:`~syncbench.algorithms.windows.ProgressPoll`). That is the one member of
 :class:`~syncbench.algorithms.not_lock_step.NotLockStep` it answers otherwise than a
 lock-step strategy (its ranks do not step together; the others keep their lock-step
 defaults).
@@ -77,9 +78,8 @@ from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.not_lock_step import NotLockStep
 from syncbench.algorithms.replica_scores import ReplicaScores, consensus_arrays, consensus_log
 from syncbench.algorithms.traits import StrategyTraits
+from syncbench.algorithms.windows import ProgressPoll
 
-#: Least time between two progress polls inside compute (as ASGD's).
-POLL_MIN_GAP_S = 5e-4
 #: Sleep between the tests of a settling barrier (each test drives RMA progress).
 POLL_INTERVAL_S = 1e-4
 DEFAULT_MEET_EVERY = 10
@@ -202,7 +202,7 @@ class ADPSGD(Strategy, NotLockStep):
         self._next = backend.asarray(np.zeros(model.size, model.dtype))
         self.window.set_own(backend.to_numpy(model.params))
         self._mpi.Barrier()  # every window holds its model before any rank averages
-        self._last_poll = 0.0
+        self._progress = ProgressPoll(self._mpi, self.timer)
         #: steps_taken at the last settle (every rank's window copied into its params).
         self._settled = -1
         #: (global samples, consensus distance) of every evaluation.
@@ -215,16 +215,6 @@ class ADPSGD(Strategy, NotLockStep):
         self.staleness_totals = np.zeros(3, np.int64)
 
     # -- the algorithm -----------------------------------------------------------
-    def _progress(self, _offset: int = 0) -> None:
-        """Enter MPI (at most every ``POLL_MIN_GAP_S``) so that averages targeting this
-        rank's window progress while it computes."""
-        now = time.perf_counter()
-        if now - self._last_poll < POLL_MIN_GAP_S:
-            return
-        with self.timer.phase("comm"):
-            self._mpi.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
-        self._last_poll = time.perf_counter()
-
     def drive_progress(self) -> None:
         """The emulated slowdown's polls: a straggling passive rank keeps its window's
         averages progressing, as it does between layers."""

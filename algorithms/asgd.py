@@ -46,7 +46,7 @@ from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.not_lock_step import NotLockStep
 from syncbench.algorithms.optimizer import SubnormalFlush
 from syncbench.algorithms.traits import StrategyTraits
-from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow
+from syncbench.algorithms.windows import LAYOUTS, Counters, ParamWindow, ProgressPoll
 from syncbench.kernels.zoo import has_batchnorm
 
 VERSION, CLAIMS, STARTED = 0, 1, 2
@@ -54,9 +54,6 @@ VERSION, CLAIMS, STARTED = 0, 1, 2
 DROPPED_PAUSE = -1
 #: Sleep between progress tests of a rank that only waits (host, done ranks).
 POLL_INTERVAL_S = 1e-4
-#: Least time between two progress polls inside compute (Open MPI yields the
-#: core in every poll when oversubscribed, so polling every layer is costly).
-POLL_MIN_GAP_S = 5e-4
 #: ``--rma-assert``: the ``MPI_Win_lock`` assertion by name (an ``MPI`` constant, or 0).
 LOCK_ASSERTS = {"nocheck": "MODE_NOCHECK", "none": ""}
 #: ``--async-lr-scale``: divide --lr by the number of workers, or not.
@@ -219,7 +216,6 @@ class ASGD(Strategy, NotLockStep):
         self._exhausted = self.is_host
         self._finished = self._closed = False
         self._v_pull = self._started_post = 0
-        self._last_poll = 0.0
         # checkpoint pauses every --checkpoint-every * N tickets (none without it)
         self._pause_stride = int(config.checkpoint_every or 0) * self.comm.size
         self._next_pause = self._pause_stride if self._pause_stride else self.total_pushes
@@ -244,6 +240,7 @@ class ASGD(Strategy, NotLockStep):
         if self._mpi is not None:
             return
         self._mpi = self.comm.mpi_comm.Dup()
+        self._progress = ProgressPoll(self._mpi, self.timer)
         self.windows = ParamWindow(
             self._mpi, self.model.size, self.model.dtype, self.layout, self._lock_assert,
             events=getattr(self.comm, "events", None), timer=self.timer,
@@ -260,15 +257,6 @@ class ASGD(Strategy, NotLockStep):
             self.counters.set_local(counters)
             self._restored = None
         self._mpi.Barrier()
-
-    def _progress(self, _offset: int = 0) -> None:
-        """Enter MPI (at most every ``POLL_MIN_GAP_S``) so that RMA on our windows progresses."""
-        now = time.perf_counter()
-        if now - self._last_poll < POLL_MIN_GAP_S:
-            return
-        with self.timer.phase("comm"):
-            self._mpi.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
-        self._last_poll = time.perf_counter()
 
     def end_early(self) -> bool:
         """Hand out the rest of the budget at once: every rank's next claim finds it gone.

@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -262,3 +263,25 @@ class Counters:
     def Free(self) -> None:
         """``Win.Free`` (collective)."""
         self.win.Free()
+
+
+#: Least time between two progress polls inside compute (Open MPI yields the core in every
+#: poll when oversubscribed, so polling every layer is costly).
+POLL_MIN_GAP_S = 5e-4
+
+
+class ProgressPoll:
+    """Enter MPI at most every :data:`POLL_MIN_GAP_S` (an ``Iprobe``, timed as ``comm``),
+    so that one-sided operations targeting this rank's windows progress while it
+    computes: the ``on_grads_ready`` and ``poll`` hooks of ASGD's and AD-PSGD's compute."""
+
+    def __init__(self, mpi_comm: Any, timer: PhaseTimer) -> None:
+        self.mpi_comm, self.timer = mpi_comm, timer
+        self.last = 0.0
+
+    def __call__(self, _offset: int = 0) -> None:
+        if time.perf_counter() - self.last < POLL_MIN_GAP_S:
+            return
+        with self.timer.phase("comm"):
+            self.mpi_comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+        self.last = time.perf_counter()
