@@ -53,18 +53,27 @@ extern "C" __global__ void axpy(real* y, real a, const real* x, long long n) {
 //   w = w + (m * neg_step) / (sqrt(v) / c2 + eps)
 // c2 = sqrt(1 - b2^t) and neg_step = -lr / (1 - b1^t): PyTorch's bias corrections,
 // computed in double by the caller and rounded to real as NumPy rounds them.
+// The moments and the step of element i, after its decay (wi: w[i] decayed); both
+// kernels below end with it.
+__device__ __forceinline__ void sb_adamw_step(real* w, const real* g, real* m, real* v,
+                                              long long i, real wi, real one_minus_b1,
+                                              real b2, real one_minus_b2, real c2, real eps,
+                                              real neg_step) {
+    real gi = g[i];
+    real mi = m[i] + (gi - m[i]) * one_minus_b1;
+    real vi = v[i] * b2 + (gi * one_minus_b2) * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi + (mi * neg_step) / (sqrt(vi) / c2 + eps);
+}
+
 extern "C" __global__ void adamw(real* w, const real* g, real* m, real* v, int has_factor,
                                  real factor, real one_minus_b1, real b2, real one_minus_b2,
                                  real c2, real eps, real neg_step, long long n) {
     SB_GRID_LOOP(i, n) {
         real wi = w[i];
         if (has_factor) wi = wi * factor;
-        real gi = g[i];
-        real mi = m[i] + (gi - m[i]) * one_minus_b1;
-        real vi = v[i] * b2 + (gi * one_minus_b2) * gi;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] = wi + (mi * neg_step) / (sqrt(vi) / c2 + eps);
+        sb_adamw_step(w, g, m, v, i, wi, one_minus_b1, b2, one_minus_b2, c2, eps, neg_step);
     }
 }
 
@@ -76,11 +85,6 @@ extern "C" __global__ void adamw_array_decay(real* w, const real* g, real* m, re
                                              real neg_step, long long n) {
     SB_GRID_LOOP(i, n) {
         real wi = w[i] * (wd[i] * neg_lr + (real)1);
-        real gi = g[i];
-        real mi = m[i] + (gi - m[i]) * one_minus_b1;
-        real vi = v[i] * b2 + (gi * one_minus_b2) * gi;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] = wi + (mi * neg_step) / (sqrt(vi) / c2 + eps);
+        sb_adamw_step(w, g, m, v, i, wi, one_minus_b1, b2, one_minus_b2, c2, eps, neg_step);
     }
 }
