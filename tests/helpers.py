@@ -73,6 +73,31 @@ def strategy_on_world(algorithm: str, steps_per_rank: int, base_flags, flags, ba
     return algo, stream, data, config
 
 
+def small_ssgd_run(path, dataset: str = "synthetic", wall: float = 1.0, **root) -> str:
+    """A complete 2-rank SSGD run file as train writes it: 8 steps of 64 samples per rank,
+    one evaluation, ``wall`` seconds, ``dataset``, and ``root`` as further root
+    attributes."""
+    import numpy as np
+
+    from syncbench.analysis import schema
+    from syncbench.bench.train.recorder import write_run_file
+
+    def rank() -> dict:
+        cols = {name: np.zeros(8, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
+        cols.update(step=np.arange(8), t_start=np.arange(8) * 0.1, t_compute=np.full(8, 0.1),
+                    loss=np.full(8, 1.0), samples=np.full(8, 64))
+        return cols
+
+    evals = {"t": np.asarray([1.0]), "step": np.asarray([8]),
+             "samples_seen": np.asarray([1024]), "loss": np.asarray([0.5]),
+             "accuracy": np.asarray([0.9])}
+    attrs = {"algorithm": "ssgd", "model": "mlp", "dataset": dataset, "world_size": 2,
+             "config": {"algorithm": "ssgd", "batch_size": 64}, "hostnames": ["h"], **root}
+    write_run_file(path, attrs, {0: rank(), 1: rank()}, {r: {"slowdown": 1.0} for r in (0, 1)},
+                   evals, wall, None)
+    return str(path)
+
+
 def run_mpi(np_: int, *args: str, timeout: float = 120, env: dict | None = None):
     """Run ``mpiexec -n np_ <python> -m syncbench <args>``; returns CompletedProcess."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}

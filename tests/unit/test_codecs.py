@@ -137,16 +137,18 @@ def test_16_bit_codecs_refuse_other_dtypes():
 # ----------------------------------------------------------------------------- int8
 
 
-def bagua_scalar(x: np.ndarray, lo: np.float32, hi: np.float32) -> tuple[list[int], list[float]]:
-    """Element-by-element float32 re-computation of Bagua's MinMaxUInt8 kernels."""
+def bagua_scalar(x: np.ndarray, lo: np.float32, hi: np.float32,
+                 levels: float = 255.0) -> tuple[list[int], list[float]]:
+    """Element-by-element float32 re-computation of Bagua's MinMaxUInt8 kernels (``levels``
+    15: the same arithmetic with 4-bit codes)."""
     f = np.float32
-    scale = f(255.0) / (f(hi - lo) + f(1e-7))
+    scale = f(levels) / (f(hi - lo) + f(1e-7))
     upper = f(np.rint(f(hi * scale)))
-    lower = f(upper - f(255.0))
+    lower = f(upper - f(levels))
     codes, values = [], []
     for v in x:
         level = min(f(np.rint(f(v * scale))), upper)
-        code = int(min(max(f(level - lower), f(0)), f(255)))
+        code = int(min(max(f(level - lower), f(0)), f(levels)))
         codes.append(code)
         values.append(float(f(f(f(code) + lower) / scale)))
     return codes, values

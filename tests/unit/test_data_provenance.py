@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import small_ssgd_run
 
 from syncbench.analysis import schema
 from syncbench.analysis.data_record import data_lines, data_record
@@ -132,21 +133,7 @@ def test_data_info_takes_data_dir_before_or_after_the_action(tmp_path, capsys):
 def _run_file(path: Path, data: dict) -> None:
     """A complete 2-rank SSGD run file, as train writes it, with the data record ``data``
     (root attributes; empty: none)."""
-    from syncbench.bench.train.recorder import write_run_file
-
-    def rank() -> dict:
-        cols = {name: np.zeros(8, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
-        cols.update(step=np.arange(8), t_start=np.arange(8) * 0.1, t_compute=np.full(8, 0.1),
-                    loss=np.full(8, 1.0), samples=np.full(8, 64))
-        return cols
-
-    evals = {"t": np.asarray([1.0]), "step": np.asarray([8]),
-             "samples_seen": np.asarray([1024]), "loss": np.asarray([0.5]),
-             "accuracy": np.asarray([0.9])}
-    root = {"algorithm": "ssgd", "model": "mlp", "dataset": "mnist", "world_size": 2,
-            "config": {"algorithm": "ssgd", "batch_size": 64}, "hostnames": ["h"], **data}
-    write_run_file(path, root, {0: rank(), 1: rank()}, {r: {"slowdown": 1.0} for r in (0, 1)},
-                   evals, 1.0, None)
+    small_ssgd_run(path, dataset="mnist", **data)
 
 
 def test_report_json_and_csv_carry_the_whole_data_record(tmp_path, capsys):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_codecs import bagua_scalar
 
 from syncbench.algorithms.codecs.minmax import MinMaxUInt4Codec
 from syncbench.algorithms.codecs.registry import parse_codec
@@ -18,17 +19,7 @@ from syncbench.algorithms.reducers.compress import REDUCERS
 
 def scalar_int4(x: np.ndarray, lo: np.float32, hi: np.float32) -> tuple[list[int], list[float]]:
     """Element-by-element float32 re-computation with 15 levels."""
-    f = np.float32
-    scale = f(15.0) / (f(hi - lo) + f(1e-7))
-    upper = f(np.rint(f(hi * scale)))
-    lower = f(upper - f(15.0))
-    codes, values = [], []
-    for v in x:
-        level = min(f(np.rint(f(v * scale))), upper)
-        code = int(min(max(f(level - lower), f(0)), f(15)))
-        codes.append(code)
-        values.append(float(f(f(f(code) + lower) / scale)))
-    return codes, values
+    return bagua_scalar(x, lo, hi, levels=15.0)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 4096])

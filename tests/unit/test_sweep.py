@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import small_ssgd_run
 
 from syncbench.bench.commands import sweep as sweep_command
 from syncbench.bench.experiment import sweep
@@ -144,24 +145,8 @@ def test_overlapped_runs_are_flagged_and_get_no_efficiency(tmp_path, capsys):
 def _hand_file(path: Path, wall: float, diverged: bool) -> str:
     """A 2-rank SSGD run file of 8 steps of 64 samples per rank, ``wall`` seconds."""
     import h5py
-    import numpy as np
 
-    from syncbench.analysis import schema
-    from syncbench.bench.train.recorder import write_run_file
-
-    def rank():
-        cols = {name: np.zeros(8, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()}
-        cols.update(step=np.arange(8), t_start=np.arange(8) * 0.1, t_compute=np.full(8, 0.1),
-                    loss=np.full(8, 1.0), samples=np.full(8, 64))
-        return cols
-
-    evals = {"t": np.asarray([1.0]), "step": np.asarray([8]),
-             "samples_seen": np.asarray([1024]), "loss": np.asarray([0.5]),
-             "accuracy": np.asarray([0.9])}
-    root = {"algorithm": "ssgd", "model": "mlp", "dataset": "synthetic", "world_size": 2,
-            "config": {"algorithm": "ssgd", "batch_size": 64}, "hostnames": ["h"]}
-    write_run_file(path, root, {0: rank(), 1: rank()}, {r: {"slowdown": 1.0} for r in (0, 1)},
-                   evals, wall, None)
+    small_ssgd_run(path, wall=wall)
     with h5py.File(path, "r+") as f:
         f["summary"].attrs["diverged"] = diverged
     return str(path)
