@@ -176,6 +176,14 @@ results: venv sim
 speed: venv
 	$(BIN)/syncbench speed
 
+# The simulator against measured runs on the emulated cluster (as root; 2 nodes, brought
+# up and taken down unless one is up): the validation scenario for each model and link
+# rate, with the calibration and workload runs it needs (jobs/validate_simulator.sh;
+# MODELS="mlp lenet resnet8" LINKS="1gbit 200mbit" REPEATS=3 choose the matrix).
+.PHONY: validate-sim
+validate-sim: venv sim dataset cluster-deps
+	PY=$(PY) bash jobs/validate_simulator.sh
+
 # The documentation site (docs/conf.py): the Markdown guide, the reference generated from
 # the code (commands, scenarios, run-file schema, columns) and the API from docstrings.
 .PHONY: docs

@@ -97,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     het = parser.add_argument_group("heterogeneity")
     het.add_argument("--slowdown", default=None,
                      help="per-rank slowdown factors as in train, e.g. 1,4")
+    het.add_argument("--node-speed", default=None, metavar="S1,S2,...",
+                     help="per-rank CPU share of a node at a quota, as the emulated "
+                     "cluster's --node-speed (e.g. 1,0.5): compute, data, update and the "
+                     "time inside MPI are slowed by 1/S")
     het.add_argument("--stragglers", default=None,
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")

@@ -15,6 +15,7 @@ from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import WriteError
 from syncbench.bench.simulate.inputs import build_platform, build_workload, steps_per_rank
+from syncbench.bench.simulate.quota import parse_node_speeds
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.ticker import Ticker
 from syncbench.bench.simulate.workload import parse_stragglers
@@ -25,9 +26,11 @@ MAX_RANKS = 16_384
 
 
 def check_strategy(args: argparse.Namespace, n: int) -> None:
-    """The strategy's own checks of its flags at ``n`` ranks, and ``--slowdown``'s."""
+    """The strategy's own checks of its flags at ``n`` ranks, ``--slowdown``'s and
+    ``--node-speed``'s."""
     validate(get_algorithm(args.algorithm), args, n)
     parse_slowdown(args.slowdown, n)
+    parse_node_speeds(getattr(args, "node_speed", None), n)
 
 
 def run_single(args: argparse.Namespace) -> int:

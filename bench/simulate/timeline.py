@@ -25,13 +25,18 @@ class LocalTimes:
 
     The delay is the measured run's own (a ``--workload RUN.h5`` rank that
     was slowed) plus compute x (factor - 1), the factor from ``--slowdown``
-    and ``--stragglers`` (:func:`.workload.delay_factors`, >= 1).
+    and ``--stragglers`` (:func:`.workload.delay_factors`, >= 1), plus
+    ``extra_delay`` (a node's CPU quota, :mod:`.quota`).
     """
 
     def __init__(self, workload: Workload, n: int, slowdown: list[float],
-                 stragglers: Stragglers, seed: int) -> None:
+                 stragglers: Stragglers, seed: int,
+                 extra_delay: dict[int, np.ndarray] | None = None) -> None:
         self.workload, self.n = workload, n
         self.slowdown = np.asarray(slowdown, dtype=float)
+        #: Seconds added to rank k's delay at step j (``extra_delay[k][j]``; steps past
+        #: the array's end add nothing): a CPU quota's debt (:mod:`.quota`).
+        self.extra_delay = extra_delay or {}
         self.stragglers = stragglers
         self.rng = np.random.default_rng(seed)
         self.offsets = workload.replay_offsets(self.rng, n)
@@ -57,6 +62,9 @@ class LocalTimes:
         block = self.workload.draw(self.rng, self.n, have, more, self.offsets)
         factor = delay_factors(self.stragglers, self.slowdown, self.rng, (self.n, more))
         block[..., 3] += block[..., 1] * (factor - 1.0)
+        for k, extra in self.extra_delay.items():
+            part = extra[have:have + more]
+            block[k, :len(part), 3] += part
         self.cols = np.concatenate([self.cols, block], axis=1)
 
     def _reach(self, j: int) -> None:

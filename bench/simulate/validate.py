@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -78,10 +79,51 @@ def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, i
         if hasattr(cfg, key) and key not in ("out", "seed", "validate", "batch_size"):
             setattr(cfg, key, value)
     cfg.algorithm, cfg.out = run.algorithm, None
-    cfg.slowdown = nominal_slowdown(run) or cfg.slowdown
+    factors, speeds = rank_factors(run)
+    if any(f != 1.0 for f in factors):
+        cfg.slowdown = ",".join(f"{f:g}" for f in factors)
+    cfg.node_speed = ",".join(f"{s:g}" for s in speeds) if any(s < 1.0 for s in speeds) \
+        else None
     n = run.world_size
     total = sum(len(cols["step"]) for cols in run.ranks.values())
     return cfg, n, max(1, round(total / n))
+
+
+def rank_factors(run: Any) -> tuple[list[float], list[float]]:
+    """Per rank, in rank order: train's ``--slowdown`` factor and its node's CPU share
+    (the rank attributes ``slowdown`` and ``node_speed``; 1 where absent). The share
+    goes to the simulator as ``--node-speed`` (:mod:`.quota`), not folded into the
+    factor: a quota slows the rank's time in MPI too, a ``--slowdown`` only its compute."""
+    factors, speeds = [], []
+    for rank in sorted(run.ranks):
+        attrs = run.rank_attrs.get(rank, {})
+        factors.append(_attr(attrs, "slowdown"))
+        speed = _attr(attrs, "node_speed")
+        speeds.append(speed if 0.0 < speed <= 1.0 else 1.0)
+    return factors, speeds
+
+
+def _attr(attrs: dict[str, Any], name: str) -> float:
+    try:
+        value = float(attrs.get(name, 1.0))
+    except (TypeError, ValueError):
+        return 1.0
+    return value if math.isfinite(value) and value > 0 else 1.0
+
+
+def configuration(run: Any) -> str:
+    """The run's heterogeneity in a few characters: ``hom``, ``work 2x`` (``--slowdown``
+    and its mode), ``quota 0.5`` (the slowest node's share), or both."""
+    factors, speeds = rank_factors(run)
+    parts = []
+    if any(f != 1.0 for f in factors):
+        attrs = run.rank_attrs.get(sorted(run.ranks)[factors.index(max(factors))], {})
+        mode = str(attrs.get("slowdown_mode", "") or run.config.get("slowdown_mode", ""))
+        parts.append(f"{mode} {max(factors):g}x" if mode and mode != "none"
+                     else f"slow {max(factors):g}x")
+    if any(v < 1.0 for v in speeds):
+        parts.append(f"quota {min(speeds):g}")
+    return " ".join(parts) or "hom"
 
 
 def nominal_slowdown(run: Any) -> str | None:
@@ -111,20 +153,21 @@ def validate_main(args: argparse.Namespace) -> int:
           f"platform {spec.kind}"
           + (f" calibrated from {spec.calibrated_from}: latency {2 * spec.latency * 1e6:.2f} us,"
              f" bandwidth {spec.bandwidth / 1e9:.3f} GB/s" if spec.calibrated_from else ""))
-    head = (f"{'run':<34} {'alg':<8} {'N':>2} {'slow':>5} {'load':>5} {'meas/s':>9} "
+    head = (f"{'run':<34} {'alg':<8} {'N':>2} {'config':<16} {'load':>5} {'meas/s':>9} "
             f"{'pred/s':>9} {'err':>6} {'comp ms m/p':>13} {'sync ms m/p':>13} "
             f"{'other ms m/p':>13}")
     print(head)
-    errors = []
+    errors, cells = [], []
     for run, (_cfg, n, _), result in zip(runs, jobs, results):
         m = {**row_figures(run.ranks), "samples_per_s": measured_samples_per_s(run)}
         p = row_figures(result.timeline.rows.arrays())
         err = p["samples_per_s"] / m["samples_per_s"] - 1.0
         errors.append(abs(err))
-        name = run.path.rsplit("/", 1)[-1][:34]
-        slow = "yes" if nominal_slowdown(run) else "-"
+        name = run.path.rsplit("/", 1)[-1]
+        config = configuration(run)
+        cells.append((run_label(name), config, err))
         note = "" if run.model == workload.name else f"  (model {run.model} != workload)"
-        print(f"{name:<34} {run.algorithm:<8} {n:>2} {slow:>5} {run_load(run):>5} "
+        print(f"{name[:34]:<34} {run.algorithm:<8} {n:>2} {config[:16]:<16} {run_load(run):>5} "
               f"{m['samples_per_s']:>9.0f} "
               f"{p['samples_per_s']:>9.0f} {100 * err:>+5.0f}% "
               f"{m['compute_ms']:>6.2f}/{p['compute_ms']:<6.2f} "
@@ -135,7 +178,46 @@ def validate_main(args: argparse.Namespace) -> int:
               f"max {100 * float(np.max(errors)):.1f}% over {len(errors)} runs")
     print("load: the host's highest 1-minute load average during the measured run; above its "
           "cores, other processes took CPU time the simulation does not know about")
+    if len({c for _, c, _ in cells}) > 1 or len(cells) > len({lbl for lbl, _, _ in cells}):
+        print()
+        print(error_table(cells))
     return 0
+
+
+#: The runner's file name of a run: label, configuration key, repeat (``plan.run_name``).
+_RUNNER_NAME = re.compile(r"^(?P<label>.+?)-(?:hom|s[0-9.,-]+(?:-[a-z]+)?|q[0-9.,-]+)"
+                          r"-r\d+\.h5$")
+
+
+def run_label(file_name: str) -> str:
+    """The scenario label of a runner's run file (``ssgd-q1-0.5-r0.h5`` -> ``ssgd``);
+    another name without its ``.h5``."""
+    match = _RUNNER_NAME.match(file_name)
+    return match["label"] if match else file_name.removesuffix(".h5")
+
+
+def error_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str:
+    """Prediction error per label (rows) and configuration (columns): min to max over
+    the repeats, ``*`` where a repeat is off by more than ``limit``."""
+    labels = list(dict.fromkeys(lbl for lbl, _, _ in cells))
+    configs = sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c))
+    width = max(14, *(len(c) + 2 for c in configs))
+    lines = [f"{'error (pred/meas - 1)':<24}" + "".join(f"{c:>{width}}" for c in configs)]
+    for label in labels:
+        row = f"{label[:24]:<24}"
+        for config in configs:
+            errs = [e for lbl, c, e in cells if lbl == label and c == config]
+            if not errs:
+                row += f"{'-':>{width}}"
+                continue
+            lo, hi = min(errs), max(errs)
+            text = f"{100 * lo:+.0f}%" if len(errs) == 1 else \
+                f"{100 * lo:+.0f}..{100 * hi:+.0f}%"
+            row += f"{text + ('*' if max(abs(lo), abs(hi)) > limit else ' '):>{width}}"
+        lines.append(row)
+    off = sum(1 for _, _, e in cells if abs(e) > limit)
+    lines.append(f"* a repeat off by more than {100 * limit:.0f}%: {off} of {len(cells)} runs")
+    return "\n".join(lines)
 
 
 def run_load(run: Any) -> str:

@@ -7,7 +7,7 @@ import argparse
 from test_analysis import write_file
 
 from syncbench.analysis.runfile import read_run
-from syncbench.bench.simulate.validate import _job, nominal_slowdown
+from syncbench.bench.simulate.validate import _job, configuration, nominal_slowdown
 
 
 def test_a_node_slowed_by_its_cpu_quota_is_simulated_as_slowed(tmp_path):
@@ -26,4 +26,9 @@ def test_a_node_slowed_by_its_cpu_quota_is_simulated_as_slowed(tmp_path):
     assert nominal_slowdown(read_run(both)) == "1,4"
     assert nominal_slowdown(read_run(plain)) is None
     cfg, n, steps = _job(argparse.Namespace(slowdown=None, algorithm="ssgd"), read_run(quota))
-    assert (cfg.slowdown, n, steps) == ("1,4", 2, 4)
+    # the quota goes to the simulator as a node speed (it slows MPI too), not a --slowdown
+    assert (cfg.slowdown, cfg.node_speed, n, steps) == (None, "1,0.25", 2, 4)
+    cfg, _, _ = _job(argparse.Namespace(slowdown=None, algorithm="ssgd"), read_run(both))
+    assert (cfg.slowdown, cfg.node_speed) == ("1,2", "1,0.5")
+    assert [configuration(read_run(f)) for f in (quota, both, plain)] == \
+        ["quota 0.25", "slow 2x quota 0.5", "hom"]
