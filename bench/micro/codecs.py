@@ -116,6 +116,22 @@ def codec_rates(specs: Sequence[str] = SPECS, sizes: Sequence[int] = SIZES,
     return rows
 
 
+def codec_seconds(spec: str, count: int, shapes: Sequence[tuple[int, ...]] | None = None,
+                  repeats: int = 5, seed: int = 0) -> float:
+    """Median seconds of one encode and decode of ``spec`` on a ``count``-element float32
+    gradient laid out as ``shapes`` (what ``simulate --codec-seconds auto`` charges per
+    step and rank: one rank's encode and decode of its whole gradient, on this host)."""
+    x = np.random.default_rng(seed).standard_normal(count, dtype=np.float32)
+    encode, decode, _ = _calls(spec, x, shapes)
+    decode(encode())  # untimed: allocator, caches, the first Q
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        decode(encode())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 @dataclass
 class StepShare:
     """Seconds per step of a model's compute and of a codec's encode + decode, per repeat."""

@@ -44,7 +44,8 @@ after its first completed, which is how :mod:`.progress` issues any next stage.
 Encode and decode (charged to ``update`` by the reducers) are in a measured run's
 ``update`` rows when the ``--workload`` run file was itself run with the same
 ``--compress``; otherwise ``--codec-seconds S`` per step and rank is added (default 0:
-left out), spent before the first post under ``--comm blocking`` and after the
+left out; ``auto``: one encode and decode timed on this host, which ``--validate``
+uses), spent before the first post under ``--comm blocking`` and after the
 ``Waitall`` under overlap. The run file's ``simulation`` attribute says which
 (``codec_cost``).
 """
@@ -88,10 +89,12 @@ IALLGATHER_BRUCK_BYTES = 81920
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--codec-seconds``: the codec's work where no measured row holds it."""
     group = parser.add_argument_group("ssgd --compress (simulated)")
-    group.add_argument("--codec-seconds", type=float, default=0.0, metavar="S",
+    group.add_argument("--codec-seconds", default="0", metavar="S|auto",
                        help="encode + decode seconds per step and rank of --compress, added "
                        "to update unless the --workload run file was run with the same "
-                       "--compress (default 0: left out)")
+                       "--compress; auto: timed on this host on the workload's gradient "
+                       "(one encode and decode, median of 5; --validate's default); "
+                       "default 0: left out")
 
 
 # -- the reducer's own byte counts ---------------------------------------------------
@@ -254,8 +257,20 @@ def codec_cost(cfg: argparse.Namespace, w: Workload) -> tuple[float, str]:
     measured = str(w.extra.get("compress", "") or "")
     if w.rows is not None and measured == cfg.compress:
         return 0.0, f"in the measured update rows ({w.source} ran --compress {measured})"
-    seconds = float(getattr(cfg, "codec_seconds", 0.0) or 0.0)
-    if seconds < 0:
+    value = getattr(cfg, "codec_seconds", 0.0)
+    if str(value).strip().lower() == "auto":
+        from syncbench.bench.micro.codecs import codec_seconds
+
+        shapes, _ = workload_shapes(w)
+        seconds = codec_seconds(cfg.compress, w.params, shapes)
+        return seconds, (f"timed on this host: {1e3 * seconds:.3f} ms per encode and decode "
+                         f"of the {w.params}-element gradient (--codec-seconds auto)")
+    try:
+        seconds = float(value or 0.0)
+    except (TypeError, ValueError):
+        raise ValueError(f"--codec-seconds must be a number of seconds or auto, "
+                         f"got {value!r}") from None
+    if not seconds >= 0:
         raise ValueError(f"--codec-seconds must be >= 0, got {seconds}")
     return seconds, (f"--codec-seconds {seconds:g}" if seconds else "left out (--codec-seconds 0)")
 

@@ -79,6 +79,8 @@ def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, i
         if hasattr(cfg, key) and key not in ("out", "seed", "validate", "batch_size"):
             setattr(cfg, key, value)
     cfg.algorithm, cfg.out = run.algorithm, None
+    if str(getattr(args, "codec_seconds", "0")) in ("0", "0.0"):  # not given: time it here
+        cfg.codec_seconds = "auto"
     factors, speeds = rank_factors(run)
     if any(f != 1.0 for f in factors):
         cfg.slowdown = ",".join(f"{f:g}" for f in factors)

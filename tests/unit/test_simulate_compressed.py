@@ -191,3 +191,14 @@ def test_codec_cost_is_in_rows_measured_with_the_same_codec_else_the_option():
                    n=4, steps=2)
     rows = timeline.rows.arrays()[0]
     assert np.all(rows["t_update"] >= 0.01)
+
+
+def test_codec_seconds_auto_times_the_codec_on_the_workloads_gradient_here():
+    """auto (--validate's default) charges one encode and decode timed on this host; a
+    value neither a number nor auto is one line."""
+    w = from_profile("mlp")
+    seconds, where = compressed.codec_cost(config("--compress", "int8",
+                                                  "--codec-seconds", "auto"), w)
+    assert seconds > 0 and "timed on this host" in where and str(w.params) in where
+    with pytest.raises(ValueError, match="a number of seconds or auto"):
+        compressed.codec_cost(config("--compress", "int8", "--codec-seconds", "soon"), w)
