@@ -39,6 +39,31 @@ def temperature(text: str) -> float:
     return value
 
 
+def seed(text: str) -> int:
+    """argparse ``type`` of ``--seed``: an integer >= 0 (NumPy's seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def gpt_spec(text: str) -> str:
+    """argparse ``type`` of ``--model``: a ``gpt`` spec, every size spelled out."""
+    from syncbench.kernels.gpt import parse_gpt_spec  # lazy: the flags load no model code
+
+    try:
+        spec = parse_gpt_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if spec is None:
+        raise argparse.ArgumentTypeError(f"expected a language model, gpt:d=N,layers=N,"
+                                         f"heads=N,ctx=N, got {text!r}")
+    return str(spec)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench sample``."""
     parser.add_argument("model_file", metavar="MODEL_FILE",
@@ -52,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="divides the logits before the draw; 0 is greedy")
     parser.add_argument("--greedy", action="store_true",
                         help="take the most likely byte each time (as --temperature 0)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the draws")
-    parser.add_argument("--model", default=None, metavar="SPEC",
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the draws")
+    parser.add_argument("--model", type=gpt_spec, default=None, metavar="SPEC",
                         help="the model of a file with no record beside it "
                         "(gpt:d=N,layers=N,heads=N,ctx=N)")
 

@@ -13,20 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from syncbench.bench.data.text import VOCAB
 from syncbench.bench.train.saved_model import BYTE_TOKENS, SavedModel, SavedModelError
-from syncbench.kernels.gpt import GPT, GPTSpec, parse_gpt_spec
+from syncbench.kernels.gpt import GPT, parse_gpt_spec
 
-#: The largest vocabulary of byte tokens.
-BYTES = 256
-
-
-def inferred_vocab(spec: GPTSpec, count: int) -> int | None:
-    """The vocabulary that makes ``spec`` hold ``count`` parameters (the token embedding
-    is the only part that grows with it, ``vocab x d``), or None where none does."""
-    d = spec.d
-    rest = spec.ctx * d + spec.layers * (12 * d * d + 13 * d) + 2 * d
-    vocab, left = divmod(count - rest, d)
-    return vocab if left == 0 and 1 <= vocab <= BYTES else None
+#: The vocabulary of byte tokens (every text dataset's; a file with no record has it).
+BYTES = VOCAB
 
 
 def language_model(saved: SavedModel, path: str) -> GPT:
@@ -45,10 +37,12 @@ def language_model(saved: SavedModel, path: str) -> GPT:
     if saved.tokens not in (None, BYTE_TOKENS):
         raise SavedModelError(f"{path}: tokens {saved.tokens!r} (this syncbench reads "
                               f"{BYTE_TOKENS!r})")
-    vocab = saved.vocab or inferred_vocab(spec, saved.params.size)
-    if vocab is None or not 1 <= vocab <= BYTES:
-        raise SavedModelError(f"{path}: its {saved.params.size:,} parameters are not a "
-                              f"{spec} model's")
+    vocab = BYTES if saved.vocab is None else saved.vocab  # a bare file: the corpus's bytes
+    if not 1 <= vocab <= BYTES:
+        raise SavedModelError(f"{path}: a vocabulary of {vocab} byte tokens (at most {BYTES})")
+    if saved.params.dtype not in (np.float32, np.float64):
+        raise SavedModelError(f"{path}: {saved.params.dtype} parameters (train saves "
+                              "float32 or float64)")
     model = GPT(spec, vocab, dtype=saved.params.dtype)
     if model.params.size != saved.params.size:
         raise SavedModelError(f"{path}: its {saved.params.size:,} parameters are not a "
@@ -61,16 +55,16 @@ def encode_prompt(prompt: str, saved: SavedModel, vocab: int) -> bytes:
     """``prompt`` as byte tokens (UTF-8; bytes that were not UTF-8 in the command line
     kept as typed); a character outside the model's vocabulary (a byte >= ``vocab``, or
     one that never occurs in the training text where that is recorded) is refused."""
-    tokens = prompt.encode("utf-8", "surrogateescape")
-    allowed = set(saved.seen) if saved.seen is not None else set(range(vocab))
-    bad = sorted({b for b in tokens if b not in allowed or b >= vocab})
+    allowed = set(saved.alphabet) if saved.alphabet is not None else set(range(vocab))
+    allowed &= set(range(vocab))
+    bad = sorted({c for c in prompt if not set(c.encode("utf-8", "surrogateescape")) <= allowed})
     if bad:
         where = (f"the {len(allowed)} characters of its training text"
-                 if saved.seen is not None else f"byte values 0 to {vocab - 1}")
-        shown = ", ".join(show(bytes([b])) for b in bad[:5])
-        raise SavedModelError(f"--prompt: {shown} {'is' if len(bad) == 1 else 'are'} outside "
-                              f"the model's vocabulary ({where})")
-    return tokens
+                 if saved.alphabet is not None else f"byte values 0 to {vocab - 1}")
+        listed = ", ".join(map(repr, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        raise SavedModelError(f"--prompt: {listed} {'is' if len(bad) == 1 else 'are'} "
+                              f"outside the model's vocabulary ({where})")
+    return prompt.encode("utf-8", "surrogateescape")
 
 
 def show(data: bytes) -> str:

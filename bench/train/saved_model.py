@@ -6,8 +6,9 @@ array so that ``np.load(PATH)`` is the parameters, as the identity fingerprints
 (``jobs/strategy_identity.py``) and the tests that compare two runs' models read it.
 Beside it, ``PATH.json`` (:func:`record_path`) says what the array is: the model's
 name (a ``gpt`` one with every size spelled out, ``gpt:d=64,layers=2,heads=4,ctx=128``),
-the dataset, and for a text dataset the tokens (bytes), the vocabulary (256) and the
-byte values that occur in the training text; with the parameter count and the SHA-256
+the dataset, and for a text dataset the tokens (bytes), the vocabulary (256) and its
+``alphabet``: the byte values that occur in the training text, each as the character
+``chr(value)``, in order; with the parameter count and the SHA-256
 of the array's bytes, so that a record left beside another model's array is refused
 rather than believed. The ``.npy`` format is NumPy's ``numpy.lib.format`` (NEP 1).
 
@@ -56,8 +57,8 @@ class SavedModel:
     #: What a token is (``"bytes"``) and how many there are; None for an image model.
     tokens: str | None = None
     vocab: int | None = None
-    #: The token ids that occur in the training text (None where not recorded).
-    seen: tuple[int, ...] | None = None
+    #: The byte values that occur in the training text (None where not recorded).
+    alphabet: tuple[int, ...] | None = None
 
 
 def record_path(path: str | Path) -> Path:
@@ -69,7 +70,10 @@ def record_path(path: str | Path) -> Path:
 def canonical_name(model: str) -> str:
     """``model`` with a ``gpt`` spec's every size spelled out (``gpt`` ->
     ``gpt:d=128,layers=4,heads=4,ctx=128``); any other name as it is."""
-    spec = parse_gpt_spec(model)
+    try:
+        spec = parse_gpt_spec(model)
+    except ValueError as exc:
+        raise SavedModelError(str(exc)) from None
     return str(spec) if spec is not None else model
 
 
@@ -81,7 +85,7 @@ def describe(model: str, data: Dataset) -> dict[str, Any]:
         counts = np.bincount(np.asarray(data.train_tokens, dtype=np.uint8),
                              minlength=data.num_classes)
         record.update(tokens=BYTE_TOKENS, vocab=int(data.num_classes),
-                      seen=[int(t) for t in np.flatnonzero(counts)])
+                      alphabet="".join(map(chr, np.flatnonzero(counts))))
     return record
 
 
@@ -116,7 +120,7 @@ def load_params(path: str | Path) -> np.ndarray:
     except OSError as exc:
         raise SavedModelError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (ValueError, EOFError):
-        raise SavedModelError(f"{path}: not a .npy file (what syncbench train --save-model "
+        raise SavedModelError(f"{path}: not a whole .npy file (what syncbench train --save-model "
                               "writes)") from None
     if not isinstance(params, np.ndarray) or params.ndim != 1 or params.dtype.kind != "f":
         raise SavedModelError(f"{path}: not a flat float array (what syncbench train "
@@ -145,10 +149,10 @@ def load(path: str | Path, model: str | None = None) -> SavedModel:
             raise ValueError
         name, count, sha = str(record["model"]), int(record["params"]), str(record["sha256"])
         vocab = record.get("vocab")
-        seen = record.get("seen")
+        alphabet = record.get("alphabet")
         saved = SavedModel(params, name, record.get("dataset"), record.get("tokens"),
                            None if vocab is None else int(vocab),
-                           None if seen is None else tuple(int(t) for t in seen))
+                           None if alphabet is None else tuple(map(ord, str(alphabet))))
     except (ValueError, KeyError, TypeError):
         raise SavedModelError(f"{meta}: not a saved model's record (expected the JSON that "
                               f"syncbench train --save-model writes, format {FORMAT})"
