@@ -120,9 +120,13 @@ def load_params(path: str | Path) -> np.ndarray:
     except OSError as exc:
         raise SavedModelError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (ValueError, EOFError):
-        raise SavedModelError(f"{path}: not a whole .npy file (what syncbench train --save-model "
-                              "writes)") from None
-    if not isinstance(params, np.ndarray) or params.ndim != 1 or params.dtype.kind != "f":
+        raise SavedModelError(f"{path}: not a whole .npy file (what syncbench train "
+                              "--save-model writes)") from None
+    if not isinstance(params, np.ndarray):  # an .npz archive
+        params.close()
+        raise SavedModelError(f"{path}: an .npz archive, not the .npy that syncbench train "
+                              "--save-model writes")
+    if params.ndim != 1 or params.dtype.kind != "f":
         raise SavedModelError(f"{path}: not a flat float array (what syncbench train "
                               "--save-model writes)")
     return params
