@@ -1,12 +1,12 @@
 """Text from a saved ``gpt`` model (``syncbench sample``): a sanity check a reader can judge.
 
-The model is rebuilt from what ``--save-model`` wrote (:mod:`~syncbench.bench.train.
-saved_model`) and continues a prompt with :meth:`syncbench.kernels.gpt.GPT.generate`,
-the model's own NumPy forward pass on the last ``ctx`` tokens: greedy (the most likely
-next byte) at temperature 0, else a draw from the softmax of the logits over the
-temperature (as GPT-2's ``src/sample.py`` divides the logits by it before it
-draws). Every problem is one :class:`~syncbench.bench.train.saved_model.
-SavedModelError` line.
+The model is rebuilt from what ``--save-model`` wrote
+(:mod:`~syncbench.bench.train.saved_model`) and continues a prompt with
+:meth:`syncbench.kernels.gpt.GPT.generate`, the model's own NumPy forward pass on the
+last ``ctx`` tokens: greedy (the most likely next byte) at temperature 0, else a draw
+from the softmax of the logits over the temperature (as GPT-2's ``src/sample.py``
+divides the logits by it before it draws). Every problem is one
+:class:`~syncbench.bench.train.saved_model.SavedModelError` line.
 """
 
 from __future__ import annotations
