@@ -125,7 +125,7 @@ ALIASES = {"overlap": "overlap", "hetero": "hetero", "asgd-bench": "asgd"}
 
 #: The order of the command list (``syncbench --help``) and of the names an unknown
 #: command's error offers; a command module not named here comes after them, by name.
-ORDER = ("train", "run", "compare", "sweep", "report", "trace", "recover", "comm",
+ORDER = ("train", "run", "compare", "sweep", "report", "sample", "trace", "recover", "comm",
          "ssgd-comm", "speed", "overlap", "hetero", "asgd-bench", "peers", "simulate",
          "cluster", "data", "env")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import math
 import os
@@ -66,6 +65,7 @@ from syncbench.bench.mpi.runtime import (
     start_mpi,
 )
 from syncbench.bench.mpi.watchdog import Watchdog, open_guard
+from syncbench.bench.train import saved_model
 from syncbench.bench.train.checkpoint import (
     RowsFile,
     WriteError,
@@ -77,7 +77,6 @@ from syncbench.bench.train.checkpoint import (
     run_identity,
     run_lock,
     take_lock,
-    write_atomic,
     write_meta,
 )
 from syncbench.bench.train.config import TrainConfig, build_train_config
@@ -544,12 +543,13 @@ class Training:
                 "its last --checkpoint-every pause, if any)")
 
     def save_model(self) -> None:
-        """Rank 0 writes the final consensus parameters (``--save-model``, .npy; collective:
-        a failed write is one line from rank 0 and status 2 on every rank)."""
+        """Rank 0 writes the final consensus parameters (``--save-model``, .npy) and the
+        record of what they are beside them (:mod:`~syncbench.bench.train.saved_model`;
+        collective: a failed write is one line from rank 0 and status 2 on every rank)."""
         def write() -> None:
-            buffer = io.BytesIO()
-            np.save(buffer, self.backend.to_numpy(self.evaluator.consensus_model.params))
-            write_atomic(self.config.save_model, buffer.getvalue())
+            saved_model.save(self.config.save_model,
+                             self.backend.to_numpy(self.evaluator.consensus_model.params),
+                             saved_model.describe(self.config.model, self.data))
 
         agree_on_write(self.world, write if self.rank == 0 else None)
 

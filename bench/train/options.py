@@ -160,7 +160,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     rel.add_argument("--resume", action="store_true",
                      help="continue the run of --out from its newest complete checkpoint")
     rel.add_argument("--save-model", default=None, metavar="PATH",
-                     help="write the final consensus parameters to PATH (.npy, rank 0)")
+                     help="write the final consensus parameters to PATH (.npy, rank 0) and "
+                     "what model they are to PATH.json (read by syncbench sample)")
     rel.add_argument("--inject-fault", type=parse_fault, default=None,
                      metavar="RANK:STEP[:PHASE[:MODE]]",
                      help="testing: on RANK, entering PHASE (default compute) of step STEP "

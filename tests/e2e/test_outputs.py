@@ -51,7 +51,7 @@ ROWS: list[tuple[str, str]] = [
 ]
 
 #: Commands that write nothing (or only to stdout): every other command has a row.
-WRITES_NOTHING = {"env", "cluster", "overlap", "hetero", "asgd-bench"}
+WRITES_NOTHING = {"env", "cluster", "overlap", "hetero", "asgd-bench", "sample"}
 
 
 def start(cwd: Path, argv: list[str]) -> subprocess.Popen:
