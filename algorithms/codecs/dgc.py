@@ -13,6 +13,8 @@ Options of ``topk:D`` and ``randomk:D``, written after the density:
   must apply none (:class:`MomentumCorrection`; SSGD steps with momentum 0). Without
   it, error feedback feeds the residual of raw gradients to a momentum applied after
   the reduction, and the momentum of a coordinate sent once in many steps is wrong.
+  Masking restarts a coordinate's momentum each time it is sent, as Algorithm 1 does:
+  at ``D`` 1 every coordinate is sent every step and this is SGD without momentum.
   ``M`` 0 (the default) is plain error feedback.
 - ``warmup=S`` (warm-up): over the first ``S`` steps the density falls exponentially
   to ``D`` in :data:`WARMUP_STAGES` stages, stage ``s`` (steps ``[s S / 4, (s + 1) S / 4)``)
