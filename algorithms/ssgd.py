@@ -21,7 +21,9 @@ optimizer (momentum SGD):
 
 ``--compress NAME[:ARG]`` replaces the Allreduce (or, under overlap, each bucket's
 Iallreduce) by a compressing reducer (:mod:`~syncbench.algorithms.reducers.compress`: 16-bit, int8,
-PowerSGD, top-k, random-k).
+PowerSGD, top-k, random-k). A reducer that applies the momentum itself (top-k and
+random-k with DGC's ``momentum=M``: ``applies_momentum``) is followed by momentum SGD
+with momentum 0, and ``--momentum`` must equal its ``M``.
 
 The number of reductions posted per step is the run file's root attribute
 ``buckets``; the bytes of gradient this rank hands to MPI per step,
@@ -36,6 +38,7 @@ from typing import Any
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.codecs.powersgd import DEFAULT_START_ITER
 from syncbench.algorithms.flags import StrategyOptions, option
+from syncbench.algorithms.local_optimizer import local_optimizer_name
 from syncbench.algorithms.reducers import GradientReducer
 from syncbench.algorithms.reducers.allreduce import BlockingAllreduce
 from syncbench.algorithms.reducers.bucketed import BucketedIallreduce
@@ -44,7 +47,12 @@ from syncbench.algorithms.reducers.buckets import (
     bucket_mb_arg,
     model_bucket_plan,
 )
-from syncbench.algorithms.reducers.compress import NONE, check_compress, compressed_reducer
+from syncbench.algorithms.reducers.compress import (
+    NONE,
+    check_compress,
+    compress_momentum,
+    compressed_reducer,
+)
 from syncbench.algorithms.reducers.hierarchical import HierarchicalAllreduce
 from syncbench.algorithms.traits import StrategyTraits
 
@@ -88,7 +96,8 @@ class SSGD(Strategy):
         compress: str = option(
             NONE, "SSGD gradient compression, NAME[:ARG]: fp16, bf16, int8[:CHUNK], "
             "int4[:CHUNK], "
-            "powersgd[:RANK], topk:DENSITY, randomk:DENSITY (error feedback), or none "
+            "powersgd[:RANK], topk:DENSITY, randomk:DENSITY (error feedback; DGC's "
+            "momentum correction and warm-up: topk:DENSITY,momentum=M,warmup=STEPS), or none "
             "(default); bucket by bucket with --comm overlap, but powersgd (--comm blocking)",
             metavar="NAME[:ARG]")
         powersgd_start: int = option(
@@ -106,11 +115,28 @@ class SSGD(Strategy):
             if self.powersgd_start < 0:
                 raise ValueError(f"--powersgd-start must be >= 0, got {self.powersgd_start}")
 
+        def check_run(self, config: Any, world_size: int) -> None:
+            """DGC's momentum correction replaces momentum SGD's momentum: SGD only, and
+            ``--momentum`` equal to the spec's ``M`` (one momentum in the run's record)."""
+            momentum = compress_momentum(self.compress)
+            if not momentum:
+                return
+            optimizer = local_optimizer_name(config, SSGD.traits)
+            if optimizer != "sgd":
+                raise ValueError(f"--compress {self.compress} applies momentum SGD's momentum "
+                                 f"in the reducer: it needs --optimizer sgd, not {optimizer}")
+            if config.momentum != momentum:
+                raise ValueError(f"--compress {self.compress} corrects momentum {momentum:g} "
+                                 f"but --momentum is {config.momentum:g}: give --momentum "
+                                 f"{momentum:g} (the update then applies none)")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         options = self.options
         self.reducer = gradient_reducer(self, options.comm, options.bucket_mb, options.compress,
                                         options.powersgd_start)
+        if self.reducer.applies_momentum:  # the reduced gradient carries the momentum
+            self.optimizer.momentum = 0.0
         self.run_attributes["buckets"] = self.reducer.posts_per_step
         self.run_attributes["wire_bytes_per_step"] = self.reducer.wire_bytes()
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from syncbench.algorithms.codecs.feedback import ErrorFeedback
 from syncbench.algorithms.codecs.half import sum_decoded
+from syncbench.algorithms.codecs.sparse import RandomK, kept
 from syncbench.algorithms.reducers.compressed import mean_scale, segment_bounds
 
 
@@ -92,5 +93,54 @@ class SerialSparse:
                 values.append(acc[idx].astype(np.float32))
                 fb.keep_unsent(acc, idx, values[-1])
             total[idx] = rank_sum(values) * mean_scale(ranks)
+        self.step += 1
+        return total
+
+
+class SerialDGC:
+    """top-k / random-k with DGC's momentum correction on every rank (Lin et al., arXiv
+    1712.01887, Algorithm 1), written out in float32 NumPy: ``u = M u + g``,
+    ``v = v + u``, send entries of ``v`` (the step's warm-up density), zero ``u`` and
+    ``v`` where sent. The step counts calls."""
+
+    def __init__(self, codec, count, ranks):
+        self.codec, self.step = codec, 0
+        self.momentum = np.float32(codec.options.momentum)
+        self.velocity = [np.zeros(count, dtype=np.float32) for _ in range(ranks)]
+        self.residual = [np.zeros(count, dtype=np.float32) for _ in range(ranks)]
+
+    def density(self):
+        """The warm-up's density of this step: D ** ((s + 1) / 5) in stage s of 4."""
+        warmup, density = self.codec.options.warmup, self.codec.density
+        if self.step >= warmup:
+            return density
+        return density ** ((4 * self.step // warmup + 1) / 5)
+
+    def mean(self, grads):
+        ranks, n = len(grads), grads[0].size
+        k = kept(self.density(), n)
+        total = np.zeros(n, dtype=np.float32)
+        sent = []
+        if self.codec.name == "randomk":
+            shared = RandomK(self.density(), self.codec.seed).indices(n, self.step)
+        for u, v, g in zip(self.velocity, self.residual, grads):
+            u[...] = self.momentum * u + g
+            v[...] = v + u
+            if self.codec.name == "topk":  # the k largest magnitudes, sorted
+                idx = np.sort(np.argpartition(np.abs(v), n - k)[n - k:]) if k < n \
+                    else np.arange(n)
+            else:
+                idx = shared
+            assert idx.size == k
+            sent.append((idx, v[idx].copy()))
+            u[idx] = 0
+            v[idx] = 0
+        if self.codec.name == "topk":
+            for idx, values in sent:
+                total[idx] += values
+            total *= mean_scale(ranks)
+        else:
+            idx = sent[0][0]
+            total[idx] = rank_sum([values for _, values in sent]) * mean_scale(ranks)
         self.step += 1
         return total

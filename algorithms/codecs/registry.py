@@ -3,8 +3,9 @@
 ``fp16``, ``bf16`` (no argument); ``int8[:CHUNK]`` and ``int4[:CHUNK]`` (chunk
 length in elements, default 4096); ``powersgd[:R]`` (rank, default 1); ``topk:D``,
 ``randomk:D`` (``randk:D`` as well, the issue's spelling; density in (0, 1],
-required). Every bad spec is one ValueError line that names the bad value and
-what is allowed, for the CLI to print as is.
+required), each optionally followed by DGC's ``,momentum=M`` and ``,warmup=STEPS``
+(:mod:`~syncbench.algorithms.codecs.dgc`). Every bad spec is one ValueError line that
+names the bad value and what is allowed, for the CLI to print as is.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from syncbench.algorithms.codecs.dgc import DGCOptions, parse_options
 from syncbench.algorithms.codecs.half import BFloat16Codec, Float16Codec
 from syncbench.algorithms.codecs.minmax import MinMaxUInt4Codec, MinMaxUInt8Codec
 from syncbench.algorithms.codecs.powersgd import PowerSGD
@@ -57,15 +59,30 @@ def _powersgd(arg: str | None) -> PowerSGD:
     return PowerSGD(rank=_integer("powersgd", "rank", arg, "give a rank >= 1 (e.g. powersgd:2)"))
 
 
-def _density(name: str, arg: str | None) -> float:
+def _density(name: str, arg: str | None) -> tuple[float, DGCOptions]:
+    """``D[,momentum=M][,warmup=STEPS]``: the density and DGC's options."""
     if arg is None:
         raise ValueError(f"{name} needs a density: give {name}:D with 0 < D <= 1 "
                          f"(e.g. {name}:0.01)")
+    density, *items = arg.split(",")
     try:
-        return float(arg)
+        value = float(density)
     except ValueError:
-        raise ValueError(f"{name} density '{arg}' is not a number: "
+        raise ValueError(f"{name} density '{density}' is not a number: "
                          f"give a fraction 0 < D <= 1 (e.g. {name}:0.01)") from None
+    return value, parse_options(name, items)
+
+
+def _topk(arg: str | None) -> TopK:
+    density, options = _density("topk", arg)
+    return TopK(density, options=options)
+
+
+def _randomk(name: str) -> Callable[[str | None], RandomK]:
+    def make(arg: str | None) -> RandomK:
+        density, options = _density(name, arg)
+        return RandomK(density, options=options)
+    return make
 
 
 #: Codec name -> factory taking the spec's argument (None when the spec has none).
@@ -75,9 +92,9 @@ CODECS: dict[str, Callable[[str | None], Codec]] = {
     "int8": _int8,
     "int4": _int4,
     "powersgd": _powersgd,
-    "topk": lambda arg: TopK(_density("topk", arg)),
-    "randomk": lambda arg: RandomK(_density("randomk", arg)),
-    "randk": lambda arg: RandomK(_density("randk", arg)),
+    "topk": _topk,
+    "randomk": _randomk("randomk"),
+    "randk": _randomk("randk"),
 }
 
 

@@ -7,7 +7,8 @@ indices travel with the values (int32 indices, float32 values: 8 bytes per
 entry, gathered by Allgatherv). Random-k keeps ``k`` entries drawn without
 replacement from a generator seeded by ``(seed, step)``: every rank draws the
 same indices, so only the values travel (4 bytes per entry, summed by
-Allreduce). Both are meant to run with :class:`~.feedback.ErrorFeedback`.
+Allreduce). Both are meant to run with :class:`~.feedback.ErrorFeedback`, or with
+DGC's momentum correction and warm-up (``topk:D,momentum=M,warmup=S``: :mod:`.dgc`).
 
 Compared with BytePS (``byteps/common/compressor/impl/topk.cc``,
 ``randomk.cc``): BytePS takes ``k = floor(D n)`` (at least 1) and draws
@@ -33,6 +34,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from syncbench.algorithms.codecs.dgc import DGCOptions, warmup_density
 from syncbench.kernels import cpu_native
 
 #: Bytes per sent entry: int32 index + float32 value (top-k), float32 value (random-k).
@@ -94,13 +96,19 @@ def _vector(x: np.ndarray, who: str) -> np.ndarray:
 
 
 class TopK:
-    """``topk:D``: the ``ceil(D n)`` entries of largest magnitude, indices and values."""
+    """``topk:D``: the ``ceil(D n)`` entries of largest magnitude, indices and values.
+    ``options``: DGC's momentum correction and warm-up (:mod:`.dgc`; the reducer's)."""
 
     name = "topk"
 
-    def __init__(self, density: float) -> None:
+    def __init__(self, density: float, options: DGCOptions | None = None) -> None:
         self.density = check_density(self.name, density)
-        self.spec = f"{self.name}:{self.density!r}"
+        self.options = options = options or DGCOptions()
+        self.spec = f"{self.name}:{self.density!r}{options.spec_suffix()}"
+
+    def density_at(self, step: int) -> float:
+        """The density of ``step`` (the warm-up's, then :attr:`density`)."""
+        return warmup_density(self.density, self.options.warmup, step)
 
     def k(self, count: int) -> int:
         """Entries kept of a vector of ``count`` elements."""
@@ -142,12 +150,18 @@ class RandomK:
 
     name = "randomk"
 
-    def __init__(self, density: float, seed: int = 0) -> None:
+    def __init__(self, density: float, seed: int = 0,
+                 options: DGCOptions | None = None) -> None:
         self.density = check_density(self.name, density)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"randomk seed {seed!r} is not an integer >= 0")
         self.seed = int(seed)
-        self.spec = f"{self.name}:{self.density!r}"
+        self.options = options = options or DGCOptions()
+        self.spec = f"{self.name}:{self.density!r}{options.spec_suffix()}"
+
+    def density_at(self, step: int) -> float:
+        """The density of ``step`` (the warm-up's, then :attr:`density`)."""
+        return warmup_density(self.density, self.options.warmup, step)
 
     def k(self, count: int) -> int:
         """Entries kept of a vector of ``count`` elements."""

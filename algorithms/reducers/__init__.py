@@ -40,6 +40,10 @@ class GradientReducer(ABC):
 
     #: Reductions handed to MPI per step (the run file's root attribute ``buckets``).
     posts_per_step: int = 1
+    #: Whether the mean it returns already carries the momentum (DGC's momentum
+    #: correction, :mod:`~syncbench.algorithms.reducers.sparse`): the update after it
+    #: must then apply none.
+    applies_momentum: bool = False
 
     def __init__(self, core: Any) -> None:
         self.core = core

@@ -11,6 +11,9 @@ spec                      reducer                                               
 ``randomk:D``/``randk:D`` :class:`~.sparse.RandomKReduce`                       4 D
 ========================  ====================================================  =========
 
+``topk:D`` and ``randomk:D`` take DGC's momentum correction and warm-up after the
+density, ``topk:0.01,momentum=0.9,warmup=400`` (:mod:`~.sparse`).
+
 Each runs after backward (``--comm blocking``) or, but PowerSGD, bucket by bucket as
 backward finishes each (``--comm overlap``, :mod:`~.compressed`); SSGD refuses
 ``powersgd`` with ``--comm overlap``. Specs are parsed by
@@ -53,6 +56,15 @@ def check_compress(spec: str, overlap: bool) -> None:
     if overlap and not REDUCERS[codec.name].bucketed:
         raise ValueError(f"--compress {spec} reduces the whole gradient after backward "
                          "only: add --comm blocking")
+
+
+def compress_momentum(spec: str) -> float:
+    """The momentum a valid ``spec``'s reducer applies itself (DGC's ``momentum=M`` of
+    top-k and random-k); 0 for every other codec and ``none``."""
+    if spec == NONE:
+        return 0.0
+    options = getattr(parse_codec(spec), "options", None)
+    return options.momentum if options is not None else 0.0
 
 
 def compressed_reducer(core: Any, spec: str, plan: list[tuple[int, int]] | None = None,

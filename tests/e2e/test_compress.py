@@ -27,6 +27,8 @@ SMALL = ["--dataset", "synthetic", "--synthetic-samples", "512", "--batch-size",
     (["--compress", "powersgd:2", "--comm", "overlap"], "add --comm blocking"),
     (["--compress", "fp16", "--algorithm", "odsgd"], "applies to --algorithm ssgd only"),
     (["--compress", "powersgd", "--powersgd-start", "-1"], "--powersgd-start must be >= 0"),
+    (["--compress", "randk:0.01,momentum=1"], "randk momentum=1.0 is outside [0, 1)"),
+    (["--compress", "topk:0.01,momentum=0.5"], "but --momentum is 0.9: give --momentum 0.5"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, flags, says):
     out = tmp_path / "bad.h5"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from compress_oracles import SerialPowerSGD, SerialSparse, half_mean, int8_mean
+from compress_oracles import SerialDGC, SerialPowerSGD, SerialSparse, half_mean, int8_mean
 from helpers import train_config
 
 from syncbench.algorithms.base import Budget
@@ -27,6 +27,7 @@ from syncbench.algorithms.codecs import (
     RandomK,
     TopK,
 )
+from syncbench.algorithms.codecs.dgc import DGCOptions
 from syncbench.algorithms.codecs.minmax import MinMaxUInt4Codec
 from syncbench.algorithms.communicator import Communicator
 from syncbench.algorithms.reducers.buckets import model_bucket_plan
@@ -123,6 +124,63 @@ def test_sparse_reduction_equals_the_serial_one(codec):
     np.testing.assert_array_equal(reducer.residual(), serial.feedback[algo.comm.rank].residual)
 
 
+DGC_CODECS = [TopK(0.01, options=DGCOptions(0.9)), TopK(0.05, options=DGCOptions(0.5, 4)),
+              RandomK(0.01, options=DGCOptions(0.9)), RandomK(0.05, options=DGCOptions(0.9, 6))]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("codec", DGC_CODECS, ids=lambda c: c.spec)
+@pytest.mark.parametrize("bucketed", [False, True], ids=["blocking", "buckets"])
+def test_dgc_reduction_equals_the_serial_one(codec, bucketed):
+    """Momentum correction (and warm-up): the means and this rank's velocity and residual
+    are those of N ranks' DGC memories re-computed in NumPy; each bucket is its own
+    (random-k: bucket j draws from seed j)."""
+    algo = core("mlp")
+    plan = model_bucket_plan(algo.model, 0.05) if bucketed else [(0, algo.model.grads.size)]
+    reducer = REDUCERS[codec.name](algo, codec, plan if bucketed else None)
+    assert reducer.applies_momentum
+    size, rank = algo.comm.size, algo.comm.rank
+    serial = [SerialDGC(type(codec)(codec.density, *([j] if codec.name == "randomk" else []),
+                                    options=codec.options), end - start, size)
+              for j, (start, end) in enumerate(plan)]
+    for step in range(6):
+        grads = rank_grads(reducer.count, size, step)
+        mean = reduce_on(algo, reducer, grads)
+        for j, (start, end) in enumerate(plan):
+            check(mean[start:end], serial[j].mean([g[start:end] for g in grads]),
+                  exact=codec.name == "topk" or size == 2)
+        same_on_every_rank(algo, mean)
+    for j, (start, end) in enumerate(plan):
+        np.testing.assert_array_equal(reducer.velocity()[start:end], serial[j].velocity[rank])
+        np.testing.assert_array_equal(reducer.residual()[start:end], serial[j].residual[rank])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ssgd_with_momentum_correction_steps_without_a_second_momentum():
+    """SSGD with --compress topk:D,momentum=M: the reducer applies M and the update none,
+    w <- w - lr (mean + wd w), the mean being the serial DGC re-computation's."""
+    from mpi4py import MPI
+
+    size = MPI.COMM_WORLD.Get_size()
+    model = build_model("mlp", (1, 28, 28), 10, dtype=np.float32, seed=5)
+    config = train_config("--comm", "blocking", "--compress", "topk:0.05,momentum=0.9",
+                          "--weight-decay", "0.001")
+    algo = get_algorithm("ssgd")(model, Communicator(MPI.COMM_WORLD), config,
+                                 Budget(64 * size, 8, size))
+    assert algo.reducer.applies_momentum and algo.optimizer.momentum == 0.0
+    serial = SerialDGC(algo.reducer.codec, model.grads.size, size)
+    rng = np.random.default_rng([11, algo.comm.rank])
+    for _ in range(3):
+        x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
+        y = rng.integers(0, 10, size=8)
+        grads = local_gradients(algo, "mlp", x, y)
+        before = np.array(model.params, dtype=np.float32)
+        mean = serial.mean(grads)
+        algo.step(x, y)
+        expected = before - np.float32(config.lr) * (mean + np.float32(0.001) * before)
+        np.testing.assert_allclose(model.params, expected, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("codec", [TopK(0.05), RandomK(0.05)], ids=lambda c: c.spec)
 def test_error_feedback_conserves_the_gradients(codec):
@@ -145,12 +203,15 @@ def test_error_feedback_conserves_the_gradients(codec):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("codec", [PowerSGD(rank=2, start_iter=1), TopK(0.05),
-                                   RandomK(0.05), Float16Codec(), MinMaxUInt8Codec()],
+                                   RandomK(0.05), Float16Codec(), MinMaxUInt8Codec(),
+                                   TopK(0.05, options=DGCOptions(0.9, 4)),
+                                   RandomK(0.05, options=DGCOptions(0.9, 4))],
                          ids=lambda c: c.spec)
 @pytest.mark.parametrize("bucketed", [False, True], ids=["blocking", "buckets"])
 def test_a_reducer_restored_from_its_state_continues_exactly(codec, bucketed):
     """state() after some steps, load_state() into a fresh reducer: the next steps give
-    the same bits (error feedback, warm-started Q, the step of random-k's draw)."""
+    the same bits (error feedback, warm-started Q, the step of random-k's draw, DGC's
+    velocity and the warm-up's stage)."""
     if bucketed and not REDUCERS[codec.name].bucketed:
         pytest.skip(f"{codec.spec} reduces after backward only")
     algo = core("lenet")
