@@ -23,9 +23,9 @@ cycle (one graph communicator), as that averager sends it.
 D-PSGD's local work beyond SSGD's, in units of the workload's measured update U (the
 1-rank run's optimizer step over the parameters, replayed per rank and step, so it follows
 the machine and the model): the mix ``x_i <- W_ii x_i + sum_j W_ij x_j`` in ``update``
-(``GossipAverager.average``: the own term and each of the k sources' rows is a
-multiply-add over the whole model, each of whose NumPy operations writes a temporary the
-model's size, then the mixed vector is copied into the parameters), ``(k + 1) U`` plus a
+(``GossipAverager.average``: the own term and each of the k sources' rows is one
+multiply-add over the whole model, NumPy writing a temporary the model's size for each
+operation, then the mixed vector is copied into the parameters), ``(k + 1) U`` plus a
 copy (:func:`mix_seconds`); and the post's copy of the model into the send buffer in
 ``comm`` before the exchange starts. A copy (a read and a write per element) is 2/7 U
 (:data:`COPY_SHARE`: SSGD's update is the mean's scale, a read and a write, and the fused
@@ -36,7 +36,7 @@ left out. Evidence (mlp, 235,146 parameters, a ring of 2 ranks on 2 emulated nod
 1.6-2.2 ms a step per rank in the two runs on a quiet host, against 0.43 ms for the 1-rank
 workload and 0.55-0.81 ms for SSGD on the same two nodes; the model gives
 0.43 (1 + 2 + 2/7) = 1.41 ms, the rest is the slowdown of memory-bound work with both
-nodes' ranks on the host, which SSGD's update shows as well (1.3-1.8x). In isolation on
+nodes' ranks on the host, which SSGD's update shows as well (1.3-1.9x). In isolation on
 that host (2 shared cores), the mix of 235,146 float32 took 0.8-1.8 ms for k = 1 (NumPy's
 one-row ``weights @ recv`` alone 0.5-0.9 ms), 0.55-0.87 ms for k = 2 and 0.69 ms for
 k = 4, against 0.15-0.24 ms for SSGD's update: k + 1 passes is the middle of that, low for
