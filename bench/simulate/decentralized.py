@@ -15,12 +15,36 @@ starts when both have posted and needs no later poll. Every flow of a step is on
 phase (:class:`GraphPhase`: all of them at once, the slowest one's time); a rank's
 exchange ends that long after the later of its own post and its neighbours' latest post.
 There is no global collective: a slow rank holds up its neighbours only, and its
-neighbours' neighbours one step later. Left out: the consensus ``Allreduce`` of an
-evaluation (the simulator models no evaluation), the post's copy of the model and the
-mix's arithmetic (as every collective's local reduction is, :mod:`.strategies`). With
-``--gossip-codec`` (``CompressedGossipAverager``) the message is the codec's code of the
-step's change (its ``wire_bytes``), sent from the second step on to the destinations of
-every matrix of the cycle (one graph communicator), as that averager sends it.
+neighbours' neighbours one step later. With ``--gossip-codec``
+(``CompressedGossipAverager``) the message is the codec's code of the step's change (its
+``wire_bytes``), sent from the second step on to the destinations of every matrix of the
+cycle (one graph communicator), as that averager sends it.
+
+D-PSGD's local work beyond SSGD's, in units of the workload's measured update U (the
+1-rank run's optimizer step over the parameters, replayed per rank and step, so it follows
+the machine and the model): the mix ``x_i <- W_ii x_i + sum_j W_ij x_j`` in ``update``
+(``GossipAverager.average``: the own term and each of the k sources' rows is one
+multiply-add over the whole model, NumPy writing a temporary the model's size for each
+operation, then the mixed vector is copied into the parameters), ``(k + 1) U`` plus a
+copy (:func:`mix_seconds`); and the post's copy of the model into the send buffer in
+``comm`` before the exchange starts. A copy (a read and a write per element) is 2/7 U
+(:data:`COPY_SHARE`: SSGD's update is the mean's scale, a read and a write, and the fused
+momentum step's three reads and two writes). The codec's averager mixes its replicas of
+the k sources alike (``mix``, after copying the parameters); its encode and decode are
+left out. Evidence (mlp, 235,146 parameters, a ring of 2 ranks on 2 emulated nodes at
+1 Gbit/s, k = 1; the validation runs of docs/RESULTS.md): the ``update`` phase averaged
+1.6-2.2 ms a step per rank in the two runs on a quiet host, against 0.43 ms for the 1-rank
+workload and 0.55-0.81 ms for SSGD on the same two nodes; the model gives
+0.43 (1 + 2 + 2/7) = 1.41 ms, the rest is the slowdown of memory-bound work with both
+nodes' ranks on the host, which SSGD's update shows as well (1.3-1.9x). In isolation on
+that host (2 shared cores), the mix of 235,146 float32 took 0.8-1.8 ms for k = 1 (NumPy's
+one-row ``weights @ recv`` alone 0.5-0.9 ms), 0.55-0.87 ms for k = 2 and 0.69 ms for
+k = 4, against 0.15-0.24 ms for SSGD's update: k + 1 passes is the middle of that, low for
+one source and high for four. Left out: the consensus ``Allreduce`` of an evaluation
+(the simulator models no evaluation) and the transport's own CPU work, moving the model
+through TCP inside the ``Testall`` polls and the kernel's packet processing during
+compute (measured ``comm`` 1.4-1.9 ms a step against the copy's 0.12 ms; compute
+1.2-1.8x the workload's, SSGD's 1.0-1.4x on the same nodes).
 
 **AD-PSGD** (Lian et al., ICML 2018, arXiv 1710.06952, Alg. 1;
 ``algorithms/averagers/pairwise.py``): even (active) ranks compute a gradient, then
@@ -37,7 +61,12 @@ per-epoch overhead (``--rma-epoch-us``, :class:`.asgd.RmaCosts`), the model's by
 way on SimGrid (active ranks transferring at once to distinct targets, :func:`matching`).
 Assumption (as ASGD's owners): a target grants a lock as the request arrives when its
 window is free (native RMA or a progress engine that keeps up), which is optimistic.
-Every rank takes ``--steps`` steps of its own (no budget shared between ranks).
+Every rank takes ``--steps`` steps of its own (no budget shared between ranks), and the
+ranks meet as ``algorithms/adpsgd.py``'s do: at every ``--meet-every`` steps of its own
+(its evaluation points) the driver's stop vote posts an 8-byte ``Iallreduce`` and
+completes the one posted ``stop_vote_lag`` (2) points before, so a rank ahead waits there,
+off the training clock, until the slowest rank has posted that vote (:class:`Meetings`;
+the vote's delivery is an 8-byte nonblocking allreduce on the platform).
 """
 
 from __future__ import annotations
@@ -53,11 +82,22 @@ import numpy as np
 from syncbench.algorithms.averagers.compressed_gossip import gossip_codec
 from syncbench.algorithms.averagers.pairwise import bipartite_peers, check_bipartite
 from syncbench.algorithms.graphs import GraphSchedule, Mixing, build_graph
+from syncbench.algorithms.registry import get_algorithm
 from syncbench.bench.simulate.asgd import COUNTER_BYTES, costs_from
-from syncbench.bench.simulate.collectives import PhaseClock
+from syncbench.bench.simulate.collectives import PhaseClock, cost, placed_phases
 from syncbench.bench.simulate.progress import TESTALL_SECONDS, compute_polls
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 from syncbench.bench.simulate.workload import Workload, build_zoo_model
+
+#: A copy of the model (one read and one write per element) in units of the workload's
+#: update, SSGD's: the mean's scale (a read and a write per element) and the fused
+#: momentum step (three reads and two writes), 7 element passes in all.
+COPY_SHARE = 2.0 / 7.0
+#: The mix's passes over the model besides its k sources' rows, in units of the workload's
+#: update: the own term ``W_ii x_i`` (the module docstring).
+MIX_PASSES_OVER_K = 1.0
+#: Bytes of a stop vote (``StopVote``: one int64).
+VOTE_BYTES = 8
 
 
 def gossip_elements(workload: Workload) -> int:
@@ -169,17 +209,36 @@ def gossip_plan(cfg: argparse.Namespace, w: Workload,
     return [Adjacency.of(*schedule.cycle)], float(codec.wire_bytes(int(w.params))), 1
 
 
+def mix_sources(schedule: GraphSchedule) -> list[np.ndarray]:
+    """Per matrix of the cycle, each rank's count of sources k (the rows it mixes in:
+    ``GossipAverager.average``'s ``weights``, ``CompressedGossipAverager``'s replicas of the
+    step's sources)."""
+    return [np.array([len(s) for s in Adjacency.of(m).src], dtype=float)
+            for m in schedule.cycle]
+
+
+def mix_seconds(update: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """Seconds of the mix ``x_i <- W_ii x_i + sum_j W_ij x_j`` of ranks with ``sources``
+    sources each, from their step's local ``update`` (the workload's measured optimizer
+    step): ``k + 1`` passes of the update's cost and a copy (:data:`MIX_PASSES_OVER_K`,
+    :data:`COPY_SHARE`; the evidence: the module docstring)."""
+    return update * (sources + MIX_PASSES_OVER_K + COPY_SHARE)
+
+
 def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
           time_phase: PhaseClock) -> Timeline:
-    """D-PSGD's timeline (``DPSGD.step``): post, compute with a ``Testall`` at every hook
-    call, delay, ``Wait``, mix and update (see the module docstring)."""
+    """D-PSGD's timeline (``DPSGD.step``): copy the model into the send buffer and post,
+    compute with a ``Testall`` at every hook call, delay, ``Wait``, mix and update (see
+    the module docstring)."""
     w, n = local.workload, local.n
     schedule = graph_of(cfg, n)
     adj, nbytes, first = gossip_plan(cfg, w, schedule)
+    exact = gossip_codec(str(getattr(cfg, "gossip_codec", "none") or "none")) is None
     used = sorted({j % len(adj) for j in range(first, steps)})  # the matrices that send
     peers = {k: adj[k].peers() for k in used}
     durations = {k: time_phase(GraphPhase(schedule.name, k, n, nbytes, tuple(adj[k].flows())))
                  if n > 1 else 0.0 for k in used}
+    sources = mix_sources(schedule)
     shares = w.compute_split().hooks
     rows, t = StepRows(n), np.zeros(n)
     for j in range(steps):
@@ -187,7 +246,8 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         sends = j >= first
         data, comp, upd, delay = local.step(j)
         start = t.copy()
-        posted = start + data
+        copy = upd * COPY_SHARE if exact else np.zeros(n)  # GossipAverager.post's send[...]
+        posted = start + data + copy
         poll_s = TESTALL_SECONDS if sends else 0.0
         _, computed = compute_polls(posted, comp, shares, poll_s)
         arrive = computed + delay
@@ -195,14 +255,17 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         if sends:
             both = np.maximum(posted[:, None], posted[peers[k]]).max(axis=1)
             wait = np.maximum(both + durations[k] - arrive, 0.0)
-        t = arrive + wait + upd
+        mix = mix_seconds(upd, sources[j % len(sources)])
+        t = arrive + wait + mix + upd
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp,
-                 t_comm=poll_s * len(shares), t_wait=wait, t_update=upd,
+                 t_comm=copy + poll_s * len(shares), t_wait=wait, t_update=mix + upd,
                  t_delay=delay, samples=w.batch_size)
     degree = [max(len(d) for d in a.dst) for a in adj]
     notes = {"graph": schedule.name, "spectral_gap": schedule.spectral_gap(),
              "exchange_s": [durations[k] for k in sorted(durations)],
-             "neighbour_bytes_per_step": [d * nbytes for d in degree]}
+             "neighbour_bytes_per_step": [d * nbytes for d in degree],
+             "mix_update_passes": [float(s.max()) + MIX_PASSES_OVER_K + COPY_SHARE
+                                   for s in sources]}
     return Timeline(rows, float(t.max()), notes)
 
 
@@ -256,13 +319,67 @@ def adpsgd_transfer(label: str, n: int, pairs: tuple[tuple[int, int], ...], nbyt
     return one_way, time_phase(PairsPhase((label, "model"), n, nbytes, pairs))
 
 
+@dataclass
+class Meetings:
+    """The driver's stop votes at AD-PSGD's meeting points (``StopVote``, ``StopOnSignal``).
+
+    After every ``every`` steps of its own (and after its last) a rank posts an 8-byte
+    ``Iallreduce`` and completes the one it posted ``lag`` points earlier (AD-PSGD's
+    ``stop_vote_lag``), which ends ``vote_s`` after the last rank posted it: a rank ahead
+    waits there for the slowest, so no rank runs more than about ``lag x every`` steps
+    ahead. The wait is off the training clock (``StepContext.off_clock``): no phase, the
+    next step starts later. ``every`` 0: no meetings.
+    """
+
+    n: int
+    steps: int
+    every: int
+    lag: int
+    vote_s: float
+    posts: dict[int, list[float]] = field(default_factory=dict)
+    held: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    waited: float = 0.0
+
+    def point(self, taken: int) -> int:
+        """The vote (1, 2, ...) a rank posts after ``taken`` steps; 0: none."""
+        if self.every <= 0 or taken <= 0:
+            return 0
+        if taken % self.every == 0:
+            return taken // self.every
+        return taken // self.every + 1 if taken == self.steps else 0
+
+    def done(self, vote: int) -> float:
+        """When ``vote`` completes (every rank posted it)."""
+        return max(self.posts[vote]) + self.vote_s
+
+    def reach(self, rank: int, taken: int, t: float) -> list[tuple[int, float]]:
+        """``rank`` ends its step ``taken - 1`` at ``t``: the (rank, start of its next step)
+        of every rank that goes on now (it, or ranks held for the vote it completes)."""
+        vote = self.point(taken)
+        if vote == 0:
+            return [(rank, t)]
+        self.posts.setdefault(vote, []).append(t)
+        go: list[tuple[int, float, float]] = []  # (rank, held since, goes on at)
+        old = vote - self.lag
+        if old < 1:
+            go.append((rank, t, t))
+        elif len(self.posts[old]) == self.n:
+            go.append((rank, t, max(t, self.done(old))))
+        else:
+            self.held.setdefault(old, []).append((rank, t))
+        if len(self.posts[vote]) == self.n:
+            go += [(k, at, max(at, self.done(vote))) for k, at in self.held.pop(vote, [])]
+        self.waited += sum(b - a for _, a, b in go)
+        return [(k, b) for k, _, b in go]
+
+
 #: Event kinds of :func:`adpsgd_events`, in the order of a rank's step.
 LOCK, READ, UPDATE = range(3)
 
 
 def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[int]],
-                  rng: np.random.Generator, one_way: float, transfer: float, epoch_s: float
-                  ) -> list[tuple]:
+                  rng: np.random.Generator, one_way: float, transfer: float, epoch_s: float,
+                  meetings: Meetings | None = None) -> list[tuple]:
     """Every rank's ``steps`` steps, each window's lock served in arrival order.
 
     ``step_times(k, j)``: rank k's (data, compute, update, delay) of its step j. An
@@ -274,7 +391,9 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
     its own window (no one else locks it). A passive rank's step: data, a SHARED epoch
     on its own window to read the model (it waits while an average holds it), compute,
     delay, the update inside an EXCLUSIVE epoch on its own window (waits likewise, and
-    holds it for the update's time). Returns one record per step:
+    holds it for the update's time). At each meeting point (``meetings``) a rank waits
+    for its stop vote before its next step (:class:`Meetings`). Returns one record per
+    step:
     ``(rank, step, t_start, data, compute, update, delay, comm, wait)``.
     """
     free = [0.0] * n  # when each window's lock is next free
@@ -298,6 +417,11 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
             heapq.heappush(heap, (t + d, seq, k, READ))
         seq += 1
 
+    def ends(k: int, t: float) -> None:  # rank k ended a step at t
+        state[k][0] += 1
+        for rank, go in (meetings.reach(k, state[k][0], t) if meetings else [(k, t)]):
+            begin(rank, go)
+
     for k in range(n):
         begin(k, 0.0)
     hold = 2.0 * one_way + 2.0 * transfer
@@ -312,8 +436,7 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
             end = free[j] + one_way  # the unlock's acknowledgement
             records.append((k, st[0], st[1], d, c, u, dl, end - st[4] - (grant - at),
                             grant - at))
-            st[0] += 1
-            begin(k, end + u)
+            ends(k, end + u)
         elif kind == READ:
             grant = max(at, free[k])
             st[3] = grant - at
@@ -323,15 +446,16 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
             grant = max(at, free[k])
             free[k] = grant + u
             records.append((k, st[0], st[1], d, c, u, dl, 0.0, st[3] + grant - at))
-            st[0] += 1
-            begin(k, free[k])
+            ends(k, free[k])
     return records
 
 
 def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
            time_phase: PhaseClock) -> Timeline:
     """AD-PSGD's timeline: ``steps`` steps on every rank, each at its own pace (see the
-    module docstring); one random peer per average, drawn from ``--seed``."""
+    module docstring); one random peer per average, drawn from ``--seed``; the ranks
+    meet every ``--meet-every`` steps (:class:`Meetings`, its vote an 8-byte nonblocking
+    allreduce on the platform)."""
     w, n = local.workload, local.n
     schedule = graph_of(cfg, n)
     adj, peers = adpsgd_peers(schedule.cycle[0], n, schedule.name)
@@ -341,8 +465,13 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     label = f"adpsgd:{schedule.name}"
     one_way, transfer = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase)
     local.ensure(steps)
+    strategy = get_algorithm("adpsgd")
+    every = int(getattr(cfg, "meet_every", None) or strategy.Options.meet_every)
+    vote_s = cost(placed_phases(VOTE_BYTES, n, "auto", time_phase, VOTE_BYTES,
+                                nonblocking=True), time_phase) if n > 1 else 0.0
+    meetings = Meetings(n, steps, every, strategy.traits.stop_vote_lag, vote_s)
     records = adpsgd_events(n, steps, lambda k, j: local.rank(k, j).tolist(), peers, rng,
-                            one_way, transfer, costs.epoch_s)
+                            one_way, transfer, costs.epoch_s, meetings)
     table = np.asarray(records, dtype=float).reshape(-1, 9)
     order = np.lexsort((table[:, 1], table[:, 0]))
     table = table[order]
@@ -353,5 +482,7 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     ends = table[:, 2:].sum(axis=1)
     notes = {"graph": schedule.name, "one_way_latency_s": one_way, "model_transfer_s": transfer,
              "lock_hold_s": 2.0 * one_way + 2.0 * transfer, "rma_epoch_s": costs.epoch_s,
-             "averages": int(np.count_nonzero(table[:, 0] % 2 == 0))}
+             "averages": int(np.count_nonzero(table[:, 0] % 2 == 0)),
+             "meet_every": every, "meetings": len(meetings.posts), "vote_s": vote_s,
+             "meeting_wait_s": meetings.waited}
     return Timeline(rows, float(ends.max()) if len(ends) else 0.0, notes)

@@ -19,7 +19,9 @@ def test_gossip_on_a_ring_scales_weakly_where_the_allreduce_does_not():
     mlp profile's work per rank: D-PSGD's ring exchange and its ranks' mean step time
     stay put (each rank talks to two neighbours and waits for them only, whatever N),
     while SSGD's blocking allreduce takes longer (2 log2 N latencies, a deeper tree, and
-    every rank waits for the slowest of N)."""
+    every rank waits for the slowest of N). What N adds to a step is compared, not the
+    steps: at 100 Gb/s the mlp's allreduce is shorter than D-PSGD's mix of its neighbours'
+    models (local work, the same at any N)."""
     proc = python("""
         import json
         from syncbench.bench.cli import build_parser
@@ -52,7 +54,7 @@ def test_gossip_on_a_ring_scales_weakly_where_the_allreduce_does_not():
     assert x1024 / x8 < 1.1  # the exchange: a few more hops at the tree's top, no more
     assert g1024 / g8 < 1.02  # hidden behind compute; neighbours' pace only
     assert s1024 / s8 > 1.05 and c1024 > 1.2 * c8  # the allreduce's share grows
-    assert g1024 < s1024
+    assert g1024 - g8 < 0.1 * (s1024 - s8)
 
 
 @needs_simgrid

@@ -18,7 +18,9 @@ from syncbench.bench.cli import build_parser
 from syncbench.bench.simulate import strategies
 from syncbench.bench.simulate.collectives import PlacedClock, allreduce_phases
 from syncbench.bench.simulate.decentralized import (
+    COPY_SHARE,
     Adjacency,
+    PairsPhase,
     adpsgd,
     adpsgd_peers,
     dpsgd,
@@ -137,6 +139,35 @@ def test_a_slow_rank_holds_up_its_neighbours_only_one_hop_per_step(free_polls):
     assert ssgd.wall_s > 9.0
 
 
+def test_dpsgd_charges_the_mix_and_the_posts_copy_from_the_workloads_update(free_polls):
+    """Update U = 0.07 s, compute 1 s, a free exchange. ``GossipAverager.post`` copies the
+    model into the send buffer (2/7 U in ``comm``, before the post); ``average`` mixes k
+    sources' rows and its own, then copies the result into the parameters: the update
+    phase is SSGD's U plus (k + 1 + 2/7) U, k = 2 on a ring, 4 on the exponential graph
+    of 16, 1 on each matrix of the one-peer cycle."""
+    u = 0.07
+    assert COPY_SHARE == pytest.approx(2 / 7)
+    ssgd = strategies.ssgd(config("--comm", "blocking"), local_times(8, update=u), 3,
+                           lambda p: 0.0).rows.arrays()
+    assert ssgd[0]["t_update"].tolist() == pytest.approx([u] * 3)
+    for graph, n, k in (("ring", 8, 2), ("exp", 16, 4), ("onepeer-exp", 8, 1)):
+        timeline = dpsgd(config("--algorithm", "dpsgd", "--graph", graph),
+                         local_times(n, update=u), 3, lambda p: 0.0)
+        rows = timeline.rows.arrays()
+        mix = (k + 1 + 2 / 7) * u
+        for r in rows.values():
+            assert r["t_update"] - u == pytest.approx([mix] * 3)
+            assert r["t_comm"].tolist() == pytest.approx([2 / 7 * u] * 3)
+        step = 2 / 7 * u + 1.0 + u + mix
+        assert rows[1]["t_start"].tolist() == pytest.approx([0.0, step, 2 * step])
+        assert timeline.wall_s == pytest.approx(3 * step)
+    # the low-precision averager copies no model into its send buffer, but mixes alike
+    rows = dpsgd(config("--algorithm", "dpsgd", "--gossip-codec", "int8"),
+                 local_times(8, update=u), 2, lambda p: 0.0).rows.arrays()
+    assert rows[0]["t_comm"].tolist() == [0.0, 0.0]
+    assert rows[0]["t_update"].tolist() == pytest.approx([u + (2 + 1 + 2 / 7) * u] * 2)
+
+
 def test_dpsgd_is_registered_and_bad_graphs_are_one_line():
     assert strategies.pattern_of("dpsgd") == "dpsgd"
     assert strategies.simulator_for("dpsgd") is dpsgd
@@ -190,6 +221,35 @@ def test_adpsgd_passive_update_waits_for_an_average_in_progress(tmp_path):
     rows = adpsgd(cfg, local, 1, clock).rows.arrays()
     assert rows[1]["t_wait"].tolist() == pytest.approx([0.2])
     assert rows[0]["t_comm"].tolist() == pytest.approx([0.1 + 0.6 + 0.1])
+
+
+def test_adpsgd_ranks_meet_every_meet_every_steps(tmp_path):
+    """Path 0 - 1, active rank 0 computes 1 s, passive rank 1 3 s (a 2 s delay), free
+    averages; the stop vote (``stop_vote_lag`` 2) takes v. With ``--meet-every 1`` rank 0
+    posts vote q after its step q and completes vote q - 2, which rank 1 posted at 3(q - 2):
+    its steps start at 0, 1, 2, then 3 + v, 6 + v, 9 + v. With the default 10, six steps
+    reach one meeting, at the end: rank 0 runs at its own pace."""
+    def clock(phase) -> float:
+        return 0.0 if isinstance(phase, PairsPhase) else 0.25
+
+    def run(*flags: str):
+        cfg = config("--rma-epoch-us", "0", *flags)
+        cfg.graph = path_graph(tmp_path, 2)
+        return adpsgd(cfg, local_times(2, slowdown=[1.0, 3.0]), 6, clock)
+
+    timeline = run("--meet-every", "1")
+    v = timeline.notes["vote_s"]
+    assert v > 0 and timeline.notes["meetings"] == 6 and timeline.notes["meet_every"] == 1
+    rows = timeline.rows.arrays()
+    assert rows[0]["t_start"].tolist() == pytest.approx([0, 1, 2, 3 + v, 6 + v, 9 + v])
+    assert rows[1]["t_start"].tolist() == pytest.approx([0, 3, 6, 9, 12, 15])
+    # rank 0 waits v, then 2 s at votes 4, 5 and its last (6, for rank 1's vote 4 at 12)
+    assert timeline.notes["meeting_wait_s"] == pytest.approx(v + 3 * 2.0)
+    # the wait is off the clock: no phase holds it
+    assert rows[0]["t_wait"].tolist() == [0.0] * 6
+    default = run()
+    assert default.notes["meet_every"] == 10 and default.notes["meetings"] == 1
+    assert default.rows.arrays()[0]["t_start"].tolist() == pytest.approx([0, 1, 2, 3, 4, 5])
 
 
 def test_adpsgd_steps_and_peers_follow_the_code(tmp_path):
