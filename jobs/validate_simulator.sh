@@ -25,14 +25,14 @@ PY=${PY:-$(command -v python3)}
 SB=("$PY" -m syncbench)
 export OMP_NUM_THREADS=1
 
-# Per model: the flags that make a run long enough to measure (about 100 steps per rank
+# Per model: the flags that make a run long enough to measure (50 to 120 steps per rank
 # at 2 ranks) and short enough for the matrix; last on the runner's line, they override
 # the scenario's.
 model_flags() {
   case "$1" in
     mlp) echo "--model mlp --batch-size 64 --epochs 0.25" ;;
-    lenet) echo "--model lenet --batch-size 64 --epochs 0.2" ;;
-    resnet8) echo "--model resnet8 --batch-size 32 --epochs 0.1" ;;
+    lenet) echo "--model lenet --batch-size 64 --epochs 0.1" ;;
+    resnet8) echo "--model resnet8 --batch-size 32 --epochs 0.05" ;;
     *) echo "--model $1 --epochs 0.1" ;;
   esac
 }
