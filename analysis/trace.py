@@ -273,14 +273,55 @@ def trace_events(run: Run, window: tuple[int, int | None] | None = None,
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
+#: ``--beside``: the second run's processes are numbered from here (ranks + this).
+BESIDE_PID = 1_000_000
+
+
+def _first_start_us(events: list[dict[str, Any]]) -> float:
+    return min((e["ts"] for e in events if e.get("ph") == "X"), default=0.0)
+
+
+def side_by_side(first: dict[str, Any], second: dict[str, Any],
+                 labels: tuple[str, str]) -> dict[str, Any]:
+    """Two runs' traces in one: each run's time from its own first step (a measured run
+    is on the Unix clock, a simulated one from 0), the second's processes numbered from
+    :data:`BESIDE_PID` and sorted after the first's, every process named with its
+    run's label (e.g. a measured run and the simulator's prediction of it)."""
+    out: list[dict[str, Any]] = []
+    for index, (trace, label) in enumerate(zip((first, second), labels)):
+        t0 = _first_start_us(trace["traceEvents"])
+        for event in trace["traceEvents"]:
+            event = dict(event)
+            event["pid"] = event.get("pid", 0) + index * BESIDE_PID
+            if "ts" in event:
+                event["ts"] = event["ts"] - t0
+            if event.get("name") == "process_name":
+                event["args"] = {"name": f"{label}: {event['args']['name']}"}
+            elif event.get("name") == "process_sort_index":
+                event["args"] = {"sort_index": event["args"]["sort_index"] + index * BESIDE_PID}
+            out.append(event)
+    other = {**first["otherData"], "beside": second["otherData"], "labels": list(labels)}
+    return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": other}
+
+
 def write_trace(run: Run, out: str | os.PathLike[str],
                 window: tuple[int, int | None] | None = None,
-                max_ranks: int = 0) -> dict[str, Any]:
+                max_ranks: int = 0, beside: Run | None = None) -> dict[str, Any]:
     """Write the trace of ``run`` to ``out`` (of a sample of ``max_ranks`` ranks when it
-    holds more; 0: every rank); returns its ``otherData`` with ``phase_slices``, the
+    holds more; 0: every rank), with ``beside``'s below it when given
+    (:func:`side_by_side`); returns its ``otherData`` with ``phase_slices``, the
     number of phase slices."""
     trace = trace_events(run, window, max_ranks)
+    if beside is not None:
+        trace = side_by_side(trace, trace_events(beside, window, max_ranks),
+                             (_run_label(run), _run_label(beside)))
     with open(out, "w", encoding="utf-8") as f:
         json.dump(trace, f, allow_nan=False)
     slices = sum(1 for e in trace["traceEvents"] if e.get("cat") == "phase")
     return {**trace["otherData"], "phase_slices": slices}
+
+
+def _run_label(run: Run) -> str:
+    """``measured`` or ``simulated``, and the file's name."""
+    kind = "simulated" if bool(run.attrs.get("simulated", False)) else "measured"
+    return f"{kind} {os.path.basename(run.path)}"

@@ -10,7 +10,9 @@
 # `validation` scenario (every strategy; homogeneous, a 2x slower rank, a node at
 # speed 0.5) and `syncbench simulate --validate` on its run files, with a 1-rank run of
 # the same model on one node as the workload (one per model, made at the first link).
-# The tables go to OUT/LINK/MODEL/validation.txt and are printed; OUT defaults to
+# The tables go to OUT/LINK/MODEL/validation.txt and are printed, the predictions to
+# OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5 --beside predicted/predicted-RUN.h5
+# -o t.json` draws a run and its prediction side by side); OUT defaults to
 # runs/validation. A cluster that is already up (2 nodes, one rank each) is used and
 # left up, with its links restored; otherwise the script brings one up and takes it
 # down on exit, whatever happened. Expect 15-25 minutes per link and model with the
@@ -81,7 +83,8 @@ for link in $LINKS; do
     fi
     runs="$dir/$model"
     "${SB[@]}" run validation --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
-    "${SB[@]}" simulate --validate "$runs"/*.h5 --workload "$workload" \
-      --calibrate "$dir/comm.h5" | tee "$runs/validation.txt"
+    "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" \
+      --calibrate "$dir/comm.h5" --validate-out "$runs/predicted" --overwrite \
+      | tee "$runs/validation.txt"
   done
 done

@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or chrome://tracing)")
     parser.add_argument("--steps", default=None, metavar="A:B",
                         help="only steps A <= step < B (A: or :B for open ends)")
+    parser.add_argument("--beside", default=None, metavar="RUN2.h5",
+                        help="a second run drawn below the first, each from its own first "
+                        "step (e.g. a measured run and simulate --validate --out-dir's "
+                        "prediction of it)")
     parser.add_argument("--max-ranks", type=int, default=DEFAULT_MAX_RANKS, metavar="N",
                         help=f"trace at most N ranks (default {DEFAULT_MAX_RANKS}; 0: every "
                         "rank): a larger run is traced for N of them, evenly spaced, "
@@ -80,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         window = parse_steps(args.steps)
         path, note = first_run(args.run)  # a results file or a folder: one of its runs
         run = read_run(path)
+        beside = read_run(args.beside) if getattr(args, "beside", None) else None
     except (RunFileError, ValueError) as exc:
         print(f"syncbench trace: {exc}", file=sys.stderr)
         return 2
@@ -90,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
               f"tracing the {len(run.ranks)} of {run.world_size} ranks it holds",
               file=sys.stderr)
     try:
-        info = write_trace(run, args.out, window, max_ranks)
+        info = write_trace(run, args.out, window, max_ranks, beside)
     except RunFileError as exc:  # its events (--events on) could not be read
         print(f"syncbench trace: {exc}", file=sys.stderr)
         return 2

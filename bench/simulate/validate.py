@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from typing import Any
 
@@ -91,6 +92,16 @@ def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, i
     return cfg, n, max(1, round(total / n))
 
 
+def predicted_path(out_dir: str, measured: str, overwrite: bool) -> str:
+    """``DIR/predicted-NAME.h5`` for the measured run ``NAME.h5`` (DIR made if missing);
+    an existing file is refused unless ``overwrite``."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "predicted-" + os.path.basename(measured))
+    if os.path.exists(path) and not overwrite:
+        raise ValueError(f"--validate-out: {path} exists; pass --overwrite to replace it")
+    return path
+
+
 def rank_factors(run: Any) -> tuple[list[float], list[float]]:
     """Per rank, in rank order: train's ``--slowdown`` factor and its node's CPU share
     (the rank attributes ``slowdown`` and ``node_speed``; 1 where absent). The share
@@ -150,6 +161,10 @@ def validate_main(args: argparse.Namespace) -> int:
     spec, xml = build_platform(args)
     workload = build_workload(args)
     jobs = [_job(args, run) for run in runs]
+    out_dir = getattr(args, "validate_out", None)
+    if out_dir:
+        for run, (cfg, _, _) in zip(runs, jobs):
+            cfg.out = predicted_path(out_dir, run.path, bool(getattr(args, "overwrite", False)))
     results = simulate(args, jobs, spec, xml, workload, parse_stragglers(args.stragglers))
     print(f"workload {workload.source} ({workload.name}, {workload.params} parameters); "
           f"platform {spec.kind}"
