@@ -6,7 +6,7 @@
 #
 # For each link rate (LINKS, default "1gbit 200mbit") it sets both nodes' links, fits
 # the platform to the link with `syncbench comm` (allreduce, 4 B to 4 MiB, 2 ranks on
-# 2 nodes), then for each model (MODELS, default "mlp lenet resnet8") it runs the
+# 2 nodes; and the one-sided Accumulate's rate, for ASGD), then for each model (MODELS, default "mlp lenet resnet8") it runs the
 # `validation` scenario (every strategy; homogeneous, a 2x slower rank, a node at
 # speed 0.5) and `syncbench simulate --validate` on its run files, with a 1-rank run of
 # the same model on one node as the workload (one per model, made at the first link).
@@ -73,6 +73,8 @@ for link in $LINKS; do
   mkdir -p "$dir"
   "${SB[@]}" cluster mpiexec -n 2 -- "${SB[@]}" comm --op allreduce --max-size 4194304 \
     --iterations 20 --skip 3 --out "$dir/comm.h5" > "$dir/comm.log"
+  "${SB[@]}" cluster mpiexec -n 2 -- "${SB[@]}" comm --op rma-accumulate --max-size 4194304 \
+    --iterations 20 --skip 3 --out "$dir/rma.h5" > "$dir/rma.log"
   for model in $MODELS; do
     # shellcheck disable=SC2046  # the model's flags are words on purpose
     flags=($(model_flags "$model"))
@@ -84,7 +86,7 @@ for link in $LINKS; do
     runs="$dir/$model"
     "${SB[@]}" run validation --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" \
-      --calibrate "$dir/comm.h5" --validate-out "$runs/predicted" --overwrite \
+      --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
       | tee "$runs/validation.txt"
   done
 done
