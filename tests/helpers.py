@@ -98,6 +98,24 @@ def small_ssgd_run(path, dataset: str = "synthetic", wall: float = 1.0, **root) 
     return str(path)
 
 
+def corpus_root() -> str:
+    """The first folder of ``$SYNCBENCH_DATA`` that holds the shakespeare corpus; the test
+    is skipped, saying how to get it, where none does."""
+    import pytest
+
+    from syncbench.bench.data import catalog
+    from syncbench.bench.data.dataset import DatasetError
+
+    for root in [p for p in os.environ.get("SYNCBENCH_DATA", "").split(os.pathsep) if p]:
+        try:
+            catalog.find_dataset_dir("shakespeare", root)
+            return root
+        except DatasetError:
+            continue
+    pytest.skip("the shakespeare corpus is not under $SYNCBENCH_DATA "
+                "(syncbench data fetch shakespeare --out-dir DIR)")
+
+
 def run_mpi(np_: int, *args: str, timeout: float = 120, env: dict | None = None):
     """Run ``mpiexec -n np_ <python> -m syncbench <args>``; returns CompletedProcess."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}

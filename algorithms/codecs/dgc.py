@@ -32,6 +32,7 @@ here is exact) and Nesterov momentum.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -97,23 +98,25 @@ def parse_options(name: str, items: list[str]) -> DGCOptions:
         if key in values:
             raise ValueError(f"{name} option {key} is given twice {example}")
         values[key] = value
-    momentum, warmup = 0.0, 0
-    if "momentum" in values:
-        try:
-            momentum = float(values["momentum"])
-        except ValueError:
-            raise ValueError(f"{name} momentum '{values['momentum']}' is not a number: give "
-                             "0 <= M < 1 (e.g. momentum=0.9)") from None
-    if "warmup" in values:
-        try:
-            warmup = int(values["warmup"])
-        except ValueError:
-            raise ValueError(f"{name} warmup '{values['warmup']}' is not an integer: give a "
-                             "step count >= 0 (e.g. warmup=400)") from None
+    momentum = _value(name, values, "momentum", float, 0.0,
+                      "is not a number: give 0 <= M < 1 (e.g. momentum=0.9)")
+    warmup = _value(name, values, "warmup", int, 0,
+                    "is not an integer: give a step count >= 0 (e.g. warmup=400)")
     try:
         return DGCOptions(momentum, warmup)
     except ValueError as err:
         raise ValueError(f"{name} {err}") from None
+
+
+def _value(name: str, values: dict[str, str], key: str, cast: type, default: Any,
+           problem: str) -> Any:
+    """``values[key]`` as ``cast`` (``default`` when absent); one line naming it if not."""
+    if key not in values:
+        return default
+    try:
+        return cast(values[key])
+    except ValueError:
+        raise ValueError(f"{name} {key} '{values[key]}' {problem}") from None
 
 
 class MomentumCorrection:

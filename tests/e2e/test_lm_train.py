@@ -5,17 +5,15 @@ only where the corpus is under ``$SYNCBENCH_DATA``)."""
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import numpy as np
 import pytest
-from helpers import run_mpi
+from helpers import corpus_root, run_mpi
 
 from syncbench.analysis.runfile import read_run
 from syncbench.analysis.summary import divergence
-from syncbench.bench.data import catalog, text
-from syncbench.bench.data.dataset import DatasetError
+from syncbench.bench.data import text
 from syncbench.bench.train.evaluation import quality
 from syncbench.bench.train.slowdown import ModelWork
 from syncbench.kernels.zoo import build_model
@@ -36,17 +34,6 @@ def test_a_language_model_diverged_when_it_does_no_better_than_uniform_guessing(
     assert divergence(ranks, evals, 256) is None
     evals["loss"][-1] = 5.6
     assert "uniform guessing" in divergence(ranks, evals, 256)
-
-
-def corpus_root() -> str:
-    for root in [p for p in os.environ.get("SYNCBENCH_DATA", "").split(os.pathsep) if p]:
-        try:
-            catalog.find_dataset_dir("shakespeare", root)
-            return root
-        except DatasetError:
-            continue
-    pytest.skip("the shakespeare corpus is not under $SYNCBENCH_DATA "
-                "(syncbench data fetch shakespeare --out-dir DIR)")
 
 
 @pytest.mark.parametrize("ranks", [1, 2])

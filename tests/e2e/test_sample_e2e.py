@@ -10,11 +10,8 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
-from helpers import run_mpi
+from helpers import corpus_root, run_mpi
 
-from syncbench.bench.data import catalog
-from syncbench.bench.data.dataset import DatasetError
 from syncbench.bench.train import saved_model
 
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "256", "--batch-size", "32",
@@ -42,17 +39,6 @@ def test_an_image_models_record_is_written_and_sample_refuses_it(tmp_path):
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr == (f"syncbench sample: error: {path} is a mlp model, not a "
                               "language model: sample continues text with a gpt model\n")
-
-
-def corpus_root() -> str:
-    for root in [p for p in os.environ.get("SYNCBENCH_DATA", "").split(os.pathsep) if p]:
-        try:
-            catalog.find_dataset_dir("shakespeare", root)
-            return root
-        except DatasetError:
-            continue
-    pytest.skip("the shakespeare corpus is not under $SYNCBENCH_DATA "
-                "(syncbench data fetch shakespeare --out-dir DIR)")
 
 
 def test_a_language_model_trained_and_saved_is_sampled(tmp_path):
