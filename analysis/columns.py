@@ -359,7 +359,7 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     # the bytes a rank hands to MPI per training sample (wire_bytes_per_step, declared by
     # SSGD's and OD-SGD's reducers, over the per-rank batch); absent where nothing declares it
     add(Column("wire_bytes_per_sample", _wire_bytes_per_sample, "{:.0f}", digits=0,
-               record=_float_or_nan,
+               record=_float_or_nan, optional=True,
                tables={"runs": "wire B/sample", "runner": "wire B/sample", "record": "",
                        "cell": ""}))
     # the rest of the data's record (data_record.py), which the Markdown's "Data read"
@@ -373,12 +373,12 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     # decentralized strategies (D-PSGD, AD-PSGD): at the last evaluation, the consensus
     # distance (1/N) sum_i ||x_i - x_bar||^2 and the ranks' own models' test accuracy
     add(Column("consensus_distance", _last_of("consensus_distance"), "{:.3g}", digits=5,
-               record=_float_or_nan, tables={"runs": "consensus", "runner": "consensus",
+               record=_float_or_nan, optional=True, tables={"runs": "consensus", "runner": "consensus",
                                              "record": "", "cell": ""}))
     add(Column("replica_accuracy_mean", _last_of("replica_accuracy_mean"), "{:.4f}",
                record=_float_or_nan, tables={"runs": "own acc mean"}))
     add(Column("replica_accuracy_worst", _last_of("replica_accuracy_worst"), "{:.4f}", digits=3,
-               record=_float_or_nan, tables={"runs": "own acc worst",
+               record=_float_or_nan, optional=True, tables={"runs": "own acc worst",
                                              "runner": "worst own acc", "record": "",
                                              "cell": ""}))
     # cells of the printed tables only

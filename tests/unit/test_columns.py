@@ -190,3 +190,18 @@ def test_wire_bytes_per_sample_is_the_declared_bytes_over_a_ranks_batch(tmp_path
     figures = run_figures([declared, undeclared], 0.8)
     assert figures[0]["wire_bytes_per_sample"] == 6400 / BATCH
     assert math.isnan(figures[1]["wire_bytes_per_sample"])
+
+
+def test_the_runner_hides_the_decentralized_and_wire_columns_where_no_run_has_them(run_files):
+    """A scenario of SSGD-like runs without declared bytes on the wire or replicas shows no
+    empty wire B/sample, consensus or worst own acc column (each is optional)."""
+    runs = [read_run(p) for p in run_files]
+    figures = run_figures(runs, 0.8)
+    records = [{"label": f"np{run.world_size}", "condition": "hom", "repeat": i % 2, **fig}
+               for i, (run, fig) in enumerate(zip(runs, figures, strict=True))]
+    cells = scenario_cells(records, ["np1", "np2"], ["hom"], "np1")
+    lines = comparison_table("probe", "homogeneous", cells, "np1", 0.8, "time_to_target",
+                             [fig["context"] for fig in figures])
+    header = next(ln for ln in lines if ln.startswith("# label"))
+    for name in ("wire B/sample", "consensus", "worst own acc"):
+        assert name not in header
