@@ -63,6 +63,21 @@ def parse_mlp_widths(name: str) -> tuple[int, ...] | None:
     return hidden
 
 
+def split_models(text: str) -> list[str]:
+    """A comma-separated list of models whose specs hold commas of their own:
+    ``"mlp:256,128,gpt:d=64,layers=2,lenet"`` -> ``["mlp:256,128", "gpt:d=64,layers=2",
+    "lenet"]``. A piece without ``:`` that names no model continues the spec before it."""
+    models: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if models and ":" in models[-1] and ":" not in piece and piece not in MODELS:
+            models[-1] += "," + piece
+        else:
+            models.append(piece)
+    return models
+
+
 def model_name(name: str) -> str:
     """``name`` if it names a model (a key of :data:`MODELS`, ``mlp:H1,...`` or
     ``gpt:KEY=N,...``), for argparse."""

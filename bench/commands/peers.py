@@ -40,6 +40,7 @@ import sys
 
 from syncbench.bench.experiment.peers.pairs import run_pairs, run_speed, usage_error
 from syncbench.bench.flags import rank_counts, renamed
+from syncbench.kernels.zoo import split_models
 
 HELP = "ours vs PyTorch DDP / PeriodicModelAverager, and SSGD vs a bare Allreduce"
 
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     """Body of ``syncbench peers``: run every cell and print the two tables; exit status 0,
     or 1 if a run failed."""
     algorithms = [a for a in args.algorithms.split(",") if a]
-    models = [m for m in args.model.split(",") if m]
+    models = split_models(args.model)
     error = usage_error(args, algorithms, models)
     if error is not None:
         print(f"syncbench peers: {error}", file=sys.stderr)

@@ -43,6 +43,7 @@ from syncbench.bench.micro.speed import (
     step_throughput,
 )
 from syncbench.kernels import cpu_native
+from syncbench.kernels.zoo import split_models
 
 HELP = "single-process training-step throughput of the models"
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     print("# MFLOP/step: forward and backward GEMMs + momentum update (kernels/flops.py)")
     print(HEADER)
     rows = []
-    for name in args.models.split(","):
+    for name in split_models(args.models):
         rates = step_throughput(name, args.batch_size, args.steps, args.repeats, args.dtype)
         med, low, high = column_spread(rates)
         flops = model_step_flops(name, args.batch_size)
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                      "fraction_of_gemm": achieved / gemm})
     shares = []
     if specs:
-        shares = step_shares(args.models.split(","), specs, args.batch_size,
+        shares = step_shares(split_models(args.models), specs, args.batch_size,
                              max(1, args.steps // 5), args.repeats)
         print_step_shares(shares, args.repeats)
     if args.json:

@@ -187,3 +187,23 @@ def test_peers_plan_alternates_ours_and_the_peer_and_keeps_complete_peer_records
     assert kept_run(peer) == (record, "")
     peer.path.write_text(json.dumps({**record, "world_size": 4}))
     assert kept_run(peer)[0] is None
+
+
+def test_the_gpt_twin_steps_from_our_initial_parameters_under_speed():
+    """peers --speed --model gpt:...: the twin starts from our model's parameters on the
+    same token windows, so both steps do the same work; the data-parallel peers take no
+    gpt (one line), and a spec's own commas stay in it."""
+    import argparse
+
+    from syncbench.bench.experiment.peers.pairs import usage_error
+    from syncbench.kernels.zoo import split_models
+
+    spec = "gpt:d=16,layers=1,heads=2,ctx=16"
+    assert step_throughput(spec, 2, 1) > 0
+    assert split_models(f"mlp:32,16,{spec},lenet") == ["mlp:32,16", spec, "lenet"]
+    flags = dict(algorithms="ssgd", repeats=1, comm_blocks=0, comm_block_steps=1,
+                 train_flags="", out_dir=None)
+    assert usage_error(argparse.Namespace(speed=True, model=spec, **flags), ["ssgd"],
+                       [spec]) is None
+    wrong = usage_error(argparse.Namespace(speed=False, model=spec, **flags), ["ssgd"], [spec])
+    assert "gpt[:SPEC] with --speed" in wrong

@@ -25,6 +25,7 @@ from syncbench.bench.experiment.plan import PlannedRun
 from syncbench.bench.experiment.runner import execute, launch_planned
 from syncbench.bench.experiment.scenario import Condition, RunEntry
 from syncbench.kernels import cpu_native
+from syncbench.kernels.zoo import parse_gpt_spec
 
 ALGORITHMS = ("ssgd", "localsgd")
 HOMOGENEOUS = Condition(None, None)
@@ -327,6 +328,16 @@ def speed_table(args: argparse.Namespace, models: list[str]) -> list[str]:
     return rows
 
 
+def _speed_gpt(args: argparse.Namespace, model: str) -> bool:
+    """A ``gpt`` spec under ``--speed`` (its PyTorch twin steps; no data-parallel peer)."""
+    if not getattr(args, "speed", False):
+        return False
+    try:
+        return parse_gpt_spec(model) is not None
+    except ValueError:
+        return False
+
+
 def usage_error(args: argparse.Namespace, algorithms: list[str],
                 models: list[str]) -> str | None:
     """What is wrong with the flags (None when nothing is)."""
@@ -336,8 +347,9 @@ def usage_error(args: argparse.Namespace, algorithms: list[str],
     if args.comm_blocks < 0 or args.comm_block_steps < 1:
         return (f"--comm-blocks must be >= 0 and --comm-block-steps >= 1 "
                 f"(got {args.comm_blocks}, {args.comm_block_steps})")
-    if not models or any(m not in MODELS for m in models):
-        return f"--model takes {', '.join(MODELS)} (got {args.model!r})"
+    if not models or any(m not in MODELS and not _speed_gpt(args, m) for m in models):
+        return (f"--model takes {', '.join(MODELS)}, and gpt[:SPEC] with --speed "
+                f"(got {args.model!r})")
     if getattr(args, "resume", False) and not getattr(args, "out_dir", None):
         return "--resume needs --out-dir (the folder whose run files it keeps)"
     shared = dict(zip(*[iter(peer_ssgd_flags(args.train_flags))] * 2))

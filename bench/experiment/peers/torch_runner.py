@@ -48,9 +48,12 @@ from typing import Any
 import numpy as np
 
 from syncbench.bench.data.catalog import DATASETS, load_dataset
+from syncbench.bench.data.text import VOCAB
+from syncbench.bench.experiment.peers.torch_gpt import build_torch_gpt
 from syncbench.bench.files import write_atomic
-from syncbench.bench.micro.speed import SHAPES
+from syncbench.bench.micro.speed import SHAPES, timed_model
 from syncbench.bench.train.stream import BatchStream
+from syncbench.kernels.zoo import parse_gpt_spec
 
 #: The peer each of our algorithms is compared with.
 PEERS = {"ssgd": "torch-ddp", "localsgd": "torch-periodic-avg"}
@@ -420,7 +423,9 @@ def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
 
     The PyTorch counterpart of :func:`syncbench.bench.micro.speed.step_throughput`
     (same input shape, from its ``SHAPES``; 10 classes; momentum SGD; 3
-    warm-up steps; no data loading, no communication), with
+    warm-up steps; no data loading, no communication; ``gpt``: the twin of
+    :mod:`.torch_gpt` from our model's initial parameters, on the same token
+    windows), with
     ``torch.set_num_threads(threads)``. The model is in training mode, so
     BatchNorm normalises with each batch's statistics and updates its running
     ones, as our training step does.
@@ -428,19 +433,31 @@ def step_throughput(model_name: str, batch: int, steps: int, threads: int = 1,
     import torch  # lazy: PyTorch is optional (syncbench[peers])
     from torch.nn import functional as F
 
-    shape = SHAPES.get(model_name, (1, 28, 28))
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    model = build_torch_model(model_name, shape, 10)
+    if parse_gpt_spec(model_name) is not None:  # the twin with our initial parameters
+        ours, tokens, targets = timed_model(model_name, batch, "float32", seed)
+        model = build_torch_gpt(ours.spec, VOCAB, ours.params)
+        x, y = torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(
+            targets.astype(np.int64))
+
+        def loss() -> Any:
+            return model.loss(x, y)
+    else:
+        shape = SHAPES.get(model_name, (1, 28, 28))
+        model = build_torch_model(model_name, shape, 10)
+        rng = np.random.default_rng(seed)
+        x = torch.from_numpy(rng.random((batch, *shape)).astype(np.float32))
+        y = torch.from_numpy(rng.integers(0, 10, batch))
+
+        def loss() -> Any:
+            return F.cross_entropy(model(x), y)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    rng = np.random.default_rng(seed)
-    x = torch.from_numpy(rng.random((batch, *shape)).astype(np.float32))
-    y = torch.from_numpy(rng.integers(0, 10, batch))
 
     def one_step() -> None:
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        loss().backward()
         opt.step()
 
     for _ in range(3):
