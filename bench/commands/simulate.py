@@ -112,6 +112,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     val.add_argument("--validate", nargs="+", default=None, metavar="RUN.h5",
                      help="simulate each measured run's configuration (workload from "
                      "--workload, network from --calibrate) and print measured vs predicted")
+    val.add_argument("--validate-realised", action="store_true",
+                     help="simulate a slowed run with the slowdown each rank realised "
+                     "(its slowdown_realised) instead of the nominal factor or node speed: "
+                     "what is left is the simulator's own error")
     val.add_argument("--validate-out", default=None, metavar="DIR",
                      help="also write each prediction as a run file, DIR/predicted-NAME.h5 "
                      "(syncbench trace MEASURED.h5 --beside it draws the two side by side; "

@@ -23,7 +23,7 @@ from syncbench.analysis.summary import summarize
 from syncbench.bench.simulate.collectives import PlacedClock
 from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
 from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
-from syncbench.bench.simulate.quota import parse_node_speeds, simulate_with_quota
+from syncbench.bench.simulate.quota import parse_node_speeds
 from syncbench.bench.simulate.strategies import simulator_for
 from syncbench.bench.simulate.timeline import LocalTimes, Timeline
 from syncbench.bench.simulate.workload import Stragglers, Workload
@@ -65,17 +65,11 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
     speeds = parse_node_speeds(getattr(cfg, "node_speed", None), n)
     factors = parse_slowdown(cfg.slowdown, n)
-    if speeds is not None:  # a quota slows compute as a factor 1/s, and MPI too (.quota)
+    if speeds is not None:  # a quota slows compute as a factor 1/s (and data, update: .quota)
         factors = [f / s for f, s in zip(factors, speeds)]
-
-    current: list[LocalTimes] = []
-
-    def make_local(extra: dict[int, np.ndarray] | None) -> LocalTimes:
-        local = LocalTimes(workload, n, factors, stragglers, cfg.seed, extra)
-        if on_phase is not None:  # also each step further than any before
-            local.on_step = lambda j: on_phase(network, j)
-        current[:] = [local]
-        return local
+    local = LocalTimes(workload, n, factors, stragglers, cfg.seed, speeds)
+    if on_phase is not None:  # also each step further than any before
+        local.on_step = lambda j: on_phase(network, j)
 
     in_phases = [0.0]
 
@@ -84,13 +78,12 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         seconds = network.phase(phase.key(), phase.pairs, phase.nbytes)
         in_phases[0] += time.perf_counter() - t0
         if on_phase is not None:
-            on_phase(network, current[0].reached)
+            on_phase(network, local.reached)
         return seconds
 
     clock = PlacedClock(time_phase, network.ranks_per_host)
     t0 = time.perf_counter()
-    timeline = simulate_with_quota(make_local, lambda local: simulator(cfg, local, steps, clock),
-                                   speeds)
+    timeline = simulator(cfg, local, steps, clock)
     # wall seconds of SimGrid's phases, and of composing the timeline around them
     timeline.notes.update(phases_s=in_phases[0],
                           compose_s=time.perf_counter() - t0 - in_phases[0])

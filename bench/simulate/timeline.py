@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.analysis import schema
+from syncbench.bench.simulate.quota import quota_delay
 from syncbench.bench.simulate.workload import Stragglers, Workload, delay_factors
 
 
@@ -26,17 +27,17 @@ class LocalTimes:
     The delay is the measured run's own (a ``--workload RUN.h5`` rank that
     was slowed) plus compute x (factor - 1), the factor from ``--slowdown``
     and ``--stragglers`` (:func:`.workload.delay_factors`, >= 1), plus
-    ``extra_delay`` (a node's CPU quota, :mod:`.quota`).
+    a node's CPU quota on data and update (``speeds``, :mod:`.quota`).
     """
 
     def __init__(self, workload: Workload, n: int, slowdown: list[float],
                  stragglers: Stragglers, seed: int,
-                 extra_delay: dict[int, np.ndarray] | None = None) -> None:
+                 speeds: list[float] | None = None) -> None:
         self.workload, self.n = workload, n
         self.slowdown = np.asarray(slowdown, dtype=float)
-        #: Seconds added to rank k's delay at step j (``extra_delay[k][j]``; steps past
-        #: the array's end add nothing): a CPU quota's debt (:mod:`.quota`).
-        self.extra_delay = extra_delay or {}
+        #: Each rank's node share under a CPU quota (None: none): its data and update are
+        #: slowed too (:mod:`.quota`); its compute by the factor in ``slowdown``.
+        self.speeds = speeds
         self.stragglers = stragglers
         self.rng = np.random.default_rng(seed)
         self.offsets = workload.replay_offsets(self.rng, n)
@@ -62,9 +63,8 @@ class LocalTimes:
         block = self.workload.draw(self.rng, self.n, have, more, self.offsets)
         factor = delay_factors(self.stragglers, self.slowdown, self.rng, (self.n, more))
         block[..., 3] += block[..., 1] * (factor - 1.0)
-        for k, extra in self.extra_delay.items():
-            part = extra[have:have + more]
-            block[k, :len(part), 3] += part
+        if self.speeds is not None:
+            block[..., 3] += quota_delay(block, self.speeds)
         self.cols = np.concatenate([self.cols, block], axis=1)
 
     def _reach(self, j: int) -> None:

@@ -83,6 +83,10 @@ def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, i
     if str(getattr(args, "codec_seconds", "0")) in ("0", "0.0"):  # not given: time it here
         cfg.codec_seconds = "auto"
     factors, speeds = rank_factors(run)
+    if getattr(args, "validate_realised", False) and (any(f != 1.0 for f in factors)
+                                                      or any(s < 1.0 for s in speeds)):
+        # the factors the run realised (its own compute), not the nominal ones
+        factors, speeds = realised_factors(run), [1.0] * len(speeds)
     if any(f != 1.0 for f in factors):
         cfg.slowdown = ",".join(f"{f:g}" for f in factors)
     cfg.node_speed = ",".join(f"{s:g}" for s in speeds) if any(s < 1.0 for s in speeds) \
@@ -114,6 +118,15 @@ def rank_factors(run: Any) -> tuple[list[float], list[float]]:
         speed = _attr(attrs, "node_speed")
         speeds.append(speed if 0.0 < speed <= 1.0 else 1.0)
     return factors, speeds
+
+
+def realised_factors(run: Any) -> list[float]:
+    """Per rank, the slowdown the run realised (rank attribute ``slowdown_realised``: its
+    compute and delay over the free ranks' compute, ``fairness``); 1 where absent. What
+    ``--validate-realised`` simulates: it separates the simulator's error from the gap
+    between a nominal slowdown and what the host made of it."""
+    return [max(1.0, _attr(run.rank_attrs.get(rank, {}), "slowdown_realised"))
+            for rank in sorted(run.ranks)]
 
 
 def _attr(attrs: dict[str, Any], name: str) -> float:
