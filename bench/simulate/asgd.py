@@ -25,6 +25,21 @@ pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` an
   (:func:`accumulate_seconds`). ``--delay-compensation`` adds the push's second
   read of the weights.
 
+* **Targets serve at their polls** (``--rma-progress polls``; ``auto``, the default,
+  where the platform is ``--calibrate``'d from measured links): over a
+  transport without hardware one-sided operations (MPICH's CH4 over UCX's or
+  libfabric's TCP), a Get, an Accumulate or a counter atomic is an active message
+  that the target handles only inside an MPI call. A target inside its own
+  accesses serves at once; while it loads data, computes or updates it serves at
+  ``ProgressPoll``'s ``Iprobe`` in the model's hooks (:func:`poll_gaps`), so a
+  request waits for the target's next poll: a mean-field expected residual
+  (:func:`target_wait`), the largest of the owners' for an access to several.
+  Measured before this term on 2 emulated nodes at 1 Gbit/s (quiet repeats):
+  ASGD's sync was 13.3 ms per step on mlp and 14.1 on lenet against 8.1 and 2.3
+  predicted (docs/RESULTS.md, "The simulator's validation on the emulated
+  cluster"). ``--rma-progress immediate`` (``auto`` on the modelled platforms) keeps
+  the old assumption (native atomics, or a progress thread).
+
 Staleness is the code's, read from the simulated counter when rank 0 serves the
 request. The transfers' concurrency is a mean-field fixed point (:func:`_accesses`).
 Assumptions: rank 0 serves queued atomics back to back and owners serve accesses
@@ -44,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.algorithms.windows import shard_layout
+from syncbench.algorithms.windows import POLL_MIN_GAP_S, shard_layout
 from syncbench.bench.simulate.collectives import (
     ALLTOALL_EXACT_MAX,
     Phase,
@@ -122,6 +137,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="bytes/s a target reduces Accumulates into its window (default "
                        f"{DEFAULT_ACCUMULATE_RATE:.3g}, measured with syncbench comm "
                        "--op rma-accumulate)")
+    group.add_argument("--rma-progress", choices=("auto", "polls", "immediate"),
+                       default="auto",
+                       help="when a target serves one-sided requests: at its polls between "
+                       "layers (MPICH over TCP) or at once (native RMA, a progress thread); "
+                       "auto (default): polls on a platform --calibrate'd from measured "
+                       "links, at once on the modelled ones")
     group.add_argument("--calibrate-rma", default=None, metavar="COMM.h5",
                        help="the accumulate rate fitted to `syncbench comm --op "
                        "rma-accumulate --out` results")
@@ -237,6 +258,52 @@ def accumulate_seconds(nbytes: float, epochs: int, workers: int, rate: float,
     return max(alone, workers * alone - think_s)
 
 
+def rma_progress(cfg: argparse.Namespace) -> str:
+    """``polls`` or ``immediate``: ``--rma-progress``, where ``auto`` is ``polls`` on a
+    platform fitted to measured links (``--calibrate``: this suite's runs over MPICH's
+    TCP transports) and ``immediate`` on the modelled ones (fat tree, dragonfly, torus,
+    crossbar: clusters whose RDMA serves one-sided operations without the target)."""
+    mode = getattr(cfg, "rma_progress", "auto")
+    if mode == "auto":
+        return "polls" if getattr(cfg, "calibrate", None) else "immediate"
+    return mode
+
+
+def poll_gaps(data: float, compute: float, update: float, delay: float,
+              hooks: Sequence[float], min_gap: float = POLL_MIN_GAP_S) -> np.ndarray:
+    """Seconds between a rank's chances to serve while it is outside its own accesses.
+
+    One step outside MPI is data, compute (``ProgressPoll`` at each hook share of
+    ``hooks``, at most one per ``min_gap``: ``algorithms/windows.py``), then the delay
+    and the update (no polls); it is entered and left inside MPI (the step's pull
+    and push)."""
+    points = [0.0]
+    for share in hooks:
+        at = data + share * compute
+        if at - points[-1] >= min_gap:
+            points.append(at)
+    end = data + compute + delay + update
+    points.append(end)
+    gaps = np.diff(np.asarray(points, dtype=float))
+    return gaps[gaps > 0]
+
+
+def target_wait(gaps: np.ndarray, outside: float, owners: int = 1) -> float:
+    """Expected seconds a request waits for the largest of ``owners`` targets' next poll.
+
+    A target is outside MPI a share ``outside`` of its cycle; a request that comes
+    then falls in gap i with probability g_i / sum(g) and waits uniformly up to g_i,
+    so P(wait <= r) = 1 - outside + outside * sum(min(r, g_i)) / sum(g), and the
+    largest of m independent waits has the expectation of integral(1 - P^m) dr."""
+    gaps = np.asarray(gaps, dtype=float)
+    if owners <= 0 or not len(gaps) or outside <= 0:
+        return 0.0
+    total, top = float(gaps.sum()), float(gaps.max())
+    r = np.linspace(0.0, top, 513)
+    cdf = 1.0 - outside + outside * np.minimum(r[:, None], gaps[None, :]).sum(axis=1) / total
+    return float(np.trapezoid(1.0 - cdf ** owners, r))
+
+
 def counter_bound(service_s: float) -> float:
     """Steps per second the whole job can make through rank 0's counter (inf if free)."""
     return math.inf if service_s <= 0 else 1.0 / (COUNTER_ATOMICS * service_s)
@@ -269,8 +336,8 @@ NEXT = (READ_VERSION, READ_STARTED, START, COUNT, READ_VERSION)
 
 
 def counter_timeline(workers: Sequence[int], total: int, t_pull: float, t_push: float,
-                     step_times: StepTimes, one_way: Sequence[float], costs: RmaCosts
-                     ) -> CounterRun:
+                     step_times: StepTimes, one_way: Sequence[float], costs: RmaCosts,
+                     serve_wait: Sequence[float] | None = None) -> CounterRun:
     """Every worker's steps, with each counter request queued at rank 0 in arrival order.
 
     ``step_times(k, j)`` is worker k's (data, compute, update, delay) of its
@@ -287,9 +354,13 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float, t_push: 
     claims first, so exactly ``total`` pushes are made, and the counters are
     read where the code reads them; the requests are handled in arrival
     order, which is rank 0's order of service (one heap of arrivals).
+    ``serve_wait[k]`` is added to each of worker k's requests before rank 0 serves
+    it (rank 0's next poll, :func:`target_wait`; 0 for rank 0's own).
     """
     trips = 1.0 if costs.nocheck else 3.0  # the op, and the lock's / unlock's handshakes
-    pre = [costs.epoch_s + trips * lat for lat in one_way]  # send -> arrival at rank 0
+    waits = list(serve_wait) if serve_wait is not None else [0.0] * len(one_way)
+    # send -> arrival at rank 0 (and, over TCP, rank 0's next poll)
+    pre = [costs.epoch_s + trips * lat + wait for lat, wait in zip(one_way, waits)]
     back = [trips * lat for lat in one_way]  # end of service -> reply at the worker
     size = max(workers, default=-1) + 1
     taken, t0, sent, comm = [0] * size, [0.0] * size, [0.0] * size, [0.0] * size
@@ -361,6 +432,10 @@ class _Access:
     bw_push_s: float
     reduce_s: float
     cycle_s: float
+    #: Seconds an access waits for its remote owners' polls, and a counter request for
+    #: rank 0's (:func:`target_wait`; 0 with --rma-progress immediate).
+    owner_wait_s: float = 0.0
+    counter_wait_s: float = 0.0
 
 
 def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], costs: RmaCosts,
@@ -375,25 +450,42 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     extra_get = 1.0 if float(cfg.delay_compensation) > 0 else 0.0
     counter_s = COUNTER_EPOCHS * (costs.epoch_s + 2.0 * one_way) + COUNTER_ATOMICS * costs.service_s
     floor = count / counter_bound(costs.service_s)  # the counter's cycle
+    polls = rma_progress(cfg) == "polls" and n > 1
+    # the workers' mean step outside MPI, and where in it they poll
+    d, c, u, dl = (float(x) for x in local.cols[workers, :, :].mean(axis=(0, 1)))
+    gaps = poll_gaps(d, c, u, dl, local.workload.compute_split().hooks)
+    # remote owners of an access (sharded: all but the origin's own shard); the
+    # dedicated server and rank 0's counter under it serve from their MPI loop at once
+    dedicated = cfg.ps_layout == "dedicated"
+    remote = 0 if dedicated else (epochs - 1 if cfg.ps_layout == "sharded" else 1)
 
-    def at(active: int) -> _Access:
+    def at(active: int, outside: float) -> _Access:
         pull, push = asgd_phases(nbytes, n, cfg.ps_layout, active)
         bw_pull, bw_push = weighted_cost(pull, time_phase), weighted_cost(push, time_phase)
-        t_pull = access_seconds(epochs, one_way, bw_pull, costs)
-        think = max(mean_local + t_pull * (1.0 + extra_get) + counter_s + 2.0 * one_way, floor)
+        owner_wait = target_wait(gaps, outside, remote) if polls else 0.0
+        counter_wait = target_wait(gaps, outside) if polls and not dedicated else 0.0
+        t_pull = access_seconds(epochs, one_way, bw_pull, costs) + owner_wait
+        counter_all = counter_s + COUNTER_EPOCHS * counter_wait * (count - 1) / max(count, 1)
+        think = max(mean_local + t_pull * (1.0 + extra_get) + counter_all + 2.0 * one_way,
+                    floor)
         reduce_s = accumulate_seconds(nbytes, epochs, count, costs.accumulate_rate, think)
-        t_push = access_seconds(epochs, one_way, bw_push, costs, reduce_s) + extra_get * t_pull
-        cycle = max(mean_local + t_pull + t_push + counter_s, floor)
-        return _Access(active, t_pull, t_push, bw_pull, bw_push, reduce_s, cycle)
+        t_push = (access_seconds(epochs, one_way, bw_push, costs, reduce_s) + owner_wait
+                  + extra_get * t_pull)
+        cycle = max(mean_local + t_pull + t_push + counter_all, floor)
+        return _Access(active, t_pull, t_push, bw_pull, bw_push, reduce_s, cycle,
+                       owner_wait, counter_wait)
 
     levels = powers_of_two_upto(count)
-    acc = at(1)  # from the uncontended transfer, up to the fixed point
-    for _ in range(6):
+    acc = at(1, 1.0)  # from the uncontended transfer, up to the fixed point
+    for _ in range(12):
         want = max(1, round(count * (acc.bw_pull_s + acc.bw_push_s) / acc.cycle_s))
         nxt = min(levels, key=lambda m: abs(math.log(m) - math.log(want)))
-        if nxt == acc.active:
+        outside = min(1.0, mean_local / acc.cycle_s) if acc.cycle_s > 0 else 1.0
+        new = at(nxt, outside)
+        if nxt == acc.active and abs(new.cycle_s - acc.cycle_s) <= 1e-3 * acc.cycle_s:
+            acc = new
             break
-        acc = at(nxt)
+        acc = new
     return acc, epochs, one_way
 
 
@@ -417,12 +509,15 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     acc, epochs, one_way = _accesses(cfg, local, workers, costs, time_phase)
     lat = [0.0 if k == 0 else one_way for k in range(n)]
     run = counter_timeline(workers, steps * n, acc.pull_s, acc.push_s,
-                           lambda k, j: local.rank(k, j).tolist(), lat, costs)
+                           lambda k, j: local.rank(k, j).tolist(), lat, costs,
+                           [0.0 if k == 0 else acc.counter_wait_s for k in range(n)])
     rows = _rows(run, n, local.workload.batch_size)
     bound = counter_bound(costs.service_s)
     notes = {"asgd_active": acc.active, "pull_s": acc.pull_s, "push_s": acc.push_s,
              "pull_bandwidth_s": acc.bw_pull_s, "push_bandwidth_s": acc.bw_push_s,
              "push_reduce_s": acc.reduce_s, "epochs_per_access": epochs,
+             "rma_progress": rma_progress(cfg), "owner_poll_wait_s": acc.owner_wait_s,
+             "counter_poll_wait_s": acc.counter_wait_s,
              "one_way_latency_s": one_way, "rma_epoch_s": costs.epoch_s,
              "counter_service_s": costs.service_s,
              "counter_busy_share": run.busy_s / run.wall_s if run.wall_s > 0 else 0.0,

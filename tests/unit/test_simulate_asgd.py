@@ -116,3 +116,45 @@ def test_staleness_min_counts_started_pushes_not_landed_ones():
 
 
 # -- 16,384 ranks ---------------------------------------------------------------------------
+
+
+# -- the targets serve at their polls --------------------------------------------------------
+
+def test_a_request_waits_for_the_targets_next_poll():
+    """One gap g outside MPI all the time: half of it on average; outside a share f of
+    the cycle: f g / 2; two owners: the larger of two waits, 2/3 g; polls closer than
+    ProgressPoll's 0.5 ms gap are one."""
+    from syncbench.bench.simulate.asgd import poll_gaps, target_wait
+
+    assert target_wait(np.array([0.01]), 1.0) == pytest.approx(0.005, rel=1e-3)
+    assert target_wait(np.array([0.01]), 0.5) == pytest.approx(0.0025, rel=1e-3)
+    assert target_wait(np.array([0.01]), 1.0, owners=2) == pytest.approx(0.01 * 2 / 3, rel=1e-3)
+    # unequal gaps: a request more likely falls in the long one (sum g^2 / 2 sum g)
+    assert target_wait(np.array([0.009, 0.001]), 1.0) == pytest.approx(
+        (0.009 ** 2 + 0.001 ** 2) / (2 * 0.01), rel=1e-3)
+    gaps = poll_gaps(0.001, 0.010, 0.002, 0.0, [0.5, 0.52, 1.0])
+    np.testing.assert_allclose(gaps, [0.006, 0.005, 0.002])  # data + half, the rest, update
+
+
+def test_asgd_pays_its_targets_polls_over_tcp_and_not_with_immediate_progress():
+    """2 ranks, sharded: each pull and push waits for the other owner's poll, and rank
+    1's four counter requests per step for rank 0's; --rma-progress immediate keeps the
+    old model. The simulated sync grows by about six waits per step."""
+    from syncbench.bench.cli import build_parser
+    from syncbench.bench.simulate import strategies
+    from syncbench.bench.simulate.timeline import LocalTimes
+    from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
+
+    split = ComputeSplit(forward=(0.5,), backward=(1.0,), offsets=(0,))
+    w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=0.01, split=split)
+
+    def sync_per_step(progress: str) -> float:
+        cfg = build_parser("simulate").parse_args(
+            ["simulate", "--algorithm", "asgd", "--rma-progress", progress])
+        local = LocalTimes(w, 2, [1.0, 1.0], Stragglers(), seed=0)
+        rows = strategies.SIMULATORS["asgd"](cfg, local, 20, lambda phase: 1e-5).rows.arrays()
+        return float(np.mean(np.concatenate([r["t_comm"] for r in rows.values()])))
+
+    polls, immediate = sync_per_step("polls"), sync_per_step("immediate")
+    assert polls > immediate + 0.005  # several 2.5 ms waits (two 5 ms gaps) per step
