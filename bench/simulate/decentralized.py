@@ -83,7 +83,13 @@ from syncbench.algorithms.averagers.compressed_gossip import gossip_codec
 from syncbench.algorithms.averagers.pairwise import bipartite_peers, check_bipartite
 from syncbench.algorithms.graphs import GraphSchedule, Mixing, build_graph
 from syncbench.algorithms.registry import get_algorithm
-from syncbench.bench.simulate.asgd import COUNTER_BYTES, costs_from
+from syncbench.bench.simulate.asgd import (
+    COUNTER_BYTES,
+    costs_from,
+    poll_gaps,
+    rma_progress,
+    target_wait,
+)
 from syncbench.bench.simulate.collectives import PhaseClock, cost, placed_phases
 from syncbench.bench.simulate.progress import TESTALL_SECONDS, compute_polls
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
@@ -379,7 +385,7 @@ LOCK, READ, UPDATE = range(3)
 
 def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[int]],
                   rng: np.random.Generator, one_way: float, transfer: float, epoch_s: float,
-                  meetings: Meetings | None = None) -> list[tuple]:
+                  meetings: Meetings | None = None, serve_s: float = 0.0) -> list[tuple]:
     """Every rank's ``steps`` steps, each window's lock served in arrival order.
 
     ``step_times(k, j)``: rank k's (data, compute, update, delay) of its step j. An
@@ -391,9 +397,12 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
     its own window (no one else locks it). A passive rank's step: data, a SHARED epoch
     on its own window to read the model (it waits while an average holds it), compute,
     delay, the update inside an EXCLUSIVE epoch on its own window (waits likewise, and
-    holds it for the update's time). At each meeting point (``meetings``) a rank waits
-    for its stop vote before its next step (:class:`Meetings`). Returns one record per
-    step:
+    holds it for the update's time). ``serve_s`` is the passive peer's expected wait
+    for its next poll (``asgd.target_wait``), paid by each of the average's three
+    requests the peer must serve inside MPI over TCP: the lock's grant before it, the
+    Get and the Put with the unlock while the window is held. At each meeting point
+    (``meetings``) a rank waits for its stop vote before its next step
+    (:class:`Meetings`). Returns one record per step:
     ``(rank, step, t_start, data, compute, update, delay, comm, wait)``.
     """
     free = [0.0] * n  # when each window's lock is next free
@@ -412,7 +421,7 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
         d, c, u, dl = st[2]
         if k % 2 == 0:
             st[4] = t + d + c + dl  # the request leaves
-            heapq.heappush(heap, (st[4] + epoch_s + one_way, seq, k, LOCK))
+            heapq.heappush(heap, (st[4] + epoch_s + one_way + serve_s, seq, k, LOCK))
         else:
             heapq.heappush(heap, (t + d, seq, k, READ))
         seq += 1
@@ -424,7 +433,7 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
 
     for k in range(n):
         begin(k, 0.0)
-    hold = 2.0 * one_way + 2.0 * transfer
+    hold = 2.0 * one_way + 2.0 * transfer + 2.0 * serve_s
     while heap:
         at, _, k, kind = heapq.heappop(heap)
         st = state[k]
@@ -470,8 +479,12 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     vote_s = cost(placed_phases(VOTE_BYTES, n, "auto", time_phase, VOTE_BYTES,
                                 nonblocking=True), time_phase) if n > 1 else 0.0
     meetings = Meetings(n, steps, every, strategy.traits.stop_vote_lag, vote_s)
+    serve_s = 0.0
+    if rma_progress(cfg) == "polls" and n > 1:  # the passive ranks serve at their polls
+        d, c, u, dl = (float(x) for x in local.cols[1::2, :steps, :].mean(axis=(0, 1)))
+        serve_s = target_wait(poll_gaps(d, c, u, dl, w.compute_split().hooks), 1.0)
     records = adpsgd_events(n, steps, lambda k, j: local.rank(k, j).tolist(), peers, rng,
-                            one_way, transfer, costs.epoch_s, meetings)
+                            one_way, transfer, costs.epoch_s, meetings, serve_s)
     table = np.asarray(records, dtype=float).reshape(-1, 9)
     order = np.lexsort((table[:, 1], table[:, 0]))
     table = table[order]
@@ -481,7 +494,9 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
              samples=w.batch_size, **{name: table[:, 2 + i] for i, name in enumerate(names)})
     ends = table[:, 2:].sum(axis=1)
     notes = {"graph": schedule.name, "one_way_latency_s": one_way, "model_transfer_s": transfer,
-             "lock_hold_s": 2.0 * one_way + 2.0 * transfer, "rma_epoch_s": costs.epoch_s,
+             "lock_hold_s": 2.0 * one_way + 2.0 * transfer + 2.0 * serve_s,
+             "rma_epoch_s": costs.epoch_s, "rma_progress": rma_progress(cfg),
+             "peer_poll_wait_s": serve_s,
              "averages": int(np.count_nonzero(table[:, 0] % 2 == 0)),
              "meet_every": every, "meetings": len(meetings.posts), "vote_s": vote_s,
              "meeting_wait_s": meetings.waited}

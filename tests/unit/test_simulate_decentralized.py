@@ -344,3 +344,20 @@ def test_hierarchical_bad_groups_are_one_line(flags, n, message):
     with pytest.raises(ValueError, match=message) as err:
         hierarchical(cfg, local_times(n), 1, PlacedClock(lambda p: 0.0, rpn))
     assert "\n" not in str(err.value)
+
+
+def test_adpsgd_over_tcp_waits_for_the_passive_peers_polls(tmp_path):
+    """The path of the test above with --rma-progress polls: the passive rank polls at
+    its hooks (0.5, 0.75 and 1.0 of its 1 s compute: gaps 0.5, 0.25, 0.25), so each of an
+    average's three requests (the lock's grant, the Get, the Put and unlock) waits
+    sum(g^2) / (2 sum(g)) = 0.1875 s on average for it; rank 0's average takes
+    0.6 + 3 x 0.1875 s."""
+    cfg = config("--rma-epoch-us", "0", "--rma-progress", "polls")
+    cfg.graph = path_graph(tmp_path, 3)
+    timeline = adpsgd(cfg, local_times(3), 1, lambda p: 0.1)
+    assert timeline.notes["peer_poll_wait_s"] == pytest.approx(0.1875, rel=1e-2)
+    assert timeline.rows.arrays()[0]["t_comm"].tolist() == pytest.approx([1.1625], rel=1e-2)
+    immediate = config("--rma-epoch-us", "0", "--rma-progress", "immediate")
+    immediate.graph = cfg.graph
+    rows = adpsgd(immediate, local_times(3), 1, lambda p: 0.1).rows.arrays()
+    assert rows[0]["t_comm"].tolist() == pytest.approx([0.6])
