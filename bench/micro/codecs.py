@@ -118,9 +118,11 @@ def codec_rates(specs: Sequence[str] = SPECS, sizes: Sequence[int] = SIZES,
 
 def codec_seconds(spec: str, count: int, shapes: Sequence[tuple[int, ...]] | None = None,
                   repeats: int = 5, seed: int = 0) -> float:
-    """Median seconds of one encode and decode of ``spec`` on a ``count``-element float32
-    gradient laid out as ``shapes`` (what ``simulate --codec-seconds auto`` charges per
-    step and rank: one rank's encode and decode of its whole gradient, on this host)."""
+    """Fewest seconds of one encode and decode of ``spec`` on a ``count``-element float32
+    gradient laid out as ``shapes``, over ``repeats`` (what ``simulate --codec-seconds
+    auto`` charges per step and rank: one rank's encode and decode of its whole gradient
+    on this host; the fastest repeat, so that other work on the host while the
+    simulator times it does not enter the prediction)."""
     x = np.random.default_rng(seed).standard_normal(count, dtype=np.float32)
     encode, decode, _ = _calls(spec, x, shapes)
     decode(encode())  # untimed: allocator, caches, the first Q
@@ -129,7 +131,7 @@ def codec_seconds(spec: str, count: int, shapes: Sequence[tuple[int, ...]] | Non
         start = time.perf_counter()
         decode(encode())
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
 @dataclass

@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="encode + decode seconds per step and rank of --compress, added "
                        "to update unless the --workload run file was run with the same "
                        "--compress; auto: timed on this host on the workload's gradient "
-                       "(one encode and decode, median of 5; --validate's default); "
+                       "(the fastest of 5 encodes and decodes; --validate's default); "
                        "default 0: left out")
 
 
