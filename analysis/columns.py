@@ -373,8 +373,8 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     # decentralized strategies (D-PSGD, AD-PSGD): at the last evaluation, the consensus
     # distance (1/N) sum_i ||x_i - x_bar||^2 and the ranks' own models' test accuracy
     add(Column("consensus_distance", _last_of("consensus_distance"), "{:.3g}", digits=5,
-               record=_float_or_nan, optional=True, tables={"runs": "consensus", "runner": "consensus",
-                                             "record": "", "cell": ""}))
+               record=_float_or_nan, optional=True,
+               tables={"runs": "consensus", "runner": "consensus", "record": "", "cell": ""}))
     add(Column("replica_accuracy_mean", _last_of("replica_accuracy_mean"), "{:.4f}",
                record=_float_or_nan, tables={"runs": "own acc mean"}))
     add(Column("replica_accuracy_worst", _last_of("replica_accuracy_worst"), "{:.4f}", digits=3,
