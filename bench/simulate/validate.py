@@ -12,9 +12,13 @@ Measured samples/s is the run's own, on the clock of ``wall_s``
 (:func:`measured_samples_per_s`): the span of a measured run's rows also
 holds its evaluation pauses, which ``wall_s`` leaves out and a simulated
 run does not have (lenet, 2 ranks, 0.5 epoch: 18,627 samples/s by
-``wall_s``, 9,636 by the rows' span). A rank's slowdown is its nominal factor,
-``--slowdown`` over its node's speed (the emulated cluster's CPU quota,
-:func:`nominal_slowdown`). The ``load`` column is the measured run's
+``wall_s``, 9,636 by the rows' span). A rank's slowdown is its ``--slowdown`` factor
+and its node's speed (the emulated cluster's CPU quota) is ``--node-speed``
+(:func:`rank_factors`); ``--validate-realised`` simulates the factors each rank
+realised instead (:func:`realised_factors`). A compressed run's codec is timed here
+(``--codec-seconds auto``) unless the flag is given. The table ends with the error
+per label and configuration (:func:`error_table`); ``--validate-out`` keeps the
+predictions as run files. The ``load`` column is the measured run's
 highest recorded load average (others' processes on the host).
 """
 
@@ -110,7 +114,8 @@ def rank_factors(run: Any) -> tuple[list[float], list[float]]:
     """Per rank, in rank order: train's ``--slowdown`` factor and its node's CPU share
     (the rank attributes ``slowdown`` and ``node_speed``; 1 where absent). The share
     goes to the simulator as ``--node-speed`` (:mod:`.quota`), not folded into the
-    factor: a quota slows the rank's time in MPI too, a ``--slowdown`` only its compute."""
+    factor: a quota slows the rank's data and update too, a ``--slowdown`` only its
+    compute."""
     factors, speeds = [], []
     for rank in sorted(run.ranks):
         attrs = run.rank_attrs.get(rank, {})
