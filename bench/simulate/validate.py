@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.analysis.fairness import nominal_factors
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.simulate.inputs import build_platform, build_workload
@@ -155,17 +154,6 @@ def configuration(run: Any) -> str:
     if any(v < 1.0 for v in speeds):
         parts.append(f"quota {min(speeds):g}")
     return " ".join(parts) or "hom"
-
-
-def nominal_slowdown(run: Any) -> str | None:
-    """``--slowdown`` of the measured run's nominal factors, its nodes' CPU quotas
-    included (``fairness.nominal_factors``: a rank on a node of speed 0.25 is nominally
-    4x slower; the quota is no train flag, so the config does not hold it); None when
-    every rank is at factor 1."""
-    factors = [f for _, f in sorted(nominal_factors(run).items())]
-    if not factors or all(f == 1.0 for f in factors):
-        return None
-    return ",".join(f"{f:g}" for f in factors)
 
 
 def validate_main(args: argparse.Namespace) -> int:

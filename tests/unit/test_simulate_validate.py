@@ -7,13 +7,13 @@ import argparse
 from test_analysis import write_file
 
 from syncbench.analysis.runfile import read_run
-from syncbench.bench.simulate.validate import _job, configuration, nominal_slowdown
+from syncbench.bench.simulate.validate import _job, configuration, rank_factors
 
 
 def test_a_node_slowed_by_its_cpu_quota_is_simulated_as_slowed(tmp_path):
     """The emulated cluster's CPU quota is no train flag: the run file's rank attribute
-    node_speed makes the rank nominally 1/speed slower in the simulated configuration,
-    on top of --slowdown."""
+    node_speed goes to the simulated configuration as --node-speed, beside --slowdown's
+    factors, and names the run's configuration."""
     quota = write_file(tmp_path / "q.h5", algorithm="ssgd", world_size=2, wall=2.0,
                        steps_per_rank=4, rank_extra={1: {"node_speed": 0.25}})
     both = write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=2, wall=2.0,
@@ -22,9 +22,9 @@ def test_a_node_slowed_by_its_cpu_quota_is_simulated_as_slowed(tmp_path):
                                                            "node_speed": 0.5}})
     plain = write_file(tmp_path / "p.h5", algorithm="ssgd", world_size=2, wall=2.0,
                        steps_per_rank=4)
-    assert nominal_slowdown(read_run(quota)) == "1,4"
-    assert nominal_slowdown(read_run(both)) == "1,4"
-    assert nominal_slowdown(read_run(plain)) is None
+    assert rank_factors(read_run(quota)) == ([1.0, 1.0], [1.0, 0.25])
+    assert rank_factors(read_run(both)) == ([1.0, 2.0], [1.0, 0.5])
+    assert rank_factors(read_run(plain)) == ([1.0, 1.0], [1.0, 1.0])
     cfg, n, steps = _job(argparse.Namespace(slowdown=None, algorithm="ssgd"), read_run(quota))
     # the quota goes to the simulator as a node speed (it slows MPI too), not a --slowdown
     assert (cfg.slowdown, cfg.node_speed, n, steps) == (None, "1,0.25", 2, 4)
