@@ -56,8 +56,9 @@ from pathlib import Path
 
 import numpy as np
 
-#: ``SYNCBENCH_CPU_KERNELS``: ``native`` (default: compiled where a compiler works) or
-#: ``numpy`` (the NumPy path everywhere).
+#: ``SYNCBENCH_CPU_KERNELS``: ``auto`` (default: compiled where a compiler works, but the
+#: direct convolutions only on a core with AVX-512, :func:`direct_convolutions`),
+#: ``native`` (compiled everywhere) or ``numpy`` (the NumPy path everywhere).
 MODE_VARIABLE = "SYNCBENCH_CPU_KERNELS"
 SOURCES = Path(__file__).resolve().parent / "cpu"
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno")
@@ -79,6 +80,9 @@ _held_fds: list[int] = []
 #: True: this process's layers take the NumPy path (an in-process A/B of the two,
 #: tools/conv_ab.py ``native``); :data:`MODE_VARIABLE` does the same for a whole run.
 numpy_only = False
+#: None: :func:`direct_convolutions` decides; True or False: this process's
+#: convolutions take the direct kernels or not (the equivalence tests).
+direct_override: bool | None = None
 
 
 def compiler() -> str | None:
@@ -383,6 +387,9 @@ def library() -> ctypes.CDLL | None:
 def status() -> str:
     """Which convolution path the CPU layers take, and why: ``native (...)`` or ``numpy (...)``."""
     lib = library()
+    if lib is not None and not direct_convolutions():
+        return (f"native ({_reason}; convolutions by BLAS: no AVX-512 on this core, where "
+                f"the direct kernels run 2-4x slower; {MODE_VARIABLE}=native takes them)")
     return f"{'native' if lib is not None else 'numpy'} ({_reason})"
 
 
@@ -395,9 +402,30 @@ def rows_usable(*rows: np.ndarray | None) -> bool:
 
 def usable(n: int, dtype: np.dtype) -> bool:
     """Whether the direct kernels take a batch of ``n`` samples of ``dtype``: float32, ``n``
-    a multiple of :data:`LANES`, and the library built."""
+    a multiple of :data:`LANES`, the library built, and :func:`direct_convolutions`."""
     return (not numpy_only and dtype == np.float32 and n % LANES == 0
-            and library() is not None)
+            and library() is not None and direct_convolutions())
+
+
+@functools.cache
+def _has_avx512() -> bool:
+    return "avx512f" in _cpu_id().split()
+
+
+def direct_convolutions() -> bool:
+    """Whether convolutions take the compiled direct kernels rather than BLAS.
+
+    The kernels compute :data:`LANES` = 16 samples per vector, one AVX-512 register; on
+    a core without AVX-512 the compiler splits each into two 8-float halves and the
+    accumulators no longer fit the 16 registers. Measured on such a core (AMD EPYC
+    with AVX2 only, one thread, batch 64 and 32): lenet 35.8 ms per step compiled
+    against 16.5 by BLAS, resnet8 415 against 107 (docs/RESULTS.md, "The compiled
+    convolutions on a core without AVX-512"); on the AVX-512 cores before, compiled was
+    the faster. So ``auto`` takes them only with AVX-512; ``native`` always."""
+    if direct_override is not None:
+        return direct_override
+    mode = os.environ.get(MODE_VARIABLE, "auto")
+    return mode == "native" or _has_avx512()
 
 
 def _ptr(a: np.ndarray | None) -> int | None:
