@@ -76,7 +76,7 @@ from syncbench.algorithms.flags import option
 from syncbench.algorithms.graphs import GraphSchedule, build_graph
 from syncbench.algorithms.mpi import MPI
 from syncbench.algorithms.not_lock_step import NotLockStep
-from syncbench.algorithms.replica_scores import ReplicaScores, consensus_arrays, consensus_log
+from syncbench.algorithms.replica_scores import ReplicaReport
 from syncbench.algorithms.traits import StrategyTraits
 from syncbench.algorithms.windows import ProgressPoll
 
@@ -205,11 +205,8 @@ class ADPSGD(Strategy, NotLockStep):
         self._progress = ProgressPoll(self._mpi, self.timer)
         #: steps_taken at the last settle (every rank's window copied into its params).
         self._settled = -1
-        #: (global samples, consensus distance) of every evaluation.
-        self.consensus_log: dict[int, float] = {}
-        self._consensus: tuple[int, Any] | None = None  # (steps_taken, x_bar)
-        #: The accuracy of the ranks' own models at every evaluation (mean, worst).
-        self.replica_scores = ReplicaScores()
+        #: The consensus distance and the ranks' own models' scores of every evaluation.
+        self.replicas = ReplicaReport(self.run_attributes)
         self._closed = False
         #: This rank's steps, the sum and the largest of their staleness (checkpointed).
         self.staleness_totals = np.zeros(3, np.int64)
@@ -285,35 +282,29 @@ class ADPSGD(Strategy, NotLockStep):
     def consensus_params(self) -> Any:
         """x_bar, the average of every rank's model (collective; once per evaluation
         point), its consensus distance logged."""
-        if self._consensus is None or self._consensus[0] != self.steps_taken:
+        def settled_consensus() -> tuple[Any, float]:
             self.settle()
-            average, distance = consensus(self)
-            self._consensus = (self.steps_taken, average)
-            samples = self.steps_taken * self.budget.batch_size * self.comm.size
-            self.consensus_log[samples] = distance
-            self._publish()
-        return self._consensus[1]
+            return consensus(self)
+
+        return self.replicas.consensus(self.steps_taken, self._global_samples,
+                                       settled_consensus)
+
+    def _global_samples(self) -> int:
+        return self.steps_taken * self.budget.batch_size * self.comm.size
 
     def score_replicas(self, score: Any) -> None:
         """Every rank's own model (its window, settled) scored; their mean and worst kept
         (collective)."""
         self.settle()
-        samples = self.steps_taken * self.budget.batch_size * self.comm.size
-        self.replica_scores.record(self.comm.mpi_comm, samples, self.model.params, score)
-        self._publish()
-
-    def _publish(self) -> None:
-        self.run_attributes.update(consensus_arrays(self.consensus_log))
-        self.run_attributes.update(self.replica_scores.attributes())
+        self.replicas.score(self.comm.mpi_comm, self._global_samples(), self.model.params,
+                            score)
 
     # -- checkpoints -----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """At a meeting point (collective): the rank's model (its window), the optimizer's
         state, the step (which keys the peer stream) and the consensus log."""
         self.settle()
-        return {**super().state(),
-                **consensus_arrays(self.consensus_log),
-                **self.replica_scores.state(),
+        return {**super().state(), **self.replicas.state(),
                 "staleness_totals": self.staleness_totals.copy()}
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -321,12 +312,9 @@ class ADPSGD(Strategy, NotLockStep):
         every window holds its restored model)."""
         super().load_state(state)
         self.window.set_own(self.model.backend.to_numpy(self.model.params))
-        self.consensus_log = consensus_log(state)
-        self.replica_scores.load_state(state)
+        self.replicas.load_state(state)
         self.staleness_totals = np.asarray(state["staleness_totals"], np.int64).copy()
-        self._consensus = None
         self._settled = self.steps_taken
-        self._publish()
         self._wait(self._mpi.Ibarrier())
 
     def report_line(self) -> str | None:

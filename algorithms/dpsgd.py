@@ -36,7 +36,7 @@ from syncbench.algorithms.averagers.gossip import GossipAverager
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
 from syncbench.algorithms.graphs import build_graph, graph_arg
-from syncbench.algorithms.replica_scores import ReplicaScores, consensus_arrays, consensus_log
+from syncbench.algorithms.replica_scores import ReplicaReport
 from syncbench.algorithms.traits import StrategyTraits
 
 
@@ -89,11 +89,8 @@ class DPSGD(Strategy):
         self.run_attributes["wire_bytes_per_step"] = int(
             self.averager.wire_bytes if codec is not None
             else self.model.params.size * self.model.params.dtype.itemsize)
-        #: (global samples, consensus distance) of every evaluation.
-        self.consensus_log: dict[int, float] = {}
-        self._consensus: tuple[int, Any] | None = None  # (steps_taken, x_bar)
-        #: The accuracy of the ranks' own models at every evaluation (mean, worst).
-        self.replica_scores = ReplicaScores()
+        #: The consensus distance and the ranks' own models' scores of every evaluation.
+        self.replicas = ReplicaReport(self.run_attributes)
 
     def step(self, x: Any, y: Any) -> StepStats:
         self.averager.post()
@@ -112,35 +109,21 @@ class DPSGD(Strategy):
     def consensus_params(self) -> Any:
         """x_bar, the average of every rank's model (collective; once per evaluation
         point), its consensus distance logged."""
-        if self._consensus is None or self._consensus[0] != self.steps_taken:
-            average, distance = self.averager.consensus()
-            self._consensus = (self.steps_taken, average)
-            self.consensus_log[int(self.evaluation_point())] = distance
-            self._publish()
-        return self._consensus[1]
+        return self.replicas.consensus(self.steps_taken, self.evaluation_point,
+                                       self.averager.consensus)
 
     def score_replicas(self, score: Any) -> None:
         """Every rank's own model scored; their mean and worst kept (collective)."""
         samples = self.steps_taken * self.budget.batch_size * self.comm.size
-        self.replica_scores.record(self.comm.mpi_comm, samples, self.model.params, score)
-        self._publish()
-
-    def _publish(self) -> None:
-        self.run_attributes.update(consensus_arrays(self.consensus_log))
-        self.run_attributes.update(self.replica_scores.attributes())
+        self.replicas.score(self.comm.mpi_comm, samples, self.model.params, score)
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), **self.averager.state(),
-                **consensus_arrays(self.consensus_log),
-                **self.replica_scores.state()}
+        return {**super().state(), **self.averager.state(), **self.replicas.state()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.averager.load_state(state)
-        self.consensus_log = consensus_log(state)
-        self.replica_scores.load_state(state)
-        self._consensus = None
-        self._publish()
+        self.replicas.load_state(state)
 
     def close(self) -> None:
         self.averager.close()

@@ -67,3 +67,50 @@ class ReplicaScores:
         mean = np.asarray(state.get("replica_accuracy_mean", []), np.float64).tolist()
         worst = np.asarray(state.get("replica_accuracy_worst", []), np.float64).tolist()
         self.log = {s: (m, w) for s, m, w in zip(samples, mean, worst, strict=True)}
+
+
+class ReplicaReport:
+    """What a decentralized strategy reports of its differing replicas, in one place for
+    D-PSGD and AD-PSGD: the consensus average x_bar (computed once per evaluation point)
+    with its distance logged at the point's global samples, the ranks' own models'
+    scores, and both published into the strategy's ``run_attributes`` whenever they
+    change and checkpointed with its state."""
+
+    def __init__(self, attributes: dict[str, Any]) -> None:
+        self.attributes = attributes
+        #: (global samples) -> consensus distance, of every evaluation.
+        self.consensus_log: dict[int, float] = {}
+        #: The accuracy of the ranks' own models at every evaluation (mean, worst).
+        self.scores = ReplicaScores()
+        self._average: tuple[int, Any] | None = None  # (steps_taken, x_bar)
+
+    def consensus(self, steps: int, samples: Callable[[], int],
+                  compute: Callable[[], tuple[Any, float]]) -> Any:
+        """x_bar at step ``steps``: ``compute()`` (collective: (x_bar, distance)) once per
+        step count, its distance logged at ``samples()``."""
+        if self._average is None or self._average[0] != steps:
+            average, distance = compute()
+            self._average = (steps, average)
+            self.consensus_log[int(samples())] = distance
+            self.publish()
+        return self._average[1]
+
+    def score(self, mpi_comm: Any, samples: int, own: Any,
+              score: Callable[[Any], float]) -> None:
+        """:meth:`ReplicaScores.record`, then published (collective)."""
+        self.scores.record(mpi_comm, samples, own, score)
+        self.publish()
+
+    def publish(self) -> None:
+        self.attributes.update(consensus_arrays(self.consensus_log))
+        self.attributes.update(self.scores.attributes())
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {**consensus_arrays(self.consensus_log), **self.scores.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state`; the next :meth:`consensus` computes x_bar again."""
+        self.consensus_log = consensus_log(state)
+        self.scores.load_state(state)
+        self._average = None
+        self.publish()

@@ -158,7 +158,7 @@ def test_two_ranks_in_a_forced_order_equal_the_serial_recomputation():
     assert not np.allclose(x0, x1)  # the replicas differ (different batches, stale steps)
     mean = (x0 + x1) / 2
     np.testing.assert_allclose(algo.consensus_params(), mean, rtol=0, atol=1e-10)
-    (distance,) = algo.consensus_log.values()
+    (distance,) = algo.replicas.consensus_log.values()
     expected = float(np.mean([np.sum((x0 - mean) ** 2), np.sum((x1 - mean) ** 2)]))
     assert distance == pytest.approx(expected, rel=1e-9)
     assert list(algo.run_attributes["consensus_samples"]) == [steps * BATCH * 2]
@@ -190,7 +190,7 @@ def test_a_run_resumed_from_its_state_ends_bit_identical():
     _forced_run(first, stream, half, order)
     first.consensus_params()  # an evaluation before the checkpoint: its logs are resumed
     first.score_replicas(lambda params: float(params[0]))
-    scores = dict(first.replica_scores.log)
+    scores = dict(first.replicas.scores.log)
     state = first.state()
     first.close()
     # a fresh strategy (another model seed: everything comes from the state)
@@ -202,8 +202,8 @@ def test_a_run_resumed_from_its_state_ends_bit_identical():
     np.testing.assert_array_equal(_models(resumed), full)
     assert staleness == full_staleness[half:]
     np.testing.assert_array_equal(resumed.staleness_totals, full_totals)
-    assert list(resumed.consensus_log) == [half * BATCH * 2]
-    assert resumed.replica_scores.log == scores
+    assert list(resumed.replicas.consensus_log) == [half * BATCH * 2]
+    assert resumed.replicas.scores.log == scores
     resumed.close()
 
 

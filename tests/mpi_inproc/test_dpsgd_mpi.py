@@ -120,7 +120,7 @@ def test_dpsgd_equals_the_serial_recomputation(name, flags, tmp_path):
     mean = expected.mean(axis=0)
     np.testing.assert_allclose(algo.consensus_params(), mean, rtol=0, atol=1e-10)
     distance = float(np.mean(np.sum((expected - mean) ** 2, axis=1)))
-    (logged,) = algo.consensus_log.values()
+    (logged,) = algo.replicas.consensus_log.values()
     assert logged == pytest.approx(distance, rel=1e-9, abs=1e-14)
     assert distance > 0  # the replicas differ (they saw different batches)
     assert algo.run_attributes["spectral_gap"] == build_graph(graph, size).spectral_gap()
