@@ -27,13 +27,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 from typing import Any
 
 import numpy as np
 
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
+from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.simulate.inputs import build_platform, build_workload
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.workload import parse_stragglers
@@ -181,6 +181,7 @@ def validate_main(args: argparse.Namespace) -> int:
             f"{'other ms m/p':>13}")
     print(head)
     errors, cells = [], []
+    labels = runner_labels([run.path for run in runs])
     for run, (_cfg, n, _), result in zip(runs, jobs, results):
         m = {**row_figures(run.ranks), "samples_per_s": measured_samples_per_s(run)}
         p = row_figures(result.timeline.rows.arrays())
@@ -188,7 +189,7 @@ def validate_main(args: argparse.Namespace) -> int:
         errors.append(abs(err))
         name = run.path.rsplit("/", 1)[-1]
         config = configuration(run)
-        cells.append((run_label(name), config, err))
+        cells.append((labels[run.path], config, err))
         note = "" if run.model == workload.name else f"  (model {run.model} != workload)"
         print(f"{name[:34]:<34} {run.algorithm:<8} {n:>2} {config[:16]:<16} {run_load(run):>5} "
               f"{m['samples_per_s']:>9.0f} "
@@ -207,16 +208,21 @@ def validate_main(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The runner's file name of a run: label, configuration key, repeat (``plan.run_name``).
-_RUNNER_NAME = re.compile(r"^(?P<label>.+?)-(?:hom|s[0-9.,-]+(?:-[a-z]+)?|q[0-9.,-]+)"
-                          r"-r\d+\.h5$")
-
-
-def run_label(file_name: str) -> str:
-    """The scenario label of a runner's run file (``ssgd-q1-0.5-r0.h5`` -> ``ssgd``);
-    another name without its ``.h5``."""
-    match = _RUNNER_NAME.match(file_name)
-    return match["label"] if match else file_name.removesuffix(".h5")
+def runner_labels(paths: list[str]) -> dict[str, str]:
+    """Run file -> its scenario label, from the runner's ``results.json`` beside it (the
+    runner's own record of each run's label, ``runs[].label`` and ``path``); a file no
+    results file names is labelled by its name without ``.h5``."""
+    labels: dict[str, str] = {}
+    for folder in {os.path.dirname(os.path.abspath(p)) for p in paths}:
+        try:
+            runs = read_results(os.path.join(folder, "results.json")).get("runs", [])
+        except (OSError, ValueError):
+            continue
+        for run in runs if isinstance(runs, list) else []:
+            if isinstance(run, dict) and "path" in run and "label" in run:
+                labels[os.path.abspath(str(run["path"]))] = str(run["label"])
+    return {p: labels.get(os.path.abspath(p), os.path.basename(p).removesuffix(".h5"))
+            for p in paths}
 
 
 def error_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str:

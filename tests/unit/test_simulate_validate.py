@@ -32,3 +32,19 @@ def test_a_node_slowed_by_its_cpu_quota_is_simulated_as_slowed(tmp_path):
     assert (cfg.slowdown, cfg.node_speed) == ("1,2", "1,0.5")
     assert [configuration(read_run(f)) for f in (quota, both, plain)] == \
         ["quota 0.25", "slow 2x quota 0.5", "hom"]
+
+
+def test_a_runs_label_is_the_runners_own_record(tmp_path):
+    """The error table groups runs by the label the runner wrote in results.json beside
+    them (a label may hold dashes, a configuration key may end in -npN); a run no results
+    file names is labelled by its file name."""
+    import json
+
+    from syncbench.bench.simulate.validate import runner_labels
+
+    named = tmp_path / "ssgd-blocking-q1-0.5-np2-r0.h5"
+    loose = tmp_path / "other" / "mine.h5"
+    (tmp_path / "results.json").write_text(json.dumps(
+        {"runs": [{"label": "ssgd-blocking", "path": named.name}]}))
+    assert runner_labels([str(named), str(loose)]) == {str(named): "ssgd-blocking",
+                                                       str(loose): "mine"}
