@@ -53,6 +53,7 @@ uses), spent before the first post under ``--comm blocking`` and after the
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -259,10 +260,8 @@ def codec_cost(cfg: argparse.Namespace, w: Workload) -> tuple[float, str]:
         return 0.0, f"in the measured update rows ({w.source} ran --compress {measured})"
     value = getattr(cfg, "codec_seconds", 0.0)
     if str(value).strip().lower() == "auto":
-        from syncbench.bench.micro.codecs import codec_seconds
-
         shapes, _ = workload_shapes(w)
-        seconds = codec_seconds(cfg.compress, w.params, shapes)
+        seconds = _timed_codec(cfg.compress, w.params, tuple(map(tuple, shapes)))
         return seconds, (f"timed on this host: {1e3 * seconds:.3f} ms per encode and decode "
                          f"of the {w.params}-element gradient (--codec-seconds auto)")
     try:
@@ -273,6 +272,15 @@ def codec_cost(cfg: argparse.Namespace, w: Workload) -> tuple[float, str]:
     if not seconds >= 0:
         raise ValueError(f"--codec-seconds must be >= 0, got {seconds}")
     return seconds, (f"--codec-seconds {seconds:g}" if seconds else "left out (--codec-seconds 0)")
+
+
+@functools.cache
+def _timed_codec(spec: str, count: int, shapes: tuple[tuple[int, ...], ...]) -> float:
+    """``--codec-seconds auto``'s timing, once per codec and gradient in a process: every
+    run of a ``--validate`` table with that codec is charged the same figure."""
+    from syncbench.bench.micro.codecs import codec_seconds
+
+    return codec_seconds(spec, count, shapes)
 
 
 def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
