@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.analysis.output_paths import check_output_dir
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
@@ -101,7 +102,9 @@ def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, i
 
 def predicted_path(out_dir: str, measured: str, overwrite: bool) -> str:
     """``DIR/predicted-NAME.h5`` for the measured run ``NAME.h5`` (DIR made if missing);
-    an existing file is refused unless ``overwrite``."""
+    an existing file is refused unless ``overwrite``; a folder that cannot be written is
+    one line (``output_paths.check_output_dir``), before anything is simulated."""
+    check_output_dir("--validate-out", out_dir)  # an OutputError is a ValueError
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "predicted-" + os.path.basename(measured))
     if os.path.exists(path) and not overwrite:
@@ -164,13 +167,13 @@ def validate_main(args: argparse.Namespace) -> int:
             runs.append(read_run(path))
         except RunFileError as exc:
             raise ValueError(f"--validate {exc}") from None
-    spec, xml = build_platform(args)
-    workload = build_workload(args)
     jobs = [_job(args, run) for run in runs]
     out_dir = getattr(args, "validate_out", None)
-    if out_dir:
+    if out_dir:  # before the calibration prints or anything is simulated
         for run, (cfg, _, _) in zip(runs, jobs):
             cfg.out = predicted_path(out_dir, run.path, bool(getattr(args, "overwrite", False)))
+    spec, xml = build_platform(args)
+    workload = build_workload(args)
     results = simulate(args, jobs, spec, xml, workload, parse_stragglers(args.stragglers))
     print(f"workload {workload.source} ({workload.name}, {workload.params} parameters); "
           f"platform {spec.kind}"

@@ -43,3 +43,5 @@ def test_a_prediction_never_replaces_a_file_unasked(tmp_path):
     with pytest.raises(ValueError, match="exists; pass --overwrite"):
         predicted_path(str(tmp_path / "pred"), "/runs/ssgd-hom-r0.h5", False)
     assert predicted_path(str(tmp_path / "pred"), "/runs/ssgd-hom-r0.h5", True) == path
+    with pytest.raises(ValueError, match="is a file, not a folder"):  # a folder it cannot make
+        predicted_path(path, "/runs/ssgd-hom-r0.h5", False)
