@@ -6,7 +6,8 @@ every window into a column matrix and multiplies it with BLAS; on a ResNet's
 as much again as the multiply-adds (docs/RESULTS.md). ``kernels/cpu/conv.c``
 is a direct convolution on the same (C, H, W, N) layout that reads the
 windows where they lie. The other sources are one-pass loops: BatchNorm's
-(``norm.c``), the optimizers' (``optim.c``, ``adamw.c``), GELU's (``gelu.c``) and
+(``norm.c``), the optimizers' (``optim.c``, ``adamw.c``), the transformer's GELU,
+LayerNorm and causal softmax (``gelu.c``, ``layernorm.c``, ``softmax.c``) and
 the gradient codecs' (``codecs.c``: fp16, bf16, int8 and top-k's selection for
 :mod:`syncbench.algorithms.codecs`, equal to its NumPy references to the bit). As
 the CUDA sources are compiled at run time by NVRTC, the library is compiled at run
@@ -339,6 +340,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "sb_bn_input_grad": [_PTR] * 7 + [_INT, _SIZE],
         "sb_gelu_forward_f32": [_PTR] * 3 + [_SIZE],
         "sb_gelu_backward_f32": [_PTR] * 4 + [_SIZE],
+        "sb_layernorm_forward_f32": [_PTR] * 6 + [_SIZE, _SIZE, ctypes.c_float],
+        "sb_layernorm_backward_f32": [_PTR] * 7 + [_SIZE, _SIZE],
+        "sb_causal_softmax_f32": [_PTR, _PTR, _SIZE, _SIZE, ctypes.c_float],
+        "sb_causal_softmax_backward_f32": [_PTR] * 3 + [_SIZE, _SIZE, ctypes.c_float],
         "sb_sgd_momentum_f32": [_PTR] * 3 + [_SIZE] + [ctypes.c_float] * 2 + [_PTR]
         + [ctypes.c_float],
         "sb_sgd_momentum_f64": [_PTR] * 3 + [_SIZE] + [ctypes.c_double] * 2 + [_PTR]

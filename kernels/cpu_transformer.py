@@ -1,17 +1,24 @@
-"""The transformer's element-wise hot spot on the CPU: GELU through ``kernels/cpu/gelu.c``.
+"""The transformer's element-wise and row-wise passes on the CPU, compiled: GELU
+(``kernels/cpu/gelu.c``), LayerNorm (``layernorm.c``) and attention's causal softmax
+(``softmax.c``).
 
 Profiling the default ``gpt`` step on one core (cProfile, CPU time) put the GEMMs
 at about 55% of the step, attention's batched products and softmax at 18%,
-GELU's forward and backward at 13%, LayerNorm at 7%. The NumPy GELU makes
-about ten passes over the (tokens, 4 d) activations; the compiled one makes
-one pass each way with a vectorizable rational tanh (the C file says which),
-so its float32 results equal the NumPy reference
-(:mod:`syncbench.kernels.transformer_ops`) within a few float32 ulps, not to
-the bit. float64 arrays, arrays that are not contiguous, a library that did
-not build, and ``SYNCBENCH_CPU_KERNELS=numpy`` take the reference.
+GELU's forward and backward at 13%, LayerNorm at 7%. The NumPy references
+(:mod:`syncbench.kernels.transformer_ops`) make about ten passes over GELU's
+(tokens, 4 d) activations, seven over LayerNorm's rows and six over every (t, t)
+attention square, the masked half included; the compiled passes read each row
+once or twice and skip the masked half. GELU and the softmax use vectorizable
+approximations of tanh and exp (the C files say which) and the row sums run in
+eight lanes, so float32 results equal the references within a few float32 ulps
+(tests/unit/test_cpu_transformer.py states the tolerances), not to the bit.
+float64 arrays, arrays that are not contiguous, a library that did not build, and
+``SYNCBENCH_CPU_KERNELS=numpy`` take the reference.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -44,3 +51,87 @@ def gelu_backward(dy: np.ndarray, x: np.ndarray, t: np.ndarray) -> np.ndarray:
     cpu_native.library().sb_gelu_backward_f32(dy.ctypes.data, x.ctypes.data, t.ctypes.data,
                                               dx.ctypes.data, x.size)
     return dx
+
+
+def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(y, xhat, rstd)`` of LayerNorm over the last axis (``rstd`` of shape (..., 1)),
+    as :func:`~syncbench.kernels.ops.layernorm_forward`."""
+    if not _compiled(x, gamma, beta):
+        y, (xhat, rstd) = T.layernorm_forward(x, gamma, beta, eps)
+        return y, xhat, rstd
+    d = x.shape[-1]
+    rows = x.size // d
+    y, xhat = np.empty_like(x), np.empty_like(x)
+    rstd = np.empty((*x.shape[:-1], 1), dtype=x.dtype)
+    cpu_native.library().sb_layernorm_forward_f32(
+        x.ctypes.data, gamma.ctypes.data, beta.ctypes.data, y.ctypes.data, xhat.ctypes.data,
+        rstd.ctypes.data, rows, d, eps)
+    return y, xhat, rstd
+
+
+def layernorm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, gamma: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dx, dgamma, dbeta)`` of :func:`layernorm_forward`."""
+    if not _compiled(dy, xhat, rstd, gamma):
+        return T.layernorm_backward(dy, (xhat, rstd), gamma)
+    d = dy.shape[-1]
+    dx = np.empty_like(dy)
+    dgamma, dbeta = np.empty(d, dtype=dy.dtype), np.empty(d, dtype=dy.dtype)
+    cpu_native.library().sb_layernorm_backward_f32(
+        dy.ctypes.data, xhat.ctypes.data, rstd.ctypes.data, gamma.ctypes.data, dx.ctypes.data,
+        dgamma.ctypes.data, dbeta.ctypes.data, dy.size // d, d)
+    return dx, dgamma, dbeta
+
+
+def causal_softmax(scores: np.ndarray, scale: float, out: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """:func:`~syncbench.kernels.transformer_ops.causal_softmax` (``out`` may be
+    ``scores``)."""
+    if out is None:
+        out = np.empty_like(scores)
+    if not _compiled(scores, out):
+        return T.causal_softmax(scores, scale, out=out)
+    t = scores.shape[-1]
+    cpu_native.library().sb_causal_softmax_f32(scores.ctypes.data, out.ctypes.data,
+                                               scores.size // (t * t), t, scale)
+    return out
+
+
+def causal_softmax_backward(dp: np.ndarray, probs: np.ndarray, scale: float,
+                            out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`~syncbench.kernels.transformer_ops.causal_softmax_backward` (``out`` may be
+    ``dp``)."""
+    if not _compiled(dp, probs) or (out is not None and not _compiled(out)):
+        ds = T.causal_softmax_backward(dp, probs, scale)
+        if out is None:
+            return ds
+        out[...] = ds
+        return out
+    out = np.empty_like(dp) if out is None else out
+    t = dp.shape[-1]
+    cpu_native.library().sb_causal_softmax_backward_f32(
+        dp.ctypes.data, probs.ctypes.data, out.ctypes.data, dp.size // (t * t), t, scale)
+    return out
+
+
+def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~syncbench.kernels.transformer_ops.attention_forward` with the compiled
+    softmax (the two batched products in BLAS, as there)."""
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    probs = causal_softmax(scores, 1.0 / math.sqrt(q.shape[-1]), out=scores)
+    return np.matmul(probs, v), probs
+
+
+def attention_backward(dy: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                       probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~syncbench.kernels.transformer_ops.attention_backward` with the compiled
+    softmax backward."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dv = np.matmul(np.swapaxes(probs, -1, -2), dy)
+    dp = np.matmul(dy, np.swapaxes(v, -1, -2))
+    ds = causal_softmax_backward(dp, probs, scale, out=dp)
+    dq = np.matmul(ds, k)
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+    return dq, dk, dv

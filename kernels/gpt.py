@@ -95,6 +95,17 @@ def _flat2(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-1])
 
 
+def _affine(x: Any, w: Any, b: Any, residual: Any = None) -> Any:
+    """``x @ w + b`` (plus ``residual``: ``residual + (x @ w + b)``) over the last axis of
+    (B, T, k) ``x``: one GEMM of the flattened rows, the adds in place (the same float
+    operations as the expression, without its temporaries)."""
+    out = (_flat2(x) @ w).reshape(*x.shape[:-1], w.shape[-1])
+    out += b
+    if residual is not None:
+        out += residual
+    return out
+
+
 def _shape(x: Any) -> tuple[int, ...]:
     """The shape of an array of either backend, or of nested lists."""
     return tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
@@ -112,11 +123,25 @@ def _gelu_backward(dy: Any, f: Any, tanh: Any) -> Any:
     return cpu_transformer.gelu_backward(dy, f, tanh)
 
 
+def _layernorm_forward(x: Any, gamma: Any, beta: Any) -> tuple[Any, Any, Any]:
+    """(LayerNorm of ``x``, its normalized input, 1/std per row)."""
+    if ops.on_device(x):
+        return ops.layernorm_forward(x, gamma, beta)
+    return cpu_transformer.layernorm_forward(x, gamma, beta)
+
+
+def _layernorm_backward(dy: Any, xhat: Any, rstd: Any, gamma: Any) -> tuple[Any, Any, Any]:
+    """(dx, dgamma, dbeta) of :func:`_layernorm_forward`."""
+    if ops.on_device(dy):
+        return ops.layernorm_backward(dy, xhat, rstd, gamma)
+    return cpu_transformer.layernorm_backward(dy, xhat, rstd, gamma)
+
+
 def _attention_forward(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
     """:func:`~syncbench.kernels.transformer_ops.attention_forward`; on the GPU its two
     batched products in cuBLAS and the causal softmax in one kernel."""
     if not ops.on_device(q):
-        return T.attention_forward(q, k, v)
+        return cpu_transformer.attention_forward(q, k, v)
     xp = _xp(q)
     scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
     probs = ops.causal_softmax(scores, 1.0 / math.sqrt(q.shape[-1]))
@@ -126,7 +151,7 @@ def _attention_forward(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
 def _attention_backward(dy: Any, q: Any, k: Any, v: Any, probs: Any) -> tuple[Any, Any, Any]:
     """:func:`~syncbench.kernels.transformer_ops.attention_backward`, likewise."""
     if not ops.on_device(dy):
-        return T.attention_backward(dy, q, k, v, probs)
+        return cpu_transformer.attention_backward(dy, q, k, v, probs)
     xp = _xp(dy)
     dv = xp.matmul(xp.swapaxes(probs, -1, -2), dy)
     dp = xp.matmul(dy, xp.swapaxes(v, -1, -2))
@@ -188,11 +213,11 @@ class LayerNorm(Layer):
         return [np.ones(self.d), np.zeros(self.d)]
 
     def forward(self, x: np.ndarray, train: bool = True) -> np.ndarray:
-        y, *self._saved = ops.layernorm_forward(x, self.params[0], self.params[1])
+        y, *self._saved = _layernorm_forward(x, self.params[0], self.params[1])
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        dx, self.grads[0][...], self.grads[1][...] = ops.layernorm_backward(
+        dx, self.grads[0][...], self.grads[1][...] = _layernorm_backward(
             dy, *self._saved, self.params[0])
         self._saved = None
         return dx
@@ -233,17 +258,17 @@ class Block(Layer):
     def forward(self, h: np.ndarray, train: bool = True) -> np.ndarray:
         p = dict(zip(self.NAMES, self.params))
         b, t, d = h.shape
-        a, *ln1 = ops.layernorm_forward(h, p["ln1_g"], p["ln1_b"])
-        qkv = a @ p["w_qkv"] + p["b_qkv"]
+        a, *ln1 = _layernorm_forward(h, p["ln1_g"], p["ln1_b"])
+        qkv = _affine(a, p["w_qkv"], p["b_qkv"])
         q, k, v = (T.split_heads(qkv[..., i * d:(i + 1) * d], self.heads) for i in range(3))
         att, probs = _attention_forward(q, k, v)
         merged = T.merge_heads(att)
-        h2 = h + (merged @ p["w_proj"] + p["b_proj"])
-        m, *ln2 = ops.layernorm_forward(h2, p["ln2_g"], p["ln2_b"])
-        f = m @ p["w_fc"] + p["b_fc"]
+        h2 = _affine(merged, p["w_proj"], p["b_proj"], residual=h)
+        m, *ln2 = _layernorm_forward(h2, p["ln2_g"], p["ln2_b"])
+        f = _affine(m, p["w_fc"], p["b_fc"])
         g, tanh = _gelu_forward(f)
         self._saved = (a, ln1, q, k, v, probs, merged, m, ln2, f, tanh, g)
-        return h2 + (g @ p["w_out"] + p["b_out"])
+        return _affine(g, p["w_out"], p["b_out"], residual=h2)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         p = dict(zip(self.NAMES, self.params))
@@ -259,7 +284,7 @@ class Block(Layer):
         df = _gelu_backward(dy @ p["w_out"].T, f, tanh)
         xp.matmul(_flat2(m).T, _flat2(df), out=grad["w_fc"])
         xp.sum(_flat2(df), axis=0, out=grad["b_fc"])
-        dh2, grad["ln2_g"][...], grad["ln2_b"][...] = ops.layernorm_backward(
+        dh2, grad["ln2_g"][...], grad["ln2_b"][...] = _layernorm_backward(
             df @ p["w_fc"].T, *ln2, p["ln2_g"])
         dh2 += dy
         # attention: h2 = h + merged @ w_proj + b_proj
@@ -272,7 +297,7 @@ class Block(Layer):
         dqkv2 = _flat2(dqkv)
         xp.matmul(_flat2(a).T, dqkv2, out=grad["w_qkv"])
         xp.sum(dqkv2, axis=0, out=grad["b_qkv"])
-        dh, grad["ln1_g"][...], grad["ln1_b"][...] = ops.layernorm_backward(
+        dh, grad["ln1_g"][...], grad["ln1_b"][...] = _layernorm_backward(
             dqkv @ p["w_qkv"].T, *ln1, p["ln1_g"])
         dh += dh2
         assert dh.shape[-1] == d

@@ -159,6 +159,7 @@ def _check_cell_medians(results: dict, cells: dict) -> None:
             _median([r.summary["final_accuracy"] for r in runs]), rel=1e-12)
 
 
+@pytest.mark.slow  # 8 launched runs and a resume: 25 s of make test's budget
 def test_tiny_scenario_end_to_end(tmp_path):
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY)

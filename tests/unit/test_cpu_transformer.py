@@ -1,10 +1,16 @@
-"""The compiled GELU (kernels/cpu/gelu.c) against its NumPy reference in float64.
+"""The compiled GELU, LayerNorm and causal softmax (kernels/cpu/gelu.c, layernorm.c,
+softmax.c) against their NumPy references in float64.
 
-Stated tolerances (the kernel's tanh is a rational approximation, a few float32 ulps
-off): |gelu - reference| <= 2e-6 and |gelu' dy - reference| <= 1e-5 max(1, |dy|),
-over inputs spread like activations (N(0, 3^2)) and at the edges (0, +-inf, NaN,
-beyond the tanh's clamp). The float32 NumPy reference itself is off by about half
-that.
+Stated tolerances:
+- GELU (the kernel's tanh is a rational approximation, a few float32 ulps off):
+  |gelu - reference| <= 2e-6 and |gelu' dy - reference| <= 1e-5 max(1, |dy|), over
+  inputs spread like activations (N(0, 3^2)) and at the edges (0, +-inf, NaN, beyond
+  the tanh's clamp). The float32 NumPy reference itself is off by about half that.
+- LayerNorm (float32 sums in eight lanes): y and dx within 1e-5 relative to the row's
+  largest entry, dgamma and dbeta within 1e-5 relative to the largest.
+- Causal softmax (Cephes' expf, about one ulp): probabilities within 1e-6 absolute,
+  exactly 0 above the diagonal, rows summing to 1 within 1e-6; the backward within
+  1e-6 of the largest gradient.
 """
 
 from __future__ import annotations
@@ -71,3 +77,53 @@ def test_a_float32_step_with_the_kernel_matches_the_numpy_step(monkeypatch):
         grads.append(model.grads.copy())
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
     np.testing.assert_allclose(grads[0], grads[1], rtol=0, atol=1e-5 * np.abs(grads[1]).max())
+
+
+def test_layernorm_equals_the_reference_within_the_stated_tolerance():
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((3, 70, 96)) * 2 + 0.5).astype(np.float32)
+    gamma = rng.standard_normal(96).astype(np.float32)
+    beta = rng.standard_normal(96).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    y, xhat, rstd = cpu_transformer.layernorm_forward(x, gamma, beta)
+    dx, dgamma, dbeta = cpu_transformer.layernorm_backward(dy, xhat, rstd, gamma)
+    y64, saved = T.layernorm_forward(*(a.astype(np.float64) for a in (x, gamma, beta)))
+    dx64, dg64, db64 = T.layernorm_backward(dy.astype(np.float64), saved,
+                                            gamma.astype(np.float64))
+    assert y.dtype == dx.dtype == dgamma.dtype == np.float32 and rstd.shape == (3, 70, 1)
+    scale = np.abs(y64).max(axis=-1, keepdims=True)
+    assert np.max(np.abs(y - y64) / scale) <= 1e-5
+    assert np.max(np.abs(dx - dx64) / np.abs(dx64).max(axis=-1, keepdims=True)) <= 1e-5
+    assert np.max(np.abs(dgamma - dg64)) <= 1e-5 * np.abs(dg64).max()
+    assert np.max(np.abs(dbeta - db64)) <= 1e-5 * np.abs(db64).max()
+
+
+@pytest.mark.parametrize("t", [1, 7, 8, 33, 128])
+def test_causal_softmax_equals_the_reference_within_the_stated_tolerance(t):
+    rng = np.random.default_rng(t)
+    scores = (rng.standard_normal((2, 3, t, t)) * 8).astype(np.float32)
+    scores[0, 0, -1, 0] = 200.0  # a row whose other entries underflow exp
+    dp = rng.standard_normal(scores.shape).astype(np.float32)
+    scale = 0.25
+    probs = cpu_transformer.causal_softmax(scores, scale)
+    ds = cpu_transformer.causal_softmax_backward(dp, probs, scale)
+    p64 = T.causal_softmax(scores.astype(np.float64), scale)
+    ds64 = T.causal_softmax_backward(dp.astype(np.float64), p64, scale)
+    assert np.max(np.abs(probs - p64)) <= 1e-6
+    above = T.causal_mask(t)
+    assert np.all(probs[..., above] == 0) and np.all(ds[..., above] == 0)
+    assert np.max(np.abs(probs.sum(axis=-1) - 1)) <= 1e-6
+    assert np.max(np.abs(ds - ds64)) <= 1e-6 * max(1.0, np.abs(ds64).max())
+
+
+def test_the_softmax_works_in_place_as_attention_calls_it():
+    rng = np.random.default_rng(9)
+    scores = rng.standard_normal((4, 16, 16)).astype(np.float32)
+    expected = cpu_transformer.causal_softmax(scores, 0.5)
+    inplace = scores.copy()
+    assert cpu_transformer.causal_softmax(inplace, 0.5, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, expected)
+    dp = rng.standard_normal(scores.shape).astype(np.float32)
+    ds = cpu_transformer.causal_softmax_backward(dp, expected, 0.5)
+    assert cpu_transformer.causal_softmax_backward(dp, expected, 0.5, out=dp) is dp
+    np.testing.assert_array_equal(dp, ds)
