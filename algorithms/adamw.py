@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.lr_schedule import LRClock, LRSchedule
 from syncbench.algorithms.optimizer import FLUSH_SUBNORMALS_EVERY
 from syncbench.kernels import cpu_native
 from syncbench.kernels.ops import adamw_, flush_subnormals_
@@ -51,10 +52,12 @@ class AdamW:
     """
 
     def __init__(self, like: Any, lr: float, weight_decay: float, betas: tuple[float, float],
-                 eps: float, decay_mask: Any = None) -> None:
+                 eps: float, decay_mask: Any = None, schedule: LRSchedule | None = None) -> None:
         beta1, beta2 = float(betas[0]), float(betas[1])
         check_adamw(beta1, beta2, float(eps))
         self.lr, self.weight_decay, self.eps = lr, weight_decay, float(eps)
+        #: ``--lr`` under ``--lr-schedule`` (its own count: ``steps`` restarts at a reset).
+        self.clock = LRClock(lr, schedule)
         self.beta1, self.beta2 = beta1, beta2
         self.exp_avg = like * 0
         self.exp_avg_sq = like * 0
@@ -90,7 +93,7 @@ class AdamW:
         the library is built; on the GPU one CUDA kernel (``kernels/cuda/optim.cu``'s
         ``adamw``, through :func:`~syncbench.kernels.ops.adamw_`, equal to it too); else
         the NumPy reference."""
-        lr = self.lr if lr is None else lr
+        lr = self.clock.next_lr() if lr is None else lr
         self.steps += 1
         beta1, beta2 = self.beta1, self.beta2
         step_size = lr / (1 - beta1 ** self.steps)
@@ -115,11 +118,12 @@ class AdamW:
     def state(self) -> dict[str, Any]:
         """Resumable state: both moments and the step count (``velocity`` is the first)."""
         return {"velocity": self.exp_avg, "exp_avg_sq": self.exp_avg_sq,
-                "adamw_steps": self.steps}
+                "adamw_steps": self.steps, **self.clock.state()}
 
     def load_state(self, state: dict[str, Any], asarray: Any) -> None:
         """Restore what :meth:`state` saved (``asarray``: host array -> this backend's)."""
         self.exp_avg[...] = asarray(state["velocity"])
         self.exp_avg_sq[...] = asarray(state["exp_avg_sq"])
         self.steps = int(state["adamw_steps"])
+        self.clock.load_state(state)
 

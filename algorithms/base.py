@@ -137,7 +137,8 @@ class Strategy(ABC):
         self.steps_taken = 0
         #: The local optimizer (``--optimizer``: momentum SGD or AdamW, this strategy's
         #: default first in ``traits.local_optimizers``).
-        self.optimizer = build_local_optimizer(model, config, self.traits)
+        self.optimizer = build_local_optimizer(model, config, self.traits,
+                                               budget.steps_per_rank)
         #: Heterogeneity emulation, set by the driver (``bench.slowdown.Slowdown``):
         #: called with the step's compute seconds, it spends the extra time.
         self.slowdown: Callable[[float], float] | None = None

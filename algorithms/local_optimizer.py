@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from syncbench.algorithms.adamw import AdamW, check_adamw
+from syncbench.algorithms.lr_schedule import schedule_of
 from syncbench.algorithms.optimizer import MomentumSGD
 
 #: ``--optimizer``: momentum SGD (``torch.optim.SGD``'s rule) or AdamW.
@@ -58,11 +59,16 @@ def adamw_hyper_parameters(config: Any) -> tuple[float, float, float]:
     return float(config.beta1), float(config.beta2), float(config.eps)
 
 
-def build_local_optimizer(model: Any, config: Any, traits: Any) -> MomentumSGD | AdamW:
+def build_local_optimizer(model: Any, config: Any, traits: Any, total_steps: int = 0
+                          ) -> MomentumSGD | AdamW:
     """The local optimizer of ``config`` for a strategy with ``traits``, over ``model``'s
-    flat parameters (``--wd-exempt``: the model's decay mask)."""
+    flat parameters (``--wd-exempt``: the model's decay mask), its learning rate under
+    ``--lr-schedule`` over ``total_steps`` steps."""
     mask = model.decay_mask() if config.wd_exempt else None
+    schedule = schedule_of(config, total_steps)
     if local_optimizer_name(config, traits) == "adamw":
         beta1, beta2, eps = adamw_hyper_parameters(config)
-        return AdamW(model.params, config.lr, config.weight_decay, (beta1, beta2), eps, mask)
-    return MomentumSGD(model.params, config.lr, config.momentum, config.weight_decay, mask)
+        return AdamW(model.params, config.lr, config.weight_decay, (beta1, beta2), eps, mask,
+                     schedule)
+    return MomentumSGD(model.params, config.lr, config.momentum, config.weight_decay, mask,
+                       schedule)

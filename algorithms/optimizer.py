@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.algorithms.lr_schedule import LRClock, LRSchedule
 from syncbench.kernels.ops import flush_subnormals_, sgd_momentum_
 
 #: Steps between two flushes of a velocity's subnormal elements (:class:`SubnormalFlush`).
@@ -41,12 +42,14 @@ class MomentumSGD:
 
     ``decay_mask`` (flat, 1 where an element decays, 0 where it is exempt;
     :meth:`~syncbench.kernels.model.Model.decay_mask`) makes :attr:`decay` a
-    per-element array, ``weight_decay * mask``: ``--wd-exempt``.
+    per-element array, ``weight_decay * mask``: ``--wd-exempt``. ``schedule``
+    (:mod:`~syncbench.algorithms.lr_schedule`) scales ``lr`` step by step.
     """
 
     def __init__(self, like: Any, lr: float, momentum: float, weight_decay: float,
-                 decay_mask: Any = None) -> None:
+                 decay_mask: Any = None, schedule: LRSchedule | None = None) -> None:
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.clock = LRClock(lr, schedule)
         self.velocity = like * 0
         self.scratch = like * 0
         #: Zeroes the velocity's subnormal elements every few steps (its ``every``).
@@ -62,12 +65,13 @@ class MomentumSGD:
 
     def step(self, params: Any, grads: Any, lr: float | None = None) -> None:
         """``params -= lr * (mu * v + g + wd * params)``, in place (and every 64 steps the
-        velocity's subnormal elements zeroed: :class:`SubnormalFlush`)."""
+        velocity's subnormal elements zeroed: :class:`SubnormalFlush`); ``lr`` left out:
+        ``--lr`` under the schedule."""
         sgd_momentum_(
             params,
             grads,
             self.velocity,
-            self.lr if lr is None else lr,
+            self.clock.next_lr() if lr is None else lr,
             self.momentum,
             self.decay,
             self.scratch,
@@ -84,9 +88,10 @@ class MomentumSGD:
         self.velocity[...] = 0
 
     def state(self) -> dict[str, Any]:
-        """Resumable state: the velocity."""
-        return {"velocity": self.velocity}
+        """Resumable state: the velocity and the schedule's step count."""
+        return {"velocity": self.velocity, **self.clock.state()}
 
     def load_state(self, state: dict[str, Any], asarray: Any) -> None:
         """Restore what :meth:`state` saved (``asarray``: host array -> this backend's)."""
         self.velocity[...] = asarray(state["velocity"])
+        self.clock.load_state(state)

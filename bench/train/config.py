@@ -73,6 +73,8 @@ class TrainConfig:
     beta1: float
     beta2: float
     eps: float
+    lr_schedule: str
+    lr_warmup: int
     sync_bn: bool
     seed: int
     # evaluation
@@ -155,6 +157,10 @@ def check_train_config(config: TrainConfig, world_size: int) -> None:
         (config.lr > 0, f"--lr must be > 0, got {config.lr}"),
         (0 <= config.momentum < 1, f"--momentum must be in [0, 1), got {config.momentum}"),
         (config.weight_decay >= 0, f"--weight-decay must be >= 0, got {config.weight_decay}"),
+        (config.lr_warmup >= 0, f"--lr-warmup must be >= 0, got {config.lr_warmup}"),
+        (config.algorithm != "asgd" or (config.lr_schedule == "constant"
+                                        and not config.lr_warmup),
+         "asgd cannot --lr-schedule or --lr-warmup: its server applies --lr as it is"),
         (config.eval_every >= 0, f"--eval-every must be >= 0, got {config.eval_every}"),
         (config.synthetic_samples >= 1,
          f"--synthetic-samples must be >= 1, got {config.synthetic_samples}"),

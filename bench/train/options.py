@@ -11,6 +11,7 @@ from typing import Any
 
 from syncbench.algorithms.flags import add_option_flags, flag_name
 from syncbench.algorithms.local_optimizer import LOCAL_OPTIMIZERS
+from syncbench.algorithms.lr_schedule import SCHEDULES
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm, option_owners
 from syncbench.algorithms.timing import PHASES
 from syncbench.analysis.targets import target_problem
@@ -97,6 +98,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--beta1", type=float, default=0.9, help="AdamW beta1 (default 0.9)")
     opt.add_argument("--beta2", type=float, default=0.999, help="AdamW beta2 (default 0.999)")
     opt.add_argument("--eps", type=float, default=1e-8, help="AdamW epsilon (default 1e-8)")
+    opt.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
+                     help="the local optimizer's learning rate over the run: constant "
+                     "(default), or cosine from --lr down to a tenth of it at the run's last "
+                     "step (SGDR without restarts, as nanoGPT and DiLoCo's inner optimizer)")
+    opt.add_argument("--lr-warmup", type=int, default=0, metavar="STEPS",
+                     help="ramp the learning rate linearly over the first STEPS steps "
+                     "(default 0); asgd's server update is not scheduled and refuses both")
     switch(opt, "--sync-bn", default=False,
            help="BatchNorm with the global batch's statistics: one Allreduce per "
            "BatchNorm layer in the forward pass and one in the backward pass (timed in "

@@ -150,6 +150,8 @@ def test_diloco_with_one_inner_step_and_a_plain_outer_step_is_ssgd():
 @pytest.mark.parametrize(("algorithm", "flags"), [
     ("diloco", ("--inner-steps", "4", "--sync-warmup", "2")),
     ("diloco", ("--inner-steps", "3", "--sync-warmup", "5")),  # saved during the warm-up
+    # the paper's inner schedule: the count of the cosine travels with the moments
+    ("diloco", ("--inner-steps", "4", "--lr-schedule", "cosine", "--lr-warmup", "3")),
     ("slowmo", ("--period", "4", "--optimizer", "adamw", "--momentum-sync", "average")),
 ])
 def test_state_round_trip_resumes_exactly(algorithm, flags):
