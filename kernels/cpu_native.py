@@ -7,7 +7,8 @@ as much again as the multiply-adds (docs/RESULTS.md). ``kernels/cpu/conv.c``
 is a direct convolution on the same (C, H, W, N) layout that reads the
 windows where they lie. The other sources are one-pass loops: BatchNorm's
 (``norm.c``), the optimizers' (``optim.c``, ``adamw.c``), the transformer's GELU,
-LayerNorm and causal softmax (``gelu.c``, ``layernorm.c``, ``softmax.c``) and
+LayerNorm, causal softmax, embedding scatter and loss (``gelu.c``, ``layernorm.c``,
+``softmax.c``, ``embedding.c``, ``xent.c``) and
 the gradient codecs' (``codecs.c``: fp16, bf16, int8 and top-k's selection for
 :mod:`syncbench.algorithms.codecs`, equal to its NumPy references to the bit). As
 the CUDA sources are compiled at run time by NVRTC, the library is compiled at run
@@ -111,11 +112,12 @@ def _cpu_id() -> str:
 
 
 def library_name(sources: list[Path], cc: str) -> str:
-    """The cached library's file name: ``cpu-<key>.so``, ``key`` a hash of the sources,
-    the flags, the compiler's version and the core."""
+    """The cached library's file name: ``cpu-<key>.so``, ``key`` a hash of the sources
+    (and the headers beside them), the flags, the compiler's version and the core."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                              check=False).stdout
-    texts = [f"{src.name}\0{src.read_text()}" for src in sources]
+    headers = sorted({h for src in sources for h in src.parent.glob("*.h")})  # included
+    texts = [f"{src.name}\0{src.read_text()}" for src in [*sources, *headers]]
     key = hashlib.sha256("\0".join([*texts, " ".join(FLAGS), version,
                                     _cpu_id()]).encode()).hexdigest()[:16]
     return f"cpu-{key}.so"
@@ -344,6 +346,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "sb_layernorm_backward_f32": [_PTR] * 7 + [_SIZE, _SIZE],
         "sb_causal_softmax_f32": [_PTR, _PTR, _SIZE, _SIZE, ctypes.c_float],
         "sb_causal_softmax_backward_f32": [_PTR] * 3 + [_SIZE, _SIZE, ctypes.c_float],
+        "sb_embedding_scatter_add_f32": [_PTR, _PTR, _SIZE, _SIZE, _PTR],
+        "sb_sequence_xent_f32": [_PTR, _PTR, _SIZE, _SIZE, _PTR],
         "sb_sgd_momentum_f32": [_PTR] * 3 + [_SIZE] + [ctypes.c_float] * 2 + [_PTR]
         + [ctypes.c_float],
         "sb_sgd_momentum_f64": [_PTR] * 3 + [_SIZE] + [ctypes.c_double] * 2 + [_PTR]
@@ -366,6 +370,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, None
     lib.sb_topk_f32.restype = lib.sb_f16_hardware.restype = _INT
+    lib.sb_sequence_xent_f32.restype = ctypes.c_double
 
 
 @functools.lru_cache(maxsize=1)

@@ -135,3 +135,39 @@ def attention_backward(dy: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarr
     dq = np.matmul(ds, k)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)
     return dq, dk, dv
+
+
+def _tokens_in_range(tokens: np.ndarray, count: int) -> bool:
+    """Whether every token indexes one of ``count`` rows (the reference would raise on
+    one that does not; the kernel must never see it)."""
+    return tokens.size == 0 or (int(tokens.min()) >= 0 and int(tokens.max()) < count)
+
+
+def embedding_backward(dh: np.ndarray, tokens: np.ndarray, wte_grad: np.ndarray,
+                       wpe_grad: np.ndarray) -> None:
+    """:func:`~syncbench.kernels.transformer_ops.embedding_backward`: the scatter-add
+    compiled (``embedding.c``, equal to ``np.add.at`` to the bit), the positions' sum in
+    NumPy."""
+    ids = np.ascontiguousarray(tokens, dtype=np.int64)
+    if not (_compiled(dh, wte_grad) and _tokens_in_range(ids, wte_grad.shape[0])):
+        T.embedding_backward(dh, tokens, wte_grad, wpe_grad)
+        return
+    d = dh.shape[-1]
+    cpu_native.library().sb_embedding_scatter_add_f32(dh.ctypes.data, ids.ctypes.data,
+                                                      ids.size, d, wte_grad.ctypes.data)
+    t = tokens.shape[1]
+    wpe_grad[...] = 0
+    np.sum(dh, axis=0, out=wpe_grad[:t])
+
+
+def sequence_xent(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
+    """:func:`~syncbench.kernels.transformer_ops.sequence_xent` in one compiled pass per
+    row (``xent.c``)."""
+    ids = np.ascontiguousarray(targets, dtype=np.int64)
+    if not (_compiled(logits) and logits.ndim == 2
+            and _tokens_in_range(ids, logits.shape[1]) and ids.size == logits.shape[0]):
+        return T.sequence_xent(logits, targets)
+    grad = np.empty_like(logits)
+    loss = cpu_native.library().sb_sequence_xent_f32(
+        logits.ctypes.data, ids.ctypes.data, logits.shape[0], logits.shape[1], grad.ctypes.data)
+    return float(loss), grad

@@ -27,8 +27,10 @@ early. The tied output layer writes ``wte``'s gradient first (backward
 begins there) and the embedding's backward adds its scatter to it last, so
 offset 0 is reported final only at the very end.
 
-Runs on either backend. On the CPU the NumPy references, with GELU compiled
-(:mod:`~syncbench.kernels.cpu_transformer`); on the GPU (CuPy) the GEMMs are
+Runs on either backend. On the CPU the GEMMs in BLAS through NumPy and the other
+passes compiled (:mod:`~syncbench.kernels.cpu_transformer`: GELU, LayerNorm, the
+causal softmax, the embedding's scatter-add, the loss), the NumPy references where
+the library is not built; on the GPU (CuPy) the GEMMs are
 cuBLAS through CuPy and the other passes the CUDA kernels of
 ``kernels/cuda/transformer.cu`` (LayerNorm, GELU, attention's causal softmax,
 the embedding's scatter-add), dispatched by :mod:`syncbench.kernels.ops` as
@@ -165,7 +167,7 @@ def _xent(logits: Any, targets: Any) -> tuple[Any, Any]:
     device array until read)."""
     if ops.on_device(logits):
         return ops.softmax_xent(logits, targets)
-    return T.sequence_xent(logits, targets)
+    return cpu_transformer.sequence_xent(logits, targets)
 
 
 class Embedding(Layer):
@@ -191,7 +193,10 @@ class Embedding(Layer):
 
     def backward(self, dh: np.ndarray) -> None:
         """Adds the token gradient to ``wte``'s (the output layer's is there already)."""
-        ops.embedding_backward(dh, self._tokens, self.grads[0], self.grads[1])
+        if ops.on_device(dh):
+            ops.embedding_backward(dh, self._tokens, self.grads[0], self.grads[1])
+        else:
+            cpu_transformer.embedding_backward(dh, self._tokens, self.grads[0], self.grads[1])
         self._tokens = None
         return None
 

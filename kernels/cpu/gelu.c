@@ -16,22 +16,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "vector_math.h"
+
+
 static const float GELU_C = 0.7978845608028654f; /* sqrt(2 / pi) */
 static const float GELU_A = 0.044715f;
-
-/* ``a`` where ``take_b`` is 0, else ``b``: a bitwise select, which the vectorizer takes
- * where it refuses the branch of ``?:`` on floats. */
-static inline float select(float a, float b, int take_b)
-{
-    int32_t ia, ib;
-    memcpy(&ia, &a, sizeof ia);
-    memcpy(&ib, &b, sizeof ib);
-    const int32_t mask = -(int32_t)take_b;
-    const int32_t out = (ia & ~mask) | (ib & mask);
-    float f;
-    memcpy(&f, &out, sizeof f);
-    return f;
-}
 
 static inline float fast_tanh(float x0)
 {

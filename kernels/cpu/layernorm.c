@@ -18,6 +18,9 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "vector_math.h"
+
+
 #define LANES 8
 
 /* The sum of a[0..n) (and of a[i] b[i] when b is given) by LANES partial sums. */

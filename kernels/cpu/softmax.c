@@ -13,36 +13,37 @@
  *
  * Forward:  p_j = exp(s_j scale - max) / sum, j <= i; p_j = 0 for j > i.
  * Backward: ds_j = scale p_j (dp_j - sum_k dp_k p_k); 0 for j > i.
- * Both may work in place (probs == scores, ds == dp).
+ * Both may work in place (probs == scores, ds == dp): a row is copied to the output
+ * first where it is not, and then worked on there.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "vector_math.h"
+
+
+
 #define LANES 8
 
-static inline float cephes_expf(float x)
+/* The sum of a[0..n) by LANES partial sums (one vector register). */
+static inline float row_sum(const float *restrict a, size_t n)
 {
-    /* below -87.3 exp underflows float32's normal range: clamped, as a probability of
-     * 1e-38 against a row sum of at least 1 (the maximum's own term) */
-    x = __builtin_fmaxf(x, -87.0f);
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round */
-    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
+    float part[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++)
+            part[l] += a[j + l];
+    float total = 0.0f;
+    for (int l = 0; l < LANES; l++)
+        total += part[l];
+    for (; j < n; j++)
+        total += a[j];
+    return total;
 }
 
 /* The largest of s[0..n), n >= 1, by LANES partial maxima (the order does not matter). */
-static inline float row_max(const float *s, size_t n)
+static inline float row_max(const float *restrict s, size_t n)
 {
     float part[LANES];
     for (int l = 0; l < LANES; l++)
@@ -50,65 +51,65 @@ static inline float row_max(const float *s, size_t n)
     size_t j = 0;
     for (; j + LANES <= n; j += LANES)
         for (int l = 0; l < LANES; l++)
-            part[l] = __builtin_fmaxf(part[l], s[j + l]);
+            part[l] = select(part[l], s[j + l], s[j + l] > part[l]);
     float top = part[0];
     for (int l = 1; l < LANES; l++)
-        top = __builtin_fmaxf(top, part[l]);
+        top = part[l] > top ? part[l] : top;
     for (; j < n; j++)
-        top = __builtin_fmaxf(top, s[j]);
+        top = s[j] > top ? s[j] : top;
     return top;
+}
+
+/* One row in place: p[0..n) holds the scores, then the probabilities; p[n..t) zeros. */
+static inline void softmax_row(float *restrict p, size_t n, size_t t, float scale)
+{
+    const float top = row_max(p, n) * scale; /* scale > 0: the scaled row's maximum */
+    for (size_t j = 0; j < n; j++)
+        p[j] = exp_nonpositive(p[j] * scale - top);
+    const float total = row_sum(p, n);
+    for (size_t j = 0; j < n; j++)
+        p[j] /= total;
+    memset(p + n, 0, (t - n) * sizeof *p);
 }
 
 void sb_causal_softmax_f32(const float *scores, float *probs, size_t count, size_t t,
                            float scale)
 {
-    for (size_t m = 0; m < count; m++) {
-        for (size_t i = 0; i < t; i++) {
-            const float *s = scores + (m * t + i) * t;
-            float *p = probs + (m * t + i) * t;
-            const size_t n = i + 1;
-            float top = row_max(s, n);
-            top *= scale; /* scale > 0: the maximum of the scaled row */
-            for (size_t j = 0; j < n; j++)
-                p[j] = cephes_expf(s[j] * scale - top);
-            float part[LANES] = {0};
-            size_t j = 0;
-            for (; j + LANES <= n; j += LANES)
-                for (int l = 0; l < LANES; l++)
-                    part[l] += p[j + l];
-            float total = 0.0f;
-            for (int l = 0; l < LANES; l++)
-                total += part[l];
-            for (; j < n; j++)
-                total += p[j];
-            for (j = 0; j < n; j++)
-                p[j] /= total;
-            memset(p + n, 0, (t - n) * sizeof *p);
-        }
+    for (size_t row = 0; row < count * t; row++) {
+        float *p = probs + row * t;
+        const size_t n = row % t + 1; /* row i of its square sees columns 0..i */
+        if (p != scores + row * t)
+            memcpy(p, scores + row * t, n * sizeof *p);
+        softmax_row(p, n, t, scale);
     }
+}
+
+/* One row in place: g[0..n) holds dp, then ds; g[n..t) zeros. */
+static inline void softmax_backward_row(float *restrict g, const float *restrict p, size_t n,
+                                        size_t t, float scale)
+{
+    float part[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++)
+            part[l] += g[j + l] * p[j + l];
+    float dot = 0.0f;
+    for (int l = 0; l < LANES; l++)
+        dot += part[l];
+    for (; j < n; j++)
+        dot += g[j] * p[j];
+    for (j = 0; j < n; j++)
+        g[j] = p[j] * (g[j] - dot) * scale;
+    memset(g + n, 0, (t - n) * sizeof *g);
 }
 
 void sb_causal_softmax_backward_f32(const float *dp, const float *probs, float *ds,
                                     size_t count, size_t t, float scale)
 {
-    for (size_t m = 0; m < count; m++) {
-        for (size_t i = 0; i < t; i++) {
-            const float *g = dp + (m * t + i) * t, *p = probs + (m * t + i) * t;
-            float *out = ds + (m * t + i) * t;
-            const size_t n = i + 1;
-            float part[LANES] = {0};
-            size_t j = 0;
-            for (; j + LANES <= n; j += LANES)
-                for (int l = 0; l < LANES; l++)
-                    part[l] += g[j + l] * p[j + l];
-            float dot = 0.0f;
-            for (int l = 0; l < LANES; l++)
-                dot += part[l];
-            for (; j < n; j++)
-                dot += g[j] * p[j];
-            for (j = 0; j < n; j++)
-                out[j] = p[j] * (g[j] - dot) * scale;
-            memset(out + n, 0, (t - n) * sizeof *out);
-        }
+    for (size_t row = 0; row < count * t; row++) {
+        float *g = ds + row * t;
+        if (g != dp + row * t)
+            memcpy(g, dp + row * t, (row % t + 1) * sizeof *g);
+        softmax_backward_row(g, probs + row * t, row % t + 1, t, scale);
     }
 }
