@@ -194,3 +194,16 @@ def test_the_cache_folder_is_private_and_a_built_library_is_loaded_from_it(tmp_p
     os.chmod(folder, 0o755)
     _probe(sources, tmp_path / "cache")
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_the_cache_key_changes_with_a_header_the_sources_include(tmp_path):
+    """(e2e: the key asks the compiler for its version.) A changed header (kernels/cpu/vector_math.h) must build a new library, not load
+    the one compiled from the old text."""
+    src = tmp_path / "a.c"
+    src.write_text('#include "h.h"\nint f(void) { return X; }\n')
+    header = tmp_path / "h.h"
+    header.write_text("#define X 1\n")
+    cc = cpu_native.compiler() or "cc"
+    before = cpu_native.library_name([src], cc)
+    header.write_text("#define X 2\n")
+    assert cpu_native.library_name([src], cc) != before

@@ -254,15 +254,3 @@ def test_cupys_kernel_cache_is_used_only_where_nobody_else_can_write(tmp_path, m
         os.chown(folder, 65534, 65534)
         assert "belongs to uid 65534" in backend.cupy_cache_untrusted()
 
-
-def test_the_cache_key_changes_with_a_header_the_sources_include(tmp_path):
-    """A changed header (kernels/cpu/vector_math.h) must build a new library, not load
-    the one compiled from the old text."""
-    src = tmp_path / "a.c"
-    src.write_text('#include "h.h"\nint f(void) { return X; }\n')
-    header = tmp_path / "h.h"
-    header.write_text("#define X 1\n")
-    cc = cpu_native.compiler() or "cc"
-    before = cpu_native.library_name([src], cc)
-    header.write_text("#define X 2\n")
-    assert cpu_native.library_name([src], cc) != before
