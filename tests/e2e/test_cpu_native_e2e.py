@@ -197,8 +197,8 @@ def test_the_cache_folder_is_private_and_a_built_library_is_loaded_from_it(tmp_p
 
 
 def test_the_cache_key_changes_with_a_header_the_sources_include(tmp_path):
-    """(e2e: the key asks the compiler for its version.) A changed header (kernels/cpu/vector_math.h) must build a new library, not load
-    the one compiled from the old text."""
+    """A changed header (kernels/cpu/vector_math.h) must build a new library, not load
+    the one compiled from the old text (e2e: the key asks the compiler its version)."""
     src = tmp_path / "a.c"
     src.write_text('#include "h.h"\nint f(void) { return X; }\n')
     header = tmp_path / "h.h"
