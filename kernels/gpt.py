@@ -108,6 +108,22 @@ def _affine(x: Any, w: Any, b: Any, residual: Any = None) -> Any:
     return out
 
 
+def _times_transposed(x: Any, w: Any) -> Any:
+    """``x @ w.T`` over the last axis of (B, T, k) ``x``: one GEMM of the flattened rows."""
+    return (_flat2(x) @ w.T).reshape(*x.shape[:-1], w.shape[0])
+
+
+def _merge_qkv(xp: Any, dq: Any, dk: Any, dv: Any) -> Any:
+    """(B, heads, T, d_head) gradients of q, k and v -> (B, T, 3 d) in ``qkv``'s column
+    order (q's heads, k's, v's), each written once into place (where merging each and
+    concatenating copied twice)."""
+    b, h, t, dh = dq.shape
+    out = xp.empty((b, t, 3, h, dh), dtype=dq.dtype)
+    for i, part in enumerate((dq, dk, dv)):
+        out[:, :, i] = part.transpose(0, 2, 1, 3)
+    return out.reshape(b, t, 3 * h * dh)
+
+
 def _shape(x: Any) -> tuple[int, ...]:
     """The shape of an array of either backend, or of nested lists."""
     return tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
@@ -286,24 +302,24 @@ class Block(Layer):
         # MLP: out = g @ w_out + b_out, g = gelu(f), f = m @ w_fc + b_fc
         xp.matmul(_flat2(g).T, dy2, out=grad["w_out"])
         xp.sum(dy2, axis=0, out=grad["b_out"])
-        df = _gelu_backward(dy @ p["w_out"].T, f, tanh)
+        df = _gelu_backward(_times_transposed(dy, p["w_out"]), f, tanh)
         xp.matmul(_flat2(m).T, _flat2(df), out=grad["w_fc"])
         xp.sum(_flat2(df), axis=0, out=grad["b_fc"])
         dh2, grad["ln2_g"][...], grad["ln2_b"][...] = _layernorm_backward(
-            df @ p["w_fc"].T, *ln2, p["ln2_g"])
+            _times_transposed(df, p["w_fc"]), *ln2, p["ln2_g"])
         dh2 += dy
         # attention: h2 = h + merged @ w_proj + b_proj
         dh2_2 = _flat2(dh2)
         xp.matmul(_flat2(merged).T, dh2_2, out=grad["w_proj"])
         xp.sum(dh2_2, axis=0, out=grad["b_proj"])
-        datt = T.split_heads(dh2 @ p["w_proj"].T, self.heads)
+        datt = T.split_heads(_times_transposed(dh2, p["w_proj"]), self.heads)
         dq, dk, dv = _attention_backward(datt, q, k, v, probs)
-        dqkv = xp.concatenate([T.merge_heads(x) for x in (dq, dk, dv)], axis=-1)
+        dqkv = _merge_qkv(xp, dq, dk, dv)
         dqkv2 = _flat2(dqkv)
         xp.matmul(_flat2(a).T, dqkv2, out=grad["w_qkv"])
         xp.sum(dqkv2, axis=0, out=grad["b_qkv"])
         dh, grad["ln1_g"][...], grad["ln1_b"][...] = _layernorm_backward(
-            dqkv @ p["w_qkv"].T, *ln1, p["ln1_g"])
+            _times_transposed(dqkv, p["w_qkv"]), *ln1, p["ln1_g"])
         dh += dh2
         assert dh.shape[-1] == d
         return dh
