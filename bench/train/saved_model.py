@@ -69,7 +69,7 @@ def record_path(path: str | Path) -> Path:
 
 def canonical_name(model: str) -> str:
     """``model`` with a ``gpt`` spec's every size spelled out (``gpt`` ->
-    ``gpt:d=128,layers=4,heads=4,ctx=128``); any other name as it is."""
+    ``gpt:d=128,layers=4,heads=4,ctx=64``); any other name as it is."""
     try:
         spec = parse_gpt_spec(model)
     except ValueError as exc:

@@ -160,16 +160,19 @@ def test_shorter_windows_use_the_first_positions():
 def test_default_size_parameters_and_flops():
     spec = GPTSpec()
     model = build_model("gpt", (spec.ctx,), 256, seed=0)
-    d, n = 128, 128
+    d, n = 128, 64
     per_block = 2 * 2 * d + d * 3 * d + 3 * d + d * d + d + d * 4 * d + 4 * d + 4 * d * d + d
-    assert model.size == 256 * d + n * d + 4 * per_block + 2 * d == 842_496
-    assert flops_per_token(spec, 256)["forward"] == 1_900_544
+    assert model.size == 256 * d + n * d + 4 * per_block + 2 * d == 834_304
+    assert flops_per_token(spec, 256)["forward"] == 1_769_472
 
 
 def test_model_spec_parsing_and_one_line_errors():
     assert parse_gpt_spec("gpt") == GPTSpec()
     assert parse_gpt_spec("gpt:d=64,heads=2") == GPTSpec(d=64, heads=2)
     assert parse_gpt_spec("mlp:3") is None
+    assert parse_gpt_spec("gpt-gpu") == GPTSpec(d=384, layers=6, heads=6, ctx=256)
+    assert parse_gpt_spec("gpt-gpu:ctx=128") == GPTSpec(d=384, layers=6, heads=6, ctx=128)
+    assert model_context("gpt-gpu") == 256 and parse_gpt_spec("gpt-large") is None
     assert model_name("gpt:layers=2") == "gpt:layers=2" and model_context("gpt:ctx=32") == 32
     assert model_context("mlp") is None and not has_batchnorm("gpt")
     for bad, words in (("gpt:d=130", "do not divide"), ("gpt:depth=3", "expected gpt:"),

@@ -73,7 +73,7 @@ def test_a_saved_model_round_trips_its_parameters_exactly(tmp_path, dtype):
 
 
 def test_the_record_spells_out_every_size_and_an_image_model_has_no_tokens(tmp_path):
-    assert saved_model.describe("gpt", corpus())["model"] == "gpt:d=128,layers=4,heads=4,ctx=128"
+    assert saved_model.describe("gpt", corpus())["model"] == "gpt:d=128,layers=4,heads=4,ctx=64"
     images = Dataset("tiny", np.zeros((2, 1, 4, 4), np.float32), np.zeros(2, np.int64),
                      np.zeros((2, 1, 4, 4), np.float32), np.zeros(2, np.int64), 3, "generated")
     record = saved_model.describe("mlp:5", images)
@@ -155,7 +155,7 @@ BAD = [
      "lm.npy is gpt:d=8,layers=1,heads=2,ctx=8"),
     ("bare, unnamed", ["{dir}/bare.npy"], "name it with --model"),
     ("bare, wrong size", ["{dir}/bare.npy", "--model", "gpt:d=16,heads=2"],
-     "are not a gpt:d=16,layers=4,heads=2,ctx=128 model's"),
+     "are not a gpt:d=16,layers=4,heads=2,ctx=64 model's"),
     ("stale record", ["{dir}/swapped.npy"], "describes other parameters"),
     ("bad record", ["{dir}/junk.npy"], "not a saved model's record"),
 ]

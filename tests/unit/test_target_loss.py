@@ -116,7 +116,7 @@ def test_a_language_models_row_has_its_loss_target_and_tokens_not_an_accuracy(tm
     (missed,) = table_rows([run], target_loss=1.0)
     assert math.isnan(missed["time_to_target_s"]) and missed["target_reached"] == 0
     default_gpt = read_run(write_lm(tmp_path / "g.h5", None, model="gpt"))
-    assert table_rows([default_gpt])[0]["tokens_per_s"] == 32.0 * 128  # ctx 128
+    assert table_rows([default_gpt])[0]["tokens_per_s"] == 32.0 * 64  # ctx 64
     assert table_rows([default_gpt])[0]["target_reached"] is None
 
 

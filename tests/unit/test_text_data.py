@@ -91,7 +91,7 @@ def test_batches_follow_the_image_datasets_shard_and_seed_contract():
 def test_for_model_pairs_language_models_with_text_only():
     ds = sample_corpus(ctx=8)
     assert text.for_model(ds, "gpt:ctx=32").input_shape == (32,)
-    assert text.for_model(ds, "gpt").input_shape == (128,)
+    assert text.for_model(ds, "gpt").input_shape == (64,)
     image = catalog.make_synthetic(8, 4, (1, 28, 28), 10, 0)
     assert text.for_model(image, "lenet") is image
     with pytest.raises(DatasetError) as exc:
