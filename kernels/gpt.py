@@ -15,8 +15,8 @@ references of :mod:`syncbench.kernels.transformer_ops`.
 options; those are the defaults: 834,304 parameters, which train to below 1.9 nats per
 character on the held-out works in about four minutes on one core with
 ``--batch-size 8 --optimizer adamw --lr 3e-3 --beta2 0.99 --lr-schedule cosine
---lr-warmup 100``, docs/RESULTS.md; a 64-byte context as nanoGPT's CPU example). Initialisation as GPT-2's code: weights
-N(0, 0.02), position embedding N(0, 0.01), the two projections into the
+--lr-warmup 100``, docs/RESULTS.md; a 64-byte context as nanoGPT's CPU example).
+Initialisation as GPT-2's code: weights N(0, 0.02), position embedding N(0, 0.01), the two projections into the
 residual stream N(0, 0.02 / sqrt(2 layers)) (GPT-2 paper, section 2.3),
 biases 0, LayerNorm gains 1.
 
