@@ -16,9 +16,9 @@ options; those are the defaults: 834,304 parameters, which train to below 1.9 na
 character on the held-out works in about four minutes on one core with
 ``--batch-size 8 --optimizer adamw --lr 3e-3 --beta2 0.99 --lr-schedule cosine
 --lr-warmup 100``, docs/RESULTS.md; a 64-byte context as nanoGPT's CPU example).
-Initialisation as GPT-2's code: weights N(0, 0.02), position embedding N(0, 0.01), the two projections into the
-residual stream N(0, 0.02 / sqrt(2 layers)) (GPT-2 paper, section 2.3),
-biases 0, LayerNorm gains 1.
+Initialisation as GPT-2's code: weights N(0, 0.02), position embedding N(0, 0.01),
+the two projections into the residual stream N(0, 0.02 / sqrt(2 layers)) (GPT-2
+paper, section 2.3), biases 0, LayerNorm gains 1.
 
 Parameters lie in the flat buffer layer by layer in forward order (the
 embedding: ``wte`` (V, d), ``wpe`` (ctx, d); each block: ``ln1`` gain and
