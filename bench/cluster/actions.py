@@ -20,6 +20,7 @@ import time
 from . import cpu, launch, network, slurm, state
 from .host import ClusterError, require_root, require_tool, works
 from .state import (
+    BURST_RE,
     MAX_NODES,
     SUBNET,
     Cluster,
@@ -63,6 +64,8 @@ def requested(args: argparse.Namespace) -> Cluster:
         raise ClusterError(f"--nodes must be 1 to {MAX_NODES}, got {count}")
     if args.link:
         rate_bytes_per_s(args.link)
+    if args.burst != "auto" and not BURST_RE.match(args.burst):
+        raise ClusterError(f"--burst {args.burst!r} is not a size such as 256kb, or auto")
     speeds = _per_node(args.node_speed, count, "--node-speed", 1.0)
     if any(not 0.01 <= s <= 1.0 for s in speeds):
         raise ClusterError(f"--node-speed {args.node_speed!r}: each speed must be in [0.01, 1] "
@@ -116,7 +119,8 @@ def build(cluster: Cluster) -> None:
     for node in cluster.nodes:
         network.make_node(cluster, node)
         if cluster.link:
-            network.shape(node, cluster.link, cluster.burst)
+            network.shape(node, cluster.link,
+                          network.bucket(rate_bytes_per_s(cluster.link), cluster.burst))
         cpu.make_cgroups(cluster, node)
         save(cluster)
     launch.write_shim(cluster)
@@ -343,8 +347,8 @@ def set_link(args: argparse.Namespace) -> int:
         if args.state in ("up", "down"):
             network.set_link(node, args.state == "up")
         else:
-            rate_bytes_per_s(args.state)
-            network.shape(node, args.state, cluster.burst)
+            network.shape(node, args.state,
+                          network.bucket(rate_bytes_per_s(args.state), cluster.burst))
             node.link = args.state
     print(f"syncbench cluster: link of {node.name} {args.state}")
     return 0

@@ -2,9 +2,15 @@
 
 A link is shaped with a token bucket (``tc qdisc ... tbf``, tc-tbf(8)) on
 both ends, so traffic to and from the node is limited to the rate. The
-bucket (``--burst``, 256kb by default) must be large enough that TCP refills
-it before it empties, or a link carries less than its rate. The kernel has
-no ``netem``, so no latency is added; a link's latency is the network stack's.
+bucket must be large enough that TCP refills it before it empties, or a link
+carries less than its rate; and every byte it holds is a byte that a message
+after an idle spell (a compute phase) sends at the veth's speed, not the rate's,
+which a real link of that rate never does. ``--burst auto`` (the default) sizes
+it to 2.1 ms of the rate (:func:`bucket`), at least 32 KB: 256 KB at 1 Gbit/s
+(the earlier fixed default), which reached 0.95 of the rate where 64 KB reached
+only 0.64-0.74; 51 KB at 200 Mbit/s, which reached 0.94 (256 KB: 0.96) and lets a
+fifth of the old bucket through unshaped (docs/RESULTS.md). The kernel has no
+``netem``, so no latency is added; a link's latency is the network stack's.
 """
 
 from __future__ import annotations
@@ -118,8 +124,25 @@ def _link_ends(node: Node) -> tuple[tuple[list[str], str], ...]:
     return (["tc"], node.veth), (["ip", "netns", "exec", node.name, "tc"], "eth0")
 
 
+#: ``--burst auto``: the bucket holds this many seconds of the link's rate ...
+AUTO_BURST_SECONDS = 0.0021
+#: ... and at least this many bytes (tbf's own probe above uses 32kb).
+MIN_AUTO_BURST = 32 * 1024
+
+
+def bucket(rate_bytes_per_s: float, burst: str) -> str:
+    """The ``tc`` burst for a link of ``rate_bytes_per_s``: ``burst`` itself, or for
+    ``auto`` :data:`AUTO_BURST_SECONDS` of the rate, at least :data:`MIN_AUTO_BURST`,
+    in whole kilobytes (``256kb`` at 1 Gbit/s, ``51kb`` at 200 Mbit/s)."""
+    if burst != "auto":
+        return burst
+    size = max(MIN_AUTO_BURST, rate_bytes_per_s * AUTO_BURST_SECONDS)
+    return f"{int(size // 1024)}kb"
+
+
 def shape(node: Node, rate: str, burst: str) -> None:
-    """Shape both ends of the node's link to ``rate`` (``tc`` units: 1gbit, 200mbit)."""
+    """Shape both ends of the node's link to ``rate`` (``tc`` units: 1gbit, 200mbit)
+    with a token bucket of ``burst`` (a ``tc`` size, not ``auto``: :func:`bucket`)."""
     for tc, dev in _link_ends(node):
         sh([*tc, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
             "burst", burst, "latency", "50ms"], f"shaping the link of {node.name} to {rate}")

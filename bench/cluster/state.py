@@ -219,7 +219,7 @@ class Cluster:
 
     nodes: list[Node]
     link: str = ""
-    burst: str = "256kb"
+    burst: str = "auto"
     slurm: bool = False
     #: CFS period of the nodes' CPU quotas, microseconds.
     cpu_period_us: int = 100_000
@@ -292,7 +292,8 @@ def _validate(cluster: Cluster, where: Path) -> Cluster:
             ipaddress.IPv4Address(text)
         except ValueError:
             raise bad(f"address {text!r}") from None
-    if not RATE_RE.match(cluster.link) or not BURST_RE.match(cluster.burst):
+    if not RATE_RE.match(cluster.link) or not (cluster.burst == "auto"
+                                               or BURST_RE.match(cluster.burst)):
         raise bad(f"link {cluster.link!r} / burst {cluster.burst!r}")
     if not 1000 <= int(cluster.cpu_period_us) <= 1_000_000:
         raise bad(f"cpu_period_us {cluster.cpu_period_us!r}")

@@ -44,8 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--link", default="",
                     help="rate of every node's link, both directions (tc units: 1gbit, "
                          "200mbit); unshaped if absent")
-    up.add_argument("--burst", default="256kb",
-                    help="token bucket size (default 256kb: 0.95 of the rate at 1gbit)")
+    up.add_argument("--burst", default="auto",
+                    help="token bucket size, e.g. 256kb; auto (default): 2.1 ms of the link's "
+                    "rate, at least 32kb (256kb at 1gbit, 0.95 of the rate; 51kb at 200mbit, "
+                    "0.94), so that little of a message after an idle spell passes unshaped")
     up.add_argument("--node-speed", default="",
                     help="speed of each node, e.g. 1,0.25: a CPU quota of that share of its "
                          "core(s)")
