@@ -24,42 +24,6 @@
 
 
 
-#define LANES 8
-
-/* The sum of a[0..n) by LANES partial sums (one vector register). */
-static inline float row_sum(const float *restrict a, size_t n)
-{
-    float part[LANES] = {0};
-    size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (int l = 0; l < LANES; l++)
-            part[l] += a[j + l];
-    float total = 0.0f;
-    for (int l = 0; l < LANES; l++)
-        total += part[l];
-    for (; j < n; j++)
-        total += a[j];
-    return total;
-}
-
-/* The largest of s[0..n), n >= 1, by LANES partial maxima (the order does not matter). */
-static inline float row_max(const float *restrict s, size_t n)
-{
-    float part[LANES];
-    for (int l = 0; l < LANES; l++)
-        part[l] = s[0];
-    size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (int l = 0; l < LANES; l++)
-            part[l] = select(part[l], s[j + l], s[j + l] > part[l]);
-    float top = part[0];
-    for (int l = 1; l < LANES; l++)
-        top = part[l] > top ? part[l] : top;
-    for (; j < n; j++)
-        top = s[j] > top ? s[j] : top;
-    return top;
-}
-
 /* One row in place: p[0..n) holds the scores, then the probabilities; p[n..t) zeros. */
 static inline void softmax_row(float *restrict p, size_t n, size_t t, float scale)
 {

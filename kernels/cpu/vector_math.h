@@ -1,9 +1,10 @@
 /* Float helpers the vectorizer takes, shared by the transformer's kernels (gelu.c,
- * softmax.c, xent.c): plain arithmetic and bit operations, no libm calls and no branches
+ * softmax.c, xent.c; row sums and maxima in LANES partial results): plain arithmetic and bit operations, no libm calls and no branches
  * on floats, so loops over them vectorize (GCC refuses both). */
 #ifndef SYNCBENCH_VECTOR_MATH_H
 #define SYNCBENCH_VECTOR_MATH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -42,6 +43,42 @@ static inline float exp_nonpositive(float x)
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     return p * two_n;
+}
+
+#define LANES 8
+
+/* The sum of a[0..n) by LANES partial sums (one vector register). */
+static inline float row_sum(const float *restrict a, size_t n)
+{
+    float part[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++)
+            part[l] += a[j + l];
+    float total = 0.0f;
+    for (int l = 0; l < LANES; l++)
+        total += part[l];
+    for (; j < n; j++)
+        total += a[j];
+    return total;
+}
+
+/* The largest of s[0..n), n >= 1, by LANES partial maxima (the order does not matter). */
+static inline float row_max(const float *restrict s, size_t n)
+{
+    float part[LANES];
+    for (int l = 0; l < LANES; l++)
+        part[l] = s[0];
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++)
+            part[l] = select(part[l], s[j + l], s[j + l] > part[l]);
+    float top = part[0];
+    for (int l = 1; l < LANES; l++)
+        top = part[l] > top ? part[l] : top;
+    for (; j < n; j++)
+        top = s[j] > top ? s[j] : top;
+    return top;
 }
 
 /* GCC's -march=znver1 (what AMD EPYC virtual machines may report) vectorizes 4 floats

@@ -14,8 +14,6 @@
 
 #include "vector_math.h"
 
-#define LANES 8
-
 /* Returns the mean loss; grad may not alias logits. */
 double sb_sequence_xent_f32(const float *restrict logits, const int64_t *restrict targets,
                             size_t n, size_t v, float *restrict grad)
@@ -25,29 +23,11 @@ double sb_sequence_xent_f32(const float *restrict logits, const int64_t *restric
     for (size_t r = 0; r < n; r++) {
         const float *x = logits + r * v;
         float *g = grad + r * v;
-        float part_max[LANES];
-        for (int l = 0; l < LANES; l++)
-            part_max[l] = x[0];
-        size_t j = 0;
-        for (; j + LANES <= v; j += LANES)
-            for (int l = 0; l < LANES; l++)
-                part_max[l] = select(part_max[l], x[j + l], x[j + l] > part_max[l]);
-        float top = part_max[0];
-        for (int l = 1; l < LANES; l++)
-            top = part_max[l] > top ? part_max[l] : top;
-        for (; j < v; j++)
-            top = x[j] > top ? x[j] : top;
+        const float top = row_max(x, v);
+        size_t j;
         for (j = 0; j < v; j++)
             g[j] = exp_nonpositive(x[j] - top);
-        float part[LANES] = {0};
-        for (j = 0; j + LANES <= v; j += LANES)
-            for (int l = 0; l < LANES; l++)
-                part[l] += g[j + l];
-        float sum = 0.0f;
-        for (int l = 0; l < LANES; l++)
-            sum += part[l];
-        for (; j < v; j++)
-            sum += g[j];
+        const float sum = row_sum(g, v);
         const size_t t = (size_t)targets[r];
         total_loss += (double)logf(sum) - (double)(x[t] - top);
         for (j = 0; j < v; j++)
