@@ -1,10 +1,12 @@
 """The transformer's element-wise and row-wise passes on the CPU, compiled: GELU
-(``kernels/cpu/gelu.c``), LayerNorm (``layernorm.c``) and attention's causal softmax
-(``softmax.c``).
+(``kernels/cpu/gelu.c``), LayerNorm (``layernorm.c``), attention's causal softmax
+(``softmax.c``), the embedding's scatter-add (``embedding.c``) and the loss
+(``xent.c``).
 
-Profiling the default ``gpt`` step on one core (cProfile, CPU time) put the GEMMs
-at about 55% of the step, attention's batched products and softmax at 18%,
-GELU's forward and backward at 13%, LayerNorm at 7%. The NumPy references
+Profiling the ``gpt`` step on one core (cProfile, CPU time) with GELU alone compiled
+put the GEMMs at about 55% of the step, attention's batched products and softmax at
+18%, GELU's forward and backward at 13%, LayerNorm at 7%; with these passes compiled
+the GEMMs are about 80% (docs/RESULTS.md). The NumPy references
 (:mod:`syncbench.kernels.transformer_ops`) make about ten passes over GELU's
 (tokens, 4 d) activations, seven over LayerNorm's rows and six over every (t, t)
 attention square, the masked half included; the compiled passes read each row
