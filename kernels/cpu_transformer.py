@@ -20,8 +20,6 @@ float64 arrays, arrays that are not contiguous, a library that did not build, an
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from syncbench.kernels import cpu_native
@@ -121,22 +119,19 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`~syncbench.kernels.transformer_ops.attention_forward` with the compiled
     softmax (the two batched products in BLAS, as there)."""
-    scores = np.matmul(q, np.swapaxes(k, -1, -2))
-    probs = causal_softmax(scores, 1.0 / math.sqrt(q.shape[-1]), out=scores)
-    return np.matmul(probs, v), probs
+    return T.attention_forward(q, k, v, softmax=causal_softmax)
+
+
+def _softmax_backward_over_dp(dp: np.ndarray, probs: np.ndarray, scale: float) -> np.ndarray:
+    """:func:`causal_softmax_backward` written over ``dp``."""
+    return causal_softmax_backward(dp, probs, scale, out=dp)
 
 
 def attention_backward(dy: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                        probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`~syncbench.kernels.transformer_ops.attention_backward` with the compiled
-    softmax backward."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    dv = np.matmul(np.swapaxes(probs, -1, -2), dy)
-    dp = np.matmul(dy, np.swapaxes(v, -1, -2))
-    ds = causal_softmax_backward(dp, probs, scale, out=dp)
-    dq = np.matmul(ds, k)
-    dk = np.matmul(np.swapaxes(ds, -1, -2), q)
-    return dq, dk, dv
+    softmax backward, in place over the probabilities' gradient."""
+    return T.attention_backward(dy, q, k, v, probs, softmax_backward=_softmax_backward_over_dp)
 
 
 def _tokens_in_range(tokens: np.ndarray, count: int) -> bool:
@@ -157,9 +152,7 @@ def embedding_backward(dh: np.ndarray, tokens: np.ndarray, wte_grad: np.ndarray,
     d = dh.shape[-1]
     cpu_native.library().sb_embedding_scatter_add_f32(dh.ctypes.data, ids.ctypes.data,
                                                       ids.size, d, wte_grad.ctypes.data)
-    t = tokens.shape[1]
-    wpe_grad[...] = 0
-    np.sum(dh, axis=0, out=wpe_grad[:t])
+    T.position_backward(dh, wpe_grad)
 
 
 def sequence_xent(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -118,13 +119,17 @@ def _causal_bias(t: int, dtype: np.dtype) -> np.ndarray:
     return bias
 
 
-def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray
+def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                      softmax: Callable[..., np.ndarray] | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention on (..., T, d_head) arrays: the output and the attention
     probabilities (..., T, T), which the backward needs. Each row's maximum is
-    subtracted before ``exp`` (the masked entries are exactly 0)."""
+    subtracted before ``exp`` (the masked entries are exactly 0). ``softmax``:
+    :func:`causal_softmax` (default) or a function of its signature (the compiled one,
+    :mod:`~syncbench.kernels.cpu_transformer`)."""
+    softmax = softmax or causal_softmax
     scores = np.matmul(q, np.swapaxes(k, -1, -2))
-    probs = causal_softmax(scores, 1.0 / math.sqrt(q.shape[-1]), out=scores)
+    probs = softmax(scores, 1.0 / math.sqrt(q.shape[-1]), out=scores)
     return np.matmul(probs, v), probs
 
 
@@ -150,14 +155,18 @@ def causal_softmax_backward(dp: np.ndarray, probs: np.ndarray, scale: float) -> 
 
 
 def attention_backward(dy: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                       probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       probs: np.ndarray,
+                       softmax_backward: Callable[..., np.ndarray] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) of :func:`attention_forward`. The softmax's backward is
     ``ds = p * (dp - sum(dp * p))`` row by row; masked entries have ``p = 0`` and get
-    no gradient."""
+    no gradient. ``softmax_backward``: :func:`causal_softmax_backward` (default) or a
+    function of its signature, which may write ``ds`` over ``dp`` (a temporary here)."""
+    softmax_backward = softmax_backward or causal_softmax_backward
     scale = 1.0 / math.sqrt(q.shape[-1])
     dv = np.matmul(np.swapaxes(probs, -1, -2), dy)
     dp = np.matmul(dy, np.swapaxes(v, -1, -2))
-    ds = causal_softmax_backward(dp, probs, scale)
+    ds = softmax_backward(dp, probs, scale)
     dq = np.matmul(ds, k)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)
     return dq, dk, dv
@@ -175,9 +184,14 @@ def embedding_backward(dh: np.ndarray, tokens: np.ndarray, wte_grad: np.ndarray,
     and summed over the batch into ``wpe_grad`` (overwritten; positions beyond T are 0)."""
     d = dh.shape[-1]
     np.add.at(wte_grad, tokens.reshape(-1), dh.reshape(-1, d))
-    t = tokens.shape[1]
+    position_backward(dh, wpe_grad)
+
+
+def position_backward(dh: np.ndarray, wpe_grad: np.ndarray) -> None:
+    """The position embedding's gradient: ``dh`` (B, T, d) summed over the batch into
+    ``wpe_grad`` (overwritten; positions beyond T are 0)."""
     wpe_grad[...] = 0
-    np.sum(dh, axis=0, out=wpe_grad[:t])
+    np.sum(dh, axis=0, out=wpe_grad[:dh.shape[1]])
 
 
 def sequence_xent(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
