@@ -20,23 +20,6 @@
 
 #include "vector_math.h"
 
-
-/* The sum of a[0..n) (and of a[i] b[i] when b is given) by LANES partial sums. */
-static inline float lane_sum(const float *restrict a, const float *restrict b, size_t n)
-{
-    float part[LANES] = {0};
-    size_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++)
-            part[l] += b ? a[i + l] * b[i + l] : a[i + l];
-    float total = 0.0f;
-    for (int l = 0; l < LANES; l++)
-        total += part[l];
-    for (; i < n; i++)
-        total += b ? a[i] * b[i] : a[i];
-    return total;
-}
-
 void sb_layernorm_forward_f32(const float *restrict x, const float *restrict gamma,
                               const float *restrict beta, float *restrict y,
                               float *restrict xhat, float *restrict rstd, size_t rows,
@@ -45,10 +28,10 @@ void sb_layernorm_forward_f32(const float *restrict x, const float *restrict gam
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * d;
         float *hr = xhat + r * d, *yr = y + r * d;
-        const float mean = lane_sum(xr, NULL, d) / (float)d;
+        const float mean = row_sum(xr, d) / (float)d;
         for (size_t i = 0; i < d; i++)
             hr[i] = xr[i] - mean;
-        const float var = lane_sum(hr, hr, d) / (float)d;
+        const float var = row_dot(hr, hr, d) / (float)d;
         const float s = 1.0f / sqrtf(var + eps);
         rstd[r] = s;
         for (size_t i = 0; i < d; i++) {
@@ -74,8 +57,8 @@ void sb_layernorm_backward_f32(const float *restrict dy, const float *restrict x
             dbeta[i] += gr[i];
             dr[i] = gr[i] * gamma[i]; /* g, kept in dx until the last pass */
         }
-        const float mean_g = lane_sum(dr, NULL, d) / (float)d;
-        const float mean_gx = lane_sum(dr, hr, d) / (float)d;
+        const float mean_g = row_sum(dr, d) / (float)d;
+        const float mean_gx = row_dot(dr, hr, d) / (float)d;
         const float s = rstd[r];
         for (size_t i = 0; i < d; i++)
             dr[i] = s * (dr[i] - mean_g - hr[i] * mean_gx);

@@ -52,17 +52,8 @@ void sb_causal_softmax_f32(const float *scores, float *probs, size_t count, size
 static inline void softmax_backward_row(float *restrict g, const float *restrict p, size_t n,
                                         size_t t, float scale)
 {
-    float part[LANES] = {0};
-    size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (int l = 0; l < LANES; l++)
-            part[l] += g[j + l] * p[j + l];
-    float dot = 0.0f;
-    for (int l = 0; l < LANES; l++)
-        dot += part[l];
-    for (; j < n; j++)
-        dot += g[j] * p[j];
-    for (j = 0; j < n; j++)
+    const float dot = row_dot(g, p, n);
+    for (size_t j = 0; j < n; j++)
         g[j] = p[j] * (g[j] - dot) * scale;
     memset(g + n, 0, (t - n) * sizeof *g);
 }

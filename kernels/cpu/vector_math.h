@@ -1,5 +1,6 @@
 /* Float helpers the vectorizer takes, shared by the transformer's kernels (gelu.c,
- * softmax.c, xent.c; row sums and maxima in LANES partial results): plain arithmetic and bit operations, no libm calls and no branches
+ * layernorm.c, softmax.c, xent.c; row sums, dot products and maxima in LANES partial
+ * results): plain arithmetic and bit operations, no libm calls and no branches
  * on floats, so loops over them vectorize (GCC refuses both). */
 #ifndef SYNCBENCH_VECTOR_MATH_H
 #define SYNCBENCH_VECTOR_MATH_H
@@ -60,6 +61,22 @@ static inline float row_sum(const float *restrict a, size_t n)
         total += part[l];
     for (; j < n; j++)
         total += a[j];
+    return total;
+}
+
+/* The sum of a[i] b[i] over [0..n) by LANES partial sums. */
+static inline float row_dot(const float *restrict a, const float *restrict b, size_t n)
+{
+    float part[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++)
+            part[l] += a[j + l] * b[j + l];
+    float total = 0.0f;
+    for (int l = 0; l < LANES; l++)
+        total += part[l];
+    for (; j < n; j++)
+        total += a[j] * b[j];
     return total;
 }
 
