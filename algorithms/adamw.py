@@ -55,7 +55,7 @@ class AdamW:
                  eps: float, decay_mask: Any = None, schedule: LRSchedule | None = None) -> None:
         beta1, beta2 = float(betas[0]), float(betas[1])
         check_adamw(beta1, beta2, float(eps))
-        self.lr, self.weight_decay, self.eps = lr, weight_decay, float(eps)
+        self.weight_decay, self.eps = weight_decay, float(eps)
         #: ``--lr`` under ``--lr-schedule`` (its own count: ``steps`` restarts at a reset).
         self.clock = LRClock(lr, schedule)
         self.beta1, self.beta2 = beta1, beta2
@@ -69,6 +69,11 @@ class AdamW:
         self.decay: Any = weight_decay
         if decay_mask is not None and weight_decay:
             self.decay = decay_mask * weight_decay
+
+    @property
+    def lr(self) -> float:
+        """``--lr``, the rate the schedule scales (:attr:`clock`)."""
+        return self.clock.lr
 
     @property
     def velocity(self) -> Any:

@@ -65,8 +65,14 @@ class LRClock:
 
     def next_lr(self) -> float:
         """The learning rate of the next step (and count it)."""
+        rate = self.peek_lr()
         self.steps += 1
-        return self.lr * self.schedule.factor(self.steps)
+        return rate
+
+    def peek_lr(self) -> float:
+        """The learning rate the next step will take, not counted (OD-SGD's look-ahead
+        applies the part of the next global step it already knows)."""
+        return self.lr * self.schedule.factor(self.steps + 1)
 
     def state(self) -> dict[str, Any]:
         return {"lr_schedule_steps": self.steps}

@@ -152,12 +152,14 @@ class CompensationStep:
             target -= decay
 
     def _subtract_known_global_step(self, params: Any) -> None:
-        """``W_loc -= lr * (mu * v + wd * W_g)``: the part of the next global step known now."""
+        """``W_loc -= lr * (mu * v + wd * W_g)``: the part of the next global step known now,
+        at the rate that step will take (``--lr`` under ``--lr-schedule``)."""
         opt = self.global_opt
-        params -= np.multiply(opt.velocity, opt.lr * opt.momentum, out=self._scratch)
+        lr = opt.clock.peek_lr()
+        params -= np.multiply(opt.velocity, lr * opt.momentum, out=self._scratch)
         if opt.weight_decay:
             decay = opt.decay_of(self._w_g, out=self._scratch)
-            decay *= opt.lr
+            decay *= lr
             params -= decay
 
     # -- checkpoints -----------------------------------------------------------

@@ -48,7 +48,8 @@ class MomentumSGD:
 
     def __init__(self, like: Any, lr: float, momentum: float, weight_decay: float,
                  decay_mask: Any = None, schedule: LRSchedule | None = None) -> None:
-        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.momentum, self.weight_decay = momentum, weight_decay
+        #: ``--lr`` under ``--lr-schedule``.
         self.clock = LRClock(lr, schedule)
         self.velocity = like * 0
         self.scratch = like * 0
@@ -58,6 +59,11 @@ class MomentumSGD:
         self.decay: Any = weight_decay
         if decay_mask is not None and weight_decay:
             self.decay = decay_mask * weight_decay
+
+    @property
+    def lr(self) -> float:
+        """``--lr``, the rate the schedule scales (:attr:`clock`)."""
+        return self.clock.lr
 
     def decay_of(self, weights: Any, out: Any) -> Any:
         """``decay * weights`` into ``out`` (the decay term of a step from ``weights``)."""

@@ -123,3 +123,12 @@ def test_an_unknown_schedule_is_refused_by_the_parser(capsys):
         train_config("--lr-schedule", "linear")
     assert "invalid choice: 'linear'" in capsys.readouterr().err
     assert math.isclose(LRSchedule("cosine", 0, 2).factor(3), COSINE_FLOOR)
+
+
+def test_peek_gives_the_next_steps_rate_without_counting_it():
+    opt = AdamW(np.zeros(3), 0.01, 0.0, (0.9, 0.999), 1e-8, schedule=LRSchedule("cosine", 3, 9))
+    for _ in range(5):
+        ahead = opt.clock.peek_lr()
+        assert opt.clock.peek_lr() == ahead  # not counted
+        assert opt.clock.next_lr() == ahead
+    assert opt.lr == 0.01 and opt.clock.steps == 5
