@@ -20,7 +20,6 @@ import time
 from . import cpu, launch, network, slurm, state
 from .host import ClusterError, require_root, require_tool, works
 from .state import (
-    BURST_RE,
     MAX_NODES,
     SUBNET,
     Cluster,
@@ -29,6 +28,7 @@ from .state import (
     load,
     node_name,
     save,
+    valid_burst,
     veth_name,
 )
 
@@ -64,7 +64,7 @@ def requested(args: argparse.Namespace) -> Cluster:
         raise ClusterError(f"--nodes must be 1 to {MAX_NODES}, got {count}")
     if args.link:
         rate_bytes_per_s(args.link)
-    if args.burst != "auto" and not BURST_RE.match(args.burst):
+    if not valid_burst(args.burst):
         raise ClusterError(f"--burst {args.burst!r} is not a size such as 256kb, or auto")
     speeds = _per_node(args.node_speed, count, "--node-speed", 1.0)
     if any(not 0.01 <= s <= 1.0 for s in speeds):

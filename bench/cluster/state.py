@@ -57,6 +57,11 @@ PATH_RE = re.compile(r"^/[A-Za-z0-9._/+-]*$")
 CPUS_RE = re.compile(r"^(\d{1,4}(,\d{1,4})*)?$")
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps))?$", re.I)
 BURST_RE = re.compile(r"^\d+(?:\.\d+)?[kmg]?(?:b|bit)?$", re.I)
+
+
+def valid_burst(burst: str) -> bool:
+    """Whether ``burst`` is ``auto`` or a ``tc`` size (``256kb``)."""
+    return burst == "auto" or bool(BURST_RE.match(burst))
 CGROUP_PROCS_RE = re.compile(r"^/sys/fs/cgroup/(?:[a-z_,]+/)?([A-Za-z][A-Za-z0-9]{0,14})/"
                              r"cgroup\.procs$")
 CGROUP_RE = re.compile(r"^/sys/fs/cgroup/(?:[a-z_,]+/)?([A-Za-z][A-Za-z0-9]{0,14})$")
@@ -292,8 +297,7 @@ def _validate(cluster: Cluster, where: Path) -> Cluster:
             ipaddress.IPv4Address(text)
         except ValueError:
             raise bad(f"address {text!r}") from None
-    if not RATE_RE.match(cluster.link) or not (cluster.burst == "auto"
-                                               or BURST_RE.match(cluster.burst)):
+    if not RATE_RE.match(cluster.link) or not valid_burst(cluster.burst):
         raise bad(f"link {cluster.link!r} / burst {cluster.burst!r}")
     if not 1000 <= int(cluster.cpu_period_us) <= 1_000_000:
         raise bad(f"cpu_period_us {cluster.cpu_period_us!r}")
