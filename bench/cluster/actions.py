@@ -107,9 +107,14 @@ def check_features(cluster: Cluster) -> None:
         if not network.tbf_available():
             raise ClusterError("the tbf qdisc is unavailable (tc qdisc ... tbf fails): "
                                "--link cannot be shaped")
-    if not any(n.cpus for n in cluster.nodes):
+    shared = cpu.nodes_per_cpu([n.cpus for n in cluster.nodes])
+    if shared == 0:
         cluster.notes.append(f"{len(cpu.host_cpus())} CPUs for {len(cluster.nodes)} nodes: "
                              "the nodes share the CPUs (no CPU set per node)")
+    elif shared > 1:
+        cluster.notes.append(f"{len(cpu.host_cpus())} CPUs for {len(cluster.nodes)} nodes: "
+                             f"{shared} nodes on each CPU; --node-speed {1 / shared:g} on "
+                             "every node gives each a fixed share of its core")
 
 
 def build(cluster: Cluster) -> None:

@@ -38,13 +38,32 @@ def host_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def plan_cpusets(count: int) -> list[str]:
-    """Disjoint CPU lists, one per node, when there are at least as many CPUs as nodes."""
-    cpus = host_cpus()
-    if len(cpus) < count:
+def plan_cpusets(count: int, cpus: list[int] | None = None) -> list[str]:
+    """One CPU list per node: disjoint ones when there are at least as many CPUs as nodes;
+    when the nodes are a whole multiple k of the CPUs, k consecutive nodes to each CPU
+    (nodes 1 and 2 on the first of two CPUs, 3 and 4 on the second), so that each node
+    shares one known core with k - 1 others and ``--node-speed 1/k`` on every node gives
+    each a fixed share of it; else none (the nodes share every CPU)."""
+    cpus = host_cpus() if cpus is None else cpus
+    if not cpus:
         return [""] * count
+    if len(cpus) < count:
+        if count % len(cpus):
+            return [""] * count
+        per_cpu = count // len(cpus)
+        return [str(cpus[i // per_cpu]) for i in range(count)]
     share = len(cpus) // count
     return [",".join(map(str, cpus[i * share:(i + 1) * share])) for i in range(count)]
+
+
+def nodes_per_cpu(cpusets: list[str]) -> int:
+    """How many nodes the most shared CPU of ``cpusets`` holds (1: none is shared; 0:
+    the nodes have no CPU sets)."""
+    counts: dict[str, int] = {}
+    for cpus in cpusets:
+        for one in filter(None, cpus.split(",")):
+            counts[one] = counts.get(one, 0) + 1
+    return max(counts.values(), default=0)
 
 
 def _write(path: Path, value: str, what: str) -> None:

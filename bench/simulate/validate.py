@@ -77,8 +77,10 @@ def measured_samples_per_s(run: Any) -> float:
         row_figures(run.ranks)["samples_per_s"]
 
 
-def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, int]:
-    """The simulate configuration of a measured run."""
+def _job(args: argparse.Namespace, run: Any,
+         workload_speed: float = 1.0) -> tuple[argparse.Namespace, int, int]:
+    """The simulate configuration of a measured run; its ranks' node speeds are taken
+    relative to ``workload_speed``, the speed of the node the workload was measured on."""
     cfg = argparse.Namespace(**vars(args))
     for key, value in run.config.items():
         if hasattr(cfg, key) and key not in ("out", "seed", "validate", "batch_size"):
@@ -87,6 +89,7 @@ def _job(args: argparse.Namespace, run: Any) -> tuple[argparse.Namespace, int, i
     if str(getattr(args, "codec_seconds", "0")) in ("0", "0.0"):  # not given: time it here
         cfg.codec_seconds = "auto"
     factors, speeds = rank_factors(run)
+    speeds = relative_speeds(run, speeds, workload_speed)
     if getattr(args, "validate_realised", False) and (any(f != 1.0 for f in factors)
                                                       or any(s < 1.0 for s in speeds)):
         # the factors the run realised (its own compute), not the nominal ones
@@ -125,6 +128,23 @@ def rank_factors(run: Any) -> tuple[list[float], list[float]]:
         speed = _attr(attrs, "node_speed")
         speeds.append(speed if 0.0 < speed <= 1.0 else 1.0)
     return factors, speeds
+
+
+def relative_speeds(run: Any, speeds: list[float], workload_speed: float) -> list[float]:
+    """Each rank's node speed over the workload's: a workload measured on a node at
+    speed 0.5 (a 1-rank run on one of the nodes that share a core, ``syncbench cluster
+    up --nodes 4 --node-speed 0.5,0.5,0.5,0.5`` on two CPUs) already holds what that
+    share does to a step, so a run on such nodes is simulated at speed 1. A rank on a
+    faster node than the workload's cannot be predicted from it (a quota only slows):
+    one line, naming both."""
+    if workload_speed >= 1.0:
+        return speeds
+    fastest = max(speeds)
+    if fastest > workload_speed * (1.0 + 1e-9):
+        raise ValueError(f"--validate {run.path}: a rank ran on a node at speed {fastest:g}, "
+                         f"faster than the --workload's node ({workload_speed:g}): measure "
+                         "the workload on a node at the runs' fastest speed")
+    return [min(1.0, s / workload_speed) for s in speeds]
 
 
 def realised_factors(run: Any) -> list[float]:
@@ -167,15 +187,18 @@ def validate_main(args: argparse.Namespace) -> int:
             runs.append(read_run(path))
         except RunFileError as exc:
             raise ValueError(f"--validate {exc}") from None
-    jobs = [_job(args, run) for run in runs]
+    workload = build_workload(args)
+    workload_speed = float(workload.extra.get("node_speed", 1.0))
+    jobs = [_job(args, run, workload_speed) for run in runs]
     out_dir = getattr(args, "validate_out", None)
     if out_dir:  # before the calibration prints or anything is simulated
         for run, (cfg, _, _) in zip(runs, jobs):
             cfg.out = predicted_path(out_dir, run.path, bool(getattr(args, "overwrite", False)))
     spec, xml = build_platform(args)
-    workload = build_workload(args)
     results = simulate(args, jobs, spec, xml, workload, parse_stragglers(args.stragglers))
-    print(f"workload {workload.source} ({workload.name}, {workload.params} parameters); "
+    print(f"workload {workload.source} ({workload.name}, {workload.params} parameters"
+          + (f", measured on a node at speed {workload_speed:g}: the runs' node speeds are "
+             "taken relative to it" if workload_speed < 1.0 else "") + "); "
           f"platform {spec.kind}"
           + (f" calibrated from {spec.calibrated_from}: latency {2 * spec.latency * 1e6:.2f} us,"
              f" bandwidth {spec.bandwidth / 1e9:.3f} GB/s" if spec.calibrated_from else ""))

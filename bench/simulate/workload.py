@@ -399,7 +399,22 @@ def from_run(path: str) -> Workload:
                     delay_ratio=np.concatenate(ratios), source=str(path),
                     split=model_split(built), tensor_shapes=model_tensor_shapes(built),
                     extra={"dataset": dataset, "measured_world_size": run.world_size,
-                           "compress": str(config.get("compress", "none") or "none")})
+                           "compress": str(config.get("compress", "none") or "none"),
+                           "node_speed": measured_node_speed(run)})
+
+
+def measured_node_speed(run: Any) -> float:
+    """The CPU share of the node a workload run was measured on (its ranks' slowest
+    ``node_speed`` attribute; 1 where absent): the speed its rows stand for."""
+    speeds = []
+    for attrs in run.rank_attrs.values():
+        try:
+            speed = float(attrs.get("node_speed", 1.0))
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(speed) and 0.0 < speed <= 1.0:
+            speeds.append(speed)
+    return min(speeds, default=1.0)
 
 
 def load_profiles() -> dict[str, Any]:

@@ -70,6 +70,20 @@ def test_a_layout_names_nodes_addresses_and_the_shortest_quota_period():
     assert cluster.layout() == same.layout() != other.layout()
 
 
+def test_nodes_get_cpu_sets_of_their_own_or_an_equal_share_of_one():
+    """Disjoint CPU sets when the CPUs suffice; a whole multiple of the CPUs packs k
+    consecutive nodes on each (so --node-speed 1/k gives each a fixed share of a known
+    core); any other count leaves the nodes sharing every CPU."""
+    from syncbench.bench.cluster.cpu import nodes_per_cpu, plan_cpusets
+
+    assert plan_cpusets(2, [0, 1]) == ["0", "1"]
+    assert plan_cpusets(1, [0, 1]) == ["0,1"]
+    assert plan_cpusets(4, [0, 1]) == ["0", "0", "1", "1"]
+    assert plan_cpusets(6, [2, 5]) == ["2", "2", "2", "5", "5", "5"]
+    assert plan_cpusets(3, [0, 1]) == ["", "", ""]
+    assert [nodes_per_cpu(plan_cpusets(n, [0, 1])) for n in (1, 2, 3, 4)] == [1, 1, 0, 2]
+
+
 def test_placement_fills_node_by_node():
     cluster = _cluster(3)
     assert launch.placement(cluster, None, None) == (3, 1)

@@ -48,3 +48,31 @@ def test_a_runs_label_is_the_runners_own_record(tmp_path):
         {"runs": [{"label": "ssgd-blocking", "path": named.name}]}))
     assert runner_labels([str(named), str(loose)]) == {str(named): "ssgd-blocking",
                                                        str(loose): "mine"}
+
+
+def test_node_speeds_are_taken_relative_to_the_workloads_node(tmp_path):
+    """A workload measured on a node at speed 0.5 holds what that share does to a step:
+    runs on such nodes are simulated at speed 1, a slower node at its ratio, and a rank
+    on a faster node than the workload's is one line naming both speeds."""
+    import pytest
+
+    from syncbench.bench.simulate.validate import relative_speeds
+
+    half = write_file(tmp_path / "h.h5", algorithm="dpsgd", world_size=2, wall=2.0,
+                      steps_per_rank=4, rank_extra={0: {"node_speed": 0.5},
+                                                   1: {"node_speed": 0.5}})
+    run = read_run(half)
+    speeds = rank_factors(run)[1]
+    assert relative_speeds(run, speeds, 1.0) == [0.5, 0.5]
+    assert relative_speeds(run, speeds, 0.5) == [1.0, 1.0]
+    assert relative_speeds(run, [0.5, 0.25], 0.5) == [1.0, 0.5]
+    cfg, _, _ = _job(argparse.Namespace(slowdown=None, algorithm="dpsgd"), run, 0.5)
+    assert cfg.node_speed is None
+    from syncbench.bench.simulate.workload import measured_node_speed
+    assert measured_node_speed(run) == 0.5
+    assert measured_node_speed(read_run(write_file(tmp_path / "f.h5", algorithm="ssgd",
+                                                   world_size=1, wall=1.0,
+                                                   steps_per_rank=4))) == 1.0
+    faster = r"speed 0\.5, faster than the --workload's node \(0\.25\)"
+    with pytest.raises(ValueError, match=faster):
+        relative_speeds(run, speeds, 0.25)
