@@ -110,7 +110,12 @@ def int8_inputs() -> list[tuple[str, np.ndarray]]:
     nonnegative = np.abs(normal[:6000])  # min -0 or +0, NumPy's choice
     nonnegative[::5] = 0.0
     nonnegative[2::5] = -0.0
+    # ranges of about 1 far from zero: upper = rint(max * scale) near 2**24, where the
+    # compiled pass leaves its integer path (levels no longer exact floats) for the float one
+    offset = (np.repeat([10.0, 6.5e4, 6.6e4, -6.58e4, 3e5], 1000)
+              + rng.random(5000)).astype(np.float32)
     return [("normal", normal), ("signed zeros", signed_zeros), ("mixed", mixed),
+            ("offset", offset),
             ("wide", wide), ("special", special), ("tiny", tiny), ("ties", ties),
             ("nonnegative", nonnegative), ("nonpositive", -nonnegative),
             ("constant", np.full(4097, -1.5, np.float32)), ("empty", normal[:0])]
