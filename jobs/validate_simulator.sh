@@ -9,7 +9,8 @@
 # 2 nodes; and the one-sided Accumulate's rate, for ASGD), then for each model (MODELS, default "mlp lenet resnet8") it runs the
 # `validation` scenario (every strategy; homogeneous, a 2x slower rank, a node at
 # speed 0.5) and `syncbench simulate --validate` on its run files, with a 1-rank run of
-# the same model on one node as the workload (one per model, made at the first link).
+# the same model on one node as the workload (one per model, made at the first link;
+# and one per codec of the scenario's compressed runs, CODECS, their reducers' cost).
 # The tables go to OUT/LINK/MODEL/validation.txt and are printed, the predictions to
 # OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5 --beside predicted/predicted-RUN.h5
 # -o t.json` draws a run and its prediction side by side); OUT defaults to
@@ -23,6 +24,8 @@ MODELS=${MODELS:-"mlp lenet resnet8"}
 LINKS=${LINKS:-"1gbit 200mbit"}
 REPEATS=${REPEATS:-3}
 OUT=${OUT:-runs/validation}
+# the codecs of the scenario's compressed runs (each predicted from a 1-rank run of it)
+CODECS=${CODECS:-"powersgd:2 topk:0.01"}
 PY=${PY:-$(command -v python3)}
 SB=("$PY" -m syncbench)
 export OMP_NUM_THREADS=1
@@ -83,9 +86,20 @@ for link in $LINKS; do
       "${SB[@]}" cluster mpiexec -n 1 -- "${SB[@]}" train --algorithm ssgd "${flags[@]}" \
         --dataset fashion-mnist --eval-every 0 --progress never --out "$workload" --overwrite
     fi
+    # the scenario's codecs: a 1-rank run of each holds what its reducer costs in a step
+    compressed=()
+    for codec in $CODECS; do
+      one="$OUT/$model-one-rank-${codec//:/-}.h5"
+      if [ ! -f "$one" ]; then
+        "${SB[@]}" cluster mpiexec -n 1 -- "${SB[@]}" train --algorithm ssgd --comm blocking \
+          --compress "$codec" --powersgd-start 0 "${flags[@]}" --dataset fashion-mnist \
+          --eval-every 0 --progress never --out "$one" --overwrite
+      fi
+      compressed+=(--compressed-workload "$one")
+    done
     runs="$dir/$model"
     "${SB[@]}" run validation --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
-    "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" \
+    "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
       | tee "$runs/validation.txt"
   done

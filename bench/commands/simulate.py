@@ -99,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="per-rank slowdown factors as in train, e.g. 1,4")
     het.add_argument("--node-speed", default=None, metavar="S1,S2,...",
                      help="per-rank CPU share of a node at a quota, as the emulated "
-                     "cluster's --node-speed (e.g. 1,0.5): compute, data, update and the "
-                     "time inside MPI are slowed by 1/S")
+                     "cluster's --node-speed (e.g. 1,0.5): compute, data and update are "
+                     "slowed by 1/S (a wait inside MPI is not: the kernel moves the bytes)")
     het.add_argument("--stragglers", default=None,
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")
@@ -112,6 +112,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     val.add_argument("--validate", nargs="+", default=None, metavar="RUN.h5",
                      help="simulate each measured run's configuration (workload from "
                      "--workload, network from --calibrate) and print measured vs predicted")
+    val.add_argument("--compressed-workload", action="append", default=None,
+                     metavar="RUN.h5",
+                     help="a 1-rank run of the same model with --compress C (repeatable, one "
+                     "per codec): runs with that codec are predicted from it, its update "
+                     "rows holding what the reducer's encoding and decoding cost in a real "
+                     "step; the other runs from --workload")
     val.add_argument("--validate-realised", action="store_true",
                      help="simulate a slowed run with the slowdown each rank realised "
                      "(its slowdown_realised) instead of the nominal factor or node speed: "

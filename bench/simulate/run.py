@@ -91,12 +91,17 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
 
 
 def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int, int]],
-             spec: PlatformSpec, xml: str, workload: Workload,
+             spec: PlatformSpec, xml: str, workload: Workload | list[Workload],
              stragglers: Stragglers,
              on_phase: Callable[[Network, int], None] | None = None) -> list[Result]:
     """Simulate every ``(config, ranks, steps per rank)`` job; write ``config.out`` if set.
-    ``on_phase`` is called with the network and the furthest step reached after every
-    phase and at every step further than any before (a progress line)."""
+    ``workload``: one for every job, or one per job (``--validate`` with
+    ``--compressed-workload``). ``on_phase`` is called with the network and the furthest
+    step reached after every phase and at every step further than any before (a
+    progress line)."""
+    workloads = workload if isinstance(workload, list) else [workload] * len(jobs)
+    if len(workloads) != len(jobs):
+        raise ValueError(f"{len(workloads)} workloads for {len(jobs)} jobs")
     sg = load_simgrid()
     largest = max(n for _, n, _ in jobs)
     text = xml or platform_xml(spec, largest)
@@ -104,9 +109,9 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
     simulators = [simulator_for(cfg.algorithm) for cfg, _, _ in jobs]
 
     def body(network: Network) -> None:
-        for (cfg, n, steps), simulator in zip(jobs, simulators):
+        for (cfg, n, steps), simulator, work in zip(jobs, simulators, workloads):
             t0, flows0, phases0 = time.perf_counter(), network.flows, network.phases
-            timeline = _simulate_one(cfg, n, steps, workload, stragglers, network, simulator,
+            timeline = _simulate_one(cfg, n, steps, work, stragglers, network, simulator,
                                      on_phase)
             timings.append((timeline, time.perf_counter() - t0, network.flows - flows0,
                             network.phases - phases0))
@@ -116,14 +121,15 @@ def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int,
     results = []
     host_names = [h.name for h in network.hosts]
     setup_s = wall - sum(t[1] for t in timings)
-    for (cfg, n, steps), (timeline, seconds, flows, phases) in zip(jobs, timings):
+    for (cfg, n, steps), (timeline, seconds, flows, phases), work in zip(jobs, timings,
+                                                                         workloads):
         sim_wall = seconds + (setup_s if len(jobs) == 1 else 0.0)
         simulation = {"simgrid_version": simgrid_version(sg),
                       "wall_s": sim_wall, "flows": flows, "phases": phases,
                       "flows_per_s": flows / sim_wall if sim_wall > 0 else 0.0,
                       "allreduce": cfg.allreduce, "stragglers": stragglers.spec,
                       "steps_per_rank": steps, "seed": cfg.seed, **timeline.notes}
-        summary = _write(cfg, n, timeline, spec, workload, simulation, host_names)
+        summary = _write(cfg, n, timeline, spec, work, simulation, host_names)
         results.append(Result(timeline, summary, sim_wall, flows, phases, simulation))
     return results
 

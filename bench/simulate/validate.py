@@ -188,14 +188,20 @@ def validate_main(args: argparse.Namespace) -> int:
         except RunFileError as exc:
             raise ValueError(f"--validate {exc}") from None
     workload = build_workload(args)
-    workload_speed = float(workload.extra.get("node_speed", 1.0))
-    jobs = [_job(args, run, workload_speed) for run in runs]
+    by_codec = compressed_workloads(args, workload)
+    chosen = [workload_for(run, workload, by_codec) for run in runs]
+    jobs = [_job(args, run, float(w.extra.get("node_speed", 1.0)))
+            for run, w in zip(runs, chosen)]
     out_dir = getattr(args, "validate_out", None)
     if out_dir:  # before the calibration prints or anything is simulated
         for run, (cfg, _, _) in zip(runs, jobs):
             cfg.out = predicted_path(out_dir, run.path, bool(getattr(args, "overwrite", False)))
     spec, xml = build_platform(args)
-    results = simulate(args, jobs, spec, xml, workload, parse_stragglers(args.stragglers))
+    results = simulate(args, jobs, spec, xml, chosen, parse_stragglers(args.stragglers))
+    workload_speed = float(workload.extra.get("node_speed", 1.0))
+    for codec, w in sorted(by_codec.items()):
+        print(f"--compress {codec}: workload {w.source} (its update rows hold the codec's "
+              "measured cost)")
     print(f"workload {workload.source} ({workload.name}, {workload.params} parameters"
           + (f", measured on a node at speed {workload_speed:g}: the runs' node speeds are "
              "taken relative to it" if workload_speed < 1.0 else "") + "); "
@@ -232,6 +238,33 @@ def validate_main(args: argparse.Namespace) -> int:
         print()
         print(error_table(cells))
     return 0
+
+
+def compressed_workloads(args: argparse.Namespace, default: Any) -> dict[str, Any]:
+    """``--compressed-workload``'s runs by codec (each a measured run of ``--workload``'s
+    model with a ``--compress`` of its own; one line for anything else)."""
+    found: dict[str, Any] = {}
+    for path in getattr(args, "compressed_workload", None) or []:
+        w = build_workload(argparse.Namespace(**{**vars(args), "workload": path}))
+        codec = str(w.extra.get("compress", "none"))
+        if w.rows is None or codec == "none":
+            raise ValueError(f"--compressed-workload {path}: ran without --compress (give "
+                             "a 1-rank run with the codec of the runs it stands for)")
+        if w.name != default.name:
+            raise ValueError(f"--compressed-workload {path}: model {w.name}, but --workload "
+                             f"is {default.name}")
+        if codec in found:
+            raise ValueError(f"--compressed-workload: two runs of --compress {codec} "
+                             f"({found[codec].source}, {path})")
+        found[codec] = w
+    return found
+
+
+def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
+    """The workload a measured run is predicted from: the compressed workload of its codec
+    where one was given, else ``--workload``."""
+    codec = str(run.config.get("compress", "none") or "none")
+    return by_codec.get(codec, default) if run.model == default.name else default
 
 
 def runner_labels(paths: list[str]) -> dict[str, str]:

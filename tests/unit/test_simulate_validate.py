@@ -76,3 +76,38 @@ def test_node_speeds_are_taken_relative_to_the_workloads_node(tmp_path):
     faster = r"speed 0\.5, faster than the --workload's node \(0\.25\)"
     with pytest.raises(ValueError, match=faster):
         relative_speeds(run, speeds, 0.25)
+
+
+def test_a_compressed_run_is_predicted_from_the_workload_of_its_codec(tmp_path):
+    """--compressed-workload: a run with --compress C is predicted from the 1-rank run of
+    C (its update rows hold the reducer's measured codec cost), every other run from
+    --workload; a compressed workload that ran without --compress, or two of one codec,
+    is one line."""
+    import pytest
+
+    from syncbench.bench.simulate.validate import compressed_workloads, workload_for
+
+    def one(name, compress):
+        return write_file(tmp_path / name, algorithm="ssgd", world_size=1, wall=1.0,
+                          steps_per_rank=6, config={"compress": compress})
+
+    plain, topk, psgd = one("p.h5", "none"), one("t.h5", "topk:0.01"), one("q.h5", "powersgd:2")
+    args = argparse.Namespace(workload=plain, batch_size=None, sim_device=None,
+                              device_flops=None, efficiency=None,
+                              compressed_workload=[topk, psgd])
+    from syncbench.bench.simulate.inputs import build_workload
+
+    default = build_workload(args)
+    by_codec = compressed_workloads(args, default)
+    assert sorted(by_codec) == ["powersgd:2", "topk:0.01"]
+    runs = {c: read_run(write_file(tmp_path / f"r{i}.h5", algorithm="ssgd", world_size=2,
+                                   wall=2.0, steps_per_rank=4, config={"compress": c}))
+            for i, c in enumerate(["topk:0.01", "int8", "none"])}
+    assert workload_for(runs["topk:0.01"], default, by_codec).source == topk
+    assert workload_for(runs["int8"], default, by_codec) is default
+    assert workload_for(runs["none"], default, by_codec) is default
+    for given, words in (([plain], "ran without --compress"),
+                         ([topk, topk], "two runs of --compress topk:0.01")):
+        with pytest.raises(ValueError, match=words):
+            compressed_workloads(argparse.Namespace(**{**vars(args),
+                                                       "compressed_workload": given}), default)
