@@ -59,7 +59,7 @@ def _nan_if_inf(values: np.ndarray) -> np.ndarray:
 
 
 def row_durations(run: Run) -> np.ndarray:
-    """Duration of every step row of every rank, the sum of its six phases (s), flat in
+    """Duration of every step row of every rank, the sum of its seven phases (s), flat in
     ``Run.packed``'s order."""
     table = run.packed
     if not table.rows:
