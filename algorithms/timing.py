@@ -1,7 +1,7 @@
 """Per-step phase timers.
 
 A step's wall time is split into the phases of the run-file schema
-(``data``, ``compute``, ``comm``, ``wait``, ``update``, ``delay``). Phases
+(``data``, ``compute``, ``comm``, ``wait``, ``update``, ``delay``, ``codec``). Phases
 nest: entering ``comm`` inside ``compute`` (a ``Test`` poll between layers)
 pauses ``compute``, so every second is charged to exactly one phase and the
 phases of a step add up to its duration. The clock is ``time.monotonic``
@@ -11,7 +11,8 @@ On the GPU, kernels are queued and run later: :attr:`PhaseTimer.device_sync`
 (the backend's stream synchronization, set by the driver on the GPU backend;
 None on the CPU) is called at the end of every outermost :data:`SYNCED_PHASES`
 phase, inside it, so the ``update`` phase holds the time its kernels ran and
-the next step's ``data`` phase does not. Every strategy's update goes through
+the next step's ``data`` phase does not (``codec`` likewise: its copy of a decoded
+mean back to the device). Every strategy's update goes through
 :meth:`PhaseTimer.phase`, so none needs its own synchronization.
 """
 
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 from syncbench.algorithms.traits import PHASES
 
 #: Phases that end with :attr:`PhaseTimer.device_sync` (their kernels finish inside them).
-SYNCED_PHASES = frozenset({"update"})
+SYNCED_PHASES = frozenset({"update", "codec"})
 
 
 class InjectedFault(RuntimeError):

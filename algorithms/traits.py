@@ -21,13 +21,19 @@ from typing import Any
 
 #: Per-step timing phases (the column order of the run file). A step runs ``delay``
 #: right after ``compute``; :attr:`StrategyTraits.step_order` is the order a strategy
-#: runs them in, for drawing.
-PHASES: tuple[str, ...] = ("data", "compute", "comm", "wait", "update", "delay")
+#: runs them in, for drawing. ``codec`` is the encoding, decoding and summing of
+#: compressed codes (``--compress``, ``--quantize``, ``--gossip-codec``), kept out of
+#: ``update`` so that ``compute`` and ``update`` mean the same in every strategy; it is
+#: last because files written before it lack it (readers fill in zeros).
+PHASES: tuple[str, ...] = ("data", "compute", "comm", "wait", "update", "delay", "codec")
 
-#: A lock-step strategy's order: compute, then communicate, then update.
-LOCK_STEP_ORDER: tuple[str, ...] = ("data", "compute", "delay", "comm", "wait", "update")
-#: A local-steps strategy's order: each local step updates before a round communicates.
-LOCAL_FIRST_ORDER: tuple[str, ...] = ("data", "compute", "delay", "update", "comm", "wait")
+#: A lock-step strategy's order: compute, then encode and communicate, then update.
+LOCK_STEP_ORDER: tuple[str, ...] = ("data", "compute", "delay", "codec", "comm", "wait",
+                                    "update")
+#: A local-steps strategy's order: each local step updates before a round encodes and
+#: communicates.
+LOCAL_FIRST_ORDER: tuple[str, ...] = ("data", "compute", "delay", "update", "codec", "comm",
+                                      "wait")
 
 
 @dataclass(frozen=True)

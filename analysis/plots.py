@@ -61,13 +61,13 @@ from .trace import NS, in_window, phase_bounds_ns, step_ends, step_order
 #: One colour per phase, the same in every plot.
 PHASE_COLORS: dict[str, str] = {
     "data": "#9e9e9e", "compute": "#1f77b4", "comm": "#ff7f0e",
-    "wait": "#d62728", "update": "#2ca02c", "delay": "#9467bd",
+    "wait": "#d62728", "update": "#2ca02c", "delay": "#9467bd", "codec": "#bcbd22",
 }
 #: The phases in plain words, for legends.
 PHASE_NAMES: dict[str, str] = {
     "data": "data loading", "compute": "computation", "comm": "communication",
     "wait": "waiting for other ranks", "update": "parameter update",
-    "delay": "emulated slowdown",
+    "delay": "emulated slowdown", "codec": "encoding and decoding",
 }
 #: Steps of the default timeline window.
 TIMELINE_STEPS = 8

@@ -32,8 +32,10 @@ from .summary import run_diverged, time_to_target
 from .targets import Target, config_target, target_of
 
 #: Phases counted as a rank's own work: not ``wait``, and not ``comm`` either, since a
-#: blocking Allreduce charges the time spent waiting for a slow rank to ``comm``.
-BUSY_PHASES: tuple[str, ...] = ("data", "compute", "update", "delay")
+#: blocking Allreduce charges the time spent waiting for a slow rank to ``comm``; a
+#: codec's encode and decode (``codec``) are the rank's own work (zero in files written
+#: before the phase, whose ``update`` holds it).
+BUSY_PHASES: tuple[str, ...] = ("data", "compute", "update", "delay", "codec")
 
 
 def straggler_ratio(busy: Sequence[float] | np.ndarray) -> float:
@@ -57,7 +59,7 @@ def _nan_if_inf(values: np.ndarray) -> np.ndarray:
 
 
 def row_durations(run: Run) -> np.ndarray:
-    """Duration of every step row of every rank, the sum of its six phases (s), flat in
+    """Duration of every step row of every rank, the sum of its seven phases (s), flat in
     ``Run.packed``'s order."""
     table = run.packed
     if not table.rows:

@@ -291,8 +291,10 @@ RANK_COLUMNS: dict[str, str] = {
 #: the push minus the version read before the pull), ``staleness_min`` its lower
 #: bound (the version at the push minus the count of pushes STARTED, read after the
 #: pull; clipped at 0); ``speed`` is Oscars' c_k, the
-#: seconds per local step that the step's round schedule was computed from.
-RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0}
+#: seconds per local step that the step's round schedule was computed from;
+#: ``t_codec`` is the codec's own phase (older files charged it to ``t_update``, so
+#: theirs reads as zeros and their update holds it).
+RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0, "t_codec": 0.0}
 
 #: Attributes of every dataset: its unit and a one-line description (from the
 #: ``*_COLUMN_INFO`` tables below). Units are UDUNITS-2 strings as the CF conventions
@@ -313,6 +315,8 @@ RANK_COLUMN_INFO: dict[str, tuple[str, str]] = {
     "t_wait": ("s", "time the step waited for communication posted earlier to complete"),
     "t_update": ("s", "time of the step's parameter update"),
     "t_delay": ("s", "emulated slowdown added after compute (0 on a rank not slowed)"),
+    "t_codec": ("s", "time encoding, decoding and summing compressed codes (--compress, "
+                "--quantize, low-precision gossip; 0 without a codec)"),
     "loss": ("1", "training loss of the step's batch (mean cross-entropy, nats)"),
     "samples": ("1", "training samples in the step's batch on this rank"),
     "staleness": ("1", "ASGD: upper bound of the push's staleness in model versions "

@@ -112,7 +112,7 @@ class CompressedGossipAverager(ModelAverager):
         if self.request is not None:
             core.comm.Wait(self.request)
             self.request = None
-            with core.timer.phase("update"):
+            with core.timer.phase("codec"):
                 for r in range(len(self.replicas)):
                     self.replicas[r] += from_wire(self.codec, self.recv[r], self.n)
         mixing = self.schedule.at(core.steps_taken)
@@ -123,9 +123,10 @@ class CompressedGossipAverager(ModelAverager):
                               [self.replicas[self.row[j]] for j in mixing.sources(rank)])
 
     def after_update(self) -> None:
-        """Encode this step's change z = x - x_prev for the next post; x <- x_prev + C(z)."""
+        """Encode this step's change z = x - x_prev for the next post; x <- x_prev + C(z)
+        (charged to ``codec``, as the decoding of the sources' codes)."""
         params = self.core.model.params
-        with self.core.timer.phase("update"):
+        with self.core.timer.phase("codec"):
             self.send[...] = to_wire(self.codec, params - self.previous)
             params[...] = self.previous + from_wire(self.codec, self.send, self.n)
 

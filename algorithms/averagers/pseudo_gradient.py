@@ -62,7 +62,7 @@ class PseudoGradientAverager(PeriodicAverager):
         else:  # the mean of the ranks' deltas, as one rank's sum
             self.quantized.post(0, delta)
             mean = self.quantized.wait(0)
-            with core.timer.phase("update"):
+            with core.timer.phase("codec"):
                 summed, count = model.backend.asarray(mean), 1
         with core.timer.phase("update"):
             self.outer.step(self.anchor, summed, count)

@@ -156,7 +156,7 @@ class StreamingAverager(ModelAverager):
             core.comm.Wait(self.pending[p])
         else:  # the mean of the ranks' fragments, as one rank's sum
             mean = self.quantized.wait(p)
-            with core.timer.phase("update"):
+            with core.timer.phase("codec"):
                 summed[...] = core.model.backend.asarray(mean)
             count = 1
         self.pending[p] = None

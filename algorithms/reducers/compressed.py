@@ -17,9 +17,10 @@ the whole gradient (PowerSGD's layout) runs blocking only.
 This rank's gradient is taken as float32 (the codecs of :mod:`syncbench.algorithms.codecs`
 encode float32; a float64 model's gradient is rounded to float32 first, as it would
 travel) and each bucket's mean is written back into ``model.grads``, which the update
-applies. Encoding, decoding and summing codes are charged to ``update`` (as the 1/N
-scaling of the plain reducers), so ``comm`` holds only time inside MPI and ``compute``
-stays comparable across strategies.
+applies. Encoding, decoding and summing codes are charged to their own phase, ``codec``
+(:meth:`CompressedReducer.phase`), so ``comm`` holds only time inside MPI and ``compute``
+and ``update`` stay comparable across strategies (the 1/N scaling of the plain reducers
+stays in ``update``).
 
 :meth:`CompressedReducer.wire_bytes` is the bytes of the encoded gradient this rank hands
 to MPI per step: the same measure as the plain reducers' ``grads.nbytes`` (the buffer of
@@ -103,8 +104,8 @@ class CompressedReducer(GradientReducer):
         return sum(self.bucket_wire_bytes(i) for i in range(len(self.plan)))
 
     def phase(self) -> Any:
-        """The phase encode and decode are charged to."""
-        return self.core.timer.phase("update")
+        """The phase encode, decode and the sum of codes are charged to: ``codec``."""
+        return self.core.timer.phase("codec")
 
     def iallreduce(self, buf: np.ndarray) -> Any:
         """Start an in-place sum of host array ``buf``: the plain communicator's call even

@@ -56,9 +56,9 @@ class PowerSGDReduce(CompressedReducer):
 
     def reduction(self, index: int, values: np.ndarray) -> Reduction:
         comm, psgd = self.core.comm, self.psgd
-        if not psgd.compressing:
+        if not psgd.compressing:  # a plain Allreduce: its 1/N is update's, as SSGD's
             yield self.iallreduce(values)
-            with self.phase():
+            with self.core.timer.phase("update"):
                 values *= mean_scale(comm.size)
             psgd.finish_plain()
             return values

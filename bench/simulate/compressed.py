@@ -41,13 +41,15 @@ bucket's chain from the backward hook that finishes it, exactly as the plain buc
 SSGD (:func:`.strategies.hook_plan`); a bucket's second collective is posted by a poll
 after its first completed, which is how :mod:`.progress` issues any next stage.
 
-Encode and decode (charged to ``update`` by the reducers) are in a measured run's
-``update`` rows when the ``--workload`` run file was itself run with the same
-``--compress``; otherwise ``--codec-seconds S`` per step and rank is added (default 0:
-left out; ``auto``: one encode and decode timed on this host, which ``--validate``
-uses), spent before the first post under ``--comm blocking`` and after the
-``Waitall`` under overlap. The run file's ``simulation`` attribute says which
-(``codec_cost``).
+Encode and decode (the reducers' ``codec`` phase) are the ``--workload`` run file's own
+mean ``t_codec`` per step when it was itself run with the same ``--compress`` (a file
+written before that column holds them in its ``update`` rows, replayed as they are);
+otherwise ``--codec-seconds S`` per step and rank (default 0: left out; ``auto``: one
+encode and decode timed on this host, which ``--validate`` uses). They are spent before
+the first post under ``--comm blocking`` and after the ``Waitall`` under overlap,
+recorded as the predicted ``t_codec``, and slowed by a node's CPU quota
+(:func:`.quota.quota_codec`). The run file's ``simulation`` attribute says where they
+came from (``codec_cost``).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from syncbench.bench.simulate.collectives import (
     _pof2,
 )
 from syncbench.bench.simulate.progress import allreduce_stages
+from syncbench.bench.simulate.quota import quota_codec
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 from syncbench.bench.simulate.workload import Workload
 
@@ -91,8 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--codec-seconds``: the codec's work where no measured row holds it."""
     group = parser.add_argument_group("ssgd --compress (simulated)")
     group.add_argument("--codec-seconds", default="0", metavar="S|auto",
-                       help="encode + decode seconds per step and rank of --compress, added "
-                       "to update unless the --workload run file was run with the same "
+                       help="encode + decode seconds per step and rank of --compress (the "
+                       "codec phase) unless the --workload run file was run with the same "
                        "--compress; auto: timed on this host on the workload's gradient "
                        "(the fastest of 5 encodes and decodes; --validate's default); "
                        "default 0: left out")
@@ -257,7 +260,11 @@ def codec_cost(cfg: argparse.Namespace, w: Workload) -> tuple[float, str]:
     """(seconds per step and rank to add for encode and decode, where they come from)."""
     measured = str(w.extra.get("compress", "") or "")
     if w.rows is not None and measured == cfg.compress:
-        return 0.0, f"in the measured update rows ({w.source} ran --compress {measured})"
+        if w.mean_codec_s > 0:
+            return w.mean_codec_s, (f"measured: {1e3 * w.mean_codec_s:.3f} ms per step, the "
+                                    f"mean t_codec of {w.source} (ran --compress {measured})")
+        return 0.0, (f"in the measured update rows ({w.source} ran --compress {measured} "
+                     "and has no t_codec)")
     value = getattr(cfg, "codec_seconds", 0.0)
     if str(value).strip().lower() == "auto":
         shapes, _ = workload_shapes(w)
@@ -305,6 +312,7 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     plain_stages = (chain_stages(collectives(reducer, 0, n, False), n, cfg.allreduce,
                                  time_phase) if plain and start_iter > 0 else None)
     extra_s, cost_from = codec_cost(cfg, w)
+    codec = quota_codec(extra_s, local.speeds, n)  # per rank: a quota slows the codec too
     split = w.compute_split()
     hooks = hook_plan(reducer.plan, split.offsets) if overlap else None
     rows, t = StepRows(n), np.zeros(n)
@@ -315,15 +323,16 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             arrive, end, poll_s = _overlap_step(cfg, split, hooks, stages, start + data, comp,
                                                 delay)
             wait, comm = np.maximum(end - arrive, 0.0), poll_s
-            t = np.maximum(arrive, end) + upd + extra_s
+            t = np.maximum(arrive, end) + upd + codec
         else:
             chain = plain_stages if plain_stages is not None and j < start_iter else stages[0]
-            arrive = start + data + comp + delay + extra_s  # encoded before the first post
+            arrive = start + data + comp + delay + codec  # encoded before the first post
             end = float(arrive.max()) + float(chain.sum())
             comm, wait = end - arrive, np.zeros(n)
             t = end + upd
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp, t_comm=comm,
-                 t_wait=wait, t_update=upd + extra_s, t_delay=delay, samples=w.batch_size)
+                 t_wait=wait, t_update=upd, t_codec=codec, t_delay=delay,
+                 samples=w.batch_size)
     notes = {"buckets": len(reducer.plan), "compress": cfg.compress,
              "wire_bytes_per_step": int(reducer.wire_bytes()), "codec_cost": cost_from}
     if plain:

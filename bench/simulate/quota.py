@@ -4,7 +4,7 @@ The emulated cluster slows a node with a CFS bandwidth quota (``syncbench cluste
 --node-speed``, ``bench/cluster/cpu.py``; at speed 0.5 a 1 ms quota every 2 ms): its
 processes run ``speed`` of each period and are frozen for the rest. ``--slowdown``
 slows a rank's compute only (train's delay phase); a quota slows whatever the process
-does on the CPU, so its data and update phases too. Its time inside MPI is not
+does on the CPU, so its data, update and codec phases too. Its time inside MPI is not
 stretched: a wait for the wire goes on while the process is frozen (the kernel moves
 the bytes), and measured on 2 emulated nodes (mlp, 1 Gbit/s, blocking SSGD, the second
 node at speed 0.5) the throttled rank's comm was 7.2 ms per step against 6.1-6.7 ms on
@@ -14,7 +14,9 @@ well (a busy-polling wait draining the quota) predicted that run 24-29% too slow
 
 Model: with shares ``s_k`` per rank, compute is slowed by ``1 / s_k`` (a ``--slowdown``
 factor) and each step's data and update add ``(1 / s_k - 1)`` times themselves to the
-rank's delay (:func:`quota_delay`). A rank at speed 1 owes nothing.
+rank's delay (:func:`quota_delay`). A codec's encode and decode (``--compress``) are CPU
+work on the host as well: they take ``1 / s_k`` times their seconds, in their own phase
+(:func:`quota_codec`). A rank at speed 1 owes nothing.
 """
 
 from __future__ import annotations
@@ -53,3 +55,13 @@ def quota_delay(block: np.ndarray, speeds: Sequence[float]) -> np.ndarray:
     compute, update, delay)) beyond its compute: ``(1/s - 1) * (data + update)``."""
     extra = 1.0 / np.asarray(speeds, dtype=float) - 1.0
     return extra[:, None] * (block[..., 0] + block[..., 2])
+
+
+def quota_codec(codec_s: float | np.ndarray, speeds: Sequence[float] | None,
+                n: int) -> np.ndarray:
+    """Each of ``n`` ranks' codec seconds of a step at its node's share: ``codec_s / s``
+    (``codec_s`` per rank or one figure for all; ``speeds`` None: every rank at 1)."""
+    codec = np.broadcast_to(np.asarray(codec_s, dtype=float), (n,))
+    if speeds is None:
+        return codec.copy()
+    return codec / np.asarray(speeds, dtype=float)

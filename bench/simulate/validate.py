@@ -7,7 +7,7 @@ model: replaying a run's own step times would prove little) on the platform
 of ``--calibrate`` (this machine, fitted to ``syncbench comm``). Measured
 and predicted phase figures are computed from the rows by the same
 function (:func:`row_figures`): the mean seconds per step of ``compute``
-(compute + delay), ``sync`` (comm + wait) and ``other`` (data + update).
+(compute + delay), ``sync`` (comm + wait) and ``other`` (data + update + codec).
 Measured samples/s is the run's own, on the clock of ``wall_s``
 (:func:`measured_samples_per_s`): the span of a measured run's rows also
 holds its evaluation pauses, which ``wall_s`` leaves out and a simulated
@@ -49,8 +49,9 @@ def row_figures(ranks: dict[int, dict[str, np.ndarray]]) -> dict[str, float]:
     for cols in ranks.values():
         if len(cols["step"]) == 0:
             continue
-        phases = {p: np.asarray(cols[f"t_{p}"], dtype=float)
-                  for p in ("data", "compute", "comm", "wait", "update", "delay")}
+        zeros = np.zeros(len(cols["step"]))  # rows without t_codec (older files): none
+        phases = {p: np.asarray(cols.get(f"t_{p}", zeros), dtype=float)
+                  for p in ("data", "compute", "comm", "wait", "update", "delay", "codec")}
         total = sum(phases.values())
         begin = min(begin, float(cols["t_start"][0]))
         end = max(end, float(np.max(np.asarray(cols["t_start"]) + total)))
@@ -58,7 +59,7 @@ def row_figures(ranks: dict[int, dict[str, np.ndarray]]) -> dict[str, float]:
         rows += len(cols["step"])
         sums["compute_ms"] += float(np.sum(phases["compute"] + phases["delay"]))
         sums["sync_ms"] += float(np.sum(phases["comm"] + phases["wait"]))
-        sums["other_ms"] += float(np.sum(phases["data"] + phases["update"]))
+        sums["other_ms"] += float(np.sum(phases["data"] + phases["update"] + phases["codec"]))
     span = end - begin if rows else math.nan
     out = {"samples_per_s": samples / span if span and span > 0 else math.nan}
     out.update({k: 1e3 * v / rows if rows else math.nan for k, v in sums.items()})

@@ -72,6 +72,9 @@ def test_resume_after_a_crash_is_exact(tmp_path, spec, comm):
     a, b = read_run(tmp_path / "full.h5"), read_run(out)
     for rank in a.ranks:
         np.testing.assert_array_equal(a.ranks[rank]["loss"], b.ranks[rank]["loss"])
+        # the codec's work is its own phase on every step (the float32 copy of the
+        # gradient and its write-back, during the uncompressed start too)
+        assert np.all(a.ranks[rank]["t_codec"] > 0) and np.all(b.ranks[rank]["t_codec"] > 0)
 
 
 @pytest.mark.mpi_skip
@@ -91,7 +94,8 @@ def test_a_checkpoint_is_not_resumed_with_another_codec(tmp_path):
 
 @pytest.mark.mpi_skip
 def test_the_run_file_declares_the_compressed_bytes(tmp_path):
-    """wire_bytes_per_step: fp16 half of SSGD's; the events' bytes of a step add up to it."""
+    """wire_bytes_per_step: fp16 half of SSGD's; the events' bytes of a step add up to it.
+    The codec's time is t_codec: on every step of the compressed run, none without one."""
     declared = {}
     for spec in ("none", "fp16"):
         out = tmp_path / f"{spec}.h5"
@@ -100,6 +104,10 @@ def test_the_run_file_declares_the_compressed_bytes(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         run = read_run(out)
         declared[spec] = int(run.attrs["wire_bytes_per_step"])
+        for rows in run.ranks.values():
+            assert len(rows["step"]) > 0
+            assert np.all(rows["t_codec"] > 0) if spec == "fp16" else \
+                np.all(rows["t_codec"] == 0)
         events = read_events(out)[0]
         sent = events.columns["bytes"][events.columns["step"] == 1]
         assert set(kind_names(events)) == (

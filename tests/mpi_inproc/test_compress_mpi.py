@@ -301,3 +301,33 @@ def test_powersgd_refuses_buckets():
     algo = core("mlp")
     with pytest.raises(ValueError, match="add --comm blocking"):
         REDUCERS["powersgd"](algo, PowerSGD(), model_bucket_plan(algo.model, 0.05))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("spec", ["fp16", "int8", "powersgd:1", "topk:0.01", "randk:0.01",
+                                  "topk:0.01,momentum=0.9"])
+def test_the_codecs_work_is_charged_to_codec_not_update(spec):
+    """Encode, decode and the sum of codes are the codec phase; a compressing reduction
+    leaves update (the optimizer's step, a plain reduction's 1/N) untouched."""
+    from syncbench.algorithms.codecs.registry import parse_codec
+
+    algo = core("mlp")
+    codec = parse_codec(spec)
+    if isinstance(codec, PowerSGD):
+        codec = PowerSGD(rank=codec.rank, start_iter=0)
+    reducer = REDUCERS[codec.name](algo, codec)
+    grads = rank_grads(reducer.count, algo.comm.size, 0)
+    algo.timer.reset()
+    reduce_on(algo, reducer, grads)
+    assert algo.timer.totals["codec"] > 0
+    assert algo.timer.totals["update"] == 0.0
+
+
+@pytest.mark.mpi(min_size=2)
+def test_powersgds_plain_start_scales_in_update():
+    """Before --powersgd-start the reduction is a plain Allreduce: its 1/N is update's."""
+    algo = core("mlp")
+    reducer = REDUCERS["powersgd"](algo, PowerSGD(rank=1, start_iter=1))
+    algo.timer.reset()
+    reduce_on(algo, reducer, rank_grads(reducer.count, algo.comm.size, 0))
+    assert algo.timer.totals["update"] > 0

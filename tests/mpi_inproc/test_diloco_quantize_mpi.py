@@ -92,3 +92,15 @@ def test_unquantized_diloco_records_its_float_bytes():
     bounds = algo.averager.bounds
     assert algo.run_attributes["wire_bytes_per_fragment"] == [8 * (hi - lo) for lo, hi in bounds]
     assert algo.run_attributes["wire_bytes_per_outer_step"] == 8 * algo.model.size
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_quantized_pseudo_gradient_is_charged_to_codec():
+    """--quantize's encode, decode and sum of codes are the codec phase, not update."""
+    algo, _, _, _ = _setup("diloco", 4, "--inner-steps", "2", "--quantize", "int8:64",
+                           "--optimizer", "adamw")
+    quantized = algo.averager.quantized
+    algo.timer.reset()
+    quantized.post(0, algo.model.params * 0 + 1)
+    quantized.wait(0)
+    assert algo.timer.totals["codec"] > 0 and algo.timer.totals["update"] == 0.0

@@ -234,3 +234,18 @@ def test_low_precision_gossip_equals_the_serial_dcd_psgd(name, codec):
 
 
 # -- serial ---------------------------------------------------------------------------
+
+
+@pytest.mark.mpi(min_size=2)
+def test_low_precision_gossip_charges_its_codes_to_codec():
+    """The encode of a step's change and the decode of the sources' codes are the codec
+    phase (the second step receives the first's codes); without a codec it is zero."""
+    for codec, charged in (("int8", True), ("none", False)):
+        flags = ("--lr", "0.05", "--gossip-codec", codec)
+        algo, stream, _, _ = setup("ring", flags, steps=2, dtype=np.float32)
+        for _ in range(2):
+            algo.timer.reset()
+            algo.step(*stream.next())
+            assert (algo.timer.totals["codec"] > 0) == charged
+            assert algo.timer.totals["update"] > 0
+        algo.close()

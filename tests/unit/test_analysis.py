@@ -424,7 +424,7 @@ def test_trace_layout_hand_made(tmp_path):
     run = read_run(path)
     trace = trace_events(run)
     order = step_order(run.attrs)
-    assert order == ("data", "compute", "delay", "comm", "wait", "update")
+    assert order == ("data", "compute", "delay", "codec", "comm", "wait", "update")
     phases = [e for e in trace["traceEvents"] if e.get("cat") == "phase"]
     steps = [e for e in trace["traceEvents"] if e.get("cat") == "step"]
     # zero-length phases are left out: rank 0 has no delay, rank 1 no wait

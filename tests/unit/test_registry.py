@@ -62,7 +62,7 @@ class Throwaway(Strategy):
     name = "throwaway"
     summary = "test only: a strategy registered from a test module"
     traits = dataclasses.replace(
-        SSGD.traits, step_order=("data", "compute", "comm", "wait", "delay", "update"),
+        SSGD.traits, step_order=("data", "compute", "comm", "wait", "delay", "update", "codec"),
         label_variants=(("sum_gradients", True, "+sum"),))
 
     @dataclasses.dataclass(frozen=True)

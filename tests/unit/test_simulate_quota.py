@@ -1,5 +1,6 @@
 """A node at a CPU quota (``simulate --node-speed``, ``bench/simulate/quota.py``): its
-ranks' data and update are slowed with their compute; their time inside MPI is not."""
+ranks' data, update and codec are slowed with their compute; their time inside MPI is
+not."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from syncbench.bench.cli import build_parser
 from syncbench.bench.simulate import strategies
-from syncbench.bench.simulate.quota import parse_node_speeds, quota_delay
+from syncbench.bench.simulate.quota import parse_node_speeds, quota_codec, quota_delay
 from syncbench.bench.simulate.timeline import LocalTimes
 from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
 
@@ -46,6 +47,27 @@ def test_the_quota_delay_is_data_and_update_times_one_over_the_share_minus_one()
     block = np.zeros((2, 2, 4))
     block[..., 0], block[..., 2] = 0.1, 0.3  # data, update
     np.testing.assert_allclose(quota_delay(block, [1.0, 0.25]), [[0, 0], [1.2, 1.2]])
+
+
+def test_the_codec_at_a_quota_takes_its_seconds_over_the_share():
+    np.testing.assert_allclose(quota_codec(0.01, [1.0, 0.25], 2), [0.01, 0.04])
+    np.testing.assert_allclose(quota_codec(np.array([0.01, 0.02]), None, 2), [0.01, 0.02])
+
+
+def test_a_throttled_rank_pays_its_codec_at_its_share():
+    """--compress fp16 --codec-seconds 0.05 on 2 ranks, the second at speed 0.5: its
+    t_codec is 0.1 s a step, the free rank's 0.05 s, and the throttled rank's step is
+    (compute + update + codec) / 0.5 plus the collectives."""
+    cfg = build_parser("simulate").parse_args(
+        ["simulate", "--comm", "blocking", "--compress", "fp16", "--codec-seconds", "0.05"])
+    w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=COMPUTE, mean_update_s=UPDATE, split=SPLIT)
+    local = LocalTimes(w, 2, [1.0, 2.0], Stragglers(), seed=0, speeds=[1.0, 0.5])
+    rows = strategies.simulator_for("ssgd")(cfg, local, 3, lambda phase: STAGE).rows.arrays()
+    assert rows[0]["t_codec"] == pytest.approx([0.05] * 3)
+    assert rows[1]["t_codec"] == pytest.approx([0.1] * 3)
+    assert rows[1]["t_update"] == pytest.approx([UPDATE] * 3)  # slowed in delay, as before
+    assert rows[1]["t_delay"] == pytest.approx([COMPUTE + UPDATE] * 3)
 
 
 @pytest.mark.parametrize("spec, message", [
