@@ -115,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     val.add_argument("--compressed-workload", action="append", default=None,
                      metavar="RUN.h5",
                      help="a 1-rank run of the same model with --compress C (repeatable, one "
-                     "per codec): runs with that codec are predicted from it, its update "
+                     "per codec): runs with that codec are predicted from it, its t_codec "
                      "rows holding what the reducer's encoding and decoding cost in a real "
                      "step; the other runs from --workload")
     val.add_argument("--validate-realised", action="store_true",

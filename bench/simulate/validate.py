@@ -201,7 +201,7 @@ def validate_main(args: argparse.Namespace) -> int:
     results = simulate(args, jobs, spec, xml, chosen, parse_stragglers(args.stragglers))
     workload_speed = float(workload.extra.get("node_speed", 1.0))
     for codec, w in sorted(by_codec.items()):
-        print(f"--compress {codec}: workload {w.source} (its update rows hold the codec's "
+        print(f"--compress {codec}: workload {w.source} (its t_codec rows: the codec's "
               "measured cost)")
     print(f"workload {workload.source} ({workload.name}, {workload.params} parameters"
           + (f", measured on a node at speed {workload_speed:g}: the runs' node speeds are "

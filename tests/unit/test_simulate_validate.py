@@ -80,7 +80,7 @@ def test_node_speeds_are_taken_relative_to_the_workloads_node(tmp_path):
 
 def test_a_compressed_run_is_predicted_from_the_workload_of_its_codec(tmp_path):
     """--compressed-workload: a run with --compress C is predicted from the 1-rank run of
-    C (its update rows hold the reducer's measured codec cost), every other run from
+    C (its t_codec rows hold the reducer's measured codec cost), every other run from
     --workload; a compressed workload that ran without --compress, or two of one codec,
     is one line."""
     import pytest
