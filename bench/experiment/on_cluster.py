@@ -55,7 +55,12 @@ def layout_problem(scenario: Scenario, np_: int) -> str | None:
 
 
 def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
-    """(before each run: set its configuration's node speeds, at the end: restore)."""
+    """(before each run: set its configuration's node speeds, at the end: restore).
+
+    A configuration's speeds are relative to the ones the runner found: on a cluster
+    brought up with ``--node-speed 0.5`` on every node (4 nodes sharing 2 CPUs, two to
+    a core), the homogeneous configuration keeps every node at 0.5 and ``last:0.5``
+    puts the last one at 0.25, so no configuration oversubscribes a core."""
     cluster = load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up (syncbench cluster up --nodes N)")
@@ -64,7 +69,8 @@ def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
 
     def before(p: PlannedRun) -> None:
         speeds = list(p.condition.speeds or [1.0] * len(names))
-        set_speeds(dict(zip(names, speeds + [1.0] * (len(names) - len(speeds)))))
+        speeds += [1.0] * (len(names) - len(speeds))
+        set_speeds({name: found[name] * s for name, s in zip(names, speeds)})
 
     def restore() -> None:
         set_speeds(found)

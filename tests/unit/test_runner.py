@@ -397,3 +397,26 @@ def test_np_is_one_rank_count_list_for_every_command(command, value, message, ca
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1
     assert f"syncbench {command[0]}: error: argument --np: {message}" in err
+
+
+def test_a_configurations_node_speeds_are_relative_to_the_clusters(monkeypatch):
+    """On a cluster brought up with every node at 0.5 (two nodes to a core), the
+    homogeneous configuration keeps them at 0.5 and ``last:0.5`` puts the last at 0.25;
+    the end restores what was found."""
+    from types import SimpleNamespace
+
+    from syncbench.bench.cluster.state import Cluster, Node
+    from syncbench.bench.experiment import on_cluster
+
+    nodes = [Node(index=i, name=f"n{i}", address=f"10.0.0.{i}", veth=f"v{i}", cpus="0",
+                  speed=0.5) for i in (1, 2, 3, 4)]
+    monkeypatch.setattr(on_cluster, "load", lambda: Cluster(nodes=nodes))
+    calls = []
+    monkeypatch.setattr(on_cluster, "set_speeds", calls.append)
+    before, restore = on_cluster.speed_setter()
+    before(SimpleNamespace(condition=SimpleNamespace(speeds=None)))
+    before(SimpleNamespace(condition=SimpleNamespace(speeds=(1.0, 1.0, 1.0, 0.5))))
+    restore()
+    assert calls == [{"n1": 0.5, "n2": 0.5, "n3": 0.5, "n4": 0.5},
+                     {"n1": 0.5, "n2": 0.5, "n3": 0.5, "n4": 0.25},
+                     {"n1": 0.5, "n2": 0.5, "n3": 0.5, "n4": 0.5}]
