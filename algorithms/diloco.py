@@ -138,6 +138,7 @@ class DiLoCo(Strategy):
         self.run_attributes["warmup_steps"] = options.sync_warmup
         self.run_attributes["wire_bytes_per_outer_step"] = int(sum(per_fragment))
         self.run_attributes["wire_bytes_per_fragment"] = [int(b) for b in per_fragment]
+        self.run_attributes["outer_period_steps"] = int(options.inner_steps)
 
     def in_warmup(self) -> bool:
         return self.steps_taken < self.options.sync_warmup

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from syncbench.algorithms.averagers import MOMENTUM_SYNCS
+from syncbench.algorithms.averagers import MOMENTUM_SYNCS, round_wire_bytes
 from syncbench.algorithms.averagers.periodic import PeriodicAverager
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
@@ -68,6 +68,15 @@ class RoundsOfLocalSteps(Strategy):
         return None if self.averager.round_steps else super().evaluation_point()
 
 
+def declare_round_bytes(core: Any, period: int, momentum_sync: str) -> None:
+    """Run attributes ``wire_bytes_per_outer_step`` (one averaging's bytes,
+    :func:`~syncbench.algorithms.averagers.round_wire_bytes`) and ``outer_period_steps``
+    (the local steps between two), from which the tables take bytes per sample."""
+    core.run_attributes["wire_bytes_per_outer_step"] = round_wire_bytes(
+        core, momentum_sync, int(core.model.params.nbytes))
+    core.run_attributes["outer_period_steps"] = int(period)
+
+
 class LocalSGD(RoundsOfLocalSteps):
     name = "localsgd"
     summary = "local SGD: --period local steps, then a blocking Allreduce average of the weights"
@@ -97,6 +106,7 @@ class LocalSGD(RoundsOfLocalSteps):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.averager = PeriodicAverager(self, self.options.period, self.options.momentum_sync)
+        declare_round_bytes(self, self.options.period, self.options.momentum_sync)
 
     def state(self) -> dict[str, Any]:
         """Resumable state (taken at a round boundary, where replicas are equal)."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from syncbench.algorithms.averagers.pseudo_gradient import PseudoGradientAverager
 from syncbench.algorithms.flags import option
-from syncbench.algorithms.localsgd import LocalSGD, RoundsOfLocalSteps
+from syncbench.algorithms.localsgd import LocalSGD, RoundsOfLocalSteps, declare_round_bytes
 from syncbench.algorithms.outer.sgd import OuterSGD
 from syncbench.algorithms.traits import LOCAL_FIRST_ORDER, StrategyTraits
 
@@ -59,6 +59,7 @@ class SlowMo(RoundsOfLocalSteps):
                          self.model.params)
         self.averager = PseudoGradientAverager(self, self.options.period,
                                                self.options.momentum_sync, outer)
+        declare_round_bytes(self, self.options.period, self.options.momentum_sync)
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), **self.averager.state()}

@@ -69,9 +69,16 @@ def _last_of(attr: str) -> Callable[[RunFacts], float]:
 
 
 def _wire_bytes_per_sample(f: RunFacts) -> float:
-    """``wire_bytes_per_step`` over the per-rank batch (samples per step row); NaN where
-    the run declares no bytes (0: a strategy whose reducer does not count them)."""
-    declared = _float_or_nan(f.run.attrs.get("wire_bytes_per_step"))
+    """``wire_bytes_per_step`` over the per-rank batch (samples per step row); for a
+    strategy of rounds (Local SGD, SlowMo, DiLoCo and its streamed form) one round's
+    ``wire_bytes_per_outer_step`` over its ``outer_period_steps`` steps; NaN where the
+    run declares no bytes (0: a strategy that does not count them)."""
+    attrs = f.run.attrs
+    declared = _float_or_nan(attrs.get("wire_bytes_per_step"))
+    if not declared > 0:
+        per_round = _float_or_nan(attrs.get("wire_bytes_per_outer_step"))
+        period = _float_or_nan(attrs.get("outer_period_steps"))
+        declared = per_round / period if per_round > 0 and period > 0 else NAN
     if not declared > 0 or not f.steps or not f.samples:
         return NAN
     return declared / (f.samples / f.steps)

@@ -77,9 +77,11 @@ ROOT_ATTRS: tuple[str, ...] = (
     # buffer (its model or its gossip code), AD-PSGD's Get and Put (mean over ranks);
     # 0 where no part declares them
     "wire_bytes_per_step",
-    # DiLoCo: bytes of pseudo-gradient one rank hands to MPI per outer step (every
-    # fragment synced once) and per fragment, codes with --quantize (see DILOCO_ATTRS)
+    # a strategy of rounds (Local SGD, SlowMo, DiLoCo): bytes one rank hands to MPI per
+    # round (DiLoCo: per outer step, every fragment synced once; codes with --quantize)
+    # and the local steps a round takes (see ROUND_ATTRS); DiLoCo's bytes per fragment
     "wire_bytes_per_outer_step",
+    "outer_period_steps",
     "wire_bytes_per_fragment",
     # 1-minute load average of rank 0's host at the start and end of the run
     # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)
@@ -523,7 +525,11 @@ DECENTRALIZED_ATTRS: tuple[str, ...] = ("spectral_gap", "consensus_samples",
                                         "replica_accuracy_worst")
 
 #: Root attributes of a DiLoCo run only (files written before them lack them too).
-DILOCO_ATTRS: tuple[str, ...] = ("wire_bytes_per_outer_step", "wire_bytes_per_fragment")
+DILOCO_ATTRS: tuple[str, ...] = ("wire_bytes_per_fragment",)
+
+#: Root attributes of a strategy of rounds (Local SGD, SlowMo, DiLoCo): one round's bytes
+#: and its local steps (files written before them, and other strategies', lack them).
+ROUND_ATTRS: tuple[str, ...] = ("wire_bytes_per_outer_step", "outer_period_steps")
 
 #: Root attributes that a measured run lacks where their value is unknown (no git
 #: checkout, no CuPy, not a Slurm job, not a scaling study), and the GPU_ATTRS and
@@ -532,7 +538,8 @@ DILOCO_ATTRS: tuple[str, ...] = ("wire_bytes_per_outer_step", "wire_bytes_per_fr
 #: always written.
 OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "cupy_package",
                                         "slurm_job_id", "scaling_mode", *GPU_ATTRS,
-                                        *DATA_ATTRS, *DECENTRALIZED_ATTRS, *DILOCO_ATTRS)
+                                        *DATA_ATTRS, *DECENTRALIZED_ATTRS, *DILOCO_ATTRS,
+                                        *ROUND_ATTRS)
 
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"

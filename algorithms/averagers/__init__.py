@@ -82,3 +82,15 @@ def sync_momentum(core: Any, mode: str) -> None:
     elif mode == "average":
         for moment in core.optimizer.moments:
             average_over_ranks(core, moment)
+
+
+def round_wire_bytes(core: Any, momentum_sync: str, payload_bytes: int) -> int:
+    """Bytes a rank hands to MPI at one averaging: the averaged vector (``payload_bytes``:
+    the weights, a pseudo-gradient or its codes), BatchNorm's running statistics, and the
+    optimizer's moments where ``--momentum-sync average`` averages them too. What a
+    round-based strategy declares as ``wire_bytes_per_outer_step``, so that its bytes per
+    sample are comparable with SSGD's."""
+    moments = (sum(int(m.nbytes) for m in core.optimizer.moments)
+               if momentum_sync == "average" else 0)
+    return int(payload_bytes) + int(core.model.buffers.nbytes) + moments
+

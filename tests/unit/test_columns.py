@@ -192,6 +192,15 @@ def test_wire_bytes_per_sample_is_the_declared_bytes_over_a_ranks_batch(tmp_path
     assert math.isnan(figures[1]["wire_bytes_per_sample"])
 
 
+def test_a_strategy_of_rounds_declares_its_rounds_bytes_over_its_steps(tmp_path):
+    """Local SGD, SlowMo and DiLoCo send nothing per step but one round's bytes every
+    outer_period_steps: bytes per sample is that over the round's samples (a rank's)."""
+    rounds = read_run(_write(tmp_path / "r.h5", 2, 8, 0, wire_bytes_per_step=0,
+                             wire_bytes_per_outer_step=6400, outer_period_steps=4))
+    figures = run_figures([rounds], 0.8)
+    assert figures[0]["wire_bytes_per_sample"] == 6400 / 4 / BATCH
+
+
 def test_the_runner_hides_the_decentralized_and_wire_columns_where_no_run_has_them(run_files):
     """A scenario of SSGD-like runs without declared bytes on the wire or replicas shows no
     empty wire B/sample, consensus or worst own acc column (each is optional)."""
