@@ -136,7 +136,11 @@ class DiLoCo(Strategy):
                             else int(self.model.params.nbytes)]
         self.warmup = BlockingAllreduce(self)
         self.run_attributes["warmup_steps"] = options.sync_warmup
-        self.run_attributes["wire_bytes_per_outer_step"] = int(sum(per_fragment))
+        # a round's bytes: every fragment once, and, unstreamed, BatchNorm's running
+        # statistics, which PseudoGradientAverager averages at each outer step (the
+        # streamed form averages them only when it finishes)
+        buffers = 0 if options.streaming else int(self.model.buffers.nbytes)
+        self.run_attributes["wire_bytes_per_outer_step"] = int(sum(per_fragment)) + buffers
         self.run_attributes["wire_bytes_per_fragment"] = [int(b) for b in per_fragment]
         self.run_attributes["outer_period_steps"] = int(options.inner_steps)
 

@@ -85,7 +85,7 @@ for link in $LINKS; do
     # the workload: both nodes' ranks computing at once without communicating (Local SGD
     # with a period longer than the run), so that what two ranks computing side by side on
     # this host's one memory bus cost each other is in the step times the runs are
-    # predicted from (lenet at 200 Mbit/s: mean |error| 18.8% from a 1-rank run, 14.6%)
+    # predicted from (lenet at 200 Mbit/s: mean |error| 18.8% from a 1-rank run, 14.1%)
     workload="$OUT/$model-two-ranks.h5"
     if [ ! -f "$workload" ]; then
       "${SB[@]}" cluster mpiexec -n 2 -- "${SB[@]}" train --algorithm localsgd \

@@ -76,7 +76,7 @@ def requested(args: argparse.Namespace) -> Cluster:
                            "(unshare --time takes whole seconds)")
     cpusets = cpu.plan_cpusets(count)
     nodes = [Node(index=i + 1, name=node_name(i + 1), address=f"{SUBNET}.{i + 1}",
-                  veth=veth_name(i + 1), cpus=cpusets[i], speed=speeds[i],
+                  veth=veth_name(i + 1), cpus=cpusets[i], speed=speeds[i], up_speed=speeds[i],
                   clock_offset_s=int(offsets[i]))
              for i in range(count)]
     period = args.cpu_period if args.cpu_period is not None else \

@@ -207,6 +207,9 @@ class Node:
     cpus: str = ""
     speed: float = 1.0
     clock_offset_s: float = 0.0
+    #: The speed ``up`` gave it (``--node-speed``), which ``cluster speed`` and the
+    #: runner's configurations leave alone: what a scenario's node speeds are relative to.
+    up_speed: float = 1.0
     #: cgroup.procs files a process joins to take the node's CPU set and quota.
     cgroup_procs: list[str] = field(default_factory=list)
     #: The rate ``cluster link NODE RATE`` set since ``up`` (else the cluster's ``link``).
@@ -317,10 +320,11 @@ def _validate_node(node: Node, bad: Any) -> None:
     if not (NAME_RE.match(node.name) and NAME_RE.match(node.veth)
             and CPUS_RE.match(node.cpus) and RATE_RE.match(node.link)):
         raise bad(f"node {node.name!r} (link {node.veth!r}, cpus {node.cpus!r})")
-    if not 0.01 <= float(node.speed) <= 1.0 or not 0 <= float(node.clock_offset_s) < 1e9 \
+    if not 0.01 <= float(node.speed) <= 1.0 or not 0.01 <= float(node.up_speed) <= 1.0 \
+            or not 0 <= float(node.clock_offset_s) < 1e9 \
             or float(node.clock_offset_s) != int(node.clock_offset_s):
-        raise bad(f"node {node.name}: speed {node.speed!r}, clock offset "
-                  f"{node.clock_offset_s!r}")
+        raise bad(f"node {node.name}: speed {node.speed!r} (at up {node.up_speed!r}), "
+                  f"clock offset {node.clock_offset_s!r}")
     for procs in node.cgroup_procs:
         match = CGROUP_PROCS_RE.match(procs)
         if not match or match.group(1) != node.name:

@@ -54,23 +54,44 @@ def layout_problem(scenario: Scenario, np_: int) -> str | None:
     return None
 
 
-def speed_setter() -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
+def relative_speeds(base: dict[str, float], speeds: list[float] | tuple[float, ...] | None,
+                    ) -> dict[str, float]:
+    """Node speeds of a configuration: its ``speeds`` (1 where absent) times each node's
+    ``base``; a product under the kernel's 0.01 is one line naming both factors."""
+    names = list(base)
+    given = list(speeds or [])
+    given += [1.0] * (len(names) - len(given))
+    out = {}
+    for name, s in zip(names, given):
+        product = base[name] * s
+        if product < 0.01:
+            raise ClusterError(f"node {name}: the configuration's speed {s:g} x the speed "
+                               f"it was brought up with ({base[name]:g}) is {product:g}, "
+                               "under the 0.01 a CPU quota can give")
+        out[name] = product
+    return out
+
+
+def speed_setter(plan: list[PlannedRun] | None = None,
+                 ) -> tuple[Callable[[PlannedRun], None], Callable[[], None]]:
     """(before each run: set its configuration's node speeds, at the end: restore).
 
-    A configuration's speeds are relative to the ones the runner found: on a cluster
-    brought up with ``--node-speed 0.5`` on every node (4 nodes sharing 2 CPUs, two to
-    a core), the homogeneous configuration keeps every node at 0.5 and ``last:0.5``
-    puts the last one at 0.25, so no configuration oversubscribes a core."""
+    A configuration's speeds are relative to the ones the cluster was brought up with
+    (each node's ``up_speed``, which neither ``cluster speed`` nor an interrupted run
+    changes): on a cluster brought up with ``--node-speed 0.5`` on every node (4 nodes
+    sharing 2 CPUs, two to a core), the homogeneous configuration keeps every node at
+    0.5 and ``last:0.5`` puts the last one at 0.25, so no configuration oversubscribes a
+    core. The end restores the speeds the runner found."""
     cluster = load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up (syncbench cluster up --nodes N)")
-    names = [n.name for n in cluster.nodes]
+    base = {n.name: n.up_speed for n in cluster.nodes}
     found = {n.name: n.speed for n in cluster.nodes}
+    for p in plan or []:  # every configuration's speeds, checked before the first run
+        relative_speeds(base, p.condition.speeds)
 
     def before(p: PlannedRun) -> None:
-        speeds = list(p.condition.speeds or [1.0] * len(names))
-        speeds += [1.0] * (len(names) - len(speeds))
-        set_speeds({name: found[name] * s for name, s in zip(names, speeds)})
+        set_speeds(relative_speeds(base, p.condition.speeds))
 
     def restore() -> None:
         set_speeds(found)

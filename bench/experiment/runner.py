@@ -821,8 +821,8 @@ def _execute_scenario(scenario: Scenario, args: argparse.Namespace, plan: list[P
                       stop: StopRequest | None = None) -> str | None:
     """:func:`execute`, with each configuration's node speeds set on the emulated cluster
     (a scenario's ``node_speeds``) and the speeds found put back at the end."""
-    before, restore = (speed_setter() if scenario.node_speeds and getattr(args, "cluster", False)
-                       else (None, None))
+    on_nodes = scenario.node_speeds and getattr(args, "cluster", False)
+    before, restore = speed_setter(plan) if on_nodes else (None, None)
     def launch(p: PlannedRun) -> subprocess.CompletedProcess:
         return launch_planned(p, args.mpiexec, args.run_timeout)
 

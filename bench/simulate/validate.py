@@ -25,6 +25,7 @@ highest recorded load average (others' processes on the host).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from typing import Any
@@ -201,8 +202,8 @@ def validate_main(args: argparse.Namespace) -> int:
     results = simulate(args, jobs, spec, xml, chosen, parse_stragglers(args.stragglers))
     workload_speed = float(workload.extra.get("node_speed", 1.0))
     for codec, w in sorted(by_codec.items()):
-        print(f"--compress {codec}: workload {w.source} (its t_codec rows: the codec's "
-              "measured cost)")
+        print(f"--compress {codec}: the codec's cost {1e3 * w.mean_codec_s:.3f} ms a step, "
+              f"the mean t_codec of {w.source}")
     print(f"workload {workload.source} ({workload.name}, {workload.params} parameters"
           + (f", measured on a node at speed {workload_speed:g}: the runs' node speeds are "
              "taken relative to it" if workload_speed < 1.0 else "") + "); "
@@ -262,10 +263,19 @@ def compressed_workloads(args: argparse.Namespace, default: Any) -> dict[str, An
 
 
 def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
-    """The workload a measured run is predicted from: the compressed workload of its codec
-    where one was given, else ``--workload``."""
+    """The workload a measured run is predicted from: ``--workload``'s step times (the
+    runs' own host conditions, e.g. two ranks computing at once) with, for a compressed
+    run, the mean ``t_codec`` of its codec's ``--compressed-workload`` (one written
+    before that column holds the codec in its update rows: then that run whole)."""
     codec = str(run.config.get("compress", "none") or "none")
-    return by_codec.get(codec, default) if run.model == default.name else default
+    measured = by_codec.get(codec) if run.model == default.name else None
+    if measured is None:
+        return default
+    if not measured.mean_codec_s > 0:  # a file before t_codec: its update rows hold it
+        return measured
+    return dataclasses.replace(default, mean_codec_s=measured.mean_codec_s,
+                               extra={**default.extra, "compress": codec,
+                                      "codec_source": measured.source})
 
 
 def runner_labels(paths: list[str]) -> dict[str, str]:

@@ -409,7 +409,8 @@ def test_a_configurations_node_speeds_are_relative_to_the_clusters(monkeypatch):
     from syncbench.bench.experiment import on_cluster
 
     nodes = [Node(index=i, name=f"n{i}", address=f"10.0.0.{i}", veth=f"v{i}", cpus="0",
-                  speed=0.5) for i in (1, 2, 3, 4)]
+                  speed=0.5, up_speed=0.5) for i in (1, 2, 3, 4)]
+    nodes[3].speed = 0.25  # left by a run killed during a slow configuration
     monkeypatch.setattr(on_cluster, "load", lambda: Cluster(nodes=nodes))
     calls = []
     monkeypatch.setattr(on_cluster, "set_speeds", calls.append)
@@ -417,6 +418,14 @@ def test_a_configurations_node_speeds_are_relative_to_the_clusters(monkeypatch):
     before(SimpleNamespace(condition=SimpleNamespace(speeds=None)))
     before(SimpleNamespace(condition=SimpleNamespace(speeds=(1.0, 1.0, 1.0, 0.5))))
     restore()
+    # relative to the speeds at up, not to the 0.25 the killed run left; restored as found
     assert calls == [{"n1": 0.5, "n2": 0.5, "n3": 0.5, "n4": 0.5},
                      {"n1": 0.5, "n2": 0.5, "n3": 0.5, "n4": 0.25},
-                     {"n1": 0.5, "n2": 0.5, "n3": 0.5, "n4": 0.5}]
+                     {"n1": 0.5, "n2": 0.5, "n3": 0.5, "n4": 0.25}]
+    tiny = SimpleNamespace(condition=SimpleNamespace(speeds=(1.0, 1.0, 1.0, 0.01)))
+    import pytest
+
+    from syncbench.bench.cluster.host import ClusterError
+    with pytest.raises(ClusterError, match=r"0\.01 x the speed it was brought up with "
+                       r"\(0\.5\) is 0\.005"):
+        on_cluster.speed_setter([tiny])

@@ -88,8 +88,9 @@ def test_a_compressed_run_is_predicted_from_the_workload_of_its_codec(tmp_path):
     from syncbench.bench.simulate.validate import compressed_workloads, workload_for
 
     def one(name, compress):
+        phases = {"compute": 0.01, **({"codec": 0.002} if compress != "none" else {})}
         return write_file(tmp_path / name, algorithm="ssgd", world_size=1, wall=1.0,
-                          steps_per_rank=6, config={"compress": compress})
+                          steps_per_rank=6, config={"compress": compress}, phases=phases)
 
     plain, topk, psgd = one("p.h5", "none"), one("t.h5", "topk:0.01"), one("q.h5", "powersgd:2")
     args = argparse.Namespace(workload=plain, batch_size=None, sim_device=None,
@@ -103,7 +104,11 @@ def test_a_compressed_run_is_predicted_from_the_workload_of_its_codec(tmp_path):
     runs = {c: read_run(write_file(tmp_path / f"r{i}.h5", algorithm="ssgd", world_size=2,
                                    wall=2.0, steps_per_rank=4, config={"compress": c}))
             for i, c in enumerate(["topk:0.01", "int8", "none"])}
-    assert workload_for(runs["topk:0.01"], default, by_codec).source == topk
+    chosen = workload_for(runs["topk:0.01"], default, by_codec)
+    # --workload's step times, the codec run's t_codec
+    assert chosen.rows is default.rows and chosen.extra["compress"] == "topk:0.01"
+    assert chosen.mean_codec_s == by_codec["topk:0.01"].mean_codec_s
+    assert chosen.extra["codec_source"] == topk and chosen.mean_codec_s > 0
     assert workload_for(runs["int8"], default, by_codec) is default
     assert workload_for(runs["none"], default, by_codec) is default
     for given, words in (([plain], "ran without --compress"),
