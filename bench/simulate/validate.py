@@ -38,7 +38,7 @@ from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.simulate.inputs import build_platform, build_workload
 from syncbench.bench.simulate.run import simulate
-from syncbench.bench.simulate.workload import parse_stragglers
+from syncbench.bench.simulate.workload import node_speed_of, parse_stragglers, rank_factor
 
 FIGURES = ("samples_per_s", "compute_ms", "sync_ms", "other_ms")
 
@@ -126,9 +126,8 @@ def rank_factors(run: Any) -> tuple[list[float], list[float]]:
     factors, speeds = [], []
     for rank in sorted(run.ranks):
         attrs = run.rank_attrs.get(rank, {})
-        factors.append(_attr(attrs, "slowdown"))
-        speed = _attr(attrs, "node_speed")
-        speeds.append(speed if 0.0 < speed <= 1.0 else 1.0)
+        factors.append(rank_factor(attrs, "slowdown"))
+        speeds.append(node_speed_of(attrs))
     return factors, speeds
 
 
@@ -154,16 +153,9 @@ def realised_factors(run: Any) -> list[float]:
     compute and delay over the free ranks' compute, ``fairness``); 1 where absent. What
     ``--validate-realised`` simulates: it separates the simulator's error from the gap
     between a nominal slowdown and what the host made of it."""
-    return [max(1.0, _attr(run.rank_attrs.get(rank, {}), "slowdown_realised"))
+    return [max(1.0, rank_factor(run.rank_attrs.get(rank, {}), "slowdown_realised"))
             for rank in sorted(run.ranks)]
 
-
-def _attr(attrs: dict[str, Any], name: str) -> float:
-    try:
-        value = float(attrs.get(name, 1.0))
-    except (TypeError, ValueError):
-        return 1.0
-    return value if math.isfinite(value) and value > 0 else 1.0
 
 
 def configuration(run: Any) -> str:

@@ -408,18 +408,26 @@ def from_run(path: str) -> Workload:
                            "node_speed": measured_node_speed(run)})
 
 
+def rank_factor(attrs: dict[str, Any], name: str) -> float:
+    """A rank attribute that is a positive factor (``slowdown``, ``node_speed``,
+    ``slowdown_realised``); 1 where absent, not a number, or not positive and finite."""
+    try:
+        value = float(attrs.get(name, 1.0))
+    except (TypeError, ValueError):
+        return 1.0
+    return value if math.isfinite(value) and value > 0 else 1.0
+
+
+def node_speed_of(attrs: dict[str, Any]) -> float:
+    """A rank's node speed (its CPU share, ``node_speed``): in (0, 1], 1 where absent."""
+    speed = rank_factor(attrs, "node_speed")
+    return speed if speed <= 1.0 else 1.0
+
+
 def measured_node_speed(run: Any) -> float:
     """The CPU share of the node a workload run was measured on (its ranks' slowest
     ``node_speed`` attribute; 1 where absent): the speed its rows stand for."""
-    speeds = []
-    for attrs in run.rank_attrs.values():
-        try:
-            speed = float(attrs.get("node_speed", 1.0))
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(speed) and 0.0 < speed <= 1.0:
-            speeds.append(speed)
-    return min(speeds, default=1.0)
+    return min((node_speed_of(attrs) for attrs in run.rank_attrs.values()), default=1.0)
 
 
 def load_profiles() -> dict[str, Any]:
