@@ -44,6 +44,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from syncbench.algorithms.averagers import round_wire_bytes
 from syncbench.algorithms.averagers.pseudo_gradient import PseudoGradientAverager
 from syncbench.algorithms.averagers.quantized import NONE, QuantizedReduction, check_quantize
 from syncbench.algorithms.averagers.streaming import StreamingAverager
@@ -136,11 +137,13 @@ class DiLoCo(Strategy):
                             else int(self.model.params.nbytes)]
         self.warmup = BlockingAllreduce(self)
         self.run_attributes["warmup_steps"] = options.sync_warmup
-        # a round's bytes: every fragment once, and, unstreamed, BatchNorm's running
-        # statistics, which PseudoGradientAverager averages at each outer step (the
-        # streamed form averages them only when it finishes)
-        buffers = 0 if options.streaming else int(self.model.buffers.nbytes)
-        self.run_attributes["wire_bytes_per_outer_step"] = int(sum(per_fragment)) + buffers
+        # a round's bytes: every fragment once; unstreamed, what round_wire_bytes adds
+        # (BatchNorm's running statistics, which PseudoGradientAverager averages at each
+        # outer step; its moments are kept); the streamed form averages the statistics
+        # only when it finishes
+        fragments = int(sum(per_fragment))
+        self.run_attributes["wire_bytes_per_outer_step"] = (
+            fragments if options.streaming else round_wire_bytes(self, "keep", fragments))
         self.run_attributes["wire_bytes_per_fragment"] = [int(b) for b in per_fragment]
         self.run_attributes["outer_period_steps"] = int(options.inner_steps)
 
