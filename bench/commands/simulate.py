@@ -115,9 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     val.add_argument("--compressed-workload", action="append", default=None,
                      metavar="RUN.h5",
                      help="a 1-rank run of the same model with --compress C (repeatable, one "
-                     "per codec): runs with that codec are predicted from it, its t_codec "
-                     "rows holding what the reducer's encoding and decoding cost in a real "
-                     "step; the other runs from --workload")
+                     "per codec): runs with that codec take their codec's cost from its mean "
+                     "t_codec, what the reducer's encoding and decoding cost in a real step, "
+                     "and their step times from --workload")
     val.add_argument("--validate-realised", action="store_true",
                      help="simulate a slowed run with the slowdown each rank realised "
                      "(its slowdown_realised) instead of the nominal factor or node speed: "

@@ -261,8 +261,9 @@ def codec_cost(cfg: argparse.Namespace, w: Workload) -> tuple[float, str]:
     measured = str(w.extra.get("compress", "") or "")
     if w.rows is not None and measured == cfg.compress:
         if w.mean_codec_s > 0:
+            source = w.extra.get("codec_source", w.source)  # --validate's codec workload
             return w.mean_codec_s, (f"measured: {1e3 * w.mean_codec_s:.3f} ms per step, the "
-                                    f"mean t_codec of {w.source} (ran --compress {measured})")
+                                    f"mean t_codec of {source} (ran --compress {measured})")
         return 0.0, (f"in the measured update rows ({w.source} ran --compress {measured} "
                      "and has no t_codec)")
     value = getattr(cfg, "codec_seconds", 0.0)

@@ -239,7 +239,11 @@ def compressed_workloads(args: argparse.Namespace, default: Any) -> dict[str, An
     model with a ``--compress`` of its own; one line for anything else)."""
     found: dict[str, Any] = {}
     for path in getattr(args, "compressed_workload", None) or []:
-        w = build_workload(argparse.Namespace(**{**vars(args), "workload": path}))
+        try:
+            w = build_workload(argparse.Namespace(**{**vars(args), "workload": path}))
+        except ValueError as exc:  # the reader names --workload: name the flag given
+            raise ValueError(str(exc).replace("--workload", "--compressed-workload", 1)
+                             ) from None
         codec = str(w.extra.get("compress", "none"))
         if w.rows is None or codec == "none":
             raise ValueError(f"--compressed-workload {path}: ran without --compress (give "
