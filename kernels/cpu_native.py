@@ -438,8 +438,19 @@ def direct_convolutions() -> bool:
     return mode == "native" or _has_avx512()
 
 
+_WRITABLE_BYTES = ctypes.c_char.from_buffer
+
+
 def _ptr(a: np.ndarray | None) -> int | None:
-    return None if a is None else a.ctypes.data
+    """The address of ``a``'s first element. Through the buffer protocol for a writable
+    contiguous array (about a microsecond here), else through ``a.ctypes`` (several:
+    NumPy builds an object for it), which a codec's few calls a step would feel."""
+    if a is None:
+        return None
+    try:
+        return ctypes.addressof(_WRITABLE_BYTES(a))
+    except (TypeError, ValueError, BufferError):  # read-only, empty or not contiguous
+        return a.ctypes.data
 
 
 def pack_weights(weight: np.ndarray, out: np.ndarray) -> np.ndarray:

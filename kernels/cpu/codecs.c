@@ -329,6 +329,13 @@ static inline __m256 minmax_fast_quotient(__m256 v, __m256 vscale, __m256 vinv)
     return _mm256_fmadd_ps(_mm256_fnmadd_ps(q, vscale, v), vinv, q);
 }
 
+/* the values of the eight codes in the low 8 bytes of ``codes`` */
+static inline __m256 minmax_fast_decode8(__m128i codes, __m256 vscale, __m256 vlower,
+                                         __m256 vinv)
+{
+    const __m256 whole = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
+    return minmax_fast_quotient(_mm256_add_ps(whole, vlower), vscale, vinv);
+}
 static int minmax_fast_decode_exact(__m256 vscale, __m256 vlower, __m256 vinv)
 {
     __m256i code = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -359,6 +366,26 @@ void sb_minmax_u8_decode(const uint8_t *restrict codes, size_t n, size_t chunk,
 #ifdef __FMA__
         const __m256 vinv = _mm256_div_ps(_mm256_set1_ps(1.0f), vscale);
         if (end - first >= 512 && minmax_fast_decode_exact(vscale, vlower, vinv)) {
+            /* thirty-two codes a load: a quarter of the loads and widenings of eight */
+            for (; i + 32 <= end; i += 32) {
+                const __m256i bytes = _mm256_loadu_si256((const __m256i *)(codes + i));
+                const __m128i low = _mm256_castsi256_si128(bytes);
+                const __m128i high = _mm256_extracti128_si256(bytes, 1);
+                __m256 v0 = minmax_fast_decode8(low, vscale, vlower, vinv);
+                __m256 v1 = minmax_fast_decode8(_mm_srli_si128(low, 8), vscale, vlower, vinv);
+                __m256 v2 = minmax_fast_decode8(high, vscale, vlower, vinv);
+                __m256 v3 = minmax_fast_decode8(_mm_srli_si128(high, 8), vscale, vlower, vinv);
+                if (accumulate) {
+                    v0 = _mm256_add_ps(_mm256_loadu_ps(out + i), v0);
+                    v1 = _mm256_add_ps(_mm256_loadu_ps(out + i + 8), v1);
+                    v2 = _mm256_add_ps(_mm256_loadu_ps(out + i + 16), v2);
+                    v3 = _mm256_add_ps(_mm256_loadu_ps(out + i + 24), v3);
+                }
+                _mm256_storeu_ps(out + i, v0);
+                _mm256_storeu_ps(out + i + 8, v1);
+                _mm256_storeu_ps(out + i + 16, v2);
+                _mm256_storeu_ps(out + i + 24, v3);
+            }
             for (; i + 8 <= end; i += 8) {
                 const __m256i whole = _mm256_cvtepu8_epi32(
                     _mm_loadl_epi64((const __m128i *)(codes + i)));

@@ -254,3 +254,13 @@ def test_cupys_kernel_cache_is_used_only_where_nobody_else_can_write(tmp_path, m
         os.chown(folder, 65534, 65534)
         assert "belongs to uid 65534" in backend.cupy_cache_untrusted()
 
+
+
+def test_an_arrays_address_is_its_first_elements_whether_writable_or_not():
+    base = np.arange(100, dtype=np.float32)
+    view = base[10:]
+    frozen = base[20:].copy()
+    frozen.flags.writeable = False
+    for array in (base, view, frozen, base[:0], base[::2]):
+        assert cpu_native._ptr(array) == array.ctypes.data
+    assert cpu_native._ptr(None) is None
