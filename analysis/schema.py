@@ -353,6 +353,11 @@ RANK_ATTRS: tuple[str, ...] = (
     # cluster's --node-speed, from $SYNCBENCH_NODE_SPEED; 1.0 elsewhere): part of the
     # nominal factor, 1 / node_speed (syncbench.analysis.fairness.nominal_factors)
     "node_speed",
+    # how the kernel realised that share for a process that never idles, as the cluster
+    # measured it on the node: seconds running, then seconds frozen (CFS charges a quota
+    # at the scheduler tick; from $SYNCBENCH_NODE_THROTTLE; NaN where there is no quota)
+    "node_throttle_on_s",
+    "node_throttle_off_s",
     # this rank's clock offset to rank 0 and its uncertainty, at the start and at the
     # end of training (see CLOCK_ATTRS)
     "clock_offset_s",
@@ -381,7 +386,8 @@ CLOCK_ATTRS: tuple[str, ...] = (
 RANK_ATTR_DTYPES: dict[str, str] = {
     "hostname": "str", "node": "i8", "device": "str", "slowdown": "f8",
     "slowdown_mode": "str", "slowdown_reference_s": "f8", "slowdown_realised": "f8",
-    "node_speed": "f8", **{name: "f8" for name in CLOCK_ATTRS},
+    "node_speed": "f8", "node_throttle_on_s": "f8", "node_throttle_off_s": "f8",
+    **{name: "f8" for name in CLOCK_ATTRS},
 }
 #: The packed layout's unknown value of a per-rank dataset, by dtype (floats: NaN).
 RANK_ATTR_UNKNOWN: dict[str, Any] = {"str": "", "i8": -1}
@@ -397,6 +403,10 @@ RANK_ATTR_INFO: dict[str, tuple[str, str]] = {
                              "from (NaN if not slowed)"),
     "slowdown_realised": ("1", "realised slowdown factor of a slowed rank (1 if not slowed)"),
     "node_speed": ("1", "CPU share of the rank's node as its launcher set it (1 elsewhere)"),
+    "node_throttle_on_s": ("s", "the node's quota, as the kernel realised it: seconds a "
+                           "never-idle process runs before it is frozen (NaN: no quota)"),
+    "node_throttle_off_s": ("s", "the node's quota, as the kernel realised it: seconds it is "
+                            "then frozen (NaN: no quota)"),
     "clock_offset_s": ("s", "the rank's clock minus rank 0's, after the start barrier"),
     "clock_uncertainty_s": ("s", "uncertainty of clock_offset_s (half the minimum round trip)"),
     "clock_offset_end_s": ("s", "the rank's clock minus rank 0's, after training (NaN: not "
@@ -515,7 +525,8 @@ DATASET_INFO: dict[str, dict[str, tuple[str, str]]] = {
 FLOAT_ATTRS: frozenset[str] = frozenset({
     "t_begin_unix", "t_end_unix", "load_begin", "load_end", "foreign_cpu_s",
     "foreign_cpu_share", "slowdown", "slowdown_reference_s", "slowdown_realised",
-    "node_speed", "clock_offset_s", "clock_uncertainty_s", "clock_offset_end_s",
+    "node_speed", "node_throttle_on_s", "node_throttle_off_s", "clock_offset_s",
+    "clock_uncertainty_s", "clock_offset_end_s",
     "clock_uncertainty_end_s",
 })
 

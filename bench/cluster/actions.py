@@ -196,7 +196,7 @@ def status(cluster: Cluster | None = None) -> int:
           f"({cluster.bridge_address}), links {cluster.link or 'unshaped'}"
           f"{', Slurm partition ' + slurm.PARTITION if cluster.slurm else ''}")
     print(f"{'node':<10} {'address':<12} {'cpus':<6} {'speed':>5} {'clock+s':>8} "
-          f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}")
+          f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}  quota runs/frozen [ms]")
     for node in cluster.nodes:
         link_state = "up" if network.link_is_up(node) else "down"
         try:
@@ -205,7 +205,7 @@ def status(cluster: Cluster | None = None) -> int:
             bytes_ = {"tx_bytes_by_node": -1, "rx_bytes_by_node": -1}
         print(f"{node.name:<10} {node.address:<12} {node.cpus or 'all':<6} {node.speed:>5g} "
               f"{node.clock_offset_s:>8g} {link_state:<5} {bytes_['tx_bytes_by_node']:>14} "
-              f"{bytes_['rx_bytes_by_node']:>14}")
+              f"{bytes_['rx_bytes_by_node']:>14}  {node.throttle or '-'}")
     for note in cluster.notes:
         print(f"note: {note}")
     return 0

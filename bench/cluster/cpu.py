@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from .host import ClusterError
@@ -110,6 +112,64 @@ def make_cgroups(cluster: Cluster, node: Node) -> None:
         _v1(cluster, node, quota, cluster.cpu_period_us)
     else:
         _v2(cluster, node, quota, cluster.cpu_period_us)
+    node.throttle = throttle_pattern(node) if node.speed < 1.0 else ""
+
+
+#: Seconds the probe of a node's quota spins, and the gap between two of its clock
+#: readings that is the process frozen (a reading takes well under a microsecond).
+THROTTLE_PROBE_S = 0.6
+FROZEN_GAP_S = 3e-4
+#: The probe: wait for the go (its parent has put it in the node's cgroups by then), spin
+#: on a clock that makes no system call, print each running span and each frozen one.
+_PROBE = """
+import sys, time
+sys.stdin.readline()
+clock = time.perf_counter
+start = last = begin = clock()
+spans = []
+while last - start < {duration}:
+    now = clock()
+    if now - last > {gap}:
+        spans.append((last - begin, now - last))
+        begin = now
+    last = now
+print(" ".join(f"{{on:.6f}},{{off:.6f}}" for on, off in spans))
+"""
+
+
+def throttle_pattern(node: Node) -> str:
+    """How the kernel realises the node's quota: ``ON/OFF``, the median milliseconds a
+    process that never idles runs, then is frozen, measured by a process spinning inside
+    the node's cgroups for :data:`THROTTLE_PROBE_S` ("" when it saw fewer than three).
+
+    CFS charges the quota at the scheduler tick (``CONFIG_HZ``), not as it is spent, so a
+    process that makes no system call overruns it to the next tick and is then frozen
+    until the next periods have paid the debt: at speed 0.5 (1 ms every 2 ms) on a
+    250 Hz kernel it ran 3.3 ms and was frozen 4.7 ms, a share of 0.41 (docs/CLUSTER.md).
+    The simulator's validation takes a run's pattern from the rank attributes
+    ``node_throttle_on_s`` and ``node_throttle_off_s`` that ``$SYNCBENCH_NODE_THROTTLE``
+    carries to the ranks."""
+    probe = _PROBE.format(duration=THROTTLE_PROBE_S, gap=FROZEN_GAP_S)
+    try:
+        child = subprocess.Popen([sys.executable, "-I", "-c", probe], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError as exc:
+        raise ClusterError(f"cannot start the quota probe of {node.name}: {exc.strerror}") \
+            from exc
+    try:
+        for procs in node.cgroup_procs:
+            _write(Path(procs), str(child.pid), f"the quota probe into {node.name}")
+        out, _ = child.communicate("go\n", timeout=THROTTLE_PROBE_S + 30)
+    except (ClusterError, subprocess.TimeoutExpired):
+        child.kill()
+        child.wait()
+        raise
+    spans = [tuple(float(v) for v in pair.split(",")) for pair in out.split()][1:-1]
+    if len(spans) < 3:  # the first and the last span are cut by the probe's ends
+        return ""
+    on = sorted(s[0] for s in spans)[len(spans) // 2]
+    off = sorted(s[1] for s in spans)[len(spans) // 2]
+    return f"{1e3 * on:.3g}/{1e3 * off:.3g}"
 
 
 def _v1(cluster: Cluster, node: Node, quota: int, period: int) -> None:
@@ -192,7 +252,7 @@ def set_speed(cluster: Cluster, node: Node, speed: float) -> None:
                            "(or it was made again since 'up'): its quota is left alone")
     if not group.is_dir():
         if speed >= 1.0:
-            node.speed = 1.0
+            node.speed, node.throttle = 1.0, ""
             save(cluster)
             return
         _mkdir(cluster, group)
@@ -201,6 +261,7 @@ def set_speed(cluster: Cluster, node: Node, speed: float) -> None:
     period = period_for(cluster, speed)
     _write_quota(version, group, node, _quota_us(node, speed, period), period)
     node.speed = float(speed)
+    node.throttle = throttle_pattern(node) if speed < 1.0 else ""
     save(cluster)
 
 

@@ -49,6 +49,8 @@ def shim_text(cluster: Cluster) -> str:
         procs = " ".join(n.cgroup_procs)
         offset = f"{n.clock_offset_s:g}"
         speed = f" export SYNCBENCH_NODE_SPEED={n.speed:g};" if n.speed < 1 else ""
+        if n.speed < 1 and n.throttle:
+            speed += f" export SYNCBENCH_NODE_THROTTLE={n.throttle};"
         cases.append(f"  {n.address}|{n.name}|{n.name}.*) ns={n.name}; procs={shlex.quote(procs)}; "
                      f"offset={offset};{speed};")
     names = ", ".join(n.name for n in cluster.nodes)

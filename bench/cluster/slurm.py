@@ -196,7 +196,9 @@ def task_prolog(cluster: Cluster) -> str:
     exports = "\n".join(f'  [ -n "${{{name}:-}}" ] || echo "export {name}={value}"'
                         for name, value in settings.items())
     names = "|".join(n.name for n in cluster.nodes)
-    speeds = "".join(f'  {n.name}) echo "export SYNCBENCH_NODE_SPEED={n.speed:g}";;\n'
+    speeds = "".join(f'  {n.name}) echo "export SYNCBENCH_NODE_SPEED={n.speed:g}"'
+                     + (f'; echo "export SYNCBENCH_NODE_THROTTLE={n.throttle}"'
+                        if n.throttle else "") + ";;\n"
                      for n in cluster.nodes if n.speed < 1)
     return (f'#!/bin/sh\n# syncbench emulated cluster: transports for tasks on its nodes.\n'
             f'case "$SLURMD_NODENAME" in {names})\n{exports}\n  ;;\nesac\n'

@@ -62,6 +62,8 @@ BURST_RE = re.compile(r"^\d+(?:\.\d+)?[kmg]?(?:b|bit)?$", re.I)
 def valid_burst(burst: str) -> bool:
     """Whether ``burst`` is ``auto`` or a ``tc`` size (``256kb``)."""
     return burst == "auto" or bool(BURST_RE.match(burst))
+#: A node's measured quota pattern: ``ON/OFF`` milliseconds, or "" (no quota).
+THROTTLE_RE = re.compile(r"^(\d+(?:\.\d+)?/\d+(?:\.\d+)?)?$")
 CGROUP_PROCS_RE = re.compile(r"^/sys/fs/cgroup/(?:[a-z_,]+/)?([A-Za-z][A-Za-z0-9]{0,14})/"
                              r"cgroup\.procs$")
 CGROUP_RE = re.compile(r"^/sys/fs/cgroup/(?:[a-z_,]+/)?([A-Za-z][A-Za-z0-9]{0,14})$")
@@ -214,6 +216,10 @@ class Node:
     cgroup_procs: list[str] = field(default_factory=list)
     #: The rate ``cluster link NODE RATE`` set since ``up`` (else the cluster's ``link``).
     link: str = ""
+    #: How the kernel realises the node's quota, measured when it was set: ``ON/OFF``,
+    #: milliseconds a never-idle process runs, then is frozen ("" at speed 1;
+    #: :func:`.cpu.throttle_pattern`).
+    throttle: str = ""
 
     @property
     def cpu_count(self) -> int:
@@ -325,6 +331,8 @@ def _validate_node(node: Node, bad: Any) -> None:
             or float(node.clock_offset_s) != int(node.clock_offset_s):
         raise bad(f"node {node.name}: speed {node.speed!r} (at up {node.up_speed!r}), "
                   f"clock offset {node.clock_offset_s!r}")
+    if not isinstance(node.throttle, str) or not THROTTLE_RE.match(node.throttle):
+        raise bad(f"node {node.name}: throttle {node.throttle!r}")
     for procs in node.cgroup_procs:
         match = CGROUP_PROCS_RE.match(procs)
         if not match or match.group(1) != node.name:

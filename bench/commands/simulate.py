@@ -101,6 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="per-rank CPU share of a node at a quota, as the emulated "
                      "cluster's --node-speed (e.g. 1,0.5): compute, data and update are "
                      "slowed by 1/S (a wait inside MPI is not: the kernel moves the bytes)")
+    het.add_argument("--node-throttle", default=None, metavar="ON/OFF[,...]",
+                     help="how the kernel realises each --node-speed below 1: ON ms of "
+                     "running then OFF ms frozen (e.g. 3.3/4.7, what syncbench cluster "
+                     "measures on its slow nodes), for every such rank or one entry (or -) "
+                     "per rank; the ranks' shares then follow from their busy and idle "
+                     "times, not from the nominal speed (--validate reads the runs' own)")
     het.add_argument("--stragglers", default=None,
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")

@@ -23,12 +23,22 @@ from syncbench.analysis.summary import summarize
 from syncbench.bench.simulate.collectives import PlacedClock
 from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
 from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
-from syncbench.bench.simulate.quota import parse_node_speeds
+from syncbench.bench.simulate.quota import (
+    parse_node_speeds,
+    parse_node_throttles,
+    realised_shares,
+)
 from syncbench.bench.simulate.strategies import simulator_for
 from syncbench.bench.simulate.timeline import LocalTimes, Timeline
 from syncbench.bench.simulate.workload import Stragglers, Workload
 from syncbench.bench.simulate.writer import write_simulated_run
 from syncbench.bench.train.slowdown import parse_slowdown
+
+#: Re-simulations at most while the throttled ranks' realised shares move, and by how
+#: little they must move to stop (the shares settle in two or three on the validation's
+#: runs).
+THROTTLE_ROUNDS = 4
+THROTTLE_SETTLED = 0.005
 
 
 @dataclass
@@ -64,13 +74,19 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
     if n > network.capacity:
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
     speeds = parse_node_speeds(getattr(cfg, "node_speed", None), n)
-    factors = parse_slowdown(cfg.slowdown, n)
-    if speeds is not None:  # a quota slows compute as a factor 1/s (and data, update: .quota)
-        factors = [f / s for f, s in zip(factors, speeds)]
-    local = LocalTimes(workload, n, factors, stragglers, cfg.seed, speeds)
-    if on_phase is not None:  # also each step further than any before
-        local.on_step = lambda j: on_phase(network, j)
+    throttles = parse_node_throttles(getattr(cfg, "node_throttle", None), speeds, n)
+    base = parse_slowdown(cfg.slowdown, n)
 
+    def local_times(shares: list[float] | None) -> LocalTimes:
+        # a quota slows compute as a factor 1/s (and data, update, codec: .quota)
+        factors = base if shares is None else [f / s for f, s in zip(base, shares)]
+        local = LocalTimes(workload, n, factors, stragglers, cfg.seed, shares)
+        if on_phase is not None:  # also each step further than any before
+            local.on_step = lambda j: on_phase(network, j)
+        current[0] = local
+        return local
+
+    current: list[LocalTimes | None] = [None]
     in_phases = [0.0]
 
     def time_phase(phase: Any) -> float:
@@ -78,12 +94,23 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         seconds = network.phase(phase.key(), phase.pairs, phase.nbytes)
         in_phases[0] += time.perf_counter() - t0
         if on_phase is not None:
-            on_phase(network, local.reached)
+            on_phase(network, current[0].reached if current[0] is not None else 0)
         return seconds
 
     clock = PlacedClock(time_phase, network.ranks_per_host)
     t0 = time.perf_counter()
-    timeline = simulator(cfg, local, steps, clock)
+    shares = speeds
+    timeline = simulator(cfg, local_times(shares), steps, clock)
+    if throttles is not None and speeds is not None:
+        # the kernel's bursts: each throttled rank's share as its pattern realises it on
+        # the timeline's own busy and idle times, until the shares settle (.quota)
+        for _ in range(THROTTLE_ROUNDS):
+            again = realised_shares(timeline.rows.arrays(), shares, throttles)
+            if max(abs(a - b) for a, b in zip(again, shares)) < THROTTLE_SETTLED:
+                break
+            shares = again
+            timeline = simulator(cfg, local_times(shares), steps, clock)
+        timeline.notes["realised_node_speed"] = [round(s, 4) for s in shares]
     # wall seconds of SimGrid's phases, and of composing the timeline around them
     timeline.notes.update(phases_s=in_phases[0],
                           compose_s=time.perf_counter() - t0 - in_phases[0])

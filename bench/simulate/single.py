@@ -15,7 +15,7 @@ from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import WriteError
 from syncbench.bench.simulate.inputs import build_platform, build_workload, steps_per_rank
-from syncbench.bench.simulate.quota import parse_node_speeds
+from syncbench.bench.simulate.quota import parse_node_speeds, parse_node_throttles
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.ticker import Ticker
 from syncbench.bench.simulate.workload import parse_stragglers
@@ -26,11 +26,12 @@ MAX_RANKS = 16_384
 
 
 def check_strategy(args: argparse.Namespace, n: int) -> None:
-    """The strategy's own checks of its flags at ``n`` ranks, ``--slowdown``'s and
-    ``--node-speed``'s."""
+    """The strategy's own checks of its flags at ``n`` ranks, ``--slowdown``'s,
+    ``--node-speed``'s and ``--node-throttle``'s."""
     validate(get_algorithm(args.algorithm), args, n)
     parse_slowdown(args.slowdown, n)
-    parse_node_speeds(getattr(args, "node_speed", None), n)
+    speeds = parse_node_speeds(getattr(args, "node_speed", None), n)
+    parse_node_throttles(getattr(args, "node_throttle", None), speeds, n)
 
 
 def run_single(args: argparse.Namespace) -> int:

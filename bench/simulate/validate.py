@@ -37,6 +37,7 @@ from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.simulate.inputs import build_platform, build_workload
+from syncbench.bench.simulate.quota import Throttle, throttle_spec
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.workload import node_speed_of, parse_stragglers, rank_factor
 
@@ -100,9 +101,23 @@ def _job(args: argparse.Namespace, run: Any,
         cfg.slowdown = ",".join(f"{f:g}" for f in factors)
     cfg.node_speed = ",".join(f"{s:g}" for s in speeds) if any(s < 1.0 for s in speeds) \
         else None
+    throttles = [throttle_of(run.rank_attrs.get(rank, {})) if speed < 1.0 else None
+                 for rank, speed in zip(sorted(run.ranks), speeds)]
+    if any(t is not None for t in throttles):  # the run's own record; else --node-throttle
+        cfg.node_throttle = throttle_spec(throttles)
     n = run.world_size
     total = sum(len(cols["step"]) for cols in run.ranks.values())
     return cfg, n, max(1, round(total / n))
+
+
+def throttle_of(attrs: dict[str, Any]) -> Throttle | None:
+    """A rank's node quota pattern as its run recorded it (``node_throttle_on_s`` and
+    ``node_throttle_off_s``), or None (no quota, or a file from before the record)."""
+    try:
+        on, off = float(attrs.get("node_throttle_on_s")), float(attrs.get("node_throttle_off_s"))
+    except (TypeError, ValueError):
+        return None
+    return Throttle(on, off) if math.isfinite(on + off) and on > 0 and off > 0 else None
 
 
 def predicted_path(out_dir: str, measured: str, overwrite: bool) -> str:

@@ -475,6 +475,7 @@ class Training:
             "device": self.backend.device,
             "slowdown": self.slowdowns[self.rank],
             "node_speed": node_speed(),
+            **node_throttle(),
             **self.slowdown_attrs(rows),
             **clock_attrs(self.clock_start, self.clock_end),
         }
@@ -715,6 +716,21 @@ def node_speed() -> float:
     except ValueError:
         return 1.0
     return speed if 0 < speed <= 1 else 1.0
+
+
+def node_throttle() -> dict[str, float]:
+    """``node_throttle_on_s`` and ``node_throttle_off_s``: the running and frozen spans of
+    this rank's node's quota as the cluster measured them (``$SYNCBENCH_NODE_THROTTLE``,
+    ``ON/OFF`` in milliseconds); NaN when unset or not two positive numbers."""
+    nan = float("nan")
+    on, _, off = os.environ.get("SYNCBENCH_NODE_THROTTLE", "").partition("/")
+    try:
+        values = float(on) / 1e3, float(off) / 1e3
+    except ValueError:
+        return {"node_throttle_on_s": nan, "node_throttle_off_s": nan}
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        return {"node_throttle_on_s": nan, "node_throttle_off_s": nan}
+    return dict(zip(("node_throttle_on_s", "node_throttle_off_s"), values))
 
 
 def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],

@@ -14,6 +14,7 @@ Without root (or without ``unshare --time``) the tests skip, unless
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -191,6 +192,12 @@ def test_a_scenario_sets_each_configurations_node_speeds_live(cluster, tmp_path)
     assert float(slow.rank_attrs[1]["node_speed"]) == 0.5
     assert float(slow.rank_attrs[0]["node_speed"]) == 1.0
     assert float(hom.rank_attrs[1]["node_speed"]) == 1.0
+    # the kernel's bursts, measured inside the node when the quota was set: a share near
+    # the nominal one (a tick's overrun takes some of it), and none without a quota
+    on, off = (float(slow.rank_attrs[1][f"node_throttle_{k}_s"]) for k in ("on", "off"))
+    assert 0.2 <= on / (on + off) <= 0.6 and 0.5e-3 <= on <= 10e-3, (on, off)
+    assert math.isnan(float(slow.rank_attrs[0]["node_throttle_on_s"]))
+    assert math.isnan(float(hom.rank_attrs[1]["node_throttle_on_s"]))
     assert "node speed 1,0.5 (CPU quota) against homogeneous" in proc.stdout
     state = json.loads((TC.state_dir / "state.json").read_text())
     assert [n["speed"] for n in state["nodes"]] == [1.0, 1.0]
@@ -202,9 +209,15 @@ def test_a_scenario_sets_each_configurations_node_speeds_live(cluster, tmp_path)
         period = Path(f"/sys/fs/cgroup/cpu/{NODES[1]}/cpu.cfs_period_us").read_text()
         assert int(_quota(NODES[1])) == int(period) // 4
     assert "SYNCBENCH_NODE_SPEED=0.25" in (TC.state_dir / "node-ssh").read_text()
+    throttle = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]["throttle"]
+    on, off = (float(v) for v in throttle.split("/"))
+    assert 0.1 <= on / (on + off) <= 0.4, throttle
+    assert f"SYNCBENCH_NODE_THROTTLE={throttle}" in (TC.state_dir / "node-ssh").read_text()
     back = TC.syncbench("cluster", "speed", NODES[1], "1")
-    assert back.returncode == 0 and "SYNCBENCH_NODE_SPEED" not in (
-        TC.state_dir / "node-ssh").read_text()
+    shim = (TC.state_dir / "node-ssh").read_text()
+    assert back.returncode == 0 and "SYNCBENCH_NODE_SPEED" not in shim
+    assert "SYNCBENCH_NODE_THROTTLE" not in shim
+    assert json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]["throttle"] == ""
     wrong = TC.syncbench("run", "cluster-overlap", "--cluster", "--np", "4")
     assert wrong.returncode == 2 and "needs 4 emulated nodes" in wrong.stderr
 

@@ -85,6 +85,25 @@ def test_ssgd_steps_at_the_slow_ranks_pace(tmp_path):
 
 
 @needs_simgrid
+def test_a_node_that_runs_in_bursts_is_slower_than_its_nominal_share(tmp_path):
+    """--node-throttle 3.3/4.7 (what the emulated cluster measures at speed 0.5): a Local
+    SGD rank that computes through most steps realises about 3.3 / 8 of the CPU, not
+    half of it, and the run file says so; a rank without a quota keeps all of it."""
+    runs = {}
+    for name, flags in (("even", []), ("bursts", ["--node-throttle", "3.3/4.7"])):
+        out = tmp_path / f"{name}.h5"
+        proc = simulate("--algorithm", "localsgd", "--np", "2", "--steps", "40",
+                        "--node-speed", "1,0.5", *flags, "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = read_run(out)
+    slower = runs["bursts"].summary["samples_per_s"] / runs["even"].summary["samples_per_s"]
+    assert 0.75 < slower < 0.95
+    realised = json.loads(runs["bursts"].attrs["simulation"])["realised_node_speed"]
+    assert realised[0] == 1.0 and 0.40 < realised[1] < 0.46, realised
+    assert "realised_node_speed" not in json.loads(runs["even"].attrs["simulation"])
+
+
+@needs_simgrid
 def test_oscars_local_steps_are_schedules_output(tmp_path):
     from syncbench.algorithms.averagers.schedule import fit_budget, schedule, uniform_schedule
 

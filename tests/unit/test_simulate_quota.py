@@ -9,7 +9,15 @@ import pytest
 
 from syncbench.bench.cli import build_parser
 from syncbench.bench.simulate import strategies
-from syncbench.bench.simulate.quota import parse_node_speeds, quota_codec, quota_delay
+from syncbench.bench.simulate.quota import (
+    Throttle,
+    parse_node_speeds,
+    parse_node_throttles,
+    quota_codec,
+    quota_delay,
+    realised_shares,
+    throttle_spec,
+)
 from syncbench.bench.simulate.timeline import LocalTimes
 from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
 
@@ -82,3 +90,58 @@ def test_every_rank_at_full_speed_is_no_quota():
     assert parse_node_speeds("1,1", 2) is None
     assert parse_node_speeds(None, 2) is None
     assert parse_node_speeds("1,0.5", 2) == [1.0, 0.5]
+
+
+# -- the kernel's bursts (--node-throttle) ----------------------------------------------
+
+def test_a_never_idle_process_runs_on_in_every_on_plus_off():
+    burst = Throttle(3e-3, 5e-3)
+    busy = np.full(100, 4e-3)
+    assert burst.share == pytest.approx(3 / 8)
+    assert burst.busy_wall(busy, np.zeros(100)) == pytest.approx(busy.sum() / burst.share,
+                                                                 rel=0.01)
+
+
+def test_a_process_idle_for_the_frozen_span_starts_each_block_with_a_whole_burst():
+    """A block shorter than a burst after a long wait runs at full speed; one longer is
+    frozen once per burst it outlasts."""
+    burst = Throttle(3e-3, 5e-3)
+    assert burst.busy_wall(np.full(10, 2e-3), np.full(10, 5e-3)) == pytest.approx(20e-3)
+    assert burst.busy_wall(np.full(10, 4e-3), np.full(10, 40e-3)) == pytest.approx(10 * 9e-3)
+    # a short wait restores a part of the credit: between the two
+    short = burst.busy_wall(np.full(10, 4e-3), np.full(10, 1e-3))
+    assert 10 * 9e-3 < short < 10 * 4e-3 / burst.share
+
+
+def test_realised_shares_follow_each_throttled_ranks_busy_and_idle_rows():
+    n = 40
+    rows = {k: {"step": np.arange(n), "t_data": np.zeros(n), "t_compute": np.full(n, 2e-3),
+                "t_delay": np.full(n, 2e-3 * k), "t_update": np.zeros(n),
+                "t_codec": np.zeros(n), "t_comm": np.zeros(n), "t_wait": np.zeros(n)}
+            for k in (0, 1)}
+    burst = Throttle(3e-3, 5e-3)
+    shares = realised_shares(rows, [1.0, 0.5], [None, burst])
+    assert shares[0] == 1.0  # no pattern: the rank keeps its share
+    # rank 1 did 2 ms of CPU a step (4 ms of phases at share 0.5), never idle
+    assert shares[1] == pytest.approx(burst.share, rel=0.05)
+
+
+@pytest.mark.parametrize("spec,speeds,expect", [
+    ("3.3/4.7", [1.0, 0.5], [None, Throttle(3.3e-3, 4.7e-3)]),
+    ("-,1/3", None, [None, Throttle(1e-3, 3e-3)]),
+    ("2/2", None, None),  # one pattern and no rank at a quota: nothing to throttle
+    ("", [1.0, 0.5], None),
+])
+def test_node_throttles_name_each_rank_or_every_rank_at_a_quota(spec, speeds, expect):
+    assert parse_node_throttles(spec, speeds, 2) == expect
+    if expect is not None:
+        assert parse_node_throttles(throttle_spec(expect), None, 2) == expect
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("3.3", "ON/OFF in milliseconds"), ("1/0", "both times must be > 0"),
+    ("1/2,1/2,1/2", "3 entries but the job has 2"), ("a/b", "ON/OFF in milliseconds"),
+])
+def test_bad_node_throttles_are_one_line(spec, message):
+    with pytest.raises(ValueError, match=message):
+        parse_node_throttles(spec, [1.0, 0.5], 2)

@@ -116,3 +116,20 @@ def test_a_compressed_run_is_predicted_from_the_workload_of_its_codec(tmp_path):
         with pytest.raises(ValueError, match=words):
             compressed_workloads(argparse.Namespace(**{**vars(args),
                                                        "compressed_workload": given}), default)
+
+
+def test_a_runs_recorded_quota_bursts_go_to_its_simulation(tmp_path):
+    """The cluster's measured pattern of a node's quota (rank attributes
+    node_throttle_on_s and _off_s) is simulated for the ranks at a quota; a file without
+    it keeps the --node-throttle given, or none."""
+    bursts = write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                        steps_per_rank=4,
+                        rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.0033,
+                                        "node_throttle_off_s": 0.0047}})
+    older = write_file(tmp_path / "o.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                       steps_per_rank=4, rank_extra={1: {"node_speed": 0.5}})
+    args = argparse.Namespace(slowdown=None, algorithm="ssgd", node_throttle=None)
+    assert _job(args, read_run(bursts))[0].node_throttle == "-,3.3/4.7"
+    assert _job(args, read_run(older))[0].node_throttle is None
+    args.node_throttle = "3/5"
+    assert _job(args, read_run(older))[0].node_throttle == "3/5"
