@@ -358,6 +358,10 @@ RANK_ATTRS: tuple[str, ...] = (
     # at the scheduler tick; from $SYNCBENCH_NODE_THROTTLE; NaN where there is no quota)
     "node_throttle_on_s",
     "node_throttle_off_s",
+    # bytes of the token bucket that shapes the rank's node's link (the emulated
+    # cluster's tc tbf burst, from $SYNCBENCH_LINK_BURST): what a message after an idle
+    # spell sends at once; NaN where the link is not shaped
+    "link_burst_bytes",
     # this rank's clock offset to rank 0 and its uncertainty, at the start and at the
     # end of training (see CLOCK_ATTRS)
     "clock_offset_s",
@@ -387,6 +391,7 @@ RANK_ATTR_DTYPES: dict[str, str] = {
     "hostname": "str", "node": "i8", "device": "str", "slowdown": "f8",
     "slowdown_mode": "str", "slowdown_reference_s": "f8", "slowdown_realised": "f8",
     "node_speed": "f8", "node_throttle_on_s": "f8", "node_throttle_off_s": "f8",
+    "link_burst_bytes": "f8",
     **{name: "f8" for name in CLOCK_ATTRS},
 }
 #: The packed layout's unknown value of a per-rank dataset, by dtype (floats: NaN).
@@ -407,6 +412,8 @@ RANK_ATTR_INFO: dict[str, tuple[str, str]] = {
                            "never-idle process runs before it is frozen (NaN: no quota)"),
     "node_throttle_off_s": ("s", "the node's quota, as the kernel realised it: seconds it is "
                             "then frozen (NaN: no quota)"),
+    "link_burst_bytes": ("B", "the token bucket of the node's shaped link: bytes a message "
+                         "after an idle spell sends at once (NaN: not shaped)"),
     "clock_offset_s": ("s", "the rank's clock minus rank 0's, after the start barrier"),
     "clock_uncertainty_s": ("s", "uncertainty of clock_offset_s (half the minimum round trip)"),
     "clock_offset_end_s": ("s", "the rank's clock minus rank 0's, after training (NaN: not "
@@ -525,7 +532,8 @@ DATASET_INFO: dict[str, dict[str, tuple[str, str]]] = {
 FLOAT_ATTRS: frozenset[str] = frozenset({
     "t_begin_unix", "t_end_unix", "load_begin", "load_end", "foreign_cpu_s",
     "foreign_cpu_share", "slowdown", "slowdown_reference_s", "slowdown_realised",
-    "node_speed", "node_throttle_on_s", "node_throttle_off_s", "clock_offset_s",
+    "node_speed", "node_throttle_on_s", "node_throttle_off_s", "link_burst_bytes",
+    "clock_offset_s",
     "clock_uncertainty_s", "clock_offset_end_s",
     "clock_uncertainty_end_s",
 })

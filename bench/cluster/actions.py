@@ -12,13 +12,13 @@ import argparse
 import dataclasses
 import math
 import os
-import re
 import signal
 import sys
 import time
 
 from . import cpu, launch, network, slurm, state
 from .host import ClusterError, require_root, require_tool, works
+from .network import rate_bytes_per_s
 from .state import (
     MAX_NODES,
     SUBNET,
@@ -31,18 +31,6 @@ from .state import (
     valid_burst,
     veth_name,
 )
-
-RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
-_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
-          "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
-
-
-def rate_bytes_per_s(rate: str) -> float:
-    """A ``tc`` rate (``1gbit``, ``200mbit``, ``50mbps``) in bytes per second."""
-    match = RATE.match(rate.strip())
-    if not match:
-        raise ClusterError(f"--link {rate!r} is not a rate such as 1gbit, 200mbit or 100mbps")
-    return float(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 def _per_node(text: str, count: int, what: str, default: float) -> list[float]:
@@ -355,6 +343,7 @@ def set_link(args: argparse.Namespace) -> int:
             network.shape(node, args.state,
                           network.bucket(rate_bytes_per_s(args.state), cluster.burst))
             node.link = args.state
+            launch.write_shim(cluster)  # ranks started from now on read the new bucket
     print(f"syncbench cluster: link of {node.name} {args.state}")
     return 0
 

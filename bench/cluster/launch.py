@@ -28,6 +28,7 @@ from pathlib import Path
 from syncbench.bench.experiment.launch import find_mpiexec
 
 from .host import ClusterError
+from .network import link_burst_bytes
 from .state import Cluster, check_file, load, state_dir, write_file
 
 #: What makes inter-node traffic cross the links, per MPI flavour.
@@ -51,6 +52,9 @@ def shim_text(cluster: Cluster) -> str:
         speed = f" export SYNCBENCH_NODE_SPEED={n.speed:g};" if n.speed < 1 else ""
         if n.speed < 1 and n.throttle:
             speed += f" export SYNCBENCH_NODE_THROTTLE={n.throttle};"
+        burst = link_burst_bytes(n.link or cluster.link, cluster.burst)
+        if burst > 0:
+            speed += f" export SYNCBENCH_LINK_BURST={int(burst)};"
         cases.append(f"  {n.address}|{n.name}|{n.name}.*) ns={n.name}; procs={shlex.quote(procs)}; "
                      f"offset={offset};{speed};")
     names = ", ".join(n.name for n in cluster.nodes)

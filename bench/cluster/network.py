@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from pathlib import Path
 
 from .host import ClusterError, sh, works
@@ -128,6 +129,36 @@ def _link_ends(node: Node) -> tuple[tuple[list[str], str], ...]:
 AUTO_BURST_SECONDS = 0.0021
 #: ... and at least this many bytes (tbf's own probe above uses 32kb).
 MIN_AUTO_BURST = 32 * 1024
+
+
+RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
+_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
+          "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+#: ``tc``'s sizes (tc(8), "SIZES"): bytes, kilo-, mega- and gigabytes of 1024, or bits.
+SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)(b|bit)?$", re.I)
+
+
+def rate_bytes_per_s(rate: str) -> float:
+    """A ``tc`` rate (``1gbit``, ``200mbit``, ``50mbps``) in bytes per second."""
+    match = RATE.match(rate.strip())
+    if not match:
+        raise ClusterError(f"--link {rate!r} is not a rate such as 1gbit, 200mbit or 100mbps")
+    return float(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def size_bytes(size: str) -> float:
+    """A ``tc`` size (``256kb``, ``51kb``, ``2mbit``, ``1500``) in bytes."""
+    match = SIZE.match(size.strip())
+    if not match:
+        raise ClusterError(f"{size!r} is not a size such as 256kb")
+    scale = 1024 ** " kmg".index(match.group(2).lower() or " ")
+    return float(match.group(1)) * scale / (8 if (match.group(3) or "").lower() == "bit" else 1)
+
+
+def link_burst_bytes(rate: str, burst: str) -> float:
+    """Bytes of the token bucket that shapes a link of ``rate`` (:func:`bucket`): what a
+    message after an idle spell sends at once; 0 for an unshaped link (``rate`` "")."""
+    return size_bytes(bucket(rate_bytes_per_s(rate), burst)) if rate else 0.0
 
 
 def bucket(rate_bytes_per_s: float, burst: str) -> str:

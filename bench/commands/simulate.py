@@ -90,6 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pf.add_argument("--gpus-per-node", type=int, default=1, help="ranks per host (default 1)")
     pf.add_argument("--allreduce", default="auto", choices=ALLREDUCE_ALGORITHMS,
                     help="allreduce algorithm (default auto: MPICH's choice by size)")
+    pf.add_argument("--link-burst", default=None, metavar="SIZE",
+                    help="a token bucket on every link: a blocking collective after "
+                    "compute sends its first SIZE bytes per flow at once (e.g. 256kb, the "
+                    "emulated cluster's tc tbf at 1 Gbit/s; default none; --validate reads "
+                    "the runs' own)")
     pf.add_argument("--phase-cache", default=None, metavar="FILE.json",
                     help="reuse and store simulated phase durations (same platform only), "
                     "e.g. across the points of a sweep")

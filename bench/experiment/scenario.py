@@ -31,7 +31,7 @@ from typing import Any
 
 from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.analysis.targets import Target
-from syncbench.bench.cluster.actions import RATE
+from syncbench.bench.cluster.network import RATE
 from syncbench.bench.data.catalog import DATASETS, DatasetError, find_dataset_dir
 from syncbench.bench.train.slowdown import parse_factor
 

@@ -11,6 +11,7 @@ sized for the largest job, and the phase cache. The run file's
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,7 +98,7 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
             on_phase(network, current[0].reached if current[0] is not None else 0)
         return seconds
 
-    clock = PlacedClock(time_phase, network.ranks_per_host)
+    clock = PlacedClock(time_phase, network.ranks_per_host, link_burst(cfg))
     t0 = time.perf_counter()
     shares = speeds
     timeline = simulator(cfg, local_times(shares), steps, clock)
@@ -115,6 +116,26 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
     timeline.notes.update(phases_s=in_phases[0],
                           compose_s=time.perf_counter() - t0 - in_phases[0])
     return timeline
+
+
+def link_burst(cfg: argparse.Namespace) -> float:
+    """``--link-burst``'s bytes (a ``tc`` size such as 256kb, or bytes; 0: none)."""
+    value = getattr(cfg, "link_burst", None)
+    if value in (None, "", 0, "0"):
+        return 0.0
+    try:
+        burst = float(value)
+    except (TypeError, ValueError):
+        from syncbench.bench.cluster.host import ClusterError
+        from syncbench.bench.cluster.network import size_bytes
+        try:
+            burst = size_bytes(str(value))
+        except ClusterError:
+            raise ValueError(f"--link-burst {value!r} is not a size such as 256kb or a "
+                             "number of bytes") from None
+    if not (math.isfinite(burst) and burst >= 0):
+        raise ValueError(f"--link-burst {value!r} must be a size >= 0")
+    return burst
 
 
 def simulate(args: argparse.Namespace, jobs: list[tuple[argparse.Namespace, int, int]],

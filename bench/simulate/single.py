@@ -16,7 +16,7 @@ from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import WriteError
 from syncbench.bench.simulate.inputs import build_platform, build_workload, steps_per_rank
 from syncbench.bench.simulate.quota import parse_node_speeds, parse_node_throttles
-from syncbench.bench.simulate.run import simulate
+from syncbench.bench.simulate.run import link_burst, simulate
 from syncbench.bench.simulate.ticker import Ticker
 from syncbench.bench.simulate.workload import parse_stragglers
 from syncbench.bench.train.slowdown import parse_slowdown
@@ -32,6 +32,7 @@ def check_strategy(args: argparse.Namespace, n: int) -> None:
     parse_slowdown(args.slowdown, n)
     speeds = parse_node_speeds(getattr(args, "node_speed", None), n)
     parse_node_throttles(getattr(args, "node_throttle", None), speeds, n)
+    link_burst(args)
 
 
 def run_single(args: argparse.Namespace) -> int:

@@ -105,6 +105,11 @@ def _job(args: argparse.Namespace, run: Any,
                  for rank, speed in zip(sorted(run.ranks), speeds)]
     if any(t is not None for t in throttles):  # the run's own record; else --node-throttle
         cfg.node_throttle = throttle_spec(throttles)
+    bursts = [float(run.rank_attrs.get(rank, {}).get("link_burst_bytes", math.nan))
+              for rank in sorted(run.ranks)]
+    bursts = [b for b in bursts if math.isfinite(b) and b > 0]
+    if bursts and getattr(args, "link_burst", None) in (None, ""):  # the run's own links
+        cfg.link_burst = min(bursts)
     n = run.world_size
     total = sum(len(cols["step"]) for cols in run.ranks.values())
     return cfg, n, max(1, round(total / n))

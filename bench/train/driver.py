@@ -476,6 +476,7 @@ class Training:
             "slowdown": self.slowdowns[self.rank],
             "node_speed": node_speed(),
             **node_throttle(),
+            "link_burst_bytes": link_burst(),
             **self.slowdown_attrs(rows),
             **clock_attrs(self.clock_start, self.clock_end),
         }
@@ -731,6 +732,16 @@ def node_throttle() -> dict[str, float]:
     if not all(math.isfinite(v) and v > 0 for v in values):
         return {"node_throttle_on_s": nan, "node_throttle_off_s": nan}
     return dict(zip(("node_throttle_on_s", "node_throttle_off_s"), values))
+
+
+def link_burst() -> float:
+    """Bytes of the token bucket of this rank's node's link, as its launcher says
+    (``$SYNCBENCH_LINK_BURST``, the emulated cluster's shaping); NaN when unset."""
+    try:
+        burst = float(os.environ.get("SYNCBENCH_LINK_BURST", "nan"))
+    except ValueError:
+        return float("nan")
+    return burst if math.isfinite(burst) and burst > 0 else float("nan")
 
 
 def machine_attrs(hostnames: list[str], infos: list[dict[str, int | None]],

@@ -253,6 +253,10 @@ def test_the_runners_speed_changes_keep_what_was_changed_meanwhile(cluster, monk
             assert os.fstat(reading.fileno()).st_ino != shim.stat().st_ino
         assert state["nodes"][0]["link"] == "500mbit"
         assert [n["speed"] for n in state["nodes"]] == [1.0, 0.5]
+        # each node's ranks learn their link's token bucket: 2.1 ms of its rate
+        exports = shim.read_text()
+        assert "SYNCBENCH_LINK_BURST=131072;" in exports  # 500 Mbit/s: 128 KB
+        assert "SYNCBENCH_LINK_BURST=262144;" in exports  # 1 Gbit/s: 256 KB
         recorded = {o["name"] for o in state["made"] if o["kind"] == "cgroup"}
         root = Path("/sys/fs/cgroup")
         for node in NODES:  # every cgroup of a node is one down will remove

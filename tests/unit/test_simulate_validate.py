@@ -133,3 +133,15 @@ def test_a_runs_recorded_quota_bursts_go_to_its_simulation(tmp_path):
     assert _job(args, read_run(older))[0].node_throttle is None
     args.node_throttle = "3/5"
     assert _job(args, read_run(older))[0].node_throttle == "3/5"
+
+
+def test_a_runs_recorded_link_bucket_goes_to_its_simulation(tmp_path):
+    """The token bucket of the run's links (rank attribute link_burst_bytes, the smallest
+    of its ranks') is simulated unless --link-burst names one."""
+    shaped = write_file(tmp_path / "s.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                        steps_per_rank=4, rank_extra={0: {"link_burst_bytes": 262144.0},
+                                                      1: {"link_burst_bytes": 52224.0}})
+    args = argparse.Namespace(slowdown=None, algorithm="ssgd", link_burst=None)
+    assert _job(args, read_run(shaped))[0].link_burst == 52224.0
+    args.link_burst = "0"
+    assert _job(args, read_run(shaped))[0].link_burst == "0"

@@ -1,0 +1,71 @@
+"""A token bucket on the links (``simulate --link-burst``, ``collectives.burst_stages``):
+a blocking collective after compute sends its first bytes at once, not its latency."""
+
+from __future__ import annotations
+
+import pytest
+
+from syncbench.bench.cli import build_parser
+from syncbench.bench.simulate import strategies
+from syncbench.bench.simulate.collectives import (
+    PlacedClock,
+    allreduce_phases,
+    allreduce_time,
+    burst_stages,
+)
+from syncbench.bench.simulate.run import link_burst
+from syncbench.bench.simulate.timeline import LocalTimes
+from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
+
+LATENCY, RATE = 20e-6, 120e6  # the emulated 1 Gbit/s link's calibration
+
+
+def wire(phase):
+    """A phase's seconds on an idle link: latency plus its flows' bytes at the rate."""
+    return LATENCY + phase.nbytes / RATE
+
+
+def test_the_bucket_takes_its_bytes_off_the_first_stages_and_keeps_the_latency():
+    nbytes = 940_000
+    phases = allreduce_phases(nbytes, 2, "auto")
+    plain = burst_stages(phases, wire, 0.0)
+    assert plain == pytest.approx([wire(p) for p in phases for _ in range(p.repeat)])
+    burst = 256 * 1024
+    first = phases[0].nbytes
+    assert first > burst  # the bucket runs dry inside the first stage
+    shaped = burst_stages(phases, wire, burst)
+    assert shaped[0] == pytest.approx(plain[0] - burst / RATE)
+    assert shaped[1:] == pytest.approx(plain[1:])
+    # a bucket larger than the whole collective leaves only the latencies
+    assert burst_stages(phases, wire, 1e9) == pytest.approx([LATENCY] * len(plain))
+    clock = PlacedClock(wire, 1, burst)
+    assert allreduce_time(nbytes, 2, "auto", clock) == pytest.approx(sum(shaped))
+
+
+def test_blocking_ssgd_gains_the_bucket_every_step():
+    cfg = build_parser("simulate").parse_args(["simulate", "--comm", "blocking"])
+    w = Workload(name="test", params=235_000, batch_size=64, dataset_samples=1000,
+                 mean_compute_s=4e-3, mean_update_s=0.0,
+                 split=ComputeSplit(forward=(0.5,), backward=(1.0,), offsets=(0,)))
+    walls = []
+    for burst in (0.0, 256 * 1024):
+        local = LocalTimes(w, 2, [1.0, 1.0], Stragglers(), seed=0)
+        walls.append(strategies.ssgd(cfg, local, 5, PlacedClock(wire, 1, burst)).wall_s)
+    assert walls[0] - walls[1] == pytest.approx(5 * 256 * 1024 / RATE, rel=1e-6)
+
+
+@pytest.mark.parametrize("value,expect", [(None, 0.0), ("0", 0.0), ("256kb", 262144.0),
+                                          ("51kb", 52224.0), ("1000", 1000.0),
+                                          (52224.0, 52224.0)])
+def test_link_burst_takes_tc_sizes_or_bytes(value, expect):
+    cfg = build_parser("simulate").parse_args(["simulate"])
+    cfg.link_burst = value
+    assert link_burst(cfg) == expect
+
+
+@pytest.mark.parametrize("value", ["lots", "-5"])
+def test_a_bad_link_burst_is_one_line(value):
+    cfg = build_parser("simulate").parse_args(["simulate"])
+    cfg.link_burst = value
+    with pytest.raises(ValueError, match="--link-burst"):
+        link_burst(cfg)
