@@ -133,6 +133,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="simulate a slowed run with the slowdown each rank realised "
                      "(its slowdown_realised) instead of the nominal factor or node speed: "
                      "what is left is the simulator's own error")
+    val.add_argument("--validate-host-speed", choices=("workload", "run"), default="workload",
+                     help="the host's speed in each prediction: the workload's (default), or "
+                     "each run's own, the workload scaled by the median compute of the run's "
+                     "ranks that were neither slowed nor throttled over the workload's (a "
+                     "host whose CPU speed moved between the runs; compute that a strategy's "
+                     "own traffic inflates is then taken as the host's)")
     val.add_argument("--validate-out", default=None, metavar="DIR",
                      help="also write each prediction as a run file, DIR/predicted-NAME.h5 "
                      "(syncbench trace MEASURED.h5 --beside it draws the two side by side; "

@@ -41,7 +41,10 @@ pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` an
   the old assumption (native atomics, or a progress thread).
 
 Staleness is the code's, read from the simulated counter when rank 0 serves the
-request. The transfers' concurrency is a mean-field fixed point (:func:`_accesses`).
+request. The transfers' concurrency is a mean-field fixed point (:func:`_accesses`):
+pulls meet pulls and pushes meet pushes in its phases, and with the parameters sharded
+a pull also shares its links with the other workers' pushes for the share of the time
+they push, and a push with their pulls (:func:`cross_traffic`).
 Assumptions: rank 0 serves queued atomics back to back and owners serve accesses
 as they arrive (native atomics, or a progress engine that keeps up), so the
 counter's bound is optimistic; the default costs are one machine's
@@ -459,9 +462,14 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     dedicated = cfg.ps_layout == "dedicated"
     remote = 0 if dedicated else (epochs - 1 if cfg.ps_layout == "sharded" else 1)
 
-    def at(active: int, outside: float) -> _Access:
+    # sharded: the link from owner i to worker j carries j's pulls from i and i's pushes
+    # to j, which the phases (pulls with pulls, pushes with pushes) never pair
+    crossed = cfg.ps_layout == "sharded" and count > 1
+
+    def at(active: int, outside: float, busy: tuple[float, float] = (0.0, 0.0)) -> _Access:
         pull, push = asgd_phases(nbytes, n, cfg.ps_layout, active)
         bw_pull, bw_push = weighted_cost(pull, time_phase), weighted_cost(push, time_phase)
+        bw_pull, bw_push = cross_traffic(bw_pull, bw_push, *busy)
         owner_wait = target_wait(gaps, outside, remote) if polls else 0.0
         counter_wait = target_wait(gaps, outside) if polls and not dedicated else 0.0
         t_pull = access_seconds(epochs, one_way, bw_pull, costs) + owner_wait
@@ -477,16 +485,34 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
 
     levels = powers_of_two_upto(count)
     acc = at(1, 1.0)  # from the uncontended transfer, up to the fixed point
-    for _ in range(12):
+    busy = (0.0, 0.0)
+    for _ in range(24):
         want = max(1, round(count * (acc.bw_pull_s + acc.bw_push_s) / acc.cycle_s))
         nxt = min(levels, key=lambda m: abs(math.log(m) - math.log(want)))
         outside = min(1.0, mean_local / acc.cycle_s) if acc.cycle_s > 0 else 1.0
-        new = at(nxt, outside)
+        if crossed and acc.cycle_s > 0:  # halfway to the last cycle's shares: no swinging
+            seen = (acc.bw_pull_s / acc.cycle_s, acc.bw_push_s / acc.cycle_s)
+            busy = tuple(0.5 * (a + b) for a, b in zip(busy, seen))
+        new = at(nxt, outside, busy)
         if nxt == acc.active and abs(new.cycle_s - acc.cycle_s) <= 1e-3 * acc.cycle_s:
             acc = new
             break
         acc = new
     return acc, epochs, one_way
+
+
+def cross_traffic(pull_s: float, push_s: float, pulling: float,
+                  pushing: float) -> tuple[float, float]:
+    """A pull's and a push's time on the wire beside the other workers' pushes and pulls.
+
+    With the parameters sharded, the link from owner i to worker j carries j's pulls from
+    i and i's pushes to j. ``pulling`` and ``pushing`` are the shares of a cycle a worker
+    spends in each; a pull then finds a push on its links that share of the time and, the
+    two sharing the rate while both last, takes ``1 + pushing`` times as long (a push,
+    ``1 + pulling``). Measured on 2 emulated nodes at 200 Mbit/s (mlp, 470 KB a shard):
+    pulls and pushes took 22 ms at the median and 42-55 ms at the 90th percentile, the
+    doubled ones those that met the other rank's transfer (docs/RESULTS.md)."""
+    return pull_s * (1.0 + min(pushing, 0.9)), push_s * (1.0 + min(pulling, 0.9))
 
 
 def _rows(run: CounterRun, n: int, batch: int) -> Any:

@@ -204,6 +204,9 @@ def validate_main(args: argparse.Namespace) -> int:
     workload = build_workload(args)
     by_codec = compressed_workloads(args, workload)
     chosen = [workload_for(run, workload, by_codec) for run in runs]
+    hosts = [host_factor(run, w) if getattr(args, "validate_host_speed", "workload") == "run"
+             else 1.0 for run, w in zip(runs, chosen)]
+    chosen = [w if f == 1.0 else w.scaled(f) for w, f in zip(chosen, hosts)]
     jobs = [_job(args, run, float(w.extra.get("node_speed", 1.0)))
             for run, w in zip(runs, chosen)]
     out_dir = getattr(args, "validate_out", None)
@@ -228,7 +231,7 @@ def validate_main(args: argparse.Namespace) -> int:
     print(head)
     errors, cells = [], []
     labels = runner_labels([run.path for run in runs])
-    for run, (_cfg, n, _), result in zip(runs, jobs, results):
+    for run, (_cfg, n, _), result, host in zip(runs, jobs, results, hosts):
         m = {**row_figures(run.ranks), "samples_per_s": measured_samples_per_s(run)}
         p = row_figures(result.timeline.rows.arrays())
         err = p["samples_per_s"] / m["samples_per_s"] - 1.0
@@ -237,6 +240,8 @@ def validate_main(args: argparse.Namespace) -> int:
         config = configuration(run)
         cells.append((labels[run.path], config, err))
         note = "" if run.model == workload.name else f"  (model {run.model} != workload)"
+        if host != 1.0:
+            note += f"  host x{host:.2f}"
         print(f"{name[:34]:<34} {run.algorithm:<8} {n:>2} {config[:16]:<16} {run_load(run):>5} "
               f"{m['samples_per_s']:>9.0f} "
               f"{p['samples_per_s']:>9.0f} {100 * err:>+5.0f}% "
@@ -292,6 +297,22 @@ def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
     return dataclasses.replace(default, mean_codec_s=measured.mean_codec_s,
                                extra={**default.extra, "compress": codec,
                                       "codec_source": measured.source})
+
+
+def host_factor(run: Any, workload: Any) -> float:
+    """How much slower the host computed during ``run`` than during ``workload``'s run:
+    the median per-step compute of the run's ranks that were neither slowed nor throttled
+    (their first two steps left out, as the replay does) over the workload's median; 1
+    where no rank qualifies or either median is not positive."""
+    factors, speeds = rank_factors(run)
+    free = [rank for rank, f, s in zip(sorted(run.ranks), factors, speeds)
+            if f == 1.0 and s >= 1.0]
+    steps = [run.ranks[rank]["t_compute"][2:] for rank in free]
+    steps = [s for s in steps if len(s)]
+    if not steps:
+        return 1.0
+    mine, theirs = float(np.median(np.concatenate(steps))), workload.median_compute_s()
+    return mine / theirs if mine > 0 and theirs > 0 else 1.0
 
 
 def runner_labels(paths: list[str]) -> dict[str, str]:

@@ -25,6 +25,7 @@ records it in train, and where a step spends it is each strategy's own
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -293,6 +294,22 @@ class Workload:
         else:
             out.update(mean_compute_s=self.mean_compute_s, cv=self.cv)
         return {**out, **self.extra}
+
+    def scaled(self, factor: float) -> Workload:
+        """This workload on a host ``factor`` times slower: every replayed row's data,
+        compute and update, the profile's means and the codec's cost times ``factor``
+        (a measured delay follows its compute: it is replayed as a ratio)."""
+        rows = None if self.rows is None else self.rows * np.array([factor] * 3)
+        return dataclasses.replace(
+            self, rows=rows, mean_compute_s=self.mean_compute_s * factor,
+            mean_data_s=self.mean_data_s * factor, mean_update_s=self.mean_update_s * factor,
+            mean_codec_s=self.mean_codec_s * factor)
+
+    def median_compute_s(self) -> float:
+        """The replayed rows' median compute (the profile's mean without rows)."""
+        if self.rows is None or not len(self.rows):
+            return self.mean_compute_s
+        return float(np.median(self.rows[:, 1]))
 
     def replay_offsets(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Each simulated rank's starting row in its measured rank's rows (0 for profiles)."""

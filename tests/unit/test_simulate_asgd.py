@@ -158,3 +158,35 @@ def test_asgd_pays_its_targets_polls_over_tcp_and_not_with_immediate_progress():
 
     polls, immediate = sync_per_step("polls"), sync_per_step("immediate")
     assert polls > immediate + 0.005  # several 2.5 ms waits (two 5 ms gaps) per step
+
+
+def test_a_sharded_pull_shares_its_links_with_the_other_workers_pushes():
+    """2 ranks, sharded, a bandwidth-bound link (every transfer 20 ms, compute 5 ms): the
+    link from owner i to worker j carries j's pulls and i's pushes, so each transfer takes
+    20 ms x (1 + the share of a cycle the other spends in the other kind), about 29 ms,
+    not 20 (measured at 200 Mbit/s: 22 ms median, 42-55 ms at the 90th percentile)."""
+    from syncbench.bench.cli import build_parser
+    from syncbench.bench.simulate import strategies
+    from syncbench.bench.simulate.asgd import cross_traffic
+    from syncbench.bench.simulate.timeline import LocalTimes
+    from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
+
+    assert cross_traffic(0.02, 0.02, 0.5, 0.25) == pytest.approx((0.025, 0.03))
+    assert cross_traffic(1.0, 1.0, 5.0, 5.0) == pytest.approx((1.9, 1.9))  # capped
+    split = ComputeSplit(forward=(0.5,), backward=(1.0,), offsets=(0,))
+    w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=0.005, split=split)
+
+    def clock(phase) -> float:  # a shard's transfer 20 ms, a counter message 10 us
+        return 0.02 if phase.nbytes > 8 else 1e-5
+
+    def comm_per_step(layout: str) -> float:
+        cfg = build_parser("simulate").parse_args(
+            ["simulate", "--algorithm", "asgd", "--rma-progress", "immediate",
+             "--ps-layout", layout])
+        local = LocalTimes(w, 2, [1.0, 1.0], Stragglers(), seed=0)
+        rows = strategies.SIMULATORS["asgd"](cfg, local, 40, clock).rows.arrays()
+        return float(np.mean(np.concatenate([r["t_comm"] for r in rows.values()])))
+
+    shared = comm_per_step("sharded")
+    assert 2 * 0.027 < shared < 2 * 0.031, shared  # T = 20 (1 + T / (5 + 2 T)): 29 ms

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
 from test_analysis import write_file
 
 from syncbench.analysis.runfile import read_run
@@ -145,3 +146,27 @@ def test_a_runs_recorded_link_bucket_goes_to_its_simulation(tmp_path):
     assert _job(args, read_run(shaped))[0].link_burst == 52224.0
     args.link_burst = "0"
     assert _job(args, read_run(shaped))[0].link_burst == "0"
+
+
+def test_a_runs_host_speed_is_its_free_ranks_compute_over_the_workloads(tmp_path):
+    """--validate-host-speed run: a run whose ranks at full speed computed 30 ms a step
+    against a workload's 20 ms is predicted from the workload 1.5x slower; a slowed or
+    throttled rank does not count, and the profile-less fallback is 1."""
+    import numpy as np
+
+    from syncbench.bench.simulate.validate import host_factor
+    from syncbench.bench.simulate.workload import Workload
+
+    run = write_file(tmp_path / "r.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                     steps_per_rank=8, phases={"compute": 0.03},
+                     rank_extra={1: {"node_speed": 0.5}})
+    rows = np.tile([0.001, 0.02, 0.002], (10, 1))
+    w = Workload(name="mlp", params=10, batch_size=1, dataset_samples=10, rows=rows,
+                 rank_bounds=[0, 10])
+    assert host_factor(read_run(run), w) == pytest.approx(1.5)
+    slower = w.scaled(1.5)
+    assert slower.median_compute_s() == pytest.approx(0.03)
+    np.testing.assert_allclose(slower.rows[:, 0], 0.0015)
+    throttled = write_file(tmp_path / "t.h5", algorithm="ssgd", world_size=1, wall=2.0,
+                           steps_per_rank=8, rank_extra={0: {"node_speed": 0.5}})
+    assert host_factor(read_run(throttled), w) == 1.0
