@@ -445,6 +445,11 @@ def _entries(data: dict, top_grid: list[float] | None) -> list[RunEntry]:
     return entries
 
 
+#: The most ranks a scenario's run may ask for: the simulator's (a sweep ``--simulate`` to
+#: 16,384 ranks is a scaling scenario too; ``bench/simulate/single.py``'s ``MAX_RANKS``).
+MAX_TASKS = 16_384
+
+
 def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
     """Check the parsed TOML of a scenario; :class:`ScenarioError` on the first problem."""
     unknown = sorted(set(data) - _TOP_KEYS)
@@ -452,7 +457,8 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
                           f"valid: {', '.join(sorted(_TOP_KEYS))}")
     _require("np" in data, "'np' (ranks per run) is required")
     nps = _task_counts(data["np"])
-    np_ = nps[0] if isinstance(data["np"], list) else _number(data, "np", None, int, 1, 4096)
+    np_ = nps[0] if isinstance(data["np"], list) else _number(data, "np", None, int, 1,
+                                                              MAX_TASKS)
     top_grid = _lr_grid(data["lr_grid"], "top level") if "lr_grid" in data else None
     entries = _entries(data, top_grid)
     headline = data.get("headline", "time_to_target")
@@ -499,8 +505,9 @@ def _task_counts(value: Any) -> tuple[int, ...]:
     """``np``: one whole number, or a list of distinct ones (a scaling scenario)."""
     values = value if isinstance(value, list) else [value]
     _require(bool(values) and all(isinstance(v, int) and not isinstance(v, bool)
-                                  and 1 <= v <= 4096 for v in values),
-             f"'np' must be a whole number in [1, 4096] or a list of them, got {value!r}")
+                                  and 1 <= v <= MAX_TASKS for v in values),
+             f"'np' must be a whole number in [1, {MAX_TASKS}] or a list of them, "
+             f"got {value!r}")
     _require(len(set(values)) == len(values), f"'np' {value!r}: task counts repeat")
     return tuple(values)
 

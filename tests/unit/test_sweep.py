@@ -187,3 +187,15 @@ def test_report_of_a_sweeps_folder_reprints_its_scaling_table(tmp_path, capsys):
         report = capsys.readouterr().out
         assert report.startswith(f"# {tmp_path / 'manifest.json'}: the scaling table of its "
                                  f"runs\n\n{table}\n")
+
+
+def test_a_scaling_scenario_reaches_the_simulators_16384_ranks():
+    """``sweep --simulate --np 8,...,16384`` is a scaling scenario: its np list may reach
+    the simulator's largest job, not beyond."""
+    from syncbench.bench.experiment.scenario import ScenarioError
+
+    runs = [{"label": "asgd", "algorithm": "asgd"}]
+    scenario = parse_scenario({"np": [8, 16384], "scaling": "weak", "run": runs}, "w", "w")
+    assert scenario.np == 8
+    with pytest.raises(ScenarioError, match=r"\[1, 16384\]"):
+        parse_scenario({"np": [8, 16385], "scaling": "weak", "run": runs}, "w", "w")
