@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "slowed by 1/S (a wait inside MPI is not: the kernel moves the bytes)")
     het.add_argument("--node-throttle", default=None, metavar="ON/OFF[,...]",
                      help="how the kernel realises each --node-speed below 1: ON ms of "
-                     "running then OFF ms frozen (e.g. 3.3/4.7, what syncbench cluster "
+                     "running then OFF ms frozen (e.g. 3.1/4.9, about what syncbench cluster "
                      "measures on its slow nodes), for every such rank or one entry (or -) "
                      "per rank; the ranks' shares then follow from their busy and idle "
                      "times, not from the nominal speed (--validate reads the runs' own)")

@@ -462,18 +462,21 @@ def burst_stages(phases: Sequence[Phase], time_phase: PhaseClock, burst: float) 
     (the emulated cluster's ``tc tbf``, ``syncbench cluster up --burst``; a cloud NIC's
     burst credits), and while a flow drains it faster than the rate it refills, so only
     the first stages gain: a stage whose flows send ``b`` bytes with ``c`` of credit left
-    loses ``min(c, b) / b`` of its time on the wire (its time less that of an empty
-message), and ``c`` falls by ``min(c, b)``. Measured
+    loses ``min(c, b) / b`` of its time on the wire (its time less that of a 1-byte
+    message), and ``c`` falls by ``min(c, b)``; a node-local phase spends none. Measured
     on 2 emulated nodes at 1 Gbit/s (a 256 KB bucket): a 940 KB blocking Allreduce after
-    compute took 5.96 ms against 8.07 back to back (docs/RESULTS.md). Assumes the bucket
-    refilled while the ranks computed (``burst`` / rate: 2.1 ms on the cluster)."""
+    compute took 5.96 ms, against 8.07 predicted from the back-to-back calibration
+    (docs/RESULTS.md). Assumes the bucket refilled while the ranks computed (``burst`` /
+    rate: 2.1 ms on the cluster)."""
     credit, out = max(0.0, burst), []
     for phase in phases:
         seconds = time_phase(phase)
         for _ in range(phase.repeat):
-            free = min(credit, phase.nbytes) if phase.nbytes > 0 else 0.0
-            if free > 0:  # the bytes' share of the stage, not its latency
-                wire = max(0.0, seconds - time_phase(dataclasses.replace(phase, nbytes=0.0)))
+            # a node-local phase (``block``) crosses no shaped link and spends no credit
+            free = min(credit, phase.nbytes) if phase.nbytes > 0 and phase.block <= 0 else 0.0
+            if free > 0:  # the bytes' share of the stage, not its latency (a 1-byte one's)
+                latency = time_phase(dataclasses.replace(phase, nbytes=1.0))
+                wire = max(0.0, seconds - latency)
                 out.append(seconds - wire * free / phase.nbytes)
             else:
                 out.append(seconds)

@@ -142,15 +142,18 @@ def realised_shares(rows: dict[int, dict[str, np.ndarray]], shares: Sequence[flo
 def parse_node_throttles(spec: str | None, speeds: Sequence[float] | None,
                          n: int) -> list[Throttle | None] | None:
     """``--node-throttle``: ``ON/OFF`` (milliseconds) for every rank at a quota, or one
-    ``ON/OFF`` or ``-`` per rank, comma-separated; None where no rank has one."""
+    ``ON/OFF`` or ``-`` per rank, comma-separated; a rank at full speed (``speeds``,
+    ``--node-speed``'s) takes none. None where no rank has one."""
     if not spec:
         return None
     parts = [_throttle_entry(part.strip(), spec) for part in spec.split(",")]
     if len(parts) == 1:  # one pattern: the ranks at a quota take it
-        parts = [parts[0] if s < 1.0 else None for s in (speeds or [1.0] * n)]
+        parts = parts * n
     if len(parts) != n:
         raise ValueError(f"--node-throttle {spec!r} has {len(parts)} entries but the job has "
                          f"{n} ranks")
+    # a pattern is a quota's: a rank at full speed has none to realise
+    parts = [t if s < 1.0 else None for t, s in zip(parts, speeds or [1.0] * n)]
     return parts if any(t is not None for t in parts) else None
 
 

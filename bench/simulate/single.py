@@ -31,6 +31,9 @@ def check_strategy(args: argparse.Namespace, n: int) -> None:
     validate(get_algorithm(args.algorithm), args, n)
     parse_slowdown(args.slowdown, n)
     speeds = parse_node_speeds(getattr(args, "node_speed", None), n)
+    if getattr(args, "node_throttle", None) and speeds is None:
+        raise ValueError("--node-throttle describes a quota's bursts: give --node-speed with "
+                         "a rank below 1 too")
     parse_node_throttles(getattr(args, "node_throttle", None), speeds, n)
     link_burst(args)
 

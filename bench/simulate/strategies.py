@@ -43,7 +43,12 @@ from syncbench.algorithms.averagers.schedule import (
 from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.bench.simulate.asgd import asgd
-from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
+from syncbench.bench.simulate.collectives import (
+    PhaseClock,
+    allreduce_time,
+    cost,
+    placed_phases,
+)
 from syncbench.bench.simulate.compressed import compressed_ssgd
 from syncbench.bench.simulate.decentralized import adpsgd, dpsgd
 from syncbench.bench.simulate.hierarchical import hierarchical, with_hierarchical_comm
@@ -182,7 +187,9 @@ def momentum_sync_time(cfg: argparse.Namespace, w: Workload, n: int,
     """``--momentum-sync average``: one more blocking Allreduce, of the velocity, per round."""
     if cfg.momentum_sync != "average":
         return 0.0
-    return allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase, w.itemsize)
+    # right after the parameters' Allreduce: the links' bucket is spent (no burst)
+    return cost(placed_phases(w.param_bytes, n, cfg.allreduce, time_phase, w.itemsize),
+                time_phase)
 
 
 def localsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,

@@ -101,14 +101,17 @@ def _job(args: argparse.Namespace, run: Any,
         cfg.slowdown = ",".join(f"{f:g}" for f in factors)
     cfg.node_speed = ",".join(f"{s:g}" for s in speeds) if any(s < 1.0 for s in speeds) \
         else None
+    # the quota's bursts and the links' bucket: the flag where given, else the run's
+    # record; a recorded pattern is absolute, so not against a workload that ran at a quota
     throttles = [throttle_of(run.rank_attrs.get(rank, {})) if speed < 1.0 else None
                  for rank, speed in zip(sorted(run.ranks), speeds)]
-    if any(t is not None for t in throttles):  # the run's own record; else --node-throttle
+    if (not getattr(args, "node_throttle", None) and workload_speed >= 1.0
+            and any(t is not None for t in throttles)):
         cfg.node_throttle = throttle_spec(throttles)
     bursts = [float(run.rank_attrs.get(rank, {}).get("link_burst_bytes", math.nan))
               for rank in sorted(run.ranks)]
     bursts = [b for b in bursts if math.isfinite(b) and b > 0]
-    if bursts and getattr(args, "link_burst", None) in (None, ""):  # the run's own links
+    if bursts and getattr(args, "link_burst", None) in (None, ""):
         cfg.link_burst = min(bursts)
     n = run.world_size
     total = sum(len(cols["step"]) for cols in run.ranks.values())

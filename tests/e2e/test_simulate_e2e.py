@@ -86,7 +86,7 @@ def test_ssgd_steps_at_the_slow_ranks_pace(tmp_path):
 
 @needs_simgrid
 def test_a_node_that_runs_in_bursts_is_slower_than_its_nominal_share(tmp_path):
-    """--node-throttle 3.3/4.7 (what the emulated cluster measures at speed 0.5): a Local
+    """--node-throttle 3.3/4.7 (near what the emulated cluster measures at speed 0.5): a Local
     SGD rank that computes through most steps realises about 3.3 / 8 of the CPU, not
     half of it, and the run file says so; a rank without a quota keeps all of it."""
     runs = {}

@@ -264,3 +264,7 @@ def test_an_arrays_address_is_its_first_elements_whether_writable_or_not():
     for array in (base, view, frozen, base[:0], base[::2]):
         assert cpu_native._ptr(array) == array.ctypes.data
     assert cpu_native._ptr(None) is None
+    # the writable contiguous ones take the buffer protocol's path
+    import ctypes
+    for array in (base, view):
+        assert ctypes.addressof(ctypes.c_char.from_buffer(array)) == array.ctypes.data

@@ -128,14 +128,15 @@ def test_realised_shares_follow_each_throttled_ranks_busy_and_idle_rows():
 
 @pytest.mark.parametrize("spec,speeds,expect", [
     ("3.3/4.7", [1.0, 0.5], [None, Throttle(3.3e-3, 4.7e-3)]),
-    ("-,1/3", None, [None, Throttle(1e-3, 3e-3)]),
+    ("-,1/3", [0.5, 0.25], [None, Throttle(1e-3, 3e-3)]),
+    ("1/3,1/3", [1.0, 0.25], [None, Throttle(1e-3, 3e-3)]),  # none for a rank at speed 1
     ("2/2", None, None),  # one pattern and no rank at a quota: nothing to throttle
     ("", [1.0, 0.5], None),
 ])
 def test_node_throttles_name_each_rank_or_every_rank_at_a_quota(spec, speeds, expect):
     assert parse_node_throttles(spec, speeds, 2) == expect
     if expect is not None:
-        assert parse_node_throttles(throttle_spec(expect), None, 2) == expect
+        assert parse_node_throttles(throttle_spec(expect), speeds, 2) == expect
 
 
 @pytest.mark.parametrize("spec,message", [
@@ -145,3 +146,13 @@ def test_node_throttles_name_each_rank_or_every_rank_at_a_quota(spec, speeds, ex
 def test_bad_node_throttles_are_one_line(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_node_throttles(spec, [1.0, 0.5], 2)
+
+
+def test_a_throttle_without_a_quota_is_one_line():
+    from syncbench.bench.simulate.single import check_strategy
+
+    args = build_parser("simulate").parse_args(["simulate", "--node-throttle", "3.3/4.7"])
+    with pytest.raises(ValueError, match="give --node-speed"):
+        check_strategy(args, 2)
+    args.node_speed = "1,0.5"
+    check_strategy(args, 2)

@@ -132,8 +132,17 @@ def test_a_runs_recorded_quota_bursts_go_to_its_simulation(tmp_path):
     args = argparse.Namespace(slowdown=None, algorithm="ssgd", node_throttle=None)
     assert _job(args, read_run(bursts))[0].node_throttle == "-,3.3/4.7"
     assert _job(args, read_run(older))[0].node_throttle is None
-    args.node_throttle = "3/5"
+    # a workload measured at a quota: the recorded (absolute) pattern is not stacked on it
+    halves = write_file(tmp_path / "h.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                        steps_per_rank=4,
+                        rank_extra={0: {"node_speed": 0.5},
+                                    1: {"node_speed": 0.25, "node_throttle_on_s": 0.001,
+                                        "node_throttle_off_s": 0.003}})
+    assert _job(args, read_run(halves))[0].node_throttle == "-,1/3"
+    assert _job(args, read_run(halves), 0.5)[0].node_throttle is None
+    args.node_throttle = "3/5"  # the flag, where given, over the run's record
     assert _job(args, read_run(older))[0].node_throttle == "3/5"
+    assert _job(args, read_run(bursts))[0].node_throttle == "3/5"
 
 
 def test_a_runs_recorded_link_bucket_goes_to_its_simulation(tmp_path):
