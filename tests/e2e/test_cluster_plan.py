@@ -140,6 +140,12 @@ def test_slurm_lines_and_task_prolog():
                          env={"SLURMD_NODENAME": "sbnode2", "PATH": "/usr/bin:/bin"})
     assert "export UCX_TLS=tcp,self" in out.stdout
     assert "export SYNCBENCH_NODE_SPEED=0.5" in out.stdout
+    # a shaped link's token bucket reaches the tasks too (1 Gbit/s: 256 KB)
+    shaped = dataclasses.replace(cluster, link="1gbit")
+    out = subprocess.run(["sh", "-c", slurm.task_prolog(shaped)], capture_output=True,
+                         text=True, env={"SLURMD_NODENAME": "sbnode1", "PATH": "/usr/bin:/bin"})
+    assert "export SYNCBENCH_LINK_BURST=262144" in out.stdout
+    assert "SYNCBENCH_NODE_SPEED" not in out.stdout
     host = subprocess.run(["sh", "-c", prolog], capture_output=True, text=True,
                           env={"SLURMD_NODENAME": "vm", "PATH": "/usr/bin:/bin"})
     assert host.stdout == ""  # the host's own node keeps its settings
