@@ -39,6 +39,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: The most ranks any command takes: the simulator's (``simulate --np``, and a scenario's
+#: ``np``, since ``sweep --simulate`` to 16,384 ranks is a scaling scenario too).
+MAX_RANKS = 16_384
+
+
 def parse_rank_counts(text: str) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``: the rank counts of ``--np`` (run, compare, sweep,
     peers), positive and distinct, in the order typed; a single count is a list of one.

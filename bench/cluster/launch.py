@@ -29,7 +29,7 @@ from syncbench.bench.experiment.launch import find_mpiexec
 
 from .host import ClusterError
 from .network import link_burst_bytes
-from .state import Cluster, check_file, load, state_dir, write_file
+from .state import Cluster, Node, check_file, load, state_dir, write_file
 
 #: What makes inter-node traffic cross the links, per MPI flavour.
 TRANSPORT_ENV = {
@@ -43,18 +43,28 @@ def shim_path() -> Path:
     return state_dir() / "node-ssh"
 
 
+def node_env(cluster: Cluster, node: Node) -> dict[str, str]:
+    """What a rank on ``node`` learns of it from its launcher (the shim here, Slurm's
+    TaskProlog): its quota's speed and bursts, and its link's token bucket; none of
+    them where the node has no quota or an unshaped link."""
+    env = {}
+    if node.speed < 1:
+        env["SYNCBENCH_NODE_SPEED"] = f"{node.speed:g}"
+        if node.throttle:
+            env["SYNCBENCH_NODE_THROTTLE"] = node.throttle
+    burst = link_burst_bytes(node.link or cluster.link, cluster.burst)
+    if burst > 0:
+        env["SYNCBENCH_LINK_BURST"] = str(int(burst))
+    return env
+
+
 def shim_text(cluster: Cluster) -> str:
     """The ssh stand-in: ``node-ssh [ssh options] HOST COMMAND...``."""
     cases = []
     for n in cluster.nodes:
         procs = " ".join(n.cgroup_procs)
         offset = f"{n.clock_offset_s:g}"
-        speed = f" export SYNCBENCH_NODE_SPEED={n.speed:g};" if n.speed < 1 else ""
-        if n.speed < 1 and n.throttle:
-            speed += f" export SYNCBENCH_NODE_THROTTLE={n.throttle};"
-        burst = link_burst_bytes(n.link or cluster.link, cluster.burst)
-        if burst > 0:
-            speed += f" export SYNCBENCH_LINK_BURST={int(burst)};"
+        speed = "".join(f" export {k}={v};" for k, v in node_env(cluster, n).items())
         cases.append(f"  {n.address}|{n.name}|{n.name}.*) ns={n.name}; procs={shlex.quote(procs)}; "
                      f"offset={offset};{speed};")
     names = ", ".join(n.name for n in cluster.nodes)

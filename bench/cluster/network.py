@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from .host import ClusterError, sh, works
-from .state import BRIDGE, Cluster, Node, record, subnet_network
+from .state import BRIDGE, BURST_RE, Cluster, Node, record, subnet_network
 
 
 def link_exists(name: str) -> bool:
@@ -134,8 +134,6 @@ MIN_AUTO_BURST = 32 * 1024
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
 _UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
           "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
-#: ``tc``'s sizes (tc(8), "SIZES"): bytes, kilo-, mega- and gigabytes of 1024, or bits.
-SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)(b|bit)?$", re.I)
 
 
 def rate_bytes_per_s(rate: str) -> float:
@@ -148,7 +146,7 @@ def rate_bytes_per_s(rate: str) -> float:
 
 def size_bytes(size: str) -> float:
     """A ``tc`` size (``256kb``, ``51kb``, ``2mbit``, ``1500``) in bytes."""
-    match = SIZE.match(size.strip())
+    match = BURST_RE.match(size.strip())
     if not match:
         raise ClusterError(f"{size!r} is not a size such as 256kb")
     scale = 1024 ** " kmg".index(match.group(2).lower() or " ")

@@ -37,9 +37,8 @@ from syncbench.bench.files import WriteError, write_atomic
 from syncbench.bench.processes import Process, signal_if_same
 
 from .host import ClusterError, complaint
-from .launch import TRANSPORT_ENV, node_command
-from .network import link_burst_bytes
-from .state import BRIDGE_ADDRESS, Cluster, Node, record, state_dir, write_file
+from .launch import TRANSPORT_ENV, node_command, node_env
+from .state import BRIDGE_ADDRESS, Cluster, record, state_dir, write_file
 
 PARTITION = "emulated"
 #: Slurm CPUs per CPU of a node (more than 1 lets small jobs share a node here).
@@ -197,25 +196,12 @@ def task_prolog(cluster: Cluster) -> str:
     exports = "\n".join(f'  [ -n "${{{name}:-}}" ] || echo "export {name}={value}"'
                         for name, value in settings.items())
     names = "|".join(n.name for n in cluster.nodes)
-    speeds = "".join(f'  {n.name}) ' + "; ".join(_node_exports(cluster, n)) + ";;\n"
-                     for n in cluster.nodes if _node_exports(cluster, n))
+    envs = {n.name: node_env(cluster, n) for n in cluster.nodes}
+    speeds = "".join(f'  {name}) ' + "; ".join(f'echo "export {k}={v}"' for k, v in env.items())
+                     + ";;\n" for name, env in envs.items() if env)
     return (f'#!/bin/sh\n# syncbench emulated cluster: transports for tasks on its nodes.\n'
             f'case "$SLURMD_NODENAME" in {names})\n{exports}\n  ;;\nesac\n'
             f'case "$SLURMD_NODENAME" in\n{speeds}esac\n')
-
-
-def _node_exports(cluster: Cluster, node: Node) -> list[str]:
-    """The TaskProlog's ``echo "export ..."`` lines of one node: its quota's speed and
-    bursts, and its link's token bucket, as the ssh shim exports them."""
-    lines = []
-    if node.speed < 1:
-        lines.append(f'echo "export SYNCBENCH_NODE_SPEED={node.speed:g}"')
-        if node.throttle:
-            lines.append(f'echo "export SYNCBENCH_NODE_THROTTLE={node.throttle}"')
-    burst = link_burst_bytes(node.link or cluster.link, cluster.burst)
-    if burst > 0:
-        lines.append(f'echo "export SYNCBENCH_LINK_BURST={int(burst)}"')
-    return lines
 
 
 def _local_cluster(env_extra: dict[str, str]) -> None:

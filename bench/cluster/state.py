@@ -56,12 +56,15 @@ SUBNET_RE = re.compile(r"^\d{1,3}\.\d{1,3}\.\d{1,3}$")
 PATH_RE = re.compile(r"^/[A-Za-z0-9._/+-]*$")
 CPUS_RE = re.compile(r"^(\d{1,4}(,\d{1,4})*)?$")
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps))?$", re.I)
-BURST_RE = re.compile(r"^\d+(?:\.\d+)?[kmg]?(?:b|bit)?$", re.I)
+#: A ``tc`` size (tc(8), "SIZES"): a number, then k, m or g (1024s), then b (bytes) or bit.
+BURST_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)(b|bit)?$", re.I)
 
 
 def valid_burst(burst: str) -> bool:
     """Whether ``burst`` is ``auto`` or a ``tc`` size (``256kb``)."""
     return burst == "auto" or bool(BURST_RE.match(burst))
+
+
 #: A node's measured quota pattern: ``ON/OFF`` milliseconds, or "" (no quota).
 THROTTLE_RE = re.compile(r"^(\d+(?:\.\d+)?/\d+(?:\.\d+)?)?$")
 CGROUP_PROCS_RE = re.compile(r"^/sys/fs/cgroup/(?:[a-z_,]+/)?([A-Za-z][A-Za-z0-9]{0,14})/"

@@ -33,6 +33,7 @@ from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.analysis.targets import Target
 from syncbench.bench.cluster.network import RATE
 from syncbench.bench.data.catalog import DATASETS, DatasetError, find_dataset_dir
+from syncbench.bench.flags import MAX_RANKS
 from syncbench.bench.train.slowdown import parse_factor
 
 if sys.version_info >= (3, 11):
@@ -445,11 +446,6 @@ def _entries(data: dict, top_grid: list[float] | None) -> list[RunEntry]:
     return entries
 
 
-#: The most ranks a scenario's run may ask for: the simulator's (a sweep ``--simulate`` to
-#: 16,384 ranks is a scaling scenario too; ``bench/simulate/single.py``'s ``MAX_RANKS``).
-MAX_TASKS = 16_384
-
-
 def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
     """Check the parsed TOML of a scenario; :class:`ScenarioError` on the first problem."""
     unknown = sorted(set(data) - _TOP_KEYS)
@@ -458,7 +454,7 @@ def parse_scenario(data: dict[str, Any], name: str, source: str) -> Scenario:
     _require("np" in data, "'np' (ranks per run) is required")
     nps = _task_counts(data["np"])
     np_ = nps[0] if isinstance(data["np"], list) else _number(data, "np", None, int, 1,
-                                                              MAX_TASKS)
+                                                              MAX_RANKS)
     top_grid = _lr_grid(data["lr_grid"], "top level") if "lr_grid" in data else None
     entries = _entries(data, top_grid)
     headline = data.get("headline", "time_to_target")
@@ -505,8 +501,8 @@ def _task_counts(value: Any) -> tuple[int, ...]:
     """``np``: one whole number, or a list of distinct ones (a scaling scenario)."""
     values = value if isinstance(value, list) else [value]
     _require(bool(values) and all(isinstance(v, int) and not isinstance(v, bool)
-                                  and 1 <= v <= MAX_TASKS for v in values),
-             f"'np' must be a whole number in [1, {MAX_TASKS}] or a list of them, "
+                                  and 1 <= v <= MAX_RANKS for v in values),
+             f"'np' must be a whole number in [1, {MAX_RANKS}] or a list of them, "
              f"got {value!r}")
     _require(len(set(values)) == len(values), f"'np' {value!r}: task counts repeat")
     return tuple(values)

@@ -441,12 +441,14 @@ def placed_phases(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
 
 
 def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
-                   itemsize: int = 4) -> float:
+                   itemsize: int = 4, burst: float | None = None) -> float:
     """Simulated seconds of a blocking allreduce of ``nbytes``: its phases one after the
     other (:func:`placed_phases`), less what the links' token buckets pass at once
-    (:func:`burst_stages`)."""
+    (:func:`burst_stages`; ``burst`` None: the clock's, 0: a bucket another collective
+    has just spent)."""
     phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize)
-    return float(sum(burst_stages(phases, time_phase, burst_of(time_phase))))
+    burst = burst_of(time_phase) if burst is None else burst
+    return float(sum(burst_stages(phases, time_phase, burst)))
 
 
 def burst_of(time_phase: PhaseClock) -> float:

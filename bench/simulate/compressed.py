@@ -241,19 +241,19 @@ def collectives(reducer: CompressedReducer, index: int, n: int, compressing: boo
 
 
 def chain_stages(chain: list[tuple[str, Any]], n: int, algorithm: str,
-                 time_phase: PhaseClock, burst: float = 0.0) -> np.ndarray:
-    """Every stage of a bucket's collectives, one after another; ``burst``: the bytes of
-    the links' token buckets, full when the first allreduce of the chain starts (a
-    blocking reduction after compute, :func:`.collectives.burst_stages`)."""
+                 time_phase: PhaseClock) -> np.ndarray:
+    """Every stage of a bucket's collectives, one after another. The links' token bucket
+    (``--link-burst``) is left out: PowerSGD's blocking collectives (11 and 3 KB on mlp)
+    took their back-to-back time on 2 emulated nodes at 200 Mbit/s with a 51 KB bucket
+    (docs/RESULTS.md), not the bucket's."""
     parts = []
-    for i, (kind, size) in enumerate(chain):
+    for kind, size in chain:
         if kind == "alltoallv":
             parts.append(alltoallv_stages(n, size, time_phase))
         elif kind in ("allgatherv", "allgather"):
             parts.append(allgather_stages(n, size, time_phase))
-        else:  # a token bucket full after compute (burst) serves the first one only
-            parts.append(allreduce_stages(float(size), n, algorithm, time_phase, ITEMSIZE,
-                                          burst=burst if i == 0 else 0.0))
+        else:
+            parts.append(allreduce_stages(float(size), n, algorithm, time_phase, ITEMSIZE))
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
@@ -311,14 +311,10 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         raise ValueError(f"--compress {cfg.compress} reduces the whole gradient after "
                          "backward only: add --comm blocking")
     plain = isinstance(reducer, PowerSGDReduce)
-    # a token bucket's burst is left out of the codecs' collectives: PowerSGD's blocking
-    # ones (11 and 3 KB on mlp) took their back-to-back time on 2 emulated nodes at 200
-    # Mbit/s with a 51 KB bucket (docs/RESULTS.md), not the bucket's
-    burst = 0.0
-    stages = [chain_stages(collectives(reducer, i, n), n, cfg.allreduce, time_phase, burst)
+    stages = [chain_stages(collectives(reducer, i, n), n, cfg.allreduce, time_phase)
               for i in range(len(reducer.plan))]
     plain_stages = (chain_stages(collectives(reducer, 0, n, False), n, cfg.allreduce,
-                                 time_phase, burst) if plain and start_iter > 0 else None)
+                                 time_phase) if plain and start_iter > 0 else None)
     extra_s, cost_from = codec_cost(cfg, w)
     codec = quota_codec(extra_s, local.speeds, n)  # per rank: a quota slows the codec too
     split = w.compute_split()

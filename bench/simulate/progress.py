@@ -28,11 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.bench.simulate.collectives import (
-    PhaseClock,
-    burst_stages,
-    placed_phases,
-)
+from syncbench.bench.simulate.collectives import PhaseClock, placed_phases
 from syncbench.bench.simulate.workload import ComputeSplit
 from syncbench.bench.train.slowdown import PROGRESS_INTERVAL_S, resolve_mode
 
@@ -45,18 +41,17 @@ TESTALL_SECONDS = 2.0e-6
 
 
 def allreduce_stages(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
-                     itemsize: int = 4, burst: float | None = None) -> np.ndarray:
-    """Seconds of each stage of a nonblocking allreduce of ``nbytes``, in order, the first
-    ones shortened by a token bucket of ``burst`` bytes on the links
-    (:func:`.collectives.burst_stages`; a nonblocking collective's transfers move at the
-    ranks' polls, which a bucket's burst was not measured to speed up: none by default).
+                     itemsize: int = 4) -> np.ndarray:
+    """Seconds of each stage of a nonblocking allreduce of ``nbytes``, in order. The links'
+    token bucket (``--link-burst``) is left out: a nonblocking collective's transfers move
+    at the ranks' polls, which the bucket was not measured to speed up (docs/RESULTS.md).
 
     The stages are the phases of the Iallreduce (:func:`.collectives.placed_phases`), each
     repeat of a phase (a step of a ring) a stage of its own: the schedule of
     MPICH's Iallreduce advances one such exchange per progress call.
     """
     phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
-    return np.asarray(burst_stages(phases, time_phase, burst or 0.0), dtype=float)
+    return np.repeat([time_phase(p) for p in phases], [p.repeat for p in phases]).astype(float)
 
 
 class Calendar:

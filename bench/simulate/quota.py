@@ -81,8 +81,9 @@ class Throttle:
     process that makes no system call runs past its quota to the next tick and is then
     frozen until the periods after have paid the debt (the kernel's
     Documentation/scheduler/sched-bwc.rst). Measured on the emulated cluster (speed 0.5, a 1
-    ms quota every 2 ms, HZ 250): 3.3 ms on, 4.7 ms off, a share of 0.41, not 0.5
-    (docs/RESULTS.md, "A quota runs in bursts")."""
+    ms quota every 2 ms, HZ 250): 3.1-3.3 ms on, 4.7-4.9 ms off, a share of 0.38-0.41, not
+    0.5 (docs/RESULTS.md, "A quota in bursts, the links' token bucket and ASGD's crossed
+    transfers")."""
 
     on_s: float
     off_s: float

@@ -37,12 +37,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.algorithms.averagers.streaming import fragment_bounds, fragment_offsets
-from syncbench.bench.simulate.collectives import (
-    PhaseClock,
-    allreduce_time,
-    cost,
-    placed_phases,
-)
+from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
 from syncbench.bench.simulate.progress import (
     TESTALL_SECONDS,
     Calendar,
@@ -61,8 +56,8 @@ def momentum_sync_seconds(cfg: argparse.Namespace, nbytes: float, n: int,
     """``--momentum-sync average``: one more blocking Allreduce of the velocity per round."""
     if getattr(cfg, "momentum_sync", "keep") != "average":
         return 0.0
-    # right after the parameters' Allreduce: the links' bucket is spent (no burst)
-    return cost(placed_phases(nbytes, n, cfg.allreduce, time_phase, itemsize), time_phase)
+    # right after the parameters' Allreduce: the links' bucket is spent
+    return allreduce_time(nbytes, n, cfg.allreduce, time_phase, itemsize, burst=0.0)
 
 
 def outer_rounds(cfg: argparse.Namespace, local: LocalTimes, steps: int,

@@ -21,6 +21,8 @@ import numpy as np
 
 from syncbench.analysis.schema import EVAL_COLUMNS
 from syncbench.analysis.summary import summarize
+from syncbench.bench.cluster.host import ClusterError
+from syncbench.bench.cluster.network import size_bytes
 from syncbench.bench.simulate.collectives import PlacedClock
 from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
 from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
@@ -78,16 +80,17 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
     throttles = parse_node_throttles(getattr(cfg, "node_throttle", None), speeds, n)
     base = parse_slowdown(cfg.slowdown, n)
 
+    local: LocalTimes | None = None  # the simulation under way (its furthest step)
+
     def local_times(shares: list[float] | None) -> LocalTimes:
         # a quota slows compute as a factor 1/s (and data, update, codec: .quota)
+        nonlocal local
         factors = base if shares is None else [f / s for f, s in zip(base, shares)]
         local = LocalTimes(workload, n, factors, stragglers, cfg.seed, shares)
         if on_phase is not None:  # also each step further than any before
             local.on_step = lambda j: on_phase(network, j)
-        current[0] = local
         return local
 
-    current: list[LocalTimes | None] = [None]
     in_phases = [0.0]
 
     def time_phase(phase: Any) -> float:
@@ -95,7 +98,7 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
         seconds = network.phase(phase.key(), phase.pairs, phase.nbytes)
         in_phases[0] += time.perf_counter() - t0
         if on_phase is not None:
-            on_phase(network, current[0].reached if current[0] is not None else 0)
+            on_phase(network, local.reached if local is not None else 0)
         return seconds
 
     clock = PlacedClock(time_phase, network.ranks_per_host, link_burst(cfg))
@@ -126,8 +129,6 @@ def link_burst(cfg: argparse.Namespace) -> float:
     try:
         burst = float(value)
     except (TypeError, ValueError):
-        from syncbench.bench.cluster.host import ClusterError
-        from syncbench.bench.cluster.network import size_bytes
         try:
             burst = size_bytes(str(value))
         except ClusterError:

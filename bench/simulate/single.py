@@ -14,15 +14,13 @@ import sys
 from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import WriteError
+from syncbench.bench.flags import MAX_RANKS
 from syncbench.bench.simulate.inputs import build_platform, build_workload, steps_per_rank
 from syncbench.bench.simulate.quota import parse_node_speeds, parse_node_throttles
 from syncbench.bench.simulate.run import link_burst, simulate
 from syncbench.bench.simulate.ticker import Ticker
 from syncbench.bench.simulate.workload import parse_stragglers
 from syncbench.bench.train.slowdown import parse_slowdown
-
-#: The most ranks ``--np`` takes (the largest platforms the simulator is built for).
-MAX_RANKS = 16_384
 
 
 def check_strategy(args: argparse.Namespace, n: int) -> None:

@@ -43,12 +43,7 @@ from syncbench.algorithms.averagers.schedule import (
 from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.bench.simulate.asgd import asgd
-from syncbench.bench.simulate.collectives import (
-    PhaseClock,
-    allreduce_time,
-    cost,
-    placed_phases,
-)
+from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
 from syncbench.bench.simulate.compressed import compressed_ssgd
 from syncbench.bench.simulate.decentralized import adpsgd, dpsgd
 from syncbench.bench.simulate.hierarchical import hierarchical, with_hierarchical_comm
@@ -62,7 +57,7 @@ from syncbench.bench.simulate.progress import (
     compute_polls,
     delay_polls,
 )
-from syncbench.bench.simulate.rounds import diloco, slowmo
+from syncbench.bench.simulate.rounds import diloco, momentum_sync_seconds, slowmo
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 from syncbench.bench.simulate.workload import ComputeSplit, Workload
 
@@ -182,16 +177,6 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
 
 # -- Local SGD ----------------------------------------------------------------------
 
-def momentum_sync_time(cfg: argparse.Namespace, w: Workload, n: int,
-                       time_phase: PhaseClock) -> float:
-    """``--momentum-sync average``: one more blocking Allreduce, of the velocity, per round."""
-    if cfg.momentum_sync != "average":
-        return 0.0
-    # right after the parameters' Allreduce: the links' bucket is spent (no burst)
-    return cost(placed_phases(w.param_bytes, n, cfg.allreduce, time_phase, w.itemsize),
-                time_phase)
-
-
 def localsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
              time_phase: PhaseClock) -> Timeline:
     """Local SGD's timeline (``LocalSGD.step``, ``local_step``): compute, delay and update;
@@ -201,7 +186,7 @@ def localsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     w, n = local.workload, local.n
     period = int(cfg.period)
     t_avg = allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase, w.itemsize)
-    t_avg += momentum_sync_time(cfg, w, n, time_phase)
+    t_avg += momentum_sync_seconds(cfg, w.param_bytes, n, time_phase, w.itemsize)
     rows, t = StepRows(n), np.zeros(n)
     rnd, in_round = 0, 0
     round_len = min(period, steps)
@@ -338,7 +323,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     nbytes = (w.params + n + 1) * w.itemsize
     stages = allreduce_stages(nbytes, n, cfg.allreduce, time_phase, w.itemsize)
     t_red = float(stages.sum())
-    t_mom = momentum_sync_time(cfg, w, n, time_phase)
+    t_mom = momentum_sync_seconds(cfg, w.param_bytes, n, time_phase, w.itemsize)
     # Each rank's speed state, updated by Oscars' own method on a plain namespace.
     state = [SimpleNamespace(options=cfg, step_seconds=0.0, _window=[0.0, 0])
              for _ in range(n)]

@@ -180,7 +180,6 @@ def realised_factors(run: Any) -> list[float]:
             for rank in sorted(run.ranks)]
 
 
-
 def configuration(run: Any) -> str:
     """The run's heterogeneity in a few characters: ``hom``, ``work 2x`` (``--slowdown``
     and its mode), ``quota 0.5`` (the slowest node's share), or both."""
