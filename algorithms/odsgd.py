@@ -20,7 +20,7 @@ the same update of the same reduced vector on every rank. LocalStep is the
 paper code's local optimizer (``--local-opt``: MXNet's ``SGD``, the fork's
 ``DCASGD`` or ``CADCASGD``; :class:`ODSGD` gives each formula and the source it
 follows). ``--warmup-steps`` plain SSGD steps come first (root attribute
-``warmup_steps``). ``--local-lookahead on`` is our variant, not the paper's
+``warmup_steps``). ``--local-lookahead`` is our variant, not the paper's
 (labelled ``odsgd+la``): W_loc predicts the next W_g, which restores SSGD's
 stability where the paper's recurrence needs a far smaller step (:class:`ODSGD`).
 
@@ -53,7 +53,7 @@ CADC_ARGS = ("named", "launched")
 
 def local_learning_rate(options: Any, lr: float, world: int) -> float:
     """The local step's learning rate: ``--lr-local``, else ``lr`` (the paper's scripts),
-    or ``world * lr`` with ``--local-lookahead on`` (W_loc then predicts the next W_g)."""
+    or ``world * lr`` with ``--local-lookahead`` (W_loc then predicts the next W_g)."""
     if options.lr_local is not None:
         return float(options.lr_local)
     return lr * (world if options.local_lookahead == "on" else 1)
@@ -136,7 +136,7 @@ class ODSGD(Strategy):
     (``count_pull > 199`` in ``python/mxnet/model.py``); ours is shorter because the
     runs here are short.
 
-    ``--local-lookahead on`` replaces the local weight decay term by the part of
+    ``--local-lookahead`` replaces the local weight decay term by the part of
     the next global step that is already known,
     ``W_loc = W_g - lr_local * LocalOpt(g / N) - lr * (mu * v + D * W_g)``
     (``v``: GlobalOpt's velocity; with local momentum the buffer takes
@@ -156,7 +156,7 @@ class ODSGD(Strategy):
 
     name = "odsgd"
     summary = "one-step-delay SGD (gradient Iallreduce overlaps the next step's compute)"
-    #: ``--local-lookahead on`` is not the published algorithm: labelled ``odsgd+la``.
+    #: ``--local-lookahead`` is not the published algorithm: labelled ``odsgd+la``.
     traits = StrategyTraits(hides_comm=True, label_variants=(("local_lookahead", "on", "+la"),),
                             simulation="odsgd", local_optimizers=("sgd",))
 
@@ -168,7 +168,7 @@ class ODSGD(Strategy):
             50, "OD-SGD: plain SSGD steps before the one-step delay starts")
         lr_local: float | None = option(
             None, "OD-SGD: learning rate of the local compensation step (default --lr, as the "
-            "paper; N*lr with --local-lookahead on, so W_loc predicts the next W_g)", type=float)
+            "paper; N*lr with --local-lookahead, so W_loc predicts the next W_g)", type=float)
         local_opt: str = option(
             "sgd", "OD-SGD local optimizer on the rescaled gradient g/N, as the paper's code: "
             "sgd (MXNet SGD), dc (DCASGD: g/N + LAMBDA*(g/N)^2*(W_g(t) - W_g(t-1))) or cadc "

@@ -13,7 +13,7 @@ A composition of three parts: the local optimizer (momentum SGD,
 (:class:`~syncbench.algorithms.averagers.adaptive.AdaptiveAverager`: the packed
 ``Iallreduce``, the speeds, the schedule) and the outer optimizer
 (:class:`~syncbench.algorithms.outer.global_step.GlobalStep`, ``--global-lr``).
-``--adaptive off`` is Local SGD with period tau_0; ``--period-growth ALPHA`` makes
+``--no-adaptive`` is Local SGD with period tau_0; ``--period-growth ALPHA`` makes
 tau_0(r) = tau_0 * (1 + ALPHA*r); ``--momentum-sync`` is Local SGD's; ``--overlap``
 takes the next round's first step while the reduction is in flight. Every step
 records the c_k its schedule came from (rank dataset ``speed``).

@@ -2,7 +2,7 @@
 
 A variant that changes what an algorithm computes, and is not the published
 algorithm, is labelled in every table so that it cannot be mistaken for it:
-OD-SGD with ``--local-lookahead on`` is ``odsgd+la`` (see ALGORITHMS.md,
+OD-SGD with ``--local-lookahead`` is ``odsgd+la`` (see ALGORITHMS.md,
 "OD-SGD"). Everything else is labelled by its ``algorithm`` root attribute.
 """
 

@@ -24,7 +24,7 @@ with ``r = lr_local / lr`` and ``c = r * x / N``::
     W_g' = W_g - u'
     p' = q
     m' = mu_l*m - c*q                # --local-momentum mu_l (0: m stays 0)
-    q' = W_g' + m' - la*mu*u'        # la = 1 with --local-lookahead on
+    q' = W_g' + m' - la*mu*u'        # la = 1 with --local-lookahead
 
 (with ``mu_l = 0``, ``q' = W_g' - c*q``: the paper's recurrence). The
 compensations of ``--local-opt dc``/``cadc`` add terms of second order in
@@ -119,7 +119,7 @@ def odsgd_bound(momentum: float, lr_ratio: float = 1.0, n: int = 4,
     """The largest stable ``lr*h`` of OD-SGD's delayed recurrence (:func:`odsgd_matrix`).
 
     ``lr_ratio = lr_local / lr``: 1 is the paper's default (``--lr-local`` =
-    ``--lr``), ``n`` the default of ``--local-lookahead on``.
+    ``--lr``), ``n`` the default of ``--local-lookahead``.
     """
     return stable_limit(
         lambda x: odsgd_matrix(x, momentum, lr_ratio, n, lookahead, local_momentum),
@@ -144,7 +144,7 @@ def stability_bounds(momentum: float, lr_ratio: float = 1.0, n: int = 4,
 
     ``momentum``: the heavy-ball momentum of SSGD and of OD-SGD's global step;
     ``lr_ratio``: ``lr_local / lr``; ``n``: workers; ``lookahead``:
-    ``--local-lookahead on``; ``local_momentum``: ``--local-momentum``.
+    ``--local-lookahead``; ``local_momentum``: ``--local-momentum``.
     """
     return StabilityBounds(ssgd_bound(momentum),
                            odsgd_bound(momentum, lr_ratio, n, lookahead, local_momentum))

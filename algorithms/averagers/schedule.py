@@ -34,7 +34,7 @@ def schedule(step_seconds: Sequence[float], tau0: float, tau_max: int) -> list[i
 
 
 def uniform_schedule(world_size: int, tau0: float, tau_max: int) -> list[int]:
-    """Every rank takes clamp(floor(tau0), 1, tau_max) steps (``--adaptive off``)."""
+    """Every rank takes clamp(floor(tau0), 1, tau_max) steps (``--no-adaptive``)."""
     return [min(tau_max, max(1, math.floor(tau0 + _FLOOR_SLACK)))] * world_size
 
 
@@ -79,7 +79,7 @@ def plan_round(taus: Sequence[int], total_steps: int, scheduled: int) -> list[in
 
 
 def next_schedule(options: Any, speeds: Sequence[float], round_index: int) -> list[int]:
-    """Round ``round_index``'s schedule from every rank's c_k (``--adaptive off``: uniform).
+    """Round ``round_index``'s schedule from every rank's c_k (``--no-adaptive``: uniform).
 
     Pure: every rank (and the simulator) computes the same list from the same
     reduced speeds.
