@@ -31,6 +31,7 @@ from syncbench.kernels.layers import (
     Layer,
     Shape,
     SoftmaxCrossEntropy,
+    aligned_array,
     all_layers,
     first_trained,
     fuse_relus,
@@ -121,9 +122,13 @@ class Model:
         self.buffers[...] = self.backend.asarray(host_init, dtype=self.dtype)
 
     def _flat(self, shapes: list[list[Shape]], count: int) -> list[Any]:
-        """``count`` zero flat arrays on the backend, as long as ``shapes`` hold in all."""
+        """``count`` zero flat arrays on the backend, as long as ``shapes`` hold in all; on
+        the host each starts on a cache line (:func:`aligned_array`), so that the compiled
+        kernels' (the codecs', the optimizers') first full-width access is not split."""
         total = sum(int(np.prod(s)) for layer_shapes in shapes for s in layer_shapes)
-        return [self.backend.xp.zeros(total, dtype=self.dtype) for _ in range(count)]
+        if self.backend.is_gpu:
+            return [self.backend.xp.zeros(total, dtype=self.dtype) for _ in range(count)]
+        return [aligned_array((total,), self.dtype, zero=True) for _ in range(count)]
 
     def all_layers(self) -> list[Layer]:
         """Every layer, those inside residual blocks included (depth first)."""

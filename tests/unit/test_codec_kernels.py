@@ -169,6 +169,31 @@ def test_int8_decode_and_add_equals_decode_then_add(chunk):
         sum_decoded(codec, [codes[0], type(codes[0])(codes[1].minmax[:-1], codes[1].codes)])
 
 
+@native
+@pytest.mark.parametrize("chunk", [7, 600, 4096])
+def test_int8_equals_the_reference_from_every_start_within_a_cache_line(chunk):
+    """The compiled loops take a chunk's first elements, up to the next 64-byte line, by a
+    masked load (and the decoding its first stores): every float offset of the input
+    and of the output within a line, with lengths that leave every remainder."""
+    rng = np.random.default_rng(5)
+    codec = MinMaxUInt8Codec(chunk)
+    base = rng.standard_normal(3 * 4096 + 64).astype(np.float32)
+    out_base = np.empty(base.size + 16, np.float32)
+    for offset in range(16):
+        for count in (3, 17, 530, 2 * chunk + 33):
+            x = base[offset:offset + count]
+            got = codec.encode(x)
+            ref = codec.encode_reference(x)
+            np.testing.assert_array_equal(got.pack(), ref.pack())
+            out = out_base[15 - offset:15 - offset + count]
+            expect = codec.decode_reference(ref)
+            np.testing.assert_array_equal(codec.decode(got, out).view(np.uint32),
+                                          expect.view(np.uint32))
+            out[:] = x
+            assert codec.add_decoded(got, out)
+            np.testing.assert_array_equal(out.view(np.uint32), (x + expect).view(np.uint32))
+
+
 def topk_inputs() -> list[tuple[str, np.ndarray]]:
     rng = np.random.default_rng(11)
     normal = rng.standard_normal(23_517).astype(np.float32)
