@@ -3,7 +3,13 @@
 #
 #   bash jobs/validate_simulator.sh              (or: make validate-sim)
 #   MODELS="lenet" LINKS="200mbit" REPEATS=1 bash jobs/validate_simulator.sh
+#   NODES=4 MODELS=mlp LINKS=1gbit REPEATS=1 bash jobs/validate_simulator.sh
 #
+# NODES (default 2) is the count of emulated nodes, one rank each. At 2 it runs the
+# `validation` scenario; above 2 it brings every node up at speed 0.5 (a fixed half of a
+# core each: four ranks on this 2-core host never queue beyond their quota) and runs
+# `validation-4nodes` (homogeneous and a 2x slower rank; no node speed of its own), the
+# calibration and the workload on the same nodes and half cores.
 # For each link rate (LINKS, default "1gbit 200mbit") it sets both nodes' links, fits
 # the platform to the link with `syncbench comm` (allreduce, 4 B to 4 MiB, 2 ranks on
 # 2 nodes; and the one-sided Accumulate's rate, for ASGD), then for each model (MODELS, default "mlp lenet resnet8") it runs the
@@ -15,21 +21,29 @@
 # The tables go to OUT/LINK/MODEL/validation.txt and are printed, the predictions to
 # OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5 --beside predicted/predicted-RUN.h5
 # -o t.json` draws a run and its prediction side by side); OUT defaults to
-# runs/validation. A cluster that is already up (2 nodes, one rank each) is used and
+# runs/validation (runs/validation-4nodes at NODES=4). A cluster that is already up
+# (NODES nodes, one rank each) is used and
 # left up, with its links restored; otherwise the script brings one up and takes it
 # down on exit, whatever happened. Expect 15-25 minutes per link and model with the
 # scenario's 3 repeats on a 2-core host (REPEATS=1: a third of that).
 set -euo pipefail
 
+NODES=${NODES:-2}
 MODELS=${MODELS:-"mlp lenet resnet8"}
 LINKS=${LINKS:-"1gbit 200mbit"}
 REPEATS=${REPEATS:-3}
-OUT=${OUT:-runs/validation}
+OUT=${OUT:-runs/validation$([ "${NODES:-2}" = 2 ] || echo "-${NODES}nodes")}
 # the codecs of the scenario's compressed runs (each predicted from a 1-rank run of it)
 CODECS=${CODECS:-"powersgd:2 topk:0.01"}
 PY=${PY:-$(command -v python3)}
 SB=("$PY" -m syncbench)
 export OMP_NUM_THREADS=1
+case "$NODES" in
+  2) scenario=validation; up_speed=(); ranks_tag=two ;;
+  [3-9]) scenario=validation-4nodes; ranks_tag=$NODES
+     up_speed=(--node-speed "$(printf '0.5%.0s,' $(seq "$NODES") | sed 's/,$//')") ;;
+  *) echo "validate_simulator: NODES=$NODES: give 2 to 9 nodes" >&2; exit 2 ;;
+esac
 
 # Per model: the flags that make a run long enough to measure (50 to 120 steps per rank
 # at 2 ranks) and short enough for the matrix; last on the runner's line, they override
@@ -60,13 +74,13 @@ trap 'exit 130' INT TERM
 first_link=${LINKS%% *}
 if "${SB[@]}" cluster status >/dev/null 2>&1; then
   count=$(node_names | wc -l)
-  if [ "$count" != 2 ]; then
-    echo "validate_simulator: a cluster of $count nodes is up; the validation needs 2 (syncbench cluster down first)" >&2
+  if [ "$count" != "$NODES" ]; then
+    echo "validate_simulator: a cluster of $count nodes is up; NODES=$NODES (syncbench cluster down first)" >&2
     exit 2
   fi
   restore_links=$("${SB[@]}" cluster status | sed -n 's/.*, links \([^ ]*\).*/\1/p' | head -1)
 else
-  "${SB[@]}" cluster up --nodes 2 --link "$first_link"
+  "${SB[@]}" cluster up --nodes "$NODES" --link "$first_link" "${up_speed[@]}"
   started=1
 fi
 
@@ -75,9 +89,9 @@ for link in $LINKS; do
   for node in $(node_names); do "${SB[@]}" cluster link "$node" "$link"; done
   dir="$OUT/$link"
   mkdir -p "$dir"
-  "${SB[@]}" cluster mpiexec -n 2 -- "${SB[@]}" comm --op allreduce --max-size 4194304 \
+  "${SB[@]}" cluster mpiexec -n "$NODES" -- "${SB[@]}" comm --op allreduce --max-size 4194304 \
     --iterations 20 --skip 3 --out "$dir/comm.h5" > "$dir/comm.log"
-  "${SB[@]}" cluster mpiexec -n 2 -- "${SB[@]}" comm --op rma-accumulate --max-size 4194304 \
+  "${SB[@]}" cluster mpiexec -n "$NODES" -- "${SB[@]}" comm --op rma-accumulate --max-size 4194304 \
     --iterations 20 --skip 3 --out "$dir/rma.h5" > "$dir/rma.log"
   for model in $MODELS; do
     # shellcheck disable=SC2046  # the model's flags are words on purpose
@@ -86,9 +100,9 @@ for link in $LINKS; do
     # with a period longer than the run), so that what two ranks computing side by side on
     # this host's one memory bus cost each other is in the step times the runs are
     # predicted from (lenet at 200 Mbit/s: mean |error| 18.8% from a 1-rank run, 14.1%)
-    workload="$OUT/$model-two-ranks.h5"
+    workload="$OUT/$model-$ranks_tag-ranks.h5"
     if [ ! -f "$workload" ]; then
-      "${SB[@]}" cluster mpiexec -n 2 -- "${SB[@]}" train --algorithm localsgd \
+      "${SB[@]}" cluster mpiexec -n "$NODES" -- "${SB[@]}" train --algorithm localsgd \
         --period 1000000000 "${flags[@]}" --dataset fashion-mnist --eval-every 0 \
         --progress never --out "$workload" --overwrite
     fi
@@ -104,7 +118,7 @@ for link in $LINKS; do
       compressed+=(--compressed-workload "$one")
     done
     runs="$dir/$model"
-    "${SB[@]}" run validation --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
+    "${SB[@]}" run "$scenario" --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
       | tee "$runs/validation.txt"

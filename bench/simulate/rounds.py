@@ -22,7 +22,9 @@
   delay polls, so its stages advance as :mod:`.progress` models a nonblocking
   collective; the rest runs back to back in the ``Wait``. The last step completes what
   is in flight and syncs, blocking, every fragment that took inner steps since its
-  last post (``final_sync``), charged to that step's ``comm``.
+  last post (``final_sync``), charged to that step's ``comm``. With ``--quantize
+  CODEC`` a fragment's stages are the codec's reduce-scatter and allgather of codes
+  (:func:`fragment_stages`), not a float32 Iallreduce's.
 
 Rows carry ``local_steps`` (H) and ``round`` as ``DiLoCo.step`` reports them; the notes
 hold each fragment's post steps (``fragment_posts``, inner-step numbers) and the
@@ -38,6 +40,7 @@ import numpy as np
 
 from syncbench.algorithms.averagers.streaming import fragment_bounds, fragment_offsets
 from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
+from syncbench.bench.simulate.compressed import chain_stages, collectives, reducer_for
 from syncbench.bench.simulate.progress import (
     TESTALL_SECONDS,
     Calendar,
@@ -135,14 +138,31 @@ def fragment_schedule(period: int, fragments: int, overlap: int, inner_steps: in
     return posts, waits
 
 
+def fragment_stages(cfg: argparse.Namespace, n: int, count: int, itemsize: int,
+                    bounds: list[tuple[int, int]], time_phase: PhaseClock) -> list[np.ndarray]:
+    """Each fragment's stages, in order: its float32 ``Iallreduce``'s, or with
+    ``--quantize CODEC`` the codec's reducer's chain over that fragment as one of its
+    buckets (``QuantizedReduction``: an ``Ialltoallv`` of the codes, then an
+    ``Iallgatherv`` of the means' codes, each posted by a poll once the one before it
+    completed, :func:`.compressed.collectives` with the reducer's own byte counts). The
+    codec's encode and decode of a fragment (a few tens of microseconds on mlp) are left
+    out."""
+    spec = str(getattr(cfg, "quantize", "none") or "none")
+    if spec == "none" or n < 2:
+        return [allreduce_stages((hi - lo) * itemsize, n, cfg.allreduce, time_phase, itemsize)
+                for lo, hi in bounds]
+    reducer = reducer_for(spec, n, count, bounds)
+    return [chain_stages(collectives(reducer, p, n), n, cfg.allreduce, time_phase)
+            for p in range(len(bounds))]
+
+
 def streaming_diloco(cfg: argparse.Namespace, local: LocalTimes, steps: int,
                      time_phase: PhaseClock) -> Timeline:
     """Streaming DiLoCo's timeline (module docstring)."""
     w, n = local.workload, local.n
     period, tau = int(cfg.inner_steps), int(cfg.overlap_steps)
     bounds = fragment_bounds(w.offsets(), w.params, int(cfg.fragments))
-    stages = [allreduce_stages((hi - lo) * w.itemsize, n, cfg.allreduce, time_phase,
-                               w.itemsize) for lo, hi in bounds]
+    stages = fragment_stages(cfg, n, w.params, w.itemsize, bounds, time_phase)
     warmup = min(int(cfg.sync_warmup), steps)
     inner = steps - warmup
     posts, waits = fragment_schedule(period, len(bounds), tau, inner)

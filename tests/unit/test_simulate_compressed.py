@@ -162,6 +162,37 @@ def test_streaming_without_overlap_waits_at_the_post():
     assert [j + 1 for j in range(8) if wait[j] > 0] == [2, 4, 6, 8]
 
 
+@pytest.mark.parametrize("spec", ["int8", "int4", "fp16"])
+def test_streaming_quantized_fragments_travel_as_the_codecs_reducer_sends_them(spec):
+    """``--quantize CODEC``: a fragment's stages are its codec reducer's all-to-all and
+    allgather of codes (``QuantizedReduction``), their bytes the reducer's own per
+    fragment, not a float32 Iallreduce of the fragment."""
+    n, flags = 4, ["--algorithm", "diloco", "--inner-steps", "8", "--fragments", "2",
+                   "--overlap-steps", "1"]
+    sizes: list[float] = []
+
+    def clock(phase):
+        sizes.append(phase.nbytes * getattr(phase, "repeat", 1))
+        return 1e-3 + phase.nbytes / 25e6
+
+    cfg = config(*flags, "--quantize", spec)
+    w = from_profile("mlp")
+    bounds = rounds.fragment_bounds(w.offsets(), w.params, 2)
+    quantized = rounds.fragment_stages(cfg, n, w.params, w.itemsize, bounds, clock)
+    plain = rounds.fragment_stages(config(*flags), n, w.params, w.itemsize, bounds, clock)
+    reducer = compressed.reducer_for(spec, n, w.params, bounds)
+    for p, (lo, hi) in enumerate(bounds):
+        chain = compressed.collectives(reducer, p, n)
+        assert [kind for kind, _ in chain] == ["alltoallv", "allgatherv"]
+        # the codes all-to-all: the reducer's own bytes, the codec's for the fragment
+        assert sum(chain[0][1]) == reducer.bucket_wire_bytes(p) >= reducer.codec.wire_bytes(
+            hi - lo)
+        assert quantized[p].sum() < plain[p].sum()  # fewer bytes than float32
+    slow = run(flags, n=n, steps=16, clock=clock)
+    fast = run([*flags, "--quantize", spec], n=n, steps=16, clock=clock)
+    assert fast.wall_s < slow.wall_s
+
+
 def test_slowmo_and_diloco_are_their_own_patterns():
     assert strategies.pattern_of("slowmo") == "slowmo"
     assert strategies.pattern_of("diloco") == "diloco"
