@@ -26,6 +26,7 @@ import sys
 # syncbench's parser imports this module with MPI not started
 # (``bench.cli.mpi_not_started``), so the strategies' modules do not initialise MPI.
 from syncbench.algorithms.flags import add_option_flags
+from syncbench.algorithms.local_optimizer import LOCAL_OPTIMIZERS
 from syncbench.algorithms.registry import ALGORITHMS
 from syncbench.bench.flags import OnOffAsSwitches, renamed
 from syncbench.bench.simulate.asgd import add_arguments as asgd_arguments
@@ -57,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", default=None, help="run file to write (HDF5, syncbench/1)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     run.add_argument("--seed", type=int, default=0, help="seed of step times and stragglers")
+    run.add_argument("--optimizer", default=None, choices=LOCAL_OPTIMIZERS,
+                     help="the local optimizer the simulated ranks step with (default: the "
+                     "strategy's, as train's); where the --workload run stepped with another, "
+                     "its update is scaled by the two steps' times on this host")
     run.add_argument("--scaling-mode", default=None, choices=("strong", "weak"),
                      help="record the run as part of a strong or weak scaling study "
                      "(root attribute scaling_mode; syncbench sweep --simulate sets it)")

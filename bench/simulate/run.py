@@ -23,6 +23,7 @@ from syncbench.analysis.schema import EVAL_COLUMNS
 from syncbench.analysis.summary import summarize
 from syncbench.bench.cluster.host import ClusterError
 from syncbench.bench.cluster.network import size_bytes
+from syncbench.bench.simulate import local_update
 from syncbench.bench.simulate.collectives import PlacedClock
 from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
 from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
@@ -76,6 +77,7 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
                   on_phase: Callable[[Network, int], None] | None = None) -> Timeline:
     if n > network.capacity:
         raise ValueError(f"the platform has room for {network.capacity} ranks, not {n}")
+    workload = local_update.matched(cfg, workload)  # the run's local optimizer's step
     speeds = parse_node_speeds(getattr(cfg, "node_speed", None), n)
     throttles = parse_node_throttles(getattr(cfg, "node_throttle", None), speeds, n)
     base = parse_slowdown(cfg.slowdown, n)

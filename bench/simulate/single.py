@@ -26,7 +26,12 @@ from syncbench.bench.train.slowdown import parse_slowdown
 def check_strategy(args: argparse.Namespace, n: int) -> None:
     """The strategy's own checks of its flags at ``n`` ranks, ``--slowdown``'s,
     ``--node-speed``'s and ``--node-throttle``'s."""
-    validate(get_algorithm(args.algorithm), args, n)
+    cls = get_algorithm(args.algorithm)
+    validate(cls, args, n)
+    chosen = getattr(args, "optimizer", None)
+    if chosen and chosen not in cls.traits.local_optimizers:
+        raise ValueError(f"{args.algorithm} cannot --optimizer {chosen}: it steps with "
+                         f"{' or '.join(cls.traits.local_optimizers)} only")
     parse_slowdown(args.slowdown, n)
     speeds = parse_node_speeds(getattr(args, "node_speed", None), n)
     if getattr(args, "node_throttle", None) and speeds is None:

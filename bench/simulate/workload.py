@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.algorithms.codecs.powersgd import tensor_shapes as array_shapes
+from syncbench.algorithms.registry import get_algorithm
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.bench.data.text import VOCAB
 from syncbench.kernels.flops import gemm_forward_per_sample
@@ -305,6 +306,12 @@ class Workload:
             mean_data_s=self.mean_data_s * factor, mean_update_s=self.mean_update_s * factor,
             mean_codec_s=self.mean_codec_s * factor)
 
+    def with_update(self, factor: float) -> Workload:
+        """This workload with every replayed row's update (and the profile's mean update)
+        ``factor`` times as long: another local optimizer's step (:mod:`.local_update`)."""
+        rows = None if self.rows is None else self.rows * np.array([1.0, 1.0, factor])
+        return dataclasses.replace(self, rows=rows, mean_update_s=self.mean_update_s * factor)
+
     def median_compute_s(self) -> float:
         """The replayed rows' median compute (the profile's mean without rows)."""
         if self.rows is None or not len(self.rows):
@@ -422,7 +429,19 @@ def from_run(path: str) -> Workload:
                     split=model_split(built), tensor_shapes=model_tensor_shapes(built),
                     extra={"dataset": dataset, "measured_world_size": run.world_size,
                            "compress": str(config.get("compress", "none") or "none"),
+                           "optimizer": run_optimizer(run.algorithm, config.get("optimizer")),
                            "node_speed": measured_node_speed(run)})
+
+
+def run_optimizer(algorithm: str, chosen: Any) -> str | None:
+    """The local optimizer a measured run stepped with (``--optimizer``, else its
+    strategy's default); None for a strategy this version does not know."""
+    if chosen:
+        return str(chosen)
+    try:
+        return get_algorithm(algorithm).traits.local_optimizers[0]
+    except (KeyError, ValueError, AttributeError):
+        return None
 
 
 def rank_factor(attrs: dict[str, Any], name: str) -> float:
