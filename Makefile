@@ -70,8 +70,11 @@ demo: venv dataset
 # would compile them again (half a second of CPU per process). Up-to-date files are skipped.
 PYCACHE_DIRS := $(wildcard algorithms analysis bench kernels tests jobs tools)
 .PHONY: pycache
+# It also builds matplotlib's font cache, which runs fc-list where fontconfig is installed
+# (the cluster tier's packages bring it): in a unit test that is a process launched.
 pycache: venv
 	$(PY) -m compileall -q -j 0 $(PYCACHE_DIRS) >/dev/null
+	$(PY) -c "import matplotlib.font_manager"
 
 lint: venv-test
 	$(BIN)/ruff check .
