@@ -100,6 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "compute sends its first SIZE bytes per flow at once (e.g. 256kb, the "
                     "emulated cluster's tc tbf at 1 Gbit/s; default none; --validate reads "
                     "the runs' own)")
+    pf.add_argument("--link-cpu", default=None, type=float, metavar="NS",
+                    help="host CPU (interrupts) per byte a rank sends, in ns, taken from its "
+                    "compute while its D-PSGD exchange is in flight (default: the --calibrate "
+                    "file's, which syncbench comm records; else 0)")
     pf.add_argument("--phase-cache", default=None, metavar="FILE.json",
                     help="reuse and store simulated phase durations (same platform only), "
                     "e.g. across the points of a sweep")

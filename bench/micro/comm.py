@@ -24,6 +24,7 @@ from syncbench.algorithms import device_buffers
 from syncbench.algorithms.device_buffers import DeviceCommunicator, detect_cuda_aware
 from syncbench.algorithms.timing import NullTimer
 from syncbench.bench.files import write_atomic
+from syncbench.bench.micro.link_cpu import LinkCpu
 from syncbench.bench.micro.output import check_writable_parent
 from syncbench.kernels.backend import Backend, BackendError, select_backend
 
@@ -524,13 +525,15 @@ def validate(args: argparse.Namespace, comm: Any) -> tuple[list[int], Buffers]:
     return kept, bufs
 
 
-def node_count(comm: Any) -> int:
-    """The nodes ``comm`` spans: its shared-memory groups (``MPI_COMM_TYPE_SHARED``)."""
+def node_count(comm: Any) -> tuple[int, bool]:
+    """The nodes ``comm`` spans (its shared-memory groups, ``MPI_COMM_TYPE_SHARED``), and
+    whether this rank is its group's first."""
     from mpi4py import MPI  # lazy: importing mpi4py.MPI starts MPI; flags parse first
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        return int(comm.allreduce(1 if local.Get_rank() == 0 else 0, op=MPI.SUM))
+        leader = local.Get_rank() == 0
+        return int(comm.allreduce(1 if leader else 0, op=MPI.SUM)), leader
     finally:
         local.Free()
 
@@ -544,7 +547,7 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
 
     sizes, bufs = agree_on_setup(comm, lambda: validate(args, comm), "comm")
     rank = comm.Get_rank()
-    nodes = node_count(comm)
+    nodes, leader = node_count(comm)
     cols = columns_of(args.op, args.check_raw)
     if rank == 0:
         print(f"# syncbench comm: {args.op}, {comm.Get_size()} ranks on {nodes} "
@@ -557,6 +560,8 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
     samples: list[np.ndarray] = []
     win_cm = (rma_window(comm, max(sizes), element_type(args.op).itemsize)
               if args.op in RMA_OPS else contextlib.nullcontext())
+    link = LinkCpu()
+    link.start()
     with win_cm as win:
         for nbytes in sizes:
             row, everything = measure_size(args, comm, bufs, nbytes, win)
@@ -564,9 +569,14 @@ def run(args: argparse.Namespace, comm: Any) -> list[dict[str, float]]:
                 rows.append(row)
                 samples.append(everything)
                 print(format_row(row, cols), flush=True)
+    cpu = link.stop(comm, leader)  # the host's interrupt seconds per byte the nodes sent
+    if rank == 0 and math.isfinite(cpu.get("link_cpu_s_per_byte", math.nan)):
+        print(f"# link CPU: {cpu['interrupt_s']:.2f} s of interrupts for "
+              f"{cpu['link_tx_bytes'] / 1e6:.1f} MB sent: "
+              f"{cpu['link_cpu_s_per_byte'] * 1e9:.1f} ns per byte", flush=True)
     if rank == 0 and args.out:
-        write_results(args.out, {**result_attrs(args, comm, bufs), "nodes": nodes}, rows,
-                      samples)
+        write_results(args.out, {**result_attrs(args, comm, bufs), "nodes": nodes, **cpu},
+                      rows, samples)
         print(f"# results -> {args.out}", flush=True)
     return rows
 

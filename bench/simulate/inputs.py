@@ -10,8 +10,11 @@ and the steps per rank (``--steps``, or ``--epochs`` counted as train counts the
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 
 from syncbench.algorithms.base import steps_per_rank as epoch_steps
+from syncbench.bench.micro.comm import read_results
 from syncbench.bench.simulate import platform as pf
 from syncbench.bench.simulate import workload as wl
 
@@ -68,3 +71,25 @@ def steps_per_rank(args: argparse.Namespace, workload: wl.Workload, n: int) -> i
     if steps < 1:
         raise ValueError(f"--steps must be >= 1, got {steps}")
     return steps
+
+
+def link_cpu(cfg: argparse.Namespace) -> float:
+    """Seconds of host CPU per byte a rank sends (:mod:`~syncbench.bench.micro.link_cpu`):
+    ``--link-cpu`` (ns), else the ``--calibrate`` file's record, else 0."""
+    value = getattr(cfg, "link_cpu", None)
+    if value is not None:
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"--link-cpu {value:g} must be a number of ns >= 0")
+        return float(value) * 1e-9
+    path = getattr(cfg, "calibrate", None)
+    return recorded_link_cpu(path) if path else 0.0
+
+
+@functools.lru_cache(maxsize=8)
+def recorded_link_cpu(path: str) -> float:
+    """The ``link_cpu_s_per_byte`` a ``syncbench comm`` results file recorded (0: none)."""
+    try:
+        value = float(read_results(path)["attrs"].get("link_cpu_s_per_byte", math.nan))
+    except (OSError, KeyError, TypeError, ValueError):
+        return 0.0
+    return value if math.isfinite(value) and value > 0 else 0.0

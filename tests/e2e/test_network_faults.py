@@ -146,13 +146,20 @@ def _set_link(node: str, state: str) -> None:
     assert link.returncode == 0, link.stderr
     if state != "up":
         return
-    # both ends answer again (a refused connect) before the next job starts
-    check = (f"import socket; s = socket.socket(); s.settimeout(1); "
-             f"raise SystemExit(s.connect_ex(('{SUBNET}.254', 1)) not in (111,))")
+    # every node answers every other and the bridge again (a refused connect) before the
+    # next job starts: a node that tried to reach the cut one holds a failed neighbour
+    # entry for it, and a connect fails with "No route to host" until it is probed again
+    addresses = [f"{SUBNET}.254"] + [f"{SUBNET}.{i}" for i in range(1, len(NODES) + 1)]
+    check = ("import socket, sys\n"
+             "for a in sys.argv[1:]:\n"
+             "    s = socket.socket(); s.settimeout(1)\n"
+             "    if s.connect_ex((a, 1)) != 111: raise SystemExit(1)\n")
     deadline = time.monotonic() + 10
-    while subprocess.run(["ip", "netns", "exec", node, sys.executable, "-c", check]).returncode:
-        assert time.monotonic() < deadline, f"{node} does not reach the bridge after link up"
-        time.sleep(0.2)
+    for each in NODES:
+        while subprocess.run(["ip", "netns", "exec", each, sys.executable, "-c", check,
+                              *addresses]).returncode:
+            assert time.monotonic() < deadline, f"{each} does not reach every node after link up"
+            time.sleep(0.2)
 
 
 def _start(python: str, env: dict, tmp_path: Path) -> subprocess.Popen:
