@@ -40,11 +40,14 @@ nodes' ranks on the host, which SSGD's update shows as well (1.3-1.9x). In isola
 that host (2 shared cores), the mix of 235,146 float32 took 0.8-1.8 ms for k = 1 (NumPy's
 one-row ``weights @ recv`` alone 0.5-0.9 ms), 0.55-0.87 ms for k = 2 and 0.69 ms for
 k = 4, against 0.15-0.24 ms for SSGD's update: k + 1 passes is the middle of that, low for
-one source and high for four. Left out: the consensus ``Allreduce`` of an evaluation
-(the simulator models no evaluation) and the transport's own CPU work, moving the model
-through TCP inside the ``Testall`` polls and the kernel's packet processing during
-compute (measured ``comm`` 1.4-1.9 ms a step against the copy's 0.12 ms; compute
-1.2-1.8x the workload's, SSGD's 1.0-1.4x on the same nodes).
+one source and high for four. The kernel's packet processing of the bytes a rank sends
+(``--link-cpu``, which ``syncbench comm`` measures and ``--calibrate`` hands on:
+10.9 ns a byte on the emulated 200 Mbit/s links, whose ``tbf`` bucket is smaller than a
+64 KB segment, 0.3 ns at 1 Gbit/s) is paid by its compute when its flows start while it
+computes (:func:`interrupt_stretch`). Left out: the consensus ``Allreduce`` of an
+evaluation (the simulator models no evaluation) and the moving of the model through
+TCP inside the ``Testall`` polls (measured ``comm`` 1.1-1.9 ms a step against the copy's
+0.12 ms).
 
 **AD-PSGD** (Lian et al., ICML 2018, arXiv 1710.06952, Alg. 1;
 ``algorithms/averagers/pairwise.py``): even (active) ranks compute a gradient, then
@@ -91,6 +94,7 @@ from syncbench.bench.simulate.asgd import (
     target_wait,
 )
 from syncbench.bench.simulate.collectives import PhaseClock, cost, placed_phases
+from syncbench.bench.simulate.inputs import link_cpu
 from syncbench.bench.simulate.progress import TESTALL_SECONDS, compute_polls
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 from syncbench.bench.simulate.workload import Workload, build_zoo_model
@@ -231,6 +235,20 @@ def mix_seconds(update: np.ndarray, sources: np.ndarray) -> np.ndarray:
     return update * (sources + MIX_PASSES_OVER_K + COPY_SHARE)
 
 
+def interrupt_stretch(work: np.ndarray, flows_start: np.ndarray,
+                      busy_until: np.ndarray) -> np.ndarray:
+    """Seconds each rank's local work (compute and the straggler's delay, busy until
+    ``busy_until``) is stretched by the interrupt ``work`` its sent bytes cost the host
+    (``--link-cpu``): all of it where its flows start before that work ends, none where
+    they start while it waits. The work is taken at the start of the flows: the sender's
+    kernel segments and queues the bytes as MPI hands them over (on the emulated links
+    ``tbf`` cuts each 64 KB segment into packets where its bucket is smaller), before
+    the link carries them. Measured (lenet, 2 emulated nodes at 200 Mbit/s, 10.9 ns a
+    byte, 246 KB a step each way): compute 8.3-8.8 ms a step against blocking SSGD's 3.7
+    on the same nodes, where the same bytes move while the ranks wait."""
+    return np.where(flows_start < busy_until, work, 0.0)
+
+
 def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
           time_phase: PhaseClock) -> Timeline:
     """D-PSGD's timeline (``DPSGD.step``): copy the model into the send buffer and post,
@@ -246,6 +264,9 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
                  if n > 1 else 0.0 for k in used}
     sources = mix_sources(schedule)
     shares = w.compute_split().hooks
+    # the host CPU each rank's sent bytes cost (interrupts), charged to its own work
+    cpu = link_cpu(cfg) if n > 1 else 0.0
+    sent = {k: np.array([len(d) for d in adj[k].dst], dtype=float) * nbytes for k in used}
     rows, t = StepRows(n), np.zeros(n)
     for j in range(steps):
         k = j % len(adj)
@@ -257,13 +278,15 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         poll_s = TESTALL_SECONDS if sends else 0.0
         _, computed = compute_polls(posted, comp, shares, poll_s)
         arrive = computed + delay
-        wait = np.zeros(n)
+        wait, stretch = np.zeros(n), np.zeros(n)
         if sends:
             both = np.maximum(posted[:, None], posted[peers[k]]).max(axis=1)
+            stretch = interrupt_stretch(cpu * sent[k], both, arrive)
+            arrive = arrive + stretch
             wait = np.maximum(both + durations[k] - arrive, 0.0)
         mix = mix_seconds(upd, sources[j % len(sources)])
         t = arrive + wait + mix + upd
-        rows.add(step=j, t_start=start, t_data=data, t_compute=comp,
+        rows.add(step=j, t_start=start, t_data=data, t_compute=comp + stretch,
                  t_comm=copy + poll_s * len(shares), t_wait=wait, t_update=mix + upd,
                  t_delay=delay, samples=w.batch_size)
     degree = [max(len(d) for d in a.dst) for a in adj]
@@ -271,7 +294,8 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
              "exchange_s": [durations[k] for k in sorted(durations)],
              "neighbour_bytes_per_step": [d * nbytes for d in degree],
              "mix_update_passes": [float(s.max()) + MIX_PASSES_OVER_K + COPY_SHARE
-                                   for s in sources]}
+                                   for s in sources],
+             "link_cpu_s_per_byte": cpu}
     return Timeline(rows, float(t.max()), notes)
 
 

@@ -26,6 +26,7 @@ from syncbench.bench.simulate.decentralized import (
     dpsgd,
     exchange_bytes,
     gossip_elements,
+    interrupt_stretch,
     matching,
 )
 from syncbench.bench.simulate.hierarchical import (
@@ -115,6 +116,30 @@ def test_dpsgd_hides_an_exchange_shorter_than_compute(free_polls):
                   lambda p: 0.0).notes
     assert notes["neighbour_bytes_per_step"] == [4 * 1000 * 4]  # tau = 4 destinations
     assert notes["spectral_gap"] == pytest.approx(build_graph("exp", 16).spectral_gap())
+
+
+def test_dpsgd_compute_pays_the_interrupts_of_the_bytes_it_sends(free_polls):
+    """--link-cpu: a rank whose flows start while it computes pays its sent bytes' host
+    CPU in its compute (a ring of 8: two destinations of 4,000 bytes, 25 us a byte =
+    0.2 s); the exchange (1.5 s) still ends the step, the wait shrinks by as much."""
+    plain = dpsgd(config("--algorithm", "dpsgd"), local_times(8), 3, lambda p: 1.5)
+    paid = dpsgd(config("--algorithm", "dpsgd", "--link-cpu", "25000"), local_times(8), 3,
+                 lambda p: 1.5)
+    before, after = plain.rows.arrays()[0], paid.rows.arrays()[0]
+    np.testing.assert_allclose(after["t_compute"], before["t_compute"] + 0.2)
+    np.testing.assert_allclose(after["t_wait"], before["t_wait"] - 0.2)
+    assert paid.wall_s == pytest.approx(plain.wall_s)
+    assert paid.notes["link_cpu_s_per_byte"] == pytest.approx(25e-6)
+    # a longer stretch than the exchange moves the step out
+    slow = dpsgd(config("--algorithm", "dpsgd", "--link-cpu", "250000"), local_times(8), 3,
+                 lambda p: 1.5)
+    assert slow.wall_s == pytest.approx(3 * (1.0 + 2.0))
+
+
+def test_interrupts_of_flows_that_start_while_a_rank_waits_cost_it_nothing():
+    work, busy_until = np.array([0.2, 0.2]), np.array([1.0, 1.0])
+    np.testing.assert_allclose(interrupt_stretch(work, np.array([0.5, 1.5]), busy_until),
+                               [0.2, 0.0])
 
 
 def test_a_slow_rank_holds_up_its_neighbours_only_one_hop_per_step(free_polls):
