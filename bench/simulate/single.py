@@ -15,7 +15,12 @@ from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import WriteError
 from syncbench.bench.flags import MAX_RANKS
-from syncbench.bench.simulate.inputs import build_platform, build_workload, steps_per_rank
+from syncbench.bench.simulate.inputs import (
+    build_platform,
+    build_workload,
+    link_cpu,
+    steps_per_rank,
+)
 from syncbench.bench.simulate.quota import parse_node_speeds, parse_node_throttles
 from syncbench.bench.simulate.run import link_burst, simulate
 from syncbench.bench.simulate.ticker import Ticker
@@ -39,6 +44,7 @@ def check_strategy(args: argparse.Namespace, n: int) -> None:
                          "a rank below 1 too")
     parse_node_throttles(getattr(args, "node_throttle", None), speeds, n)
     link_burst(args)
+    link_cpu(args)
 
 
 def run_single(args: argparse.Namespace) -> int:
