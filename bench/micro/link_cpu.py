@@ -6,8 +6,9 @@ and the ``tbf`` qdisc's dequeues, run in softirq context on whichever CPU raised
 mostly the sender's (a veth transmits on the calling CPU and the peer's receive runs in
 that CPU's backlog). While a rank waits in MPI the work takes only spin time; while it
 computes it stretches the compute. D-PSGD, whose neighbour exchange is in flight during
-the whole compute, showed it first: on 2 emulated nodes at 200 Mbit/s lenet's compute
-took 8.3-10.6 ms a step against blocking SSGD's 3.7-4.1 with the same bytes on the
+the whole compute, showed it first: on 2 emulated nodes at 200 Mbit/s with a 51 KB
+bucket (which made ``tbf`` cut every TCP segment into packets) lenet's compute took
+8.3-10.6 ms a step against blocking SSGD's 3.7-4.1 with the same bytes on the
 link (docs/RESULTS.md).
 
 :class:`LinkCpu` reads ``/proc/stat``'s ``irq`` and ``softirq`` columns (the host's,

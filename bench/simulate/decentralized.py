@@ -42,8 +42,9 @@ one-row ``weights @ recv`` alone 0.5-0.9 ms), 0.55-0.87 ms for k = 2 and 0.69 ms
 k = 4, against 0.15-0.24 ms for SSGD's update: k + 1 passes is the middle of that, low for
 one source and high for four. The kernel's packet processing of the bytes a rank sends
 (``--link-cpu``, which ``syncbench comm`` measures and ``--calibrate`` hands on:
-10.9 ns a byte on the emulated 200 Mbit/s links, whose ``tbf`` bucket is smaller than a
-64 KB segment, 0.3 ns at 1 Gbit/s) is paid by its compute when its flows start while it
+10.9-13.2 ns a byte on emulated 200 Mbit/s links whose ``tbf`` bucket was smaller than a
+64 KB TCP segment, 51 KB, 0.3-0.7 ns with a bucket that holds one, the cluster's default
+since) is paid by its compute when its flows start while it
 computes (:func:`interrupt_stretch`). Left out: the consensus ``Allreduce`` of an
 evaluation (the simulator models no evaluation) and the moving of the model through
 TCP inside the ``Testall`` polls (measured ``comm`` 1.1-1.9 ms a step against the copy's
@@ -243,8 +244,8 @@ def interrupt_stretch(work: np.ndarray, flows_start: np.ndarray,
     they start while it waits. The work is taken at the start of the flows: the sender's
     kernel segments and queues the bytes as MPI hands them over (on the emulated links
     ``tbf`` cuts each 64 KB segment into packets where its bucket is smaller), before
-    the link carries them. Measured (lenet, 2 emulated nodes at 200 Mbit/s, 10.9 ns a
-    byte, 246 KB a step each way): compute 8.3-8.8 ms a step against blocking SSGD's 3.7
+    the link carries them. Measured (lenet, 2 emulated nodes at 200 Mbit/s with a 51 KB
+    bucket, 10.9 ns a byte, 246 KB a step each way): compute 8.3-8.8 ms a step against blocking SSGD's 3.7
     on the same nodes, where the same bytes move while the ranks wait."""
     return np.where(flows_start < busy_until, work, 0.0)
 
