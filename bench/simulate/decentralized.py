@@ -245,8 +245,9 @@ def interrupt_stretch(work: np.ndarray, flows_start: np.ndarray,
     kernel segments and queues the bytes as MPI hands them over (on the emulated links
     ``tbf`` cuts each 64 KB segment into packets where its bucket is smaller), before
     the link carries them. Measured (lenet, 2 emulated nodes at 200 Mbit/s with a 51 KB
-    bucket, 10.9 ns a byte, 246 KB a step each way): compute 8.3-8.8 ms a step against blocking SSGD's 3.7
-    on the same nodes, where the same bytes move while the ranks wait."""
+    bucket, 10.9 ns a byte, 246 KB a step each way): compute 8.3-8.8 ms a step against
+    blocking SSGD's 3.7 on the same nodes, where the same bytes move while the ranks
+    wait."""
     return np.where(flows_start < busy_until, work, 0.0)
 
 
