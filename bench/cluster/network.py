@@ -6,15 +6,10 @@ bucket must be large enough that TCP refills it before it empties, or a link
 carries less than its rate; and every byte it holds is a byte that a message
 after an idle spell (a compute phase) sends at the veth's speed, not the rate's,
 which a real link of that rate never does. ``--burst auto`` (the default) sizes
-it to 2.1 ms of the rate (:func:`bucket`), at least 96 KB: 256 KB at 1 Gbit/s
+it to 2.1 ms of the rate (:func:`bucket`), at least 32 KB: 256 KB at 1 Gbit/s
 (the earlier fixed default), which reached 0.95 of the rate where 64 KB reached
-only 0.64-0.74; 96 KB at 200 Mbit/s (0.92-0.94 of the rate, as 51 and 256 KB). The
-floor is a TCP segment: the stack hands the qdisc segments of up to 64 KB (plus
-their packets' headers, about 68 KB), and ``tbf`` cuts one larger than its bucket
-into packets (``tbf_segment`` in the kernel's ``net/sched/sch_tbf.c``), which cost the
-host 13.2 ns of interrupt CPU a byte sent at 200 Mbit/s with a 51 KB bucket against
-0.7 ns with 72-256 KB (``syncbench comm``'s ``link_cpu_s_per_byte``), taken from the
-ranks' compute (docs/RESULTS.md). The kernel has no
+only 0.64-0.74; 51 KB at 200 Mbit/s, which reached 0.94 (256 KB: 0.96) and lets a
+fifth of the old bucket through unshaped (docs/RESULTS.md). The kernel has no
 ``netem``, so no latency is added; a link's latency is the network stack's.
 """
 
@@ -132,9 +127,8 @@ def _link_ends(node: Node) -> tuple[tuple[list[str], str], ...]:
 
 #: ``--burst auto``: the bucket holds this many seconds of the link's rate ...
 AUTO_BURST_SECONDS = 0.0021
-#: ... and at least this many bytes: a 64 KB TCP segment with its packets' headers
-#: (about 68 KB), which a smaller bucket makes ``tbf`` cut into packets on the host's CPU.
-MIN_AUTO_BURST = 96 * 1024
+#: ... and at least this many bytes (tbf's own probe above uses 32kb).
+MIN_AUTO_BURST = 32 * 1024
 
 
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
@@ -168,7 +162,7 @@ def link_burst_bytes(rate: str, burst: str) -> float:
 def bucket(rate_bytes_per_s: float, burst: str) -> str:
     """The ``tc`` burst for a link of ``rate_bytes_per_s``: ``burst`` itself, or for
     ``auto`` :data:`AUTO_BURST_SECONDS` of the rate, at least :data:`MIN_AUTO_BURST`,
-    in whole kilobytes (``256kb`` at 1 Gbit/s, ``96kb`` at 200 Mbit/s)."""
+    in whole kilobytes (``256kb`` at 1 Gbit/s, ``51kb`` at 200 Mbit/s)."""
     if burst != "auto":
         return burst
     size = max(MIN_AUTO_BURST, rate_bytes_per_s * AUTO_BURST_SECONDS)

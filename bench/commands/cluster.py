@@ -46,9 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "200mbit); unshaped if absent")
     up.add_argument("--burst", default="auto",
                     help="token bucket size, e.g. 256kb; auto (default): 2.1 ms of the link's "
-                    "rate, at least 96kb (256kb at 1gbit, 0.95 of the rate; 96kb at 200mbit, "
-                    "0.92; a smaller bucket makes tbf cut every 64 KB TCP segment into packets "
-                    "on the host's CPU), so that little of a message after an idle spell passes unshaped")
+                    "rate, at least 32kb (256kb at 1gbit, 0.95 of the rate; 51kb at 200mbit, "
+                    "0.94), so that little of a message after an idle spell passes unshaped")
     up.add_argument("--node-speed", default="",
                     help="speed of each node, e.g. 1,0.25: a CPU quota of that share of its "
                          "core(s)")
