@@ -9,8 +9,14 @@ which a real link of that rate never does. ``--burst auto`` (the default) sizes
 it to 2.1 ms of the rate (:func:`bucket`), at least 32 KB: 256 KB at 1 Gbit/s
 (the earlier fixed default), which reached 0.95 of the rate where 64 KB reached
 only 0.64-0.74; 51 KB at 200 Mbit/s, which reached 0.94 (256 KB: 0.96) and lets a
-fifth of the old bucket through unshaped (docs/RESULTS.md). The kernel has no
-``netem``, so no latency is added; a link's latency is the network stack's.
+fifth of the old bucket through unshaped (docs/RESULTS.md). A shaped link also caps the
+stack's TCP segments (``gso_max_size``, :func:`segment_limit`) below the bucket: ``tbf``
+cuts a segment larger than its bucket into packets (``tbf_segment`` in the kernel's
+``net/sched/sch_tbf.c``), and those cost this host 11-13 ns of interrupt CPU a byte
+sent at 200 Mbit/s with 51 KB and 64 KB segments, against 1.1 ns with 32 KB segments
+(``syncbench comm``'s ``link_cpu_s_per_byte``), time taken from the ranks' compute.
+The kernel has no ``netem``, so no latency is added; a link's latency is the network
+stack's.
 """
 
 from __future__ import annotations
@@ -169,18 +175,46 @@ def bucket(rate_bytes_per_s: float, burst: str) -> str:
     return f"{int(size // 1024)}kb"
 
 
+#: The stack's largest TCP segment on a link by default (Linux's ``GSO_MAX_SIZE``).
+GSO_DEFAULT = 65536
+
+
+def segment_limit(burst: str) -> int:
+    """The ``gso_max_size`` of a link shaped with a bucket of ``burst``: the largest power
+    of two at most 3/4 of the bucket (room for the headers of the packets a segment
+    becomes: 23 of 66 bytes for 32 KB), at most :data:`GSO_DEFAULT`, at least 4 KB. A
+    segment that fits passes the bucket whole; a larger one ``tbf`` cuts into packets on
+    the host's CPU (the module docstring): 32 KB at 200 Mbit/s (51 KB), 64 KB at 1 Gbit/s."""
+    room = size_bytes(burst) * 0.75
+    limit = GSO_DEFAULT
+    while limit > room and limit > 4096:
+        limit //= 2
+    return limit
+
+
+def _set_segments(node: Node, size: int, check: bool = True) -> None:
+    """``gso_max_size`` of both ends of the node's link."""
+    for ip, dev in ((["ip"], node.veth), (["ip", "netns", "exec", node.name, "ip"], "eth0")):
+        sh([*ip, "link", "set", "dev", dev, "gso_max_size", str(size)],
+           f"setting the TCP segments of {node.name}'s link to {size} bytes", check=check)
+
+
 def shape(node: Node, rate: str, burst: str) -> None:
     """Shape both ends of the node's link to ``rate`` (``tc`` units: 1gbit, 200mbit)
-    with a token bucket of ``burst`` (a ``tc`` size, not ``auto``: :func:`bucket`)."""
+    with a token bucket of ``burst`` (a ``tc`` size, not ``auto``: :func:`bucket`), its
+    TCP segments no larger than the bucket passes whole (:func:`segment_limit`)."""
     for tc, dev in _link_ends(node):
         sh([*tc, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
             "burst", burst, "latency", "50ms"], f"shaping the link of {node.name} to {rate}")
+    _set_segments(node, segment_limit(burst), check=False)  # an older ip: more CPU, no error
 
 
 def unshape(node: Node) -> None:
-    """Remove the shaping from both ends (nothing to remove is no error)."""
+    """Remove the shaping from both ends (nothing to remove is no error), and the cap on
+    their TCP segments."""
     for tc, dev in _link_ends(node):
         sh([*tc, "qdisc", "del", "dev", dev, "root"], "unshaping", check=False)
+    _set_segments(node, GSO_DEFAULT, check=False)
 
 
 def tbf_available() -> bool:
