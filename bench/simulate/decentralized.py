@@ -42,10 +42,9 @@ one-row ``weights @ recv`` alone 0.5-0.9 ms), 0.55-0.87 ms for k = 2 and 0.69 ms
 k = 4, against 0.15-0.24 ms for SSGD's update: k + 1 passes is the middle of that, low for
 one source and high for four. The kernel's packet processing of the bytes a rank sends
 (``--link-cpu``, which ``syncbench comm`` measures and ``--calibrate`` hands on:
-10.9-13.2 ns a byte on emulated 200 Mbit/s links whose ``tbf`` bucket was smaller than a
-64 KB TCP segment, 51 KB, 0.3-0.7 ns with a bucket that holds one, the cluster's default
-since) is paid by its compute when its flows start while it
-computes (:func:`interrupt_stretch`). Left out: the consensus ``Allreduce`` of an
+10.9-13.2 ns a byte on emulated 200 Mbit/s links whose 51 KB ``tbf`` bucket was smaller
+than a 64 KB TCP segment, about 1 ns since the cluster caps the segments) is paid by its
+compute when its flows start while it computes (:func:`interrupt_stretch`). Left out: the consensus ``Allreduce`` of an
 evaluation (the simulator models no evaluation) and the moving of the model through
 TCP inside the ``Testall`` polls (measured ``comm`` 1.1-1.9 ms a step against the copy's
 0.12 ms).
