@@ -44,10 +44,10 @@ one source and high for four. The kernel's packet processing of the bytes a rank
 (``--link-cpu``, which ``syncbench comm`` measures and ``--calibrate`` hands on:
 10.9-13.2 ns a byte on emulated 200 Mbit/s links whose 51 KB ``tbf`` bucket was smaller
 than a 64 KB TCP segment, about 1 ns since the cluster caps the segments) is paid by its
-compute when its flows start while it computes (:func:`interrupt_stretch`). Left out: the consensus ``Allreduce`` of an
-evaluation (the simulator models no evaluation) and the moving of the model through
-TCP inside the ``Testall`` polls (measured ``comm`` 1.1-1.9 ms a step against the copy's
-0.12 ms).
+compute when its flows start while it computes (:func:`interrupt_stretch`). Left out:
+the consensus ``Allreduce`` of an evaluation (the simulator models no evaluation) and the
+moving of the model through TCP inside the ``Testall`` polls (measured ``comm`` 1.1-1.9
+ms a step against the copy's 0.12 ms, 0.24-0.37 ms with capped segments).
 
 **AD-PSGD** (Lian et al., ICML 2018, arXiv 1710.06952, Alg. 1;
 ``algorithms/averagers/pairwise.py``): even (active) ranks compute a gradient, then
