@@ -40,9 +40,10 @@ def local_optimizer_name(config: Any, traits: Any) -> str:
     return config.optimizer or traits.local_optimizers[0]
 
 
-def check_local_optimizer(config: Any, name: str, traits: Any) -> None:
-    """``ValueError`` (one line) for an optimizer the strategy ``name`` cannot step with or
-    AdamW hyper-parameters out of range."""
+def check_optimizer_choice(config: Any, name: str, traits: Any) -> str:
+    """The optimizer ``config`` chooses for the strategy ``name``; ``ValueError`` (one line)
+    for one that is not an optimizer or that the strategy cannot step with (``train``'s
+    check and ``simulate --optimizer``'s)."""
     chosen = local_optimizer_name(config, traits)
     if chosen not in LOCAL_OPTIMIZERS:
         raise ValueError(f"--optimizer must be one of {', '.join(LOCAL_OPTIMIZERS)}, "
@@ -50,7 +51,13 @@ def check_local_optimizer(config: Any, name: str, traits: Any) -> None:
     if chosen not in traits.local_optimizers:
         raise ValueError(f"{name} cannot --optimizer {chosen}: it steps with "
                          f"{' or '.join(traits.local_optimizers)} only")
-    if chosen == "adamw":
+    return chosen
+
+
+def check_local_optimizer(config: Any, name: str, traits: Any) -> None:
+    """``ValueError`` (one line) for an optimizer the strategy ``name`` cannot step with or
+    AdamW hyper-parameters out of range."""
+    if check_optimizer_choice(config, name, traits) == "adamw":
         check_adamw(*adamw_hyper_parameters(config))
 
 

@@ -125,10 +125,10 @@ def make_node(cluster: Cluster, node: Node) -> None:
     sh([*inside, "link", "set", "lo", "up"], "bringing lo up")
 
 
-def _link_ends(node: Node) -> tuple[tuple[list[str], str], ...]:
-    """``(tc command, device)`` of both ends of a node's link: the host's veth, and
+def _link_ends(node: Node, tool: str = "tc") -> tuple[tuple[list[str], str], ...]:
+    """``(tool command, device)`` of both ends of a node's link: the host's veth, and
     ``eth0`` inside the node's namespace."""
-    return (["tc"], node.veth), (["ip", "netns", "exec", node.name, "tc"], "eth0")
+    return ([tool], node.veth), (["ip", "netns", "exec", node.name, tool], "eth0")
 
 
 #: ``--burst auto``: the bucket holds this many seconds of the link's rate ...
@@ -192,11 +192,12 @@ def segment_limit(burst: str) -> int:
     return limit
 
 
-def _set_segments(node: Node, size: int, check: bool = True) -> None:
-    """``gso_max_size`` of both ends of the node's link."""
-    for ip, dev in ((["ip"], node.veth), (["ip", "netns", "exec", node.name, "ip"], "eth0")):
+def _set_segments(node: Node, size: int) -> None:
+    """``gso_max_size`` of both ends of the node's link; where ``ip`` cannot set it (an
+    older one) the link only costs more CPU, so that is no error."""
+    for ip, dev in _link_ends(node, "ip"):
         sh([*ip, "link", "set", "dev", dev, "gso_max_size", str(size)],
-           f"setting the TCP segments of {node.name}'s link to {size} bytes", check=check)
+           f"setting the TCP segments of {node.name}'s link to {size} bytes", check=False)
 
 
 def shape(node: Node, rate: str, burst: str) -> None:
@@ -206,7 +207,7 @@ def shape(node: Node, rate: str, burst: str) -> None:
     for tc, dev in _link_ends(node):
         sh([*tc, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
             "burst", burst, "latency", "50ms"], f"shaping the link of {node.name} to {rate}")
-    _set_segments(node, segment_limit(burst), check=False)  # an older ip: more CPU, no error
+    _set_segments(node, segment_limit(burst))
 
 
 def unshape(node: Node) -> None:
@@ -214,7 +215,7 @@ def unshape(node: Node) -> None:
     their TCP segments."""
     for tc, dev in _link_ends(node):
         sh([*tc, "qdisc", "del", "dev", dev, "root"], "unshaping", check=False)
-    _set_segments(node, GSO_DEFAULT, check=False)
+    _set_segments(node, GSO_DEFAULT)
 
 
 def tbf_available() -> bool:

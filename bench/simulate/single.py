@@ -11,6 +11,7 @@ import math
 import os
 import sys
 
+from syncbench.algorithms.local_optimizer import check_optimizer_choice
 from syncbench.algorithms.registry import get_algorithm, validate
 from syncbench.analysis.output_paths import check_output_file
 from syncbench.bench.files import WriteError
@@ -33,10 +34,7 @@ def check_strategy(args: argparse.Namespace, n: int) -> None:
     ``--node-speed``'s and ``--node-throttle``'s."""
     cls = get_algorithm(args.algorithm)
     validate(cls, args, n)
-    chosen = getattr(args, "optimizer", None)
-    if chosen and chosen not in cls.traits.local_optimizers:
-        raise ValueError(f"{args.algorithm} cannot --optimizer {chosen}: it steps with "
-                         f"{' or '.join(cls.traits.local_optimizers)} only")
+    check_optimizer_choice(args, args.algorithm, cls.traits)
     parse_slowdown(args.slowdown, n)
     speeds = parse_node_speeds(getattr(args, "node_speed", None), n)
     if getattr(args, "node_throttle", None) and speeds is None:

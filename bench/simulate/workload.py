@@ -30,11 +30,13 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from syncbench.algorithms.codecs.powersgd import tensor_shapes as array_shapes
+from syncbench.algorithms.local_optimizer import local_optimizer_name
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.bench.data.text import VOCAB
@@ -435,13 +437,13 @@ def from_run(path: str) -> Workload:
 
 def run_optimizer(algorithm: str, chosen: Any) -> str | None:
     """The local optimizer a measured run stepped with (``--optimizer``, else its
-    strategy's default); None for a strategy this version does not know."""
-    if chosen:
-        return str(chosen)
+    strategy's default: ``local_optimizer_name``, train's rule); None for a strategy this
+    version does not know that chose none."""
     try:
-        return get_algorithm(algorithm).traits.local_optimizers[0]
-    except (KeyError, ValueError, AttributeError):
-        return None
+        traits = get_algorithm(algorithm).traits
+    except ValueError:  # a strategy this version does not know
+        return str(chosen) if chosen else None
+    return local_optimizer_name(SimpleNamespace(optimizer=chosen or None), traits)
 
 
 def rank_factor(attrs: dict[str, Any], name: str) -> float:
