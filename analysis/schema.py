@@ -358,6 +358,10 @@ RANK_ATTRS: tuple[str, ...] = (
     # at the scheduler tick; from $SYNCBENCH_NODE_THROTTLE; NaN where there is no quota)
     "node_throttle_on_s",
     "node_throttle_off_s",
+    # and the 10th and 90th percentiles of how long a process runs after an idle spell
+    # before its first freeze (NaN where not measured)
+    "node_throttle_first_lo_s",
+    "node_throttle_first_hi_s",
     # bytes of the token bucket that shapes the rank's node's link (the emulated
     # cluster's tc tbf burst, from $SYNCBENCH_LINK_BURST): what a message after an idle
     # spell sends at once; NaN where the link is not shaped
@@ -391,6 +395,7 @@ RANK_ATTR_DTYPES: dict[str, str] = {
     "hostname": "str", "node": "i8", "device": "str", "slowdown": "f8",
     "slowdown_mode": "str", "slowdown_reference_s": "f8", "slowdown_realised": "f8",
     "node_speed": "f8", "node_throttle_on_s": "f8", "node_throttle_off_s": "f8",
+    "node_throttle_first_lo_s": "f8", "node_throttle_first_hi_s": "f8",
     "link_burst_bytes": "f8",
     **{name: "f8" for name in CLOCK_ATTRS},
 }
@@ -412,6 +417,12 @@ RANK_ATTR_INFO: dict[str, tuple[str, str]] = {
                            "never-idle process runs before it is frozen (NaN: no quota)"),
     "node_throttle_off_s": ("s", "the node's quota, as the kernel realised it: seconds it is "
                             "then frozen (NaN: no quota)"),
+    "node_throttle_first_lo_s": ("s", "the node's quota: 10th percentile of the seconds a "
+                                 "process runs after an idle spell before its first freeze "
+                                 "(NaN: no quota, or not measured)"),
+    "node_throttle_first_hi_s": ("s", "the node's quota: 90th percentile of the seconds a "
+                                 "process runs after an idle spell before its first freeze "
+                                 "(NaN: no quota, or not measured)"),
     "link_burst_bytes": ("B", "the token bucket of the node's shaped link: bytes a message "
                          "after an idle spell sends at once (NaN: not shaped)"),
     "clock_offset_s": ("s", "the rank's clock minus rank 0's, after the start barrier"),
@@ -532,8 +543,8 @@ DATASET_INFO: dict[str, dict[str, tuple[str, str]]] = {
 FLOAT_ATTRS: frozenset[str] = frozenset({
     "t_begin_unix", "t_end_unix", "load_begin", "load_end", "foreign_cpu_s",
     "foreign_cpu_share", "slowdown", "slowdown_reference_s", "slowdown_realised",
-    "node_speed", "node_throttle_on_s", "node_throttle_off_s", "link_burst_bytes",
-    "clock_offset_s",
+    "node_speed", "node_throttle_on_s", "node_throttle_off_s", "node_throttle_first_lo_s",
+    "node_throttle_first_hi_s", "link_burst_bytes", "clock_offset_s",
     "clock_uncertainty_s", "clock_offset_end_s",
     "clock_uncertainty_end_s",
 })

@@ -184,7 +184,7 @@ def status(cluster: Cluster | None = None) -> int:
           f"({cluster.bridge_address}), links {cluster.link or 'unshaped'}"
           f"{', Slurm partition ' + slurm.PARTITION if cluster.slurm else ''}")
     print(f"{'node':<10} {'address':<12} {'cpus':<6} {'speed':>5} {'clock+s':>8} "
-          f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}  quota runs/frozen [ms]")
+          f"{'link':<5} {'sent [B]':>14} {'received [B]':>14}  quota runs/frozen/first [ms]")
     for node in cluster.nodes:
         link_state = "up" if network.link_is_up(node) else "down"
         try:

@@ -119,10 +119,17 @@ def make_cgroups(cluster: Cluster, node: Node) -> None:
 #: readings that is the process frozen (a reading takes well under a microsecond).
 THROTTLE_PROBE_S = 0.6
 FROZEN_GAP_S = 3e-4
+#: First bursts the probe samples, each after :data:`IDLE_S` asleep: long enough for the
+#: debt of the burst before to be paid and for the quota's period timer to stop, so that
+#: each burst starts at a new phase of the period against the tick.
+FIRST_BURSTS = 30
+IDLE_S = 0.012
 #: Seconds beyond its spin the probe may take to start and report before it is killed.
 PROBE_GRACE_S = 30.0
 #: The probe: wait for the go (its parent has put it in the node's cgroups by then), spin
-#: on a clock that makes no system call, print each running span and each frozen one.
+#: on a clock that makes no system call, print each running span and each frozen one;
+#: then, :data:`FIRST_BURSTS` times, sleep :data:`IDLE_S` and spin until frozen, and print
+#: how long each of those first bursts ran.
 _PROBE = """
 import sys, time
 sys.stdin.readline()
@@ -136,26 +143,45 @@ while last - start < {duration}:
         begin = now
     last = now
 print(" ".join(f"{{on:.6f}},{{off:.6f}}" for on, off in spans))
+firsts = []
+for _ in range({firsts}):
+    time.sleep({idle})
+    begin = last = clock()
+    while last - begin < 0.1:
+        now = clock()
+        if now - last > {gap}:
+            break
+        last = now
+    firsts.append(last - begin)
+print(" ".join(f"{{first:.6f}}" for first in firsts))
 """
 
 
 def throttle_pattern(node: Node) -> str:
-    """How the kernel realises the node's quota: ``ON/OFF``, the median milliseconds a
-    process that never idles runs, then is frozen, measured by a process spinning inside
-    the node's cgroups for :data:`THROTTLE_PROBE_S` ("" when it saw fewer than three, as at
-    speeds of about 0.05 and below, or when the node has no cgroup or more than one CPU:
-    one spinning process cannot use a quota of several).
+    """How the kernel realises the node's quota: ``ON/OFF/FIRST10-FIRST90``, the median
+    milliseconds a process that never idles runs, then is frozen, and the 10th and 90th
+    percentiles of how long a process runs after an idle spell before it is frozen the
+    first time, measured by a process inside the node's cgroups (:data:`THROTTLE_PROBE_S`
+    of spinning, then :data:`FIRST_BURSTS` sleeps each followed by a spin). "" when it saw
+    fewer than three spans, as at speeds of about 0.05 and below, or when the node has no
+    cgroup or more than one CPU: one spinning process cannot use a quota of several.
 
     CFS charges the quota at the scheduler tick (``CONFIG_HZ``), not as it is spent, so a
     process that makes no system call overruns it to the next tick and is then frozen
     until the next periods have paid the debt: at speed 0.5 (1 ms every 2 ms) on a
     250 Hz kernel it ran 3.1 ms and was frozen 4.9 ms, a share of 0.39 (docs/CLUSTER.md).
+    The first burst after an idle spell is not that run: where the tick falls against the
+    period's refill varies from one wake to the next, so it spread from 1.8 to 5.3 ms
+    (5th to 95th percentile) at that quota, and an MPI rank's compute after a wait in MPI
+    ran as long before its first freeze (docs/RESULTS.md, "A quota's first burst").
     The simulator's validation takes a run's pattern from the rank attributes
-    ``node_throttle_on_s`` and ``node_throttle_off_s`` that ``$SYNCBENCH_NODE_THROTTLE``
-    carries to the ranks."""
+    ``node_throttle_on_s``, ``node_throttle_off_s``, ``node_throttle_first_lo_s`` and
+    ``node_throttle_first_hi_s`` that ``$SYNCBENCH_NODE_THROTTLE`` carries to the
+    ranks."""
     if not node.cgroup_procs or node.cpu_count != 1:
         return ""  # no quota to measure, or one a single spinning process cannot fill
-    probe = _PROBE.format(duration=THROTTLE_PROBE_S, gap=FROZEN_GAP_S)
+    probe = _PROBE.format(duration=THROTTLE_PROBE_S, gap=FROZEN_GAP_S, firsts=FIRST_BURSTS,
+                          idle=IDLE_S)
     try:
         child = subprocess.Popen([sys.executable, "-I", "-c", probe], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -165,7 +191,8 @@ def throttle_pattern(node: Node) -> str:
     try:
         for procs in node.cgroup_procs:
             _write(Path(procs), str(child.pid), f"the quota probe into {node.name}")
-        out, _ = child.communicate("go\n", timeout=THROTTLE_PROBE_S + PROBE_GRACE_S)
+        out, _ = child.communicate("go\n", timeout=THROTTLE_PROBE_S + FIRST_BURSTS * 0.2
+                                   + PROBE_GRACE_S)
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
@@ -175,12 +202,18 @@ def throttle_pattern(node: Node) -> str:
         child.kill()
         child.wait()
         raise
-    spans = [tuple(float(v) for v in pair.split(",")) for pair in out.split()][1:-1]
+    lines = out.splitlines() + ["", ""]
+    spans = [tuple(float(v) for v in pair.split(",")) for pair in lines[0].split()][1:-1]
     if len(spans) < 3:  # the first and the last span are cut by the probe's ends
         return ""
     on = sorted(s[0] for s in spans)[len(spans) // 2]
     off = sorted(s[1] for s in spans)[len(spans) // 2]
-    return f"{1e3 * on:.3f}/{1e3 * off:.3f}"
+    pattern = f"{1e3 * on:.3f}/{1e3 * off:.3f}"
+    firsts = sorted(float(v) for v in lines[1].split())
+    if len(firsts) < 3:
+        return pattern
+    low, high = (firsts[round(q * (len(firsts) - 1))] for q in (0.1, 0.9))
+    return f"{pattern}/{1e3 * low:.3f}-{1e3 * high:.3f}"
 
 
 def _v1(cluster: Cluster, node: Node, quota: int, period: int) -> None:

@@ -65,8 +65,10 @@ def valid_burst(burst: str) -> bool:
     return burst == "auto" or bool(BURST_RE.match(burst))
 
 
-#: A node's measured quota pattern: ``ON/OFF`` milliseconds, or "" (no quota).
-THROTTLE_RE = re.compile(r"^(\d+(?:\.\d+)?/\d+(?:\.\d+)?)?$")
+#: A node's measured quota pattern: ``ON/OFF`` or ``ON/OFF/FIRST10-FIRST90`` milliseconds,
+#: or "" (no quota).
+_MS = r"\d+(?:\.\d+)?"
+THROTTLE_RE = re.compile(rf"^({_MS}/{_MS}(?:/{_MS}-{_MS})?)?$")
 CGROUP_PROCS_RE = re.compile(r"^/sys/fs/cgroup/(?:[a-z_,]+/)?([A-Za-z][A-Za-z0-9]{0,14})/"
                              r"cgroup\.procs$")
 CGROUP_RE = re.compile(r"^/sys/fs/cgroup/(?:[a-z_,]+/)?([A-Za-z][A-Za-z0-9]{0,14})$")
@@ -219,8 +221,9 @@ class Node:
     cgroup_procs: list[str] = field(default_factory=list)
     #: The rate ``cluster link NODE RATE`` set since ``up`` (else the cluster's ``link``).
     link: str = ""
-    #: How the kernel realises the node's quota, measured when it was set: ``ON/OFF``,
-    #: milliseconds a never-idle process runs, then is frozen ("" at speed 1;
+    #: How the kernel realises the node's quota, measured when it was set:
+    #: ``ON/OFF[/FIRST10-FIRST90]``, milliseconds a never-idle process runs, then is
+    #: frozen, and the spread of the first run after an idle spell ("" at speed 1;
     #: :func:`.cpu.throttle_pattern`).
     throttle: str = ""
 

@@ -115,12 +115,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="per-rank CPU share of a node at a quota, as the emulated "
                      "cluster's --node-speed (e.g. 1,0.5): compute, data and update are "
                      "slowed by 1/S (a wait inside MPI is not: the kernel moves the bytes)")
-    het.add_argument("--node-throttle", default=None, metavar="ON/OFF[,...]",
+    het.add_argument("--node-throttle", default=None, metavar="ON/OFF[/LO-HI][,...]",
                      help="how the kernel realises each --node-speed below 1: ON ms of "
-                     "running then OFF ms frozen (e.g. 3.1/4.9, about what syncbench cluster "
-                     "measures on its slow nodes), for every such rank or one entry (or -) "
-                     "per rank; the ranks' shares then follow from their busy and idle "
-                     "times, not from the nominal speed (--validate reads the runs' own)")
+                     "running then OFF ms frozen, and optionally LO-HI, the 10th and 90th "
+                     "percentiles of the first run after an idle spell (else ON) (e.g. "
+                     "3.1/4.9/2.2-5.0, about what syncbench cluster measures on its slow "
+                     "nodes), for every such rank or one entry (or -) per rank; the ranks' "
+                     "shares then follow from their busy and idle times, not from the "
+                     "nominal speed (--validate reads the runs' own)")
     het.add_argument("--stragglers", default=None,
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")

@@ -71,11 +71,17 @@ def quota_codec(codec_s: float | np.ndarray, speeds: Sequence[float] | None,
 
 # -- the kernel's bursts: a quota is not an even share --------------------------------
 
+#: Points at which the first burst's spread is sampled (midpoints of equal slices).
+FIRST_BURST_POINTS = 5
+
+
 @dataclass(frozen=True)
 class Throttle:
     """How the kernel realises a node's quota for a process that keeps the CPU busy:
     ``on_s`` of running, then ``off_s`` frozen, over and over (measured inside the node by
-    ``syncbench cluster``: :func:`syncbench.bench.cluster.cpu.throttle_pattern`).
+    ``syncbench cluster``: :func:`syncbench.bench.cluster.cpu.throttle_pattern`); and,
+    where measured, the 10th and 90th percentiles of how long a process runs after an
+    idle spell before its first freeze (``first_lo_s``, ``first_hi_s``).
 
     CFS charges a quota at the scheduler tick (``CONFIG_HZ``: every 4 ms at 250 Hz), so a
     process that makes no system call runs past its quota to the next tick and is then
@@ -83,38 +89,64 @@ class Throttle:
     Documentation/scheduler/sched-bwc.rst). Measured on the emulated cluster (speed 0.5, a 1
     ms quota every 2 ms, HZ 250): 3.1-3.3 ms on, 4.7-4.9 ms off, a share of 0.38-0.41, not
     0.5 (docs/RESULTS.md, "A quota in bursts, the links' token bucket and ASGD's crossed
-    transfers")."""
+    transfers"). Where the tick falls against the period's refill differs from one wake
+    to the next, so the first burst after an idle spell is spread: 1.8 to 5.3 ms (5th to
+    95th percentile) at that quota, and so was an MPI rank's compute after a wait in MPI
+    (docs/RESULTS.md, "A quota's first burst")."""
 
     on_s: float
     off_s: float
+    first_lo_s: float | None = None
+    first_hi_s: float | None = None
 
     @property
     def share(self) -> float:
         """The share of a process that is never idle: on / (on + off)."""
         return self.on_s / (self.on_s + self.off_s)
 
+    def first_bursts(self) -> list[float]:
+        """Seconds of free running after an idle spell, as :data:`FIRST_BURST_POINTS`
+        equally likely values: the midpoints of equal slices of the uniform spread whose
+        10th and 90th percentiles are ``first_lo_s`` and ``first_hi_s``; ``[on_s]`` where
+        the spread was not measured."""
+        if self.first_lo_s is None or self.first_hi_s is None:
+            return [self.on_s]
+        width = (self.first_hi_s - self.first_lo_s) / 0.8
+        start = self.first_lo_s - 0.1 * width
+        return [max(0.0, start + width * (k + 0.5) / FIRST_BURST_POINTS)
+                for k in range(FIRST_BURST_POINTS)]
+
     def busy_wall(self, busy: np.ndarray, idle: np.ndarray) -> float:
         """Wall seconds the CPU work ``busy[j]`` takes in all, each block followed by
-        ``idle[j]`` seconds off the CPU (inside MPI waiting for the wire), from full credit.
+        ``idle[j]`` seconds off the CPU (inside MPI waiting for the wire), from full credit:
+        the mean over :meth:`first_bursts` of :meth:`busy_wall_from`."""
+        busy, idle = np.asarray(busy, float).tolist(), np.asarray(idle, float).tolist()
+        firsts = self.first_bursts()
+        return sum(self.busy_wall_from(busy, idle, first) for first in firsts) / len(firsts)
 
-        A fluid form of the bursts: the process holds up to ``on_s`` of credit; running
-        spends it, and at zero the process is frozen ``off_s``, which restores it; idle
-        time restores it at ``on_s / off_s`` per second. A never-idle process runs
-        ``on_s`` in every ``on_s + off_s``; one idle for ``off_s`` or more starts its next
-        block with a whole burst (the quota's debt paid while it waited)."""
-        credit, wall = self.on_s, 0.0
-        refill = self.on_s / self.off_s
-        for work, rest in zip(np.asarray(busy, float).tolist(),
-                              np.asarray(idle, float).tolist()):
+    def busy_wall_from(self, busy: list[float], idle: list[float], first: float) -> float:
+        """:meth:`busy_wall` where every first burst after an idle spell lasts ``first``.
+
+        A fluid form of the bursts: the process holds up to ``first`` of credit; running
+        spends it. A block that outlasts its credit is frozen ``off_s`` there and starts a
+        burst of ``on_s``; a block that ends within that burst keeps the rest of it as
+        credit. One that outlasts it too runs the rest at the never-idle share: ``off_s``
+        frozen per ``on_s`` run in all, where the later freezes fall being spread as the
+        first one's is, so their count is taken on average, not rounded up, and no credit
+        is left (a whole count of freezes would leave half a burst on average). Idle time restores the credit at ``first / off_s`` per second: a process idle for
+        ``off_s`` or more starts its next block with a whole first burst (the quota's debt
+        paid while it waited)."""
+        credit, wall = first, 0.0
+        refill = first / self.off_s
+        for work, rest in zip(busy, idle):
             wall += work
-            work -= credit
-            if work > 0:  # frozen once per burst the block outlasts
-                bursts = math.ceil(work / self.on_s)
-                wall += bursts * self.off_s
-                credit = bursts * self.on_s - work
+            over = work - credit
+            if over > 0:
+                wall += self.off_s * max(1.0, over / self.on_s)
+                credit = max(0.0, self.on_s - over)
             else:
-                credit = -work
-            credit = min(self.on_s, credit + rest * refill)
+                credit = -over
+            credit = min(first, credit + rest * refill)
         return wall
 
 
@@ -159,21 +191,36 @@ def parse_node_throttles(spec: str | None, speeds: Sequence[float] | None,
 
 
 def _throttle_entry(part: str, spec: str) -> Throttle | None:
-    """One entry of ``--node-throttle``: ``ON/OFF`` milliseconds, or ``-`` (none)."""
+    """One entry of ``--node-throttle``: ``ON/OFF`` or ``ON/OFF/LO-HI`` milliseconds, or
+    ``-`` (none)."""
     if part in ("-", ""):
         return None
-    on, _, off = part.partition("/")
+    on, _, rest = part.partition("/")
+    off, slash, first = rest.partition("/")
+    low, dash, high = first.partition("-")
+    if slash and not dash:
+        raise ValueError(f"--node-throttle {spec!r}: {part!r}: the first burst is LO-HI "
+                         "milliseconds (e.g. 3.1/4.9/2.2-5.0)")
     try:
-        on_ms, off_ms = float(on), float(off)
+        times = [float(t) for t in ((on, off, low, high) if slash else (on, off))]
     except ValueError:
-        raise ValueError(f"--node-throttle {spec!r}: {part!r} is not ON/OFF in "
-                         "milliseconds (e.g. 3.3/4.7) or -") from None
-    if not (on_ms > 0 and off_ms > 0 and math.isfinite(on_ms + off_ms)):
-        raise ValueError(f"--node-throttle {spec!r}: {part!r}: both times must be > 0 ms")
-    return Throttle(on_ms / 1e3, off_ms / 1e3)
+        raise ValueError(f"--node-throttle {spec!r}: {part!r} is not ON/OFF or ON/OFF/LO-HI "
+                         "in milliseconds (e.g. 3.3/4.7 or 3.1/4.9/2.2-5.0) or -") from None
+    if not all(t > 0 and math.isfinite(t) for t in times):
+        raise ValueError(f"--node-throttle {spec!r}: {part!r}: every time must be > 0 ms")
+    if slash and times[2] > times[3]:
+        raise ValueError(f"--node-throttle {spec!r}: {part!r}: the first burst's LO exceeds "
+                         "its HI")
+    return Throttle(*(t / 1e3 for t in times))
 
 
 def throttle_spec(throttles: Sequence[Throttle | None]) -> str:
     """The ``--node-throttle`` string of per-rank patterns (the inverse of the parser)."""
-    return ",".join("-" if t is None else f"{1e3 * t.on_s:.4g}/{1e3 * t.off_s:.4g}"
-                    for t in throttles)
+    def entry(t: Throttle | None) -> str:
+        if t is None:
+            return "-"
+        pattern = f"{1e3 * t.on_s:.4g}/{1e3 * t.off_s:.4g}"
+        if t.first_lo_s is None or t.first_hi_s is None:
+            return pattern
+        return f"{pattern}/{1e3 * t.first_lo_s:.4g}-{1e3 * t.first_hi_s:.4g}"
+    return ",".join(entry(t) for t in throttles)

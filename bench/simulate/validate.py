@@ -120,12 +120,22 @@ def _job(args: argparse.Namespace, run: Any,
 
 def throttle_of(attrs: dict[str, Any]) -> Throttle | None:
     """A rank's node quota pattern as its run recorded it (``node_throttle_on_s`` and
-    ``node_throttle_off_s``), or None (no quota, or a file from before the record)."""
-    try:
-        on, off = float(attrs.get("node_throttle_on_s")), float(attrs.get("node_throttle_off_s"))
-    except (TypeError, ValueError):
+    ``node_throttle_off_s``, with ``node_throttle_first_lo_s`` and ``_hi_s`` where
+    recorded), or None (no quota, or a file from before the record)."""
+    def seconds(key: str) -> float | None:
+        try:
+            value = float(attrs.get(key))
+        except (TypeError, ValueError):
+            return None
+        return value if math.isfinite(value) and value > 0 else None
+
+    on, off = seconds("node_throttle_on_s"), seconds("node_throttle_off_s")
+    if on is None or off is None:
         return None
-    return Throttle(on, off) if math.isfinite(on + off) and on > 0 and off > 0 else None
+    low, high = seconds("node_throttle_first_lo_s"), seconds("node_throttle_first_hi_s")
+    if low is None or high is None or low > high:
+        return Throttle(on, off)
+    return Throttle(on, off, low, high)
 
 
 def predicted_path(out_dir: str, measured: str, overwrite: bool) -> str:

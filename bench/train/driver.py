@@ -721,17 +721,26 @@ def node_speed() -> float:
 
 def node_throttle() -> dict[str, float]:
     """``node_throttle_on_s`` and ``node_throttle_off_s``: the running and frozen spans of
-    this rank's node's quota as the cluster measured them (``$SYNCBENCH_NODE_THROTTLE``,
-    ``ON/OFF`` in milliseconds); NaN when unset or not two positive numbers."""
-    nan = float("nan")
-    on, _, off = os.environ.get("SYNCBENCH_NODE_THROTTLE", "").partition("/")
-    try:
-        values = float(on) / 1e3, float(off) / 1e3
-    except ValueError:
-        return {"node_throttle_on_s": nan, "node_throttle_off_s": nan}
-    if not all(math.isfinite(v) and v > 0 for v in values):
-        return {"node_throttle_on_s": nan, "node_throttle_off_s": nan}
-    return dict(zip(("node_throttle_on_s", "node_throttle_off_s"), values))
+    this rank's node's quota as the cluster measured them, and ``node_throttle_first_lo_s``
+    and ``node_throttle_first_hi_s``, the 10th and 90th percentiles of a first run after
+    an idle spell (``$SYNCBENCH_NODE_THROTTLE``, ``ON/OFF[/LO-HI]`` in milliseconds); NaN
+    where unset or not positive numbers (the first two alone where the spread is absent:
+    a cluster brought up before it was measured)."""
+    keys = ("node_throttle_on_s", "node_throttle_off_s", "node_throttle_first_lo_s",
+            "node_throttle_first_hi_s")
+    out = dict.fromkeys(keys, float("nan"))
+    on, _, rest = os.environ.get("SYNCBENCH_NODE_THROTTLE", "").partition("/")
+    off, _, first = rest.partition("/")
+    low, _, high = first.partition("-")
+    for names, texts in ((keys[:2], (on, off)), (keys[2:], (low, high))):
+        try:
+            values = [float(text) / 1e3 for text in texts]
+        except ValueError:
+            break
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            break
+        out.update(zip(names, values))
+    return out
 
 
 def link_burst() -> float:

@@ -196,6 +196,9 @@ def test_a_scenario_sets_each_configurations_node_speeds_live(cluster, tmp_path)
     # the nominal one (a tick's overrun takes some of it), and none without a quota
     on, off = (float(slow.rank_attrs[1][f"node_throttle_{k}_s"]) for k in ("on", "off"))
     assert 0.2 <= on / (on + off) <= 0.6 and 0.5e-3 <= on <= 10e-3, (on, off)
+    # and the spread of the first burst after an idle spell (where the tick falls)
+    low, high = (float(slow.rank_attrs[1][f"node_throttle_first_{k}_s"]) for k in ("lo", "hi"))
+    assert 0.2e-3 <= low <= high <= 12e-3, (low, high)
     assert math.isnan(float(slow.rank_attrs[0]["node_throttle_on_s"]))
     assert math.isnan(float(hom.rank_attrs[1]["node_throttle_on_s"]))
     assert "node speed 1,0.5 (CPU quota) against homogeneous" in proc.stdout
@@ -210,8 +213,9 @@ def test_a_scenario_sets_each_configurations_node_speeds_live(cluster, tmp_path)
         assert int(_quota(NODES[1])) == int(period) // 4
     assert "SYNCBENCH_NODE_SPEED=0.25" in (TC.state_dir / "node-ssh").read_text()
     throttle = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]["throttle"]
-    on, off = (float(v) for v in throttle.split("/"))
-    assert 0.1 <= on / (on + off) <= 0.4, throttle
+    on, off, first = throttle.split("/")
+    assert 0.1 <= float(on) / (float(on) + float(off)) <= 0.4, throttle
+    assert 0 < float(first.split("-")[0]) <= float(first.split("-")[1]), throttle
     assert f"SYNCBENCH_NODE_THROTTLE={throttle}" in (TC.state_dir / "node-ssh").read_text()
     back = TC.syncbench("cluster", "speed", NODES[1], "1")
     shim = (TC.state_dir / "node-ssh").read_text()

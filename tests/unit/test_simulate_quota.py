@@ -113,6 +113,28 @@ def test_a_process_idle_for_the_frozen_span_starts_each_block_with_a_whole_burst
     assert 10 * 9e-3 < short < 10 * 4e-3 / burst.share
 
 
+def test_a_block_after_a_wait_is_frozen_as_often_as_the_first_burst_falls_short_of_it():
+    """The first burst after an idle spell is spread (where the tick falls against the
+    period's refill): uniform with 10th and 90th percentiles 2.2 and 5.0 ms is sampled at
+    2.2, 2.9, 3.6, 4.3 and 5.0 ms. A 4 ms block outlasts three of them, a 3 ms block two;
+    a 16 ms block then runs at the never-idle share. On the emulated cluster an MPI rank's
+    compute after a wait took 3.6-4.4 ms (3 ms of work), 5.5-7.9 ms (4 ms) and 34-37 ms
+    (16 ms) at that pattern (docs/RESULTS.md, "A quota's first burst"); this gives 5.0,
+    6.9 and 35.4 ms; the model before (a first burst of ``on_s``, whole freezes) gave 3,
+    8.9 and 40.4 ms."""
+    burst = Throttle(3.12e-3, 4.88e-3, 2.2e-3, 5.0e-3)
+    assert burst.first_bursts() == pytest.approx([2.2e-3, 2.9e-3, 3.6e-3, 4.3e-3, 5.0e-3])
+    wait = np.array([0.1])
+    assert burst.busy_wall(np.array([3e-3]), wait) == pytest.approx(3e-3 + 0.4 * 4.88e-3)
+    assert burst.busy_wall(np.array([4e-3]), wait) == pytest.approx(4e-3 + 0.6 * 4.88e-3)
+    long = 16e-3 + 4.88e-3 * (16e-3 - 3.6e-3) / 3.12e-3
+    assert burst.busy_wall(np.array([16e-3]), wait) == pytest.approx(long)
+    assert 34e-3 <= long <= 37e-3
+    point = Throttle(3.12e-3, 4.88e-3)
+    assert point.first_bursts() == [3.12e-3]
+    assert point.busy_wall(np.array([4e-3]), wait) == pytest.approx(4e-3 + 4.88e-3)
+
+
 def test_realised_shares_follow_each_throttled_ranks_busy_and_idle_rows():
     n = 40
     rows = {k: {"step": np.arange(n), "t_data": np.zeros(n), "t_compute": np.full(n, 2e-3),
@@ -132,6 +154,7 @@ def test_realised_shares_follow_each_throttled_ranks_busy_and_idle_rows():
     ("1/3,1/3", [1.0, 0.25], [None, Throttle(1e-3, 3e-3)]),  # none for a rank at speed 1
     ("2/2", None, None),  # one pattern and no rank at a quota: nothing to throttle
     ("", [1.0, 0.5], None),
+    ("3.1/4.9/2.2-5", [1.0, 0.5], [None, Throttle(*(t / 1e3 for t in (3.1, 4.9, 2.2, 5)))]),
 ])
 def test_node_throttles_name_each_rank_or_every_rank_at_a_quota(spec, speeds, expect):
     assert parse_node_throttles(spec, speeds, 2) == expect
@@ -140,8 +163,14 @@ def test_node_throttles_name_each_rank_or_every_rank_at_a_quota(spec, speeds, ex
 
 
 @pytest.mark.parametrize("spec,message", [
-    ("3.3", "ON/OFF in milliseconds"), ("1/0", "both times must be > 0"),
-    ("1/2,1/2,1/2", "3 entries but the job has 2"), ("a/b", "ON/OFF in milliseconds"),
+    ("3.3", "is not ON/OFF or ON/OFF/LO-HI in milliseconds"),
+    ("1/0", "every time must be > 0"),
+    ("1/2,1/2,1/2", "3 entries but the job has 2"),
+    ("a/b", "is not ON/OFF or ON/OFF/LO-HI in milliseconds"),
+    ("3/5/2", "the first burst is LO-HI milliseconds"),
+    ("3/5/4-2", "the first burst's LO exceeds its HI"),
+    ("3/5/0-2", "every time must be > 0"),
+    ("3/5/x-2", "is not ON/OFF or ON/OFF/LO-HI in milliseconds"),
 ])
 def test_bad_node_throttles_are_one_line(spec, message):
     with pytest.raises(ValueError, match=message):

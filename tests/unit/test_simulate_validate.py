@@ -132,6 +132,14 @@ def test_a_runs_recorded_quota_bursts_go_to_its_simulation(tmp_path):
     args = argparse.Namespace(slowdown=None, algorithm="ssgd", node_throttle=None)
     assert _job(args, read_run(bursts))[0].node_throttle == "-,3.3/4.7"
     assert _job(args, read_run(older))[0].node_throttle is None
+    # with the first burst's spread (node_throttle_first_lo_s and _hi_s) where recorded
+    spread = write_file(tmp_path / "s.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                        steps_per_rank=4,
+                        rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.0031,
+                                        "node_throttle_off_s": 0.0049,
+                                        "node_throttle_first_lo_s": 0.0022,
+                                        "node_throttle_first_hi_s": 0.005}})
+    assert _job(args, read_run(spread))[0].node_throttle == "-,3.1/4.9/2.2-5"
     # a workload measured at a quota: the recorded (absolute) pattern is not stacked on it
     halves = write_file(tmp_path / "h.h5", algorithm="ssgd", world_size=2, wall=2.0,
                         steps_per_rank=4,
