@@ -133,9 +133,10 @@ class Throttle:
         credit. One that outlasts it too runs the rest at the never-idle share: ``off_s``
         frozen per ``on_s`` run in all, where the later freezes fall being spread as the
         first one's is, so their count is taken on average, not rounded up, and no credit
-        is left (a whole count of freezes would leave half a burst on average). Idle time restores the credit at ``first / off_s`` per second: a process idle for
-        ``off_s`` or more starts its next block with a whole first burst (the quota's debt
-        paid while it waited)."""
+        is left (a whole count of freezes would leave half a burst on average). Idle time
+        restores the credit at ``first / off_s`` per second: a process idle for ``off_s``
+        or more starts its next block with a whole first burst (the quota's debt paid
+        while it waited)."""
         credit, wall = first, 0.0
         refill = first / self.off_s
         for work, rest in zip(busy, idle):
