@@ -185,3 +185,26 @@ def test_a_throttle_without_a_quota_is_one_line():
         check_strategy(args, 2)
     args.node_speed = "1,0.5"
     check_strategy(args, 2)
+
+
+def test_the_block_benchmark_prints_the_models_wall_beside_the_measured_one():
+    """bench/micro/quota_blocks.py sets each block's measured wall beside the model's, from
+    the node's pattern as the cluster exports it; without a pattern, NaN."""
+    from syncbench.bench.micro.quota_blocks import _predicted_ms
+
+    spread = _predicted_ms("3.12/4.88/2.2-5.0", 4.0, spread=True)
+    assert spread == pytest.approx(4.0 + 0.6 * 4.88)
+    assert _predicted_ms("3.12/4.88/2.2-5.0", 4.0, spread=False) == pytest.approx(4.0 + 4.88)
+    assert np.isnan(_predicted_ms("", 4.0, spread=True))
+    assert np.isnan(_predicted_ms("x/y", 4.0, spread=True))
+
+
+@pytest.mark.parametrize("flags", [["--blocks-ms", "0"], ["--blocks-ms", "1,x"],
+                                   ["--repeats", "0"], ["--wait-ms", "-1"]])
+def test_the_block_benchmarks_bad_input_is_one_line(capsys, flags):
+    from syncbench.bench.micro.quota_blocks import main
+
+    assert main(flags) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "quota_blocks: run 2 ranks, rank 1 on the node at a quota, with --blocks-ms > 0, "
+        "--wait-ms >= 0 and --repeats >= 1"]
