@@ -273,18 +273,40 @@ def rma_progress(cfg: argparse.Namespace) -> str:
 
 
 def poll_gaps(data: float, compute: float, update: float, delay: float,
-              hooks: Sequence[float], min_gap: float = POLL_MIN_GAP_S) -> np.ndarray:
+              hooks: Sequence[float], min_gap: float = POLL_MIN_GAP_S,
+              polled: float | None = None) -> np.ndarray:
     """Seconds between a rank's chances to serve while it is outside its own accesses.
 
     One step outside MPI is data, compute (``ProgressPoll`` at each hook share of
-    ``hooks``, at most one per ``min_gap``: ``algorithms/windows.py``), then the delay
-    and the update (no polls); it is entered and left inside MPI (the step's pull
-    and push)."""
+    ``hooks``, at most one per ``min_gap``: ``algorithms/windows.py``), then the delay,
+    polled as compute is (an emulated slowdown keeps driving progress:
+    ``--slowdown-mode work`` runs the model's passes with their hooks,
+    ``bench/train/slowdown.py``; ``spin`` and ``sleep`` poll more often still, rate-limited
+    to ``min_gap`` by ``ProgressPoll``) for its first ``polled`` seconds (None: all of
+    it; what is left of it is a node quota's freezes, which do not poll:
+    :meth:`.timeline.LocalTimes.polled_delay`), and the update (no polls); it is entered
+    and left inside MPI (the step's pull and push). Measured before the delay's polls were in the
+    model (AD-PSGD, resnet8, 2 emulated nodes at 200 Mbit/s, a 2x slower rank in work
+    mode): the active rank's averages took 14.5-15.3 ms a step, as without the slowdown,
+    against 31-32 ms predicted (docs/RESULTS.md, "AD-PSGD's transfers and the links'
+    bucket")."""
     points = [0.0]
-    for share in hooks:
-        at = data + share * compute
+
+    def poll(at: float) -> None:
         if at - points[-1] >= min_gap:
             points.append(at)
+
+    for share in hooks:
+        poll(data + share * compute)
+    start = data + compute
+    polled = delay if polled is None else min(max(polled, 0.0), delay)
+    passes = math.ceil(polled / compute) if compute > 0 and polled > 0 else 0
+    for k in range(passes):
+        for share in hooks:
+            at = start + (k + share) * compute
+            if at > start + polled:  # the deadline's own check polls, then ends the delay
+                break
+            poll(at)
     end = data + compute + delay + update
     points.append(end)
     gaps = np.diff(np.asarray(points, dtype=float))
@@ -456,7 +478,8 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     polls = rma_progress(cfg) == "polls" and n > 1
     # the workers' mean step outside MPI, and where in it they poll
     d, c, u, dl = (float(x) for x in local.cols[workers, :, :].mean(axis=(0, 1)))
-    gaps = poll_gaps(d, c, u, dl, local.workload.compute_split().hooks)
+    gaps = poll_gaps(d, c, u, dl, local.workload.compute_split().hooks,
+                     polled=local.polled_delay(workers, local.cols.shape[1]))
     # remote owners of an access (sharded: all but the origin's own shard); the
     # dedicated server and rank 0's counter under it serve from their MPI loop at once
     dedicated = cfg.ps_layout == "dedicated"

@@ -61,7 +61,13 @@ event by event in time order (as :mod:`.asgd` serves its counter): each passive 
 one FIFO lock served in arrival order, so averages on one target and the target's own
 updates are serialised. Costs: the lock's and the unlock's round trips and the
 per-epoch overhead (``--rma-epoch-us``, :class:`.asgd.RmaCosts`), the model's bytes each
-way on SimGrid (active ranks transferring at once to distinct targets, :func:`matching`).
+way on SimGrid (active ranks transferring at once to distinct targets, :func:`matching`),
+less what the links' token bucket (``--link-burst``) passes at once: the ``Get`` leaves
+the passive node and the ``Put`` the active one, each link idle since its node's last
+average, a step earlier, long enough to refill the bucket (2.1 ms on the emulated
+cluster). Measured (lenet, 247 KB, 2 emulated nodes at 200 Mbit/s, a 51 KB bucket): the
+active rank's average took 18.0 ms a step against 22 predicted without the bucket
+(docs/RESULTS.md, "AD-PSGD's transfers and the links' bucket").
 Assumption (as ASGD's owners): a target grants a lock as the request arrives when its
 window is free (native RMA or a progress engine that keeps up), which is optimistic.
 Every rank takes ``--steps`` steps of its own (no budget shared between ranks), and the
@@ -93,7 +99,7 @@ from syncbench.bench.simulate.asgd import (
     rma_progress,
     target_wait,
 )
-from syncbench.bench.simulate.collectives import PhaseClock, cost, placed_phases
+from syncbench.bench.simulate.collectives import PhaseClock, burst_of, cost, placed_phases
 from syncbench.bench.simulate.inputs import link_cpu
 from syncbench.bench.simulate.progress import TESTALL_SECONDS, compute_polls
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
@@ -342,12 +348,18 @@ def matching(peers: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
 
 
 def adpsgd_transfer(label: str, n: int, pairs: tuple[tuple[int, int], ...], nbytes: float,
-                    time_phase: PhaseClock) -> tuple[float, float]:
+                    time_phase: PhaseClock, burst: float = 0.0) -> tuple[float, float]:
     """(one-way latency, seconds of the model's bytes one way) of the ``pairs`` (from
     :func:`matching`) all transferring at once (SimGrid's, each with its route's
-    latency)."""
+    latency), the first ``burst`` bytes at the wire's speed (a full token bucket: the
+    transfer's time beyond the latency shrinks by ``min(burst, nbytes) / nbytes``, as
+    :func:`~.collectives.burst_stages` takes a stage's)."""
     one_way = time_phase(PairsPhase((label, "latency"), n, COUNTER_BYTES, pairs))
-    return one_way, time_phase(PairsPhase((label, "model"), n, nbytes, pairs))
+    transfer = time_phase(PairsPhase((label, "model"), n, nbytes, pairs))
+    if burst > 0 and nbytes > 0:
+        wire = max(0.0, transfer - one_way)
+        transfer -= wire * min(burst, nbytes) / nbytes
+    return one_way, transfer
 
 
 @dataclass
@@ -497,7 +509,8 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     rng = np.random.default_rng([int(getattr(cfg, "seed", 0)), 1710])
     nbytes = float(w.param_bytes)
     label = f"adpsgd:{schedule.name}"
-    one_way, transfer = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase)
+    one_way, transfer = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase,
+                                        burst_of(time_phase))
     local.ensure(steps)
     strategy = get_algorithm("adpsgd")
     every = int(getattr(cfg, "meet_every", None) or strategy.Options.meet_every)
@@ -507,7 +520,9 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     serve_s = 0.0
     if rma_progress(cfg) == "polls" and n > 1:  # the passive ranks serve at their polls
         d, c, u, dl = (float(x) for x in local.cols[1::2, :steps, :].mean(axis=(0, 1)))
-        serve_s = target_wait(poll_gaps(d, c, u, dl, w.compute_split().hooks), 1.0)
+        polled = local.polled_delay(slice(1, None, 2), steps)
+        serve_s = target_wait(poll_gaps(d, c, u, dl, w.compute_split().hooks, polled=polled),
+                              1.0)
     records = adpsgd_events(n, steps, lambda k, j: local.rank(k, j).tolist(), peers, rng,
                             one_way, transfer, costs.epoch_s, meetings, serve_s)
     table = np.asarray(records, dtype=float).reshape(-1, 9)

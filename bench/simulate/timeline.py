@@ -54,6 +54,16 @@ class LocalTimes:
                                          transient_share=stragglers.transient_share,
                                          transient_sigma=stragglers.transient_sigma)
 
+    def polled_delay(self, ranks: list[int] | slice, steps: int) -> float:
+        """Mean seconds a step of ``ranks`` (their first ``steps``) spends in an emulated
+        slowdown, ``compute x (factor - 1)`` without a node quota's part: a slowdown keeps
+        polling MPI (``bench/train/slowdown.py``), a frozen process does not."""
+        factors = self.slowdown[ranks]
+        if self.speeds is not None:
+            factors = factors * np.asarray(self.speeds, dtype=float)[ranks]
+        compute = self.cols[ranks, :steps, 1].mean(axis=1)
+        return float((compute * np.maximum(factors - 1.0, 0.0)).mean())
+
     def ensure(self, steps: int) -> None:
         """Draw every rank's local times up to step ``steps`` (exclusive)."""
         have = self.cols.shape[1]

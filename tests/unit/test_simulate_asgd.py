@@ -134,6 +134,9 @@ def test_a_request_waits_for_the_targets_next_poll():
         (0.009 ** 2 + 0.001 ** 2) / (2 * 0.01), rel=1e-3)
     gaps = poll_gaps(0.001, 0.010, 0.002, 0.0, [0.5, 0.52, 1.0])
     np.testing.assert_allclose(gaps, [0.006, 0.005, 0.002])  # data + half, the rest, update
+    # a delay (an emulated slowdown) polls as compute does: here a pass and a half more
+    gaps = poll_gaps(0.001, 0.010, 0.002, 0.015, [0.5, 0.52, 1.0])
+    np.testing.assert_allclose(gaps, [0.006, 0.005, 0.005, 0.005, 0.005, 0.002])
 
 
 def test_asgd_pays_its_targets_polls_over_tcp_and_not_with_immediate_progress():

@@ -386,3 +386,36 @@ def test_adpsgd_over_tcp_waits_for_the_passive_peers_polls(tmp_path):
     immediate.graph = cfg.graph
     rows = adpsgd(immediate, local_times(3), 1, lambda p: 0.1).rows.arrays()
     assert rows[0]["t_comm"].tolist() == pytest.approx([0.6])
+
+
+def test_adpsgd_passive_peer_polls_through_an_emulated_slowdown_not_a_quotas_freezes(tmp_path):
+    """A passive rank slowed 2x (--slowdown, as --slowdown-mode work runs it: the model's
+    passes with their hooks) polls in its delay as in its compute: gaps 0.5, 0.25, 0.25
+    twice, the same mean wait 0.1875 s. The same delay made by a node quota (the rank at
+    speed 0.5: frozen, no polls) is one gap of 1 s: (0.5^2 + 2 x 0.25^2 + 1^2) / (2 x 2) =
+    0.34375 s. Before the delay's polls were in the model, the slowdown gave 0.34375 too
+    (resnet8 at 200 Mbit/s, work mode: sync predicted 31-32 ms a step, 14.5-15.3
+    measured)."""
+    cfg = config("--rma-epoch-us", "0", "--rma-progress", "polls")
+    cfg.graph = path_graph(tmp_path, 3)
+    slowed = adpsgd(cfg, local_times(3, slowdown=[1.0, 2.0, 1.0]), 1, lambda p: 0.1)
+    assert slowed.notes["peer_poll_wait_s"] == pytest.approx(0.1875, rel=1e-2)
+    w = local_times(3).workload
+    quota = LocalTimes(w, 3, [1.0, 2.0, 1.0], Stragglers(), seed=0, speeds=[1.0, 0.5, 1.0])
+    frozen = adpsgd(cfg, quota, 1, lambda p: 0.1)
+    assert frozen.notes["peer_poll_wait_s"] == pytest.approx(0.34375, rel=1e-2)
+    assert quota.polled_delay([1], 1) == 0.0
+
+
+def test_adpsgd_transfers_find_the_links_token_bucket_full(tmp_path):
+    """With a token bucket on the links (--link-burst), each of an average's two model
+    transfers (Get from the passive node, Put from the active one, each link idle for a
+    step) sends its first ``burst`` bytes at the wire's speed: the model's 4,000 bytes
+    take 1 ms + 4 ms on the stand-in clock, and a 2,000-byte bucket takes half of the 4 ms
+    wire time (less the 8-byte latency probe's 8 us) off each."""
+    cfg = config("--rma-epoch-us", "0", "--rma-progress", "immediate")
+    cfg.graph = path_graph(tmp_path, 3)
+    plain = adpsgd(cfg, local_times(3), 1, PlacedClock(by_size, 1)).rows.arrays()
+    bucket = adpsgd(cfg, local_times(3), 1, PlacedClock(by_size, 1, 2000.0)).rows.arrays()
+    saved = 2 * 0.5 * ((1e-3 + 4e-3) - (1e-3 + 8e-6))
+    assert bucket[0]["t_comm"][0] == pytest.approx(plain[0]["t_comm"][0] - saved, rel=1e-6)
