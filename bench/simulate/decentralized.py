@@ -62,12 +62,15 @@ one FIFO lock served in arrival order, so averages on one target and the target'
 updates are serialised. Costs: the lock's and the unlock's round trips and the
 per-epoch overhead (``--rma-epoch-us``, :class:`.asgd.RmaCosts`), the model's bytes each
 way on SimGrid (active ranks transferring at once to distinct targets, :func:`matching`),
-less what the links' token bucket (``--link-burst``) passes at once: the ``Get`` leaves
-the passive node and the ``Put`` the active one, each link idle since its node's last
+the ``Put`` less what the links' token bucket (``--link-burst``) passes at once: it leaves
+the active rank, which drives it from inside MPI, on a link idle since the node's last
 average, a step earlier, long enough to refill the bucket (2.1 ms on the emulated
-cluster). Measured (lenet, 247 KB, 2 emulated nodes at 200 Mbit/s, a 51 KB bucket): the
-active rank's average took 18.0 ms a step against 22 predicted without the bucket
-(docs/RESULTS.md, "AD-PSGD's transfers and the links' bucket").
+cluster). The ``Get``'s reply leaves the passive target as that rank progresses (its
+polls) and takes the wire's time. Measured on 2 emulated nodes (docs/RESULTS.md, "A
+quota's first burst, AD-PSGD's bucket and the polls of a slowdown"): lenet's 247 KB
+average took 18.0 ms a step at 200 Mbit/s (a 51 KB bucket), 22 predicted without the
+bucket; with the bucket on both transfers, the 1 Gbit/s runs (a 256 KB bucket, larger
+than the model) were predicted 24-39% fast, with it on the Put alone -7..+9%.
 Assumption (as ASGD's owners): a target grants a lock as the request arrives when its
 window is free (native RMA or a progress engine that keeps up), which is optimistic.
 Every rank takes ``--steps`` steps of its own (no budget shared between ranks), and the
@@ -429,10 +432,11 @@ def adpsgd_events(n: int, steps: int, step_times: Any, peers: Sequence[Sequence[
     active rank's step: data, compute, delay, then the average: its lock request
     reaches the peer ``epoch_s + one_way`` later and is granted when the window is free;
     the peer's window stays locked for the grant's trip back, the Get's request and
-    reply, and the Put (``2 one_way + 2 transfer``, ``transfer`` holding its own
-    latency); the unlock's acknowledgement returns ``one_way`` later; then the update on
-    its own window (no one else locks it). A passive rank's step: data, a SHARED epoch
-    on its own window to read the model (it waits while an average holds it), compute,
+    reply, and the Put (``2 one_way + 2 transfer``, ``transfer`` the mean of the Get's and
+    the Put's, each holding its own latency); the unlock's acknowledgement returns
+    ``one_way`` later; then the update on its own window (no one else locks it). A
+    passive rank's step: data, a SHARED epoch on its own window to read the model (it
+    waits while an average holds it), compute,
     delay, the update inside an EXCLUSIVE epoch on its own window (waits likewise, and
     holds it for the update's time). ``serve_s`` is the passive peer's expected wait
     for its next poll (``asgd.target_wait``), paid by each of the average's three
@@ -509,8 +513,12 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     rng = np.random.default_rng([int(getattr(cfg, "seed", 0)), 1710])
     nbytes = float(w.param_bytes)
     label = f"adpsgd:{schedule.name}"
-    one_way, transfer = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase,
-                                        burst_of(time_phase))
+    # the Get's reply leaves the passive target as it progresses; the Put leaves the active
+    # rank, which drives it from inside MPI, and finds its link's bucket full
+    one_way, get_s = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase)
+    _, put_s = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase,
+                               burst_of(time_phase))
+    transfer = 0.5 * (get_s + put_s)
     local.ensure(steps)
     strategy = get_algorithm("adpsgd")
     every = int(getattr(cfg, "meet_every", None) or strategy.Options.meet_every)
