@@ -285,11 +285,11 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
     to ``min_gap`` by ``ProgressPoll``) for its first ``polled`` seconds (None: all of
     it; what is left of it is a node quota's freezes, which do not poll:
     :meth:`.timeline.LocalTimes.polled_delay`), and the update (no polls); it is entered
-    and left inside MPI (the step's pull and push). Measured before the delay's polls were in the
-    model (AD-PSGD, resnet8, 2 emulated nodes at 200 Mbit/s, a 2x slower rank in work
-    mode): the active rank's averages took 14.5-15.3 ms a step, as without the slowdown,
-    against 31-32 ms predicted (docs/RESULTS.md, "AD-PSGD's transfers and the links'
-    bucket")."""
+    and left inside MPI (the step's pull and push). Measured before the delay's polls
+    were in the model (AD-PSGD, resnet8, 2 emulated nodes at 200 Mbit/s, a 2x slower rank
+    in work mode): the active rank's averages took 14.5-15.3 ms a step, as without the
+    slowdown, against 31-32 ms predicted (docs/RESULTS.md, "A quota's first burst,
+    AD-PSGD's bucket and the polls of a slowdown")."""
     points = [0.0]
 
     def poll(at: float) -> None:
