@@ -171,9 +171,11 @@ def throttle_pattern(node: Node) -> str:
     until the next periods have paid the debt: at speed 0.5 (1 ms every 2 ms) on a
     250 Hz kernel it ran 3.1 ms and was frozen 4.9 ms, a share of 0.39 (docs/CLUSTER.md).
     The first burst after an idle spell is not that run: where the tick falls against the
-    period's refill varies from one wake to the next, so it spread from 1.8 to 5.3 ms
-    (5th to 95th percentile) at that quota, and an MPI rank's compute after a wait in MPI
-    ran as long before its first freeze (docs/RESULTS.md, "A quota's first burst").
+    period's refill varies from one wake to the next, so it spread from about 2 to 5 ms
+    (10th to 90th percentile: 1.8-5.0, 2.2-4.4 and 2.7-5.2 ms in three settings of that
+    quota) and an MPI rank's compute after a wait in MPI ran about as long
+    before its first freeze (docs/RESULTS.md, "A quota's first burst"). Where fewer than
+    three first bursts come back, the pattern is ``ON/OFF`` alone.
     The simulator's validation takes a run's pattern from the rank attributes
     ``node_throttle_on_s``, ``node_throttle_off_s``, ``node_throttle_first_lo_s`` and
     ``node_throttle_first_hi_s`` that ``$SYNCBENCH_NODE_THROTTLE`` carries to the

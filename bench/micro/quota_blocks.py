@@ -23,6 +23,7 @@ Figures and what they showed: docs/RESULTS.md, "A quota's first burst".
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         blocks = [float(b) for b in args.blocks_ms.split(",")]
     except ValueError:
         blocks = [0.0]
-    if args.repeats < 1 or not args.wait_ms >= 0 or not min(blocks) > 0:
+    if (args.repeats < 1 or not (math.isfinite(args.wait_ms) and args.wait_ms >= 0)
+            or not all(math.isfinite(b) and b > 0 for b in blocks)):
         print(usage, file=sys.stderr)  # before MPI starts: every rank says it, or none runs
         return 2
     from mpi4py import MPI

@@ -304,7 +304,8 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
     for k in range(passes):
         for share in hooks:
             at = start + (k + share) * compute
-            if at > start + polled:  # the deadline's own check polls, then ends the delay
+            if at >= start + polled:  # the first check past the deadline polls, then ends it
+                poll(start + polled)
                 break
             poll(at)
     end = data + compute + delay + update

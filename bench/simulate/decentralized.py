@@ -356,7 +356,8 @@ def adpsgd_transfer(label: str, n: int, pairs: tuple[tuple[int, int], ...], nbyt
     :func:`matching`) all transferring at once (SimGrid's, each with its route's
     latency), the first ``burst`` bytes at the wire's speed (a full token bucket: the
     transfer's time beyond the latency shrinks by ``min(burst, nbytes) / nbytes``, as
-    :func:`~.collectives.burst_stages` takes a stage's)."""
+    :func:`~.collectives.burst_stages` takes a stage's; with several ranks a node, a pair
+    on one node gains it too, which no link gives it: a small overstatement)."""
     one_way = time_phase(PairsPhase((label, "latency"), n, COUNTER_BYTES, pairs))
     transfer = time_phase(PairsPhase((label, "model"), n, nbytes, pairs))
     if burst > 0 and nbytes > 0:

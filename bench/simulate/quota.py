@@ -90,9 +90,9 @@ class Throttle:
     ms quota every 2 ms, HZ 250): 3.1-3.3 ms on, 4.7-4.9 ms off, a share of 0.38-0.41, not
     0.5 (docs/RESULTS.md, "A quota in bursts, the links' token bucket and ASGD's crossed
     transfers"). Where the tick falls against the period's refill differs from one wake
-    to the next, so the first burst after an idle spell is spread: 1.8 to 5.3 ms (5th to
-    95th percentile) at that quota, and so was an MPI rank's compute after a wait in MPI
-    (docs/RESULTS.md, "A quota's first burst")."""
+    to the next, so the first burst after an idle spell is spread: about 2 to 5 ms (10th
+    to 90th percentile) at that quota, and so, about, was an MPI rank's compute after a
+    wait in MPI (docs/RESULTS.md, "A quota's first burst")."""
 
     on_s: float
     off_s: float
@@ -147,7 +147,8 @@ class Throttle:
                 credit = max(0.0, self.on_s - over)
             else:
                 credit = -over
-            credit = min(first, credit + rest * refill)
+            # idle time refills up to a first burst; it takes away none of a burst's rest
+            credit = max(credit, min(first, credit + rest * refill))
         return wall
 
 
@@ -175,8 +176,8 @@ def realised_shares(rows: dict[int, dict[str, np.ndarray]], shares: Sequence[flo
 
 def parse_node_throttles(spec: str | None, speeds: Sequence[float] | None,
                          n: int) -> list[Throttle | None] | None:
-    """``--node-throttle``: ``ON/OFF`` (milliseconds) for every rank at a quota, or one
-    ``ON/OFF`` or ``-`` per rank, comma-separated; a rank at full speed (``speeds``,
+    """``--node-throttle``: ``ON/OFF`` or ``ON/OFF/LO-HI`` (milliseconds) for every rank at
+    a quota, or one such entry or ``-`` per rank, comma-separated; a rank at full speed (``speeds``,
     ``--node-speed``'s) takes none. None where no rank has one."""
     if not spec:
         return None

@@ -57,7 +57,9 @@ class LocalTimes:
     def polled_delay(self, ranks: list[int] | slice, steps: int) -> float:
         """Mean seconds a step of ``ranks`` (their first ``steps``) spends in an emulated
         slowdown, ``compute x (factor - 1)`` without a node quota's part: a slowdown keeps
-        polling MPI (``bench/train/slowdown.py``), a frozen process does not."""
+        polling MPI (``bench/train/slowdown.py``), a frozen process does not. The factor
+        is the persistent one (``--slowdown`` and persistent ``--stragglers``); a transient
+        straggler's delay and a replayed run's own delay count as not polled."""
         factors = self.slowdown[ranks]
         if self.speeds is not None:
             factors = factors * np.asarray(self.speeds, dtype=float)[ranks]

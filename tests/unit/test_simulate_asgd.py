@@ -137,6 +137,10 @@ def test_a_request_waits_for_the_targets_next_poll():
     # a delay (an emulated slowdown) polls as compute does: here a pass and a half more
     gaps = poll_gaps(0.001, 0.010, 0.002, 0.015, [0.5, 0.52, 1.0])
     np.testing.assert_allclose(gaps, [0.006, 0.005, 0.005, 0.005, 0.005, 0.002])
+    # a delay of which a quota's freezes (no polls) are the last 8 ms: 7 ms polled, the
+    # first check past it (at 21 ms) polls at 18 ms, then one gap to the step's end
+    gaps = poll_gaps(0.001, 0.010, 0.002, 0.015, [0.5, 0.52, 1.0], polled=0.007)
+    np.testing.assert_allclose(gaps, [0.006, 0.005, 0.005, 0.002, 0.010])
 
 
 def test_asgd_pays_its_targets_polls_over_tcp_and_not_with_immediate_progress():

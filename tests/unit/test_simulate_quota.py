@@ -117,11 +117,11 @@ def test_a_block_after_a_wait_is_frozen_as_often_as_the_first_burst_falls_short_
     """The first burst after an idle spell is spread (where the tick falls against the
     period's refill): uniform with 10th and 90th percentiles 2.2 and 5.0 ms is sampled at
     2.2, 2.9, 3.6, 4.3 and 5.0 ms. A 4 ms block outlasts three of them, a 3 ms block two;
-    a 16 ms block then runs at the never-idle share. On the emulated cluster an MPI rank's
-    compute after a wait took 3.6-4.4 ms (3 ms of work), 5.5-7.9 ms (4 ms) and 34-37 ms
-    (16 ms) at that pattern (docs/RESULTS.md, "A quota's first burst"); this gives 5.0,
-    6.9 and 35.4 ms; the model before (a first burst of ``on_s``, whole freezes) gave 3,
-    8.9 and 40.4 ms."""
+    a 16 ms block then runs at the never-idle share: 4.95, 6.93 and 35.4 ms. On the
+    emulated cluster an MPI rank's compute after a wait took 3.69, 7.34 and 35.75 ms on
+    average at a pattern of 3.18/4.80/1.77-5.00 (docs/RESULTS.md, "A quota's first
+    burst"); the model before (a first burst of ``on_s``, whole freezes) gave 3, 8.9 and
+    40.4 ms here."""
     burst = Throttle(3.12e-3, 4.88e-3, 2.2e-3, 5.0e-3)
     assert burst.first_bursts() == pytest.approx([2.2e-3, 2.9e-3, 3.6e-3, 4.3e-3, 5.0e-3])
     wait = np.array([0.1])
@@ -200,7 +200,9 @@ def test_the_block_benchmark_prints_the_models_wall_beside_the_measured_one():
 
 
 @pytest.mark.parametrize("flags", [["--blocks-ms", "0"], ["--blocks-ms", "1,x"],
-                                   ["--repeats", "0"], ["--wait-ms", "-1"]])
+                                   ["--blocks-ms", "1,nan"], ["--blocks-ms", "inf"],
+                                   ["--repeats", "0"], ["--wait-ms", "-1"],
+                                   ["--wait-ms", "inf"]])
 def test_the_block_benchmarks_bad_input_is_one_line(capsys, flags):
     from syncbench.bench.micro.quota_blocks import main
 
@@ -208,3 +210,28 @@ def test_the_block_benchmarks_bad_input_is_one_line(capsys, flags):
     assert capsys.readouterr().err.strip().splitlines() == [
         "quota_blocks: run 2 ranks, rank 1 on the node at a quota, with --blocks-ms > 0, "
         "--wait-ms >= 0 and --repeats >= 1"]
+
+
+@pytest.mark.parametrize("pattern,expect", [
+    ("3.1/4.9", (3.1e-3, 4.9e-3, None, None)),
+    ("3.1/4.9/2.2-5", (3.1e-3, 4.9e-3, 2.2e-3, 5e-3)),
+    ("3.1/4.9/5-2.2", (3.1e-3, 4.9e-3, None, None)),  # LO above HI: no spread
+    ("3.1/4.9/x-2", (3.1e-3, 4.9e-3, None, None)),
+    ("x/4.9/2-3", (None, None, None, None)),
+    ("", (None, None, None, None)),
+])
+def test_a_rank_records_its_nodes_quota_pattern_as_the_cluster_exports_it(monkeypatch,
+                                                                           pattern, expect):
+    """$SYNCBENCH_NODE_THROTTLE (ON/OFF[/LO-HI] ms) to the four rank attributes, NaN for
+    what is absent or not a pattern."""
+    from syncbench.bench.train.node_env import node_throttle
+
+    monkeypatch.setenv("SYNCBENCH_NODE_THROTTLE", pattern)
+    got = node_throttle()
+    keys = ("node_throttle_on_s", "node_throttle_off_s", "node_throttle_first_lo_s",
+            "node_throttle_first_hi_s")
+    for key, want in zip(keys, expect):
+        if want is None:
+            assert np.isnan(got[key]), (key, got)
+        else:
+            assert got[key] == pytest.approx(want), (key, got)
