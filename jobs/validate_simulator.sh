@@ -16,8 +16,9 @@
 # `validation` scenario (every strategy; homogeneous, a 2x slower rank, a node at
 # speed 0.5) and `syncbench simulate --validate` on its run files, with a run of the same
 # model on both nodes that never communicates as the workload (one per model, made at the
-# first link; and a 1-rank run per codec of the scenario's compressed runs, CODECS, their
-# reducers' cost).
+# first link; a 1-rank run per codec of the scenario's compressed runs, CODECS, their
+# reducers' cost; and, at 2 nodes, the same workload run with the last node at speed 0.5,
+# the quota's efficiency on the model: --quota-workload).
 # The tables go to OUT/LINK/MODEL/validation.txt and are printed, the predictions to
 # OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5 --beside predicted/predicted-RUN.h5
 # -o t.json` draws a run and its prediction side by side); OUT defaults to
@@ -61,7 +62,11 @@ node_names() { "${SB[@]}" cluster status 2>/dev/null | awk '$1 ~ /node[0-9]+$/ {
 
 started=0
 restore_links=""
+restore_speed=""  # a node the quota workload slowed, until it is back at full speed
 cleanup() {
+  if [ -n "$restore_speed" ] && [ "$started" != 1 ]; then
+    "${SB[@]}" cluster speed "$restore_speed" 1 >/dev/null || true
+  fi
   if [ "$started" = 1 ]; then
     "${SB[@]}" cluster down || true
   elif [ -n "$restore_links" ]; then
@@ -106,6 +111,24 @@ for link in $LINKS; do
         --period 1000000000 "${flags[@]}" --dataset fashion-mnist --eval-every 0 \
         --progress never --out "$workload" --overwrite
     fi
+    # the quota's efficiency on this model: the same run with the last node at speed 0.5
+    # (2 nodes: the scenario's quota configuration), its throttled rank's compute against
+    # the free rank's over what the node's recorded pattern gives (resnet8: 0.85)
+    quota=()
+    if [ "$NODES" = 2 ]; then
+      qload="$OUT/$model-quota-workload.h5"
+      if [ ! -f "$qload" ]; then
+        last=$(node_names | tail -1)
+        restore_speed=$last
+        "${SB[@]}" cluster speed "$last" 0.5 >/dev/null
+        "${SB[@]}" cluster mpiexec -n "$NODES" -- "${SB[@]}" train --algorithm localsgd \
+          --period 1000000000 "${flags[@]}" --dataset fashion-mnist --eval-every 0 \
+          --progress never --out "$qload" --overwrite
+        "${SB[@]}" cluster speed "$last" 1 >/dev/null
+        restore_speed=""
+      fi
+      quota=(--quota-workload "$qload")
+    fi
     # the scenario's codecs: a 1-rank run of each holds what its reducer costs in a step
     compressed=()
     for codec in $CODECS; do
@@ -119,7 +142,7 @@ for link in $LINKS; do
     done
     runs="$dir/$model"
     "${SB[@]}" run "$scenario" --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
-    "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" \
+    "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
       | tee "$runs/validation.txt"
   done

@@ -105,6 +105,9 @@ def _job(args: argparse.Namespace, run: Any,
     # record; a recorded pattern is absolute, so not against a workload that ran at a quota
     throttles = [throttle_of(run.rank_attrs.get(rank, {})) if speed < 1.0 else None
                  for rank, speed in zip(sorted(run.ranks), speeds)]
+    efficiency = getattr(args, "quota_efficiency", None)
+    if efficiency is not None:
+        throttles = [None if t is None else scaled_share(t, efficiency) for t in throttles]
     if (not getattr(args, "node_throttle", None) and workload_speed >= 1.0
             and any(t is not None for t in throttles)):
         cfg.node_throttle = throttle_spec(throttles)
@@ -116,6 +119,49 @@ def _job(args: argparse.Namespace, run: Any,
     n = run.world_size
     total = sum(len(cols["step"]) for cols in run.ranks.values())
     return cfg, n, max(1, round(total / n))
+
+
+def quota_efficiency(path: str, model: str) -> float:
+    """``--quota-workload``'s efficiency: in a run where no rank communicated, the mean
+    compute of its ranks at full speed over a throttled rank's (the share it realised),
+    over the never-idle share its node's recorded pattern gives; the mean over its
+    throttled ranks. The pattern is measured by a process that spins on a clock; a
+    training rank's kernels realised less of the quota (resnet8 at speed 0.5: 0.41 of the
+    free rank's compute against the pattern's 0.46, docs/RESULTS.md, "A quota's first
+    burst, AD-PSGD's bucket and the polls of a slowdown")."""
+    try:
+        run = read_run(path)
+    except RunFileError as exc:
+        raise ValueError(f"--quota-workload {exc}") from None
+    if run.model != model:
+        raise ValueError(f"--quota-workload {path}: model {run.model}, but --workload "
+                         f"ran {model}")
+    factors, speeds = rank_factors(run)
+    ranks = sorted(run.ranks)
+    free = [r for r, f, s in zip(ranks, factors, speeds) if f == 1.0 and s >= 1.0]
+    slow = [(r, throttle_of(run.rank_attrs.get(r, {}))) for r, s in zip(ranks, speeds)
+            if s < 1.0]
+    slow = [(r, t) for r, t in slow if t is not None]
+    # the throttled ranks never wait in MPI (the free ones wait for them at the stop votes)
+    if not free or not slow or any(float(np.sum(run.ranks[r]["t_comm"][2:])) > 0.05 *
+                                   float(np.sum(run.ranks[r]["t_compute"][2:]))
+                                   for r, _ in slow):
+        raise ValueError(f"--quota-workload {path}: give a run with a rank at a quota whose "
+                         "pattern it recorded, a rank at full speed, and no communication "
+                         "(syncbench train --algorithm localsgd --period 1000000000 on a "
+                         "cluster with --node-speed)")
+    free_s = float(np.mean(np.concatenate([run.ranks[r]["t_compute"][2:] for r in free])))
+    ratios = [free_s / float(np.mean(run.ranks[r]["t_compute"][2:])) / t.share
+              for r, t in slow]
+    return float(np.mean(ratios))
+
+
+def scaled_share(throttle: Throttle, efficiency: float) -> Throttle:
+    """``throttle`` with its never-idle share times ``efficiency`` (at most 1): the same
+    running span and first burst, a longer (or shorter) frozen span."""
+    share = min(1.0, throttle.share * efficiency)
+    off = throttle.on_s * (1.0 / share - 1.0) if share < 1.0 else 1e-9
+    return dataclasses.replace(throttle, off_s=off)
 
 
 def throttle_of(attrs: dict[str, Any]) -> Throttle | None:
@@ -215,6 +261,10 @@ def validate_main(args: argparse.Namespace) -> int:
             raise ValueError(f"--validate {exc}") from None
     workload = build_workload(args)
     by_codec = compressed_workloads(args, workload)
+    if getattr(args, "quota_workload", None):
+        args.quota_efficiency = quota_efficiency(args.quota_workload, workload.name)
+        print(f"--quota-workload {args.quota_workload}: a throttled rank's compute realised "
+              f"{args.quota_efficiency:.3f} of its pattern's share")
     chosen = [workload_for(run, workload, by_codec) for run in runs]
     hosts = [host_factor(run, w) if getattr(args, "validate_host_speed", "workload") == "run"
              else 1.0 for run, w in zip(runs, chosen)]

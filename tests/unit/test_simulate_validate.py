@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from test_analysis import write_file
+from test_analysis import make_rank, write_file
 
 from syncbench.analysis.runfile import read_run
 from syncbench.bench.simulate.validate import _job, configuration, rank_factors
@@ -187,3 +187,39 @@ def test_a_runs_host_speed_is_its_free_ranks_compute_over_the_workloads(tmp_path
     throttled = write_file(tmp_path / "t.h5", algorithm="ssgd", world_size=1, wall=2.0,
                            steps_per_rank=8, rank_extra={0: {"node_speed": 0.5}})
     assert host_factor(read_run(throttled), w) == 1.0
+
+
+def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
+    """--quota-workload: rank 1 at speed 0.5 computed 50 ms a step against rank 0's 20 ms
+    (a share of 0.4) where its node's pattern (3/3 ms) gives 0.5: an efficiency of 0.8,
+    and a throttled rank's pattern is scaled to a share of 0.4 (frozen 4.5 ms, not 3)."""
+    from syncbench.bench.simulate.quota import Throttle
+    from syncbench.bench.simulate.validate import quota_efficiency, scaled_share
+
+    ranks = {0: make_rank(8, {"compute": 0.02, "comm": 0.03}),
+             1: make_rank(8, {"compute": 0.05})}
+    path = write_file(tmp_path / "q.h5", algorithm="localsgd", world_size=2, wall=2.0,
+                      steps_per_rank=8, rank_rows=ranks,
+                      rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
+                                      "node_throttle_off_s": 0.003}})
+    assert quota_efficiency(path, "mlp") == pytest.approx(0.8)
+    scaled = scaled_share(Throttle(0.003, 0.003, 0.002, 0.005), 0.8)
+    assert scaled.share == pytest.approx(0.4)
+    assert (scaled.on_s, scaled.first_lo_s, scaled.first_hi_s) == (0.003, 0.002, 0.005)
+    assert scaled.off_s == pytest.approx(0.0045)
+    with pytest.raises(ValueError, match="model mlp, but --workload ran lenet"):
+        quota_efficiency(path, "lenet")
+    # a throttled rank that waited in MPI, or no rank at a quota: one line
+    talking = {0: make_rank(8, {"compute": 0.02}), 1: make_rank(8, {"compute": 0.05,
+                                                                    "comm": 0.01})}
+    busy = write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                      steps_per_rank=8, rank_rows=talking,
+                      rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
+                                      "node_throttle_off_s": 0.003}})
+    hom = write_file(tmp_path / "h.h5", algorithm="localsgd", world_size=2, wall=2.0,
+                     steps_per_rank=8)
+    for bad in (busy, hom):
+        with pytest.raises(ValueError, match="give a run with a rank at a quota"):
+            quota_efficiency(bad, "mlp")
+    with pytest.raises(ValueError, match="--quota-workload"):
+        quota_efficiency(str(tmp_path / "missing.h5"), "mlp")
