@@ -17,8 +17,8 @@
 # speed 0.5) and `syncbench simulate --validate` on its run files, with a run of the same
 # model on both nodes that never communicates as the workload (one per model, made at the
 # first link; a 1-rank run per codec of the scenario's compressed runs, CODECS, their
-# reducers' cost; and, at 2 nodes, the same workload run with the last node at speed 0.5,
-# the quota's efficiency on the model: --quota-workload).
+# reducers' cost; and, at 2 nodes, the same workload run three times with the last node
+# at speed 0.5, the quota's efficiency on the model: --quota-workload).
 # The tables go to OUT/LINK/MODEL/validation.txt and are printed, the predictions to
 # OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5 --beside predicted/predicted-RUN.h5
 # -o t.json` draws a run and its prediction side by side); OUT defaults to
@@ -113,21 +113,24 @@ for link in $LINKS; do
     fi
     # the quota's efficiency on this model: the same run with the last node at speed 0.5
     # (2 nodes: the scenario's quota configuration), its throttled rank's compute against
-    # the free rank's over what the node's recorded pattern gives (resnet8: 0.85)
+    # the free rank's over what the node's recorded pattern gives (0.7-0.8); the quota
+    # set three times, as the pattern moves from one setting to the next
     quota=()
     if [ "$NODES" = 2 ]; then
-      qload="$OUT/$model-quota-workload.h5"
-      if [ ! -f "$qload" ]; then
-        last=$(node_names | tail -1)
-        restore_speed=$last
-        "${SB[@]}" cluster speed "$last" 0.5 >/dev/null
-        "${SB[@]}" cluster mpiexec -n "$NODES" -- "${SB[@]}" train --algorithm localsgd \
-          --period 1000000000 "${flags[@]}" --dataset fashion-mnist --eval-every 0 \
-          --progress never --out "$qload" --overwrite
-        "${SB[@]}" cluster speed "$last" 1 >/dev/null
-        restore_speed=""
-      fi
-      quota=(--quota-workload "$qload")
+      last=$(node_names | tail -1)
+      for q in 1 2 3; do
+        qload="$OUT/$model-quota-workload-$q.h5"
+        if [ ! -f "$qload" ]; then
+          restore_speed=$last
+          "${SB[@]}" cluster speed "$last" 0.5 >/dev/null
+          "${SB[@]}" cluster mpiexec -n "$NODES" -- "${SB[@]}" train --algorithm localsgd \
+            --period 1000000000 "${flags[@]}" --dataset fashion-mnist --eval-every 0 \
+            --progress never --out "$qload" --overwrite
+          "${SB[@]}" cluster speed "$last" 1 >/dev/null
+          restore_speed=""
+        fi
+        quota+=(--quota-workload "$qload")
+      done
     fi
     # the scenario's codecs: a 1-rank run of each holds what its reducer costs in a step
     compressed=()

@@ -140,8 +140,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "per codec): runs with that codec take their codec's cost from its mean "
                      "t_codec, what the reducer's encoding and decoding cost in a real step, "
                      "and their step times from --workload")
-    val.add_argument("--quota-workload", default=None, metavar="RUN.h5",
-                     help="a run of the same model in which a rank computed on a node at a "
+    val.add_argument("--quota-workload", action="append", default=None, metavar="RUN.h5",
+                     help="(repeatable: the mean) a run of the same model in which a rank "
+                     "computed on a node at a "
                      "quota and no rank communicated (Local SGD with a period longer than "
                      "the run): its throttled rank's compute against the free ranks' over "
                      "the share its node's recorded pattern gives is the quota's efficiency "

@@ -121,8 +121,8 @@ def _job(args: argparse.Namespace, run: Any,
     return cfg, n, max(1, round(total / n))
 
 
-def quota_efficiency(path: str, model: str) -> float:
-    """``--quota-workload``'s efficiency: in a run where no rank communicated, the mean
+def _efficiency(path: str, model: str) -> float:
+    """One ``--quota-workload`` run's efficiency: in a run where no rank communicated, the mean
     compute of its ranks at full speed over a throttled rank's (the share it realised),
     over the never-idle share its node's recorded pattern gives; the mean over its
     throttled ranks. The pattern is measured by a process that spins on a clock; a
@@ -142,8 +142,9 @@ def quota_efficiency(path: str, model: str) -> float:
     slow = [(r, throttle_of(run.rank_attrs.get(r, {}))) for r, s in zip(ranks, speeds)
             if s < 1.0]
     slow = [(r, t) for r, t in slow if t is not None]
-    # the throttled ranks never wait in MPI (the free ones wait for them at the stop votes)
-    if not free or not slow or any(float(np.sum(run.ranks[r]["t_comm"][2:])) > 0.05 *
+    # the throttled ranks hardly wait in MPI (the free ones wait for them at the stop
+    # votes; a throttled rank's share of the votes: 5% of mlp's compute at speed 0.5)
+    if not free or not slow or any(float(np.sum(run.ranks[r]["t_comm"][2:])) > 0.25 *
                                    float(np.sum(run.ranks[r]["t_compute"][2:]))
                                    for r, _ in slow):
         raise ValueError(f"--quota-workload {path}: give a run with a rank at a quota whose "
@@ -154,6 +155,15 @@ def quota_efficiency(path: str, model: str) -> float:
     ratios = [free_s / float(np.mean(run.ranks[r]["t_compute"][2:])) / t.share
               for r, t in slow]
     return float(np.mean(ratios))
+
+
+def quota_efficiency(paths: list[str], model: str) -> float:
+    """The mean efficiency (:func:`_efficiency`) of the ``--quota-workload`` runs. Where
+    the tick falls against the quota's period is drawn anew each time the quota is set,
+    and with it the pattern and what a rank realises of it: one run's efficiency on mlp
+    was 0.85 and, at the next setting, 1.03; ``jobs/validate_simulator.sh`` sets the quota
+    three times."""
+    return float(np.mean([_efficiency(path, model) for path in paths]))
 
 
 def scaled_share(throttle: Throttle, efficiency: float) -> Throttle:
@@ -263,8 +273,8 @@ def validate_main(args: argparse.Namespace) -> int:
     by_codec = compressed_workloads(args, workload)
     if getattr(args, "quota_workload", None):
         args.quota_efficiency = quota_efficiency(args.quota_workload, workload.name)
-        print(f"--quota-workload {args.quota_workload}: a throttled rank's compute realised "
-              f"{args.quota_efficiency:.3f} of its pattern's share")
+        print(f"--quota-workload ({len(args.quota_workload)} run(s)): a throttled rank's "
+              f"compute realised {args.quota_efficiency:.3f} of its pattern's share")
     chosen = [workload_for(run, workload, by_codec) for run in runs]
     hosts = [host_factor(run, w) if getattr(args, "validate_host_speed", "workload") == "run"
              else 1.0 for run, w in zip(runs, chosen)]

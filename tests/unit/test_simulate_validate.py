@@ -202,16 +202,24 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
                       steps_per_rank=8, rank_rows=ranks,
                       rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
                                       "node_throttle_off_s": 0.003}})
-    assert quota_efficiency(path, "mlp") == pytest.approx(0.8)
+    assert quota_efficiency([path], "mlp") == pytest.approx(0.8)
+    # several runs (the quota set anew for each: its pattern and what a rank realises of
+    # it move from one setting to the next): the mean of their efficiencies
+    other = {0: make_rank(8, {"compute": 0.02}), 1: make_rank(8, {"compute": 0.04})}
+    again = write_file(tmp_path / "q2.h5", algorithm="localsgd", world_size=2, wall=2.0,
+                       steps_per_rank=8, rank_rows=other,
+                       rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
+                                       "node_throttle_off_s": 0.003}})
+    assert quota_efficiency([path, again], "mlp") == pytest.approx(0.9)
     scaled = scaled_share(Throttle(0.003, 0.003, 0.002, 0.005), 0.8)
     assert scaled.share == pytest.approx(0.4)
     assert (scaled.on_s, scaled.first_lo_s, scaled.first_hi_s) == (0.003, 0.002, 0.005)
     assert scaled.off_s == pytest.approx(0.0045)
     with pytest.raises(ValueError, match="model mlp, but --workload ran lenet"):
-        quota_efficiency(path, "lenet")
+        quota_efficiency([path], "lenet")
     # a throttled rank that waited in MPI, or no rank at a quota: one line
     talking = {0: make_rank(8, {"compute": 0.02}), 1: make_rank(8, {"compute": 0.05,
-                                                                    "comm": 0.01})}
+                                                                    "comm": 0.03})}
     busy = write_file(tmp_path / "b.h5", algorithm="ssgd", world_size=2, wall=2.0,
                       steps_per_rank=8, rank_rows=talking,
                       rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
@@ -220,6 +228,6 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
                      steps_per_rank=8)
     for bad in (busy, hom):
         with pytest.raises(ValueError, match="give a run with a rank at a quota"):
-            quota_efficiency(bad, "mlp")
+            quota_efficiency([bad], "mlp")
     with pytest.raises(ValueError, match="--quota-workload"):
-        quota_efficiency(str(tmp_path / "missing.h5"), "mlp")
+        quota_efficiency([str(tmp_path / "missing.h5")], "mlp")
