@@ -19,9 +19,11 @@
 # first link; a 1-rank run per codec of the scenario's compressed runs, CODECS, their
 # reducers' cost; and, at 2 nodes, the same workload run three times with the last node
 # at speed 0.5, the quota's efficiency on the model: --quota-workload).
-# The tables go to OUT/LINK/MODEL/validation.txt and are printed, the predictions to
-# OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5 --beside predicted/predicted-RUN.h5
-# -o t.json` draws a run and its prediction side by side); OUT defaults to
+# The tables go to OUT/LINK/MODEL/validation.txt and are printed (with each run's own
+# host speed, `--validate-host-speed run`: validation-host-speed.txt, its totals
+# printed), the predictions to OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5
+# --beside predicted/predicted-RUN.h5 -o t.json` draws a run and its prediction side by
+# side); OUT defaults to
 # runs/validation (runs/validation-4nodes at NODES=4). A cluster that is already up
 # (NODES nodes, one rank each) is used and
 # left up, with its links restored; otherwise the script brings one up and takes it
@@ -148,5 +150,11 @@ for link in $LINKS; do
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
       | tee "$runs/validation.txt"
+    # again with each run's own host speed (its free ranks' compute scales the workload):
+    # the table to read where the host's speed moved between the workload and the runs
+    "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
+      --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed run \
+      > "$runs/validation-host-speed.txt"
+    grep -E "^mean \|error\||a repeat off" "$runs/validation-host-speed.txt" | sed 's/^/with each run'"'"'s host speed: /'
   done
 done
