@@ -351,19 +351,20 @@ def matching(peers: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
 
 
 def adpsgd_transfer(label: str, n: int, pairs: tuple[tuple[int, int], ...], nbytes: float,
-                    time_phase: PhaseClock, burst: float = 0.0) -> tuple[float, float]:
-    """(one-way latency, seconds of the model's bytes one way) of the ``pairs`` (from
-    :func:`matching`) all transferring at once (SimGrid's, each with its route's
-    latency), the first ``burst`` bytes at the wire's speed (a full token bucket: the
-    transfer's time beyond the latency shrinks by ``min(burst, nbytes) / nbytes``, as
-    :func:`~.collectives.burst_stages` takes a stage's; with several ranks a node, a pair
-    on one node gains it too, which no link gives it: a small overstatement)."""
+                    time_phase: PhaseClock, burst: float = 0.0) -> tuple[float, float, float]:
+    """(one-way latency, seconds of the model's bytes one way, the same with a full token
+    bucket of ``burst`` bytes) of the ``pairs`` (from :func:`matching`) all transferring at
+    once (SimGrid's, each with its route's latency). With the bucket the first ``burst``
+    bytes go at the wire's speed: the transfer's time beyond the latency shrinks by
+    ``min(burst, nbytes) / nbytes``, as :func:`~.collectives.burst_stages` takes a
+    stage's; with several ranks a node, a pair on one node gains it too, which no link
+    gives it: a small overstatement."""
     one_way = time_phase(PairsPhase((label, "latency"), n, COUNTER_BYTES, pairs))
     transfer = time_phase(PairsPhase((label, "model"), n, nbytes, pairs))
+    bucketed = transfer
     if burst > 0 and nbytes > 0:
-        wire = max(0.0, transfer - one_way)
-        transfer -= wire * min(burst, nbytes) / nbytes
-    return one_way, transfer
+        bucketed -= max(0.0, transfer - one_way) * min(burst, nbytes) / nbytes
+    return one_way, transfer, bucketed
 
 
 @dataclass
@@ -516,9 +517,8 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     label = f"adpsgd:{schedule.name}"
     # the Get's reply leaves the passive target as it progresses; the Put leaves the active
     # rank, which drives it from inside MPI, and finds its link's bucket full
-    one_way, get_s = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase)
-    _, put_s = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase,
-                               burst_of(time_phase))
+    one_way, get_s, put_s = adpsgd_transfer(label, n, matching(peers), nbytes, time_phase,
+                                            burst_of(time_phase))
     transfer = 0.5 * (get_s + put_s)
     local.ensure(steps)
     strategy = get_algorithm("adpsgd")
