@@ -279,12 +279,13 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
 
     One step outside MPI is data, compute (``ProgressPoll`` at each hook share of
     ``hooks``, at most one per ``min_gap``: ``algorithms/windows.py``), then the delay,
-    polled as compute is (an emulated slowdown keeps driving progress:
+    polled as compute is for its first ``polled`` seconds (None: all of it): an emulated
+    slowdown of a strategy that drives progress in it (AD-PSGD's ``drive_progress``;
     ``--slowdown-mode work`` runs the model's passes with their hooks,
     ``bench/train/slowdown.py``; ``spin`` and ``sleep`` poll more often still, rate-limited
-    to ``min_gap`` by ``ProgressPoll``) for its first ``polled`` seconds (None: all of
-    it; what is left of it is a node quota's freezes, which do not poll:
-    :meth:`.timeline.LocalTimes.polled_delay`), and the update (no polls); it is entered
+    to ``min_gap`` by ``ProgressPoll``). The rest of the delay does not poll: a node
+    quota's freezes (:meth:`.timeline.LocalTimes.polled_delay`), and all of an ASGD
+    worker's (its ``drive_progress`` is a no-op). Then the update (no polls); it is entered
     and left inside MPI (the step's pull and push). Measured before the delay's polls
     were in the model (AD-PSGD, resnet8, 2 emulated nodes at 200 Mbit/s, a 2x slower rank
     in work mode): the active rank's averages took 14.5-15.3 ms a step, as without the
@@ -479,8 +480,9 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     polls = rma_progress(cfg) == "polls" and n > 1
     # the workers' mean step outside MPI, and where in it they poll
     d, c, u, dl = (float(x) for x in local.cols[workers, :, :].mean(axis=(0, 1)))
-    gaps = poll_gaps(d, c, u, dl, local.workload.compute_split().hooks,
-                     polled=local.polled_delay(workers, local.cols.shape[1]))
+    # an ASGD worker does not poll in an emulated slowdown's delay: its drive_progress is
+    # NotLockStep's no-op (algorithms/not_lock_step.py; docs/ALGORITHMS.md)
+    gaps = poll_gaps(d, c, u, dl, local.workload.compute_split().hooks, polled=0.0)
     # remote owners of an access (sharded: all but the origin's own shard); the
     # dedicated server and rank 0's counter under it serve from their MPI loop at once
     dedicated = cfg.ps_layout == "dedicated"

@@ -167,6 +167,29 @@ def test_asgd_pays_its_targets_polls_over_tcp_and_not_with_immediate_progress():
     assert polls > immediate + 0.005  # several 2.5 ms waits (two 5 ms gaps) per step
 
 
+def test_an_asgd_owner_does_not_poll_in_its_slowdowns_delay():
+    """ASGD's drive_progress is NotLockStep's no-op, so a worker slowed 2x serves no
+    request in its delay (unlike AD-PSGD's passive rank): its owner waits grow with the
+    delay, one unpolled gap as long as the compute."""
+    from syncbench.bench.cli import build_parser
+    from syncbench.bench.simulate import strategies
+    from syncbench.bench.simulate.timeline import LocalTimes
+    from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
+
+    split = ComputeSplit(forward=(0.5,), backward=(1.0,), offsets=(0,))
+    w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=0.01, split=split)
+
+    def owner_wait(slowdown: list[float]) -> float:
+        cfg = build_parser("simulate").parse_args(
+            ["simulate", "--algorithm", "asgd", "--rma-progress", "polls"])
+        local = LocalTimes(w, 2, slowdown, Stragglers(), seed=0)
+        timeline = strategies.SIMULATORS["asgd"](cfg, local, 20, lambda phase: 1e-5)
+        return float(timeline.notes["owner_poll_wait_s"])
+
+    assert owner_wait([2.0, 2.0]) > 1.5 * owner_wait([1.0, 1.0])
+
+
 def test_a_sharded_pull_shares_its_links_with_the_other_workers_pushes():
     """2 ranks, sharded, a bandwidth-bound link (every transfer 20 ms, compute 5 ms): the
     link from owner i to worker j carries j's pulls and i's pushes, so each transfer takes
