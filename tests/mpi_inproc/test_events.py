@@ -33,13 +33,6 @@ SMALL = ["--dataset", "synthetic", "--synthetic-samples", "512", "--batch-size",
          "--progress", "never", "--eval-every", "0"]
 
 
-def _shared_tmp(comm) -> Path:
-    import tempfile
-
-    name = tempfile.mkdtemp(prefix="syncbench-events-") if comm.Get_rank() == 0 else None
-    return Path(comm.bcast(name, root=0))
-
-
 def _train(out: Path, *flags: str):
     """Train with ``flags`` on every rank; rank 0 returns the run and its events."""
     from mpi4py import MPI
@@ -70,14 +63,12 @@ def _within_steps(rows: dict, cols: dict) -> None:
 
 @pytest.mark.mpi(min_size=2)
 def test_ssgd_overlap_records_every_bucket_of_every_step_and_trace_and_report_show_them(
-        capsys):
-    from mpi4py import MPI
-
+        capsys, shared_tmp):
     from syncbench.analysis.collectives import collective_rows
     from syncbench.analysis.trace import trace_events
     from syncbench.bench.commands import report as report_command
 
-    out = _shared_tmp(MPI.COMM_WORLD) / "overlap.h5"
+    out = shared_tmp / "overlap.h5"
     run, events = _train(out, "--algorithm", "ssgd", "--comm", "overlap", "--events", "on")
     buckets = int(run.attrs["buckets"])
     assert buckets >= 2 and sorted(events) == sorted(run.ranks)
@@ -128,11 +119,10 @@ def test_ssgd_overlap_records_every_bucket_of_every_step_and_trace_and_report_sh
 
 
 @pytest.mark.mpi(min_size=2)
-def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothing():
+def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothing(shared_tmp):
     from mpi4py import MPI
 
-    folder = _shared_tmp(MPI.COMM_WORLD)
-    run, events = _train(folder / "blocking.h5", "--algorithm", "ssgd", "--comm", "blocking",
+    run, events = _train(shared_tmp / "blocking.h5", "--algorithm", "ssgd", "--comm", "blocking",
                          "--events", "on")
     for rank, rank_events in events.items():
         cols, rows = rank_events.columns, run.ranks[rank]
@@ -141,7 +131,7 @@ def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothin
         assert set(cols["bytes"].tolist()) == {_grad_nbytes()}
         assert np.all(cols["wait_s"] == 0)
         _within_steps(rows, cols)
-    plain, none = _train(folder / "plain.h5", "--algorithm", "ssgd", "--comm", "blocking")
+    plain, none = _train(shared_tmp / "plain.h5", "--algorithm", "ssgd", "--comm", "blocking")
     assert none == {}
     if MPI.COMM_WORLD.Get_rank() == 0:
         import h5py
@@ -149,10 +139,10 @@ def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothin
         from syncbench.analysis.collectives import collective_rows, format_collectives_md
         from syncbench.analysis.trace import trace_events
 
-        with h5py.File(folder / "plain.h5") as f:  # packed: no /ranks/events
+        with h5py.File(shared_tmp / "plain.h5") as f:  # packed: no /ranks/events
             assert f.attrs[schema.RANK_LAYOUT_ATTR] == schema.RANK_LAYOUT_PACKED
             assert schema.EVENTS_GROUP not in f[schema.RANKS_GROUP]
-        with h5py.File(folder / "blocking.h5") as f:
+        with h5py.File(shared_tmp / "blocking.h5") as f:
             assert set(f[schema.RANKS_GROUP][schema.EVENTS_GROUP]["rank"][()].tolist()) == \
                 set(run.ranks)
         # no table and no slices: a report or trace of such a file is what it was
@@ -162,10 +152,8 @@ def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothin
 
 
 @pytest.mark.mpi(min_size=2)
-def test_asgd_records_a_pull_and_a_push_epoch_per_step():
-    from mpi4py import MPI
-
-    out = _shared_tmp(MPI.COMM_WORLD) / "asgd.h5"
+def test_asgd_records_a_pull_and_a_push_epoch_per_step(shared_tmp):
+    out = shared_tmp / "asgd.h5"
     run, events = _train(out, "--algorithm", "asgd", "--events", "on")
     pull, push = KIND["rma_pull"], KIND["rma_push"]
     for rank, rank_events in events.items():
@@ -181,10 +169,8 @@ def test_asgd_records_a_pull_and_a_push_epoch_per_step():
 @pytest.mark.parametrize(("algorithm", "kind", "period"),
                          [("oscars", IALLREDUCE, "2"), ("localsgd", ALLREDUCE, "4")])
 def test_a_round_strategy_records_one_reduction_per_round_at_its_last_step(
-        algorithm, kind, period):
-    from mpi4py import MPI
-
-    out = _shared_tmp(MPI.COMM_WORLD) / f"{algorithm}.h5"
+        algorithm, kind, period, shared_tmp):
+    out = shared_tmp / f"{algorithm}.h5"
     run, events = _train(out, "--algorithm", algorithm, "--period", period, "--events", "on")
     for rank, rank_events in events.items():
         cols, rows = rank_events.columns, run.ranks[rank]
@@ -227,11 +213,9 @@ def test_the_device_communicator_records_its_calls_staged_or_direct(cuda_aware, 
 
 
 @pytest.mark.mpi(min_size=2)
-def test_odsgd_reductions_complete_in_the_next_step_as_its_one_step_delay_says():
-    from mpi4py import MPI
-
+def test_odsgd_reductions_complete_in_the_next_step_as_its_one_step_delay_says(shared_tmp):
     warmup = 2
-    out = _shared_tmp(MPI.COMM_WORLD) / "odsgd.h5"
+    out = shared_tmp / "odsgd.h5"
     run, events = _train(out, "--algorithm", "odsgd", "--warmup-steps", str(warmup),
                          "--events", "on")
     for rank, rank_events in events.items():

@@ -43,13 +43,6 @@ def flags(name: str, *extra: str) -> list[str]:
     return [*SMALL, "--algorithm", name, *QUICK.get(name, []), *extra]
 
 
-def _shared_tmp(comm) -> Path:
-    import tempfile
-
-    name = tempfile.mkdtemp(prefix="syncbench-registry-") if comm.Get_rank() == 0 else None
-    return Path(comm.bcast(name, root=0))
-
-
 def _train(name: str, out: Path, *extra: str) -> dict | None:
     from mpi4py import MPI
 
@@ -60,11 +53,11 @@ def _train(name: str, out: Path, *extra: str) -> dict | None:
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("name", STRATEGIES)
-def test_budget_and_run_file_round_trip(name):
+def test_budget_and_run_file_round_trip(name, shared_tmp):
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    out = _shared_tmp(world) / f"{name}.h5"
+    out = shared_tmp / f"{name}.h5"
     summary = _train(name, out, "--eval-every", "0.5")
     world.Barrier()
     run = read_run(out)
@@ -98,11 +91,11 @@ def test_budget_and_run_file_round_trip(name):
 @pytest.mark.parametrize("name", slow_unless(
     [n for n in STRATEGIES if ALGORITHMS[n].traits.deterministic],
     {"ssgd", "dpsgd", "throwaway"}))
-def test_a_fixed_seed_gives_the_same_run(name):
+def test_a_fixed_seed_gives_the_same_run(name, shared_tmp):
+    tmp = shared_tmp
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    tmp = _shared_tmp(world)
     runs = []
     for tag in ("a", "b"):
         _train(name, tmp / f"{tag}.h5", "--seed", "5", "--dtype", "float64",
@@ -119,12 +112,12 @@ def test_a_fixed_seed_gives_the_same_run(name):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("name",
                          [n for n in STRATEGIES if ALGORITHMS[n].traits.supports_stop_at_target])
-def test_stop_at_target_ends_every_rank_at_the_first_evaluation_that_reaches_it(name):
+def test_stop_at_target_ends_every_rank_at_the_first_evaluation_that_reaches_it(name, shared_tmp):
     """The Evaluator hook's stop is a collective decision (the accuracy is broadcast)."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    out = _shared_tmp(world) / f"{name}.h5"
+    out = shared_tmp / f"{name}.h5"
     _train(name, out, "--epochs", "2", "--eval-every", "0.25", "--target-accuracy", "0.05",
            "--stop-at-target")
     world.Barrier()
