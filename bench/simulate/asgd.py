@@ -325,10 +325,60 @@ def target_wait(gaps: np.ndarray, outside: float, owners: int = 1) -> float:
     gaps = np.asarray(gaps, dtype=float)
     if owners <= 0 or not len(gaps) or outside <= 0:
         return 0.0
-    total, top = float(gaps.sum()), float(gaps.max())
+    r = np.linspace(0.0, float(gaps.max()), 513)
+    return float(np.trapezoid(1.0 - _wait_cdf(gaps, outside, r) ** owners, r))
+
+
+def _wait_cdf(gaps: np.ndarray, outside: float, r: np.ndarray) -> np.ndarray:
+    """P(a request's wait for this target's next poll <= r), at each of ``r``
+    (:func:`target_wait`)."""
+    gaps = np.asarray(gaps, dtype=float)
+    if not len(gaps) or outside <= 0:
+        return np.ones_like(r)
+    return 1.0 - outside + outside * np.minimum(r[:, None], gaps[None, :]).sum(axis=1) / gaps.sum()
+
+
+def origin_waits(gaps: Sequence[np.ndarray], outside: Sequence[float],
+                 owners: Sequence[int], origins: Sequence[int]) -> list[float]:
+    """Each origin's expected wait for the largest of its remote owners' next polls.
+
+    ``gaps[j]`` and ``outside[j]`` are rank j's own (:func:`poll_gaps`, the share of its
+    cycle it spends outside MPI); origin k's accesses wait for every rank of ``owners``
+    but itself. The owners' waits are independent, so P(max <= r) is the product of
+    their :func:`_wait_cdf`. A mean over the ranks (what :func:`target_wait` takes) gives
+    a fast rank's accesses to a slow owner the mean of a slow and a fast rank's gaps: with
+    one rank 2x slower in work mode (resnet8, 2 emulated nodes at 200 Mbit/s) the fast
+    rank's unpolled gap is the slow rank's whole delay, 29 ms, not half of it, and the
+    slow rank's accesses wait for the fast rank's short gaps only (docs/RESULTS.md)."""
+    top = max((float(np.max(g)) for g in gaps if len(g)), default=0.0)
+    if top <= 0 or not owners:
+        return [0.0] * len(origins)
     r = np.linspace(0.0, top, 513)
-    cdf = 1.0 - outside + outside * np.minimum(r[:, None], gaps[None, :]).sum(axis=1) / total
-    return float(np.trapezoid(1.0 - cdf ** owners, r))
+    curves: dict[tuple[bytes, float], np.ndarray] = {}
+
+    def key_of(j: int) -> tuple[bytes, float]:
+        # ranks alike share one curve (a homogeneous job: one), to 0.1% of the cycle
+        return np.asarray(gaps[j], dtype=float).tobytes(), round(float(outside[j]), 3)
+
+    def log_cdf(key: tuple[bytes, float]) -> np.ndarray:
+        if key not in curves:
+            g = np.frombuffer(key[0], dtype=float)
+            curves[key] = np.log(np.maximum(_wait_cdf(g, key[1], r), 1e-300))
+        return curves[key]
+
+    owner_set = set(owners)
+    total = np.sum([log_cdf(key_of(j)) for j in owner_set], axis=0)
+    waits, done = [], {}
+    for k in origins:
+        if owner_set == {k}:
+            waits.append(0.0)
+            continue
+        mine = key_of(k) if k in owner_set else None
+        if mine not in done:
+            rest = total - log_cdf(mine) if mine is not None else total
+            done[mine] = float(np.trapezoid(1.0 - np.exp(rest), r))
+        waits.append(done[mine])
+    return waits
 
 
 def counter_bound(service_s: float) -> float:
@@ -362,14 +412,16 @@ RECORD_COLS = ("t_start", "t_data", "t_compute", "t_update", "t_delay", "t_comm"
 NEXT = (READ_VERSION, READ_STARTED, START, COUNT, READ_VERSION)
 
 
-def counter_timeline(workers: Sequence[int], total: int, t_pull: float, t_push: float,
-                     step_times: StepTimes, one_way: Sequence[float], costs: RmaCosts,
+def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequence[float],
+                     t_push: float | Sequence[float], step_times: StepTimes,
+                     one_way: Sequence[float], costs: RmaCosts,
                      serve_wait: Sequence[float] | None = None) -> CounterRun:
     """Every worker's steps, with each counter request queued at rank 0 in arrival order.
 
     ``step_times(k, j)`` is worker k's (data, compute, update, delay) of its
     j-th step, ``one_way[k]`` its one-way latency to rank 0 (0 for rank 0
-    itself), ``t_pull``/``t_push`` the window accesses (:func:`access_seconds`).
+    itself), ``t_pull``/``t_push`` the window accesses (:func:`access_seconds`), one for
+    every worker or one per rank (a slow owner's requesters wait longer).
     A request leaves after the epoch's overhead (``costs.epoch_s``; without
     NOCHECK also the lock's round trip), reaches rank 0 one latency later,
     waits until rank 0 has served every earlier arrival, takes
@@ -385,6 +437,8 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float, t_push: 
     it (rank 0's next poll, :func:`target_wait`; 0 for rank 0's own).
     """
     trips = 1.0 if costs.nocheck else 3.0  # the op, and the lock's / unlock's handshakes
+    pulls = [t_pull] * len(one_way) if isinstance(t_pull, (int, float)) else list(t_pull)
+    pushes = [t_push] * len(one_way) if isinstance(t_push, (int, float)) else list(t_push)
     waits = list(serve_wait) if serve_wait is not None else [0.0] * len(one_way)
     # send -> arrival at rank 0 (and, over TCP, rank 0's next poll)
     pre = [costs.epoch_s + trips * lat + wait for lat, wait in zip(one_way, waits)]
@@ -406,7 +460,7 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float, t_push: 
         now = free + back[k]
         if phase == READ_VERSION:
             v_pre[k] = version
-            nxt = now + t_pull
+            nxt = now + pulls[k]
         elif phase == READ_STARTED:
             s_post[k] = started
             comm[k] = now - sent[k]
@@ -414,7 +468,7 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float, t_push: 
             nxt = sent[k] = now + c + dl + u
         elif phase == START:
             started += 1
-            nxt = now + t_push
+            nxt = now + pushes[k]
         else:  # CLAIM (done() before the first step) or COUNT (the end of a push)
             if phase == COUNT:
                 d, c, u, dl = local[k]
@@ -460,9 +514,33 @@ class _Access:
     reduce_s: float
     cycle_s: float
     #: Seconds an access waits for its remote owners' polls, and a counter request for
-    #: rank 0's (:func:`target_wait`; 0 with --rma-progress immediate).
+    #: rank 0's, the workers' mean (:func:`origin_waits`; 0 with --rma-progress immediate).
     owner_wait_s: float = 0.0
     counter_wait_s: float = 0.0
+    #: Per rank (0 for a rank that is not a worker): a pull's and a push's seconds, its
+    #: owner waits inside them, and its counter requests' wait.
+    pulls: tuple[float, ...] = ()
+    pushes: tuple[float, ...] = ()
+    counter_waits: tuple[float, ...] = ()
+
+
+def _rank_gaps(local: LocalTimes, workers: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each worker's mean seconds a step outside MPI, and its :func:`poll_gaps`: an access
+    waits for its owners' own gaps (a slow owner's, not the workers' mean). Ranks within
+    0.1% of each other share their gaps (a homogeneous job computes them once)."""
+    per_rank = local.cols[workers, :, :].mean(axis=1)
+    hooks = local.workload.compute_split().hooks
+    gaps_of: dict[tuple[float, ...], np.ndarray] = {}
+    rank_gaps = []
+    for row in per_rank:
+        key = tuple(float(f"{x:.3g}") for x in row)
+        if key not in gaps_of:
+            # an ASGD worker does not poll in an emulated slowdown's delay: its
+            # drive_progress is NotLockStep's no-op (algorithms/not_lock_step.py;
+            # docs/ALGORITHMS.md)
+            gaps_of[key] = poll_gaps(*key, hooks, polled=0.0)
+        rank_gaps.append(gaps_of[key])
+    return per_rank.sum(axis=1), rank_gaps
 
 
 def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], costs: RmaCosts,
@@ -478,48 +556,63 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     counter_s = COUNTER_EPOCHS * (costs.epoch_s + 2.0 * one_way) + COUNTER_ATOMICS * costs.service_s
     floor = count / counter_bound(costs.service_s)  # the counter's cycle
     polls = rma_progress(cfg) == "polls" and n > 1
-    # the workers' mean step outside MPI, and where in it they poll
-    d, c, u, dl = (float(x) for x in local.cols[workers, :, :].mean(axis=(0, 1)))
-    # an ASGD worker does not poll in an emulated slowdown's delay: its drive_progress is
-    # NotLockStep's no-op (algorithms/not_lock_step.py; docs/ALGORITHMS.md)
-    gaps = poll_gaps(d, c, u, dl, local.workload.compute_split().hooks, polled=0.0)
-    # remote owners of an access (sharded: all but the origin's own shard); the
-    # dedicated server and rank 0's counter under it serve from their MPI loop at once
+    rank_local, rank_gaps = _rank_gaps(local, workers)
+    # the owners an access waits for (sharded: every shard's owner but the origin; single:
+    # rank 0); the dedicated server and rank 0's counter under it serve from their MPI
+    # loop at once
     dedicated = cfg.ps_layout == "dedicated"
-    remote = 0 if dedicated else (epochs - 1 if cfg.ps_layout == "sharded" else 1)
+    shards = [] if dedicated else shard_layout(w.params, n, cfg.ps_layout)
+    owners = [shard.owner for shard in shards]
+    position = {k: i for i, k in enumerate(workers)}
 
     # sharded: the link from owner i to worker j carries j's pulls from i and i's pushes
     # to j, which the phases (pulls with pulls, pushes with pushes) never pair
     crossed = cfg.ps_layout == "sharded" and count > 1
 
-    def at(active: int, outside: float, busy: tuple[float, float] = (0.0, 0.0)) -> _Access:
+    def waits(outside: Sequence[float], of: list[int]) -> np.ndarray:
+        if not polls or dedicated or not of:
+            return np.zeros(count)
+        return np.asarray(origin_waits(rank_gaps, outside, [position[j] for j in of],
+                                       list(range(count))))
+
+    def at(active: int, outside: Sequence[float], busy: tuple[float, float] = (0.0, 0.0)
+           ) -> _Access:
         pull, push = asgd_phases(nbytes, n, cfg.ps_layout, active)
         bw_pull, bw_push = weighted_cost(pull, time_phase), weighted_cost(push, time_phase)
         bw_pull, bw_push = cross_traffic(bw_pull, bw_push, *busy)
-        owner_wait = target_wait(gaps, outside, remote) if polls else 0.0
-        counter_wait = target_wait(gaps, outside) if polls and not dedicated else 0.0
+        owner_wait, counter_wait = waits(outside, owners), waits(outside, [0])
         t_pull = access_seconds(epochs, one_way, bw_pull, costs) + owner_wait
-        counter_all = counter_s + COUNTER_EPOCHS * counter_wait * (count - 1) / max(count, 1)
-        think = max(mean_local + t_pull * (1.0 + extra_get) + counter_all + 2.0 * one_way,
-                    floor)
+        counter_all = counter_s + COUNTER_EPOCHS * counter_wait
+        think = max(mean_local + float(t_pull.mean()) * (1.0 + extra_get)
+                    + float(counter_all.mean()) + 2.0 * one_way, floor)
         reduce_s = accumulate_seconds(nbytes, epochs, count, costs.accumulate_rate, think)
         t_push = (access_seconds(epochs, one_way, bw_push, costs, reduce_s) + owner_wait
                   + extra_get * t_pull)
-        cycle = max(mean_local + t_pull + t_push + counter_all, floor)
-        return _Access(active, t_pull, t_push, bw_pull, bw_push, reduce_s, cycle,
-                       owner_wait, counter_wait)
+        cycles = np.maximum(rank_local + t_pull + t_push + counter_all, floor)
+
+        def by_rank(values: np.ndarray) -> tuple[float, ...]:
+            out = [0.0] * n
+            for k, v in zip(workers, values):
+                out[k] = float(v)
+            return tuple(out)
+
+        return _Access(active, float(t_pull.mean()), float(t_push.mean()), bw_pull, bw_push,
+                       reduce_s, float(cycles.mean()), float(owner_wait.mean()),
+                       float(counter_wait.mean()), by_rank(t_pull), by_rank(t_push),
+                       by_rank(counter_wait)), cycles
 
     levels = powers_of_two_upto(count)
-    acc = at(1, 1.0)  # from the uncontended transfer, up to the fixed point
+    acc, cycles = at(1, [1.0] * count)  # from the uncontended transfer, up to the fixed point
     busy = (0.0, 0.0)
     for _ in range(24):
         want = max(1, round(count * (acc.bw_pull_s + acc.bw_push_s) / acc.cycle_s))
         nxt = min(levels, key=lambda m: abs(math.log(m) - math.log(want)))
-        outside = min(1.0, mean_local / acc.cycle_s) if acc.cycle_s > 0 else 1.0
+        # each owner outside MPI the share of its own cycle its local work takes
+        outside = np.minimum(1.0, rank_local / np.maximum(cycles, 1e-12)).tolist()
         if crossed and acc.cycle_s > 0:  # halfway to the last cycle's shares: no swinging
             seen = (acc.bw_pull_s / acc.cycle_s, acc.bw_push_s / acc.cycle_s)
             busy = tuple(0.5 * (a + b) for a, b in zip(busy, seen))
-        new = at(nxt, outside, busy)
+        new, cycles = at(nxt, outside, busy)
         if nxt == acc.active and abs(new.cycle_s - acc.cycle_s) <= 1e-3 * acc.cycle_s:
             acc = new
             break
@@ -560,9 +653,9 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     local.ensure(max(8, 2 * steps))
     acc, epochs, one_way = _accesses(cfg, local, workers, costs, time_phase)
     lat = [0.0 if k == 0 else one_way for k in range(n)]
-    run = counter_timeline(workers, steps * n, acc.pull_s, acc.push_s,
+    run = counter_timeline(workers, steps * n, acc.pulls, acc.pushes,
                            lambda k, j: local.rank(k, j).tolist(), lat, costs,
-                           [0.0 if k == 0 else acc.counter_wait_s for k in range(n)])
+                           acc.counter_waits)
     rows = _rows(run, n, local.workload.batch_size)
     bound = counter_bound(costs.service_s)
     notes = {"asgd_active": acc.active, "pull_s": acc.pull_s, "push_s": acc.push_s,

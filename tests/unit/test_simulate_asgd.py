@@ -190,6 +190,51 @@ def test_an_asgd_owner_does_not_poll_in_its_slowdowns_delay():
     assert owner_wait([2.0, 2.0]) > 1.5 * owner_wait([1.0, 1.0])
 
 
+def test_an_origin_waits_for_its_own_owners_gaps_not_the_workers_mean():
+    """Two owners, sharded: each origin waits for the other's polls only. A slow owner
+    (one 20 ms unpolled gap, outside MPI all the time) makes the fast origin wait
+    20/2 = 10 ms and the slow origin the fast owner's 2 ms / 2; the mean of the two gap
+    profiles would give both the same wait. Three owners: the largest of the others'."""
+    from syncbench.bench.simulate.asgd import origin_waits, target_wait
+
+    fast, slow = np.array([0.002]), np.array([0.020])
+    waits = origin_waits([fast, slow], [1.0, 1.0], owners=[0, 1], origins=[0, 1])
+    assert waits[0] == pytest.approx(0.010, rel=1e-2)
+    assert waits[1] == pytest.approx(0.001, rel=1e-2)
+    # a single owner (rank 0): its own accesses are local, the others wait for its polls
+    assert origin_waits([fast, slow], [1.0, 1.0], owners=[0], origins=[0, 1]) == \
+        [0.0, pytest.approx(0.001, rel=1e-2)]
+    # alike owners: target_wait's largest of m equal waits
+    gaps = [fast, fast, fast]
+    three = origin_waits(gaps, [0.5] * 3, owners=[0, 1, 2], origins=[0, 1, 2])
+    assert three == [pytest.approx(target_wait(fast, 0.5, owners=2), rel=1e-3)] * 3
+
+
+def test_a_fast_asgd_rank_waits_for_its_slow_owners_delay():
+    """2 ranks, sharded, rank 1 2x slower (20 ms compute polled every 5 ms, then a 20 ms
+    delay unpolled): rank 0's pull and push each wait for rank 1's gaps, about 5 ms (the
+    long gap's 10 ms mean residual, outside MPI most of rank 1's cycle), so rank 0's sync
+    is about 10 ms a step; rank 1's owner and counter waits are for rank 0's 5 ms gaps.
+    The workers' mean gaps (a 10 ms delay on both) gave the fast rank 5 ms and the slow
+    one 15 ms: the wrong way round (measured, resnet8 at 200 Mbit/s, work mode: 41.7 ms
+    a step on the fast rank, 21.4 on the slow one)."""
+    from syncbench.bench.cli import build_parser
+    from syncbench.bench.simulate import strategies
+    from syncbench.bench.simulate.timeline import LocalTimes
+    from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
+
+    split = ComputeSplit(forward=(0.25, 0.5), backward=(0.75, 1.0), offsets=(0,))
+    w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=0.02, split=split)
+    cfg = build_parser("simulate").parse_args(
+        ["simulate", "--algorithm", "asgd", "--rma-progress", "polls"])
+    local = LocalTimes(w, 2, [1.0, 2.0], Stragglers(), seed=0)
+    rows = strategies.SIMULATORS["asgd"](cfg, local, 20, lambda phase: 1e-5).rows.arrays()
+    fast, slow = (float(np.mean(rows[k]["t_comm"])) for k in (0, 1))
+    assert fast > 0.008
+    assert fast > 0.9 * slow
+
+
 def test_a_sharded_pull_shares_its_links_with_the_other_workers_pushes():
     """2 ranks, sharded, a bandwidth-bound link (every transfer 20 ms, compute 5 ms): the
     link from owner i to worker j carries j's pulls and i's pushes, so each transfer takes
