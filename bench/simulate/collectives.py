@@ -451,6 +451,49 @@ def allreduce_time(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock
     return float(sum(burst_stages(phases, time_phase, burst)))
 
 
+def refill_rate(phases: Sequence[Phase], time_phase: PhaseClock) -> float:
+    """Bytes per second a link's token bucket refills at, taken as the wire's rate: the
+    first phase of ``phases`` that crosses a link, its bytes over its time less a 1-byte
+    message's (0: no phase crosses one)."""
+    for phase in phases:
+        if phase.nbytes > 0 and phase.block <= 0:
+            wire = time_phase(phase) - time_phase(dataclasses.replace(phase, nbytes=1.0))
+            return phase.nbytes / wire if wire > 0 else 0.0
+    return 0.0
+
+
+class RefilledAllreduce:
+    """A blocking allreduce's seconds after the links were idle for a while.
+
+    A ``tc tbf`` bucket refills at the link's rate, so after ``idle`` seconds without
+    traffic it holds ``min(burst, idle x rate)`` bytes, not always ``burst``: a
+    940 KB Allreduce every 1.5 ms (mlp, 2 emulated nodes at 1 Gbit/s, a 256 KB bucket,
+    2.1 ms to refill) took 6.2-6.4 ms a step, against 5.7 predicted with the bucket full
+    (docs/RESULTS.md). The seconds come from :func:`burst_stages`, memoised per KiB of
+    credit."""
+
+    def __init__(self, nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
+                 itemsize: int = 4) -> None:
+        self.phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize)
+        self.time_phase = time_phase
+        self.burst = burst_of(time_phase)
+        self.rate = refill_rate(self.phases, time_phase) if self.burst > 0 else 0.0
+        self._seconds: dict[int, float] = {}
+
+    def credit(self, idle: float) -> float:
+        """Bytes in the bucket after ``idle`` seconds (inf: a bucket idle for long)."""
+        if self.burst <= 0 or self.rate <= 0 or idle >= math.inf:
+            return self.burst
+        return min(self.burst, max(0.0, idle) * self.rate)
+
+    def __call__(self, idle: float = math.inf) -> float:
+        key = int(self.credit(idle) // 1024)
+        if key not in self._seconds:
+            credit = self.burst if key * 1024 >= self.burst else key * 1024.0
+            self._seconds[key] = float(sum(burst_stages(self.phases, self.time_phase, credit)))
+        return self._seconds[key]
+
+
 def burst_of(time_phase: PhaseClock) -> float:
     """Bytes of the links' token bucket (:class:`PlacedClock`'s ``burst``; 0: none)."""
     return float(getattr(time_phase, "burst", 0.0) or 0.0)
@@ -469,7 +512,8 @@ def burst_stages(phases: Sequence[Phase], time_phase: PhaseClock, burst: float) 
     on 2 emulated nodes at 1 Gbit/s (a 256 KB bucket): a 940 KB blocking Allreduce after
     compute took 5.96 ms, against 8.07 predicted from the back-to-back calibration
     (docs/RESULTS.md). Assumes the bucket refilled while the ranks computed (``burst`` /
-    rate: 2.1 ms on the cluster)."""
+    rate: 2.1 ms on the cluster; :class:`RefilledAllreduce` gives a shorter idle spell
+    its share of the bucket)."""
     credit, out = max(0.0, burst), []
     for phase in phases:
         seconds = time_phase(phase)

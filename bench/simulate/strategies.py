@@ -26,6 +26,7 @@ The strategies' modules and their parts import without MPI
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -43,7 +44,7 @@ from syncbench.algorithms.averagers.schedule import (
 from syncbench.algorithms.reducers.buckets import bucket_bytes, plan_buckets
 from syncbench.algorithms.registry import ALGORITHMS, get_algorithm
 from syncbench.bench.simulate.asgd import asgd
-from syncbench.bench.simulate.collectives import PhaseClock, allreduce_time
+from syncbench.bench.simulate.collectives import PhaseClock, RefilledAllreduce, allreduce_time
 from syncbench.bench.simulate.compressed import compressed_ssgd
 from syncbench.bench.simulate.decentralized import adpsgd, dpsgd
 from syncbench.bench.simulate.hierarchical import hierarchical, with_hierarchical_comm
@@ -151,7 +152,9 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     blocking = cfg.comm == "blocking"
     algo = cfg.allreduce
     if blocking:
-        t_all = allreduce_time(w.param_bytes, n, algo, time_phase, w.itemsize)
+        # the links refill their bucket while the ranks compute, from the last Allreduce
+        t_all = RefilledAllreduce(w.param_bytes, n, algo, time_phase, w.itemsize)
+        last_end = -math.inf
     else:
         plan = bucket_plan(w, cfg.bucket_mb)
         split = w.compute_split()
@@ -163,7 +166,8 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         start = t.copy()
         if blocking:
             arrive = start + data + comp + delay
-            end = float(arrive.max()) + t_all
+            begin = float(arrive.max())
+            end = last_end = begin + t_all(begin - last_end)
             comm, wait = end - arrive, np.zeros(n)
         else:
             arrive, end, poll_s = _overlap_step(cfg, split, hooks, stages, start + data, comp,
