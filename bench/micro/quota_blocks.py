@@ -12,7 +12,9 @@ answers. For each ``L`` of ``--blocks-ms`` it prints rank 1's wall per block (me
 10th and 90th percentile, mean) beside what the simulator's quota model gives for one
 block after a wait, from the pattern the cluster measured on the node
 (``$SYNCBENCH_NODE_THROTTLE``), and from the pattern without its first burst's spread;
-then the share of its waits' wall rank 1 spent on the CPU (MPICH polls while it waits)::
+then the share of its waits' wall rank 1 spent on the CPU (MPICH polls while it waits),
+and how long its waits lasted past rank 0's send (a wait that spent the quota is frozen,
+and sees the message only at its next burst)::
 
     syncbench cluster up --nodes 2 --link 200mbit --node-speed 1,0.5
     syncbench cluster mpiexec -n 2 -- python -m syncbench.bench.micro.quota_blocks
@@ -66,6 +68,27 @@ def _predicted_ms(throttle_text: str, block_ms: float, spread: bool) -> float:
     return 1e3 * throttle.busy_wall(np.array([block_ms / 1e3]), np.array([1.0]))
 
 
+def _report(args: argparse.Namespace, pattern: str, rows: list[tuple[float, list[float]]],
+            share: float, waited: float, late: list[float]) -> None:
+    """Rank 1's table: each block length's walls beside the model's, then its waits'."""
+    print(f"# rank 1's wall per block of work after a wait in MPI (mean wait "
+          f"{args.wait_ms:g} ms), {args.repeats} blocks each; the node's pattern "
+          f"{pattern or '(none)'}", flush=True)
+    print(f"{'work ms':>8} {'median':>8} {'p10':>8} {'p90':>8} {'mean':>8}"
+          f" {'model':>8} {'model, no spread':>17}")
+    for block, walls in rows:
+        p10, p90 = np.percentile(walls, [10, 90])
+        print(f"{block:8.1f} {statistics.median(walls):8.2f} {p10:8.2f} {p90:8.2f} "
+              f"{statistics.fmean(walls):8.2f} {_predicted_ms(pattern, block, True):8.2f}"
+              f" {_predicted_ms(pattern, block, False):17.2f}", flush=True)
+    print(f"# rank 1 was on the CPU for {share:.2f} of its {waited:.2f} s of "
+          "waits in MPI (a wait that polls uses its quota)", flush=True)
+    p10, p50, p90 = np.percentile(late, [10, 50, 90])
+    print(f"# a wait lasted {p50:.2f} ms past rank 0's send at the median ({p10:.2f}-"
+          f"{p90:.2f}, 10th-90th percentile; mean {statistics.fmean(late):.2f}): a rank "
+          "frozen in its wait sees the message at its next burst", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks-ms", default="1,2,3,4,5,6,8,12,16",
@@ -98,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(1)
     rows = []
     waited = spun = 0.0  # rank 1's wall and CPU seconds inside its waits
+    late: list[float] = []  # ms each of rank 1's waits lasted past rank 0's send
     for block in blocks:
         units, walls = int(round(block * per_ms)), []
         for _ in range(args.repeats):
             if comm.rank == 0:
+                slept = time.perf_counter()
                 time.sleep(args.wait_ms * 1e-3 * (0.5 + rng.random()))
+                token[0] = time.perf_counter() - slept
                 comm.Send(token, dest=1)
                 comm.Recv(token, source=1)
             else:
@@ -110,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                 comm.Recv(token, source=0)
                 waited += time.perf_counter() - wall
                 spun += time.process_time() - cpu
+                # past rank 0's send (it sleeps from its receipt of the last answer):
+                # what a wait that spent its quota and was frozen adds
+                late.append(1e3 * (time.perf_counter() - wall - token[0]))
                 start = time.perf_counter()
                 for _ in range(units):
                     a @ a
@@ -117,18 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 comm.Send(token, dest=0)
         rows.append((block, walls))
     if comm.rank == 1:
-        print(f"# rank 1's wall per block of work after a wait in MPI (mean wait "
-              f"{args.wait_ms:g} ms), {args.repeats} blocks each; the node's pattern "
-              f"{pattern or '(none)'}", flush=True)
-        print(f"{'work ms':>8} {'median':>8} {'p10':>8} {'p90':>8} {'mean':>8}"
-              f" {'model':>8} {'model, no spread':>17}")
-        for block, walls in rows:
-            p10, p90 = np.percentile(walls, [10, 90])
-            print(f"{block:8.1f} {statistics.median(walls):8.2f} {p10:8.2f} {p90:8.2f} "
-                  f"{statistics.fmean(walls):8.2f} {_predicted_ms(pattern, block, True):8.2f}"
-                  f" {_predicted_ms(pattern, block, False):17.2f}", flush=True)
-        print(f"# rank 1 was on the CPU for {spun / waited:.2f} of its {waited:.2f} s of "
-              "waits in MPI (a wait that polls uses its quota)", flush=True)
+        _report(args, pattern, rows, spun / waited, waited, late)
     return 0
 
 
