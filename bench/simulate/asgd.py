@@ -357,7 +357,7 @@ def origin_waits(gaps: Sequence[np.ndarray], outside: Sequence[float],
     curves: dict[tuple[bytes, float], np.ndarray] = {}
 
     def key_of(j: int) -> tuple[bytes, float]:
-        # ranks alike share one curve (a homogeneous job: one), to 0.1% of the cycle
+        # ranks alike share one curve (a homogeneous job: one); the share to 0.001
         return np.asarray(gaps[j], dtype=float).tobytes(), round(float(outside[j]), 3)
 
     def log_cdf(key: tuple[bytes, float]) -> np.ndarray:
@@ -437,8 +437,8 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequenc
     it (rank 0's next poll, :func:`target_wait`; 0 for rank 0's own).
     """
     trips = 1.0 if costs.nocheck else 3.0  # the op, and the lock's / unlock's handshakes
-    pulls = [t_pull] * len(one_way) if isinstance(t_pull, (int, float)) else list(t_pull)
-    pushes = [t_push] * len(one_way) if isinstance(t_push, (int, float)) else list(t_push)
+    pulls = list(t_pull) if isinstance(t_pull, Sequence) else [float(t_pull)] * len(one_way)
+    pushes = list(t_push) if isinstance(t_push, Sequence) else [float(t_push)] * len(one_way)
     waits = list(serve_wait) if serve_wait is not None else [0.0] * len(one_way)
     # send -> arrival at rank 0 (and, over TCP, rank 0's next poll)
     pre = [costs.epoch_s + trips * lat + wait for lat, wait in zip(one_way, waits)]
@@ -526,8 +526,9 @@ class _Access:
 
 def _rank_gaps(local: LocalTimes, workers: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
     """Each worker's mean seconds a step outside MPI, and its :func:`poll_gaps`: an access
-    waits for its owners' own gaps (a slow owner's, not the workers' mean). Ranks within
-    0.1% of each other share their gaps (a homogeneous job computes them once)."""
+    waits for its owners' own gaps (a slow owner's, not the workers' mean). Ranks whose
+    mean phases agree to 3 significant digits share their gaps (a homogeneous job
+    computes them once)."""
     per_rank = local.cols[workers, :, :].mean(axis=1)
     hooks = local.workload.compute_split().hooks
     gaps_of: dict[tuple[float, ...], np.ndarray] = {}
@@ -576,7 +577,7 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
                                        list(range(count))))
 
     def at(active: int, outside: Sequence[float], busy: tuple[float, float] = (0.0, 0.0)
-           ) -> _Access:
+           ) -> tuple[_Access, np.ndarray]:
         pull, push = asgd_phases(nbytes, n, cfg.ps_layout, active)
         bw_pull, bw_push = weighted_cost(pull, time_phase), weighted_cost(push, time_phase)
         bw_pull, bw_push = cross_traffic(bw_pull, bw_push, *busy)

@@ -487,9 +487,11 @@ class RefilledAllreduce:
         return min(self.burst, max(0.0, idle) * self.rate)
 
     def __call__(self, idle: float = math.inf) -> float:
-        key = int(self.credit(idle) // 1024)
+        credit = self.credit(idle)
+        # a full bucket is its own key; a partial one is taken to the nearest KiB below it
+        key = -1 if credit >= self.burst else int(credit // 1024)
         if key not in self._seconds:
-            credit = self.burst if key * 1024 >= self.burst else key * 1024.0
+            credit = self.burst if key < 0 else key * 1024.0
             self._seconds[key] = float(sum(burst_stages(self.phases, self.time_phase, credit)))
         return self._seconds[key]
 

@@ -32,7 +32,7 @@ from syncbench.bench.simulate.workload import Workload, run_optimizer
 
 #: Timed steps of each optimizer (the fastest counts): a step takes 0.05-0.2 ms on mlp,
 #: and the fastest of 5 moved DiLoCo's predicted samples/s by up to 3% from one
-#: simulation of the same run file to the next (docs/RESULTS.md); of 50, under 0.5%.
+#: simulation of the same run file to the next (docs/RESULTS.md); of 50 in turn, under 0.1%.
 REPEATS = 50
 
 

@@ -412,7 +412,7 @@ def error_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str
     the repeats, ``*`` where a repeat is off by more than ``limit``."""
     labels = list(dict.fromkeys(lbl for lbl, _, _ in cells))
     configs = sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c))
-    width = max(14, *(len(c) + 2 for c in configs))
+    width = max([14, *(len(c) + 2 for c in configs)])
     lines = [f"{'error (pred/meas - 1)':<24}" + "".join(f"{c:>{width}}" for c in configs)]
     for label in labels:
         row = f"{label[:24]:<24}"
@@ -439,7 +439,9 @@ def config_errors(cells: list[tuple[str, str, float]]) -> dict[tuple[str, str], 
     45% in samples/s on the emulated cluster), and a configuration is what is predicted."""
     groups: dict[tuple[str, str], list[float]] = {}
     for label, config, err in cells:
-        groups.setdefault((label, config), []).append(math.log1p(err))
+        # a prediction of nothing (err -1) or a NaN makes the configuration's error NaN
+        log = math.log1p(err) if math.isfinite(err) and err > -1 else math.nan
+        groups.setdefault((label, config), []).append(log)
     return {key: math.expm1(sum(logs) / len(logs)) for key, logs in groups.items()}
 
 
@@ -449,7 +451,7 @@ def config_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> st
     errors = config_errors(cells)
     labels = list(dict.fromkeys(lbl for lbl, _, _ in cells))
     configs = sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c))
-    width = max(14, *(len(c) + 2 for c in configs))
+    width = max([14, *(len(c) + 2 for c in configs)])
     repeats = [sum(1 for lbl, c, _ in cells if (lbl, c) == key) for key in errors]
     counts = (f"{min(repeats)}" if min(repeats) == max(repeats)
               else f"{min(repeats)}-{max(repeats)}") if repeats else "0"
@@ -458,12 +460,13 @@ def config_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> st
         row = f"{label[:24]:<24}"
         for config in configs:
             err = errors.get((label, config))
-            text = "-" if err is None else \
+            text = "-" if err is None or not math.isfinite(err) else \
                 f"{100 * err:+.0f}%" + ("*" if abs(err) > limit else " ")
             row += f"{text:>{width}}"
         lines.append(row)
-    off = sum(1 for err in errors.values() if abs(err) > limit)
-    mean = 100 * float(np.mean([abs(e) for e in errors.values()])) if errors else 0.0
+    finite = [abs(e) for e in errors.values() if math.isfinite(e)]
+    off = sum(1 for e in finite if e > limit) + len(errors) - len(finite)
+    mean = 100 * float(np.mean(finite)) if finite else math.nan
     lines.append(f"* off by more than {100 * limit:.0f}%: {off} of {len(errors)} configurations "
                  f"(the geometric mean of each one's {counts} repeat(s)' pred/meas); "
                  f"mean |error| {mean:.1f}%")

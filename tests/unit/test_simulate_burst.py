@@ -82,6 +82,18 @@ def test_a_bucket_refills_only_as_long_as_the_links_were_idle():
     assert walls[0] - walls[1] < 0.6 * steps * burst / RATE
 
 
+def test_a_full_bucket_is_whole_whatever_its_size():
+    """A bucket that is not a whole number of KiB is given whole after a long idle spell
+    (the credit of a partial one is taken to the KiB below)."""
+    from syncbench.bench.simulate.collectives import RefilledAllreduce
+
+    for burst in (1000.0, 100_000.0, 256 * 1024.0):
+        clock = PlacedClock(wire, 1, burst)
+        full = RefilledAllreduce(940_000, 2, "auto", clock)
+        assert full() == pytest.approx(allreduce_time(940_000, 2, "auto", clock))
+        assert full(0.0) == pytest.approx(allreduce_time(940_000, 2, "auto", clock, burst=0.0))
+
+
 @pytest.mark.parametrize("value,expect", [(None, 0.0), ("0", 0.0), ("256kb", 262144.0),
                                           ("51kb", 52224.0), ("1000", 1000.0),
                                           (52224.0, 52224.0)])

@@ -231,3 +231,23 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
             quota_efficiency([bad], "mlp")
     with pytest.raises(ValueError, match="--quota-workload"):
         quota_efficiency([str(tmp_path / "missing.h5")], "mlp")
+
+
+def test_a_configurations_error_is_the_geometric_mean_of_its_repeats():
+    """Two repeats +20% and -20%: the configuration's error is sqrt(1.2 x 0.8) - 1, about
+    -2%, not off; a repeat predicted at 0 samples/s (-100%) or NaN leaves its
+    configuration without an error, counted as off, and the table still prints."""
+    import math
+
+    from syncbench.bench.simulate.validate import config_errors, config_table
+
+    cells = [("ssgd", "hom", 0.2), ("ssgd", "hom", -0.2), ("asgd", "hom", 0.3),
+             ("asgd", "work 2x", -1.0), ("asgd", "quota 0.5", math.nan)]
+    errors = config_errors(cells)
+    assert errors[("ssgd", "hom")] == pytest.approx(math.sqrt(1.2 * 0.8) - 1)
+    assert errors[("asgd", "hom")] == pytest.approx(0.3)
+    assert math.isnan(errors[("asgd", "work 2x")]) and math.isnan(errors[("asgd", "quota 0.5")])
+    table = config_table(cells)
+    assert "* off by more than 15%: 3 of 4 configurations" in table
+    assert "1-2 repeat(s)" in table
+    assert "mean |error| 16.0%" in table
