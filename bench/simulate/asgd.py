@@ -32,8 +32,9 @@ pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` an
   that the target handles only inside an MPI call. A target inside its own
   accesses serves at once; while it loads data, computes or updates it serves at
   ``ProgressPoll``'s ``Iprobe`` in the model's hooks (:func:`poll_gaps`), so a
-  request waits for the target's next poll: a mean-field expected residual
-  (:func:`target_wait`), the largest of the owners' for an access to several.
+  request waits for the target's next poll: a mean-field expected residual of that
+  owner's own gaps (:func:`target_wait`), the largest of the owners' for an access to
+  several (:func:`origin_waits`: a slow owner's requesters wait longer).
   Measured before this term on 2 emulated nodes at 1 Gbit/s (quiet repeats):
   ASGD's sync was 13.3 ms per step on mlp and 14.1 on lenet against 8.1 and 2.3
   predicted (docs/RESULTS.md, "The simulator's validation on the emulated
