@@ -371,7 +371,9 @@ def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
         return measured
     return dataclasses.replace(default, mean_codec_s=measured.mean_codec_s,
                                extra={**default.extra, "compress": codec,
-                                      "codec_source": measured.source})
+                                      "codec_source": measured.source,
+                                      "codec_world_size": measured.extra.get(
+                                          "measured_world_size", 1)})
 
 
 def host_factor(run: Any, workload: Any) -> float:

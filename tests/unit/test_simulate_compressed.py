@@ -241,3 +241,22 @@ def test_codec_seconds_auto_times_the_codec_on_the_workloads_gradient_here():
     assert seconds > 0 and "timed on this host" in where and str(w.params) in where
     with pytest.raises(ValueError, match="a number of seconds or auto"):
         compressed.codec_cost(config("--compress", "int8", "--codec-seconds", "soon"), w)
+
+
+def test_top_k_pays_every_ranks_row_of_its_decode_and_the_others_do_not():
+    """A measured codec cost of m ranks covers m rows of top-k's decode (each rank's k
+    entries added into the dense mean); n ranks pay n - m rows more, timed here. fp16's
+    and PowerSGD's work per rank does not grow with N."""
+    w = from_profile("mlp")
+    w.rows, w.mean_codec_s = np.zeros((4, 3)), 0.003
+    w.extra.update(compress="topk:0.01", codec_world_size=1)
+    cfg = config("--compress", "topk:0.01")
+    reducer = compressed.reducer_for("topk:0.01", 64, w.params, None, [], 0)
+    seconds, where = compressed.codec_cost(cfg, w, reducer, 64)
+    row = compressed.topk_row_seconds(reducer.codec.k(w.params), w.params)
+    assert row > 0 and seconds == pytest.approx(0.003 + 63 * row)
+    assert "63 more ranks' top-k rows" in where
+    assert compressed.codec_cost(cfg, w, reducer, 1)[0] == 0.003
+    w.extra.update(compress="fp16")
+    fp16 = compressed.reducer_for("fp16", 64, w.params, None, [], 0)
+    assert compressed.codec_cost(config("--compress", "fp16"), w, fp16, 64)[0] == 0.003
