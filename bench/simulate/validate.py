@@ -38,7 +38,7 @@ from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.simulate.inputs import build_platform, build_workload
-from syncbench.bench.simulate.quota import Throttle, throttle_spec
+from syncbench.bench.simulate.quota import Throttle, parse_node_throttles, throttle_spec
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.workload import node_speed_of, parse_stragglers, rank_factor
 
@@ -107,9 +107,14 @@ def _job(args: argparse.Namespace, run: Any,
     throttles = [throttle_of(run.rank_attrs.get(rank, {})) if speed < 1.0 else None
                  for rank, speed in zip(sorted(run.ranks), speeds)]
     efficiency = getattr(args, "quota_efficiency", None)
+    given = getattr(args, "node_throttle", None)
+    if given and efficiency is not None:
+        # --node-throttle's pattern, where given, is scaled by --quota-workload's efficiency
+        # as a recorded one is (the flag replaces the record, not the efficiency)
+        throttles = parse_node_throttles(given, speeds, len(speeds)) or []
     if efficiency is not None:
         throttles = [None if t is None else scaled_share(t, efficiency) for t in throttles]
-    if (not getattr(args, "node_throttle", None) and workload_speed >= 1.0
+    if ((not given or efficiency is not None) and workload_speed >= 1.0
             and any(t is not None for t in throttles)):
         cfg.node_throttle = throttle_spec(throttles)
     bursts = [float(run.rank_attrs.get(rank, {}).get("link_burst_bytes", math.nan))

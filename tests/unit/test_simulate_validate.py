@@ -151,6 +151,16 @@ def test_a_runs_recorded_quota_bursts_go_to_its_simulation(tmp_path):
     args.node_throttle = "3/5"  # the flag, where given, over the run's record
     assert _job(args, read_run(older))[0].node_throttle == "3/5"
     assert _job(args, read_run(bursts))[0].node_throttle == "3/5"
+    # and scaled by --quota-workload's efficiency as a recorded pattern is
+    from syncbench.bench.simulate.quota import Throttle, throttle_spec
+    from syncbench.bench.simulate.validate import scaled_share
+
+    args.quota_efficiency = 0.8
+    want = throttle_spec([None, scaled_share(Throttle(0.003, 0.005), 0.8)])
+    assert _job(args, read_run(bursts))[0].node_throttle == want != "-,3/5"
+    args.node_throttle = None
+    assert _job(args, read_run(bursts))[0].node_throttle == throttle_spec(
+        [None, scaled_share(Throttle(0.0033, 0.0047), 0.8)])
 
 
 def test_a_runs_recorded_link_bucket_goes_to_its_simulation(tmp_path):
