@@ -552,13 +552,13 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     nbytes, count = w.param_bytes, len(workers)
     epochs = epochs_per_access(w.params, n, cfg.ps_layout)
     one_way = time_phase(Phase("shift", n - 1, n, COUNTER_BYTES, active=1)) if n > 1 else 0.0
-    mean_local = float(local.cols[workers, :, :].sum(axis=2).mean())
     # DC-ASGD (--delay-compensation > 0) Gets the current weights again before its push.
     extra_get = 1.0 if float(cfg.delay_compensation) > 0 else 0.0
     counter_s = COUNTER_EPOCHS * (costs.epoch_s + 2.0 * one_way) + COUNTER_ATOMICS * costs.service_s
     floor = count / counter_bound(costs.service_s)  # the counter's cycle
     polls = rma_progress(cfg) == "polls" and n > 1
     rank_local, rank_gaps = _rank_gaps(local, workers)
+    mean_local = float(rank_local.mean())
     # the owners an access waits for (sharded: every shard's owner but the origin; single:
     # rank 0); the dedicated server and rank 0's counter under it serve from their MPI
     # loop at once
@@ -570,6 +570,13 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     # sharded: the link from owner i to worker j carries j's pulls from i and i's pushes
     # to j, which the phases (pulls with pulls, pushes with pushes) never pair
     crossed = cfg.ps_layout == "sharded" and count > 1
+
+    def by_rank(values: np.ndarray) -> tuple[float, ...]:
+        """Per-worker values by rank (0 for a rank that is not a worker)."""
+        out = [0.0] * n
+        for k, v in zip(workers, values):
+            out[k] = float(v)
+        return tuple(out)
 
     def waits(outside: Sequence[float], of: list[int]) -> np.ndarray:
         if not polls or dedicated or not of:
@@ -591,13 +598,6 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
         t_push = (access_seconds(epochs, one_way, bw_push, costs, reduce_s) + owner_wait
                   + extra_get * t_pull)
         cycles = np.maximum(rank_local + t_pull + t_push + counter_all, floor)
-
-        def by_rank(values: np.ndarray) -> tuple[float, ...]:
-            out = [0.0] * n
-            for k, v in zip(workers, values):
-                out[k] = float(v)
-            return tuple(out)
-
         return _Access(active, float(t_pull.mean()), float(t_push.mean()), bw_pull, bw_push,
                        reduce_s, float(cycles.mean()), float(owner_wait.mean()),
                        float(counter_wait.mean()), by_rank(t_pull), by_rank(t_push),

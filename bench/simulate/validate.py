@@ -29,6 +29,8 @@ import argparse
 import dataclasses
 import math
 import os
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -414,63 +416,71 @@ def runner_labels(paths: list[str]) -> dict[str, str]:
             for p in paths}
 
 
-def error_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str:
-    """Prediction error per label (rows) and configuration (columns): min to max over
-    the repeats, ``*`` where a repeat is off by more than ``limit``."""
+def _grid(cells: list[tuple[str, str, float]], title: str,
+          text_of: Callable[[list[float]], str]) -> list[str]:
+    """The table's lines of :func:`error_table` and :func:`config_table`: a row per label,
+    a column per configuration (homogeneous first), each cell ``text_of`` its repeats'
+    errors (``-`` where it has none)."""
     labels = list(dict.fromkeys(lbl for lbl, _, _ in cells))
     configs = sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c))
     width = max([14, *(len(c) + 2 for c in configs)])
-    lines = [f"{'error (pred/meas - 1)':<24}" + "".join(f"{c:>{width}}" for c in configs)]
+    repeats: dict[tuple[str, str], list[float]] = {}
+    for label, config, err in cells:
+        repeats.setdefault((label, config), []).append(err)
+    lines = [f"{title:<24}" + "".join(f"{c:>{width}}" for c in configs)]
     for label in labels:
-        row = f"{label[:24]:<24}"
-        for config in configs:
-            errs = [e for lbl, c, e in cells if lbl == label and c == config]
-            if not errs:
-                row += f"{'-':>{width}}"
-                continue
-            lo, hi = min(errs), max(errs)
-            text = f"{100 * lo:+.0f}%" if len(errs) == 1 else \
-                f"{100 * lo:+.0f}..{100 * hi:+.0f}%"
-            row += f"{text + ('*' if max(abs(lo), abs(hi)) > limit else ' '):>{width}}"
-        lines.append(row)
+        lines.append(f"{label[:24]:<24}" + "".join(
+            f"{text_of(repeats[label, c]) if (label, c) in repeats else '-':>{width}}"
+            for c in configs))
+    return lines
+
+
+def error_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str:
+    """Prediction error per label (rows) and configuration (columns): min to max over
+    the repeats, ``*`` where a repeat is off by more than ``limit``."""
+    def text(errs: list[float]) -> str:
+        lo, hi = min(errs), max(errs)
+        span = f"{100 * lo:+.0f}%" if len(errs) == 1 else f"{100 * lo:+.0f}..{100 * hi:+.0f}%"
+        return span + ("*" if max(abs(lo), abs(hi)) > limit else " ")
+
+    lines = _grid(cells, "error (pred/meas - 1)", text)
     off = sum(1 for _, _, e in cells if abs(e) > limit)
     lines.append(f"* a repeat off by more than {100 * limit:.0f}%: {off} of {len(cells)} runs")
     return "\n".join(lines)
 
 
+def geometric_error(errs: list[float]) -> float:
+    """The error of repeats taken together: the geometric mean of their pred/meas, less 1.
+    Each repeat is predicted from its own run file (its recorded pattern, its host
+    speed), so the errors are averaged, not the samples/s; a single run is a sample of a
+    noisy host (two repeats of one configuration differed by up to 45% in samples/s on
+    the emulated cluster), and a configuration is what is predicted. A prediction of
+    nothing (an error of -1) or a NaN makes it NaN."""
+    logs = [math.log1p(e) if math.isfinite(e) and e > -1 else math.nan for e in errs]
+    return math.expm1(sum(logs) / len(logs))
+
+
 def config_errors(cells: list[tuple[str, str, float]]) -> dict[tuple[str, str], float]:
-    """Each (label, configuration)'s error over its repeats: the geometric mean of their
-    pred/meas, less 1. Each repeat is predicted from its own run file (its recorded
-    pattern, its host speed), so the errors are averaged, not the samples/s; a single
-    run is a sample of a noisy host (two repeats of one configuration differed by up to
-    45% in samples/s on the emulated cluster), and a configuration is what is predicted."""
+    """Each (label, configuration)'s :func:`geometric_error` over its repeats."""
     groups: dict[tuple[str, str], list[float]] = {}
     for label, config, err in cells:
-        # a prediction of nothing (err -1) or a NaN makes the configuration's error NaN
-        log = math.log1p(err) if math.isfinite(err) and err > -1 else math.nan
-        groups.setdefault((label, config), []).append(log)
-    return {key: math.expm1(sum(logs) / len(logs)) for key, logs in groups.items()}
+        groups.setdefault((label, config), []).append(err)
+    return {key: geometric_error(errs) for key, errs in groups.items()}
 
 
 def config_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str:
     """:func:`config_errors` per label (rows) and configuration (columns), with the repeats'
     count; ``*`` where a configuration is off by more than ``limit``."""
+    def text(errs: list[float]) -> str:
+        err = geometric_error(errs)
+        return "-" if not math.isfinite(err) else \
+            f"{100 * err:+.0f}%" + ("*" if abs(err) > limit else " ")
+
+    lines = _grid(cells, "per configuration", text)
     errors = config_errors(cells)
-    labels = list(dict.fromkeys(lbl for lbl, _, _ in cells))
-    configs = sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c))
-    width = max([14, *(len(c) + 2 for c in configs)])
-    repeats = [sum(1 for lbl, c, _ in cells if (lbl, c) == key) for key in errors]
+    repeats = Counter((lbl, c) for lbl, c, _ in cells).values()
     counts = (f"{min(repeats)}" if min(repeats) == max(repeats)
               else f"{min(repeats)}-{max(repeats)}") if repeats else "0"
-    lines = [f"{'per configuration':<24}" + "".join(f"{c:>{width}}" for c in configs)]
-    for label in labels:
-        row = f"{label[:24]:<24}"
-        for config in configs:
-            err = errors.get((label, config))
-            text = "-" if err is None or not math.isfinite(err) else \
-                f"{100 * err:+.0f}%" + ("*" if abs(err) > limit else " ")
-            row += f"{text:>{width}}"
-        lines.append(row)
     finite = [abs(e) for e in errors.values() if math.isfinite(e)]
     off = sum(1 for e in finite if e > limit) + len(errors) - len(finite)
     mean = 100 * float(np.mean(finite)) if finite else math.nan
