@@ -155,6 +155,6 @@ for link in $LINKS; do
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed run \
       > "$runs/validation-host-speed.txt"
-    grep -E "^mean \|error\||a repeat off|configurations \(" "$runs/validation-host-speed.txt" | sed 's/^/with each run'"'"'s host speed: /'
+    grep -E "^mean \|error\||a repeat off|configurations \(|^  .* by chance " "$runs/validation-host-speed.txt" | sed 's/^/with each run'"'"'s host speed: /'
   done
 done

@@ -470,7 +470,8 @@ def config_errors(cells: list[tuple[str, str, float]]) -> dict[tuple[str, str], 
 
 def config_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str:
     """:func:`config_errors` per label (rows) and configuration (columns), with the repeats'
-    count; ``*`` where a configuration is off by more than ``limit``."""
+    count; ``*`` where a configuration is off by more than ``limit``; then, per column,
+    how many its repeats' spread alone would leave off (:func:`spread_lines`)."""
     def text(errs: list[float]) -> str:
         err = geometric_error(errs)
         return "-" if not math.isfinite(err) else \
@@ -487,7 +488,99 @@ def config_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> st
     lines.append(f"* off by more than {100 * limit:.0f}%: {off} of {len(errors)} configurations "
                  f"(the geometric mean of each one's {counts} repeat(s)' pred/meas); "
                  f"mean |error| {mean:.1f}%")
-    return "\n".join(lines)
+    return "\n".join(lines + spread_lines(cells, limit))
+
+
+@dataclasses.dataclass(frozen=True)
+class RepeatSpread:
+    """What the repeats of one configuration column say about the measurement itself.
+
+    ``run_sd``: the pooled standard deviation of ``log(pred/meas)`` within a configuration
+    (one label, one configuration), over every configuration of the column with two or
+    more repeats: each repeat is predicted from its own run file, so what differs between
+    repeats is what the runs did that no prediction of the configuration can know (the
+    host's load, where a quota's freezes fell). ``chance_off``: how many of the column's
+    configurations a model without bias would still leave off by more than the limit, each
+    one's error the mean of its ``r`` repeats' logs, normal with sd ``run_sd / sqrt(r)``;
+    ``off``: how many are. Where ``off`` is near ``chance_off``, the column is at the
+    resolution its repeats give; beyond it, the model is biased there."""
+
+    config: str
+    configurations: int
+    pairs: int
+    run_sd: float
+    chance_off: float
+    off: int
+    limit: float = 0.15
+
+    def chance(self, repeats: int) -> float:
+        """The chance that an unbiased model's configuration of ``repeats`` repeats is off
+        by more than the limit."""
+        return _off_chance(self.run_sd / math.sqrt(repeats), self.limit)
+
+    def repeats_for(self, chance: float = 0.05, most: int = 100) -> int | None:
+        """The fewest repeats a configuration needs for an unbiased model to be off by
+        more than the limit at most ``chance`` of the time (None: more than ``most``)."""
+        return next((r for r in range(1, most + 1) if self.chance(r) <= chance), None)
+
+
+def _normal_cdf(x: float, sd: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / (sd * math.sqrt(2.0)))) if sd > 0 else float(x >= 0)
+
+
+def _off_chance(sd: float, limit: float) -> float:
+    """P(a normal log error of sd ``sd`` about 0 lies beyond log(1 + limit) or below
+    log(1 - limit))."""
+    lo = math.log1p(-limit) if limit < 1 else -math.inf
+    return 1.0 - _normal_cdf(math.log1p(limit), sd) + _normal_cdf(lo, sd)
+
+
+def repeat_spread(cells: list[tuple[str, str, float]],
+                  limit: float = 0.15) -> list[RepeatSpread]:
+    """:class:`RepeatSpread` per configuration column (homogeneous first), from the
+    repeats' errors; a column none of whose configurations has two finite repeats has
+    none."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for label, config, err in cells:
+        groups.setdefault((label, config), []).append(err)
+    errors = config_errors(cells)
+    out = []
+    for config in sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c)):
+        keys = [k for k in groups if k[1] == config]
+        squares, freedom = 0.0, 0
+        for key in keys:
+            logs = [math.log1p(e) for e in groups[key] if math.isfinite(e) and e > -1]
+            if len(logs) >= 2:
+                mean = sum(logs) / len(logs)
+                squares += sum((x - mean) ** 2 for x in logs)
+                freedom += len(logs) - 1
+        if freedom == 0:
+            continue
+        run_sd = math.sqrt(squares / freedom)
+        chance = sum(_off_chance(run_sd / math.sqrt(len(groups[k])), limit) for k in keys)
+        off = sum(1 for k in keys if not (abs(errors[k]) <= limit))  # NaN counts as off
+        out.append(RepeatSpread(config, len(keys), freedom, run_sd, chance, off, limit))
+    return out
+
+
+def spread_lines(cells: list[tuple[str, str, float]], limit: float = 0.15) -> list[str]:
+    """The lines under :func:`config_table`: per configuration column, the repeats'
+    spread and the configurations off by more than ``limit`` against those its spread
+    alone would leave off (:func:`repeat_spread`)."""
+    rows = repeat_spread(cells, limit)
+    if not rows:
+        return []
+    lines = [f"repeats' spread (a run's sd of log(pred/meas) within its configuration; "
+             f"configurations off by more than {100 * limit:.0f}%, how many a model "
+             f"without bias would leave off by that spread alone, and the repeats that "
+             f"would make it 1 in 20):"]
+    for r in rows:
+        need = r.repeats_for()
+        lines.append(f"  {r.config:<14} a run {100 * r.run_sd:4.1f}% ({r.pairs} degrees of "
+                     f"freedom); off {r.off} of {r.configurations}, by chance "
+                     f"{r.chance_off:.1f}; 1 in 20 with "
+                     + (f"{need} repeat(s)" if need else "more than 100 repeats"))
+    return lines
 
 
 def run_load(run: Any) -> str:

@@ -261,3 +261,40 @@ def test_a_configurations_error_is_the_geometric_mean_of_its_repeats():
     assert "* off by more than 15%: 3 of 4 configurations" in table
     assert "1-2 repeat(s)" in table
     assert "mean |error| 16.0%" in table
+
+
+def test_the_repeats_spread_says_how_many_configurations_noise_alone_leaves_off():
+    """Two homogeneous configurations whose repeats' logs differ by 0.2 each: the pooled
+    run sd is sqrt((0.02 + 0.02) / 2) = 0.1414, a 2-repeat configuration's 0.1, so an
+    unbiased model leaves each off by more than 15% with probability
+    P(z > log(1.15) / 0.1) + P(z < log(0.85) / 0.1) = 0.1332; the second configuration
+    (mean log 0.2, +22%) is off. A column whose configurations have one repeat each has
+    no spread; a NaN repeat is left out of the spread and its configuration counted off."""
+    import math
+
+    from syncbench.bench.simulate.validate import config_table, repeat_spread
+
+    cells = [("ssgd", "hom", math.expm1(0.1)), ("ssgd", "hom", math.expm1(-0.1)),
+             ("asgd", "hom", math.expm1(0.3)), ("asgd", "hom", math.expm1(0.1)),
+             ("ssgd", "work 2x", 0.05), ("asgd", "work 2x", 0.4),
+             ("ssgd", "quota 0.5", 0.0), ("ssgd", "quota 0.5", math.nan),
+             ("asgd", "quota 0.5", 0.1), ("asgd", "quota 0.5", -0.1)]
+    rows = {r.config: r for r in repeat_spread(cells)}
+    assert set(rows) == {"hom", "quota 0.5"}
+    hom = rows["hom"]
+    assert hom.run_sd == pytest.approx(math.sqrt(0.02))
+    assert (hom.configurations, hom.pairs, hom.off) == (2, 2, 1)
+    tail = 0.5 * math.erfc(math.log(1.15) / 0.1 / math.sqrt(2)) \
+        + 0.5 * math.erfc(-math.log(0.85) / 0.1 / math.sqrt(2))
+    assert tail == pytest.approx(0.1332, abs=1e-4)
+    assert hom.chance_off == pytest.approx(2 * tail)
+    quota = rows["quota 0.5"]
+    assert (quota.pairs, quota.off) == (1, 1)  # the NaN repeat: no pair, counted off
+    assert quota.run_sd == pytest.approx(abs(math.log(1.1) - math.log(0.9)) / math.sqrt(2))
+    table = config_table(cells)
+    assert hom.chance(2) == pytest.approx(tail)
+    # 1 in 20: 3 repeats give sd 0.0816 (a chance of 0.067), 4 give 0.0707 (0.035)
+    assert hom.chance(3) > 0.05 >= hom.chance(4) and hom.repeats_for() == 4
+    assert ("  hom            a run 14.1% (2 degrees of freedom); off 1 of 2, by chance 0.3; "
+            "1 in 20 with 4 repeat(s)") in table
+    assert "work 2x" not in table.split("repeats' spread")[1]
