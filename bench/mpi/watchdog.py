@@ -141,6 +141,7 @@ class Watchdog:
         self.last_progress = time.monotonic()
         self._beat_lock = threading.Lock()  # one heartbeat file written at a time
         self._written: tuple[int, float] = (-1, 0.0)  # step and time of the last file
+        self._furthest = -1  # the furthest step a heartbeat file has said
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="syncbench-watchdog",
                                         daemon=True)
@@ -171,10 +172,14 @@ class Watchdog:
 
     def _write(self, step: int, where: str) -> None:
         """This rank's heartbeat file, whole (a unique temporary name, renamed over it);
-        one writer at a time (the main thread at the start, then the guard's)."""
+        one writer at a time (the main thread at the start, then the guard's). Never a
+        step below one a file already said: a writer that took ``self.step`` before
+        another wrote a later one does not set the file back (:meth:`laggards` would take
+        the rank for one behind)."""
         if self.folder is None:
             return
         with self._beat_lock:
+            step = self._furthest = max(step, self._furthest)
             write_atomic(self.folder / f"heartbeat-{self.rank:05d}",
                          f"{step} {where or '-'} {time.time():.3f}\n".encode())
             self._written = (step, time.monotonic())

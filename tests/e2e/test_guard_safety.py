@@ -208,7 +208,17 @@ def test_heartbeats_from_the_main_thread_and_the_guards_never_collide(tmp_path):
         sys.setswitchinterval(switch)
     assert errors == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heartbeat-00000"]
-    assert guard.heartbeats()[0][0] in (198, 199)
+    # the main thread wrote 199 last; a guard's write that took the step before it says 199
+    assert guard.heartbeats()[0][0] == 199
+
+
+def test_a_heartbeat_written_with_an_older_step_does_not_set_the_file_back(tmp_path):
+    """The guard's thread took ``step`` 3, the main thread then wrote 5: the guard's write
+    (its phase) keeps 5, so the rank is not taken for one behind."""
+    guard = Watchdog(tmp_path, 0, 1, 10.0, key=KEY)
+    guard._write(5, "step")
+    guard._write(3, "comm")
+    assert guard.heartbeats()[0] == (5, "comm")
 
 
 def test_a_guard_without_a_folder_writes_no_file_and_answers_its_progress(tmp_path,
