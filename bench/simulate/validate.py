@@ -495,9 +495,10 @@ def config_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> st
 class RepeatSpread:
     """What the repeats of one configuration column say about the measurement itself.
 
-    ``run_sd``: the pooled standard deviation of ``log(pred/meas)`` within a configuration
-    (one label, one configuration), over every configuration of the column with two or
-    more repeats: each repeat is predicted from its own run file, so what differs between
+    ``run_sd``: the pooled (within-group, as one-way ANOVA's) standard deviation of
+    ``log(pred/meas)`` within a configuration (one label, one configuration), over every
+    configuration of the column with two or more repeats (``freedom``: their repeats less
+    one each): each repeat is predicted from its own run file, so what differs between
     repeats is what the runs did that no prediction of the configuration can know (the
     host's load, where a quota's freezes fell). ``chance_off``: how many of the column's
     configurations a model without bias would still leave off by more than the limit, each
@@ -507,7 +508,7 @@ class RepeatSpread:
 
     config: str
     configurations: int
-    pairs: int
+    freedom: int
     run_sd: float
     chance_off: float
     off: int
@@ -576,7 +577,7 @@ def spread_lines(cells: list[tuple[str, str, float]], limit: float = 0.15) -> li
              f"would make it 1 in 20):"]
     for r in rows:
         need = r.repeats_for()
-        lines.append(f"  {r.config:<14} a run {100 * r.run_sd:4.1f}% ({r.pairs} degrees of "
+        lines.append(f"  {r.config:<14} a run {100 * r.run_sd:4.1f}% ({r.freedom} degrees of "
                      f"freedom); off {r.off} of {r.configurations}, by chance "
                      f"{r.chance_off:.1f}; 1 in 20 with "
                      + (f"{need} repeat(s)" if need else "more than 100 repeats"))

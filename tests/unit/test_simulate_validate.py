@@ -283,13 +283,13 @@ def test_the_repeats_spread_says_how_many_configurations_noise_alone_leaves_off(
     assert set(rows) == {"hom", "quota 0.5"}
     hom = rows["hom"]
     assert hom.run_sd == pytest.approx(math.sqrt(0.02))
-    assert (hom.configurations, hom.pairs, hom.off) == (2, 2, 1)
+    assert (hom.configurations, hom.freedom, hom.off) == (2, 2, 1)
     tail = 0.5 * math.erfc(math.log(1.15) / 0.1 / math.sqrt(2)) \
         + 0.5 * math.erfc(-math.log(0.85) / 0.1 / math.sqrt(2))
     assert tail == pytest.approx(0.1332, abs=1e-4)
     assert hom.chance_off == pytest.approx(2 * tail)
     quota = rows["quota 0.5"]
-    assert (quota.pairs, quota.off) == (1, 1)  # the NaN repeat: no pair, counted off
+    assert (quota.freedom, quota.off) == (1, 1)  # the NaN repeat: no pair, counted off
     assert quota.run_sd == pytest.approx(abs(math.log(1.1) - math.log(0.9)) / math.sqrt(2))
     table = config_table(cells)
     assert hom.chance(2) == pytest.approx(tail)
