@@ -157,7 +157,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "each run's own, the workload scaled by the median compute of the run's "
                      "ranks that were neither slowed nor throttled over the workload's (a "
                      "host whose CPU speed moved between the runs; compute that a strategy's "
-                     "own traffic inflates is then taken as the host's)")
+                     "own traffic inflates is then taken as the host's); a compressed run's "
+                     "codec cost is scaled likewise by its free ranks' mean codec time over "
+                     "the codec workload's")
     val.add_argument("--validate-out", default=None, metavar="DIR",
                      help="also write each prediction as a run file, DIR/predicted-NAME.h5 "
                      "(syncbench trace MEASURED.h5 --beside it draws the two side by side; "

@@ -298,15 +298,17 @@ class Workload:
             out.update(mean_compute_s=self.mean_compute_s, cv=self.cv)
         return {**out, **self.extra}
 
-    def scaled(self, factor: float) -> Workload:
+    def scaled(self, factor: float, codec_factor: float | None = None) -> Workload:
         """This workload on a host ``factor`` times slower: every replayed row's data,
         compute and update, the profile's means and the codec's cost times ``factor``
-        (a measured delay follows its compute: it is replayed as a ratio)."""
+        (a measured delay follows its compute: it is replayed as a ratio); the codec's
+        cost times ``codec_factor`` where given."""
         rows = None if self.rows is None else self.rows * np.array([factor] * 3)
+        codec = factor if codec_factor is None else codec_factor
         return dataclasses.replace(
             self, rows=rows, mean_compute_s=self.mean_compute_s * factor,
             mean_data_s=self.mean_data_s * factor, mean_update_s=self.mean_update_s * factor,
-            mean_codec_s=self.mean_codec_s * factor)
+            mean_codec_s=self.mean_codec_s * codec)
 
     def with_update(self, factor: float) -> Workload:
         """This workload with every replayed row's update (and the profile's mean update)

@@ -199,6 +199,36 @@ def test_a_runs_host_speed_is_its_free_ranks_compute_over_the_workloads(tmp_path
     assert host_factor(read_run(throttled), w) == 1.0
 
 
+def test_a_runs_codec_takes_the_hosts_speed_from_its_own_codec_time(tmp_path):
+    """--validate-host-speed run: the free rank's codec took 1.2 ms a step where the codec
+    workload took 0.4 (a factor 3) while its compute took 1.5 times the workload's: the
+    codec's cost is scaled by 3, the compute by 1.5; a run without a codec time, or a
+    workload without a codec cost, keeps the compute's factor."""
+    import numpy as np
+
+    from syncbench.bench.simulate.validate import codec_factor
+    from syncbench.bench.simulate.workload import Workload
+
+    ranks = {0: make_rank(8, {"compute": 0.03, "codec": 0.0012}),
+             1: make_rank(8, {"compute": 0.06, "codec": 0.0024})}
+    run = read_run(write_file(tmp_path / "c.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                              steps_per_rank=8, rank_rows=ranks,
+                              rank_extra={1: {"node_speed": 0.5}}))
+    rows = np.tile([0.001, 0.02, 0.002], (10, 1))
+    w = Workload(name="mlp", params=10, batch_size=1, dataset_samples=10, rows=rows,
+                 rank_bounds=[0, 10], mean_codec_s=0.0004)
+    assert codec_factor(run, w, 1.5) == pytest.approx(3.0)
+    scaled = w.scaled(1.5, 3.0)
+    assert scaled.mean_codec_s == pytest.approx(0.0012)
+    assert scaled.median_compute_s() == pytest.approx(0.03)
+    plain = read_run(write_file(tmp_path / "p.h5", algorithm="ssgd", world_size=1, wall=2.0,
+                                steps_per_rank=8, phases={"compute": 0.03}))
+    assert codec_factor(plain, w, 1.5) == 1.5
+    assert codec_factor(run, Workload(name="mlp", params=10, batch_size=1,
+                                      dataset_samples=10, rows=rows, rank_bounds=[0, 10]),
+                        1.5) == 1.5
+
+
 def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
     """--quota-workload: rank 1 at speed 0.5 computed 50 ms a step against rank 0's 20 ms
     (a share of 0.4) where its node's pattern (3/3 ms) gives 0.5: an efficiency of 0.8,
