@@ -391,14 +391,10 @@ def host_factor(run: Any, workload: Any) -> float:
     the median per-step compute of the run's ranks that were neither slowed nor throttled
     (their first two steps left out, as the replay does) over the workload's median; 1
     where no rank qualifies or either median is not positive."""
-    factors, speeds = rank_factors(run)
-    free = [rank for rank, f, s in zip(sorted(run.ranks), factors, speeds)
-            if f == 1.0 and s >= 1.0]
-    steps = [run.ranks[rank]["t_compute"][2:] for rank in free]
-    steps = [s for s in steps if len(s)]
-    if not steps:
+    steps = free_rank_steps(run, "t_compute")
+    if not len(steps):
         return 1.0
-    mine, theirs = float(np.median(np.concatenate(steps))), workload.median_compute_s()
+    mine, theirs = float(np.median(steps)), workload.median_compute_s()
     return mine / theirs if mine > 0 and theirs > 0 else 1.0
 
 
@@ -413,17 +409,19 @@ def codec_factor(run: Any, workload: Any, compute_factor: float) -> float:
     Mbit/s) took 0.54-0.55 ms a step where the free ranks computed 0.92-0.93 ms, and
     0.81-0.94 where they computed 1.07-1.20; the workload took 0.36 and 0.81. The
     compute's ratio left the codec short (docs/RESULTS.md)."""
-    if workload.mean_codec_s <= 0:
-        return compute_factor
-    factors, speeds = rank_factors(run)
-    free = [rank for rank, f, s in zip(sorted(run.ranks), factors, speeds)
-            if f == 1.0 and s >= 1.0]
-    steps = [run.ranks[rank]["t_codec"][2:] for rank in free if "t_codec" in run.ranks[rank]]
-    steps = [s for s in steps if len(s)]
-    if not steps:
-        return compute_factor
-    mine = float(np.mean(np.concatenate(steps)))
+    steps = free_rank_steps(run, "t_codec") if workload.mean_codec_s > 0 else np.zeros(0)
+    mine = float(np.mean(steps)) if len(steps) else 0.0
     return mine / workload.mean_codec_s if mine > 0 else compute_factor
+
+
+def free_rank_steps(run: Any, column: str) -> np.ndarray:
+    """``column``'s per-step seconds of the run's ranks that were neither slowed nor
+    throttled, their first two steps left out (as the replay does); empty where no rank
+    qualifies or none recorded the column."""
+    factors, speeds = rank_factors(run)
+    steps = [run.ranks[rank][column][2:] for rank, f, s in zip(sorted(run.ranks), factors, speeds)
+             if f == 1.0 and s >= 1.0 and column in run.ranks[rank]]
+    return np.concatenate(steps) if steps else np.zeros(0)
 
 
 def runner_labels(paths: list[str]) -> dict[str, str]:
@@ -443,17 +441,28 @@ def runner_labels(paths: list[str]) -> dict[str, str]:
             for p in paths}
 
 
+def _repeats(cells: list[tuple[str, str, float]]) -> dict[tuple[str, str], list[float]]:
+    """Each (label, configuration)'s repeats' errors, in the cells' order."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for label, config, err in cells:
+        groups.setdefault((label, config), []).append(err)
+    return groups
+
+
+def _columns(cells: list[tuple[str, str, float]]) -> list[str]:
+    """The configurations of ``cells``, homogeneous first."""
+    return sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c))
+
+
 def _grid(cells: list[tuple[str, str, float]], title: str,
           text_of: Callable[[list[float]], str]) -> list[str]:
     """The table's lines of :func:`error_table` and :func:`config_table`: a row per label,
     a column per configuration (homogeneous first), each cell ``text_of`` its repeats'
     errors (``-`` where it has none)."""
     labels = list(dict.fromkeys(lbl for lbl, _, _ in cells))
-    configs = sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c))
+    configs = _columns(cells)
     width = max([14, *(len(c) + 2 for c in configs)])
-    repeats: dict[tuple[str, str], list[float]] = {}
-    for label, config, err in cells:
-        repeats.setdefault((label, config), []).append(err)
+    repeats = _repeats(cells)
     lines = [f"{title:<24}" + "".join(f"{c:>{width}}" for c in configs)]
     for label in labels:
         lines.append(f"{label[:24]:<24}" + "".join(
@@ -489,10 +498,7 @@ def geometric_error(errs: list[float]) -> float:
 
 def config_errors(cells: list[tuple[str, str, float]]) -> dict[tuple[str, str], float]:
     """Each (label, configuration)'s :func:`geometric_error` over its repeats."""
-    groups: dict[tuple[str, str], list[float]] = {}
-    for label, config, err in cells:
-        groups.setdefault((label, config), []).append(err)
-    return {key: geometric_error(errs) for key, errs in groups.items()}
+    return {key: geometric_error(errs) for key, errs in _repeats(cells).items()}
 
 
 def config_table(cells: list[tuple[str, str, float]], limit: float = 0.15) -> str:
@@ -568,12 +574,9 @@ def repeat_spread(cells: list[tuple[str, str, float]],
     """:class:`RepeatSpread` per configuration column (homogeneous first), from the
     repeats' errors; a column none of whose configurations has two finite repeats has
     none."""
-    groups: dict[tuple[str, str], list[float]] = {}
-    for label, config, err in cells:
-        groups.setdefault((label, config), []).append(err)
-    errors = config_errors(cells)
+    groups = _repeats(cells)
     out = []
-    for config in sorted({c for _, c, _ in cells}, key=lambda c: (c != "hom", c)):
+    for config in _columns(cells):
         keys = [k for k in groups if k[1] == config]
         squares, freedom = 0.0, 0
         for key in keys:
@@ -586,7 +589,8 @@ def repeat_spread(cells: list[tuple[str, str, float]],
             continue
         run_sd = math.sqrt(squares / freedom)
         chance = sum(_off_chance(run_sd / math.sqrt(len(groups[k])), limit) for k in keys)
-        off = sum(1 for k in keys if not (abs(errors[k]) <= limit))  # NaN counts as off
+        # NaN counts as off
+        off = sum(1 for k in keys if not (abs(geometric_error(groups[k])) <= limit))
         out.append(RepeatSpread(config, len(keys), freedom, run_sd, chance, off, limit))
     return out
 
