@@ -138,7 +138,8 @@ class SSGD(Strategy):
         if self.reducer.applies_momentum:  # the reduced gradient carries the momentum
             self.optimizer.momentum = 0.0
         self.run_attributes["buckets"] = self.reducer.posts_per_step
-        self.run_attributes["wire_bytes_per_step"] = self.reducer.wire_bytes()
+        self.run_attributes["wire_bytes_per_step"] = self.reducer.run_wire_bytes(
+            self.budget.steps_per_rank)
 
     def step(self, x: Any, y: Any) -> StepStats:
         self.reducer.start()

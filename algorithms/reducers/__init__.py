@@ -66,6 +66,12 @@ class GradientReducer(ABC):
         """Bytes this rank hands to MPI per step (the gradient's, uncompressed)."""
         return int(self.core.model.grads.nbytes)
 
+    def run_wire_bytes(self, steps: int) -> int:
+        """Bytes this rank hands to MPI per step over a run of ``steps`` steps, the mean
+        (the run file's ``wire_bytes_per_step``): :meth:`wire_bytes`, for a reducer whose
+        bytes are the same every step."""
+        return self.wire_bytes()
+
     def state(self) -> dict[str, Any]:
         """Resumable state (error feedback, a reduction completed but not applied)."""
         return {}

@@ -20,7 +20,7 @@ randomk:D            ``Iallreduce`` of k values                        ``RandomK
 
 Every byte count is the reducer's own: :func:`reducer_for` makes the reducer class of the
 spec with only what its byte-count methods read (the plan, the codec, the world size, the
-tensor shapes), and its ``wire_bytes()`` (the run file's ``wire_bytes_per_step`` in
+tensor shapes), and its ``run_wire_bytes()`` (the run file's ``wire_bytes_per_step`` in
 ``train``) and per-segment counts size the flows; nothing is recomputed here.
 
 MPICH's nonblocking algorithms, from its selection tree (``coll_selection.json``,
@@ -381,7 +381,7 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
                  t_wait=wait, t_update=upd, t_codec=codec, t_delay=delay,
                  samples=w.batch_size)
     notes = {"buckets": len(reducer.plan), "compress": cfg.compress,
-             "wire_bytes_per_step": int(reducer.wire_bytes()), "codec_cost": cost_from}
+             "wire_bytes_per_step": int(reducer.run_wire_bytes(steps)), "codec_cost": cost_from}
     if plain:
         notes.update(powersgd_start=start_iter, tensor_shapes=shapes_from)
     return Timeline(rows, float(t.max()), notes)

@@ -246,6 +246,29 @@ def test_ssgd_declares_the_compressed_bytes(spec, ratio):
     assert model.grads.nbytes / declared == pytest.approx(ratio, rel=0.01)
 
 
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("start", [None, "2"])
+def test_powersgd_declares_its_plain_steps_bytes_too(start):
+    """PowerSGD's first --powersgd-start steps allreduce the plain gradient: over an 8-step
+    run the declared bytes per step are the mean, all plain at the default start (1000),
+    2 plain and 6 compressed at --powersgd-start 2."""
+    from mpi4py import MPI
+
+    model = build_model("mlp", (1, 28, 28), 10, dtype=np.float32, seed=5)
+    size = MPI.COMM_WORLD.Get_size()
+    flags = ["--comm", "blocking", "--compress", "powersgd:2"]
+    algo = get_algorithm("ssgd")(model, Communicator(MPI.COMM_WORLD),
+                                 train_config(*flags, *(["--powersgd-start", start]
+                                                        if start else [])),
+                                 Budget(64 * size, 8, size))
+    assert algo.budget.steps_per_rank == 8
+    declared = algo.run_attributes["wire_bytes_per_step"]
+    plain, compressed = model.grads.nbytes, algo.reducer.wire_bytes()
+    assert compressed < plain / 10
+    want = plain if start is None else round((2 * plain + 6 * compressed) / 8)
+    assert declared == want
+
+
 def local_gradients(algo, model_name, x, y):
     """Every rank's gradient of its (x, y) at the current parameters (a model copy)."""
     twin = build_model(model_name, (1, 28, 28), 10, dtype=np.float32, seed=5)

@@ -59,6 +59,17 @@ def test_simulated_bytes_per_step_are_the_reducers_own(spec, n):
     assert sent == reducer.wire_bytes()
 
 
+def test_simulated_powersgd_declares_its_plain_steps_bytes_as_train_does():
+    """--powersgd-start 3 over 5 simulated steps: 3 plain Allreduces of the gradient and 2
+    compressed steps, the mean declared (``PowerSGDReduce.run_wire_bytes``)."""
+    timeline = run(["--compress", "powersgd:2", "--comm", "blocking", "--powersgd-start", "3"],
+                   n=4, steps=5)
+    reducer = real_reducer("powersgd:2", 4)
+    plain = 4 * reducer.count
+    assert timeline.notes["wire_bytes_per_step"] == round(
+        (3 * plain + 2 * reducer.wire_bytes()) / 5)
+
+
 def timeline_shapes():
     return from_profile("mlp").tensor_shapes
 
