@@ -55,6 +55,7 @@ counter's bound is optimistic; the default costs are one machine's
 from __future__ import annotations
 
 import argparse
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -94,6 +95,19 @@ COUNTER_BYTES = 8
 #: ``fetch_add(STARTED)`` and ``Fetch_and_op([(VERSION, +1), (CLAIMS, +1)])``.
 CLAIM, READ_VERSION, READ_STARTED, START, COUNT = range(5)
 COUNTER_OPS = (1, 1, 1, 1, 2)
+#: A pull's and a push's requests reaching their owners (:class:`Polls`' event model).
+PULL_AT, PUSH_AT = 5, 6
+#: Bytes of an ``Accumulate`` that each further poll of a target outside MPI moves: its
+#: first poll takes the request and the first part, then one part per poll (MPICH 5.0.2's
+#: active-message accumulate over UCX's TCP). Measured on 2 emulated nodes at 1 Gbit/s
+#: and 200 Mbit/s, the target spinning between ``Iprobe`` polls 2 or 4 ms apart: 16 KB
+#: took 1 poll, 64 KB 2, 155 KB 3, 459 KB 8-9; a ``Get_accumulate`` (ASGD's pull) of any
+#: of these sizes took 1 (docs/RESULTS.md, "What a target's polls move").
+ACCUMULATE_SEGMENT_BYTES = 65536
+#: Most workers whose polls :func:`counter_timeline` follows one by one (:class:`Polls`);
+#: above, an access waits for the mean-field residual of its owners' gaps
+#: (:func:`origin_waits`).
+POLLS_EVENT_MAX = 64
 #: Per step: round trips to rank 0, and atomics rank 0 serves.
 COUNTER_EPOCHS = 4
 COUNTER_ATOMICS = sum(COUNTER_OPS[READ_VERSION:])
@@ -316,6 +330,20 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
     return gaps[gaps > 0]
 
 
+def poll_offsets(compute: float, hooks: Sequence[float],
+                 min_gap: float = POLL_MIN_GAP_S) -> np.ndarray:
+    """Seconds into a compute phase of ``compute`` seconds at which ``ProgressPoll`` polls:
+    at each hook share of ``hooks``, at most one per ``min_gap`` since the last poll or
+    since the phase began (the rank came from MPI, where it served)."""
+    points, last = [], 0.0
+    for share in hooks:
+        at = share * compute
+        if at - last >= min_gap:
+            points.append(at)
+            last = at
+    return np.asarray(points, dtype=float)
+
+
 def target_wait(gaps: np.ndarray, outside: float, owners: int = 1) -> float:
     """Expected seconds a request waits for the largest of ``owners`` targets' next poll.
 
@@ -404,6 +432,10 @@ class CounterRun:
     started: int
     claims: int
     busy_s: float
+    #: Mean seconds an access waited for its owners, and a counter request of a worker
+    #: other than rank 0 for rank 0 (:class:`Polls`' event model; None without it).
+    owner_wait_s: float | None = None
+    counter_wait_s: float | None = None
 
 
 #: Columns of :class:`CounterRun`'s records, after the worker and its step.
@@ -413,10 +445,64 @@ RECORD_COLS = ("t_start", "t_data", "t_compute", "t_update", "t_delay", "t_comm"
 NEXT = (READ_VERSION, READ_STARTED, START, COUNT, READ_VERSION)
 
 
+@dataclass(frozen=True)
+class Polls:
+    """Where each rank serves the one-sided requests it owns, followed request by request.
+
+    Over a transport without hardware one-sided operations a target serves a request
+    inside an MPI call only: at once while it is in its own accesses or counter trips
+    (where it waits in MPI), else at its compute's next ``ProgressPoll`` (``hooks``, at
+    most one per ``min_gap``: :func:`poll_offsets`), or when its local work ends; its
+    data loading, its emulated slowdown's delay or a quota's freezes and its update do
+    not poll. Followed rank by rank, the waits couple the ranks' paces: an origin that
+    waits for its owner's poll or for the owner's own access leaves that access with the
+    owner, so two alike ranks lock into one phase and serve each other in their
+    accesses. Measured on 2 emulated nodes at 1 Gbit/s (resnet8, homogeneous, 3 runs):
+    every step of rank 1 began within a tenth of rank 0's cycle of a step of rank 0,
+    and rank 1's sync was 4.3-5.3 ms a step where independent phases (the mean-field
+    residual of rank 0's 2.7-7.1 ms gaps for each of its six requests) gave 14.8
+    (docs/RESULTS.md). ``owners[k]``: the ranks worker k's pull and push wait for (its
+    shards' owners but itself; none for a dedicated server, which serves from its MPI
+    loop); the counter's owner is rank 0."""
+
+    hooks: tuple[float, ...]
+    owners: tuple[tuple[int, ...], ...]
+    #: Polls of owner j a push to it needs (:func:`push_polls`), by rank; 1 for a pull.
+    push_polls: tuple[int, ...] = ()
+    min_gap: float = POLL_MIN_GAP_S
+
+
+def push_polls(nbytes: float, segment: float = ACCUMULATE_SEGMENT_BYTES) -> int:
+    """Polls of a target outside MPI that an ``Accumulate`` of ``nbytes`` needs: the
+    first takes the request and a first part, each further one a ``segment``."""
+    return 1 + int(max(0.0, nbytes) // segment)
+
+
+def served_at(span: tuple[float, float, Sequence[float]], t: float,
+              need: int = 1) -> tuple[float, float]:
+    """When a target has served a request that reaches it at ``t`` with ``need`` of its
+    chances, and the share of the request's bytes still to move then.
+
+    ``span`` is the target's last span outside MPI: (start, end, its polls, sorted). Outside
+    it the target is in MPI and serves at once; inside, the request takes the target's
+    next ``need`` polls (:func:`push_polls`), and when the span ends first, the polls it
+    lacked leave their share of the bytes to move after (:class:`Polls`)."""
+    a, b, points = span
+    if not a <= t < b:
+        return t, 0.0
+    i = bisect.bisect_left(points, t)
+    last = i + need - 1
+    if last < len(points) and points[last] < b:
+        return points[last], 0.0
+    polled = sum(1 for p in points[i:] if p < b)
+    return b, (need - polled) / need
+
+
 def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequence[float],
                      t_push: float | Sequence[float], step_times: StepTimes,
                      one_way: Sequence[float], costs: RmaCosts,
-                     serve_wait: Sequence[float] | None = None) -> CounterRun:
+                     serve_wait: Sequence[float] | None = None,
+                     polls: Polls | None = None) -> CounterRun:
     """Every worker's steps, with each counter request queued at rank 0 in arrival order.
 
     ``step_times(k, j)`` is worker k's (data, compute, update, delay) of its
@@ -435,29 +521,32 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequenc
     read where the code reads them; the requests are handled in arrival
     order, which is rank 0's order of service (one heap of arrivals).
     ``serve_wait[k]`` is added to each of worker k's requests before rank 0 serves
-    it (rank 0's next poll, :func:`target_wait`; 0 for rank 0's own).
+    it (rank 0's next poll, :func:`target_wait`; 0 for rank 0's own). With ``polls``
+    the waits are followed instead (:class:`Polls`): a counter request is served from
+    rank 0's next chance to serve, and a pull or a push (``t_pull``/``t_push`` without
+    waits) is longer by its owners' latest chance after its requests reach them.
     """
-    trips = 1.0 if costs.nocheck else 3.0  # the op, and the lock's / unlock's handshakes
-    pulls = list(t_pull) if isinstance(t_pull, Sequence) else [float(t_pull)] * len(one_way)
-    pushes = list(t_push) if isinstance(t_push, Sequence) else [float(t_push)] * len(one_way)
-    waits = list(serve_wait) if serve_wait is not None else [0.0] * len(one_way)
-    # send -> arrival at rank 0 (and, over TCP, rank 0's next poll)
-    pre = [costs.epoch_s + trips * lat + wait for lat, wait in zip(one_way, waits)]
-    back = [trips * lat for lat in one_way]  # end of service -> reply at the worker
+    pulls, pushes = (list(t) if isinstance(t, Sequence) else [float(t)] * len(one_way)
+                     for t in (t_pull, t_push))
+    pre, back = _trip_times(costs, one_way, serve_wait)
     size = max(workers, default=-1) + 1
-    taken, t0, sent, comm = [0] * size, [0.0] * size, [0.0] * size, [0.0] * size
-    v_pre, s_post = [0] * size, [0] * size
+    taken, t0, sent, comm, v_pre, s_post = ([0] * size, [0.0] * size, [0.0] * size,
+                                            [0.0] * size, [0] * size, [0] * size)
     local: list[Sequence[float]] = [()] * size
     records: list[tuple] = []
-    heap = [(pre[k], k, k, CLAIM) for k in workers]
-    heapq.heapify(heap)
+    heap = sorted((pre[k], k, k, CLAIM) for k in workers)  # a sorted list is a heap
     version = claims = started = 0
     free = wall = 0.0
     seq, service, pushpop = size, costs.service_s, heapq.heappushpop
+    follow = _Followed(polls, size, pulls, pushes, max(one_way, default=0.0))
     item = heapq.heappop(heap) if heap else None
     while item is not None:
         arrival, _, k, phase = item
-        free = (arrival if arrival > free else free) + COUNTER_OPS[phase] * service
+        if phase >= PULL_AT:  # an access's requests reach its owners (polls followed)
+            item = pushpop(heap, follow.access_item(k, phase, arrival, seq, pre[k]))
+            seq += 1
+            continue
+        free = max(follow.counter_start(k, arrival), free) + COUNTER_OPS[phase] * service
         now = free + back[k]
         if phase == READ_VERSION:
             v_pre[k] = version
@@ -467,6 +556,7 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequenc
             comm[k] = now - sent[k]
             d, c, u, dl = local[k]
             nxt = sent[k] = now + c + dl + u
+            follow.leave(k, now, nxt, c)  # compute polls at its hooks; delay, update do not
         elif phase == START:
             started += 1
             nxt = now + pushes[k]
@@ -485,11 +575,96 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequenc
             local[k] = step = step_times(k, taken[k])
             t0[k] = now
             nxt = sent[k] = now + step[0]
-        # the next request, and the earliest of all (often this one: one sift, not two)
-        item = pushpop(heap, (nxt + pre[k], seq, k, NEXT[phase]))
+            follow.leave(k, now, nxt)  # loading data polls nothing
+        # the next request, and the earliest of all (often this one: one sift, not two);
+        # with the polls followed, a pull's or push's requests reaching the owners
+        item = pushpop(heap, follow.post(k, now, seq, phase) if follow.on and phase in (
+            READ_VERSION, START) else (nxt + pre[k], seq, k, NEXT[phase]))
         seq += 1
-    return _counter_run(records, wall, version, started, claims,
-                        (claims + (COUNTER_ATOMICS - 1) * version) * service)
+    return follow.stamp(_counter_run(records, wall, version, started, claims,
+                                     (claims + (COUNTER_ATOMICS - 1) * version) * service))
+
+
+def _trip_times(costs: RmaCosts, one_way: Sequence[float],
+                serve_wait: Sequence[float] | None) -> tuple[list[float], list[float]]:
+    """Per rank, a counter request's seconds from its send to its arrival at rank 0 (and,
+    over TCP, rank 0's next poll: ``serve_wait``), and from the end of its service to the
+    reply at the worker; without NOCHECK the lock's and unlock's handshakes too."""
+    trips = 1.0 if costs.nocheck else 3.0
+    waits = list(serve_wait) if serve_wait is not None else [0.0] * len(one_way)
+    return ([costs.epoch_s + trips * lat + wait for lat, wait in zip(one_way, waits)],
+            [trips * lat for lat in one_way])
+
+
+class _Followed:
+    """Where each rank serves, as :func:`counter_timeline` goes (:class:`Polls`; with
+    ``polls`` None every request is served at once and nothing is followed): each rank's
+    last span outside MPI, when its access was posted, and the waits met."""
+
+    def __init__(self, polls: Polls | None, size: int, pulls: list[float],
+                 pushes: list[float], reach: float) -> None:
+        self.polls, self.on = polls, polls is not None
+        self.pulls, self.pushes, self.reach = pulls, pushes, reach
+        self.spans: list[tuple[float, float, list[float]]] = [(0.0, 0.0, [])] * size
+        self.posted = [0.0] * size
+        self.owner_wait = self.counter_wait = 0.0
+        self.accesses = self.requests = 0
+
+    def leave(self, k: int, start: float, end: float, compute: float = 0.0) -> None:
+        """Rank k is outside MPI from ``start`` to ``end``, polling in its first
+        ``compute`` seconds at its hooks."""
+        if self.on:
+            points = start + poll_offsets(compute, self.polls.hooks, self.polls.min_gap) \
+                if compute > 0 else np.zeros(0)
+            self.spans[k] = (start, end, points.tolist())
+
+    def counter_start(self, k: int, arrival: float) -> float:
+        """When rank 0 takes up worker k's counter request (its own: at once)."""
+        if not self.on or k == 0:
+            return arrival
+        start = served_at(self.spans[0], arrival)[0]
+        self.counter_wait += start - arrival
+        self.requests += 1
+        return start
+
+    def post(self, k: int, now: float, seq: int, phase: int) -> tuple[float, int, int, int]:
+        """The heap item of worker k's pull (after READ_VERSION) or push (after START)
+        posted at ``now``: its requests reaching the owners."""
+        self.posted[k] = now
+        return (now + self.reach, seq, k, PULL_AT if phase == READ_VERSION else PUSH_AT)
+
+    def access_item(self, k: int, phase: int, arrival: float, seq: int,
+                    pre: float) -> tuple[float, int, int, int]:
+        """The heap item after worker k's access (:meth:`access_done`): its next counter
+        request, ``pre`` seconds after the access ends."""
+        done = self.access_done(k, phase, arrival)
+        return (done + pre, seq, k, READ_STARTED if phase == PULL_AT else COUNT)
+
+    def access_done(self, k: int, phase: int, arrival: float) -> float:
+        """When worker k's pull or push whose requests reach its owners at ``arrival`` ends:
+        a read is served at each owner's first chance, then crosses the wire; accumulates
+        move at their owners' polls (:func:`push_polls`), or after they enter MPI."""
+        owners = self.polls.owners[k]
+        wire = self.pulls[k] if phase == PULL_AT else self.pushes[k]
+        if phase == PULL_AT:
+            start = max((served_at(self.spans[j], arrival)[0] for j in owners), default=arrival)
+            done = self.posted[k] + wire + start - arrival
+        else:
+            done = self.posted[k] + wire
+            for j in owners:
+                at, left = served_at(self.spans[j], arrival, self.polls.push_polls[j])
+                done = max(done, at + left * wire)
+        self.owner_wait += done - self.posted[k] - wire
+        self.accesses += 1
+        return done
+
+    def stamp(self, run: CounterRun) -> CounterRun:
+        """``run`` with the mean seconds an access waited for its owners and a counter
+        request for rank 0 (left None where nothing was followed)."""
+        if self.on:
+            run.owner_wait_s = self.owner_wait / max(1, self.accesses)
+            run.counter_wait_s = self.counter_wait / max(1, self.requests)
+        return run
 
 
 def _counter_run(records: list[tuple], wall: float, version: int, started: int, claims: int,
@@ -545,9 +720,18 @@ def _rank_gaps(local: LocalTimes, workers: list[int]) -> tuple[np.ndarray, list[
     return per_rank.sum(axis=1), rank_gaps
 
 
+def follows_polls(cfg: argparse.Namespace, n: int, workers: list[int]) -> bool:
+    """Whether :func:`counter_timeline` follows the targets' polls request by request
+    (:class:`Polls`): targets that serve at their polls, no dedicated server, and up to
+    :data:`POLLS_EVENT_MAX` workers."""
+    return (rma_progress(cfg) == "polls" and n > 1 and cfg.ps_layout != "dedicated"
+            and len(workers) <= POLLS_EVENT_MAX)
+
+
 def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], costs: RmaCosts,
-              time_phase: PhaseClock) -> tuple[_Access, int, float]:
-    """The mean-field fixed point of the transfers' concurrency; (access, E, one-way L)."""
+              time_phase: PhaseClock, follow: bool = False) -> tuple[_Access, int, float]:
+    """The mean-field fixed point of the transfers' concurrency; (access, E, one-way L).
+    ``follow``: the polls' waits are left to :func:`counter_timeline` (:class:`Polls`)."""
     w, n = local.workload, local.n
     nbytes, count = w.param_bytes, len(workers)
     epochs = epochs_per_access(w.params, n, cfg.ps_layout)
@@ -556,7 +740,7 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     extra_get = 1.0 if float(cfg.delay_compensation) > 0 else 0.0
     counter_s = COUNTER_EPOCHS * (costs.epoch_s + 2.0 * one_way) + COUNTER_ATOMICS * costs.service_s
     floor = count / counter_bound(costs.service_s)  # the counter's cycle
-    polls = rma_progress(cfg) == "polls" and n > 1
+    polls = rma_progress(cfg) == "polls" and n > 1 and not follow
     rank_local, rank_gaps = _rank_gaps(local, workers)
     mean_local = float(rank_local.mean())
     # the owners an access waits for (sharded: every shard's owner but the origin; single:
@@ -653,11 +837,24 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     workers = list(range(1, n)) if cfg.ps_layout == "dedicated" and n > 1 else list(range(n))
     costs = costs_from(cfg)
     local.ensure(max(8, 2 * steps))
-    acc, epochs, one_way = _accesses(cfg, local, workers, costs, time_phase)
+    follow = follows_polls(cfg, n, workers)
+    acc, epochs, one_way = _accesses(cfg, local, workers, costs, time_phase, follow)
     lat = [0.0 if k == 0 else one_way for k in range(n)]
+    polls = None
+    if follow:
+        shards = shard_layout(local.workload.params, n, cfg.ps_layout)
+        owners = {shard.owner for shard in shards}
+        per_param = local.workload.param_bytes / max(1, local.workload.params)
+        need = [1] * n
+        for shard in shards:
+            need[shard.owner] = push_polls((shard.hi - shard.lo) * per_param)
+        hooks = tuple(float(h) for h in local.workload.compute_split().hooks)
+        polls = Polls(hooks, tuple(tuple(sorted(owners - {k})) for k in range(n)), tuple(need))
     run = counter_timeline(workers, steps * n, acc.pulls, acc.pushes,
                            lambda k, j: local.rank(k, j).tolist(), lat, costs,
-                           acc.counter_waits)
+                           acc.counter_waits, polls)
+    if follow:
+        acc.owner_wait_s, acc.counter_wait_s = run.owner_wait_s, run.counter_wait_s
     rows = _rows(run, n, local.workload.batch_size)
     bound = counter_bound(costs.service_s)
     notes = {"asgd_active": acc.active, "pull_s": acc.pull_s, "push_s": acc.push_s,

@@ -1,0 +1,108 @@
+"""How many of a target's polls a one-sided operation takes when the target is busy.
+
+Over a transport without hardware one-sided operations (MPICH's CH4 over UCX's TCP) a
+target handles an RMA request only inside an MPI call. ASGD's owners compute between
+``ProgressPoll``'s ``Iprobe`` polls (``algorithms/windows.py``), so how many polls an
+operation needs decides how long a pull or a push waits for a busy owner, and the
+simulator follows it (``bench/simulate/asgd.py``: ``push_polls``, ``Polls``). Rank 1
+spins between ``Iprobe`` polls ``--gap-ms`` apart; rank 0 runs one passive-target epoch
+(``MPI_MODE_NOCHECK``, as ASGD's windows do) of the operation on rank 1's window, timed,
+at varied phases of rank 1's gaps. For each size it prints the epoch's median, min and
+max, and the median in gaps: an operation served at the first poll takes half a gap on
+average, each further poll it needs one gap more::
+
+    syncbench cluster up --nodes 2 --link 1gbit
+    syncbench cluster mpiexec -n 2 -- python -m syncbench.bench.micro.rma_polls \\
+        --op accumulate --gap-ms 2
+
+``--op get-accumulate`` is ASGD's pull (``Get_accumulate`` with ``NO_OP``), ``accumulate``
+its push (``Accumulate`` with ``SUM``). Figures: docs/RESULTS.md, "What a target's polls
+move".
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+#: Epochs timed per size, and how many of them are warm-up left out of the figures.
+REPEATS, WARMUP = 12, 2
+#: Tag of rank 0's end message.
+DONE_TAG = 7
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.micro.rma_polls",
+                                     description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--op", choices=("accumulate", "get-accumulate"), default="accumulate")
+    parser.add_argument("--gap-ms", type=float, default=2.0,
+                        help="milliseconds rank 1 spins between two polls (default 2)")
+    parser.add_argument("--sizes", default="16384,65536,158720,470000",
+                        help="comma-separated bytes of the operation (float32 elements x 4)")
+    args = parser.parse_args(argv)
+    try:
+        args.sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    if args.gap_ms <= 0 or any(s < 4 for s in args.sizes):
+        parser.error("--gap-ms must be > 0 and every size >= 4 bytes")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != 2:
+        if comm.Get_rank() == 0:
+            print("rma_polls: needs exactly 2 ranks", file=sys.stderr)
+        return 2
+    rank, gap = comm.Get_rank(), args.gap_ms * 1e-3
+    count = max(args.sizes) // 4
+    window = np.zeros(count, dtype=np.float32)
+    win = MPI.Win.Create(window, comm=comm)
+    data = np.zeros(count, dtype=np.float32)
+    try:
+        for size in args.sizes:
+            n = size // 4
+            seen: list[float] = []
+            for rep in range(REPEATS):
+                comm.Barrier()
+                if rank == 0:
+                    time.sleep(0.0007 * (rep % 5))  # land at varied phases of the gaps
+                    start = time.perf_counter()
+                    win.Lock(1, MPI.LOCK_SHARED, MPI.MODE_NOCHECK)
+                    if args.op == "accumulate":
+                        win.Accumulate(data[:n], 1, op=MPI.SUM)
+                    else:
+                        win.Get_accumulate([None, 0, MPI.FLOAT], data[:n], 1,
+                                           target=(0, n, MPI.FLOAT), op=MPI.NO_OP)
+                    win.Unlock(1)
+                    seen.append(time.perf_counter() - start)
+                    comm.send(None, dest=1, tag=DONE_TAG)
+                else:
+                    while True:
+                        begin = time.perf_counter()
+                        while time.perf_counter() - begin < gap:
+                            pass
+                        if comm.Iprobe(0, DONE_TAG):
+                            comm.recv(source=0, tag=DONE_TAG)
+                            break
+            if rank == 0:
+                ms = [1e3 * t for t in seen[WARMUP:]]
+                mid = statistics.median(ms)
+                print(f"{args.op} {size:>9} B, polls {args.gap_ms:g} ms apart: epoch "
+                      f"{mid:.2f} ms (min {min(ms):.2f}, max {max(ms):.2f}), "
+                      f"{mid / args.gap_ms:.1f} gaps", flush=True)
+    finally:
+        win.Free()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
