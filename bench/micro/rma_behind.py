@@ -5,9 +5,10 @@ ASGD's workers other than rank 0 make four round trips a step to rank 0's counte
 pushes and the pulls' replies. Rank 0 pushes ``--bytes`` ``Accumulate`` epochs to rank 1
 back to back for ``--seconds`` (or, as the baseline, only polls), while rank 1 times a
 ``Fetch_and_op`` epoch on rank 0's counter, then polls for a random 1-3 ms (rank 0's
-pushes progress; the trips land at random phases of the pushes, not locked to them). Both ranks stay in MPI, so no wait here is a poll's: what the round trip
-gains under the pushes is the reply's time behind them. It prints the pushes' rate and the
-round trip's median, 10th and 90th percentiles, both ways::
+pushes progress; the trips land at random phases of the pushes, not locked to them).
+Both ranks stay in MPI, so no wait here is a poll's: what the round trip gains under the
+pushes is the reply's time behind them. It prints the pushes' rate and the round trip's
+median, 10th and 90th percentiles, both ways::
 
     syncbench cluster up --nodes 2 --link 1gbit
     syncbench cluster mpiexec -n 2 -- python -m syncbench.bench.micro.rma_behind \\
