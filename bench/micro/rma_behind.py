@@ -20,6 +20,7 @@ Figures: docs/RESULTS.md, "ASGD's owners followed poll by poll".
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -33,18 +34,28 @@ BETWEEN_S = (0.001, 0.003)
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m syncbench.bench.micro.rma_behind",
                                      description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--bytes", type=int, default=470000,
+    parser.add_argument("--bytes", default="470000",
                         help="bytes of each of rank 0's Accumulates (default 470000)")
-    parser.add_argument("--seconds", type=float, default=4.0,
+    parser.add_argument("--seconds", default="4",
                         help="seconds of each half, without and with the pushes (default 4)")
-    args = parser.parse_args(argv)
-    if args.bytes < 4 or args.seconds <= 0:
-        parser.error("--bytes must be >= 4 and --seconds > 0")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise ValueError(f"rma_behind: unknown arguments: {' '.join(unknown)}")
+    try:
+        args.bytes, args.seconds = int(args.bytes), float(args.seconds)
+    except ValueError:
+        args.bytes, args.seconds = 0, math.nan
+    if not (args.bytes >= 4 and 0 < args.seconds < math.inf):
+        raise ValueError("rma_behind: give --bytes >= 4 and --seconds > 0")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    try:
+        args = parse(argv)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

@@ -23,6 +23,7 @@ move".
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -39,22 +40,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m syncbench.bench.micro.rma_polls",
                                      description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--op", choices=("accumulate", "get-accumulate"), default="accumulate")
-    parser.add_argument("--gap-ms", type=float, default=2.0,
+    parser.add_argument("--gap-ms", default="2",
                         help="milliseconds rank 1 spins between two polls (default 2)")
     parser.add_argument("--sizes", default="16384,65536,158720,470000",
                         help="comma-separated bytes of the operation (float32 elements x 4)")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise ValueError(f"rma_polls: unknown arguments: {' '.join(unknown)}")
     try:
+        args.gap_ms = float(args.gap_ms)
         args.sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError:
-        parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
-    if args.gap_ms <= 0 or any(s < 4 for s in args.sizes):
-        parser.error("--gap-ms must be > 0 and every size >= 4 bytes")
+        args.gap_ms, args.sizes = math.nan, []
+    if not (args.gap_ms > 0 and math.isfinite(args.gap_ms) and args.sizes
+            and all(s >= 4 for s in args.sizes)):
+        raise ValueError("rma_polls: give --gap-ms > 0 and --sizes as comma-separated "
+                         "bytes, each >= 4")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    try:
+        args = parse(argv)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

@@ -1,0 +1,58 @@
+"""The one-sided micro-benchmarks (``bench/micro/rma_polls.py``, ``rma_behind.py``) on 2
+ranks of this host over TCP (``UCX_TLS=tcp,self``, ``MPIR_CVAR_NOLOCAL=1``: no shared
+memory, so a target serves only inside MPI calls, as across the emulated cluster's nodes)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import MPIEXEC
+
+TCP = {"UCX_TLS": "tcp,self", "MPIR_CVAR_NOLOCAL": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m",
+                           f"syncbench.bench.micro.{module}", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **TCP})
+
+
+def test_an_accumulate_to_a_busy_target_takes_more_of_its_polls_the_larger_it_is():
+    """One host, polls 2 ms apart: 16 KB is served at the first poll (about half a gap),
+    155 KB needs several (measured here 4.9 gaps; across the emulated cluster 2.7)."""
+    done = _run("rma_polls", "--op", "accumulate", "--gap-ms", "2", "--sizes", "16384,158720")
+    assert done.returncode == 0, done.stderr
+    gaps = [float(m) for m in re.findall(r", ([0-9.]+) gaps$", done.stdout, re.M)]
+    assert len(gaps) == 2
+    assert gaps[0] < 1.0 and gaps[1] > gaps[0] + 1.0
+
+
+def test_a_small_round_trip_waits_behind_the_accumulates_on_its_connection():
+    done = _run("rma_behind", "--bytes", "470000", "--seconds", "1")
+    assert done.returncode == 0, done.stderr
+    trips = dict(re.findall(r"^\s*(idle|pushing) .* round trip ([0-9.]+) ms", done.stdout, re.M))
+    assert set(trips) == {"idle", "pushing"}
+    assert float(trips["pushing"]) > 3 * float(trips["idle"])
+
+
+@pytest.mark.parametrize("module,flags,line", [
+    ("rma_polls", ["--gap-ms", "0"],
+     "rma_polls: give --gap-ms > 0 and --sizes as comma-separated bytes, each >= 4"),
+    ("rma_polls", ["--sizes", "1,x"],
+     "rma_polls: give --gap-ms > 0 and --sizes as comma-separated bytes, each >= 4"),
+    ("rma_polls", ["--what"], "rma_polls: unknown arguments: --what"),
+    ("rma_behind", ["--seconds", "inf"], "rma_behind: give --bytes >= 4 and --seconds > 0"),
+    ("rma_behind", ["--bytes", "2"], "rma_behind: give --bytes >= 4 and --seconds > 0"),
+])
+def test_the_rma_micro_benchmarks_bad_input_is_one_line(capsys, module, flags, line):
+    import importlib
+
+    main = importlib.import_module(f"syncbench.bench.micro.{module}").main
+    assert main(flags) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
