@@ -16,19 +16,29 @@ flight whose next stage is issued, the one posted first goes first
 :data:`TESTALL_SECONDS` on the rank's clock between its layers, charged to
 ``comm`` as ``Communicator.poll`` charges it. The straggler's delay polls as
 ``bench/train/slowdown.py`` does in the mode ``--slowdown-mode auto`` resolves
-to on the simulated nodes (:func:`delay_polls`).
+to on the simulated nodes (:func:`delay_polls`); a node quota's freezes poll nothing.
+
+A progress call moves at most :data:`PROGRESS_SEGMENT_BYTES` of a flow, so a stage
+whose flows send more is that many stages, each issued at a progress call
+(:func:`allreduce_stages`). Measured across 2 emulated nodes (MPICH 5.0.2 over UCX's
+TCP; ``python -m syncbench.bench.micro.polls --op iallreduce``, both ranks polling 1, 2
+or 4 ms apart): a 940 KB Iallreduce took 17-18 polls whatever the gap, 300 KB 7, 16 KB
+3-4 (docs/RESULTS.md, "A nonblocking allreduce moves 64 KiB a poll"). The links' token
+bucket (``--link-burst``) passes a segment's bytes at once while it holds credit, and
+refills while the wire is idle (:class:`Wire`).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from syncbench.bench.simulate.collectives import PhaseClock, placed_phases
+from syncbench.bench.simulate.collectives import PhaseClock, burst_of, placed_phases, refill_rate
 from syncbench.bench.simulate.workload import ComputeSplit
 from syncbench.bench.train.slowdown import PROGRESS_INTERVAL_S, resolve_mode
 
@@ -38,20 +48,51 @@ from syncbench.bench.train.slowdown import PROGRESS_INTERVAL_S, resolve_mode
 #: flight"). The means also hold the polls that run a stage's local reduction,
 #: whose arithmetic every collective here leaves out.
 TESTALL_SECONDS = 2.0e-6
+#: Bytes of a flow that one progress call moves (MPICH 5.0.2 over UCX's TCP, across the
+#: emulated cluster's nodes; over TCP's loopback on one host about half of it): the module
+#: docstring.
+PROGRESS_SEGMENT_BYTES = 65536
 
 
 def allreduce_stages(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
                      itemsize: int = 4) -> np.ndarray:
-    """Seconds of each stage of a nonblocking allreduce of ``nbytes``, in order. The links'
-    token bucket (``--link-burst``) is left out: a nonblocking collective's transfers move
-    at the ranks' polls, which the bucket was not measured to speed up (docs/RESULTS.md).
+    """Seconds of each stage of a nonblocking allreduce of ``nbytes``, in order.
 
     The stages are the phases of the Iallreduce (:func:`.collectives.placed_phases`), each
     repeat of a phase (a step of a ring) a stage of its own: the schedule of
-    MPICH's Iallreduce advances one such exchange per progress call.
+    MPICH's Iallreduce advances one such exchange per progress call. A phase whose flows
+    send more than :data:`PROGRESS_SEGMENT_BYTES` is as many stages as it has segments,
+    its time shared among them: each progress call moves one (module docstring). The
+    links' token bucket is the :class:`Wire`'s, given the stages' bytes
+    (:func:`allreduce_stage_bytes`).
     """
     phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
-    return np.repeat([time_phase(p) for p in phases], [p.repeat for p in phases]).astype(float)
+    parts = [max(1, math.ceil(p.nbytes / PROGRESS_SEGMENT_BYTES)) if p.nbytes > 0 else 1
+             for p in phases]
+    return np.repeat([time_phase(p) / k for p, k in zip(phases, parts)],
+                     [p.repeat * k for p, k in zip(phases, parts)]).astype(float)
+
+
+def allreduce_stage_bytes(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
+                          itemsize: int = 4) -> np.ndarray:
+    """Bytes a flow of each stage of :func:`allreduce_stages` sends across a link (0 for a
+    node-local stage), in the same order."""
+    phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
+    parts = [max(1, math.ceil(p.nbytes / PROGRESS_SEGMENT_BYTES)) if p.nbytes > 0 else 1
+             for p in phases]
+    return np.repeat([p.nbytes / k if p.block <= 0 else 0.0 for p, k in zip(phases, parts)],
+                     [p.repeat * k for p, k in zip(phases, parts)]).astype(float)
+
+
+def bucketed_wire(time_phase: PhaseClock, nbytes: float, n: int, algorithm: str,
+                  itemsize: int = 4) -> Wire:
+    """A :class:`Wire` with the links' token bucket of ``time_phase`` (``--link-burst``;
+    none: 0), refilled at the rate of an allreduce of ``nbytes``' first phase on a link."""
+    burst = burst_of(time_phase)
+    if burst <= 0:
+        return Wire()
+    rate = refill_rate(placed_phases(nbytes, n, algorithm, time_phase, itemsize), time_phase)
+    return Wire(burst=burst, rate=rate)
 
 
 class Calendar:
@@ -125,6 +166,9 @@ class Inflight:
     posted: float  # when its last rank posted it (stage 1 issued)
     calendar: Calendar  # when its ranks are in MPI after the post
     order: int  # posting order: the earlier goes first on the network
+    #: Bytes of a flow of each stage (:func:`allreduce_stage_bytes`; None: the links'
+    #: bucket is left out)
+    stage_bytes: np.ndarray | None = None
     done_stages: int = 0
     last_end: float = -np.inf
     _ready: tuple[int, int, float] | None = None
@@ -150,9 +194,31 @@ class Inflight:
 
 @dataclass
 class Wire:
-    """The network: free from ``free_at`` on (it carries one stage at a time)."""
+    """The network: free from ``free_at`` on (it carries one stage at a time).
+
+    ``burst``: bytes of the links' token bucket, refilled at ``rate`` bytes/s while the
+    wire is idle, full at the start; a stage's flows send what it holds at the wire's own
+    speed (:func:`~.collectives.burst_stages`)."""
 
     free_at: float = 0.0
+    burst: float = 0.0
+    rate: float = 0.0
+    credit: float = math.inf
+
+    def durations(self, seconds: np.ndarray, nbytes: np.ndarray | None,
+                  start: float) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds of ``seconds``' stages run back to back from ``start``, less what the
+        bucket passes at once, and the bucket's credit after each."""
+        if self.burst <= 0 or self.rate <= 0 or nbytes is None:
+            return seconds, np.full(len(seconds), self.credit)
+        credit = min(self.burst, self.credit + max(0.0, start - self.free_at) * self.rate)
+        out, left = np.empty(len(seconds)), np.empty(len(seconds))
+        for i, (sec, size) in enumerate(zip(seconds, nbytes)):
+            free = min(credit, size)
+            out[i] = sec - min(free / self.rate, 0.9 * sec)
+            credit -= free
+            left[i] = credit
+        return out, left
 
 
 def advance(active: Sequence[Inflight], wire: Wire, target: Inflight) -> None:
@@ -170,15 +236,19 @@ def advance(active: Sequence[Inflight], wire: Wire, target: Inflight) -> None:
         when, _, pick = (min(issued, key=lambda r: r[1]) if issued
                          else min(ready, key=lambda r: r[:2]))
         start = max(when, wire.free_at)
-        end = start + float(pick.stages[pick.done_stages])
+        i = pick.done_stages
+        sizes = None if pick.stage_bytes is None else pick.stage_bytes[i:]
+        seconds, credit = wire.durations(pick.stages[i:], sizes, start)
+        end = start + float(seconds[0])
         count = 1
         if pick.order == min(c.order for c in pending):  # back to back while all wait
             until = pick.calendar.continuous_until(start)
             if until >= end:
-                ends = start + np.cumsum(pick.stages[pick.done_stages:])
+                ends = start + np.cumsum(seconds)
                 count = min(len(ends), int(np.searchsorted(ends, until, "right")) + 1)
                 end = float(ends[count - 1])
         pick.done_stages += count
+        wire.credit = float(credit[count - 1])
         pick.last_end = wire.free_at = end
 
 

@@ -47,7 +47,9 @@ from syncbench.bench.simulate.progress import (
     Inflight,
     Wire,
     advance,
+    allreduce_stage_bytes,
     allreduce_stages,
+    bucketed_wire,
     compute_polls,
     delay_polls,
 )
@@ -156,6 +158,18 @@ def fragment_stages(cfg: argparse.Namespace, n: int, count: int, itemsize: int,
             for p in range(len(bounds))]
 
 
+def fragment_stage_bytes(cfg: argparse.Namespace, n: int, itemsize: int,
+                         bounds: list[tuple[int, int]], time_phase: PhaseClock
+                         ) -> list[np.ndarray | None]:
+    """Bytes a flow of each stage of each fragment's float32 ``Iallreduce`` sends across a
+    link (:func:`.progress.allreduce_stage_bytes`); None for a quantized fragment's chain,
+    whose short collectives the links' bucket is left out of."""
+    if str(getattr(cfg, "quantize", "none") or "none") != "none" and n >= 2:
+        return [None] * len(bounds)
+    return [allreduce_stage_bytes((hi - lo) * itemsize, n, cfg.allreduce, time_phase, itemsize)
+            for lo, hi in bounds]
+
+
 def streaming_diloco(cfg: argparse.Namespace, local: LocalTimes, steps: int,
                      time_phase: PhaseClock) -> Timeline:
     """Streaming DiLoCo's timeline (module docstring)."""
@@ -163,6 +177,7 @@ def streaming_diloco(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     period, tau = int(cfg.inner_steps), int(cfg.overlap_steps)
     bounds = fragment_bounds(w.offsets(), w.params, int(cfg.fragments))
     stages = fragment_stages(cfg, n, w.params, w.itemsize, bounds, time_phase)
+    sizes = fragment_stage_bytes(cfg, n, w.itemsize, bounds, time_phase)
     warmup = min(int(cfg.sync_warmup), steps)
     inner = steps - warmup
     posts, waits = fragment_schedule(period, len(bounds), tau, inner)
@@ -171,7 +186,7 @@ def streaming_diloco(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     t = np.full(n, head.wall_s) if head is not None else np.zeros(n)
     split = w.compute_split()
     shares = split.hooks
-    wire, order = Wire(), 0
+    wire, order = bucketed_wire(time_phase, w.param_bytes, n, cfg.allreduce, w.itemsize), 0
     pending: dict[int, Inflight] = {}
     posted_at = [0] * len(bounds)
     fragment_posts: dict[int, list[int]] = {p: [] for p in range(len(bounds))}
@@ -183,11 +198,12 @@ def streaming_diloco(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         polls, computed = compute_polls(start + data, comp, shares, cost_s)
         for c in pending.values():
             c.calendar.add_polls(polls)
-            delay_polls(c.calendar, cfg, split, computed, delay, comp)
+            delay_polls(c.calendar, cfg, split, computed, np.minimum(delay, local.polled(comp)),
+                        comp)
         after = computed + delay + upd
         for p in posts.get(s, []):
             order += 1
-            pending[p] = Inflight(stages[p], float(after.max()), Calendar(n), order)
+            pending[p] = Inflight(stages[p], float(after.max()), Calendar(n), order, sizes[p])
             posted_at[p] = s
             fragment_posts[p].append(s)
         leave = after.copy()

@@ -54,7 +54,9 @@ from syncbench.bench.simulate.progress import (
     Inflight,
     Wire,
     advance,
+    allreduce_stage_bytes,
     allreduce_stages,
+    bucketed_wire,
     compute_polls,
     delay_polls,
 )
@@ -104,7 +106,9 @@ def hook_plan(plan: Sequence[tuple[int, int]], offsets: Sequence[int]) -> HookPl
 
 def _overlap_step(cfg: argparse.Namespace, split: ComputeSplit, hooks: HookPlan,
                   stages: list[np.ndarray], begin: np.ndarray, comp: np.ndarray,
-                  delay: np.ndarray) -> tuple[np.ndarray, float, float]:
+                  delay: np.ndarray, stage_bytes: list[np.ndarray] | None = None,
+                  wire: Wire | None = None,
+                  polled: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
     """One SSGD overlap step from the end of data loading: (arrive at Waitall, end, comm)."""
     n = len(begin)
     shares = np.asarray(split.backward)
@@ -117,13 +121,15 @@ def _overlap_step(cfg: argparse.Namespace, split: ComputeSplit, hooks: HookPlan,
     calendar.add_polls(at[:, list(hooks.polls)])
     arrive = begin + comp + TESTALL_SECONDS * polls_before[-1] + delay
     if hooks.straggle is not None:
-        delay_polls(calendar, cfg, split, at[:, hooks.straggle], delay, comp)
+        delay_polls(calendar, cfg, split, at[:, hooks.straggle],
+                    delay if polled is None else np.minimum(delay, polled), comp)
     calendar.add_span(arrive, np.inf)
-    wire, colls = Wire(), []
+    wire, colls = wire or Wire(), []
     for h, buckets in enumerate(hooks.posts):
         for b in buckets:
             posted = at[:, h] + (delay if h == hooks.straggle and b == len(stages) - 1 else 0)
-            colls.append(Inflight(stages[b], float(posted.max()), calendar, b))
+            colls.append(Inflight(stages[b], float(posted.max()), calendar, b,
+                                  stage_bytes[b] if stage_bytes else None))
     for c in colls:
         advance(colls, wire, c)
     end = max((c.end for c in colls), default=0.0)
@@ -161,6 +167,10 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         hooks = hook_plan(plan, split.offsets)
         stages = [allreduce_stages((hi - lo) * w.itemsize, n, algo, time_phase, w.itemsize)
                   for lo, hi in plan]
+        stage_bytes = [allreduce_stage_bytes((hi - lo) * w.itemsize, n, algo, time_phase,
+                                             w.itemsize) for lo, hi in plan]
+        # the links' bucket refills from one step's last stage to the next step's first
+        wire = bucketed_wire(time_phase, w.param_bytes, n, algo, w.itemsize)
     for j in range(steps):
         data, comp, upd, delay = local.step(j)
         start = t.copy()
@@ -171,7 +181,7 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             comm, wait = end - arrive, np.zeros(n)
         else:
             arrive, end, poll_s = _overlap_step(cfg, split, hooks, stages, start + data, comp,
-                                                delay)
+                                                delay, stage_bytes, wire, local.polled(comp))
             wait, comm = np.maximum(end - arrive, 0.0), poll_s
         t = np.maximum(arrive, end) + upd
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp, t_comm=comm,
@@ -225,10 +235,12 @@ def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     warmup = min(int(cfg.warmup_steps), steps)
     t_all = allreduce_time(w.param_bytes, n, cfg.allreduce, time_phase, w.itemsize)
     stages = allreduce_stages(w.param_bytes, n, cfg.allreduce, time_phase, w.itemsize)
+    sizes = allreduce_stage_bytes(w.param_bytes, n, cfg.allreduce, time_phase, w.itemsize)
     split = w.compute_split()
     shares = split.hooks
     rows, t = StepRows(n), np.zeros(n)
-    wire, pending = Wire(), None  # step t-1's Iallreduce, in flight
+    # step t-1's Iallreduce, in flight
+    wire, pending = bucketed_wire(time_phase, w.param_bytes, n, cfg.allreduce, w.itemsize), None
     for j in range(steps):
         data, comp, upd, delay = local.step(j)
         start = t.copy()
@@ -245,11 +257,12 @@ def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         posted = computed + delay
         fresh = Calendar(n)
         fresh.add_span(posted, np.inf)
-        current = Inflight(stages, float(posted.max()), fresh, j)
+        current = Inflight(stages, float(posted.max()), fresh, j, sizes)
         wait = np.zeros(n)
         if pending is not None:
             pending.calendar.add_polls(polls)
-            delay_polls(pending.calendar, cfg, split, computed, delay, comp)
+            delay_polls(pending.calendar, cfg, split, computed,
+                        np.minimum(delay, local.polled(comp)), comp)
             pending.calendar.add_span(posted, np.inf)  # Wait(req_{t-1}) after the post
             advance([pending, current], wire, pending)
             wait = np.maximum(pending.end - posted, 0.0)
@@ -296,7 +309,7 @@ def _oscars_overlapped(cfg: argparse.Namespace, local: LocalTimes, pending: Infl
     split = local.workload.compute_split()
     polls, computed = compute_polls(t + d, c, split.hooks, TESTALL_SECONDS)
     pending.calendar.add_polls(polls)
-    delay_polls(pending.calendar, cfg, split, computed, dl, c)
+    delay_polls(pending.calendar, cfg, split, computed, np.minimum(dl, local.polled(c)), c)
     stepped = computed + dl + u
     pending.calendar.add_span(stepped, np.inf)
     advance([pending], wire, pending)
@@ -326,6 +339,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     total = steps * n
     nbytes = (w.params + n + 1) * w.itemsize
     stages = allreduce_stages(nbytes, n, cfg.allreduce, time_phase, w.itemsize)
+    sizes = allreduce_stage_bytes(nbytes, n, cfg.allreduce, time_phase, w.itemsize)
     t_red = float(stages.sum())
     t_mom = momentum_sync_seconds(cfg, w.param_bytes, n, time_phase, w.itemsize)
     # Each rank's speed state, updated by Oscars' own method on a plain namespace.
@@ -333,7 +347,8 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
              for _ in range(n)]
     speeds = np.zeros(n)
     rows, t, taken = StepRows(n), np.zeros(n), np.zeros(n, dtype=np.int64)
-    consumed, rnd, wire = 0, 0, Wire()
+    consumed, rnd = 0, 0
+    wire = bucketed_wire(time_phase, nbytes, n, cfg.allreduce, w.itemsize)
     plan = uniform_schedule(n, float(cfg.period), tau_max_of(cfg))
     pending: Inflight | None = None
     while consumed < total:
@@ -367,7 +382,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         rnd += 1
         posted = t.copy()
         if cfg.overlap and consumed < total:
-            pending = Inflight(stages, float(posted.max()), Calendar(n), rnd)
+            pending = Inflight(stages, float(posted.max()), Calendar(n), rnd, sizes)
         else:  # _complete at once: the Wait, then the velocity's blocking Allreduce
             end = max(float(posted.max()), wire.free_at) + t_red
             wire.free_at = end + t_mom

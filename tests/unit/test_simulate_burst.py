@@ -3,6 +3,7 @@ a blocking collective after compute sends its first bytes at once, not its laten
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from syncbench.bench.cli import build_parser
@@ -109,3 +110,66 @@ def test_a_bad_link_burst_is_one_line(value):
     cfg.link_burst = value
     with pytest.raises(ValueError, match="--link-burst"):
         link_burst(cfg)
+
+
+# -- nonblocking collectives: 64 KiB a progress call, and the bucket on their segments ------
+
+def test_a_nonblocking_allreduce_stage_moves_64_kib_a_progress_call():
+    """Measured across 2 emulated nodes (``python -m syncbench.bench.micro.polls --op
+    iallreduce``, both ranks polling 1-4 ms apart): 940 KB took 17-18 polls whatever the
+    gap, 16 KB 3-4: a flow moves one 64 KiB segment per progress call. Each stage of
+    :func:`allreduce_stages` is cut into such segments, its time shared among them."""
+    import math
+
+    from syncbench.bench.simulate.progress import (
+        PROGRESS_SEGMENT_BYTES,
+        allreduce_stage_bytes,
+        allreduce_stages,
+    )
+
+    phases = allreduce_phases(940_000, 2, "auto", nonblocking=True)
+    stages = allreduce_stages(940_000, 2, "auto", wire)
+    sizes = allreduce_stage_bytes(940_000, 2, "auto", wire)
+    parts = [math.ceil(p.nbytes / PROGRESS_SEGMENT_BYTES) for p in phases]
+    assert len(stages) == len(sizes) == sum(p.repeat * k for p, k in zip(phases, parts))
+    assert sum(stages) == pytest.approx(sum(wire(p) * p.repeat for p in phases))
+    assert sum(sizes) == pytest.approx(sum(p.nbytes * p.repeat for p in phases))
+    assert max(sizes) <= PROGRESS_SEGMENT_BYTES and len(stages) >= 15
+
+
+def test_the_wire_passes_the_buckets_bytes_at_once_and_refills_it_while_idle():
+    from syncbench.bench.simulate.progress import Wire
+
+    wire_ = Wire(burst=100_000, rate=1e8)  # full at the start
+    seconds, credit = wire_.durations(np.array([1e-3, 1e-3]), np.array([65536.0, 65536.0]),
+                                      start=0.0)
+    assert seconds == pytest.approx([1e-3 - 65536 / 1e8, 1e-3 - 34464 / 1e8])
+    assert credit == pytest.approx([34464, 0])
+    wire_.credit, wire_.free_at = 0.0, 2e-3
+    # idle 0.5 ms: 50 KB back, of which the next segment sends all at once
+    seconds, credit = wire_.durations(np.array([1e-3]), np.array([65536.0]), start=2.5e-3)
+    assert seconds == pytest.approx([1e-3 - 50_000 / 1e8]) and credit == pytest.approx([0])
+    # no bucket, or no byte counts: the stages' own seconds
+    assert Wire().durations(np.array([1e-3]), np.array([65536.0]), 0.0)[0] == \
+        pytest.approx([1e-3])
+
+
+def test_a_frozen_rank_moves_no_segment_of_an_overlapped_bucket_while_a_slowed_one_does():
+    """SSGD overlap, rank 1 at half speed: as a 2x slowdown in work mode its delay runs the
+    model's passes and polls, and the buckets' segments move in it; as a node at speed 0.5
+    its delay is frozen (a quota's), polls nothing, and what is left waits for the
+    ``Waitall``: a longer wait."""
+    cfg = build_parser("simulate").parse_args(["simulate", "--algorithm", "ssgd",
+                                               "--bucket-mb", "0.2"])
+    w = Workload(name="test", params=200_000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=0.02, mean_update_s=0.0,
+                 split=ComputeSplit(forward=(0.1, 0.2, 0.3, 0.4),
+                                    backward=(0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+                                    offsets=(0, 50_000, 100_000, 150_000)))
+
+    def wait(speeds):
+        local = LocalTimes(w, 2, [1.0, 2.0], Stragglers(), seed=0, speeds=speeds)
+        rows = strategies.ssgd(cfg, local, 4, wire).rows.arrays()
+        return float(np.mean(rows[0]["t_wait"]))
+
+    assert wait([1.0, 0.5]) > wait(None) + 1e-3

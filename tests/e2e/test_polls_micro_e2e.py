@@ -1,4 +1,4 @@
-"""The one-sided micro-benchmarks (``bench/micro/rma_polls.py``, ``rma_behind.py``) on 2
+"""The micro-benchmarks of MPI progress (``bench/micro/polls.py``, ``rma_behind.py``) on 2
 ranks of this host over TCP (``UCX_TLS=tcp,self``, ``MPIR_CVAR_NOLOCAL=1``: no shared
 memory, so a target serves only inside MPI calls, as across the emulated cluster's nodes)."""
 
@@ -26,11 +26,20 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
 def test_an_accumulate_to_a_busy_target_takes_more_of_its_polls_the_larger_it_is():
     """One host, polls 2 ms apart: 16 KB is served at the first poll (about half a gap),
     155 KB needs several (measured here 4.9 gaps; across the emulated cluster 2.7)."""
-    done = _run("rma_polls", "--op", "accumulate", "--gap-ms", "2", "--sizes", "16384,158720")
+    done = _run("polls", "--op", "accumulate", "--gap-ms", "2", "--sizes", "16384,158720")
     assert done.returncode == 0, done.stderr
     gaps = [float(m) for m in re.findall(r", ([0-9.]+) gaps$", done.stdout, re.M)]
     assert len(gaps) == 2
     assert gaps[0] < 1.0 and gaps[1] > gaps[0] + 1.0
+
+
+def test_a_nonblocking_allreduce_between_busy_ranks_takes_a_poll_per_segment():
+    """Both ranks polling 1 ms apart: 16 KB completes in a few polls, 470 KB needs about
+    one more per 64 KiB (measured across the emulated cluster: 3 and 7-9 gaps more)."""
+    done = _run("polls", "--op", "iallreduce", "--gap-ms", "1", "--sizes", "16384,470000")
+    assert done.returncode == 0, done.stderr
+    gaps = [float(m) for m in re.findall(r", ([0-9.]+) gaps$", done.stdout, re.M)]
+    assert len(gaps) == 2 and gaps[1] > gaps[0] + 3.0
 
 
 def test_a_small_round_trip_waits_behind_the_accumulates_on_its_connection():
@@ -42,11 +51,11 @@ def test_a_small_round_trip_waits_behind_the_accumulates_on_its_connection():
 
 
 @pytest.mark.parametrize("module,flags,line", [
-    ("rma_polls", ["--gap-ms", "0"],
-     "rma_polls: give --gap-ms > 0 and --sizes as comma-separated bytes, each >= 4"),
-    ("rma_polls", ["--sizes", "1,x"],
-     "rma_polls: give --gap-ms > 0 and --sizes as comma-separated bytes, each >= 4"),
-    ("rma_polls", ["--what"], "rma_polls: unknown arguments: --what"),
+    ("polls", ["--gap-ms", "0"],
+     "polls: give --gap-ms > 0 and --sizes as comma-separated bytes, each >= 4"),
+    ("polls", ["--sizes", "1,x"],
+     "polls: give --gap-ms > 0 and --sizes as comma-separated bytes, each >= 4"),
+    ("polls", ["--what"], "polls: unknown arguments: --what"),
     ("rma_behind", ["--seconds", "inf"], "rma_behind: give --bytes >= 4 and --seconds > 0"),
     ("rma_behind", ["--bytes", "2"], "rma_behind: give --bytes >= 4 and --seconds > 0"),
 ])
