@@ -420,11 +420,14 @@ class PlacedClock:
     composes a node-aware allreduce without the strategies knowing the platform.
     ``burst``: bytes of a token bucket on every link (``--link-burst``; 0: none), which
     a blocking collective after a compute phase finds full (:func:`burst_stages`).
+    ``segment``: bytes of a flow one progress call moves (0: a transfer once issued runs
+    on its own, as over RDMA; :func:`.progress.allreduce_stages`).
     """
 
     time: PhaseClock
     ranks_per_node: int = 1
     burst: float = 0.0
+    segment: float = 0.0
 
     def __call__(self, phase: Phase) -> float:
         return self.time(phase)
@@ -494,6 +497,12 @@ class RefilledAllreduce:
             credit = self.burst if key < 0 else key * 1024.0
             self._seconds[key] = float(sum(burst_stages(self.phases, self.time_phase, credit)))
         return self._seconds[key]
+
+
+def segment_of(time_phase: PhaseClock) -> float:
+    """Bytes of a flow one progress call moves (:class:`PlacedClock`'s ``segment``; 0: no
+    limit)."""
+    return float(getattr(time_phase, "segment", 0.0) or 0.0)
 
 
 def burst_of(time_phase: PhaseClock) -> float:

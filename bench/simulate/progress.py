@@ -18,9 +18,10 @@ flight whose next stage is issued, the one posted first goes first
 ``bench/train/slowdown.py`` does in the mode ``--slowdown-mode auto`` resolves
 to on the simulated nodes (:func:`delay_polls`); a node quota's freezes poll nothing.
 
-A progress call moves at most :data:`PROGRESS_SEGMENT_BYTES` of a flow, so a stage
-whose flows send more is that many stages, each issued at a progress call
-(:func:`allreduce_stages`). Measured across 2 emulated nodes (MPICH 5.0.2 over UCX's
+Over TCP a progress call moves at most :data:`PROGRESS_SEGMENT_BYTES` of a flow, so a
+stage whose flows send more is that many stages, each issued at a progress call
+(:func:`allreduce_stages`; on a ``--calibrate``'d platform, whose links are this suite's
+TCP ones). Measured across 2 emulated nodes (MPICH 5.0.2 over UCX's
 TCP; ``python -m syncbench.bench.micro.polls --op iallreduce``, both ranks polling 1, 2
 or 4 ms apart): a 940 KB Iallreduce took 17-18 polls whatever the gap, 300 KB 7, 16 KB
 3-4 (docs/RESULTS.md, "A nonblocking allreduce moves 64 KiB a poll"). The links' token
@@ -38,7 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.bench.simulate.collectives import PhaseClock, burst_of, placed_phases, refill_rate
+from syncbench.bench.simulate.collectives import (
+    PhaseClock,
+    burst_of,
+    placed_phases,
+    refill_rate,
+    segment_of,
+)
 from syncbench.bench.simulate.workload import ComputeSplit
 from syncbench.bench.train.slowdown import PROGRESS_INTERVAL_S, resolve_mode
 
@@ -50,7 +57,9 @@ from syncbench.bench.train.slowdown import PROGRESS_INTERVAL_S, resolve_mode
 TESTALL_SECONDS = 2.0e-6
 #: Bytes of a flow that one progress call moves (MPICH 5.0.2 over UCX's TCP, across the
 #: emulated cluster's nodes; over TCP's loopback on one host about half of it): the module
-#: docstring.
+#: docstring. The clock's ``segment`` (:class:`.collectives.PlacedClock`): this on a
+#: ``--calibrate``'d platform, none on the modelled ones (RDMA moves an issued transfer
+#: without the ranks).
 PROGRESS_SEGMENT_BYTES = 65536
 
 
@@ -67,10 +76,17 @@ def allreduce_stages(nbytes: float, n: int, algorithm: str, time_phase: PhaseClo
     (:func:`allreduce_stage_bytes`).
     """
     phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
-    parts = [max(1, math.ceil(p.nbytes / PROGRESS_SEGMENT_BYTES)) if p.nbytes > 0 else 1
-             for p in phases]
+    parts = _segments(phases, time_phase)
     return np.repeat([time_phase(p) / k for p, k in zip(phases, parts)],
                      [p.repeat * k for p, k in zip(phases, parts)]).astype(float)
+
+
+def _segments(phases: Sequence[Any], time_phase: PhaseClock) -> list[int]:
+    """How many progress segments each phase's flows take (1 each without a limit)."""
+    segment = segment_of(time_phase)
+    if segment <= 0:
+        return [1] * len(phases)
+    return [max(1, math.ceil(p.nbytes / segment)) if p.nbytes > 0 else 1 for p in phases]
 
 
 def allreduce_stage_bytes(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
@@ -78,8 +94,7 @@ def allreduce_stage_bytes(nbytes: float, n: int, algorithm: str, time_phase: Pha
     """Bytes a flow of each stage of :func:`allreduce_stages` sends across a link (0 for a
     node-local stage), in the same order."""
     phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
-    parts = [max(1, math.ceil(p.nbytes / PROGRESS_SEGMENT_BYTES)) if p.nbytes > 0 else 1
-             for p in phases]
+    parts = _segments(phases, time_phase)
     return np.repeat([p.nbytes / k if p.block <= 0 else 0.0 for p, k in zip(phases, parts)],
                      [p.repeat * k for p, k in zip(phases, parts)]).astype(float)
 

@@ -27,6 +27,7 @@ from syncbench.bench.simulate import local_update
 from syncbench.bench.simulate.collectives import PlacedClock
 from syncbench.bench.simulate.engine import Network, load_simgrid, run_in_simgrid
 from syncbench.bench.simulate.platform import PlatformSpec, natural_key, platform_xml
+from syncbench.bench.simulate.progress import PROGRESS_SEGMENT_BYTES
 from syncbench.bench.simulate.quota import (
     parse_node_speeds,
     parse_node_throttles,
@@ -103,7 +104,10 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
             on_phase(network, local.reached if local is not None else 0)
         return seconds
 
-    clock = PlacedClock(time_phase, network.ranks_per_host, link_burst(cfg))
+    # over TCP (a platform calibrated from this suite's links) a progress call moves one
+    # segment of a flow; RDMA (the modelled platforms) moves an issued transfer on its own
+    segment = PROGRESS_SEGMENT_BYTES if getattr(cfg, "calibrate", None) else 0.0
+    clock = PlacedClock(time_phase, network.ranks_per_host, link_burst(cfg), segment)
     t0 = time.perf_counter()
     shares = speeds
     timeline = simulator(cfg, local_times(shares), steps, clock)

@@ -128,13 +128,16 @@ def test_a_nonblocking_allreduce_stage_moves_64_kib_a_progress_call():
     )
 
     phases = allreduce_phases(940_000, 2, "auto", nonblocking=True)
-    stages = allreduce_stages(940_000, 2, "auto", wire)
-    sizes = allreduce_stage_bytes(940_000, 2, "auto", wire)
+    tcp = PlacedClock(wire, 1, 0.0, PROGRESS_SEGMENT_BYTES)  # a --calibrate'd platform's
+    stages = allreduce_stages(940_000, 2, "auto", tcp)
+    sizes = allreduce_stage_bytes(940_000, 2, "auto", tcp)
     parts = [math.ceil(p.nbytes / PROGRESS_SEGMENT_BYTES) for p in phases]
     assert len(stages) == len(sizes) == sum(p.repeat * k for p, k in zip(phases, parts))
     assert sum(stages) == pytest.approx(sum(wire(p) * p.repeat for p in phases))
     assert sum(sizes) == pytest.approx(sum(p.nbytes * p.repeat for p in phases))
     assert max(sizes) <= PROGRESS_SEGMENT_BYTES and len(stages) >= 15
+    # RDMA (a modelled platform, no segment): one stage per phase step, as before
+    assert len(allreduce_stages(940_000, 2, "auto", wire)) == sum(p.repeat for p in phases)
 
 
 def test_the_wire_passes_the_buckets_bytes_at_once_and_refills_it_while_idle():
@@ -167,9 +170,12 @@ def test_a_frozen_rank_moves_no_segment_of_an_overlapped_bucket_while_a_slowed_o
                                     backward=(0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
                                     offsets=(0, 50_000, 100_000, 150_000)))
 
+    from syncbench.bench.simulate.progress import PROGRESS_SEGMENT_BYTES
+
     def wait(speeds):
         local = LocalTimes(w, 2, [1.0, 2.0], Stragglers(), seed=0, speeds=speeds)
-        rows = strategies.ssgd(cfg, local, 4, wire).rows.arrays()
+        tcp = PlacedClock(wire, 1, 0.0, PROGRESS_SEGMENT_BYTES)
+        rows = strategies.ssgd(cfg, local, 4, tcp).rows.arrays()
         return float(np.mean(rows[0]["t_wait"]))
 
     assert wait([1.0, 0.5]) > wait(None) + 1e-3

@@ -294,12 +294,21 @@ def test_lenet_buckets_are_posted_at_the_hooks_the_code_posts_them():
 
 def test_lenet_ssgd_overlap_posts_its_buckets_where_backward_finishes_them(free_polls):
     """With 2-stage buckets of 0.03 s on 2 ranks and a 1 s step, the first bucket is
-    done long before the last is posted. The middle one (192 KB: each stage's 96 KB flow
-    is two 64 KiB progress segments of 0.015 s, one per poll) is posted at 47% of the
-    compute: its first segment runs at once, its second at the poll at 89%, and the
-    Wait runs the other two, then the last bucket's 0.06 s: a wait of 0.09 s."""
+    done long before the last is posted, and the wait is the last bucket's 0.06 s (the
+    middle one, ready at 47% of the compute, has 0.5 s to finish). Over TCP, where a
+    progress call moves one 64 KiB segment of a flow, the middle one (192 KB: each
+    stage's 96 KB flow two segments of 0.015 s) runs its first segment at once, its
+    second at the poll at 89%, and the Wait runs the other two before the last bucket:
+    0.09 s."""
     w = from_profile("lenet")
     w.mean_compute_s, w.cv, w.mean_data_s, w.mean_update_s = 1.0, 0.0, 0.0, 0.0
     local = LocalTimes(w, 2, [1.0, 1.0], Stragglers(), seed=0)
     timeline = strategies.ssgd(config("--algorithm", "ssgd"), local, 2, every_phase(0.03))
+    assert rows_of(timeline)[0]["t_wait"] == pytest.approx([0.06, 0.06])
+    from syncbench.bench.simulate.collectives import PlacedClock
+    from syncbench.bench.simulate.progress import PROGRESS_SEGMENT_BYTES
+
+    tcp = PlacedClock(every_phase(0.03), 1, 0.0, PROGRESS_SEGMENT_BYTES)
+    local = LocalTimes(w, 2, [1.0, 1.0], Stragglers(), seed=0)
+    timeline = strategies.ssgd(config("--algorithm", "ssgd"), local, 2, tcp)
     assert rows_of(timeline)[0]["t_wait"] == pytest.approx([0.09, 0.09])
