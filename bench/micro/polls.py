@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.bench.micro.pair import start_pair
+
 #: Operations timed per size, and how many of them are warm-up left out of the figures.
 REPEATS, WARMUP = 12, 2
 #: Tag of rank 0's end message.
@@ -109,18 +111,11 @@ def _iallreduce(comm: Any, data: np.ndarray, out: np.ndarray, n: int, gap: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse(argv)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    started = start_pair("polls", parse, argv)
+    if isinstance(started, int):
+        return started
+    args, comm = started
     from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    if comm.Get_size() != 2:
-        if comm.Get_rank() == 0:
-            print("polls: needs exactly 2 ranks", file=sys.stderr)
-        return 2
     rank, gap = comm.Get_rank(), args.gap_ms * 1e-3
     count = max(args.sizes) // 4
     window = np.zeros(count, dtype=np.float32)

@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from syncbench.bench.micro.pair import start_pair
+
 #: Seconds rank 1 polls between two round trips: uniform in this range.
 BETWEEN_S = (0.001, 0.003)
 
@@ -51,18 +53,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse(argv)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    started = start_pair("rma_behind", parse, argv)
+    if isinstance(started, int):
+        return started
+    args, comm = started
     from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    if comm.Get_size() != 2:
-        if comm.Get_rank() == 0:
-            print("rma_behind: needs exactly 2 ranks", file=sys.stderr)
-        return 2
     rank, count = comm.Get_rank(), args.bytes // 4
     window = np.zeros(count, dtype=np.float32)
     counter = np.zeros(1, dtype=np.int64)

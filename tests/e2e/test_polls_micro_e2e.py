@@ -23,6 +23,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120, env={**os.environ, **TCP})
 
 
+@pytest.mark.alone  # ranks that spin between polls: not beside another test worker
 def test_an_accumulate_to_a_busy_target_takes_more_of_its_polls_the_larger_it_is():
     """One host, polls 2 ms apart: 16 KB is served at the first poll (about half a gap),
     155 KB needs several (measured here 4.9 gaps; across the emulated cluster 2.7)."""
@@ -33,6 +34,7 @@ def test_an_accumulate_to_a_busy_target_takes_more_of_its_polls_the_larger_it_is
     assert gaps[0] < 1.0 and gaps[1] > gaps[0] + 1.0
 
 
+@pytest.mark.alone  # ranks that spin between polls: not beside another test worker
 def test_a_nonblocking_allreduce_between_busy_ranks_takes_a_poll_per_segment():
     """Both ranks polling 1 ms apart: 16 KB completes in a few polls, 470 KB needs about
     one more per 64 KiB (measured across the emulated cluster: 3 and 7-9 gaps more)."""
@@ -42,6 +44,7 @@ def test_a_nonblocking_allreduce_between_busy_ranks_takes_a_poll_per_segment():
     assert len(gaps) == 2 and gaps[1] > gaps[0] + 3.0
 
 
+@pytest.mark.alone  # ranks that spin between polls: not beside another test worker
 def test_a_small_round_trip_waits_behind_the_accumulates_on_its_connection():
     done = _run("rma_behind", "--bytes", "470000", "--seconds", "1")
     assert done.returncode == 0, done.stderr

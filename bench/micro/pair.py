@@ -1,0 +1,30 @@
+"""The start of a micro-benchmark between exactly two ranks (``polls``, ``rma_behind``).
+
+Bad flags are one line and exit status 2 on every rank, before MPI starts; a world of
+another size is one line from rank 0 and status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def start_pair(name: str, parse: Callable[[list[str] | None], argparse.Namespace],
+               argv: list[str] | None) -> tuple[argparse.Namespace, Any] | int:
+    """``(args, MPI.COMM_WORLD)``, or the exit status after the line saying what is wrong."""
+    try:
+        args = parse(argv)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != 2:
+        if comm.Get_rank() == 0:
+            print(f"{name}: needs exactly 2 ranks", file=sys.stderr)
+        return 2
+    return args, comm
