@@ -25,6 +25,10 @@ pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` an
   (:func:`accumulate_seconds`). ``--delay-compensation`` adds the push's second
   read of the weights.
 
+* **Up to 64 workers the polls are followed request by request** (:class:`Polls`): a
+  target in MPI serves at once, a busy one at its next poll or when it enters MPI, and an
+  Accumulate takes one poll per 64 KiB after its first, so alike ranks lock into one
+  phase as they do on the emulated cluster. Above 64 workers, the mean-field waits below.
 * **Targets serve at their polls** (``--rma-progress polls``; ``auto``, the default,
   where the platform is ``--calibrate``'d from measured links): over a
   transport without hardware one-sided operations (MPICH's CH4 over UCX's or
@@ -652,7 +656,8 @@ class _Followed:
         else:
             done = self.posted[k] + wire
             for j in owners:
-                at, left = served_at(self.spans[j], arrival, self.polls.push_polls[j])
+                need = self.polls.push_polls[j] if j < len(self.polls.push_polls) else 1
+                at, left = served_at(self.spans[j], arrival, need)
                 done = max(done, at + left * wire)
         self.owner_wait += done - self.posted[k] - wire
         self.accesses += 1

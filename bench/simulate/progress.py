@@ -224,16 +224,21 @@ class Wire:
                   start: float) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of ``seconds``' stages run back to back from ``start``, less what the
         bucket passes at once, and the bucket's credit after each."""
-        if self.burst <= 0 or self.rate <= 0 or nbytes is None:
+        if self.burst <= 0 or self.rate <= 0:
             return seconds, np.full(len(seconds), self.credit)
         credit = min(self.burst, self.credit + max(0.0, start - self.free_at) * self.rate)
-        out, left = np.empty(len(seconds)), np.empty(len(seconds))
-        for i, (sec, size) in enumerate(zip(seconds, nbytes)):
-            free = min(credit, size)
-            out[i] = sec - min(free / self.rate, 0.9 * sec)
-            credit -= free
-            left[i] = credit
-        return out, left
+        if nbytes is None:  # bytes not known: nothing spent, the idle spell's refill kept
+            return seconds, np.full(len(seconds), credit)
+        spent = np.minimum(np.cumsum(nbytes), credit)  # the credit runs out and stays out
+        free = np.diff(spent, prepend=0.0)
+        return seconds - np.minimum(free / self.rate, 0.9 * seconds), credit - spent
+
+    def spend_all(self, end: float) -> None:
+        """A blocking collective took the links until ``end`` and, after a compute phase,
+        their whole bucket (:func:`~.collectives.burst_stages`)."""
+        self.free_at = max(self.free_at, end)
+        if self.burst > 0:
+            self.credit = 0.0
 
 
 def advance(active: Sequence[Inflight], wire: Wire, target: Inflight) -> None:

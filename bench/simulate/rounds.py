@@ -215,7 +215,8 @@ def streaming_diloco(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         for p in range(len(bounds)) if s == inner else []:
             if s > posted_at[p]:
                 end = max(float(done.max()), wire.free_at) + float(stages[p].sum())
-                wire.free_at, done = end, np.full(n, end)
+                wire.spend_all(end)
+                done = np.full(n, end)
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp,
                  t_comm=cost_s * len(shares) + (done - leave), t_wait=leave - after,
                  t_update=upd, t_delay=delay, samples=w.batch_size, local_steps=period,

@@ -250,7 +250,7 @@ def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             rows.add(step=j, t_start=start, t_data=data, t_compute=comp, t_comm=end - arrive,
                      t_update=upd, t_delay=delay, samples=w.batch_size)
             t = end + upd
-            wire.free_at = end
+            wire.spend_all(end)  # OD-SGD's warm-up: a blocking Allreduce
             continue
         cost_s = TESTALL_SECONDS if pending is not None else 0.0  # nothing outstanding yet
         polls, computed = compute_polls(start + data, comp, shares, cost_s)
@@ -385,7 +385,7 @@ def oscars(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             pending = Inflight(stages, float(posted.max()), Calendar(n), rnd, sizes)
         else:  # _complete at once: the Wait, then the velocity's blocking Allreduce
             end = max(float(posted.max()), wire.free_at) + t_red
-            wire.free_at = end + t_mom
+            wire.spend_all(end + t_mom)
             for i, block in enumerate(blocks):  # the Wait is on each rank's last row
                 last = taus[block["ranks"]] == i + 1
                 block["t_wait"] = block["t_wait"] + np.where(last, end - posted[block["ranks"]],

@@ -48,9 +48,13 @@ def test_a_nonblocking_allreduce_between_busy_ranks_takes_a_poll_per_segment():
 def test_a_small_round_trip_waits_behind_the_accumulates_on_its_connection():
     done = _run("rma_behind", "--bytes", "470000", "--seconds", "1")
     assert done.returncode == 0, done.stderr
-    trips = dict(re.findall(r"^\s*(idle|pushing) .* round trip ([0-9.]+) ms", done.stdout, re.M))
+    found = re.findall(r"^\s*(idle|pushing) .* round trip ([0-9.]+) ms \(p10 ([0-9.]+)",
+                       done.stdout, re.M)
+    trips = {kind: (float(median), float(p10)) for kind, median, p10 in found}
     assert set(trips) == {"idle", "pushing"}
-    assert float(trips["pushing"]) > 3 * float(trips["idle"])
+    # the idle trips' 10th percentile: a trip the host's other work did not delay
+    # (here about 0.02 ms idle, 0.2-0.3 ms at the median behind the pushes)
+    assert trips["pushing"][0] > 3 * trips["idle"][1]
 
 
 @pytest.mark.parametrize("module,flags,line", [
