@@ -337,9 +337,10 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
 def poll_offsets(compute: float, hooks: Sequence[float],
                  min_gap: float = POLL_MIN_GAP_S) -> np.ndarray:
     """Seconds into a compute phase of ``compute`` seconds at which ``ProgressPoll`` polls:
-    at each hook share of ``hooks``, at most one per ``min_gap`` since the last poll or
-    since the phase began (the rank came from MPI, where it served)."""
-    points, last = [], 0.0
+    at each hook share of ``hooks``, at most one per ``min_gap`` since its own last
+    ``Iprobe`` (``algorithms/windows.py``), so the first hook of a phase polls: the last
+    one was in the step before, at least the access between ago."""
+    points, last = [], -math.inf
     for share in hooks:
         at = share * compute
         if at - last >= min_gap:

@@ -317,3 +317,13 @@ def test_a_sharded_pull_shares_its_links_with_the_other_workers_pushes():
 
     shared = comm_per_step("sharded")
     assert 2 * 0.027 < shared < 2 * 0.031, shared  # T = 20 (1 + T / (5 + 2 T)): 29 ms
+
+
+def test_a_computes_polls_follow_progress_polls_own_rate_limit():
+    """``ProgressPoll`` enters MPI at a hook unless its own last ``Iprobe`` was under 0.5
+    ms ago: the first hook of a compute polls (its last poll was a step ago), one 0.15 ms
+    after it does not."""
+    from syncbench.bench.simulate.asgd import poll_offsets
+
+    assert poll_offsets(0.003, [0.1, 0.15, 0.5, 1.0]) == pytest.approx([3e-4, 1.5e-3, 3e-3])
+    assert poll_offsets(0.0, [0.5, 1.0]) == pytest.approx([0.0])
