@@ -12,6 +12,22 @@ from collections.abc import Callable
 from typing import Any
 
 
+def flag_parser(name: str, doc: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m syncbench.bench.micro.NAME``, its description the first
+    paragraph of the module's docstring ``doc``."""
+    return argparse.ArgumentParser(prog=f"python -m syncbench.bench.micro.{name}",
+                                   description=doc.split("\n\n", 1)[0])
+
+
+def known_flags(parser: argparse.ArgumentParser, name: str,
+                argv: list[str] | None) -> argparse.Namespace:
+    """``parser``'s flags of ``argv``; ``ValueError`` (one line) naming any it does not know."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise ValueError(f"{name}: unknown arguments: {' '.join(unknown)}")
+    return args
+
+
 def start_pair(name: str, parse: Callable[[list[str] | None], argparse.Namespace],
                argv: list[str] | None) -> tuple[argparse.Namespace, Any] | int:
     """``(args, MPI.COMM_WORLD)``, or the exit status after the line saying what is wrong."""

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.bench.micro.pair import start_pair
+from syncbench.bench.micro.pair import flag_parser, known_flags, start_pair
 
 #: Operations timed per size, and how many of them are warm-up left out of the figures.
 REPEATS, WARMUP = 12, 2
@@ -47,16 +47,13 @@ OPS = ("accumulate", "get-accumulate", "iallreduce")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.micro.polls",
-                                     description=__doc__.split("\n\n", 1)[0])
+    parser = flag_parser("polls", __doc__)
     parser.add_argument("--op", choices=OPS, default="accumulate")
     parser.add_argument("--gap-ms", default="2",
                         help="milliseconds a rank spins between two polls (default 2)")
     parser.add_argument("--sizes", default="16384,65536,158720,470000",
                         help="comma-separated bytes of the operation (float32 elements x 4)")
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        raise ValueError(f"polls: unknown arguments: {' '.join(unknown)}")
+    args = known_flags(parser, "polls", argv)
     try:
         args.gap_ms = float(args.gap_ms)
         args.sizes = [int(s) for s in args.sizes.split(",")]

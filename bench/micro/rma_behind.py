@@ -27,22 +27,19 @@ import time
 
 import numpy as np
 
-from syncbench.bench.micro.pair import start_pair
+from syncbench.bench.micro.pair import flag_parser, known_flags, start_pair
 
 #: Seconds rank 1 polls between two round trips: uniform in this range.
 BETWEEN_S = (0.001, 0.003)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m syncbench.bench.micro.rma_behind",
-                                     description=__doc__.split("\n\n", 1)[0])
+    parser = flag_parser("rma_behind", __doc__)
     parser.add_argument("--bytes", default="470000",
                         help="bytes of each of rank 0's Accumulates (default 470000)")
     parser.add_argument("--seconds", default="4",
                         help="seconds of each half, without and with the pushes (default 4)")
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        raise ValueError(f"rma_behind: unknown arguments: {' '.join(unknown)}")
+    args = known_flags(parser, "rma_behind", argv)
     try:
         args.bytes, args.seconds = int(args.bytes), float(args.seconds)
     except ValueError:

@@ -78,6 +78,7 @@ from syncbench.bench.simulate.collectives import (
     weighted_cost,
 )
 from syncbench.bench.simulate.platform import comm_timings, fit_link
+from syncbench.bench.simulate.progress import PROGRESS_SEGMENT_BYTES
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
 
 # The defaults below are measured on one machine through shared memory (MPICH 5.0.2;
@@ -101,13 +102,6 @@ CLAIM, READ_VERSION, READ_STARTED, START, COUNT = range(5)
 COUNTER_OPS = (1, 1, 1, 1, 2)
 #: A pull's and a push's requests reaching their owners (:class:`Polls`' event model).
 PULL_AT, PUSH_AT = 5, 6
-#: Bytes of an ``Accumulate`` that each further poll of a target outside MPI moves: its
-#: first poll takes the request and the first part, then one part per poll (MPICH 5.0.2's
-#: active-message accumulate over UCX's TCP). Measured on 2 emulated nodes at 1 Gbit/s
-#: and 200 Mbit/s, the target spinning between ``Iprobe`` polls 2 or 4 ms apart: 16 KB
-#: took 1 poll, 64 KB 2, 155 KB 3, 459 KB 8-9; a ``Get_accumulate`` (ASGD's pull) of any
-#: of these sizes took 1 (docs/RESULTS.md, "What a target's polls move").
-ACCUMULATE_SEGMENT_BYTES = 65536
 #: Most workers whose polls :func:`counter_timeline` follows one by one (:class:`Polls`);
 #: above, an access waits for the mean-field residual of its owners' gaps
 #: (:func:`origin_waits`).
@@ -477,9 +471,14 @@ class Polls:
     min_gap: float = POLL_MIN_GAP_S
 
 
-def push_polls(nbytes: float, segment: float = ACCUMULATE_SEGMENT_BYTES) -> int:
+def push_polls(nbytes: float, segment: float = PROGRESS_SEGMENT_BYTES) -> int:
     """Polls of a target outside MPI that an ``Accumulate`` of ``nbytes`` needs: the
-    first takes the request and a first part, each further one a ``segment``."""
+    first takes the request and a first part, each further one a ``segment`` (a progress
+    call's part of a flow over TCP, :data:`.progress.PROGRESS_SEGMENT_BYTES`). Measured on
+    2 emulated nodes at 1 Gbit/s and 200 Mbit/s, the target spinning between ``Iprobe``
+    polls 2 or 4 ms apart: 16 KB took 1 poll, 64 KiB 2, 155 KB 3, 459 KiB 8-9; a
+    ``Get_accumulate`` (ASGD's pull) of any of these sizes took 1 (docs/RESULTS.md, "What a
+    target's polls move")."""
     return 1 + int(max(0.0, nbytes) // segment)
 
 

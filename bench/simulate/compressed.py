@@ -368,7 +368,7 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         start = t.copy()
         if overlap:
             arrive, end, poll_s = _overlap_step(cfg, split, hooks, stages, start + data, comp,
-                                                delay)
+                                                delay, local.polled(comp, delay))
             wait, comm = np.maximum(end - arrive, 0.0), poll_s
             t = np.maximum(arrive, end) + upd + codec
         else:

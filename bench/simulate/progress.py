@@ -75,26 +75,28 @@ def allreduce_stages(nbytes: float, n: int, algorithm: str, time_phase: PhaseClo
     links' token bucket is the :class:`Wire`'s, given the stages' bytes
     (:func:`allreduce_stage_bytes`).
     """
-    phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
-    parts = _segments(phases, time_phase)
+    phases, parts = _segmented(nbytes, n, algorithm, time_phase, itemsize)
     return np.repeat([time_phase(p) / k for p, k in zip(phases, parts)],
                      [p.repeat * k for p, k in zip(phases, parts)]).astype(float)
 
 
-def _segments(phases: Sequence[Any], time_phase: PhaseClock) -> list[int]:
-    """How many progress segments each phase's flows take (1 each without a limit)."""
+def _segmented(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
+               itemsize: int) -> tuple[list[Any], list[int]]:
+    """The phases of a nonblocking allreduce of ``nbytes`` and how many progress segments
+    each one's flows take (1 each without a limit)."""
+    phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
     segment = segment_of(time_phase)
     if segment <= 0:
-        return [1] * len(phases)
-    return [max(1, math.ceil(p.nbytes / segment)) if p.nbytes > 0 else 1 for p in phases]
+        return phases, [1] * len(phases)
+    return phases, [max(1, math.ceil(p.nbytes / segment)) if p.nbytes > 0 else 1
+                    for p in phases]
 
 
 def allreduce_stage_bytes(nbytes: float, n: int, algorithm: str, time_phase: PhaseClock,
                           itemsize: int = 4) -> np.ndarray:
     """Bytes a flow of each stage of :func:`allreduce_stages` sends across a link (0 for a
     node-local stage), in the same order."""
-    phases = placed_phases(nbytes, n, algorithm, time_phase, itemsize, nonblocking=True)
-    parts = _segments(phases, time_phase)
+    phases, parts = _segmented(nbytes, n, algorithm, time_phase, itemsize)
     return np.repeat([p.nbytes / k if p.block <= 0 else 0.0 for p, k in zip(phases, parts)],
                      [p.repeat * k for p, k in zip(phases, parts)]).astype(float)
 

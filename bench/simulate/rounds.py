@@ -198,8 +198,7 @@ def streaming_diloco(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         polls, computed = compute_polls(start + data, comp, shares, cost_s)
         for c in pending.values():
             c.calendar.add_polls(polls)
-            delay_polls(c.calendar, cfg, split, computed, np.minimum(delay, local.polled(comp)),
-                        comp)
+            delay_polls(c.calendar, cfg, split, computed, local.polled(comp, delay), comp)
         after = computed + delay + upd
         for p in posts.get(s, []):
             order += 1

@@ -106,10 +106,11 @@ def hook_plan(plan: Sequence[tuple[int, int]], offsets: Sequence[int]) -> HookPl
 
 def _overlap_step(cfg: argparse.Namespace, split: ComputeSplit, hooks: HookPlan,
                   stages: list[np.ndarray], begin: np.ndarray, comp: np.ndarray,
-                  delay: np.ndarray, stage_bytes: list[np.ndarray] | None = None,
-                  wire: Wire | None = None,
-                  polled: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
-    """One SSGD overlap step from the end of data loading: (arrive at Waitall, end, comm)."""
+                  delay: np.ndarray, polled: np.ndarray,
+                  stage_bytes: list[np.ndarray] | None = None,
+                  wire: Wire | None = None) -> tuple[np.ndarray, float, float]:
+    """One SSGD overlap step from the end of data loading: (arrive at Waitall, end, comm);
+    ``polled``: each rank's part of ``delay`` that polls (:meth:`.LocalTimes.polled`)."""
     n = len(begin)
     shares = np.asarray(split.backward)
     polls_before = np.cumsum([0] + [1 if h in hooks.polls else 0 for h in range(len(shares))])
@@ -121,8 +122,7 @@ def _overlap_step(cfg: argparse.Namespace, split: ComputeSplit, hooks: HookPlan,
     calendar.add_polls(at[:, list(hooks.polls)])
     arrive = begin + comp + TESTALL_SECONDS * polls_before[-1] + delay
     if hooks.straggle is not None:
-        delay_polls(calendar, cfg, split, at[:, hooks.straggle],
-                    delay if polled is None else np.minimum(delay, polled), comp)
+        delay_polls(calendar, cfg, split, at[:, hooks.straggle], polled, comp)
     calendar.add_span(arrive, np.inf)
     wire, colls = wire or Wire(), []
     for h, buckets in enumerate(hooks.posts):
@@ -181,7 +181,8 @@ def ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             comm, wait = end - arrive, np.zeros(n)
         else:
             arrive, end, poll_s = _overlap_step(cfg, split, hooks, stages, start + data, comp,
-                                                delay, stage_bytes, wire, local.polled(comp))
+                                                delay, local.polled(comp, delay),
+                                                stage_bytes, wire)
             wait, comm = np.maximum(end - arrive, 0.0), poll_s
         t = np.maximum(arrive, end) + upd
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp, t_comm=comm,
@@ -262,7 +263,7 @@ def odsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         if pending is not None:
             pending.calendar.add_polls(polls)
             delay_polls(pending.calendar, cfg, split, computed,
-                        np.minimum(delay, local.polled(comp)), comp)
+                        local.polled(comp, delay), comp)
             pending.calendar.add_span(posted, np.inf)  # Wait(req_{t-1}) after the post
             advance([pending, current], wire, pending)
             wait = np.maximum(pending.end - posted, 0.0)
@@ -309,7 +310,7 @@ def _oscars_overlapped(cfg: argparse.Namespace, local: LocalTimes, pending: Infl
     split = local.workload.compute_split()
     polls, computed = compute_polls(t + d, c, split.hooks, TESTALL_SECONDS)
     pending.calendar.add_polls(polls)
-    delay_polls(pending.calendar, cfg, split, computed, np.minimum(dl, local.polled(c)), c)
+    delay_polls(pending.calendar, cfg, split, computed, local.polled(c, dl), c)
     stepped = computed + dl + u
     pending.calendar.add_span(stepped, np.inf)
     advance([pending], wire, pending)

@@ -60,21 +60,19 @@ class LocalTimes:
         polling MPI (``bench/train/slowdown.py``), a frozen process does not. The factor
         is the persistent one (``--slowdown`` and persistent ``--stragglers``); a transient
         straggler's delay and a replayed run's own delay count as not polled."""
-        factors = self.slowdown[ranks]
-        if self.speeds is not None:
-            factors = factors * np.asarray(self.speeds, dtype=float)[ranks]
-        compute = self.cols[ranks, :steps, 1].mean(axis=1)
-        return float((compute * np.maximum(factors - 1.0, 0.0)).mean())
+        return float(self.polled(self.cols[ranks, :steps, 1].mean(axis=1), ranks=ranks).mean())
 
-    def polled(self, compute: np.ndarray, ranks: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """Per rank of ``ranks``, the seconds of a step's delay that poll MPI, for that
-        step's ``compute``: an emulated slowdown's ``compute x (factor - 1)``, as
-        :meth:`polled_delay` takes it; a node quota's freezes and a transient straggler's
-        delay do not poll (a frozen process cannot)."""
+    def polled(self, compute: np.ndarray, delay: np.ndarray | float = math.inf,
+               ranks: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Per rank of ``ranks``, the seconds of a step's ``delay`` that poll MPI, for that
+        step's ``compute``: an emulated slowdown's ``compute x (factor - 1)``, at most the
+        delay; a node quota's freezes and a transient straggler's delay do not poll (a
+        frozen process cannot)."""
         factors = self.slowdown[ranks]
         if self.speeds is not None:
             factors = factors * np.asarray(self.speeds, dtype=float)[ranks]
-        return np.asarray(compute, dtype=float) * np.maximum(factors - 1.0, 0.0)
+        return np.minimum(delay, np.asarray(compute, dtype=float)
+                          * np.maximum(factors - 1.0, 0.0))
 
     def ensure(self, steps: int) -> None:
         """Draw every rank's local times up to step ``steps`` (exclusive)."""
