@@ -243,10 +243,14 @@ def collectives(reducer: CompressedReducer, index: int, n: int, compressing: boo
 
 def chain_stages(chain: list[tuple[str, Any]], n: int, algorithm: str,
                  time_phase: PhaseClock) -> np.ndarray:
-    """Every stage of a bucket's collectives, one after another. The links' token bucket
-    (``--link-burst``) is left out: PowerSGD's blocking collectives (11 and 3 KB on mlp)
-    took their back-to-back time on 2 emulated nodes at 200 Mbit/s with a 51 KB bucket
-    (docs/RESULTS.md), not the bucket's."""
+    """Every stage of a bucket's collectives, one after another, at their back-to-back
+    time. The links' token bucket (``--link-burst``) is left out, and with it a cost the
+    model does not have. A short collective after compute passes under the bucket: 11 KB
+    in 0.04 ms against 0.34 back to back at 200 Mbit/s (``python -m
+    syncbench.bench.micro.after_idle``). But in training, each of the codecs' collectives
+    took 0.10-0.15 ms from the later rank's post, at either link rate. With the bucket
+    alone the validation left more configurations off, not fewer (docs/RESULTS.md, "A
+    short collective after compute")."""
     parts = []
     for kind, size in chain:
         if kind == "alltoallv":

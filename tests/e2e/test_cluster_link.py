@@ -105,3 +105,16 @@ def test_calibration_fits_the_link_rate(allreduce, tmp_path):
         latency, bandwidth = float(m[1]) * 1e-6, float(m[2]) * 1e6
     assert bandwidth == pytest.approx(LINK_BYTES_PER_S, rel=TOLERANCE)
     assert 1e-6 < latency < 200e-6  # one exchange through the stacks: some 10-30 us
+
+
+def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
+    """11 KB at 200 Mbit/s: about 0.34 ms back to back (the rate), about 0.04 ms after
+    the ranks spun for 1 ms (the 51 KB bucket refilled and passes it at once)."""
+    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
+                        "syncbench.bench.micro.after_idle", "--op", "allreduce",
+                        "--sizes", "11264", "--repeats", "40")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = re.search(r"back to back ([\d.]+) .* after 1 ms ([\d.]+)", proc.stdout)
+    assert m, proc.stdout
+    back_to_back, after = float(m[1]), float(m[2])
+    assert back_to_back > 0.25 and after < back_to_back / 3, proc.stdout

@@ -72,3 +72,19 @@ def test_the_rma_micro_benchmarks_bad_input_is_one_line(capsys, module, flags, l
     main = importlib.import_module(f"syncbench.bench.micro.{module}").main
     assert main(flags) == 2
     assert capsys.readouterr().err.strip().splitlines() == [line]
+
+
+@pytest.mark.parametrize("flags,line", [
+    (["--op", "bcast"], "after_idle: --op bcast: give one of allreduce, allgather"),
+    (["--sizes", "2"], "after_idle: give --sizes of at least 4 bytes, --gap-ms >= 0 and "
+                       "--repeats >= 10"),
+    (["--gap-ms", "nan"], "after_idle: give --sizes of at least 4 bytes, --gap-ms >= 0 and "
+                          "--repeats >= 10"),
+    (["--repeats", "x"], "after_idle: give --sizes of at least 4 bytes, --gap-ms >= 0 and "
+                         "--repeats >= 10"),
+])
+def test_the_short_collective_benchmarks_bad_input_is_one_line(capsys, flags, line):
+    from syncbench.bench.micro.after_idle import main
+
+    assert main(flags) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
