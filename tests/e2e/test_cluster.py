@@ -274,6 +274,39 @@ def test_the_runners_speed_changes_keep_what_was_changed_meanwhile(cluster, monk
             TC.syncbench("cluster", "speed", node, "1")
 
 
+def test_a_quota_probe_that_other_work_preempts_is_not_taken_for_the_quota(cluster):
+    """The probe of a node's quota spins and counts its frozen spells. A process spinning
+    on the node's CPU outside the node cuts those spells short and lengthens its
+    freezes. The probe checks them against the kernel's throttled time (the cgroup's
+    ``cpu.stat``), runs again, and after its last try leaves the pattern unmeasured,
+    with a note in the state, instead of recording the competitor's share."""
+    node = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]
+    if not node.get("cpus"):
+        pytest.skip("the node has no CPU of its own on this host (no cpuset)")
+    cpu = int(node["cpus"].split(",")[0].split("-")[0])
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        slowed = TC.syncbench("cluster", "speed", NODES[1], "0.5", timeout=120)
+    finally:
+        hog.kill()
+        hog.wait()
+    try:
+        assert slowed.returncode == 0, slowed.stderr  # the quota stands
+        after = json.loads((TC.state_dir / "state.json").read_text())
+        assert after["nodes"][1]["speed"] == 0.5
+        assert after["nodes"][1]["throttle"] == "", after["nodes"][1]
+        assert any("preempted" in note and NODES[1] in note for note in after["notes"]), \
+            after["notes"]
+        assert slowed.stderr.count("\n") == 1 and "were not measured" in slowed.stderr
+        alone = TC.syncbench("cluster", "speed", NODES[1], "0.25", timeout=120)
+        assert alone.returncode == 0, alone.stderr
+        throttle = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]["throttle"]
+        assert throttle.count("/") == 2, throttle  # measured, with nothing competing
+    finally:
+        TC.syncbench("cluster", "speed", NODES[1], "1")
+
+
 # -- the state folder: trusted only when it is root's; down removes only what up made --
 TS = TestCluster("ts", "10.84.0", nodes=1)
 NODE_JSON = {"index": 1, "name": "tsnode1", "address": "10.84.0.1", "veth": "tsv1"}
