@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from syncbench.analysis.context import LOADED_SHARE, foreign_share
 from syncbench.analysis.output_paths import check_output_dir
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
@@ -312,7 +313,7 @@ def validate_main(args: argparse.Namespace) -> int:
             f"{'pred/s':>9} {'err':>6} {'comp ms m/p':>13} {'sync ms m/p':>13} "
             f"{'other ms m/p':>13}")
     print(head)
-    errors, cells = [], []
+    errors, cells, loaded_runs = [], [], []
     labels = runner_labels([run.path for run in runs])
     for run, (_cfg, n, _), result, host in zip(runs, jobs, results, hosts):
         m = {**row_figures(run.ranks), "samples_per_s": measured_samples_per_s(run)}
@@ -322,9 +323,9 @@ def validate_main(args: argparse.Namespace) -> int:
         name = run.path.rsplit("/", 1)[-1]
         config = configuration(run)
         cells.append((labels[run.path], config, err))
-        note = "" if run.model == workload.name else f"  (model {run.model} != workload)"
-        if host != 1.0:
-            note += f"  host x{host:.2f}"
+        note, share = row_note(run, workload.name, host)
+        if share is not None:
+            loaded_runs.append(share)
         print(f"{name[:34]:<34} {run.algorithm:<8} {n:>2} {config[:16]:<16} {run_load(run):>5} "
               f"{m['samples_per_s']:>9.0f} "
               f"{p['samples_per_s']:>9.0f} {100 * err:>+5.0f}% "
@@ -336,6 +337,8 @@ def validate_main(args: argparse.Namespace) -> int:
               f"max {100 * float(np.max(errors)):.1f}% over {len(errors)} runs")
     print("load: the host's highest 1-minute load average during the measured run; above its "
           "cores, other processes took CPU time the simulation does not know about")
+    if loaded_runs:
+        print(loaded_line(loaded_runs, len(errors)))
     if len({c for _, c, _ in cells}) > 1 or len(cells) > len({lbl for lbl, _, _ in cells}):
         print()
         print(error_table(cells))
@@ -613,6 +616,26 @@ def spread_lines(cells: list[tuple[str, str, float]], limit: float = 0.15) -> li
                      f"{r.chance_off:.1f}; 1 in 20 with "
                      + (f"{need} repeat(s)" if need else "more than 100 repeats"))
     return lines
+
+
+def row_note(run: Any, workload_model: str, host: float) -> tuple[str, float | None]:
+    """A table row's trailing note (another model than the workload's, the run's host
+    speed, a loaded host) and the run's foreign CPU share where it was loaded (else None)."""
+    note = "" if run.model == workload_model else f"  (model {run.model} != workload)"
+    if host != 1.0:
+        note += f"  host x{host:.2f}"
+    share = foreign_share(run.attrs)
+    if share is None or share <= LOADED_SHARE:
+        return note, None
+    return note + f"  loaded {share:.2f}", share
+
+
+def loaded_line(shares: list[float], runs: int) -> str:
+    """The line under the table naming the runs other processes loaded
+    (:func:`syncbench.analysis.context.loaded`): their errors are not the model's alone."""
+    return (f"loaded: {len(shares)} of {runs} runs were measured while other processes used "
+            f"more than {LOADED_SHARE:.0%} of the host's cores (up to {max(shares):.0%}, "
+            "foreign_cpu_share): their errors hold that work too")
 
 
 def run_load(run: Any) -> str:

@@ -328,3 +328,22 @@ def test_the_repeats_spread_says_how_many_configurations_noise_alone_leaves_off(
     assert ("  hom            a run 14.1% (2 degrees of freedom); off 1 of 2, by chance 0.3; "
             "1 in 20 with 4 repeat(s)") in table
     assert "work 2x" not in table.split("repeats' spread")[1]
+
+
+def test_a_run_other_processes_loaded_is_named_under_the_table():
+    """A run whose host other processes used above a tenth of the cores (the run file's
+    ``foreign_cpu_share``) is marked in its row and counted under the table: its error
+    is not the model's alone (the quota runs of one validation set: 117 of 144 at 0.2)."""
+    from types import SimpleNamespace
+
+    from syncbench.bench.simulate.validate import loaded_line, row_note
+
+    quiet = SimpleNamespace(model="mlp", attrs={"foreign_cpu_share": 0.03})
+    busy = SimpleNamespace(model="mlp", attrs={"foreign_cpu_share": 0.21})
+    unknown = SimpleNamespace(model="lenet", attrs={})
+    assert row_note(quiet, "mlp", 1.0) == ("", None)
+    assert row_note(busy, "mlp", 1.26) == ("  host x1.26  loaded 0.21", 0.21)
+    assert row_note(unknown, "mlp", 1.0) == ("  (model lenet != workload)", None)
+    assert loaded_line([0.21, 0.25], 12).startswith(
+        "loaded: 2 of 12 runs were measured while other processes used more than 10% of "
+        "the host's cores (up to 25%")
