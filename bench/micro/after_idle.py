@@ -29,6 +29,8 @@ import numpy as np
 from syncbench.bench.micro.pair import flag_parser, known_flags, start_pair
 
 OPS = ("allreduce", "allgather")
+#: The largest size a rank contributes (its buffers are allocated at once).
+MAX_BYTES = 64 << 20
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -36,7 +38,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--op", default="allreduce", help=f"one of {', '.join(OPS)}")
     parser.add_argument("--sizes", default="3072,11264,18816,49152",
                         help="bytes each rank contributes, comma-separated")
-    parser.add_argument("--gap-ms", default="1.0", help="milliseconds spun before each post")
+    parser.add_argument("--gap-ms", default="1.0",
+                        help="milliseconds spun before each post (> 0)")
     parser.add_argument("--repeats", default="200", help="collectives per size and mode")
     args = known_flags(parser, "after_idle", argv)
     if args.op not in OPS:
@@ -46,10 +49,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.gap_ms, args.repeats = float(args.gap_ms), int(args.repeats)
     except ValueError:
         args.sizes, args.gap_ms = [], math.nan
-    if not (args.sizes and min(args.sizes) >= 4 and 0 <= args.gap_ms < 1e4
-            and args.repeats >= 10):
-        raise ValueError("after_idle: give --sizes of at least 4 bytes, --gap-ms >= 0 and "
-                         "--repeats >= 10")
+    if not (args.sizes and 4 <= min(args.sizes) and max(args.sizes) <= MAX_BYTES
+            and 0 < args.gap_ms <= 1e4 and 10 <= args.repeats <= 100_000):
+        raise ValueError("after_idle: give --sizes of 4 bytes to 64 MiB, --gap-ms in "
+                         "(0, 10000] and --repeats of 10 to 100000")
+    if args.op == "allreduce" and any(size % 4 for size in args.sizes):
+        raise ValueError("after_idle: an allreduce sums float32: give --sizes in multiples "
+                         "of 4 bytes")
     return args
 
 
@@ -62,7 +68,7 @@ def spin(seconds: float) -> None:
 def timed(comm, op: str, nbytes: int, gap_s: float, repeats: int) -> list[float]:
     """This rank's seconds in each of ``repeats`` collectives of ``nbytes``."""
     if op == "allreduce":
-        send = np.ones(max(1, nbytes // 4), dtype=np.float32)
+        send = np.ones(nbytes // 4, dtype=np.float32)
         recv = np.empty_like(send)
     else:
         send = np.ones(nbytes, dtype=np.uint8)

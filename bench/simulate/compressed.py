@@ -248,9 +248,10 @@ def chain_stages(chain: list[tuple[str, Any]], n: int, algorithm: str,
     model does not have. A short collective after compute passes under the bucket: 11 KB
     in 0.04 ms against 0.34 back to back at 200 Mbit/s (``python -m
     syncbench.bench.micro.after_idle``). But in training, each of the codecs' collectives
-    took 0.10-0.15 ms from the later rank's post, at either link rate. With the bucket
-    alone the validation left more configurations off, not fewer (docs/RESULTS.md, "A
-    short collective after compute")."""
+    took 0.08-0.14 ms from the later rank's post at 1 Gbit/s, and their comm and wait
+    together 0.12-0.23 ms a step at either rate. With the bucket alone the validation left
+    more configurations off, not fewer (docs/RESULTS.md, "A short collective after
+    compute")."""
     parts = []
     for kind, size in chain:
         if kind == "alltoallv":

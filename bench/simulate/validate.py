@@ -627,7 +627,7 @@ def row_note(run: Any, workload_model: str, host: float) -> tuple[str, float | N
     share = foreign_share(run.attrs)
     if share is None or share <= LOADED_SHARE:
         return note, None
-    return note + f"  loaded {share:.2f}", share
+    return note + f"  loaded {share:.0%}", share
 
 
 def loaded_line(shares: list[float], runs: int) -> str:
@@ -635,7 +635,7 @@ def loaded_line(shares: list[float], runs: int) -> str:
     (:func:`syncbench.analysis.context.loaded`): their errors are not the model's alone."""
     return (f"loaded: {len(shares)} of {runs} runs were measured while other processes used "
             f"more than {LOADED_SHARE:.0%} of the host's cores (up to {max(shares):.0%}, "
-            "foreign_cpu_share): their errors hold that work too")
+            "foreign_cpu_share): their errors may hold that work too")
 
 
 def run_load(run: Any) -> str:

@@ -7,7 +7,10 @@ takes it down at the end. One 2-rank allreduce benchmark across it must
 * move at least the bytes MPICH's allreduce must move through each node's link (and
   not much more), counted on the host-side veth of each node;
 * show a bus bandwidth at its largest size within 10% of the link's rate;
-* give ``syncbench simulate --calibrate`` a bandwidth within 10% of the link's rate.
+* give ``syncbench simulate --calibrate`` a bandwidth within 10% of the link's rate;
+
+and a short allreduce after the ranks computed must pass under the link's token bucket
+(``python -m syncbench.bench.micro.after_idle``), far faster than back to back.
 
 200 Mbit/s rather than 1 Gbit/s: at 1 Gbit/s two busy-polling ranks and the kernel's
 TCP work share this host's two cores, and the rate measured swings with other load.

@@ -74,14 +74,22 @@ def test_the_rma_micro_benchmarks_bad_input_is_one_line(capsys, module, flags, l
     assert capsys.readouterr().err.strip().splitlines() == [line]
 
 
+RANGES = ("after_idle: give --sizes of 4 bytes to 64 MiB, --gap-ms in (0, 10000] and "
+          "--repeats of 10 to 100000")
+
+
 @pytest.mark.parametrize("flags,line", [
     (["--op", "bcast"], "after_idle: --op bcast: give one of allreduce, allgather"),
-    (["--sizes", "2"], "after_idle: give --sizes of at least 4 bytes, --gap-ms >= 0 and "
-                       "--repeats >= 10"),
-    (["--gap-ms", "nan"], "after_idle: give --sizes of at least 4 bytes, --gap-ms >= 0 and "
-                          "--repeats >= 10"),
-    (["--repeats", "x"], "after_idle: give --sizes of at least 4 bytes, --gap-ms >= 0 and "
-                         "--repeats >= 10"),
+    (["--sizes", "2"], RANGES),
+    (["--sizes", "3072,"], RANGES),
+    (["--sizes", str(1 << 30)], RANGES),
+    (["--gap-ms", "nan"], RANGES),
+    (["--gap-ms", "0"], RANGES),
+    (["--gap-ms", "-1"], RANGES),
+    (["--repeats", "x"], RANGES),
+    (["--repeats", "5"], RANGES),
+    (["--sizes", "4098"], "after_idle: an allreduce sums float32: give --sizes in multiples "
+                          "of 4 bytes"),
 ])
 def test_the_short_collective_benchmarks_bad_input_is_one_line(capsys, flags, line):
     from syncbench.bench.micro.after_idle import main

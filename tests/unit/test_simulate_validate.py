@@ -342,7 +342,9 @@ def test_a_run_other_processes_loaded_is_named_under_the_table():
     busy = SimpleNamespace(model="mlp", attrs={"foreign_cpu_share": 0.21})
     unknown = SimpleNamespace(model="lenet", attrs={})
     assert row_note(quiet, "mlp", 1.0) == ("", None)
-    assert row_note(busy, "mlp", 1.26) == ("  host x1.26  loaded 0.21", 0.21)
+    at_line = SimpleNamespace(model="mlp", attrs={"foreign_cpu_share": 0.10})
+    assert row_note(at_line, "mlp", 1.0) == ("", None)  # above a tenth, not at it
+    assert row_note(busy, "mlp", 1.26) == ("  host x1.26  loaded 21%", 0.21)
     assert row_note(unknown, "mlp", 1.0) == ("  (model lenet != workload)", None)
     assert loaded_line([0.21, 0.25], 12).startswith(
         "loaded: 2 of 12 runs were measured while other processes used more than 10% of "
