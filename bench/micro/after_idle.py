@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from syncbench.bench.micro.pair import flag_parser, known_flags, start_pair
+from syncbench.bench.micro.pair import flag_parser, known_flags, spin, start_pair
 
 OPS = ("allreduce", "allgather")
 #: The largest size a rank contributes (its buffers are allocated at once).
@@ -59,20 +59,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def timed(comm, op: str, nbytes: int, gap_s: float, repeats: int) -> list[float]:
-    """This rank's seconds in each of ``repeats`` collectives of ``nbytes``."""
+def buffers(op: str, nbytes: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(send, receive) of one rank's ``nbytes``: float32 to sum, or bytes to gather from
+    ``size`` ranks."""
     if op == "allreduce":
         send = np.ones(nbytes // 4, dtype=np.float32)
-        recv = np.empty_like(send)
-    else:
-        send = np.ones(nbytes, dtype=np.uint8)
-        recv = np.empty(nbytes * comm.Get_size(), dtype=np.uint8)
+        return send, np.empty_like(send)
+    return np.ones(nbytes, dtype=np.uint8), np.empty(nbytes * size, dtype=np.uint8)
+
+
+def timed(comm, op: str, send: np.ndarray, recv: np.ndarray, gap_s: float,
+          repeats: int) -> list[float]:
+    """This rank's seconds in each of ``repeats`` collectives of ``send``."""
     out = []
     for _ in range(repeats):
         comm.Barrier()
@@ -98,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
               f"the later rank: median (p10-p90)", flush=True)
     for nbytes in args.sizes:
         row = []
+        send, recv = buffers(args.op, nbytes, comm.Get_size())
         for gap_s in (0.0, args.gap_ms / 1e3):
-            timed(comm, args.op, nbytes, gap_s, 5)  # warm-up: connections, buffers
-            mine = np.asarray(timed(comm, args.op, nbytes, gap_s, args.repeats))
+            timed(comm, args.op, send, recv, gap_s, 5)  # warm-up: connections, buffers
+            mine = np.asarray(timed(comm, args.op, send, recv, gap_s, args.repeats))
             both = comm.gather(mine, root=0)
             if rank == 0:
                 later = 1e3 * np.minimum(both[0], both[1])

@@ -1,4 +1,5 @@
-"""The start of a micro-benchmark between exactly two ranks (``polls``, ``rma_behind``).
+"""The start of a micro-benchmark between exactly two ranks (``polls``, ``rma_behind``,
+``after_idle``), and the spin that stands for their compute.
 
 Bad flags are one line and exit status 2 on every rank, before MPI starts; a world of
 another size is one line from rank 0 and status 2.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,3 +46,11 @@ def start_pair(name: str, parse: Callable[[list[str] | None], argparse.Namespace
             print(f"{name}: needs exactly 2 ranks", file=sys.stderr)
         return 2
     return args, comm
+
+
+def spin(seconds: float) -> None:
+    """Keep the CPU busy for ``seconds`` without a system call or an MPI call: a rank's
+    compute, during which MPI progresses nothing."""
+    begin = time.perf_counter()
+    while time.perf_counter() - begin < seconds:
+        pass

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from syncbench.bench.micro.pair import flag_parser, known_flags, start_pair
+from syncbench.bench.micro.pair import flag_parser, known_flags, spin, start_pair
 
 #: Operations timed per size, and how many of them are warm-up left out of the figures.
 REPEATS, WARMUP = 12, 2
@@ -66,12 +66,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _spin(seconds: float) -> None:
-    begin = time.perf_counter()
-    while time.perf_counter() - begin < seconds:
-        pass
-
-
 def _one_sided(comm: Any, win: Any, op: str, data: np.ndarray, n: int, gap: float,
                rep: int) -> float:
     """Rank 0: one epoch of ``op`` on rank 1's window (seconds); rank 1: polls until told."""
@@ -79,7 +73,7 @@ def _one_sided(comm: Any, win: Any, op: str, data: np.ndarray, n: int, gap: floa
 
     if comm.Get_rank() == 1:
         while True:
-            _spin(gap)
+            spin(gap)
             if comm.Iprobe(0, DONE_TAG):
                 comm.recv(source=0, tag=DONE_TAG)
                 return 0.0
@@ -102,7 +96,7 @@ def _iallreduce(comm: Any, data: np.ndarray, out: np.ndarray, n: int, gap: float
     start = time.perf_counter()
     request = comm.Iallreduce(data[:n], out[:n])
     while True:
-        _spin(gap)
+        spin(gap)
         if request.Test():
             return time.perf_counter() - start
 
