@@ -92,7 +92,13 @@ class Throttle:
     transfers"). Where the tick falls against the period's refill differs from one wake
     to the next, so the first burst after an idle spell is spread: about 2 to 5 ms (10th
     to 90th percentile) at that quota, and so, about, was an MPI rank's compute after a
-    wait in MPI (docs/RESULTS.md, "A quota's first burst")."""
+    wait in MPI (docs/RESULTS.md, "A quota's first burst").
+
+    The kernel also checks the quota whenever the scheduler runs on the CPU, so a task
+    that wakes there every few milliseconds gives a finer pattern (1.03 ms on, 0.97 off
+    beside a 1 ms waker, a share of 0.47); a rank's sends do not
+    (``syncbench.bench.micro.quota_wakes``; docs/RESULTS.md, "A quota's share and the
+    wake-ups on its CPU"). The pattern here is the probe's, a busy process alone."""
 
     on_s: float
     off_s: float

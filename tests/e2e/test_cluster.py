@@ -327,6 +327,41 @@ TS = TestCluster("ts", "10.84.0", nodes=1)
 NODE_JSON = {"index": 1, "name": "tsnode1", "address": "10.84.0.1", "veth": "tsv1"}
 
 
+def _wake_rows(text: str) -> dict[str, tuple[float, float]]:
+    """quota_wakes' rows: {interval: (median running share, median frozen span in ms)}."""
+    rows = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and not line.startswith("#") and fields[0] != "wake":
+            rows[fields[0]] = (float(fields[1]), float(fields[5]))
+    return rows
+
+
+def test_a_task_that_wakes_on_a_slow_nodes_cpu_shortens_its_quotas_freezes(cluster):
+    """The kernel checks a quota at the tick and whenever the scheduler runs. A busy
+    process alone on a node at speed 0.5 overruns to the tick and is frozen about 5 ms
+    (a running share near 0.38 on a 250 Hz kernel); a task in the node that wakes every
+    millisecond makes the scheduler run in between: freezes of about 1 ms, a share near
+    0.47 (docs/RESULTS.md, "A quota's share and the wake-ups on its CPU")."""
+    node = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]
+    if not node.get("cpus"):
+        pytest.skip("the node has no CPU of its own on this host (no cpuset)")
+    slowed = TC.syncbench("cluster", "speed", NODES[1], "0.5", timeout=120)
+    assert slowed.returncode == 0, slowed.stderr
+    try:
+        done = TC.syncbench("cluster", "exec", NODES[1], "--", sys.executable, "-m",
+                            "syncbench.bench.micro.quota_wakes", "--wake-ms", "0,1",
+                            "--seconds", "0.5", "--repeats", "3", timeout=120)
+    finally:
+        TC.syncbench("cluster", "speed", NODES[1], "1")
+    assert done.returncode == 0, done.stderr
+    rows = _wake_rows(done.stdout)
+    assert set(rows) == {"none", "1"}, done.stdout
+    (alone, alone_off), (woken, woken_off) = rows["none"], rows["1"]
+    assert alone < 0.45 and alone_off > 3.0, done.stdout  # overrun to the tick
+    assert woken > alone + 0.04 and woken_off < 2.0, done.stdout
+
+
 @pytest.fixture
 def ts(tmp_path):
     """A state folder of the test's own (root's, 0755) and ``syncbench`` with its names;
