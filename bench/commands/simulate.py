@@ -160,6 +160,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "own traffic inflates is then taken as the host's); a compressed run's "
                      "codec cost is scaled likewise by its free ranks' mean codec time over "
                      "the codec workload's")
+    val.add_argument("--validate-workload-ranks", choices=("pooled", "each"),
+                     default="pooled",
+                     help="the --workload's measured ranks: pooled (default), each rank's "
+                     "rows scaled to the ranks' common mean compute, as the validation's "
+                     "nodes are alike; each: every simulated rank replays its measured "
+                     "rank's own")
     val.add_argument("--validate-out", default=None, metavar="DIR",
                      help="also write each prediction as a run file, DIR/predicted-NAME.h5 "
                      "(syncbench trace MEASURED.h5 --beside it draws the two side by side; "

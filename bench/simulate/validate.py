@@ -278,7 +278,7 @@ def validate_main(args: argparse.Namespace) -> int:
             runs.append(read_run(path))
         except RunFileError as exc:
             raise ValueError(f"--validate {exc}") from None
-    workload = build_workload(args)
+    workload = pooled_workload(args, build_workload(args))
     by_codec = compressed_workloads(args, workload)
     if getattr(args, "quota_workload", None):
         args.quota_efficiency = quota_efficiency(args.quota_workload, workload.name)
@@ -387,6 +387,31 @@ def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
                                       "codec_source": measured.source,
                                       "codec_world_size": measured.extra.get(
                                           "measured_world_size", 1)})
+
+
+def pooled_workload(args: argparse.Namespace, workload: Any) -> Any:
+    """The workload whose rows every prediction replays: with ``--validate-workload-ranks
+    pooled`` (the default) each measured rank's rows scaled to the ranks' common mean
+    (:meth:`~.workload.Workload.pooled`), with a line saying so where they differed;
+    ``each``: every rank's own.
+
+    Why: the validation's workload is a run of the model on the same nodes as the runs,
+    every rank unslowed, and a rank's speed in it is not its node's. Over the homogeneous
+    runs of five validation sets (24-72 runs a model each), rank 0's mean compute over
+    rank 1's had a median of 0.98-1.02 a set and model, half of them within 0.92-1.08;
+    three of the fifteen workloads were outside that, at 0.91 (mlp), 1.13 and 1.24
+    (lenet), and a prediction replaying them per rank took that one run's difference for
+    the nodes' (docs/RESULTS.md, "The validation's workload, its ranks pooled")."""
+    if getattr(args, "validate_workload_ranks", "pooled") != "pooled":
+        return workload
+    pooled = workload.pooled()
+    means = workload.rank_means()
+    if pooled is not workload and len(means) > 1 and max(means) > min(means):
+        common = float(np.mean(pooled.rank_means()))
+        print(f"--workload ranks' mean compute {', '.join(f'{1e3 * m:.3f}' for m in means)} "
+              f"ms: replayed at their common {1e3 * common:.3f} ms, each rank's steps in "
+              f"their order (--validate-workload-ranks pooled)")
+    return pooled
 
 
 def host_factor(run: Any, workload: Any) -> float:

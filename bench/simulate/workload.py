@@ -310,6 +310,30 @@ class Workload:
             mean_data_s=self.mean_data_s * factor, mean_update_s=self.mean_update_s * factor,
             mean_codec_s=self.mean_codec_s * codec)
 
+    def pooled(self) -> Workload:
+        """This workload with every measured rank's rows scaled to the ranks' common mean:
+        each rank's data, compute and update times the mean over all ranks' rows over its
+        own mean, so each rank keeps its step-to-step variation and order but none keeps a
+        speed of its own. Itself where there is one rank, no rows, or a rank that was
+        slowed (a measured ``delay``): a slowed rank's speed is what it was measured for."""
+        bounds = self.rank_bounds
+        if (self.rows is None or len(bounds) < 3
+                or (self.delay_ratio is not None and np.any(self.delay_ratio > 0))):
+            return self
+        rows = self.rows.copy()
+        common = self.rows.mean(axis=0)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            own = self.rows[lo:hi].mean(axis=0)
+            rows[lo:hi] *= np.divide(common, own, out=np.ones(3), where=own > 0)
+        return dataclasses.replace(self, rows=rows)
+
+    def rank_means(self) -> list[float]:
+        """Each measured rank's mean compute (seconds) over its replayed rows."""
+        if self.rows is None:
+            return []
+        bounds = self.rank_bounds
+        return [float(self.rows[lo:hi, 1].mean()) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
     def with_update(self, factor: float) -> Workload:
         """This workload with every replayed row's update (and the profile's mean update)
         ``factor`` times as long: another local optimizer's step (:mod:`.local_update`)."""

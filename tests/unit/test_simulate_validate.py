@@ -349,3 +349,33 @@ def test_a_run_other_processes_loaded_is_named_under_the_table():
     assert loaded_line([0.21, 0.25], 12).startswith(
         "loaded: 2 of 12 runs were measured while other processes used more than 10% of "
         "the host's cores (up to 25%")
+
+
+def test_a_workloads_ranks_are_replayed_at_their_common_mean(capsys):
+    """--validate-workload-ranks pooled (the default): a workload whose two unslowed ranks
+    computed 24 and 20 ms a step is replayed with both at 22 ms, each rank's own steps in
+    their order (the rises and falls kept); ``each`` keeps every rank's own speed, and a
+    workload with a slowed rank (a measured delay) is left as it was measured."""
+    import numpy as np
+
+    from syncbench.bench.simulate.validate import pooled_workload
+    from syncbench.bench.simulate.workload import Workload
+
+    wiggle = np.array([0.9, 1.1, 1.0, 1.0])
+    rows = np.concatenate([np.outer(0.024 * wiggle, [0.05, 1.0, 0.1]),
+                           np.outer(0.020 * wiggle[::-1], [0.05, 1.0, 0.1])])
+    w = Workload(name="lenet", params=10, batch_size=1, dataset_samples=10, rows=rows,
+                 rank_bounds=[0, 4, 8], delay_ratio=np.zeros(8))
+    pooled = pooled_workload(argparse.Namespace(validate_workload_ranks="pooled"), w)
+    assert pooled.rank_means() == pytest.approx([0.022, 0.022])
+    np.testing.assert_allclose(pooled.rows[:4, 1], 0.022 * wiggle)
+    np.testing.assert_allclose(pooled.rows[4:, 1], 0.022 * wiggle[::-1])
+    np.testing.assert_allclose(pooled.rows[:, 0] / pooled.rows[:, 1], 0.05)
+    assert w.rank_means() == pytest.approx([0.024, 0.020])  # the measured one is untouched
+    line = capsys.readouterr().out
+    assert "24.000, 20.000 ms: replayed at their common 22.000 ms" in line
+    kept = pooled_workload(argparse.Namespace(validate_workload_ranks="each"), w)
+    assert kept is w and not capsys.readouterr().out
+    slowed = Workload(name="lenet", params=10, batch_size=1, dataset_samples=10, rows=rows,
+                      rank_bounds=[0, 4, 8], delay_ratio=np.r_[np.zeros(4), np.ones(4)])
+    assert slowed.pooled() is slowed
