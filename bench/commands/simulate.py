@@ -163,7 +163,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     val.add_argument("--validate-workload-ranks", choices=("pooled", "each"),
                      default="pooled",
                      help="the --workload's measured ranks: pooled (default), each rank's "
-                     "rows scaled to the ranks' common mean compute, as the validation's "
+                     "rows (data, compute, update) scaled to the mean of the ranks' means "
+                     "where every rank ran unslowed at one node speed, as the validation's "
                      "nodes are alike; each: every simulated rank replays its measured "
                      "rank's own")
     val.add_argument("--validate-out", default=None, metavar="DIR",

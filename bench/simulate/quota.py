@@ -95,10 +95,11 @@ class Throttle:
     wait in MPI (docs/RESULTS.md, "A quota's first burst").
 
     The kernel also checks the quota whenever the scheduler runs on the CPU, so a task
-    that wakes there every few milliseconds gives a finer pattern (1.03 ms on, 0.97 off
-    beside a 1 ms waker, a share of 0.47); a rank's sends do not
-    (``syncbench.bench.micro.quota_wakes``; docs/RESULTS.md, "A quota's share and the
-    wake-ups on its CPU"). The pattern here is the probe's, a busy process alone."""
+    that wakes there every few milliseconds gives a finer pattern (where the probe
+    recorded 3.2/4.8 ms, 1.04 on and 0.96 off beside a 1 ms waker, 0.48 of the CPU
+    against 0.40); a rank's sends do not (``syncbench.bench.micro.quota_wakes``;
+    docs/RESULTS.md, "A quota's share and the wake-ups on its CPU"). The pattern here is
+    the probe's, a busy process alone."""
 
     on_s: float
     off_s: float

@@ -312,20 +312,27 @@ class Workload:
 
     def pooled(self) -> Workload:
         """This workload with every measured rank's rows scaled to the ranks' common mean:
-        each rank's data, compute and update times the mean over all ranks' rows over its
-        own mean, so each rank keeps its step-to-step variation and order but none keeps a
-        speed of its own. Itself where there is one rank, no rows, or a rank that was
-        slowed (a measured ``delay``): a slowed rank's speed is what it was measured for."""
+        each rank's data, compute and update, column by column, times the mean of the
+        ranks' means over its own, so each rank keeps its step-to-step variation and order
+        but none keeps a speed of its own. Itself where there is one rank or no rows, or
+        where the ranks did not all run alike: a rank that was slowed (a measured
+        ``delay``) or ranks on nodes of different speeds (``rank_node_speeds``) have the
+        speeds they were measured for."""
         bounds = self.rank_bounds
-        if (self.rows is None or len(bounds) < 3
-                or (self.delay_ratio is not None and np.any(self.delay_ratio > 0))):
+        speeds = self.extra.get("rank_node_speeds") or []
+        if (self.rows is None or len(bounds) < 3 or min(np.diff(bounds)) < 1
+                or (self.delay_ratio is not None and np.any(self.delay_ratio > 0))
+                or len(set(speeds)) > 1):
             return self
+        own = np.array([self.rows[lo:hi].mean(axis=0)
+                        for lo, hi in zip(bounds[:-1], bounds[1:])])
+        common = own.mean(axis=0)
         rows = self.rows.copy()
-        common = self.rows.mean(axis=0)
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            own = self.rows[lo:hi].mean(axis=0)
-            rows[lo:hi] *= np.divide(common, own, out=np.ones(3), where=own > 0)
-        return dataclasses.replace(self, rows=rows)
+        for (lo, hi), mine in zip(zip(bounds[:-1], bounds[1:]), own):
+            rows[lo:hi] *= np.divide(common, mine, out=np.ones(3), where=mine > 0)
+        # recorded in the simulated run file's workload attribute (describe)
+        return dataclasses.replace(self, rows=rows,
+                                   extra={**self.extra, "ranks_pooled": True})
 
     def rank_means(self) -> list[float]:
         """Each measured rank's mean compute (seconds) over its replayed rows."""
@@ -458,7 +465,9 @@ def from_run(path: str) -> Workload:
                     extra={"dataset": dataset, "measured_world_size": run.world_size,
                            "compress": str(config.get("compress", "none") or "none"),
                            "optimizer": run_optimizer(run.algorithm, config.get("optimizer")),
-                           "node_speed": measured_node_speed(run)})
+                           "node_speed": measured_node_speed(run),
+                           "rank_node_speeds": [node_speed_of(run.rank_attrs.get(rank, {}))
+                                                for rank in sorted(run.ranks)]})
 
 
 def run_optimizer(algorithm: str, chosen: Any) -> str | None:

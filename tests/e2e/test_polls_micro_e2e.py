@@ -97,38 +97,3 @@ def test_the_short_collective_benchmarks_bad_input_is_one_line(capsys, flags, li
     assert main(flags) == 2
     assert capsys.readouterr().err.strip().splitlines() == [line]
 
-
-def _quota_wakes(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "syncbench.bench.micro.quota_wakes", *args],
-                          capture_output=True, text=True, timeout=60)
-
-
-@pytest.mark.parametrize("flags,named", [
-    (["--wake-ms", "-1"], "--wake-ms"),
-    (["--wake-ms", "1,x"], "--wake-ms"),
-    (["--wake-ms", "nan"], "--wake-ms"),
-    (["--seconds", "0"], "--seconds"),
-    (["--repeats", "0"], "--repeats"),
-    (["--waker", "send", "--send-to", "nohost"], "--send-to"),
-])
-def test_quota_wakes_refuses_bad_input_in_one_line(flags, named):
-    done = _quota_wakes(*flags)
-    assert done.returncode == 2 and not done.stdout
-    assert done.stderr.count("\n") == 1 and named in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr
-
-
-@pytest.mark.parametrize("waker", ["sleep", "send"])
-def test_quota_wakes_prints_a_row_per_interval_with_the_wakes_it_made(waker):
-    """Off a quota (this host's test process): a row per interval; the waker's rate is
-    counted, and near what was asked (a sleep of 2 ms wakes at most 500 times a second)."""
-    done = _quota_wakes("--wake-ms", "0,2", "--seconds", "0.2", "--repeats", "2",
-                        "--waker", waker)
-    assert done.returncode == 0, done.stderr
-    rows = [line.split() for line in done.stdout.splitlines()
-            if line.strip() and not line.startswith("#") and not line.split()[0] == "wake"]
-    assert [row[0] for row in rows] == ["none", "2"], done.stdout
-    assert rows[0][-1] == "-"
-    rate = float(rows[1][-2])
-    assert 100 < rate <= 510, done.stdout
-

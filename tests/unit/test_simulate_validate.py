@@ -373,9 +373,17 @@ def test_a_workloads_ranks_are_replayed_at_their_common_mean(capsys):
     np.testing.assert_allclose(pooled.rows[:, 0] / pooled.rows[:, 1], 0.05)
     assert w.rank_means() == pytest.approx([0.024, 0.020])  # the measured one is untouched
     line = capsys.readouterr().out
-    assert "24.000, 20.000 ms: replayed at their common 22.000 ms" in line
+    assert "24.000, 20.000 ms: replayed at their mean, 22.000 ms" in line
     kept = pooled_workload(argparse.Namespace(validate_workload_ranks="each"), w)
     assert kept is w and not capsys.readouterr().out
     slowed = Workload(name="lenet", params=10, batch_size=1, dataset_samples=10, rows=rows,
                       rank_bounds=[0, 4, 8], delay_ratio=np.r_[np.zeros(4), np.ones(4)])
     assert slowed.pooled() is slowed
+    throttled = Workload(name="lenet", params=10, batch_size=1, dataset_samples=10,
+                         rows=rows, rank_bounds=[0, 4, 8], delay_ratio=np.zeros(8),
+                         extra={"rank_node_speeds": [1.0, 0.5]})
+    assert throttled.pooled() is throttled
+    uneven = Workload(name="lenet", params=10, batch_size=1, dataset_samples=10,
+                      rows=rows[:6], rank_bounds=[0, 4, 6], delay_ratio=np.zeros(6))
+    # the ranks' means weigh alike, whatever their rows: 22 ms is (24 + 20) / 2
+    assert uneven.pooled().rank_means() == pytest.approx([0.022, 0.022])
