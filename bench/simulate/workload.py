@@ -324,8 +324,7 @@ class Workload:
                 or (self.delay_ratio is not None and np.any(self.delay_ratio > 0))
                 or len(set(speeds)) > 1):
             return self
-        own = np.array([self.rows[lo:hi].mean(axis=0)
-                        for lo, hi in zip(bounds[:-1], bounds[1:])])
+        own = self._rank_row_means()
         common = own.mean(axis=0)
         rows = self.rows.copy()
         for (lo, hi), mine in zip(zip(bounds[:-1], bounds[1:]), own):
@@ -334,12 +333,17 @@ class Workload:
         return dataclasses.replace(self, rows=rows,
                                    extra={**self.extra, "ranks_pooled": True})
 
+    def _rank_row_means(self) -> np.ndarray:
+        """Each measured rank's mean data, compute and update (ranks x 3) over its rows."""
+        bounds = self.rank_bounds
+        return np.array([self.rows[lo:hi].mean(axis=0)
+                         for lo, hi in zip(bounds[:-1], bounds[1:])]).reshape(-1, 3)
+
     def rank_means(self) -> list[float]:
         """Each measured rank's mean compute (seconds) over its replayed rows."""
         if self.rows is None:
             return []
-        bounds = self.rank_bounds
-        return [float(self.rows[lo:hi, 1].mean()) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return [float(m) for m in self._rank_row_means()[:, 1]]
 
     def with_update(self, factor: float) -> Workload:
         """This workload with every replayed row's update (and the profile's mean update)
