@@ -208,7 +208,10 @@ def predicted_path(out_dir: str, measured: str, overwrite: bool) -> str:
     an existing file is refused unless ``overwrite``; a folder that cannot be written is
     one line (``output_paths.check_output_dir``), before anything is simulated."""
     check_output_dir("--validate-out", out_dir)  # an OutputError is a ValueError
-    os.makedirs(out_dir, exist_ok=True)
+    try:  # what access() passes may still refuse a folder (/proc, a full disk)
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--validate-out {out_dir}: {exc.strerror}") from None
     path = os.path.join(out_dir, "predicted-" + os.path.basename(measured))
     if os.path.exists(path) and not overwrite:
         raise ValueError(f"--validate-out: {path} exists; pass --overwrite to replace it")

@@ -387,3 +387,12 @@ def test_a_workloads_ranks_are_replayed_at_their_common_mean(capsys):
                       rows=rows[:6], rank_bounds=[0, 4, 6], delay_ratio=np.zeros(6))
     # the ranks' means weigh alike, whatever their rows: 22 ms is (24 + 20) / 2
     assert uneven.pooled().rank_means() == pytest.approx([0.022, 0.022])
+
+
+def test_a_validate_out_folder_that_cannot_be_made_is_one_error():
+    """/proc takes no folder, though root's access() may pass it: a ValueError naming the
+    flag (one line from the command), not the OSError's traceback."""
+    from syncbench.bench.simulate.validate import predicted_path
+
+    with pytest.raises(ValueError, match="--validate-out /proc/syncbench-nope"):
+        predicted_path("/proc/syncbench-nope", "run.h5", False)
