@@ -15,8 +15,9 @@ square product, the best of 5. A nominal peak of one core from
 ``/proc/cpuinfo`` (vector width, FMA, clock) is printed beside it as an
 estimate only; the fraction's denominator stays the measured GEMM.
 ``--compress CODEC,...`` adds, for each model, the codecs' encode and decode of the
-step's gradient timed beside its forward and backward, alternating repeat by repeat,
-and their share of it. ``--out FILE.json`` writes every figure.
+step's gradient, each made at once after a step's forward and backward, their share of
+it, and a plain copy of the gradient's share timed the same way (the floor of one read
+and one write). ``--out FILE.json`` writes every figure.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
                   "models": rows,
                   "codecs": [{"model": r.model, "codec": r.spec, "wire_bytes": r.wire_bytes,
                               "compute_s": r.compute, "codec_s": r.codec,
-                              "share": r.shares} for r in shares]}
+                              "share": r.shares, "copy_s": r.copy,
+                              "copy_share": r.copy_shares} for r in shares]}
         write_atomic(args.json, json.dumps(result, indent=1).encode())
         print(f"# figures -> {args.json}", flush=True)
     return 0

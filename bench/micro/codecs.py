@@ -20,10 +20,15 @@ Run it with ``OMP_NUM_THREADS=1`` for one core's figure::
     python -m syncbench.bench.micro.codecs [--repeats 5] [--sizes 1000000 10000000]
 
 :func:`step_shares` (``syncbench speed --compress CODEC,...``) puts the same calls
-beside a model's training step: per repeat, ``steps`` steps' forward and backward, then
-``steps`` encodes and decodes of the gradient those steps made (PowerSGD on the model's
-own tensors, as the reducer lays them out), alternating, so both see the same machine.
-The share is the codec's time over the compute's, repeat by repeat. It is one rank's
+beside a model's training step: per repeat, ``steps`` times a step's forward and backward
+and at once an encode and decode of the gradient it has just written (PowerSGD on the
+model's own tensors, as the reducer lays them out), as a reducer meets it after
+backward, with the step's own data in the caches; then ``steps`` times a step and a
+plain copy of the gradient into a new array, timed the same way: one read and one write
+of it, the floor under a codec's two passes. The share is the codec's (the copy's) time
+over the compute's, repeat by repeat. Timed as a block of codec calls after a block of
+steps instead, the calls after the first find the gradient warm: mlp's int8 took 2.4%
+of a batch-256 step so, against 3.4-4.5% a call after each step (docs/RESULTS.md). It is one rank's
 encode and decode of its whole gradient; on N ranks the reduce-scatter codecs (fp16,
 bf16, int8) also decode N - 1 received segments and re-encode the mean's 1/N, which
 this does not time.
@@ -144,16 +149,38 @@ class StepShare:
     gradient_bytes: int
     compute: list[float]
     codec: list[float]
+    copy: list[float]
 
     @property
     def shares(self) -> list[float]:
         """The codec's time over the compute's, repeat by repeat."""
         return [c / s for c, s in zip(self.codec, self.compute)]
 
+    @property
+    def copy_shares(self) -> list[float]:
+        """The gradient's plain copy's time over the compute's, repeat by repeat."""
+        return [c / s for c, s in zip(self.copy, self.compute)]
+
+
+def after_each_step(step: Callable[[], object], call: Callable[[], object],
+                    steps: int) -> tuple[float, float]:
+    """Mean seconds of ``step`` and of ``call`` made at once after it, ``steps`` times."""
+    stepping = calling = 0.0
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        middle = time.perf_counter()
+        call()
+        calling += time.perf_counter() - middle
+        stepping += middle - start
+    return stepping / steps, calling / steps
+
 
 def step_shares(models: Sequence[str], specs: Sequence[str], batch: int = 64,
                 steps: int = 10, repeats: int = 5, seed: int = 0) -> list[StepShare]:
-    """Each codec of ``specs`` beside each model's step (float32, one process)."""
+    """Each codec of ``specs`` beside each model's step (float32, one process), each call
+    made at once after a step (:func:`after_each_step`), and a plain copy of the gradient
+    so beside the same steps."""
     from syncbench.algorithms.codecs.powersgd import tensor_shapes
     from syncbench.bench.micro.speed import timed_model
 
@@ -164,33 +191,41 @@ def step_shares(models: Sequence[str], specs: Sequence[str], batch: int = 64,
                                model.layer_offsets)
         for _ in range(2):  # untimed: allocator, caches
             model.loss_and_grad(x, y)
-        for spec in specs:
-            encode, decode, wire = _calls(spec, model.grads, shapes)
-            decode(encode())  # untimed: the first Q, the selection's buffers
-            compute, codec = [], []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                for _ in range(steps):
-                    model.loss_and_grad(x, y)
-                middle = time.perf_counter()
-                for _ in range(steps):
-                    decode(encode())
-                end = time.perf_counter()
-                compute.append((middle - start) / steps)
-                codec.append((end - middle) / steps)
-            rows.append(StepShare(name, spec, wire, model.grads.nbytes, compute, codec))
+        rows += [_step_share(name, model, x, y, spec, shapes, steps, repeats)
+                 for spec in specs]
     return rows
+
+
+def _step_share(name: str, model, x: np.ndarray, y: np.ndarray, spec: str,
+                shapes: Sequence[tuple[int, ...]], steps: int, repeats: int) -> StepShare:
+    """:func:`step_shares`'s row of one model and codec."""
+    encode, decode, wire = _calls(spec, model.grads, shapes)
+    decode(encode())  # untimed: the first Q, the selection's buffers
+
+    def step() -> None:
+        model.loss_and_grad(x, y)
+
+    compute, codec, copied = [], [], []
+    for _ in range(repeats):
+        coding_steps, coding = after_each_step(step, lambda: decode(encode()), steps)
+        copying_steps, copying = after_each_step(step, model.grads.copy, steps)
+        compute.append((coding_steps + copying_steps) / 2)
+        codec.append(coding)
+        copied.append(copying)
+    return StepShare(name, spec, wire, model.grads.nbytes, compute, codec, copied)
 
 
 def print_step_shares(rows: Sequence[StepShare], repeats: int) -> None:
     """One line per model and codec: ms per step of each side and the share."""
-    print(f"# encode + decode of one rank's gradient beside the step's forward and backward, "
-          f"alternating; median (min-max) of {repeats}")
+    print(f"# encode + decode of one rank's gradient at once after each step's forward and "
+          f"backward; copy share: a plain copy of the gradient so (one read, one write); "
+          f"median (min-max) of {repeats}")
     print(f"  {'model':<9}{'codec':<13}{'compute ms':<24}{'codec ms':<24}{'share':<22}"
-          f"{'wire B':>10}{'ratio':>7}")
+          f"{'copy share':<22}{'wire B':>10}{'ratio':>7}")
     for r in rows:
         print(f"  {r.model:<9}{r.spec:<13}{_spread([1e3 * v for v in r.compute]):<24}"
               f"{_spread([1e3 * v for v in r.codec]):<24}{_share(r.shares):<22}"
+              f"{_share(r.copy_shares):<22}"
               f"{r.wire_bytes:>10}{r.gradient_bytes / r.wire_bytes:>7.1f}", flush=True)
 
 
