@@ -52,3 +52,21 @@ def test_speed_json_into_a_missing_folder_is_one_line_and_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--json" in proc.stderr and "not writable" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_speed_compress_prints_each_codecs_share_and_a_copys_beside_it(tmp_path):
+    out = tmp_path / "speed.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "syncbench", "speed", "--models", "mlp",
+                           "--compress", "int8", "--steps", "5", "--repeats", "2",
+                           "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.strip().startswith("model") and "codec" in line)
+    assert "share" in header and "copy share" in header
+    (codec,) = json.loads(out.read_text())["codecs"]
+    assert codec["codec"] == "int8" and codec["wire_bytes"] == 235146 + 8 * 58
+    assert len(codec["codec_s"]) == len(codec["copy_s"]) == len(codec["compute_s"]) == 2
+    for share, seconds, step in zip(codec["copy_share"], codec["copy_s"], codec["compute_s"]):
+        assert seconds > 0 and share == pytest.approx(seconds / step)
