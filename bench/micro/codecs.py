@@ -27,11 +27,11 @@ backward, with the step's own data in the caches; then ``steps`` times a step an
 plain copy of the gradient into a new array, timed the same way: one read and one write
 of it, the floor under a codec's two passes. The share is the codec's (the copy's) time
 over the compute's, repeat by repeat. Timed as a block of codec calls after a block of
-steps instead, the calls after the first find the gradient warm: mlp's int8 took 2.4%
-of a batch-256 step so, against 3.4-4.5% a call after each step (docs/RESULTS.md). It is one rank's
-encode and decode of its whole gradient; on N ranks the reduce-scatter codecs (fp16,
-bf16, int8) also decode N - 1 received segments and re-encode the mean's 1/N, which
-this does not time.
+steps instead, the calls after the first find the gradient warm: mlp's int8 took
+2.4-3.0% of a batch-256 step so, against 3.7-5.6% a call after each step
+(docs/RESULTS.md). It is one rank's encode and decode of its whole gradient; on N ranks
+the reduce-scatter codecs (fp16, bf16, int8) also decode N - 1 received segments and
+re-encode the mean's 1/N, which this does not time.
 """
 
 from __future__ import annotations
