@@ -37,6 +37,7 @@ from syncbench.bench.simulate.platform import KINDS
 from syncbench.bench.simulate.single import run_single
 from syncbench.bench.simulate.strategies import simulated_strategies
 from syncbench.bench.simulate.validate import validate_main
+from syncbench.bench.simulate.validate_pool import pool_main
 
 HELP = "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"
 
@@ -167,6 +168,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "where every rank ran unslowed at one node speed, as the validation's "
                      "nodes are alike; each: every simulated rank replays its measured "
                      "rank's own")
+    val.add_argument("--validate-csv", default=None, metavar="FILE.csv",
+                     help="also write each validated run's row (run, model, label, "
+                     "configuration, measured and predicted samples/s) as CSV, what "
+                     "--validate-pool pools")
+    val.add_argument("--validate-pool", nargs="+", default=None, metavar="FILE.csv",
+                     help="instead of simulating: pool the --validate-csv tables of several "
+                     "validation sets (one link rate) and print each configuration's error "
+                     "over all their repeats and in how many sets it was off on its own "
+                     "(needs no SimGrid)")
     val.add_argument("--validate-out", default=None, metavar="DIR",
                      help="also write each prediction as a run file, DIR/predicted-NAME.h5 "
                      "(syncbench trace MEASURED.h5 --beside it draws the two side by side; "
@@ -185,6 +195,14 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Body of ``syncbench simulate``: 0 on success, 2 on bad input or without SimGrid."""
+    if args.validate_pool:
+        if args.validate:
+            return _fail("--validate-pool pools tables already made: give it without "
+                         "--validate")
+        try:
+            return pool_main(args)
+        except ValueError as exc:
+            return _fail(str(exc))
     try:
         load_simgrid()
     except SimGridMissing as exc:

@@ -19,7 +19,8 @@ realised instead (:func:`realised_factors`). A compressed run's codec is timed h
 (``--codec-seconds auto``) unless the flag is given. The table ends with the error
 per label and configuration, each repeat's (:func:`error_table`) and the configuration's,
 the geometric mean of its repeats' (:func:`config_table`); ``--validate-out`` keeps the
-predictions as run files. The ``load`` column is the measured run's
+predictions as run files, ``--validate-csv`` each run's row (which ``--validate-pool``
+pools over validation sets, :mod:`.validate_pool`). The ``load`` column is the measured run's
 highest recorded load average (others' processes on the host).
 """
 
@@ -36,13 +37,14 @@ from typing import Any
 import numpy as np
 
 from syncbench.analysis.context import LOADED_SHARE, foreign_share
-from syncbench.analysis.output_paths import check_output_dir
+from syncbench.analysis.output_paths import check_output_dir, check_output_file
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.simulate.inputs import build_platform, build_workload
 from syncbench.bench.simulate.quota import Throttle, parse_node_throttles, throttle_spec
 from syncbench.bench.simulate.run import simulate
+from syncbench.bench.simulate.validate_pool import ValidationRow, write_table
 from syncbench.bench.simulate.workload import node_speed_of, parse_stragglers, rank_factor
 
 FIGURES = ("samples_per_s", "compute_ms", "sync_ms", "other_ms")
@@ -296,10 +298,7 @@ def validate_main(args: argparse.Namespace) -> int:
               for w, f, c in zip(chosen, hosts, codecs)]
     jobs = [_job(args, run, float(w.extra.get("node_speed", 1.0)))
             for run, w in zip(runs, chosen)]
-    out_dir = getattr(args, "validate_out", None)
-    if out_dir:  # before the calibration prints or anything is simulated
-        for run, (cfg, _, _) in zip(runs, jobs):
-            cfg.out = predicted_path(out_dir, run.path, bool(getattr(args, "overwrite", False)))
+    table_path = _check_outputs(args, runs, jobs)
     spec, xml = build_platform(args)
     results = simulate(args, jobs, spec, xml, chosen, parse_stragglers(args.stragglers))
     workload_speed = float(workload.extra.get("node_speed", 1.0))
@@ -316,7 +315,7 @@ def validate_main(args: argparse.Namespace) -> int:
             f"{'pred/s':>9} {'err':>6} {'comp ms m/p':>13} {'sync ms m/p':>13} "
             f"{'other ms m/p':>13}")
     print(head)
-    errors, cells, loaded_runs = [], [], []
+    errors, cells, loaded_runs, table = [], [], [], []
     labels = runner_labels([run.path for run in runs])
     for run, (_cfg, n, _), result, host in zip(runs, jobs, results, hosts):
         m = {**row_figures(run.ranks), "samples_per_s": measured_samples_per_s(run)}
@@ -326,6 +325,9 @@ def validate_main(args: argparse.Namespace) -> int:
         name = run.path.rsplit("/", 1)[-1]
         config = configuration(run)
         cells.append((labels[run.path], config, err))
+        table.append(ValidationRow(run.path, str(run.attrs.get("model", "")),
+                                   labels[run.path], config, m["samples_per_s"],
+                                   p["samples_per_s"]))
         note, share = row_note(run, workload.name, host)
         if share is not None:
             loaded_runs.append(share)
@@ -335,6 +337,31 @@ def validate_main(args: argparse.Namespace) -> int:
               f"{m['compute_ms']:>6.2f}/{p['compute_ms']:<6.2f} "
               f"{m['sync_ms']:>6.2f}/{p['sync_ms']:<6.2f} "
               f"{m['other_ms']:>6.2f}/{p['other_ms']:<6.2f}{note}")
+    _print_totals(errors, loaded_runs, cells)
+    if table_path:
+        write_table(table_path, table)
+        print(f"# each run's row -> {table_path} (syncbench simulate --validate-pool pools "
+              "such files)")
+    return 0
+
+
+def _check_outputs(args: argparse.Namespace, runs: list[Any], jobs: list[Any]) -> str | None:
+    """``--validate-csv``'s path (checked) and each job's ``--validate-out`` file, before
+    the calibration prints or anything is simulated."""
+    table_path = getattr(args, "validate_csv", None)
+    if table_path:
+        check_output_file("--validate-csv", table_path)
+    out_dir = getattr(args, "validate_out", None)
+    if out_dir:
+        for run, (cfg, _, _) in zip(runs, jobs):
+            cfg.out = predicted_path(out_dir, run.path, bool(getattr(args, "overwrite", False)))
+    return table_path
+
+
+def _print_totals(errors: list[float], loaded_runs: list[float],
+                  cells: list[tuple[str, str, float]]) -> None:
+    """The lines under the runs' rows: the mean error, the load, and the tables per label
+    and configuration."""
     if errors:
         print(f"mean |error| {100 * float(np.mean(errors)):.1f}%, "
               f"max {100 * float(np.max(errors)):.1f}% over {len(errors)} runs")
@@ -347,7 +374,6 @@ def validate_main(args: argparse.Namespace) -> int:
         print(error_table(cells))
         print()
         print(config_table(cells))
-    return 0
 
 
 def compressed_workloads(args: argparse.Namespace, default: Any) -> dict[str, Any]:

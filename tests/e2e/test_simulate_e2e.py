@@ -228,7 +228,9 @@ def test_validate_prints_measured_and_predicted(tmp_path):
     proc = run_mpi(2, "comm", "--op", "allreduce", "--min-size", "1024", "--max-size",
                    "1048576", "--iterations", "10", "--skip", "2", "--out", str(comm))
     assert proc.returncode == 0, proc.stderr
-    proc = simulate("--validate", str(run), "--workload", str(work), "--calibrate", str(comm))
+    table = tmp_path / "validation.csv"
+    proc = simulate("--validate", str(run), "--workload", str(work), "--calibrate", str(comm),
+                    "--validate-csv", str(table))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     head = next(ln.split() for ln in lines if ln.startswith("run "))
@@ -240,6 +242,14 @@ def test_validate_prints_measured_and_predicted(tmp_path):
     assert measured > 0 and predicted > 0
     assert error == pytest.approx(100 * (predicted / measured - 1), abs=1.0)
     assert "calibrated from" in proc.stdout and "mean |error|" in proc.stdout
+    from syncbench.bench.simulate.validate_pool import read_table
+
+    (kept,) = read_table(str(table))  # the row printed, kept
+    assert kept.run == str(run) and kept.label and kept.configuration == "hom"
+    assert kept.measured == pytest.approx(measured, abs=1) and \
+        kept.predicted == pytest.approx(predicted, abs=1)
+    pooled = simulate("--validate-pool", str(table))
+    assert pooled.returncode == 0 and "1 runs from 1 tables" in pooled.stdout
 
 
 def test_validate_measures_samples_per_s_on_the_clock_of_wall_s(tmp_path):

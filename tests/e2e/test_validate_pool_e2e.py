@@ -1,0 +1,54 @@
+"""``simulate --validate-pool`` from the command line: a table that is not one, or runs
+counted twice, is one line and exit 2 (bench/simulate/validate_pool.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from syncbench.bench.simulate.validate_pool import COLUMNS, ValidationRow, write_table
+
+
+def rows_of(set_name: str, errors: dict[tuple[str, str], list[float]]) -> list[ValidationRow]:
+    """A set's rows: each (label, configuration) with one run per error, measured 1000/s."""
+    return [ValidationRow(f"/{set_name}/{label}-{config}-r{i}.h5", "mlp", label, config,
+                          1000.0, 1000.0 * (1 + err))
+            for (label, config), errs in errors.items() for i, err in enumerate(errs)]
+
+
+def simulate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "syncbench", "simulate", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("content, fault", [
+    (None, "No such file"),
+    ("run,model\n", "not a --validate-csv table"),
+    (",".join(COLUMNS) + "\n", "no runs in it"),
+    (",".join(COLUMNS) + "\n/r.h5,mlp,ssgd,hom,12,fast\n", "line 2 is not a row"),
+    (",".join(COLUMNS) + "\n/r.h5,mlp,ssgd\n", "line 2 is not a row"),
+    ("\xff\xfe", "not a --validate-csv table"),
+])
+def test_a_table_that_is_not_one_is_one_line_and_exit_2(tmp_path, content, fault):
+    path = tmp_path / "t.csv"
+    if content is not None:
+        path.write_text(content, encoding="latin-1")
+    proc = simulate("--validate-pool", str(path))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and fault in proc.stderr
+    assert str(path) in proc.stderr
+
+
+def test_a_run_in_two_tables_or_a_table_twice_is_refused(tmp_path):
+    rows = rows_of("a", {("ssgd", "hom"): [0.0]})
+    for name in ("a.csv", "b.csv"):
+        write_table(str(tmp_path / name), rows)
+    proc = simulate("--validate-pool", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))
+    assert proc.returncode == 2 and "in more than one table" in proc.stderr
+    proc = simulate("--validate-pool", str(tmp_path / "a.csv"), str(tmp_path / "a.csv"))
+    assert proc.returncode == 2 and "names a file twice" in proc.stderr
+    proc = simulate("--validate-pool", str(tmp_path / "a.csv"), "--validate", "x.h5")
+    assert proc.returncode == 2 and "without --validate" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1

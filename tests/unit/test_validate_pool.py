@@ -1,0 +1,79 @@
+"""``simulate --validate-csv`` and ``--validate-pool``: each run's row kept, and the
+validation pooled over several sets (bench/simulate/validate_pool.py)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from syncbench.bench.simulate.validate_pool import (
+    COLUMNS,
+    ValidationRow,
+    pool,
+    pool_main,
+    read_table,
+    write_table,
+)
+
+
+def rows_of(set_name: str, errors: dict[tuple[str, str], list[float]]) -> list[ValidationRow]:
+    """A set's rows: each (label, configuration) with one run per error, measured 1000/s."""
+    return [ValidationRow(f"/{set_name}/{label}-{config}-r{i}.h5", "mlp", label, config,
+                          1000.0, 1000.0 * (1 + err))
+            for (label, config), errs in errors.items() for i, err in enumerate(errs)]
+
+
+def test_a_table_round_trips_through_its_file(tmp_path):
+    rows = rows_of("a", {("ssgd", "hom"): [0.1, -0.05], ("topk", "work 2x"): [-0.2]})
+    path = tmp_path / "a.csv"
+    write_table(str(path), rows)
+    assert path.read_text().splitlines()[0] == ",".join(COLUMNS)
+    back = read_table(str(path))
+    assert [(r.run, r.model, r.label, r.configuration) for r in back] == \
+        [(r.run, r.model, r.label, r.configuration) for r in rows]
+    assert [r.error for r in back] == pytest.approx([0.1, -0.05, -0.2])
+
+
+def test_pooling_takes_every_repeat_and_judges_each_set_on_its_own():
+    """topk is off in both sets with one sign: the model's bias. ssgd is off in one set
+    only: pooled with the other set's repeats it is within the limit."""
+    a = rows_of("a", {("topk", "hom"): [-0.20, -0.24], ("ssgd", "hom"): [0.30, 0.10]})
+    b = rows_of("b", {("topk", "hom"): [-0.18, -0.22], ("ssgd", "hom"): [0.0, -0.04]})
+    by_key = {c.key: c for c in pool([a, b])}
+    topk, ssgd = by_key["mlp", "topk", "hom"], by_key["mlp", "ssgd", "hom"]
+    logs = [math.log1p(e) for e in (-0.20, -0.24, -0.18, -0.22)]
+    assert topk.error == pytest.approx(math.expm1(sum(logs) / 4))
+    assert topk.repeats == 4 and topk.sets_off == 2 and topk.one_sign
+    assert ssgd.sets_off == 1 and abs(ssgd.error) < 0.15
+    assert ssgd.set_errors[1] == pytest.approx(math.expm1((math.log(1.0) + math.log(0.96)) / 2))
+
+
+def test_the_pooled_table_names_the_configurations_off_in_every_set(tmp_path, capsys):
+    paths = []
+    for name, errs in (("a", [-0.20, -0.24]), ("b", [-0.18, -0.22])):
+        path = tmp_path / f"{name}.csv"
+        write_table(str(path), rows_of(name, {("topk", "hom"): errs,
+                                              ("ssgd", "hom"): [0.01, 0.02]}))
+        paths.append(str(path))
+    assert pool_main(argparse.Namespace(validate_pool=paths)) == 0
+    out = capsys.readouterr().out
+    assert "8 runs from 2 tables" in out
+    assert "* off by more than 15%: 1 of 2 configurations" in out
+    assert "0 set(s): 1, 2 set(s): 1" in out
+    verdicts = out.split("each set (* off)")[1].splitlines()[1:]
+    assert len(verdicts) == 1  # ssgd, within the limit in both sets, is not listed
+    assert verdicts[0].split() == ["mlp", "topk", "hom", "-21%", "4", "-22%*", "-20%*",
+                                   "off", "in", "every", "set,", "one", "sign"]
+
+
+def test_an_unwritable_validate_csv_is_refused_before_anything_is_simulated(tmp_path):
+    from syncbench.bench.simulate.validate import _check_outputs
+
+    args = argparse.Namespace(validate_csv=str(tmp_path / "no" / "t.csv"), validate_out=None)
+    with pytest.raises(ValueError, match="--validate-csv .*not writable"):
+        _check_outputs(args, [], [])
+    args.validate_csv = str(tmp_path)
+    with pytest.raises(ValueError, match="--validate-csv .* is a folder"):
+        _check_outputs(args, [], [])
