@@ -21,7 +21,9 @@
 # at speed 0.5, the quota's efficiency on the model: --quota-workload).
 # The tables go to OUT/LINK/MODEL/validation.txt and are printed (with each run's own
 # host speed, `--validate-host-speed run`: validation-host-speed.txt, its totals
-# printed), the predictions to OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5
+# printed), each run's row to validation.csv and validation-host-speed.csv (`syncbench
+# simulate --validate-pool A/LINK/*/validation-host-speed.csv B/LINK/*/...` pools the
+# sets of one link rate that several OUTs hold), the predictions to OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5
 # --beside predicted/predicted-RUN.h5 -o t.json` draws a run and its prediction side by
 # side); OUT defaults to
 # runs/validation (runs/validation-4nodes at NODES=4). A cluster that is already up
@@ -149,12 +151,12 @@ for link in $LINKS; do
     "${SB[@]}" run "$scenario" --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
-      | tee "$runs/validation.txt"
+      --validate-csv "$runs/validation.csv" | tee "$runs/validation.txt"
     # again with each run's own host speed (its free ranks' compute scales the workload):
     # the table to read where the host's speed moved between the workload and the runs
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed run \
-      > "$runs/validation-host-speed.txt"
+      --validate-csv "$runs/validation-host-speed.csv" > "$runs/validation-host-speed.txt"
     grep -E "^mean \|error\||a repeat off|configurations \(|^  .* by chance " "$runs/validation-host-speed.txt" | sed 's/^/with each run'"'"'s host speed: /'
   done
 done
