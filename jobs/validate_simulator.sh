@@ -156,7 +156,7 @@ for link in $LINKS; do
     # the table to read where the host's speed moved between the workload and the runs
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
       --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed run \
-      --validate-csv "$runs/validation-host-speed.csv" > "$runs/validation-host-speed.txt"
+      --validate-csv "$runs/validation-host-speed.csv" --overwrite > "$runs/validation-host-speed.txt"
     grep -E "^mean \|error\||a repeat off|configurations \(|^  .* by chance " "$runs/validation-host-speed.txt" | sed 's/^/with each run'"'"'s host speed: /'
   done
 done

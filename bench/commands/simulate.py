@@ -196,9 +196,12 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Body of ``syncbench simulate``: 0 on success, 2 on bad input or without SimGrid."""
     if args.validate_pool:
-        if args.validate:
-            return _fail("--validate-pool pools tables already made: give it without "
-                         "--validate")
+        given = [flag for flag, value in (("--validate", args.validate),
+                                          ("--validate-csv", args.validate_csv),
+                                          ("--validate-out", args.validate_out)) if value]
+        if given:
+            return _fail(f"--validate-pool pools tables already made: give it without "
+                         f"{given[0]}")
         try:
             return pool_main(args)
         except ValueError as exc:
@@ -207,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
         load_simgrid()
     except SimGridMissing as exc:
         return _fail(str(exc))
+    if args.validate_csv and not args.validate:
+        return _fail("--validate-csv keeps the rows of a --validate: give it with --validate")
     try:
         if args.validate:
             return validate_main(args)

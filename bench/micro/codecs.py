@@ -24,7 +24,7 @@ beside a model's training step: per repeat, ``steps`` times a step's forward and
 and at once an encode and decode of the gradient it has just written (PowerSGD on the
 model's own tensors, as the reducer lays them out), as a reducer meets it after
 backward, with the step's own data in the caches; then ``steps`` times a step and a
-plain copy of the gradient into a new array, timed the same way: one read and one write
+plain copy of the gradient into a buffer made once, timed the same way: one read and one write
 of it, the floor under a codec's two passes. The share is the codec's (the copy's) time
 over the compute's, repeat by repeat. Timed as a block of codec calls after a block of
 steps instead, the calls after the first find the gradient warm: mlp's int8 took
@@ -205,10 +205,12 @@ def _step_share(name: str, model, x: np.ndarray, y: np.ndarray, spec: str,
     def step() -> None:
         model.loss_and_grad(x, y)
 
+    copy = np.empty_like(model.grads)  # made once: the copy times the bytes, not an mmap
     compute, codec, copied = [], [], []
     for _ in range(repeats):
         coding_steps, coding = after_each_step(step, lambda: decode(encode()), steps)
-        copying_steps, copying = after_each_step(step, model.grads.copy, steps)
+        copying_steps, copying = after_each_step(step, lambda: np.copyto(copy, model.grads),
+                                                 steps)
         compute.append((coding_steps + copying_steps) / 2)
         codec.append(coding)
         copied.append(copying)

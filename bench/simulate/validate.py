@@ -41,6 +41,7 @@ from syncbench.analysis.output_paths import check_output_dir, check_output_file
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
+from syncbench.bench.files import WriteError
 from syncbench.bench.simulate.inputs import build_platform, build_workload
 from syncbench.bench.simulate.quota import Throttle, parse_node_throttles, throttle_spec
 from syncbench.bench.simulate.run import simulate
@@ -277,6 +278,7 @@ def configuration(run: Any) -> str:
 
 def validate_main(args: argparse.Namespace) -> int:
     """Body of ``--validate``: one table row of measured vs predicted per run file."""
+    table_path = check_table_path(args)
     runs = []
     for path in args.validate:
         try:
@@ -298,9 +300,12 @@ def validate_main(args: argparse.Namespace) -> int:
               for w, f, c in zip(chosen, hosts, codecs)]
     jobs = [_job(args, run, float(w.extra.get("node_speed", 1.0)))
             for run, w in zip(runs, chosen)]
-    table_path = _check_outputs(args, runs, jobs)
+    _name_predictions(args, runs, jobs)
     spec, xml = build_platform(args)
-    results = simulate(args, jobs, spec, xml, chosen, parse_stragglers(args.stragglers))
+    try:
+        results = simulate(args, jobs, spec, xml, chosen, parse_stragglers(args.stragglers))
+    except WriteError as exc:  # a --validate-out folder changed during the simulation
+        raise ValueError(str(exc)) from None
     workload_speed = float(workload.extra.get("node_speed", 1.0))
     for codec, w in sorted(by_codec.items()):
         print(f"--compress {codec}: the codec's cost {1e3 * w.mean_codec_s:.3f} ms a step, "
@@ -325,9 +330,10 @@ def validate_main(args: argparse.Namespace) -> int:
         name = run.path.rsplit("/", 1)[-1]
         config = configuration(run)
         cells.append((labels[run.path], config, err))
-        table.append(ValidationRow(run.path, str(run.attrs.get("model", "")),
+        table.append(ValidationRow(os.path.abspath(run.path),
+                                   str(run.attrs.get("model", "") or workload.name),
                                    labels[run.path], config, m["samples_per_s"],
-                                   p["samples_per_s"]))
+                                   p["samples_per_s"], spec.bandwidth))
         note, share = row_note(run, workload.name, host)
         if share is not None:
             loaded_runs.append(share)
@@ -339,23 +345,33 @@ def validate_main(args: argparse.Namespace) -> int:
               f"{m['other_ms']:>6.2f}/{p['other_ms']:<6.2f}{note}")
     _print_totals(errors, loaded_runs, cells)
     if table_path:
-        write_table(table_path, table)
+        try:
+            write_table(table_path, table)
+        except WriteError as exc:  # the folder changed during the simulation
+            raise ValueError(f"--validate-csv: {exc}") from None
         print(f"# each run's row -> {table_path} (syncbench simulate --validate-pool pools "
               "such files)")
     return 0
 
 
-def _check_outputs(args: argparse.Namespace, runs: list[Any], jobs: list[Any]) -> str | None:
-    """``--validate-csv``'s path (checked) and each job's ``--validate-out`` file, before
-    the calibration prints or anything is simulated."""
-    table_path = getattr(args, "validate_csv", None)
-    if table_path:
-        check_output_file("--validate-csv", table_path)
+def check_table_path(args: argparse.Namespace) -> str | None:
+    """``--validate-csv``'s path, checked before anything is read or printed: a file that
+    can be written, not one that exists (but with ``--overwrite``)."""
+    path = getattr(args, "validate_csv", None)
+    if path:
+        check_output_file("--validate-csv", path)
+        if os.path.exists(path) and not getattr(args, "overwrite", False):
+            raise ValueError(f"--validate-csv: {path} exists; pass --overwrite to replace it")
+    return path
+
+
+def _name_predictions(args: argparse.Namespace, runs: list[Any], jobs: list[Any]) -> None:
+    """Each job's ``--validate-out`` file, before the calibration prints or anything is
+    simulated."""
     out_dir = getattr(args, "validate_out", None)
     if out_dir:
         for run, (cfg, _, _) in zip(runs, jobs):
             cfg.out = predicted_path(out_dir, run.path, bool(getattr(args, "overwrite", False)))
-    return table_path
 
 
 def _print_totals(errors: list[float], loaded_runs: list[float],

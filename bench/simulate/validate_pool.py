@@ -6,8 +6,9 @@ or three repeats. On the emulated cluster two repeats of one configuration have 
 by up to 45% in samples/s, so a configuration off by more than 15% in one set may be the
 set's noise, not the model's bias. ``--validate-csv FILE.csv`` keeps each run's row of a
 ``--validate`` (:func:`write_table`); this module pools the rows of several such files
-(one file per set and model, all of one link rate: a row names its model, not its link)
-and prints, per model, label and configuration:
+(one file per set and model, all of one link rate: tables whose calibrated link rates
+differ by more than :data:`LINK_RATIO` are refused) and prints, per model, label and
+configuration:
 
 - the error over every repeat of every set, the geometric mean of their pred/meas
   (:func:`~.validate.config_table`, as ``--validate`` takes a configuration's repeats);
@@ -15,6 +16,9 @@ and prints, per model, label and configuration:
   whether those sets' errors share one sign: off in several sets with one sign is the
   model's bias; off in one set only, with the other sets within the limit, is that set's
   draw.
+
+A row whose measured or predicted rate is not a positive number (a run that measured
+nothing) has no error to pool: it is left out, and a line counts it.
 """
 
 from __future__ import annotations
@@ -30,12 +34,17 @@ from syncbench.bench.files import write_atomic
 
 #: The table's columns, in order.
 COLUMNS = ("run", "model", "label", "configuration", "measured_samples_per_s",
-           "predicted_samples_per_s")
+           "predicted_samples_per_s", "link_bytes_per_s")
+#: Tables whose link rates (the calibrated bandwidth) differ by more than this factor are
+#: of different links: 1 Gbit/s and 200 Mbit/s differ by 5, two calibrations of one link
+#: by a few percent.
+LINK_RATIO = 2.0
 
 
 @dataclass(frozen=True)
 class ValidationRow:
-    """One validated run: its file, model, scenario label, configuration and both rates."""
+    """One validated run: its file, model, scenario label, configuration, both rates
+    (samples/s) and its platform's link rate (bytes/s)."""
 
     run: str
     model: str
@@ -43,6 +52,7 @@ class ValidationRow:
     configuration: str
     measured: float
     predicted: float
+    link: float
 
     @property
     def error(self) -> float:
@@ -57,12 +67,13 @@ def write_table(path: str, rows: list[ValidationRow]) -> None:
     writer.writerow(COLUMNS)
     for r in rows:
         writer.writerow([r.run, r.model, r.label, r.configuration, f"{r.measured:.6g}",
-                         f"{r.predicted:.6g}"])
+                         f"{r.predicted:.6g}", f"{r.link:.6g}"])
     write_atomic(path, text.getvalue().encode())
 
 
 def read_table(path: str) -> list[ValidationRow]:
-    """The rows of a :func:`write_table` file; ValueError naming the file and the fault."""
+    """The rows of a :func:`write_table` file, those without a positive rate included;
+    ValueError naming the file and the fault."""
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             records = list(csv.reader(handle))
@@ -80,11 +91,11 @@ def read_table(path: str) -> list[ValidationRow]:
         try:
             if len(record) != len(COLUMNS):
                 raise ValueError
-            measured, predicted = float(record[4]), float(record[5])
+            measured, predicted, link = (float(v) for v in record[4:7])
         except ValueError:
-            raise ValueError(f"--validate-pool {path}: line {number} is not a row of "
-                             f"{len(COLUMNS)} fields ending in two numbers") from None
-        rows.append(ValidationRow(*record[:4], measured, predicted))
+            raise ValueError(f"--validate-pool {path}: row {number} is not "
+                             f"{len(COLUMNS)} fields ending in three numbers") from None
+        rows.append(ValidationRow(*record[:4], measured, predicted, link))
     if not rows:
         raise ValueError(f"--validate-pool {path}: no runs in it")
     return rows
@@ -103,13 +114,13 @@ class PooledConfig:
     @property
     def sets_off(self) -> int:
         """Sets whose own error is off by more than the limit."""
-        return sum(1 for e in self.set_errors if not abs(e) <= self.limit)
+        return sum(1 for e in self.set_errors if abs(e) > self.limit)
 
     @property
     def one_sign(self) -> bool:
-        """Whether every set's error has the pooled error's sign."""
-        return all(math.copysign(1.0, e) == math.copysign(1.0, self.error)
-                   for e in self.set_errors)
+        """Whether every set's error is non-zero with the pooled error's sign."""
+        errors = (self.error, *self.set_errors)
+        return all(e > 0 for e in errors) or all(e < 0 for e in errors)
 
 
 def pool(sets: list[list[ValidationRow]], limit: float = 0.15) -> list[PooledConfig]:
@@ -130,6 +141,23 @@ def pool(sets: list[list[ValidationRow]], limit: float = 0.15) -> list[PooledCon
             for key, per_set in keys.items()]
 
 
+def _rated(row: ValidationRow) -> bool:
+    """Whether both of the row's rates are positive finite numbers (it has an error)."""
+    return all(math.isfinite(v) and v > 0 for v in (row.measured, row.predicted))
+
+
+def check_one_link(paths: list[str], tables: list[list[ValidationRow]]) -> None:
+    """ValueError naming two tables whose link rates differ by more than
+    :data:`LINK_RATIO` (a table's rate: its rows' median)."""
+    rates = [sorted(r.link for r in rows)[len(rows) // 2] for rows in tables]
+    low, high = min(range(len(rates)), key=rates.__getitem__), \
+        max(range(len(rates)), key=rates.__getitem__)
+    if not (rates[low] > 0 and rates[high] <= LINK_RATIO * rates[low]):
+        raise ValueError(f"--validate-pool: {paths[low]} was predicted on a link of "
+                         f"{rates[low] / 1e6:.3g} MB/s and {paths[high]} on one of "
+                         f"{rates[high] / 1e6:.3g} MB/s: pool the tables of one link rate")
+
+
 def pool_main(args: argparse.Namespace, limit: float = 0.15) -> int:
     """Body of ``--validate-pool``: the pooled table, then each set's verdict per
     configuration."""
@@ -138,14 +166,19 @@ def pool_main(args: argparse.Namespace, limit: float = 0.15) -> int:
     paths = args.validate_pool
     if len(set(paths)) != len(paths):
         raise ValueError("--validate-pool names a file twice: its runs would count twice")
-    sets = [read_table(path) for path in paths]
+    tables = [read_table(path) for path in paths]
+    check_one_link(paths, tables)
+    sets = [[r for r in rows if _rated(r)] for rows in tables]
+    left_out = sum(len(rows) for rows in tables) - sum(len(rows) for rows in sets)
     runs = [r.run for rows in sets for r in rows]
     twice = [run for run, count in Counter(runs).items() if count > 1]
     if twice:
         raise ValueError(f"--validate-pool: run {twice[0]} is in more than one table: "
                          "pool each set's tables once")
     cells = [(f"{r.model} {r.label}", r.configuration, r.error) for rows in sets for r in rows]
-    print(f"{len(runs)} runs from {len(paths)} tables (pool the tables of one link rate)")
+    print(f"{len(runs)} runs from {len(paths)} tables"
+          + (f"; {left_out} row(s) without a positive measured and predicted rate left out"
+             if left_out else ""))
     print(config_table(cells, limit))
     pooled = sorted(pool(sets, limit), key=lambda c: c.key)
     print()

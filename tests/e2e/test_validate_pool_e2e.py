@@ -7,14 +7,17 @@ import subprocess
 import sys
 
 import pytest
+from sim_helpers import needs_simgrid
 
 from syncbench.bench.simulate.validate_pool import COLUMNS, ValidationRow, write_table
 
 
-def rows_of(set_name: str, errors: dict[tuple[str, str], list[float]]) -> list[ValidationRow]:
-    """A set's rows: each (label, configuration) with one run per error, measured 1000/s."""
+def rows_of(set_name: str, errors: dict[tuple[str, str], list[float]],
+            link: float = 1.2e8) -> list[ValidationRow]:
+    """A set's rows: each (label, configuration) with one run per error, measured 1000/s,
+    on a link of ``link`` bytes/s."""
     return [ValidationRow(f"/{set_name}/{label}-{config}-r{i}.h5", "mlp", label, config,
-                          1000.0, 1000.0 * (1 + err))
+                          1000.0, 1000.0 * (1 + err), link)
             for (label, config), errs in errors.items() for i, err in enumerate(errs)]
 
 
@@ -27,8 +30,8 @@ def simulate(*args: str) -> subprocess.CompletedProcess:
     (None, "No such file"),
     ("run,model\n", "not a --validate-csv table"),
     (",".join(COLUMNS) + "\n", "no runs in it"),
-    (",".join(COLUMNS) + "\n/r.h5,mlp,ssgd,hom,12,fast\n", "line 2 is not a row"),
-    (",".join(COLUMNS) + "\n/r.h5,mlp,ssgd\n", "line 2 is not a row"),
+    (",".join(COLUMNS) + "\n/r.h5,mlp,ssgd,hom,12,fast,1e8\n", "row 2 is not"),
+    (",".join(COLUMNS) + "\n/r.h5,mlp,ssgd\n", "row 2 is not"),
     ("\xff\xfe", "not a --validate-csv table"),
 ])
 def test_a_table_that_is_not_one_is_one_line_and_exit_2(tmp_path, content, fault):
@@ -49,6 +52,18 @@ def test_a_run_in_two_tables_or_a_table_twice_is_refused(tmp_path):
     assert proc.returncode == 2 and "in more than one table" in proc.stderr
     proc = simulate("--validate-pool", str(tmp_path / "a.csv"), str(tmp_path / "a.csv"))
     assert proc.returncode == 2 and "names a file twice" in proc.stderr
-    proc = simulate("--validate-pool", str(tmp_path / "a.csv"), "--validate", "x.h5")
-    assert proc.returncode == 2 and "without --validate" in proc.stderr
-    assert len(proc.stderr.splitlines()) == 1
+    for flag in ("--validate", "--validate-csv", "--validate-out"):
+        proc = simulate("--validate-pool", str(tmp_path / "a.csv"), flag, str(tmp_path / "x"))
+        assert proc.returncode == 2 and f"without {flag}" in proc.stderr
+        assert len(proc.stderr.splitlines()) == 1 and proc.stdout == ""
+    assert not (tmp_path / "x").exists()
+
+
+@needs_simgrid
+def test_validate_csv_without_validate_is_one_line_and_writes_nothing(tmp_path):
+    proc = simulate("--algorithm", "ssgd", "--np", "2", "--validate-csv",
+                    str(tmp_path / "t.csv"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("syncbench simulate: error: --validate-csv keeps the rows "
+                                   "of a --validate: give it with --validate")
+    assert not (tmp_path / "t.csv").exists()

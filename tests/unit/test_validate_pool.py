@@ -18,10 +18,12 @@ from syncbench.bench.simulate.validate_pool import (
 )
 
 
-def rows_of(set_name: str, errors: dict[tuple[str, str], list[float]]) -> list[ValidationRow]:
-    """A set's rows: each (label, configuration) with one run per error, measured 1000/s."""
+def rows_of(set_name: str, errors: dict[tuple[str, str], list[float]],
+            link: float = 1.2e8) -> list[ValidationRow]:
+    """A set's rows: each (label, configuration) with one run per error, measured 1000/s,
+    on a link of ``link`` bytes/s."""
     return [ValidationRow(f"/{set_name}/{label}-{config}-r{i}.h5", "mlp", label, config,
-                          1000.0, 1000.0 * (1 + err))
+                          1000.0, 1000.0 * (1 + err), link)
             for (label, config), errs in errors.items() for i, err in enumerate(errs)]
 
 
@@ -34,6 +36,7 @@ def test_a_table_round_trips_through_its_file(tmp_path):
     assert [(r.run, r.model, r.label, r.configuration) for r in back] == \
         [(r.run, r.model, r.label, r.configuration) for r in rows]
     assert [r.error for r in back] == pytest.approx([0.1, -0.05, -0.2])
+    assert [r.link for r in back] == pytest.approx([1.2e8] * 3)
 
 
 def test_pooling_takes_every_repeat_and_judges_each_set_on_its_own():
@@ -68,12 +71,53 @@ def test_the_pooled_table_names_the_configurations_off_in_every_set(tmp_path, ca
                                    "off", "in", "every", "set,", "one", "sign"]
 
 
-def test_an_unwritable_validate_csv_is_refused_before_anything_is_simulated(tmp_path):
-    from syncbench.bench.simulate.validate import _check_outputs
+def test_a_row_without_a_rate_is_left_out_and_counted(tmp_path, capsys):
+    rows = rows_of("a", {("ssgd", "hom"): [0.02, 0.04]})
+    rows.append(ValidationRow("/a/broken.h5", "mlp", "ssgd", "hom", math.nan, 1000.0, 1.2e8))
+    write_table(str(tmp_path / "a.csv"), rows)
+    assert pool_main(argparse.Namespace(validate_pool=[str(tmp_path / "a.csv")])) == 0
+    out = capsys.readouterr().out
+    assert "2 runs from 1 tables; 1 row(s) without a positive measured and predicted " \
+        "rate left out" in out
+    assert "nan" not in out.lower()
 
-    args = argparse.Namespace(validate_csv=str(tmp_path / "no" / "t.csv"), validate_out=None)
+
+def test_tables_of_two_link_rates_are_refused(tmp_path):
+    write_table(str(tmp_path / "fast.csv"), rows_of("a", {("ssgd", "hom"): [0.0]}, 1.2e8))
+    write_table(str(tmp_path / "slow.csv"), rows_of("b", {("ssgd", "hom"): [0.0]}, 2.4e7))
+    write_table(str(tmp_path / "fast2.csv"), rows_of("c", {("ssgd", "hom"): [0.0]}, 1.1e8))
+    args = argparse.Namespace(validate_pool=[str(tmp_path / n)
+                                             for n in ("fast.csv", "fast2.csv", "slow.csv")])
+    with pytest.raises(ValueError, match=r"slow.csv was predicted on a link of 24 MB/s and "
+                                         r".*fast.csv on one of 120 MB/s"):
+        pool_main(args)
+    args.validate_pool = args.validate_pool[:2]  # two calibrations of one link pool
+    assert pool_main(args) == 0
+
+
+def test_one_sign_needs_every_error_on_one_side_of_zero():
+    from syncbench.bench.simulate.validate_pool import PooledConfig
+
+    assert PooledConfig(("m", "l", "c"), -0.2, 4, (-0.2, -0.3), 0.15).one_sign
+    assert not PooledConfig(("m", "l", "c"), -0.2, 4, (-0.2, 0.0), 0.15).one_sign
+    assert not PooledConfig(("m", "l", "c"), math.nan, 4, (-0.2, math.nan), 0.15).one_sign
+    assert PooledConfig(("m", "l", "c"), math.nan, 4, (-0.2, math.nan), 0.15).sets_off == 1
+
+
+def test_an_unwritable_or_existing_validate_csv_is_refused_before_anything_is_read(tmp_path):
+    from syncbench.bench.simulate.validate import check_table_path, validate_main
+
+    args = argparse.Namespace(validate_csv=str(tmp_path / "no" / "t.csv"), overwrite=False,
+                              validate=[str(tmp_path / "missing.h5")])
     with pytest.raises(ValueError, match="--validate-csv .*not writable"):
-        _check_outputs(args, [], [])
+        validate_main(args)  # before the missing run file is read
     args.validate_csv = str(tmp_path)
     with pytest.raises(ValueError, match="--validate-csv .* is a folder"):
-        _check_outputs(args, [], [])
+        check_table_path(args)
+    (tmp_path / "t.csv").write_text("kept")
+    args.validate_csv = str(tmp_path / "t.csv")
+    with pytest.raises(ValueError, match="t.csv exists; pass --overwrite"):
+        check_table_path(args)
+    args.overwrite = True
+    assert check_table_path(args) == str(tmp_path / "t.csv")
+    assert (tmp_path / "t.csv").read_text() == "kept"
