@@ -7,6 +7,7 @@ import argparse
 import math
 
 import pytest
+from validation_rows import rows_of
 
 from syncbench.bench.simulate.validate_pool import (
     COLUMNS,
@@ -16,15 +17,6 @@ from syncbench.bench.simulate.validate_pool import (
     read_table,
     write_table,
 )
-
-
-def rows_of(set_name: str, errors: dict[tuple[str, str], list[float]],
-            link: float = 1.2e8) -> list[ValidationRow]:
-    """A set's rows: each (label, configuration) with one run per error, measured 1000/s,
-    on a link of ``link`` bytes/s."""
-    return [ValidationRow(f"/{set_name}/{label}-{config}-r{i}.h5", "mlp", label, config,
-                          1000.0, 1000.0 * (1 + err), link)
-            for (label, config), errs in errors.items() for i, err in enumerate(errs)]
 
 
 def test_a_table_round_trips_through_its_file(tmp_path):
