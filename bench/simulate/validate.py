@@ -331,7 +331,7 @@ def validate_main(args: argparse.Namespace) -> int:
         config = configuration(run)
         cells.append((labels[run.path], config, err))
         table.append(ValidationRow(os.path.abspath(run.path),
-                                   str(run.attrs.get("model", "") or workload.name),
+                                   run.model or workload.name,
                                    labels[run.path], config, m["samples_per_s"],
                                    p["samples_per_s"], spec.bandwidth))
         note, share = row_note(run, workload.name, host)

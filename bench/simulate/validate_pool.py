@@ -186,14 +186,14 @@ def pool_main(args: argparse.Namespace, limit: float = 0.15) -> int:
     print(f"configurations by the number of their sets off by more than "
           f"{100 * limit:.0f}% on their own: "
           + ", ".join(f"{n} set(s): {counts[n]}" for n in sorted(counts)))
-    shown = [c for c in pooled if c.sets_off or not abs(c.error) <= limit]
+    shown = [c for c in pooled if c.sets_off or abs(c.error) > limit]
     if shown:
         print(f"{'model':<9}{'label':<24}{'configuration':<16}{'pooled':>8}{'repeats':>9}  "
               "each set (* off)")
     for c in shown:
         verdict = ("off in every set, one sign" if c.sets_off == len(c.set_errors) > 1
                    and c.one_sign else "")
-        sets_text = " ".join(f"{100 * e:+.0f}%{'*' if not abs(e) <= limit else ''}"
+        sets_text = " ".join(f"{100 * e:+.0f}%{'*' if abs(e) > limit else ''}"
                              for e in c.set_errors)
         print(f"{c.key[0][:8]:<9}{c.key[1][:23]:<24}{c.key[2][:15]:<16}"
               f"{100 * c.error:>+7.0f}%{c.repeats:>9}  {sets_text}  {verdict}".rstrip())
