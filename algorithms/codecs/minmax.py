@@ -171,7 +171,7 @@ class MinMaxUInt8Codec:
         ask = cpu_native.minmax_encode_fused(x, self.chunk, minmax, codes)
         if ask is None:
             return self.encode_reference(x)
-        for c in np.flatnonzero(ask):
+        for c in ask:
             start = int(c) * self.chunk
             part = x[start:start + self.chunk]
             block = part.reshape(1, -1)  # the reference's row of its 2-D view

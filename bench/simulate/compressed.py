@@ -50,6 +50,12 @@ the first post under ``--comm blocking`` and after the ``Waitall`` under overlap
 recorded as the predicted ``t_codec``, and slowed by a node's CPU quota
 (:func:`.quota.quota_codec`). The run file's ``simulation`` attribute says where they
 came from (``codec_cost``).
+
+With ``--calibrate-after-step FILE.json`` (:mod:`.after_step`) a blocking chain's
+collectives take the times measured for their operation and size after a training step
+in place of their stages back to back, plus the codec workload's own ``comm`` and
+``wait`` per step (the harness around the calls); a collective the calibration does not
+cover keeps its stages (``after_step`` in the run file's ``simulation`` attribute).
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ from syncbench.algorithms.reducers.compressed import CompressedReducer, segment_
 from syncbench.algorithms.reducers.halfprec import HalfPrecisionReduce
 from syncbench.algorithms.reducers.powersgd import PowerSGDReduce
 from syncbench.algorithms.reducers.sparse import RandomKReduce, TopKReduce
+from syncbench.bench.simulate.after_step import load_after_step
 from syncbench.bench.simulate.collectives import (
     ALLTOALL_EXACT_MAX,
     Phase,
@@ -100,6 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "--compress; auto: timed on this host on the workload's gradient "
                        "(the fastest of 5 encodes and decodes; --validate's default); "
                        "default 0: left out")
+    group.add_argument("--calibrate-after-step", default=None, metavar="FILE.json",
+                       help="a blocking chain's collectives at the times measured after a "
+                       "training step (python -m syncbench.bench.micro.after_idle --model "
+                       "NAME --out FILE.json), where it covers their operation and size")
 
 
 # -- the reducer's own byte counts ---------------------------------------------------
@@ -363,6 +374,9 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
               for i in range(len(reducer.plan))]
     plain_stages = (chain_stages(collectives(reducer, 0, n, False), n, cfg.allreduce,
                                  time_phase) if plain and start_iter > 0 else None)
+    after = after_step_chains(cfg, reducer, n, w)
+    if after is not None and not overlap:
+        stages = [np.array([seconds]) for seconds in after[0]]
     extra_s, cost_from = codec_cost(cfg, w, reducer, n)
     codec = quota_codec(extra_s, local.speeds, n)  # per rank: a quota slows the codec too
     split = w.compute_split()
@@ -389,4 +403,33 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
              "wire_bytes_per_step": int(reducer.run_wire_bytes(steps)), "codec_cost": cost_from}
     if plain:
         notes.update(powersgd_start=start_iter, tensor_shapes=shapes_from)
+    if after is not None and not overlap:
+        notes["after_step"] = after[1]
     return Timeline(rows, float(t.max()), notes)
+
+
+def after_step_chains(cfg: argparse.Namespace, reducer: CompressedReducer, n: int,
+                      w: Workload) -> tuple[list[float], str] | None:
+    """Each bucket's chain in seconds from ``--calibrate-after-step`` (plus the codec
+    workload's harness cost per step, :attr:`.workload.Workload.mean_calls_s`, on the
+    first bucket), and the words for the run file; None without the flag or where it
+    does not cover every collective of every bucket."""
+    path = getattr(cfg, "calibrate_after_step", None)
+    if not path:
+        return None
+    calibration = load_after_step(str(path))
+    chains = []
+    for index in range(len(reducer.plan)):
+        total = 0.0
+        for kind, size in collectives(reducer, index, n):
+            nbytes = max(size) if isinstance(size, (list, tuple)) else size
+            seconds = calibration.seconds(kind, float(nbytes), n)
+            if seconds is None:
+                return None
+            total += seconds
+        chains.append(total)
+    one_rank = w.extra.get("codec_source") and int(w.extra.get("codec_world_size") or 0) == 1
+    harness = float(w.mean_calls_s) if one_rank else 0.0  # a 1-rank run moves nothing
+    chains[0] += harness
+    return chains, (f"{calibration.describe()}, plus {1e3 * harness:.3f} ms a step of the "
+                    "codec workload's comm and wait")

@@ -428,6 +428,7 @@ def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
     if not measured.mean_codec_s > 0:  # a file before t_codec: its update rows hold it
         return measured
     return dataclasses.replace(default, mean_codec_s=measured.mean_codec_s,
+                               mean_calls_s=measured.mean_calls_s,
                                extra={**default.extra, "compress": codec,
                                       "codec_source": measured.source,
                                       "codec_world_size": measured.extra.get(

@@ -262,6 +262,10 @@ class Workload:
     #: A measured run's mean ``t_codec`` per step and rank over the replayed rows (0: it
     #: ran no codec, or was written before the column, when its update holds the codec).
     mean_codec_s: float = 0.0
+    #: A measured run's mean ``t_comm + t_wait`` per step and rank over the replayed rows:
+    #: for a 1-rank codec run, what the harness costs around its collectives (nothing
+    #: moves), which ``--calibrate-after-step`` leaves out (:mod:`.after_step`).
+    mean_calls_s: float = 0.0
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     #: Offset of each layer's parameters in the flat buffer (SSGD's bucket plan);
@@ -438,7 +442,7 @@ def from_run(path: str) -> Workload:
     if run.attrs.get("simulated"):
         raise ValueError(f"--workload {path}: is a simulated run; give a measured one")
     skip = 2 + int(run.attrs.get("warmup_steps", 0) or 0)
-    parts, ratios, codecs, bounds = [], [], [], [0]
+    parts, ratios, codecs, calls, bounds = [], [], [], [], [0]
     for rank in sorted(run.ranks):
         cols = run.ranks[rank]
         keep = slice(skip, None) if len(cols["step"]) > skip + 2 else slice(None)
@@ -449,6 +453,8 @@ def from_run(path: str) -> Workload:
         compute = np.maximum(part[:, 1], 1e-12)
         parts.append(part)
         codecs.append(np.asarray(cols["t_codec"][keep], dtype=float))
+        calls.append(np.asarray(cols["t_comm"][keep], dtype=float)
+                     + np.asarray(cols["t_wait"][keep], dtype=float))
         ratios.append(np.asarray(cols["t_delay"][keep], dtype=float) / compute)
         bounds.append(bounds[-1] + len(part))
     if not parts:
@@ -465,6 +471,7 @@ def from_run(path: str) -> Workload:
                     itemsize=itemsize, rows=np.concatenate(parts), rank_bounds=bounds,
                     delay_ratio=np.concatenate(ratios), source=str(path),
                     mean_codec_s=float(np.mean(np.concatenate(codecs))),
+                    mean_calls_s=float(np.mean(np.concatenate(calls))),
                     split=model_split(built), tensor_shapes=model_tensor_shapes(built),
                     extra={"dataset": dataset, "measured_world_size": run.world_size,
                            "compress": str(config.get("compress", "none") or "none"),

@@ -352,11 +352,13 @@ void sb_minmax_u8_encode(const float *restrict x, size_t n, size_t chunk,
 /* Every chunk's [min, max] and codes in one read of the chunk, where its min and max are
  * unique bit patterns (no NaN, neither one zero: NumPy's choice between -0 and +0, or
  * among NaNs, is its own); ``ask[c]`` is 1 for the chunks left to the caller (their
- * header and codes not written), else 0. */
-void sb_minmax_u8_encode_fused(const float *restrict x, size_t n, size_t chunk,
+ * header and codes not written), else 0; returns how many those are (mostly none, and
+ * then the caller need not look at ``ask``). */
+size_t sb_minmax_u8_encode_fused(const float *restrict x, size_t n, size_t chunk,
                                float *restrict minmax, uint8_t *restrict codes,
                                uint8_t nan_code, uint8_t *restrict ask)
 {
+    size_t asked = 0;
     for (size_t first = 0, c = 0; first < n; first += chunk, c++) {
         const size_t len = n - first < chunk ? n - first : chunk;
         const float *xc = x + first;
@@ -412,6 +414,7 @@ void sb_minmax_u8_encode_fused(const float *restrict x, size_t n, size_t chunk,
         }
         if (nan || lo == 0.0f || hi == 0.0f) {
             ask[c] = 1;
+            asked++;
             continue;
         }
         ask[c] = 0;
@@ -421,6 +424,7 @@ void sb_minmax_u8_encode_fused(const float *restrict x, size_t n, size_t chunk,
         minmax_scales(minmax + 2 * c, &scale, &upper, &lower);
         minmax_encode_chunk(xc, len, scale, upper, lower, codes + first, nan_code, 1);
     }
+    return asked;
 }
 
 #if defined(__AVX2__) && defined(__FMA__)

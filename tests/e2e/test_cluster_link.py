@@ -112,7 +112,10 @@ def test_calibration_fits_the_link_rate(allreduce, tmp_path):
 
 def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
     """11 KB at 200 Mbit/s: about 0.34 ms back to back (the rate), about 0.04 ms after
-    the ranks spun for 1 ms (the 51 KB bucket refilled and passes it at once)."""
+    the ranks spun for 1 ms (the 51 KB bucket refilled and passes it at once).
+
+    A bucket that did not refill would make both about equal; a busy host has been seen
+    to stretch the stacks' part to 0.11 ms (ratio 2.7), so the bound is half."""
     proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
                         "syncbench.bench.micro.after_idle", "--op", "allreduce",
                         "--sizes", "11264", "--repeats", "40")
@@ -120,4 +123,4 @@ def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
     m = re.search(r"back to back ([\d.]+) .* after 1 ms ([\d.]+)", proc.stdout)
     assert m, proc.stdout
     back_to_back, after = float(m[1]), float(m[2])
-    assert back_to_back > 0.25 and after < back_to_back / 3, proc.stdout
+    assert back_to_back > 0.25 and after < back_to_back / 2, proc.stdout
