@@ -18,7 +18,9 @@
 # model on both nodes that never communicates as the workload (one per model, made at the
 # first link; a 1-rank run per codec of the scenario's compressed runs, CODECS, their
 # reducers' cost; and, at 2 nodes, the same workload run three times with the last node
-# at speed 0.5, the quota's efficiency on the model: --quota-workload).
+# at speed 0.5, the quota's efficiency on the model: --quota-workload; at 2 nodes, per
+# link and model, the compressing reducers' short collectives timed after a step of the
+# model, OUT/LINK/after-step-MODEL.json: --calibrate-after-step).
 # The tables go to OUT/LINK/MODEL/validation.txt and are printed (with each run's own
 # host speed, `--validate-host-speed run`: validation-host-speed.txt, its totals
 # printed), each run's row to validation.csv and validation-host-speed.csv (`syncbench
@@ -137,6 +139,17 @@ for link in $LINKS; do
       done
     fi
     # the scenario's codecs: a 1-rank run of each holds what its reducer costs in a step
+    # and the harness around its calls; their short collectives' time after a step of
+    # this model on this link (PowerSGD's P and Q, top-k's gather: 3-19 KB)
+    after="$dir/after-step-$model.json"
+    batch=$(echo "${flags[@]}" | sed -n 's/.*--batch-size \([0-9]*\).*/\1/p')
+    if [ ! -f "$after" ] && [ "$NODES" = 2 ]; then
+      "${SB[@]}" cluster mpiexec -n 2 -- "$PY" -m syncbench.bench.micro.after_idle \
+        --op allreduce,allgather --sizes 2048,4096,8192,12288,16384,20480,24576 \
+        --model "$model" --batch-size "${batch:-64}" --repeats 100 --out "$after" > "${after%.json}.log"
+    fi
+    after_flag=()
+    [ -f "$after" ] && after_flag=(--calibrate-after-step "$after")
     compressed=()
     for codec in $CODECS; do
       one="$OUT/$model-one-rank-${codec//:/-}.h5"
@@ -150,12 +163,12 @@ for link in $LINKS; do
     runs="$dir/$model"
     "${SB[@]}" run "$scenario" --cluster --repeats "$REPEATS" --out-dir "$runs" "${flags[@]}"
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
-      --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
+      "${after_flag[@]}" --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
       --validate-csv "$runs/validation.csv" | tee "$runs/validation.txt"
     # again with each run's own host speed (its free ranks' compute scales the workload):
     # the table to read where the host's speed moved between the workload and the runs
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
-      --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed run \
+      "${after_flag[@]}" --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed run \
       --validate-csv "$runs/validation-host-speed.csv" --overwrite > "$runs/validation-host-speed.txt"
     grep -E "^mean \|error\||a repeat off|configurations \(|^  .* by chance " "$runs/validation-host-speed.txt" | sed 's/^/with each run'"'"'s host speed: /'
   done

@@ -20,6 +20,7 @@ Without root (or without ``ip``/``tc``) the tests skip, unless
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -124,3 +125,22 @@ def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
     assert m, proc.stdout
     back_to_back, after = float(m[1]), float(m[2])
     assert back_to_back > 0.25 and after < back_to_back / 2, proc.stdout
+
+
+def test_a_gather_after_a_training_step_is_calibrated_for_the_simulator(cluster, tmp_path):
+    """``after_idle --model mlp --out``: 16 KB a rank gathered after one mlp step passes
+    under the bucket (about 0.04-0.07 ms against 0.55-0.68 back to back at 200 Mbit/s),
+    and the file is the calibration ``simulate --calibrate-after-step`` reads."""
+    from syncbench.bench.simulate.after_step import load_after_step
+
+    out = tmp_path / "after.json"
+    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
+                        "syncbench.bench.micro.after_idle", "--op", "allreduce,allgather",
+                        "--sizes", "4096,16384", "--model", "mlp", "--repeats", "20",
+                        "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = load_after_step(str(out))
+    gathered = after.seconds("allgather", 16384, 2)
+    back_to_back = json.loads(out.read_text())["ops"]["allgather"]["back_to_back_s"][1]
+    assert back_to_back > 0.4e-3 and gathered < back_to_back / 2, proc.stdout
+    assert after.seconds("allreduce", 8192, 2) is not None, proc.stdout
