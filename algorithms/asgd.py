@@ -31,6 +31,7 @@ MPI library are in docs/RESULTS.md ("ASGD's pull and push latencies").
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -206,6 +207,10 @@ class ASGD(Strategy, NotLockStep):
         self._flush = SubnormalFlush()
         self._g = np.zeros(n, dtype) if self.dc else None
         self._w_now = np.zeros(n, dtype) if self.dc else None
+        # bytes a worker hands to MPI per step: the pull's read of every shard, the push's
+        # Accumulate, and with DC the read of W_now (the counters' 8-byte atomics left out)
+        self.run_attributes["wire_bytes_per_step"] = int(n * dtype.itemsize
+                                                         * (3 if self.dc else 2))
         # MPI resources are made in prepare() (collective): the driver agrees on
         # setup errors after __init__, so a collective here could deadlock with a
         # rank whose setup failed.
@@ -541,7 +546,8 @@ class ASGD(Strategy, NotLockStep):
     def report_line(self) -> str | None:
         """Gather latencies and staleness bounds; rank 0 gets one ``asgd:`` line (collective).
 
-        Also kept as :attr:`report` (a dict) on rank 0.
+        Also kept as :attr:`report` (a dict) on rank 0, and in the run file as the root
+        attribute ``asgd_report`` (JSON).
         """
         mine = (np.asarray(self.pull_seconds), np.asarray(self.push_seconds),
                 np.asarray(self.staleness, dtype=np.int64),
@@ -561,6 +567,9 @@ class ASGD(Strategy, NotLockStep):
             report[f"{label}_mean"] = float(values.mean())
             report[f"{label}_max"] = float(values.max())
         self.report = report
+        # rank 0 writes the run file's root after the hooks' on_end (this call); the name
+        # is analysis.schema.ASGD_REPORT_ATTR (algorithms/ does not import analysis/)
+        self.run_attributes["asgd_report"] = json.dumps(report)
         return (
             f"asgd: layout {self.layout} assert {self.options.rma_assert} "
             f"pushes {push.size}  pull ms p50 {report['pull_p50_ms']:.3f} "

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from syncbench.algorithms.averagers import round_wire_bytes
 from syncbench.algorithms.averagers.hierarchical import HierarchicalAverager, group_communicator
 from syncbench.algorithms.base import StepStats, Strategy
 from syncbench.algorithms.flags import StrategyOptions, option
@@ -69,6 +70,12 @@ class Hierarchical(Strategy):
         self.averager = HierarchicalAverager(
             self, options.node_period, options.global_period,
             group_communicator(self, options.group_size), "keep")
+        # every H2 steps: H2 / H1 averages of the weights and BatchNorm's statistics, the
+        # node averages (which cross no slow link) and the global one
+        self.run_attributes["wire_bytes_per_outer_step"] = (
+            options.global_period // options.node_period
+            * round_wire_bytes(self, "keep", int(self.model.params.nbytes)))
+        self.run_attributes["outer_period_steps"] = int(options.global_period)
 
     def step(self, x: Any, y: Any) -> StepStats:
         loss = local_step(self, x, y)

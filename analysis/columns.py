@@ -363,8 +363,8 @@ def _registry() -> list[Column]:  # noqa: PLR0915 - one entry per column, in row
     # --eval-model both: every rank's own weights on its test shard (/summary; NaN without)
     add(Column(FINAL_LOCAL_ACCURACY,
                lambda f: float(f.run.summary_extra.get(FINAL_LOCAL_ACCURACY, NAN))))
-    # the bytes a rank hands to MPI per training sample (wire_bytes_per_step, declared by
-    # SSGD's and OD-SGD's reducers, over the per-rank batch); absent where nothing declares it
+    # the bytes a rank hands to MPI per training sample (wire_bytes_per_step or a round's
+    # bytes over its steps, over the per-rank batch); absent where nothing declares it
     add(Column("wire_bytes_per_sample", _wire_bytes_per_sample, "{:.0f}", digits=0,
                record=_float_or_nan, optional=True,
                tables={"runs": "wire B/sample", "runner": "wire B/sample", "record": "",

@@ -74,15 +74,20 @@ ROOT_ATTRS: tuple[str, ...] = (
     "replica_accuracy_worst",
     # bytes one rank hands to MPI per step: the gradient buffer of SSGD's reducer
     # (--compress included) and OD-SGD's delayed reduction, D-PSGD's neighbour-allgather
-    # buffer (its model or its gossip code), AD-PSGD's Get and Put (mean over ranks);
-    # 0 where no part declares them
+    # buffer (its model or its gossip code), AD-PSGD's Get and Put (mean over ranks),
+    # ASGD's pull and push (and DC's read of W_now); 0 where no part declares them
     "wire_bytes_per_step",
-    # a strategy of rounds (Local SGD, SlowMo, DiLoCo): bytes one rank hands to MPI per
-    # round (DiLoCo: per outer step, every fragment synced once; codes with --quantize)
+    # a strategy of rounds (Local SGD, SlowMo, DiLoCo, hierarchical): bytes one rank hands
+    # to MPI per round (DiLoCo: per outer step, every fragment synced once; codes with
+    # --quantize; hierarchical: per global period, its node averages included)
     # and the local steps a round takes (see ROUND_ATTRS); DiLoCo's bytes per fragment
     "wire_bytes_per_outer_step",
     "outer_period_steps",
     "wire_bytes_per_fragment",
+    # ASGD: JSON of the pulls' and pushes' latencies over every rank (p50, p90 and max,
+    # ms), the pushes, and the staleness's mean and max and their lower bounds': the
+    # run's `asgd:` line (see ASGD_REPORT_ATTR)
+    "asgd_report",
     # 1-minute load average of rank 0's host at the start and end of the run
     # (os.getloadavg; information only, see CPU_ATTRS for the "loaded" flag)
     "load_begin",
@@ -237,6 +242,12 @@ RANK_LAYOUTS: tuple[str, ...] = (RANK_LAYOUT_PACKED, RANK_LAYOUT_GROUPS)
 #: and the simulator, so that analysis reads a strategy's behaviour from the file
 #: and never keys a table by a strategy's name.
 TRAITS_ATTR = "strategy_traits"
+
+#: ASGD's report (JSON), the figures of its ``asgd:`` line: ``pushes``; ``pull_p50_ms``,
+#: ``pull_p90_ms``, ``pull_max_ms`` and the same of ``push``; ``staleness_mean``,
+#: ``staleness_max``, ``staleness_min_mean``, ``staleness_min_max``. Absent from other
+#: strategies' files and from ASGD files written before it.
+ASGD_REPORT_ATTR = "asgd_report"
 
 #: The shipped strategies' traits as files written before :data:`TRAITS_ATTR` existed
 #: imply them (read only for such files; new files carry their own).
@@ -557,8 +568,9 @@ DECENTRALIZED_ATTRS: tuple[str, ...] = ("spectral_gap", "consensus_samples",
 #: Root attributes of a DiLoCo run only (files written before them lack them too).
 DILOCO_ATTRS: tuple[str, ...] = ("wire_bytes_per_fragment",)
 
-#: Root attributes of a strategy of rounds (Local SGD, SlowMo, DiLoCo): one round's bytes
-#: and its local steps (files written before them, and other strategies', lack them).
+#: Root attributes of a strategy of rounds (Local SGD, SlowMo, DiLoCo, hierarchical): one
+#: round's bytes and its local steps (files written before them, and other strategies',
+#: lack them).
 ROUND_ATTRS: tuple[str, ...] = ("wire_bytes_per_outer_step", "outer_period_steps")
 
 #: Root attributes that a measured run lacks where their value is unknown (no git
@@ -569,7 +581,7 @@ ROUND_ATTRS: tuple[str, ...] = ("wire_bytes_per_outer_step", "outer_period_steps
 OPTIONAL_ROOT_ATTRS: tuple[str, ...] = ("git_sha", "cupy_version", "cupy_package",
                                         "slurm_job_id", "scaling_mode", *GPU_ATTRS,
                                         *DATA_ATTRS, *DECENTRALIZED_ATTRS, *DILOCO_ATTRS,
-                                        *ROUND_ATTRS)
+                                        *ROUND_ATTRS, ASGD_REPORT_ATTR)
 
 #: Group whose attributes summarise the run.
 SUMMARY_GROUP = "summary"

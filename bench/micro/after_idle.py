@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
                   "batch_size": args.batch_size if args.model else None,
                   "gap_ms": None if args.model else args.gap_ms, "repeats": args.repeats,
                   "sizes": args.sizes, "ops": table}
-        write_atomic(args.out, json.dumps(result, indent=1).encode())
+        try:
+            write_atomic(args.out, json.dumps(result, indent=1).encode())
+        except OSError as exc:  # WriteError: one line naming the file
+            print(f"after_idle: --out: {exc}", file=sys.stderr)
+            return 1
         print(f"# medians -> {args.out}", flush=True)
     return 0
 

@@ -82,6 +82,8 @@ def load_after_step(path: str) -> AfterStep:
     try:
         sizes = np.asarray(data["sizes"], dtype=float)
         world = int(data["world_size"])
+        if sizes.ndim != 1:
+            raise ValueError
         tables = {}
         for op, medians in data["ops"].items():
             seconds = np.asarray(medians["after_s"], dtype=float)

@@ -55,7 +55,8 @@ With ``--calibrate-after-step FILE.json`` (:mod:`.after_step`) a blocking chain'
 collectives take the times measured for their operation and size after a training step
 in place of their stages back to back, plus the codec workload's own ``comm`` and
 ``wait`` per step (the harness around the calls); a collective the calibration does not
-cover keeps its stages (``after_step`` in the run file's ``simulation`` attribute).
+cover, ``--comm overlap`` and PowerSGD's plain steps before ``--powersgd-start`` keep
+their stages (``after_step`` in the run file's ``simulation`` attribute says which).
 """
 
 from __future__ import annotations
@@ -374,8 +375,8 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
               for i in range(len(reducer.plan))]
     plain_stages = (chain_stages(collectives(reducer, 0, n, False), n, cfg.allreduce,
                                  time_phase) if plain and start_iter > 0 else None)
-    after = after_step_chains(cfg, reducer, n, w)
-    if after is not None and not overlap:
+    after = after_step_chains(cfg, reducer, n, w, overlap)
+    if after is not None and after[0] is not None:
         stages = [np.array([seconds]) for seconds in after[0]]
     extra_s, cost_from = codec_cost(cfg, w, reducer, n)
     codec = quota_codec(extra_s, local.speeds, n)  # per rank: a quota slows the codec too
@@ -403,21 +404,25 @@ def compressed_ssgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
              "wire_bytes_per_step": int(reducer.run_wire_bytes(steps)), "codec_cost": cost_from}
     if plain:
         notes.update(powersgd_start=start_iter, tensor_shapes=shapes_from)
-    if after is not None and not overlap:
+    if after is not None:
         notes["after_step"] = after[1]
     return Timeline(rows, float(t.max()), notes)
 
 
 def after_step_chains(cfg: argparse.Namespace, reducer: CompressedReducer, n: int,
-                      w: Workload) -> tuple[list[float], str] | None:
+                      w: Workload, overlap: bool = False
+                      ) -> tuple[list[float] | None, str] | None:
     """Each bucket's chain in seconds from ``--calibrate-after-step`` (plus the codec
     workload's harness cost per step, :attr:`.workload.Workload.mean_calls_s`, on the
-    first bucket), and the words for the run file; None without the flag or where it
-    does not cover every collective of every bucket."""
+    first bucket: blocking has one), and the words for the run file; None without the
+    flag; ``(None, why)`` where it does not apply (under ``--comm overlap`` the chains
+    are posted from the polls, not after a step; a collective it does not cover)."""
     path = getattr(cfg, "calibrate_after_step", None)
     if not path:
         return None
     calibration = load_after_step(str(path))
+    if overlap:
+        return None, "not applied: --comm overlap posts the chains during backward"
     chains = []
     for index in range(len(reducer.plan)):
         total = 0.0
@@ -425,7 +430,8 @@ def after_step_chains(cfg: argparse.Namespace, reducer: CompressedReducer, n: in
             nbytes = max(size) if isinstance(size, (list, tuple)) else size
             seconds = calibration.seconds(kind, float(nbytes), n)
             if seconds is None:
-                return None
+                return None, (f"not applied: {calibration.source} does not cover {kind} of "
+                              f"{int(nbytes)} B on {n} ranks")
             total += seconds
         chains.append(total)
     one_rank = w.extra.get("codec_source") and int(w.extra.get("codec_world_size") or 0) == 1

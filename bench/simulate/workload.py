@@ -305,14 +305,14 @@ class Workload:
     def scaled(self, factor: float, codec_factor: float | None = None) -> Workload:
         """This workload on a host ``factor`` times slower: every replayed row's data,
         compute and update, the profile's means and the codec's cost times ``factor``
-        (a measured delay follows its compute: it is replayed as a ratio); the codec's
-        cost times ``codec_factor`` where given."""
+        (a measured delay follows its compute: it is replayed as a ratio), and the harness's
+        cost around the calls; the codec's cost times ``codec_factor`` where given."""
         rows = None if self.rows is None else self.rows * np.array([factor] * 3)
         codec = factor if codec_factor is None else codec_factor
         return dataclasses.replace(
             self, rows=rows, mean_compute_s=self.mean_compute_s * factor,
             mean_data_s=self.mean_data_s * factor, mean_update_s=self.mean_update_s * factor,
-            mean_codec_s=self.mean_codec_s * codec)
+            mean_codec_s=self.mean_codec_s * codec, mean_calls_s=self.mean_calls_s * factor)
 
     def pooled(self) -> Workload:
         """This workload with every measured rank's rows scaled to the ranks' common mean:

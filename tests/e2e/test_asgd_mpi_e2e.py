@@ -13,6 +13,8 @@ Split off ``tests/mpi_inproc/test_asgd_mpi.py``: the tests that launch a process
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import run_mpi
@@ -20,6 +22,7 @@ from helpers import run_mpi
 
 def _train(tmp_path, np_, *flags, samples=1024, batch=32):
     from syncbench.analysis.runfile import read_run
+    from syncbench.analysis.schema import ASGD_REPORT_ATTR
 
     out = tmp_path / f"asgd{np_}.h5"
     proc = run_mpi(np_, "train", "--algorithm", "asgd", "--dataset", "synthetic",
@@ -29,6 +32,16 @@ def _train(tmp_path, np_, *flags, samples=1024, batch=32):
     assert proc.returncode == 0, proc.stderr
     assert "asgd: layout" in proc.stdout
     run = read_run(out)
+    report = json.loads(run.attrs[ASGD_REPORT_ATTR])  # the asgd: line's figures, kept
+    assert f"pushes {int(report['pushes'])} " in proc.stdout
+    assert f"pull ms p50 {report['pull_p50_ms']:.3f} " in proc.stdout
+    assert 0 < report["push_p50_ms"] <= report["push_p90_ms"] <= report["push_max_ms"]
+    from syncbench.bench.simulate.workload import build_zoo_model
+
+    # the pull's read and the push's Accumulate of the whole model, float32; DC reads W_now
+    params = build_zoo_model(run.attrs["model"], "synthetic").size
+    reads = 3 if "--delay-compensation" in flags else 2
+    assert run.attrs["wire_bytes_per_step"] == reads * 4 * params
     budget = (samples // np_ // batch) * batch * np_
     assert run.attrs["algorithm"] == "asgd" and run.world_size == np_
     assert sum(int(rows["samples"].sum()) for rows in run.ranks.values()) == budget

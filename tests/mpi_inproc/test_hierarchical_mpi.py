@@ -81,6 +81,9 @@ def test_hierarchical_equals_serial_two_level_averaging():
         serial_hierarchical(data, world, config, steps, h1, h2, g)
         if algo.comm.rank == 0 else None, root=0)
     np.testing.assert_allclose(algo.model.params, expected[algo.comm.rank], rtol=0, atol=1e-10)
+    weights = algo.model.params.nbytes + algo.model.buffers.nbytes
+    assert algo.run_attributes["wire_bytes_per_outer_step"] == (h2 // h1) * weights
+    assert algo.run_attributes["outer_period_steps"] == h2
     assert points == [(s * BATCH * world if s % h2 == 0 or s == steps else None)
                       for s in range(1, steps + 1)]
 

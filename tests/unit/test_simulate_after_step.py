@@ -83,7 +83,9 @@ def test_a_chain_the_calibration_does_not_cover_keeps_its_stages(tmp_path):
     """top-k on mlp gathers 18,816 B a rank: above a calibration that ends at 16 KB."""
     path = calibration(tmp_path, sizes=[2048, 8192, 16384])
     comm, notes = run_blocking("topk:0.01", ["--calibrate-after-step", path])
-    assert np.all(comm >= 1e-3) and "after_step" not in notes
+    assert np.all(comm >= 1e-3)
+    assert notes["after_step"] == (f"not applied: {path} does not cover allgather of "
+                                   "18816 B on 2 ranks")
     wider = calibration(tmp_path, "wider.json")
     covered, _ = run_blocking("topk:0.01", ["--calibrate-after-step", wider])
     assert np.allclose(covered, load_after_step(wider).seconds("allgather", 18816, 2))
@@ -95,6 +97,7 @@ def test_a_chain_the_calibration_does_not_cover_keeps_its_stages(tmp_path):
     ({"ops": {"alltoall": {"after_s": [1, 2, 3]}}}, "not an after_idle calibration"),
     ({"ops": {"allreduce": {"after_s": [1e-5, -1, 2e-5]}}}, "positive time"),
     ({"sizes": "many"}, "not an after_idle calibration"),
+    ({"sizes": 5}, "not an after_idle calibration"),
 ])
 def test_a_bad_calibration_is_one_line_naming_the_flag(tmp_path, changes, words):
     path = calibration(tmp_path, f"bad-{len(str(changes))}.json", **changes)
