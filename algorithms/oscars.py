@@ -25,6 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from syncbench.algorithms.averagers import round_wire_bytes
 from syncbench.algorithms.averagers.adaptive import AdaptiveAverager
 from syncbench.algorithms.averagers.schedule import (  # noqa: F401 (Oscars' schedule)
     fit_budget,
@@ -122,7 +123,16 @@ class Oscars(Strategy):
         return self.averager.w_start
 
     def finish(self) -> None:
-        self.averager.average()
+        averager = self.averager
+        averager.average()
+        # one round's bytes (the packed Iallreduce, BatchNorm's statistics and averaged
+        # moments), and the local steps a rank took per round on the mean: its rounds
+        # differ in length, per rank and per round; the same on every rank
+        self.run_attributes["wire_bytes_per_outer_step"] = round_wire_bytes(
+            self, self.options.momentum_sync, int(averager.packed.nbytes))
+        if averager.round:
+            self.run_attributes["outer_period_steps"] = (
+                averager.consumed / (self.comm.size * averager.round))
 
     def state(self) -> dict[str, Any]:
         """Resumable state at a round boundary (completes an in-flight round: collective)."""

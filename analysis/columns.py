@@ -70,7 +70,8 @@ def _last_of(attr: str) -> Callable[[RunFacts], float]:
 
 def _wire_bytes_per_sample(f: RunFacts) -> float:
     """``wire_bytes_per_step`` over the per-rank batch (samples per step row); for a
-    strategy of rounds (Local SGD, SlowMo, DiLoCo and its streamed form) one round's
+    strategy of rounds (Local SGD, SlowMo, DiLoCo and its streamed form, hierarchical,
+    Oscars) one round's
     ``wire_bytes_per_outer_step`` over its ``outer_period_steps`` steps; NaN where the
     run declares no bytes (0: a strategy that does not count them)."""
     attrs = f.run.attrs

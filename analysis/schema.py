@@ -77,10 +77,11 @@ ROOT_ATTRS: tuple[str, ...] = (
     # buffer (its model or its gossip code), AD-PSGD's Get and Put (mean over ranks),
     # ASGD's pull and push (and DC's read of W_now); 0 where no part declares them
     "wire_bytes_per_step",
-    # a strategy of rounds (Local SGD, SlowMo, DiLoCo, hierarchical): bytes one rank hands
-    # to MPI per round (DiLoCo: per outer step, every fragment synced once; codes with
-    # --quantize; hierarchical: per global period, its node averages included)
-    # and the local steps a round takes (see ROUND_ATTRS); DiLoCo's bytes per fragment
+    # a strategy of rounds (Local SGD, SlowMo, DiLoCo, hierarchical, Oscars): bytes one
+    # rank hands to MPI per round (DiLoCo: per outer step, every fragment synced once;
+    # codes with --quantize; hierarchical: per global period, its node averages included)
+    # and the local steps a round takes (Oscars: a rank's mean, its rounds differ; see
+    # ROUND_ATTRS); DiLoCo's bytes per fragment
     "wire_bytes_per_outer_step",
     "outer_period_steps",
     "wire_bytes_per_fragment",
@@ -568,9 +569,9 @@ DECENTRALIZED_ATTRS: tuple[str, ...] = ("spectral_gap", "consensus_samples",
 #: Root attributes of a DiLoCo run only (files written before them lack them too).
 DILOCO_ATTRS: tuple[str, ...] = ("wire_bytes_per_fragment",)
 
-#: Root attributes of a strategy of rounds (Local SGD, SlowMo, DiLoCo, hierarchical): one
-#: round's bytes and its local steps (files written before them, and other strategies',
-#: lack them).
+#: Root attributes of a strategy of rounds (Local SGD, SlowMo, DiLoCo, hierarchical,
+#: Oscars): one round's bytes and its local steps (files written before them, and other
+#: strategies', lack them).
 ROUND_ATTRS: tuple[str, ...] = ("wire_bytes_per_outer_step", "outer_period_steps")
 
 #: Root attributes that a measured run lacks where their value is unknown (no git

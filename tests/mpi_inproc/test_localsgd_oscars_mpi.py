@@ -174,6 +174,10 @@ def test_oscars_averaging_is_exact_and_identical(averaging, extra):
         assert other == algo.averager.history
     # the budget is consumed exactly, and each rank took its scheduled steps
     assert sum(sum(t) for t in algo.averager.history) == steps * size
+    # the bytes of a round (the packed [delta | speeds | tau]; float64) over its mean steps
+    rounds = len(algo.averager.history)
+    assert algo.run_attributes["wire_bytes_per_outer_step"] == 8 * (algo.model.size + size + 1)
+    assert algo.run_attributes["outer_period_steps"] == steps * size / (size * rounds)
     assert algo.steps_taken == len(stats) == sum(t[algo.comm.rank] for t in algo.averager.history)
     assert [s.round for s in stats] == [r for r, t in enumerate(algo.averager.history)
                                         for _ in range(t[algo.comm.rank])]
