@@ -61,6 +61,15 @@ def check_output_file(flag: str, path: str | os.PathLike[str],
         raise OutputError(f"{flag} {shown}: directory {parent} is not writable")
 
 
+def check_new_file(flag: str, path: str | os.PathLike[str], overwrite: bool) -> None:
+    """:func:`check_output_file`, and :class:`OutputError` where ``path`` exists and
+    ``overwrite`` (``--overwrite``) was not given: a run's output never replaces a file
+    unasked."""
+    check_output_file(flag, path)
+    if os.path.exists(path) and not overwrite:
+        raise OutputError(f"{flag} {os.fspath(path)} exists; pass --overwrite to replace it")
+
+
 def check_output_dir(flag: str, path: str | os.PathLike[str]) -> None:
     """:class:`OutputError` naming ``flag`` unless ``path`` is a writable folder or can
     be made: no file on its way, and the nearest folder that exists is writable.

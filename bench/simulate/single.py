@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 
 from syncbench.algorithms.local_optimizer import check_optimizer_choice
 from syncbench.algorithms.registry import get_algorithm, validate
-from syncbench.analysis.output_paths import check_output_file
+from syncbench.analysis.output_paths import check_new_file, check_output_file
 from syncbench.bench.files import WriteError
 from syncbench.bench.flags import MAX_RANKS
 from syncbench.bench.simulate.inputs import (
@@ -51,9 +50,7 @@ def run_single(args: argparse.Namespace) -> int:
     if not 1 <= n <= MAX_RANKS:
         raise ValueError(f"--np {n} is outside 1..{MAX_RANKS} (the simulated ranks)")
     if args.out:  # before the simulation, which may take minutes: as train checks --out
-        check_output_file("--out", args.out)
-        if os.path.exists(args.out) and not args.overwrite:
-            raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it")
+        check_new_file("--out", args.out, args.overwrite)
     if args.phase_cache:  # read and rewritten after the simulation
         check_output_file("--phase-cache", args.phase_cache)
     spec, xml = build_platform(args)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from syncbench.analysis.context import LOADED_SHARE, foreign_share
-from syncbench.analysis.output_paths import check_output_dir, check_output_file
+from syncbench.analysis.output_paths import check_new_file, check_output_dir
 from syncbench.analysis.runfile import RunFileError, read_run
 from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
@@ -217,7 +217,7 @@ def predicted_path(out_dir: str, measured: str, overwrite: bool) -> str:
         raise ValueError(f"--validate-out {out_dir}: {exc.strerror}") from None
     path = os.path.join(out_dir, "predicted-" + os.path.basename(measured))
     if os.path.exists(path) and not overwrite:
-        raise ValueError(f"--validate-out: {path} exists; pass --overwrite to replace it")
+        raise ValueError(f"--validate-out {path} exists; pass --overwrite to replace it")
     return path
 
 
@@ -359,9 +359,7 @@ def check_table_path(args: argparse.Namespace) -> str | None:
     can be written, not one that exists (but with ``--overwrite``)."""
     path = getattr(args, "validate_csv", None)
     if path:
-        check_output_file("--validate-csv", path)
-        if os.path.exists(path) and not getattr(args, "overwrite", False):
-            raise ValueError(f"--validate-csv: {path} exists; pass --overwrite to replace it")
+        check_new_file("--validate-csv", path, getattr(args, "overwrite", False))
     return path
 
 
