@@ -110,8 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "default 0: left out")
     group.add_argument("--calibrate-after-step", default=None, metavar="FILE.json",
                        help="a blocking chain's collectives at the times measured after a "
-                       "training step (python -m syncbench.bench.micro.after_idle --model "
-                       "NAME --out FILE.json), where it covers their operation and size")
+                       "training step (the after_idle micro-benchmark's --model NAME --out "
+                       "FILE.json; docs/USAGE.md), where it covers their operation and size")
 
 
 # -- the reducer's own byte counts ---------------------------------------------------
