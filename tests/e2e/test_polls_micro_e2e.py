@@ -79,7 +79,14 @@ RANGES = ("after_idle: give --sizes of 4 bytes to 64 MiB, --gap-ms in (0, 10000]
 
 
 @pytest.mark.parametrize("flags,line", [
-    (["--op", "bcast"], "after_idle: --op bcast: give one of allreduce, allgather"),
+    (["--op", "bcast"], "after_idle: --op bcast: give allreduce or allgather, or both "
+                        "comma-separated"),
+    (["--op", "allreduce,allreduce"], "after_idle: --op allreduce,allreduce: give allreduce "
+                                      "or allgather, or both comma-separated"),
+    (["--model", "vgg"], "after_idle: --model: unknown model 'vgg'; choose one of mlp, lenet, "
+                         "resnet8, resnet20, mlp:H1,H2,... or gpt:d=N,layers=N,heads=N,ctx=N"),
+    (["--batch-size", "0"], "after_idle: give --batch-size of 1 to 65536"),
+    (["--out", "x.txt"], "after_idle: --out x.txt: name it *.json"),
     (["--sizes", "2"], RANGES),
     (["--sizes", "3072,"], RANGES),
     (["--sizes", str(1 << 30)], RANGES),
