@@ -216,8 +216,7 @@ def predicted_path(out_dir: str, measured: str, overwrite: bool) -> str:
     except OSError as exc:
         raise ValueError(f"--validate-out {out_dir}: {exc.strerror}") from None
     path = os.path.join(out_dir, "predicted-" + os.path.basename(measured))
-    if os.path.exists(path) and not overwrite:
-        raise ValueError(f"--validate-out {path} exists; pass --overwrite to replace it")
+    check_new_file("--validate-out", path, overwrite)
     return path
 
 

@@ -355,8 +355,8 @@ void sb_minmax_u8_encode(const float *restrict x, size_t n, size_t chunk,
  * header and codes not written), else 0; returns how many those are (mostly none, and
  * then the caller need not look at ``ask``). */
 size_t sb_minmax_u8_encode_fused(const float *restrict x, size_t n, size_t chunk,
-                               float *restrict minmax, uint8_t *restrict codes,
-                               uint8_t nan_code, uint8_t *restrict ask)
+                                 float *restrict minmax, uint8_t *restrict codes,
+                                 uint8_t nan_code, uint8_t *restrict ask)
 {
     size_t asked = 0;
     for (size_t first = 0, c = 0; first < n; first += chunk, c++) {
