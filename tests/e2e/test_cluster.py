@@ -362,7 +362,7 @@ def test_a_task_that_wakes_on_a_slow_nodes_cpu_shortens_its_quotas_freezes(clust
     assert done.returncode == 0, done.stderr
     rows = _wake_rows(done.stdout)
     assert set(rows) == {"none", "1"}, done.stdout
-    (alone, alone_off), (woken, woken_off) = rows["none"], rows["1"]
+    (_, alone_off), (woken, woken_off) = rows["none"], rows["1"]
     # the node's other tasks (its slurmd, where the nodes are in Slurm) wake now and then
     # too, so the spin "alone" may run a finer pattern than the probe's (2.0 ms on and 2.6
     # frozen at the median in one run here, 1.6-3.4 frozen): the waker's freezes are about
