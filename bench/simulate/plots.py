@@ -109,10 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with h5py.File(paths[0], "r") as f:
         platform = json.loads(f.attrs.get(schema.SIM_PLATFORM_ATTR, "{}"))
         sim = json.loads(f.attrs.get(schema.SIM_RUN_ATTR, "{}"))
-        model, dataset = f.attrs.get("model", "?"), f.attrs.get("dataset", "?")
+        model, dataset = f.attrs.get("model", "?"), f.attrs.get("dataset", "")
     title = args.title or (f"{model} on a simulated {platform.get('kind', '?')}, "
                            f"stragglers {sim.get('stragglers') or 'none'}")
-    caption = (f"Simulated with SimGrid: model {model}, dataset {dataset}, platform "
+    # a simulation reads no data: the dataset is named only where the run file has one
+    caption = (f"Simulated with SimGrid: model {model}, "
+               + (f"dataset {dataset}, " if dataset else "") + "platform "
                f"{platform.get('kind', '?')}, stragglers {sim.get('stragglers') or 'none'}; "
                "weak scaling efficiency (X/N)/(X0/N0), strong X N0/(X0 N).")
     suffix = os.path.splitext(args.out)[1].lstrip(".").lower()
