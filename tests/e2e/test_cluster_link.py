@@ -10,7 +10,9 @@ takes it down at the end. One 2-rank allreduce benchmark across it must
 * give ``syncbench simulate --calibrate`` a bandwidth within 10% of the link's rate;
 
 and a short allreduce after the ranks computed must pass under the link's token bucket
-(``python -m syncbench.bench.micro.after_idle``), far faster than back to back.
+(``python -m syncbench.bench.micro.after_idle``), far faster than back to back; a small
+one-sided round trip must wait behind the shards on its connections, either way
+(``python -m syncbench.bench.micro.rma_behind``).
 
 200 Mbit/s rather than 1 Gbit/s: at 1 Gbit/s two busy-polling ranks and the kernel's
 TCP work share this host's two cores, and the rate measured swings with other load.
@@ -144,3 +146,23 @@ def test_a_gather_after_a_training_step_is_calibrated_for_the_simulator(cluster,
     back_to_back = json.loads(out.read_text())["ops"]["allgather"]["back_to_back_s"][1]
     assert back_to_back > 0.4e-3 and gathered < back_to_back / 2, proc.stdout
     assert after.seconds("allreduce", 8192, 2) is not None, proc.stdout
+
+
+@pytest.mark.parametrize("behind", ["pushes", "replies"])
+def test_a_counter_trip_waits_behind_the_shards_either_way(cluster, behind):
+    """``rma_behind``: rank 1's 8-byte ``Fetch_and_op`` trips to rank 0 while rank 0 moves
+    150 KB epochs (6.3 ms each at 200 Mbit/s) back to back wait behind them, whether the
+    bytes are rank 0's pushes (the way of the trip's reply) or the replies rank 1 serves
+    to rank 0's reads (the way of its own request): 4.26-4.27 ms at the median here,
+    against 0.03-0.04 idle (docs/RESULTS.md, "ASGD's counter behind its shards: per-rank
+    events and a combined trial")."""
+    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
+                        "syncbench.bench.micro.rma_behind", "--bytes", "150000",
+                        "--seconds", "1", "--behind", behind)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = dict(re.findall(r"^\s*(idle|pushing|pulling) .* round trip ([\d.]+) ms",
+                            proc.stdout, re.M))
+    busy = found.get("pushing" if behind == "pushes" else "pulling")
+    assert "idle" in found and busy is not None, proc.stdout
+    # a third of a shard's time on the wire at the least, and far above a trip alone
+    assert float(busy) > 2.0 and float(busy) > 10 * float(found["idle"]), proc.stdout

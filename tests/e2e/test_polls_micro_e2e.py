@@ -65,6 +65,7 @@ def test_a_small_round_trip_waits_behind_the_accumulates_on_its_connection():
     ("polls", ["--what"], "polls: unknown arguments: --what"),
     ("rma_behind", ["--seconds", "inf"], "rma_behind: give --bytes >= 4 and --seconds > 0"),
     ("rma_behind", ["--bytes", "2"], "rma_behind: give --bytes >= 4 and --seconds > 0"),
+    ("rma_behind", ["--behind", "gets"], "rma_behind: --behind 'gets': give pushes or replies"),
 ])
 def test_the_rma_micro_benchmarks_bad_input_is_one_line(capsys, module, flags, line):
     import importlib
