@@ -39,8 +39,8 @@ from syncbench.bench.micro.pair import flag_parser, known_flags, start_pair
 
 #: Seconds rank 1 polls between two round trips: uniform in this range.
 BETWEEN_S = (0.001, 0.003)
-#: ``--behind``'s choices: rank 0's transfers, and what each line calls them.
-BEHIND = {"pushes": "Accumulates", "replies": "Get_accumulate replies"}
+#: ``--behind``'s choices: what each line calls rank 0 while it moves bytes, and them.
+BEHIND = {"pushes": ("pushing", "Accumulates"), "replies": ("pulling", "Get_accumulate replies")}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                 ms = sorted(1e3 * t for t in both[1][0])
                 tenth, ninetieth = ms[len(ms) // 10], ms[(9 * len(ms)) // 10]
                 rate = both[0][1] * args.bytes / args.seconds / 1e6
-                busy = "pushing" if args.behind == "pushes" else "pulling"
-                print(f"{busy if pushing else 'idle':>7} {args.bytes} B {BEHIND[args.behind]} "
+                busy, moved = BEHIND[args.behind]
+                print(f"{busy if pushing else 'idle':>7} {args.bytes} B {moved} "
                       f"({rate:.1f} MB/s): Fetch_and_op round trip {statistics.median(ms):.3f} "
                       f"ms (p10 {tenth:.3f}, p90 {ninetieth:.3f}), {len(ms)} trips", flush=True)
     finally:

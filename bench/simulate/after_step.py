@@ -87,7 +87,7 @@ def load_after_step(path: str) -> AfterStep:
         tables = {}
         for op, medians in data["ops"].items():
             seconds = np.asarray(medians["after_s"], dtype=float)
-            if op not in ("allreduce", "allgather") or seconds.shape != sizes.shape:
+            if op not in TABLE_OF.values() or seconds.shape != sizes.shape:
                 raise ValueError
             tables[op] = (sizes, seconds)
     except (KeyError, TypeError, ValueError, AttributeError):
