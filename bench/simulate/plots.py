@@ -24,21 +24,30 @@ from pathlib import Path
 import h5py
 
 from syncbench.analysis import schema
+from syncbench.analysis.output_paths import OutputError, check_output_file
 
 
 def read_points(paths: Sequence[str]) -> dict[tuple[str, str], list[tuple[int, float]]]:
     """(mode, algorithm) -> sorted [(N, samples/s)] of simulated runs."""
     points: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     for path in paths:
-        with h5py.File(path, "r") as f:
+        try:
+            f = h5py.File(path, "r")
+        except OSError:  # missing, unreadable, or not HDF5
+            raise ValueError(f"{path}: not a readable HDF5 run file") from None
+        with f:
             if not bool(f.attrs.get(schema.SIMULATED_ATTR, False)):
                 continue
             mode = f.attrs.get(schema.SCALING_MODE_ATTR, "")
             mode = mode.decode() if isinstance(mode, bytes) else str(mode)
-            algorithm = f.attrs["algorithm"]
+            try:
+                algorithm = f.attrs["algorithm"]
+                n = int(f.attrs["world_size"])
+                rate = float(f[schema.SUMMARY_GROUP].attrs["samples_per_s"])
+            except KeyError:
+                raise ValueError(f"{path}: a simulated run file without its algorithm, world "
+                                 "size or samples/s") from None
             algorithm = algorithm.decode() if isinstance(algorithm, bytes) else str(algorithm)
-            n = int(f.attrs["world_size"])
-            rate = float(f[schema.SUMMARY_GROUP].attrs["samples_per_s"])
         points[(mode or "-", algorithm)].append((n, rate))
     return {k: sorted(v) for k, v in points.items()}
 
@@ -102,7 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths: list[str] = []
     for item in args.inputs:
         paths += sorted(glob.glob(os.path.join(item, "*.h5"))) if os.path.isdir(item) else [item]
-    points = read_points(paths)
+    try:
+        points = read_points(paths)
+    except ValueError as exc:
+        print(f"plots: error: {exc}", file=sys.stderr)
+        return 2
     if not points:
         print("plots: error: no simulated run files", file=sys.stderr)
         return 2
@@ -121,6 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suffix not in ("pdf", "svg", "png") or args.dpi < 1:
         print(f"plots: error: -o {args.out}: expected a .pdf, .svg or .png file and "
               f"--dpi >= 1", file=sys.stderr)
+        return 2
+    try:  # before the figure is drawn: one line, not a traceback from the save
+        check_output_file("-o", args.out)
+    except OutputError as exc:
+        print(f"plots: error: {exc}", file=sys.stderr)
         return 2
     plot(points, args.out, title, caption, args.figure_width, args.dpi)
     print(f"plots: wrote {args.out}")
