@@ -148,7 +148,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "the run): its throttled rank's compute against the free ranks' over "
                      "the share its node's recorded pattern gives is the quota's efficiency "
                      "on this model, and every throttled rank's never-idle share is scaled "
-                     "by it (its frozen span lengthened)")
+                     "by it (its frozen span lengthened); a run whose node's pattern went "
+                     "unmeasured (its probe preempted) is left out and named")
     val.add_argument("--validate-realised", action="store_true",
                      help="simulate a slowed run with the slowdown each rank realised "
                      "(its slowdown_realised) instead of the nominal factor or node speed: "

@@ -242,7 +242,7 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
                       steps_per_rank=8, rank_rows=ranks,
                       rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
                                       "node_throttle_off_s": 0.003}})
-    assert quota_efficiency([path], "mlp") == pytest.approx(0.8)
+    assert quota_efficiency([path], "mlp") == (pytest.approx(0.8), [])
     # several runs (the quota set anew for each: its pattern and what a rank realises of
     # it move from one setting to the next): the mean of their efficiencies
     other = {0: make_rank(8, {"compute": 0.02}), 1: make_rank(8, {"compute": 0.04})}
@@ -250,7 +250,18 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
                        steps_per_rank=8, rank_rows=other,
                        rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
                                        "node_throttle_off_s": 0.003}})
-    assert quota_efficiency([path, again], "mlp") == pytest.approx(0.9)
+    assert quota_efficiency([path, again], "mlp") == (pytest.approx(0.9), [])
+    # a setting whose probe was preempted in every try left its pattern unrecorded (NaN):
+    # that run is left out and named, the others give the efficiency; none left: one line
+    unmeasured = write_file(tmp_path / "u.h5", algorithm="localsgd", world_size=2,
+                            wall=2.0, steps_per_rank=8, rank_rows=other,
+                            rank_extra={1: {"node_speed": 0.5,
+                                            "node_throttle_on_s": float("nan"),
+                                            "node_throttle_off_s": float("nan")}})
+    assert quota_efficiency([path, unmeasured, again], "mlp") == (pytest.approx(0.9),
+                                                                   [unmeasured])
+    with pytest.raises(ValueError, match="no run recorded its node's quota pattern"):
+        quota_efficiency([unmeasured], "mlp")
     scaled = scaled_share(Throttle(0.003, 0.003, 0.002, 0.005), 0.8)
     assert scaled.share == pytest.approx(0.4)
     assert (scaled.on_s, scaled.first_lo_s, scaled.first_hi_s) == (0.003, 0.002, 0.005)
