@@ -180,7 +180,7 @@ def quota_efficiency(paths: list[str], model: str) -> tuple[float, list[str]]:
     against the quota's period is drawn anew each time the quota is set, and with it the
     pattern and what a rank realises of it: one run's efficiency on mlp was 0.85 and, at
     the next setting, 1.03; ``jobs/validate_simulator.sh`` sets the quota three times. On
-    a host whose hypervisor is slow to resume an idle virtual CPU the probe can be
+    a guest whose virtual CPU is taken from it for milliseconds at times the probe can be
     preempted in every try at one setting (a KVM guest on an Intel Xeon: 8 of 153
     settings, docs/RESULTS.md, "The validation on an Intel Xeon guest"); the settings
     that were measured are enough, none is an error."""
