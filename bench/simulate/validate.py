@@ -156,14 +156,16 @@ def _efficiency(path: str, model: str) -> float | None:
     free = [r for r, f, s in zip(ranks, factors, speeds) if f == 1.0 and s >= 1.0]
     slow = [(r, throttle_of(run.rank_attrs.get(r, {}))) for r, s in zip(ranks, speeds)
             if s < 1.0]
-    if free and slow and all(t is None for _, t in slow):
+    # the throttled ranks hardly wait in MPI (the free ones wait for them at the stop
+    # votes; a throttled rank's share of the votes: 5% of mlp's compute at speed 0.5);
+    # checked on every throttled rank, so a run that talked is refused with or without
+    # a pattern, not left out as unmeasured
+    talked = any(float(np.sum(run.ranks[r]["t_comm"][2:])) > 0.25 *
+                 float(np.sum(run.ranks[r]["t_compute"][2:])) for r, _ in slow)
+    if free and slow and not talked and all(t is None for _, t in slow):
         return None
     slow = [(r, t) for r, t in slow if t is not None]
-    # the throttled ranks hardly wait in MPI (the free ones wait for them at the stop
-    # votes; a throttled rank's share of the votes: 5% of mlp's compute at speed 0.5)
-    if not free or not slow or any(float(np.sum(run.ranks[r]["t_comm"][2:])) > 0.25 *
-                                   float(np.sum(run.ranks[r]["t_compute"][2:]))
-                                   for r, _ in slow):
+    if not free or not slow or talked:
         raise ValueError(f"--quota-workload {path}: give a run with a rank at a quota whose "
                          "pattern it recorded, a rank at full speed, and no communication "
                          "(syncbench train --algorithm localsgd --period 1000000000 on a "

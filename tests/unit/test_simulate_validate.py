@@ -262,6 +262,16 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
                                                                    [unmeasured])
     with pytest.raises(ValueError, match="no run recorded its node's quota pattern"):
         quota_efficiency([unmeasured], "mlp")
+    # a run whose throttled rank talked is refused, whether or not its pattern was measured
+    talked = write_file(tmp_path / "t.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                        steps_per_rank=8,
+                        rank_rows={0: make_rank(8, {"compute": 0.02}),
+                                   1: make_rank(8, {"compute": 0.05, "comm": 0.03})},
+                        rank_extra={1: {"node_speed": 0.5,
+                                        "node_throttle_on_s": float("nan"),
+                                        "node_throttle_off_s": float("nan")}})
+    with pytest.raises(ValueError, match="give a run with a rank at a quota"):
+        quota_efficiency([path, talked], "mlp")
     scaled = scaled_share(Throttle(0.003, 0.003, 0.002, 0.005), 0.8)
     assert scaled.share == pytest.approx(0.4)
     assert (scaled.on_s, scaled.first_lo_s, scaled.first_hi_s) == (0.003, 0.002, 0.005)
