@@ -114,11 +114,15 @@ def test_calibration_fits_the_link_rate(allreduce, tmp_path):
 
 
 def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
-    """11 KB at 200 Mbit/s: about 0.34 ms back to back (the rate), about 0.04 ms after
-    the ranks spun for 1 ms (the 51 KB bucket refilled and passes it at once).
+    """11 KB at 200 Mbit/s: 0.25-0.47 ms back to back (the rate; 0.45 ms is 11 KB at
+    25 MB/s, less where the bucket refills while the stacks turn an exchange around;
+    0.34 on the AMD guest, 0.35-0.47 and once 0.245 on the Intel one), about 0.04 ms
+    after the ranks spun for 1 ms (the 51 KB bucket refilled and passes it at once).
 
     A bucket that did not refill would make both about equal; a busy host has been seen
-    to stretch the stacks' part to 0.11 ms (ratio 2.7), so the bound is half."""
+    to stretch the stacks' part to 0.11 ms (ratio 2.7), so the bound is half. The floor
+    on back to back only says the link is shaped to 200 Mbit/s: at 1 Gbit/s 11 KB takes
+    0.08 ms back to back (docs/RESULTS.md, "A short collective after compute")."""
     proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
                         "syncbench.bench.micro.after_idle", "--op", "allreduce",
                         "--sizes", "11264", "--repeats", "40")
@@ -126,7 +130,7 @@ def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
     m = re.search(r"back to back ([\d.]+) .* after 1 ms ([\d.]+)", proc.stdout)
     assert m, proc.stdout
     back_to_back, after = float(m[1]), float(m[2])
-    assert back_to_back > 0.25 and after < back_to_back / 2, proc.stdout
+    assert back_to_back > 0.15 and after < back_to_back / 2, proc.stdout
 
 
 def test_a_gather_after_a_training_step_is_calibrated_for_the_simulator(cluster, tmp_path):
