@@ -136,7 +136,9 @@ def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
 def test_a_gather_after_a_training_step_is_calibrated_for_the_simulator(cluster, tmp_path):
     """``after_idle --model mlp --out``: 16 KB a rank gathered after one mlp step passes
     under the bucket (about 0.04-0.07 ms against 0.55-0.68 back to back at 200 Mbit/s),
-    and the file is the calibration ``simulate --calibrate-after-step`` reads."""
+    and the file is the calibration ``simulate --calibrate-after-step`` reads. The floor on
+    back to back is low for the reason the test above gives: 11 KB has been seen at 0.54
+    of its rate's time in CI."""
     from syncbench.bench.simulate.after_step import load_after_step
 
     out = tmp_path / "after.json"
@@ -148,7 +150,7 @@ def test_a_gather_after_a_training_step_is_calibrated_for_the_simulator(cluster,
     after = load_after_step(str(out))
     gathered = after.seconds("allgather", 16384, 2)
     back_to_back = json.loads(out.read_text())["ops"]["allgather"]["back_to_back_s"][1]
-    assert back_to_back > 0.4e-3 and gathered < back_to_back / 2, proc.stdout
+    assert back_to_back > 0.25e-3 and gathered < back_to_back / 2, proc.stdout
     assert after.seconds("allreduce", 8192, 2) is not None, proc.stdout
 
 
