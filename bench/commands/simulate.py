@@ -154,14 +154,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="simulate a slowed run with the slowdown each rank realised "
                      "(its slowdown_realised) instead of the nominal factor or node speed: "
                      "what is left is the simulator's own error")
-    val.add_argument("--validate-host-speed", choices=("workload", "run"), default="workload",
-                     help="the host's speed in each prediction: the workload's (default), or "
-                     "each run's own, the workload scaled by the median compute of the run's "
-                     "ranks that were neither slowed nor throttled over the workload's (a "
-                     "host whose CPU speed moved between the runs; compute that a strategy's "
-                     "own traffic inflates is then taken as the host's); a compressed run's "
-                     "codec cost is scaled likewise by its free ranks' mean codec time over "
-                     "the codec workload's")
+    val.add_argument("--validate-host-speed", choices=("workload", "run", "rank"),
+                     default="workload",
+                     help="the host's speed in each prediction: the workload's (default); "
+                     "each run's own (run), the workload scaled by the median compute of the "
+                     "run's ranks that were neither slowed nor throttled over the workload's "
+                     "(a host whose CPU speed moved between the runs; compute that a "
+                     "strategy's own traffic inflates is then taken as the host's); or each "
+                     "rank's own (rank), every free rank's workload rows scaled by its mean "
+                     "compute over its workload rank's, a slowed or throttled rank by the "
+                     "free ranks' (a host whose CPUs ran at different speeds within a run; "
+                     "the run's one factor where its ranks are not the workload's one for "
+                     "one); a compressed run's codec cost is scaled by its free ranks' mean "
+                     "codec time over the codec workload's")
     val.add_argument("--validate-workload-ranks", choices=("pooled", "each"),
                      default="pooled",
                      help="the --workload's measured ranks: pooled (default), each rank's "

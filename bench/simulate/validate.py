@@ -318,12 +318,11 @@ def validate_main(args: argparse.Namespace) -> int:
     if getattr(args, "quota_workload", None):
         args.quota_efficiency = _print_quota_efficiency(args.quota_workload, workload.name)
     chosen = [workload_for(run, workload, by_codec) for run in runs]
-    own_host = getattr(args, "validate_host_speed", "workload") == "run"
-    hosts = [host_factor(run, w) if own_host else 1.0 for run, w in zip(runs, chosen)]
-    codecs = [codec_factor(run, w, f) if own_host else f
-              for run, w, f in zip(runs, chosen, hosts)]
-    chosen = [w if f == 1.0 and c == 1.0 else w.scaled(f, c)
-              for w, f, c in zip(chosen, hosts, codecs)]
+    mode = getattr(args, "validate_host_speed", "workload")
+    hosts = [host_speeds(mode, run, w) for run, w in zip(runs, chosen)]
+    codecs = [codec_factor(run, w, float(np.mean(h))) if mode != "workload" else 1.0
+              for run, w, h in zip(runs, chosen, hosts)]
+    chosen = [scaled_for_host(w, h, c) for w, h, c in zip(chosen, hosts, codecs)]
     jobs = [_job(args, run, float(w.extra.get("node_speed", 1.0)))
             for run, w in zip(runs, chosen)]
     _name_predictions(args, runs, jobs)
@@ -494,6 +493,59 @@ def host_factor(run: Any, workload: Any) -> float:
         return 1.0
     mine, theirs = float(np.median(steps)), workload.median_compute_s()
     return mine / theirs if mine > 0 and theirs > 0 else 1.0
+
+
+def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
+    """How much slower each of ``run``'s ranks computed than the workload's rank it
+    replays: a free rank's (neither slowed nor throttled) mean per-step compute, its
+    first two steps left out, over the mean compute of the workload's measured rank of
+    the same number; a slowed or throttled rank takes the free ranks' pooled factor
+    (their steps' mean over the workload ranks' mean), every rank 1 where none is free.
+    Means, not medians: the replay keeps each row's length, so the mean is what makes a
+    free rank's predicted compute its measured one, slow steps included.
+
+    Why per rank: on a KVM guest on an Intel Xeon the two CPUs ran one model at
+    different speeds within a run, by up to 1.5x, and not the same CPU faster each time
+    (lenet, homogeneous, no communication: 5.06 and 3.28 ms a step in one run, 4.54 and
+    5.25 in the one before); one factor per run left the faster rank's wait for the
+    slower out of the prediction (docs/RESULTS.md, "Each rank's own host speed"). None
+    where the run's ranks are not the workload's measured ranks one for one (the replay
+    maps simulated rank i to measured rank i mod R) or the workload has no rows."""
+    means = workload.rank_means()
+    if not means or len(means) != len(run.ranks) or min(means) <= 0:
+        return None
+    factors, speeds = rank_factors(run)
+    own: list[float | None] = []
+    for rank, slowed, speed, theirs in zip(sorted(run.ranks), factors, speeds, means):
+        cols = run.ranks[rank]
+        steps = np.asarray(cols["t_compute"][2:], dtype=float) if "t_compute" in cols else []
+        free = slowed == 1.0 and speed >= 1.0 and len(steps) and float(np.mean(steps)) > 0
+        own.append(float(np.mean(steps)) / theirs if free else None)
+    free_steps = free_rank_steps(run, "t_compute")
+    pooled = (float(np.mean(free_steps)) / float(np.mean(means))
+              if len(free_steps) and float(np.mean(free_steps)) > 0 else 1.0)
+    return [pooled if f is None else f for f in own]
+
+
+def host_speeds(mode: str, run: Any, workload: Any) -> tuple[float, ...]:
+    """``--validate-host-speed``'s factor(s) for ``run``: ``(1,)`` for ``workload``, the
+    run's one factor (:func:`host_factor`) for ``run``, each rank's
+    (:func:`rank_host_factors`) for ``rank``, the run's one where those cannot be had."""
+    if mode == "rank":
+        factors = rank_host_factors(run, workload)
+        if factors is not None:
+            return tuple(factors)
+    return (host_factor(run, workload),) if mode in ("run", "rank") else (1.0,)
+
+
+def scaled_for_host(workload: Any, factors: tuple[float, ...], codec: float) -> Any:
+    """``workload`` on the host a run met: as it is at factor 1, scaled by one factor, or
+    rank by rank (:meth:`~syncbench.bench.simulate.workload.Workload.scaled_ranks`)."""
+    if len(factors) > 1:
+        return workload.scaled_ranks(list(factors), codec)
+    if factors[0] == 1.0 and codec == 1.0:
+        return workload
+    return workload.scaled(factors[0], codec)
 
 
 def codec_factor(run: Any, workload: Any, compute_factor: float) -> float:
@@ -713,12 +765,16 @@ def spread_lines(cells: list[tuple[str, str, float]], limit: float = 0.15) -> li
     return lines
 
 
-def row_note(run: Any, workload_model: str, host: float) -> tuple[str, float | None]:
+def row_note(run: Any, workload_model: str,
+             host: float | tuple[float, ...]) -> tuple[str, float | None]:
     """A table row's trailing note (another model than the workload's, the run's host
-    speed, a loaded host) and the run's foreign CPU share where it was loaded (else None)."""
+    speed, each rank's where they differ, a loaded host) and the run's foreign CPU share
+    where it was loaded (else None)."""
     note = "" if run.model == workload_model else f"  (model {run.model} != workload)"
-    if host != 1.0:
-        note += f"  host x{host:.2f}"
+    speeds = host if isinstance(host, tuple) else (host,)
+    if any(f != 1.0 for f in speeds):
+        shown = speeds if len(set(speeds)) > 1 else speeds[:1]
+        note += "  host x" + "/".join(f"{f:.2f}" for f in shown)
     share = foreign_share(run.attrs)
     if share is None or share <= LOADED_SHARE:
         return note, None

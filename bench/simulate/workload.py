@@ -314,6 +314,26 @@ class Workload:
             mean_data_s=self.mean_data_s * factor, mean_update_s=self.mean_update_s * factor,
             mean_codec_s=self.mean_codec_s * codec, mean_calls_s=self.mean_calls_s * factor)
 
+    def scaled_ranks(self, factors: list[float], codec_factor: float) -> Workload:
+        """This workload with measured rank ``m``'s replayed rows (data, compute, update)
+        ``factors[m]`` times as long: a host whose CPUs ran at different speeds during a
+        run (:func:`syncbench.bench.simulate.validate.rank_host_factors`). The profile's
+        means and the harness's cost take the factors' mean, the codec's cost
+        ``codec_factor``. One factor per measured rank, as many as ``rank_bounds`` holds."""
+        bounds = self.rank_bounds
+        if self.rows is None or len(factors) != len(bounds) - 1:
+            raise ValueError(f"scaled_ranks: {len(factors)} factor(s) for "
+                             f"{max(len(bounds) - 1, 0)} measured rank(s)")
+        rows = self.rows.copy()
+        for (lo, hi), factor in zip(zip(bounds[:-1], bounds[1:]), factors):
+            rows[lo:hi] *= factor
+        mean = float(np.mean(factors))
+        return dataclasses.replace(
+            self, rows=rows, mean_compute_s=self.mean_compute_s * mean,
+            mean_data_s=self.mean_data_s * mean, mean_update_s=self.mean_update_s * mean,
+            mean_codec_s=self.mean_codec_s * codec_factor,
+            mean_calls_s=self.mean_calls_s * mean)
+
     def pooled(self) -> Workload:
         """This workload with every measured rank's rows scaled to the ranks' common mean:
         each rank's data, compute and update, column by column, times the mean of the

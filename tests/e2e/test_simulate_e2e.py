@@ -267,3 +267,30 @@ def test_validate_measures_samples_per_s_on_the_clock_of_wall_s(tmp_path):
     run = read_run(out)
     assert measured_samples_per_s(run) == pytest.approx(run.summary["samples_per_s"])
     assert row_figures(run.ranks)["samples_per_s"] < 0.95 * run.summary["samples_per_s"]
+
+
+@needs_simgrid
+def test_a_run_whose_cpus_differed_is_predicted_at_its_slower_ranks_pace(tmp_path):
+    """Blocking SSGD, homogeneous, rank 0 computing 30 ms a step and rank 1 20 ms (one
+    CPU slower than the other in that run, as a KVM guest's were): every step waits for
+    rank 0. The workload's ranks computed 25 ms each. ``--validate-host-speed run`` takes
+    one factor for the run, the free steps' median (25 ms, half the steps at 20 and half
+    at 30) over the workload's, 1, and predicts 25 ms a step: +20%. ``rank`` scales each
+    rank by its own (1.2 and 0.8) and predicts the measured 30 ms: 0%."""
+    from test_analysis import make_rank, write_file
+
+    steps = 24
+    ranks = {0: make_rank(steps, {"compute": 0.030}), 1: make_rank(steps, {"compute": 0.020})}
+    run = write_file(tmp_path / "run.h5", algorithm="ssgd", world_size=2,
+                     wall=steps * 0.0302, steps_per_rank=steps, rank_rows=ranks,
+                     config={"comm": "blocking"})
+    work = write_file(tmp_path / "work.h5", algorithm="localsgd", world_size=2,
+                      wall=steps * 0.025, steps_per_rank=steps,
+                      phases={"compute": 0.025}, config={"period": 1000000000})
+    errors = {}
+    for mode in ("run", "rank"):
+        proc = simulate("--validate", run, "--workload", work, "--validate-host-speed", mode)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (row,) = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("run.h5")]
+        errors[mode] = float(next(c for c in row if c.endswith("%")).rstrip("%"))
+    assert errors["run"] > 10 and abs(errors["rank"]) < 5, errors

@@ -199,6 +199,60 @@ def test_a_runs_host_speed_is_its_free_ranks_compute_over_the_workloads(tmp_path
     assert host_factor(read_run(throttled), w) == 1.0
 
 
+def test_each_ranks_host_speed_is_its_own_mean_compute_over_its_workload_ranks(tmp_path):
+    """--validate-host-speed rank: in a homogeneous run rank 0 computed 30 ms a step and
+    rank 1 20 ms, against a workload's two ranks at 24 and 16: factors 1.25 each, the
+    rows of each measured rank scaled by its own; a throttled rank takes the free ranks'
+    pooled factor (their steps' mean over the workload ranks' mean); a run of other
+    ranks than the workload's falls back to the run's one factor; the row's note shows
+    the two where they differ."""
+    import numpy as np
+
+    from syncbench.bench.simulate.validate import (
+        host_speeds,
+        rank_host_factors,
+        row_note,
+        scaled_for_host,
+    )
+    from syncbench.bench.simulate.workload import Workload
+
+    ranks = {0: make_rank(8, {"compute": 0.03}), 1: make_rank(8, {"compute": 0.02})}
+    run = read_run(write_file(tmp_path / "h.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                              steps_per_rank=8, rank_rows=ranks))
+    rows = np.concatenate([np.tile([0.001, 0.024, 0.002], (10, 1)),
+                           np.tile([0.001, 0.016, 0.002], (10, 1))])
+    w = Workload(name="mlp", params=10, batch_size=1, dataset_samples=10, rows=rows,
+                 rank_bounds=[0, 10, 20], mean_codec_s=0.001)
+    assert rank_host_factors(run, w) == pytest.approx([1.25, 1.25])
+    fast_first = read_run(write_file(tmp_path / "f.h5", algorithm="ssgd", world_size=2,
+                                     wall=2.0, steps_per_rank=8,
+                                     rank_rows={0: ranks[1], 1: ranks[0]}))
+    factors = host_speeds("rank", fast_first, w)
+    assert factors == pytest.approx((20 / 24, 30 / 16))
+    scaled = scaled_for_host(w, factors, 2.0)
+    assert scaled.rank_means() == pytest.approx([0.020, 0.030])  # each its measured one
+    np.testing.assert_allclose(scaled.rows[:10, 0], 0.001 * 20 / 24)
+    assert scaled.mean_codec_s == pytest.approx(0.002)
+    assert w.rank_means() == pytest.approx([0.024, 0.016])  # the workload is untouched
+    # the run's one factor, the median's, would give both ranks 25 / 20 = 1.25
+    assert host_speeds("run", fast_first, w) == pytest.approx((1.25,))
+    assert host_speeds("workload", fast_first, w) == (1.0,)
+    throttled = read_run(write_file(tmp_path / "t.h5", algorithm="ssgd", world_size=2,
+                                    wall=2.0, steps_per_rank=8,
+                                    rank_rows={0: ranks[0],
+                                               1: make_rank(8, {"compute": 0.08})},
+                                    rank_extra={1: {"node_speed": 0.5}}))
+    assert rank_host_factors(throttled, w) == pytest.approx([30 / 24, 30 / 20])
+    one = read_run(write_file(tmp_path / "o.h5", algorithm="ssgd", world_size=1, wall=2.0,
+                              steps_per_rank=8, phases={"compute": 0.03}))
+    assert rank_host_factors(one, w) is None
+    assert host_speeds("rank", one, w) == pytest.approx((1.5,))  # the run's: 30 / 20
+    with pytest.raises(ValueError, match="1 factor"):
+        w.scaled_ranks([1.0], 1.0)
+    assert row_note(fast_first, "mlp", (0.8, 1.9))[0] == "  host x0.80/1.90"
+    assert row_note(fast_first, "mlp", (1.1, 1.1))[0] == "  host x1.10"
+
+
 def test_a_runs_codec_takes_the_hosts_speed_from_its_own_codec_time(tmp_path):
     """--validate-host-speed run: the free rank's codec took 1.2 ms a step where the codec
     workload took 0.4 (a factor 3) while its compute took 1.5 times the workload's: the
@@ -417,3 +471,4 @@ def test_a_validate_out_folder_that_cannot_be_made_is_one_error():
 
     with pytest.raises(ValueError, match="--validate-out /proc/syncbench-nope"):
         predicted_path("/proc/syncbench-nope", "run.h5", False)
+
