@@ -21,8 +21,8 @@
 # at speed 0.5, the quota's efficiency on the model: --quota-workload; at 2 nodes, per
 # link and model, the compressing reducers' short collectives timed after a step of the
 # model, OUT/LINK/after-step-MODEL.json: --calibrate-after-step).
-# The tables go to OUT/LINK/MODEL/validation.txt and are printed (with each run's own
-# host speed, `--validate-host-speed run`: validation-host-speed.txt, its totals
+# The tables go to OUT/LINK/MODEL/validation.txt and are printed (with each of the
+# ranks' own host speeds, `--validate-host-speed rank`: validation-host-speed.txt, its totals
 # printed), each run's row to validation.csv and validation-host-speed.csv (`syncbench
 # simulate --validate-pool A/LINK/*/validation-host-speed.csv B/LINK/*/...` pools the
 # sets of one link rate that several OUTs hold), the predictions to OUT/LINK/MODEL/predicted/ (`syncbench trace RUN.h5
@@ -165,11 +165,13 @@ for link in $LINKS; do
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
       "${after_flag[@]}" --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-out "$runs/predicted" --overwrite \
       --validate-csv "$runs/validation.csv" | tee "$runs/validation.txt"
-    # again with each run's own host speed (its free ranks' compute scales the workload):
-    # the table to read where the host's speed moved between the workload and the runs
+    # again with each rank's own host speed (each free rank's mean compute scales its
+    # workload rank's rows): the table to read where the host's speed moved between the
+    # workload and the runs, or between a run's CPUs (a KVM guest's two CPUs ran lenet
+    # up to 1.5x apart within a run)
     "${SB[@]}" simulate --validate "$runs"/*-r[0-9]*.h5 --workload "$workload" "${compressed[@]}" "${quota[@]}" \
-      "${after_flag[@]}" --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed run \
+      "${after_flag[@]}" --calibrate "$dir/comm.h5" --calibrate-rma "$dir/rma.h5" --validate-host-speed rank \
       --validate-csv "$runs/validation-host-speed.csv" --overwrite > "$runs/validation-host-speed.txt"
-    grep -E "^mean \|error\||a repeat off|configurations \(|^  .* by chance " "$runs/validation-host-speed.txt" | sed 's/^/with each run'"'"'s host speed: /'
+    grep -E "^mean \|error\||a repeat off|configurations \(|^  .* by chance " "$runs/validation-host-speed.txt" | sed 's/^/with each rank'"'"'s host speed: /'
   done
 done
