@@ -514,17 +514,14 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     means = workload.rank_means()
     if not means or len(means) != len(run.ranks) or min(means) <= 0:
         return None
-    factors, speeds = rank_factors(run)
-    own: list[float | None] = []
-    for rank, slowed, speed, theirs in zip(sorted(run.ranks), factors, speeds, means):
-        cols = run.ranks[rank]
-        steps = np.asarray(cols["t_compute"][2:], dtype=float) if "t_compute" in cols else []
-        free = slowed == 1.0 and speed >= 1.0 and len(steps) and float(np.mean(steps)) > 0
-        own.append(float(np.mean(steps)) / theirs if free else None)
-    free_steps = free_rank_steps(run, "t_compute")
-    pooled = (float(np.mean(free_steps)) / float(np.mean(means))
-              if len(free_steps) and float(np.mean(free_steps)) > 0 else 1.0)
-    return [pooled if f is None else f for f in own]
+    free = free_rank_columns(run, "t_compute")
+    own = {rank: float(np.mean(steps)) for rank, steps in free.items() if len(steps)}
+    own = {rank: mean for rank, mean in own.items() if mean > 0}
+    steps = np.concatenate(list(free.values())) if free else np.zeros(0)
+    pooled = (float(np.mean(steps)) / float(np.mean(means))
+              if len(steps) and float(np.mean(steps)) > 0 else 1.0)
+    return [own[rank] / theirs if rank in own else pooled
+            for rank, theirs in zip(sorted(run.ranks), means)]
 
 
 def host_speeds(mode: str, run: Any, workload: Any) -> tuple[float, ...]:
@@ -541,10 +538,10 @@ def host_speeds(mode: str, run: Any, workload: Any) -> tuple[float, ...]:
 def scaled_for_host(workload: Any, factors: tuple[float, ...], codec: float) -> Any:
     """``workload`` on the host a run met: as it is at factor 1, scaled by one factor, or
     rank by rank (:meth:`~syncbench.bench.simulate.workload.Workload.scaled_ranks`)."""
+    if codec == 1.0 and all(f == 1.0 for f in factors):
+        return workload
     if len(factors) > 1:
         return workload.scaled_ranks(list(factors), codec)
-    if factors[0] == 1.0 and codec == 1.0:
-        return workload
     return workload.scaled(factors[0], codec)
 
 
@@ -564,13 +561,19 @@ def codec_factor(run: Any, workload: Any, compute_factor: float) -> float:
     return mine / workload.mean_codec_s if mine > 0 else compute_factor
 
 
-def free_rank_steps(run: Any, column: str) -> np.ndarray:
-    """``column``'s per-step seconds of the run's ranks that were neither slowed nor
-    throttled, their first two steps left out (as the replay does); empty where no rank
-    qualifies or none recorded the column."""
+def free_rank_columns(run: Any, column: str) -> dict[int, np.ndarray]:
+    """``column``'s per-step seconds of each of the run's ranks that were neither slowed
+    nor throttled and recorded it, their first two steps left out (as the replay does)."""
     factors, speeds = rank_factors(run)
-    steps = [run.ranks[rank][column][2:] for rank, f, s in zip(sorted(run.ranks), factors, speeds)
-             if f == 1.0 and s >= 1.0 and column in run.ranks[rank]]
+    return {rank: np.asarray(run.ranks[rank][column][2:], dtype=float)
+            for rank, f, s in zip(sorted(run.ranks), factors, speeds)
+            if f == 1.0 and s >= 1.0 and column in run.ranks[rank]}
+
+
+def free_rank_steps(run: Any, column: str) -> np.ndarray:
+    """:func:`free_rank_columns` end to end; empty where no rank qualifies or none
+    recorded the column."""
+    steps = list(free_rank_columns(run, column).values())
     return np.concatenate(steps) if steps else np.zeros(0)
 
 

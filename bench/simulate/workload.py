@@ -327,12 +327,8 @@ class Workload:
         rows = self.rows.copy()
         for (lo, hi), factor in zip(zip(bounds[:-1], bounds[1:]), factors):
             rows[lo:hi] *= factor
-        mean = float(np.mean(factors))
-        return dataclasses.replace(
-            self, rows=rows, mean_compute_s=self.mean_compute_s * mean,
-            mean_data_s=self.mean_data_s * mean, mean_update_s=self.mean_update_s * mean,
-            mean_codec_s=self.mean_codec_s * codec_factor,
-            mean_calls_s=self.mean_calls_s * mean)
+        return dataclasses.replace(self.scaled(float(np.mean(factors)), codec_factor),
+                                   rows=rows)
 
     def pooled(self) -> Workload:
         """This workload with every measured rank's rows scaled to the ranks' common mean:

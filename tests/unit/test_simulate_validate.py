@@ -471,4 +471,3 @@ def test_a_validate_out_folder_that_cannot_be_made_is_one_error():
 
     with pytest.raises(ValueError, match="--validate-out /proc/syncbench-nope"):
         predicted_path("/proc/syncbench-nope", "run.h5", False)
-
