@@ -218,7 +218,7 @@ def throttle_pattern(node: Node) -> str:
     ranks."""
     if not node.cgroup_procs or node.cpu_count != 1:
         return ""  # no quota to measure, or one a single spinning process cannot fill
-    stat = _throttle_stat(node)
+    stat = throttle_stat(node)
     checks = []
     for attempt in range(PROBE_TRIES):
         if attempt:
@@ -234,7 +234,7 @@ def throttle_pattern(node: Node) -> str:
                        f"CPU {node.cpus or '(no CPU set of its own)'}")
 
 
-def _throttle_stat(node: Node) -> str:
+def throttle_stat(node: Node) -> str:
     """The ``cpu.stat`` beside one of the node's ``cgroup.procs`` whose quota's throttled
     time it counts (v1 ``throttled_time``, v2 ``throttled_usec``); "" where none does."""
     for procs in node.cgroup_procs:

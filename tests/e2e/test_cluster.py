@@ -374,6 +374,38 @@ def test_a_task_that_wakes_on_a_slow_nodes_cpu_shortens_its_quotas_freezes(clust
     assert woken >= 0.9 * 0.5, done.stdout
 
 
+def test_a_collective_at_a_quota_sees_the_slow_nodes_freezes(cluster, tmp_path):
+    """``quota_collective`` reads each node's throttled time from the host while the ranks
+    stamp their steps on their nodes' clocks (node 2's is ``OFFSET_S`` ahead): with node 2
+    at speed 0.5 and 6 ms of CPU before each Allreduce, its freezes fall in the steps
+    (a never-idle process there is frozen more than half the time: 4.7-4.9 ms every 8),
+    and node 1, at full speed, has none. Taken on the wrong clock, node 2's freezes would
+    fall outside every step."""
+    node = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]
+    if not node.get("cpus") or not node["cpus"].isdigit():
+        pytest.skip("the node has not one CPU of its own on this host: the quota does not "
+                    "throttle one busy process")
+    slowed = TC.syncbench("cluster", "speed", NODES[1], "0.5", timeout=120)
+    assert slowed.returncode == 0, slowed.stderr
+    out = tmp_path / "quota.json"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "syncbench.bench.micro.quota_collective", "--ranks", "2",
+             "--spin-ms", "6", "--bytes", "65536", "--steps", "40", "--out", str(out)],
+            capture_output=True, text=True, timeout=180, env={**os.environ, **TC.env})
+    finally:
+        TC.syncbench("cluster", "speed", NODES[1], "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["nodes"] == NODES and figures["quota_read"][NODES[1]], figures
+    shares = figures["frozen_share_per_node"]
+    assert shares[NODES[0]] == 0.0 and 0.2 < shares[NODES[1]] < 0.9, shares
+    assert figures["frozen_per_rank_step_ms"]["compute"] > 0.5, figures
+    # the step is node 2's 6 ms of CPU at half a core, at least 10 ms of wall
+    assert figures["step_ms"]["median"] > 10.0, figures
+    assert "Allreduce after a step" in done.stdout
+
+
 @pytest.fixture
 def ts(tmp_path):
     """A state folder of the test's own (root's, 0755) and ``syncbench`` with its names;

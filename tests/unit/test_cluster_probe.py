@@ -29,5 +29,5 @@ def test_the_cpu_stat_with_the_quotas_throttled_time_is_the_one_read(tmp_path, f
     (tmp_path / "cpu.stat").write_text(f"nr_periods 1\n{field}\n")
     node = SimpleNamespace(cgroup_procs=[str(tmp_path / "cpuset" / "cgroup.procs"),
                                          str(tmp_path / "cgroup.procs")])
-    assert cpu._throttle_stat(node) == str(tmp_path / "cpu.stat")
-    assert cpu._throttle_stat(SimpleNamespace(cgroup_procs=[str(tmp_path / "no" / "x")])) == ""
+    assert cpu.throttle_stat(node) == str(tmp_path / "cpu.stat")
+    assert cpu.throttle_stat(SimpleNamespace(cgroup_procs=[str(tmp_path / "no" / "x")])) == ""
