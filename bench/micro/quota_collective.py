@@ -26,7 +26,8 @@ the host's clock (a node's ``--clock-offset`` taken off). It prints, medians wit
 
 - the Allreduce back to back, and after a step from the last rank's post to the last
   return (the collective's own time: no rank waits for another's compute in it);
-- in how many steps a node was frozen inside that span, and for how long at most;
+- in how many of either a node was frozen inside that span, and, after a step, for how
+  long at most;
 - each rank's frozen time per step in its compute, in its wait for the last post, and
   after the last post.
 
@@ -273,6 +274,8 @@ def join(stamps: Mapping, offsets: Mapping[str, float],
     b2b = np.stack([host(r, "back_to_back") for r in ranks])  # ranks x steps x 3
     steps = np.stack([host(r, "steps") for r in ranks])
     back_to_back = b2b[:, :, 2].max(0) - b2b[:, :, 1].max(0)
+    b2b_most = np.array([max(frozen_within(frozen.get(node, []), a, b) for node in nodes)
+                         for a, b in zip(b2b[:, :, 1].max(0), b2b[:, :, 2].max(0))])
     last_post, last_done = steps[:, :, 1].max(0), steps[:, :, 2].max(0)
     after = last_done - last_post
     spans = [frozen.get(node, []) for node in nodes]
@@ -292,6 +295,7 @@ def join(stamps: Mapping, offsets: Mapping[str, float],
         "after_step_ms": _spread(after),
         "after_step_less_most_frozen_ms": _spread(after - most),
         "steps_frozen_inside": float(hit.mean()),
+        "back_to_back_frozen_inside": float((b2b_most > FROZEN_FLOOR_S).mean()),
         "most_frozen_inside_mean_ms": 1e3 * float(most.mean()),
         "frozen_per_rank_step_ms": {"compute": 1e3 * float(in_compute.mean()),
                                     "wait_for_last_post": 1e3 * float(in_wait.mean()),
@@ -322,7 +326,8 @@ def report(figures: dict) -> str:
         f"# {len(figures['nodes'])} ranks ({', '.join(figures['nodes'])}), Allreduce of "
         f"{figures['bytes']} B, {figures['steps']} steps; median (10th-90th percentile)",
         f"step {ms('step_ms')}; compute {ms('compute_ms')} (wall, its freezes in it)",
-        f"Allreduce back to back              {ms('back_to_back_ms')}",
+        f"Allreduce back to back              {ms('back_to_back_ms')}; a node frozen in "
+        f"it in {100 * figures['back_to_back_frozen_inside']:.0f}% of them",
         f"Allreduce after a step, last post on {ms('after_step_ms')}",
         f"  less the most-frozen node's time in it {ms('after_step_less_most_frozen_ms')}",
         f"a node frozen in it (> {1e3 * FROZEN_FLOOR_S:.1f} ms): "

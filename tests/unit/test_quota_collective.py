@@ -64,6 +64,7 @@ def test_a_freeze_after_the_last_post_is_the_collectives_and_one_before_is_the_w
     assert figures["after_step_ms"]["median"] == pytest.approx(3.0)
     assert figures["after_step_ms"]["p90"] > 4.0  # step 1: 5 ms
     assert figures["steps_frozen_inside"] == pytest.approx(1 / 3)
+    assert figures["back_to_back_frozen_inside"] == 0.0  # n1's freeze is at 31-34 ms
     assert figures["most_frozen_inside_mean_ms"] == pytest.approx(2.0 / 3)
     per = figures["frozen_per_rank_step_ms"]
     # n1's 1 ms between its post (30 ms) and the last (32 ms): per rank and step 1/6 ms
@@ -83,6 +84,10 @@ def test_the_first_steps_are_left_out():
     figures = qc.join(_stamps([rows, rows], 0.003), {}, {"n1": [(0.0, 0.0049)]}, skip=2)
     assert figures["steps"] == 3
     assert figures["frozen_per_rank_step_ms"]["compute"] == 0.0  # the freeze was in step 0
+    # back to back at 10 + j s, 3 ms each: a freeze across the third is counted there
+    frozen = {"n2": [(12.001, 12.0025)]}
+    again = qc.join(_stamps([rows, rows], 0.003), {}, frozen, skip=2)
+    assert again["back_to_back_frozen_inside"] == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize("flags,named", [
