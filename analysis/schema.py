@@ -129,8 +129,10 @@ ROOT_ATTRS: tuple[str, ...] = (
 LOAD_ATTRS: tuple[str, ...] = ("load_begin", "load_end")
 
 #: Root attributes of the CPU accounting of a run (``syncbench.analysis.context``):
-#: each host's busy CPU time (``/proc/stat``: user + nice + system + irq + softirq +
-#: steal) between the start barrier and the end of training, less the CPU time
+#: each host's busy CPU time (per CPU of ``/proc/stat``, the wall less its idle and
+#: iowait time; before 2026-12-07 the sum of user + nice + system + irq + softirq +
+#: steal, which the tick over-counts on a CPU at a CFS quota) between the start
+#: barrier and the end of training, less the CPU time
 #: (``getrusage``, threads included) the run's own ranks used there, summed over the
 #: hosts (``foreign_cpu_s``), and that over wall seconds x the hosts' physical cores
 #: (``foreign_cpu_share``). Above ``context.LOADED_SHARE`` the run is "loaded". NaN

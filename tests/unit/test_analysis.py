@@ -864,14 +864,21 @@ def test_loaded_flag_from_the_foreign_cpu_share():
     assert "other processes used 45% of the cores during the run" in format_context(ctx)
 
 
+def _idle(busy: float, wall: float = 10.0, cpus: int = 2) -> tuple[dict, dict]:
+    """Per-CPU idle seconds at two ends ``wall`` apart with ``busy`` CPU seconds between,
+    spread evenly over ``cpus`` CPUs."""
+    begin = {f"cpu{i}": 500.0 for i in range(cpus)}
+    return begin, {cpu: idle + wall - busy / cpus for cpu, idle in begin.items()}
+
+
 def test_foreign_cpu_is_host_busy_time_less_the_ranks_own():
     from syncbench.analysis.context import foreign_cpu
 
     def rec(host, own, busy=None, t=(0.0, 10.0), cores=2):
+        idle = (None, None) if busy is None else _idle(busy, t[1] - t[0], cores)
         return {"host": host, "cores": cores,
-                "begin": {"own_s": 1.0, "host_s": None if busy is None else 100.0, "t": t[0]},
-                "end": {"own_s": 1.0 + own, "host_s": None if busy is None else 100.0 + busy,
-                        "t": t[1]}}
+                "begin": {"own_s": 1.0, "host_idle_s": idle[0], "t": t[0]},
+                "end": {"own_s": 1.0 + own, "host_idle_s": idle[1], "t": t[1]}}
 
     # host a: 18 busy s, ranks used 8 + 6 -> 4 foreign; host b: 5 busy, 5 own -> 0
     out = foreign_cpu([rec("a", 8.0, busy=18.0), rec("a", 6.0),
@@ -889,29 +896,75 @@ def test_foreign_cpu_counts_nodes_of_one_kernel_once():
     is the whole kernel's, so the nodes' ranks are one machine's, not another's load."""
     from syncbench.analysis.context import foreign_cpu
 
-    def rec(host, own, busy):
+    begin, end = _idle(19.0)
+
+    def rec(host, own):
         return {"host": host, "machine": "boot-1", "cores": 2,
-                "begin": {"own_s": 0.0, "host_s": 50.0, "t": 0.0},
-                "end": {"own_s": own, "host_s": 50.0 + busy, "t": 10.0}}
+                "begin": {"own_s": 0.0, "host_idle_s": begin, "t": 0.0},
+                "end": {"own_s": own, "host_idle_s": end, "t": 10.0}}
 
     # 19 busy s on the one kernel, ranks on its two nodes used 10 + 9: nothing foreign
-    out = foreign_cpu([rec("node1", 10.0, 19.0), rec("node2", 9.0, 19.0)])
+    out = foreign_cpu([rec("node1", 10.0), rec("node2", 9.0)])
     assert out["foreign_cpu_s"] == pytest.approx(0.0)
     assert out["foreign_cpu_share"] == pytest.approx(0.0)
     # by host name alone each node would count the other's 9-10 s as foreign
-    by_name = [{**r, "machine": ""} for r in (rec("node1", 10.0, 19.0), rec("node2", 9.0, 19.0))]
+    by_name = [{**r, "machine": ""} for r in (rec("node1", 10.0), rec("node2", 9.0))]
     assert foreign_cpu(by_name)["foreign_cpu_s"] == pytest.approx(19.0)
 
 
-def test_host_busy_cpu_time_reads_proc_stat(tmp_path):
-    from syncbench.analysis.context import host_busy_cpu_s
+def test_each_cpus_idle_time_is_read_from_proc_stat(tmp_path):
+    from syncbench.analysis.context import host_cpu_idle_s
 
     stat = tmp_path / "stat"
     # user nice system idle iowait irq softirq steal guest guest_nice
-    stat.write_text("cpu  100 20 30 5000 40 5 6 7 50 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    stat.write_text("cpu  100 20 30 5000 40 5 6 7 50 0\ncpu0 1 2 3 400 5 6 7 8 9 10\n"
+                    "cpu1 1 2 3 600 15 6 7 8 9 10\nintr 5 6\n")
     ticks = os.sysconf("SC_CLK_TCK")
-    assert host_busy_cpu_s(str(stat)) == pytest.approx((100 + 20 + 30 + 5 + 6 + 7) / ticks)
-    assert host_busy_cpu_s(str(tmp_path / "missing")) is None
+    assert host_cpu_idle_s(str(stat)) == pytest.approx({"cpu0": 405 / ticks,
+                                                        "cpu1": 615 / ticks})
+    assert host_cpu_idle_s(str(tmp_path / "missing")) is None
+
+
+def test_a_cpus_busy_time_is_its_wall_less_its_idle_not_its_busy_ticks(tmp_path):
+    """Measured on the emulated cluster (a KVM guest on an Intel Xeon, a node at speed
+    0.5 on cpu1): over a run of 16.8 s cpu1's user ticks came to 8.39 s and system 1.17,
+    with 13.37 s idle, 22.9 s in all; its processes had used 3.0 s. The busy ticks count
+    5.4 s no process used; the wall less the idle time, 3.43 s, does not. cpu0 ran the
+    whole time (no idle)."""
+    from syncbench.analysis.context import busy_between, foreign_cpu, host_cpu_idle_s
+
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def stat(path, cpu0, cpu1):  # (user, system, idle) seconds of each CPU
+        def line(name, cpu):
+            user, system, idle = (round(x * ticks) for x in cpu)
+            return f"{name} {user} 0 {system} {idle} 0 0 0 0 0 0\n"
+        path.write_text(line("cpu0", cpu0) + line("cpu1", cpu1))
+        return host_cpu_idle_s(str(path))
+
+    begin = stat(tmp_path / "a", (100.0, 50.0, 1000.0), (80.0, 20.0, 1000.0))
+    end = stat(tmp_path / "b", (111.02, 55.81, 1000.0), (88.39, 21.17, 1013.37))
+    assert busy_between(begin, end, 16.8) == pytest.approx(16.8 + 3.43, abs=0.05)
+    # the ranks: 16.4 s (the fast one, polling) and 3.04 s (at the quota)
+    records = [{"host": "node1", "machine": "boot-1", "cores": 2,
+                "begin": {"own_s": 0.0, "host_idle_s": begin, "t": 0.0},
+                "end": {"own_s": 16.4, "host_idle_s": end, "t": 16.8}},
+               {"host": "node2", "machine": "boot-1", "cores": 2,
+                "begin": {"own_s": 0.0, "host_idle_s": None, "t": 0.0},
+                "end": {"own_s": 3.04, "host_idle_s": None, "t": 16.8}}]
+    share = foreign_cpu(records)["foreign_cpu_share"]
+    assert share < 0.05, share  # the busy ticks would give (16.83 + 9.56 - 19.44) / 33.6
+
+
+def test_busy_between_keeps_each_cpu_within_its_wall():
+    from syncbench.analysis.context import busy_between
+
+    begin = {"cpu0": 10.0, "cpu1": 10.0, "cpu2": 10.0}
+    # cpu0 idle 2 of 5 s; cpu1's idle ran ahead of the wall; cpu2 went off line
+    end = {"cpu0": 12.0, "cpu1": 16.0}
+    assert busy_between(begin, end, 5.0) == pytest.approx(3.0)
+    # an idle counter that went backwards is no more than the wall of busy time
+    assert busy_between({"cpu0": 10.0}, {"cpu0": 9.0}, 5.0) == 5.0
 
 
 def test_report_notes_a_loaded_run(tmp_path, capsys):
