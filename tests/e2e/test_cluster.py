@@ -337,18 +337,24 @@ def _wake_rows(text: str) -> dict[str, tuple[float, float]]:
     return rows
 
 
-def test_a_task_that_wakes_on_a_slow_nodes_cpu_shortens_its_quotas_freezes(cluster):
-    """The kernel checks a quota at the tick and whenever the scheduler runs. A busy
-    process alone on a node at speed 0.5 overruns to the tick and is frozen several ms
-    (about 5 on a 250 Hz kernel); a task in the node that wakes every millisecond makes
-    the scheduler run in between: freezes of about 1 ms, shorter than without it
-    (docs/RESULTS.md, "A quota's share and the wake-ups on its CPU")."""
+def _slow_second_node() -> None:
+    """Put node 2 at speed 0.5 (the caller sets it back to 1); skip where it has not one
+    CPU of its own, where the quota does not throttle one busy process."""
     node = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]
     if not node.get("cpus") or not node["cpus"].isdigit():
         pytest.skip("the node has not one CPU of its own on this host: the quota does not "
                     "throttle one busy process")
     slowed = TC.syncbench("cluster", "speed", NODES[1], "0.5", timeout=120)
     assert slowed.returncode == 0, slowed.stderr
+
+
+def test_a_task_that_wakes_on_a_slow_nodes_cpu_shortens_its_quotas_freezes(cluster):
+    """The kernel checks a quota at the tick and whenever the scheduler runs. A busy
+    process alone on a node at speed 0.5 overruns to the tick and is frozen several ms
+    (about 5 on a 250 Hz kernel); a task in the node that wakes every millisecond makes
+    the scheduler run in between: freezes of about 1 ms, shorter than without it
+    (docs/RESULTS.md, "A quota's share and the wake-ups on its CPU")."""
+    _slow_second_node()
     try:
         throttle = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]["throttle"]
         if not throttle or float(throttle.split("/")[1]) < 3.0:
@@ -381,12 +387,7 @@ def test_a_collective_at_a_quota_sees_the_slow_nodes_freezes(cluster, tmp_path):
     (a never-idle process there is frozen more than half the time: 4.7-4.9 ms every 8),
     and node 1, at full speed, has none. Taken on the wrong clock, node 2's freezes would
     fall outside every step."""
-    node = json.loads((TC.state_dir / "state.json").read_text())["nodes"][1]
-    if not node.get("cpus") or not node["cpus"].isdigit():
-        pytest.skip("the node has not one CPU of its own on this host: the quota does not "
-                    "throttle one busy process")
-    slowed = TC.syncbench("cluster", "speed", NODES[1], "0.5", timeout=120)
-    assert slowed.returncode == 0, slowed.stderr
+    _slow_second_node()
     out = tmp_path / "quota.json"
     try:
         done = subprocess.run(
