@@ -234,6 +234,18 @@ def throttle_pattern(node: Node) -> str:
                        f"CPU {node.cpus or '(no CPU set of its own)'}")
 
 
+def throttled_seconds(text: str) -> float | None:
+    """The throttled seconds a cgroup's ``cpu.stat`` text holds (v1 ``throttled_time`` in
+    ns, v2 ``throttled_usec``), or None where it holds neither or no number."""
+    try:
+        fields = dict(line.split()[:2] for line in text.splitlines() if line.strip())
+        if "throttled_usec" in fields:
+            return int(fields["throttled_usec"]) * 1e-6
+        return int(fields["throttled_time"]) * 1e-9
+    except (ValueError, KeyError):
+        return None
+
+
 def throttle_stat(node: Node) -> str:
     """The ``cpu.stat`` beside one of the node's ``cgroup.procs`` whose quota's throttled
     time it counts (v1 ``throttled_time``, v2 ``throttled_usec``); "" where none does."""

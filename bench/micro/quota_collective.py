@@ -47,13 +47,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from syncbench.bench.cluster.cpu import throttled_seconds
 from syncbench.bench.files import write_atomic
 from syncbench.bench.micro.output import check_writable_parent
+from syncbench.bench.micro.pair import flag_parser, known_flags
 
 #: A node frozen longer than this inside a collective counts as frozen in it (less is
 #: within the reads' own spacing).
@@ -61,10 +63,7 @@ FROZEN_FLOOR_S = 0.3e-3
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m syncbench.bench.micro.quota_collective",
-        description="Whether a collective among ranks at a CPU quota waits for a peer the "
-                    "quota froze (run on the host, as root, with a cluster up).")
+    parser = flag_parser("quota_collective", __doc__)
     parser.add_argument("--ranks", default="4", help="ranks, one per node (>= 2)")
     parser.add_argument("--model", default="lenet",
                         help="compute one forward and backward of this model before each "
@@ -82,9 +81,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="milliseconds between two reads of the nodes' throttled time")
     parser.add_argument("--out", default=None, metavar="FILE.json", help="write the figures")
     parser.add_argument("--rank-side", default=None, help=argparse.SUPPRESS)
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        raise ValueError(f"quota_collective: unknown arguments: {' '.join(unknown)}")
+    args = known_flags(parser, "quota_collective", argv)
     args.ranks = _whole(args.ranks, "--ranks", 2, 64)
     args.batch_size = _whole(args.batch_size, "--batch-size", 1, 1 << 16)
     args.steps = _whole(args.steps, "--steps", 1, 1 << 20)
@@ -141,8 +138,8 @@ def rank_main(args: argparse.Namespace) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    step = _compute(args, rank)
-    nbytes = args.bytes if args.bytes is not None else step.nbytes
+    step, grad_bytes = _compute(args, rank)
+    nbytes = args.bytes if args.bytes is not None else grad_bytes
     send = np.ones(max(1, nbytes // 4), np.float32)
     recv = np.empty_like(send)
     stamps: dict[str, list[tuple[float, float, float]]] = {"back_to_back": [], "steps": []}
@@ -166,31 +163,21 @@ def rank_main(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Step:
-    """What a rank does before each post, and its model's gradient bytes."""
-
-    def __init__(self, run, nbytes: int) -> None:
-        self.run, self.nbytes = run, nbytes
-
-    def __call__(self) -> None:
-        self.run()
-
-
-def _compute(args: argparse.Namespace, rank: int) -> _Step:
+def _compute(args: argparse.Namespace, rank: int) -> tuple[Callable[[], None], int]:
+    """What a rank does before each post, and its model's gradient bytes (0 for a spin)."""
     if args.spin_ms is not None:
         seconds = args.spin_ms / 1e3
 
-        def spin() -> None:  # CPU time, not wall: the quota's freezes do not shorten it
+        def spin() -> None:  # CPU time, not wall (pair.spin): the freezes do not shorten it
             begin = time.process_time()
             while time.process_time() - begin < seconds:
                 pass
-        return _Step(spin, 0)
+        return spin, 0
     from syncbench.bench.micro.speed import timed_model  # lazy: builds the model
 
     model, x, y = timed_model(args.model, args.batch_size, "float32", rank)
     model.loss_and_grad(x, y)  # untimed: allocator, caches
-    nbytes = 4 * sum(int(np.size(p)) for p in model.params)
-    return _Step(lambda: model.loss_and_grad(x, y), nbytes)
+    return (lambda: model.loss_and_grad(x, y)), 4 * sum(int(np.size(p)) for p in model.params)
 
 
 # -- on the host: the nodes' throttled time ------------------------------------------
@@ -231,18 +218,6 @@ class ThrottleReader:
             time.sleep(self.interval_s)
 
 
-def throttled_seconds(text: str) -> float | None:
-    """The throttled seconds a ``cpu.stat`` holds (v1 ``throttled_time`` ns, v2
-    ``throttled_usec``), or None."""
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[0] == "throttled_time":
-            return int(fields[1]) * 1e-9
-        if len(fields) == 2 and fields[0] == "throttled_usec":
-            return int(fields[1]) * 1e-6
-    return None
-
-
 def freezes(samples: Sequence[tuple[float, float, float]]) -> list[tuple[float, float]]:
     """A node's freezes as ``(begin, end)`` on the host's clock from its reads ``(the read
     before, this read, throttled seconds)``, kept where the count moved (the first is the
@@ -273,18 +248,24 @@ def join(stamps: Mapping, offsets: Mapping[str, float],
 
     b2b = np.stack([host(r, "back_to_back") for r in ranks])  # ranks x steps x 3
     steps = np.stack([host(r, "steps") for r in ranks])
-    back_to_back = b2b[:, :, 2].max(0) - b2b[:, :, 1].max(0)
-    b2b_most = np.array([max(frozen_within(frozen.get(node, []), a, b) for node in nodes)
-                         for a, b in zip(b2b[:, :, 1].max(0), b2b[:, :, 2].max(0))])
+    spans = [frozen.get(node, []) for node in nodes]
+
+    def each_step(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """ranks x steps: each rank's node's frozen seconds within each step's span
+        (``begins`` and ``ends`` per step, or per rank and step)."""
+        begins, ends = np.broadcast_to(begins, steps.shape[:2]), np.broadcast_to(
+            ends, steps.shape[:2])
+        return np.array([[frozen_within(s, a, b) for a, b in zip(lo, hi)]
+                         for s, lo, hi in zip(spans, begins, ends)])
+
+    b2b_post, b2b_done = b2b[:, :, 1].max(0), b2b[:, :, 2].max(0)
+    back_to_back = b2b_done - b2b_post
+    b2b_most = each_step(b2b_post, b2b_done).max(0)
     last_post, last_done = steps[:, :, 1].max(0), steps[:, :, 2].max(0)
     after = last_done - last_post
-    spans = [frozen.get(node, []) for node in nodes]
-    inside = np.array([[frozen_within(s, a, b) for a, b in zip(last_post, last_done)]
-                       for s in spans])  # ranks x steps
-    in_compute = np.array([[frozen_within(s, a, b) for a, b in zip(row[:, 0], row[:, 1])]
-                           for s, row in zip(spans, steps)])
-    in_wait = np.array([[frozen_within(s, a, b) for a, b in zip(row[:, 1], last_post)]
-                        for s, row in zip(spans, steps)])
+    inside = each_step(last_post, last_done)
+    in_compute = each_step(steps[:, :, 0], steps[:, :, 1])
+    in_wait = each_step(steps[:, :, 1], last_post)
     most = inside.max(0)
     hit = most > FROZEN_FLOOR_S
     return {

@@ -187,12 +187,11 @@ def throttled_s(stat: Path | None) -> float | None:
     ``throttled_usec``); None where unreadable."""
     if stat is None:
         return None
+    from syncbench.bench.cluster.cpu import throttled_seconds  # lazy: only where read
+
     try:
-        fields = dict(line.split()[:2] for line in stat.read_text().splitlines() if line)
-        if "throttled_usec" in fields:
-            return int(fields["throttled_usec"]) * 1e-6
-        return int(fields["throttled_time"]) * 1e-9
-    except (OSError, ValueError, KeyError):
+        return throttled_seconds(stat.read_text())
+    except OSError:
         return None
 
 

@@ -31,3 +31,12 @@ def test_the_cpu_stat_with_the_quotas_throttled_time_is_the_one_read(tmp_path, f
                                          str(tmp_path / "cgroup.procs")])
     assert cpu.throttle_stat(node) == str(tmp_path / "cpu.stat")
     assert cpu.throttle_stat(SimpleNamespace(cgroup_procs=[str(tmp_path / "no" / "x")])) == ""
+
+
+def test_the_throttled_seconds_of_either_cgroup_version():
+    """One reading of a ``cpu.stat``'s throttled time for the host-side reader
+    (``quota_collective``) and the in-node one (``quota_wakes``)."""
+    assert cpu.throttled_seconds("nr_periods 4\nthrottled_time 2500000\n") == 0.0025
+    assert cpu.throttled_seconds("nr_throttled 1\nthrottled_usec 2500\n") == 0.0025
+    assert cpu.throttled_seconds("usage_usec 10\n") is None
+    assert cpu.throttled_seconds("throttled_time x\n") is None

@@ -12,12 +12,6 @@ import pytest
 from syncbench.bench.micro import quota_collective as qc
 
 
-def test_the_throttled_seconds_of_either_cgroup_version():
-    assert qc.throttled_seconds("nr_periods 4\nthrottled_time 2500000\n") == 0.0025
-    assert qc.throttled_seconds("nr_throttled 1\nthrottled_usec 2500\n") == 0.0025
-    assert qc.throttled_seconds("usage_usec 10\n") is None
-
-
 def test_an_increase_is_a_freeze_ending_between_the_two_reads():
     # reads every ms: the count moves by 4 ms between the reads at 10 and 11 ms, and by
     # 1 ms between 20 and 21; the first entry is where the count started
