@@ -7,6 +7,11 @@ pauses ``compute``, so every second is charged to exactly one phase and the
 phases of a step add up to its duration. The clock is ``time.monotonic``
 (``CLOCK_MONOTONIC``), the run's clock, on which the driver stamps ``t_start``.
 
+The ``compute`` phase also has its CPU time (:attr:`PhaseTimer.compute_cpu_s`, the
+training thread's ``CLOCK_THREAD_CPUTIME_ID``, which the scheduler accounts to the
+nanosecond, not at the tick): on a node held to a CPU quota a step's compute holds the
+quota's freezes, and its CPU time is what the rank's own CPU did apart from them.
+
 On the GPU, kernels are queued and run later: :attr:`PhaseTimer.device_sync`
 (the backend's stream synchronization, set by the driver on the GPU backend;
 None on the CPU) is called at the end of every outermost :data:`SYNCED_PHASES`
@@ -43,8 +48,11 @@ class PhaseTimer:
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        #: CPU seconds of this thread inside ``compute`` this step (its nested phases out).
+        self.compute_cpu_s = 0.0
         self._stack: list[str] = []
         self._mark = 0.0
+        self._cpu_mark = 0.0
         self.step = 0
         self.fault: tuple[int, str, str] | None = None
         #: Waits for the device's queued work (the GPU backend's ``synchronize``); None on
@@ -55,12 +63,22 @@ class PhaseTimer:
         """Start a new step: zero every phase."""
         for name in PHASES:
             self.totals[name] = 0.0
+        self.compute_cpu_s = 0.0
         self._stack.clear()
 
     def _charge(self, now: float) -> None:
         if self._stack:
             self.totals[self._stack[-1]] += now - self._mark
         self._mark = now
+
+    def _switch(self, leaving: str, entering: str) -> None:
+        """Charge the thread's CPU time when ``compute`` is left or entered (read only
+        then: a thread-clock read is a system call)."""
+        if leaving == "compute" or entering == "compute":
+            cpu = time.thread_time()
+            if leaving == "compute":
+                self.compute_cpu_s += cpu - self._cpu_mark
+            self._cpu_mark = cpu
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -72,6 +90,7 @@ class PhaseTimer:
                     time.sleep(3600)
             raise InjectedFault(f"injected fault in phase {name!r} of step {self.step}")
         self._charge(time.monotonic())
+        self._switch(self.current, name)
         self._stack.append(name)
         try:
             yield
@@ -81,6 +100,7 @@ class PhaseTimer:
         finally:
             self._charge(time.monotonic())
             self._stack.pop()
+            self._switch(name, self.current)
 
     @property
     def current(self) -> str:

@@ -10,6 +10,7 @@ NetCDF / CF conventions), so a file explains itself to h5dump or HDFView.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -300,6 +301,7 @@ RANK_COLUMNS: dict[str, str] = {
     "local_steps": "i8",
     "round": "i8",
     "speed": "f8",
+    "cpu_compute": "f8",
 }
 
 #: Rank columns that files written before they existed lack, with the value readers
@@ -309,8 +311,10 @@ RANK_COLUMNS: dict[str, str] = {
 #: pull; clipped at 0); ``speed`` is Oscars' c_k, the
 #: seconds per local step that the step's round schedule was computed from;
 #: ``t_codec`` is the codec's own phase (older files charged it to ``t_update``, so
-#: theirs reads as zeros and their update holds it).
-RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0, "t_codec": 0.0}
+#: theirs reads as zeros and their update holds it); ``cpu_compute`` is the compute
+#: phase's CPU time (NaN: not measured, in older files and simulated runs).
+RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0, "t_codec": 0.0,
+                                          "cpu_compute": math.nan}
 
 #: Attributes of every dataset: its unit and a one-line description (from the
 #: ``*_COLUMN_INFO`` tables below). Units are UDUNITS-2 strings as the CF conventions
@@ -345,6 +349,10 @@ RANK_COLUMN_INFO: dict[str, tuple[str, str]] = {
               "(0 for the other strategies)"),
     "speed": ("s", "Oscars: the speed estimate c_k, seconds per local step, the round's "
               "schedule was computed from (0 for the other strategies)"),
+    "cpu_compute": ("s", "CPU time of the training thread in the step's compute phase "
+                    "(t_compute less what the scheduler or a CPU quota took from it; on a "
+                    "GPU the host's share only; NaN where not measured: simulated runs, "
+                    "older files)"),
 }
 
 #: Attributes of every rank group.

@@ -118,8 +118,8 @@ for link in $LINKS; do
         --progress never --out "$workload" --overwrite
     fi
     # the quota's efficiency on this model: the same run with the last node at speed 0.5
-    # (2 nodes: the scenario's quota configuration), its throttled rank's compute against
-    # the free rank's over what the node's recorded pattern gives (0.7-0.8); the quota
+    # (2 nodes: the scenario's quota configuration), its throttled rank's CPU work a step
+    # over its step's wall, against what the node's recorded pattern gives; the quota
     # set three times, as the pattern moves from one setting to the next
     quota=()
     if [ "$NODES" = 2 ]; then

@@ -134,14 +134,14 @@ def _job(args: argparse.Namespace, run: Any,
 
 
 def _efficiency(path: str, model: str) -> float | None:
-    """One ``--quota-workload`` run's efficiency: in a run where no rank communicated, the mean
-    compute of its ranks at full speed over a throttled rank's (the share it realised),
-    over the never-idle share its node's recorded pattern gives; the mean over its
-    throttled ranks. The pattern is measured by a process that spins on a clock; a
-    training rank's kernels realised less of the quota (resnet8 at speed 0.5: 0.41 of the
-    free rank's compute against the pattern's 0.46, docs/RESULTS.md, "A quota's first
-    burst, AD-PSGD's bucket and the polls of a slowdown"). None where its throttled ranks
-    recorded no pattern (the node's quota probe was preempted in each try,
+    """One ``--quota-workload`` run's efficiency: in a run where no rank communicated, the
+    share of its step a throttled rank realised (:func:`measured_share`), over the
+    never-idle share its node's recorded pattern gives; the mean over its throttled ranks.
+    The pattern is measured by a process that spins on a clock; a training rank realised
+    less of the quota (resnet8 at speed 0.5: 0.41 of the free rank's compute against the
+    pattern's 0.46, docs/RESULTS.md, "A quota's first burst, AD-PSGD's bucket and the
+    polls of a slowdown"). None where its throttled ranks recorded no pattern (the node's
+    quota probe was preempted in each try,
     :func:`syncbench.bench.cluster.cpu.throttle_pattern`): the run is right, its
     efficiency has no share to be taken against."""
     try:
@@ -170,10 +170,45 @@ def _efficiency(path: str, model: str) -> float | None:
                          "pattern it recorded, a rank at full speed, and no communication "
                          "(syncbench train --algorithm localsgd --period 1000000000 on a "
                          "cluster with --node-speed)")
-    free_s = float(np.mean(np.concatenate([run.ranks[r]["t_compute"][2:] for r in free])))
-    ratios = [free_s / float(np.mean(run.ranks[r]["t_compute"][2:])) / t.share
-              for r, t in slow]
-    return float(np.mean(ratios))
+    return float(np.mean([measured_share(run, r, free) / t.share for r, t in slow]))
+
+
+def measured_share(run: Any, rank: int, free: list[int]) -> float:
+    """The share of the CPU throttled ``rank`` realised in a run of no communication: its
+    CPU work per step over its step's wall time (the mean gap between its steps' starts,
+    its first two steps left out). Its work is its compute's CPU time (:func:`cpu_per_step`)
+    plus the data, update and codec seconds of the ``free`` ranks (at full speed, the
+    same work). In a file without the CPU time: the free ranks' mean compute over the
+    rank's (its compute phase alone, as before the column).
+
+    Why the whole step and the rank's own CPU time: on a KVM guest on an Intel Xeon (lenet,
+    speed 0.5) the throttled rank's compute ran 0.53 of its wall on the CPU, but 9-17% of
+    its step passed outside its phases, against 2% at full speed (freezes fell there,
+    between its phases, more often than its CPU time there would give); and its CPU did a
+    step's compute in 4.5-4.9 ms where the free rank's took 3.6-4.9. Taken from the compute
+    phase and the free rank, the quota column of the validation (`--validate-host-speed
+    rank`) was predicted 15-29% fast; from the whole step and its own CPU, within 13%
+    (docs/RESULTS.md, "A throttled rank's own CPU time")."""
+    cpu = cpu_per_step(run, rank)
+    starts = np.asarray(run.ranks[rank]["t_start"], dtype=float)
+    if cpu is None or len(starts) < 4:
+        return (float(np.mean(np.concatenate([run.ranks[r]["t_compute"][2:] for r in free])))
+                / float(np.mean(run.ranks[rank]["t_compute"][2:])))
+    other = np.concatenate([run.ranks[r]["t_data"][2:] + run.ranks[r]["t_update"][2:]
+                            + run.ranks[r]["t_codec"][2:] for r in free])
+    return (cpu + float(np.mean(other))) / float(np.mean(np.diff(starts)[2:]))
+
+
+def cpu_per_step(run: Any, rank: int) -> float | None:
+    """``rank``'s mean CPU time per step in its compute phase (the ``cpu_compute`` column),
+    its first two steps left out as the replay does; None where the run did not measure
+    it (a file written before the column, a simulated run) or it is not positive."""
+    column = run.ranks[rank].get("cpu_compute")
+    steps = np.asarray(column[2:] if column is not None else [], dtype=float)
+    if not len(steps) or not np.all(np.isfinite(steps)):
+        return None
+    mean = float(np.mean(steps))
+    return mean if mean > 0 else None
 
 
 def quota_efficiency(paths: list[str], model: str) -> tuple[float, list[str]]:
@@ -200,8 +235,8 @@ def _print_quota_efficiency(paths: list[str], model: str) -> float:
     """:func:`quota_efficiency` of ``--quota-workload``'s runs, printed with the runs it
     left out."""
     efficiency, left_out = quota_efficiency(paths, model)
-    print(f"--quota-workload ({len(paths) - len(left_out)} run(s)): a throttled rank's "
-          f"compute realised {efficiency:.3f} of its pattern's share"
+    print(f"--quota-workload ({len(paths) - len(left_out)} run(s)): a throttled rank "
+          f"realised {efficiency:.3f} of its pattern's share over its step"
           + (f"; left out, their node's pattern unmeasured: {', '.join(left_out)}"
              if left_out else ""))
     return efficiency
@@ -499,8 +534,11 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     """How much slower each of ``run``'s ranks computed than the workload's rank it
     replays: a free rank's (neither slowed nor throttled) mean per-step compute, its
     first two steps left out, over the mean compute of the workload's measured rank of
-    the same number; a slowed or throttled rank takes the free ranks' pooled factor
-    (their steps' mean over the workload ranks' mean), every rank 1 where none is free.
+    the same number; a throttled rank's mean CPU time per step in its compute
+    (:func:`cpu_per_step`) over the same, the quota's freezes not in it, where its run
+    measured it; a slowed rank, and a throttled one without that column, takes the free
+    ranks' pooled factor (their steps' mean over the workload ranks' mean), every rank 1
+    where none is free.
     Means, not medians: the replay keeps each row's length, so the mean is what makes a
     free rank's predicted compute its measured one, slow steps included.
 
@@ -517,6 +555,11 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     free = free_rank_columns(run, "t_compute")
     own = {rank: float(np.mean(steps)) for rank, steps in free.items() if len(steps)}
     own = {rank: mean for rank, mean in own.items() if mean > 0}
+    _, speeds = rank_factors(run)
+    for rank, speed in zip(sorted(run.ranks), speeds):
+        cpu = cpu_per_step(run, rank) if speed < 1.0 else None
+        if cpu is not None:
+            own[rank] = cpu
     steps = np.concatenate(list(free.values())) if free else np.zeros(0)
     pooled = (float(np.mean(steps)) / float(np.mean(means))
               if len(steps) and float(np.mean(steps)) > 0 else 1.0)

@@ -432,7 +432,8 @@ class Training:
             x, y = self.stream.next()
         ctx.stats = self.algorithm.step(x, y)
         with self.rows_lock:  # the hang guard may flush the rows from its thread
-            self.recorder.append(loop.step, ctx.t_start, self.timer.totals, ctx.stats)
+            self.recorder.append(loop.step, ctx.t_start, self.timer.totals, ctx.stats,
+                                 self.timer.compute_cpu_s)
         loop.step += 1
         ctx.seen = self.algorithm.evaluation_point()
 

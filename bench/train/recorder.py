@@ -51,7 +51,8 @@ class StepRecorder:
         self.count = 0
 
     def append(
-        self, step: int, t_start: float, phases: Mapping[str, float], stats: StepStats
+        self, step: int, t_start: float, phases: Mapping[str, float], stats: StepStats,
+        cpu_compute: float = math.nan,
     ) -> None:
         if self.count == len(self._cols["step"]):
             for name, col in self._cols.items():
@@ -69,6 +70,7 @@ class StepRecorder:
         cols["speed"][i] = stats.speed
         cols["local_steps"][i] = stats.local_steps
         cols["round"][i] = stats.round
+        cols["cpu_compute"][i] = cpu_compute
         self.count += 1
 
     def add_to_last(self, phases: Mapping[str, float]) -> None:

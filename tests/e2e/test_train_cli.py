@@ -56,6 +56,10 @@ def test_run_file_round_trips_every_schema_field(two_rank_run):
         np.testing.assert_array_equal(rows["step"], np.arange(steps))
         assert np.all(rows["samples"] == 32)
         assert np.all(np.diff(rows["t_start"]) > 0)
+        # the compute's CPU time is measured every step, and no thread has more CPU time
+        # than wall time (the clock's 1 us and the two reads' order aside)
+        assert np.all(rows["cpu_compute"] > 0)
+        assert np.all(rows["cpu_compute"] <= rows["t_compute"] + 5e-5)
         for name in schema.RANK_ATTRS:
             assert name in run.rank_attrs[rank]
     # evaluations every half epoch plus none extra at the end (it coincides)

@@ -243,6 +243,20 @@ def test_each_ranks_host_speed_is_its_own_mean_compute_over_its_workload_ranks(t
                                                1: make_rank(8, {"compute": 0.08})},
                                     rank_extra={1: {"node_speed": 0.5}}))
     assert rank_host_factors(throttled, w) == pytest.approx([30 / 24, 30 / 20])
+    # a throttled rank that measured its compute's CPU time (18 ms a step, the quota's
+    # freezes not in it) takes its own factor, 18 / 16, not the free rank's CPU's
+    timed = make_rank(8, {"compute": 0.08})
+    timed["cpu_compute"] = np.full(8, 0.018)
+    own = read_run(write_file(tmp_path / "c.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                              steps_per_rank=8, rank_rows={0: ranks[0], 1: timed},
+                              rank_extra={1: {"node_speed": 0.5}}))
+    assert rank_host_factors(own, w) == pytest.approx([30 / 24, 18 / 16])
+    timed["cpu_compute"] = np.full(8, np.nan)  # not measured: the pooled factor again
+    unmeasured = read_run(write_file(tmp_path / "n.h5", algorithm="ssgd", world_size=2,
+                                     wall=2.0, steps_per_rank=8,
+                                     rank_rows={0: ranks[0], 1: timed},
+                                     rank_extra={1: {"node_speed": 0.5}}))
+    assert rank_host_factors(unmeasured, w) == pytest.approx([30 / 24, 30 / 20])
     one = read_run(write_file(tmp_path / "o.h5", algorithm="ssgd", world_size=1, wall=2.0,
                               steps_per_rank=8, phases={"compute": 0.03}))
     assert rank_host_factors(one, w) is None
@@ -287,6 +301,8 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
     """--quota-workload: rank 1 at speed 0.5 computed 50 ms a step against rank 0's 20 ms
     (a share of 0.4) where its node's pattern (3/3 ms) gives 0.5: an efficiency of 0.8,
     and a throttled rank's pattern is scaled to a share of 0.4 (frozen 4.5 ms, not 3)."""
+    import numpy as np
+
     from syncbench.bench.simulate.quota import Throttle
     from syncbench.bench.simulate.validate import quota_efficiency, scaled_share
 
@@ -326,6 +342,19 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
                                         "node_throttle_off_s": float("nan")}})
     with pytest.raises(ValueError, match="give a run with a rank at a quota"):
         quota_efficiency([path, talked], "mlp")
+    # a throttled rank that measured its compute's CPU time: its work a step is its own 22
+    # ms of CPU plus the free rank's 3 ms of data and update, in a step of 60 ms (10 ms
+    # of it outside its phases): 25 / 60 over the pattern's 0.5, not the free rank's 20 ms
+    # over its 50 ms of compute (0.8) nor its own 22 over 50 (0.88)
+    timed = make_rank(8, {"compute": 0.05}, step_time=0.06)
+    timed["cpu_compute"] = np.full(8, 0.022)
+    own = write_file(tmp_path / "c.h5", algorithm="localsgd", world_size=2, wall=2.0,
+                     steps_per_rank=8,
+                     rank_rows={0: make_rank(8, {"data": 0.001, "compute": 0.02,
+                                                 "update": 0.002}), 1: timed},
+                     rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
+                                     "node_throttle_off_s": 0.003}})
+    assert quota_efficiency([own], "mlp") == (pytest.approx(25 / 60 / 0.5), [])
     scaled = scaled_share(Throttle(0.003, 0.003, 0.002, 0.005), 0.8)
     assert scaled.share == pytest.approx(0.4)
     assert (scaled.on_s, scaled.first_lo_s, scaled.first_hi_s) == (0.003, 0.002, 0.005)
