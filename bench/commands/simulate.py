@@ -145,11 +145,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="(repeatable: the mean) a run of the same model in which a rank "
                      "computed on a node at a "
                      "quota and no rank communicated (Local SGD with a period longer than "
-                     "the run): its throttled rank's compute against the free ranks' over "
-                     "the share its node's recorded pattern gives is the quota's efficiency "
-                     "on this model, and every throttled rank's never-idle share is scaled "
-                     "by it (its frozen span lengthened); a run whose node's pattern went "
-                     "unmeasured (its probe preempted) is left out and named")
+                     "the run): the share of the CPU its throttled rank realised over its "
+                     "step (its compute's CPU time and the free ranks' data and update, "
+                     "over the step's wall) against its node speed is the quota's "
+                     "efficiency on this model, and every throttled rank is simulated at "
+                     "its node speed times it (its pattern's frozen span set to match)")
     val.add_argument("--validate-realised", action="store_true",
                      help="simulate a slowed run with the slowdown each rank realised "
                      "(its slowdown_realised) instead of the nominal factor or node speed: "

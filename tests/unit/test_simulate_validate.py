@@ -151,16 +151,17 @@ def test_a_runs_recorded_quota_bursts_go_to_its_simulation(tmp_path):
     args.node_throttle = "3/5"  # the flag, where given, over the run's record
     assert _job(args, read_run(older))[0].node_throttle == "3/5"
     assert _job(args, read_run(bursts))[0].node_throttle == "3/5"
-    # and scaled by --quota-workload's efficiency as a recorded pattern is
+    # and, as a recorded pattern is, set to --quota-workload's efficiency times the rank's
+    # node speed (0.8 x 0.5: 3 ms on, 4.5 off), whatever share the pattern had
     from syncbench.bench.simulate.quota import Throttle, throttle_spec
-    from syncbench.bench.simulate.validate import scaled_share
+    from syncbench.bench.simulate.validate import with_share
 
     args.quota_efficiency = 0.8
-    want = throttle_spec([None, scaled_share(Throttle(0.003, 0.005), 0.8)])
-    assert _job(args, read_run(bursts))[0].node_throttle == want != "-,3/5"
+    want = throttle_spec([None, with_share(Throttle(0.003, 0.005), 0.4)])
+    assert want == "-,3/4.5"
+    assert _job(args, read_run(bursts))[0].node_throttle == want
     args.node_throttle = None
-    assert _job(args, read_run(bursts))[0].node_throttle == throttle_spec(
-        [None, scaled_share(Throttle(0.0033, 0.0047), 0.8)])
+    assert _job(args, read_run(bursts))[0].node_throttle == "-,3.3/4.95"
 
 
 def test_a_runs_recorded_link_bucket_goes_to_its_simulation(tmp_path):
@@ -299,63 +300,51 @@ def test_a_runs_codec_takes_the_hosts_speed_from_its_own_codec_time(tmp_path):
 
 def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
     """--quota-workload: rank 1 at speed 0.5 computed 50 ms a step against rank 0's 20 ms
-    (a share of 0.4) where its node's pattern (3/3 ms) gives 0.5: an efficiency of 0.8,
-    and a throttled rank's pattern is scaled to a share of 0.4 (frozen 4.5 ms, not 3)."""
+    (a share of 0.4): an efficiency of 0.8 against its speed, whatever share its node's
+    probe pattern gave (3/5 ms: 0.375); a throttled rank is then simulated at 0.8 of its
+    speed, its pattern's running span kept (frozen 4.5 ms, not 5)."""
     import numpy as np
 
     from syncbench.bench.simulate.quota import Throttle
-    from syncbench.bench.simulate.validate import quota_efficiency, scaled_share
+    from syncbench.bench.simulate.validate import quota_efficiency, with_share
 
     ranks = {0: make_rank(8, {"compute": 0.02, "comm": 0.03}),
              1: make_rank(8, {"compute": 0.05})}
+    pattern = {"node_speed": 0.5, "node_throttle_on_s": 0.003, "node_throttle_off_s": 0.005}
     path = write_file(tmp_path / "q.h5", algorithm="localsgd", world_size=2, wall=2.0,
-                      steps_per_rank=8, rank_rows=ranks,
-                      rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
-                                      "node_throttle_off_s": 0.003}})
-    assert quota_efficiency([path], "mlp") == (pytest.approx(0.8), [])
-    # several runs (the quota set anew for each: its pattern and what a rank realises of
-    # it move from one setting to the next): the mean of their efficiencies
+                      steps_per_rank=8, rank_rows=ranks, rank_extra={1: pattern})
+    assert quota_efficiency([path], "mlp") == pytest.approx(0.8)
+    # several runs (the quota set anew for each: what a rank realises of it moves from one
+    # setting to the next): the mean of their efficiencies; a run whose node's probe was
+    # preempted in every try (its pattern NaN) counts as well
     other = {0: make_rank(8, {"compute": 0.02}), 1: make_rank(8, {"compute": 0.04})}
     again = write_file(tmp_path / "q2.h5", algorithm="localsgd", world_size=2, wall=2.0,
                        steps_per_rank=8, rank_rows=other,
-                       rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
-                                       "node_throttle_off_s": 0.003}})
-    assert quota_efficiency([path, again], "mlp") == (pytest.approx(0.9), [])
-    # a setting whose probe was preempted in every try left its pattern unrecorded (NaN):
-    # that run is left out and named, the others give the efficiency; none left: one line
-    unmeasured = write_file(tmp_path / "u.h5", algorithm="localsgd", world_size=2,
-                            wall=2.0, steps_per_rank=8, rank_rows=other,
-                            rank_extra={1: {"node_speed": 0.5,
-                                            "node_throttle_on_s": float("nan"),
-                                            "node_throttle_off_s": float("nan")}})
-    assert quota_efficiency([path, unmeasured, again], "mlp") == (pytest.approx(0.9),
-                                                                   [unmeasured])
-    with pytest.raises(ValueError, match="no run recorded its node's quota pattern"):
-        quota_efficiency([unmeasured], "mlp")
-    # a run whose throttled rank talked is refused, whether or not its pattern was measured
+                       rank_extra={1: {"node_speed": 0.5,
+                                       "node_throttle_on_s": float("nan"),
+                                       "node_throttle_off_s": float("nan")}})
+    assert quota_efficiency([path, again], "mlp") == pytest.approx(0.9)
+    # a run whose throttled rank talked is refused
     talked = write_file(tmp_path / "t.h5", algorithm="ssgd", world_size=2, wall=2.0,
                         steps_per_rank=8,
                         rank_rows={0: make_rank(8, {"compute": 0.02}),
                                    1: make_rank(8, {"compute": 0.05, "comm": 0.03})},
-                        rank_extra={1: {"node_speed": 0.5,
-                                        "node_throttle_on_s": float("nan"),
-                                        "node_throttle_off_s": float("nan")}})
+                        rank_extra={1: pattern})
     with pytest.raises(ValueError, match="give a run with a rank at a quota"):
         quota_efficiency([path, talked], "mlp")
     # a throttled rank that measured its compute's CPU time: its work a step is its own 22
     # ms of CPU plus the free rank's 3 ms of data and update, in a step of 60 ms (10 ms
-    # of it outside its phases): 25 / 60 over the pattern's 0.5, not the free rank's 20 ms
-    # over its 50 ms of compute (0.8) nor its own 22 over 50 (0.88)
+    # of it outside its phases): 25 / 60 over its speed, not the free rank's 20 ms over
+    # its 50 ms of compute (0.8) nor its own 22 over 50 (0.88)
     timed = make_rank(8, {"compute": 0.05}, step_time=0.06)
     timed["cpu_compute"] = np.full(8, 0.022)
     own = write_file(tmp_path / "c.h5", algorithm="localsgd", world_size=2, wall=2.0,
                      steps_per_rank=8,
                      rank_rows={0: make_rank(8, {"data": 0.001, "compute": 0.02,
                                                  "update": 0.002}), 1: timed},
-                     rank_extra={1: {"node_speed": 0.5, "node_throttle_on_s": 0.003,
-                                     "node_throttle_off_s": 0.003}})
-    assert quota_efficiency([own], "mlp") == (pytest.approx(25 / 60 / 0.5), [])
-    scaled = scaled_share(Throttle(0.003, 0.003, 0.002, 0.005), 0.8)
+                     rank_extra={1: pattern})
+    assert quota_efficiency([own], "mlp") == pytest.approx(25 / 60 / 0.5)
+    scaled = with_share(Throttle(0.003, 0.005, 0.002, 0.005), 0.4)
     assert scaled.share == pytest.approx(0.4)
     assert (scaled.on_s, scaled.first_lo_s, scaled.first_hi_s) == (0.003, 0.002, 0.005)
     assert scaled.off_s == pytest.approx(0.0045)
