@@ -115,8 +115,8 @@ def _job(args: argparse.Namespace, run: Any,
     efficiency = getattr(args, "quota_efficiency", None)
     given = getattr(args, "node_throttle", None)
     if given and efficiency is not None:
-        # --node-throttle's pattern, where given, is scaled by --quota-workload's efficiency
-        # as a recorded one is (the flag replaces the record, not the efficiency)
+        # --node-throttle's pattern, where given, is set to --quota-workload's share as a
+        # recorded one is (the flag replaces the record, not the efficiency)
         throttles = parse_node_throttles(given, speeds, len(speeds)) or []
     if efficiency is not None:  # each throttled rank at its speed's realised share
         throttles = [None if t is None else with_share(t, efficiency * s)
@@ -141,8 +141,8 @@ def _efficiency(path: str, model: str) -> float:
     throttled ranks. Against the speed, not the pattern the node's probe recorded: that
     pattern's never-idle share moved from one setting of the quota to the next (0.37-0.49
     at speed 0.5 on a KVM guest on an Intel Xeon) while what a training rank realised
-    stayed at 0.43-0.48; taken against the pattern, the validation's quota column had 5
-    configurations off where against the speed it had 3 (docs/RESULTS.md, "A throttled
+    stayed at 0.43-0.48; taken against the pattern, lenet's quota column at 200 Mbit/s had
+    5 configurations off where against the speed it had 3 (docs/RESULTS.md, "A throttled
     rank's own CPU time")."""
     try:
         run = read_run(path)
@@ -164,33 +164,34 @@ def _efficiency(path: str, model: str) -> float:
                          "rank at full speed, and no communication (syncbench train "
                          "--algorithm localsgd --period 1000000000 on a cluster with "
                          "--node-speed)")
-    return float(np.mean([measured_share(run, r, free) / s for r, s in slow]))
+    return float(np.mean([measured_share(run, r) / s for r, s in slow]))
 
 
-def measured_share(run: Any, rank: int, free: list[int]) -> float:
+def measured_share(run: Any, rank: int) -> float:
     """The share of the CPU throttled ``rank`` realised in a run of no communication: its
     CPU work per step over its step's wall time (the mean gap between its steps' starts,
     its first two steps left out). Its work is its compute's CPU time (:func:`cpu_per_step`)
-    plus the data, update and codec seconds of the ``free`` ranks (at full speed, the
-    same work). In a file without the CPU time: the free ranks' mean compute over the
-    rank's (its compute phase alone, as before the column).
+    plus the mean data, update and codec seconds of the free ranks
+    (:func:`free_rank_steps`: at full speed, the same work). In a file without the CPU
+    time: the free ranks' mean compute over the rank's (its compute phase alone, as
+    before the column).
 
     Why the whole step and the rank's own CPU time: on a KVM guest on an Intel Xeon (lenet,
     speed 0.5) the throttled rank's compute ran 0.53 of its wall on the CPU, but 9-17% of
     its step passed outside its phases, against 2% at full speed (freezes fell there,
     between its phases, more often than its CPU time there would give); and its CPU did a
-    step's compute in 4.5-4.9 ms where the free rank's took 3.6-4.9. Taken from the compute
-    phase and the free rank, the quota column of the validation (`--validate-host-speed
-    rank`) was predicted 15-29% fast; from the whole step and its own CPU, within 13%
-    (docs/RESULTS.md, "A throttled rank's own CPU time")."""
+    step's compute in 4.5-4.9 ms where the free rank's took 3.6-4.9. With its own CPU time
+    but the compute phase alone, lenet's quota column at 1 Gbit/s (`--validate-host-speed
+    rank`) was predicted 15-29% fast; from the whole step, 1-13% (docs/RESULTS.md, "A
+    throttled rank's own CPU time")."""
     cpu = cpu_per_step(run, rank)
     starts = np.asarray(run.ranks[rank]["t_start"], dtype=float)
     if cpu is None or len(starts) < 4:
-        return (float(np.mean(np.concatenate([run.ranks[r]["t_compute"][2:] for r in free])))
+        return (float(np.mean(free_rank_steps(run, "t_compute")))
                 / float(np.mean(run.ranks[rank]["t_compute"][2:])))
-    other = np.concatenate([run.ranks[r]["t_data"][2:] + run.ranks[r]["t_update"][2:]
-                            + run.ranks[r]["t_codec"][2:] for r in free])
-    return (cpu + float(np.mean(other))) / float(np.mean(np.diff(starts)[2:]))
+    other = sum(float(np.mean(free_rank_steps(run, column)))
+                for column in ("t_data", "t_update", "t_codec"))
+    return (cpu + other) / float(np.mean(np.diff(starts)[2:]))
 
 
 def cpu_per_step(run: Any, rank: int) -> float | None:
