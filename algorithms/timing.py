@@ -10,7 +10,10 @@ phases of a step add up to its duration. The clock is ``time.monotonic``
 The ``compute`` phase also has its CPU time (:attr:`PhaseTimer.compute_cpu_s`, the
 training thread's ``CLOCK_THREAD_CPUTIME_ID``, which the scheduler accounts to the
 nanosecond, not at the tick): on a node held to a CPU quota a step's compute holds the
-quota's freezes, and its CPU time is what the rank's own CPU did apart from them.
+quota's freezes, and its CPU time is what the rank's own CPU did apart from them. So do
+the ``comm`` and ``wait`` phases together (:attr:`PhaseTimer.sync_cpu_s`: how much of a
+wait in MPI the rank spent on the CPU, polling, which a quota charges as it charges
+compute) and the whole step (:meth:`PhaseTimer.step_cpu_s`, from :meth:`PhaseTimer.reset`).
 
 On the GPU, kernels are queued and run later: :attr:`PhaseTimer.device_sync`
 (the backend's stream synchronization, set by the driver on the GPU backend;
@@ -28,6 +31,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from syncbench.algorithms.traits import PHASES
+
+#: Phases whose CPU time is kept together as :attr:`PhaseTimer.sync_cpu_s`.
+SYNC_PHASES = frozenset({"comm", "wait"})
+
+#: Phases whose CPU time is kept (a thread-clock read on entering and leaving each).
+CPU_PHASES = SYNC_PHASES | {"compute"}
 
 #: Phases that end with :attr:`PhaseTimer.device_sync` (their kernels finish inside them).
 SYNCED_PHASES = frozenset({"update", "codec"})
@@ -50,9 +59,12 @@ class PhaseTimer:
         self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         #: CPU seconds of this thread inside ``compute`` this step (its nested phases out).
         self.compute_cpu_s = 0.0
+        #: CPU seconds of this thread inside ``comm`` and ``wait`` this step.
+        self.sync_cpu_s = 0.0
         self._stack: list[str] = []
         self._mark = 0.0
         self._cpu_mark = 0.0
+        self._step_cpu_mark = time.thread_time()
         self.step = 0
         self.fault: tuple[int, str, str] | None = None
         #: Waits for the device's queued work (the GPU backend's ``synchronize``); None on
@@ -60,11 +72,18 @@ class PhaseTimer:
         self.device_sync: Callable[[], None] | None = None
 
     def reset(self) -> None:
-        """Start a new step: zero every phase."""
+        """Start a new step: zero every phase and mark the step's CPU clock."""
         for name in PHASES:
             self.totals[name] = 0.0
         self.compute_cpu_s = 0.0
+        self.sync_cpu_s = 0.0
         self._stack.clear()
+        self._step_cpu_mark = time.thread_time()
+
+    def step_cpu_s(self) -> float:
+        """CPU seconds of this thread since :meth:`reset` (the step so far, every phase and
+        the time between them)."""
+        return time.thread_time() - self._step_cpu_mark
 
     def _charge(self, now: float) -> None:
         if self._stack:
@@ -72,12 +91,14 @@ class PhaseTimer:
         self._mark = now
 
     def _switch(self, leaving: str, entering: str) -> None:
-        """Charge the thread's CPU time when ``compute`` is left or entered (read only
-        then: a thread-clock read is a system call)."""
-        if leaving == "compute" or entering == "compute":
+        """Charge the thread's CPU time when a phase of :data:`CPU_PHASES` is left or
+        entered (read only then: a thread-clock read is a system call)."""
+        if leaving in CPU_PHASES or entering in CPU_PHASES:
             cpu = time.thread_time()
             if leaving == "compute":
                 self.compute_cpu_s += cpu - self._cpu_mark
+            elif leaving in SYNC_PHASES:
+                self.sync_cpu_s += cpu - self._cpu_mark
             self._cpu_mark = cpu
 
     @contextmanager
@@ -99,8 +120,10 @@ class PhaseTimer:
                 self.device_sync()  # the phase's kernels run inside it
         finally:
             self._charge(time.monotonic())
+            # the CPU clock is read as soon after the wall clock on leaving as on entering,
+            # so a phase's CPU time is never its wall time plus the timer's own work
+            self._switch(name, self._stack[-2] if len(self._stack) > 1 else "")
             self._stack.pop()
-            self._switch(name, self.current)
 
     @property
     def current(self) -> str:

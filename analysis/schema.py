@@ -302,6 +302,8 @@ RANK_COLUMNS: dict[str, str] = {
     "round": "i8",
     "speed": "f8",
     "cpu_compute": "f8",
+    "cpu_sync": "f8",
+    "cpu_step": "f8",
 }
 
 #: Rank columns that files written before they existed lack, with the value readers
@@ -311,10 +313,11 @@ RANK_COLUMNS: dict[str, str] = {
 #: pull; clipped at 0); ``speed`` is Oscars' c_k, the
 #: seconds per local step that the step's round schedule was computed from;
 #: ``t_codec`` is the codec's own phase (older files charged it to ``t_update``, so
-#: theirs reads as zeros and their update holds it); ``cpu_compute`` is the compute
-#: phase's CPU time (NaN: not measured, in older files and simulated runs).
+#: theirs reads as zeros and their update holds it); ``cpu_compute``, ``cpu_sync`` and
+#: ``cpu_step`` are CPU times (NaN: not measured, in older files and simulated runs).
 RANK_COLUMN_DEFAULTS: dict[str, float] = {"staleness_min": 0, "speed": 0.0, "t_codec": 0.0,
-                                          "cpu_compute": math.nan}
+                                          "cpu_compute": math.nan, "cpu_sync": math.nan,
+                                          "cpu_step": math.nan}
 
 #: Attributes of every dataset: its unit and a one-line description (from the
 #: ``*_COLUMN_INFO`` tables below). Units are UDUNITS-2 strings as the CF conventions
@@ -353,6 +356,10 @@ RANK_COLUMN_INFO: dict[str, tuple[str, str]] = {
                     "(t_compute less what the scheduler or a CPU quota took from it; on a "
                     "GPU the host's share only; NaN where not measured: simulated runs, "
                     "older files)"),
+    "cpu_sync": ("s", "CPU time of the training thread in the step's comm and wait phases "
+                 "(a wait in MPI polls on the CPU; NaN where not measured)"),
+    "cpu_step": ("s", "CPU time of the training thread over the step, every phase and the "
+                 "time between them (NaN where not measured)"),
 }
 
 #: Attributes of every rank group.

@@ -52,7 +52,8 @@ class StepRecorder:
 
     def append(
         self, step: int, t_start: float, phases: Mapping[str, float], stats: StepStats,
-        cpu_compute: float = math.nan,
+        cpu_compute: float = math.nan, cpu_sync: float = math.nan,
+        cpu_step: float = math.nan,
     ) -> None:
         if self.count == len(self._cols["step"]):
             for name, col in self._cols.items():
@@ -71,6 +72,8 @@ class StepRecorder:
         cols["local_steps"][i] = stats.local_steps
         cols["round"][i] = stats.round
         cols["cpu_compute"][i] = cpu_compute
+        cols["cpu_sync"][i] = cpu_sync
+        cols["cpu_step"][i] = cpu_step
         self.count += 1
 
     def add_to_last(self, phases: Mapping[str, float]) -> None:

@@ -1,4 +1,5 @@
-"""The phase timer's CPU time of the compute phase (``cpu_compute``)."""
+"""The phase timer's CPU times: the compute phase (``cpu_compute``), the comm and wait
+phases (``cpu_sync``) and the whole step (``cpu_step``)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,30 @@ def test_compute_cpu_time_leaves_out_sleep_and_the_phases_nested_in_it():
     assert timer.compute_cpu_s == pytest.approx(0.02, abs=0.01)
 
 
+def test_sync_cpu_time_is_the_comm_and_wait_phases_and_the_step_holds_every_phase():
+    """A comm nested in compute spins 30 ms, a wait spins 20 ms and sleeps 50 ms (a
+    blocked wait), an update spins 10 ms and 15 ms pass between phases: the sync CPU is
+    50 ms (the nested comm counted once, the sleep not at all), the step's CPU 95 ms."""
+    timer = PhaseTimer()
+    timer.reset()
+    with timer.phase("compute"):
+        _spin(0.02)
+        with timer.phase("comm"):
+            _spin(0.03)
+    with timer.phase("wait"):
+        _spin(0.02)
+        time.sleep(0.05)
+    _spin(0.015)  # between phases: the step's, no phase's
+    with timer.phase("update"):
+        _spin(0.01)
+    assert timer.compute_cpu_s == pytest.approx(0.02, abs=0.008)
+    assert timer.sync_cpu_s == pytest.approx(0.05, abs=0.008)
+    assert timer.step_cpu_s() == pytest.approx(0.095, abs=0.012)
+    timer.reset()
+    assert timer.sync_cpu_s == 0.0
+    assert timer.step_cpu_s() < 0.005
+
+
 def test_a_recorded_step_keeps_its_compute_cpu_time_and_older_rows_read_as_unmeasured():
     import math
 
@@ -50,8 +75,9 @@ def test_a_recorded_step_keeps_its_compute_cpu_time_and_older_rows_read_as_unmea
 
     recorder = StepRecorder()
     recorder.extend({name: np.zeros(2, dtype=dtype) for name, dtype in schema.RANK_COLUMNS.items()
-                     if name != "cpu_compute"})  # rows saved before the column
+                     if not name.startswith("cpu_")})  # rows saved before the columns
     recorder.append(2, 0.5, dict.fromkeys(schema.PHASES, 0.01), StepStats(loss=1.0, samples=8),
-                    0.004)
-    cpu = recorder.columns()["cpu_compute"]
-    assert math.isnan(cpu[0]) and math.isnan(cpu[1]) and cpu[2] == 0.004
+                    0.004, 0.002, 0.007)
+    for name, value in (("cpu_compute", 0.004), ("cpu_sync", 0.002), ("cpu_step", 0.007)):
+        cpu = recorder.columns()[name]
+        assert math.isnan(cpu[0]) and math.isnan(cpu[1]) and cpu[2] == value
