@@ -124,6 +124,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "nodes), for every such rank or one entry (or -) per rank; the ranks' "
                      "shares then follow from their busy and idle times, not from the "
                      "nominal speed (--validate reads the runs' own)")
+    het.add_argument("--node-wait-cpu", default=None, metavar="F",
+                     help="with --node-throttle: the share of a wait in MPI a rank at a quota "
+                     "stays on the CPU, polling, which the quota charges (default 1: MPICH's "
+                     "waits poll all along; 0: a wait sleeps and refills the quota; "
+                     "--validate takes the runs' free ranks' own where recorded)")
     het.add_argument("--stragglers", default=None,
                      help="random stragglers: lognormal:SIGMA, P/Q:Fx (e.g. 1/64:3x) or "
                      "P/Q:lognormal:SIGMA, comma-separated")

@@ -12,6 +12,12 @@ free nodes, while its compute was 11.8 ms against 5.9 (docs/RESULTS.md, "The
 simulator's validation on the emulated cluster"). Charging its MPI time at 1/speed as
 well (a busy-polling wait draining the quota) predicted that run 24-29% too slow.
 
+A wait in MPI polls on the CPU, though: the quota charges it, and a throttled rank that
+waits gives its quota no rest (:data:`MPI_WAIT_CPU`, ``--node-wait-cpu``). Measured on the
+throttled rank of the same cluster (lenet, 1 Gbit/s), a 5-6 ms wait held 0.7 ms of its
+CPU: it is frozen for most of it, and its CPU over its steps' wall was 0.47-0.50 whatever
+the strategy, the quota's share of a process that is never idle.
+
 Model: with shares ``s_k`` per rank, compute is slowed by ``1 / s_k`` (a ``--slowdown``
 factor) and each step's data and update add ``(1 / s_k - 1)`` times themselves to the
 rank's delay (:func:`quota_delay`). A codec's encode and decode (``--compress``) are CPU
@@ -105,6 +111,9 @@ class Throttle:
     off_s: float
     first_lo_s: float | None = None
     first_hi_s: float | None = None
+    #: The share of a wait in MPI the process stays runnable (0: it sleeps and the quota
+    #: refills; 1: it polls all along, as MPICH's waits do: :data:`MPI_WAIT_CPU`).
+    wait_cpu: float = 0.0
 
     @property
     def share(self) -> float:
@@ -143,9 +152,11 @@ class Throttle:
         is left (a whole count of freezes would leave half a burst on average). Idle time
         restores the credit at ``first / off_s`` per second: a process idle for ``off_s``
         or more starts its next block with a whole first burst (the quota's debt paid
-        while it waited)."""
+        while it waited). A wait the process spends polling on the CPU is not idle to the
+        quota: only its ``1 - wait_cpu`` idle part restores credit, so a process that
+        polls through every wait (``wait_cpu`` 1) runs its work at its never-idle share."""
         credit, wall = first, 0.0
-        refill = first / self.off_s
+        refill = first / self.off_s * (1.0 - self.wait_cpu)
         for work, rest in zip(busy, idle):
             wall += work
             over = work - credit
@@ -155,10 +166,31 @@ class Throttle:
             else:
                 credit = -over
             # a wait refills up to a first burst and no further: the rest of a longer burst
-            # is not kept through it (MPI polls while it waits, on the CPU a third of the
-            # time at speed 0.5: bench/micro/quota_blocks.py)
+            # is not kept through it (MPI polls while it waits)
             credit = min(first, credit + rest * refill)
         return wall
+
+
+#: The share of a wait in MPI a rank stays on the CPU with this suite's MPI: MPICH's
+#: waits poll (``sched_yield`` every idle turn). Measured over the comm and wait phases of
+#: the free ranks of 216 runs on 2 emulated nodes (lenet and mlp at 1 Gbit/s, every
+#: strategy and configuration; their ``cpu_sync`` over ``t_comm + t_wait``): 0.91-1.00,
+#: so a throttled rank's waits give its quota no rest (docs/RESULTS.md, "A wait in MPI
+#: at a quota").
+MPI_WAIT_CPU = 1.0
+
+
+def parse_wait_cpu(value: float | str | None) -> float:
+    """``--node-wait-cpu``: a share in [0, 1]; None gives :data:`MPI_WAIT_CPU`."""
+    if value is None or value == "":
+        return MPI_WAIT_CPU
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"--node-wait-cpu {value!r} is not a number") from None
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"--node-wait-cpu {value!r} must be a share in [0, 1]")
+    return share
 
 
 def realised_shares(rows: dict[int, dict[str, np.ndarray]], shares: Sequence[float],

@@ -11,6 +11,7 @@ sized for the largest job, and the phase cache. The run file's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from syncbench.bench.simulate.progress import PROGRESS_SEGMENT_BYTES
 from syncbench.bench.simulate.quota import (
     parse_node_speeds,
     parse_node_throttles,
+    parse_wait_cpu,
     realised_shares,
 )
 from syncbench.bench.simulate.strategies import simulator_for
@@ -81,6 +83,10 @@ def _simulate_one(cfg: argparse.Namespace, n: int, steps: int, workload: Workloa
     workload = local_update.matched(cfg, workload)  # the run's local optimizer's step
     speeds = parse_node_speeds(getattr(cfg, "node_speed", None), n)
     throttles = parse_node_throttles(getattr(cfg, "node_throttle", None), speeds, n)
+    if throttles is not None:  # how much of a wait in MPI the quota charges
+        wait_cpu = parse_wait_cpu(getattr(cfg, "node_wait_cpu", None))
+        throttles = [None if t is None else dataclasses.replace(t, wait_cpu=wait_cpu)
+                     for t in throttles]
     base = parse_slowdown(cfg.slowdown, n)
 
     local: LocalTimes | None = None  # the simulation under way (its furthest step)

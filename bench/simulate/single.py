@@ -21,7 +21,11 @@ from syncbench.bench.simulate.inputs import (
     link_cpu,
     steps_per_rank,
 )
-from syncbench.bench.simulate.quota import parse_node_speeds, parse_node_throttles
+from syncbench.bench.simulate.quota import (
+    parse_node_speeds,
+    parse_node_throttles,
+    parse_wait_cpu,
+)
 from syncbench.bench.simulate.run import link_burst, simulate
 from syncbench.bench.simulate.ticker import Ticker
 from syncbench.bench.simulate.workload import parse_stragglers
@@ -40,6 +44,7 @@ def check_strategy(args: argparse.Namespace, n: int) -> None:
         raise ValueError("--node-throttle describes a quota's bursts: give --node-speed with "
                          "a rank below 1 too")
     parse_node_throttles(getattr(args, "node_throttle", None), speeds, n)
+    parse_wait_cpu(getattr(args, "node_wait_cpu", None))
     link_burst(args)
     link_cpu(args)
 

@@ -43,7 +43,12 @@ from syncbench.analysis.schema import LOAD_ATTRS
 from syncbench.bench.experiment.results_paths import read_results
 from syncbench.bench.files import WriteError
 from syncbench.bench.simulate.inputs import build_platform, build_workload
-from syncbench.bench.simulate.quota import Throttle, parse_node_throttles, throttle_spec
+from syncbench.bench.simulate.quota import (
+    Throttle,
+    parse_node_throttles,
+    parse_wait_cpu,
+    throttle_spec,
+)
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.validate_pool import ValidationRow, write_table
 from syncbench.bench.simulate.workload import node_speed_of, parse_stragglers, rank_factor
@@ -124,6 +129,8 @@ def _job(args: argparse.Namespace, run: Any,
     if ((not given or efficiency is not None) and workload_speed >= 1.0
             and any(t is not None for t in throttles)):
         cfg.node_throttle = throttle_spec(throttles)
+    if getattr(args, "node_wait_cpu", None) in (None, ""):  # the flag replaces the record
+        cfg.node_wait_cpu = wait_cpu_share(run)
     bursts = [float(run.rank_attrs.get(rank, {}).get("link_burst_bytes", math.nan))
               for rank in sorted(run.ranks)]
     bursts = [b for b in bursts if math.isfinite(b) and b > 0]
@@ -322,6 +329,7 @@ def configuration(run: Any) -> str:
 def validate_main(args: argparse.Namespace) -> int:
     """Body of ``--validate``: one table row of measured vs predicted per run file."""
     table_path = check_table_path(args)
+    parse_wait_cpu(getattr(args, "node_wait_cpu", None))
     runs = []
     for path in args.validate:
         try:
@@ -591,6 +599,20 @@ def free_rank_columns(run: Any, column: str) -> dict[int, np.ndarray]:
     return {rank: np.asarray(run.ranks[rank][column][2:], dtype=float)
             for rank, f, s in zip(sorted(run.ranks), factors, speeds)
             if f == 1.0 and s >= 1.0 and column in run.ranks[rank]}
+
+
+def wait_cpu_share(run: Any) -> float | None:
+    """The share of their waits in MPI the run's free ranks spent on the CPU: their
+    ``cpu_sync`` over their ``t_comm + t_wait``, all steps together (at most 1); None where
+    no free rank recorded it (a file from before the column) or none waited. It is the
+    MPI library's way of waiting, the same on a throttled node, where the quota charges
+    it (:data:`~syncbench.bench.simulate.quota.MPI_WAIT_CPU`)."""
+    cpu = free_rank_steps(run, "cpu_sync")
+    wall = free_rank_steps(run, "t_comm") + free_rank_steps(run, "t_wait")
+    if not len(cpu) or len(cpu) != len(wall) or not np.all(np.isfinite(cpu)):
+        return None
+    total = float(wall.sum())
+    return min(1.0, float(cpu.sum()) / total) if total > 0 else None
 
 
 def free_rank_steps(run: Any, column: str) -> np.ndarray:

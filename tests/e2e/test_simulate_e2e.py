@@ -88,9 +88,14 @@ def test_ssgd_steps_at_the_slow_ranks_pace(tmp_path):
 def test_a_node_that_runs_in_bursts_is_slower_than_its_nominal_share(tmp_path):
     """--node-throttle 3.3/4.7 (near what the emulated cluster measures at speed 0.5): a Local
     SGD rank that computes through most steps realises about 3.3 / 8 of the CPU, not
-    half of it, and the run file says so; a rank without a quota keeps all of it."""
+    half of it, and the run file says so; a rank without a quota keeps all of it. A
+    blocking SSGD rank's waits poll (--node-wait-cpu's default, 1) and give its quota no
+    rest; one that slept through them (--node-wait-cpu 0) would get credit back in each,
+    realise more and finish sooner."""
     runs = {}
-    for name, flags in (("even", []), ("bursts", ["--node-throttle", "3.3/4.7"])):
+    blocking = ["--algorithm", "ssgd", "--comm", "blocking", "--node-throttle", "3.3/4.7"]
+    for name, flags in (("even", []), ("bursts", ["--node-throttle", "3.3/4.7"]),
+                        ("polling", blocking), ("resting", [*blocking, "--node-wait-cpu", "0"])):
         out = tmp_path / f"{name}.h5"
         proc = simulate("--algorithm", "localsgd", "--np", "2", "--steps", "40",
                         "--node-speed", "1,0.5", *flags, "--out", str(out))
@@ -101,6 +106,11 @@ def test_a_node_that_runs_in_bursts_is_slower_than_its_nominal_share(tmp_path):
     realised = json.loads(runs["bursts"].attrs["simulation"])["realised_node_speed"]
     assert realised[0] == 1.0 and 0.40 < realised[1] < 0.46, realised
     assert "realised_node_speed" not in json.loads(runs["even"].attrs["simulation"])
+    shares = {name: json.loads(runs[name].attrs["simulation"])["realised_node_speed"][1]
+              for name in ("polling", "resting")}
+    assert shares["resting"] > shares["polling"] + 0.005, shares
+    assert (runs["resting"].summary["samples_per_s"]
+            > runs["polling"].summary["samples_per_s"])
 
 
 @needs_simgrid
@@ -174,7 +184,9 @@ def test_every_strategy_on_a_torus_with_stragglers(algorithm, tmp_path):
 @needs_simgrid
 def test_bad_input_is_one_line_and_status_2(tmp_path):
     for flags in (["--np", "0"], ["--workload", "nosuch"], ["--stragglers", "x"],
-                  ["--slowdown", "1,2", "--np", "4"], ["--workload", str(tmp_path / "no.h5")]):
+                  ["--slowdown", "1,2", "--np", "4"], ["--workload", str(tmp_path / "no.h5")],
+                  ["--np", "2", "--node-speed", "1,0.5", "--node-throttle", "3/5",
+                   "--node-wait-cpu", "2"]):
         proc = simulate(*flags, "--out", str(tmp_path / "x.h5"))
         assert proc.returncode == 2, flags
         lines = proc.stderr.strip().splitlines()

@@ -4,6 +4,8 @@ not."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,36 @@ def test_a_process_idle_for_the_frozen_span_starts_each_block_with_a_whole_burst
     # a short wait restores a part of the credit: between the two
     short = burst.busy_wall(np.full(10, 4e-3), np.full(10, 1e-3))
     assert 10 * 9e-3 < short < 10 * 4e-3 / burst.share
+
+
+def test_a_wait_spent_polling_gives_the_quota_no_rest():
+    """A 2 ms block after each 2 ms wait: a process that sleeps through its waits gets
+    1.2 ms of credit back from each (a whole burst's 3 ms per 5 ms idle); one that polls
+    through them (MPICH's waits, ``wait_cpu`` 1) gets none and runs at its never-idle
+    share, 3/8, the freezes of its whole count of bursts aside; half polling lies
+    between."""
+    import dataclasses
+
+    busy, idle = np.full(60, 2e-3), np.full(60, 2e-3)
+    sleeping = Throttle(3e-3, 5e-3)
+    half = dataclasses.replace(sleeping, wait_cpu=0.5)
+    polling = dataclasses.replace(sleeping, wait_cpu=1.0)
+    never_idle = sleeping.busy_wall(busy, np.zeros(60))
+    assert polling.busy_wall(busy, idle) == pytest.approx(never_idle)
+    assert never_idle == pytest.approx(busy.sum() / sleeping.share, rel=0.05)
+    assert (sleeping.busy_wall(busy, idle) < half.busy_wall(busy, idle)
+            < polling.busy_wall(busy, idle))
+
+
+def test_the_share_of_a_wait_on_the_cpu_is_checked_and_defaults_to_mpichs_polling():
+    from syncbench.bench.simulate.quota import MPI_WAIT_CPU, parse_wait_cpu
+
+    assert parse_wait_cpu(None) == MPI_WAIT_CPU == 1.0
+    assert parse_wait_cpu("0.25") == 0.25
+    for bad, words in (("x", "is not a number"), ("1.5", "in [0, 1]"), ("-0.1", "in [0, 1]"),
+                       ("nan", "in [0, 1]")):
+        with pytest.raises(ValueError, match=r"--node-wait-cpu .*" + re.escape(words)):
+            parse_wait_cpu(bad)
 
 
 def test_a_block_after_a_wait_is_frozen_as_often_as_the_first_burst_falls_short_of_it():

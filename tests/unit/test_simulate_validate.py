@@ -489,3 +489,32 @@ def test_a_validate_out_folder_that_cannot_be_made_is_one_error():
 
     with pytest.raises(ValueError, match="--validate-out /proc/syncbench-nope"):
         predicted_path("/proc/syncbench-nope", "run.h5", False)
+
+
+def test_a_runs_free_ranks_waits_give_the_share_of_a_wait_its_quota_charges(tmp_path):
+    """--validate simulates a throttled rank's waits on the CPU as much as the run's free
+    ranks were: their cpu_sync over t_comm + t_wait (here 3.6 of 4 ms: 0.9; the throttled
+    rank's own 0.5 of 4 ms, frozen through most of its wait, is not the library's way of
+    waiting); a file from before the column takes --node-wait-cpu's default, and the flag,
+    where given, replaces the record."""
+    import numpy as np
+
+    from syncbench.bench.simulate.validate import wait_cpu_share
+
+    phases = {"compute": 0.005, "comm": 0.001, "wait": 0.003}
+    rows = {0: make_rank(8, phases), 1: make_rank(8, phases)}
+    rows[0]["cpu_sync"] = np.full(8, 0.0036)
+    rows[1]["cpu_sync"] = np.full(8, 0.0005)
+    extra = {1: {"node_speed": 0.5, "node_throttle_on_s": 0.003, "node_throttle_off_s": 0.005}}
+    run = read_run(write_file(tmp_path / "w.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                              steps_per_rank=8, rank_rows=rows, rank_extra=extra))
+    assert wait_cpu_share(run) == pytest.approx(0.9)
+    args = argparse.Namespace(slowdown=None, algorithm="ssgd", node_throttle=None,
+                              node_wait_cpu=None)
+    assert _job(args, run)[0].node_wait_cpu == pytest.approx(0.9)
+    older = read_run(write_file(tmp_path / "o.h5", algorithm="ssgd", world_size=2, wall=2.0,
+                                steps_per_rank=8, rank_extra=extra))
+    assert wait_cpu_share(older) is None
+    assert _job(args, older)[0].node_wait_cpu is None  # the simulation's default, 1
+    args.node_wait_cpu = "0.3"
+    assert _job(args, run)[0].node_wait_cpu == "0.3"
