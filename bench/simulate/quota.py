@@ -13,10 +13,12 @@ simulator's validation on the emulated cluster"). Charging its MPI time at 1/spe
 well (a busy-polling wait draining the quota) predicted that run 24-29% too slow.
 
 A wait in MPI polls on the CPU, though: the quota charges it, and a throttled rank that
-waits gives its quota no rest (:data:`MPI_WAIT_CPU`, ``--node-wait-cpu``). Measured on the
-throttled rank of the same cluster (lenet, 1 Gbit/s), a 5-6 ms wait held 0.7 ms of its
-CPU: it is frozen for most of it, and its CPU over its steps' wall was 0.47-0.50 whatever
-the strategy, the quota's share of a process that is never idle.
+waits gives its quota no rest (:data:`MPI_WAIT_CPU`, ``--node-wait-cpu``). Measured on a
+throttled rank of the emulated cluster on an Intel Xeon guest (lenet, 1 Gbit/s, speed
+0.5), a 5-6 ms wait held 0.7 ms of its CPU: it was frozen for most of it; and over 144
+runs its CPU over its steps' wall was 0.47-0.50 (10th-90th percentile) whatever the
+strategy, the quota's share of a process that is never idle (docs/RESULTS.md, "A wait in
+MPI at a quota").
 
 Model: with shares ``s_k`` per rank, compute is slowed by ``1 / s_k`` (a ``--slowdown``
 factor) and each step's data and update add ``(1 / s_k - 1)`` times themselves to the
@@ -173,10 +175,10 @@ class Throttle:
 
 #: The share of a wait in MPI a rank stays on the CPU with this suite's MPI: MPICH's
 #: waits poll (``sched_yield`` every idle turn). Measured over the comm and wait phases of
-#: the free ranks of 216 runs on 2 emulated nodes (lenet and mlp at 1 Gbit/s, every
-#: strategy and configuration; their ``cpu_sync`` over ``t_comm + t_wait``): 0.91-1.00,
-#: so a throttled rank's waits give its quota no rest (docs/RESULTS.md, "A wait in MPI
-#: at a quota").
+#: the free ranks of 432 runs on 2 emulated nodes (lenet and mlp at 1 Gbit/s and 200
+#: Mbit/s, every strategy and configuration; their ``cpu_sync`` over ``t_comm +
+#: t_wait``): 0.86-1.00, median 0.996, so a throttled rank's waits give its quota no rest
+#: (docs/RESULTS.md, "A wait in MPI at a quota").
 MPI_WAIT_CPU = 1.0
 
 

@@ -44,6 +44,10 @@ def check_strategy(args: argparse.Namespace, n: int) -> None:
         raise ValueError("--node-throttle describes a quota's bursts: give --node-speed with "
                          "a rank below 1 too")
     parse_node_throttles(getattr(args, "node_throttle", None), speeds, n)
+    if getattr(args, "node_wait_cpu", None) not in (None, "") and not getattr(
+            args, "node_throttle", None):
+        raise ValueError("--node-wait-cpu is the share of a wait a rank at a quota polls: "
+                         "give --node-throttle too")
     parse_wait_cpu(getattr(args, "node_wait_cpu", None))
     link_burst(args)
     link_cpu(args)

@@ -186,7 +186,7 @@ def test_bad_input_is_one_line_and_status_2(tmp_path):
     for flags in (["--np", "0"], ["--workload", "nosuch"], ["--stragglers", "x"],
                   ["--slowdown", "1,2", "--np", "4"], ["--workload", str(tmp_path / "no.h5")],
                   ["--np", "2", "--node-speed", "1,0.5", "--node-throttle", "3/5",
-                   "--node-wait-cpu", "2"]):
+                   "--node-wait-cpu", "2"], ["--np", "2", "--node-wait-cpu", "0.5"]):
         proc = simulate(*flags, "--out", str(tmp_path / "x.h5"))
         assert proc.returncode == 2, flags
         lines = proc.stderr.strip().splitlines()
