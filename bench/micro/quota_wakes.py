@@ -18,7 +18,13 @@ beside one of two ``--waker`` kinds:
   wakes on the CPU each time;
 - ``send``: the spin itself sends a 1 KB UDP datagram to ``--send-to`` each interval (a
   system call through the network stack on this CPU, as an MPI rank's sends are; no
-  task wakes).
+  task wakes);
+- ``cpuclock``: the spin itself reads its thread's CPU clock each interval
+  (``time.thread_time()``, ``clock_gettime(CLOCK_THREAD_CPUTIME_ID)``, which a training
+  rank's phase timer reads around its compute, comm and wait phases). No task wakes, but
+  to answer it the kernel brings the running task's runtime up to date
+  (``task_sched_runtime`` calls ``update_curr`` in ``kernel/sched/core.c``), which is
+  where the quota is checked.
 
 Each gap of more than 0.3 ms between two clock readings is a freeze (as in the cluster's
 probe), a send's own time included. It prints, per interval, the median and range over
@@ -56,7 +62,7 @@ from pathlib import Path
 from syncbench.bench.cluster.cpu import CGROUP_ROOT, FROZEN_GAP_S
 from syncbench.bench.micro.pair import flag_parser, known_flags
 
-WAKERS = ("sleep", "send")
+WAKERS = ("sleep", "send", "cpuclock")
 #: The shortest and longest interval of ``--wake-ms`` (a shorter sleep is a busy loop; a
 #: longer one would outlast the spin).
 WAKE_MS_MIN, WAKE_MS_MAX = 0.05, 1000.0
@@ -89,7 +95,8 @@ def parse(argv: list[str] | None) -> tuple[list[float], float, int, str, tuple[s
     parser.add_argument("--repeats", default="5", help="spins per interval (default 5)")
     parser.add_argument("--waker", default="sleep",
                         help="sleep: a child process wakes each interval; send: the spin "
-                        "sends a UDP datagram each interval (default sleep)")
+                        "sends a UDP datagram each interval; cpuclock: the spin reads its "
+                        "thread's CPU clock each interval (default sleep)")
     parser.add_argument("--send-to", default="127.0.0.1:9", metavar="HOST:PORT",
                         help="where --waker send sends (default 127.0.0.1:9, discard)")
     parser.add_argument("--seed", default="0", help="seed of the order (default 0)")
@@ -232,6 +239,10 @@ def one(wake_ms: float, seconds: float, stat: Path | None, waker: str = "sleep",
                                       str(seconds + 2 * SETTLE_S)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
             time.sleep(SETTLE_S)
+        elif wake_ms > 0 and waker == "cpuclock":
+            def send() -> bool:
+                time.thread_time()
+                return True
         elif wake_ms > 0:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             payload = bytes(DATAGRAM_BYTES)
@@ -292,12 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     quota = (f"a quota of {nominal:.2f} of a CPU" if nominal else
              "no CPU quota" if stat is not None else "not readable here")
     kind = ("a child that sleeps each interval" if waker == "sleep" else
+            "a read of its thread's CPU clock each interval" if waker == "cpuclock" else
             f"a {DATAGRAM_BYTES} B datagram to {target[0]}:{target[1]} each interval")
     print(f"# a spin of {seconds:g} s with {kind}, {repeats} repeats, random order; this "
           f"process's cgroup: {quota}; median (min-max)", flush=True)
+    rate = {"sleep": "wakes/s", "cpuclock": "reads/s"}.get(waker, "sends/s")
     print(f"{'wake ms':>8}  {'running share':>20}  {'own CPU share':>20}  {'on ms':>20}  "
-          f"{'frozen ms':>20}  {'throttled share':>20}  "
-          f"{'wakes/s' if waker == 'sleep' else 'sends/s':>16}")
+          f"{'frozen ms':>20}  {'throttled share':>20}  {rate:>16}")
     for wake in dict.fromkeys(waits):
         rows = results[wake]
         label = f"{wake:g}" if wake else "none"

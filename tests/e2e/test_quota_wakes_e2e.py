@@ -40,7 +40,7 @@ def test_bad_input_is_one_line(flags, named):
 
 
 @pytest.mark.alone  # a spin: not beside another test worker
-@pytest.mark.parametrize("waker", ["sleep", "send"])
+@pytest.mark.parametrize("waker", ["sleep", "send", "cpuclock"])
 def test_a_row_per_interval_with_the_wakes_made_during_the_spin(waker):
     """A row per interval; the waker's rate during the spin is counted, near what was asked
     (a sleep of 2 ms wakes at most 500 times a second, a send every 2 ms as often)."""
