@@ -7,13 +7,24 @@ pauses ``compute``, so every second is charged to exactly one phase and the
 phases of a step add up to its duration. The clock is ``time.monotonic``
 (``CLOCK_MONOTONIC``), the run's clock, on which the driver stamps ``t_start``.
 
-The ``compute`` phase also has its CPU time (:attr:`PhaseTimer.compute_cpu_s`, the
-training thread's ``CLOCK_THREAD_CPUTIME_ID``, which the scheduler accounts to the
-nanosecond, not at the tick): on a node held to a CPU quota a step's compute holds the
-quota's freezes, and its CPU time is what the rank's own CPU did apart from them. So do
-the ``comm`` and ``wait`` phases together (:attr:`PhaseTimer.sync_cpu_s`: how much of a
-wait in MPI the rank spent on the CPU, polling, which a quota charges as it charges
-compute) and the whole step (:meth:`PhaseTimer.step_cpu_s`, from :meth:`PhaseTimer.reset`).
+Each phase also has its CPU time (the training thread's ``CLOCK_THREAD_CPUTIME_ID``,
+which the scheduler accounts to the nanosecond, not at the tick): on a node held to a CPU
+quota a phase's wall holds the quota's freezes, and its CPU time is what the rank's own
+CPU did apart from them. The step keeps three sums (:attr:`PhaseTimer.compute_cpu_s`;
+:attr:`PhaseTimer.sync_cpu_s`, the ``comm`` and ``wait`` phases, where a wait in MPI
+polls; :attr:`PhaseTimer.step_cpu_s`, every phase).
+
+Reading that clock is not free of effect at a quota: to answer it the kernel brings the
+running task's runtime up to date (``task_sched_runtime`` calls ``update_curr``), which
+is where CFS bandwidth control checks the quota, so a process over its quota is frozen
+on the read rather than at the next tick (``python -m syncbench.bench.micro.quota_wakes
+--waker cpuclock`` inside a node at speed 0.5: a spin alone ran 2.48 ms and was frozen
+3.53, a share of 0.41; reading the clock every 1 ms or less, 1.00 and 1.00, a share of
+0.50: docs/RESULTS.md, "The CPU clock's reads and the quota"). So the clock is read at
+every phase boundary, and on the side that keeps a freeze inside a phase: before the
+wall clock where a phase is left or paused (the freeze is the left phase's), after it
+where a phase is entered with none running (the freeze is the entered phase's). No
+freeze falls between phases, where no phase would hold it.
 
 On the GPU, kernels are queued and run later: :attr:`PhaseTimer.device_sync`
 (the backend's stream synchronization, set by the driver on the GPU backend;
@@ -32,11 +43,8 @@ from contextlib import contextmanager
 
 from syncbench.algorithms.traits import PHASES
 
-#: Phases whose CPU time is kept together as :attr:`PhaseTimer.sync_cpu_s`.
+#: Phases whose CPU time is summed as :attr:`PhaseTimer.sync_cpu_s`.
 SYNC_PHASES = frozenset({"comm", "wait"})
-
-#: Phases whose CPU time is kept (a thread-clock read on entering and leaving each).
-CPU_PHASES = SYNC_PHASES | {"compute"}
 
 #: Phases that end with :attr:`PhaseTimer.device_sync` (their kernels finish inside them).
 SYNCED_PHASES = frozenset({"update", "codec"})
@@ -57,14 +65,11 @@ class PhaseTimer:
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
-        #: CPU seconds of this thread inside ``compute`` this step (its nested phases out).
-        self.compute_cpu_s = 0.0
-        #: CPU seconds of this thread inside ``comm`` and ``wait`` this step.
-        self.sync_cpu_s = 0.0
+        #: CPU seconds of this thread in each phase this step (nested phases apart).
+        self.cpu_totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._stack: list[str] = []
         self._mark = 0.0
         self._cpu_mark = 0.0
-        self._step_cpu_mark = time.thread_time()
         self.step = 0
         self.fault: tuple[int, str, str] | None = None
         #: Waits for the device's queued work (the GPU backend's ``synchronize``); None on
@@ -72,34 +77,46 @@ class PhaseTimer:
         self.device_sync: Callable[[], None] | None = None
 
     def reset(self) -> None:
-        """Start a new step: zero every phase and mark the step's CPU clock."""
+        """Start a new step: zero every phase."""
         for name in PHASES:
             self.totals[name] = 0.0
-        self.compute_cpu_s = 0.0
-        self.sync_cpu_s = 0.0
+            self.cpu_totals[name] = 0.0
         self._stack.clear()
-        self._step_cpu_mark = time.thread_time()
 
+    @property
+    def compute_cpu_s(self) -> float:
+        """CPU seconds of this thread in ``compute`` this step (its nested phases out)."""
+        return self.cpu_totals["compute"]
+
+    @property
+    def sync_cpu_s(self) -> float:
+        """CPU seconds of this thread in ``comm`` and ``wait`` this step."""
+        return sum(self.cpu_totals[name] for name in SYNC_PHASES)
+
+    @property
     def step_cpu_s(self) -> float:
-        """CPU seconds of this thread since :meth:`reset` (the step so far, every phase and
-        the time between them)."""
-        return time.thread_time() - self._step_cpu_mark
+        """CPU seconds of this thread in every phase of this step."""
+        return sum(self.cpu_totals.values())
 
     def _charge(self, now: float) -> None:
         if self._stack:
             self.totals[self._stack[-1]] += now - self._mark
         self._mark = now
 
-    def _switch(self, leaving: str, entering: str) -> None:
-        """Charge the thread's CPU time when a phase of :data:`CPU_PHASES` is left or
-        entered (read only then: a thread-clock read is a system call)."""
-        if leaving in CPU_PHASES or entering in CPU_PHASES:
-            cpu = time.thread_time()
-            if leaving == "compute":
-                self.compute_cpu_s += cpu - self._cpu_mark
-            elif leaving in SYNC_PHASES:
-                self.sync_cpu_s += cpu - self._cpu_mark
-            self._cpu_mark = cpu
+    def _boundary(self, from_none: bool) -> None:
+        """A phase boundary: charge the wall clock and the CPU clock since the last one to
+        the innermost phase running until now. The CPU clock is read first (a freeze it
+        brings on is the phase's being left), but where a phase is entered with none
+        running (``from_none``), last (the freeze is the entered phase's)."""
+        if from_none:
+            self._charge(time.monotonic())
+            self._cpu_mark = time.thread_time()
+            return
+        cpu = time.thread_time()
+        self._charge(time.monotonic())
+        if self._stack:
+            self.cpu_totals[self._stack[-1]] += cpu - self._cpu_mark
+        self._cpu_mark = cpu
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -110,8 +127,7 @@ class PhaseTimer:
                 while True:
                     time.sleep(3600)
             raise InjectedFault(f"injected fault in phase {name!r} of step {self.step}")
-        self._charge(time.monotonic())
-        self._switch(self.current, name)
+        self._boundary(from_none=not self._stack)
         self._stack.append(name)
         try:
             yield
@@ -119,10 +135,7 @@ class PhaseTimer:
                     and self._stack.count(name) == 1):
                 self.device_sync()  # the phase's kernels run inside it
         finally:
-            self._charge(time.monotonic())
-            # the CPU clock is read as soon after the wall clock on leaving as on entering,
-            # so a phase's CPU time is never its wall time plus the timer's own work
-            self._switch(name, self._stack[-2] if len(self._stack) > 1 else "")
+            self._boundary(from_none=False)
             self._stack.pop()
 
     @property

@@ -358,8 +358,8 @@ RANK_COLUMN_INFO: dict[str, tuple[str, str]] = {
                     "older files)"),
     "cpu_sync": ("s", "CPU time of the training thread in the step's comm and wait phases "
                  "(a wait in MPI polls on the CPU; NaN where not measured)"),
-    "cpu_step": ("s", "CPU time of the training thread over the step, every phase and the "
-                 "time between them (NaN where not measured)"),
+    "cpu_step": ("s", "CPU time of the training thread in all of the step's phases "
+                 "(NaN where not measured)"),
 }
 
 #: Attributes of every rank group.

@@ -431,10 +431,10 @@ class Training:
         with self.timer.phase("data"):
             x, y = self.stream.next()
         ctx.stats = self.algorithm.step(x, y)
-        cpu_step = self.timer.step_cpu_s()
         with self.rows_lock:  # the hang guard may flush the rows from its thread
             self.recorder.append(loop.step, ctx.t_start, self.timer.totals, ctx.stats,
-                                 self.timer.compute_cpu_s, self.timer.sync_cpu_s, cpu_step)
+                                 self.timer.compute_cpu_s, self.timer.sync_cpu_s,
+                                 self.timer.step_cpu_s)
         loop.step += 1
         ctx.seen = self.algorithm.evaluation_point()
 

@@ -61,14 +61,13 @@ def test_run_file_round_trips_every_schema_field(two_rank_run):
         assert np.all(rows["cpu_compute"] > 0)
         assert np.all(rows["cpu_compute"] <= rows["t_compute"] + 5e-5)
         # so is the comm and wait phases' (a blocking reduction each step), and the step's
-        # CPU holds both and is no longer than the step's phases (the time between them
-        # is the row's append and a clock read, well under a millisecond)
+        # CPU, every phase's, holds both and is no longer than the step's phases
         sync_wall = rows["t_comm"] + rows["t_wait"]
         assert np.all(rows["cpu_sync"] > 0)
         assert np.all(rows["cpu_sync"] <= sync_wall + 5e-5)
         assert np.all(rows["cpu_step"] >= rows["cpu_compute"] + rows["cpu_sync"] - 5e-5)
         phases = sum(rows[f"t_{p}"] for p in schema.PHASES)
-        assert np.all(rows["cpu_step"] <= phases + 1e-3)
+        assert np.all(rows["cpu_step"] <= phases + 5e-5)
         for name in schema.RANK_ATTRS:
             assert name in run.rank_attrs[rank]
     # evaluations every half epoch plus none extra at the end (it coincides)
