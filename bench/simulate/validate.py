@@ -185,12 +185,14 @@ def measured_share(run: Any, rank: int) -> float:
 
     Why the whole step and the rank's own CPU time: on a KVM guest on an Intel Xeon (lenet,
     speed 0.5) the throttled rank's compute ran 0.53 of its wall on the CPU, but 9-17% of
-    its step passed outside its phases, against 2% at full speed (freezes fell there,
-    between its phases, more often than its CPU time there would give); and its CPU did a
-    step's compute in 4.5-4.9 ms where the free rank's took 3.6-4.9. With its own CPU time
-    but the compute phase alone, lenet's quota column at 1 Gbit/s (`--validate-host-speed
-    rank`) was predicted 15-29% fast; from the whole step, 1-13% (docs/RESULTS.md, "A
-    throttled rank's own CPU time")."""
+    its step passed outside its phases, against 2% at full speed (the phase timer's read of
+    the CPU clock on leaving compute, a point where the kernel checks the quota, came
+    after the wall clock's, so the freezes it brought on fell between phases; the timer
+    reads it first since, docs/RESULTS.md, "The CPU clock's reads and the quota"); and its
+    CPU did a step's compute in 4.5-4.9 ms where the free rank's took 3.6-4.9. With its own
+    CPU time but the compute phase alone, lenet's quota column at 1 Gbit/s
+    (`--validate-host-speed rank`) was predicted 15-29% fast; from the whole step, 1-13%
+    (docs/RESULTS.md, "A throttled rank's own CPU time")."""
     cpu = cpu_per_step(run, rank)
     starts = np.asarray(run.ranks[rank]["t_start"], dtype=float)
     if cpu is None or len(starts) < 4:
