@@ -114,8 +114,7 @@ class PhaseTimer:
             return
         cpu = time.thread_time()
         self._charge(time.monotonic())
-        if self._stack:
-            self.cpu_totals[self._stack[-1]] += cpu - self._cpu_mark
+        self.cpu_totals[self._stack[-1]] += cpu - self._cpu_mark  # a phase runs: not from none
         self._cpu_mark = cpu
 
     @contextmanager

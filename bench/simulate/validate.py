@@ -129,7 +129,8 @@ def _job(args: argparse.Namespace, run: Any,
     if ((not given or efficiency is not None) and workload_speed >= 1.0
             and any(t is not None for t in throttles)):
         cfg.node_throttle = throttle_spec(throttles)
-    if getattr(args, "node_wait_cpu", None) in (None, ""):  # the flag replaces the record
+    if (getattr(cfg, "node_throttle", None)  # only a throttled rank's quota charges waits
+            and getattr(args, "node_wait_cpu", None) in (None, "")):  # the flag wins
         cfg.node_wait_cpu = wait_cpu_share(run)
     bursts = [float(run.rank_attrs.get(rank, {}).get("link_burst_bytes", math.nan))
               for rank in sorted(run.ranks)]
