@@ -51,13 +51,20 @@ from syncbench.bench.simulate.quota import (
 )
 from syncbench.bench.simulate.run import simulate
 from syncbench.bench.simulate.validate_pool import ValidationRow, write_table
-from syncbench.bench.simulate.workload import node_speed_of, parse_stragglers, rank_factor
+from syncbench.bench.simulate.workload import (
+    between_phases,
+    node_speed_of,
+    parse_stragglers,
+    rank_factor,
+)
 
 FIGURES = ("samples_per_s", "compute_ms", "sync_ms", "other_ms")
 
 
 def row_figures(ranks: dict[int, dict[str, np.ndarray]]) -> dict[str, float]:
-    """Throughput and mean phase times (ms per step) of per-rank rows."""
+    """Throughput and mean phase times (ms per step) of per-rank rows; ``other_ms`` holds
+    the time between a step's phases (:func:`~.workload.between_phases`), which a
+    simulated rank replays with its data."""
     begin, end, samples, rows = math.inf, 0.0, 0.0, 0
     sums = {"compute_ms": 0.0, "sync_ms": 0.0, "other_ms": 0.0}
     for cols in ranks.values():
@@ -73,7 +80,8 @@ def row_figures(ranks: dict[int, dict[str, np.ndarray]]) -> dict[str, float]:
         rows += len(cols["step"])
         sums["compute_ms"] += float(np.sum(phases["compute"] + phases["delay"]))
         sums["sync_ms"] += float(np.sum(phases["comm"] + phases["wait"]))
-        sums["other_ms"] += float(np.sum(phases["data"] + phases["update"] + phases["codec"]))
+        sums["other_ms"] += float(np.sum(phases["data"] + phases["update"] + phases["codec"]
+                                         + between_phases(cols)))
     span = end - begin if rows else math.nan
     out = {"samples_per_s": samples / span if span and span > 0 else math.nan}
     out.update({k: 1e3 * v / rows if rows else math.nan for k, v in sums.items()})
@@ -179,8 +187,9 @@ def measured_share(run: Any, rank: int) -> float:
     """The share of the CPU throttled ``rank`` realised in a run of no communication: its
     CPU work per step over its step's wall time (the mean gap between its steps' starts,
     its first two steps left out). Its work is its compute's CPU time (:func:`cpu_per_step`)
-    plus the mean data, update and codec seconds of the free ranks
-    (:func:`free_rank_steps`: at full speed, the same work). In a file without the CPU
+    plus the mean data, update and codec seconds of the free ranks and their time between
+    phases (:func:`free_rank_steps`, :func:`~.workload.between_phases`: at full speed, the
+    same work; the simulation replays the latter with the data). In a file without the CPU
     time: the free ranks' mean compute over the rank's (its compute phase alone, as
     before the column).
 
@@ -201,6 +210,8 @@ def measured_share(run: Any, rank: int) -> float:
                 / float(np.mean(run.ranks[rank]["t_compute"][2:])))
     other = sum(float(np.mean(free_rank_steps(run, column)))
                 for column in ("t_data", "t_update", "t_codec"))
+    between = [between_phases(run.ranks[r])[2:] for r in free_ranks(run)]
+    other += float(np.mean(np.concatenate(between))) if between else 0.0
     return (cpu + other) / float(np.mean(np.diff(starts)[2:]))
 
 
@@ -595,13 +606,18 @@ def codec_factor(run: Any, workload: Any, compute_factor: float) -> float:
     return mine / workload.mean_codec_s if mine > 0 else compute_factor
 
 
+def free_ranks(run: Any) -> list[int]:
+    """The run's ranks that were neither slowed nor throttled."""
+    factors, speeds = rank_factors(run)
+    return [rank for rank, f, s in zip(sorted(run.ranks), factors, speeds)
+            if f == 1.0 and s >= 1.0]
+
+
 def free_rank_columns(run: Any, column: str) -> dict[int, np.ndarray]:
     """``column``'s per-step seconds of each of the run's ranks that were neither slowed
     nor throttled and recorded it, their first two steps left out (as the replay does)."""
-    factors, speeds = rank_factors(run)
     return {rank: np.asarray(run.ranks[rank][column][2:], dtype=float)
-            for rank, f, s in zip(sorted(run.ranks), factors, speeds)
-            if f == 1.0 and s >= 1.0 and column in run.ranks[rank]}
+            for rank in free_ranks(run) if column in run.ranks[rank]}
 
 
 def wait_cpu_share(run: Any) -> float | None:

@@ -39,6 +39,7 @@ from syncbench.algorithms.codecs.powersgd import tensor_shapes as array_shapes
 from syncbench.algorithms.local_optimizer import local_optimizer_name
 from syncbench.algorithms.registry import get_algorithm
 from syncbench.analysis.runfile import RunFileError, read_run
+from syncbench.analysis.schema import PHASES
 from syncbench.bench.data.text import VOCAB
 from syncbench.kernels.flops import gemm_forward_per_sample
 from syncbench.kernels.gpt import GPT, Block, Embedding, GPTSpec, LayerNorm, flops_per_token
@@ -248,7 +249,9 @@ class Workload:
     dataset_samples: int
     itemsize: int = 4
     #: Measured rows to replay: columns data, compute, update (seconds), measured
-    #: ranks one after the other (``rank_bounds``).
+    #: ranks one after the other (``rank_bounds``). A row's data holds its step's time
+    #: between phases too (:func:`between_phases`): the loop's own work, which every
+    #: strategy's step does, is replayed where the step's data is.
     rows: np.ndarray | None = None
     #: Start of each measured rank's rows in ``rows``, and the end (R + 1 entries).
     rank_bounds: list[int] = field(default_factory=list)
@@ -447,6 +450,24 @@ def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
     return int(built.size), [int(o) for o in built.layer_offsets]
 
 
+def between_phases(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Each step's seconds outside its phases: from its start to the next step's start,
+    less every phase it timed. That is the training loop's own work between phases (the
+    row's record, the hooks' checks, the phase timer's reads), 0.05-0.3 ms a step on the
+    emulated nodes (docs/RESULTS.md, "The time between a step's phases"). The last step
+    (no next start) and a pause (an evaluation, a checkpoint: longer than the step's
+    phases together) take the rank's median; never negative (clock rounding)."""
+    starts = np.asarray(cols["t_start"], dtype=float)
+    zeros = np.zeros(len(starts))
+    phases = sum(np.asarray(cols.get(f"t_{p}", zeros), dtype=float) for p in PHASES)
+    if len(starts) < 2:
+        return np.zeros(len(starts))
+    gap = np.append(np.maximum(np.diff(starts) - phases[:-1], 0.0), np.nan)
+    gap[gap > phases] = np.nan
+    median = float(np.nanmedian(gap)) if np.any(np.isfinite(gap)) else 0.0
+    return np.where(np.isfinite(gap), gap, median)
+
+
 def from_run(path: str) -> Workload:
     """The workload of a measured run file: its rows (replayed by :meth:`Workload.draw`),
     its model rebuilt from ``--model`` and the dataset shape, batch and dataset from its
@@ -462,8 +483,8 @@ def from_run(path: str) -> Workload:
     for rank in sorted(run.ranks):
         cols = run.ranks[rank]
         keep = slice(skip, None) if len(cols["step"]) > skip + 2 else slice(None)
-        part = np.stack([cols["t_data"][keep], cols["t_compute"][keep],
-                         cols["t_update"][keep]], axis=1).astype(float)
+        part = np.stack([cols["t_data"][keep] + between_phases(cols)[keep],
+                         cols["t_compute"][keep], cols["t_update"][keep]], axis=1).astype(float)
         if len(part) == 0:
             continue
         compute = np.maximum(part[:, 1], 1e-12)

@@ -157,9 +157,11 @@ def test_a_ring_runs_its_stages_back_to_back_in_the_wait(free_polls):
 
 # -- 3. workloads keep their structure ----------------------------------------------------
 
-def _write_measured_run(path, rows_per_rank: int = 30) -> None:
+def _write_measured_run(path, rows_per_rank: int = 30, between: np.ndarray | None = None
+                        ) -> None:
     """A 2-rank mlp run: rank 0 computes 1.0-1.29 ms (a ramp), rank 1 the same ramp plus a
-    2x delay of --slowdown 1,3 (as train records it)."""
+    2x delay of --slowdown 1,3 (as train records it); ``between``: each step's seconds
+    outside its phases (none)."""
     from syncbench.bench.train.recorder import write_run_file
 
     ramp = 1e-3 + 1e-5 * np.arange(rows_per_rank)
@@ -174,6 +176,8 @@ def _write_measured_run(path, rows_per_rank: int = 30) -> None:
         cols["samples"] = np.full(rows_per_rank, 64)
         cols["loss"] = np.full(rows_per_rank, 1.0)
         steps = cols["t_compute"] + cols["t_delay"] + 3e-5
+        if between is not None:
+            steps = steps + between
         cols["t_start"] = np.concatenate([[0.0], np.cumsum(steps)[:-1]])
         ranks[rank] = cols
     root = {"algorithm": "ssgd", "model": "mlp", "dataset": "fashion-mnist", "world_size": 2,
@@ -201,6 +205,37 @@ def test_a_measured_run_is_replayed_rank_by_rank_in_order(tmp_path):
         expected = (measured + 5e-4 * (k % 2))[(start + np.arange(60)) % 28]
         assert comp == pytest.approx(expected)
     assert len(set(local.offsets.tolist())) > 1  # the starts differ
+
+
+def test_a_steps_time_between_its_phases_is_replayed_with_its_data(tmp_path):
+    """The loop's own work between a step's phases (the row's record, the hooks) is a
+    step's time as much as its phases: rows whose starts lie 0.1 ms beyond their phases
+    replay 0.1 ms more data; an evaluation's pause (longer than the step's phases) and
+    the last row, which has no next start, take the rank's median; ssgd's simulated
+    steps get that much longer."""
+    from syncbench.analysis.runfile import read_run
+    from syncbench.bench.simulate.workload import between_phases
+
+    _write_measured_run(tmp_path / "plain.h5")
+    plain = from_run(str(tmp_path / "plain.h5"))
+    extra = np.full(30, 1e-4)
+    extra[[5, 11]] = [2e-4, 5e-2]  # a longer row, and an evaluation between steps 11, 12
+    _write_measured_run(tmp_path / "gaps.h5", between=extra)
+    gaps = between_phases(read_run(str(tmp_path / "gaps.h5")).ranks[0])
+    assert gaps[5] == pytest.approx(2e-4) and gaps[4] == pytest.approx(1e-4)
+    assert gaps[11] == pytest.approx(1e-4) and gaps[29] == pytest.approx(1e-4)
+    assert between_phases({"t_start": np.zeros(1), "t_compute": np.ones(1)}) == [0.0]
+    w = from_run(str(tmp_path / "gaps.h5"))
+    expected = np.delete(np.where(extra > 1e-2, 1e-4, extra), [0, 1])
+    assert w.rows[:28, 0] - plain.rows[:28, 0] == pytest.approx(expected)
+    assert w.rows[:, 1:] == pytest.approx(plain.rows[:, 1:])
+    cfg = config("--algorithm", "ssgd", "--comm", "blocking")
+    spans = []
+    for workload in (plain, w):
+        local = LocalTimes(workload, 2, [1.0] * 2, Stragglers(), seed=0)
+        rows = rows_of(strategies.ssgd(cfg, local, 20, every_phase(1e-6)))
+        spans.append(rows[0]["t_start"][-1] - rows[0]["t_start"][0])
+    assert spans[1] - spans[0] == pytest.approx(19 * 1e-4, rel=0.15)
 
 
 def test_a_slow_measured_rank_stays_slow_in_the_simulated_ssgd(tmp_path):

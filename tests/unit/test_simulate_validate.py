@@ -298,6 +298,20 @@ def test_a_runs_codec_takes_the_hosts_speed_from_its_own_codec_time(tmp_path):
                         1.5) == 1.5
 
 
+def test_the_other_column_holds_a_steps_time_between_its_phases(tmp_path):
+    """--validate's "other ms": data, update and codec, and the time between a step's
+    phases (a simulated rank replays it with its data): 1 ms of data and 2 ms between
+    phases read 3 ms; the throughput is the rows' span's."""
+    from syncbench.bench.simulate.validate import row_figures
+
+    ranks = {r: make_rank(8, {"data": 0.001, "compute": 0.02}, step_time=0.023)
+             for r in (0, 1)}
+    figures = row_figures(ranks)
+    assert figures["other_ms"] == pytest.approx(3.0)
+    assert figures["compute_ms"] == pytest.approx(20.0)
+    assert figures["samples_per_s"] == pytest.approx(2 * 8 * 64 / (7 * 0.023 + 0.021))
+
+
 def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
     """--quota-workload: rank 1 at speed 0.5 computed 50 ms a step against rank 0's 20 ms
     (a share of 0.4): an efficiency of 0.8 against its speed, whatever share its node's
@@ -333,17 +347,19 @@ def test_a_quota_workload_gives_the_quotas_efficiency_on_the_model(tmp_path):
     with pytest.raises(ValueError, match="give a run with a rank at a quota"):
         quota_efficiency([path, talked], "mlp")
     # a throttled rank that measured its compute's CPU time: its work a step is its own 22
-    # ms of CPU plus the free rank's 3 ms of data and update, in a step of 60 ms (10 ms
-    # of it outside its phases): 25 / 60 over its speed, not the free rank's 20 ms over
-    # its 50 ms of compute (0.8) nor its own 22 over 50 (0.88)
+    # ms of CPU plus the free rank's 3 ms of data and update and 4 ms between its phases
+    # (the loop's own work), in a step of 60 ms (10 ms of it outside its phases): 29 / 60
+    # over its speed, not the free rank's 20 ms over its 50 ms of compute (0.8) nor its
+    # own 22 over 50 (0.88), nor 25 / 60 (the free rank's loop left out)
     timed = make_rank(8, {"compute": 0.05}, step_time=0.06)
     timed["cpu_compute"] = np.full(8, 0.022)
     own = write_file(tmp_path / "c.h5", algorithm="localsgd", world_size=2, wall=2.0,
                      steps_per_rank=8,
                      rank_rows={0: make_rank(8, {"data": 0.001, "compute": 0.02,
-                                                 "update": 0.002}), 1: timed},
+                                                 "update": 0.002}, step_time=0.027),
+                                1: timed},
                      rank_extra={1: pattern})
-    assert quota_efficiency([own], "mlp") == pytest.approx(25 / 60 / 0.5)
+    assert quota_efficiency([own], "mlp") == pytest.approx(29 / 60 / 0.5)
     scaled = with_share(Throttle(0.003, 0.005, 0.002, 0.005), 0.4)
     assert scaled.share == pytest.approx(0.4)
     assert (scaled.on_s, scaled.first_lo_s, scaled.first_hi_s) == (0.003, 0.002, 0.005)
