@@ -562,7 +562,9 @@ def from_profile(name: str, device: str | None = None, device_flops: float | Non
 
     A measured profile gives the median compute ``compute_seconds`` and the
     standard deviation ``compute_sigma`` of its logarithm; the lognormal
-    drawn per step has that median (its mean is median * exp(sigma^2 / 2)).
+    drawn per step has that median (its mean is median * exp(sigma^2 / 2)). Its
+    ``between_seconds``, a step's time outside its phases (:func:`between_phases`), is
+    replayed with its data, as a run file's is.
     """
     profiles = load_profiles()
     models, devices = profiles.get("model", {}), profiles.get("device", {})
@@ -596,7 +598,8 @@ def from_profile(name: str, device: str | None = None, device_flops: float | Non
     return Workload(name=name, params=int(p["params"]), batch_size=int(p["batch_size"]),
                     dataset_samples=int(p.get("dataset_samples", 60000)),
                     mean_compute_s=mean_compute, cv=cv,
-                    mean_data_s=float(p.get("data_seconds", 0.0)),
+                    mean_data_s=float(p.get("data_seconds", 0.0))
+                    + float(p.get("between_seconds", 0.0)),
                     mean_update_s=float(p.get("update_seconds", 0.0)),
                     source=f"profile {name}: {p.get('source', '')}", extra=extra,
                     layer_offsets=offsets, split=split, tensor_shapes=shapes)

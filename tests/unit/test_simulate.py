@@ -90,6 +90,19 @@ def test_flop_profiles_need_a_device():
     assert w.params == 25557032
 
 
+def test_a_measured_profile_replays_its_time_between_phases_with_its_data():
+    """profiles.toml's mlp and lenet carry a step's time outside its phases, which a
+    simulated rank does with its data (as a run file's rows do); a FLOP profile has none."""
+    from syncbench.bench.simulate.workload import load_profiles
+
+    for name in ("mlp", "lenet"):
+        p = load_profiles()["model"][name]
+        assert p["between_seconds"] > 0
+        assert from_profile(name).mean_data_s == pytest.approx(
+            p["data_seconds"] + p["between_seconds"])
+    assert from_profile("resnet50", device="h100").mean_data_s == 0.0
+
+
 def test_model_size_knob_for_real_runs():
     from syncbench.bench.cli import build_parser
     from syncbench.kernels.zoo import build_model
