@@ -453,7 +453,7 @@ def model_layout(model: str, dataset: str) -> tuple[int, list[int]]:
 def between_phases(cols: dict[str, np.ndarray]) -> np.ndarray:
     """Each step's seconds outside its phases: from its start to the next step's start,
     less every phase it timed. That is the training loop's own work between phases (the
-    row's record, the hooks' checks, the phase timer's reads), 0.05-0.3 ms a step on the
+    row's record, the hooks' checks, the phase timer's reads), 0.05-0.46 ms a step on the
     emulated nodes (docs/RESULTS.md, "The time between a step's phases"). The last step
     (no next start) and a pause (an evaluation, a checkpoint: longer than the step's
     phases together) take the rank's median; never negative (clock rounding)."""

@@ -83,7 +83,7 @@ def test_a_chain_the_calibration_does_not_cover_keeps_its_stages(tmp_path):
     """top-k on mlp gathers 18,816 B a rank: above a calibration that ends at 16 KB."""
     path = calibration(tmp_path, sizes=[2048, 8192, 16384])
     comm, notes = run_blocking("topk:0.01", ["--calibrate-after-step", path])
-    assert np.all(comm >= 1e-3)
+    assert np.all(comm >= 1e-3 - 1e-12)  # the clock's 1 ms, to rounding
     assert notes["after_step"] == (f"not applied: {path} does not cover allgather of "
                                    "18816 B on 2 ranks")
     wider = calibration(tmp_path, "wider.json")
