@@ -523,9 +523,10 @@ def pooled_workload(args: argparse.Namespace, workload: Any) -> Any:
 def host_factor(run: Any, workload: Any) -> float:
     """How much slower the host computed during ``run`` than during ``workload``'s run:
     the median per-step compute of the run's ranks that were neither slowed nor throttled
-    (their first two steps left out, as the replay does) over the workload's median; 1
-    where no rank qualifies or either median is not positive."""
-    steps = free_rank_steps(run, "t_compute")
+    below the workload's node speed (their first two steps left out, as the replay does)
+    over the workload's median; 1 where no rank qualifies or either median is not
+    positive."""
+    steps = free_rank_steps(run, "t_compute", float(workload.extra.get("node_speed", 1.0)))
     if not len(steps):
         return 1.0
     mine, theirs = float(np.median(steps)), workload.median_compute_s()
@@ -540,7 +541,12 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     (:func:`cpu_per_step`) over the same, the quota's freezes not in it, where its run
     measured it; a slowed rank, and a throttled one without that column, takes the free
     ranks' pooled factor (their steps' mean over the workload ranks' mean), every rank 1
-    where none is free.
+    where none is free. A workload measured at a quota (``node_speed`` below 1: the
+    4-node set, every node at speed 0.5) has the quota's freezes in its compute, so a rank
+    at that same speed counts as free and compares its compute's wall, not its CPU time
+    (which made the 4-node lenet set's predicted compute half the measured one: 24 of 24
+    configurations off, +49% to +170%, docs/RESULTS.md, "The time between a step's
+    phases").
     Means, not medians: the replay keeps each row's length, so the mean is what makes a
     free rank's predicted compute its measured one, slow steps included.
 
@@ -554,12 +560,13 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     means = workload.rank_means()
     if not means or len(means) != len(run.ranks) or min(means) <= 0:
         return None
-    free = free_rank_columns(run, "t_compute")
+    workload_speed = float(workload.extra.get("node_speed", 1.0))
+    free = free_rank_columns(run, "t_compute", workload_speed)
     own = {rank: float(np.mean(steps)) for rank, steps in free.items() if len(steps)}
     own = {rank: mean for rank, mean in own.items() if mean > 0}
     _, speeds = rank_factors(run)
     for rank, speed in zip(sorted(run.ranks), speeds):
-        cpu = cpu_per_step(run, rank) if speed < 1.0 else None
+        cpu = cpu_per_step(run, rank) if speed < 1.0 <= workload_speed else None
         if cpu is not None:
             own[rank] = cpu
     steps = np.concatenate(list(free.values())) if free else np.zeros(0)
@@ -606,18 +613,20 @@ def codec_factor(run: Any, workload: Any, compute_factor: float) -> float:
     return mine / workload.mean_codec_s if mine > 0 else compute_factor
 
 
-def free_ranks(run: Any) -> list[int]:
-    """The run's ranks that were neither slowed nor throttled."""
+def free_ranks(run: Any, speed: float = 1.0) -> list[int]:
+    """The run's ranks that were neither slowed nor throttled below ``speed`` (a
+    workload's own node speed: 1, or the quota it was measured at)."""
     factors, speeds = rank_factors(run)
     return [rank for rank, f, s in zip(sorted(run.ranks), factors, speeds)
-            if f == 1.0 and s >= 1.0]
+            if f == 1.0 and s >= speed]
 
 
-def free_rank_columns(run: Any, column: str) -> dict[int, np.ndarray]:
+def free_rank_columns(run: Any, column: str, speed: float = 1.0) -> dict[int, np.ndarray]:
     """``column``'s per-step seconds of each of the run's ranks that were neither slowed
-    nor throttled and recorded it, their first two steps left out (as the replay does)."""
+    nor throttled (below ``speed``, :func:`free_ranks`) and recorded it, their first two
+    steps left out (as the replay does)."""
     return {rank: np.asarray(run.ranks[rank][column][2:], dtype=float)
-            for rank in free_ranks(run) if column in run.ranks[rank]}
+            for rank in free_ranks(run, speed) if column in run.ranks[rank]}
 
 
 def wait_cpu_share(run: Any) -> float | None:
@@ -634,10 +643,10 @@ def wait_cpu_share(run: Any) -> float | None:
     return min(1.0, float(cpu.sum()) / total) if total > 0 else None
 
 
-def free_rank_steps(run: Any, column: str) -> np.ndarray:
+def free_rank_steps(run: Any, column: str, speed: float = 1.0) -> np.ndarray:
     """:func:`free_rank_columns` end to end; empty where no rank qualifies or none
     recorded the column."""
-    steps = list(free_rank_columns(run, column).values())
+    steps = list(free_rank_columns(run, column, speed).values())
     return np.concatenate(steps) if steps else np.zeros(0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 from test_analysis import make_rank, write_file
@@ -258,6 +259,19 @@ def test_each_ranks_host_speed_is_its_own_mean_compute_over_its_workload_ranks(t
                                      rank_rows={0: ranks[0], 1: timed},
                                      rank_extra={1: {"node_speed": 0.5}}))
     assert rank_host_factors(unmeasured, w) == pytest.approx([30 / 24, 30 / 20])
+    # every node at speed 0.5 and the workload measured at 0.5 too (the 4-node set): the
+    # quota's freezes are in both walls, so each rank compares its compute's wall (30
+    # and 80 ms), not its CPU time (18 ms), and "run" takes them as free ranks
+    timed["cpu_compute"] = np.full(8, 0.018)
+    halved = read_run(write_file(tmp_path / "q.h5", algorithm="ssgd", world_size=2,
+                                 wall=2.0, steps_per_rank=8,
+                                 rank_rows={0: ranks[0], 1: timed},
+                                 rank_extra={0: {"node_speed": 0.5}, 1: {"node_speed": 0.5}}))
+    at_quota = dataclasses.replace(w, extra={"node_speed": 0.5})
+    assert rank_host_factors(halved, at_quota) == pytest.approx([30 / 24, 80 / 16])
+    assert host_speeds("run", halved, at_quota) == pytest.approx((55 / 20,))
+    # against a workload at full speed: rank 1 by its CPU time, rank 0 (none) 1: no free
+    assert rank_host_factors(halved, w) == pytest.approx([1.0, 18 / 16])
     one = read_run(write_file(tmp_path / "o.h5", algorithm="ssgd", world_size=1, wall=2.0,
                               steps_per_rank=8, phases={"compute": 0.03}))
     assert rank_host_factors(one, w) is None
