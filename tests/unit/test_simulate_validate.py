@@ -270,7 +270,8 @@ def test_each_ranks_host_speed_is_its_own_mean_compute_over_its_workload_ranks(t
     at_quota = dataclasses.replace(w, extra={"node_speed": 0.5})
     assert rank_host_factors(halved, at_quota) == pytest.approx([30 / 24, 80 / 16])
     assert host_speeds("run", halved, at_quota) == pytest.approx((55 / 20,))
-    # against a workload at full speed: rank 1 by its CPU time, rank 0 (none) 1: no free
+    # against a workload at full speed: rank 1 by its CPU time; rank 0, with none and no
+    # rank free to pool, 1
     assert rank_host_factors(halved, w) == pytest.approx([1.0, 18 / 16])
     one = read_run(write_file(tmp_path / "o.h5", algorithm="ssgd", world_size=1, wall=2.0,
                               steps_per_rank=8, phases={"compute": 0.03}))
