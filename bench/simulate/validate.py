@@ -360,15 +360,14 @@ def validate_main(args: argparse.Namespace) -> int:
     codecs = [codec_factor(run, w, float(np.mean(h))) if mode != "workload" else 1.0
               for run, w, h in zip(runs, chosen, hosts)]
     chosen = [scaled_for_host(w, h, c) for w, h, c in zip(chosen, hosts, codecs)]
-    jobs = [_job(args, run, float(w.extra.get("node_speed", 1.0)))
-            for run, w in zip(runs, chosen)]
+    jobs = [_job(args, run, w.node_speed) for run, w in zip(runs, chosen)]
     _name_predictions(args, runs, jobs)
     spec, xml = build_platform(args)
     try:
         results = simulate(args, jobs, spec, xml, chosen, parse_stragglers(args.stragglers))
     except WriteError as exc:  # a --validate-out folder changed during the simulation
         raise ValueError(str(exc)) from None
-    workload_speed = float(workload.extra.get("node_speed", 1.0))
+    workload_speed = workload.node_speed
     for codec, w in sorted(by_codec.items()):
         print(f"--compress {codec}: the codec's cost {1e3 * w.mean_codec_s:.3f} ms a step, "
               f"the mean t_codec of {w.source}")
@@ -526,7 +525,7 @@ def host_factor(run: Any, workload: Any) -> float:
     below the workload's node speed (their first two steps left out, as the replay does)
     over the workload's median; 1 where no rank qualifies or either median is not
     positive."""
-    steps = free_rank_steps(run, "t_compute", float(workload.extra.get("node_speed", 1.0)))
+    steps = free_rank_steps(run, "t_compute", workload.node_speed)
     if not len(steps):
         return 1.0
     mine, theirs = float(np.median(steps)), workload.median_compute_s()
@@ -560,7 +559,7 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     means = workload.rank_means()
     if not means or len(means) != len(run.ranks) or min(means) <= 0:
         return None
-    workload_speed = float(workload.extra.get("node_speed", 1.0))
+    workload_speed = workload.node_speed
     free = free_rank_columns(run, "t_compute", workload_speed)
     own = {rank: float(np.mean(steps)) for rank, steps in free.items() if len(steps)}
     own = {rank: mean for rank, mean in own.items() if mean > 0}

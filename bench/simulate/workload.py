@@ -374,6 +374,12 @@ class Workload:
         rows = None if self.rows is None else self.rows * np.array([1.0, 1.0, factor])
         return dataclasses.replace(self, rows=rows, mean_update_s=self.mean_update_s * factor)
 
+    @property
+    def node_speed(self) -> float:
+        """The CPU share of the node the workload was measured on (``extra["node_speed"]``,
+        :func:`measured_node_speed`; 1 for a profile): the speed its rows stand for."""
+        return float(self.extra.get("node_speed", 1.0))
+
     def median_compute_s(self) -> float:
         """The replayed rows' median compute (the profile's mean without rows)."""
         if self.rows is None or not len(self.rows):
@@ -459,9 +465,9 @@ def between_phases(cols: dict[str, np.ndarray]) -> np.ndarray:
     phases together) take the rank's median; never negative (clock rounding)."""
     starts = np.asarray(cols["t_start"], dtype=float)
     zeros = np.zeros(len(starts))
-    phases = sum(np.asarray(cols.get(f"t_{p}", zeros), dtype=float) for p in PHASES)
     if len(starts) < 2:
-        return np.zeros(len(starts))
+        return zeros
+    phases = sum(np.asarray(cols.get(f"t_{p}", zeros), dtype=float) for p in PHASES)
     gap = np.append(np.maximum(np.diff(starts) - phases[:-1], 0.0), np.nan)
     gap[gap > phases] = np.nan
     median = float(np.nanmedian(gap)) if np.any(np.isfinite(gap)) else 0.0
