@@ -250,7 +250,8 @@ class ASGD(Strategy, NotLockStep):
             self._mpi, self.model.size, self.model.dtype, self.layout, self._lock_assert,
             events=getattr(self.comm, "events", None), timer=self.timer,
         )
-        self.counters = Counters(self._mpi, 3, self._lock_assert)
+        self.counters = Counters(self._mpi, 3, self._lock_assert,
+                                 events=getattr(self.comm, "events", None), timer=self.timer)
         restored = self._restored
         if restored is None:
             self.windows.set_local(self.model.backend.to_numpy(self.model.params))

@@ -37,8 +37,8 @@ from syncbench.algorithms.timing import PhaseTimer
 class EventSink(Protocol):
     """Where calls are recorded: ``kind`` is a name of the run file's event kinds
     (``allreduce``, ``iallreduce``, ``bcast``, ``barrier``, ``rma_pull``, ``rma_push``,
-    ``ineighbor_allgather``); ``key`` identifies a nonblocking call's request until
-    :meth:`complete`."""
+    ``ineighbor_allgather``, ``ialltoallv``, ``iallgather``, ``rma_counter``); ``key``
+    identifies a nonblocking call's request until :meth:`complete`."""
 
     #: False before time 0 of the run (calls then are not recorded).
     recording: bool

@@ -27,7 +27,8 @@ whole operations. The info hints ``accumulate_ordering=none`` and
 ``accumulate_ops=same_op_no_op`` say that only SUM and NO_OP are used, unordered.
 With an :class:`~syncbench.algorithms.communicator.EventSink` (``--events on``) every
 epoch of the parameter window is an event: ``rma_push`` if it accumulates,
-else ``rma_pull``, from before its locks to after its unlocks.
+else ``rma_pull``, from before its locks to after its unlocks; every epoch on the
+counters is an ``rma_counter`` event.
 """
 
 from __future__ import annotations
@@ -214,9 +215,17 @@ class ParamWindow:
 
 
 class Counters:
-    """``count`` int64 counters hosted by rank 0 of ``comm`` (collective)."""
+    """``count`` int64 counters hosted by rank 0 of ``comm`` (collective).
 
-    def __init__(self, comm: MPI.Comm, count: int, lock_assert: int) -> None:
+    With an :class:`~syncbench.algorithms.communicator.EventSink` (``--events on``) each
+    epoch is recorded as an ``rma_counter`` event: over a transport without hardware
+    atomics its request and reply ride the connections that carry the window's epochs,
+    so when they ran is what says what they waited for."""
+
+    def __init__(self, comm: MPI.Comm, count: int, lock_assert: int,
+                 events: EventSink | None = None, timer: PhaseTimer | None = None) -> None:
+        #: Where the epochs are recorded (and the timer whose step they belong to).
+        self.events, self.timer = events, timer
         self.rank = comm.Get_rank()
         self.lock_assert = lock_assert
         self.win, self.local = _allocate(comm, count if self.rank == 0 else 0, np.dtype(np.int64))
@@ -243,6 +252,7 @@ class Counters:
         ``op`` is ``MPI.SUM`` (add ``value``) or ``MPI.NO_OP`` (read). Each
         index may appear once.
         """
+        t_post = time.monotonic() if self.events is not None else 0.0
         self.win.Lock(0, MPI.LOCK_SHARED, self.lock_assert)
         for index, value, op in ops:
             self._origin[index] = value
@@ -250,6 +260,10 @@ class Counters:
                 self._origin[index : index + 1], self._result[index : index + 1], 0, index, op=op
             )
         self.win.Unlock(0)
+        if self.events is not None and self.events.recording:
+            self.events.post("rma_counter", 8 * len(ops),
+                             self.timer.step if self.timer is not None else 0, t_post,
+                             t_done=time.monotonic())
         return [int(self._result[index]) for index, _, _ in ops]
 
     def fetch_add(self, index: int, value: int = 1) -> int:

@@ -477,9 +477,11 @@ EVENTS_GROUP = "events"
 #: passive-target epoch of ASGD's parameter window (Get_accumulate / Accumulate).
 #: ``ineighbor_allgather``: D-PSGD's exchange with its graph neighbours (bytes: sent).
 #: ``ialltoallv`` / ``iallgather``: halves of a compressed reduction (``--compress``).
+#: ``rma_counter``: one epoch on ASGD's counters, which rank 0 hosts (a read, the push's
+#: start, or its count and next ticket; bytes: 8 per counter).
 EVENT_KINDS: tuple[str, ...] = ("allreduce", "iallreduce", "bcast", "barrier",
                                 "rma_pull", "rma_push", "ineighbor_allgather", "ialltoallv",
-                                "iallgather")
+                                "iallgather", "rma_counter")
 EVENT_COLUMNS: dict[str, str] = {
     "step": "i8",
     "kind": "i1",

@@ -4,8 +4,8 @@ The log's bounds are serial. Under ``mpiexec -n 2`` real runs record every call
 where the communicator makes it: SSGD overlap posts one ``Iallreduce`` per bucket
 per step whose bytes add up to the gradient, in bucket order, each completing
 after its post and inside its step; blocking SSGD one ``Allreduce``; ASGD one pull
-and one push epoch; Oscars and Local SGD one reduction per round, at its last
-step; OD-SGD's reduction completes in the next step. The trace draws them at the
+and one push epoch and four counter epochs; Oscars and Local SGD one reduction per
+round, at its last step; OD-SGD's reduction completes in the next step. The trace draws them at the
 recorded times and the report's table counts them. A run without the flag has no
 events, so nothing changes for it (the old outputs are compared byte for byte
 elsewhere).
@@ -152,17 +152,27 @@ def test_blocking_ssgd_records_one_allreduce_per_step_and_no_flag_records_nothin
 
 
 @pytest.mark.mpi(min_size=2)
-def test_asgd_records_a_pull_and_a_push_epoch_per_step(shared_tmp):
+def test_asgd_records_its_window_and_counter_epochs_per_step(shared_tmp):
+    """Per step: read(VERSION), the pull, read(STARTED), then the push's start, the push,
+    and its count with the next ticket (``ASGD.pull`` / ``ASGD.push``); the first step may
+    open with the first ticket's claim (``ASGD.done``)."""
     out = shared_tmp / "asgd.h5"
     run, events = _train(out, "--algorithm", "asgd", "--events", "on")
-    pull, push = KIND["rma_pull"], KIND["rma_push"]
+    pull, push, counter = KIND["rma_pull"], KIND["rma_push"], KIND["rma_counter"]
     for rank, rank_events in events.items():
         cols, rows = rank_events.columns, run.ranks[rank]
-        for step in rows["step"].tolist():
+        steps = rows["step"].tolist()
+        for step in steps:
             kinds = cols["kind"][cols["step"] == step].tolist()
-            assert kinds == [pull, push], (step, kinds)  # pull, compute, push
-        assert set(cols["bytes"].tolist()) == {_grad_nbytes()}  # the whole parameter vector
-        _within_steps(rows, cols)
+            assert kinds[-6:] == [counter, pull, counter, counter, push, counter], (step, kinds)
+            assert kinds[:-6] == ([counter] if step == steps[0] and len(kinds) == 7 else [])
+        window = np.isin(cols["kind"], [pull, push])
+        assert set(cols["bytes"][window].tolist()) == {_grad_nbytes()}  # the whole vector
+        assert set(cols["bytes"][~window].tolist()) <= {8, 16}  # one counter, or two
+        claim = np.zeros(len(window), bool)
+        if len(cols["kind"][cols["step"] == steps[0]]) == 7:
+            claim[int(np.flatnonzero(cols["step"] == steps[0])[0])] = True
+        _within_steps(rows, {name: values[~claim] for name, values in cols.items()})
 
 
 @pytest.mark.mpi(min_size=2)
