@@ -104,6 +104,15 @@ def _write_own(win: MPI.Win, rank: int, local: np.ndarray, values: np.ndarray) -
     win.Unlock(rank)
 
 
+def _record(events: EventSink | None, timer: PhaseTimer | None, kind: str, nbytes: int,
+            t_post: float) -> None:
+    """One epoch posted at ``t_post`` and done now, as a ``kind`` event of ``timer``'s
+    step (nothing without a sink that records)."""
+    if events is not None and events.recording:
+        events.post(kind, nbytes, timer.step if timer is not None else 0, t_post,
+                    t_done=time.monotonic())
+
+
 class ParamWindow:
     """A flat vector spread over the ranks of ``comm`` as :class:`Shard` s (collective)."""
 
@@ -159,10 +168,7 @@ class ParamWindow:
         finally:
             for shard in self.shards:
                 self.win.Unlock(shard.owner)
-            if self.events is not None and self.events.recording:
-                self.events.post(self._epoch_kind, self._epoch_bytes,
-                                 self.timer.step if self.timer is not None else 0, t_post,
-                                 t_done=time.monotonic())
+            _record(self.events, self.timer, self._epoch_kind, self._epoch_bytes, t_post)
 
     def Get_accumulate(self, out: np.ndarray) -> None:
         """Post an atomic read of every shard into ``out`` (inside :meth:`epoch`).
@@ -260,10 +266,7 @@ class Counters:
                 self._origin[index : index + 1], self._result[index : index + 1], 0, index, op=op
             )
         self.win.Unlock(0)
-        if self.events is not None and self.events.recording:
-            self.events.post("rma_counter", 8 * len(ops),
-                             self.timer.step if self.timer is not None else 0, t_post,
-                             t_done=time.monotonic())
+        _record(self.events, self.timer, "rma_counter", 8 * len(ops), t_post)
         return [int(self._result[index]) for index, _, _ in ops]
 
     def fetch_add(self, index: int, value: int = 1) -> int:

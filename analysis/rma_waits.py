@@ -81,7 +81,8 @@ def rank_waits(events: dict[int, RankEvents]) -> list[RankWaits]:
     for rank, own in sorted(events.items()):
         post, done = _of(own, COUNTER)
         took = done - post
-        pulls, pushes = (np.subtract(*_of(own, kind)[::-1]) for kind in (PULL, PUSH))
+        (pull_post, pull_done), (push_post, push_done) = (_of(own, k) for k in (PULL, PUSH))
+        pulls, pushes = pull_done - pull_post, push_done - push_post
         row = dict(rank=rank, counters=int(post.size), counter_s=_median(took),
                    pull_s=_median(pulls), push_s=_median(pushes))
         if rank != 0:
@@ -89,9 +90,8 @@ def rank_waits(events: dict[int, RankEvents]) -> list[RankWaits]:
             for kind, (start, end) in spans.items():
                 # the epoch of rank 0 in flight at each post (epochs of one rank do not overlap)
                 at = np.searchsorted(start, post, side="right") - 1
-                hit = (at >= 0) & (post < end[np.maximum(at, 0)])
-                inside[kind] = hit
-                ends = end[np.maximum(at, 0)]
+                ends = end[np.maximum(at, 0)] if len(end) else np.full(len(post), -np.inf)
+                hit = inside[kind] = (at >= 0) & (post < ends)
                 row[f"during_{kind[4:]}"] = _overlap(took[hit], (done - ends)[hit])
             neither = ~(inside[PULL] | inside[PUSH])
             row["apart"] = _overlap(took[neither], np.zeros(int(neither.sum())))
