@@ -469,6 +469,11 @@ class Polls:
     #: Polls of owner j a push to it needs (:func:`push_polls`), by rank; 1 for a pull.
     push_polls: tuple[int, ...] = ()
     min_gap: float = POLL_MIN_GAP_S
+    #: By rank, how much longer its node's CPU quota makes its compute on the wall
+    #: (``1 / speed``; none or 1: no quota). The quota freezes the process for a
+    #: millisecond at a time (a 1 ms quota every 2 ms at speed 0.5), so its hooks still
+    #: poll, spread over the stretched compute, not bunched before one long freeze.
+    stretch: tuple[float, ...] = ()
 
 
 def push_polls(nbytes: float, segment: float = PROGRESS_SEGMENT_BYTES) -> int:
@@ -618,6 +623,8 @@ class _Followed:
         """Rank k is outside MPI from ``start`` to ``end``, polling in its first
         ``compute`` seconds at its hooks."""
         if self.on:
+            stretch = self.polls.stretch[k] if k < len(self.polls.stretch) else 1.0
+            compute = min(compute * stretch, end - start)
             points = start + poll_offsets(compute, self.polls.hooks, self.polls.min_gap) \
                 if compute > 0 else np.zeros(0)
             self.spans[k] = (start, end, points.tolist())
@@ -854,7 +861,9 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         for shard in shards:
             need[shard.owner] = push_polls((shard.hi - shard.lo) * per_param)
         hooks = tuple(float(h) for h in local.workload.compute_split().hooks)
-        polls = Polls(hooks, tuple(tuple(sorted(owners - {k})) for k in range(n)), tuple(need))
+        stretch = tuple(1.0 / s for s in local.speeds) if local.speeds is not None else ()
+        polls = Polls(hooks, tuple(tuple(sorted(owners - {k})) for k in range(n)), tuple(need),
+                      stretch=stretch)
     run = counter_timeline(workers, steps * n, acc.pulls, acc.pushes,
                            lambda k, j: local.rank(k, j).tolist(), lat, costs,
                            acc.counter_waits, polls)
