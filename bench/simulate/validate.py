@@ -538,9 +538,11 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     first two steps left out, over the mean compute of the workload's measured rank of
     the same number; a throttled rank's mean CPU time per step in its compute
     (:func:`cpu_per_step`) over the same, the quota's freezes not in it, where its run
-    measured it; a slowed rank, and a throttled one without that column, takes the free
-    ranks' pooled factor (their steps' mean over the workload ranks' mean), every rank 1
-    where none is free. A workload measured at a quota (``node_speed`` below 1: the
+    measured it; a slowed rank's (``--slowdown``) mean compute, which train times apart
+    from the delay it adds (``bench/train/slowdown.py``, a multiple of the rank's own
+    recent compute); a throttled rank without that column takes the free ranks' pooled
+    factor (their steps' mean over the workload ranks' mean), every rank 1 where none
+    is free. A workload measured at a quota (``node_speed`` below 1: the
     4-node set, every node at speed 0.5) has the quota's freezes in its compute, so a rank
     at that same speed counts as free and compares its compute's wall, not its CPU time
     (which made the 4-node lenet set's predicted compute half the measured one: 24 of 24
@@ -563,11 +565,15 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     free = free_rank_columns(run, "t_compute", workload_speed)
     own = {rank: float(np.mean(steps)) for rank, steps in free.items() if len(steps)}
     own = {rank: mean for rank, mean in own.items() if mean > 0}
-    _, speeds = rank_factors(run)
-    for rank, speed in zip(sorted(run.ranks), speeds):
+    factors, speeds = rank_factors(run)
+    for rank, factor, speed in zip(sorted(run.ranks), factors, speeds):
         cpu = cpu_per_step(run, rank) if speed < 1.0 <= workload_speed else None
         if cpu is not None:
             own[rank] = cpu
+        elif factor != 1.0 and speed >= workload_speed:  # slowed: its compute is its own
+            steps = np.asarray(run.ranks[rank].get("t_compute", [])[2:], dtype=float)
+            if len(steps) and float(np.mean(steps)) > 0:
+                own[rank] = float(np.mean(steps))
     steps = np.concatenate(list(free.values())) if free else np.zeros(0)
     pooled = (float(np.mean(steps)) / float(np.mean(means))
               if len(steps) and float(np.mean(steps)) > 0 else 1.0)

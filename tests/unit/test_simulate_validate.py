@@ -204,10 +204,11 @@ def test_a_runs_host_speed_is_its_free_ranks_compute_over_the_workloads(tmp_path
 def test_each_ranks_host_speed_is_its_own_mean_compute_over_its_workload_ranks(tmp_path):
     """--validate-host-speed rank: in a homogeneous run rank 0 computed 30 ms a step and
     rank 1 20 ms, against a workload's two ranks at 24 and 16: factors 1.25 each, the
-    rows of each measured rank scaled by its own; a throttled rank takes the free ranks'
-    pooled factor (their steps' mean over the workload ranks' mean); a run of other
-    ranks than the workload's falls back to the run's one factor; the row's note shows
-    the two where they differ."""
+    rows of each measured rank scaled by its own; a slowed rank its own compute's; a
+    throttled rank without its CPU time takes the free ranks' pooled factor (their
+    steps' mean over the workload ranks' mean); a run of other ranks than the
+    workload's falls back to the run's one factor; the row's note shows the two where
+    they differ."""
     import numpy as np
 
     from syncbench.bench.simulate.validate import (
@@ -273,6 +274,15 @@ def test_each_ranks_host_speed_is_its_own_mean_compute_over_its_workload_ranks(t
     # against a workload at full speed: rank 1 by its CPU time; rank 0, with none and no
     # rank free to pool, 1
     assert rank_host_factors(halved, w) == pytest.approx([1.0, 18 / 16])
+    # a rank slowed 2x (--slowdown, its delay timed apart) that computed 14 ms a step: its
+    # own factor, 14 / 16, not the free rank's CPU's 30 / 20 (its CPU ran faster)
+    slowed = read_run(write_file(tmp_path / "s.h5", algorithm="ssgd", world_size=2,
+                                 wall=2.0, steps_per_rank=8,
+                                 rank_rows={0: ranks[0],
+                                            1: make_rank(8, {"compute": 0.014,
+                                                             "delay": 0.014})},
+                                 rank_extra={1: {"slowdown": 2.0}}))
+    assert rank_host_factors(slowed, w) == pytest.approx([30 / 24, 14 / 16])
     one = read_run(write_file(tmp_path / "o.h5", algorithm="ssgd", world_size=1, wall=2.0,
                               steps_per_rank=8, phases={"compute": 0.03}))
     assert rank_host_factors(one, w) is None
