@@ -166,9 +166,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "run's ranks that were neither slowed nor throttled over the workload's "
                      "(a host whose CPU speed moved between the runs; compute that a "
                      "strategy's own traffic inflates is then taken as the host's); or each "
-                     "rank's own (rank), every free rank's workload rows scaled by its mean "
-                     "compute over its workload rank's, a slowed or throttled rank by the "
-                     "free ranks' (a host whose CPUs ran at different speeds within a run; "
+                     "rank's own (rank), every free or slowed rank's workload rows scaled "
+                     "by its mean compute over its workload rank's, a throttled rank by its "
+                     "compute's CPU time where recorded, else by the free ranks' (a host "
+                     "whose CPUs ran at different speeds within a run; "
                      "the run's one factor where its ranks are not the workload's one for "
                      "one); a compressed run's codec cost is scaled by its free ranks' mean "
                      "codec time over the codec workload's")
