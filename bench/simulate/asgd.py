@@ -452,8 +452,9 @@ class Polls:
     inside an MPI call only: at once while it is in its own accesses or counter trips
     (where it waits in MPI), else at its compute's next ``ProgressPoll`` (``hooks``, at
     most one per ``min_gap``: :func:`poll_offsets`), or when its local work ends; its
-    data loading, its emulated slowdown's delay or a quota's freezes and its update do
-    not poll. Followed rank by rank, the waits couple the ranks' paces: an origin that
+    data loading, its emulated slowdown's delay and its update do not poll, and a
+    quota's freezes fall between its hooks, which spread over the stretched compute
+    (``stretch``). Followed rank by rank, the waits couple the ranks' paces: an origin that
     waits for its owner's poll or for the owner's own access leaves that access with the
     owner, so two alike ranks lock into one phase and serve each other in their
     accesses. Measured on 2 emulated nodes at 1 Gbit/s (resnet8, homogeneous, 3 runs):
