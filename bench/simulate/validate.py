@@ -562,18 +562,17 @@ def rank_host_factors(run: Any, workload: Any) -> list[float] | None:
     if not means or len(means) != len(run.ranks) or min(means) <= 0:
         return None
     workload_speed = workload.node_speed
-    free = free_rank_columns(run, "t_compute", workload_speed)
-    own = {rank: float(np.mean(steps)) for rank, steps in free.items() if len(steps)}
-    own = {rank: mean for rank, mean in own.items() if mean > 0}
-    factors, speeds = rank_factors(run)
-    for rank, factor, speed in zip(sorted(run.ranks), factors, speeds):
-        cpu = cpu_per_step(run, rank) if speed < 1.0 <= workload_speed else None
-        if cpu is not None:
-            own[rank] = cpu
-        elif factor != 1.0 and speed >= workload_speed:  # slowed: its compute is its own
+    own: dict[int, float] = {}
+    _, speeds = rank_factors(run)
+    for rank, speed in zip(sorted(run.ranks), speeds):
+        if speed >= workload_speed:  # free or slowed: its compute phase is its own CPU's
             steps = np.asarray(run.ranks[rank].get("t_compute", [])[2:], dtype=float)
-            if len(steps) and float(np.mean(steps)) > 0:
-                own[rank] = float(np.mean(steps))
+            mean = float(np.mean(steps)) if len(steps) else 0.0
+        else:  # throttled: its compute's CPU time, where the workload ran at full speed
+            mean = (cpu_per_step(run, rank) if workload_speed >= 1.0 else None) or 0.0
+        if mean > 0:
+            own[rank] = mean
+    free = free_rank_columns(run, "t_compute", workload_speed)
     steps = np.concatenate(list(free.values())) if free else np.zeros(0)
     pooled = (float(np.mean(steps)) / float(np.mean(means))
               if len(steps) and float(np.mean(steps)) > 0 else 1.0)
