@@ -287,7 +287,7 @@ def rma_progress(cfg: argparse.Namespace) -> str:
 
 def poll_gaps(data: float, compute: float, update: float, delay: float,
               hooks: Sequence[float], min_gap: float = POLL_MIN_GAP_S,
-              polled: float | None = None) -> np.ndarray:
+              polled: float | None = None, stretch: float = 1.0) -> np.ndarray:
     """Seconds between a rank's chances to serve while it is outside its own accesses.
 
     One step outside MPI is data, compute (``ProgressPoll`` at each hook share of
@@ -296,9 +296,14 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
     slowdown of a strategy that drives progress in it (AD-PSGD's ``drive_progress``;
     ``--slowdown-mode work`` runs the model's passes with their hooks,
     ``bench/train/slowdown.py``; ``spin`` and ``sleep`` poll more often still, rate-limited
-    to ``min_gap`` by ``ProgressPoll``). The rest of the delay does not poll: a node
-    quota's freezes (:meth:`.timeline.LocalTimes.polled_delay`), and all of an ASGD
-    worker's (its ``drive_progress`` is a no-op). Then the update (no polls); it is entered
+    to ``min_gap`` by ``ProgressPoll``). The rest of the delay does not poll: a transient
+    straggler's, and all of an ASGD worker's (its ``drive_progress`` is a no-op). A node
+    quota's freezes do not poll either, but they fall between the compute's hooks (a 1 ms
+    freeze every 2 ms at speed 0.5, :mod:`.quota`), not in one block after them:
+    ``stretch`` (``1 / speed``) spreads the hooks over ``compute x stretch`` and takes the
+    quota's ``compute x (stretch - 1)`` out of the delay (as :class:`Polls` does for ASGD's
+    owners), and a slowdown's polled seconds are stretched alike. Then the update (no
+    polls); it is entered
     and left inside MPI (the step's pull and push). Measured before the delay's polls
     were in the model (AD-PSGD, resnet8, 2 emulated nodes at 200 Mbit/s, a 2x slower rank
     in work mode): the active rank's averages took 14.5-15.3 ms a step, as without the
@@ -310,10 +315,12 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
         if at - points[-1] >= min_gap:
             points.append(at)
 
+    frozen = min(max(compute * (stretch - 1.0), 0.0), delay)
+    compute, delay = compute + frozen, delay - frozen
     for share in hooks:
         poll(data + share * compute)
     start = data + compute
-    polled = delay if polled is None else min(max(polled, 0.0), delay)
+    polled = delay if polled is None else min(max(polled, 0.0) * stretch, delay)
     passes = math.ceil(polled / compute) if compute > 0 and polled > 0 else 0
     for k in range(passes):
         for share in hooks:
@@ -716,20 +723,23 @@ class _Access:
 def _rank_gaps(local: LocalTimes, workers: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
     """Each worker's mean seconds a step outside MPI, and its :func:`poll_gaps`: an access
     waits for its owners' own gaps (a slow owner's, not the workers' mean). Ranks whose
-    mean phases agree to 3 significant digits share their gaps (a homogeneous job
-    computes them once)."""
+    mean phases and node shares agree (phases to 3 significant digits) share their gaps
+    (a homogeneous job computes them once); a throttled owner's hooks spread over its
+    stretched compute (:func:`poll_gaps`' ``stretch``)."""
     per_rank = local.cols[workers, :, :].mean(axis=1)
     hooks = local.workload.compute_split().hooks
+    stretches = (1.0 / np.asarray(local.speeds, dtype=float)[workers]
+                 if local.speeds is not None else np.ones(len(workers)))
     gaps_of: dict[tuple[float, ...], np.ndarray] = {}
     rank_gaps = []
-    for row in per_rank:
+    for row, stretch in zip(per_rank, stretches):
         key = tuple(float(f"{x:.3g}") for x in row)
-        if key not in gaps_of:
+        if (key, stretch) not in gaps_of:
             # an ASGD worker does not poll in an emulated slowdown's delay: its
             # drive_progress is NotLockStep's no-op (algorithms/not_lock_step.py;
-            # docs/ALGORITHMS.md)
-            gaps_of[key] = poll_gaps(*key, hooks, polled=0.0)
-        rank_gaps.append(gaps_of[key])
+            # docs/ALGORITHMS.md); a quota's freezes fall between its hooks
+            gaps_of[key, stretch] = poll_gaps(*key, hooks, polled=0.0, stretch=float(stretch))
+        rank_gaps.append(gaps_of[key, stretch])
     return per_rank.sum(axis=1), rank_gaps
 
 

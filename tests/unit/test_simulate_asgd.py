@@ -141,6 +141,14 @@ def test_a_request_waits_for_the_targets_next_poll():
     # first check past it (at 21 ms) polls at 18 ms, then one gap to the step's end
     gaps = poll_gaps(0.001, 0.010, 0.002, 0.015, [0.5, 0.52, 1.0], polled=0.007)
     np.testing.assert_allclose(gaps, [0.006, 0.005, 0.005, 0.002, 0.010])
+    # a node quota at speed 0.5 (stretch 2): its freezes fall between the hooks, which
+    # spread over the 20 ms of stretched compute; its 10 ms leave the delay
+    gaps = poll_gaps(0.001, 0.010, 0.002, 0.010, [0.5, 0.52, 1.0], polled=0.0, stretch=2.0)
+    np.testing.assert_allclose(gaps, [0.011, 0.010, 0.002])
+    # a quota and a 1.5x slowdown (delay 0.005 x 2 + 0.010): the slowdown's 5 ms polls
+    # as 10 ms at the quota, its passes as long as the stretched compute
+    gaps = poll_gaps(0.001, 0.010, 0.002, 0.020, [0.5, 0.52, 1.0], polled=0.005, stretch=2.0)
+    np.testing.assert_allclose(gaps, [0.011, 0.010, 0.010, 0.002])
 
 
 def test_asgd_pays_its_targets_polls_over_tcp_and_not_with_immediate_progress():
