@@ -285,16 +285,20 @@ def codec_cost(cfg: argparse.Namespace, w: Workload, reducer: Any = None,
     for ``--codec-seconds auto``); top-k's decode adds every rank's k entries into the
     dense mean, one row per rank (``TopKReduce.reduction``), so ``n`` ranks pay
     ``n - m`` rows more (:func:`topk_row_seconds`). The other codecs' work per rank does
-    not grow with N."""
+    not grow with N. A measured cost adds the codec run's time between phases beyond the
+    workload's (:attr:`.workload.Workload.codec_between_s`): CPU work of the step, which a
+    quota slows as it slows the codec."""
     measured = str(w.extra.get("compress", "") or "")
     if w.rows is not None and measured == cfg.compress:
         if w.mean_codec_s > 0:
             source = w.extra.get("codec_source", w.source)  # --validate's codec workload
             seconds, rows = _more_rows(reducer, w, n, int(w.extra.get("codec_world_size") or
                                                           w.extra.get("measured_world_size") or 1))
-            return w.mean_codec_s + seconds, (
+            between = (f", plus {1e3 * w.codec_between_s:.3f} ms of its time between "
+                       "phases beyond the workload's" if w.codec_between_s > 0 else "")
+            return w.mean_codec_s + w.codec_between_s + seconds, (
                 f"measured: {1e3 * w.mean_codec_s:.3f} ms per step, the mean t_codec of "
-                f"{source} (ran --compress {measured}){rows}")
+                f"{source} (ran --compress {measured}){between}{rows}")
         return 0.0, (f"in the measured update rows ({w.source} ran --compress {measured} "
                      "and has no t_codec)")
     value = getattr(cfg, "codec_seconds", 0.0)

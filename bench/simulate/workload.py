@@ -269,6 +269,14 @@ class Workload:
     #: for a 1-rank codec run, what the harness costs around its collectives (nothing
     #: moves), which ``--calibrate-after-step`` leaves out (:mod:`.after_step`).
     mean_calls_s: float = 0.0
+    #: A measured run's mean time between phases per step and rank over the replayed
+    #: rows (:func:`between_phases`; already in each row's data).
+    mean_between_s: float = 0.0
+    #: A compressed run's time between phases beyond this workload's, per step and rank:
+    #: the compressing reducer's own work outside its codec phase, which ``--validate``
+    #: takes from the codec's ``--compressed-workload`` and a compressed step pays with
+    #: its codec (:func:`.compressed.codec_cost`).
+    codec_between_s: float = 0.0
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     #: Offset of each layer's parameters in the flat buffer (SSGD's bucket plan);
@@ -309,13 +317,16 @@ class Workload:
         """This workload on a host ``factor`` times slower: every replayed row's data,
         compute and update, the profile's means and the codec's cost times ``factor``
         (a measured delay follows its compute: it is replayed as a ratio), and the harness's
-        cost around the calls; the codec's cost times ``codec_factor`` where given."""
+        cost around the calls and the time between phases; the codec's cost times
+        ``codec_factor`` where given."""
         rows = None if self.rows is None else self.rows * np.array([factor] * 3)
         codec = factor if codec_factor is None else codec_factor
         return dataclasses.replace(
             self, rows=rows, mean_compute_s=self.mean_compute_s * factor,
             mean_data_s=self.mean_data_s * factor, mean_update_s=self.mean_update_s * factor,
-            mean_codec_s=self.mean_codec_s * codec, mean_calls_s=self.mean_calls_s * factor)
+            mean_codec_s=self.mean_codec_s * codec, mean_calls_s=self.mean_calls_s * factor,
+            mean_between_s=self.mean_between_s * factor,
+            codec_between_s=self.codec_between_s * factor)
 
     def scaled_ranks(self, factors: list[float], codec_factor: float) -> Workload:
         """This workload with measured rank ``m``'s replayed rows (data, compute, update)
@@ -485,14 +496,16 @@ def from_run(path: str) -> Workload:
     if run.attrs.get("simulated"):
         raise ValueError(f"--workload {path}: is a simulated run; give a measured one")
     skip = 2 + int(run.attrs.get("warmup_steps", 0) or 0)
-    parts, ratios, codecs, calls, bounds = [], [], [], [], [0]
+    parts, ratios, codecs, calls, betweens, bounds = [], [], [], [], [], [0]
     for rank in sorted(run.ranks):
         cols = run.ranks[rank]
         keep = slice(skip, None) if len(cols["step"]) > skip + 2 else slice(None)
-        part = np.stack([cols["t_data"][keep] + between_phases(cols)[keep],
+        between = between_phases(cols)[keep]
+        part = np.stack([cols["t_data"][keep] + between,
                          cols["t_compute"][keep], cols["t_update"][keep]], axis=1).astype(float)
         if len(part) == 0:
             continue
+        betweens.append(np.asarray(between, dtype=float))
         compute = np.maximum(part[:, 1], 1e-12)
         parts.append(part)
         codecs.append(np.asarray(cols["t_codec"][keep], dtype=float))
@@ -515,6 +528,7 @@ def from_run(path: str) -> Workload:
                     delay_ratio=np.concatenate(ratios), source=str(path),
                     mean_codec_s=float(np.mean(np.concatenate(codecs))),
                     mean_calls_s=float(np.mean(np.concatenate(calls))),
+                    mean_between_s=float(np.mean(np.concatenate(betweens))),
                     split=model_split(built), tensor_shapes=model_tensor_shapes(built),
                     extra={"dataset": dataset, "measured_world_size": run.world_size,
                            "compress": str(config.get("compress", "none") or "none"),
