@@ -303,12 +303,12 @@ def poll_gaps(data: float, compute: float, update: float, delay: float,
     ``stretch`` (``1 / speed``) spreads the hooks over ``compute x stretch`` and takes the
     quota's ``compute x (stretch - 1)`` out of the delay (as :class:`Polls` does for ASGD's
     owners), and a slowdown's polled seconds are stretched alike. Then the update (no
-    polls); it is entered
-    and left inside MPI (the step's pull and push). Measured before the delay's polls
-    were in the model (AD-PSGD, resnet8, 2 emulated nodes at 200 Mbit/s, a 2x slower rank
-    in work mode): the active rank's averages took 14.5-15.3 ms a step, as without the
-    slowdown, against 31-32 ms predicted (docs/RESULTS.md, "A quota's first burst,
-    AD-PSGD's bucket and the polls of a slowdown")."""
+    polls); it is entered and left inside MPI (the step's pull and push). Measured before
+    the delay's polls were in the model (AD-PSGD, resnet8, 2 emulated nodes at 200
+    Mbit/s, a 2x slower rank in work mode): the active rank's averages took 14.5-15.3 ms
+    a step, as without the slowdown, against 31-32 ms predicted (docs/RESULTS.md, "A
+    quota's first burst, AD-PSGD's bucket and the polls of a slowdown"; at a quota:
+    "A passive peer's polls at a quota")."""
     points = [0.0]
 
     def poll(at: float) -> None:

@@ -71,6 +71,11 @@ quota's first burst, AD-PSGD's bucket and the polls of a slowdown"): lenet's 247
 average took 18.0 ms a step at 200 Mbit/s (a 51 KB bucket), 22 predicted without the
 bucket; with the bucket on both transfers, the 1 Gbit/s runs (a 256 KB bucket, larger
 than the model) were predicted 24-39% fast, with it on the Put alone -7..+9%.
+A passive peer at a node quota polls between the quota's freezes, its hooks spread over
+its stretched compute (:func:`.asgd.poll_gaps`' ``stretch``): with one frozen gap after
+its compute instead, AD-PSGD on lenet at 200 Mbit/s at a quota was predicted 15-18% slow
+(the peer's mean wait per request 2.6-3.1 ms against 1.6-1.9 now; docs/RESULTS.md, "A
+passive peer's polls at a quota").
 Assumption (as ASGD's owners): a target grants a lock as the request arrives when its
 window is free (native RMA or a progress engine that keeps up), which is optimistic.
 Every rank takes ``--steps`` steps of its own (no budget shared between ranks), and the
