@@ -29,6 +29,15 @@ pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` an
   target in MPI serves at once, a busy one at its next poll or when it enters MPI, and an
   Accumulate takes one poll per 64 KiB after its first, so alike ranks lock into one
   phase as they do on the emulated cluster. Above 64 workers, the mean-field waits below.
+  **So are the pairs' connections** (:meth:`_Followed.queue`): over TCP each pair of
+  ranks has one stream each way, so a shard's bytes, another rank's shard and a counter
+  request or reply that cross it go one after the other, a small message behind the
+  bytes queued before it, and the links' token bucket (``--link-burst``) passes a
+  sender's first bytes after an idle spell at once, so they hold the stream less.
+  Measured on 2 emulated nodes (mlp at 1 Gbit/s): a counter trip of rank 1 posted while
+  rank 0 pushes ended when that push ended (docs/RESULTS.md, "ASGD's counter epochs
+  recorded"); the mean-field share in place of the streams predicted ASGD 14-17% slow
+  there (docs/RESULTS.md, "A pair's connection, one stream each way").
 * **Targets serve at their polls** (``--rma-progress polls``; ``auto``, the default,
   where the platform is ``--calibrate``'d from measured links): over a
   transport without hardware one-sided operations (MPICH's CH4 over UCX's or
@@ -49,7 +58,8 @@ Staleness is the code's, read from the simulated counter when rank 0 serves the
 request. The transfers' concurrency is a mean-field fixed point (:func:`_accesses`):
 pulls meet pulls and pushes meet pushes in its phases, and with the parameters sharded
 a pull also shares its links with the other workers' pushes for the share of the time
-they push, and a push with their pulls (:func:`cross_traffic`).
+they push, and a push with their pulls (:func:`cross_traffic`), where the connections
+are not followed.
 Assumptions: rank 0 serves queued atomics back to back and owners serve accesses
 as they arrive (native atomics, or a progress engine that keeps up), so the
 counter's bound is optimistic; the default costs are one machine's
@@ -74,6 +84,7 @@ from syncbench.bench.simulate.collectives import (
     Phase,
     PhaseClock,
     _log_shifts,
+    burst_of,
     powers_of_two_upto,
     weighted_cost,
 )
@@ -482,6 +493,13 @@ class Polls:
     #: millisecond at a time (a 1 ms quota every 2 ms at speed 0.5), so its hooks still
     #: poll, spread over the stretched compute, not bunched before one long freeze.
     stretch: tuple[float, ...] = ()
+    #: Seconds a pull's and a push's bytes hold each connection they cross, at the
+    #: calibrated rate (0 for both: the connections are not followed, :class:`_Followed`).
+    conn_pull: float = 0.0
+    conn_push: float = 0.0
+    #: The links' token bucket (``--link-burst``) in seconds at that rate: after an idle
+    #: spell a sender's link passes that much of its bytes at once, refilled at the rate.
+    bucket_s: float = 0.0
 
 
 def push_polls(nbytes: float, segment: float = PROGRESS_SEGMENT_BYTES) -> int:
@@ -541,7 +559,9 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequenc
     it (rank 0's next poll, :func:`target_wait`; 0 for rank 0's own). With ``polls``
     the waits are followed instead (:class:`Polls`): a counter request is served from
     rank 0's next chance to serve, and a pull or a push (``t_pull``/``t_push`` without
-    waits) is longer by its owners' latest chance after its requests reach them.
+    waits) is longer by its owners' latest chance after its requests reach them; where
+    ``polls`` gives the connections' times, every message also queues behind the bytes
+    before it on its pair's connection (:meth:`_Followed.queue`, :meth:`_Followed.behind`).
     """
     pulls, pushes = (list(t) if isinstance(t, Sequence) else [float(t)] * len(one_way)
                      for t in (t_pull, t_push))
@@ -563,8 +583,9 @@ def counter_timeline(workers: Sequence[int], total: int, t_pull: float | Sequenc
             item = pushpop(heap, follow.access_item(k, phase, arrival, seq, pre[k]))
             seq += 1
             continue
-        free = max(follow.counter_start(k, arrival), free) + COUNTER_OPS[phase] * service
-        now = free + back[k]
+        free = max(follow.counter_start(k, follow.behind(k, 0, arrival)), free) \
+            + COUNTER_OPS[phase] * service
+        now = follow.behind(0, k, free) + back[k]
         if phase == READ_VERSION:
             v_pre[k] = version
             nxt = now + pulls[k]
@@ -624,6 +645,11 @@ class _Followed:
         self.pulls, self.pushes, self.reach = pulls, pushes, reach
         self.spans: list[tuple[float, float, list[float]]] = [(0.0, 0.0, [])] * size
         self.posted = [0.0] * size
+        #: When each connection (a, b) has sent the bytes queued on it.
+        self.conn: dict[tuple[int, int], float] = {}
+        #: Per sender: its bucket's credit (seconds at the rate) and when its link went idle.
+        self.credit: dict[int, tuple[float, float]] = {}
+        self.fifo = polls is not None and (polls.conn_pull > 0 or polls.conn_push > 0)
         self.owner_wait = self.counter_wait = 0.0
         self.accesses = self.requests = 0
 
@@ -636,6 +662,29 @@ class _Followed:
             points = start + poll_offsets(compute, self.polls.hooks, self.polls.min_gap) \
                 if compute > 0 else np.zeros(0)
             self.spans[k] = (start, end, points.tolist())
+
+    def behind(self, a: int, b: int, t: float) -> float:
+        """When a small message (a counter request or reply, an access's request) from
+        rank a to rank b that leaves at ``t`` is on its way: after the bytes queued before
+        it on that connection, one TCP stream a pair in MPICH's CH4 over UCX."""
+        if not self.fifo or a == b:
+            return t
+        return max(t, self.conn.get((a, b), 0.0))
+
+    def queue(self, a: int, b: int, t: float, hold: float) -> float:
+        """Queue ``hold`` seconds of bytes from rank a to rank b from ``t``; when they
+        start. The sender's bucket passes its credit's worth at once (``bucket_s``,
+        refilled while its link is idle), so they hold the connection that much less."""
+        start = max(t, self.conn.get((a, b), 0.0))
+        full = self.polls.bucket_s if self.polls is not None else 0.0
+        if full > 0:
+            left, idle_since = self.credit.get(a, (full, 0.0))
+            credit = min(full, left + max(0.0, start - idle_since))
+            saved = min(credit, hold)
+            hold = hold - saved
+            self.credit[a] = (credit - saved, start + hold)
+        self.conn[a, b] = start + hold
+        return start
 
     def counter_start(self, k: int, arrival: float) -> float:
         """When rank 0 takes up worker k's counter request (its own: at once)."""
@@ -667,9 +716,18 @@ class _Followed:
         wire = self.pulls[k] if phase == PULL_AT else self.pushes[k]
         if phase == PULL_AT:
             start = max((served_at(self.spans[j], arrival)[0] for j in owners), default=arrival)
+            if self.fifo:  # k's request queues behind k's bytes to j, j's reply on j's to k
+                start = max((self.queue(j, k, served_at(
+                    self.spans[j], self.behind(k, j, arrival))[0], self.polls.conn_pull)
+                    for j in owners), default=arrival)
             done = self.posted[k] + wire + start - arrival
         else:
             done = self.posted[k] + wire
+            if self.fifo:  # k's bytes queue on its connection to each owner
+                late = max((self.queue(k, j, self.posted[k], self.polls.conn_push)
+                            - self.posted[k] for j in owners), default=0.0)
+                done += late
+                arrival += late
             for j in owners:
                 need = self.polls.push_polls[j] if j < len(self.polls.push_polls) else 1
                 at, left = served_at(self.spans[j], arrival, need)
@@ -775,7 +833,8 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
     position = {k: i for i, k in enumerate(workers)}
 
     # sharded: the link from owner i to worker j carries j's pulls from i and i's pushes
-    # to j, which the phases (pulls with pulls, pushes with pushes) never pair
+    # to j, which the phases (pulls with pulls, pushes with pushes) never pair; followed,
+    # each connection carries them one after the other instead (_Followed.queue)
     crossed = cfg.ps_layout == "sharded" and count > 1
 
     def by_rank(values: np.ndarray) -> tuple[float, ...]:
@@ -818,7 +877,7 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
         nxt = min(levels, key=lambda m: abs(math.log(m) - math.log(want)))
         # each owner outside MPI the share of its own cycle its local work takes
         outside = np.minimum(1.0, rank_local / np.maximum(cycles, 1e-12)).tolist()
-        if crossed and acc.cycle_s > 0:  # halfway to the last cycle's shares: no swinging
+        if crossed and not follow and acc.cycle_s > 0:  # halfway to the last shares
             seen = (acc.bw_pull_s / acc.cycle_s, acc.bw_push_s / acc.cycle_s)
             busy = tuple(0.5 * (a + b) for a, b in zip(busy, seen))
         new, cycles = at(nxt, outside, busy)
@@ -873,8 +932,11 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             need[shard.owner] = push_polls((shard.hi - shard.lo) * per_param)
         hooks = tuple(float(h) for h in local.workload.compute_split().hooks)
         stretch = tuple(1.0 / s for s in local.speeds) if local.speeds is not None else ()
+        # a shard's bytes hold its connection for the access's time on the wire
+        shard_bytes = local.workload.param_bytes / max(1, len(shards))
         polls = Polls(hooks, tuple(tuple(sorted(owners - {k})) for k in range(n)), tuple(need),
-                      stretch=stretch)
+                      stretch=stretch, conn_pull=acc.bw_pull_s, conn_push=acc.bw_push_s,
+                      bucket_s=burst_of(time_phase) * acc.bw_pull_s / shard_bytes)
     run = counter_timeline(workers, steps * n, acc.pulls, acc.pushes,
                            lambda k, j: local.rank(k, j).tolist(), lat, costs,
                            acc.counter_waits, polls)
