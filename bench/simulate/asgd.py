@@ -715,11 +715,13 @@ class _Followed:
         owners = self.polls.owners[k]
         wire = self.pulls[k] if phase == PULL_AT else self.pushes[k]
         if phase == PULL_AT:
-            start = max((served_at(self.spans[j], arrival)[0] for j in owners), default=arrival)
             if self.fifo:  # k's request queues behind k's bytes to j, j's reply on j's to k
                 start = max((self.queue(j, k, served_at(
                     self.spans[j], self.behind(k, j, arrival))[0], self.polls.conn_pull)
                     for j in owners), default=arrival)
+            else:
+                start = max((served_at(self.spans[j], arrival)[0] for j in owners),
+                            default=arrival)
             done = self.posted[k] + wire + start - arrival
         else:
             done = self.posted[k] + wire
@@ -788,7 +790,7 @@ def _rank_gaps(local: LocalTimes, workers: list[int]) -> tuple[np.ndarray, list[
     hooks = local.workload.compute_split().hooks
     stretches = (1.0 / np.asarray(local.speeds, dtype=float)[workers]
                  if local.speeds is not None else np.ones(len(workers)))
-    gaps_of: dict[tuple[float, ...], np.ndarray] = {}
+    gaps_of: dict[tuple[tuple[float, ...], float], np.ndarray] = {}
     rank_gaps = []
     for row, stretch in zip(per_rank, stretches):
         key = tuple(float(f"{x:.3g}") for x in row)
@@ -877,7 +879,8 @@ def _accesses(cfg: argparse.Namespace, local: LocalTimes, workers: list[int], co
         nxt = min(levels, key=lambda m: abs(math.log(m) - math.log(want)))
         # each owner outside MPI the share of its own cycle its local work takes
         outside = np.minimum(1.0, rank_local / np.maximum(cycles, 1e-12)).tolist()
-        if crossed and not follow and acc.cycle_s > 0:  # halfway to the last shares
+        if crossed and not follow and acc.cycle_s > 0:
+            # halfway to the last cycle's shares: no swinging
             seen = (acc.bw_pull_s / acc.cycle_s, acc.bw_push_s / acc.cycle_s)
             busy = tuple(0.5 * (a + b) for a, b in zip(busy, seen))
         new, cycles = at(nxt, outside, busy)
