@@ -36,8 +36,9 @@ pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` an
   sender's first bytes after an idle spell at once, so they hold the stream less.
   Measured on 2 emulated nodes (mlp at 1 Gbit/s): a counter trip of rank 1 posted while
   rank 0 pushes ended when that push ended (docs/RESULTS.md, "ASGD's counter epochs
-  recorded"); the mean-field share in place of the streams predicted ASGD 14-17% slow
-  there (docs/RESULTS.md, "A pair's connection, one stream each way").
+  recorded"); the mean-field share in place of the streams predicted ASGD there up to
+  17% slow, 5 of 18 configurations off by more than 15% (none with the streams;
+  docs/RESULTS.md, "A pair's connection, one stream each way").
 * **Targets serve at their polls** (``--rma-progress polls``; ``auto``, the default,
   where the platform is ``--calibrate``'d from measured links): over a
   transport without hardware one-sided operations (MPICH's CH4 over UCX's or
