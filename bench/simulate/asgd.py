@@ -29,16 +29,16 @@ pull, compute, the push, on ``algorithms/windows.py``'s ``ParamWindow.epoch`` an
   target in MPI serves at once, a busy one at its next poll or when it enters MPI, and an
   Accumulate takes one poll per 64 KiB after its first, so alike ranks lock into one
   phase as they do on the emulated cluster. Above 64 workers, the mean-field waits below.
-  **So are the pairs' connections** (:meth:`_Followed.queue`): over TCP each pair of
-  ranks has one stream each way, so a shard's bytes, another rank's shard and a counter
-  request or reply that cross it go one after the other, a small message behind the
-  bytes queued before it, and the links' token bucket (``--link-burst``) passes a
-  sender's first bytes after an idle spell at once, so they hold the stream less.
-  Measured on 2 emulated nodes (mlp at 1 Gbit/s): a counter trip of rank 1 posted while
-  rank 0 pushes ended when that push ended (docs/RESULTS.md, "ASGD's counter epochs
-  recorded"); the mean-field share in place of the streams predicted ASGD there up to
-  17% slow, 5 of 18 configurations off by more than 15% (none with the streams;
-  docs/RESULTS.md, "A pair's connection, one stream each way").
+  **So are the pairs' connections** (:meth:`_Followed.queue`, either layout of shards):
+  over TCP each pair of ranks has one stream each way, so a shard's bytes, another
+  rank's shard and a counter request or reply that cross it go one after the other, a
+  small message behind the bytes queued before it, and the links' token bucket
+  (``--link-burst``) passes a sender's first bytes after an idle spell at once, so they
+  hold the stream less. Measured on 2 emulated nodes (mlp at 1 Gbit/s): a counter trip
+  of rank 1 posted while rank 0 pushes ended when that push ended (docs/RESULTS.md,
+  "ASGD's counter epochs recorded"); the mean-field share in place of the streams
+  predicted ASGD there up to 17% slow, 6 of 18 configurations off by more than 15% (none
+  with the streams; docs/RESULTS.md, "A pair's connection, one stream each way").
 * **Targets serve at their polls** (``--rma-progress polls``; ``auto``, the default,
   where the platform is ``--calibrate``'d from measured links): over a
   transport without hardware one-sided operations (MPICH's CH4 over UCX's or
@@ -683,7 +683,8 @@ class _Followed:
             credit = min(full, left + max(0.0, start - idle_since))
             saved = min(credit, hold)
             hold = hold - saved
-            self.credit[a] = (credit - saved, start + hold)
+            # the link is idle after the last bytes of all its connections
+            self.credit[a] = (credit - saved, max(idle_since, start + hold))
         self.conn[a, b] = start + hold
         return start
 
@@ -937,7 +938,7 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         hooks = tuple(float(h) for h in local.workload.compute_split().hooks)
         stretch = tuple(1.0 / s for s in local.speeds) if local.speeds is not None else ()
         # a shard's bytes hold its connection for the access's time on the wire
-        shard_bytes = local.workload.param_bytes / max(1, len(shards))
+        shard_bytes = max(1.0, local.workload.param_bytes / max(1, len(shards)))
         polls = Polls(hooks, tuple(tuple(sorted(owners - {k})) for k in range(n)), tuple(need),
                       stretch=stretch, conn_pull=acc.bw_pull_s, conn_push=acc.bw_push_s,
                       bucket_s=burst_of(time_phase) * acc.bw_pull_s / shard_bytes)

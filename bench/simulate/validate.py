@@ -454,9 +454,10 @@ def _print_codec_costs(by_codec: dict[str, Any], workload: Any) -> None:
     run's host factors, :func:`workload_for`)."""
     for codec, w in sorted(by_codec.items()):
         beyond = max(0.0, w.mean_between_s - workload.mean_between_s)
+        plus = (f", plus {1e3 * beyond:.3f} ms of its time between phases beyond the "
+                "workload's" if w.mean_codec_s > 0 else " (none: its update rows hold it)")
         print(f"--compress {codec}: the codec's cost {1e3 * w.mean_codec_s:.3f} ms a step, "
-              f"the mean t_codec of {w.source}, plus {1e3 * beyond:.3f} ms of its time "
-              "between phases beyond the workload's")
+              f"the mean t_codec of {w.source}{plus}")
 
 
 def compressed_workloads(args: argparse.Namespace, default: Any) -> dict[str, Any]:
@@ -491,10 +492,11 @@ def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
     that run's time between phases beyond the workload's (``codec_between_s``).
 
     Why the time between phases: a compressed step runs the reducer's own work outside
-    its codec phase (the error-feedback buffers, the reducer's calls). On 2 emulated
-    nodes a compressed step spent 0.16-0.33 ms between its phases, the 1-rank codec
-    runs 0.11-0.23 ms, the workload run 0.05-0.09 ms; PowerSGD's and top-k's short steps
-    were predicted fast in every set (docs/RESULTS.md)."""
+    its codec phase (the error-feedback buffers, the reducer's calls). On mlp and lenet
+    (2 emulated nodes) a compressed step spent 0.16-0.25 ms between its phases, the
+    1-rank codec runs 0.11-0.23 ms, the workload run 0.05-0.09 ms; PowerSGD's and
+    top-k's short steps were predicted fast in nearly every set (docs/RESULTS.md, "A
+    compressed step's time between phases")."""
     codec = str(run.config.get("compress", "none") or "none")
     measured = by_codec.get(codec) if run.model == default.name else None
     if measured is None:

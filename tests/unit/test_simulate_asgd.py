@@ -385,6 +385,31 @@ def test_two_asgd_ranks_take_turns_on_their_connections_instead_of_sharing_them(
     assert steps[0] > 1.5 * steps[1] and comm[1] > 1.5 * comm[0], (steps, comm)
 
 
+def test_a_throttled_owners_mean_field_gaps_spread_over_its_stretched_compute():
+    """Above 64 workers an access waits for the mean-field residual of its owners' poll
+    gaps (_rank_gaps). An owner at speed 0.5 polls between its quota's freezes: its hooks
+    spread over twice its compute and the quota's part leaves its delay, as the followed
+    polls have it; a free owner's gaps are unchanged."""
+    from syncbench.bench.simulate.asgd import _rank_gaps, poll_gaps
+    from syncbench.bench.simulate.timeline import LocalTimes
+    from syncbench.bench.simulate.workload import ComputeSplit, Stragglers, Workload
+
+    split = ComputeSplit(forward=(0.25, 0.5), backward=(0.75, 1.0), offsets=(0,))
+    w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=0.01, split=split)
+    local = LocalTimes(w, 2, [1.0, 2.0], Stragglers(), seed=0, speeds=[1.0, 0.5])
+    local.ensure(16)
+    _, gaps = _rank_gaps(local, [0, 1])
+    hooks = w.compute_split().hooks
+    for rank, stretch in ((0, 1.0), (1, 2.0)):
+        key = [float(f"{x:.3g}") for x in local.cols[rank].mean(axis=0)]
+        np.testing.assert_allclose(gaps[rank], poll_gaps(*key, hooks, polled=0.0,
+                                                         stretch=stretch))
+    frozen = poll_gaps(*[float(f"{x:.3g}") for x in local.cols[1].mean(axis=0)], hooks,
+                       polled=0.0)
+    assert gaps[1].max() < frozen.max()  # one frozen block after the compute: longer
+
+
 def test_a_sharded_pull_shares_its_links_with_the_other_workers_pushes():
     """2 ranks, sharded, a bandwidth-bound link (every transfer 20 ms, compute 5 ms): the
     link from owner i to worker j carries j's pulls and i's pushes, so each transfer takes
