@@ -675,9 +675,12 @@ class _Followed:
     def queue(self, a: int, b: int, t: float, hold: float) -> float:
         """Queue ``hold`` seconds of bytes from rank a to rank b from ``t``; when they
         start. The sender's bucket passes its credit's worth at once (``bucket_s``,
-        refilled while its link is idle), so they hold the connection that much less."""
+        refilled while its link is idle), so they hold the connection that much less.
+        Where the connections are not followed, nothing queues: ``t``."""
+        if not self.fifo:
+            return t
         start = max(t, self.conn.get((a, b), 0.0))
-        full = self.polls.bucket_s if self.polls is not None else 0.0
+        full = self.polls.bucket_s
         if full > 0:
             left, idle_since = self.credit.get(a, (full, 0.0))
             credit = min(full, left + max(0.0, start - idle_since))
@@ -717,21 +720,18 @@ class _Followed:
         owners = self.polls.owners[k]
         wire = self.pulls[k] if phase == PULL_AT else self.pushes[k]
         if phase == PULL_AT:
-            if self.fifo:  # k's request queues behind k's bytes to j, j's reply on j's to k
-                start = max((self.queue(j, k, served_at(
-                    self.spans[j], self.behind(k, j, arrival))[0], self.polls.conn_pull)
-                    for j in owners), default=arrival)
-            else:
-                start = max((served_at(self.spans[j], arrival)[0] for j in owners),
-                            default=arrival)
+            # k's request queues behind k's bytes to j, j's reply behind j's bytes to k
+            start = max((self.queue(j, k, served_at(
+                self.spans[j], self.behind(k, j, arrival))[0], self.polls.conn_pull)
+                for j in owners), default=arrival)
             done = self.posted[k] + wire + start - arrival
         else:
             done = self.posted[k] + wire
-            if self.fifo:  # k's bytes queue on its connection to each owner
-                late = max((self.queue(k, j, self.posted[k], self.polls.conn_push)
-                            - self.posted[k] for j in owners), default=0.0)
-                done += late
-                arrival += late
+            # k's bytes queue on its connection to each owner
+            late = max((self.queue(k, j, self.posted[k], self.polls.conn_push)
+                        - self.posted[k] for j in owners), default=0.0)
+            done += late
+            arrival += late
             for j in owners:
                 need = self.polls.push_polls[j] if j < len(self.polls.push_polls) else 1
                 at, left = served_at(self.spans[j], arrival, need)
@@ -790,8 +790,7 @@ def _rank_gaps(local: LocalTimes, workers: list[int]) -> tuple[np.ndarray, list[
     stretched compute (:func:`poll_gaps`' ``stretch``)."""
     per_rank = local.cols[workers, :, :].mean(axis=1)
     hooks = local.workload.compute_split().hooks
-    stretches = (1.0 / np.asarray(local.speeds, dtype=float)[workers]
-                 if local.speeds is not None else np.ones(len(workers)))
+    stretches = local.quota_stretch()[workers]
     gaps_of: dict[tuple[tuple[float, ...], float], np.ndarray] = {}
     rank_gaps = []
     for row, stretch in zip(per_rank, stretches):
@@ -936,7 +935,7 @@ def asgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         for shard in shards:
             need[shard.owner] = push_polls((shard.hi - shard.lo) * per_param)
         hooks = tuple(float(h) for h in local.workload.compute_split().hooks)
-        stretch = tuple(1.0 / s for s in local.speeds) if local.speeds is not None else ()
+        stretch = tuple(float(x) for x in local.quota_stretch())
         # a shard's bytes hold its connection for the access's time on the wire
         shard_bytes = max(1.0, local.workload.param_bytes / max(1, len(shards)))
         polls = Polls(hooks, tuple(tuple(sorted(owners - {k})) for k in range(n)), tuple(need),

@@ -535,8 +535,7 @@ def adpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     if rma_progress(cfg) == "polls" and n > 1:  # the passive ranks serve at their polls
         d, c, u, dl = (float(x) for x in local.cols[1::2, :steps, :].mean(axis=(0, 1)))
         polled = local.polled_delay(slice(1, None, 2), steps)
-        stretch = (float(np.mean(1.0 / np.asarray(local.speeds, dtype=float)[1::2]))
-                   if local.speeds is not None else 1.0)
+        stretch = float(np.mean(local.quota_stretch()[1::2]))
         serve_s = target_wait(poll_gaps(d, c, u, dl, w.compute_split().hooks, polled=polled,
                                         stretch=stretch), 1.0)
     records = adpsgd_events(n, steps, lambda k, j: local.rank(k, j).tolist(), peers, rng,

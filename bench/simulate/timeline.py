@@ -54,6 +54,15 @@ class LocalTimes:
                                          transient_share=stragglers.transient_share,
                                          transient_sigma=stragglers.transient_sigma)
 
+    def quota_stretch(self) -> np.ndarray:
+        """Per rank, how much longer its node's CPU quota makes its compute on the wall:
+        ``1 / speed`` (1 without a quota). The quota freezes the process a millisecond at
+        a time, so a stretched compute still polls at its hooks (:func:`.asgd.poll_gaps`,
+        :class:`.asgd.Polls`)."""
+        if self.speeds is None:
+            return np.ones(self.n)
+        return 1.0 / np.asarray(self.speeds, dtype=float)
+
     def polled_delay(self, ranks: list[int] | slice, steps: int) -> float:
         """Mean seconds a step of ``ranks`` (their first ``steps``) spends in an emulated
         slowdown, ``compute x (factor - 1)`` without a node quota's part: a slowdown keeps

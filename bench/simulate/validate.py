@@ -453,7 +453,7 @@ def _print_codec_costs(by_codec: dict[str, Any], workload: Any) -> None:
     """One line per ``--compressed-workload``: what a step of its codec pays (before each
     run's host factors, :func:`workload_for`)."""
     for codec, w in sorted(by_codec.items()):
-        beyond = max(0.0, w.mean_between_s - workload.mean_between_s)
+        beyond = between_beyond(w, workload)
         plus = (f", plus {1e3 * beyond:.3f} ms of its time between phases beyond the "
                 "workload's" if w.mean_codec_s > 0 else " (none: its update rows hold it)")
         print(f"--compress {codec}: the codec's cost {1e3 * w.mean_codec_s:.3f} ms a step, "
@@ -484,6 +484,12 @@ def compressed_workloads(args: argparse.Namespace, default: Any) -> dict[str, An
     return found
 
 
+def between_beyond(measured: Any, default: Any) -> float:
+    """Seconds a step of the codec run ``measured`` spent between its phases beyond the
+    workload ``default``'s (never below 0): what :func:`workload_for` charges with it."""
+    return max(0.0, measured.mean_between_s - default.mean_between_s)
+
+
 def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
     """The workload a measured run is predicted from: ``--workload``'s step times (the
     runs' own host conditions, e.g. two ranks computing at once) with, for a compressed
@@ -505,8 +511,7 @@ def workload_for(run: Any, default: Any, by_codec: dict[str, Any]) -> Any:
         return measured
     return dataclasses.replace(default, mean_codec_s=measured.mean_codec_s,
                                mean_calls_s=measured.mean_calls_s,
-                               codec_between_s=max(0.0, measured.mean_between_s
-                                                   - default.mean_between_s),
+                               codec_between_s=between_beyond(measured, default),
                                extra={**default.extra, "compress": codec,
                                       "codec_source": measured.source,
                                       "codec_world_size": measured.extra.get(
