@@ -107,9 +107,12 @@ def test_every_strategy_on_two_nodes(cluster, tmp_path, name, python, env, trans
 
 def test_a_synchronous_run_is_on_one_clock(cluster, tmp_path):
     """SSGD's steps end at its allreduce: on one clock both ranks' step ends agree within
-    2 ms in the median, though node 2's clock is 1000 s ahead (both ranks share the
-    host's two cores: the wake-up after the allreduce alone differs by about a
-    millisecond when other work runs beside them)."""
+    2 ms in the median and 10 ms at the 95th percentile, though node 2's clock is 1000 s
+    ahead. An offset between the clocks moves every step; a rank woken late moves one
+    (both ranks share the host's two cores: the wake-up after the allreduce alone differs
+    by about a millisecond when other work runs beside them, and one step in CI ended
+    57 ms apart), so the bound on the largest gap is only that it is not a clock's
+    offset of a second or more."""
     out = tmp_path / "ssgd.h5"
     proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
                         "syncbench", "train", "--algorithm", "ssgd", "--model", "mlp",
@@ -120,7 +123,9 @@ def test_a_synchronous_run_is_on_one_clock(cluster, tmp_path):
     ends = [run.ranks[r]["t_start"][1:] for r in (0, 1)]
     steps = min(len(e) for e in ends)
     gap = np.abs(ends[0][:steps] - ends[1][:steps])
-    assert np.median(gap) < 2e-3 and gap.max() < 0.05, (np.median(gap), gap.max())
+    p95 = np.percentile(gap, 95)
+    assert np.median(gap) < 2e-3 and p95 < 0.01 and gap.max() < 1.0, \
+        (np.median(gap), p95, gap.max())
 
 
 def test_a_slurm_job_across_two_nodes(cluster, tmp_path):

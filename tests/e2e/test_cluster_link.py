@@ -143,19 +143,27 @@ def test_a_gather_after_a_training_step_is_calibrated_for_the_simulator(cluster,
     under the bucket (about 0.04-0.07 ms against 0.55-0.68 back to back at 200 Mbit/s),
     and the file is the calibration ``simulate --calibrate-after-step`` reads. The floor on
     back to back is low for the reason the test above gives: 11 KB has been seen at 0.54
-    of its rate's time in CI."""
+    of its rate's time in CI. Once in CI all 20 back-to-back gathers of one run took
+    0.02-0.04 ms, under the bucket, while the allreduce of the same bytes in the same run
+    took 0.65 ms: such a run is measured again once, and both runs' figures are kept in
+    the message."""
     from syncbench.bench.simulate.after_step import load_after_step
 
     out = tmp_path / "after.json"
-    proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
-                        "syncbench.bench.micro.after_idle", "--op", "allreduce,allgather",
-                        "--sizes", "4096,16384", "--model", "mlp", "--repeats", "20",
-                        "--out", str(out))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    printed = ""
+    for _ in range(2):
+        proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
+                            "syncbench.bench.micro.after_idle", "--op", "allreduce,allgather",
+                            "--sizes", "4096,16384", "--model", "mlp", "--repeats", "20",
+                            "--out", str(out))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        printed += proc.stdout
+        back_to_back = json.loads(out.read_text())["ops"]["allgather"]["back_to_back_s"][1]
+        if back_to_back > 0.25e-3:
+            break
     after = load_after_step(str(out))
     gathered = after.seconds("allgather", 16384, 2)
-    back_to_back = json.loads(out.read_text())["ops"]["allgather"]["back_to_back_s"][1]
-    assert back_to_back > 0.25e-3 and gathered < back_to_back / 2, proc.stdout
+    assert back_to_back > 0.25e-3 and gathered < back_to_back / 2, printed
     assert after.seconds("allreduce", 8192, 2) is not None, proc.stdout
 
 
