@@ -40,9 +40,16 @@ nodes' ranks on the host, which SSGD's update shows as well (1.3-1.9x). In isola
 that host (2 shared cores), the mix of 235,146 float32 took 0.8-1.8 ms for k = 1 (NumPy's
 one-row ``weights @ recv`` alone 0.5-0.9 ms), 0.55-0.87 ms for k = 2 and 0.69 ms for
 k = 4, against 0.15-0.24 ms for SSGD's update: k + 1 passes is the middle of that, low for
-one source and high for four. The kernel's packet processing of the bytes a rank sends
-(``--link-cpu``, which ``syncbench comm`` measures and ``--calibrate`` hands on:
-10.9-13.2 ns a byte on emulated 200 Mbit/s links whose 51 KB ``tbf`` bucket was smaller
+one source and high for four: a workload measured from a run (which names its
+optimizer) has both timed on this host instead, in units of that optimizer's step
+(:class:`MixCost`, :mod:`.gossip_mix`), the round figure stays for profiles. A node's CPU
+quota slows the copy, the mix and the kernel's work on the sent bytes by ``1 / speed``,
+as it slows compute (:meth:`.timeline.LocalTimes.quota_stretch`). An exchange posted
+after the rank's link was idle finds the links' token bucket refilled at the link's rate
+for that while (the last step's mix and update, this step's data and copy), and its
+first bytes pass at once (:func:`bucket_saving`). The kernel's packet processing of the
+bytes a rank sends (``--link-cpu``, which ``syncbench comm`` measures and ``--calibrate``
+hands on: 10.9-13.2 ns a byte on emulated 200 Mbit/s links whose 51 KB ``tbf`` bucket was smaller
 than a 64 KB TCP segment, about 1 ns since the cluster caps the segments) is paid by its
 compute when its flows start while it computes (:func:`interrupt_stretch`). Left out:
 the consensus ``Allreduce`` of an evaluation (the simulator models no evaluation) and the
@@ -108,6 +115,7 @@ from syncbench.bench.simulate.asgd import (
     target_wait,
 )
 from syncbench.bench.simulate.collectives import PhaseClock, burst_of, cost, placed_phases
+from syncbench.bench.simulate.gossip_mix import mix_ratios
 from syncbench.bench.simulate.inputs import link_cpu
 from syncbench.bench.simulate.progress import TESTALL_SECONDS, compute_polls
 from syncbench.bench.simulate.timeline import LocalTimes, StepRows, Timeline
@@ -245,8 +253,48 @@ def mix_seconds(update: np.ndarray, sources: np.ndarray) -> np.ndarray:
     """Seconds of the mix ``x_i <- W_ii x_i + sum_j W_ij x_j`` of ranks with ``sources``
     sources each, from their step's local ``update`` (the workload's measured optimizer
     step): ``k + 1`` passes of the update's cost and a copy (:data:`MIX_PASSES_OVER_K`,
-    :data:`COPY_SHARE`; the evidence: the module docstring)."""
+    :data:`COPY_SHARE`; the evidence: the module docstring). The round figure, for a
+    workload that names no optimizer (a profile): :class:`MixCost` times it otherwise."""
     return update * (sources + MIX_PASSES_OVER_K + COPY_SHARE)
+
+
+class MixCost:
+    """The mix's and the post's copy's seconds in units of the workload's ``update``.
+
+    A workload measured from a run names the optimizer its ``update`` rows stepped
+    (``extra["optimizer"]``): both are then timed on this host against that step
+    (:func:`.gossip_mix.mix_ratios`, over the exchanged elements; an update another local
+    optimizer's ratio scaled, ``extra["update_factor"]``, is taken back to the measured
+    step first). Otherwise the round figure: ``k + 1`` passes and a copy
+    (:func:`mix_seconds`), :data:`COPY_SHARE` for the copy."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.optimizer = workload.extra.get("optimizer")
+        self.count = gossip_elements(workload)
+        self.per_update = 1.0 / float(workload.extra.get("update_factor", 1.0) or 1.0)
+
+    def _ratios(self, k: int) -> tuple[float, float]:
+        return mix_ratios(k, self.count, str(self.optimizer))
+
+    def mix(self, update: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        """Per rank, the mix's seconds with ``sources`` rows, from its step's ``update``."""
+        if not self.optimizer or self.count <= 0:
+            return mix_seconds(update, sources)
+        ratio = np.array([self._ratios(int(k))[0] for k in sources])
+        return update * self.per_update * ratio
+
+    def copy(self, update: np.ndarray) -> np.ndarray:
+        """Per rank, the post's copy of the model into the send buffer."""
+        if not self.optimizer or self.count <= 0:
+            return update * COPY_SHARE
+        return update * self.per_update * self._ratios(1)[1]
+
+    def passes(self, sources: np.ndarray) -> float:
+        """The mix and its copy of the rank with the most sources, in updates (a note)."""
+        k = float(sources.max()) if len(sources) else 0.0
+        if not self.optimizer or self.count <= 0:
+            return k + MIX_PASSES_OVER_K + COPY_SHARE
+        return self.per_update * sum(self._ratios(int(k)))
 
 
 def interrupt_stretch(work: np.ndarray, flows_start: np.ndarray,
@@ -264,6 +312,25 @@ def interrupt_stretch(work: np.ndarray, flows_start: np.ndarray,
     return np.where(flows_start < busy_until, work, 0.0)
 
 
+def bucket_saving(burst: float, sent: np.ndarray, wire: float,
+                  idle: np.ndarray) -> np.ndarray:
+    """Seconds each rank's sent bytes of one exchange gain from its link's token bucket
+    (``--link-burst`` bytes; 0: none) after ``idle`` seconds without sending: the bucket
+    refilled at the link's rate (``sent / wire``, the exchange's own) holds
+    ``min(burst, idle x rate)`` bytes, which pass at once, so the exchange's ``wire``
+    seconds shrink by their share of ``sent`` (as :func:`~.collectives.burst_stages`
+    takes a stage's, and :class:`~.collectives.RefilledAllreduce` a part-full bucket).
+    Measured (mlp, a ring of 2 ranks on 2 emulated nodes at 1 Gbit/s, a 256 KB bucket,
+    940 KB each way): the exchange took 6.5 ms from the post to the end of the wait
+    against the wire's 7.9 (docs/RESULTS.md, "D-PSGD at a quota and the links' bucket")."""
+    if burst <= 0 or wire <= 0:
+        return np.zeros(len(sent))
+    rate = np.divide(sent, wire, out=np.zeros(len(sent)), where=sent > 0)
+    credit = np.minimum(burst, np.maximum(idle, 0.0) * rate)
+    return wire * np.divide(np.minimum(credit, sent), sent, out=np.zeros(len(sent)),
+                            where=sent > 0)
+
+
 def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
           time_phase: PhaseClock) -> Timeline:
     """D-PSGD's timeline (``DPSGD.step``): copy the model into the send buffer and post,
@@ -277,18 +344,27 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     peers = {k: adj[k].peers() for k in used}
     durations = {k: time_phase(GraphPhase(schedule.name, k, n, nbytes, tuple(adj[k].flows())))
                  if n > 1 else 0.0 for k in used}
+    # the part of each exchange on the wire, beyond a 1-byte exchange's latency
+    wires = {k: max(0.0, durations[k] - time_phase(GraphPhase(
+        schedule.name, k, n, 1.0, tuple(adj[k].flows())))) if n > 1 else 0.0 for k in used}
+    burst = burst_of(time_phase)
     sources = mix_sources(schedule)
     shares = w.compute_split().hooks
     # the host CPU each rank's sent bytes cost (interrupts), charged to its own work
     cpu = link_cpu(cfg) if n > 1 else 0.0
     sent = {k: np.array([len(d) for d in adj[k].dst], dtype=float) * nbytes for k in used}
+    # a node's quota slows the copy, the mix and the kernel's work on the sent bytes as it
+    # slows compute: CPU work of the rank's own (the workload's update has it already)
+    quota = local.quota_stretch()
+    costs = MixCost(w)
     rows, t = StepRows(n), np.zeros(n)
+    idle_since = np.full(n, -np.inf)  # when each rank's link last sent: its bucket refills
     for j in range(steps):
         k = j % len(adj)
         sends = j >= first
         data, comp, upd, delay = local.step(j)
         start = t.copy()
-        copy = upd * COPY_SHARE if exact else np.zeros(n)  # GossipAverager.post's send[...]
+        copy = costs.copy(upd) * quota if exact else np.zeros(n)  # GossipAverager.post's send[...]
         posted = start + data + copy
         poll_s = TESTALL_SECONDS if sends else 0.0
         _, computed = compute_polls(posted, comp, shares, poll_s)
@@ -296,10 +372,13 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         wait, stretch = np.zeros(n), np.zeros(n)
         if sends:
             both = np.maximum(posted[:, None], posted[peers[k]]).max(axis=1)
-            stretch = interrupt_stretch(cpu * sent[k], both, arrive)
+            stretch = interrupt_stretch(cpu * sent[k] * quota, both, arrive)
             arrive = arrive + stretch
-            wait = np.maximum(both + durations[k] - arrive, 0.0)
-        mix = mix_seconds(upd, sources[j % len(sources)])
+            saved = bucket_saving(burst, sent[k], wires[k], both - idle_since)
+            done = both + durations[k] - saved[peers[k]].min(axis=1)
+            idle_since = done
+            wait = np.maximum(done - arrive, 0.0)
+        mix = costs.mix(upd, sources[j % len(sources)]) * quota
         t = arrive + wait + mix + upd
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp + stretch,
                  t_comm=copy + poll_s * len(shares), t_wait=wait, t_update=mix + upd,
@@ -308,8 +387,7 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     notes = {"graph": schedule.name, "spectral_gap": schedule.spectral_gap(),
              "exchange_s": [durations[k] for k in sorted(durations)],
              "neighbour_bytes_per_step": [d * nbytes for d in degree],
-             "mix_update_passes": [float(s.max()) + MIX_PASSES_OVER_K + COPY_SHARE
-                                   for s in sources],
+             "mix_update_passes": [costs.passes(s) for s in sources],
              "link_cpu_s_per_byte": cpu}
     return Timeline(rows, float(t.max()), notes)
 

@@ -193,6 +193,93 @@ def test_dpsgd_charges_the_mix_and_the_posts_copy_from_the_workloads_update(free
     assert rows[0]["t_update"].tolist() == pytest.approx([u + (2 + 1 + 2 / 7) * u] * 2)
 
 
+def test_dpsgd_times_the_mix_and_the_copy_here_against_a_measured_workloads_optimizer(
+        free_polls):
+    """A workload measured from a run names its optimizer (``extra["optimizer"]``): the mix
+    and the post's copy are then the averager's own operations timed on this host in units
+    of that optimizer's step (:func:`.gossip_mix.mix_ratios`), not ``k + 1 + 2/7`` passes,
+    which NumPy's one-row product (k = 1) leaves about three times short on an AMD EPYC
+    guest. An update scaled to another optimizer is taken back to the measured step."""
+    from syncbench.bench.simulate.gossip_mix import mix_ratios
+
+    u, params = 0.07, 20000
+    for graph, n, k in (("ring", 8, 2), ("onepeer-exp", 8, 1)):
+        lt = local_times(n, update=u, params=params)
+        lt.workload.extra.update(optimizer="sgd")
+        timeline = dpsgd(config("--algorithm", "dpsgd", "--graph", graph), lt, 2,
+                         lambda p: 0.0)
+        mix, copy = mix_ratios(k, params, "sgd")
+        assert mix > 0 and copy > 0
+        for r in timeline.rows.arrays().values():
+            assert r["t_update"] - u == pytest.approx([mix * u] * 2)
+            assert r["t_comm"] == pytest.approx([mix_ratios(1, params, "sgd")[1] * u] * 2)
+        assert timeline.notes["mix_update_passes"][0] == pytest.approx(mix + copy)
+    lt = local_times(2, update=u, params=params)
+    lt.workload.extra.update(optimizer="sgd", update_factor=4.0)
+    rows = dpsgd(config("--algorithm", "dpsgd"), lt, 1, lambda p: 0.0).rows.arrays()
+    assert rows[0]["t_update"] - u == pytest.approx([mix_ratios(1, params, "sgd")[0] * u / 4])
+
+
+def test_a_quota_slows_dpsgds_copy_mix_and_its_sent_bytes_kernel_work(free_polls):
+    """At speed 0.5 (a CPU quota) the copy into the send buffer, the mix and the kernel's
+    work on the sent bytes (``--link-cpu``) are CPU work of the rank's own, and take twice
+    as long; the free rank's do not. Measured before (mlp, a ring of 2 emulated nodes at
+    1 Gbit/s, the second node at speed 0.5, AMD EPYC guest): the throttled rank's
+    ``update`` 2.37-2.71 ms a step against the free rank's 1.31-1.37, and the run predicted
+    24-36% fast (docs/RESULTS.md, "D-PSGD at a quota and the links' bucket")."""
+    u = 0.07
+    w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
+                 mean_compute_s=1.0, mean_update_s=u, split=SPLIT)
+    lt = LocalTimes(w, 2, [1.0, 2.0], Stragglers(), seed=0, speeds=[1.0, 0.5])
+    cfg = config("--algorithm", "dpsgd", "--link-cpu", "1000")  # 1 us a byte: 4 ms a step
+    rows = dpsgd(cfg, lt, 2, lambda p: 0.0).rows.arrays()
+    mix = (1 + 1 + 2 / 7) * u
+    assert rows[0]["t_update"] - u == pytest.approx([mix] * 2)
+    assert rows[1]["t_update"] - u == pytest.approx([2 * mix] * 2)
+    assert rows[1]["t_comm"] == pytest.approx(2 * rows[0]["t_comm"])
+    # the throttled rank's compute row is the workload's (its quota is in its delay); the
+    # flows start while it computes at every step, while the free rank computes at the first
+    sent = exchange_bytes(w) * 1e-6
+    assert rows[0]["t_compute"][0] - 1.0 == pytest.approx(sent)
+    assert rows[1]["t_compute"] - 1.0 == pytest.approx([2 * sent] * 2)
+
+
+def test_a_dpsgd_exchange_after_an_idle_spell_passes_its_buckets_bytes_at_once(free_polls):
+    """The links' token bucket (``--link-burst``) refills while a rank's link is idle, at
+    the link's rate, and passes its bytes at once: the first exchange loses the bucket's
+    share of its time on the wire; the next, posted before compute, gains what refilled
+    during the last step's mix and update and its own copy. Measured before (mlp, a ring
+    of 2 emulated nodes at 1 Gbit/s, a 256 KB bucket): 6.5 ms from the post to the wait's
+    end against the wire's 7.9, and D-PSGD predicted 9-11% slow (docs/RESULTS.md, "D-PSGD
+    at a quota and the links' bucket")."""
+    from syncbench.bench.simulate.decentralized import bucket_saving
+
+    w = local_times(2, compute=1e-3, params=2500, update=1e-3).workload  # 10,000 B a message
+    wire, latency = 0.010, 1e-3  # 1 MB/s on the wire
+
+    def clock(phase):
+        return latency + wire * phase.nbytes / 10000
+
+    burst = 4000.0
+    placed = PlacedClock(clock, burst=burst)
+    rows = dpsgd(config("--algorithm", "dpsgd"), LocalTimes(w, 2, [1.0, 1.0], Stragglers(),
+                                                            seed=0), 3, placed).rows.arrays()
+    waits = rows[0]["t_wait"]
+    on_wire = wire * 9999 / 10000  # beyond a 1-byte exchange
+    # the first exchange finds the bucket full: 4,000 of 10,000 B at once
+    assert waits[0] == pytest.approx(latency + wire - 0.4 * on_wire - 1e-3)
+    # the next: the link idle through the mix, the update and the copy (3.6 ms: 3,571 B)
+    idle = rows[0]["t_update"][0] + rows[0]["t_comm"][1]
+    credit = idle * 10000 / on_wire
+    assert 3000 < credit < burst
+    assert waits[1] == pytest.approx(latency + wire - on_wire * credit / 10000 - 1e-3)
+    plain = dpsgd(config("--algorithm", "dpsgd"), LocalTimes(w, 2, [1.0, 1.0], Stragglers(),
+                                                             seed=0), 3, clock).rows.arrays()
+    assert plain[0]["t_wait"] == pytest.approx([latency + wire - 1e-3] * 3)
+    saved = bucket_saving(burst, np.array([10000.0, 0.0]), wire, np.array([np.inf, 1.0]))
+    assert saved.tolist() == pytest.approx([wire * 0.4, 0.0])
+
+
 def test_dpsgd_is_registered_and_bad_graphs_are_one_line():
     assert strategies.pattern_of("dpsgd") == "dpsgd"
     assert strategies.simulator_for("dpsgd") is dpsgd
