@@ -42,6 +42,26 @@ from syncbench.bench.simulate.validate_pool import pool_main
 HELP = "predict a strategy at 8 to 16,384 ranks on a simulated cluster (SimGrid)"
 
 
+def _workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """``syncbench simulate``'s workload flags."""
+    wl = parser.add_argument_group("workload")
+    wl.add_argument("--workload", default="mlp",
+                    help="a measured run file (RUN.h5) or a profile: mlp (default), lenet, "
+                    "resnet50, vgg16, bert-base, gpt2-small")
+    # The old spellings --device, --device-flops: --device is train's compute device.
+    renamed(wl, ("--device",), "--hardware", default=None, dest="sim_device", metavar="NAME",
+            help="hardware whose peak FLOP/s runs a FLOP-based profile (h100, a100, v100)")
+    renamed(wl, ("--device-flops",), "--hardware-flops", type=float, default=None,
+            dest="device_flops", metavar="FLOPS", help="sustained FLOP/s of the hardware for "
+            "FLOP-based profiles (instead of --hardware)")
+    wl.add_argument("--efficiency", type=float, default=None,
+                    help="share of the named hardware's peak reached (default: the profile's)")
+    wl.add_argument("--compute-split", default="auto", choices=("auto", "timed", "flops"),
+                    help="where a measured run's hook calls fall in its compute: timed on "
+                    "this host (the model's own steps), or from each layer's FLOPs; auto "
+                    "(default): timed with --validate (runs of this host), FLOPs otherwise")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``syncbench simulate`` (the strategies' own flags come from the registry;
     ``--algorithm``: every registered strategy whose communication pattern is simulated)."""
@@ -67,18 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="record the run as part of a strong or weak scaling study "
                      "(root attribute scaling_mode; syncbench sweep --simulate sets it)")
 
-    wl = parser.add_argument_group("workload")
-    wl.add_argument("--workload", default="mlp",
-                    help="a measured run file (RUN.h5) or a profile: mlp (default), lenet, "
-                    "resnet50, vgg16, bert-base, gpt2-small")
-    # The old spellings --device, --device-flops: --device is train's compute device.
-    renamed(wl, ("--device",), "--hardware", default=None, dest="sim_device", metavar="NAME",
-            help="hardware whose peak FLOP/s runs a FLOP-based profile (h100, a100, v100)")
-    renamed(wl, ("--device-flops",), "--hardware-flops", type=float, default=None,
-            dest="device_flops", metavar="FLOPS", help="sustained FLOP/s of the hardware for "
-            "FLOP-based profiles (instead of --hardware)")
-    wl.add_argument("--efficiency", type=float, default=None,
-                    help="share of the named hardware's peak reached (default: the profile's)")
+    _workload_arguments(parser)
 
     pf = parser.add_argument_group("platform")
     pf.add_argument("--platform", default="fat-tree", choices=KINDS,

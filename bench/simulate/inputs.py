@@ -45,6 +45,8 @@ def build_workload(args: argparse.Namespace) -> wl.Workload:
     name = args.workload
     if name.endswith((".h5", ".hdf5")) or "/" in name:
         w = wl.from_run(name)
+        if compute_split_mode(args) == "timed":
+            w = wl.with_timed_split(w)
     else:
         w = wl.from_profile(name, args.sim_device, args.device_flops, args.efficiency)
     if args.batch_size is not None:
@@ -57,6 +59,16 @@ def build_workload(args: argparse.Namespace) -> wl.Workload:
         else:
             w.mean_compute_s *= scale
     return w
+
+
+def compute_split_mode(args: argparse.Namespace) -> str:
+    """``timed`` or ``flops``: ``--compute-split``, where ``auto`` is ``timed`` for a
+    ``--validate`` (its runs were measured on this host, as the validation script makes
+    them) and ``flops`` otherwise (a run file from another machine)."""
+    mode = str(getattr(args, "compute_split", "auto") or "auto")
+    if mode == "auto":
+        return "timed" if getattr(args, "validate", None) else "flops"
+    return mode
 
 
 def steps_per_rank(args: argparse.Namespace, workload: wl.Workload, n: int) -> int:

@@ -15,7 +15,8 @@ the model's hook calls fall in a step's compute (:class:`ComputeSplit`):
   ``--hardware h100|a100|v100`` at a stated efficiency).
 
 The compute split comes from each layer's FLOPs for the models the zoo builds
-(:func:`model_split`), and from equal layers for the paper profiles.
+(:func:`model_split`), timed on this host for a measured run under ``--validate``
+(:func:`timed_split`), and from equal layers for the paper profiles.
 Stragglers (:func:`parse_stragglers`, :func:`delay_factors`), on top of
 ``--slowdown`` (train's per-rank factors, parsed by train's own parser), never
 speed a step up; the extra time is the ``delay`` phase, as ``--slowdown``
@@ -26,7 +27,9 @@ records it in train, and where a step spends it is each strategy's own
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -161,7 +164,10 @@ def model_split(model: Any) -> ComputeSplit:
     machine (which records no per-layer times), and timings of sub-millisecond
     layers on a shared machine move with the other jobs' load; measured
     per-layer medians are within about 0.1 of the FLOP shares (docs/RESULTS.md,
-    "Per-layer compute shares"). The paper profiles (``resnet50`` ...) have no
+    "Per-layer compute shares"). Where the runs were made on the simulating host
+    (``--validate``; ``--compute-split``), the calls are timed instead
+    (:func:`timed_split`): a tenth of a step decided whether an ASGD owner served a push
+    before its delay. The paper profiles (``resnet50`` ...) have no
     buildable model: :data:`PROFILE_LAYERS` layers of equal size, the backward
     :data:`BACKWARD_SHARE` of the compute (a backward costs about twice its
     forward: Kaplan et al. 2020, Sec. 2.1), the hook calls evenly spread.
@@ -212,6 +218,73 @@ def gpt_offsets(spec: GPTSpec, vocab: int) -> list[int]:
     sizes = [sum(math.prod(s) for s in layer.param_shapes())
              for layer in gpt_layers(spec, vocab)]
     return [int(o) for o in np.cumsum([0, *sizes[:-1]])]
+
+
+#: Steps a timed split measures (the median share of each hook call counts), after two
+#: untimed ones, and the seconds it may take (at least :data:`SPLIT_MIN_STEPS` steps).
+SPLIT_STEPS, SPLIT_BUDGET_S, SPLIT_MIN_STEPS = 30, 3.0, 3
+
+
+@functools.lru_cache(maxsize=8)
+def timed_split(model: str, dataset: str, batch_size: int) -> ComputeSplit | None:
+    """Where the hook calls of ``model``'s ``loss_and_grad`` fall in a step on this host:
+    a random batch of ``batch_size``, each call's time since the step began over the
+    step's, the median of :data:`SPLIT_STEPS` steps (within :data:`SPLIT_BUDGET_S`), the
+    shares kept in order and the last backward call at 1; the FLOP split's gradient
+    offsets. None where the calls are not :func:`model_split`'s (another count).
+
+    Why timed: FLOPs misplace the convolutions' backward. On an AMD EPYC KVM guest lenet's
+    last backward calls (conv2's and conv1's) came at 0.82 and 0.90 of a step where FLOPs
+    put them at 0.89 and 0.90, and its third forward call at 0.27, not 0.11; ASGD's slow
+    owner then polled 7.9 ms into a 9.6 ms compute, not 8.6, and a free rank's push to
+    it, which needs two polls, was served before the owner's unpolled delay. ASGD on
+    lenet at 1 Gbit/s with a 2x slower rank in work mode, predicted 13-17% slow from the
+    FLOP split in five sets on two processors, came out 5-6% slow from the timed one in
+    two; the same runs at a quota moved from +1% and -0% to +17% and +9% (docs/RESULTS.md,
+    "Hook calls timed, D-PSGD at a quota and the links' bucket")."""
+    built = build_zoo_model(model, dataset)
+    flops = model_split(built)
+    rng = np.random.default_rng(0)
+    if hasattr(built, "scratch_batch"):  # a language model: token windows
+        x, y = built.scratch_batch(rng, batch_size)
+    else:
+        x = rng.standard_normal((batch_size, *built.input_shape)).astype(built.dtype)
+        y = rng.integers(0, built.num_classes, size=batch_size)
+    marks: list[float] = []
+
+    def mark(*_: Any) -> None:
+        marks.append(time.perf_counter())
+
+    shares: list[list[float]] = []
+    began = time.perf_counter()
+    for i in range(SPLIT_STEPS + 2):
+        marks.clear()
+        start = time.perf_counter()
+        built.loss_and_grad(x, y, on_grads_ready=mark, poll=mark)
+        end = time.perf_counter()
+        if i >= 2:
+            shares.append([(m - start) / max(end - start, 1e-12) for m in marks])
+            if len(shares) >= SPLIT_MIN_STEPS and end - began > SPLIT_BUDGET_S:
+                break
+    if any(len(row) != len(flops.hooks) for row in shares):
+        return None
+    med = np.clip(np.maximum.accumulate(np.median(np.asarray(shares), axis=0)), 0.0, 1.0)
+    forward = len(flops.forward)
+    return ComputeSplit(
+        forward=tuple(float(v) for v in med[:forward]),
+        backward=tuple(float(v) for v in med[forward:-1]) + (1.0,), offsets=flops.offsets,
+        source=f"timed on this host: the median of {len(shares)} steps of {model} at batch "
+        f"{batch_size}")
+
+
+def with_timed_split(workload: Workload) -> Workload:
+    """``workload`` with its split timed on this host (:func:`timed_split`); itself where
+    that cannot be had (a profile, another count of hook calls)."""
+    if workload.split is None:
+        return workload
+    dataset = str(workload.extra.get("dataset", "fashion-mnist"))
+    split = timed_split(workload.name, dataset, int(workload.batch_size))
+    return workload if split is None else dataclasses.replace(workload, split=split)
 
 
 def gpt_split(spec: GPTSpec, vocab: int, name: str = "") -> ComputeSplit:

@@ -8,6 +8,7 @@ are computed by hand in the tests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from types import SimpleNamespace
@@ -347,3 +348,34 @@ def test_lenet_ssgd_overlap_posts_its_buckets_where_backward_finishes_them(free_
     local = LocalTimes(w, 2, [1.0, 1.0], Stragglers(), seed=0)
     timeline = strategies.ssgd(config("--algorithm", "ssgd"), local, 2, tcp)
     assert rows_of(timeline)[0]["t_wait"] == pytest.approx([0.09, 0.09])
+
+
+def test_a_validated_runs_hook_calls_are_timed_on_this_host_and_flops_on_request(tmp_path):
+    """``--compute-split auto`` times where a measured run's hook calls fall under
+    ``--validate`` (the runs were made on this host): the model's own ``loss_and_grad``,
+    each call's share of its step, in call order, the last backward call at 1, the FLOP
+    split's gradient offsets; without ``--validate``, or with ``--compute-split flops``,
+    the FLOP split. A profile keeps its split."""
+    from syncbench.bench.simulate.inputs import build_workload
+    from syncbench.bench.simulate.workload import model_split, timed_split, with_timed_split
+    from syncbench.kernels.zoo import build_model as zoo
+
+    path = tmp_path / "measured.h5"
+    _write_measured_run(path)
+    flops = model_split(zoo("mlp", (784,), 10))
+    timed = timed_split("mlp", "fashion-mnist", 64)
+    assert timed is not None and timed.source.startswith("timed on this host")
+    assert len(timed.hooks) == len(flops.hooks) and timed.offsets == flops.offsets
+    assert np.all(np.diff(timed.hooks) >= 0) and timed.hooks[-1] == 1.0
+    assert 0.0 <= timed.hooks[0] < 0.5 < timed.hooks[-2]  # a forward call, a late backward
+    for flags, split in ((["--validate", str(path)], timed),
+                         (["--validate", str(path), "--compute-split", "flops"], flops),
+                         ([], flops), (["--compute-split", "timed"], timed)):
+        w = build_workload(config("--workload", str(path), *flags))
+        assert w.compute_split().hooks.tolist() == split.hooks.tolist(), flags
+    profile = build_workload(config("--workload", "lenet", "--compute-split", "timed"))
+    assert not profile.compute_split().source.startswith("timed")
+    bare = dataclasses.replace(profile, split=None)  # a paper profile: no model to time
+    assert with_timed_split(bare) is bare
+    with pytest.raises(SystemExit):
+        config("--compute-split", "measured")
