@@ -322,7 +322,8 @@ def bucket_saving(burst: float, sent: np.ndarray, wire: float,
     takes a stage's, and :class:`~.collectives.RefilledAllreduce` a part-full bucket).
     Measured (mlp, a ring of 2 ranks on 2 emulated nodes at 1 Gbit/s, a 256 KB bucket,
     940 KB each way): the exchange took 6.5 ms from the post to the end of the wait
-    against the wire's 7.9 (docs/RESULTS.md, "D-PSGD at a quota and the links' bucket")."""
+    against the wire's 7.9 (docs/RESULTS.md, "Hook calls timed, D-PSGD at a quota and
+    the links' bucket")."""
     if burst <= 0 or wire <= 0:
         return np.zeros(len(sent))
     rate = np.divide(sent, wire, out=np.zeros(len(sent)), where=sent > 0)

@@ -14,7 +14,8 @@ takes another path than two or more rows. On an AMD EPYC KVM guest (235,146 floa
 fastest of 50), the mix with k = 1 took 6.6 momentum SGD steps, with k = 2 2.1 and with
 k = 4 2.3, where ``k + 1`` passes and a copy (the round figure before) gave 2.3, 3.3 and
 5.3; D-PSGD's ``update`` on a ring of 2 emulated nodes measured 0.97-1.04 ms a step, the
-round figure predicted 0.60 (docs/RESULTS.md, "D-PSGD at a quota and the links' bucket").
+round figure predicted 0.60 (docs/RESULTS.md, "Hook calls timed, D-PSGD at a quota and
+the links' bucket").
 """
 
 from __future__ import annotations

@@ -239,8 +239,8 @@ def timed_split(model: str, dataset: str, batch_size: int) -> ComputeSplit | Non
     owner then polled 7.9 ms into a 9.6 ms compute, not 8.6, and a free rank's push to
     it, which needs two polls, was served before the owner's unpolled delay. ASGD on
     lenet at 1 Gbit/s with a 2x slower rank in work mode, predicted 13-17% slow from the
-    FLOP split in five sets on two processors, came out 5-6% slow from the timed one in
-    two; the same runs at a quota moved from +1% and -0% to +17% and +9% (docs/RESULTS.md,
+    FLOP split in five sets on two processors, came out 4-8% slow from the timed one in
+    two; the same runs at a quota moved from +1% and -0% to +18% and +5% (docs/RESULTS.md,
     "Hook calls timed, D-PSGD at a quota and the links' bucket")."""
     built = build_zoo_model(model, dataset)
     flops = model_split(built)

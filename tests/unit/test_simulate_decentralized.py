@@ -226,7 +226,8 @@ def test_a_quota_slows_dpsgds_copy_mix_and_its_sent_bytes_kernel_work(free_polls
     as long; the free rank's do not. Measured before (mlp, a ring of 2 emulated nodes at
     1 Gbit/s, the second node at speed 0.5, AMD EPYC guest): the throttled rank's
     ``update`` 2.37-2.71 ms a step against the free rank's 1.31-1.37, and the run predicted
-    24-36% fast (docs/RESULTS.md, "D-PSGD at a quota and the links' bucket")."""
+    24-36% fast (docs/RESULTS.md, "Hook calls timed, D-PSGD at a quota and the links'
+    bucket")."""
     u = 0.07
     w = Workload(name="test", params=1000, batch_size=1, dataset_samples=1000,
                  mean_compute_s=1.0, mean_update_s=u, split=SPLIT)
@@ -250,8 +251,8 @@ def test_a_dpsgd_exchange_after_an_idle_spell_passes_its_buckets_bytes_at_once(f
     share of its time on the wire; the next, posted before compute, gains what refilled
     during the last step's mix and update and its own copy. Measured before (mlp, a ring
     of 2 emulated nodes at 1 Gbit/s, a 256 KB bucket): 6.5 ms from the post to the wait's
-    end against the wire's 7.9, and D-PSGD predicted 9-11% slow (docs/RESULTS.md, "D-PSGD
-    at a quota and the links' bucket")."""
+    end against the wire's 7.9, and D-PSGD predicted 9-11% slow (docs/RESULTS.md, "Hook
+    calls timed, D-PSGD at a quota and the links' bucket")."""
     from syncbench.bench.simulate.decentralized import bucket_saving
 
     w = local_times(2, compute=1e-3, params=2500, update=1e-3).workload  # 10,000 B a message
