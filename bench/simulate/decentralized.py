@@ -272,29 +272,35 @@ class MixCost:
         self.optimizer = workload.extra.get("optimizer")
         self.count = gossip_elements(workload)
         self.per_update = 1.0 / float(workload.extra.get("update_factor", 1.0) or 1.0)
+        # float32 operations are timed (train's default); a float64 run keeps the figure
+        self.timed = bool(self.optimizer) and self.count > 0 and workload.itemsize == 4
 
-    def _ratios(self, k: int) -> tuple[float, float]:
-        return mix_ratios(k, self.count, str(self.optimizer))
+    def _ratios(self, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank, (the mix, the copy) in units of the update, each distinct k timed once."""
+        ks, inverse = np.unique(np.asarray(sources, dtype=int), return_inverse=True)
+        pairs = np.array([mix_ratios(int(k), self.count, str(self.optimizer)) for k in ks])
+        return pairs[inverse, 0], pairs[inverse, 1]
 
     def mix(self, update: np.ndarray, sources: np.ndarray) -> np.ndarray:
         """Per rank, the mix's seconds with ``sources`` rows, from its step's ``update``."""
-        if not self.optimizer or self.count <= 0:
+        if not self.timed:
             return mix_seconds(update, sources)
-        ratio = np.array([self._ratios(int(k))[0] for k in sources])
-        return update * self.per_update * ratio
+        return update * self.per_update * self._ratios(sources)[0]
 
-    def copy(self, update: np.ndarray) -> np.ndarray:
-        """Per rank, the post's copy of the model into the send buffer."""
-        if not self.optimizer or self.count <= 0:
+    def copy(self, update: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        """Per rank, the post's copy of the model into the send buffer (timed beside the
+        mix of the step's ``sources``)."""
+        if not self.timed:
             return update * COPY_SHARE
-        return update * self.per_update * self._ratios(1)[1]
+        return update * self.per_update * self._ratios(sources)[1]
 
     def passes(self, sources: np.ndarray) -> float:
-        """The mix and its copy of the rank with the most sources, in updates (a note)."""
-        k = float(sources.max()) if len(sources) else 0.0
-        if not self.optimizer or self.count <= 0:
-            return k + MIX_PASSES_OVER_K + COPY_SHARE
-        return self.per_update * sum(self._ratios(int(k)))
+        """The mix and the copy of the rank with the most sources, in updates (a note)."""
+        if not self.timed:
+            return (float(sources.max()) if len(sources) else 0.0) + MIX_PASSES_OVER_K \
+                + COPY_SHARE
+        mix, copy = self._ratios(sources)
+        return self.per_update * float(np.max(mix + copy)) if len(sources) else 0.0
 
 
 def interrupt_stretch(work: np.ndarray, flows_start: np.ndarray,
@@ -359,13 +365,15 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     quota = local.quota_stretch()
     costs = MixCost(w)
     rows, t = StepRows(n), np.zeros(n)
-    idle_since = np.full(n, -np.inf)  # when each rank's link last sent: its bucket refills
+    # when each rank's last exchange ended (long ago before the first): its bucket refills
+    idle_since = np.full(n, -1e30)
     for j in range(steps):
         k = j % len(adj)
         sends = j >= first
         data, comp, upd, delay = local.step(j)
         start = t.copy()
-        copy = costs.copy(upd) * quota if exact else np.zeros(n)  # GossipAverager.post's send[...]
+        # GossipAverager.post's send[...] = params
+        copy = costs.copy(upd, sources[j % len(sources)]) * quota if exact else np.zeros(n)
         posted = start + data + copy
         poll_s = TESTALL_SECONDS if sends else 0.0
         _, computed = compute_polls(posted, comp, shares, poll_s)

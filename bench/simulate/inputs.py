@@ -45,8 +45,6 @@ def build_workload(args: argparse.Namespace) -> wl.Workload:
     name = args.workload
     if name.endswith((".h5", ".hdf5")) or "/" in name:
         w = wl.from_run(name)
-        if compute_split_mode(args) == "timed":
-            w = wl.with_timed_split(w)
     else:
         w = wl.from_profile(name, args.sim_device, args.device_flops, args.efficiency)
     if args.batch_size is not None:
@@ -58,6 +56,12 @@ def build_workload(args: argparse.Namespace) -> wl.Workload:
             w.rows = w.rows * [1.0, scale, 1.0]
         else:
             w.mean_compute_s *= scale
+    if w.rows is not None and compute_split_mode(args) == "timed":  # at the batch simulated
+        refusal = wl.timed_split_refusal(w)
+        if refusal is None:
+            w = wl.with_timed_split(w)
+        elif getattr(args, "compute_split", "auto") == "timed":
+            print(f"--compute-split timed: {refusal}; the FLOP split instead", flush=True)
     return w
 
 

@@ -166,8 +166,8 @@ def model_split(model: Any) -> ComputeSplit:
     per-layer medians are within about 0.1 of the FLOP shares (docs/RESULTS.md,
     "Per-layer compute shares"). Where the runs were made on the simulating host
     (``--validate``; ``--compute-split``), the calls are timed instead
-    (:func:`timed_split`): a tenth of a step decided whether an ASGD owner served a push
-    before its delay. The paper profiles (``resnet50`` ...) have no
+    (:func:`timed_split`): a few hundredths of a step decided whether an ASGD owner
+    served a push before its delay. The paper profiles (``resnet50`` ...) have no
     buildable model: :data:`PROFILE_LAYERS` layers of equal size, the backward
     :data:`BACKWARD_SHARE` of the compute (a backward costs about twice its
     forward: Kaplan et al. 2020, Sec. 2.1), the hook calls evenly spread.
@@ -229,9 +229,10 @@ SPLIT_STEPS, SPLIT_BUDGET_S, SPLIT_MIN_STEPS = 30, 3.0, 3
 def timed_split(model: str, dataset: str, batch_size: int) -> ComputeSplit | None:
     """Where the hook calls of ``model``'s ``loss_and_grad`` fall in a step on this host:
     a random batch of ``batch_size``, each call's time since the step began over the
-    step's, the median of :data:`SPLIT_STEPS` steps (within :data:`SPLIT_BUDGET_S`), the
-    shares kept in order and the last backward call at 1; the FLOP split's gradient
-    offsets. None where the calls are not :func:`model_split`'s (another count).
+    step's, the median of up to :data:`SPLIT_STEPS` steps (within :data:`SPLIT_BUDGET_S`,
+    the two untimed ones in it), the shares kept in order and the last backward call at 1;
+    the FLOP split's gradient offsets. None where the calls are not :func:`model_split`'s
+    (another count).
 
     Why timed: FLOPs misplace the convolutions' backward. On an AMD EPYC KVM guest lenet's
     last backward calls (conv2's and conv1's) came at 0.82 and 0.90 of a step where FLOPs
@@ -256,7 +257,7 @@ def timed_split(model: str, dataset: str, batch_size: int) -> ComputeSplit | Non
         marks.append(time.perf_counter())
 
     shares: list[list[float]] = []
-    began = time.perf_counter()
+    began = time.perf_counter()  # the untimed steps count against the budget too
     for i in range(SPLIT_STEPS + 2):
         marks.clear()
         start = time.perf_counter()
@@ -277,10 +278,27 @@ def timed_split(model: str, dataset: str, batch_size: int) -> ComputeSplit | Non
         f"{batch_size}")
 
 
+def timed_split_refusal(workload: Workload) -> str | None:
+    """Why ``workload``'s split is not timed on this host (None: it can be): a profile
+    without a model, a run on a GPU (the host times the CPU's layers), or steps so long
+    that the untimed and the fewest timed ones would not fit :data:`SPLIT_BUDGET_S`."""
+    if workload.split is None:
+        return "a profile without a model to time"
+    backend = str(workload.extra.get("backend", "numpy"))
+    if backend != "numpy":
+        return f"the run computed with {backend}, not on this host's CPU"
+    step = (float(np.mean(workload.rows[:, 1])) if workload.rows is not None
+            else workload.mean_compute_s)
+    if step * (2 + SPLIT_MIN_STEPS) > SPLIT_BUDGET_S:
+        return (f"its steps ({step:.2f} s of compute) are too long to time "
+                f"{2 + SPLIT_MIN_STEPS} in {SPLIT_BUDGET_S:g} s")
+    return None
+
+
 def with_timed_split(workload: Workload) -> Workload:
     """``workload`` with its split timed on this host (:func:`timed_split`); itself where
-    that cannot be had (a profile, another count of hook calls)."""
-    if workload.split is None:
+    that cannot be had (:func:`timed_split_refusal`, another count of hook calls)."""
+    if timed_split_refusal(workload) is not None:
         return workload
     dataset = str(workload.extra.get("dataset", "fashion-mnist"))
     split = timed_split(workload.name, dataset, int(workload.batch_size))
@@ -604,6 +622,7 @@ def from_run(path: str) -> Workload:
                     mean_between_s=float(np.mean(np.concatenate(betweens))),
                     split=model_split(built), tensor_shapes=model_tensor_shapes(built),
                     extra={"dataset": dataset, "measured_world_size": run.world_size,
+                           "backend": str(run.attrs.get("backend") or "numpy"),
                            "compress": str(config.get("compress", "none") or "none"),
                            "optimizer": run_optimizer(run.algorithm, config.get("optimizer")),
                            "node_speed": measured_node_speed(run),

@@ -125,7 +125,8 @@ def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
     after the ranks spun for 1 ms (the 51 KB bucket refilled and passes it at once).
 
     A bucket that did not refill would make both about equal; a busy host has been seen
-    to stretch the stacks' part to 0.11 ms (ratio 2.7), so the bound is half. The floor
+    to stretch the stacks' part to 0.11 ms (ratio 2.7), and on an AMD EPYC guest in CI it
+    was 0.127 ms against 0.252 back to back (ratio 1.98), so the bound is two thirds. The floor
     on back to back only says the link is shaped to 200 Mbit/s: at 1 Gbit/s 11 KB takes
     0.08 ms back to back (docs/RESULTS.md, "A short collective after compute")."""
     proc = TC.syncbench("cluster", "mpiexec", "-n", "2", "--", sys.executable, "-m",
@@ -135,7 +136,7 @@ def test_a_short_allreduce_after_compute_passes_under_the_links_bucket(cluster):
     m = re.search(r"back to back ([\d.]+) .* after 1 ms ([\d.]+)", proc.stdout)
     assert m, proc.stdout
     back_to_back, after = float(m[1]), float(m[2])
-    assert back_to_back > 0.15 and after < back_to_back / 2, proc.stdout
+    assert back_to_back > 0.15 and after < back_to_back / 1.5, proc.stdout
 
 
 def test_a_gather_after_a_training_step_is_calibrated_for_the_simulator(cluster, tmp_path):

@@ -379,3 +379,29 @@ def test_a_validated_runs_hook_calls_are_timed_on_this_host_and_flops_on_request
     assert with_timed_split(bare) is bare
     with pytest.raises(SystemExit):
         config("--compute-split", "measured")
+
+
+def test_a_split_is_not_timed_for_a_gpu_run_or_steps_too_long_to_time(tmp_path, capsys):
+    """The host times its own CPU's layers: a run computed with CuPy keeps the FLOP split,
+    and so does one whose untimed and fewest timed steps would not fit the budget (a
+    large model's minutes a step); ``--compute-split timed`` says so in one line."""
+    from syncbench.bench.simulate.inputs import build_workload
+    from syncbench.bench.simulate.workload import (
+        SPLIT_BUDGET_S,
+        timed_split_refusal,
+        with_timed_split,
+    )
+
+    path = tmp_path / "measured.h5"
+    _write_measured_run(path)
+    w = from_run(str(path))
+    assert timed_split_refusal(w) is None
+    gpu = dataclasses.replace(w, extra={**w.extra, "backend": "cupy"})
+    assert "cupy" in timed_split_refusal(gpu) and with_timed_split(gpu) is gpu
+    rows = w.rows.copy()
+    rows[:, 1] = SPLIT_BUDGET_S
+    slow = dataclasses.replace(w, rows=rows)
+    assert "too long" in timed_split_refusal(slow) and with_timed_split(slow) is slow
+    build_workload(config("--workload", str(path), "--batch-size", "640000",
+                          "--compute-split", "timed"))
+    assert "--compute-split timed: its steps" in capsys.readouterr().out
