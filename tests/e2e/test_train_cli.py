@@ -57,17 +57,20 @@ def test_run_file_round_trips_every_schema_field(two_rank_run):
         assert np.all(rows["samples"] == 32)
         assert np.all(np.diff(rows["t_start"]) > 0)
         # the compute's CPU time is measured every step, and no thread has more CPU time
-        # than wall time (the clock's 1 us and the two reads' order aside)
+        # than wall time (the clock's 1 us and the two reads' order aside: on a KVM guest in
+        # CI one step's CPU read came 60 us ahead of its wall read, so 0.2 ms of slack; a
+        # CPU clock that counted another thread would be milliseconds over)
+        slack = 2e-4
         assert np.all(rows["cpu_compute"] > 0)
-        assert np.all(rows["cpu_compute"] <= rows["t_compute"] + 5e-5)
+        assert np.all(rows["cpu_compute"] <= rows["t_compute"] + slack)
         # so is the comm and wait phases' (a blocking reduction each step), and the step's
         # CPU, every phase's, holds both and is no longer than the step's phases
         sync_wall = rows["t_comm"] + rows["t_wait"]
         assert np.all(rows["cpu_sync"] > 0)
-        assert np.all(rows["cpu_sync"] <= sync_wall + 5e-5)
+        assert np.all(rows["cpu_sync"] <= sync_wall + slack)
         assert np.all(rows["cpu_step"] >= rows["cpu_compute"] + rows["cpu_sync"] - 5e-5)
         phases = sum(rows[f"t_{p}"] for p in schema.PHASES)
-        assert np.all(rows["cpu_step"] <= phases + 5e-5)
+        assert np.all(rows["cpu_step"] <= phases + slack)
         for name in schema.RANK_ATTRS:
             assert name in run.rank_attrs[rank]
     # evaluations every half epoch plus none extra at the end (it coincides)
