@@ -26,7 +26,7 @@ the machine and the model): the mix ``x_i <- W_ii x_i + sum_j W_ij x_j`` in ``up
 (``GossipAverager.average``: the own term and each of the k sources' rows is one
 multiply-add over the whole model, NumPy writing a temporary the model's size for each
 operation, then the mixed vector is copied into the parameters), ``(k + 1) U`` plus a
-copy (:func:`mix_seconds`); and the post's copy of the model into the send buffer in
+copy (:func:`mix_units`); and the post's copy of the model into the send buffer in
 ``comm`` before the exchange starts. A copy (a read and a write per element) is 2/7 U
 (:data:`COPY_SHARE`: SSGD's update is the mean's scale, a read and a write, and the fused
 momentum step's three reads and two writes). The codec's averager mixes its replicas of
@@ -42,7 +42,7 @@ one-row ``weights @ recv`` alone 0.5-0.9 ms), 0.55-0.87 ms for k = 2 and 0.69 ms
 k = 4, against 0.15-0.24 ms for SSGD's update: k + 1 passes is the middle of that, low for
 one source and high for four: a workload measured from a run (which names its
 optimizer) has both timed on this host instead, in units of that optimizer's step
-(:class:`MixCost`, :mod:`.gossip_mix`), the round figure stays for profiles. A node's CPU
+(:func:`mix_units`, :mod:`.gossip_mix`), the round figure stays for profiles. A node's CPU
 quota slows the copy, the mix and the kernel's work on the sent bytes by ``1 / speed``,
 as it slows compute (:meth:`.timeline.LocalTimes.quota_stretch`). An exchange posted
 after the rank's link was idle finds the links' token bucket refilled at the link's rate
@@ -249,58 +249,31 @@ def mix_sources(schedule: GraphSchedule) -> list[np.ndarray]:
             for m in schedule.cycle]
 
 
-def mix_seconds(update: np.ndarray, sources: np.ndarray) -> np.ndarray:
-    """Seconds of the mix ``x_i <- W_ii x_i + sum_j W_ij x_j`` of ranks with ``sources``
-    sources each, from their step's local ``update`` (the workload's measured optimizer
-    step): ``k + 1`` passes of the update's cost and a copy (:data:`MIX_PASSES_OVER_K`,
-    :data:`COPY_SHARE`; the evidence: the module docstring). The round figure, for a
-    workload that names no optimizer (a profile): :class:`MixCost` times it otherwise."""
-    return update * (sources + MIX_PASSES_OVER_K + COPY_SHARE)
+def mix_units(workload: Workload, sources: list[np.ndarray],
+              count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per matrix of the cycle (``sources``: each rank's count of sources k), each rank's
+    mix ``x_i <- W_ii x_i + sum_j W_ij x_j`` and the post's copy of the model, in units of
+    its step's local ``update`` (the workload's measured optimizer step), over ``count``
+    exchanged elements.
 
-
-class MixCost:
-    """The mix's and the post's copy's seconds in units of the workload's ``update``.
-
-    A workload measured from a run names the optimizer its ``update`` rows stepped
-    (``extra["optimizer"]``): both are then timed on this host against that step
-    (:func:`.gossip_mix.mix_ratios`, over the exchanged elements; an update another local
+    A float32 workload measured from a run names the optimizer its ``update`` rows
+    stepped (``extra["optimizer"]``): both are then timed on this host against that step
+    (:func:`.gossip_mix.mix_ratios`, each distinct k once; an update another local
     optimizer's ratio scaled, ``extra["update_factor"]``, is taken back to the measured
-    step first). Otherwise the round figure: ``k + 1`` passes and a copy
-    (:func:`mix_seconds`), :data:`COPY_SHARE` for the copy."""
-
-    def __init__(self, workload: Workload) -> None:
-        self.optimizer = workload.extra.get("optimizer")
-        self.count = gossip_elements(workload)
-        self.per_update = 1.0 / float(workload.extra.get("update_factor", 1.0) or 1.0)
-        # float32 operations are timed (train's default); a float64 run keeps the figure
-        self.timed = bool(self.optimizer) and self.count > 0 and workload.itemsize == 4
-
-    def _ratios(self, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per rank, (the mix, the copy) in units of the update, each distinct k timed once."""
-        ks, inverse = np.unique(np.asarray(sources, dtype=int), return_inverse=True)
-        pairs = np.array([mix_ratios(int(k), self.count, str(self.optimizer)) for k in ks])
-        return pairs[inverse, 0], pairs[inverse, 1]
-
-    def mix(self, update: np.ndarray, sources: np.ndarray) -> np.ndarray:
-        """Per rank, the mix's seconds with ``sources`` rows, from its step's ``update``."""
-        if not self.timed:
-            return mix_seconds(update, sources)
-        return update * self.per_update * self._ratios(sources)[0]
-
-    def copy(self, update: np.ndarray, sources: np.ndarray) -> np.ndarray:
-        """Per rank, the post's copy of the model into the send buffer (timed beside the
-        mix of the step's ``sources``)."""
-        if not self.timed:
-            return update * COPY_SHARE
-        return update * self.per_update * self._ratios(sources)[1]
-
-    def passes(self, sources: np.ndarray) -> float:
-        """The mix and the copy of the rank with the most sources, in updates (a note)."""
-        if not self.timed:
-            return (float(sources.max()) if len(sources) else 0.0) + MIX_PASSES_OVER_K \
-                + COPY_SHARE
-        mix, copy = self._ratios(sources)
-        return self.per_update * float(np.max(mix + copy)) if len(sources) else 0.0
+    step first). Otherwise (a profile) the round figure: ``k + 1`` passes and a copy for
+    the mix (:data:`MIX_PASSES_OVER_K`, :data:`COPY_SHARE`), the copy alone for the post
+    (the evidence: the module docstring)."""
+    optimizer = workload.extra.get("optimizer")
+    if not optimizer or count <= 0 or workload.itemsize != 4:
+        return [(k + MIX_PASSES_OVER_K + COPY_SHARE, np.full(len(k), COPY_SHARE))
+                for k in sources]
+    per_update = 1.0 / float(workload.extra.get("update_factor", 1.0) or 1.0)
+    units = []
+    for k in sources:
+        ks, inverse = np.unique(np.asarray(k, dtype=int), return_inverse=True)
+        pairs = per_update * np.array([mix_ratios(int(x), count, str(optimizer)) for x in ks])
+        units.append((pairs[inverse, 0], pairs[inverse, 1]))
+    return units
 
 
 def interrupt_stretch(work: np.ndarray, flows_start: np.ndarray,
@@ -363,7 +336,7 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     # a node's quota slows the copy, the mix and the kernel's work on the sent bytes as it
     # slows compute: CPU work of the rank's own (the workload's update has it already)
     quota = local.quota_stretch()
-    costs = MixCost(w)
+    units = mix_units(w, sources, gossip_elements(w))  # per matrix: (mix, copy) in updates
     rows, t = StepRows(n), np.zeros(n)
     # when each rank's last exchange ended (long ago before the first): its bucket refills
     idle_since = np.full(n, -1e30)
@@ -372,8 +345,9 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
         sends = j >= first
         data, comp, upd, delay = local.step(j)
         start = t.copy()
+        mix_unit, copy_unit = units[j % len(units)]
         # GossipAverager.post's send[...] = params
-        copy = costs.copy(upd, sources[j % len(sources)]) * quota if exact else np.zeros(n)
+        copy = upd * copy_unit * quota if exact else np.zeros(n)
         posted = start + data + copy
         poll_s = TESTALL_SECONDS if sends else 0.0
         _, computed = compute_polls(posted, comp, shares, poll_s)
@@ -387,7 +361,7 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
             done = both + durations[k] - saved[peers[k]].min(axis=1)
             idle_since = done
             wait = np.maximum(done - arrive, 0.0)
-        mix = costs.mix(upd, sources[j % len(sources)]) * quota
+        mix = upd * mix_unit * quota
         t = arrive + wait + mix + upd
         rows.add(step=j, t_start=start, t_data=data, t_compute=comp + stretch,
                  t_comm=copy + poll_s * len(shares), t_wait=wait, t_update=mix + upd,
@@ -396,7 +370,7 @@ def dpsgd(cfg: argparse.Namespace, local: LocalTimes, steps: int,
     notes = {"graph": schedule.name, "spectral_gap": schedule.spectral_gap(),
              "exchange_s": [durations[k] for k in sorted(durations)],
              "neighbour_bytes_per_step": [d * nbytes for d in degree],
-             "mix_update_passes": [costs.passes(s) for s in sources],
+             "mix_update_passes": [float(np.max(m)) for m, _ in units],
              "link_cpu_s_per_byte": cpu}
     return Timeline(rows, float(t.max()), notes)
 

@@ -21,14 +21,10 @@ the links' bucket").
 from __future__ import annotations
 
 import functools
-import time
 
 import numpy as np
 
-from syncbench.bench.simulate.local_update import _optimizer
-
-#: Timed runs of each operation (the fastest counts), as :data:`.local_update.REPEATS`.
-REPEATS = 50
+from syncbench.bench.simulate.local_update import _optimizer, fastest_in_turn
 
 
 def _mix_ops(count: int, sources: int, rng: np.random.Generator):
@@ -56,7 +52,8 @@ def _mix_ops(count: int, sources: int, rng: np.random.Generator):
 def mix_ratios(sources: int, count: int, optimizer: str) -> tuple[float, float]:
     """(the mix, the post's copy) of ``count`` float32 parameters with ``sources`` rows,
     each in units of one ``optimizer`` step (``sgd`` or ``adamw``) over as many: the
-    fastest of :data:`REPEATS` of each, timed in turn, each after one untimed run."""
+    fastest of :data:`.local_update.REPEATS` of each, timed in turn
+    (:func:`.local_update.fastest_in_turn`)."""
     if count <= 0:
         raise ValueError(f"a mix of {count} parameters")
     rng = np.random.default_rng(0)
@@ -64,14 +61,6 @@ def mix_ratios(sources: int, count: int, optimizer: str) -> tuple[float, float]:
     params = rng.standard_normal(count, dtype=np.float32)
     opt = _optimizer(optimizer, params)
     mix, copy = _mix_ops(count, sources, rng)
-    ops = (lambda: opt.step(params, grads), mix, copy)
-    for op in ops:  # untimed: caches, the library
-        op()
-    best = [float("inf")] * len(ops)
-    for _ in range(REPEATS):
-        for i, op in enumerate(ops):
-            start = time.perf_counter()
-            op()
-            best[i] = min(best[i], time.perf_counter() - start)
+    best = fastest_in_turn((functools.partial(opt.step, params, grads), mix, copy))
     step = max(best[0], 1e-9)
     return best[1] / step, best[2] / step

@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import functools
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -34,6 +35,22 @@ from syncbench.bench.simulate.workload import Workload, run_optimizer
 #: and the fastest of 5 moved DiLoCo's predicted samples/s by up to 3% from one
 #: simulation of the same run file to the next (docs/RESULTS.md); of 50 in turn, under 0.1%.
 REPEATS = 50
+
+
+def fastest_in_turn(ops: Sequence[Callable[[], object]], repeats: int = REPEATS
+                    ) -> list[float]:
+    """Each of ``ops``' fastest seconds over ``repeats`` rounds that run them one after the
+    other (so that all see the host at the same speed), each op run once untimed first
+    (caches, the library)."""
+    for op in ops:
+        op()
+    best = [float("inf")] * len(ops)
+    for _ in range(repeats):
+        for i, op in enumerate(ops):
+            start = time.perf_counter()
+            op()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best
 
 
 def _optimizer(name: str, params: np.ndarray) -> AdamW | MomentumSGD:
@@ -49,18 +66,12 @@ def step_ratio(name: str, other: str, count: int) -> float:
     other (so that both see the host at the same speed)."""
     rng = np.random.default_rng(0)
     grads = rng.standard_normal(count, dtype=np.float32) * np.float32(1e-3)
-    pairs = []
+    ops = []
     for kind in (name, other):
         params = rng.standard_normal(count, dtype=np.float32)
         optimizer = _optimizer(kind, params)
-        optimizer.step(params, grads)  # untimed: caches, the library
-        pairs.append((optimizer, params))
-    best = [float("inf"), float("inf")]
-    for _ in range(REPEATS):
-        for i, (optimizer, params) in enumerate(pairs):
-            start = time.perf_counter()
-            optimizer.step(params, grads)
-            best[i] = min(best[i], time.perf_counter() - start)
+        ops.append(functools.partial(optimizer.step, params, grads))
+    best = fastest_in_turn(ops)
     return best[0] / best[1]
 
 
